@@ -1,0 +1,17 @@
+"""
+haystack-fusion: Haystack components that combine retrieved passages with an LLM.
+
+Strategies from three papers: post-fusion as fallback and its relatives (paper 000), SuRe (paper 002) and
+Chain-of-Note (paper 004). Importing the package admits its own modules to Haystack's deserialization allowlist,
+so YAML pipelines that use its components load with `Pipeline.loads`.
+"""
+
+from haystack.core.serialization_security import allow_deserialization_module
+
+from haystack_fusion.__about__ import __version__
+from haystack_fusion.components.post_fusion_voter import PostFusionVoter
+from haystack_fusion.components.unknown_router import UnknownRouter
+
+allow_deserialization_module("haystack_fusion")
+
+__all__ = ["PostFusionVoter", "UnknownRouter", "__version__"]

@@ -1,0 +1,240 @@
+"""PostFusionVoter: one LLM call per passage, answers voted by majority (paper 000, Eq. 2, sections 3.3, 4.4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from haystack import Document, component, default_from_dict, default_to_dict, logging
+from haystack.components.generators.chat.types import ChatGenerator
+from haystack.core.serialization import component_to_dict
+from haystack.dataclasses import ChatMessage, GeneratedAnswer
+from haystack.utils import deserialize_chatgenerator_inplace
+
+from haystack_fusion.answers import UNKNOWN, UnknownDetector, majority_vote, normalize_answer
+from haystack_fusion.llm_calls import FanOutResult, empty_usage, run_chat_calls, run_chat_calls_async
+from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SAMPLING_KWARGS: dict[str, Any] = {"temperature": 0.7}
+"""Sampling for self-consistency, p > 1 samples per passage (paper 000, section 4.4 and Figure 5: temperature 0.7)."""
+
+
+def validate_query(query: str) -> str:
+    """
+    Check a question before any LLM call.
+
+    :param query: The question.
+    :returns: The question, stripped.
+    :raises ValueError: If the question is empty or only whitespace.
+    """
+    if not isinstance(query, str) or not query.strip():
+        raise ValueError(f"`query` must be a non-empty question, got {query!r}")
+    return query.strip()
+
+
+@component
+class PostFusionVoter:
+    """
+    Answers a question from each passage separately and returns the majority answer (Post-Fusion, paper 000).
+
+    Each of the k passages is sent to the LLM on its own with the Figure 7 prompt (paper 000, Eq. 2), all calls
+    concurrently up to `max_concurrency`. With `samples_per_passage` p > 1, each passage is sampled p times at a
+    sampling temperature and all p x k answers vote (self-consistency, section 4.4). Answers are normalized before
+    voting; "unknown" answers and failed calls do not vote; ties go to the answer from the better-ranked passage;
+    when nothing votes the answer is "unknown". Besides the answer it outputs the candidate pool and the passages
+    whose answer was not unknown, which is what PF+Concat's distiller round reads (section 3.3, Figure 2 bottom).
+
+    ### Usage example
+    ```python
+    from haystack import Document
+    from haystack.components.generators.chat import MockChatGenerator
+    from haystack_fusion import PostFusionVoter
+
+    voter = PostFusionVoter(chat_generator=MockChatGenerator(responses=["Paris", "unknown", "paris"]))
+    result = voter.run(query="What is the capital of France?", documents=[Document(content=t) for t in "abc"])
+    print(result["answers"][0].data, result["answers"][0].meta["votes"])  # Paris {'paris': 2}
+    ```
+    """
+
+    def __init__(
+        self,
+        *,
+        chat_generator: ChatGenerator,
+        max_concurrency: int = 4,
+        samples_per_passage: int = 1,
+        sampling_generation_kwargs: dict[str, Any] | None = None,
+        max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
+        unknown_patterns: list[str] | None = None,
+        raise_on_failure: bool = False,
+    ) -> None:
+        """
+        Create a PostFusionVoter.
+
+        :param chat_generator: The ChatGenerator that answers each passage.
+        :param max_concurrency: Largest number of LLM calls under way at once (>= 1).
+        :param samples_per_passage: p, the answers sampled per passage (>= 1); p x k answers vote.
+        :param sampling_generation_kwargs: `generation_kwargs` for every call when p > 1; default
+            `{"temperature": 0.7}` (section 4.4). With p = 1 the generator's own settings apply (greedy in the paper).
+        :param max_passage_chars: Per-passage context budget in characters (None: no limit); longer passages are
+            trimmed, never the instructions.
+        :param unknown_patterns: Regular expressions that mark an abstention; None uses the shared defaults.
+        :param raise_on_failure: If True, the first failed call raises; by default a failed call is logged,
+            counts as an abstention and is reported in `meta["failures"]`.
+        :raises ValueError: If `max_concurrency` or `samples_per_passage` is below 1, or `max_passage_chars` is not
+            positive.
+        """
+        if max_concurrency < 1:
+            raise ValueError(f"`max_concurrency` must be at least 1, got {max_concurrency}")
+        if samples_per_passage < 1:
+            raise ValueError(f"`samples_per_passage` must be at least 1, got {samples_per_passage}")
+        if max_passage_chars is not None and max_passage_chars <= 0:
+            raise ValueError(f"`max_passage_chars` must be positive or None, got {max_passage_chars}")
+        self._chat_generator = chat_generator
+        self.max_concurrency = max_concurrency
+        self.samples_per_passage = samples_per_passage
+        self.sampling_generation_kwargs = sampling_generation_kwargs
+        self.max_passage_chars = max_passage_chars
+        self.unknown_patterns = unknown_patterns
+        self.raise_on_failure = raise_on_failure
+        self._detector = UnknownDetector.from_patterns(unknown_patterns)
+        self._prompt = PROMPTS["figure7"]
+
+    def warm_up(self) -> None:
+        """Warm up the wrapped chat generator (idempotent)."""
+        if hasattr(self._chat_generator, "warm_up"):
+            self._chat_generator.warm_up()
+
+    def close(self) -> None:
+        """Release the wrapped chat generator's resources."""
+        if hasattr(self._chat_generator, "close"):
+            self._chat_generator.close()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize this component, with its chat generator, to a dictionary."""
+        return default_to_dict(
+            self,
+            chat_generator=component_to_dict(obj=self._chat_generator, name="chat_generator"),
+            max_concurrency=self.max_concurrency,
+            samples_per_passage=self.samples_per_passage,
+            sampling_generation_kwargs=self.sampling_generation_kwargs,
+            max_passage_chars=self.max_passage_chars,
+            unknown_patterns=self.unknown_patterns,
+            raise_on_failure=self.raise_on_failure,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PostFusionVoter:
+        """Deserialize this component, with its chat generator, from a dictionary."""
+        deserialize_chatgenerator_inplace(data["init_parameters"], key="chat_generator")
+        return default_from_dict(cls, data)
+
+    def _prompts(self, query: str, documents: list[Document]) -> list[list[ChatMessage]]:
+        """p prompts per passage, passage by passage in rank order (the Figure 7 prompt with one passage)."""
+        prompts = []
+        for document in documents:
+            prompt = render(self._prompt, passages=format_passages([document], self.max_passage_chars), query=query)
+            prompts.extend([prompt] * self.samples_per_passage)
+        return prompts
+
+    def _generation_kwargs(self) -> dict[str, Any] | None:
+        if self.samples_per_passage == 1:
+            return None
+        return DEFAULT_SAMPLING_KWARGS if self.sampling_generation_kwargs is None else self.sampling_generation_kwargs
+
+    def _vote(self, query: str, documents: list[Document], calls: FanOutResult | None) -> dict[str, Any]:
+        """Turn the per-passage replies into the outputs (also for zero documents, with `calls` None)."""
+        p = self.samples_per_passage
+        replies = calls.replies if calls else []
+        answers = [None if reply is None else self._prompt.extract_answer(reply.text) for reply in replies]
+        ranks = [index // p for index in range(len(answers))]
+        vote = majority_vote(answers, ranks, self._detector)
+        usage = dict(calls.usage if calls else empty_usage(), rounds=1 if calls else 0)
+        passage_answers = [
+            {"rank": rank, "document_id": document.id, "answers": answers[rank * p : (rank + 1) * p]}
+            for rank, document in enumerate(documents)
+        ]
+        answered = [
+            document
+            for document, entry in zip(documents, passage_answers, strict=True)
+            if any(not self._detector.is_unknown(answer) for answer in entry["answers"])
+        ]
+        failures = [
+            {"rank": failure["index"] // p, "sample": failure["index"] % p, "error": failure["error"]}
+            for failure in (calls.failures if calls else [])
+        ]
+
+        def supporting(key: str) -> list[Document]:
+            return [
+                documents[entry["rank"]]
+                for entry in passage_answers
+                if any(a is not None and normalize_answer(a) == key for a in entry["answers"])
+            ]
+
+        winner_key = next(iter(vote.votes), None)
+        meta = {
+            "strategy": "post_fusion",
+            "source": "paper 000, Eq. 2",
+            "votes": vote.votes,
+            "passage_answers": passage_answers,
+            "failures": failures,
+            "usage": usage,
+        }
+        winner = GeneratedAnswer(
+            data=vote.answer, query=query, documents=supporting(winner_key) if winner_key else [], meta=meta
+        )
+        runners_up = [
+            GeneratedAnswer(data=candidate, query=query, documents=supporting(key), meta={"votes": vote.votes[key]})
+            for key, candidate in list(zip(vote.votes, vote.candidates, strict=True))[1:]
+        ]
+        return {"answers": [winner, *runners_up], "candidates": vote.candidates, "documents": answered}
+
+    @component.output_types(answers=list[GeneratedAnswer], candidates=list[str], documents=list[Document])
+    def run(self, query: str, documents: list[Document]) -> dict[str, Any]:
+        """
+        Answer from each passage and vote.
+
+        :param query: The question.
+        :param documents: The k retrieved passages, best-ranked first. None or an empty list gives "unknown" with
+            no LLM call.
+        :returns: A dictionary with:
+            - `answers`: the voted answer first ("unknown" when every passage abstained), then the other candidates
+              by votes. The first answer's `meta` holds `votes` (normalized answer -> count), `passage_answers`
+              (per passage: `rank`, `document_id`, its p `answers`, None for a failed call), `failures` (`rank`,
+              `sample`, `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`,
+              `rounds`). Each answer's `documents` are the passages that gave it.
+            - `candidates`: the candidate pool, distinct non-unknown answers, most votes first.
+            - `documents`: the passages at least one of whose answers was not unknown, in rank order.
+        :raises ValueError: If `query` is empty or only whitespace.
+        """
+        query = validate_query(query)
+        documents = list(documents or [])
+        if not documents:
+            return self._vote(query, documents, None)
+        calls = run_chat_calls(
+            self._chat_generator,
+            self._prompts(query, documents),
+            max_concurrency=self.max_concurrency,
+            generation_kwargs=self._generation_kwargs(),
+            raise_on_failure=self.raise_on_failure,
+        )
+        return self._vote(query, documents, calls)
+
+    @component.output_types(answers=list[GeneratedAnswer], candidates=list[str], documents=list[Document])
+    async def run_async(self, query: str, documents: list[Document]) -> dict[str, Any]:
+        """Async form of `run`, with the same inputs, outputs and errors; calls the generator's `run_async`."""
+        query = validate_query(query)
+        documents = list(documents or [])
+        if not documents:
+            return self._vote(query, documents, None)
+        calls = await run_chat_calls_async(
+            self._chat_generator,
+            self._prompts(query, documents),
+            max_concurrency=self.max_concurrency,
+            generation_kwargs=self._generation_kwargs(),
+            raise_on_failure=self.raise_on_failure,
+        )
+        return self._vote(query, documents, calls)
+
+
+__all__ = ["UNKNOWN", "PostFusionVoter", "validate_query"]

@@ -1,0 +1,155 @@
+"""UnknownRouter: sends a reply that says "unknown" (or is too uncertain) to a fallback branch (paper 000, 3.1, 3.3)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from haystack import Document, component, default_from_dict, default_to_dict, logging
+from haystack.dataclasses import ChatMessage
+
+from haystack_fusion.answers import UnknownDetector
+from haystack_fusion.prompts import PROMPTS, extract_answer
+
+logger = logging.getLogger(__name__)
+
+
+def reply_confidence(reply: ChatMessage) -> float | None:
+    """
+    The model's confidence in a reply: the geometric mean of its token probabilities.
+
+    Read from OpenAI-style `meta["logprobs"]["content"]` (a list of `{"token", "logprob"}`), which
+    OpenAIChatGenerator returns when called with `generation_kwargs={"logprobs": True}`.
+
+    :param reply: A generator reply.
+    :returns: exp(mean token log-probability), in [0, 1]; None when the reply carries no log-probabilities.
+    """
+    logprobs = reply.meta.get("logprobs")
+    tokens = logprobs.get("content") if isinstance(logprobs, dict) else logprobs
+    if not isinstance(tokens, list):
+        return None
+    values = [token["logprob"] for token in tokens if isinstance(token, dict) and "logprob" in token]
+    if not values:
+        return None
+    return math.exp(sum(values) / len(values))
+
+
+@component
+class UnknownRouter:
+    """
+    Routes an LLM reply to a `known` or an `unknown` branch, so a pipeline can fall back when the model abstains.
+
+    Paper 000 (section 3.1) has the model say "unknown" when the passages do not answer the question; Post-Fusion
+    as the Fallback (Concat+PF, section 3.3) then answers again with per-passage post-fusion. The router reads the
+    answer out of the first reply (with the prompt's answer pattern), asks the shared `UnknownDetector`, and, when a
+    `min_confidence` is set and the generator returned token log-probabilities, also sends answers whose confidence
+    is below it to the fallback ("modeling uncertainty"). Only the chosen branch is emitted. The `unknown` branch
+    also passes on `query` and `documents` (as `fallback_query` and `fallback_documents`), which is what the
+    fallback component needs to run.
+
+    ### Usage example
+    ```python
+    from haystack.dataclasses import ChatMessage
+    from haystack_fusion import UnknownRouter
+
+    router = UnknownRouter()
+    print(router.run(replies=[ChatMessage.from_assistant("unknown")], query="Who?", documents=[]))
+    # {'unknown': [...], 'fallback_query': 'Who?', 'fallback_documents': []}
+    ```
+    """
+
+    def __init__(
+        self,
+        *,
+        answer_pattern: str | None = PROMPTS["figure7"].answer_pattern,
+        unknown_patterns: list[str] | None = None,
+        min_confidence: float | None = None,
+    ) -> None:
+        """
+        Create an UnknownRouter.
+
+        :param answer_pattern: Regular expression whose first group is the answer in the reply (default: the first
+            line, as the Figure 7 prompt asks); None judges the whole reply.
+        :param unknown_patterns: Regular expressions that mark an abstention; None uses the shared defaults
+            (`haystack_fusion.answers.DEFAULT_UNKNOWN_PATTERNS`).
+        :param min_confidence: Probability in (0, 1]: a reply whose confidence (geometric mean of token
+            probabilities, see `reply_confidence`) is below it goes to `unknown`. None disables the check, and so
+            does a reply without log-probabilities.
+        :raises ValueError: If `min_confidence` is outside (0, 1] or a pattern is not a valid regular expression.
+        """
+        if min_confidence is not None and not 0 < min_confidence <= 1:
+            raise ValueError(f"`min_confidence` must be in (0, 1], got {min_confidence}")
+        self.answer_pattern = answer_pattern
+        self.unknown_patterns = unknown_patterns
+        self.min_confidence = min_confidence
+        self._detector = UnknownDetector.from_patterns(unknown_patterns)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize this component to a dictionary."""
+        return default_to_dict(
+            self,
+            answer_pattern=self.answer_pattern,
+            unknown_patterns=self.unknown_patterns,
+            min_confidence=self.min_confidence,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> UnknownRouter:
+        """Deserialize this component from a dictionary."""
+        return default_from_dict(cls, data)
+
+    def read_answer(self, reply: ChatMessage) -> str:
+        """The answer in a reply: the `answer_pattern` match, or the whole text when the pattern is None."""
+        return extract_answer(self.answer_pattern, reply.text) if self.answer_pattern else (reply.text or "").strip()
+
+    def is_unknown(self, reply: ChatMessage | None) -> bool:
+        """
+        Decide one reply: True when it abstains or is less confident than `min_confidence`.
+
+        :param reply: The reply; None (no reply) counts as unknown.
+        """
+        if reply is None:
+            return True
+        if self._detector.is_unknown(self.read_answer(reply)):
+            return True
+        if self.min_confidence is not None:
+            confidence = reply_confidence(reply)
+            if confidence is not None and confidence < self.min_confidence:
+                return True
+        return False
+
+    @component.output_types(
+        known=list[ChatMessage], unknown=list[ChatMessage], fallback_query=str, fallback_documents=list[Document]
+    )
+    def run(
+        self, replies: list[ChatMessage], query: str | None = None, documents: list[Document] | None = None
+    ) -> dict[str, Any]:
+        """
+        Route the replies by their first reply.
+
+        :param replies: The generator's replies; only the first is judged. An empty list is routed to `unknown`.
+        :param query: The question, passed on as `fallback_query` on the unknown branch.
+        :param documents: The retrieved passages, passed on as `fallback_documents` on the unknown branch.
+        :returns: Exactly one branch:
+            - `known`: the replies, when the first reply answers;
+            - `unknown`: the replies, with `fallback_query` and `fallback_documents` when they were given.
+        """
+        if not replies:
+            logger.warning("UnknownRouter received no reply; routing to the unknown branch.")
+        if replies and not self.is_unknown(replies[0]):
+            return {"known": replies}
+        output: dict[str, Any] = {"unknown": replies}
+        if query is not None:
+            output["fallback_query"] = query
+        if documents is not None:
+            output["fallback_documents"] = documents
+        return output
+
+    @component.output_types(
+        known=list[ChatMessage], unknown=list[ChatMessage], fallback_query=str, fallback_documents=list[Document]
+    )
+    async def run_async(
+        self, replies: list[ChatMessage], query: str | None = None, documents: list[Document] | None = None
+    ) -> dict[str, Any]:
+        """Async form of `run`, with the same inputs and outputs (routing makes no I/O)."""
+        return self.run(replies=replies, query=query, documents=documents)

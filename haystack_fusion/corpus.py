@@ -1,0 +1,287 @@
+"""Turn user data (SQuAD JSON, JSONL, text folders, URLs) into Haystack `Document` passages."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import requests
+from haystack import Document, logging
+from haystack.components.preprocessors import DocumentSplitter
+from tqdm import tqdm
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CACHE_DIR = Path("~/.cache/haystack_fusion")
+SQUAD_ENV_VAR = "HAYSTACK_FUSION_SQUAD"
+_SHARED_SQUAD = "shared/data/squad2-dev-subset/squad2_dev_subset.json"
+_TEXT_SUFFIXES = (".txt", ".md")
+_ACCEPTED = "a directory of .txt/.md files, a .jsonl passage file, a SQuAD .json file, or an http(s) URL to one"
+
+
+@dataclass(frozen=True)
+class SquadQuestion:
+    """
+    One SQuAD question with its gold answers and the id of the Document holding its paragraph.
+
+    :param id: The SQuAD question id.
+    :param question: The question text.
+    :param answers: Gold answer texts, deduplicated in order of appearance; empty for unanswerable questions.
+    :param is_impossible: True for SQuAD 2.0 unanswerable questions; always False for v1.1 files.
+    :param gold_document_id: The `Document.id` of the paragraph the question was asked about.
+    """
+
+    id: str
+    question: str
+    answers: list[str]
+    is_impossible: bool
+    gold_document_id: str
+
+
+def _existing(path: str | Path) -> Path:
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"No such file or directory: '{path}'")
+    return path
+
+
+def _field(obj: Any, key: str, where: str) -> Any:
+    if not isinstance(obj, dict) or key not in obj:
+        raise ValueError(f"{where}: missing key '{key}'")
+    return obj[key]
+
+
+def _squad_question(qa: Any, where: str, doc_id: str) -> SquadQuestion:
+    qid, question = str(_field(qa, "id", where)), str(_field(qa, "question", where))
+    answers = [str(_field(ans, "text", f"{where}, answer {i}")) for i, ans in enumerate(qa.get("answers") or [])]
+    return SquadQuestion(
+        id=qid,
+        question=question,
+        answers=list(dict.fromkeys(answers)),
+        is_impossible=bool(qa.get("is_impossible", False)),
+        gold_document_id=doc_id,
+    )
+
+
+def load_squad(path: str | Path) -> tuple[list[Document], list[SquadQuestion]]:
+    """
+    Load a SQuAD v1.1 or v2.0 JSON file as paragraph Documents and questions.
+
+    Each distinct paragraph context becomes one Document with `content` = the context and
+    `meta` = `{"title": <article title>, "paragraph": <index of the paragraph within its article>}`; its id is
+    Haystack's default content-derived hash. A context repeated later in the file is not indexed twice: its
+    questions point to the first Document with that context.
+
+    :param path: Path to the SQuAD JSON file (`{"version": ..., "data": [{"title", "paragraphs": [...]}]}`).
+    :returns: A tuple `(documents, questions)`: one Document per distinct context, in file order, and one
+        `SquadQuestion` per question, in file order.
+    :raises FileNotFoundError: If `path` does not exist.
+    :raises ValueError: If the file is not valid JSON (the message gives the line), a required key is missing
+        (the message gives the article, paragraph and question index), or the file holds no paragraphs.
+    """
+    path = _existing(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: line {e.lineno}, column {e.colno}: invalid JSON ({e.msg})") from e
+    articles = _field(data, "data", str(path))
+    if not isinstance(articles, list):
+        raise ValueError(f"{path}: 'data' must be a list of articles")
+
+    documents: dict[str, Document] = {}
+    questions: list[SquadQuestion] = []
+    for a_idx, article in enumerate(articles):
+        where = f"{path}: article {a_idx}"
+        title = str(article.get("title", "")) if isinstance(article, dict) else ""
+        for p_idx, paragraph in enumerate(_field(article, "paragraphs", where)):
+            p_where = f"{where}, paragraph {p_idx}"
+            context = _field(paragraph, "context", p_where)
+            if not isinstance(context, str) or not context.strip():
+                raise ValueError(f"{p_where}: 'context' must be a non-empty string")
+            if context not in documents:
+                documents[context] = Document(content=context, meta={"title": title, "paragraph": p_idx})
+            for q_idx, qa in enumerate(paragraph.get("qas") or []):
+                questions.append(_squad_question(qa, f"{p_where}, question {q_idx}", documents[context].id))
+    if not documents:
+        raise ValueError(f"{path}: no paragraphs found")
+    logger.info("Loaded {n} passages and {q} questions from {path}", n=len(documents), q=len(questions), path=str(path))
+    return list(documents.values()), questions
+
+
+def load_jsonl_passages(path: str | Path) -> list[Document]:
+    """
+    Load passages from a JSON Lines file, one JSON object per line.
+
+    The passage text comes from the key `text` (or `content` when there is no `text`). An optional `id` is kept
+    as `meta["source_id"]` (as a string); the Document id itself stays Haystack's content-derived hash. `title`
+    and every other key go to `meta` unchanged. Blank lines are skipped.
+
+    :param path: Path to the `.jsonl` file (UTF-8).
+    :returns: One Document per non-blank line, in file order.
+    :raises FileNotFoundError: If `path` does not exist.
+    :raises ValueError: If a line is not a JSON object or has no non-empty `text`/`content` string (the message
+        names the file and the 1-based line number), or if the file holds no passages.
+    """
+    path = _existing(path)
+    documents: list[Document] = []
+    with path.open(encoding="utf-8-sig") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}: line {line_no}: invalid JSON ({e.msg})") from e
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}: line {line_no}: expected a JSON object, got {type(record).__name__}")
+            text = record.pop("text") if "text" in record else record.pop("content", None)
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"{path}: line {line_no}: needs a non-empty string under 'text' or 'content'")
+            if "id" in record:
+                record["source_id"] = str(record.pop("id"))
+            documents.append(Document(content=text, meta=record))
+    if not documents:
+        raise ValueError(f"{path}: no passages found")
+    logger.info("Loaded {n_docs} passages from {path}", n_docs=len(documents), path=str(path))
+    return documents
+
+
+def load_text_folder(path: str | Path, words_per_passage: int = 100) -> list[Document]:
+    """
+    Split every `.txt` and `.md` file below a folder into passages of about `words_per_passage` words.
+
+    Files are found recursively and read in sorted order of their relative paths, so the output is deterministic.
+    Splitting uses Haystack's `DocumentSplitter(split_by="word", split_length=words_per_passage, split_overlap=0)`.
+    That splitter counts only spaces as word breaks, so each file's whitespace (newlines, tabs, runs of spaces) is
+    first collapsed to single spaces; otherwise hard-wrapped lines would yield passages far above the word limit.
+    Each passage's `meta` holds `file` (the path relative to the folder, with `/` separators) plus what the
+    splitter adds (`source_id`, `page_number`, `split_id`, and `split_idx_start`, a character offset into the
+    whitespace-collapsed text).
+
+    :param path: The folder to read.
+    :param words_per_passage: Maximum number of words per passage (whitespace-separated words); at least 1.
+    :returns: The passages of all files, file by file, in reading order.
+    :raises FileNotFoundError: If `path` does not exist.
+    :raises ValueError: If `path` is not a directory, `words_per_passage` is below 1, a file is not UTF-8, or no
+        passages are found.
+    """
+    folder = _existing(path)
+    if not folder.is_dir():
+        raise ValueError(f"{folder} is not a directory")
+    if words_per_passage < 1:
+        raise ValueError(f"`words_per_passage` must be at least 1, got {words_per_passage}")
+    files = sorted(
+        (p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in _TEXT_SUFFIXES),
+        key=lambda p: p.relative_to(folder).as_posix(),
+    )
+    sources = []
+    for file in files:
+        try:
+            text = re.sub(r"\s+", " ", file.read_text(encoding="utf-8-sig")).strip()
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{file}: not valid UTF-8 text ({e.reason} at byte {e.start})") from e
+        sources.append(Document(content=text, meta={"file": file.relative_to(folder).as_posix()}))
+    splitter = DocumentSplitter(split_by="word", split_length=words_per_passage, split_overlap=0)
+    if hasattr(splitter, "warm_up"):
+        splitter.warm_up()
+    documents: list[Document] = splitter.run(documents=sources)["documents"] if sources else []
+    documents = [doc for doc in documents if doc.content and doc.content.strip()]
+    if not documents:
+        raise ValueError(f"{folder}: no passages found in .txt or .md files")
+    logger.info("Split {f} files from {path} into {n} passages", f=len(files), path=str(folder), n=len(documents))
+    return documents
+
+
+def load_passages(path_or_url: str | Path, *, cache_dir: str | Path | None = None) -> list[Document]:
+    """
+    Load passages from a folder, a JSONL file, a SQuAD JSON file, or a URL to one of these files.
+
+    A `http://` or `https://` URL is first downloaded with `download` (cached). Then a directory goes to
+    `load_text_folder`, a `.jsonl` file to `load_jsonl_passages`, and a `.json` file to `load_squad` (only its
+    documents are returned).
+
+    :param path_or_url: A local path or an http(s) URL.
+    :param cache_dir: Where downloaded files are kept; defaults to `~/.cache/haystack_fusion`.
+    :returns: The passages as Documents.
+    :raises FileNotFoundError: If a local path does not exist.
+    :raises ValueError: If the path is of no accepted kind, or the loader it goes to raises `ValueError`.
+    :raises requests.HTTPError: If a URL download fails with an HTTP error status.
+    """
+    if isinstance(path_or_url, str) and urlparse(path_or_url).scheme.lower() in ("http", "https"):
+        path = download(path_or_url, cache_dir)
+    else:
+        path = _existing(path_or_url)
+    if path.is_dir():
+        return load_text_folder(path)
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return load_jsonl_passages(path)
+    if suffix == ".json":
+        return load_squad(path)[0]
+    raise ValueError(f"Cannot load passages from '{path_or_url}': expected {_ACCEPTED}")
+
+
+def download(url: str, cache_dir: str | Path | None = None) -> Path:
+    """
+    Download a file into a cache folder, or return the cached copy if it is already there.
+
+    The file name is the last segment of the URL's path. The body is streamed (`timeout=60` seconds per
+    connect/read) with a tqdm progress bar in bytes, written to `<name>.part` and renamed when complete, so an
+    interrupted download is never taken for a finished one. There are no retries.
+
+    :param url: An http(s) URL whose path ends in a file name.
+    :param cache_dir: The cache folder; defaults to `~/.cache/haystack_fusion`. Created if missing.
+    :returns: The path of the downloaded (or cached) file.
+    :raises ValueError: If the URL's path has no file name.
+    :raises requests.RequestException: If the request fails or returns an HTTP error status.
+    """
+    name = unquote(urlparse(url).path.rstrip("/").rsplit("/", 1)[-1])
+    if not name:
+        raise ValueError(f"Cannot derive a file name from URL '{url}'")
+    folder = Path(cache_dir if cache_dir is not None else DEFAULT_CACHE_DIR).expanduser()
+    target = folder / name
+    if target.is_file():
+        logger.debug("Using cached {path} for {url}", path=str(target), url=url)
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(target.name + ".part")
+    try:
+        with requests.get(url, stream=True, timeout=60) as response:
+            response.raise_for_status()
+            length = response.headers.get("Content-Length")
+            total = int(length) if length and length.isdigit() else None
+            with part.open("wb") as f, tqdm(total=total, unit="B", unit_scale=True, desc=name) as bar:
+                for chunk in response.iter_content(chunk_size=1 << 16):
+                    f.write(chunk)
+                    bar.update(len(chunk))
+        part.replace(target)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    logger.info("Downloaded {url} to {path}", url=url, path=str(target))
+    return target
+
+
+def default_squad_path() -> Path | None:
+    """
+    Locate the SQuAD 2.0 dev subset that ships beside the repository checkout.
+
+    The environment variable `HAYSTACK_FUSION_SQUAD`, when set, names the file to use. Otherwise the file is
+    looked for at `<repo root>/../shared/data/squad2-dev-subset/squad2_dev_subset.json`, where `<repo root>` is
+    the folder holding the `haystack_fusion` package, whatever that folder is called.
+
+    :returns: The resolved path of the file, or None if it does not exist.
+    """
+    override = os.environ.get(SQUAD_ENV_VAR)
+    if override:
+        candidate = Path(override).expanduser().resolve()
+        if not candidate.is_file():
+            logger.warning("{var} points to a missing file: {path}", var=SQUAD_ENV_VAR, path=str(candidate))
+    else:
+        candidate = Path(__file__).resolve().parents[2] / _SHARED_SQUAD
+    return candidate if candidate.is_file() else None

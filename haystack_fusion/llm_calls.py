@@ -1,0 +1,193 @@
+"""
+The one place that fans independent ChatGenerator calls out concurrently and sums their token usage.
+
+Every component sends its independent calls (one per passage, per sample, per candidate ...) through
+`run_chat_calls` / `run_chat_calls_async`; there is no second loop. Retries and timeouts belong to the generator
+(its own `max_retries` / `timeout`), so this module never retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import time
+from collections.abc import Coroutine, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from haystack import logging
+from haystack.components.generators.chat.types import ChatGenerator
+from haystack.dataclasses import ChatMessage
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+USAGE_KEYS = ("prompt_tokens", "completion_tokens", "calls", "failed_calls")
+
+
+def empty_usage() -> dict[str, int]:
+    """A usage record with every counter at zero: prompt / completion tokens, calls made and calls failed."""
+    return dict.fromkeys(USAGE_KEYS, 0)
+
+
+def sum_usage(usages: Iterable[Mapping[str, Any] | None]) -> dict[str, int]:
+    """
+    Add usage records key by key.
+
+    :param usages: Records with any of `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls` (and `rounds`,
+        summed too when present); None entries are skipped.
+    :returns: A dict with every key of `USAGE_KEYS` (counts of tokens and calls), plus `rounds` when any input had it.
+    """
+    total = empty_usage()
+    for usage in usages:
+        for key, value in (usage or {}).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                total[key] = total.get(key, 0) + int(value)
+    return total
+
+
+def reply_usage(reply: ChatMessage | None) -> dict[str, int]:
+    """
+    The token usage of one reply, read from `reply.meta["usage"]` as OpenAI-style generators report it.
+
+    :param reply: A generator reply, or None for a failed call.
+    :returns: `prompt_tokens` and `completion_tokens` (0 when the generator reported none) and `calls` = 1.
+    """
+    usage = (reply.meta.get("usage") if reply is not None else None) or {}
+    return {
+        "prompt_tokens": int(usage.get("prompt_tokens") or 0),
+        "completion_tokens": int(usage.get("completion_tokens") or 0),
+        "calls": 1,
+        "failed_calls": 0,
+    }
+
+
+@dataclass
+class FanOutResult:
+    """
+    What a fan-out of n independent calls returned, in input order.
+
+    :param replies: n entries: the first reply of each call, or None where the call failed or returned no reply.
+    :param errors: n entries: None, or `"ExceptionType: message"` for a failed call.
+    :param usage: Summed usage: `prompt_tokens`, `completion_tokens` (tokens), `calls` (attempted calls) and
+        `failed_calls`.
+    :param max_in_flight: The largest number of calls that were under way at once.
+    :param seconds: Wall-clock time of the whole fan-out, in seconds.
+    """
+
+    replies: list[ChatMessage | None]
+    errors: list[str | None]
+    usage: dict[str, int] = field(default_factory=empty_usage)
+    max_in_flight: int = 0
+    seconds: float = 0.0
+
+    @property
+    def failures(self) -> list[dict[str, Any]]:
+        """The failed calls as `{"index": i, "error": "..."}` dicts, ready for an answer's `meta`."""
+        return [{"index": i, "error": error} for i, error in enumerate(self.errors) if error is not None]
+
+
+async def run_chat_calls_async(
+    chat_generator: ChatGenerator,
+    prompts: list[list[ChatMessage]],
+    *,
+    max_concurrency: int,
+    generation_kwargs: dict[str, Any] | None = None,
+    raise_on_failure: bool = False,
+) -> FanOutResult:
+    """
+    Run one ChatGenerator call per prompt concurrently, at most `max_concurrency` at a time.
+
+    Uses the generator's `run_async` when it has one, otherwise its `run` in worker threads. A call that raises, or
+    returns no reply, is recorded in `errors` (and logged) while the other calls go on, unless `raise_on_failure`.
+
+    :param chat_generator: Any Haystack ChatGenerator.
+    :param prompts: n prompts, each a list of ChatMessage.
+    :param max_concurrency: Upper bound on calls under way at once (>= 1).
+    :param generation_kwargs: Passed to every call as `generation_kwargs` when given (e.g. a sampling temperature).
+    :param raise_on_failure: Re-raise the first failure instead of recording it.
+    :returns: A `FanOutResult` with n replies and n errors in input order.
+    :raises ValueError: If `max_concurrency` < 1.
+    """
+    if max_concurrency < 1:
+        raise ValueError(f"`max_concurrency` must be at least 1, got {max_concurrency}")
+    semaphore = asyncio.Semaphore(max_concurrency)
+    in_flight = 0
+    max_in_flight = 0
+    extra = {"generation_kwargs": generation_kwargs} if generation_kwargs else {}
+    run_async = getattr(chat_generator, "run_async", None)
+
+    async def call(messages: list[ChatMessage]) -> tuple[ChatMessage | None, str | None]:
+        nonlocal in_flight, max_in_flight
+        async with semaphore:
+            in_flight += 1
+            max_in_flight = max(max_in_flight, in_flight)
+            try:
+                if run_async is not None:
+                    result = await run_async(messages=messages, **extra)
+                else:
+                    result = await asyncio.to_thread(chat_generator.run, messages=messages, **extra)
+                replies = result.get("replies") or []
+                if not replies:
+                    raise RuntimeError("the chat generator returned no reply")
+                return replies[0], None
+            except Exception as error:
+                if raise_on_failure:
+                    raise
+                logger.warning("An LLM call failed and counts as an abstention: {error}", error=error)
+                return None, f"{type(error).__name__}: {error}"
+            finally:
+                in_flight -= 1
+
+    start = time.perf_counter()
+    outcomes = await asyncio.gather(*(call(messages) for messages in prompts))
+    replies = [reply for reply, _ in outcomes]
+    errors = [error for _, error in outcomes]
+    usage = sum_usage(reply_usage(reply) for reply in replies)
+    usage["calls"] = len(prompts)
+    usage["failed_calls"] = sum(error is not None for error in errors)
+    return FanOutResult(
+        replies=replies,
+        errors=errors,
+        usage=usage,
+        max_in_flight=max_in_flight,
+        seconds=time.perf_counter() - start,
+    )
+
+
+def run_chat_calls(
+    chat_generator: ChatGenerator,
+    prompts: list[list[ChatMessage]],
+    *,
+    max_concurrency: int,
+    generation_kwargs: dict[str, Any] | None = None,
+    raise_on_failure: bool = False,
+) -> FanOutResult:
+    """
+    Synchronous form of `run_chat_calls_async`, with the same parameters, result and errors.
+
+    It runs the fan-out on a private event loop, in a worker thread when the calling thread already runs one (so
+    it works inside Jupyter, Hayhooks and AsyncPipeline too).
+    """
+    return run_sync(
+        run_chat_calls_async(
+            chat_generator,
+            prompts,
+            max_concurrency=max_concurrency,
+            generation_kwargs=generation_kwargs,
+            raise_on_failure=raise_on_failure,
+        )
+    )
+
+
+def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion from synchronous code, whether or not this thread already runs a loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    context = contextvars.copy_context()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(context.run, asyncio.run, coroutine).result()

@@ -1,0 +1,105 @@
+"""
+Prompt templates (Jinja2, rendered by Haystack's ChatPromptBuilder), one module per paper figure or listing.
+
+Every template reads the passages as one pre-formatted string variable `passages` (see `format_passages`), so
+passage text is never evaluated as template syntax, and carries the pattern that extracts the answer from the reply.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from haystack.components.builders import ChatPromptBuilder
+from haystack.dataclasses import ChatMessage
+
+from haystack_fusion.prompts import distiller, figure7, figure8_pruning, figure9_summary
+from haystack_fusion.prompts.passages import DEFAULT_MAX_PASSAGE_CHARS, format_passages, passage_key
+
+COT_ANSWER_PATTERN = r"Answer:[ \t]*([^\n]*)"
+"""Chain-of-thought prompts (Figures 8-9): the answer is the rest of the first "Answer:" line of the completion."""
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    """
+    One prompt of a paper: its Jinja text, where it comes from, and how to read the answer from the reply.
+
+    :param name: Registry name, e.g. "figure7".
+    :param source: The paper location it implements, e.g. "paper 000, Appendix A, Figure 7".
+    :param text: The Jinja template; variables `passages` and `query` (and `candidates` for the distiller).
+    :param answer_pattern: A regular expression whose first group is the answer (as Haystack's AnswerBuilder reads
+        it); no match gives an empty answer, which counts as unknown.
+    """
+
+    name: str
+    source: str
+    text: str
+    answer_pattern: str
+
+    def chat_template(self) -> list[ChatMessage]:
+        """The template as the one user message that ChatPromptBuilder takes."""
+        return [ChatMessage.from_user(self.text)]
+
+    def builder(self) -> ChatPromptBuilder:
+        """A Haystack ChatPromptBuilder for this template, every variable required."""
+        return ChatPromptBuilder(template=self.chat_template(), required_variables="*")
+
+    def extract_answer(self, reply: str | None) -> str:
+        """
+        Read the answer from a reply, as AnswerBuilder does with `answer_pattern`.
+
+        :param reply: The reply text; None (no text) gives "".
+        :returns: The first group of the first match, stripped; "" when the pattern does not match.
+        """
+        return extract_answer(self.answer_pattern, reply)
+
+
+def extract_answer(pattern: str, reply: str | None) -> str:
+    """
+    Read an answer from a reply with a pattern, the way Haystack's AnswerBuilder reads `pattern`.
+
+    :param pattern: A regular expression with at most one group; the group (else the whole match) is the answer.
+    :param reply: The reply text; None (no text) gives "".
+    :returns: The answer, stripped; "" when the pattern does not match.
+    """
+    match = re.search(pattern, reply or "")
+    if not match:
+        return ""
+    return (match.group(1) if match.groups() else match.group(0)).strip()
+
+
+PROMPTS: dict[str, PromptTemplate] = {
+    prompt.name: prompt
+    for prompt in (
+        PromptTemplate("figure7", "paper 000, Appendix A, Figure 7", figure7.TEMPLATE, figure7.ANSWER_PATTERN),
+        PromptTemplate("pruning", "paper 000, Appendix A, Figure 8", figure8_pruning.TEMPLATE, COT_ANSWER_PATTERN),
+        PromptTemplate("summary", "paper 000, Appendix A, Figure 9", figure9_summary.TEMPLATE, COT_ANSWER_PATTERN),
+        PromptTemplate("distiller", "paper 000, section 3.3", distiller.TEMPLATE, figure7.ANSWER_PATTERN),
+    )
+}
+"""Every prompt template of the package, by name."""
+
+
+def render(prompt: PromptTemplate, **variables: Any) -> list[ChatMessage]:
+    """
+    Render a template with Haystack's ChatPromptBuilder.
+
+    :param prompt: The template.
+    :param variables: Its variables (`passages` as a `format_passages` string, `query`, ...).
+    :returns: The prompt as a list of one user ChatMessage.
+    """
+    return prompt.builder().run(**variables)["prompt"]
+
+
+__all__ = [
+    "COT_ANSWER_PATTERN",
+    "DEFAULT_MAX_PASSAGE_CHARS",
+    "PROMPTS",
+    "PromptTemplate",
+    "extract_answer",
+    "format_passages",
+    "passage_key",
+    "render",
+]

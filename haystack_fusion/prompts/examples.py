@@ -1,0 +1,43 @@
+"""
+Few-shot material shared by the prompts of paper 000 (Appendix A, Figures 7-9), kept in one place.
+
+The paper's figures are text extractions of a PDF whose right-hand columns were cut; where a demonstration passage
+or rationale is visibly truncated, the missing words are completed here from the visible fragments and marked in
+the comments. The structure (task line, three answer-format examples, format description, one-shot demonstration,
+then the live context and question) follows the figures exactly.
+"""
+
+from __future__ import annotations
+
+from haystack import Document
+
+from haystack_fusion.prompts.passages import format_passages
+
+ANSWER_FORMAT_EXAMPLES = """Question: Who produced the album that included a re-recording of "Lithium"?
+Answer: Butch Vig
+Question: What city was the victim of Joseph Druces working in?
+Answer: Boston, Massachusetts
+Question: In what year was the star of To Hell and Back born?
+Answer: 1925"""
+"""The three "Answer Format Example" pairs of Figures 7, 8 and 9."""
+
+UNKNOWN_INSTRUCTION = "If don't know the answer, just say unknown"
+"""The abstention instruction of paper 000, section 3.1 (Figure 7 wording, kept verbatim)."""
+
+# Demonstration passages of Figures 8 and 9. The extraction cut each line at the column edge; the completions
+# after the cut ("Canadian actor.", "the sequels", "Costas Mandylor ...") are ours.
+DEMO_PASSAGES = [
+    Document(content="Peter Outerbridge Peter Outerbridge (born June 30, 1966) is a Canadian actor."),
+    Document(
+        content="Except the Dying 2008. On March 3, 2015, Acorn Media announced a re-release for all three movies, "
+        "set for May 26, 2015."
+    ),
+    Document(
+        content="Saw VI Saw VI is a 2009 American horror film directed by Kevin Greutert from a screenplay written by "
+        'Patrick Melton and Marcus Dunstan. It is the sixth installment in the "Saw" franchise and stars Tobin Bell, '
+        "Costas Mandylor, Mark Rolston, Betsy Russell, Shawnee Smith and Peter Outerbridge."
+    ),
+]
+DEMO_CONTEXT = format_passages(DEMO_PASSAGES)
+DEMO_QUESTION = "Which 2009 movie does Peter Outerbridge feature as William Easton?"
+DEMO_ANSWER = "Saw VI"

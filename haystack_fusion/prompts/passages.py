@@ -1,0 +1,88 @@
+"""
+How retrieved passages appear in every prompt: numbered, delimited, and unable to break out of their block.
+
+Passages are untrusted data. Each one is wrapped in an opening and a closing line that carry a key derived from the
+text of all passages in the prompt (a SHA-256 prefix, re-drawn in the unlikely case a passage contains it), so no
+passage can contain its own block's closing line: a passage that writes `</passage>` or `{{ 7*7 }}` is shown
+literally and still sits inside its own block. The rendered block is handed to templates as a plain string
+variable, so Jinja never evaluates passage text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+from haystack import Document
+
+DEFAULT_MAX_PASSAGE_CHARS = 2000
+"""Context budget per passage, in characters (~4 characters per token): about 500 tokens, five times a 100-word
+passage. Longer passages are trimmed at a word boundary; the instructions are never trimmed."""
+
+_KEY_LENGTH = 8
+
+
+def _passage_text(document: Document, max_chars: int | None) -> str:
+    text = " ".join((document.content or "").split())
+    if max_chars is not None and len(text) > max_chars:
+        cut = text[:max_chars]
+        text = (cut.rsplit(" ", 1)[0] if " " in cut else cut) + " ..."
+    return text
+
+
+def passage_key(texts: Sequence[str]) -> str:
+    """
+    The delimiter key for a set of passage texts: 8 hex digits that occur in none of them.
+
+    :param texts: The passage texts as they will appear in the prompt.
+    :returns: A deterministic key (the same texts always give the same key).
+    """
+    salt = 0
+    while True:
+        digest = hashlib.sha256(f"{salt}\x00".encode() + "\x00".join(texts).encode()).hexdigest()[:_KEY_LENGTH]
+        if not any(digest in text for text in texts):
+            return digest
+        salt += 1
+
+
+def format_passages(documents: Sequence[Document], max_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS) -> str:
+    """
+    Render passages as numbered, delimited blocks for a prompt's context (paper 000, Figures 7-9: "[1] ...").
+
+    Each passage becomes `[i] <passage key="K">`, its text on one line (whitespace collapsed), and
+    `</passage key="K">`, in the given (retrieval) order, numbered from 1. Also registered as the Jinja filter
+    `fusion_passages` for Haystack's OutputAdapter in the strategy pipelines.
+
+    ### Usage example
+    ```python
+    from haystack import Document
+    from haystack_fusion.prompts.passages import format_passages
+
+    print(format_passages([Document(content="Paris is the capital of France.")]))
+    ```
+
+    :param documents: The passages, best-ranked first; may be empty.
+    :param max_chars: Per-passage budget in characters, or None for no limit.
+    :returns: The context block: `len(documents)` passage blocks joined by newlines; "" for no documents.
+    :raises ValueError: If `max_chars` is not positive.
+    """
+    if max_chars is not None and max_chars <= 0:
+        raise ValueError(f"`max_chars` must be positive or None, got {max_chars}")
+    texts = [_passage_text(document, max_chars) for document in documents]
+    if not texts:
+        return ""
+    key = passage_key(texts)
+    return "\n".join(
+        f'[{i}] <passage key="{key}">\n{text}\n</passage key="{key}">' for i, text in enumerate(texts, start=1)
+    )
+
+
+def count_passage_blocks(rendered: str, key: str) -> int:
+    """
+    Count the passage blocks with delimiter key `key` in a rendered prompt (for tests and debugging).
+
+    :param rendered: A rendered prompt.
+    :param key: The key `passage_key` gave for the prompt's passages.
+    :returns: The number of closing delimiter lines with that key, each on a line of its own.
+    """
+    return sum(line == f'</passage key="{key}">' for line in rendered.splitlines())

@@ -1,0 +1,392 @@
+import json
+from pathlib import Path
+
+import pytest
+from haystack import Document
+
+from haystack_fusion.corpus import (
+    SquadQuestion,
+    default_squad_path,
+    download,
+    load_jsonl_passages,
+    load_passages,
+    load_squad,
+    load_text_folder,
+)
+
+SHARED_CONTEXT = "The lighthouse keeper lit the lamp every evening at dusk."
+
+
+def squad_v2() -> dict:
+    return {
+        "version": "v2.0",
+        "data": [
+            {
+                "title": "Lighthouses",
+                "paragraphs": [
+                    {
+                        "context": SHARED_CONTEXT,
+                        "qas": [
+                            {
+                                "id": "q1",
+                                "question": "When was the lamp lit?",
+                                "answers": [
+                                    {"text": "at dusk", "answer_start": 47},
+                                    {"text": "every evening", "answer_start": 33},
+                                    {"text": "at dusk", "answer_start": 47},
+                                ],
+                                "is_impossible": False,
+                            },
+                            {
+                                "id": "q2",
+                                "question": "What colour was the lamp?",
+                                "answers": [],
+                                "plausible_answers": [{"text": "lamp", "answer_start": 29}],
+                                "is_impossible": True,
+                            },
+                        ],
+                    },
+                    {
+                        "context": "Foghorns warned ships when the fog was too thick for the light.",
+                        "qas": [
+                            {
+                                "id": "q3",
+                                "question": "What did foghorns warn?",
+                                "answers": [{"text": "ships", "answer_start": 16}],
+                                "is_impossible": False,
+                            }
+                        ],
+                    },
+                ],
+            },
+            {
+                "title": "Keepers",
+                "paragraphs": [
+                    {
+                        "context": SHARED_CONTEXT,
+                        "qas": [
+                            {
+                                "id": "q4",
+                                "question": "Who lit the lamp?",
+                                "answers": [{"text": "The lighthouse keeper", "answer_start": 0}],
+                                "is_impossible": False,
+                            }
+                        ],
+                    }
+                ],
+            },
+        ],
+    }
+
+
+def write_json(path: Path, data: object) -> Path:
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    return path
+
+
+def write_jsonl(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+class TestLoadSquad:
+    def test_v2_documents_and_questions(self, tmp_path):
+        documents, questions = load_squad(write_json(tmp_path / "squad.json", squad_v2()))
+
+        assert [doc.content for doc in documents] == [
+            SHARED_CONTEXT,
+            "Foghorns warned ships when the fog was too thick for the light.",
+        ]
+        assert [doc.meta for doc in documents] == [
+            {"title": "Lighthouses", "paragraph": 0},
+            {"title": "Lighthouses", "paragraph": 1},
+        ]
+        assert all(isinstance(doc, Document) for doc in documents)
+        assert [q.id for q in questions] == ["q1", "q2", "q3", "q4"]
+        assert questions[0] == SquadQuestion(
+            id="q1",
+            question="When was the lamp lit?",
+            answers=["at dusk", "every evening"],
+            is_impossible=False,
+            gold_document_id=documents[0].id,
+        )
+        assert questions[1].is_impossible
+        assert questions[1].answers == []
+        assert questions[2].gold_document_id == documents[1].id
+
+    def test_duplicate_context_is_indexed_once(self, tmp_path):
+        documents, questions = load_squad(write_json(tmp_path / "squad.json", squad_v2()))
+
+        assert len({doc.id for doc in documents}) == len(documents) == 2
+        assert questions[3].gold_document_id == questions[0].gold_document_id == documents[0].id
+
+    def test_document_id_is_haystack_default(self, tmp_path):
+        documents, _ = load_squad(write_json(tmp_path / "squad.json", squad_v2()))
+
+        expected = Document(content=SHARED_CONTEXT, meta={"title": "Lighthouses", "paragraph": 0})
+        assert documents[0].id == expected.id
+
+    def test_v1_without_is_impossible(self, tmp_path):
+        data = {
+            "version": "1.1",
+            "data": [
+                {
+                    "title": "Bells",
+                    "paragraphs": [
+                        {
+                            "context": "The bell rang twelve times at noon.",
+                            "qas": [
+                                {
+                                    "id": "b1",
+                                    "question": "How many times did the bell ring?",
+                                    "answers": [{"text": "twelve", "answer_start": 14}],
+                                }
+                            ],
+                        }
+                    ],
+                }
+            ],
+        }
+        documents, questions = load_squad(write_json(tmp_path / "v1.json", data))
+
+        assert len(documents) == 1
+        assert questions == [
+            SquadQuestion(
+                id="b1",
+                question="How many times did the bell ring?",
+                answers=["twelve"],
+                is_impossible=False,
+                gold_document_id=documents[0].id,
+            )
+        ]
+
+    def test_invalid_json_names_file_and_line(self, tmp_path):
+        path = tmp_path / "broken.json"
+        path.write_text('{\n  "version": "v2.0",\n  "data": [,]\n}\n', encoding="utf-8")
+
+        with pytest.raises(ValueError, match=r"broken\.json.*line 3"):
+            load_squad(path)
+
+    def test_missing_key_names_article_and_paragraph(self, tmp_path):
+        data = squad_v2()
+        del data["data"][1]["paragraphs"][0]["context"]
+
+        with pytest.raises(ValueError, match=r"squad\.json: article 1, paragraph 0: missing key 'context'"):
+            load_squad(write_json(tmp_path / "squad.json", data))
+
+    def test_missing_question_key_names_question(self, tmp_path):
+        data = squad_v2()
+        del data["data"][0]["paragraphs"][1]["qas"][0]["question"]
+
+        with pytest.raises(ValueError, match=r"article 0, paragraph 1, question 0: missing key 'question'"):
+            load_squad(write_json(tmp_path / "squad.json", data))
+
+    def test_no_paragraphs_is_an_error(self, tmp_path):
+        with pytest.raises(ValueError, match=r"empty\.json: no paragraphs"):
+            load_squad(write_json(tmp_path / "empty.json", {"version": "v2.0", "data": []}))
+
+    def test_missing_file(self, tmp_path):
+        with pytest.raises(FileNotFoundError, match=r"nope\.json"):
+            load_squad(tmp_path / "nope.json")
+
+
+class TestLoadJsonlPassages:
+    def test_text_title_id_and_extra_keys(self, tmp_path):
+        path = write_jsonl(
+            tmp_path / "passages.jsonl",
+            [
+                json.dumps({"id": 7, "title": "Tides", "text": "Tides follow the moon.", "lang": "en"}),
+                "",
+                json.dumps({"content": "Waves follow the wind."}),
+            ],
+        )
+        documents = load_jsonl_passages(path)
+
+        assert [doc.content for doc in documents] == ["Tides follow the moon.", "Waves follow the wind."]
+        assert documents[0].meta == {"title": "Tides", "source_id": "7", "lang": "en"}
+        assert documents[1].meta == {}
+        assert documents[0].id == Document(content="Tides follow the moon.", meta=documents[0].meta).id
+
+    def test_malformed_line_names_line(self, tmp_path):
+        path = write_jsonl(tmp_path / "bad.jsonl", [json.dumps({"text": "fine"}), "{not json"])
+
+        with pytest.raises(ValueError, match=r"bad\.jsonl: line 2"):
+            load_jsonl_passages(path)
+
+    def test_missing_text_names_line(self, tmp_path):
+        path = write_jsonl(tmp_path / "notext.jsonl", ["", json.dumps({"title": "No body"})])
+
+        with pytest.raises(ValueError, match=r"line 2: needs a non-empty string"):
+            load_jsonl_passages(path)
+
+    def test_non_object_line(self, tmp_path):
+        path = write_jsonl(tmp_path / "list.jsonl", ["[1, 2]"])
+
+        with pytest.raises(ValueError, match="line 1: expected a JSON object"):
+            load_jsonl_passages(path)
+
+    def test_empty_file_is_an_error(self, tmp_path):
+        path = write_jsonl(tmp_path / "empty.jsonl", ["", "   "])
+
+        with pytest.raises(ValueError, match=r"empty\.jsonl: no passages"):
+            load_jsonl_passages(path)
+
+
+class TestLoadTextFolder:
+    @pytest.fixture
+    def folder(self, tmp_path):
+        root = tmp_path / "notes"
+        (root / "sub").mkdir(parents=True)
+        (root / "long.txt").write_text(" ".join(f"word{i}" for i in range(250)), encoding="utf-8")
+        (root / "sub" / "readme.md").write_text("# Title\n\nA short markdown note.", encoding="utf-8")
+        (root / "table.csv").write_text("a,b\n1,2\n", encoding="utf-8")
+        return root
+
+    def test_passages_and_meta(self, folder):
+        documents = load_text_folder(folder)
+
+        assert [doc.meta["file"] for doc in documents] == ["long.txt", "long.txt", "long.txt", "sub/readme.md"]
+        assert all(len(doc.content.split()) <= 100 for doc in documents)
+        assert [len(doc.content.split()) for doc in documents[:3]] == [100, 100, 50]
+        assert [doc.meta["split_id"] for doc in documents[:3]] == [0, 1, 2]
+        assert documents[0].content.split()[0] == "word0"
+        assert documents[2].content.split()[-1] == "word249"
+        assert not any("a,b" in doc.content for doc in documents)
+
+    def test_newlines_count_as_word_breaks(self, tmp_path):
+        lines = [" ".join(f"w{line}_{i}" for i in range(10)) for line in range(30)]
+        (tmp_path / "wrapped.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+        documents = load_text_folder(tmp_path)
+
+        assert [len(doc.content.split()) for doc in documents] == [100, 100, 100]
+        assert all("\n" not in doc.content for doc in documents)
+
+    def test_words_per_passage(self, folder):
+        documents = load_text_folder(folder, words_per_passage=50)
+
+        assert sum(doc.meta["file"] == "long.txt" for doc in documents) == 5
+
+    def test_invalid_words_per_passage(self, folder):
+        with pytest.raises(ValueError, match="words_per_passage"):
+            load_text_folder(folder, words_per_passage=0)
+
+    def test_folder_without_text_files(self, tmp_path):
+        (tmp_path / "data.csv").write_text("x\n", encoding="utf-8")
+
+        with pytest.raises(ValueError, match="no passages found"):
+            load_text_folder(tmp_path)
+
+    def test_missing_folder(self, tmp_path):
+        with pytest.raises(FileNotFoundError, match="absent"):
+            load_text_folder(tmp_path / "absent")
+
+
+class TestLoadPassages:
+    def test_dispatches_by_kind(self, tmp_path):
+        squad = write_json(tmp_path / "squad.json", squad_v2())
+        jsonl = write_jsonl(tmp_path / "p.jsonl", [json.dumps({"text": "One passage."})])
+        folder = tmp_path / "folder"
+        folder.mkdir()
+        (folder / "a.txt").write_text("Some text here.", encoding="utf-8")
+
+        assert len(load_passages(squad)) == 2
+        assert [doc.content for doc in load_passages(str(jsonl))] == ["One passage."]
+        assert [doc.meta["file"] for doc in load_passages(folder)] == ["a.txt"]
+
+    def test_unknown_kind(self, tmp_path):
+        path = tmp_path / "table.csv"
+        path.write_text("a,b\n", encoding="utf-8")
+
+        with pytest.raises(ValueError, match=r"table\.csv.*\.jsonl"):
+            load_passages(path)
+
+    def test_missing_path(self, tmp_path):
+        with pytest.raises(FileNotFoundError, match=r"missing\.jsonl"):
+            load_passages(tmp_path / "missing.jsonl")
+
+    def test_url_uses_cache(self, tmp_path, monkeypatch):
+        def no_network(*args, **kwargs):
+            raise AssertionError("network used")
+
+        monkeypatch.setattr("haystack_fusion.corpus.requests.get", no_network)
+        write_jsonl(tmp_path / "remote.jsonl", [json.dumps({"text": "Cached passage."})])
+
+        documents = load_passages("https://example.com/data/remote.jsonl", cache_dir=tmp_path)
+
+        assert [doc.content for doc in documents] == ["Cached passage."]
+
+
+class TestDownload:
+    def test_cached_file_is_returned_without_network(self, tmp_path, monkeypatch):
+        def no_network(*args, **kwargs):
+            raise AssertionError("network used")
+
+        monkeypatch.setattr("haystack_fusion.corpus.requests.get", no_network)
+        cached = tmp_path / "corpus.json"
+        cached.write_text("{}", encoding="utf-8")
+
+        assert download("https://example.com/files/corpus.json?raw=1", cache_dir=tmp_path) == cached
+
+    def test_partial_file_is_not_a_cache_hit(self, tmp_path, monkeypatch):
+        class FakeResponse:
+            headers = {"Content-Length": "5"}  # noqa: RUF012
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+            def raise_for_status(self):
+                pass
+
+            def iter_content(self, chunk_size):
+                yield b"hello"
+
+        calls = []
+
+        def fake_get(url, **kwargs):
+            calls.append((url, kwargs))
+            return FakeResponse()
+
+        monkeypatch.setattr("haystack_fusion.corpus.requests.get", fake_get)
+        (tmp_path / "corpus.json.part").write_bytes(b"hel")
+
+        path = download("https://example.com/corpus.json", cache_dir=tmp_path)
+
+        assert path == tmp_path / "corpus.json"
+        assert path.read_bytes() == b"hello"
+        assert not (tmp_path / "corpus.json.part").exists()
+        assert calls == [("https://example.com/corpus.json", {"stream": True, "timeout": 60})]
+
+    def test_url_without_file_name(self, tmp_path):
+        with pytest.raises(ValueError, match="file name"):
+            download("https://example.com/", cache_dir=tmp_path)
+
+
+class TestDefaultSquadPath:
+    def test_environment_variable_overrides(self, tmp_path, monkeypatch):
+        path = write_json(tmp_path / "custom.json", squad_v2())
+        monkeypatch.setenv("HAYSTACK_FUSION_SQUAD", str(path))
+
+        assert default_squad_path() == path.resolve()
+
+    def test_missing_override_gives_none(self, tmp_path, monkeypatch):
+        monkeypatch.setenv("HAYSTACK_FUSION_SQUAD", str(tmp_path / "absent.json"))
+
+        assert default_squad_path() is None
+
+    def test_real_squad_subset(self, monkeypatch):
+        monkeypatch.delenv("HAYSTACK_FUSION_SQUAD", raising=False)
+        path = default_squad_path()
+        if path is None:
+            pytest.skip("shared/data/squad2-dev-subset/squad2_dev_subset.json is not beside the checkout")
+
+        documents, questions = load_squad(path)
+
+        assert len(documents) == 87
+        assert len(questions) == 626
+        assert sum(q.is_impossible for q in questions) == 333
+        assert {q.gold_document_id for q in questions} <= {doc.id for doc in documents}
+        assert all(q.answers for q in questions if not q.is_impossible)
