@@ -9,9 +9,8 @@ so YAML pipelines that use its components load with `Pipeline.loads`.
 from haystack.core.serialization_security import allow_deserialization_module
 
 from haystack_fusion.__about__ import __version__
-from haystack_fusion.components.post_fusion_voter import PostFusionVoter
-from haystack_fusion.components.unknown_router import UnknownRouter
+from haystack_fusion.components import PassageFormatter, PostFusionVoter, UnknownRouter
 
 allow_deserialization_module("haystack_fusion")
 
-__all__ = ["PostFusionVoter", "UnknownRouter", "__version__"]
+__all__ = ["PassageFormatter", "PostFusionVoter", "UnknownRouter", "__version__"]

@@ -51,6 +51,10 @@ def packaged_model_path() -> str:
     return str(assemble())
 
 
+_LOADED: dict[str, tuple[Any, threading.RLock]] = {}
+"""Loaded llama.cpp models by their settings, each with the lock that serializes its calls."""
+_LOADED_LOCK = threading.Lock()
+
 try:
     from haystack_integrations.components.generators.llama_cpp import LlamaCppChatGenerator
     from llama_cpp import Llama, llama_chat_format
@@ -74,7 +78,8 @@ else:
         warmed up, so serialized pipelines stay machine-independent); messages are sent as plain text (the
         `haystack-fusion-completion` chat format) because the packaged model is a base model; and calls are
         serialized with a thread lock, because a llama.cpp model must not run two calls at once, whichever
-        threads or event loops they come from.
+        threads or event loops they come from. Generators with the same settings share one loaded model (and its
+        lock), so every pipeline of a process can have its own generator without loading the model again.
 
         ### Usage example
         ```python
@@ -123,16 +128,23 @@ else:
                 generation_kwargs=generation_kwargs,
                 **kwargs,
             )
-            self._thread_lock = threading.RLock()
+            self._thread_lock = threading.RLock()  # replaced by the shared model's lock in warm_up
 
         def warm_up(self) -> None:
-            """Load the model (the packaged one when `model` is None); idempotent."""
-            with self._thread_lock:
-                if self._model is not None:
-                    return
-                kwargs = dict(self.model_kwargs)
-                kwargs["model_path"] = kwargs.get("model_path") or packaged_model_path()
-                self._model = Llama(**kwargs)
+            """Load the model (the packaged one when `model` is None), or reuse it if loaded already; idempotent."""
+            if self._model is not None:
+                return
+            kwargs = dict(self.model_kwargs)
+            kwargs["model_path"] = kwargs.get("model_path") or packaged_model_path()
+            key = repr(sorted(kwargs.items()))
+            with _LOADED_LOCK:
+                if key not in _LOADED:
+                    _LOADED[key] = (Llama(**kwargs), threading.RLock())
+                self._model, self._thread_lock = _LOADED[key]
+
+        def close(self) -> None:
+            """Detach from the shared model; it stays loaded for the other generators of this process."""
+            self._model = None
 
         @component.output_types(replies=list[ChatMessage])
         def run(

@@ -1,0 +1,7 @@
+"""The package's Haystack components, one file each."""
+
+from haystack_fusion.components.passage_formatter import PassageFormatter
+from haystack_fusion.components.post_fusion_voter import PostFusionVoter
+from haystack_fusion.components.unknown_router import UnknownRouter
+
+__all__ = ["PassageFormatter", "PostFusionVoter", "UnknownRouter"]

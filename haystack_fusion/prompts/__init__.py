@@ -76,7 +76,7 @@ PROMPTS: dict[str, PromptTemplate] = {
         PromptTemplate("figure7", "paper 000, Appendix A, Figure 7", figure7.TEMPLATE, figure7.ANSWER_PATTERN),
         PromptTemplate("pruning", "paper 000, Appendix A, Figure 8", figure8_pruning.TEMPLATE, COT_ANSWER_PATTERN),
         PromptTemplate("summary", "paper 000, Appendix A, Figure 9", figure9_summary.TEMPLATE, COT_ANSWER_PATTERN),
-        PromptTemplate("distiller", "paper 000, section 3.3", distiller.TEMPLATE, figure7.ANSWER_PATTERN),
+        PromptTemplate("distiller", "paper 000, section 3.3", distiller.TEMPLATE, distiller.ANSWER_PATTERN),
     )
 }
 """Every prompt template of the package, by name."""

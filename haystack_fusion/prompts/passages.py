@@ -50,8 +50,8 @@ def format_passages(documents: Sequence[Document], max_chars: int | None = DEFAU
     Render passages as numbered, delimited blocks for a prompt's context (paper 000, Figures 7-9: "[1] ...").
 
     Each passage becomes `[i] <passage key="K">`, its text on one line (whitespace collapsed), and
-    `</passage key="K">`, in the given (retrieval) order, numbered from 1. Also registered as the Jinja filter
-    `fusion_passages` for Haystack's OutputAdapter in the strategy pipelines.
+    `</passage key="K">`, in the given (retrieval) order, numbered from 1. The `PassageFormatter` component puts it into
+    pipelines.
 
     ### Usage example
     ```python

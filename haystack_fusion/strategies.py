@@ -1,0 +1,343 @@
+"""
+The strategy registry: strategy name -> Haystack pipeline builder, the single source of truth.
+
+Every strategy is a `Pipeline` from a retriever (component `retriever`) to one list of `GeneratedAnswer` (the output
+of the component named by `Strategy.answer_component`). Every question socket is named `query`, so
+`pipeline.run({"query": ...})` style inputs reach the retriever, the prompt builders and the answer builders alike.
+Strategies that need no component of their own are this package's PassageFormatter plus Haystack's
+ChatPromptBuilder, the ChatGenerator and AnswerBuilder.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from haystack import Document, Pipeline
+from haystack.components.builders import AnswerBuilder
+from haystack.components.generators.chat.types import ChatGenerator
+from haystack.components.joiners import AnswerJoiner
+from haystack.dataclasses import GeneratedAnswer
+
+from haystack_fusion.answers import UNKNOWN
+from haystack_fusion.components.passage_formatter import PassageFormatter
+from haystack_fusion.components.post_fusion_voter import PostFusionVoter, validate_query
+from haystack_fusion.components.unknown_router import UnknownRouter
+from haystack_fusion.llm_calls import reply_usage, sum_usage
+from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS
+
+
+@dataclass(frozen=True)
+class StrategyConfig:
+    """
+    What every strategy builder takes.
+
+    :param retriever: The retriever component (any Haystack retriever with `query` and `top_k` inputs).
+    :param chat_generator: The LLM. Components of one pipeline share this instance.
+    :param max_concurrency: Largest number of concurrent LLM calls of one question.
+    :param samples_per_passage: p for post-fusion self-consistency (paper 000, section 4.4).
+    :param max_passage_chars: Per-passage context budget in characters (None: no limit).
+    """
+
+    retriever: Any
+    chat_generator: ChatGenerator
+    max_concurrency: int = 4
+    samples_per_passage: int = 1
+    max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """
+    A registered strategy.
+
+    :param name: Registry name.
+    :param summary: One line for `haystack-fusion strategies`.
+    :param source: Paper location it implements.
+    :param rounds: Dependent LLM rounds on the critical path (at most).
+    :param answer_component: The component whose `answers` output is the strategy's answer list.
+    :param build: Builds the pipeline from a `StrategyConfig`.
+    """
+
+    name: str
+    summary: str
+    source: str
+    rounds: str
+    answer_component: str
+    build: Callable[[StrategyConfig], Pipeline] = field(repr=False)
+
+
+Parts = tuple[dict[str, Any], list[tuple[str, str]]]
+"""A pipeline under construction: components by name, and (sender, receiver) connections."""
+
+
+def _assemble(parts: Parts) -> Pipeline:
+    """
+    Build the Pipeline with components added by name and connections grouped by sender in that order.
+
+    This is the order `Pipeline.loads(pipeline.dumps())` rebuilds a pipeline in, so the round trip gives an equal
+    pipeline (Haystack compares pipelines by their serialized form, connection order included).
+    """
+    components, connections = parts
+    pipe = Pipeline()
+    for name in sorted(components):
+        pipe.add_component(name, components[name])
+    for sender, receiver in sorted(connections, key=lambda connection: connection[0].split(".")[0]):
+        pipe.connect(sender, receiver)
+    return pipe
+
+
+def _prompt_chain(config: StrategyConfig, prompt_name: str, documents_from: str) -> Parts:
+    """passages -> prompt_builder -> llm -> answer_builder for one prompt, fed with passages from a socket."""
+    prompt = PROMPTS[prompt_name]
+    components = {
+        "passages": PassageFormatter(max_passage_chars=config.max_passage_chars),
+        "prompt_builder": prompt.builder(),
+        "llm": config.chat_generator,
+        "answer_builder": AnswerBuilder(pattern=prompt.answer_pattern),
+    }
+    connections = [
+        (documents_from, "passages.documents"),
+        ("passages.passages", "prompt_builder.passages"),
+        ("prompt_builder.prompt", "llm.messages"),
+        (documents_from, "answer_builder.documents"),
+    ]
+    return components, connections
+
+
+def _voter(config: StrategyConfig) -> PostFusionVoter:
+    return PostFusionVoter(
+        chat_generator=config.chat_generator,
+        max_concurrency=config.max_concurrency,
+        samples_per_passage=config.samples_per_passage,
+        max_passage_chars=config.max_passage_chars,
+    )
+
+
+def _single_prompt(prompt_name: str) -> Callable[[StrategyConfig], Pipeline]:
+    def build(config: StrategyConfig) -> Pipeline:
+        components, connections = _prompt_chain(config, prompt_name, "retriever.documents")
+        components["retriever"] = config.retriever
+        connections.append(("llm.replies", "answer_builder.replies"))
+        return _assemble((components, connections))
+
+    return build
+
+
+def _post_fusion(config: StrategyConfig) -> Pipeline:
+    return _assemble(
+        ({"retriever": config.retriever, "voter": _voter(config)}, [("retriever.documents", "voter.documents")])
+    )
+
+
+def _concat_pf(config: StrategyConfig) -> Pipeline:
+    """Concatenation; when its answer is unknown, post-fusion over the same passages (paper 000, section 3.3)."""
+    components, connections = _prompt_chain(config, "figure7", "retriever.documents")
+    components.update(
+        retriever=config.retriever,
+        router=UnknownRouter(answer_pattern=PROMPTS["figure7"].answer_pattern),
+        voter=_voter(config),
+        joiner=AnswerJoiner(),
+    )
+    connections += [
+        ("llm.replies", "router.replies"),
+        ("retriever.documents", "router.documents"),
+        ("router.known", "answer_builder.replies"),
+        ("router.fallback_query", "voter.query"),
+        ("router.fallback_documents", "voter.documents"),
+        ("answer_builder.answers", "joiner.answers"),
+        ("voter.answers", "joiner.answers"),
+    ]
+    return _assemble((components, connections))
+
+
+def _pf_concat(config: StrategyConfig) -> Pipeline:
+    """Post-fusion candidates, then one concatenation over the passages that did not say unknown (section 3.3)."""
+    components, connections = _prompt_chain(config, "distiller", "voter.documents")
+    components.update(retriever=config.retriever, voter=_voter(config))
+    connections += [
+        ("retriever.documents", "voter.documents"),
+        ("voter.candidates", "prompt_builder.candidates"),
+        ("llm.replies", "answer_builder.replies"),
+    ]
+    return _assemble((components, connections))
+
+
+STRATEGIES: dict[str, Strategy] = {
+    strategy.name: strategy
+    for strategy in (
+        Strategy(
+            "concatenation",
+            "all top-k passages in one prompt, one LLM call",
+            "paper 000, section 3.2.1, Eq. 1, Figure 7",
+            "1",
+            "answer_builder",
+            _single_prompt("figure7"),
+        ),
+        Strategy(
+            "post_fusion",
+            "one LLM call per passage, majority vote over the answers",
+            "paper 000, section 3.2.1, Eq. 2, Figure 7",
+            "1",
+            "voter",
+            _post_fusion,
+        ),
+        Strategy(
+            "pruning",
+            "one-shot chain-of-thought prompt that prunes irrelevant passages",
+            "paper 000, section 3.2.2, Figure 8",
+            "1",
+            "answer_builder",
+            _single_prompt("pruning"),
+        ),
+        Strategy(
+            "summary_cot",
+            "one-shot chain-of-thought prompt that summarizes the relevant passages",
+            "paper 000, section 3.2.2, Figure 9",
+            "1",
+            "answer_builder",
+            _single_prompt("summary"),
+        ),
+        Strategy(
+            "concat_pf",
+            "concatenation; post-fusion as the fallback when it answers unknown",
+            "paper 000, section 3.3, Figure 2 (top)",
+            "1-2",
+            "joiner",
+            _concat_pf,
+        ),
+        Strategy(
+            "pf_concat",
+            "post-fusion candidates, then concatenation of the answering passages as the distiller",
+            "paper 000, section 3.3, Figure 2 (bottom)",
+            "2",
+            "answer_builder",
+            _pf_concat,
+        ),
+    )
+}
+"""Every registered strategy, by name, in the order of paper 000, Table 1."""
+
+
+def get_strategy(name: str) -> Strategy:
+    """
+    Look a strategy up by name.
+
+    :raises ValueError: If there is no such strategy; the message lists the registered names.
+    """
+    if name not in STRATEGIES:
+        raise ValueError(f"Unknown strategy {name!r}; registered strategies: {', '.join(STRATEGIES)}")
+    return STRATEGIES[name]
+
+
+def build_pipeline(name: str, **config: Any) -> Pipeline:
+    """
+    Build the pipeline of a registered strategy.
+
+    ### Usage example
+    ```python
+    from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
+    from haystack_fusion.backends import load_store, local_chat_generator
+    from haystack_fusion.strategies import build_pipeline, run_strategy
+
+    retriever = InMemoryBM25Retriever(load_store(".cache/squad2.json"), top_k=5)
+    pipe = build_pipeline("concat_pf", retriever=retriever, chat_generator=local_chat_generator())
+    print(run_strategy("concat_pf", pipe, "In what country is Normandy located?").answer.data)
+    ```
+
+    :param name: A registered strategy name.
+    :param config: The fields of `StrategyConfig` (`retriever` and `chat_generator` are required).
+    :returns: A new Pipeline.
+    :raises ValueError: If the strategy is not registered.
+    """
+    return get_strategy(name).build(StrategyConfig(**config))
+
+
+@dataclass
+class StrategyRun:
+    """
+    The outcome of one question through one strategy pipeline.
+
+    :param answer: The strategy's answer (the first of `answers`; "unknown" when there is none).
+    :param answers: The full answer list of the strategy's answer component.
+    :param documents: The retrieved passages (top-k, in rank order).
+    :param evidence: What the strategy saw: `fallback` (concat_pf: did post-fusion run), `votes` (normalized answer
+        -> count), `candidates` (the post-fusion pool), `components_run` (names, in pipeline order).
+    :param usage: Summed usage of every LLM call: `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`.
+    :param seconds: Wall-clock time of the pipeline run, in seconds.
+    """
+
+    answer: GeneratedAnswer
+    answers: list[GeneratedAnswer]
+    documents: list[Document]
+    evidence: dict[str, Any]
+    usage: dict[str, int]
+    seconds: float
+
+
+def pipeline_usage(outputs: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """
+    Sum the usage of every LLM call in a pipeline run's outputs (run with every component in include_outputs_from).
+
+    Counts each ChatGenerator reply in a `replies` output once (and each such generator run as one round), plus
+    the `meta["usage"]` that this package's components put on their first answer (their own fan-out calls, which
+    never appear as `replies`).
+
+    :param outputs: `Pipeline.run(..., include_outputs_from=<all components>)` result.
+    :returns: Summed `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls` and `rounds` (dependent LLM
+        rounds that ran).
+    """
+    usages: list[dict[str, Any] | None] = []
+    for output in outputs.values():
+        replies = output.get("replies") or []
+        usages.extend(reply_usage(reply) for reply in replies)
+        if replies:
+            usages.append({"rounds": 1})
+        answers = output.get("answers") or []
+        if answers and "usage" in (answers[0].meta or {}) and "all_messages" not in answers[0].meta:
+            usages.append(answers[0].meta["usage"])
+    return sum_usage(usages)
+
+
+def run_strategy(name: str, pipeline: Pipeline, query: str, *, top_k: int | None = None) -> StrategyRun:
+    """
+    Ask one question through a strategy pipeline and gather its answer, evidence and usage.
+
+    :param name: The registered strategy the pipeline was built for.
+    :param pipeline: A pipeline from `build_pipeline(name, ...)` (or loaded from its YAML).
+    :param query: The question.
+    :param top_k: Passages to retrieve; None keeps the retriever's own `top_k`.
+    :returns: A `StrategyRun`.
+    :raises ValueError: If the question is empty or only whitespace, or the strategy is not registered.
+    """
+    strategy = get_strategy(name)
+    query = validate_query(query)
+    data: dict[str, dict[str, Any]] = {
+        component: {"query": query} for component, sockets in pipeline.inputs().items() if "query" in sockets
+    }
+    if top_k is not None:
+        data.setdefault("retriever", {})["top_k"] = top_k
+    components = [component for component, _ in pipeline.walk()]
+    start = time.perf_counter()
+    outputs = pipeline.run(data=data, include_outputs_from=set(components))
+    seconds = time.perf_counter() - start
+    answers = outputs.get(strategy.answer_component, {}).get("answers") or []
+    answer = answers[0] if answers else GeneratedAnswer(data=UNKNOWN, query=query, documents=[], meta={})
+    voter_meta = (outputs.get("voter", {}).get("answers") or [GeneratedAnswer("", query, [], {})])[0].meta
+    evidence = {
+        "components_run": [component for component in components if component in outputs],
+        "votes": voter_meta.get("votes"),
+        "candidates": outputs.get("voter", {}).get("candidates"),
+    }
+    if "router" in outputs:
+        evidence["fallback"] = "unknown" in outputs["router"]
+    return StrategyRun(
+        answer=answer,
+        answers=answers,
+        documents=outputs.get("retriever", {}).get("documents") or [],
+        evidence=evidence,
+        usage=pipeline_usage(outputs),
+        seconds=seconds,
+    )
