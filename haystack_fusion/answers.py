@@ -20,7 +20,12 @@ _PUNCTUATION = frozenset(string.punctuation)
 
 DEFAULT_UNKNOWN_PATTERNS: tuple[str, ...] = (
     r"^unknown$",
-    r"^(unanswerable|not answerable|no answer|none|n/?a)$",
+    r"^(unanswerable|not answerable|no answer|n/?a)$",
+    r"\b(it|this|that|the answer) (is|remains) (unknown|unclear|not known)\b",
+    r"^(not|never) (mentioned|specified|stated|given|provided|known)\b",
+    r"^no (information|info|data|context)\b",
+    r"\b(cannot|can't|can not|unable to) (answer|tell|say|determine)\b",
+    r"\b(could not|couldn't|cannot|can't) find (the|an|any) answer\b",
     r"\b(i|we) (do not|don't|dont|cannot|can't|cant) (know|tell|say|answer|determine)\b",
     r"\b(i am|i'm) (not sure|unsure|unable)\b",
     r"\bnot enough (information|context|data|detail)",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import functools
 import time
 from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -118,6 +119,9 @@ async def run_chat_calls_async(
     max_in_flight = 0
     extra = {"generation_kwargs": generation_kwargs} if generation_kwargs else {}
     run_async = getattr(chat_generator, "run_async", None)
+    # A private pool of max_concurrency threads: the loop's default pool may have fewer threads than that.
+    pool = None if run_async is not None else concurrent.futures.ThreadPoolExecutor(max_workers=max_concurrency)
+    loop = asyncio.get_running_loop()
 
     async def call(messages: list[ChatMessage]) -> tuple[ChatMessage | None, str | None]:
         nonlocal in_flight, max_in_flight
@@ -128,7 +132,8 @@ async def run_chat_calls_async(
                 if run_async is not None:
                     result = await run_async(messages=messages, **extra)
                 else:
-                    result = await asyncio.to_thread(chat_generator.run, messages=messages, **extra)
+                    run = functools.partial(chat_generator.run, messages=messages, **extra)
+                    result = await loop.run_in_executor(pool, contextvars.copy_context().run, run)
                 replies = result.get("replies") or []
                 if not replies:
                     raise RuntimeError("the chat generator returned no reply")
@@ -142,7 +147,11 @@ async def run_chat_calls_async(
                 in_flight -= 1
 
     start = time.perf_counter()
-    outcomes = await asyncio.gather(*(call(messages) for messages in prompts))
+    try:
+        outcomes = await asyncio.gather(*(call(messages) for messages in prompts))
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=False)
     replies = [reply for reply, _ in outcomes]
     errors = [error for _, error in outcomes]
     usage = sum_usage(reply_usage(reply) for reply in replies)

@@ -154,13 +154,20 @@ def _concat_pf(config: StrategyConfig) -> Pipeline:
 
 
 def _pf_concat(config: StrategyConfig) -> Pipeline:
-    """Post-fusion candidates, then one concatenation over the passages that did not say unknown (section 3.3)."""
+    """
+    Post-fusion candidates, then one concatenation over the passages that did not say unknown (section 3.3).
+
+    When every passage said unknown the voter emits no candidates, the distiller round does not run, and the
+    voter's "unknown" answer reaches the joiner instead.
+    """
     components, connections = _prompt_chain(config, "distiller", "voter.documents")
-    components.update(retriever=config.retriever, voter=_voter(config))
+    components.update(retriever=config.retriever, voter=_voter(config), joiner=AnswerJoiner())
     connections += [
         ("retriever.documents", "voter.documents"),
         ("voter.candidates", "prompt_builder.candidates"),
         ("llm.replies", "answer_builder.replies"),
+        ("answer_builder.answers", "joiner.answers"),
+        ("voter.unknown", "joiner.answers"),
     ]
     return _assemble((components, connections))
 
@@ -212,8 +219,8 @@ STRATEGIES: dict[str, Strategy] = {
             "pf_concat",
             "post-fusion candidates, then concatenation of the answering passages as the distiller",
             "paper 000, section 3.3, Figure 2 (bottom)",
-            "2",
-            "answer_builder",
+            "1-2",
+            "joiner",
             _pf_concat,
         ),
     )
@@ -264,7 +271,7 @@ class StrategyRun:
     :param answers: The full answer list of the strategy's answer component.
     :param documents: The retrieved passages (top-k, in rank order).
     :param evidence: What the strategy saw: `fallback` (concat_pf: did post-fusion run), `votes` (normalized answer
-        -> count), `candidates` (the post-fusion pool), `components_run` (names, in pipeline order).
+        -> count), `candidates` (the post-fusion pool), `components_run` (names of the components that ran, sorted).
     :param usage: Summed usage of every LLM call: `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`.
     :param seconds: Wall-clock time of the pipeline run, in seconds.
     """
@@ -277,27 +284,28 @@ class StrategyRun:
     seconds: float
 
 
-def pipeline_usage(outputs: dict[str, dict[str, Any]]) -> dict[str, int]:
+def pipeline_usage(pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) -> dict[str, int]:
     """
     Sum the usage of every LLM call in a pipeline run's outputs (run with every component in include_outputs_from).
 
     Counts each ChatGenerator reply in a `replies` output once (and each such generator run as one round), plus
-    the `meta["usage"]` that this package's components put on their first answer (their own fan-out calls, which
-    never appear as `replies`).
+    the `meta["usage"]` that this package's LLM components (those wrapping a `chat_generator`) put on their first
+    answer: their own fan-out calls never appear as `replies`. Answers passed on by joiners are not counted again.
 
+    :param pipeline: The pipeline that ran.
     :param outputs: `Pipeline.run(..., include_outputs_from=<all components>)` result.
     :returns: Summed `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls` and `rounds` (dependent LLM
         rounds that ran).
     """
     usages: list[dict[str, Any] | None] = []
-    for output in outputs.values():
+    for name, output in outputs.items():
         replies = output.get("replies") or []
         usages.extend(reply_usage(reply) for reply in replies)
         if replies:
             usages.append({"rounds": 1})
         answers = output.get("answers") or []
-        if answers and "usage" in (answers[0].meta or {}) and "all_messages" not in answers[0].meta:
-            usages.append(answers[0].meta["usage"])
+        if answers and hasattr(pipeline.get_component(name), "_chat_generator"):
+            usages.append(answers[0].meta.get("usage"))
     return sum_usage(usages)
 
 
@@ -338,6 +346,6 @@ def run_strategy(name: str, pipeline: Pipeline, query: str, *, top_k: int | None
         answers=answers,
         documents=outputs.get("retriever", {}).get("documents") or [],
         evidence=evidence,
-        usage=pipeline_usage(outputs),
+        usage=pipeline_usage(pipeline, outputs),
         seconds=seconds,
     )

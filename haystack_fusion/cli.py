@@ -1,0 +1,202 @@
+"""The `haystack-fusion` command: index passages, ask a question with a strategy, list strategies, run the demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
+
+from haystack_fusion.backends import load_store, local_chat_generator, save_store
+from haystack_fusion.corpus import default_squad_path, download, load_passages, load_squad
+from haystack_fusion.strategies import STRATEGIES, StrategyRun, build_pipeline, get_strategy, run_strategy
+
+STORE_ENV_VAR = "HAYSTACK_FUSION_STORE"
+DEFAULT_STORE = Path("~/.cache/haystack_fusion/index.json")
+
+
+def _store_path(value: str | None) -> Path:
+    return Path(value or os.environ.get(STORE_ENV_VAR) or DEFAULT_STORE).expanduser()
+
+
+def _pipeline(strategy: str, store_path: Path, top_k: int, max_concurrency: int) -> Any:
+    retriever = InMemoryBM25Retriever(document_store=load_store(store_path), top_k=top_k)
+    return build_pipeline(
+        strategy, retriever=retriever, chat_generator=local_chat_generator(), max_concurrency=max_concurrency
+    )
+
+
+def _evidence_line(run: StrategyRun) -> str:
+    parts = []
+    if "fallback" in run.evidence:
+        parts.append(f"fallback fired: {'yes' if run.evidence['fallback'] else 'no'}")
+    if run.evidence.get("votes") is not None:
+        votes = ", ".join(f"{answer!r}: {count}" for answer, count in run.evidence["votes"].items())
+        parts.append(f"votes: {{{votes}}}" if votes else "votes: none (every passage said unknown)")
+    return " | ".join(parts) or "single LLM round"
+
+
+def format_run(strategy: str, question: str, run: StrategyRun, *, passage_chars: int = 160) -> str:
+    """
+    Render one answered question for the terminal.
+
+    :param strategy: The strategy name.
+    :param question: The question asked.
+    :param run: What `run_strategy` returned.
+    :param passage_chars: How much of each source passage to show, in characters.
+    :returns: Several lines: question, strategy, answer, evidence, sources, LLM calls and tokens, time.
+    """
+    usage = run.usage
+    lines = [
+        f"Question: {question}",
+        f"Strategy: {strategy} ({get_strategy(strategy).source})",
+        f"Answer:   {run.answer.data}",
+        f"Evidence: {_evidence_line(run)}",
+        f"Sources (top-{len(run.documents)}, BM25):",
+    ]
+    for rank, document in enumerate(run.documents, start=1):
+        title = (document.meta or {}).get("title", "")
+        score = f"{document.score:.2f}" if document.score is not None else "-"
+        text = textwrap.shorten(document.content or "", width=passage_chars, placeholder=" ...")
+        lines.append(f"  [{rank}] {title} (score {score}) {text}")
+    lines.append(
+        f"LLM: {usage['calls']} calls ({usage['failed_calls']} failed) in {usage.get('rounds', 0)} rounds, "
+        f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens"
+    )
+    lines.append(f"Time: {run.seconds:.2f} s")
+    return "\n".join(lines)
+
+
+def _run_json(question: str, run: StrategyRun) -> dict[str, Any]:
+    return {
+        "question": question,
+        "answer": run.answer.data,
+        "evidence": run.evidence,
+        "sources": [{"id": d.id, "score": d.score, "meta": d.meta, "content": d.content} for d in run.documents],
+        "usage": run.usage,
+        "seconds": run.seconds,
+    }
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    """`haystack-fusion index SOURCE`: passages from SQuAD JSON, JSONL, a text folder or a URL, to a saved store."""
+    documents = load_passages(args.source, cache_dir=args.cache_dir)
+    store_path = _store_path(args.store)
+    store = save_store(documents, store_path)
+    print(f"Indexed {store.count_documents()} passages from {args.source} into {store_path}")
+    return 0
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    """`haystack-fusion ask QUESTION`: answer with one strategy and show its evidence, sources and cost."""
+    pipeline = _pipeline(args.strategy, _store_path(args.store), args.top_k, args.max_concurrency)
+    run = run_strategy(args.strategy, pipeline, args.question, top_k=args.top_k)
+    if args.json:
+        print(json.dumps(_run_json(args.question, run), indent=2, default=str))
+    else:
+        print(format_run(args.strategy, args.question, run))
+    return 0
+
+
+def cmd_strategies(_: argparse.Namespace) -> int:
+    """`haystack-fusion strategies`: one line per registered strategy."""
+    width = max(len(name) for name in STRATEGIES)
+    for strategy in STRATEGIES.values():
+        print(f"{strategy.name:<{width}}  {strategy.summary} [{strategy.source}; LLM rounds: {strategy.rounds}]")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """`haystack-fusion demo`: index the SQuAD 2.0 dev subset and answer a handful of its questions.
+
+    The first questions of the file in order, about half answerable and half unanswerable (SQuAD 2.0's
+    `is_impossible`, where "unknown" is the right answer and post-fusion as the fallback can be seen at work).
+    """
+    source = args.dataset or default_squad_path()
+    if source is None:
+        print(
+            "No SQuAD file found: pass --dataset with a path or URL of a SQuAD JSON file "
+            "(for example the official SQuAD 2.0 dev set, dev-v2.0.json).",
+            file=sys.stderr,
+        )
+        return 2
+    if str(source).startswith(("http://", "https://")):
+        source = download(str(source), args.cache_dir)
+    documents, questions = load_squad(source)
+    store_path = _store_path(args.store)
+    save_store(documents, store_path)
+    print(f"Indexed {len(documents)} passages ({len(questions)} questions) from {source} into {store_path}\n")
+    pipeline = _pipeline(args.strategy, store_path, args.top_k, args.max_concurrency)
+    answerable = [question for question in questions if not question.is_impossible]
+    unanswerable = [question for question in questions if question.is_impossible]
+    n_unanswerable = min(args.questions // 2, len(unanswerable))
+    chosen = answerable[: args.questions - n_unanswerable] + unanswerable[:n_unanswerable]
+    for question in chosen:
+        run = run_strategy(args.strategy, pipeline, question.question, top_k=args.top_k)
+        gold = " | ".join(question.answers) if question.answers else "(unanswerable: 'unknown' is right)"
+        print(format_run(args.strategy, question.question, run, passage_chars=100))
+        print(f"Gold:     {gold}\n")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the `haystack-fusion` command."""
+    parser = argparse.ArgumentParser(
+        prog="haystack-fusion", description="Combine retrieved passages with an LLM (papers 000, 002, 004)."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def store_option(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--store", help=f"saved index file (default: ${STORE_ENV_VAR} or {DEFAULT_STORE})")
+
+    def answer_options(sub: argparse.ArgumentParser, default_strategy: str) -> None:
+        sub.add_argument("--strategy", default=default_strategy, choices=list(STRATEGIES))
+        sub.add_argument("--top-k", type=int, default=5, help="passages to retrieve (default: 5)")
+        sub.add_argument("--max-concurrency", type=int, default=4, help="concurrent LLM calls per question")
+
+    index = commands.add_parser("index", help="index passages into a saved in-memory store")
+    index.add_argument("source", help="SQuAD JSON (v1.1/v2.0), JSONL of passages, folder of .txt/.md, or URL")
+    index.add_argument("--cache-dir", help="where downloads are cached (default: ~/.cache/haystack_fusion)")
+    store_option(index)
+    index.set_defaults(func=cmd_index)
+
+    ask = commands.add_parser("ask", help="answer a question with a strategy")
+    ask.add_argument("question")
+    answer_options(ask, "concat_pf")
+    ask.add_argument("--json", action="store_true", help="print the answer, evidence and usage as JSON")
+    store_option(ask)
+    ask.set_defaults(func=cmd_ask)
+
+    strategies = commands.add_parser("strategies", help="list the registered strategies")
+    strategies.set_defaults(func=cmd_strategies)
+
+    demo = commands.add_parser("demo", help="index the SQuAD 2.0 dev subset and answer a handful of its questions")
+    demo.add_argument("--dataset", help="path or URL of a SQuAD JSON file (default: ../shared's SQuAD2 subset)")
+    demo.add_argument("--questions", type=int, default=5, help="how many questions to answer (default: 5)")
+    demo.add_argument("--cache-dir", help="where downloads are cached (default: ~/.cache/haystack_fusion)")
+    answer_options(demo, "concat_pf")
+    store_option(demo)
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `haystack-fusion`; returns the exit status (2 for bad input, with the reason on stderr)."""
+    args = build_parser().parse_args(argv)
+    if getattr(args, "top_k", 1) < 1:
+        print("haystack-fusion: --top-k must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError, ImportError) as error:
+        print(f"haystack-fusion: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

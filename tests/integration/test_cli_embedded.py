@@ -1,0 +1,51 @@
+"""The `haystack-fusion` command for real: index the SQuAD 2.0 dev subset, ask with the embedded model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from haystack_fusion.cli import main
+from haystack_fusion.corpus import default_squad_path
+
+
+@pytest.fixture
+def store_path(tmp_path, squad):
+    path = tmp_path / "index.json"
+    assert main(["index", str(default_squad_path()), "--store", str(path)]) == 0
+    return path
+
+
+def test_index_then_ask_prints_answer_evidence_sources_and_cost(store_path, llm, capsys):
+    capsys.readouterr()
+    question = "Who was the Norse leader?"
+    assert main(["ask", question, "--strategy", "concat_pf", "--top-k", "3", "--store", str(store_path)]) == 0
+    out = capsys.readouterr().out
+    for heading in ("Question:", "Answer:", "Evidence: fallback fired:", "Sources (top-3, BM25):", "LLM:", "Time:"):
+        assert heading in out
+    assert out.count("\n  [") == 3
+
+
+def test_ask_json_for_post_fusion_has_votes(store_path, llm, capsys):
+    capsys.readouterr()
+    assert main(["ask", "In what country is Normandy located?", "--strategy", "post_fusion", "--json",
+                 "--store", str(store_path)]) == 0  # fmt: skip
+    result = json.loads(capsys.readouterr().out)
+    assert result["usage"]["calls"] == 5
+    assert sum(result["evidence"]["votes"].values()) <= 5
+    assert len(result["sources"]) == 5
+
+
+def test_demo_answers_a_handful(tmp_path, squad, llm, capsys):
+    assert main(["demo", "--questions", "2", "--store", str(tmp_path / "demo.json")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("Question:") == 2
+    assert "Gold:" in out
+
+
+def test_bad_input_exits_2_with_the_reason(store_path, capsys):
+    assert main(["ask", "   ", "--store", str(store_path)]) == 2
+    assert "`query` must be a non-empty question" in capsys.readouterr().err
+    assert main(["ask", "Who?", "--store", str(store_path.parent / "missing.json")]) == 2
+    assert "haystack-fusion index" in capsys.readouterr().err

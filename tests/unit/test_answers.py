@@ -1,0 +1,245 @@
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from haystack_fusion.answers import (
+    DEFAULT_UNKNOWN_PATTERNS,
+    UNKNOWN,
+    UnknownDetector,
+    VoteResult,
+    majority_vote,
+    normalize_answer,
+)
+
+# A mix of real answers, surface variants of one answer, abstentions, failed calls and arbitrary text.
+ANSWER_POOL = [
+    "Paris",
+    "paris.",
+    "The Eiffel Tower",
+    "eiffel tower",
+    "Lyon",
+    "unknown",
+    "Unknown.",
+    "I don't know",
+    "",
+    "  ",
+    "a",
+]
+answers_strategy = st.lists(st.one_of(st.none(), st.sampled_from(ANSWER_POOL), st.text(max_size=20)), max_size=12)
+
+
+class TestNormalizeAnswer:
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            ("The Eiffel Tower", "eiffel tower"),
+            ("eiffel tower", "eiffel tower"),
+            ("A dog and an apple", "dog and apple"),
+            ("Paris, France.", "paris france"),
+            ("  Saw   VI\n\t", "saw vi"),
+            ('"Butch Vig"', "butch vig"),
+            ("1,925", "1925"),
+            ("the", ""),
+            ("...", ""),
+            ("", ""),
+            ("Theatre", "theatre"),  # articles only as whole words
+            ("an-apple", "anapple"),  # punctuation is removed before articles (as in the SQuAD script)
+            ("rock 'n' roll", "rock n roll"),
+        ],
+    )
+    def test_squad_normalization(self, text, expected):
+        assert normalize_answer(text) == expected
+
+    def test_matches_official_squad_script(self):
+        # The official SQuAD v1.1/v2.0 evaluation script, inlined.
+        import re
+        import string
+
+        def official(s):
+            def remove_articles(text):
+                return re.sub(r"\b(a|an|the)\b", " ", text)
+
+            def white_space_fix(text):
+                return " ".join(text.split())
+
+            def remove_punc(text):
+                exclude = set(string.punctuation)
+                return "".join(ch for ch in text if ch not in exclude)
+
+            return white_space_fix(remove_articles(remove_punc(s.lower())))
+
+        for text in ["The  Eiffel-Tower!", "An apple a day", "U.S.A.", "  The 1925 (born) ", "the a an"]:
+            assert normalize_answer(text) == official(text)
+
+    @given(st.text())
+    @settings(max_examples=300, deadline=None)
+    def test_idempotent(self, text):
+        once = normalize_answer(text)
+        assert normalize_answer(once) == once
+
+
+class TestUnknownDetector:
+    @pytest.mark.parametrize(
+        "answer",
+        [
+            "unknown",
+            "Unknown",
+            "Unknown.",
+            "UNKNOWN!",
+            '"unknown"',
+            "  unknown  ",
+            "I don't know",
+            "I do not know.",
+            "There is not enough information to answer.",
+            "Not enough context",
+            "The context does not contain the answer.",
+            "The context does not provide the year.",
+            "The provided input does not contain the context to answer the question.",
+            "The passages do not mention it",
+            "It cannot be determined from the passages.",
+            "cannot be determined",
+            "",
+            "   ",
+            "...",
+            None,
+        ],
+    )
+    def test_abstentions_are_unknown(self, answer):
+        assert UnknownDetector().is_unknown(answer)
+
+    @pytest.mark.parametrize(
+        "answer", ["Unknown Pleasures", "France", "The Eiffel Tower", "Paris", "1925", "Butch Vig", "known"]
+    )
+    def test_answers_are_not_unknown(self, answer):
+        assert not UnknownDetector().is_unknown(answer)
+
+    def test_defaults(self):
+        detector = UnknownDetector()
+        assert detector.patterns == DEFAULT_UNKNOWN_PATTERNS
+        assert UnknownDetector.from_patterns(None) == detector
+
+    def test_custom_patterns_replace_the_defaults(self):
+        detector = UnknownDetector.from_patterns([r"^no idea$", r"\bpass\b"])
+        assert detector.patterns == (r"^no idea$", r"\bpass\b")
+        assert detector.is_unknown("No idea.")
+        assert detector.is_unknown("I will pass")
+        assert not detector.is_unknown("unknown")  # only the given patterns apply
+        assert detector.is_unknown("")  # an empty answer is always unknown
+
+    def test_invalid_regex_raises_value_error(self):
+        with pytest.raises(ValueError, match="invalid regular expression"):
+            UnknownDetector.from_patterns(["(unclosed"])
+        with pytest.raises(ValueError, match="unknown_patterns"):
+            UnknownDetector(("[a-",))
+
+
+class TestMajorityVote:
+    def test_surface_variants_vote_together(self):
+        result = majority_vote(["The Eiffel Tower", "Louvre", "eiffel tower"])
+        assert isinstance(result, VoteResult)
+        assert result.answer == "The Eiffel Tower"
+        assert result.votes == {"eiffel tower": 2, "louvre": 1}
+        assert result.candidates == ["The Eiffel Tower", "Louvre"]
+        assert result.best_rank == {"eiffel tower": 0, "louvre": 1}
+        assert not result.is_unknown
+
+    def test_surface_form_comes_from_best_ranked_passage(self):
+        result = majority_vote(["eiffel tower", "The Eiffel Tower"], ranks=[1, 0])
+        assert result.answer == "The Eiffel Tower"
+
+    def test_surface_form_is_stripped(self):
+        assert majority_vote(["  Paris \n"]).answer == "Paris"
+
+    def test_tie_goes_to_better_ranked_passage(self):
+        assert majority_vote(["Rome", "Paris"]).answer == "Rome"
+        assert majority_vote(["Rome", "Paris"], ranks=[1, 0]).answer == "Paris"
+        result = majority_vote(["Rome", "Paris", "Paris", "Rome"], ranks=[3, 1, 2, 0])
+        assert result.answer == "Rome"
+        assert result.votes == {"rome": 2, "paris": 2}
+
+    def test_more_votes_beat_better_rank(self):
+        result = majority_vote(["Rome", "Paris", "paris"])
+        assert result.answer == "Paris"
+        assert list(result.votes) == ["paris", "rome"]
+
+    def test_all_unknown(self):
+        result = majority_vote(["unknown", "I don't know", "The context does not contain the answer.", ""])
+        assert result.answer == UNKNOWN
+        assert result.is_unknown
+        assert result.votes == {}
+        assert result.candidates == []
+        assert result.best_rank == {}
+
+    def test_no_answers(self):
+        result = majority_vote([])
+        assert result.answer == UNKNOWN
+        assert result.is_unknown
+
+    def test_failed_calls_do_not_vote(self):
+        result = majority_vote([None, "Lyon", None, None])
+        assert result.answer == "Lyon"
+        assert result.votes == {"lyon": 1}
+        assert result.best_rank == {"lyon": 1}
+        assert majority_vote([None, None]).is_unknown
+
+    def test_abstentions_do_not_vote(self):
+        result = majority_vote(["unknown", "unknown", "unknown", "Paris"])
+        assert result.answer == "Paris"
+        assert result.votes == {"paris": 1}
+
+    def test_samples_share_their_passage_rank(self):
+        # p = 2 samples per passage: passage 0 gave ("unknown", "Lyon"), passage 1 gave ("Paris", "Paris").
+        result = majority_vote(["unknown", "Lyon", "Paris", "Paris"], ranks=[0, 0, 1, 1])
+        assert result.answer == "Paris"
+        assert result.votes == {"paris": 2, "lyon": 1}
+        assert result.best_rank == {"paris": 1, "lyon": 0}
+        # Tie between samples of different passages: the better-ranked passage's answer wins, whatever the
+        # position of the sample within its passage.
+        tie = majority_vote(["unknown", "Lyon", "Paris", "unknown"], ranks=[0, 0, 1, 1])
+        assert tie.answer == "Lyon"
+        # With equal ranks the first occurrence keeps the surface form.
+        assert majority_vote(["Lyon.", "lyon"], ranks=[0, 0]).answer == "Lyon."
+
+    def test_custom_detector(self):
+        detector = UnknownDetector.from_patterns([r"^pass$"])
+        result = majority_vote(["pass", "unknown", "unknown"], detector=detector)
+        assert result.answer == "unknown"  # "unknown" is an ordinary answer for this detector
+        assert result.votes == {"unknown": 2}
+        assert not result.is_unknown
+
+    @pytest.mark.parametrize("ranks", [[0], [0, 1, 2], []])
+    def test_mismatched_ranks_length_raises(self, ranks):
+        with pytest.raises(ValueError, match="ranks"):
+            majority_vote(["a", "b"], ranks=ranks)
+
+    @given(answers_strategy)
+    @settings(max_examples=300, deadline=None)
+    def test_winner_has_the_most_votes(self, answers):
+        result = majority_vote(answers)
+        detector = UnknownDetector()
+        expected_counts: dict[str, int] = {}
+        for answer in answers:
+            if answer is not None and not detector.is_unknown(answer):
+                key = normalize_answer(answer)
+                expected_counts[key] = expected_counts.get(key, 0) + 1
+        assert result.votes == expected_counts
+        if result.votes:
+            winner_key = next(iter(result.votes))
+            assert result.votes[winner_key] == max(result.votes.values())
+            assert normalize_answer(result.answer) == winner_key
+            assert winner_key  # an answer that normalizes to "" never votes
+        assert sum(result.votes.values()) == len([a for a in answers if a is not None and not detector.is_unknown(a)])
+
+    @given(answers_strategy)
+    @settings(max_examples=300, deadline=None)
+    def test_answer_is_unknown_or_a_voting_input(self, answers):
+        result = majority_vote(answers)
+        detector = UnknownDetector()
+        voting = {answer.strip() for answer in answers if answer is not None and not detector.is_unknown(answer)}
+        if result.is_unknown:
+            assert result.answer == UNKNOWN
+            assert not voting
+        else:
+            assert result.answer in voting
+            assert not detector.is_unknown(result.answer)
+        assert len(result.candidates) == len(result.votes)

@@ -1,0 +1,309 @@
+import asyncio
+import os
+import threading
+from typing import Any
+
+import pytest
+from haystack import component
+from haystack.components.generators.chat import MockChatGenerator
+from haystack.dataclasses import ChatMessage
+
+from haystack_fusion.llm_calls import (
+    USAGE_KEYS,
+    FanOutResult,
+    empty_usage,
+    reply_usage,
+    run_chat_calls,
+    run_chat_calls_async,
+    run_sync,
+    sum_usage,
+)
+
+
+def echo_prompt(messages: list[ChatMessage]) -> str:
+    """A MockChatGenerator response_fn: replies with the prompt text, prefixed."""
+    return f"echo:{messages[-1].text}"
+
+
+def prompts_of(texts: list[str]) -> list[list[ChatMessage]]:
+    return [[ChatMessage.from_user(text)] for text in texts]
+
+
+@component
+class FailingSyncGenerator:
+    """Echoes the prompt, but raises for one specific prompt. Only a sync `run`: the threads path."""
+
+    def __init__(self, fail_on: str = "boom") -> None:
+        self.fail_on = fail_on
+
+    @component.output_types(replies=list[ChatMessage])
+    def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+        if messages[-1].text == self.fail_on:
+            raise RuntimeError(f"cannot answer {self.fail_on}")
+        return {"replies": [ChatMessage.from_assistant(f"echo:{messages[-1].text}")]}
+
+
+@component
+class FailingAsyncGenerator:
+    """Like FailingSyncGenerator, with a `run_async`: the event-loop path."""
+
+    def __init__(self, fail_on: str = "boom") -> None:
+        self.fail_on = fail_on
+
+    @component.output_types(replies=list[ChatMessage])
+    def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+        raise AssertionError("run_chat_calls must use run_async when the generator has one")
+
+    @component.output_types(replies=list[ChatMessage])
+    async def run_async(
+        self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        await asyncio.sleep(0)
+        if messages[-1].text == self.fail_on:
+            raise RuntimeError(f"cannot answer {self.fail_on}")
+        return {"replies": [ChatMessage.from_assistant(f"echo:{messages[-1].text}")]}
+
+
+@component
+class NoReplyGenerator:
+    """Returns no reply for one specific prompt."""
+
+    @component.output_types(replies=list[ChatMessage])
+    def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+        if messages[-1].text == "silent":
+            return {"replies": []}
+        return {"replies": [ChatMessage.from_assistant("ok")]}
+
+
+@component
+class CountingAsyncGenerator:
+    """Counts the calls under way at once. Each call yields to the event loop a few times so that calls overlap."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.calls = 0
+        self.generation_kwargs: list[dict[str, Any] | None] = []
+
+    @component.output_types(replies=list[ChatMessage])
+    def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+        raise AssertionError("run_chat_calls must use run_async when the generator has one")
+
+    @component.output_types(replies=list[ChatMessage])
+    async def run_async(
+        self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        self.calls += 1
+        self.generation_kwargs.append(generation_kwargs)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            for _ in range(5):
+                await asyncio.sleep(0)
+            return {"replies": [ChatMessage.from_assistant(messages[-1].text)]}
+        finally:
+            self.in_flight -= 1
+
+
+@component
+class CountingSyncGenerator:
+    """
+    Counts the calls under way at once from worker threads (only a sync `run`).
+
+    Each call waits (up to `timeout` seconds) until `target` calls are under way (or all `total` calls have
+    started), then lingers briefly, so the observed maximum does not depend on thread start-up timing: it reaches
+    `target` whenever the fan-out lets that many calls run at once, and the wait times out otherwise.
+    """
+
+    def __init__(self, target: int, total: int, timeout: float = 2.0) -> None:
+        self.target = target
+        self.total = total
+        self.timeout = timeout
+        self.started = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._condition = threading.Condition()
+
+    @component.output_types(replies=list[ChatMessage])
+    def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+        with self._condition:
+            self.started += 1
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            self._condition.notify_all()
+            self._condition.wait_for(
+                lambda: self.in_flight >= self.target or self.started >= self.total, timeout=self.timeout
+            )
+        try:
+            threading.Event().wait(0.01)  # linger, so that an over-eager fan-out would show more calls at once
+            return {"replies": [ChatMessage.from_assistant(messages[-1].text)]}
+        finally:
+            with self._condition:
+                self.in_flight -= 1
+
+
+class TestUsageHelpers:
+    def test_empty_usage(self):
+        assert empty_usage() == {"prompt_tokens": 0, "completion_tokens": 0, "calls": 0, "failed_calls": 0}
+        assert tuple(empty_usage()) == USAGE_KEYS
+
+    def test_sum_usage(self):
+        total = sum_usage(
+            [
+                {"prompt_tokens": 3, "completion_tokens": 1, "calls": 1},
+                None,
+                {"prompt_tokens": 2, "failed_calls": 1, "rounds": 1, "flag": True, "model": "x"},
+            ]
+        )
+        assert total == {"prompt_tokens": 5, "completion_tokens": 1, "calls": 1, "failed_calls": 1, "rounds": 1}
+
+    def test_reply_usage(self):
+        reply = ChatMessage.from_assistant("x", meta={"usage": {"prompt_tokens": 7, "completion_tokens": 2}})
+        assert reply_usage(reply) == {"prompt_tokens": 7, "completion_tokens": 2, "calls": 1, "failed_calls": 0}
+        assert reply_usage(ChatMessage.from_assistant("x")) == {
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "calls": 1,
+            "failed_calls": 0,
+        }
+        assert reply_usage(None)["calls"] == 1
+
+
+class TestRunChatCalls:
+    def test_replies_in_input_order(self):
+        texts = [f"prompt {i}" for i in range(7)]
+        result = run_chat_calls(MockChatGenerator(response_fn=echo_prompt), prompts_of(texts), max_concurrency=3)
+        assert isinstance(result, FanOutResult)
+        assert [reply.text for reply in result.replies] == [f"echo:{text}" for text in texts]
+        assert result.errors == [None] * 7
+        assert result.failures == []
+        assert result.usage["calls"] == 7
+        assert result.usage["failed_calls"] == 0
+        assert result.seconds >= 0
+
+    def test_replies_in_input_order_threads_path(self):
+        texts = [f"prompt {i}" for i in range(7)]
+        result = run_chat_calls(FailingSyncGenerator(fail_on="never"), prompts_of(texts), max_concurrency=3)
+        assert [reply.text for reply in result.replies] == [f"echo:{text}" for text in texts]
+
+    def test_empty_prompt_list(self):
+        result = run_chat_calls(MockChatGenerator(responses="x"), [], max_concurrency=2)
+        assert result.replies == []
+        assert result.errors == []
+        assert result.usage == empty_usage()
+        assert result.max_in_flight == 0
+
+    @pytest.mark.parametrize("generator_class", [FailingSyncGenerator, FailingAsyncGenerator])
+    def test_one_failing_call_is_recorded(self, generator_class):
+        texts = ["a", "b", "boom", "c"]
+        result = run_chat_calls(generator_class(), prompts_of(texts), max_concurrency=2)
+        assert [None if reply is None else reply.text for reply in result.replies] == [
+            "echo:a",
+            "echo:b",
+            None,
+            "echo:c",
+        ]
+        assert result.errors == [None, None, "RuntimeError: cannot answer boom", None]
+        assert result.failures == [{"index": 2, "error": "RuntimeError: cannot answer boom"}]
+        assert result.usage["calls"] == 4
+        assert result.usage["failed_calls"] == 1
+
+    def test_no_reply_counts_as_failure(self):
+        result = run_chat_calls(NoReplyGenerator(), prompts_of(["x", "silent"]), max_concurrency=2)
+        assert result.replies[0].text == "ok"
+        assert result.replies[1] is None
+        assert result.failures == [{"index": 1, "error": "RuntimeError: the chat generator returned no reply"}]
+        assert result.usage["failed_calls"] == 1
+
+    @pytest.mark.parametrize("generator_class", [FailingSyncGenerator, FailingAsyncGenerator])
+    def test_raise_on_failure(self, generator_class):
+        with pytest.raises(RuntimeError, match="cannot answer boom"):
+            run_chat_calls(generator_class(), prompts_of(["a", "boom", "c"]), max_concurrency=2, raise_on_failure=True)
+
+    @pytest.mark.parametrize("max_concurrency", [1, 2, 4, 10])
+    def test_max_in_flight_async_path(self, max_concurrency):
+        k = 6
+        generator = CountingAsyncGenerator()
+        result = run_chat_calls(generator, prompts_of([str(i) for i in range(k)]), max_concurrency=max_concurrency)
+        assert generator.calls == k
+        assert generator.max_in_flight == min(k, max_concurrency)
+        assert result.max_in_flight == min(k, max_concurrency)
+        assert [reply.text for reply in result.replies] == [str(i) for i in range(k)]
+
+    @pytest.mark.parametrize("max_concurrency", [1, 2, 4, 10])
+    def test_max_in_flight_threads_path(self, max_concurrency):
+        k = 6
+        generator = CountingSyncGenerator(target=min(k, max_concurrency), total=k)
+        result = run_chat_calls(generator, prompts_of([str(i) for i in range(k)]), max_concurrency=max_concurrency)
+        assert generator.max_in_flight == min(k, max_concurrency)
+        assert result.max_in_flight == min(k, max_concurrency)
+        assert [reply.text for reply in result.replies] == [str(i) for i in range(k)]
+
+    def test_threads_path_honours_max_concurrency_beyond_default_executor(self, monkeypatch):
+        # With one CPU the default executor has 5 threads; 8 calls at max_concurrency 8 should run 8 at once.
+        monkeypatch.setattr(os, "cpu_count", lambda: 1)
+        if hasattr(os, "process_cpu_count"):
+            monkeypatch.setattr(os, "process_cpu_count", lambda: 1)
+        k = 8
+        generator = CountingSyncGenerator(target=k, total=k, timeout=0.2)
+        result = run_chat_calls(generator, prompts_of([str(i) for i in range(k)]), max_concurrency=k)
+        assert generator.max_in_flight == result.max_in_flight == k
+
+    def test_usage_sums_reply_tokens(self):
+        responses = [
+            ChatMessage.from_assistant("a", meta={"usage": {"prompt_tokens": 10, "completion_tokens": 1}}),
+            ChatMessage.from_assistant("b", meta={"usage": {"prompt_tokens": 20, "completion_tokens": 2}}),
+            ChatMessage.from_assistant("c", meta={"usage": {"prompt_tokens": 30, "completion_tokens": 3}}),
+        ]
+        result = run_chat_calls(MockChatGenerator(responses=responses), prompts_of(["x", "y", "z"]), max_concurrency=1)
+        assert result.usage == {"prompt_tokens": 60, "completion_tokens": 6, "calls": 3, "failed_calls": 0}
+
+    def test_usage_of_failed_call_counts_no_tokens(self):
+        result = run_chat_calls(FailingSyncGenerator(), prompts_of(["a", "boom"]), max_concurrency=2)
+        assert result.usage == {"prompt_tokens": 0, "completion_tokens": 0, "calls": 2, "failed_calls": 1}
+
+    def test_generation_kwargs_are_passed(self):
+        generator = CountingAsyncGenerator()
+        run_chat_calls(generator, prompts_of(["a", "b"]), max_concurrency=2, generation_kwargs={"temperature": 0.7})
+        assert generator.generation_kwargs == [{"temperature": 0.7}, {"temperature": 0.7}]
+
+    def test_no_generation_kwargs_by_default(self):
+        generator = CountingAsyncGenerator()
+        run_chat_calls(generator, prompts_of(["a"]), max_concurrency=1)
+        assert generator.generation_kwargs == [None]
+
+    @pytest.mark.parametrize("max_concurrency", [0, -1])
+    def test_invalid_max_concurrency(self, max_concurrency):
+        with pytest.raises(ValueError, match="max_concurrency"):
+            run_chat_calls(MockChatGenerator(responses="x"), prompts_of(["a"]), max_concurrency=max_concurrency)
+
+    async def test_works_inside_running_event_loop(self):
+        asyncio.get_running_loop()  # this test runs inside an event loop
+        texts = ["one", "two", "three"]
+        result = run_chat_calls(MockChatGenerator(response_fn=echo_prompt), prompts_of(texts), max_concurrency=2)
+        assert [reply.text for reply in result.replies] == [f"echo:{text}" for text in texts]
+
+    async def test_async_form(self):
+        generator = CountingAsyncGenerator()
+        result = await run_chat_calls_async(generator, prompts_of(["a", "b", "c"]), max_concurrency=2)
+        assert [reply.text for reply in result.replies] == ["a", "b", "c"]
+        assert result.max_in_flight == generator.max_in_flight == 2
+
+    async def test_async_form_invalid_max_concurrency(self):
+        with pytest.raises(ValueError, match="max_concurrency"):
+            await run_chat_calls_async(MockChatGenerator(responses="x"), prompts_of(["a"]), max_concurrency=0)
+
+
+class TestRunSync:
+    def test_without_running_loop(self):
+        async def answer():
+            return 42
+
+        assert run_sync(answer()) == 42
+
+    async def test_inside_running_loop(self):
+        async def answer():
+            await asyncio.sleep(0)
+            return 42
+
+        assert run_sync(answer()) == 42

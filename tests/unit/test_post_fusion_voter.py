@@ -1,0 +1,384 @@
+import re
+import threading
+from typing import Any
+
+import pytest
+from haystack import Document, Pipeline, component
+from haystack.components.generators.chat import MockChatGenerator
+from haystack.dataclasses import ChatMessage, GeneratedAnswer
+
+from haystack_fusion import PostFusionVoter
+from haystack_fusion.components.post_fusion_voter import DEFAULT_SAMPLING_KWARGS, validate_query
+from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS
+
+QUERY = "What is the capital of France?"
+
+DOCUMENTS = [
+    Document(id="d0", content="Paris is the capital and largest city of France."),
+    Document(id="d1", content="Berlin is the capital of Germany."),
+    Document(id="d2", content="The Eiffel Tower is in Paris, the French capital."),
+    Document(id="d3", content="Lyon is a city in France."),
+]
+
+ANSWERS_BY_PASSAGE = {
+    "Paris is the capital": "Paris",
+    "Berlin is the capital": "unknown",
+    "The Eiffel Tower": "paris.",
+    "Lyon is a city": "Lyon",
+}
+
+PASSAGE_BLOCK = re.compile(r'<passage key="([0-9a-f]+)">\n(.*?)\n</passage key="\1">', re.DOTALL)
+
+
+def passages_in(prompt_text: str) -> list[str]:
+    return [match.group(2) for match in PASSAGE_BLOCK.finditer(prompt_text)]
+
+
+def answer_by_passage(messages: list[ChatMessage]) -> str:
+    """A MockChatGenerator response_fn: answers from the one passage in the prompt."""
+    (passage,) = passages_in(messages[-1].text)
+    for start, answer in ANSWERS_BY_PASSAGE.items():
+        if passage.startswith(start):
+            return answer
+    return "unknown"
+
+
+@component
+class RecordingGenerator:
+    """Answers like `answer_by_passage`, records every call's prompt and generation_kwargs; can fail on a passage."""
+
+    def __init__(self, fail_on: str | None = None) -> None:
+        self.fail_on = fail_on
+        self.prompts: list[str] = []
+        self.generation_kwargs: list[dict[str, Any] | None] = []
+        self._lock = threading.Lock()
+
+    @property
+    def calls(self) -> int:
+        return len(self.prompts)
+
+    @component.output_types(replies=list[ChatMessage])
+    def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+        with self._lock:
+            self.prompts.append(messages[-1].text)
+            self.generation_kwargs.append(generation_kwargs)
+        if self.fail_on is not None and self.fail_on in messages[-1].text:
+            raise RuntimeError("backend exploded")
+        return {"replies": [ChatMessage.from_assistant(answer_by_passage(messages))]}
+
+
+def voter_with(responses: list[str], **kwargs: Any) -> PostFusionVoter:
+    return PostFusionVoter(chat_generator=MockChatGenerator(responses=responses), **kwargs)
+
+
+class TestValidateQuery:
+    def test_strips(self):
+        assert validate_query("  Who?  ") == "Who?"
+
+    @pytest.mark.parametrize("query", ["", "   ", "\n\t", None, 3])
+    def test_invalid(self, query):
+        with pytest.raises(ValueError, match="query"):
+            validate_query(query)
+
+
+class TestPostFusionVoter:
+    def test_init_defaults(self):
+        voter = voter_with(["x"])
+        assert voter.max_concurrency == 4
+        assert voter.samples_per_passage == 1
+        assert voter.sampling_generation_kwargs is None
+        assert voter.max_passage_chars == DEFAULT_MAX_PASSAGE_CHARS
+        assert voter.unknown_patterns is None
+        assert voter.raise_on_failure is False
+
+    def test_majority_vote(self):
+        voter = voter_with(["Paris", "unknown", "paris.", "Lyon"])
+        result = voter.run(query=QUERY, documents=DOCUMENTS)
+        winner = result["answers"][0]
+        assert isinstance(winner, GeneratedAnswer)
+        assert winner.data == "Paris"
+        assert winner.query == QUERY
+        assert winner.meta["votes"] == {"paris": 2, "lyon": 1}
+        assert [document.id for document in winner.documents] == ["d0", "d2"]
+
+    def test_winner_meta(self):
+        result = voter_with(["Paris", "unknown", "paris.", "Lyon"]).run(query=QUERY, documents=DOCUMENTS)
+        meta = result["answers"][0].meta
+        assert {"votes", "passage_answers", "failures", "usage"} <= set(meta)
+        assert meta["strategy"] == "post_fusion"
+        assert meta["passage_answers"] == [
+            {"rank": 0, "document_id": "d0", "answers": ["Paris"]},
+            {"rank": 1, "document_id": "d1", "answers": ["unknown"]},
+            {"rank": 2, "document_id": "d2", "answers": ["paris."]},
+            {"rank": 3, "document_id": "d3", "answers": ["Lyon"]},
+        ]
+        assert meta["failures"] == []
+        usage = meta["usage"]
+        assert usage["calls"] == 4
+        assert usage["failed_calls"] == 0
+        assert usage["rounds"] == 1
+        assert usage["prompt_tokens"] > 0
+        assert usage["completion_tokens"] == 4  # MockChatGenerator counts words: Paris, unknown, paris., Lyon
+
+    def test_candidates_and_runner_up_answers(self):
+        result = voter_with(["Lyon", "Paris", "paris", "Nice"]).run(query=QUERY, documents=DOCUMENTS)
+        assert result["candidates"] == ["Paris", "Lyon", "Nice"]
+        assert [answer.data for answer in result["answers"]] == ["Paris", "Lyon", "Nice"]
+        assert result["answers"][1].meta == {"votes": 1}
+        assert [document.id for document in result["answers"][1].documents] == ["d0"]
+        assert [document.id for document in result["answers"][2].documents] == ["d3"]
+
+    def test_documents_output_holds_only_answering_passages(self):
+        result = voter_with(["unknown", "Paris", "I don't know", "Lyon"]).run(query=QUERY, documents=DOCUMENTS)
+        assert [document.id for document in result["documents"]] == ["d1", "d3"]
+
+    def test_all_unknown(self):
+        result = voter_with(["unknown", "I don't know", "Unknown.", ""]).run(query=QUERY, documents=DOCUMENTS)
+        assert result["answers"][0].data == "unknown"
+        assert result["answers"][0].documents == []
+        assert result["answers"][0].meta["votes"] == {}
+        assert len(result["answers"]) == 1
+        assert result["unknown"] == result["answers"]
+        assert "candidates" not in result  # a distiller round connected to them must not run
+        assert "documents" not in result
+
+    def test_ties_go_to_better_ranked_passage(self):
+        result = voter_with(["unknown", "Lyon", "Paris", "unknown"]).run(query=QUERY, documents=DOCUMENTS)
+        assert result["answers"][0].data == "Lyon"
+
+    def test_input_dependent_answers(self):
+        voter = PostFusionVoter(chat_generator=MockChatGenerator(response_fn=answer_by_passage), max_concurrency=2)
+        result = voter.run(query=QUERY, documents=DOCUMENTS)
+        assert result["answers"][0].data == "Paris"
+        assert result["candidates"] == ["Paris", "Lyon"]
+        assert [document.id for document in result["documents"]] == ["d0", "d2", "d3"]
+
+    def test_each_call_sees_one_passage_with_figure7_prompt(self):
+        generator = RecordingGenerator()
+        PostFusionVoter(chat_generator=generator).run(query=QUERY, documents=DOCUMENTS)
+        assert generator.calls == 4
+        for prompt in generator.prompts:
+            assert prompt.startswith("Given the relevant background contexts, answer the current question")
+            assert prompt.endswith(f"Question: {QUERY}\nAnswer:")
+            assert len(passages_in(prompt)) == 1
+        assert sorted(passages_in(prompt)[0] for prompt in generator.prompts) == sorted(
+            document.content for document in DOCUMENTS
+        )
+
+    def test_query_is_stripped(self):
+        result = voter_with(["Paris"]).run(query=f"  {QUERY}\n", documents=DOCUMENTS[:1])
+        assert result["answers"][0].query == QUERY
+
+    @pytest.mark.parametrize("query", ["", "   ", "\n"])
+    def test_empty_query_raises(self, query):
+        generator = RecordingGenerator()
+        with pytest.raises(ValueError, match="`query`"):
+            PostFusionVoter(chat_generator=generator).run(query=query, documents=DOCUMENTS)
+        assert generator.calls == 0
+
+    @pytest.mark.parametrize("documents", [[], None])
+    def test_zero_documents_makes_no_call(self, documents):
+        generator = RecordingGenerator()
+        result = PostFusionVoter(chat_generator=generator).run(query=QUERY, documents=documents)
+        assert generator.calls == 0
+        winner = result["answers"][0]
+        assert winner.data == "unknown"
+        assert winner.meta["votes"] == {}
+        assert winner.meta["passage_answers"] == []
+        assert winner.meta["failures"] == []
+        assert winner.meta["usage"] == {
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "calls": 0,
+            "failed_calls": 0,
+            "rounds": 0,
+        }
+        assert result["unknown"] == [winner]
+        assert "candidates" not in result
+        assert "documents" not in result
+
+    def test_failed_call_is_recorded_and_others_vote(self):
+        generator = RecordingGenerator(fail_on="Eiffel")
+        result = PostFusionVoter(chat_generator=generator).run(query=QUERY, documents=DOCUMENTS)
+        winner = result["answers"][0]
+        assert winner.data == "Paris"
+        assert winner.meta["votes"] == {"paris": 1, "lyon": 1}
+        assert winner.meta["failures"] == [{"rank": 2, "sample": 0, "error": "RuntimeError: backend exploded"}]
+        assert winner.meta["passage_answers"][2] == {"rank": 2, "document_id": "d2", "answers": [None]}
+        assert winner.meta["usage"]["calls"] == 4
+        assert winner.meta["usage"]["failed_calls"] == 1
+        assert [document.id for document in result["documents"]] == ["d0", "d3"]
+
+    def test_raise_on_failure(self):
+        voter = PostFusionVoter(chat_generator=RecordingGenerator(fail_on="Eiffel"), raise_on_failure=True)
+        with pytest.raises(RuntimeError, match="backend exploded"):
+            voter.run(query=QUERY, documents=DOCUMENTS)
+
+    def test_samples_per_passage(self):
+        generator = RecordingGenerator()
+        voter = PostFusionVoter(chat_generator=generator, samples_per_passage=3)
+        result = voter.run(query=QUERY, documents=DOCUMENTS)
+        k = len(DOCUMENTS)
+        assert generator.calls == 3 * k
+        assert generator.generation_kwargs == [{"temperature": 0.7}] * (3 * k)
+        assert DEFAULT_SAMPLING_KWARGS == {"temperature": 0.7}
+        meta = result["answers"][0].meta
+        assert meta["usage"]["calls"] == 3 * k
+        assert meta["votes"] == {"paris": 6, "lyon": 3}
+        assert [entry["answers"] for entry in meta["passage_answers"]] == [
+            ["Paris"] * 3,
+            ["unknown"] * 3,
+            ["paris."] * 3,
+            ["Lyon"] * 3,
+        ]
+
+    def test_samples_failures_carry_rank_and_sample(self):
+        generator = RecordingGenerator(fail_on="Lyon")
+        result = PostFusionVoter(chat_generator=generator, samples_per_passage=2).run(query=QUERY, documents=DOCUMENTS)
+        assert result["answers"][0].meta["failures"] == [
+            {"rank": 3, "sample": 0, "error": "RuntimeError: backend exploded"},
+            {"rank": 3, "sample": 1, "error": "RuntimeError: backend exploded"},
+        ]
+
+    def test_custom_sampling_kwargs(self):
+        generator = RecordingGenerator()
+        PostFusionVoter(
+            chat_generator=generator, samples_per_passage=2, sampling_generation_kwargs={"temperature": 1.0}
+        ).run(query=QUERY, documents=DOCUMENTS[:1])
+        assert generator.generation_kwargs == [{"temperature": 1.0}, {"temperature": 1.0}]
+
+    def test_single_sample_uses_generator_settings(self):
+        generator = RecordingGenerator()
+        PostFusionVoter(chat_generator=generator).run(query=QUERY, documents=DOCUMENTS[:2])
+        assert generator.generation_kwargs == [None, None]
+
+    def test_max_passage_chars_trims_passages(self):
+        generator = RecordingGenerator()
+        long_document = Document(id="long", content="Paris is the capital " + "word " * 500)
+        PostFusionVoter(chat_generator=generator, max_passage_chars=40).run(query=QUERY, documents=[long_document])
+        (passage,) = passages_in(generator.prompts[0])
+        assert len(passage) <= 40 + len(" ...")
+
+    def test_custom_unknown_patterns(self):
+        voter = voter_with(["no idea", "unknown", "Paris"], unknown_patterns=[r"^no idea$"])
+        result = voter.run(query=QUERY, documents=DOCUMENTS[:3])
+        assert result["answers"][0].meta["votes"] == {"unknown": 1, "paris": 1}
+
+    @pytest.mark.parametrize(
+        ("kwargs", "match"),
+        [
+            ({"max_concurrency": 0}, "max_concurrency"),
+            ({"samples_per_passage": 0}, "samples_per_passage"),
+            ({"max_passage_chars": 0}, "max_passage_chars"),
+            ({"max_passage_chars": -1}, "max_passage_chars"),
+            ({"unknown_patterns": ["(bad"]}, "invalid regular expression"),
+        ],
+    )
+    def test_invalid_params(self, kwargs, match):
+        with pytest.raises(ValueError, match=match):
+            PostFusionVoter(chat_generator=MockChatGenerator(responses="x"), **kwargs)
+
+    def test_to_dict(self):
+        voter = voter_with(["Paris", "unknown"])
+        assert voter.to_dict() == {
+            "type": "haystack_fusion.components.post_fusion_voter.PostFusionVoter",
+            "init_parameters": {
+                "chat_generator": {
+                    "type": "haystack.components.generators.chat.mock.MockChatGenerator",
+                    "init_parameters": {
+                        "responses": [
+                            ChatMessage.from_assistant("Paris").to_dict(),
+                            ChatMessage.from_assistant("unknown").to_dict(),
+                        ],
+                        "response_fn": None,
+                        "model": "mock-model",
+                        "meta": {},
+                        "streaming_callback": None,
+                    },
+                },
+                "max_concurrency": 4,
+                "samples_per_passage": 1,
+                "sampling_generation_kwargs": None,
+                "max_passage_chars": DEFAULT_MAX_PASSAGE_CHARS,
+                "unknown_patterns": None,
+                "raise_on_failure": False,
+            },
+        }
+
+    def test_to_dict_custom(self):
+        voter = voter_with(
+            ["Paris"],
+            max_concurrency=2,
+            samples_per_passage=3,
+            sampling_generation_kwargs={"temperature": 0.9},
+            max_passage_chars=None,
+            unknown_patterns=["^no idea$"],
+            raise_on_failure=True,
+        )
+        assert voter.to_dict()["init_parameters"] | {"chat_generator": None} == {
+            "chat_generator": None,
+            "max_concurrency": 2,
+            "samples_per_passage": 3,
+            "sampling_generation_kwargs": {"temperature": 0.9},
+            "max_passage_chars": None,
+            "unknown_patterns": ["^no idea$"],
+            "raise_on_failure": True,
+        }
+
+    def test_from_dict_round_trip(self):
+        voter = voter_with(["Paris", "Lyon"], max_concurrency=2, samples_per_passage=2, unknown_patterns=["^x$"])
+        data = voter.to_dict()
+        restored = PostFusionVoter.from_dict(voter.to_dict())
+        assert restored.to_dict() == data
+        assert isinstance(restored._chat_generator, MockChatGenerator)
+        assert restored.samples_per_passage == 2
+        result = restored.run(query=QUERY, documents=DOCUMENTS[:1])
+        assert result["answers"][0].meta["passage_answers"][0]["answers"] == ["Paris", "Lyon"]
+
+    async def test_run_async_same_output(self):
+        documents = DOCUMENTS
+        sync_result = voter_with(["Paris", "unknown", "paris.", "Lyon"]).run(query=QUERY, documents=documents)
+        async_result = await voter_with(["Paris", "unknown", "paris.", "Lyon"]).run_async(
+            query=QUERY, documents=documents
+        )
+        assert async_result == sync_result
+
+    async def test_run_async_zero_documents_and_errors(self):
+        generator = RecordingGenerator()
+        voter = PostFusionVoter(chat_generator=generator)
+        result = await voter.run_async(query=QUERY, documents=[])
+        assert result["answers"][0].data == "unknown"
+        assert generator.calls == 0
+        with pytest.raises(ValueError, match="`query`"):
+            await voter.run_async(query=" ", documents=DOCUMENTS)
+
+    async def test_run_async_with_failure(self):
+        generator = RecordingGenerator(fail_on="Eiffel")
+        result = await PostFusionVoter(chat_generator=generator).run_async(query=QUERY, documents=DOCUMENTS)
+        assert result["answers"][0].data == "Paris"
+        assert result["answers"][0].meta["failures"][0]["rank"] == 2
+
+    def test_run_inside_pipeline(self):
+        pipeline = Pipeline()
+        pipeline.add_component("voter", voter_with(["Paris", "Lyon", "paris"]))
+        result = pipeline.run({"voter": {"query": QUERY, "documents": DOCUMENTS[:3]}})
+        assert result["voter"]["answers"][0].data == "Paris"
+
+    def test_yaml_round_trip_in_pipeline(self):
+        pipeline = Pipeline()
+        pipeline.add_component("voter", voter_with(["Paris", "unknown"], samples_per_passage=2))
+        restored = Pipeline.loads(pipeline.dumps())
+        assert restored == pipeline
+        assert restored.get_component("voter").samples_per_passage == 2
+
+    def test_warm_up_and_close_are_forwarded(self):
+        generator = MockChatGenerator(responses="x")
+        PostFusionVoter(chat_generator=generator).warm_up()
+        assert generator._is_warmed_up
+        PostFusionVoter(chat_generator=RecordingGenerator()).close()  # no close on the generator: no error
+
+    def test_uses_figure7_pattern(self):
+        # The first line of a reply is the answer.
+        result = voter_with(["Paris\nQuestion: something else\nAnswer: Lyon"]).run(query=QUERY, documents=DOCUMENTS[:1])
+        assert result["answers"][0].data == "Paris"
+        assert PROMPTS["figure7"].answer_pattern

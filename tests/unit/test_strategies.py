@@ -1,0 +1,344 @@
+import re
+import threading
+from typing import Any
+
+import pytest
+from haystack import Document, Pipeline, component
+from haystack.components.generators.chat import MockChatGenerator
+from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
+from haystack.dataclasses import ChatMessage, GeneratedAnswer
+from haystack.document_stores.in_memory import InMemoryDocumentStore
+
+import haystack_fusion  # noqa: F401  (allowlists the package for deserialization)
+from haystack_fusion.strategies import (
+    STRATEGIES,
+    Strategy,
+    StrategyRun,
+    build_pipeline,
+    get_strategy,
+    pipeline_usage,
+    run_strategy,
+)
+
+QUERY = "What is the capital of France?"
+
+DOCUMENTS = [
+    Document(id="paris", content="Paris is the capital and most populous city of France."),
+    Document(id="eiffel", content="The Eiffel Tower is a wrought-iron tower in Paris, France."),
+    Document(id="lyon", content="Lyon is the third-largest city of France."),
+    Document(id="berlin", content="Berlin is the capital and largest city of Germany."),
+    Document(id="everest", content="Mount Everest is the highest mountain on Earth."),
+]
+
+ANSWERS_BY_PASSAGE = {
+    "Paris is the capital": "Paris",
+    "The Eiffel Tower": "Paris",
+    "Lyon is": "Lyon",
+}
+
+PASSAGE_BLOCK = re.compile(r'<passage key="([0-9a-f]+)">\n(.*?)\n</passage key="\1">', re.DOTALL)
+DISTILLER_START = "Given the relevant background contexts and the candidate answers"
+COT_END = "Rationale: Let's think step by step."
+
+
+def live_passages(prompt: str) -> list[str]:
+    """The passages of the live context: after the last "Context:" (Figures 8-9 also show demo passages)."""
+    return [match.group(2) for match in PASSAGE_BLOCK.finditer(prompt.rsplit("Context:", 1)[-1])]
+
+
+def answer_of(passage: str) -> str:
+    for start, answer in ANSWERS_BY_PASSAGE.items():
+        if passage.startswith(start):
+            return answer
+    return "unknown"
+
+
+def answer_from_context(messages: list[ChatMessage]) -> str:
+    """A response_fn for every prompt: "Paris" when a passage of the context says Paris is the capital."""
+    prompt = messages[-1].text
+    passages = live_passages(prompt)
+    if len(passages) == 1:
+        answer = answer_of(passages[0])
+    else:
+        answer = "Paris" if any(p.startswith("Paris is the capital") for p in passages) else "unknown"
+    if prompt.endswith(COT_END):
+        return f" Source 1 answers the question.\nAnswer: {answer}"
+    if prompt.startswith(DISTILLER_START):
+        return f"(a) {answer} (b) something else" if answer != "unknown" else "unknown"
+    return answer
+
+
+def unknown_for_concatenation(messages: list[ChatMessage]) -> str:
+    """A response_fn: "unknown" for prompts with more than one passage, the passage's answer for one passage."""
+    prompt = messages[-1].text
+    if prompt.count("<passage ") > 1:
+        return "unknown"
+    return answer_of(live_passages(prompt)[0])
+
+
+@component
+class RecordingGenerator:
+    """Answers with `answer_from_context` and records every prompt (thread-safe: the voter fans out in threads)."""
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+        self._lock = threading.Lock()
+
+    @component.output_types(replies=list[ChatMessage])
+    def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+        with self._lock:
+            self.prompts.append(messages[-1].text)
+        return {"replies": [ChatMessage.from_assistant(answer_from_context(messages))]}
+
+
+def make_store() -> InMemoryDocumentStore:
+    store = InMemoryDocumentStore()
+    store.write_documents(DOCUMENTS)
+    return store
+
+
+def make_pipeline(name: str, chat_generator: Any, top_k: int = 3, **config: Any) -> Pipeline:
+    retriever = InMemoryBM25Retriever(make_store(), top_k=top_k)
+    return build_pipeline(name, retriever=retriever, chat_generator=chat_generator, **config)
+
+
+class TestRegistry:
+    def test_names_in_paper_order(self):
+        assert list(STRATEGIES) == [
+            "concatenation",
+            "post_fusion",
+            "pruning",
+            "summary_cot",
+            "concat_pf",
+            "pf_concat",
+        ]
+
+    @pytest.mark.parametrize("name", list(STRATEGIES))
+    def test_get_strategy(self, name):
+        strategy = get_strategy(name)
+        assert isinstance(strategy, Strategy)
+        assert strategy.name == name
+        assert strategy.source.startswith("paper 000")
+
+    def test_unknown_strategy_lists_names(self):
+        with pytest.raises(ValueError, match="nope") as error:
+            get_strategy("nope")
+        for name in STRATEGIES:
+            assert name in str(error.value)
+
+    def test_build_pipeline_unknown_strategy(self):
+        with pytest.raises(ValueError, match="registered strategies"):
+            make_pipeline("nope", MockChatGenerator(responses="Paris"))
+
+
+class TestPipelines:
+    @pytest.mark.parametrize("name", list(STRATEGIES))
+    def test_yaml_round_trip(self, name):
+        pipeline = build_pipeline(
+            name,
+            retriever=InMemoryBM25Retriever(InMemoryDocumentStore()),
+            chat_generator=MockChatGenerator(responses=["Paris"]),
+        )
+        assert Pipeline.loads(pipeline.dumps()) == pipeline
+
+    @pytest.mark.parametrize("name", list(STRATEGIES))
+    def test_yaml_round_trip_with_config(self, name):
+        pipeline = build_pipeline(
+            name,
+            retriever=InMemoryBM25Retriever(InMemoryDocumentStore(), top_k=7),
+            chat_generator=MockChatGenerator(responses=["Paris", "unknown"]),
+            max_concurrency=2,
+            samples_per_passage=3,
+            max_passage_chars=None,
+        )
+        assert Pipeline.loads(pipeline.dumps()) == pipeline
+
+    @pytest.mark.parametrize("name", list(STRATEGIES))
+    def test_answer_component_and_query_inputs(self, name):
+        pipeline = make_pipeline(name, MockChatGenerator(responses="Paris"))
+        strategy = get_strategy(name)
+        assert strategy.answer_component in dict(pipeline.walk())
+        assert "answers" in pipeline.get_component(strategy.answer_component).__haystack_output__._sockets_dict
+        inputs = pipeline.inputs()
+        assert "query" in inputs["retriever"]
+        # Every unconnected mandatory input is a `query` socket, so {"query": ...} per component runs the pipeline.
+        for sockets in inputs.values():
+            mandatory = {socket for socket, info in sockets.items() if info["is_mandatory"]}
+            assert mandatory <= {"query"}
+
+
+class TestRunStrategy:
+    @pytest.mark.parametrize(
+        ("name", "calls"),
+        [
+            ("concatenation", 1),
+            ("post_fusion", 3),
+            ("pruning", 1),
+            ("summary_cot", 1),
+            ("concat_pf", 1),
+            ("pf_concat", 4),
+        ],
+    )
+    def test_end_to_end(self, name, calls):
+        pipeline = make_pipeline(name, MockChatGenerator(response_fn=answer_from_context))
+        run = run_strategy(name, pipeline, QUERY)
+        assert isinstance(run, StrategyRun)
+        assert isinstance(run.answer, GeneratedAnswer)
+        assert run.answer.data == "Paris"
+        assert run.answer.query == QUERY
+        assert run.answers[0] is run.answer
+        assert len(run.documents) == 3
+        assert run.documents[0].id == "paris"
+        assert run.usage["calls"] == calls
+        assert run.usage["failed_calls"] == 0
+        assert run.usage["prompt_tokens"] > 0
+        assert run.seconds >= 0
+        assert "retriever" in run.evidence["components_run"]
+        assert get_strategy(name).answer_component in run.evidence["components_run"]
+
+    @pytest.mark.parametrize("name", list(STRATEGIES))
+    def test_top_k_override(self, name):
+        pipeline = make_pipeline(name, MockChatGenerator(response_fn=answer_from_context))
+        run = run_strategy(name, pipeline, QUERY, top_k=5)
+        assert len(run.documents) == 5
+        assert run.answer.data == "Paris"
+
+    @pytest.mark.parametrize("name", list(STRATEGIES))
+    def test_no_answer_in_passages(self, name):
+        pipeline = make_pipeline(name, MockChatGenerator(response_fn=answer_from_context))
+        run = run_strategy(name, pipeline, "How high is Mount Everest?", top_k=1)
+        assert [document.id for document in run.documents] == ["everest"]
+        assert run.answer.data == "unknown"
+
+    def test_post_fusion_evidence(self):
+        pipeline = make_pipeline("post_fusion", MockChatGenerator(response_fn=answer_from_context), top_k=5)
+        run = run_strategy("post_fusion", pipeline, QUERY)
+        assert run.evidence["votes"] == {"paris": 2, "lyon": 1}
+        assert run.evidence["candidates"] == ["Paris", "Lyon"]
+        assert "fallback" not in run.evidence
+        assert run.usage["calls"] == 5
+        assert run.usage["rounds"] == 1
+
+    def test_post_fusion_samples(self):
+        pipeline = make_pipeline(
+            "post_fusion", MockChatGenerator(response_fn=answer_from_context), samples_per_passage=2
+        )
+        run = run_strategy("post_fusion", pipeline, QUERY)
+        assert run.usage["calls"] == 6
+        expected: dict[str, int] = {}
+        for document in run.documents:
+            answer = answer_of(document.content)
+            if answer != "unknown":
+                expected[answer.lower()] = expected.get(answer.lower(), 0) + 2
+        assert run.evidence["votes"] == expected
+        assert run.answer.data == "Paris"
+
+    def test_concat_pf_known_needs_one_call(self):
+        pipeline = make_pipeline("concat_pf", MockChatGenerator(response_fn=answer_from_context))
+        run = run_strategy("concat_pf", pipeline, QUERY)
+        assert run.answer.data == "Paris"
+        assert run.evidence["fallback"] is False
+        assert run.usage["calls"] == 1
+        assert run.usage["rounds"] == 1
+        assert "voter" not in run.evidence["components_run"]
+        assert run.evidence["votes"] is None
+
+    def test_concat_pf_unknown_falls_back_to_post_fusion(self):
+        pipeline = make_pipeline("concat_pf", MockChatGenerator(response_fn=unknown_for_concatenation), top_k=5)
+        run = run_strategy("concat_pf", pipeline, QUERY)
+        assert run.evidence["fallback"] is True
+        assert "voter" in run.evidence["components_run"]
+        assert "answer_builder" not in run.evidence["components_run"]
+        assert run.answer.data == "Paris"
+        assert run.answer.meta["strategy"] == "post_fusion"
+        assert run.answer.meta["votes"] == {"paris": 2, "lyon": 1}
+        assert run.evidence["votes"] == {"paris": 2, "lyon": 1}
+        assert [answer.data for answer in run.answers] == ["Paris", "Lyon"]
+
+    def test_concat_pf_fallback_usage(self):
+        k = 5
+        pipeline = make_pipeline("concat_pf", MockChatGenerator(response_fn=unknown_for_concatenation), top_k=k)
+        run = run_strategy("concat_pf", pipeline, QUERY)
+        assert run.evidence["fallback"] is True
+        assert run.usage["calls"] == 1 + k
+        assert run.usage["rounds"] == 2
+
+    def test_concat_pf_fallback_with_unknown_everywhere(self):
+        pipeline = make_pipeline("concat_pf", MockChatGenerator(responses="unknown"))
+        run = run_strategy("concat_pf", pipeline, QUERY)
+        assert run.evidence["fallback"] is True
+        assert run.answer.data == "unknown"
+
+    def test_pf_concat_distiller_prompt(self):
+        generator = RecordingGenerator()
+        pipeline = make_pipeline("pf_concat", generator, top_k=5)
+        run = run_strategy("pf_concat", pipeline, QUERY)
+        distiller_prompts = [prompt for prompt in generator.prompts if prompt.startswith(DISTILLER_START)]
+        assert len(distiller_prompts) == 1
+        assert len(generator.prompts) == 6  # 5 post-fusion calls, then the distiller
+        prompt = distiller_prompts[0]
+        retrieved = {document.content: document for document in run.documents}
+        answering = [document.content for document in run.documents if answer_of(document.content) != "unknown"]
+        assert len(retrieved) == 5
+        assert live_passages(prompt) == answering
+        assert {retrieved[text].id for text in live_passages(prompt)} == {"paris", "eiffel", "lyon"}
+        assert "Berlin" not in prompt
+        assert "Everest" not in prompt
+        assert f"Question: {QUERY}\nCandidate answers: (a) Paris (b) Lyon\nAnswer:" in prompt
+        assert run.answer.data == "Paris"  # "(a) Paris (b) something else" read by the distiller pattern
+        assert [document.content for document in run.answer.documents] == answering
+        assert run.evidence["candidates"] == ["Paris", "Lyon"]
+        assert run.usage["calls"] == 6
+        assert run.usage["rounds"] == 2
+
+    def test_pf_concat_all_unknown_skips_distiller(self):
+        generator = RecordingGenerator()
+        pipeline = make_pipeline("pf_concat", generator, top_k=1)
+        # Only the Everest passage is retrieved; post-fusion says unknown. A distiller call with an empty context
+        # would get "unknown" from `answer_from_context` too, so also check that no such call was made.
+        run = run_strategy("pf_concat", pipeline, "How high is Mount Everest?")
+        assert run.answer.data == "unknown"
+        assert [prompt for prompt in generator.prompts if prompt.startswith(DISTILLER_START)] == []
+        assert run.usage["calls"] == 1
+
+    def test_pipeline_usage(self):
+        reply = ChatMessage.from_assistant("x", meta={"usage": {"prompt_tokens": 5, "completion_tokens": 1}})
+        voter_answer = GeneratedAnswer(
+            data="Paris",
+            query=QUERY,
+            documents=[],
+            meta={"usage": {"prompt_tokens": 20, "completion_tokens": 2, "calls": 2, "failed_calls": 1, "rounds": 1}},
+        )
+        builder_answer = GeneratedAnswer(
+            data="x", query=QUERY, documents=[], meta={"usage": {"prompt_tokens": 5}, "all_messages": [reply]}
+        )
+        usage = pipeline_usage(
+            make_pipeline("concat_pf", MockChatGenerator(responses="x")),
+            {
+                "llm": {"replies": [reply]},
+                "voter": {"answers": [voter_answer]},
+                "answer_builder": {"answers": [builder_answer]},
+                "joiner": {"answers": [voter_answer]},  # passed on, not counted again
+                "retriever": {"documents": []},
+            },
+        )
+        assert usage == {"prompt_tokens": 25, "completion_tokens": 3, "calls": 3, "failed_calls": 1, "rounds": 2}
+
+    @pytest.mark.parametrize("query", ["  ", ""])
+    def test_empty_query_raises(self, query):
+        pipeline = make_pipeline("concatenation", MockChatGenerator(responses="Paris"))
+        with pytest.raises(ValueError, match="query"):
+            run_strategy("concatenation", pipeline, query)
+
+    def test_unknown_strategy_name_raises(self):
+        pipeline = make_pipeline("concatenation", MockChatGenerator(responses="Paris"))
+        with pytest.raises(ValueError, match="registered strategies"):
+            run_strategy("nope", pipeline, QUERY)
+
+    def test_loaded_pipeline_runs(self):
+        pipeline = make_pipeline("pf_concat", MockChatGenerator(response_fn=answer_from_context))
+        loaded = Pipeline.loads(pipeline.dumps(), allowed_modules=[answer_from_context.__module__])
+        # InMemoryDocumentStore instances with the same index share their documents.
+        run = run_strategy("pf_concat", loaded, QUERY)
+        assert len(run.documents) == 3
+        assert run.answer.data == "Paris"
