@@ -61,13 +61,23 @@ def normalize_answer(text: str) -> str:
     return " ".join(text.split())
 
 
+def clean_answer(answer: str) -> str:
+    """
+    The form of an answer that the unknown patterns are searched in.
+
+    :param answer: An extracted answer.
+    :returns: The answer lowercased, without surrounding whitespace, quotes, asterisks and trailing punctuation.
+    """
+    return answer.strip().strip("\"'`*").rstrip(".!;: ").strip().lower()
+
+
 @dataclass(frozen=True)
 class UnknownDetector:
     """
     Decides whether an answer is an abstention ("unknown"), the one rule every component shares.
 
-    An empty answer is unknown; otherwise the answer, lowercased, with surrounding whitespace, quotes and trailing
-    punctuation removed, is searched with each pattern.
+    An empty answer is unknown; otherwise the answer as `clean_answer` leaves it (lowercased, without surrounding
+    whitespace, quotes and trailing punctuation) is searched with each pattern.
 
     ### Usage example
     ```python
@@ -112,7 +122,7 @@ class UnknownDetector:
         """
         if answer is None:
             return True
-        cleaned = answer.strip().strip("\"'`*").rstrip(".!;: ").strip().lower()
+        cleaned = clean_answer(answer)
         if not normalize_answer(cleaned):
             return True
         return any(pattern.search(cleaned) for pattern in self._compiled)

@@ -156,6 +156,9 @@ else:
             """Generate replies as `LlamaCppChatGenerator.run` does, one call at a time."""
             self.warm_up()
             with self._thread_lock:
+                # Evaluate every prompt from scratch: reusing the previous prompt's cached prefix makes llama.cpp
+                # split the computation differently, and greedy answers then depend on what was asked before.
+                self._model.reset()
                 return LlamaCppChatGenerator.run(self, messages=messages, generation_kwargs=generation_kwargs, **kwargs)
 
         @component.output_types(replies=list[ChatMessage])

@@ -39,6 +39,7 @@ class StrategyConfig:
     :param max_concurrency: Largest number of concurrent LLM calls of one question.
     :param samples_per_passage: p for post-fusion self-consistency (paper 000, section 4.4).
     :param max_passage_chars: Per-passage context budget in characters (None: no limit).
+    :param unknown_patterns: The unknown detector's patterns for the router and the voter (None: the defaults).
     """
 
     retriever: Any
@@ -46,6 +47,7 @@ class StrategyConfig:
     max_concurrency: int = 4
     samples_per_passage: int = 1
     max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS
+    unknown_patterns: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ def _voter(config: StrategyConfig) -> PostFusionVoter:
         max_concurrency=config.max_concurrency,
         samples_per_passage=config.samples_per_passage,
         max_passage_chars=config.max_passage_chars,
+        unknown_patterns=config.unknown_patterns,
     )
 
 
@@ -137,7 +140,9 @@ def _concat_pf(config: StrategyConfig) -> Pipeline:
     components, connections = _prompt_chain(config, "figure7", "retriever.documents")
     components.update(
         retriever=config.retriever,
-        router=UnknownRouter(answer_pattern=PROMPTS["figure7"].answer_pattern),
+        router=UnknownRouter(
+            answer_pattern=PROMPTS["figure7"].answer_pattern, unknown_patterns=config.unknown_patterns
+        ),
         voter=_voter(config),
         joiner=AnswerJoiner(),
     )

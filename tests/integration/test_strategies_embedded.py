@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from haystack import Pipeline
+from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 
+from haystack_fusion import PostFusionVoter
+from haystack_fusion.answers import DEFAULT_UNKNOWN_PATTERNS, clean_answer
+from haystack_fusion.backends import local_chat_generator
 from haystack_fusion.strategies import STRATEGIES, build_pipeline, run_strategy
 
 from .conftest import TOP_K
@@ -46,3 +52,42 @@ def test_concat_pf_makes_one_call_when_the_first_answer_is_known(retriever, llm,
     assert run.evidence["fallback"] is False
     assert run.usage["calls"] == 1
     assert run.usage["rounds"] == 1
+
+
+def test_concat_pf_makes_one_plus_k_calls_when_the_first_answer_is_unknown(retriever, store, llm, squad):
+    """The embedded base model practically never says "unknown" with the Figure 7 prompt (none of the SQuAD2
+    subset's questions that we scanned), so the detector is configured to count its real first answer as one."""
+    question = next(q for q in squad[1] if q.is_impossible).question
+    first = run_strategy("concatenation", build_pipeline("concatenation", retriever=retriever, chat_generator=llm),
+                         question)  # fmt: skip
+    patterns = [*DEFAULT_UNKNOWN_PATTERNS, "^" + re.escape(clean_answer(first.answer.data)) + "$"]
+    pipeline = build_pipeline("concat_pf", retriever=InMemoryBM25Retriever(document_store=store, top_k=TOP_K),
+                              chat_generator=local_chat_generator(), unknown_patterns=patterns)  # fmt: skip
+    run = run_strategy("concat_pf", pipeline, question)
+    assert run.evidence["fallback"] is True
+    assert run.usage["calls"] == 1 + TOP_K
+    assert run.usage["rounds"] == 2
+    assert "voter" in run.evidence["components_run"]
+    assert run.answer.meta["usage"]["calls"] == TOP_K
+
+
+def test_greedy_answers_do_not_depend_on_what_was_asked_before(retriever, llm, squad):
+    """Temperature 0 and every prompt evaluated from scratch: the same question gives the same answer."""
+    pipeline = build_pipeline("concatenation", retriever=retriever, chat_generator=llm)
+    question, *others = [q.question for q in squad[1][5:8]]
+    first = run_strategy("concatenation", pipeline, question).answer.data
+    for other in others:
+        run_strategy("concatenation", pipeline, other)
+    assert run_strategy("concatenation", pipeline, question).answer.data == first
+
+
+async def test_post_fusion_voter_runs_concurrent_calls_on_the_embedded_model(retriever, llm, questions):
+    """Concurrent calls (sync threads and run_async) are serialized by the generator and all succeed."""
+    voter = PostFusionVoter(chat_generator=llm, max_concurrency=4)
+    documents = retriever.run(query=questions[3].question)["documents"]
+    sync_result = voter.run(query=questions[3].question, documents=documents)
+    async_result = await voter.run_async(query=questions[3].question, documents=documents)
+    for result in (sync_result, async_result):
+        assert result["answers"][0].meta["usage"]["calls"] == TOP_K
+        assert result["answers"][0].meta["failures"] == []
+    assert sync_result["answers"][0].data == async_result["answers"][0].data
