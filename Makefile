@@ -21,6 +21,7 @@ demo: install-local
 lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy haystack_fusion
 
 # Lint, then unit tests (MockChatGenerator) and integration tests (embedded model, real SQuAD2 subset).
 test: lint

@@ -158,6 +158,7 @@ else:
             with self._thread_lock:
                 # Evaluate every prompt from scratch: reusing the previous prompt's cached prefix makes llama.cpp
                 # split the computation differently, and greedy answers then depend on what was asked before.
+                assert self._model is not None
                 self._model.reset()
                 return LlamaCppChatGenerator.run(self, messages=messages, generation_kwargs=generation_kwargs, **kwargs)
 

@@ -151,7 +151,7 @@ class PostFusionVoter:
         ranks = [index // p for index in range(len(answers))]
         vote = majority_vote(answers, ranks, self._detector)
         usage = dict(calls.usage if calls else empty_usage(), rounds=1 if calls else 0)
-        passage_answers = [
+        passage_answers: list[dict[str, Any]] = [
             {"rank": rank, "document_id": document.id, "answers": answers[rank * p : (rank + 1) * p]}
             for rank, document in enumerate(documents)
         ]
