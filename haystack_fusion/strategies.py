@@ -23,10 +23,10 @@ from haystack.dataclasses import GeneratedAnswer
 
 from haystack_fusion.answers import UNKNOWN
 from haystack_fusion.components.passage_formatter import PassageFormatter
-from haystack_fusion.components.post_fusion_voter import PostFusionVoter, validate_query
+from haystack_fusion.components.post_fusion_voter import PostFusionVoter
 from haystack_fusion.components.unknown_router import UnknownRouter
 from haystack_fusion.llm_calls import reply_usage, sum_usage
-from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS
+from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, validate_query
 
 
 @dataclass(frozen=True)
@@ -338,10 +338,10 @@ def run_strategy(name: str, pipeline: Pipeline, query: str, *, top_k: int | None
     seconds = time.perf_counter() - start
     answers = outputs.get(strategy.answer_component, {}).get("answers") or []
     answer = answers[0] if answers else GeneratedAnswer(data=UNKNOWN, query=query, documents=[], meta={})
-    voter_meta = (outputs.get("voter", {}).get("answers") or [GeneratedAnswer("", query, [], {})])[0].meta
+    voter_answers = outputs.get("voter", {}).get("answers") or []
     evidence = {
         "components_run": [component for component in components if component in outputs],
-        "votes": voter_meta.get("votes"),
+        "votes": voter_answers[0].meta.get("votes") if voter_answers else None,
         "candidates": outputs.get("voter", {}).get("candidates"),
     }
     if "router" in outputs:

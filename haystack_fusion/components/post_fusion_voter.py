@@ -10,27 +10,14 @@ from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage, GeneratedAnswer
 from haystack.utils import deserialize_chatgenerator_inplace
 
-from haystack_fusion.answers import UNKNOWN, UnknownDetector, majority_vote, normalize_answer
+from haystack_fusion.answers import UnknownDetector, majority_vote, normalize_answer
 from haystack_fusion.llm_calls import FanOutResult, empty_usage, run_chat_calls, run_chat_calls_async
-from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render
+from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render, validate_query
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_SAMPLING_KWARGS: dict[str, Any] = {"temperature": 0.7}
 """Sampling for self-consistency, p > 1 samples per passage (paper 000, section 4.4 and Figure 5: temperature 0.7)."""
-
-
-def validate_query(query: str) -> str:
-    """
-    Check a question before any LLM call.
-
-    :param query: The question.
-    :returns: The question, stripped.
-    :raises ValueError: If the question is empty or only whitespace.
-    """
-    if not isinstance(query, str) or not query.strip():
-        raise ValueError(f"`query` must be a non-empty question, got {query!r}")
-    return query.strip()
 
 
 @component
@@ -244,6 +231,3 @@ class PostFusionVoter:
             raise_on_failure=self.raise_on_failure,
         )
         return self._vote(query, documents, calls)
-
-
-__all__ = ["UNKNOWN", "PostFusionVoter", "validate_query"]

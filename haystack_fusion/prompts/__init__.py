@@ -82,6 +82,19 @@ PROMPTS: dict[str, PromptTemplate] = {
 """Every prompt template of the package, by name."""
 
 
+def validate_query(query: str) -> str:
+    """
+    Check a question before any LLM call.
+
+    :param query: The question.
+    :returns: The question, stripped.
+    :raises ValueError: If the question is empty or only whitespace.
+    """
+    if not isinstance(query, str) or not query.strip():
+        raise ValueError(f"`query` must be a non-empty question, got {query!r}")
+    return query.strip()
+
+
 def render(prompt: PromptTemplate, **variables: Any) -> list[ChatMessage]:
     """
     Render a template with Haystack's ChatPromptBuilder.
@@ -102,4 +115,5 @@ __all__ = [
     "format_passages",
     "passage_key",
     "render",
+    "validate_query",
 ]
