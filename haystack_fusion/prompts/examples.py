@@ -41,3 +41,39 @@ DEMO_PASSAGES = [
 DEMO_CONTEXT = format_passages(DEMO_PASSAGES)
 DEMO_QUESTION = "Which 2009 movie does Peter Outerbridge feature as William Easton?"
 DEMO_ANSWER = "Saw VI"
+
+
+def one_shot_cot_template(*, rationale_format: str, demo_rationale: str) -> str:
+    """
+    The shared layout of the one-shot chain-of-thought prompts (paper 000, Figures 8 and 9).
+
+    Task line, the three answer-format examples, the "Follow the following format." description, the one-shot
+    demonstration over `DEMO_PASSAGES`, then the live `passages` and `query` and "Rationale: Let's think step by
+    step." for the model to continue.
+
+    :param rationale_format: What the Rationale field holds, as the figure's format description says it.
+    :param demo_rationale: The demonstration's rationale after "Let's think step by step.".
+    :returns: The Jinja template text (variables `passages`, `query`).
+    """
+    return f"""Answer questions with short factoid answers.
+
+{ANSWER_FORMAT_EXAMPLES}
+
+Follow the following format.
+
+Context: sources that may contain relevant content
+Question: the question to be answered
+Rationale: Let's think step by step. {rationale_format}
+Answer: a short factoid answer, often between 1 and 5 words. Make sure generate "Answer:" for the final answer.
+{UNKNOWN_INSTRUCTION} as answer.
+
+Context:
+{DEMO_CONTEXT}
+Question: {DEMO_QUESTION}
+Rationale: Let's think step by step. {demo_rationale}
+Answer: {DEMO_ANSWER}
+
+Context:
+{{{{ passages }}}}
+Question: {{{{ query }}}}
+Rationale: Let's think step by step."""
