@@ -144,6 +144,42 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    """`haystack-fusion eval`: strategies over a dataset, with the papers' metrics, settings and report."""
+    from haystack.document_stores.in_memory import InMemoryDocumentStore
+
+    from haystack_fusion.evaluation.datasets import load_dataset
+    from haystack_fusion.evaluation.passages import PassageSetting
+    from haystack_fusion.evaluation.report import write_report
+    from haystack_fusion.evaluation.runner import EvalConfig, Evaluator
+
+    dataset = load_dataset(args.dataset, corpus=args.corpus, cache_dir=args.cache_dir).limit(args.limit)
+    config = EvalConfig(
+        strategies=[name.strip() for name in args.strategies.split(",") if name.strip()],
+        top_ks=[int(k) for k in str(args.top_k).split(",")],
+        setting=PassageSetting(gold_passage=args.gold_passage, noise_ratio=args.noise_ratio, seed=args.seed),
+        concurrency=args.concurrency,
+        max_concurrency=args.max_concurrency,
+        closed_book_filter=args.closed_book_filter,
+    )
+    store = InMemoryDocumentStore()
+    store.write_documents(dataset.documents)
+    evaluator = Evaluator(
+        dataset,
+        config,
+        args.out,
+        retriever_factory=lambda: InMemoryBM25Retriever(document_store=store),
+        generator_factory=local_chat_generator,
+    )
+    records = evaluator.run()
+    title = f"{dataset.name}: {len(dataset.questions)} questions, BM25, {config.setting.label()}, embedded model" + (
+        ", closed-book filtered" if config.closed_book_filter else ""
+    )
+    write_report(records, args.out, title=title)
+    print((Path(args.out) / "results.md").read_text(encoding="utf-8"))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `haystack-fusion` command."""
     parser = argparse.ArgumentParser(
@@ -175,6 +211,22 @@ def build_parser() -> argparse.ArgumentParser:
     strategies = commands.add_parser("strategies", help="list the registered strategies")
     strategies.set_defaults(func=cmd_strategies)
 
+    evaluate = commands.add_parser("eval", help="evaluate strategies on a dataset (EM, F1, %%Unk, %%NM, ...)")
+    evaluate.add_argument("--dataset", required=True, help="SQuAD JSON, or NQ-open JSONL with --corpus; path or URL")
+    evaluate.add_argument("--corpus", help="passage corpus for an NQ-open dataset: JSONL or DPR-style TSV")
+    evaluate.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated (default: all)")
+    evaluate.add_argument("--top-k", default="5", help="k, or a comma-separated sweep such as 5,10,20")
+    evaluate.add_argument("--limit", type=int, help="only the first N questions")
+    evaluate.add_argument("--concurrency", type=int, default=1, help="questions answered at once")
+    evaluate.add_argument("--max-concurrency", type=int, default=4, help="concurrent LLM calls per question")
+    evaluate.add_argument("--gold-passage", default="none", choices=["none", "random", "first", "last"])
+    evaluate.add_argument("--noise-ratio", type=float, help="share of irrelevant passages in the top-k (0-1)")
+    evaluate.add_argument("--closed-book-filter", action="store_true", help="drop questions answered with no context")
+    evaluate.add_argument("--seed", type=int, default=0, help="seed of the settings' random choices")
+    evaluate.add_argument("--out", required=True, help="output folder; re-running with it resumes")
+    evaluate.add_argument("--cache-dir", help="where downloads are cached (default: ~/.cache/haystack_fusion)")
+    evaluate.set_defaults(func=cmd_eval)
+
     demo = commands.add_parser("demo", help="index the SQuAD 2.0 dev subset and answer a handful of its questions")
     demo.add_argument("--dataset", help="path or URL of a SQuAD JSON file (default: ../shared's SQuAD2 subset)")
     demo.add_argument("--questions", type=int, default=5, help="how many questions to answer (default: 5)")
@@ -188,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `haystack-fusion`; returns the exit status (2 for bad input, with the reason on stderr)."""
     args = build_parser().parse_args(argv)
-    if getattr(args, "top_k", 1) < 1:
+    if isinstance(getattr(args, "top_k", 1), int) and args.top_k < 1:
         print("haystack-fusion: --top-k must be at least 1", file=sys.stderr)
         return 2
     try:

@@ -314,7 +314,14 @@ def pipeline_usage(pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) -> di
     return sum_usage(usages)
 
 
-def run_strategy(name: str, pipeline: Pipeline, query: str, *, top_k: int | None = None) -> StrategyRun:
+def run_strategy(
+    name: str,
+    pipeline: Pipeline,
+    query: str,
+    *,
+    top_k: int | None = None,
+    retriever_inputs: dict[str, Any] | None = None,
+) -> StrategyRun:
     """
     Ask one question through a strategy pipeline and gather its answer, evidence and usage.
 
@@ -322,6 +329,8 @@ def run_strategy(name: str, pipeline: Pipeline, query: str, *, top_k: int | None
     :param pipeline: A pipeline from `build_pipeline(name, ...)` (or loaded from its YAML).
     :param query: The question.
     :param top_k: Passages to retrieve; None keeps the retriever's own `top_k`.
+    :param retriever_inputs: Further run inputs of the `retriever` component (the evaluation's per-question gold
+        data for `EvalRetriever`).
     :returns: A `StrategyRun`.
     :raises ValueError: If the question is empty or only whitespace, or the strategy is not registered.
     """
@@ -332,6 +341,8 @@ def run_strategy(name: str, pipeline: Pipeline, query: str, *, top_k: int | None
     }
     if top_k is not None:
         data.setdefault("retriever", {})["top_k"] = top_k
+    if retriever_inputs:
+        data.setdefault("retriever", {}).update(retriever_inputs)
     components = [component for component, _ in pipeline.walk()]
     start = time.perf_counter()
     outputs = pipeline.run(data=data, include_outputs_from=set(components))

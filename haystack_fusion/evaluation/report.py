@@ -1,0 +1,141 @@
+"""
+The evaluation report: summary JSON, a markdown table laid out like paper 000's Table 1, and PNG charts.
+
+Charts are drawn with matplotlib's headless Agg backend (the `eval` extra).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from haystack_fusion.evaluation.metrics import summarize
+from haystack_fusion.evaluation.runner import QuestionRecord
+
+SUMMARY_FILE = "summary.json"
+TABLE_FILE = "results.md"
+TOKENS_CHART = "em_vs_tokens.png"
+TOPK_CHART = "em_vs_top_k.png"
+
+
+def summarize_runs(records: Sequence[QuestionRecord]) -> list[dict[str, Any]]:
+    """
+    One summary per (strategy, k), in the order the records first name them.
+
+    :param records: Question records of an evaluation.
+    :returns: Dicts with `strategy`, `top_k`, `setting` and every key of `metrics.summarize`.
+    """
+    groups: dict[tuple[str, int], list[QuestionRecord]] = {}
+    for record in records:
+        groups.setdefault((record.strategy, record.top_k), []).append(record)
+    return [
+        {"strategy": strategy, "top_k": top_k, "setting": group[0].setting, **summarize([r.score for r in group])}
+        for (strategy, top_k), group in groups.items()
+    ]
+
+
+def _cell(value: Any, percent: bool = False, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.{digits}f}%" if percent else f"{value:.{digits}f}"
+
+
+def markdown_table(summaries: Sequence[dict[str, Any]], *, title: str = "") -> str:
+    """
+    The results as a markdown table laid out like paper 000's Table 1 (EM, F1, %Unk, %NM per strategy), plus
+    accuracy, reject rate on unanswerable questions, retrieval recall@k, LLM calls and tokens per question, and
+    latency.
+
+    :param summaries: From `summarize_runs`.
+    :param title: A line above the table.
+    :returns: Markdown text.
+    """
+    header = (
+        "| strategy | top-k | EM | F1 | %Unk | %NM | accuracy | reject rate | recall@k | calls/q | tokens/q "
+        "| p50 s | p95 s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    )
+    rows = [
+        f"| {s['strategy']} | {s['top_k']} | {_cell(s['em'])} | {_cell(s['f1'])} | {_cell(s['unknown_rate'], True)} "
+        f"| {_cell(s['nm_rate'], True)} | {_cell(s['accuracy'])} | {_cell(s['reject_rate'], True)} "
+        f"| {_cell(s['recall_at_k'], True)} | {_cell(s['calls_per_question'], digits=2)} "
+        f"| {_cell(s['tokens_per_question'], digits=0)} | {_cell(s['latency_p50'], digits=2)} "
+        f"| {_cell(s['latency_p95'], digits=2)} |"
+        for s in summaries
+    ]
+    first = summaries[0] if summaries else {}
+    notes = (
+        f"\n\n{first.get('answerable', 0)} answerable and {first.get('unanswerable', 0)} unanswerable questions; "
+        "EM, F1, accuracy, %Unk, %NM and recall@k over answerable questions, reject rate over unanswerable ones "
+        "(an unknown answer is correct there). %NM: share of the questions whose post-fusion pool holds a gold "
+        "answer where the majority picked another."
+    )
+    return (f"{title}\n\n" if title else "") + header + "\n" + "\n".join(rows) + notes + "\n"
+
+
+def draw_charts(summaries: Sequence[dict[str, Any]], out: Path) -> list[Path]:
+    """
+    EM vs tokens per question (one point per strategy, at the smallest k), and EM vs top-k when k was swept.
+
+    :param summaries: From `summarize_runs`.
+    :param out: The folder the PNG files go to.
+    :returns: The paths written.
+    :raises ImportError: Without matplotlib (`pip install "haystack-fusion[eval]"`).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    smallest = min(s["top_k"] for s in summaries)
+    points = [s for s in summaries if s["top_k"] == smallest and s["em"] is not None]
+    figure, axes = plt.subplots(figsize=(6, 4))
+    for s in points:
+        axes.scatter(s["tokens_per_question"], s["em"])
+        axes.annotate(s["strategy"], (s["tokens_per_question"], s["em"]), textcoords="offset points", xytext=(4, 4))
+    axes.set_xlabel("tokens per question (prompt + completion)")
+    axes.set_ylabel("EM (answerable questions)")
+    axes.set_title(f"EM vs tokens, top-{smallest} (cf. paper 000 Figure 3)")
+    figure.tight_layout()
+    figure.savefig(out / TOKENS_CHART, dpi=120)
+    plt.close(figure)
+    written.append(out / TOKENS_CHART)
+    if len({s["top_k"] for s in summaries}) > 1:
+        figure, axes = plt.subplots(figsize=(6, 4))
+        for strategy in dict.fromkeys(s["strategy"] for s in summaries):
+            series = sorted(
+                (s["top_k"], s["em"]) for s in summaries if s["strategy"] == strategy and s["em"] is not None
+            )
+            axes.plot([k for k, _ in series], [em for _, em in series], marker="o", label=strategy)
+        axes.set_xlabel("top-k passages")
+        axes.set_ylabel("EM (answerable questions)")
+        axes.set_title("EM vs top-k (cf. paper 000 Figure 4)")
+        axes.legend()
+        figure.tight_layout()
+        figure.savefig(out / TOPK_CHART, dpi=120)
+        plt.close(figure)
+        written.append(out / TOPK_CHART)
+    return written
+
+
+def write_report(records: Sequence[QuestionRecord], out: str | Path, *, title: str = "") -> dict[str, Any]:
+    """
+    Write `summary.json`, `results.md` and the charts into `out`.
+
+    :param records: The question records of the evaluation.
+    :param out: The output folder.
+    :param title: The heading of the markdown table.
+    :returns: The summary that was written.
+    :raises ValueError: If there are no records.
+    """
+    if not records:
+        raise ValueError("no answered questions to report")
+    out = Path(out)
+    summaries = summarize_runs(records)
+    summary = {"title": title, "runs": summaries}
+    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    (out / TABLE_FILE).write_text(markdown_table(summaries, title=title), encoding="utf-8")
+    draw_charts(summaries, out)
+    return summary

@@ -1,0 +1,195 @@
+"""The evaluation's passage settings, runner (resume, concurrency) and report, driven by MockChatGenerator."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from haystack import Document
+from haystack.components.generators.chat import MockChatGenerator
+from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
+from haystack.dataclasses import ChatMessage
+from haystack.document_stores.in_memory import InMemoryDocumentStore
+
+from haystack_fusion.evaluation.datasets import EvalDataset, EvalQuestion
+from haystack_fusion.evaluation.passages import EvalRetriever, PassageSetting, arrange_passages
+from haystack_fusion.evaluation.report import TABLE_FILE, TOKENS_CHART, TOPK_CHART, write_report
+from haystack_fusion.evaluation.runner import RESULTS_FILE, EvalConfig, Evaluator, read_records
+
+DOCUMENTS = [
+    Document(content="Paris is the capital of France.", id="paris"),
+    Document(content="Berlin is the capital of Germany.", id="berlin"),
+    Document(content="Madrid is the capital of Spain.", id="madrid"),
+    Document(content="Rome is the capital of Italy.", id="rome"),
+    Document(content="Lisbon is the capital of Portugal.", id="lisbon"),
+    Document(content="The Danube flows through Vienna.", id="danube"),
+]
+QUESTIONS = [
+    EvalQuestion("q1", "What is the capital of France?", ("Paris",), False, "paris"),
+    EvalQuestion("q2", "What is the capital of Germany?", ("Berlin",), False, "berlin"),
+    EvalQuestion("q3", "What is the capital of Mars?", (), True, None),
+]
+DATASET = EvalDataset(name="capitals", documents=DOCUMENTS, questions=QUESTIONS)
+
+
+def capital_from_prompt(messages: list[ChatMessage]) -> str:
+    """Answer the capital named in the prompt's first passage, "unknown" without passages."""
+    text = messages[-1].text or ""
+    context = text.split("Context:")[-1]
+    for city in ("Paris", "Berlin", "Madrid", "Rome", "Lisbon"):
+        if city in context:
+            return city
+    return "unknown"
+
+
+def make_evaluator(tmp_path, **config) -> Evaluator:
+    store = InMemoryDocumentStore()
+    store.write_documents(DOCUMENTS)
+    return Evaluator(
+        DATASET,
+        EvalConfig(**{"strategies": ["concatenation", "post_fusion"], "top_ks": [2], **config}),
+        tmp_path,
+        retriever_factory=lambda: InMemoryBM25Retriever(document_store=store),
+        generator_factory=lambda: MockChatGenerator(response_fn=capital_from_prompt),
+    )
+
+
+class TestArrangePassages:
+    retrieved = DOCUMENTS[1:4]  # berlin, madrid, rome: the gold "paris" is missed
+
+    def test_none_keeps_retrieval(self):
+        got = arrange_passages(self.retrieved, top_k=2, setting=PassageSetting(), question_id="q", gold=DOCUMENTS[0])
+        assert [d.id for d in got] == ["berlin", "madrid"]
+
+    def test_random_inserts_the_missed_gold_and_keeps_k(self):
+        setting = PassageSetting(gold_passage="random", seed=3)
+        got = arrange_passages(self.retrieved, top_k=3, setting=setting, question_id="q", gold=DOCUMENTS[0])
+        assert len(got) == 3
+        assert "paris" in [d.id for d in got]
+        again = arrange_passages(self.retrieved, top_k=3, setting=setting, question_id="q", gold=DOCUMENTS[0])
+        assert got == again  # seeded per question
+
+    def test_random_leaves_a_retrieved_gold_alone(self):
+        setting = PassageSetting(gold_passage="random")
+        got = arrange_passages(self.retrieved, top_k=3, setting=setting, question_id="q", gold=DOCUMENTS[2])
+        assert [d.id for d in got] == ["berlin", "madrid", "rome"]
+
+    @pytest.mark.parametrize(("position", "index"), [("first", 0), ("last", -1)])
+    def test_first_and_last_move_the_gold(self, position, index):
+        setting = PassageSetting(gold_passage=position)
+        got = arrange_passages(self.retrieved, top_k=3, setting=setting, question_id="q", gold=DOCUMENTS[2])
+        assert got[index].id == "madrid"
+        assert len(got) == 3
+
+    def test_noise_ratio_mixes_relevant_and_irrelevant(self):
+        retrieved = [DOCUMENTS[0], DOCUMENTS[5], DOCUMENTS[1], DOCUMENTS[2]]
+        setting = PassageSetting(noise_ratio=0.5)
+        got = arrange_passages(
+            retrieved, top_k=2, setting=setting, question_id="q", answers=["Paris"], gold=None, corpus=DOCUMENTS
+        )
+        assert [d.id for d in got] == ["paris", "danube"]
+
+    def test_full_noise_draws_from_the_corpus_when_retrieval_is_short(self):
+        setting = PassageSetting(noise_ratio=1.0)
+        got = arrange_passages(
+            [DOCUMENTS[0]], top_k=3, setting=setting, question_id="q", answers=["Paris"], corpus=DOCUMENTS
+        )
+        assert len(got) == 3
+        assert all("Paris" not in (d.content or "") for d in got)
+
+    def test_closed_book_has_no_passages(self):
+        setting = PassageSetting(closed_book=True)
+        assert arrange_passages(self.retrieved, top_k=3, setting=setting, question_id="q") == []
+
+    @pytest.mark.parametrize("kwargs", [{"gold_passage": "middle"}, {"noise_ratio": 1.5}])
+    def test_invalid_settings(self, kwargs):
+        with pytest.raises(ValueError, match="must be"):
+            PassageSetting(**kwargs)
+
+
+class TestEvalRetriever:
+    def test_wraps_a_retriever(self):
+        store = InMemoryDocumentStore()
+        store.write_documents(DOCUMENTS)
+        retriever = EvalRetriever(InMemoryBM25Retriever(store), setting=PassageSetting(gold_passage="first"), top_k=2)
+        got = retriever.run(query="capital of Germany", question_id="q", answers=["Lisbon"], gold=DOCUMENTS[4])
+        assert got["documents"][0].id == "lisbon"
+        assert len(got["documents"]) == 2
+
+
+class TestEvaluator:
+    def test_runs_every_strategy_and_scores(self, tmp_path):
+        records = make_evaluator(tmp_path).run()
+        assert len(records) == 2 * len(QUESTIONS)
+        by_key = {(r.strategy, r.question_id): r for r in records}
+        assert by_key[("concatenation", "q1")].prediction == "Paris"
+        assert by_key[("concatenation", "q1")].score.em == 1.0
+        assert by_key[("post_fusion", "q1")].score.pool_has_gold is True
+        assert by_key[("post_fusion", "q1")].score.calls == 2
+        assert len(read_records(tmp_path / RESULTS_FILE)) == len(records)
+
+    def test_resume_asks_only_the_missing_questions(self, tmp_path):
+        make_evaluator(tmp_path, strategies=["concatenation"]).run(QUESTIONS[:2])
+        lines_before = (tmp_path / RESULTS_FILE).read_text().splitlines()
+        evaluator = make_evaluator(tmp_path, strategies=["concatenation"])
+        calls = []
+        original = evaluator._answer
+
+        def counting(pipeline, strategy, top_k, setting, question):
+            calls.append(question.id)
+            return original(pipeline, strategy, top_k, setting, question)
+
+        evaluator._answer = counting  # type: ignore[method-assign]
+        records = evaluator.run()
+        assert calls == ["q3"]
+        assert len(records) == 3
+        assert (tmp_path / RESULTS_FILE).read_text().splitlines()[:2] == lines_before
+
+    def test_a_torn_last_line_is_ignored_and_redone(self, tmp_path):
+        make_evaluator(tmp_path, strategies=["concatenation"]).run(QUESTIONS[:1])
+        with (tmp_path / RESULTS_FILE).open("a") as file:
+            file.write('{"strategy": "concatenation", "top_k"')
+        assert len(make_evaluator(tmp_path, strategies=["concatenation"]).run()) == 3
+
+    def test_concurrent_questions_give_the_same_records(self, tmp_path):
+        serial = make_evaluator(tmp_path / "a").run()
+        concurrent = make_evaluator(tmp_path / "b", concurrency=3).run()
+        assert [(r.strategy, r.question_id, r.prediction) for r in serial] == [
+            (r.strategy, r.question_id, r.prediction) for r in concurrent
+        ]
+
+    def test_closed_book_filter_drops_questions_answered_without_passages(self, tmp_path):
+        evaluator = make_evaluator(tmp_path, closed_book_filter=True)
+        evaluator.generator_factory = lambda: MockChatGenerator(responses="Paris")  # right for q1 only
+        kept = evaluator.closed_book_filter(QUESTIONS)
+        assert [q.id for q in kept] == ["q2", "q3"]
+
+    def test_config_errors(self):
+        with pytest.raises(ValueError, match="registered strategies"):
+            EvalConfig(strategies=["nope"])
+        with pytest.raises(ValueError, match="top-k"):
+            EvalConfig(strategies=["concatenation"], top_ks=[0])
+
+
+class TestReport:
+    def test_writes_summary_table_and_charts(self, tmp_path):
+        records = make_evaluator(tmp_path, top_ks=[1, 2]).run()
+        summary = write_report(records, tmp_path, title="capitals")
+        assert [(run["strategy"], run["top_k"]) for run in summary["runs"]] == [
+            ("concatenation", 1),
+            ("concatenation", 2),
+            ("post_fusion", 1),
+            ("post_fusion", 2),
+        ]
+        assert json.loads((tmp_path / "summary.json").read_text())["runs"][0]["questions"] == 3
+        table = (tmp_path / TABLE_FILE).read_text()
+        assert "| strategy | top-k | EM | F1 | %Unk | %NM |" in table
+        assert "| concatenation | 1 | 100.0 |" in table
+        assert "| concatenation | 2 | 50.0 |" in table  # the mock reads the first city of the whole context
+        assert "| post_fusion | 2 | 100.0 |" in table  # one passage per call: no distraction
+        assert (tmp_path / TOKENS_CHART).stat().st_size > 0
+        assert (tmp_path / TOPK_CHART).stat().st_size > 0
+
+    def test_no_records(self, tmp_path):
+        with pytest.raises(ValueError, match="no answered questions"):
+            write_report([], tmp_path)
