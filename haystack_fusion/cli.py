@@ -240,7 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `haystack-fusion`; returns the exit status (2 for bad input, with the reason on stderr)."""
     args = build_parser().parse_args(argv)
-    if isinstance(getattr(args, "top_k", 1), int) and args.top_k < 1:
+    top_k = getattr(args, "top_k", None)
+    if isinstance(top_k, int) and top_k < 1:
         print("haystack-fusion: --top-k must be at least 1", file=sys.stderr)
         return 2
     try:
