@@ -13,7 +13,7 @@ from typing import Any
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 
 from haystack_fusion.backends import load_store, local_chat_generator, save_store
-from haystack_fusion.corpus import default_squad_path, download, load_passages, load_squad
+from haystack_fusion.corpus import default_squad_path, load_passages, load_squad, local_path
 from haystack_fusion.strategies import STRATEGIES, StrategyRun, build_pipeline, get_strategy, run_strategy
 
 STORE_ENV_VAR = "HAYSTACK_FUSION_STORE"
@@ -125,9 +125,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    if str(source).startswith(("http://", "https://")):
-        source = download(str(source), args.cache_dir)
-    documents, questions = load_squad(source)
+    documents, questions = load_squad(local_path(str(source), cache_dir=args.cache_dir))
     store_path = _store_path(args.store)
     save_store(documents, store_path)
     print(f"Indexed {len(documents)} passages ({len(questions)} questions) from {source} into {store_path}\n")

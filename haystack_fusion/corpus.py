@@ -50,6 +50,20 @@ def _existing(path: str | Path) -> Path:
     return path
 
 
+def local_path(path_or_url: str | Path, *, cache_dir: str | Path | None = None) -> Path:
+    """
+    A local file or folder for a path or an http(s) URL (downloaded once with `download`, then cached).
+
+    :param path_or_url: A local path, or an `http://` / `https://` URL.
+    :param cache_dir: Where downloads are cached (default `~/.cache/haystack_fusion`).
+    :returns: The existing local path.
+    :raises FileNotFoundError: If a local path does not exist.
+    """
+    if isinstance(path_or_url, str) and urlparse(path_or_url).scheme.lower() in ("http", "https"):
+        return download(path_or_url, cache_dir)
+    return _existing(path_or_url)
+
+
 def _field(obj: Any, key: str, where: str) -> Any:
     if not isinstance(obj, dict) or key not in obj:
         raise ValueError(f"{where}: missing key '{key}'")
@@ -212,10 +226,7 @@ def load_passages(path_or_url: str | Path, *, cache_dir: str | Path | None = Non
     :raises ValueError: If the path is of no accepted kind, or the loader it goes to raises `ValueError`.
     :raises requests.HTTPError: If a URL download fails with an HTTP error status.
     """
-    if isinstance(path_or_url, str) and urlparse(path_or_url).scheme.lower() in ("http", "https"):
-        path = download(path_or_url, cache_dir)
-    else:
-        path = _existing(path_or_url)
+    path = local_path(path_or_url, cache_dir=cache_dir)
     if path.is_dir():
         return load_text_folder(path)
     suffix = path.suffix.lower()

@@ -15,7 +15,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from haystack import Document, logging
 
@@ -188,7 +187,7 @@ def load_dpr_tsv_passages(path: str | Path) -> list[Document]:
         columns or has an empty `text` (the message names the file and the 1-based line number), or the file
         holds no passages.
     """
-    path = _corpus._existing(path)
+    path = _corpus.local_path(path)
     documents: list[Document] = []
     with path.open(encoding="utf-8-sig", newline="") as f:
         reader = csv.reader(f, delimiter="\t")
@@ -242,8 +241,8 @@ def load_nq_open(questions_path: str | Path, corpus_path: str | Path) -> EvalDat
         that is not a list of strings, or repeats an earlier id (the message names the file and the 1-based line
         number); if the question file is empty; or if the corpus has an unsupported suffix or is malformed.
     """
-    questions_file = _corpus._existing(questions_path)
-    corpus_file = _corpus._existing(corpus_path)
+    questions_file = _corpus.local_path(questions_path)
+    corpus_file = _corpus.local_path(corpus_path)
     questions = _load_nq_questions(questions_file)
     documents = _load_corpus(corpus_file)
     logger.info(
@@ -253,16 +252,6 @@ def load_nq_open(questions_path: str | Path, corpus_path: str | Path) -> EvalDat
         n=len(documents),
     )
     return EvalDataset(name=questions_file.stem, documents=documents, questions=questions)
-
-
-def _is_url(value: str | Path) -> bool:
-    return isinstance(value, str) and urlparse(value).scheme.lower() in ("http", "https")
-
-
-def _local(path_or_url: str | Path, cache_dir: str | Path | None) -> Path:
-    if _is_url(path_or_url):
-        return _corpus.download(str(path_or_url), cache_dir)
-    return _corpus._existing(path_or_url)
 
 
 def load_dataset(
@@ -285,7 +274,7 @@ def load_dataset(
         a `.json` dataset comes with one, or the loader raises `ValueError`.
     :raises requests.RequestException: If a download fails.
     """
-    path = _local(dataset, cache_dir)
+    path = _corpus.local_path(dataset, cache_dir=cache_dir)
     suffix = path.suffix.lower()
     if suffix == ".json":
         if corpus is not None:
@@ -299,7 +288,7 @@ def load_dataset(
                 f"'{dataset}' is an NQ-open question file: `--corpus` is needed (a .jsonl or DPR-style .tsv passage "
                 "file to retrieve from)"
             )
-        return load_nq_open(path, _local(corpus, cache_dir))
+        return load_nq_open(path, _corpus.local_path(corpus, cache_dir=cache_dir))
     raise ValueError(
         f"Cannot load an evaluation dataset from '{dataset}': expected a SQuAD .json or an NQ-open .jsonl file"
     )
