@@ -20,3 +20,24 @@ def test_eval_is_deterministic_and_resumes(tmp_path, squad, llm, capsys):
     assert (tmp_path / "a" / RESULTS_FILE).read_text().splitlines() == lines
     assert "| concatenation | 5 |" in capsys.readouterr().out
     assert (tmp_path / "a" / "em_vs_tokens.png").is_file()
+
+
+def test_eval_settings_on_the_real_subset(tmp_path, squad, llm):
+    """Gold passage first, a noise ratio and the closed-book filter, end to end with the embedded model."""
+    dataset = str(default_squad_path())
+    base = ["eval", "--dataset", dataset, "--strategies", "concatenation", "--limit", "4", "--top-k", "3"]
+    assert main([*base, "--gold-passage", "first", "--out", str(tmp_path / "gold")]) == 0
+    gold_by_question = {q.id: q.gold_document_id for q in squad[1][:4]}
+    for record in read_records(tmp_path / "gold" / RESULTS_FILE):
+        assert record.passages[0] == gold_by_question[record.question_id]
+        assert len(record.passages) == 3
+    assert main([*base, "--noise-ratio", "0.67", "--out", str(tmp_path / "noise")]) == 0
+    documents = {d.id: d.content or "" for d in squad[0]}
+    for record in read_records(tmp_path / "noise" / RESULTS_FILE):
+        if record.answerable:
+            with_answer = [p for p in record.passages if any(g.lower() in documents[p].lower() for g in record.gold)]
+            assert len(record.passages) - len(with_answer) == 2  # round(3 * 0.67) irrelevant passages
+    assert main([*base, "--closed-book-filter", "--out", str(tmp_path / "closed")]) == 0
+    closed_book = read_records(tmp_path / "closed" / "closed_book.jsonl")
+    assert closed_book
+    assert all(record.passages == [] for record in closed_book)
