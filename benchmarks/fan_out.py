@@ -1,0 +1,64 @@
+"""
+Benchmark: post-fusion's k calls with a hosted-API-like generator, sequential vs concurrent (DESIGN "Concurrency").
+
+The generator waits a fixed latency per call (asyncio.sleep, as a remote API would) and answers from the prompt, so
+the figures measure the fan-out, not a model. Prints wall time per question and the speed-up ratio, measured in one
+run. Run: `.venv/bin/python benchmarks/fan_out.py [--latency 0.2] [--k 10] [--questions 5]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from typing import Any
+
+from haystack import Document, component
+from haystack.dataclasses import ChatMessage
+
+from haystack_fusion import PostFusionVoter
+
+
+@component
+class RemoteLikeGenerator:
+    """Answers "Paris" after `latency` seconds, in `run_async` (event loop) and `run` (blocking)."""
+
+    def __init__(self, latency: float) -> None:
+        self.latency = latency
+
+    @component.output_types(replies=list[ChatMessage])
+    def run(self, messages: list[ChatMessage], **_: Any) -> dict[str, Any]:
+        time.sleep(self.latency)
+        return {"replies": [ChatMessage.from_assistant("Paris", meta={"usage": {"prompt_tokens": 100}})]}
+
+    @component.output_types(replies=list[ChatMessage])
+    async def run_async(self, messages: list[ChatMessage], **_: Any) -> dict[str, Any]:
+        await asyncio.sleep(self.latency)
+        return {"replies": [ChatMessage.from_assistant("Paris", meta={"usage": {"prompt_tokens": 100}})]}
+
+
+def seconds_per_question(max_concurrency: int, latency: float, k: int, questions: int) -> float:
+    voter = PostFusionVoter(chat_generator=RemoteLikeGenerator(latency), max_concurrency=max_concurrency)
+    documents = [Document(content=f"Passage {i} about Paris.") for i in range(k)]
+    start = time.perf_counter()
+    for _ in range(questions):
+        voter.run(query="What is the capital of France?", documents=documents)
+    return (time.perf_counter() - start) / questions
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--latency", type=float, default=0.2, help="seconds per simulated call")
+    parser.add_argument("--k", type=int, default=10, help="passages per question")
+    parser.add_argument("--questions", type=int, default=5)
+    args = parser.parse_args()
+    sequential = seconds_per_question(1, args.latency, args.k, args.questions)
+    print(f"k={args.k}, latency {args.latency:.3f} s/call, {args.questions} questions")
+    print(f"max_concurrency=1: {sequential:.3f} s/question")
+    for concurrency in (2, 4, args.k):
+        concurrent = seconds_per_question(concurrency, args.latency, args.k, args.questions)
+        print(f"max_concurrency={concurrency}: {concurrent:.3f} s/question, speed-up x{sequential / concurrent:.2f}")
+
+
+if __name__ == "__main__":
+    main()
