@@ -117,18 +117,29 @@ class PostFusionVoter:
         deserialize_chatgenerator_inplace(data["init_parameters"], key="chat_generator")
         return default_from_dict(cls, data)
 
-    def _prompts(self, query: str, documents: list[Document]) -> list[list[ChatMessage]]:
-        """p prompts per passage, passage by passage in rank order (the Figure 7 prompt with one passage)."""
+    def _plan(
+        self, query: str, documents: list[Document] | None
+    ) -> tuple[str, list[Document], list[list[ChatMessage]]]:
+        """Validate the inputs; p prompts per passage in rank order (the Figure 7 prompt with one passage)."""
+        query = validate_query(query)
+        documents = list(documents or [])
         prompts = []
         for document in documents:
             prompt = render(self._prompt, passages=format_passages([document], self.max_passage_chars), query=query)
             prompts.extend([prompt] * self.samples_per_passage)
-        return prompts
+        return query, documents, prompts
 
-    def _generation_kwargs(self) -> dict[str, Any] | None:
-        if self.samples_per_passage == 1:
-            return None
-        return DEFAULT_SAMPLING_KWARGS if self.sampling_generation_kwargs is None else self.sampling_generation_kwargs
+    def _fan_out_settings(self) -> dict[str, Any]:
+        """The fan-out's keyword arguments: concurrency, sampling for p > 1 (section 4.4), failure policy."""
+        sampling = None
+        if self.samples_per_passage > 1:
+            sampling = self.sampling_generation_kwargs
+            sampling = DEFAULT_SAMPLING_KWARGS if sampling is None else sampling
+        return {
+            "max_concurrency": self.max_concurrency,
+            "generation_kwargs": sampling,
+            "raise_on_failure": self.raise_on_failure,
+        }
 
     def _vote(self, query: str, documents: list[Document], calls: FanOutResult | None) -> dict[str, Any]:
         """Turn the per-passage replies into the outputs (also for zero documents, with `calls` None)."""
@@ -201,17 +212,8 @@ class PostFusionVoter:
               passage answered (so that a distiller round connected to them does not run, as in PF+Concat).
         :raises ValueError: If `query` is empty or only whitespace.
         """
-        query = validate_query(query)
-        documents = list(documents or [])
-        if not documents:
-            return self._vote(query, documents, None)
-        calls = run_chat_calls(
-            self._chat_generator,
-            self._prompts(query, documents),
-            max_concurrency=self.max_concurrency,
-            generation_kwargs=self._generation_kwargs(),
-            raise_on_failure=self.raise_on_failure,
-        )
+        query, documents, prompts = self._plan(query, documents)
+        calls = run_chat_calls(self._chat_generator, prompts, **self._fan_out_settings()) if prompts else None
         return self._vote(query, documents, calls)
 
     @component.output_types(
@@ -219,15 +221,8 @@ class PostFusionVoter:
     )
     async def run_async(self, query: str, documents: list[Document]) -> dict[str, Any]:
         """Async form of `run`, with the same inputs, outputs and errors; calls the generator's `run_async`."""
-        query = validate_query(query)
-        documents = list(documents or [])
-        if not documents:
-            return self._vote(query, documents, None)
-        calls = await run_chat_calls_async(
-            self._chat_generator,
-            self._prompts(query, documents),
-            max_concurrency=self.max_concurrency,
-            generation_kwargs=self._generation_kwargs(),
-            raise_on_failure=self.raise_on_failure,
+        query, documents, prompts = self._plan(query, documents)
+        calls = (
+            await run_chat_calls_async(self._chat_generator, prompts, **self._fan_out_settings()) if prompts else None
         )
         return self._vote(query, documents, calls)
