@@ -254,7 +254,8 @@ def build_pipeline(name: str, **config: Any) -> Pipeline:
     from haystack_fusion.backends import load_store, local_chat_generator
     from haystack_fusion.strategies import build_pipeline, run_strategy
 
-    retriever = InMemoryBM25Retriever(load_store(".cache/squad2.json"), top_k=5)
+    # the index made by `haystack-fusion index passages.jsonl --store index.json`
+    retriever = InMemoryBM25Retriever(load_store("index.json"), top_k=5)
     pipe = build_pipeline("concat_pf", retriever=retriever, chat_generator=local_chat_generator())
     print(run_strategy("concat_pf", pipe, "In what country is Normandy located?").answer.data)
     ```
