@@ -7,6 +7,7 @@ from typing import Any
 from haystack import Document, component, default_from_dict, default_to_dict
 
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, format_passages
+from haystack_fusion.prompts.passages import PASSAGE_LAYOUTS, PassageLayout
 
 
 @component
@@ -28,20 +29,27 @@ class PassageFormatter:
     ```
     """
 
-    def __init__(self, *, max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS) -> None:
+    def __init__(
+        self, *, max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS, layout: PassageLayout = "numbered"
+    ) -> None:
         """
         Create a PassageFormatter.
 
         :param max_passage_chars: Per-passage context budget in characters; None for no limit.
-        :raises ValueError: If `max_passage_chars` is not positive.
+        :param layout: "numbered" (`[i]`, paper 000's figures) or "titled" (`Passage #i Title/Text`, paper 002's
+            listings).
+        :raises ValueError: If `max_passage_chars` is not positive or `layout` is unknown.
         """
         if max_passage_chars is not None and max_passage_chars <= 0:
             raise ValueError(f"`max_passage_chars` must be positive or None, got {max_passage_chars}")
+        if layout not in PASSAGE_LAYOUTS:
+            raise ValueError(f"`layout` must be one of {', '.join(PASSAGE_LAYOUTS)}, got {layout!r}")
         self.max_passage_chars = max_passage_chars
+        self.layout = layout
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize this component to a dictionary."""
-        return default_to_dict(self, max_passage_chars=self.max_passage_chars)
+        return default_to_dict(self, max_passage_chars=self.max_passage_chars, layout=self.layout)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PassageFormatter:
@@ -56,4 +64,4 @@ class PassageFormatter:
         :param documents: The passages, best-ranked first (may be empty).
         :returns: A dictionary with `passages`: the context block, one delimited block per document ("" for none).
         """
-        return {"passages": format_passages(documents, self.max_passage_chars)}
+        return {"passages": format_passages(documents, self.max_passage_chars, self.layout)}

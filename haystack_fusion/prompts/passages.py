@@ -12,8 +12,18 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from typing import Literal
 
 from haystack import Document
+
+PassageLayout = Literal["numbered", "titled"]
+"""How passages are listed: "numbered" as `[i]` (paper 000, Figures 7-9) or "titled" as `Passage #i Title:` /
+`Passage #i Text:` (paper 002, Appendix A, Listings 6, 7, 10-12)."""
+
+PASSAGE_LAYOUTS: tuple[str, ...] = ("numbered", "titled")
+
+MAX_TITLE_CHARS = 200
+"""Budget for a passage title in the "titled" layout, in characters."""
 
 DEFAULT_MAX_PASSAGE_CHARS = 2000
 """Context budget per passage, in characters (~4 characters per token): about 500 tokens, five times a 100-word
@@ -47,12 +57,25 @@ def passage_key(texts: Sequence[str]) -> str:
         salt += 1
 
 
-def format_passages(documents: Sequence[Document], max_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS) -> str:
-    """
-    Render passages as numbered, delimited blocks for a prompt's context (paper 000, Figures 7-9: "[1] ...").
+def _title(document: Document) -> str:
+    title = " ".join(str((document.meta or {}).get("title") or "").split())
+    return title[:MAX_TITLE_CHARS]
 
-    Each passage becomes `[i] <passage key="K">`, its text on one line (whitespace collapsed), and
-    `</passage key="K">`, in the given (retrieval) order, numbered from 1. The `PassageFormatter` component puts it into
+
+def format_passages(
+    documents: Sequence[Document],
+    max_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
+    layout: PassageLayout = "numbered",
+) -> str:
+    """
+    Render passages as numbered, delimited blocks for a prompt's context.
+
+    With the "numbered" layout (paper 000, Figures 7-9: "[1] ...") each passage becomes `[i] <passage key="K">`, its
+    text on one line (whitespace collapsed), and `</passage key="K">`, joined by newlines. With the "titled" layout
+    (paper 002, Appendix A: "Passage #1 Title: ... / Passage #1 Text: ...") each passage becomes
+    `Passage #i Title: <meta["title"]>` (omitted when the passage has no title; one line, at most 200 characters),
+    then `Passage #i Text: <passage key="K">`, the text and the closing line, with a blank line between passages.
+    Passages stay in the given (retrieval) order, numbered from 1. The `PassageFormatter` component puts this into
     pipelines.
 
     ### Usage example
@@ -65,18 +88,29 @@ def format_passages(documents: Sequence[Document], max_chars: int | None = DEFAU
 
     :param documents: The passages, best-ranked first; may be empty.
     :param max_chars: Per-passage budget in characters, or None for no limit.
-    :returns: The context block: `len(documents)` passage blocks joined by newlines; "" for no documents.
-    :raises ValueError: If `max_chars` is not positive.
+    :param layout: "numbered" (paper 000) or "titled" (paper 002).
+    :returns: The context block: `len(documents)` passage blocks; "" for no documents.
+    :raises ValueError: If `max_chars` is not positive or `layout` is unknown.
     """
     if max_chars is not None and max_chars <= 0:
         raise ValueError(f"`max_chars` must be positive or None, got {max_chars}")
+    if layout not in PASSAGE_LAYOUTS:
+        raise ValueError(f"`layout` must be one of {', '.join(PASSAGE_LAYOUTS)}, got {layout!r}")
     texts = [_passage_text(document, max_chars) for document in documents]
     if not texts:
         return ""
-    key = passage_key(texts)
-    return "\n".join(
-        f'[{i}] <passage key="{key}">\n{text}\n</passage key="{key}">' for i, text in enumerate(texts, start=1)
-    )
+    if layout == "numbered":
+        key = passage_key(texts)
+        return "\n".join(
+            f'[{i}] <passage key="{key}">\n{text}\n</passage key="{key}">' for i, text in enumerate(texts, start=1)
+        )
+    titles = [_title(document) for document in documents]
+    key = passage_key(texts + titles)
+    blocks = []
+    for i, (title, text) in enumerate(zip(titles, texts, strict=True), start=1):
+        title_line = f"Passage #{i} Title: {title}\n" if title else ""
+        blocks.append(f'{title_line}Passage #{i} Text: <passage key="{key}">\n{text}\n</passage key="{key}">')
+    return "\n\n".join(blocks)
 
 
 def count_passage_blocks(rendered: str, key: str) -> int:
