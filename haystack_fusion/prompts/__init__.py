@@ -14,8 +14,11 @@ from typing import Any
 from haystack.components.builders import ChatPromptBuilder
 from haystack.dataclasses import ChatMessage
 
-from haystack_fusion.prompts import distiller, figure7, figure8_pruning, figure9_summary
+from haystack_fusion.prompts import distiller, figure7, figure8_pruning, figure9_summary, sure
 from haystack_fusion.prompts.passages import DEFAULT_MAX_PASSAGE_CHARS, format_passages, passage_key
+
+WHOLE_REPLY_PATTERN = r"^\s*([\s\S]*?)\s*$"
+"""Prompts whose reply a component parses itself (SuRe's candidates, summaries, validity, ranking): the whole reply."""
 
 COT_ANSWER_PATTERN = r"Answer:[ \t]*([^\n]*)"
 """Chain-of-thought prompts (Figures 8-9): the answer is the rest of the first "Answer:" line of the completion."""
@@ -77,6 +80,27 @@ PROMPTS: dict[str, PromptTemplate] = {
         PromptTemplate("pruning", "paper 000, Appendix A, Figure 8", figure8_pruning.TEMPLATE, COT_ANSWER_PATTERN),
         PromptTemplate("summary", "paper 000, Appendix A, Figure 9", figure9_summary.TEMPLATE, COT_ANSWER_PATTERN),
         PromptTemplate("distiller", "paper 000, section 3.3", distiller.TEMPLATE, distiller.ANSWER_PATTERN),
+        PromptTemplate("sure_candidates", "paper 002, Appendix A.1, Listing 6", sure.CANDIDATES, WHOLE_REPLY_PATTERN),
+        PromptTemplate(
+            "sure_few_shot_candidates",
+            "paper 002, Appendix B.5, Listing 13",
+            sure.FEW_SHOT_CANDIDATES,
+            WHOLE_REPLY_PATTERN,
+        ),
+        PromptTemplate(
+            "sure_summary", "paper 002, Appendix A.2, Listing 7", sure.CONDITIONAL_SUMMARY, WHOLE_REPLY_PATTERN
+        ),
+        PromptTemplate(
+            "sure_generic_summary", "paper 002, Appendix A.6, Listing 11", sure.GENERIC_SUMMARY, WHOLE_REPLY_PATTERN
+        ),
+        PromptTemplate("sure_validity", "paper 002, Appendix A.3, Listing 8", sure.VALIDITY, WHOLE_REPLY_PATTERN),
+        PromptTemplate("sure_ranking", "paper 002, Appendix A.4, Listing 9", sure.RANKING, WHOLE_REPLY_PATTERN),
+        PromptTemplate("sure_base", "paper 002, Appendix A.5, Listing 10", sure.BASE, sure.SHORT_ANSWER_PATTERN),
+        PromptTemplate("sure_mcq", "paper 002, Appendix A.7, Listing 12", sure.MCQ, sure.SHORT_ANSWER_PATTERN),
+        PromptTemplate(
+            "sure_sum_and_pred", "paper 002, section 4.3, Table 3", sure.SUM_AND_PRED, sure.SHORT_ANSWER_PATTERN
+        ),
+        PromptTemplate("sure_sum_all", "paper 002, section 4.3, Table 3", sure.SUM_ALL, sure.SHORT_ANSWER_PATTERN),
     )
 }
 """Every prompt template of the package, by name."""
@@ -110,6 +134,7 @@ __all__ = [
     "COT_ANSWER_PATTERN",
     "DEFAULT_MAX_PASSAGE_CHARS",
     "PROMPTS",
+    "WHOLE_REPLY_PATTERN",
     "PromptTemplate",
     "extract_answer",
     "format_passages",

@@ -1,0 +1,208 @@
+"""
+Paper 002 (SuRe), Appendix A: the prompts of SuRe and of its baselines, Listings 6-12.
+
+The wording and layout follow the listings; passages are listed in the "titled" layout of `format_passages`
+("Passage #i Title: ..." / "Passage #i Text: ..."), each text inside its delimited block. The listings are written for
+K = 2 ("provide two correct candidates", "(a) xx, (b) yy"); for other K the number word and the form grow with K.
+Summaries are model output: they are shown on one line each (whitespace collapsed), as the listings show them.
+"""
+
+from __future__ import annotations
+
+CHOICE_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+"""Candidate labels "(a)", "(b)", ... (Listings 6, 7, 12); the 27th candidate wraps to "(a)" again."""
+
+_CHOICES = (
+    "{% for candidate in candidates %}{% if not loop.first %} {% endif %}"
+    '({{ "' + CHOICE_LETTERS + '"[loop.index0 % 26] }}) {{ candidate.split() | join(" ") }}{% endfor %}'
+)
+"""Jinja for the Choices line, "(a) Choice 1 (b) Choice 2" (Listings 7 and 12), from the variable `candidates`."""
+
+CANDIDATES = """Below are {{ num_passages }} passages related to the question at the end. After reading the passages, \
+provide {{ k_words }} correct candidates for the answer to the question at the end. Each answer should be in the form: \
+{{ answer_form }}, and should not exceed 3 words for each candidate.
+
+{{ passages }}
+
+Question: {{ query }}
+
+Answer:"""
+"""Listing 6 (p_can, Eq. 2). Variables: `num_passages` (N), `k_words` ("two" for K = 2), `answer_form` ("(a) xx,
+(b) yy" for K = 2), `passages` (titled layout), `query`."""
+
+FEW_SHOT_EXAMPLES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ('Who produced the album that included a re-recording of "Lithium"?', ("Butch Vig", "Kurt Cobain", "Steve Albini")),
+    ("What city was the victim of Joseph Druces working in?", ("Boston, Massachusetts", "Salem", "Cambridge")),
+    ("In what year was the star of To Hell and Back born?", ("1925", "1955", "1945")),
+)
+"""Demonstrations for Listing 13: paper 000's three answer-format questions (their gold answer first), each with
+further plausible candidates of ours, so that a completion-style model sees the "(a) xx, (b) yy" form filled in."""
+
+FEW_SHOT_CANDIDATES = """Below are {{ num_passages }} passages related to the question at the end. We also provide the \
+answers for various questions. After reading the passages and question-answer pairs, provide {{ k_words }} correct \
+candidates for the answer to the question at the end. Each answer should be in the form: {{ answer_form }}, and should \
+not exceed 3 words for each candidate.
+
+{{ passages }}
+
+{% for example in examples %}Question: {{ example.question }}
+Answer: {{ example.answer }}
+
+{% endfor %}Question: {{ query }}
+Provide {{ k_words }} correct candidates for the answer:"""
+"""Listing 13 (Appendix B.5, Table 9): Listing 6 with question-answer demonstrations, for base models that continue
+text rather than follow instructions. Variables: as Listing 6, plus `examples` (`question`, `answer` = the K
+candidates in the answer form) from `few_shot_examples(k)`."""
+
+CONDITIONAL_SUMMARY = (
+    """{{ passages }}
+
+Your job is to act as a professional writer. You will write a good-quality passage that can support the given \
+prediction about the question only based on the information in the provided supporting passages.
+
+Now, let's start. After you write, please write [DONE] to indicate you are done. Do not write a prefix (e.g., \
+"Response:") while writing a passage.
+
+Question: {{ query }}
+Choices: """
+    + _CHOICES
+    + """
+Prediction: ({{ \""""
+    + CHOICE_LETTERS
+    + """"[target % 26] }}) {{ candidates[target].split() | join(" ") }}
+Passage:"""
+)
+"""Listing 7 (p_sum, Eq. 3). Variables: `passages`, `query`, `candidates` (all K), `target` (0-based index of the
+candidate this summary supports)."""
+
+GENERIC_SUMMARY = """{{ passages }}
+
+Your job is to act as a professional writer. You will write a good-quality passage that can support the prediction \
+about the question only based on the information in the provided supporting passages.
+
+Now, let's start. After you write, please write [DONE] to indicate you are done. Do not write a prefix (e.g., \
+"Response:") while writing a passage.
+
+Question: {{ query }}
+Passage:"""
+"""Listing 11 (generic summarization, section 4.3 "Sum-and-pred (Gen)"). Variables: `passages`, `query`."""
+
+DONE_MARKER = "[DONE]"
+"""What Listings 7 and 11 ask the model to write after the summary; it is cut from the summary with what follows."""
+
+VALIDITY = """Question: {{ query }}
+
+Prediction: {{ prediction | replace("\\n", " ") | trim }}
+
+Passage: {{ summary }}
+
+Does the passage correctly support the prediction? Choices: [True, False]. Answer:"""
+"""Listing 8 (p_val, Eq. 4). Variables: `query`, `prediction` (the candidate), `summary` (its summary, one line)."""
+
+RANKING = """Question: Given the following passages, determine which one provides a more informative answer to the \
+subsequent question.
+
+Passage 1: {{ summary_1 }}
+
+Passage 2: {{ summary_2 }}
+
+Target Question: {{ query }}
+
+Your Task:
+Identify which passage (Passage 1 or Passage 2) is more relevant and informative to answer the question at hand. \
+Choices: [Passage 1, Passage 2].
+
+Answer:"""
+"""Listing 9 (p_rank, Eq. 5). Variables: `query`, `summary_1`, `summary_2` (one line each)."""
+
+BASE = """{{ passages }}
+
+Task description: predict the answer to the following question. Do not exceed 3 words.
+
+Question: {{ query }}
+
+Answer:"""
+"""Listing 10 (Base, Appendix A.5). Variables: `passages` (titled layout), `query`. Sum-and-pred (Gen) reads it with
+the generic summary as the one passage (section 4.3)."""
+
+MCQ = (
+    """{{ passages }}
+
+Task description: predict the answer to the following question. Do not exceed 3 words.
+
+Question: {{ query }}
+Choices: """
+    + _CHOICES
+    + """
+Answer:"""
+)
+"""Listing 12 (MCQ prompt, Appendix A.7): Listing 10 with the Eq. 2 candidates as choices. Variables: `passages`,
+`query`, `candidates`."""
+
+SUM_ALL = """{{ passages }}
+{% for summary in summaries %}
+Summary #{{ loop.index }}: {{ summary | replace("\\n", " ") | trim }}
+{% endfor %}
+Task description: predict the answer to the following question. Do not exceed 3 words.
+
+Question: {{ query }}
+
+Answer:"""
+"""Table 3 "+ Conditional summarizations" (section 4.3): Listing 10 with all K conditional summaries appended after
+the passages. The paper shows no listing for it; the summaries follow the passages as "Summary #k:" lines. Variables:
+`passages`, `summaries`, `query`."""
+
+SUM_AND_PRED = """{% for summary in summaries %}Passage #{{ loop.index }} Text: {{ summary | replace("\\n", " ") | \
+trim }}
+
+{% endfor %}Task description: predict the answer to the following question. Do not exceed 3 words.
+
+Question: {{ query }}
+
+Answer:"""
+"""Table 3 "Sum-and-pred (Gen)" (section 4.3): Listing 10 with the generic summary (Listing 11) in place of the
+passages. Variables: `summaries` (the one generic summary; empty when nothing was retrieved), `query`."""
+
+SHORT_ANSWER_PATTERN = r"^\s*(?:\([a-z]\)\s*)?([^\n]*?)[ \t.]*(?:\n|$)"
+"""Listings 10-12 end with "Answer:": the answer is the first line of the completion, without a leading choice label
+"(a) " (an MCQ reply names its choice that way) and without a trailing period."""
+
+_NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+_PLACEHOLDERS = ("xx", "yy", "zz", "ww", "vv", "uu", "tt", "ss", "rr", "qq")
+
+
+def candidate_prompt_variables(k: int) -> dict[str, str]:
+    """
+    The K-dependent words of Listing 6: "two" and "(a) xx, (b) yy" for K = 2.
+
+    :param k: Number of candidates K (>= 1).
+    :returns: `k_words` (the number in words up to ten, else digits) and `answer_form` (K labelled placeholders).
+    :raises ValueError: If `k` is below 1.
+    """
+    if k < 1:
+        raise ValueError(f"The number of candidates must be at least 1, got {k}")
+    k_words = _NUMBER_WORDS[k] if k < len(_NUMBER_WORDS) else str(k)
+    form = ", ".join(f"({CHOICE_LETTERS[i % 26]}) {_PLACEHOLDERS[i % len(_PLACEHOLDERS)]}" for i in range(k))
+    return {"k_words": k_words, "answer_form": form}
+
+
+def few_shot_examples(k: int) -> list[dict[str, str]]:
+    """
+    The Listing 13 demonstrations for K candidates: each answer is "(a) .., (b) .." with the first K (at most three)
+    candidates of `FEW_SHOT_EXAMPLES`.
+
+    :param k: Number of candidates K (>= 1).
+    :returns: Three dicts with `question` and `answer`.
+    """
+    return [
+        {
+            "question": question,
+            "answer": ", ".join(f"({CHOICE_LETTERS[i]}) {candidate}" for i, candidate in enumerate(candidates[:k])),
+        }
+        for question, candidates in FEW_SHOT_EXAMPLES
+    ]
+
+
+def one_line(text: str | None) -> str:
+    """A summary as the verification prompts show it: whitespace collapsed to single spaces ("" for None)."""
+    return " ".join((text or "").split())
