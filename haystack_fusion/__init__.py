@@ -9,8 +9,21 @@ so YAML pipelines that use its components load with `Pipeline.loads`.
 from haystack.core.serialization_security import allow_deserialization_module
 
 from haystack_fusion.__about__ import __version__
-from haystack_fusion.components import PassageFormatter, PostFusionVoter, UnknownRouter
+from haystack_fusion.components import (
+    CandidateSummarizer,
+    PassageFormatter,
+    PostFusionVoter,
+    SummaryVerifier,
+    UnknownRouter,
+)
 
 allow_deserialization_module("haystack_fusion")
 
-__all__ = ["PassageFormatter", "PostFusionVoter", "UnknownRouter", "__version__"]
+__all__ = [
+    "CandidateSummarizer",
+    "PassageFormatter",
+    "PostFusionVoter",
+    "SummaryVerifier",
+    "UnknownRouter",
+    "__version__",
+]

@@ -1,0 +1,233 @@
+"""CandidateSummarizer: SuRe's answer candidates and candidate-conditioned summaries (paper 002, section 3.2)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from haystack import Document, component, default_from_dict, default_to_dict, logging
+from haystack.components.generators.chat.types import ChatGenerator
+from haystack.core.serialization import component_to_dict
+from haystack.dataclasses import ChatMessage
+from haystack.utils import deserialize_chatgenerator_inplace
+
+from haystack_fusion.llm_calls import FanOutResult, run_chat_calls, run_chat_calls_async, sum_usage
+from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render, validate_query
+from haystack_fusion.prompts.sure import DONE_MARKER, candidate_prompt_variables, few_shot_examples
+from haystack_fusion.sure import parse_candidates
+
+logger = logging.getLogger(__name__)
+
+SummaryMode = Literal["conditional", "generic", "candidates"]
+SUMMARY_MODES: tuple[str, ...] = ("conditional", "generic", "candidates")
+
+_PREFIX = re.compile(r"^\s*(?:\([a-z]\)\s*)?(?:(?:passage|response|summary)\s*:\s*)?", re.IGNORECASE)
+_NEXT_FIELD = re.compile(r"\n\s*(?:passage|question|prediction|choices|answer)\b[^\n:]{0,12}:", re.IGNORECASE)
+
+
+def clean_summary(reply: str | None) -> str:
+    """
+    A summary as SuRe uses it: the reply up to the "[DONE]" marker (Listings 7 and 11), or up to a line where the
+    model starts another prompt field ("Passage:", "Question:", "Prediction:", ...) as base models do, without a
+    choice label "(b) " or a "Passage:" / "Response:" prefix the model wrote although told not to, stripped. None (a
+    failed call) gives "".
+    """
+    text = _PREFIX.sub("", (reply or "").split(DONE_MARKER, 1)[0])
+    return _NEXT_FIELD.split(text, 1)[0].strip()
+
+
+@component
+class CandidateSummarizer:
+    """
+    Proposes K answer candidates, then summarizes the passages once per candidate (SuRe, paper 002, section 3.2).
+
+    Round 1 is one LLM call with Listing 6 (p_can, Eq. 2) that asks for K candidates as "(a) xx, (b) yy"; the reply is
+    parsed leniently (markers missing, numbered or bulleted lists, one per line, duplicates, more or fewer than K:
+    see `haystack_fusion.sure.parse_candidates`). Round 2 is one call per candidate with Listing 7 (p_sum, Eq. 3),
+    all concurrently up to `max_concurrency`; each prompt shows the passages, the question, all candidates as
+    choices and the target prediction, and the summary is the reply up to "[DONE]". The `generic` mode writes one
+    summary with no candidates (Listing 11, Sum-and-pred baseline of section 4.3); the `candidates` mode stops after
+    round 1 (the MCQ baseline of Appendix A.7).
+
+    ### Usage example
+    ```python
+    from haystack import Document
+    from haystack.components.generators.chat import MockChatGenerator
+    from haystack_fusion import CandidateSummarizer
+
+    llm = MockChatGenerator(responses=["(a) Paris, (b) Lyon", "Paris is the capital. [DONE]", "Lyon is big. [DONE]"])
+    summarizer = CandidateSummarizer(chat_generator=llm, max_concurrency=1)
+    result = summarizer.run(query="What is the capital of France?", documents=[Document(content="Paris ...")])
+    print(result["candidates"], result["summaries"])  # ['Paris', 'Lyon'] ['Paris is the capital.', 'Lyon is big.']
+    ```
+    """
+
+    def __init__(
+        self,
+        *,
+        chat_generator: ChatGenerator,
+        num_candidates: int = 2,
+        mode: SummaryMode = "conditional",
+        max_concurrency: int = 4,
+        max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
+        few_shot: bool = False,
+        raise_on_failure: bool = False,
+    ) -> None:
+        """
+        Create a CandidateSummarizer.
+
+        :param chat_generator: The ChatGenerator that proposes the candidates and writes the summaries.
+        :param num_candidates: K, the answer candidates asked for (>= 1; the paper uses K = 2, section 4.1).
+        :param mode: "conditional" (SuRe: K candidates, one summary each), "generic" (one summary, no candidates,
+            Listing 11) or "candidates" (candidates only, for the MCQ baseline).
+        :param max_concurrency: Largest number of summary calls under way at once (>= 1).
+        :param max_passage_chars: Per-passage context budget in characters (None: no limit); longer passages are
+            trimmed, never the instructions.
+        :param few_shot: If True, candidates come from Listing 13 (Appendix B.5: Listing 6 with question-answer
+            demonstrations, here in the candidate form) instead of Listing 6; for base models that continue text.
+        :param raise_on_failure: If True, a failed call raises; by default it is logged, reported in
+            `meta["failures"]`, and gives no candidates (round 1) or an empty summary (round 2).
+        :raises ValueError: If `num_candidates` or `max_concurrency` is below 1, `mode` is unknown, or
+            `max_passage_chars` is not positive.
+        """
+        if num_candidates < 1:
+            raise ValueError(f"`num_candidates` must be at least 1, got {num_candidates}")
+        if max_concurrency < 1:
+            raise ValueError(f"`max_concurrency` must be at least 1, got {max_concurrency}")
+        if mode not in SUMMARY_MODES:
+            raise ValueError(f"`mode` must be one of {', '.join(SUMMARY_MODES)}, got {mode!r}")
+        if max_passage_chars is not None and max_passage_chars <= 0:
+            raise ValueError(f"`max_passage_chars` must be positive or None, got {max_passage_chars}")
+        self._chat_generator = chat_generator
+        self.num_candidates = num_candidates
+        self.mode = mode
+        self.max_concurrency = max_concurrency
+        self.max_passage_chars = max_passage_chars
+        self.few_shot = few_shot
+        self.raise_on_failure = raise_on_failure
+
+    def warm_up(self) -> None:
+        """Warm up the wrapped chat generator (idempotent)."""
+        if hasattr(self._chat_generator, "warm_up"):
+            self._chat_generator.warm_up()
+
+    def close(self) -> None:
+        """Release the wrapped chat generator's resources."""
+        if hasattr(self._chat_generator, "close"):
+            self._chat_generator.close()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize this component, with its chat generator, to a dictionary."""
+        return default_to_dict(
+            self,
+            chat_generator=component_to_dict(obj=self._chat_generator, name="chat_generator"),
+            num_candidates=self.num_candidates,
+            mode=self.mode,
+            max_concurrency=self.max_concurrency,
+            max_passage_chars=self.max_passage_chars,
+            few_shot=self.few_shot,
+            raise_on_failure=self.raise_on_failure,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CandidateSummarizer:
+        """Deserialize this component, with its chat generator, from a dictionary."""
+        deserialize_chatgenerator_inplace(data["init_parameters"], key="chat_generator")
+        return default_from_dict(cls, data)
+
+    # Each step below is shared by `run` and `run_async`; only the fan-out call differs.
+
+    def _first_round(self, query: str, documents: list[Document] | None) -> tuple[str, str, list[list[ChatMessage]]]:
+        """Validate the inputs; the round-1 prompt (Listing 6, or Listing 11 in generic mode), none without passages."""
+        query = validate_query(query)
+        documents = list(documents or [])
+        passages = format_passages(documents, self.max_passage_chars, layout="titled")
+        if not documents:
+            return query, passages, []
+        if self.mode == "generic":
+            return query, passages, [render(PROMPTS["sure_generic_summary"], passages=passages, query=query)]
+        variables: dict[str, Any] = candidate_prompt_variables(self.num_candidates)
+        if self.few_shot:
+            variables["examples"] = few_shot_examples(self.num_candidates)
+        template = PROMPTS["sure_few_shot_candidates" if self.few_shot else "sure_candidates"]
+        prompt = render(template, passages=passages, query=query, num_passages=len(documents), **variables)
+        return query, passages, [prompt]
+
+    def _second_round(self, query: str, passages: str, candidates: list[str]) -> list[list[ChatMessage]]:
+        """One Listing 7 prompt per candidate, in candidate order (conditional mode only)."""
+        if self.mode != "conditional":
+            return []
+        return [
+            render(PROMPTS["sure_summary"], passages=passages, query=query, candidates=candidates, target=index)
+            for index in range(len(candidates))
+        ]
+
+    def _fan_out(self) -> dict[str, Any]:
+        return {"max_concurrency": self.max_concurrency, "raise_on_failure": self.raise_on_failure}
+
+    def _outputs(self, first: FanOutResult | None, second: FanOutResult | None) -> dict[str, Any]:
+        """Assemble candidates, summaries and meta from the rounds that ran (None: the round did not run)."""
+        reply = first.replies[0] if first else None
+        text = reply.text if reply is not None else None
+        candidates: list[str] = []
+        summaries: list[str] = []
+        if self.mode == "generic":
+            summaries = [clean_summary(text)] if first else []
+        else:
+            candidates = parse_candidates(text, self.num_candidates)
+        if second:
+            summaries = [clean_summary(r.text if r is not None else None) for r in second.replies]
+        failures = [
+            {"round": name, **failure}
+            for name, calls in (("candidates", first), ("summaries", second))
+            if calls
+            for failure in calls.failures
+        ]
+        usage = sum_usage([first.usage if first else None, second.usage if second else None])
+        usage["rounds"] = int(first is not None) + int(second is not None)
+        meta = {
+            "source": "paper 002, section 3.2, Eq. 2-3",
+            "mode": self.mode,
+            "candidates_reply": text if self.mode != "generic" else None,
+            "failures": failures,
+            "usage": usage,
+        }
+        return {"candidates": candidates, "summaries": summaries, "meta": meta}
+
+    @component.output_types(candidates=list[str], summaries=list[str], meta=dict[str, Any])
+    def run(self, query: str, documents: list[Document]) -> dict[str, Any]:
+        """
+        Propose candidates and summarize the passages for each.
+
+        :param query: The question.
+        :param documents: The N retrieved passages, best-ranked first. None or an empty list makes no LLM call and
+            gives no candidates and no summaries.
+        :returns: A dictionary with:
+            - `candidates`: at most K distinct answer candidates in the order the model gave them (fewer when the
+              model gave fewer; empty in generic mode or when the round-1 call failed).
+            - `summaries`: conditional mode: one summary per candidate, same order and length ("" for a failed
+              call); generic mode: the one generic summary; candidates mode: empty.
+            - `meta`: `source`, `mode`, `candidates_reply` (the raw round-1 reply), `failures` (`round`, `index`,
+              `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`, `rounds`).
+        :raises ValueError: If `query` is empty or only whitespace.
+        """
+        query, passages, prompts = self._first_round(query, documents)
+        first = run_chat_calls(self._chat_generator, prompts, **self._fan_out()) if prompts else None
+        candidates = self._outputs(first, None)["candidates"]
+        summary_prompts = self._second_round(query, passages, candidates)
+        second = run_chat_calls(self._chat_generator, summary_prompts, **self._fan_out()) if summary_prompts else None
+        return self._outputs(first, second)
+
+    @component.output_types(candidates=list[str], summaries=list[str], meta=dict[str, Any])
+    async def run_async(self, query: str, documents: list[Document]) -> dict[str, Any]:
+        """Async form of `run`, with the same inputs, outputs and errors; calls the generator's `run_async`."""
+        query, passages, prompts = self._first_round(query, documents)
+        first = await run_chat_calls_async(self._chat_generator, prompts, **self._fan_out()) if prompts else None
+        candidates = self._outputs(first, None)["candidates"]
+        summary_prompts = self._second_round(query, passages, candidates)
+        second = (
+            await run_chat_calls_async(self._chat_generator, summary_prompts, **self._fan_out())
+            if summary_prompts
+            else None
+        )
+        return self._outputs(first, second)

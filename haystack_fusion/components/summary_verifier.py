@@ -1,0 +1,283 @@
+"""SummaryVerifier: SuRe's instance-wise validity, pair-wise ranking and selection (paper 002, section 3.3)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import Any
+
+from haystack import Document, component, default_from_dict, default_to_dict, logging
+from haystack.components.generators.chat.types import ChatGenerator
+from haystack.core.serialization import component_to_dict
+from haystack.dataclasses import ChatMessage, GeneratedAnswer
+from haystack.utils import deserialize_chatgenerator_inplace, deserialize_component_inplace
+
+from haystack_fusion.answers import UNKNOWN
+from haystack_fusion.llm_calls import FanOutResult, empty_usage, run_chat_calls, run_chat_calls_async
+from haystack_fusion.prompts import PROMPTS, render, validate_query
+from haystack_fusion.prompts.sure import one_line
+from haystack_fusion.sure import pairwise_ranking, parse_preference, parse_validity, ranking_pairs, select
+
+logger = logging.getLogger(__name__)
+
+Pair = tuple[int, int]
+
+
+@component
+class SummaryVerifier:
+    """
+    Picks the answer candidate whose candidate-conditioned summary is valid and ranks best (SuRe, paper 002, 3.3).
+
+    For K candidates and their K summaries it asks, in one round of concurrent calls (up to `max_concurrency`):
+    K validity questions (Listing 8, p_val; Eq. 4: v(s_k) = 1 when the model answers True, else 0) and K(K-1)
+    pair-wise rankings (Listing 9, p_rank; Eq. 5), every pair in both orders against the LLM's order bias. A pair's
+    r_pair is 1 / 0 / 0.5 per call (this summary preferred / the other / unreadable) averaged over its two orders, so
+    a split by order bias gives 0.5; r(s_k) sums r_pair over the other summaries. Answers are ordered by
+    v(s_k) + r(s_k) (Eq. 6), ties to the candidate proposed earlier (section 4.1). The winning summary is the
+    answer's rationale. A `chat_generator` of its own lets a cheaper LLM verify (Table 10). With a `document_ranker`
+    (e.g. `haystack_fusion.dense.summary_reranker()`), the winner's documents are the passages reordered by
+    similarity to its summary (Table 4).
+
+    An empty summary (its summarization call failed) is not sent: it is invalid and loses every pair. A failed
+    verification call counts as False (validity) or as unreadable (ranking, 0.5) and is listed in `meta["failures"]`.
+
+    ### Usage example
+    ```python
+    from haystack.components.generators.chat import MockChatGenerator
+    from haystack_fusion import SummaryVerifier
+
+    # validity of s_1, s_2; then ranking (s_1, s_2) and (s_2, s_1)
+    llm = MockChatGenerator(responses=["True", "False", "Passage 1", "Passage 2"])
+    verifier = SummaryVerifier(chat_generator=llm, max_concurrency=1)
+    result = verifier.run(query="Capital of France?", candidates=["Paris", "Lyon"], summaries=["...", "..."])
+    print(result["answers"][0].data, result["answers"][0].meta["score"])  # Paris 2.0
+    ```
+    """
+
+    def __init__(
+        self,
+        *,
+        chat_generator: ChatGenerator,
+        use_validity: bool = True,
+        max_concurrency: int = 4,
+        document_ranker: Any | None = None,
+        raise_on_failure: bool = False,
+    ) -> None:
+        """
+        Create a SummaryVerifier.
+
+        :param chat_generator: The ChatGenerator that judges validity and ranking (may differ from the one that
+            wrote the summaries, paper 002 Table 10).
+        :param use_validity: If False, candidates are ordered by ranking alone (Table 3, "+ Pair-wise ranking") and
+            no validity call is made.
+        :param max_concurrency: Largest number of calls under way at once (>= 1).
+        :param document_ranker: Optional Haystack ranker (`run(query, documents)` -> `{"documents": [...]}`) that
+            reorders the passages by the winning summary (Table 4); None keeps retrieval order.
+        :param raise_on_failure: If True, a failed call raises; by default it is logged and reported in `meta`.
+        :raises ValueError: If `max_concurrency` is below 1.
+        """
+        if max_concurrency < 1:
+            raise ValueError(f"`max_concurrency` must be at least 1, got {max_concurrency}")
+        self._chat_generator = chat_generator
+        self.use_validity = use_validity
+        self.max_concurrency = max_concurrency
+        self._document_ranker = document_ranker
+        self.raise_on_failure = raise_on_failure
+
+    def warm_up(self) -> None:
+        """Warm up the chat generator and the document ranker (idempotent)."""
+        for part in (self._chat_generator, self._document_ranker):
+            if part is not None and hasattr(part, "warm_up"):
+                part.warm_up()
+
+    def close(self) -> None:
+        """Release the wrapped chat generator's resources."""
+        if hasattr(self._chat_generator, "close"):
+            self._chat_generator.close()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize this component, with its chat generator and document ranker, to a dictionary."""
+        ranker = self._document_ranker
+        return default_to_dict(
+            self,
+            chat_generator=component_to_dict(obj=self._chat_generator, name="chat_generator"),
+            use_validity=self.use_validity,
+            max_concurrency=self.max_concurrency,
+            document_ranker=None if ranker is None else component_to_dict(obj=ranker, name="document_ranker"),
+            raise_on_failure=self.raise_on_failure,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SummaryVerifier:
+        """Deserialize this component, with its chat generator and document ranker, from a dictionary."""
+        parameters = data["init_parameters"]
+        deserialize_chatgenerator_inplace(parameters, key="chat_generator")
+        if parameters.get("document_ranker") is not None:
+            deserialize_component_inplace(parameters, key="document_ranker")
+        return default_from_dict(cls, data)
+
+    # Each step below is shared by `run` and `run_async`; only the fan-out and the ranker call differ.
+
+    def _plan(
+        self, query: str, candidates: list[str] | None, summaries: list[str] | None
+    ) -> tuple[str, list[str], list[str], list[tuple[str, Any]], list[list[ChatMessage]]]:
+        """Validate; the validity calls (non-empty summaries) then the ranking calls, each with what it asks."""
+        query = validate_query(query)
+        candidates, summaries = list(candidates or []), list(summaries or [])
+        if len(candidates) != len(summaries):
+            raise ValueError(
+                f"SummaryVerifier needs one summary per candidate, got {len(candidates)} candidates and "
+                f"{len(summaries)} summaries"
+            )
+        shown = [one_line(summary) for summary in summaries]
+        asks: list[tuple[str, Any]] = []
+        prompts: list[list[ChatMessage]] = []
+        if self.use_validity:
+            for index, (candidate, summary) in enumerate(zip(candidates, shown, strict=True)):
+                if summary:
+                    asks.append(("validity", index))
+                    prompts.append(render(PROMPTS["sure_validity"], query=query, prediction=candidate, summary=summary))
+        for first, second in ranking_pairs(len(candidates)):
+            if shown[first] and shown[second]:
+                asks.append(("ranking", (first, second)))
+                prompts.append(
+                    render(PROMPTS["sure_ranking"], query=query, summary_1=shown[first], summary_2=shown[second])
+                )
+        return query, candidates, summaries, asks, prompts
+
+    def _score(
+        self,
+        query: str,
+        candidates: list[str],
+        summaries: list[str],
+        asks: list[tuple[str, Any]],
+        calls: FanOutResult | None,
+    ) -> list[GeneratedAnswer]:
+        """Eq. 4-6 from the replies: the answers best first, without documents."""
+        k = len(candidates)
+        if k == 0:
+            nothing = {"strategy": "sure", "source": "paper 002, Eq. 6", "usage": dict(empty_usage(), rounds=0)}
+            return [GeneratedAnswer(data=UNKNOWN, query=query, documents=[], meta=nothing)]
+        replies = calls.replies if calls else []
+        validity = [0.0] * k
+        preferences: dict[Pair, int | None] = {}
+        for first, second in ranking_pairs(k):  # a call skipped for an empty summary: the non-empty one wins
+            if not (summaries[first].strip() and summaries[second].strip()):
+                preferences[(first, second)] = (
+                    1 if summaries[first].strip() else 2 if summaries[second].strip() else None
+                )
+        for (kind, what), reply in zip(asks, replies, strict=True):
+            text = reply.text if reply is not None else None
+            if kind == "validity":
+                validity[what] = float(parse_validity(text))
+            else:
+                preferences[what] = parse_preference(text)
+        ranking = pairwise_ranking(preferences, k)
+        counted = [v if self.use_validity else 0.0 for v in validity]
+        scores = [v + r for v, r in zip(counted, ranking, strict=True)]
+        order = select(counted, ranking)
+        usage = dict(calls.usage if calls else empty_usage(), rounds=1 if calls else 0)
+        failures = [{"call": asks[failure["index"]][0], **failure} for failure in (calls.failures if calls else [])]
+        answers: list[GeneratedAnswer] = []
+        for position, index in enumerate(order):
+            meta: dict[str, Any] = {
+                "candidate_index": index,
+                "validity": validity[index] if self.use_validity else None,
+                "ranking": ranking[index],
+                "score": scores[index],
+                "rationale": summaries[index],
+            }
+            if position == 0:
+                meta.update(
+                    strategy="sure",
+                    source="paper 002, section 3.3, Eq. 4-6",
+                    preferences={f"{a},{b}": value for (a, b), value in sorted(preferences.items())},
+                    failures=failures,
+                    usage=usage,
+                )
+            answers.append(GeneratedAnswer(data=candidates[index], query=query, documents=[], meta=meta))
+        return answers
+
+    @staticmethod
+    def _attach(
+        answers: list[GeneratedAnswer], documents: list[Document], ranked: list[Document] | None
+    ) -> list[GeneratedAnswer]:
+        """The answers with their documents: the winner's reranked when a ranker ran, the others' as retrieved."""
+        return [
+            replace(answer, documents=list(ranked if position == 0 and ranked is not None else documents))
+            for position, answer in enumerate(answers)
+        ]
+
+    def _ranking_job(
+        self, answers: list[GeneratedAnswer], documents: list[Document]
+    ) -> tuple[Any, dict[str, Any]] | None:
+        """The document ranker and its inputs (the winning summary as query, Table 4), or None: nothing to rank."""
+        rationale = answers[0].meta.get("rationale") if answers else None
+        if self._document_ranker is None or not documents or not rationale:
+            return None
+        return self._document_ranker, {"query": rationale, "documents": documents}
+
+    @component.output_types(answers=list[GeneratedAnswer])
+    def run(
+        self, query: str, candidates: list[str], summaries: list[str], documents: list[Document] | None = None
+    ) -> dict[str, Any]:
+        """
+        Verify the summaries and order the candidates.
+
+        :param query: The question.
+        :param candidates: The K answer candidates from CandidateSummarizer, in the order proposed.
+        :param summaries: K summaries, `summaries[k]` supporting `candidates[k]` ("" for a failed summary).
+        :param documents: The retrieved passages, attached to every answer (the winner's reordered by the
+            `document_ranker` when one is set); None attaches none.
+        :returns: A dictionary with `answers`: K GeneratedAnswers, best first by Eq. 6, each with `meta`
+            `candidate_index`, `validity` (0.0 / 1.0; None without validity), `ranking` (0 to K-1), `score`
+            (validity + ranking) and `rationale` (its summary). The first also has `preferences` ("a,b" -> 1 / 2 /
+            None, the parsed reply when summary a was Passage 1 and b Passage 2), `failures` (`call`, `index`,
+            `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`, `rounds`). With no
+            candidates it is one "unknown" answer and no LLM call is made.
+        :raises ValueError: If `query` is empty, or `candidates` and `summaries` differ in length.
+        """
+        query, candidates, summaries, asks, prompts = self._plan(query, candidates, summaries)
+        calls = (
+            run_chat_calls(
+                self._chat_generator,
+                prompts,
+                max_concurrency=self.max_concurrency,
+                raise_on_failure=self.raise_on_failure,
+            )
+            if prompts
+            else None
+        )
+        answers = self._score(query, candidates, summaries, asks, calls)
+        documents = list(documents or [])
+        job = self._ranking_job(answers, documents)
+        ranked = job[0].run(**job[1])["documents"] if job else None
+        return {"answers": self._attach(answers, documents, ranked)}
+
+    @component.output_types(answers=list[GeneratedAnswer])
+    async def run_async(
+        self, query: str, candidates: list[str], summaries: list[str], documents: list[Document] | None = None
+    ) -> dict[str, Any]:
+        """Async form of `run`, with the same inputs, outputs and errors; calls the generator's `run_async`."""
+        query, candidates, summaries, asks, prompts = self._plan(query, candidates, summaries)
+        calls = (
+            await run_chat_calls_async(
+                self._chat_generator,
+                prompts,
+                max_concurrency=self.max_concurrency,
+                raise_on_failure=self.raise_on_failure,
+            )
+            if prompts
+            else None
+        )
+        answers = self._score(query, candidates, summaries, asks, calls)
+        documents = list(documents or [])
+        job = self._ranking_job(answers, documents)
+        ranked = None
+        if job:
+            ranker, inputs = job
+            if hasattr(ranker, "run_async"):
+                ranked = (await ranker.run_async(**inputs))["documents"]
+            else:
+                ranked = (await asyncio.to_thread(ranker.run, **inputs))["documents"]
+        return {"answers": self._attach(answers, documents, ranked)}
