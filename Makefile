@@ -11,8 +11,11 @@ $(BIN)/python:
 install-local: $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[local]"
 
+# torch first, pinned to the CPU build (2.13.0+cpu) our machines hold on disk: left to the resolver, the `dense` extra
+# would pull the newest torch and ~2 GB of CUDA wheels.
 install-dev: $(BIN)/python
-	$(BIN)/pip install --quiet -e ".[local,dev]"
+	$(BIN)/pip install --quiet "torch==2.13.0"
+	$(BIN)/pip install --quiet -e ".[local,dev,dense]"
 
 # Index the SQuAD 2.0 dev subset and answer a handful of its questions with concat_pf on the embedded model.
 demo: install-local
