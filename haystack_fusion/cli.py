@@ -24,10 +24,15 @@ def _store_path(value: str | None) -> Path:
     return Path(value or os.environ.get(STORE_ENV_VAR) or DEFAULT_STORE).expanduser()
 
 
-def _pipeline(strategy: str, store_path: Path, top_k: int, max_concurrency: int) -> Any:
+def _strategy_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The SuRe options of `ask` and `eval` as `StrategyConfig` fields."""
+    return {"num_candidates": args.num_candidates, "few_shot": args.candidate_prompt == "few-shot"}
+
+
+def _pipeline(strategy: str, store_path: Path, top_k: int, max_concurrency: int, options: dict[str, Any]) -> Any:
     retriever = InMemoryBM25Retriever(document_store=load_store(store_path), top_k=top_k)
     return build_pipeline(
-        strategy, retriever=retriever, chat_generator=local_chat_generator(), max_concurrency=max_concurrency
+        strategy, retriever=retriever, chat_generator=local_chat_generator(), max_concurrency=max_concurrency, **options
     )
 
 
@@ -94,7 +99,9 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 def cmd_ask(args: argparse.Namespace) -> int:
     """`haystack-fusion ask QUESTION`: answer with one strategy and show its evidence, sources and cost."""
-    pipeline = _pipeline(args.strategy, _store_path(args.store), args.top_k, args.max_concurrency)
+    pipeline = _pipeline(
+        args.strategy, _store_path(args.store), args.top_k, args.max_concurrency, _strategy_options(args)
+    )
     run = run_strategy(args.strategy, pipeline, args.question, top_k=args.top_k)
     if args.json:
         print(json.dumps(_run_json(args.question, run), indent=2, default=str))
@@ -129,7 +136,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     store_path = _store_path(args.store)
     save_store(documents, store_path)
     print(f"Indexed {len(documents)} passages ({len(questions)} questions) from {source} into {store_path}\n")
-    pipeline = _pipeline(args.strategy, store_path, args.top_k, args.max_concurrency)
+    pipeline = _pipeline(args.strategy, store_path, args.top_k, args.max_concurrency, _strategy_options(args))
     answerable = [question for question in questions if not question.is_impossible]
     unanswerable = [question for question in questions if question.is_impossible]
     n_unanswerable = min(args.questions // 2, len(unanswerable))
@@ -159,6 +166,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         max_concurrency=args.max_concurrency,
         closed_book_filter=args.closed_book_filter,
+        strategy_options=_strategy_options(args),
     )
     store = InMemoryDocumentStore()
     store.write_documents(dataset.documents)
@@ -188,10 +196,21 @@ def build_parser() -> argparse.ArgumentParser:
     def store_option(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--store", help=f"saved index file (default: ${STORE_ENV_VAR} or {DEFAULT_STORE})")
 
+    def sure_options(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--num-candidates", type=int, default=2, help="SuRe's answer candidates K (default: 2)")
+        sub.add_argument(
+            "--candidate-prompt",
+            default="few-shot",
+            choices=["few-shot", "zero-shot"],
+            help="SuRe's candidate prompt: Listing 13 (few-shot, default: the embedded model is a base model that "
+            "continues text) or Listing 6 (zero-shot)",
+        )
+
     def answer_options(sub: argparse.ArgumentParser, default_strategy: str) -> None:
         sub.add_argument("--strategy", default=default_strategy, choices=list(STRATEGIES))
         sub.add_argument("--top-k", type=int, default=5, help="passages to retrieve (default: 5)")
         sub.add_argument("--max-concurrency", type=int, default=4, help="concurrent LLM calls per question")
+        sure_options(sub)
 
     index = commands.add_parser("index", help="index passages into a saved in-memory store")
     index.add_argument("source", help="SQuAD JSON (v1.1/v2.0), JSONL of passages, folder of .txt/.md, or URL")
@@ -223,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--seed", type=int, default=0, help="seed of the settings' random choices")
     evaluate.add_argument("--out", required=True, help="output folder; re-running with it resumes")
     evaluate.add_argument("--cache-dir", help="where downloads are cached (default: ~/.cache/haystack_fusion)")
+    sure_options(evaluate)
     evaluate.set_defaults(func=cmd_eval)
 
     demo = commands.add_parser("demo", help="index the SQuAD 2.0 dev subset and answer a handful of its questions")

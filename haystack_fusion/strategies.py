@@ -22,8 +22,10 @@ from haystack.components.joiners import AnswerJoiner
 from haystack.dataclasses import GeneratedAnswer
 
 from haystack_fusion.answers import UNKNOWN
+from haystack_fusion.components.candidate_summarizer import CandidateSummarizer, SummaryMode
 from haystack_fusion.components.passage_formatter import PassageFormatter
 from haystack_fusion.components.post_fusion_voter import PostFusionVoter
+from haystack_fusion.components.summary_verifier import SummaryVerifier
 from haystack_fusion.components.unknown_router import UnknownRouter
 from haystack_fusion.llm_calls import reply_usage, sum_usage
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, validate_query
@@ -40,6 +42,12 @@ class StrategyConfig:
     :param samples_per_passage: p for post-fusion self-consistency (paper 000, section 4.4).
     :param max_passage_chars: Per-passage context budget in characters (None: no limit).
     :param unknown_patterns: The unknown detector's patterns for the router and the voter (None: the defaults).
+    :param num_candidates: K, SuRe's answer candidates (paper 002, section 4.1: K = 2).
+    :param verifier_chat_generator: The LLM for SuRe's validity and ranking calls (paper 002, Table 10); None uses
+        `chat_generator`.
+    :param document_ranker: A Haystack ranker that reorders SuRe's passages by the winning summary (paper 002,
+        Table 4), e.g. `haystack_fusion.dense.summary_reranker()`; None keeps retrieval order.
+    :param few_shot: SuRe's candidates from the few-shot Listing 13 instead of Listing 6 (for base models).
     """
 
     retriever: Any
@@ -48,6 +56,10 @@ class StrategyConfig:
     samples_per_passage: int = 1
     max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS
     unknown_patterns: list[str] | None = None
+    num_candidates: int = 2
+    verifier_chat_generator: ChatGenerator | None = None
+    document_ranker: Any | None = None
+    few_shot: bool = False
 
 
 @dataclass(frozen=True)
@@ -91,11 +103,11 @@ def _assemble(parts: Parts) -> Pipeline:
     return pipe
 
 
-def _prompt_chain(config: StrategyConfig, prompt_name: str, documents_from: str) -> Parts:
+def _prompt_chain(config: StrategyConfig, prompt_name: str, documents_from: str, layout: str = "numbered") -> Parts:
     """passages -> prompt_builder -> llm -> answer_builder for one prompt, fed with passages from a socket."""
     prompt = PROMPTS[prompt_name]
     components = {
-        "passages": PassageFormatter(max_passage_chars=config.max_passage_chars),
+        "passages": PassageFormatter(max_passage_chars=config.max_passage_chars, layout=layout),  # type: ignore[arg-type]
         "prompt_builder": prompt.builder(),
         "llm": config.chat_generator,
         "answer_builder": AnswerBuilder(pattern=prompt.answer_pattern),
@@ -119,9 +131,9 @@ def _voter(config: StrategyConfig) -> PostFusionVoter:
     )
 
 
-def _single_prompt(prompt_name: str) -> Callable[[StrategyConfig], Pipeline]:
+def _single_prompt(prompt_name: str, layout: str = "numbered") -> Callable[[StrategyConfig], Pipeline]:
     def build(config: StrategyConfig) -> Pipeline:
-        components, connections = _prompt_chain(config, prompt_name, "retriever.documents")
+        components, connections = _prompt_chain(config, prompt_name, "retriever.documents", layout)
         components["retriever"] = config.retriever
         connections.append(("llm.replies", "answer_builder.replies"))
         return _assemble((components, connections))
@@ -177,6 +189,65 @@ def _pf_concat(config: StrategyConfig) -> Pipeline:
     return _assemble((components, connections))
 
 
+def _summarizer(config: StrategyConfig, mode: SummaryMode) -> CandidateSummarizer:
+    return CandidateSummarizer(
+        chat_generator=config.chat_generator,
+        num_candidates=config.num_candidates,
+        mode=mode,
+        max_concurrency=config.max_concurrency,
+        max_passage_chars=config.max_passage_chars,
+        few_shot=config.few_shot,
+    )
+
+
+def _sure(use_validity: bool) -> Callable[[StrategyConfig], Pipeline]:
+    """Candidates and conditional summaries, then verification (paper 002, Algorithm 1; Table 3 ablation)."""
+
+    def build(config: StrategyConfig) -> Pipeline:
+        verifier = SummaryVerifier(
+            chat_generator=config.verifier_chat_generator or config.chat_generator,
+            use_validity=use_validity,
+            max_concurrency=config.max_concurrency,
+            document_ranker=config.document_ranker,
+        )
+        components = {
+            "retriever": config.retriever,
+            "summarizer": _summarizer(config, "conditional"),
+            "verifier": verifier,
+        }
+        connections = [
+            ("retriever.documents", "summarizer.documents"),
+            ("retriever.documents", "verifier.documents"),
+            ("summarizer.candidates", "verifier.candidates"),
+            ("summarizer.summaries", "verifier.summaries"),
+        ]
+        return _assemble((components, connections))
+
+    return build
+
+
+def _summarize_then_answer(mode: SummaryMode, prompt_name: str, reads: str) -> Callable[[StrategyConfig], Pipeline]:
+    """
+    Paper 002's prompting baselines: a CandidateSummarizer round, then one answer prompt that reads its `reads`
+    output (`summaries` or `candidates`), with the passages (titled layout) unless the generic summary replaces them.
+    """
+
+    def build(config: StrategyConfig) -> Pipeline:
+        components, connections = _prompt_chain(config, prompt_name, "retriever.documents", layout="titled")
+        if mode == "generic":  # Sum-and-pred (Gen): the summary stands in for the passages
+            del components["passages"]
+            connections = [connection for connection in connections if "passages." not in "".join(connection)]
+        components.update(retriever=config.retriever, summarizer=_summarizer(config, mode))
+        connections += [
+            ("retriever.documents", "summarizer.documents"),
+            (f"summarizer.{reads}", f"prompt_builder.{reads}"),
+            ("llm.replies", "answer_builder.replies"),
+        ]
+        return _assemble((components, connections))
+
+    return build
+
+
 STRATEGIES: dict[str, Strategy] = {
     strategy.name: strategy
     for strategy in (
@@ -228,9 +299,57 @@ STRATEGIES: dict[str, Strategy] = {
             "joiner",
             _pf_concat,
         ),
+        Strategy(
+            "base",
+            "all top-k passages in one prompt, one LLM call (paper 002's Base)",
+            "paper 002, Appendix A.5, Listing 10, Table 3 (Base)",
+            "1",
+            "answer_builder",
+            _single_prompt("sure_base", layout="titled"),
+        ),
+        Strategy(
+            "sure",
+            "K answer candidates, a summary per candidate, pick by validity + pair-wise ranking",
+            "paper 002, section 3, Algorithm 1, Eq. 2-6",
+            "3",
+            "verifier",
+            _sure(use_validity=True),
+        ),
+        Strategy(
+            "sure_rank_only",
+            "SuRe without instance-wise validity: pick by pair-wise ranking alone",
+            "paper 002, section 4.3, Table 3 (+ Pair-wise ranking)",
+            "3",
+            "verifier",
+            _sure(use_validity=False),
+        ),
+        Strategy(
+            "sure_sum_all",
+            "all conditional summaries appended to the passages, one answer call",
+            "paper 002, section 4.3, Table 3 (+ Conditional summarizations)",
+            "3",
+            "answer_builder",
+            _summarize_then_answer("conditional", "sure_sum_all", "summaries"),
+        ),
+        Strategy(
+            "mcq",
+            "the answer candidates as multiple choices next to the passages",
+            "paper 002, Appendix A.7, Listing 12, Table 3 (MCQ prompt)",
+            "2",
+            "answer_builder",
+            _summarize_then_answer("candidates", "sure_mcq", "candidates"),
+        ),
+        Strategy(
+            "generic_summary",
+            "one generic summary of the passages, then the answer from the summary",
+            "paper 002, Appendix A.6, Listing 11, Table 3 (Sum-and-pred (Gen))",
+            "2",
+            "answer_builder",
+            _summarize_then_answer("generic", "sure_sum_and_pred", "summaries"),
+        ),
     )
 }
-"""Every registered strategy, by name, in the order of paper 000, Table 1."""
+"""Every registered strategy, by name: paper 000's Table 1, then paper 002's SuRe, its ablations and baselines."""
 
 
 def get_strategy(name: str) -> Strategy:
@@ -277,7 +396,9 @@ class StrategyRun:
     :param answers: The full answer list of the strategy's answer component.
     :param documents: The retrieved passages (top-k, in rank order).
     :param evidence: What the strategy saw: `fallback` (concat_pf: did post-fusion run), `votes` (normalized answer
-        -> count), `candidates` (the post-fusion pool), `components_run` (names of the components that ran, sorted).
+        -> count), `candidates` (the post-fusion pool, or SuRe's answer candidates), `summaries` (SuRe's summaries),
+        `scores` (SuRe: per answer, best first, `candidate_index`, `validity`, `ranking`, `score`), `components_run`
+        (names of the components that ran, sorted).
     :param usage: Summed usage of every LLM call: `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`.
     :param seconds: Wall-clock time of the pipeline run, in seconds.
     """
@@ -295,8 +416,9 @@ def pipeline_usage(pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) -> di
     Sum the usage of every LLM call in a pipeline run's outputs (run with every component in include_outputs_from).
 
     Counts each ChatGenerator reply in a `replies` output once (and each such generator run as one round), plus
-    the `meta["usage"]` that this package's LLM components (those wrapping a `chat_generator`) put on their first
-    answer: their own fan-out calls never appear as `replies`. Answers passed on by joiners are not counted again.
+    the usage that this package's LLM components (those wrapping a `chat_generator`) report in their `meta` output
+    (CandidateSummarizer) or on their first answer's `meta` (PostFusionVoter, SummaryVerifier): their own fan-out
+    calls never appear as `replies`. Answers passed on by joiners are not counted again.
 
     :param pipeline: The pipeline that ran.
     :param outputs: `Pipeline.run(..., include_outputs_from=<all components>)` result.
@@ -309,8 +431,12 @@ def pipeline_usage(pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) -> di
         usages.extend(reply_usage(reply) for reply in replies)
         if replies:
             usages.append({"rounds": 1})
+        if not hasattr(pipeline.get_component(name), "_chat_generator"):
+            continue
         answers = output.get("answers") or []
-        if answers and hasattr(pipeline.get_component(name), "_chat_generator"):
+        if isinstance(output.get("meta"), dict):
+            usages.append(output["meta"].get("usage"))
+        elif answers:
             usages.append(answers[0].meta.get("usage"))
     return sum_usage(usages)
 
@@ -351,11 +477,18 @@ def run_strategy(
     answers = outputs.get(strategy.answer_component, {}).get("answers") or []
     answer = answers[0] if answers else GeneratedAnswer(data=UNKNOWN, query=query, documents=[], meta={})
     voter_answers = outputs.get("voter", {}).get("answers") or []
+    summarizer = outputs.get("summarizer", {})
     evidence = {
         "components_run": [component for component in components if component in outputs],
         "votes": voter_answers[0].meta.get("votes") if voter_answers else None,
-        "candidates": outputs.get("voter", {}).get("candidates"),
+        "candidates": outputs.get("voter", {}).get("candidates") or summarizer.get("candidates"),
     }
+    if summarizer:
+        evidence["summaries"] = summarizer.get("summaries")
+    if "verifier" in outputs:
+        evidence["scores"] = [
+            {key: a.meta.get(key) for key in ("candidate_index", "validity", "ranking", "score")} for a in answers
+        ]
     if "router" in outputs:
         evidence["fallback"] = "unknown" in outputs["router"]
     return StrategyRun(

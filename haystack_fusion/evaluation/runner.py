@@ -48,6 +48,8 @@ class EvalConfig:
     :param max_concurrency: LLM calls under way at once within one question.
     :param closed_book_filter: Drop answerable questions the LLM answers correctly with no passages (paper 000
         section 4 "Dataset Filter").
+    :param strategy_options: Further `StrategyConfig` fields for every pipeline (e.g. `num_candidates`,
+        `few_shot` for SuRe).
     :raises ValueError: For an unregistered strategy, a k below 1 or a concurrency below 1.
     """
 
@@ -57,6 +59,7 @@ class EvalConfig:
     concurrency: int = 1
     max_concurrency: int = 4
     closed_book_filter: bool = False
+    strategy_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in self.strategies:
@@ -179,6 +182,7 @@ class Evaluator:
             retriever=retriever,
             chat_generator=self.generator_factory(),
             max_concurrency=self.config.max_concurrency,
+            **self.config.strategy_options,
         )
 
     def _answer(self, pipeline: Pipeline, strategy: str, top_k: int, setting: PassageSetting,

@@ -53,9 +53,30 @@ def answer_of(passage: str) -> str:
     return "unknown"
 
 
+def sure_reply(prompt: str) -> str | None:
+    """Replies to paper 002's prompts (None for paper 000's): candidates, summaries, validity, ranking, answers."""
+    capital = "Paris is the capital" in prompt
+    if prompt.startswith("Below are"):  # Listing 6
+        return "(a) Paris, (b) Lyon" if capital else "unknown"
+    if "Your job is to act as a professional writer." in prompt:  # Listings 7 and 11
+        if "Prediction: (b)" in prompt:
+            return "Lyon is a French city. [DONE]"
+        return "Paris is the capital of France. [DONE]" if capital else "Nothing relevant. [DONE]"
+    if prompt.endswith("Choices: [True, False]. Answer:"):  # Listing 8
+        return "True" if "Prediction: Paris" in prompt and capital else "False"
+    if "Target Question:" in prompt:  # Listing 9
+        return "Passage 1" if "capital" in prompt.split("Passage 2: ")[0] else "Passage 2"
+    if "Task description: predict the answer" in prompt:  # Listings 10 and 12, Table 3 baselines
+        return " Paris." if capital else "unknown"
+    return None
+
+
 def answer_from_context(messages: list[ChatMessage]) -> str:
     """A response_fn for every prompt: "Paris" when a passage of the context says Paris is the capital."""
     prompt = messages[-1].text
+    sure = sure_reply(prompt)
+    if sure is not None:
+        return sure
     passages = live_passages(prompt)
     if len(passages) == 1:
         answer = answer_of(passages[0])
@@ -111,6 +132,12 @@ class TestRegistry:
             "summary_cot",
             "concat_pf",
             "pf_concat",
+            "base",
+            "sure",
+            "sure_rank_only",
+            "sure_sum_all",
+            "mcq",
+            "generic_summary",
         ]
 
     @pytest.mark.parametrize("name", list(STRATEGIES))
@@ -118,7 +145,8 @@ class TestRegistry:
         strategy = get_strategy(name)
         assert isinstance(strategy, Strategy)
         assert strategy.name == name
-        assert strategy.source.startswith("paper 000")
+        paper_002 = {"base", "sure", "sure_rank_only", "sure_sum_all", "mcq", "generic_summary"}
+        assert strategy.source.startswith("paper 002" if name in paper_002 else "paper 000")
 
     def test_unknown_strategy_lists_names(self):
         with pytest.raises(ValueError, match="nope") as error:
@@ -177,6 +205,12 @@ class TestRunStrategy:
             ("summary_cot", 1),
             ("concat_pf", 1),
             ("pf_concat", 4),
+            ("base", 1),
+            ("sure", 1 + 2 + 2 + 2),
+            ("sure_rank_only", 1 + 2 + 2),
+            ("sure_sum_all", 1 + 2 + 1),
+            ("mcq", 2),
+            ("generic_summary", 2),
         ],
     )
     def test_end_to_end(self, name, calls):
@@ -218,6 +252,40 @@ class TestRunStrategy:
         assert "fallback" not in run.evidence
         assert run.usage["calls"] == 5
         assert run.usage["rounds"] == 1
+
+    @pytest.mark.parametrize("k", [2, 3])
+    def test_sure_calls_and_rounds(self, k):
+        """1 + K + K + K(K-1) calls in 3 dependent rounds (paper 002, Algorithm 1)."""
+        generator = RecordingGenerator()
+        pipeline = make_pipeline("sure", generator, num_candidates=k)
+        run = run_strategy("sure", pipeline, QUERY)
+        assert run.usage["calls"] == len(generator.prompts)
+        # the mock gives two candidates whatever K is asked for
+        candidates = len(run.evidence["candidates"])
+        assert candidates == 2
+        assert run.usage["calls"] == 1 + candidates + candidates + candidates * (candidates - 1)
+        assert run.usage["rounds"] == 3
+        assert f"provide {['two', 'three'][k - 2]} correct candidates" in generator.prompts[0]
+
+    def test_sure_evidence_and_rationale(self):
+        pipeline = make_pipeline("sure", MockChatGenerator(response_fn=answer_from_context))
+        run = run_strategy("sure", pipeline, QUERY)
+        assert run.answer.data == "Paris"
+        assert run.answer.meta["rationale"] == "Paris is the capital of France."
+        assert run.evidence["candidates"] == ["Paris", "Lyon"]
+        assert run.evidence["summaries"] == ["Paris is the capital of France.", "Lyon is a French city."]
+        assert run.evidence["scores"][0] == {"candidate_index": 0, "validity": 1.0, "ranking": 1.0, "score": 2.0}
+        assert [d.id for d in run.answer.documents] == [d.id for d in run.documents]
+
+    def test_sure_with_a_separate_verifier(self):
+        """Paper 002, Table 10: candidates and summaries by one LLM, validity and ranking by another."""
+        writer, judge = RecordingGenerator(), RecordingGenerator()
+        pipeline = make_pipeline("sure", writer, verifier_chat_generator=judge)
+        run = run_strategy("sure", pipeline, QUERY)
+        assert (len(writer.prompts), len(judge.prompts)) == (3, 4)
+        assert all("Target Question:" in p or p.endswith("[True, False]. Answer:") for p in judge.prompts)
+        assert run.usage["calls"] == 7
+        assert Pipeline.loads(pipeline.dumps(), allowed_modules=[__name__]) == pipeline
 
     def test_post_fusion_samples(self):
         pipeline = make_pipeline(
