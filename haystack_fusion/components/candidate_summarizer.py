@@ -22,6 +22,7 @@ SummaryMode = Literal["conditional", "generic", "candidates"]
 SUMMARY_MODES: tuple[str, ...] = ("conditional", "generic", "candidates")
 
 _PREFIX = re.compile(r"^\s*(?:\([a-z]\)\s*)?(?:(?:passage|response|summary)\s*:\s*)?", re.IGNORECASE)
+_DELIMITER = re.compile(r'</?passage key="[0-9a-f]+">')
 _NEXT_FIELD = re.compile(r"\n\s*(?:passage|question|prediction|choices|answer)\b[^\n:]{0,12}:", re.IGNORECASE)
 
 
@@ -29,10 +30,10 @@ def clean_summary(reply: str | None) -> str:
     """
     A summary as SuRe uses it: the reply up to the "[DONE]" marker (Listings 7 and 11), or up to a line where the
     model starts another prompt field ("Passage:", "Question:", "Prediction:", ...) as base models do, without a
-    choice label "(b) " or a "Passage:" / "Response:" prefix the model wrote although told not to, stripped. None (a
-    failed call) gives "".
+    choice label "(b) " or a "Passage:" / "Response:" prefix the model wrote although told not to, and without the
+    passage delimiters a model copied from its context, stripped. None (a failed call) gives "".
     """
-    text = _PREFIX.sub("", (reply or "").split(DONE_MARKER, 1)[0])
+    text = _PREFIX.sub("", _DELIMITER.sub("", (reply or "").split(DONE_MARKER, 1)[0]))
     return _NEXT_FIELD.split(text, 1)[0].strip()
 
 

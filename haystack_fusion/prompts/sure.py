@@ -163,9 +163,10 @@ Answer:"""
 """Table 3 "Sum-and-pred (Gen)" (section 4.3): Listing 10 with the generic summary (Listing 11) in place of the
 passages. Variables: `summaries` (the one generic summary; empty when nothing was retrieved), `query`."""
 
-SHORT_ANSWER_PATTERN = r"^\s*(?:\([a-z]\)\s*)?([^\n]*?)[ \t.]*(?:\n|$)"
+SHORT_ANSWER_PATTERN = r"^\s*(?:\([a-z]\)\s*)?([^\n]*?)(?:\s*\([a-z]\)\s[^\n]*)?[ \t.]*(?:\n|$)"
 """Listings 10-12 end with "Answer:": the answer is the first line of the completion, without a leading choice label
-"(a) " (an MCQ reply names its choice that way) and without a trailing period."""
+"(a) ", without further listed choices (" (b) ...": a model that answers "France (b) Germany" picked "France") and
+without a trailing period."""
 
 _NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 _PLACEHOLDERS = ("xx", "yy", "zz", "ww", "vv", "uu", "tt", "ss", "rr", "qq")

@@ -24,8 +24,34 @@ EXPECTED_CALLS = {
     "pf_concat": {1 + TOP_K},
 }
 
+PAPER_002 = {
+    # c = the candidates the model gave (at most K = 2): 1 + c + c + c(c-1) for SuRe (Algorithm 1)
+    "base": {1},
+    "sure": {1 + c + c + c * (c - 1) for c in range(3)},
+    "sure_rank_only": {1 + c + c * (c - 1) for c in range(3)},
+    "sure_sum_all": {1 + c + 1 for c in range(3)},
+    "mcq": {2},
+    "generic_summary": {2},
+}
 
-@pytest.mark.parametrize("name", list(STRATEGIES))
+
+@pytest.mark.parametrize("name", list(PAPER_002))
+def test_paper_002_strategy_answers_real_questions(name, retriever, llm, questions):
+    """SuRe, its ablations and baselines with the few-shot candidate prompt (Listing 13) the base model needs."""
+    pipeline = build_pipeline(name, retriever=retriever, chat_generator=llm, few_shot=True)
+    for question in questions[:2]:
+        run = run_strategy(name, pipeline, question.question)
+        assert run.answer.data.strip()
+        assert len(run.documents) == TOP_K
+        assert run.usage["calls"] in PAPER_002[name]
+        assert run.usage["failed_calls"] == 0
+        if name.startswith("sure") and name != "sure_sum_all" and run.evidence["candidates"]:
+            assert run.answer.data in run.evidence["candidates"]
+            assert run.usage["rounds"] == 3
+        print(f"{name}: {question.question!r} -> {run.answer.data!r} (gold {question.answers}) {run.evidence}")
+
+
+@pytest.mark.parametrize("name", list(EXPECTED_CALLS))
 def test_strategy_answers_five_real_questions(name, retriever, llm, questions):
     pipeline = build_pipeline(name, retriever=retriever, chat_generator=llm)
     for question in questions:
@@ -101,3 +127,7 @@ def test_concat_pf_falls_back_on_a_real_empty_first_answer(retriever, llm, squad
     assert run.evidence["fallback"] is True, f"the first answer was not unknown this time: {run.answer.data!r}"
     assert run.usage["calls"] == 1 + TOP_K
     assert run.usage["rounds"] == 2
+
+
+def test_every_registered_strategy_is_covered():
+    assert set(EXPECTED_CALLS) | set(PAPER_002) == set(STRATEGIES)

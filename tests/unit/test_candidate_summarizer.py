@@ -49,6 +49,11 @@ class TestCleanSummary:
             ("Response: Paris is the capital.", "Paris is the capital."),
             ("  Passage:   Paris.  ", "Paris."),
             ("no marker at all", "no marker at all"),
+            (
+                '<passage key="cc51c4c8">\nThe Normans were in contact with England.',
+                "The Normans were in contact with England.",
+            ),
+            ("(b) Normandy is in France\nPassage: (c) Normandy is in France", "Normandy is in France"),
             ("", ""),
             (None, ""),
         ],

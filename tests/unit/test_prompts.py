@@ -339,3 +339,16 @@ class TestExtractAnswer:
     def test_pattern_without_group(self):
         assert extract_answer(r"\d+", "born in 1925 or 1926") == "1925"
         assert extract_answer(r"\d+", "no digits") == ""
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        (" France (b) Germany", "France"),
+        (" (a) France", "France"),
+        (" Paris.\nQuestion: next", "Paris"),
+        ("", ""),
+    ],
+)
+def test_sure_short_answer_pattern(reply, expected):
+    assert extract_answer(PROMPTS["sure_mcq"].answer_pattern, reply) == expected
