@@ -25,8 +25,13 @@ def _store_path(value: str | None) -> Path:
 
 
 def _strategy_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The SuRe options of `ask` and `eval` as `StrategyConfig` fields."""
-    return {"num_candidates": args.num_candidates, "few_shot": args.candidate_prompt == "few-shot"}
+    """The SuRe and Chain-of-Note options of `ask`, `eval` and `demo` as `StrategyConfig` fields."""
+    return {
+        "num_candidates": args.num_candidates,
+        "few_shot": args.candidate_prompt == "few-shot",
+        "allow_parametric_knowledge": args.parametric_knowledge == "on",
+        "note_generation_kwargs": {"max_tokens": args.note_max_tokens},
+    }
 
 
 def _pipeline(strategy: str, store_path: Path, top_k: int, max_concurrency: int, options: dict[str, Any]) -> Any:
@@ -183,6 +188,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
     )
     write_report(records, args.out, title=title)
     print((Path(args.out) / "results.md").read_text(encoding="utf-8"))
+    if args.export_notes:
+        from haystack_fusion.evaluation.export import export_notes
+
+        count = export_notes(
+            records,
+            {document.id: document for document in dataset.documents},
+            args.export_notes,
+            correct_only=args.export_correct_only,
+            allow_parametric_knowledge=args.parametric_knowledge == "on",
+        )
+        print(f"Wrote {count} Chain-of-Note training examples to {args.export_notes}")
     return 0
 
 
@@ -196,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     def store_option(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--store", help=f"saved index file (default: ${STORE_ENV_VAR} or {DEFAULT_STORE})")
 
-    def sure_options(sub: argparse.ArgumentParser) -> None:
+    def strategy_options(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--num-candidates", type=int, default=2, help="SuRe's answer candidates K (default: 2)")
         sub.add_argument(
             "--candidate-prompt",
@@ -205,12 +221,22 @@ def build_parser() -> argparse.ArgumentParser:
             help="SuRe's candidate prompt: Listing 13 (few-shot, default: the embedded model is a base model that "
             "continues text) or Listing 6 (zero-shot)",
         )
+        sub.add_argument(
+            "--parametric-knowledge",
+            default="on",
+            choices=["on", "off"],
+            help="Chain-of-Note: answer from the model's own knowledge when no passage is relevant (on, the paper's "
+            'step 5) or say "unknown" (off)',
+        )
+        sub.add_argument(
+            "--note-max-tokens", type=int, default=400, help="Chain-of-Note: completion budget of a call (default 400)"
+        )
 
     def answer_options(sub: argparse.ArgumentParser, default_strategy: str) -> None:
         sub.add_argument("--strategy", default=default_strategy, choices=list(STRATEGIES))
         sub.add_argument("--top-k", type=int, default=5, help="passages to retrieve (default: 5)")
         sub.add_argument("--max-concurrency", type=int, default=4, help="concurrent LLM calls per question")
-        sure_options(sub)
+        strategy_options(sub)
 
     index = commands.add_parser("index", help="index passages into a saved in-memory store")
     index.add_argument("source", help="SQuAD JSON (v1.1/v2.0), JSONL of passages, folder of .txt/.md, or URL")
@@ -242,7 +268,15 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--seed", type=int, default=0, help="seed of the settings' random choices")
     evaluate.add_argument("--out", required=True, help="output folder; re-running with it resumes")
     evaluate.add_argument("--cache-dir", help="where downloads are cached (default: ~/.cache/haystack_fusion)")
-    sure_options(evaluate)
+    strategy_options(evaluate)
+    evaluate.add_argument(
+        "--export-notes",
+        metavar="PATH",
+        help="write the Chain-of-Note records as chat fine-tuning JSONL (paper 004 section 2.3.2)",
+    )
+    evaluate.add_argument(
+        "--export-correct-only", action="store_true", help="with --export-notes: only correctly answered questions"
+    )
     evaluate.set_defaults(func=cmd_eval)
 
     demo = commands.add_parser("demo", help="index the SQuAD 2.0 dev subset and answer a handful of its questions")

@@ -23,6 +23,7 @@ from haystack.dataclasses import GeneratedAnswer
 
 from haystack_fusion.answers import UNKNOWN
 from haystack_fusion.components.candidate_summarizer import CandidateSummarizer, SummaryMode
+from haystack_fusion.components.note_taker import NoteMode, NoteTaker
 from haystack_fusion.components.passage_formatter import PassageFormatter
 from haystack_fusion.components.post_fusion_voter import PostFusionVoter
 from haystack_fusion.components.summary_verifier import SummaryVerifier
@@ -48,6 +49,10 @@ class StrategyConfig:
     :param document_ranker: A Haystack ranker that reorders SuRe's passages by the winning summary (paper 002,
         Table 4), e.g. `haystack_fusion.dense.summary_reranker()`; None keeps retrieval order.
     :param few_shot: SuRe's candidates from the few-shot Listing 13 instead of Listing 6 (for base models).
+    :param allow_parametric_knowledge: Chain-of-Note answers from the model's own knowledge when no passage is
+        relevant (paper 004, Appendix A.5 step 5); False answers "unknown" then.
+    :param note_generation_kwargs: `generation_kwargs` of Chain-of-Note's calls (the notes of k passages need a
+        larger completion budget than a short answer); None keeps the generator's own.
     """
 
     retriever: Any
@@ -60,6 +65,8 @@ class StrategyConfig:
     verifier_chat_generator: ChatGenerator | None = None
     document_ranker: Any | None = None
     few_shot: bool = False
+    allow_parametric_knowledge: bool = True
+    note_generation_kwargs: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -248,6 +255,25 @@ def _summarize_then_answer(mode: SummaryMode, prompt_name: str, reads: str) -> C
     return build
 
 
+def _chain_of_note(mode: NoteMode) -> Callable[[StrategyConfig], Pipeline]:
+    """Reading notes per passage, then the answer (paper 004, section 2.3)."""
+
+    def build(config: StrategyConfig) -> Pipeline:
+        note_taker = NoteTaker(
+            chat_generator=config.chat_generator,
+            mode=mode,
+            allow_parametric_knowledge=config.allow_parametric_knowledge,
+            max_concurrency=config.max_concurrency,
+            max_passage_chars=config.max_passage_chars,
+            generation_kwargs=config.note_generation_kwargs,
+            unknown_patterns=config.unknown_patterns,
+        )
+        components = {"retriever": config.retriever, "note_taker": note_taker}
+        return _assemble((components, [("retriever.documents", "note_taker.documents")]))
+
+    return build
+
+
 STRATEGIES: dict[str, Strategy] = {
     strategy.name: strategy
     for strategy in (
@@ -347,9 +373,26 @@ STRATEGIES: dict[str, Strategy] = {
             "answer_builder",
             _summarize_then_answer("generic", "sure_sum_and_pred", "summaries"),
         ),
+        Strategy(
+            "chain_of_note",
+            "one prompt: a reading note per passage with its relevance, then the answer",
+            "paper 004, section 2.3, Appendix A.5",
+            "1",
+            "note_taker",
+            _chain_of_note("single_call"),
+        ),
+        Strategy(
+            "chain_of_note_per_document",
+            "a reading note per passage concurrently, then one synthesis call",
+            "paper 004, section 2.3.1 (per-document notes)",
+            "2",
+            "note_taker",
+            _chain_of_note("per_document"),
+        ),
     )
 }
-"""Every registered strategy, by name: paper 000's Table 1, then paper 002's SuRe, its ablations and baselines."""
+"""Every registered strategy, by name: paper 000's Table 1, paper 002's SuRe with its ablations and baselines, then
+paper 004's Chain-of-Note."""
 
 
 def get_strategy(name: str) -> Strategy:
@@ -397,8 +440,8 @@ class StrategyRun:
     :param documents: The retrieved passages (top-k, in rank order).
     :param evidence: What the strategy saw: `fallback` (concat_pf: did post-fusion run), `votes` (normalized answer
         -> count), `candidates` (the post-fusion pool, or SuRe's answer candidates), `summaries` (SuRe's summaries),
-        `scores` (SuRe: per answer, best first, `candidate_index`, `validity`, `ranking`, `score`), `components_run`
-        (names of the components that ran, sorted).
+        `scores` (SuRe: per answer, best first, `candidate_index`, `validity`, `ranking`, `score`), `notes` and
+        `answer_source` (Chain-of-Note), `components_run` (names of the components that ran, sorted).
     :param usage: Summed usage of every LLM call: `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`.
     :param seconds: Wall-clock time of the pipeline run, in seconds.
     """
@@ -485,6 +528,9 @@ def run_strategy(
     }
     if summarizer:
         evidence["summaries"] = summarizer.get("summaries")
+    if "note_taker" in outputs:
+        evidence["notes"] = outputs["note_taker"].get("notes")
+        evidence["answer_source"] = answer.meta.get("answer_source")
     if "verifier" in outputs:
         evidence["scores"] = [
             {key: a.meta.get(key) for key in ("candidate_index", "validity", "ranking", "score")} for a in answers

@@ -1,9 +1,17 @@
 """The package's Haystack components, one file each."""
 
 from haystack_fusion.components.candidate_summarizer import CandidateSummarizer
+from haystack_fusion.components.note_taker import NoteTaker
 from haystack_fusion.components.passage_formatter import PassageFormatter
 from haystack_fusion.components.post_fusion_voter import PostFusionVoter
 from haystack_fusion.components.summary_verifier import SummaryVerifier
 from haystack_fusion.components.unknown_router import UnknownRouter
 
-__all__ = ["CandidateSummarizer", "PassageFormatter", "PostFusionVoter", "SummaryVerifier", "UnknownRouter"]
+__all__ = [
+    "CandidateSummarizer",
+    "NoteTaker",
+    "PassageFormatter",
+    "PostFusionVoter",
+    "SummaryVerifier",
+    "UnknownRouter",
+]

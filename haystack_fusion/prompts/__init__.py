@@ -14,7 +14,7 @@ from typing import Any
 from haystack.components.builders import ChatPromptBuilder
 from haystack.dataclasses import ChatMessage
 
-from haystack_fusion.prompts import distiller, figure7, figure8_pruning, figure9_summary, sure
+from haystack_fusion.prompts import chain_of_note, distiller, figure7, figure8_pruning, figure9_summary, sure
 from haystack_fusion.prompts.passages import DEFAULT_MAX_PASSAGE_CHARS, format_passages, passage_key
 
 WHOLE_REPLY_PATTERN = r"^\s*([\s\S]*?)\s*$"
@@ -99,6 +99,21 @@ PROMPTS: dict[str, PromptTemplate] = {
         PromptTemplate("sure_mcq", "paper 002, Appendix A.7, Listing 12", sure.MCQ, sure.SHORT_ANSWER_PATTERN),
         PromptTemplate(
             "sure_sum_and_pred", "paper 002, section 4.3, Table 3", sure.SUM_AND_PRED, sure.SHORT_ANSWER_PATTERN
+        ),
+        PromptTemplate(
+            "con_single_call", "paper 004, Appendix A.5, Table 6", chain_of_note.SINGLE_CALL, WHOLE_REPLY_PATTERN
+        ),
+        PromptTemplate(
+            "con_document_note",
+            "paper 004, section 2.3.1, Appendix A.5",
+            chain_of_note.DOCUMENT_NOTE,
+            WHOLE_REPLY_PATTERN,
+        ),
+        PromptTemplate(
+            "con_synthesis",
+            "paper 004, Appendix A.5 (steps 4-5)",
+            chain_of_note.SYNTHESIS,
+            chain_of_note.ANSWER_PATTERN,
         ),
         PromptTemplate("sure_sum_all", "paper 002, section 4.3, Table 3", sure.SUM_ALL, sure.SHORT_ANSWER_PATTERN),
     )

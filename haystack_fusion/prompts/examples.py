@@ -77,3 +77,17 @@ Context:
 {{{{ passages }}}}
 Question: {{{{ query }}}}
 Rationale: Let's think step by step."""
+
+
+_NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+
+
+def number_words(n: int) -> str:
+    """
+    A count as the papers' prompts write it: "two" candidates (paper 002, Listing 6), "five" passages (paper 004,
+    Appendix A.5).
+
+    :param n: A count (>= 0).
+    :returns: The number in words up to ten, else in digits.
+    """
+    return _NUMBER_WORDS[n] if 0 <= n < len(_NUMBER_WORDS) else str(n)

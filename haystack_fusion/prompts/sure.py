@@ -9,6 +9,8 @@ Summaries are model output: they are shown on one line each (whitespace collapse
 
 from __future__ import annotations
 
+from haystack_fusion.prompts.examples import number_words
+
 CHOICE_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 """Candidate labels "(a)", "(b)", ... (Listings 6, 7, 12); the 27th candidate wraps to "(a)" again."""
 
@@ -168,7 +170,6 @@ SHORT_ANSWER_PATTERN = r"^\s*(?:\([a-z]\)\s*)?([^\n]*?)(?:\s*\([a-z]\)\s[^\n]*)?
 "(a) ", without further listed choices (" (b) ...": a model that answers "France (b) Germany" picked "France") and
 without a trailing period."""
 
-_NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 _PLACEHOLDERS = ("xx", "yy", "zz", "ww", "vv", "uu", "tt", "ss", "rr", "qq")
 
 
@@ -182,7 +183,7 @@ def candidate_prompt_variables(k: int) -> dict[str, str]:
     """
     if k < 1:
         raise ValueError(f"The number of candidates must be at least 1, got {k}")
-    k_words = _NUMBER_WORDS[k] if k < len(_NUMBER_WORDS) else str(k)
+    k_words = number_words(k)
     form = ", ".join(f"({CHOICE_LETTERS[i % 26]}) {_PLACEHOLDERS[i % len(_PLACEHOLDERS)]}" for i in range(k))
     return {"k_words": k_words, "answer_form": form}
 

@@ -46,7 +46,14 @@ SURE_VARIABLES = {
 }
 """What each SuRe template needs beyond `passages` and `query`."""
 
+CON_VARIABLES = {
+    "con_single_call": {"k_words": "one", "step_5": "5. If no passage is relevant, answer unknown."},
+    "con_document_note": {},
+}
+"""What the Chain-of-Note templates with passages need beyond `passages` and `query`."""
+
 NO_PASSAGES = {
+    "con_synthesis": {"notes": [{"label": "useful context", "note": "Paris is in France."}], "step_5": "5. Unknown."},
     "sure_validity": {"prediction": "Paris", "summary": "Paris is in France."},
     "sure_ranking": {"summary_1": "Paris is in France.", "summary_2": "Lyon is a city."},
     "sure_sum_and_pred": {"summaries": ["Paris is in France."]},
@@ -64,6 +71,7 @@ def variables_for(name: str, **overrides):
     if name == "distiller":
         variables["candidates"] = ["Paris", "Lyon"]
     variables.update(SURE_VARIABLES.get(name, {}))
+    variables.update(CON_VARIABLES.get(name, {}))
     variables.update(overrides)
     return variables
 
@@ -75,11 +83,14 @@ def prompt_texts(documents: list[Document]) -> list[str]:
 
 class TestTemplates:
     def test_registry(self):
-        assert set(PROMPTS) == {"figure7", "pruning", "summary", "distiller"} | set(SURE_VARIABLES) | set(NO_PASSAGES)
+        assert set(PROMPTS) == {"figure7", "pruning", "summary", "distiller"} | set(SURE_VARIABLES) | set(
+            NO_PASSAGES
+        ) | set(CON_VARIABLES)
         for name, prompt in PROMPTS.items():
             assert isinstance(prompt, PromptTemplate)
             assert prompt.name == name
-            assert prompt.source.startswith("paper 002" if name.startswith("sure_") else "paper 000")
+            paper = {"sure": "paper 002", "con": "paper 004"}.get(name.split("_")[0], "paper 000")
+            assert prompt.source.startswith(paper)
             re.compile(prompt.answer_pattern)
 
     @pytest.mark.parametrize("name", list(PROMPTS))
@@ -144,7 +155,7 @@ class TestInjection:
             Document(content="Third passage."),
         ]
         passages = format_passages(documents)
-        extra = {**SURE_VARIABLES.get(name, {})}
+        extra = {**SURE_VARIABLES.get(name, {}), **CON_VARIABLES.get(name, {})}
         if "candidates" in extra or name == "distiller":
             extra["candidates"] = ["{{ 7*7 }}", "Lyon"]
         text = render(PROMPTS[name], passages=passages, query="What is {{ 7*7 }}?", **extra)[0].text

@@ -10,6 +10,7 @@ from haystack.dataclasses import ChatMessage, GeneratedAnswer
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 import haystack_fusion  # noqa: F401  (allowlists the package for deserialization)
+from haystack_fusion.prompts.chain_of_note import ANSWER_LEAD
 from haystack_fusion.strategies import (
     STRATEGIES,
     Strategy,
@@ -68,6 +69,22 @@ def sure_reply(prompt: str) -> str | None:
         return "Passage 1" if "capital" in prompt.split("Passage 2: ")[0] else "Passage 2"
     if "Task description: predict the answer" in prompt:  # Listings 10 and 12, Table 3 baselines
         return " Paris." if capital else "unknown"
+    return con_reply(prompt)
+
+
+def con_reply(prompt: str) -> str | None:
+    """Replies to paper 004's prompts: single-call notes, per-document notes, synthesis."""
+    live = prompt.rsplit("Question: ", 1)[-1]
+    if prompt.endswith("Reading notes:"):
+        if "Paris is the capital" in live:
+            return f" Passage #1 says Paris is the capital of France. {ANSWER_LEAD} Paris."
+        return f" Passage #1 is not relevant. {ANSWER_LEAD} unknown"
+    if prompt.endswith("Reading note:"):
+        if "Paris is the capital" in live:
+            return " The passage says Paris is the capital of France.\nRelevance: (a) answers directly"
+        return " The passage is not relevant.\nRelevance: (c) irrelevant"
+    if prompt.endswith(ANSWER_LEAD):
+        return " Paris." if "(answers directly)" in live else " unknown"
     return None
 
 
@@ -138,6 +155,8 @@ class TestRegistry:
             "sure_sum_all",
             "mcq",
             "generic_summary",
+            "chain_of_note",
+            "chain_of_note_per_document",
         ]
 
     @pytest.mark.parametrize("name", list(STRATEGIES))
@@ -146,7 +165,8 @@ class TestRegistry:
         assert isinstance(strategy, Strategy)
         assert strategy.name == name
         paper_002 = {"base", "sure", "sure_rank_only", "sure_sum_all", "mcq", "generic_summary"}
-        assert strategy.source.startswith("paper 002" if name in paper_002 else "paper 000")
+        paper = "paper 002" if name in paper_002 else "paper 004" if name.startswith("chain_of_note") else "paper 000"
+        assert strategy.source.startswith(paper)
 
     def test_unknown_strategy_lists_names(self):
         with pytest.raises(ValueError, match="nope") as error:
@@ -211,6 +231,8 @@ class TestRunStrategy:
             ("sure_sum_all", 1 + 2 + 1),
             ("mcq", 2),
             ("generic_summary", 2),
+            ("chain_of_note", 1),
+            ("chain_of_note_per_document", 3 + 1),
         ],
     )
     def test_end_to_end(self, name, calls):
@@ -286,6 +308,17 @@ class TestRunStrategy:
         assert all("Target Question:" in p or p.endswith("[True, False]. Answer:") for p in judge.prompts)
         assert run.usage["calls"] == 7
         assert Pipeline.loads(pipeline.dumps(), allowed_modules=[__name__]) == pipeline
+
+    @pytest.mark.parametrize(("name", "rounds"), [("chain_of_note", 1), ("chain_of_note_per_document", 2)])
+    def test_chain_of_note_evidence(self, name, rounds):
+        pipeline = make_pipeline(name, MockChatGenerator(response_fn=answer_from_context))
+        run = run_strategy(name, pipeline, QUERY)
+        assert run.answer.data == "Paris"
+        assert run.evidence["answer_source"] == "passages"
+        assert [note["document_id"] for note in run.evidence["notes"]] == [d.id for d in run.documents]
+        assert run.evidence["notes"][0]["relevance"] == "direct"
+        assert run.usage["rounds"] == rounds
+        assert [d.id for d in run.answer.documents] == ["paris"]
 
     def test_post_fusion_samples(self):
         pipeline = make_pipeline(

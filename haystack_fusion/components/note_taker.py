@@ -1,0 +1,330 @@
+"""NoteTaker: Chain-of-Note reading notes per retrieved passage, then the answer (paper 004, section 2.3)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from haystack import Document, component, default_from_dict, default_to_dict, logging
+from haystack.components.generators.chat.types import ChatGenerator
+from haystack.core.serialization import component_to_dict
+from haystack.dataclasses import ChatMessage, GeneratedAnswer
+from haystack.utils import deserialize_chatgenerator_inplace
+
+from haystack_fusion.answers import UNKNOWN, UnknownDetector
+from haystack_fusion.llm_calls import FanOutResult, run_chat_calls, run_chat_calls_async, sum_usage
+from haystack_fusion.notes import CONTEXT, DIRECT, classify_note, parse_document_note, parse_single_call
+from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render, validate_query
+from haystack_fusion.prompts.chain_of_note import ANSWER_LEAD, RELEVANCE_WORDS, STEP_5_PARAMETRIC, STEP_5_UNKNOWN
+from haystack_fusion.prompts.examples import number_words
+
+logger = logging.getLogger(__name__)
+
+NoteMode = Literal["single_call", "per_document"]
+NOTE_MODES: tuple[str, ...] = ("single_call", "per_document")
+
+
+def single_call_prompt(
+    query: str,
+    documents: list[Document],
+    *,
+    allow_parametric_knowledge: bool = True,
+    max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
+) -> list[ChatMessage]:
+    """
+    The Chain-of-Note prompt over k passages (paper 004, Appendix A.5 with Table 6's first case as demonstration).
+
+    :param query: The question.
+    :param documents: The k passages, best-ranked first (titled layout).
+    :param allow_parametric_knowledge: Step 5 as in the paper (answer without the passages) or "answer unknown".
+    :param max_passage_chars: Per-passage context budget in characters (None: no limit).
+    :returns: One user ChatMessage.
+    """
+    return render(
+        PROMPTS["con_single_call"],
+        query=query,
+        passages=format_passages(documents, max_passage_chars, layout="titled"),
+        k_words=number_words(len(documents)),
+        step_5=STEP_5_PARAMETRIC if allow_parametric_knowledge else STEP_5_UNKNOWN,
+    )
+
+
+def training_record(
+    query: str,
+    documents: list[Document],
+    notes: list[dict[str, Any]],
+    answer: str,
+    *,
+    allow_parametric_knowledge: bool = True,
+    max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
+) -> dict[str, Any]:
+    """
+    One chat fine-tuning example for distilling Chain-of-Note into a smaller model (paper 004, section 2.3.2).
+
+    :param query: The question.
+    :param documents: Its k passages, in the order the notes refer to.
+    :param notes: The k notes (`note` texts, as NoteTaker outputs them; empty ones are left out).
+    :param answer: The final answer ("unknown" included).
+    :param allow_parametric_knowledge: Which step 5 the prompt states.
+    :param max_passage_chars: Per-passage context budget in characters (None: no limit).
+    :returns: `{"messages": [user, assistant]}` in the OpenAI chat fine-tuning JSONL format: the single-call prompt,
+        and the notes ("Passage #i ..." each) followed by "Based on the information given in above passages, the
+        answer is <answer>", Table 6's format.
+    """
+    prompt = single_call_prompt(
+        query, documents, allow_parametric_knowledge=allow_parametric_knowledge, max_passage_chars=max_passage_chars
+    )
+    written = []
+    for index, note in enumerate(notes, start=1):
+        text = " ".join(str(note.get("note") or "").split())
+        if text:
+            written.append(text if f"#{index}" in text else f"Passage #{index}: {text}")
+    target = " ".join([*written, f"{ANSWER_LEAD} {answer}"])
+    return {"messages": [{"role": "user", "content": prompt[0].text}, {"role": "assistant", "content": target}]}
+
+
+@component
+class NoteTaker:
+    """
+    Writes a reading note per retrieved passage, judges its relevance, then answers (Chain-of-Note, paper 004).
+
+    Each note carries the passage's id and one of the three note types of section 2.3.1: `direct` (the passage
+    answers the question), `context` (useful context, no answer) or `irrelevant`. The answer comes from the relevant
+    passages; when none is relevant it comes from the model's own knowledge if `allow_parametric_knowledge` (step 5
+    of Appendix A.5, the paper's behaviour), else it is "unknown" (Figure 2 (c)).
+
+    - `mode="single_call"` (the paper's): one call with Appendix A.5's five-step instruction, shown once on Table 6's
+      first case, over all passages; the reply is split into one note per passage and the final answer (notes that
+      merge passages, skip some or number differently are handled by `haystack_fusion.notes.parse_single_call`).
+      The note types are read from each note against the answer (`classify_note`).
+    - `mode="per_document"`: one call per passage, concurrently, that writes its note and labels its relevance, then
+      one synthesis call over the notes (steps 4-5): k + 1 calls in 2 rounds, for models that lose track across
+      long contexts. Without parametric knowledge and with no relevant note, the synthesis call is skipped.
+
+    ### Usage example
+    ```python
+    from haystack import Document
+    from haystack.components.generators.chat import MockChatGenerator
+    from haystack_fusion import NoteTaker
+
+    reply = "Passage #1 says Paris is the capital of France. Based on the information given in above passages, the "
+    llm = MockChatGenerator(responses=[reply + "answer is Paris"])
+    result = NoteTaker(chat_generator=llm).run(query="Capital of France?", documents=[Document(content="Paris ...")])
+    print(result["answers"][0].data, result["notes"][0]["relevance"])  # Paris direct
+    ```
+    """
+
+    def __init__(
+        self,
+        *,
+        chat_generator: ChatGenerator,
+        mode: NoteMode = "single_call",
+        allow_parametric_knowledge: bool = True,
+        max_concurrency: int = 4,
+        max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
+        generation_kwargs: dict[str, Any] | None = None,
+        unknown_patterns: list[str] | None = None,
+        raise_on_failure: bool = False,
+    ) -> None:
+        """
+        Create a NoteTaker.
+
+        :param chat_generator: The ChatGenerator that writes the notes and the answer.
+        :param mode: "single_call" (one prompt, the paper's) or "per_document" (a note per passage, then synthesis).
+        :param allow_parametric_knowledge: If True (the paper's step 5), the model answers from its own knowledge
+            when no passage is relevant; if False, the answer is then "unknown".
+        :param max_concurrency: Largest number of note calls under way at once in per-document mode (>= 1).
+        :param max_passage_chars: Per-passage context budget in characters (None: no limit).
+        :param generation_kwargs: `generation_kwargs` for every call, e.g. a larger completion budget for the notes
+            of k passages (`{"max_tokens": 400}` for llama.cpp); None keeps the generator's own.
+        :param unknown_patterns: Regular expressions that mark an abstention; None uses the shared defaults.
+        :param raise_on_failure: If True, a failed call raises; by default it is logged and reported in `meta`: a
+            failed note counts as irrelevant, a failed answer call gives "unknown".
+        :raises ValueError: If `mode` is unknown, `max_concurrency` is below 1 or `max_passage_chars` not positive.
+        """
+        if mode not in NOTE_MODES:
+            raise ValueError(f"`mode` must be one of {', '.join(NOTE_MODES)}, got {mode!r}")
+        if max_concurrency < 1:
+            raise ValueError(f"`max_concurrency` must be at least 1, got {max_concurrency}")
+        if max_passage_chars is not None and max_passage_chars <= 0:
+            raise ValueError(f"`max_passage_chars` must be positive or None, got {max_passage_chars}")
+        self._chat_generator = chat_generator
+        self.mode = mode
+        self.allow_parametric_knowledge = allow_parametric_knowledge
+        self.max_concurrency = max_concurrency
+        self.max_passage_chars = max_passage_chars
+        self.generation_kwargs = generation_kwargs
+        self.unknown_patterns = unknown_patterns
+        self.raise_on_failure = raise_on_failure
+        self._detector = UnknownDetector.from_patterns(unknown_patterns)
+
+    def warm_up(self) -> None:
+        """Warm up the wrapped chat generator (idempotent)."""
+        if hasattr(self._chat_generator, "warm_up"):
+            self._chat_generator.warm_up()
+
+    def close(self) -> None:
+        """Release the wrapped chat generator's resources."""
+        if hasattr(self._chat_generator, "close"):
+            self._chat_generator.close()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize this component, with its chat generator, to a dictionary."""
+        return default_to_dict(
+            self,
+            chat_generator=component_to_dict(obj=self._chat_generator, name="chat_generator"),
+            mode=self.mode,
+            allow_parametric_knowledge=self.allow_parametric_knowledge,
+            max_concurrency=self.max_concurrency,
+            max_passage_chars=self.max_passage_chars,
+            generation_kwargs=self.generation_kwargs,
+            unknown_patterns=self.unknown_patterns,
+            raise_on_failure=self.raise_on_failure,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NoteTaker:
+        """Deserialize this component, with its chat generator, from a dictionary."""
+        deserialize_chatgenerator_inplace(data["init_parameters"], key="chat_generator")
+        return default_from_dict(cls, data)
+
+    # Each step below is shared by `run` and `run_async`; only the fan-out calls differ.
+
+    @property
+    def _step_5(self) -> str:
+        return STEP_5_PARAMETRIC if self.allow_parametric_knowledge else STEP_5_UNKNOWN
+
+    def _fan_out(self) -> dict[str, Any]:
+        return {
+            "max_concurrency": self.max_concurrency,
+            "generation_kwargs": self.generation_kwargs,
+            "raise_on_failure": self.raise_on_failure,
+        }
+
+    def _first_round(self, query: str, documents: list[Document] | None) -> tuple[str, list[Document], list[Any]]:
+        """Validate; the single prompt, or one note prompt per passage (none without passages in that mode)."""
+        query = validate_query(query)
+        documents = list(documents or [])
+        if self.mode == "single_call":
+            if not documents and not self.allow_parametric_knowledge:
+                return query, documents, []
+            prompt = single_call_prompt(
+                query,
+                documents,
+                allow_parametric_knowledge=self.allow_parametric_knowledge,
+                max_passage_chars=self.max_passage_chars,
+            )
+            return query, documents, [prompt]
+        note_prompts = [
+            render(
+                PROMPTS["con_document_note"],
+                query=query,
+                passages=format_passages([d], self.max_passage_chars, "titled"),
+            )
+            for d in documents
+        ]
+        return query, documents, note_prompts
+
+    def _notes(self, documents: list[Document], first: FanOutResult | None) -> tuple[list[dict[str, Any]], str | None]:
+        """The notes (one per passage, input order) and, in single-call mode, the answer text (None: no reply)."""
+        replies = first.replies if first else []
+        if self.mode == "single_call":
+            text = replies[0].text if replies and replies[0] is not None else None
+            parsed = parse_single_call(text, len(documents))
+            notes = [
+                {"document_id": d.id, "note": note, "relevance": classify_note(note, parsed.answer, self._detector)}
+                for d, note in zip(documents, parsed.notes, strict=True)
+            ]
+            return notes, (parsed.answer if text is not None else None)
+        notes = []
+        for document, reply in zip(documents, replies, strict=True):
+            note, label = parse_document_note(reply.text if reply is not None else None)
+            relevance = label or classify_note(note, "", self._detector)
+            notes.append({"document_id": document.id, "note": note, "relevance": relevance})
+        return notes, None
+
+    def _synthesis(self, query: str, notes: list[dict[str, Any]]) -> list[list[ChatMessage]]:
+        """Per-document round 2 (steps 4-5 over the notes), unless nothing is relevant and knowledge is not allowed."""
+        if self.mode != "per_document" or (not self._relevant(notes) and not self.allow_parametric_knowledge):
+            return []
+        shown = [{"label": RELEVANCE_WORDS[n["relevance"]], "note": " ".join(n["note"].split())} for n in notes]
+        return [render(PROMPTS["con_synthesis"], query=query, notes=shown, step_5=self._step_5)]
+
+    @staticmethod
+    def _relevant(notes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [note for note in notes if note["relevance"] in (DIRECT, CONTEXT)]
+
+    def _outputs(
+        self,
+        query: str,
+        documents: list[Document],
+        notes: list[dict[str, Any]],
+        answer_text: str | None,
+        rounds: list[tuple[str, FanOutResult | None]],
+    ) -> dict[str, Any]:
+        """The answer from the relevant notes, the model's knowledge, or "unknown" (section 2.3.1)."""
+        relevant = self._relevant(notes)
+        if relevant:
+            source = "passages"
+        elif self.allow_parametric_knowledge and answer_text:
+            source = "parametric"
+        else:
+            source, answer_text = "none", None
+        answer = (answer_text or "").strip()
+        if not answer or self._detector.is_unknown(answer):
+            answer, source = UNKNOWN, "none"
+        usage = sum_usage(calls.usage for _, calls in rounds if calls)
+        usage["rounds"] = sum(1 for _, calls in rounds if calls)
+        failures = [{"round": name, **failure} for name, calls in rounds if calls for failure in calls.failures]
+        ids = {note["document_id"] for note in relevant}
+        meta = {
+            "strategy": f"chain_of_note ({self.mode})",
+            "source": "paper 004, section 2.3, Appendix A.5",
+            "notes": notes,
+            "answer_source": source,
+            "failures": failures,
+            "usage": usage,
+        }
+        supporting = [document for document in documents if document.id in ids]
+        return {"answers": [GeneratedAnswer(data=answer, query=query, documents=supporting, meta=meta)], "notes": notes}
+
+    def _answer_text(self, second: FanOutResult | None) -> str | None:
+        reply = second.replies[0] if second and second.replies else None
+        return PROMPTS["con_synthesis"].extract_answer(reply.text) if reply is not None else None
+
+    @component.output_types(answers=list[GeneratedAnswer], notes=list[dict[str, Any]])
+    def run(self, query: str, documents: list[Document]) -> dict[str, Any]:
+        """
+        Take notes on the passages and answer.
+
+        :param query: The question.
+        :param documents: The k retrieved passages, best-ranked first (may be empty: with parametric knowledge the
+            model answers from it, else "unknown" with no call).
+        :returns: A dictionary with:
+            - `answers`: one GeneratedAnswer: the answer, or "unknown"; its `documents` are the relevant passages;
+              its `meta` holds `notes`, `answer_source` ("passages", "parametric" or "none"), `failures` (`round`,
+              `index`, `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`,
+              `rounds`).
+            - `notes`: k dicts in input order: `document_id`, `relevance` ("direct", "context" or "irrelevant";
+              section 2.3.1) and `note` ("" when the model wrote none for that passage).
+        :raises ValueError: If `query` is empty or only whitespace.
+        """
+        query, documents, prompts = self._first_round(query, documents)
+        first = run_chat_calls(self._chat_generator, prompts, **self._fan_out()) if prompts else None
+        notes, answer_text = self._notes(documents, first)
+        synthesis = self._synthesis(query, notes)
+        second = run_chat_calls(self._chat_generator, synthesis, **self._fan_out()) if synthesis else None
+        if self.mode == "per_document":
+            answer_text = self._answer_text(second)
+        return self._outputs(query, documents, notes, answer_text, [("notes", first), ("answer", second)])
+
+    @component.output_types(answers=list[GeneratedAnswer], notes=list[dict[str, Any]])
+    async def run_async(self, query: str, documents: list[Document]) -> dict[str, Any]:
+        """Async form of `run`, with the same inputs, outputs and errors; calls the generator's `run_async`."""
+        query, documents, prompts = self._first_round(query, documents)
+        first = await run_chat_calls_async(self._chat_generator, prompts, **self._fan_out()) if prompts else None
+        notes, answer_text = self._notes(documents, first)
+        synthesis = self._synthesis(query, notes)
+        second = await run_chat_calls_async(self._chat_generator, synthesis, **self._fan_out()) if synthesis else None
+        if self.mode == "per_document":
+            answer_text = self._answer_text(second)
+        return self._outputs(query, documents, notes, answer_text, [("notes", first), ("answer", second)])

@@ -1,0 +1,64 @@
+"""Training-data export: a run's Chain-of-Note notes as chat fine-tuning JSONL (paper 004, section 2.3.2)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from haystack import Document
+
+from haystack_fusion.components.note_taker import training_record
+from haystack_fusion.evaluation.runner import QuestionRecord
+from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS
+
+
+def export_notes(
+    records: Iterable[QuestionRecord],
+    documents: Mapping[str, Document],
+    path: str | Path,
+    *,
+    correct_only: bool = False,
+    allow_parametric_knowledge: bool = True,
+    max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
+) -> int:
+    """
+    Write the Chain-of-Note records of an evaluation run as chat fine-tuning examples, one JSON object per line.
+
+    The paper distils GPT-4's notes into LLaMa-2 7B (section 2.3.2); this turns a run of `chain_of_note` or
+    `chain_of_note_per_document` (any record whose evidence has `notes`) into the same kind of data: the single-call
+    prompt over the record's passages as the user message, its notes and answer in Table 6's format as the
+    assistant message (`training_record`).
+
+    :param records: Evaluation records (`results.jsonl`); records without notes are skipped.
+    :param documents: The corpus by document id, to recover each record's passages in rank order.
+    :param path: The JSONL file to write (overwritten; parent folders are created).
+    :param correct_only: Keep only records whose prediction is right: EM on answerable questions, "unknown" on
+        unanswerable ones.
+    :param allow_parametric_knowledge: Which step 5 the prompts state (match the run's setting).
+    :param max_passage_chars: Per-passage context budget in characters (match the run's setting).
+    :returns: The number of examples written.
+    :raises KeyError: If a record names a passage id that `documents` does not hold.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    written = 0
+    with path.open("w", encoding="utf-8") as file:
+        for record in records:
+            notes = record.evidence.get("notes")
+            if notes is None:
+                continue
+            correct = record.score.em > 0 if record.answerable else record.score.unknown
+            if correct_only and not correct:
+                continue
+            example = training_record(
+                record.question,
+                [documents[document_id] for document_id in record.passages],
+                notes,
+                record.prediction,
+                allow_parametric_knowledge=allow_parametric_knowledge,
+                max_passage_chars=max_passage_chars,
+            )
+            file.write(json.dumps(example, ensure_ascii=False) + "\n")
+            written += 1
+    return written

@@ -1,0 +1,472 @@
+"""
+Chain-of-Note's reply parsers (paper 004, sections 2.3-2.3.1, Appendix A.5-A.6): pure functions, no LLM calls.
+
+Chain-of-Note (CoN) has the model write a reading note y_{d_i} on each of the k retrieved passages, then the final
+answer y (section 2.3). In the single-call mode the notes and the answer come in one reply, in the format of Table 6
+("Passage #1 discusses ... Passage #2 confirms ... Based on the information given in above passages, the answer is
+1996"); `parse_single_call` splits such a reply into one note per passage and the answer. In the per-document mode
+each passage gets its own call, whose reply is a note and a "Relevance:" line naming one of the three note types of
+section 2.3.1 (Figure 2); `parse_document_note` reads it. `classify_note` assigns a note type to a note that carries
+no label, as the single-call notes do.
+
+Passages are numbered from 1 here, as in the prompts: note i of a `ParsedNotes` (0-based) is about "Passage #i+1".
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+
+from haystack_fusion.answers import UnknownDetector, normalize_answer
+
+DIRECT = "direct"
+"""Note type (a) of section 2.3.1 / Figure 2(a): the passage answers the question directly."""
+
+CONTEXT = "context"
+"""Note type (b) of section 2.3.1 / Figure 2(b): the passage does not answer but gives useful context."""
+
+IRRELEVANT = "irrelevant"
+"""Note type (c) of section 2.3.1 / Figure 2(c): the passage is irrelevant to the question."""
+
+RELEVANCE_LABELS: tuple[str, ...] = (DIRECT, CONTEXT, IRRELEVANT)
+"""The three note types of section 2.3.1, in the paper's order (a), (b), (c)."""
+
+_STRIP = " \t\n\r\"'`“”‘’„«»*_"
+_ABBREVIATION_END = re.compile(r"(?:^|\s)(?:[A-Za-z]\.){2,}$")
+"""A trailing abbreviation ("Washington D.C.", "U.S.") whose last period is kept."""
+
+_NON_BLANK = re.compile(r"\S")
+"""The first character of a line's content."""
+
+_NUMBER = r"\d{1,6}(?!\d)"
+_JOIN = r"\s*(?:,\s*(?:and\s+|or\s+|&\s*)?|and\s+|or\s+|&\s*|/\s*|-+\s*|[–—]\s*|to\s+|through\s+|thru\s+)"
+_REFERENCE = re.compile(
+    rf"\b(?:passages?|documents?|docs?|paragraphs?)\s*(?:#|no\.?|number)?\s*(?P<numbers>{_NUMBER}"
+    rf"(?:{_JOIN}#?\s*{_NUMBER})*)"
+    rf"|\[\s*(?P<bracket>{_NUMBER}(?:\s*(?:,|-|–|and)\s*{_NUMBER})*)\s*\]",
+    re.IGNORECASE,
+)
+"""A reference to one or more passages: "Passage #1", "passage 1", "Document #2", "Wikipedia passage #3" (the word
+before does not matter), "Passages #1 and #3", "Passages #1, #2, and #4", "Passages #2-#4" / "2 to 4" (a range),
+"[1]", "[1, 3]". Numbers have at most 6 digits."""
+
+_RANGE_JOIN = re.compile(r"^\s*(?:-+|[–—]|to|through|thru)\s*#?\s*$", re.IGNORECASE)
+"""The text between two numbers of a reference that makes them a range ("#2-#4", "2 to 4")."""
+
+_ANSWER_MARKER = re.compile(
+    r"(?:\b(?:based\s+on|according\s+to|considering)\b"
+    r"(?:(?!(?:passages?|documents?|docs?|paragraphs?)\s*(?:#|no\.?|number)?\s*\d|\[\s*\d)[^\n.!?;]){0,150}?,\s*)?"
+    r"(?:,?\s*\b(?:so|thus|therefore|hence|overall|in\s+conclusion|in\s+summary)\b,?\s*|,\s*)?"
+    r"(?:the\s+(?:(?:final|correct|short|best|most\s+likely)\s+)?answers?\s+(?:is|are|was|would\s+be|should\s+be)"
+    r"\s*:?"
+    r"|(?<![^\s*_>#(\[.!?;:,])[*_]*(?:(?:final|short|correct)\s+)?answer\s*[*_]*\s*:[*_]*)",
+    re.IGNORECASE,
+)
+"""The start of a final-answer statement: "the answer is" (also "the final answer is", "the answer would be"), with
+the lead-in of Table 6 ("Based on the information given in above passages, ...") or a connective (", so",
+"therefore", a comma) before it, or a label "Answer:" / "Final answer:" / "**Answer:**". "the answer is" matches even
+inside a word ("...isn't"), so no text that contains it is ever taken for a note. A lead-in never spans a passage
+reference, so "Passage #2 confirms 1996, so the answer is 1996" keeps "Passage #2 confirms 1996" as a note."""
+
+_CONTINUATION = re.compile(
+    r"^[ \t*_#>]*(?:(?:question|task\s+description|reading\s+notes?)\s*[*_]*\s*:|</?passage\b)",
+    re.IGNORECASE | re.MULTILINE,
+)
+"""A line that starts a new prompt block ("Question:", "Task Description:", "Reading notes:", a passage delimiter):
+a base model that runs on past its answer writes the next demonstration."""
+
+_READING_NOTES_LABEL = re.compile(r"^\s*[*_]*reading\s+notes?\s*[*_]*\s*:[*_]*", re.IGNORECASE)
+"""An echo of the prompt's last line ("Reading notes:" / "Reading note:") at the start of a reply."""
+
+_BREAK = re.compile(r"(?<=[.!?;])[\"'”’)\]]*\s+|\n")
+"""Where one sentence or line of the notes ends and the next begins."""
+
+_RELEVANCE_LINE = re.compile(
+    r"(?<![^\s*_>#(\[])[*_]*(?:relevance(?:\s+label)?|label|note\s+type)[*_]*\s*[:=][*_]*[ \t]*(?P<label>[^\n]*)",
+    re.IGNORECASE,
+)
+"""The label line of a per-document note, "Relevance: (b) useful context", also "**Relevance:**", "Label:"; the label
+is the rest of the line (or the next non-blank line when that is empty)."""
+
+_CANONICAL_LABEL = r"(?:answers?\s+(?:the\s+question\s+)?directly|useful\s+context|irrelevant)"
+_LABEL_ONLY_LINE = re.compile(
+    rf"^[ \t*_>\-]*(?:(?:\(\s*[abc]\s*\)|[abc]\))[ \t]*{_CANONICAL_LABEL}?|{_CANONICAL_LABEL})[ \t.*_]*$",
+    re.IGNORECASE | re.MULTILINE,
+)
+"""A line that is only a label, without "Relevance:": "(b) useful context", "(c)", "Irrelevant."."""
+
+_LABEL_PAREN_LETTER = re.compile(r"\(\s*([abc])\s*\)", re.IGNORECASE)
+_LABEL_BARE_LETTER = re.compile(r"^[^\w(]*([abc])\s*(?:\)|[.:\-–—](?!\w)|$)", re.IGNORECASE)
+"""A label letter without an opening parenthesis at the start of the label: "a)", "b.", "c", "B - useful context"."""
+
+# The words of a label without a letter, tried in this order by `_read_label`.
+_LABEL_IRRELEVANT = re.compile(
+    r"\b(?:irrelevant|unrelated|off[-\s]?topic|none|no\s+relevance)\b"
+    r"|(?:\bnot|n't)\s+(?:at\s+all\s+)?(?:relevant|related|useful|helpful)\b",
+    re.IGNORECASE,
+)
+_LABEL_NOT_DIRECT = re.compile(r"(?:\bnot|n't)\s+(?:\w+\s+)?(?:direct|answer)", re.IGNORECASE)
+_LABEL_DIRECT = re.compile(r"\b(?:direct(?:ly)?|answers?)\b", re.IGNORECASE)
+_LABEL_CONTEXT = re.compile(
+    r"\b(?:context(?:ual)?|useful|helpful|partial(?:ly)?|indirect(?:ly)?|somewhat|background|related|relevant)\b",
+    re.IGNORECASE,
+)
+
+_IRRELEVANT_NOTE = re.compile(
+    r"\b(?:irrelevant|unrelated|off[-\s]?topic)\b"
+    r"|\bnothing\s+to\s+do\s+with\b"
+    r"|\b(?:no|little)\s+relevance\b"
+    r"|(?:\bnot|n't)\s+(?:(?:at\s+all|really|very|particularly)\s+)?(?:relevant|related|pertinent|useful|helpful)\b"
+    r"|\bno\s+(?:relevant|useful|pertinent|helpful)\s+(?:information|details?|content|facts?)\b"
+    r"|\b(?:no|any|nothing)\s+(?:(?:relevant|useful)\s+)?(?:(?:information|details?|content|mention)\s+)?"
+    r"(?:relevant\s+to|related\s+to|about|on|regarding|concerning|to\s+answer)\s+(?:the|this)\s+(?:question|query)\b",
+    re.IGNORECASE,
+)
+"""An explicit verdict that a passage is irrelevant (note type (c)): "irrelevant", "unrelated", "not relevant",
+"isn't related", "nothing to do with", "no relevant information", "no information about the question". "not directly
+relevant" is no such verdict: it describes type (b), "does not directly answer the query but provides useful
+context" (section 2.3.1)."""
+
+_SEGMENT_BREAK = re.compile(
+    r"[.!?;]+(?:\s+|$)|\b(?:but|however|although|though|while|whereas|yet|instead|except)\b", re.IGNORECASE
+)
+"""Where a note's statements part: sentence ends and contrast words ("discusses X, but does not mention Y")."""
+
+_NEGATION = re.compile(
+    r"\b(?:not|no|never|nor|neither|none|nothing|without|lacks?|lacking|fails?|cannot)\b|n't\b", re.IGNORECASE
+)
+"""A negation: a statement that holds one says what a passage lacks ("does not mention", "no information")."""
+
+
+def _collapse(text: str) -> str:
+    """`text` on one line: runs of whitespace become one space, no surrounding whitespace."""
+    return " ".join(text.split())
+
+
+def _clean_answer(text: str) -> str:
+    """
+    An answer as it is returned: whitespace collapsed; surrounding quotes, markdown emphasis and trailing ".", ",",
+    ";", ":" removed (a trailing abbreviation such as "D.C." keeps its period).
+    """
+    text = _collapse(text)
+    previous = None
+    while text != previous:
+        previous = text
+        text = text.strip(_STRIP).strip(",;:").strip()
+        if text.endswith(".") and not _ABBREVIATION_END.search(text):
+            text = text[:-1]
+    return text
+
+
+def _cut_continuation(text: str) -> str:
+    """`text` up to the first `_CONTINUATION` line that has non-blank text before it (a prompt echo at the start
+    stays)."""
+    for match in _CONTINUATION.finditer(text):
+        if text[: match.start()].strip():
+            return text[: match.start()]
+    return text
+
+
+def _line_end(text: str, position: int) -> int:
+    """The index of the line break ending the line at `position`, or len(text)."""
+    end = text.find("\n", position)
+    return len(text) if end < 0 else end
+
+
+def _non_blank(text: str, position: int) -> int:
+    """The index of the first non-whitespace character at or after `position`, or len(text)."""
+    match = _NON_BLANK.search(text, position)
+    return len(text) if match is None else match.start()
+
+
+def _split_answer(text: str) -> tuple[str, str]:
+    """
+    Take the answer statements out of a single-call reply.
+
+    Each `_ANSWER_MARKER` starts an answer statement that runs to the end of its line; when the rest of that line is
+    blank ("Answer:" then a line break) the next non-blank line is the answer, unless it names a passage or holds
+    another marker. The answer of the last statement with a non-empty answer wins.
+
+    :param text: The reply, without a continuation.
+    :returns: (answer, the reply with every answer statement replaced by a line break); answer is "" when none.
+    """
+    answer = ""
+    spans: list[tuple[int, int]] = []
+    for match in _ANSWER_MARKER.finditer(text):
+        end = _line_end(text, match.end())
+        candidate = _clean_answer(text[match.end() : end])
+        if not candidate and end < len(text):
+            start = _non_blank(text, end)
+            next_end = _line_end(text, start)
+            line = text[start:next_end]
+            if line.strip() and not _REFERENCE.search(line) and not _ANSWER_MARKER.search(line):
+                candidate = _clean_answer(line)
+                end = next_end
+        if candidate:
+            answer = candidate
+        spans.append((match.start(), end))
+    pieces: list[str] = []
+    position = 0
+    for start, end in spans:
+        if start > position:
+            pieces.append(text[position:start])
+        pieces.append("\n")
+        position = max(position, end)
+    pieces.append(text[position:])
+    return answer, "".join(pieces)
+
+
+def _referenced(match: re.Match[str], k: int) -> set[int]:
+    """
+    The passage numbers in 1..k that one `_REFERENCE` match names.
+
+    Numbers joined by "-", "–", "to" or "through" are a range when it runs upwards and ends within 1..k
+    ("#2-#4" names 2, 3 and 4); otherwise (as in "Passage #2 - 1996 Summer Olympics") each end counts on its own.
+
+    :param match: A `_REFERENCE` match.
+    :param k: The number of passages.
+    :returns: The named passage numbers in 1..k; empty when all are out of range.
+    """
+    listed = match.group("numbers") or match.group("bracket") or ""
+    numbers = list(re.finditer(r"\d+", listed))
+    named: set[int] = set()
+    for index, number in enumerate(numbers):
+        value = int(number.group())
+        if 1 <= value <= k:
+            named.add(value)
+        if index + 1 < len(numbers):
+            following = numbers[index + 1]
+            upper = int(following.group())
+            if value < upper <= k and _RANGE_JOIN.match(listed[number.end() : following.start()]):
+                named.update(range(max(value, 1), upper + 1))
+    return named
+
+
+def _assign(region: str, k: int) -> tuple[list[str], list[bool]]:
+    """
+    Split the note part of a single-call reply into one note per passage.
+
+    The text is cut into units at line breaks and sentence ends (".", "!", "?", ";" followed by whitespace), never
+    inside a reference ("Passage No. 2"). A unit that holds references belongs to every passage they name within
+    1..k; a unit without references continues the unit before it ("Passage #1 says X. It also says Y."); units before
+    the first reference (a preamble) and after a reference only to passages outside 1..k are dropped. A passage's note
+    is its units joined by a space, cut before any answer marker the joining might have formed.
+
+    :param region: The reply without continuation and answer statements.
+    :param k: The number of passages.
+    :returns: (k notes, "" for a passage never named; k flags, True for a passage some reference names).
+    """
+    units: dict[int, list[str]] = {number: [] for number in range(1, k + 1)}
+    mentioned = [False] * k
+    references = list(_REFERENCE.finditer(region))
+    if not references or k == 0:
+        return [""] * k, mentioned
+    starts = [ref.start() for ref in references]
+    cuts = []
+    for match in _BREAK.finditer(region):
+        index = bisect.bisect_left(starts, match.end()) - 1  # the last reference starting before the break ends
+        if index < 0 or references[index].end() <= match.start():
+            cuts.append(match.end())
+    current: set[int] = set()
+    start = 0
+    reference_index = 0
+    for end in [*cuts, len(region)]:
+        unit = _collapse(region[start:end])
+        named: set[int] | None = None
+        while reference_index < len(references) and references[reference_index].start() < end:
+            named = (named or set()) | _referenced(references[reference_index], k)
+            reference_index += 1
+        if named is not None:
+            current = named
+            for number in named:
+                mentioned[number - 1] = True
+        if unit:
+            for number in current:
+                units[number].append(unit)
+        start = end
+    notes = []
+    for number in range(1, k + 1):
+        note = " ".join(units[number])
+        marker = _ANSWER_MARKER.search(note)
+        notes.append(note[: marker.start()].rstrip() if marker else note)
+    return notes, mentioned
+
+
+@dataclass(frozen=True)
+class ParsedNotes:
+    """
+    A single-call Chain-of-Note reply split into its segments [y_{d_1}, ..., y_{d_k}, y] (paper 004, section 2.3).
+
+    :param notes: k notes in passage order, each on one line as the model wrote it (its references included, as in
+        Table 6's "Wikipedia passage #1 discusses ..."); "" for a passage no note names.
+    :param answer: The final answer y, without the "the answer is" / "Answer:" lead and trailing period or quotes;
+        "" when the reply gives none.
+    :param mentioned: k flags in passage order: True when the notes name that passage.
+    """
+
+    notes: list[str]
+    answer: str
+    mentioned: list[bool]
+
+
+def parse_single_call(reply: str | None, k: int) -> ParsedNotes:
+    """
+    Read a single-call Chain-of-Note reply: one note per passage and the final answer (paper 004, section 2.3;
+    Appendix A.5 instruction, Table 6 format).
+
+    Table 6's notes are one paragraph ("Wikipedia passage #1 discusses ... Wikipedia passage #2 confirms ... Based on
+    the information given in above passages, the answer is 1996"); models also write one note per line, other
+    reference shapes and other answer leads. The reply is read as follows:
+
+    1. A leading "Reading notes:" echo is removed, and the reply is cut at the first line, after some text, that
+       starts a new prompt block ("Question:", "Task Description:", "Reading notes:", a passage delimiter).
+    2. Answer statements (`_ANSWER_MARKER`: "[Based on ..., ]the answer is X", "Answer: X", "Final answer: X") run
+       to the end of their line and are never part of a note. The last statement that gives a non-empty answer wins;
+       its text is cleaned (quotes, markdown, trailing period removed), so "the answer is unknown" gives "unknown".
+    3. The rest is cut into sentences and lines; each goes to the passages its references name (`_REFERENCE`:
+       "Passage #1", "passage 1", "Document #2", "[1]", "Passages #1 and #3", "Passages #2-#4") or, without a
+       reference, to those of the sentence before it. References to numbers outside 1..k are ignored.
+
+    :param reply: The model's reply to the single-call prompt; None for a failed call.
+    :param k: The number of passages in the prompt; 0 is allowed (no notes, the answer is still read).
+    :returns: A `ParsedNotes` with exactly k notes and k flags; all notes "" and all flags False when the reply names
+        no passage.
+    :raises ValueError: If k < 0.
+    """
+    if k < 0:
+        raise ValueError(f"`k` must not be negative, got {k}")
+    if not reply:
+        return ParsedNotes(notes=[""] * k, answer="", mentioned=[False] * k)
+    text = _cut_continuation(_READING_NOTES_LABEL.sub("", reply, count=1))
+    answer, region = _split_answer(text)
+    notes, mentioned = _assign(region, k)
+    return ParsedNotes(notes=notes, answer=answer, mentioned=mentioned)
+
+
+def _read_label(text: str) -> str | None:
+    """
+    The note type a label names.
+
+    A letter decides first: one distinct "(a)" / "(b)" / "(c)" anywhere, or "a)", "b.", "c" at the start ("(b)
+    irrelevant" is CONTEXT); several distinct letters (an echo of the three choices) name none. Otherwise words decide,
+    in this order: "irrelevant" / "not relevant" / "unrelated" / "none" -> IRRELEVANT; "not directly" / "does not
+    answer" -> CONTEXT; "directly" / "answers" -> DIRECT; "context" / "useful" / "partially" / "relevant" -> CONTEXT.
+
+    :param text: The label, e.g. "(b) useful context".
+    :returns: DIRECT, CONTEXT, IRRELEVANT or None.
+    """
+    letters = {letter.lower() for letter in _LABEL_PAREN_LETTER.findall(text)}
+    if len(letters) > 1:
+        return None
+    if not letters and (bare := _LABEL_BARE_LETTER.match(text)):
+        letters = {bare.group(1).lower()}
+    if letters:
+        return RELEVANCE_LABELS["abc".index(letters.pop())]
+    if _LABEL_IRRELEVANT.search(text):
+        return IRRELEVANT
+    if _LABEL_NOT_DIRECT.search(text):
+        return CONTEXT
+    if _LABEL_DIRECT.search(text):
+        return DIRECT
+    if _LABEL_CONTEXT.search(text):
+        return CONTEXT
+    return None
+
+
+def parse_document_note(reply: str | None) -> tuple[str, str | None]:
+    """
+    Read a per-document reply: the reading note on one passage and its relevance label (paper 004, section 2.3.1).
+
+    The prompt shows "The passage discusses ...\\nRelevance: (b) useful context" and asks for one of the three note
+    types of Figure 2: "(a) answers directly", "(b) useful context", "(c) irrelevant". A leading "Reading note:" echo
+    is removed and the reply is cut at a new prompt block ("Question:", ...). The label is the first "Relevance:"
+    line (`_RELEVANCE_LINE`) or a line that is only a label ("(b) useful context", "Irrelevant."); it is read by
+    `_read_label`, which accepts "(a)", "a)", "(a) answers directly", "answers the question directly", "directly",
+    "(b) useful context", "context", "(c) irrelevant", "not relevant", in any case. The note is the text before the
+    label line (after it, when nothing comes before), on one line.
+
+    :param reply: The model's reply to the per-document prompt; None for a failed call.
+    :returns: (note, label): label is DIRECT, CONTEXT or IRRELEVANT, or None when the reply has no label line or its
+        label cannot be read; note is "" for an empty reply.
+    """
+    if not reply:
+        return "", None
+    text = _cut_continuation(_READING_NOTES_LABEL.sub("", reply, count=1))
+    relevance = _RELEVANCE_LINE.search(text)
+    label_only = _LABEL_ONLY_LINE.search(text)
+    if relevance is not None and (label_only is None or relevance.start() <= label_only.start()):
+        start, end, label_text = relevance.start(), relevance.end(), relevance.group("label")
+        if not label_text.strip():
+            line_start = _non_blank(text, end)
+            end = _line_end(text, line_start)
+            label_text = text[line_start:end]
+    elif label_only is not None:
+        start, end, label_text = label_only.start(), label_only.end(), label_only.group()
+    else:
+        return _collapse(text), None
+    before = _collapse(text[:start])
+    note = before or _collapse(text[end:])
+    return note, _read_label(label_text)
+
+
+def _negative_only(note: str) -> bool:
+    """
+    Tell whether a note only reports what its passage lacks.
+
+    The note, without its passage references, is cut into statements at sentence ends and contrast words ("but",
+    "however", "although", "while", ...). It is negative-only when some statement holds a negation ("not", "n't",
+    "no", "never", "without", "lacks", ...) and no statement with words is free of one. Table 6's "discusses Chicago's
+    bid for the 2016 Summer Olympics, but does not mention whether it is a successful bid" has a free statement
+    before "but", so it is not.
+    """
+    negative = positive = False
+    for statement in _SEGMENT_BREAK.split(_REFERENCE.sub(" ", note)):
+        if _NEGATION.search(statement):
+            negative = True
+        elif normalize_answer(statement):
+            positive = True
+    return negative and not positive
+
+
+def _contains_tokens(text: str, part: str) -> bool:
+    """True when the tokens of `part` occur consecutively, as whole tokens, among those of `text`."""
+    haystack, needle = text.split(), part.split()
+    if not needle:
+        return False
+    return any(haystack[i : i + len(needle)] == needle for i in range(len(haystack) - len(needle) + 1))
+
+
+def classify_note(note: str, answer: str, detector: UnknownDetector | None = None) -> str:
+    """
+    The note type of a reading note that carries no label, as in the single-call mode (paper 004, section 2.3.1).
+
+    Passage references ("Passage #2") are not part of the note's content here. The rules, in order:
+
+    1. IRRELEVANT (type (c)) when the note is empty (the model wrote nothing on the passage) or gives an explicit
+       verdict (`_IRRELEVANT_NOTE`: "irrelevant", "not relevant", "unrelated", "no relevant information", "nothing
+       to do with", "no information about the question").
+    2. DIRECT (type (a)) when the answer is not an abstention (per `detector`) and its `normalize_answer` tokens occur
+       consecutively, as whole tokens, in the normalized note: the note states the answer (Table 6, note #2 of both
+       cases: "... the 1996 Summer Olympics were the most recent ...", "... for his work in Malayalam").
+    3. IRRELEVANT when the note only reports what the passage lacks (`_negative_only`: "Passage #3 does not mention
+       the Olympics"). Negative phrases alone do not decide: a note that also says what the passage is about is type
+       (b), as Table 6's note #1 "discusses Chicago's bid for the 2016 Summer Olympics, but does not mention whether
+       it is a successful bid". Without the question the rule cannot tell whether that topic is the question's, so
+       "is about a football club, but does not mention the Olympics" is CONTEXT too.
+    4. CONTEXT (type (b)) otherwise.
+
+    :param note: One reading note, e.g. from `parse_single_call`.
+    :param answer: The final answer of the reply; "" (or an abstention) when there is none, which rules out DIRECT.
+    :param detector: The unknown detector; defaults to `UnknownDetector.from_patterns(None)`.
+    :returns: DIRECT, CONTEXT or IRRELEVANT.
+    """
+    detector = detector or UnknownDetector.from_patterns(None)
+    normalized = normalize_answer(_REFERENCE.sub(" ", note))
+    if not normalized or _IRRELEVANT_NOTE.search(note):
+        return IRRELEVANT
+    if answer and not detector.is_unknown(answer) and _contains_tokens(normalized, normalize_answer(answer)):
+        return DIRECT
+    if _negative_only(note):
+        return IRRELEVANT
+    return CONTEXT

@@ -1,0 +1,113 @@
+"""
+Paper 004 (Chain-of-Note), Appendix A.5 and Table 6: the reading-notes prompts of NoteTaker.
+
+The single-call prompt is Appendix A.5's five-step task description, followed by a one-shot demonstration built from
+the first case study of Table 6 (its two documents and its Chain-of-Note output), then the live question and
+passages, ending in "Reading notes:" for the model to continue. The paper fine-tunes LLaMa-2 on GPT-4 notes and
+prompts GPT-4 zero-shot (section 3.1.2); the demonstration is what a base model that continues text needs, and shows
+the note format of Table 6 ("Passage #1 discusses ... Based on the information given in above passages, the answer
+is 1996"). Passages use the "titled" layout ("Passage #i Title:" / "Passage #i Text:"), as Table 6 names each
+document's Wikipedia page.
+
+The per-document mode (our extension for models that lose track across long contexts) asks for one note per
+passage, with the three note types of section 2.3.1 as an explicit relevance label, then synthesizes the answer from
+the notes with steps 4 and 5 of the instruction.
+"""
+
+from __future__ import annotations
+
+from haystack import Document
+
+from haystack_fusion.prompts.passages import format_passages
+
+STEP_5_PARAMETRIC = "5. If no passage is relevant, directly provide answer without considering the passages."
+"""Appendix A.5, step 5, verbatim: the model answers from its own knowledge when no passage is relevant."""
+
+STEP_5_UNKNOWN = '5. If no passage is relevant, answer "unknown".'
+"""Step 5 when parametric knowledge is not allowed (section 2.3.1, Figure 2 (c): "unknown")."""
+
+_DEMO_QUESTION = "When was the last Summer Olympics in the USA?"
+_DEMO_DOCUMENTS = [
+    Document(
+        content="In Chicago's 2016 Summer Olympics bid, the games would have been held from July 22 to August 7, with "
+        "the Paralympics held between August 12 and 28. The plan emphasized use of Chicago Park District ...",
+        meta={"title": "Chicago bid for the 2016 Summer Olympics"},
+    ),
+    Document(
+        content="The 1996 Olympics are the most recent edition of the Summer Olympics to be held in the United States. "
+        "Los Angeles will host the 2028 Summer Olympics, 32 years after the games were held in Atlanta. ...",
+        meta={"title": "1996 Summer Olympics"},
+    ),
+]
+_DEMO_NOTES = [
+    "Passage #1 discusses Chicago's bid for the 2016 Summer Olympics, but does not mention whether it is a successful "
+    "bid.",
+    "Passage #2 confirms that the 1996 Summer Olympics were the most recent edition of the Summer Olympics to be held "
+    "in the United States.",
+]
+ANSWER_LEAD = "Based on the information given in above passages, the answer is"
+"""How Table 6's Chain-of-Note outputs state the final answer."""
+_DEMO_ANSWER = "1996"
+
+SINGLE_CALL = f"""Task Description:
+1. Read the given question and {{{{ k_words }}}} Wikipedia passages to gather relevant information.
+2. Write reading notes summarizing the key points from these passages.
+3. Discuss the relevance of the given question and Wikipedia passages.
+4. If some passages are relevant to the given question, provide a brief answer based on the passages.
+{{{{ step_5 }}}}
+
+Question: {_DEMO_QUESTION}
+{format_passages(_DEMO_DOCUMENTS, layout="titled")}
+Reading notes: {" ".join(_DEMO_NOTES)} {ANSWER_LEAD} {_DEMO_ANSWER}
+
+Question: {{{{ query }}}}
+{{{{ passages }}}}
+Reading notes:"""
+"""Appendix A.5 (RALM with CoN) with Table 6's first case as the demonstration. Variables: `k_words` (the number of
+passages in words, "five" in the paper), `step_5` (`STEP_5_PARAMETRIC` or `STEP_5_UNKNOWN`), `query`, `passages`
+(titled layout)."""
+
+_RELEVANCE_LABELS = "(a) answers directly, (b) useful context, or (c) irrelevant"
+
+DOCUMENT_NOTE = f"""Task Description: Read the given question and Wikipedia passage, write a reading note on what the \
+passage says about the question, and judge its relevance: {_RELEVANCE_LABELS}.
+
+Question: {_DEMO_QUESTION}
+{format_passages(_DEMO_DOCUMENTS[:1], layout="titled")}
+Reading note: {_DEMO_NOTES[0].replace("Passage #1", "The passage")}
+Relevance: (b) useful context
+
+Question: {_DEMO_QUESTION}
+{format_passages(_DEMO_DOCUMENTS[1:], layout="titled")}
+Reading note: {_DEMO_NOTES[1].replace("Passage #2", "The passage")}
+Relevance: (a) answers directly
+
+Question: {{{{ query }}}}
+{{{{ passages }}}}
+Reading note:"""
+"""Per-document mode, round 1: one passage (titled layout, numbered 1), a note and one of the three relevance labels
+of section 2.3.1, shown on the two passages of Table 6's first case. Variables: `query`, `passages` (one passage)."""
+
+SYNTHESIS = f"""Task Description:
+4. If some passages are relevant to the given question, provide a brief answer based on the passages.
+{{{{ step_5 }}}}
+
+Question: {_DEMO_QUESTION}
+Reading notes:
+Passage #1 (useful context): {_DEMO_NOTES[0].replace("Passage #1 ", "")}
+Passage #2 (answers directly): {_DEMO_NOTES[1].replace("Passage #2 ", "")}
+{ANSWER_LEAD} {_DEMO_ANSWER}
+
+Question: {{{{ query }}}}
+Reading notes:
+{{% for note in notes %}}Passage #{{{{ loop.index }}}} ({{{{ note.label }}}}): {{{{ note.note }}}}
+{{% endfor %}}{ANSWER_LEAD}"""
+"""Per-document mode, round 2: steps 4-5 of Appendix A.5 over the notes of round 1. Variables: `step_5`, `query`,
+`notes` (per passage, in rank order: `label`, the relevance in words, and `note`, on one line)."""
+
+RELEVANCE_WORDS = {"direct": "answers directly", "context": "useful context", "irrelevant": "irrelevant"}
+"""How the synthesis prompt names each relevance label (section 2.3.1's note types)."""
+
+ANSWER_PATTERN = r"^\s*([^\n]*?)[ \t.]*(?:\n|$)"
+"""The synthesis prompt ends with "the answer is": the answer is the first line of the completion, without a final
+period."""
