@@ -13,6 +13,7 @@ from haystack.utils import deserialize_chatgenerator_inplace
 
 from haystack_fusion.llm_calls import FanOutResult, run_chat_calls, run_chat_calls_async, sum_usage
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render, validate_query
+from haystack_fusion.prompts.passages import strip_delimiters
 from haystack_fusion.prompts.sure import DONE_MARKER, candidate_prompt_variables, few_shot_examples
 from haystack_fusion.sure import parse_candidates
 
@@ -22,7 +23,6 @@ SummaryMode = Literal["conditional", "generic", "candidates"]
 SUMMARY_MODES: tuple[str, ...] = ("conditional", "generic", "candidates")
 
 _PREFIX = re.compile(r"^\s*(?:\([a-z]\)\s*)?(?:(?:passage|response|summary)\s*:\s*)?", re.IGNORECASE)
-_DELIMITER = re.compile(r'</?passage key="[0-9a-f]+">')
 _NEXT_FIELD = re.compile(r"\n\s*(?:passage|question|prediction|choices|answer)\b[^\n:]{0,12}:", re.IGNORECASE)
 
 
@@ -33,7 +33,7 @@ def clean_summary(reply: str | None) -> str:
     choice label "(b) " or a "Passage:" / "Response:" prefix the model wrote although told not to, and without the
     passage delimiters a model copied from its context, stripped. None (a failed call) gives "".
     """
-    text = _PREFIX.sub("", _DELIMITER.sub("", (reply or "").split(DONE_MARKER, 1)[0]))
+    text = _PREFIX.sub("", strip_delimiters((reply or "").split(DONE_MARKER, 1)[0]))
     return _NEXT_FIELD.split(text, 1)[0].strip()
 
 

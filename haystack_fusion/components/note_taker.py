@@ -16,6 +16,7 @@ from haystack_fusion.notes import CONTEXT, DIRECT, classify_note, parse_document
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render, validate_query
 from haystack_fusion.prompts.chain_of_note import ANSWER_LEAD, RELEVANCE_WORDS, STEP_5_PARAMETRIC, STEP_5_UNKNOWN
 from haystack_fusion.prompts.examples import number_words
+from haystack_fusion.prompts.passages import strip_delimiters
 
 logger = logging.getLogger(__name__)
 
@@ -226,9 +227,11 @@ class NoteTaker:
 
     def _notes(self, documents: list[Document], first: FanOutResult | None) -> tuple[list[dict[str, Any]], str | None]:
         """The notes (one per passage, input order) and, in single-call mode, the answer text (None: no reply)."""
-        replies = first.replies if first else []
+        replies = [
+            None if r is None or r.text is None else strip_delimiters(r.text) for r in (first.replies if first else [])
+        ]
         if self.mode == "single_call":
-            text = replies[0].text if replies and replies[0] is not None else None
+            text = replies[0] if replies else None
             parsed = parse_single_call(text, len(documents))
             notes = [
                 {"document_id": d.id, "note": note, "relevance": classify_note(note, parsed.answer, self._detector)}
@@ -237,7 +240,7 @@ class NoteTaker:
             return notes, (parsed.answer if text is not None else None)
         notes = []
         for document, reply in zip(documents, replies, strict=True):
-            note, label = parse_document_note(reply.text if reply is not None else None)
+            note, label = parse_document_note(reply)
             relevance = label or classify_note(note, "", self._detector)
             notes.append({"document_id": document.id, "note": note, "relevance": relevance})
         return notes, None

@@ -48,6 +48,12 @@ _DEMO_NOTES = [
 ANSWER_LEAD = "Based on the information given in above passages, the answer is"
 """How Table 6's Chain-of-Note outputs state the final answer."""
 _DEMO_ANSWER = "1996"
+_DEMO_IRRELEVANT = Document(
+    content="Sourdough bread is leavened by a culture of wild yeast and lactic acid bacteria rather than by baker's "
+    "yeast.",
+    meta={"title": "Sourdough"},
+)
+"""Ours: Table 6 shows note types (a) and (b); this passage shows type (c), irrelevant (section 2.3.1)."""
 
 SINGLE_CALL = f"""Task Description:
 1. Read the given question and {{{{ k_words }}}} Wikipedia passages to gather relevant information.
@@ -82,11 +88,17 @@ Question: {_DEMO_QUESTION}
 Reading note: {_DEMO_NOTES[1].replace("Passage #2", "The passage")}
 Relevance: (a) answers directly
 
+Question: {_DEMO_QUESTION}
+{format_passages([_DEMO_IRRELEVANT], layout="titled")}
+Reading note: The passage is about sourdough bread and says nothing about the Olympics.
+Relevance: (c) irrelevant
+
 Question: {{{{ query }}}}
 {{{{ passages }}}}
 Reading note:"""
 """Per-document mode, round 1: one passage (titled layout, numbered 1), a note and one of the three relevance labels
-of section 2.3.1, shown on the two passages of Table 6's first case. Variables: `query`, `passages` (one passage)."""
+of section 2.3.1, shown on the two passages of Table 6's first case (types (a) and (b)) and on an irrelevant passage
+of ours (type (c)). Variables: `query`, `passages` (one passage)."""
 
 SYNTHESIS = f"""Task Description:
 4. If some passages are relevant to the given question, provide a brief answer based on the passages.

@@ -11,6 +11,7 @@ variable, so Jinja never evaluates passage text.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from typing import Literal
 
@@ -122,3 +123,16 @@ def count_passage_blocks(rendered: str, key: str) -> int:
     :returns: The number of closing delimiter lines with that key, each on a line of its own.
     """
     return sum(line == f'</passage key="{key}">' for line in rendered.splitlines())
+
+
+_DELIMITER = re.compile(r'</?passage key="[0-9a-f]+">')
+
+
+def strip_delimiters(text: str) -> str:
+    """
+    Remove passage delimiter tags that a model copied from its prompt into its reply (small models echo them).
+
+    :param text: A reply or a part of one.
+    :returns: The text without `<passage key="...">` / `</passage key="...">` tags.
+    """
+    return _DELIMITER.sub("", text)

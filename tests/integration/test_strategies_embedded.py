@@ -51,6 +51,27 @@ def test_paper_002_strategy_answers_real_questions(name, retriever, llm, questio
         print(f"{name}: {question.question!r} -> {run.answer.data!r} (gold {question.answers}) {run.evidence}")
 
 
+PAPER_004 = {"chain_of_note": {1}, "chain_of_note_per_document": {TOP_K, TOP_K + 1}}
+
+
+@pytest.mark.parametrize("name", list(PAPER_004))
+def test_chain_of_note_answers_real_questions(name, retriever, llm, questions):
+    """Both NoteTaker modes: one note per retrieved passage with a relevance label, and an answer."""
+    pipeline = build_pipeline(name, retriever=retriever, chat_generator=llm, note_generation_kwargs={"max_tokens": 400})
+    for question in questions[:2]:
+        run = run_strategy(name, pipeline, question.question)
+        assert run.answer.data.strip()
+        assert run.usage["calls"] in PAPER_004[name]
+        assert run.usage["failed_calls"] == 0
+        notes = run.evidence["notes"]
+        assert [note["document_id"] for note in notes] == [d.id for d in run.documents]
+        assert {note["relevance"] for note in notes} <= {"direct", "context", "irrelevant"}
+        assert run.evidence["answer_source"] in {"passages", "parametric", "none"}
+        print(f"{name}: {question.question!r} -> {run.answer.data!r} (gold {question.answers})")
+        for note in notes:
+            print(f"   [{note['relevance']}] {note['note'][:150]}")
+
+
 @pytest.mark.parametrize("name", list(EXPECTED_CALLS))
 def test_strategy_answers_five_real_questions(name, retriever, llm, questions):
     pipeline = build_pipeline(name, retriever=retriever, chat_generator=llm)
@@ -130,4 +151,4 @@ def test_concat_pf_falls_back_on_a_real_empty_first_answer(retriever, llm, squad
 
 
 def test_every_registered_strategy_is_covered():
-    assert set(EXPECTED_CALLS) | set(PAPER_002) == set(STRATEGIES)
+    assert set(EXPECTED_CALLS) | set(PAPER_002) | set(PAPER_004) == set(STRATEGIES)
