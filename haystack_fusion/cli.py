@@ -48,6 +48,16 @@ def _evidence_line(run: StrategyRun) -> str:
     if run.evidence.get("votes") is not None:
         votes = ", ".join(f"{answer!r}: {count}" for answer, count in run.evidence["votes"].items())
         parts.append(f"votes: {{{votes}}}" if votes else "votes: none (every passage said unknown)")
+    if run.evidence.get("scores"):
+        scores = ", ".join(
+            f"{answer.data!r}: v={answer.meta.get('validity')} r={answer.meta.get('ranking')}" for answer in run.answers
+        )
+        parts.append(f"SuRe scores: {scores}")
+    elif run.evidence.get("candidates") is not None and run.evidence.get("votes") is None:
+        parts.append(f"candidates: {run.evidence['candidates']}")
+    if run.evidence.get("notes") is not None:
+        relevance = ", ".join(f"[{i}] {note['relevance']}" for i, note in enumerate(run.evidence["notes"], start=1))
+        parts.append(f"notes: {relevance or 'none'}; answer from {run.evidence.get('answer_source')}")
     return " | ".join(parts) or "single LLM round"
 
 

@@ -1,0 +1,52 @@
+from haystack import Document
+from haystack.dataclasses import GeneratedAnswer
+
+from haystack_fusion.cli import build_parser, format_run
+from haystack_fusion.strategies import StrategyRun
+
+USAGE = {"prompt_tokens": 10, "completion_tokens": 2, "calls": 1, "failed_calls": 0, "rounds": 1}
+
+
+def run_with(evidence: dict, answers: list[GeneratedAnswer]) -> StrategyRun:
+    return StrategyRun(
+        answer=answers[0],
+        answers=answers,
+        documents=[Document(id="d", content="Paris is the capital.", meta={"title": "Paris"})],
+        evidence=evidence,
+        usage=USAGE,
+        seconds=0.5,
+    )
+
+
+def test_sure_evidence_line():
+    answers = [
+        GeneratedAnswer(data="Paris", query="q", documents=[], meta={"validity": 1.0, "ranking": 1.0}),
+        GeneratedAnswer(data="Lyon", query="q", documents=[], meta={"validity": 0.0, "ranking": 0.0}),
+    ]
+    text = format_run("sure", "q", run_with({"candidates": ["Paris", "Lyon"], "scores": [{}], "votes": None}, answers))
+    assert "SuRe scores: 'Paris': v=1.0 r=1.0, 'Lyon': v=0.0 r=0.0" in text
+    assert "Strategy: sure (paper 002" in text
+
+
+def test_chain_of_note_evidence_line():
+    notes = [{"document_id": "d", "note": "says Paris", "relevance": "direct"}]
+    answer = GeneratedAnswer(data="Paris", query="q", documents=[], meta={})
+    text = format_run("chain_of_note", "q", run_with({"notes": notes, "answer_source": "passages"}, [answer]))
+    assert "notes: [1] direct; answer from passages" in text
+
+
+def test_mcq_candidates_line():
+    answer = GeneratedAnswer(data="Paris", query="q", documents=[], meta={})
+    text = format_run("mcq", "q", run_with({"candidates": ["Paris", "Lyon"], "votes": None}, [answer]))
+    assert "candidates: ['Paris', 'Lyon']" in text
+
+
+def test_strategy_options_parse():
+    args = build_parser().parse_args(
+        ["ask", "Who?", "--strategy", "sure", "--num-candidates", "3", "--candidate-prompt", "zero-shot"]
+    )
+    assert (args.num_candidates, args.candidate_prompt, args.parametric_knowledge) == (3, "zero-shot", "on")
+    args = build_parser().parse_args(
+        ["eval", "--dataset", "x.json", "--out", "o", "--export-notes", "n.jsonl", "--parametric-knowledge", "off"]
+    )
+    assert (args.export_notes, args.parametric_knowledge, args.note_max_tokens) == ("n.jsonl", "off", 400)
