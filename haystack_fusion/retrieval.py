@@ -1,0 +1,191 @@
+"""
+Dense and hybrid retrieval as single retriever components, for any document store.
+
+Every strategy starts at one component named `retriever` with a `query` input, a `top_k` input and a `documents`
+output (see `strategies.py`). BM25 retrievers already are that; dense retrieval needs a text embedder in front of an
+embedding retriever, and hybrid retrieval joins BM25 and dense results. These two Haystack super components wrap
+exactly those library parts (a TextEmbedder, the store's own BM25 and embedding retrievers, Haystack's
+DocumentJoiner with reciprocal rank fusion) behind the `query` / `top_k` -> `documents` interface, for the in-memory
+store and Elasticsearch alike.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from haystack import Document, Pipeline, default_from_dict, default_to_dict, super_component
+from haystack.components.joiners import DocumentJoiner
+from haystack.core.serialization import component_to_dict
+from haystack.utils import deserialize_component_inplace
+
+JOIN_MODES = ("reciprocal_rank_fusion", "distribution_based_rank_fusion", "concatenate", "merge")
+
+
+@super_component
+class DenseRetriever:
+    """
+    A text embedder in front of an embedding retriever: `query` -> query embedding -> top-k `documents`.
+
+    ### Usage example
+    ```python
+    from haystack.components.retrievers.in_memory import InMemoryEmbeddingRetriever
+    from haystack_fusion.embedders import PackagedTextEmbedder
+    from haystack_fusion.retrieval import DenseRetriever
+
+    retriever = DenseRetriever(
+        text_embedder=PackagedTextEmbedder(), embedding_retriever=InMemoryEmbeddingRetriever(store, top_k=5)
+    )
+    retriever.warm_up()
+    print(retriever.run(query="In what country is Normandy located?", top_k=5)["documents"][0].content)
+    ```
+    """
+
+    def __init__(self, *, text_embedder: Any, embedding_retriever: Any) -> None:
+        """
+        Create a DenseRetriever.
+
+        :param text_embedder: A Haystack text embedder (`run(text)` -> `{"embedding": [...]}`); it must embed the
+            query with the same model the documents were embedded with.
+        :param embedding_retriever: A Haystack embedding retriever (`run(query_embedding, top_k)`), e.g.
+            `InMemoryEmbeddingRetriever` or elasticsearch-haystack's `ElasticsearchEmbeddingRetriever`.
+        """
+        self.text_embedder = text_embedder
+        self.embedding_retriever = embedding_retriever
+        pipeline = Pipeline()
+        pipeline.add_component("text_embedder", text_embedder)
+        pipeline.add_component("embedding_retriever", embedding_retriever)
+        pipeline.connect("text_embedder.embedding", "embedding_retriever.query_embedding")
+        self.pipeline = pipeline
+        self.input_mapping = {"query": ["text_embedder.text"], "top_k": ["embedding_retriever.top_k"]}
+        self.output_mapping = {"embedding_retriever.documents": "documents"}
+
+    if TYPE_CHECKING:
+
+        def warm_up(self) -> None:
+            """Load the embedding model."""
+
+        def run(self, query: str, top_k: int | None = None) -> dict[str, list[Document]]:
+            """
+            Retrieve by embedding similarity.
+
+            :param query: The question.
+            :param top_k: Passages to return; None keeps the embedding retriever's own `top_k`.
+            :returns: `documents`: at most top_k passages, most similar first.
+            """
+            ...
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize this component, with its embedder and retriever, to a dictionary."""
+        return default_to_dict(
+            self,
+            text_embedder=component_to_dict(obj=self.text_embedder, name="text_embedder"),
+            embedding_retriever=component_to_dict(obj=self.embedding_retriever, name="embedding_retriever"),
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DenseRetriever:
+        """Deserialize this component, with its embedder and retriever, from a dictionary."""
+        deserialize_component_inplace(data["init_parameters"], key="text_embedder")
+        deserialize_component_inplace(data["init_parameters"], key="embedding_retriever")
+        return default_from_dict(cls, data)
+
+
+@super_component
+class HybridRetriever:
+    """
+    BM25 and dense retrieval of the same query, joined by reciprocal rank fusion: `query` -> top-k `documents`.
+
+    Both retrievers return top_k passages each; Haystack's DocumentJoiner fuses the two rankings
+    (`reciprocal_rank_fusion` by default) and keeps the top_k best.
+
+    ### Usage example
+    ```python
+    from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMemoryEmbeddingRetriever
+    from haystack_fusion.embedders import PackagedTextEmbedder
+    from haystack_fusion.retrieval import HybridRetriever
+
+    retriever = HybridRetriever(
+        bm25_retriever=InMemoryBM25Retriever(store),
+        text_embedder=PackagedTextEmbedder(),
+        embedding_retriever=InMemoryEmbeddingRetriever(store),
+    )
+    retriever.warm_up()
+    print(retriever.run(query="In what country is Normandy located?", top_k=5)["documents"][0].content)
+    ```
+    """
+
+    def __init__(
+        self,
+        *,
+        bm25_retriever: Any,
+        text_embedder: Any,
+        embedding_retriever: Any,
+        join_mode: str = "reciprocal_rank_fusion",
+        top_k: int = 10,
+    ) -> None:
+        """
+        Create a HybridRetriever.
+
+        :param bm25_retriever: A Haystack keyword retriever (`run(query, top_k)`).
+        :param text_embedder: A Haystack text embedder for the query (the documents' embedding model).
+        :param embedding_retriever: A Haystack embedding retriever (`run(query_embedding, top_k)`).
+        :param join_mode: DocumentJoiner's join mode (default reciprocal rank fusion).
+        :param top_k: Passages retrieved by each retriever and kept after joining, unless `run` gets a `top_k`.
+        :raises ValueError: If `join_mode` is not one of DocumentJoiner's modes or `top_k` is below 1.
+        """
+        if join_mode not in JOIN_MODES:
+            raise ValueError(f"`join_mode` must be one of {', '.join(JOIN_MODES)}, got {join_mode!r}")
+        if top_k < 1:
+            raise ValueError(f"`top_k` must be at least 1, got {top_k}")
+        self.bm25_retriever = bm25_retriever
+        self.text_embedder = text_embedder
+        self.embedding_retriever = embedding_retriever
+        self.join_mode = join_mode
+        self.top_k = top_k
+        pipeline = Pipeline()
+        pipeline.add_component("bm25_retriever", bm25_retriever)
+        pipeline.add_component("text_embedder", text_embedder)
+        pipeline.add_component("embedding_retriever", embedding_retriever)
+        pipeline.add_component("joiner", DocumentJoiner(join_mode=join_mode, top_k=top_k))
+        pipeline.connect("text_embedder.embedding", "embedding_retriever.query_embedding")
+        pipeline.connect("bm25_retriever.documents", "joiner.documents")
+        pipeline.connect("embedding_retriever.documents", "joiner.documents")
+        self.pipeline = pipeline
+        self.input_mapping = {
+            "query": ["bm25_retriever.query", "text_embedder.text"],
+            "top_k": ["bm25_retriever.top_k", "embedding_retriever.top_k", "joiner.top_k"],
+        }
+        self.output_mapping = {"joiner.documents": "documents"}
+
+    if TYPE_CHECKING:
+
+        def warm_up(self) -> None:
+            """Load the embedding model."""
+
+        def run(self, query: str, top_k: int | None = None) -> dict[str, list[Document]]:
+            """
+            Retrieve with BM25 and embeddings and fuse the rankings.
+
+            :param query: The question.
+            :param top_k: Passages per retriever and after fusion; None keeps the components' own settings.
+            :returns: `documents`: at most top_k passages, best fused rank first.
+            """
+            ...
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize this component, with its retrievers and embedder, to a dictionary."""
+        return default_to_dict(
+            self,
+            bm25_retriever=component_to_dict(obj=self.bm25_retriever, name="bm25_retriever"),
+            text_embedder=component_to_dict(obj=self.text_embedder, name="text_embedder"),
+            embedding_retriever=component_to_dict(obj=self.embedding_retriever, name="embedding_retriever"),
+            join_mode=self.join_mode,
+            top_k=self.top_k,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HybridRetriever:
+        """Deserialize this component, with its retrievers and embedder, from a dictionary."""
+        for key in ("bm25_retriever", "text_embedder", "embedding_retriever"):
+            deserialize_component_inplace(data["init_parameters"], key=key)
+        return default_from_dict(cls, data)
