@@ -15,7 +15,7 @@ install-local: $(BIN)/python
 # would pull the newest torch and ~2 GB of CUDA wheels.
 install-dev: $(BIN)/python
 	$(BIN)/pip install --quiet "torch==2.13.0"
-	$(BIN)/pip install --quiet -e ".[local,dev,dense]"
+	$(BIN)/pip install --quiet -e ".[local,dev,dense,elasticsearch,ollama,serve]"
 
 # Index the SQuAD 2.0 dev subset and answer a handful of its questions with concat_pf on the embedded model.
 demo: install-local

@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from haystack import Document, component, logging
 from haystack.dataclasses import ChatMessage
@@ -213,3 +214,192 @@ def load_store(path: str | Path) -> InMemoryDocumentStore:
     if not Path(path).is_file():
         raise FileNotFoundError(f"No saved index at {path}; create one with `haystack-fusion index`")
     return InMemoryDocumentStore.load_from_disk(str(path))
+
+
+StoreKind = Literal["memory", "elasticsearch"]
+RetrieverKind = Literal["bm25", "dense", "hybrid"]
+EmbedderKind = Literal["packaged", "openai"]
+LLMKind = Literal["local", "openai", "ollama"]
+
+DEFAULT_INDEX_PATH = "~/.cache/haystack_fusion/index.json"
+DEFAULT_MODELS = {"openai": "gpt-4o-mini", "ollama": "qwen3:0.6b"}
+"""The model each hosted or server LLM uses when none is given (Ollama: the integration's own default)."""
+DEFAULT_OPENAI_EMBEDDING_MODEL = "text-embedding-3-small"
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    """
+    Which document store, retriever, embedder and LLM a pipeline uses: the one small configuration of the package.
+
+    Every part is a Haystack integration's own component (InMemoryDocumentStore or elasticsearch-haystack's
+    ElasticsearchDocumentStore and retrievers, sentence-transformers-haystack or OpenAI embedders, the embedded
+    llama.cpp model, OpenAIChatGenerator, ollama-haystack's OllamaChatGenerator). Secrets never appear here: the
+    integrations read them from the environment (`OPENAI_API_KEY`, `ELASTIC_API_KEY` / `ELASTIC_API_KEY_ID`).
+
+    :param store: "memory" (Haystack's in-memory store, saved at `index_path`) or "elasticsearch".
+    :param index_path: The saved in-memory index file.
+    :param elasticsearch_url: Elasticsearch hosts (`ELASTICSEARCH_URL` in `from_env`).
+    :param elasticsearch_index: The Elasticsearch index name.
+    :param retriever: "bm25", "dense" (embedding similarity) or "hybrid" (both, reciprocal rank fusion).
+    :param embedder: "packaged" (all-MiniLM-L6-v2 from the `dense` extra, 384 dimensions) or "openai".
+    :param embedding_model: The embedding model; None: the packaged one, or `text-embedding-3-small` for OpenAI.
+    :param llm: "local" (the embedded GGUF model), "openai" (or any OpenAI-compatible server) or "ollama".
+    :param model: The LLM's model name; None: `DEFAULT_MODELS` (the embedded model for "local").
+    :param api_base_url: An OpenAI-compatible server's URL (`OPENAI_BASE_URL` in `from_env`); None: OpenAI.
+    :param ollama_url: The Ollama server (`OLLAMA_HOST` in `from_env`).
+    :param top_k: Passages to retrieve.
+    :raises ValueError: If a kind is unknown or `top_k` is below 1.
+    """
+
+    store: StoreKind = "memory"
+    index_path: str = DEFAULT_INDEX_PATH
+    elasticsearch_url: str = "http://localhost:9200"
+    elasticsearch_index: str = "haystack_fusion"
+    retriever: RetrieverKind = "bm25"
+    embedder: EmbedderKind = "packaged"
+    embedding_model: str | None = None
+    llm: LLMKind = "local"
+    model: str | None = None
+    api_base_url: str | None = None
+    ollama_url: str = "http://localhost:11434"
+    top_k: int = 5
+
+    def __post_init__(self) -> None:
+        for name, allowed in (
+            ("store", ("memory", "elasticsearch")),
+            ("retriever", ("bm25", "dense", "hybrid")),
+            ("embedder", ("packaged", "openai")),
+            ("llm", ("local", "openai", "ollama")),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"`{name}` must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
+        if self.top_k < 1:
+            raise ValueError(f"`top_k` must be at least 1, got {self.top_k}")
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> BackendConfig:
+        """
+        A configuration from the environment, then `overrides` (None values are ignored).
+
+        Reads `HAYSTACK_FUSION_STORE` (index file), `ELASTICSEARCH_URL`, `OPENAI_BASE_URL` and `OLLAMA_HOST`.
+        """
+        values: dict[str, Any] = {}
+        for field_name, variable in (
+            ("index_path", "HAYSTACK_FUSION_STORE"),
+            ("elasticsearch_url", "ELASTICSEARCH_URL"),
+            ("api_base_url", "OPENAI_BASE_URL"),
+            ("ollama_url", "OLLAMA_HOST"),
+        ):
+            if os.environ.get(variable):
+                values[field_name] = os.environ[variable]
+        values.update({key: value for key, value in overrides.items() if value is not None})
+        return cls(**values)
+
+
+def document_store(config: BackendConfig) -> Any:
+    """
+    The configured document store.
+
+    :returns: The saved in-memory store (a new empty one when `index_path` does not exist yet) or an
+        ElasticsearchDocumentStore (no connection is made until it is used).
+    :raises ImportError: For Elasticsearch without the `elasticsearch` extra.
+    """
+    if config.store == "memory":
+        path = Path(config.index_path).expanduser()
+        return load_store(path) if path.is_file() else InMemoryDocumentStore()
+    try:
+        from haystack_integrations.document_stores.elasticsearch import ElasticsearchDocumentStore
+    except ImportError as error:
+        raise ImportError(
+            "Elasticsearch needs the `elasticsearch` extra: pip install 'haystack-fusion[elasticsearch]'"
+        ) from error
+    return ElasticsearchDocumentStore(hosts=config.elasticsearch_url, index=config.elasticsearch_index)
+
+
+def text_embedder(config: BackendConfig) -> Any:
+    """The query embedder of dense and hybrid retrieval (the documents' embedding model)."""
+    if config.embedder == "openai":
+        from haystack.components.embedders import OpenAITextEmbedder
+
+        return OpenAITextEmbedder(model=config.embedding_model or DEFAULT_OPENAI_EMBEDDING_MODEL)
+    from haystack_fusion.embedders import PackagedTextEmbedder
+
+    return PackagedTextEmbedder(model=config.embedding_model, progress_bar=False)
+
+
+def document_embedder(config: BackendConfig) -> Any:
+    """The passage embedder used when indexing for dense and hybrid retrieval."""
+    if config.embedder == "openai":
+        from haystack.components.embedders import OpenAIDocumentEmbedder
+
+        return OpenAIDocumentEmbedder(model=config.embedding_model or DEFAULT_OPENAI_EMBEDDING_MODEL)
+    from haystack_fusion.embedders import PackagedDocumentEmbedder
+
+    return PackagedDocumentEmbedder(model=config.embedding_model, progress_bar=False)
+
+
+def retriever(config: BackendConfig, store: Any | None = None) -> Any:
+    """
+    The configured retriever over `store` (default: `document_store(config)`): one component with `query` and
+    `top_k` inputs and a `documents` output, as every strategy expects.
+
+    :returns: A BM25 retriever of the store's kind, or a `DenseRetriever` / `HybridRetriever`
+        (`haystack_fusion.retrieval`) around the store's embedding retriever.
+    """
+    store = document_store(config) if store is None else store
+    bm25: Any
+    embedding: Any
+    if config.store == "memory":
+        from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMemoryEmbeddingRetriever
+
+        bm25, embedding = InMemoryBM25Retriever, InMemoryEmbeddingRetriever
+    else:
+        from haystack_integrations.components.retrievers.elasticsearch import (
+            ElasticsearchBM25Retriever,
+            ElasticsearchEmbeddingRetriever,
+        )
+
+        bm25, embedding = ElasticsearchBM25Retriever, ElasticsearchEmbeddingRetriever
+    if config.retriever == "bm25":
+        return bm25(document_store=store, top_k=config.top_k)
+    from haystack_fusion.retrieval import DenseRetriever, HybridRetriever
+
+    if config.retriever == "dense":
+        return DenseRetriever(
+            text_embedder=text_embedder(config),
+            embedding_retriever=embedding(document_store=store, top_k=config.top_k),
+        )
+    return HybridRetriever(
+        bm25_retriever=bm25(document_store=store, top_k=config.top_k),
+        text_embedder=text_embedder(config),
+        embedding_retriever=embedding(document_store=store, top_k=config.top_k),
+        top_k=config.top_k,
+    )
+
+
+def chat_generator(config: BackendConfig) -> Any:
+    """
+    The configured LLM as a Haystack ChatGenerator, greedy (temperature 0) as in the papers.
+
+    :returns: The embedded `LocalChatGenerator`, an `OpenAIChatGenerator` (the key from `OPENAI_API_KEY`; any
+        OpenAI-compatible server with `api_base_url`) or an `OllamaChatGenerator`.
+    :raises ImportError: For a backend whose extra is not installed (`local`, `ollama`).
+    """
+    if config.llm == "local":
+        return local_chat_generator() if config.model is None else local_chat_generator(model=config.model)
+    if config.llm == "openai":
+        from haystack.components.generators.chat import OpenAIChatGenerator
+
+        return OpenAIChatGenerator(
+            model=config.model or DEFAULT_MODELS["openai"],
+            api_base_url=config.api_base_url,
+            generation_kwargs={"temperature": 0.0},
+        )
+    try:
+        from haystack_integrations.components.generators.ollama import OllamaChatGenerator
+    except ImportError as error:
+        raise ImportError("Ollama needs the `ollama` extra: pip install 'haystack-fusion[ollama]'") from error
+    return OllamaChatGenerator(
+        model=config.model or DEFAULT_MODELS["ollama"], url=config.ollama_url, generation_kwargs={"temperature": 0.0}
+    )

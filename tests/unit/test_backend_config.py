@@ -1,0 +1,81 @@
+"""BackendConfig and its factories: the right Haystack components for each kind, no server needed."""
+
+import pytest
+from haystack import Pipeline
+from haystack.components.generators.chat import OpenAIChatGenerator
+from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
+from haystack.document_stores.in_memory import InMemoryDocumentStore
+
+from haystack_fusion.backends import BackendConfig, chat_generator, document_store, retriever
+from haystack_fusion.strategies import build_pipeline
+
+es = pytest.importorskip("haystack_integrations.document_stores.elasticsearch", reason="the `elasticsearch` extra")
+ollama = pytest.importorskip("haystack_integrations.components.generators.ollama", reason="the `ollama` extra")
+
+
+@pytest.fixture(autouse=True)
+def _keys(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+
+
+def test_defaults_are_the_embedded_stack(tmp_path):
+    config = BackendConfig(index_path=str(tmp_path / "none.json"))
+    assert isinstance(document_store(config), InMemoryDocumentStore)
+    assert isinstance(retriever(config), InMemoryBM25Retriever)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"store": "sql"}, "store"),
+        ({"retriever": "magic"}, "retriever"),
+        ({"llm": "gpt"}, "llm"),
+        ({"top_k": 0}, "top_k"),
+    ],
+)
+def test_invalid(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        BackendConfig(**kwargs)
+
+
+def test_from_env(monkeypatch):
+    monkeypatch.setenv("ELASTICSEARCH_URL", "http://es:9200")
+    monkeypatch.setenv("OLLAMA_HOST", "http://ollama:11434")
+    config = BackendConfig.from_env(store="elasticsearch", llm=None)
+    assert (config.store, config.elasticsearch_url, config.ollama_url, config.llm) == (
+        "elasticsearch",
+        "http://es:9200",
+        "http://ollama:11434",
+        "local",
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [("bm25", "ElasticsearchBM25Retriever"), ("dense", "DenseRetriever"), ("hybrid", "HybridRetriever")],
+)
+def test_elasticsearch_retrievers(kind, expected):
+    pytest.importorskip("haystack_integrations.components.embedders.sentence_transformers", reason="the `dense` extra")
+    config = BackendConfig(store="elasticsearch", retriever=kind, top_k=7)
+    component = retriever(config)
+    assert type(component).__name__ == expected
+    assert isinstance(document_store(config), es.ElasticsearchDocumentStore)
+
+
+@pytest.mark.parametrize("llm", ["openai", "ollama"])
+def test_hosted_and_server_llms(llm):
+    generator = chat_generator(BackendConfig(llm=llm, api_base_url="http://127.0.0.1:8000/v1"))
+    expected = OpenAIChatGenerator if llm == "openai" else ollama.OllamaChatGenerator
+    assert isinstance(generator, expected)
+    assert generator.generation_kwargs["temperature"] == 0.0
+
+
+@pytest.mark.parametrize("llm", ["openai", "ollama"])
+@pytest.mark.parametrize("kind", ["bm25", "hybrid"])
+def test_production_pipelines_round_trip_without_secrets(llm, kind):
+    pytest.importorskip("haystack_integrations.components.embedders.sentence_transformers", reason="the `dense` extra")
+    config = BackendConfig(store="elasticsearch", retriever=kind, llm=llm)
+    pipeline = build_pipeline("concat_pf", retriever=retriever(config), chat_generator=chat_generator(config))
+    text = pipeline.dumps()
+    assert "sk-test-not-a-real-key" not in text
+    assert Pipeline.loads(text) == pipeline
