@@ -403,3 +403,43 @@ def chat_generator(config: BackendConfig) -> Any:
     return OllamaChatGenerator(
         model=config.model or DEFAULT_MODELS["ollama"], url=config.ollama_url, generation_kwargs={"temperature": 0.0}
     )
+
+
+def index_documents(
+    config: BackendConfig, documents: list[Document], *, batch_size: int = 64, fresh: bool = False
+) -> int:
+    """
+    Write passages to the configured store, with embeddings when the retriever is dense or hybrid.
+
+    Re-running is idempotent: document ids derive from the content, and a document already there is overwritten.
+    Batches go through the document embedder and the store's `write_documents` with a progress bar; the in-memory
+    store is then saved to `index_path`.
+
+    :param config: The backends (store, retriever, embedder).
+    :param documents: The passages.
+    :param batch_size: Passages per batch (>= 1).
+    :param fresh: In-memory store only: start from an empty store instead of the saved one, so the saved index
+        holds exactly `documents`.
+    :returns: The number of passages in the store afterwards.
+    :raises ValueError: If `batch_size` is below 1.
+    """
+    from tqdm import tqdm
+
+    if batch_size < 1:
+        raise ValueError(f"`batch_size` must be at least 1, got {batch_size}")
+    store = InMemoryDocumentStore() if fresh and config.store == "memory" else document_store(config)
+    embedder = document_embedder(config) if config.retriever in ("dense", "hybrid") else None
+    if embedder is not None and hasattr(embedder, "warm_up"):
+        embedder.warm_up()
+    with tqdm(total=len(documents), desc=f"indexing into {config.store}", unit="passage") as progress:
+        for start in range(0, len(documents), batch_size):
+            batch = documents[start : start + batch_size]
+            if embedder is not None:
+                batch = embedder.run(documents=batch)["documents"]
+            store.write_documents(batch, policy=DuplicatePolicy.OVERWRITE)
+            progress.update(len(batch))
+    if config.store == "memory":
+        path = Path(config.index_path).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        store.save_to_disk(str(path))
+    return int(store.count_documents())

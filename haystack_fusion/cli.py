@@ -12,7 +12,9 @@ from typing import Any
 
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 
-from haystack_fusion.backends import load_store, local_chat_generator, save_store
+from haystack_fusion.backends import BackendConfig, index_documents, local_chat_generator
+from haystack_fusion.backends import chat_generator as backend_chat_generator
+from haystack_fusion.backends import retriever as backend_retriever
 from haystack_fusion.corpus import default_squad_path, load_passages, load_squad, local_path
 from haystack_fusion.strategies import STRATEGIES, StrategyRun, build_pipeline, get_strategy, run_strategy
 
@@ -34,10 +36,29 @@ def _strategy_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _pipeline(strategy: str, store_path: Path, top_k: int, max_concurrency: int, options: dict[str, Any]) -> Any:
-    retriever = InMemoryBM25Retriever(document_store=load_store(store_path), top_k=top_k)
+def _backends(args: argparse.Namespace) -> BackendConfig:
+    """The `BackendConfig` of the backend flags (and the environment: `ELASTICSEARCH_URL`, `OLLAMA_HOST`, ...)."""
+    return BackendConfig.from_env(
+        store=args.document_store,
+        index_path=str(_store_path(args.store)),
+        elasticsearch_index=args.es_index,
+        retriever=args.retriever,
+        llm=getattr(args, "llm", None),
+        model=getattr(args, "model", None),
+        api_base_url=getattr(args, "api_base_url", None),
+        top_k=getattr(args, "top_k", None),
+    )
+
+
+def _pipeline(strategy: str, config: BackendConfig, max_concurrency: int, options: dict[str, Any]) -> Any:
+    if config.store == "memory" and not Path(config.index_path).expanduser().is_file():
+        raise FileNotFoundError(f"No saved index at {config.index_path}; create one with `haystack-fusion index`")
     return build_pipeline(
-        strategy, retriever=retriever, chat_generator=local_chat_generator(), max_concurrency=max_concurrency, **options
+        strategy,
+        retriever=backend_retriever(config),
+        chat_generator=backend_chat_generator(config),
+        max_concurrency=max_concurrency,
+        **options,
     )
 
 
@@ -77,7 +98,7 @@ def format_run(strategy: str, question: str, run: StrategyRun, *, passage_chars:
         f"Strategy: {strategy} ({get_strategy(strategy).source})",
         f"Answer:   {run.answer.data}",
         f"Evidence: {_evidence_line(run)}",
-        f"Sources (top-{len(run.documents)}, BM25):",
+        f"Sources (top-{len(run.documents)}):",
     ]
     for rank, document in enumerate(run.documents, start=1):
         title = (document.meta or {}).get("title", "")
@@ -106,17 +127,21 @@ def _run_json(question: str, run: StrategyRun) -> dict[str, Any]:
 def cmd_index(args: argparse.Namespace) -> int:
     """`haystack-fusion index SOURCE`: passages from SQuAD JSON, JSONL, a text folder or a URL, to a saved store."""
     documents = load_passages(args.source, cache_dir=args.cache_dir)
-    store_path = _store_path(args.store)
-    store = save_store(documents, store_path)
-    print(f"Indexed {store.count_documents()} passages from {args.source} into {store_path}")
+    config = _backends(args)
+    count = index_documents(config, documents, batch_size=args.batch_size, fresh=True)
+    print(f"Indexed {len(documents)} passages from {args.source} into {_where(config)} ({count} in the store)")
     return 0
+
+
+def _where(config: BackendConfig) -> str:
+    if config.store == "memory":
+        return config.index_path
+    return f"{config.elasticsearch_url} index {config.elasticsearch_index!r}"
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
     """`haystack-fusion ask QUESTION`: answer with one strategy and show its evidence, sources and cost."""
-    pipeline = _pipeline(
-        args.strategy, _store_path(args.store), args.top_k, args.max_concurrency, _strategy_options(args)
-    )
+    pipeline = _pipeline(args.strategy, _backends(args), args.max_concurrency, _strategy_options(args))
     run = run_strategy(args.strategy, pipeline, args.question, top_k=args.top_k)
     if args.json:
         print(json.dumps(_run_json(args.question, run), indent=2, default=str))
@@ -148,10 +173,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         )
         return 2
     documents, questions = load_squad(local_path(str(source), cache_dir=args.cache_dir))
-    store_path = _store_path(args.store)
-    save_store(documents, store_path)
-    print(f"Indexed {len(documents)} passages ({len(questions)} questions) from {source} into {store_path}\n")
-    pipeline = _pipeline(args.strategy, store_path, args.top_k, args.max_concurrency, _strategy_options(args))
+    config = _backends(args)
+    index_documents(config, documents, fresh=True)
+    print(f"Indexed {len(documents)} passages ({len(questions)} questions) from {source} into {_where(config)}\n")
+    pipeline = _pipeline(args.strategy, config, args.max_concurrency, _strategy_options(args))
     answerable = [question for question in questions if not question.is_impossible]
     unanswerable = [question for question in questions if question.is_impossible]
     n_unanswerable = min(args.questions // 2, len(unanswerable))
@@ -220,7 +245,37 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     def store_option(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--store", help=f"saved index file (default: ${STORE_ENV_VAR} or {DEFAULT_STORE})")
+        sub.add_argument("--store", help=f"saved in-memory index file (default: ${STORE_ENV_VAR} or {DEFAULT_STORE})")
+        sub.add_argument(
+            "--document-store",
+            default="memory",
+            choices=["memory", "elasticsearch"],
+            help="where passages live (default: memory; elasticsearch at $ELASTICSEARCH_URL, key from "
+            "$ELASTIC_API_KEY)",
+        )
+        sub.add_argument("--es-index", default="haystack_fusion", help="Elasticsearch index (default: haystack_fusion)")
+        sub.add_argument(
+            "--retriever",
+            default="bm25",
+            choices=["bm25", "dense", "hybrid"],
+            help="bm25 (default), dense (packaged MiniLM embeddings) or hybrid (both, reciprocal rank fusion); "
+            "index with the same choice, so passages get embeddings",
+        )
+
+    def llm_options(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--llm",
+            default="local",
+            choices=["local", "openai", "ollama"],
+            help="local (embedded model, default), openai ($OPENAI_API_KEY; --api-base-url for any "
+            "OpenAI-compatible server) or ollama ($OLLAMA_HOST)",
+        )
+        sub.add_argument(
+            "--model", help="the LLM's model name (default: gpt-4o-mini for openai, qwen3:0.6b for ollama)"
+        )
+        sub.add_argument(
+            "--api-base-url", help="an OpenAI-compatible server's URL (default: $OPENAI_BASE_URL or OpenAI)"
+        )
 
     def strategy_options(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--num-candidates", type=int, default=2, help="SuRe's answer candidates K (default: 2)")
@@ -252,6 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("source", help="SQuAD JSON (v1.1/v2.0), JSONL of passages, folder of .txt/.md, or URL")
     index.add_argument("--cache-dir", help="where downloads are cached (default: ~/.cache/haystack_fusion)")
     store_option(index)
+    index.add_argument("--batch-size", type=int, default=64, help="passages per write (default: 64)")
     index.set_defaults(func=cmd_index)
 
     ask = commands.add_parser("ask", help="answer a question with a strategy")
@@ -259,6 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     answer_options(ask, "concat_pf")
     ask.add_argument("--json", action="store_true", help="print the answer, evidence and usage as JSON")
     store_option(ask)
+    llm_options(ask)
     ask.set_defaults(func=cmd_ask)
 
     strategies = commands.add_parser("strategies", help="list the registered strategies")
@@ -295,6 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--cache-dir", help="where downloads are cached (default: ~/.cache/haystack_fusion)")
     answer_options(demo, "concat_pf")
     store_option(demo)
+    llm_options(demo)
     demo.set_defaults(func=cmd_demo)
     return parser
 
