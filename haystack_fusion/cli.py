@@ -237,6 +237,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pipelines(args: argparse.Namespace) -> int:
+    """`haystack-fusion pipelines`: regenerate the shipped YAML pipelines from the strategy registry."""
+    from haystack_fusion.serving import generate
+
+    written = generate(args.out)
+    print(f"Wrote {len(written)} pipelines to {args.out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `haystack-fusion` command."""
     parser = argparse.ArgumentParser(
@@ -345,6 +354,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--export-correct-only", action="store_true", help="with --export-notes: only correctly answered questions"
     )
     evaluate.set_defaults(func=cmd_eval)
+
+    pipelines = commands.add_parser("pipelines", help="write every strategy's production YAML pipelines (Hayhooks)")
+    pipelines.add_argument("--out", default="pipelines", help="output folder (default: pipelines)")
+    pipelines.set_defaults(func=cmd_pipelines)
 
     demo = commands.add_parser("demo", help="index the SQuAD 2.0 dev subset and answer a handful of its questions")
     demo.add_argument("--dataset", help="path or URL of a SQuAD JSON file (default: ../shared's SQuAD2 subset)")
