@@ -282,17 +282,23 @@ class BackendConfig:
         """
         A configuration from the environment, then `overrides` (None values are ignored).
 
-        Reads `HAYSTACK_FUSION_STORE` (index file), `ELASTICSEARCH_URL`, `OPENAI_BASE_URL` and `OLLAMA_HOST`.
+        Reads `HAYSTACK_FUSION_STORE` (index file), `ELASTICSEARCH_URL`, `OPENAI_BASE_URL`, `OLLAMA_HOST`, and
+        `HAYSTACK_FUSION_<FIELD>` for the other fields (`HAYSTACK_FUSION_DOCUMENT_STORE` for `store`,
+        `HAYSTACK_FUSION_RETRIEVER`, `HAYSTACK_FUSION_LLM`, `HAYSTACK_FUSION_MODEL`, `HAYSTACK_FUSION_TOP_K`, ...):
+        what the Hayhooks wrappers are configured with.
         """
+        variables = {
+            "store": "HAYSTACK_FUSION_DOCUMENT_STORE",
+            "index_path": "HAYSTACK_FUSION_STORE",
+            "elasticsearch_url": "ELASTICSEARCH_URL",
+            "api_base_url": "OPENAI_BASE_URL",
+            "ollama_url": "OLLAMA_HOST",
+        }
         values: dict[str, Any] = {}
-        for field_name, variable in (
-            ("index_path", "HAYSTACK_FUSION_STORE"),
-            ("elasticsearch_url", "ELASTICSEARCH_URL"),
-            ("api_base_url", "OPENAI_BASE_URL"),
-            ("ollama_url", "OLLAMA_HOST"),
-        ):
+        for field_name in cls.__dataclass_fields__:
+            variable = variables.get(field_name, f"HAYSTACK_FUSION_{field_name.upper()}")
             if os.environ.get(variable):
-                values[field_name] = os.environ[variable]
+                values[field_name] = int(os.environ[variable]) if field_name == "top_k" else os.environ[variable]
         values.update({key: value for key, value in overrides.items() if value is not None})
         return cls(**values)
 
