@@ -97,18 +97,21 @@ async def run_chat_calls_async(
     max_concurrency: int,
     generation_kwargs: dict[str, Any] | None = None,
     raise_on_failure: bool = False,
+    use_run_async: bool = True,
 ) -> FanOutResult:
     """
     Run one ChatGenerator call per prompt concurrently, at most `max_concurrency` at a time.
 
-    Uses the generator's `run_async` when it has one, otherwise its `run` in worker threads. A call that raises, or
-    returns no reply, is recorded in `errors` (and logged) while the other calls go on, unless `raise_on_failure`.
+    Uses the generator's `run_async` when it has one (and `use_run_async`), otherwise its `run` in worker threads.
+    A call that raises, or returns no reply, is recorded in `errors` (and logged) while the other calls go on,
+    unless `raise_on_failure`.
 
     :param chat_generator: Any Haystack ChatGenerator.
     :param prompts: n prompts, each a list of ChatMessage.
     :param max_concurrency: Upper bound on calls under way at once (>= 1).
     :param generation_kwargs: Passed to every call as `generation_kwargs` when given (e.g. a sampling temperature).
     :param raise_on_failure: Re-raise the first failure instead of recording it.
+    :param use_run_async: False calls the generator's `run` in worker threads even when it has `run_async`.
     :returns: A `FanOutResult` with n replies and n errors in input order.
     :raises ValueError: If `max_concurrency` < 1.
     """
@@ -118,7 +121,7 @@ async def run_chat_calls_async(
     in_flight = 0
     max_in_flight = 0
     extra = {"generation_kwargs": generation_kwargs} if generation_kwargs else {}
-    run_async = getattr(chat_generator, "run_async", None)
+    run_async = getattr(chat_generator, "run_async", None) if use_run_async else None
     # A private pool of max_concurrency threads: the loop's default pool may have fewer threads than that.
     pool = None if run_async is not None else concurrent.futures.ThreadPoolExecutor(max_workers=max_concurrency)
     loop = asyncio.get_running_loop()
@@ -177,8 +180,10 @@ def run_chat_calls(
     """
     Synchronous form of `run_chat_calls_async`, with the same parameters, result and errors.
 
-    It runs the fan-out on a private event loop, in a worker thread when the calling thread already runs one (so
-    it works inside Jupyter, Hayhooks and AsyncPipeline too).
+    It calls the generator's synchronous `run` in `max_concurrency` worker threads, coordinated on a private event
+    loop (in a worker thread when the calling thread already runs one, so it works inside Jupyter, Hayhooks and
+    AsyncPipeline too). It never uses the generator's `run_async`: async clients such as OpenAI's are bound to the
+    event loop they first ran on, and this private loop is closed after each fan-out.
     """
     return run_sync(
         run_chat_calls_async(
@@ -187,6 +192,7 @@ def run_chat_calls(
             max_concurrency=max_concurrency,
             generation_kwargs=generation_kwargs,
             raise_on_failure=raise_on_failure,
+            use_run_async=False,
         )
     )
 

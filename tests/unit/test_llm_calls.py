@@ -35,9 +35,13 @@ class FailingSyncGenerator:
 
     def __init__(self, fail_on: str = "boom") -> None:
         self.fail_on = fail_on
+        self.generation_kwargs: list[dict[str, Any] | None] = []
+        self._lock = threading.Lock()
 
     @component.output_types(replies=list[ChatMessage])
     def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+        with self._lock:
+            self.generation_kwargs.append(generation_kwargs)
         if messages[-1].text == self.fail_on:
             raise RuntimeError(f"cannot answer {self.fail_on}")
         return {"replies": [ChatMessage.from_assistant(f"echo:{messages[-1].text}")]}
@@ -52,7 +56,9 @@ class FailingAsyncGenerator:
 
     @component.output_types(replies=list[ChatMessage])
     def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
-        raise AssertionError("run_chat_calls must use run_async when the generator has one")
+        if messages[-1].text == self.fail_on:
+            raise RuntimeError(f"cannot answer {self.fail_on}")
+        return {"replies": [ChatMessage.from_assistant(f"echo:{messages[-1].text}")]}
 
     @component.output_types(replies=list[ChatMessage])
     async def run_async(
@@ -103,6 +109,34 @@ class CountingAsyncGenerator:
             return {"replies": [ChatMessage.from_assistant(messages[-1].text)]}
         finally:
             self.in_flight -= 1
+
+
+@component
+class LoopBoundGenerator:
+    """Like a generator with an async HTTP client: `run_async` only works on the event loop it first ran on."""
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.sync_calls = 0
+        self.async_calls = 0
+        self._lock = threading.Lock()
+
+    @component.output_types(replies=list[ChatMessage])
+    def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+        with self._lock:
+            self.sync_calls += 1
+        return {"replies": [ChatMessage.from_assistant(messages[-1].text)]}
+
+    @component.output_types(replies=list[ChatMessage])
+    async def run_async(
+        self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        if self.loop is not None and self.loop is not loop:
+            raise RuntimeError("Event loop is closed")
+        self.loop = loop
+        self.async_calls += 1
+        return {"replies": [ChatMessage.from_assistant(messages[-1].text)]}
 
 
 @component
@@ -224,7 +258,8 @@ class TestRunChatCalls:
     def test_max_in_flight_async_path(self, max_concurrency):
         k = 6
         generator = CountingAsyncGenerator()
-        result = run_chat_calls(generator, prompts_of([str(i) for i in range(k)]), max_concurrency=max_concurrency)
+        prompts = prompts_of([str(i) for i in range(k)])
+        result = asyncio.run(run_chat_calls_async(generator, prompts, max_concurrency=max_concurrency))
         assert generator.calls == k
         assert generator.max_in_flight == min(k, max_concurrency)
         assert result.max_in_flight == min(k, max_concurrency)
@@ -263,14 +298,32 @@ class TestRunChatCalls:
         assert result.usage == {"prompt_tokens": 0, "completion_tokens": 0, "calls": 2, "failed_calls": 1}
 
     def test_generation_kwargs_are_passed(self):
-        generator = CountingAsyncGenerator()
+        generator = FailingSyncGenerator(fail_on="never")
         run_chat_calls(generator, prompts_of(["a", "b"]), max_concurrency=2, generation_kwargs={"temperature": 0.7})
         assert generator.generation_kwargs == [{"temperature": 0.7}, {"temperature": 0.7}]
 
     def test_no_generation_kwargs_by_default(self):
-        generator = CountingAsyncGenerator()
+        generator = FailingSyncGenerator(fail_on="never")
         run_chat_calls(generator, prompts_of(["a"]), max_concurrency=1)
         assert generator.generation_kwargs == [None]
+
+    def test_sync_form_never_uses_run_async(self):
+        """Async clients (OpenAI's) are bound to their first event loop; the sync form's loop closes each time."""
+        generator = LoopBoundGenerator()
+        for _ in range(3):
+            result = run_chat_calls(generator, prompts_of(["a", "b"]), max_concurrency=2)
+            assert result.failures == []
+        assert generator.sync_calls == 6
+
+    async def test_async_form_records_a_failing_call(self):
+        result = await run_chat_calls_async(FailingAsyncGenerator(), prompts_of(["a", "boom"]), max_concurrency=2)
+        assert [reply.text if reply else None for reply in result.replies] == ["echo:a", None]
+        assert "cannot answer boom" in result.errors[1]
+
+    async def test_async_form_uses_run_async(self):
+        generator = LoopBoundGenerator()
+        result = await run_chat_calls_async(generator, prompts_of(["a"]), max_concurrency=1)
+        assert (result.failures, generator.async_calls, generator.sync_calls) == ([], 1, 0)
 
     @pytest.mark.parametrize("max_concurrency", [0, -1])
     def test_invalid_max_concurrency(self, max_concurrency):
