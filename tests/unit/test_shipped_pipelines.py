@@ -44,7 +44,7 @@ def test_loads_round_trips_and_keeps_secrets_out(path, monkeypatch):
     assert get_strategy(strategy).answer_component in dict(pipeline.walk())
 
 
-@pytest.mark.parametrize("path", SHIPPED[::7], ids=lambda path: path.stem)
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda path: path.stem)
 def test_hayhooks_deploys_it(path, monkeypatch):
     """As `hayhooks pipeline deploy-yaml` does: resolve the declared inputs/outputs, load the pipeline."""
     hayhooks_yaml = pytest.importorskip("hayhooks.server.utils.yaml_pipeline_wrapper", reason="the `serve` extra")
