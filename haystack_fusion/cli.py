@@ -237,6 +237,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """`haystack-fusion report`: one table and charts over several evaluation runs (e.g. one per noise ratio)."""
+    from haystack_fusion.evaluation.report import write_report
+    from haystack_fusion.evaluation.runner import RESULTS_FILE, read_records
+
+    records = [record for run in args.runs for record in read_records(Path(run) / RESULTS_FILE)]
+    if not records:
+        raise FileNotFoundError(f"No {RESULTS_FILE} records in {', '.join(args.runs)}")
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    write_report(records, args.out, title=args.title)
+    print((Path(args.out) / "results.md").read_text(encoding="utf-8"))
+    return 0
+
+
 def cmd_pipelines(args: argparse.Namespace) -> int:
     """`haystack-fusion pipelines`: regenerate the shipped YAML pipelines from the strategy registry."""
     from haystack_fusion.serving import generate
@@ -354,6 +368,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--export-correct-only", action="store_true", help="with --export-notes: only correctly answered questions"
     )
     evaluate.set_defaults(func=cmd_eval)
+
+    report = commands.add_parser("report", help="one table and charts over several `eval` output folders")
+    report.add_argument("runs", nargs="+", help="`eval --out` folders (e.g. one per noise ratio)")
+    report.add_argument("--out", required=True, help="where results.md, summary.json and the charts go")
+    report.add_argument("--title", default="", help="heading of the table")
+    report.set_defaults(func=cmd_report)
 
     pipelines = commands.add_parser("pipelines", help="write every strategy's production YAML pipelines (Hayhooks)")
     pipelines.add_argument("--out", default="pipelines", help="output folder (default: pipelines)")

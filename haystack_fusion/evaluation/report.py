@@ -7,6 +7,7 @@ Charts are drawn with matplotlib's headless Agg backend (the `eval` extra).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,22 +19,29 @@ SUMMARY_FILE = "summary.json"
 TABLE_FILE = "results.md"
 TOKENS_CHART = "em_vs_tokens.png"
 TOPK_CHART = "em_vs_top_k.png"
+NOISE_CHART = "em_vs_noise_ratio.png"
 
 
 def summarize_runs(records: Sequence[QuestionRecord]) -> list[dict[str, Any]]:
     """
-    One summary per (strategy, k), in the order the records first name them.
+    One summary per (strategy, k, setting), in the order the records first name them.
 
-    :param records: Question records of an evaluation.
+    :param records: Question records of one evaluation, or of several (e.g. one per noise ratio).
     :returns: Dicts with `strategy`, `top_k`, `setting` and every key of `metrics.summarize`.
     """
-    groups: dict[tuple[str, int], list[QuestionRecord]] = {}
+    groups: dict[tuple[str, int, str], list[QuestionRecord]] = {}
     for record in records:
-        groups.setdefault((record.strategy, record.top_k), []).append(record)
+        groups.setdefault((record.strategy, record.top_k, record.setting), []).append(record)
     return [
-        {"strategy": strategy, "top_k": top_k, "setting": group[0].setting, **summarize([r.score for r in group])}
-        for (strategy, top_k), group in groups.items()
+        {"strategy": strategy, "top_k": top_k, "setting": setting, **summarize([r.score for r in group])}
+        for (strategy, top_k, setting), group in groups.items()
     ]
+
+
+def noise_ratio(setting: str) -> float | None:
+    """The noise ratio of a setting label ("retrieved, noise ratio 0.4" -> 0.4), None without one."""
+    match = re.search(r"noise ratio ([0-9.]+)", setting)
+    return float(match.group(1)) if match else None
 
 
 def _cell(value: Any, percent: bool = False, digits: int = 1) -> str:
@@ -42,28 +50,34 @@ def _cell(value: Any, percent: bool = False, digits: int = 1) -> str:
     return f"{value:.{digits}f}%" if percent else f"{value:.{digits}f}"
 
 
+def _row(s: dict[str, Any], *, with_setting: bool) -> str:
+    setting = f" {s['setting']} |" if with_setting else ""
+    return (
+        f"| {s['strategy']} |{setting} {s['top_k']} | {_cell(s['em'])} | {_cell(s['f1'])} "
+        f"| {_cell(s['unknown_rate'], True)} | {_cell(s['nm_rate'], True)} | {_cell(s['accuracy'])} "
+        f"| {_cell(s['reject_rate'], True)} | {_cell(s['recall_at_k'], True)} "
+        f"| {_cell(s['calls_per_question'], digits=2)} | {_cell(s['tokens_per_question'], digits=0)} "
+        f"| {_cell(s['latency_p50'], digits=2)} | {_cell(s['latency_p95'], digits=2)} |"
+    )
+
+
 def markdown_table(summaries: Sequence[dict[str, Any]], *, title: str = "") -> str:
     """
     The results as a markdown table laid out like paper 000's Table 1 (EM, F1, %Unk, %NM per strategy), plus
     accuracy, reject rate on unanswerable questions, retrieval recall@k, LLM calls and tokens per question, and
-    latency.
+    latency. With several settings (e.g. noise ratios, paper 004 Table 3) a setting column is added.
 
     :param summaries: From `summarize_runs`.
     :param title: A line above the table.
     :returns: Markdown text.
     """
+    several = len({s["setting"] for s in summaries}) > 1
     header = (
-        "| strategy | top-k | EM | F1 | %Unk | %NM | accuracy | reject rate | recall@k | calls/q | tokens/q "
-        "| p50 s | p95 s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        f"| strategy |{' setting |' if several else ''} top-k | EM | F1 | %Unk | %NM | accuracy | reject rate "
+        f"| recall@k | calls/q | tokens/q | p50 s | p95 s |\n|---|{'---|' if several else ''}---|---|---|---|---|"
+        "---|---|---|---|---|---|---|"
     )
-    rows = [
-        f"| {s['strategy']} | {s['top_k']} | {_cell(s['em'])} | {_cell(s['f1'])} | {_cell(s['unknown_rate'], True)} "
-        f"| {_cell(s['nm_rate'], True)} | {_cell(s['accuracy'])} | {_cell(s['reject_rate'], True)} "
-        f"| {_cell(s['recall_at_k'], True)} | {_cell(s['calls_per_question'], digits=2)} "
-        f"| {_cell(s['tokens_per_question'], digits=0)} | {_cell(s['latency_p50'], digits=2)} "
-        f"| {_cell(s['latency_p95'], digits=2)} |"
-        for s in summaries
-    ]
+    rows = [_row(s, with_setting=several) for s in summaries]
     first = summaries[0] if summaries else {}
     notes = (
         f"\n\n{first.get('answerable', 0)} answerable and {first.get('unanswerable', 0)} unanswerable questions; "
@@ -76,7 +90,8 @@ def markdown_table(summaries: Sequence[dict[str, Any]], *, title: str = "") -> s
 
 def draw_charts(summaries: Sequence[dict[str, Any]], out: Path) -> list[Path]:
     """
-    EM vs tokens per question (one point per strategy, at the smallest k), and EM vs top-k when k was swept.
+    EM vs tokens per question (one point per strategy, at the smallest k, first setting), EM vs top-k when k was
+    swept, and EM vs noise ratio when several noise ratios were run (paper 004 Table 3).
 
     :param summaries: From `summarize_runs`.
     :param out: The folder the PNG files go to.
@@ -90,7 +105,8 @@ def draw_charts(summaries: Sequence[dict[str, Any]], out: Path) -> list[Path]:
 
     written = []
     smallest = min(s["top_k"] for s in summaries)
-    points = [s for s in summaries if s["top_k"] == smallest and s["em"] is not None]
+    first_setting = summaries[0]["setting"]
+    points = [s for s in summaries if s["top_k"] == smallest and s["setting"] == first_setting and s["em"] is not None]
     figure, axes = plt.subplots(figsize=(6, 4))
     for s in points:
         axes.scatter(s["tokens_per_question"], s["em"])
@@ -117,6 +133,20 @@ def draw_charts(summaries: Sequence[dict[str, Any]], out: Path) -> list[Path]:
         figure.savefig(out / TOPK_CHART, dpi=120)
         plt.close(figure)
         written.append(out / TOPK_CHART)
+    noisy = [s for s in summaries if noise_ratio(s["setting"]) is not None and s["em"] is not None]
+    if len({s["setting"] for s in noisy}) > 1:
+        figure, axes = plt.subplots(figsize=(6, 4))
+        for strategy in dict.fromkeys(s["strategy"] for s in noisy):
+            series = sorted((noise_ratio(s["setting"]), s["em"]) for s in noisy if s["strategy"] == strategy)
+            axes.plot([r for r, _ in series], [em for _, em in series], marker="o", label=strategy)
+        axes.set_xlabel("noise ratio (share of irrelevant passages in the top-k)")
+        axes.set_ylabel("EM (answerable questions)")
+        axes.set_title("EM vs noise ratio (cf. paper 004 Table 3)")
+        axes.legend()
+        figure.tight_layout()
+        figure.savefig(out / NOISE_CHART, dpi=120)
+        plt.close(figure)
+        written.append(out / NOISE_CHART)
     return written
 
 

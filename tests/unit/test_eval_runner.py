@@ -11,9 +11,10 @@ from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.dataclasses import ChatMessage
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
+from haystack_fusion.cli import main
 from haystack_fusion.evaluation.datasets import EvalDataset, EvalQuestion
 from haystack_fusion.evaluation.passages import EvalRetriever, PassageSetting, arrange_passages
-from haystack_fusion.evaluation.report import TABLE_FILE, TOKENS_CHART, TOPK_CHART, write_report
+from haystack_fusion.evaluation.report import NOISE_CHART, TABLE_FILE, TOKENS_CHART, TOPK_CHART, write_report
 from haystack_fusion.evaluation.runner import RESULTS_FILE, EvalConfig, Evaluator, read_records
 
 DOCUMENTS = [
@@ -193,3 +194,24 @@ class TestReport:
     def test_no_records(self, tmp_path):
         with pytest.raises(ValueError, match="no answered questions"):
             write_report([], tmp_path)
+
+    def test_several_noise_ratios_in_one_table_and_chart(self, tmp_path):
+        records = []
+        for ratio in (0.0, 0.5):
+            evaluator = make_evaluator(
+                tmp_path / str(ratio), strategies=["concatenation"], setting=PassageSetting(noise_ratio=ratio)
+            )
+            records += evaluator.run()
+        summary = write_report(records, tmp_path, title="noise")
+        assert [run["setting"] for run in summary["runs"]] == ["retrieved, noise ratio 0", "retrieved, noise ratio 0.5"]
+        table = (tmp_path / TABLE_FILE).read_text()
+        assert "| strategy | setting | top-k |" in table
+        assert "| concatenation | retrieved, noise ratio 0.5 |" in table
+        assert (tmp_path / NOISE_CHART).stat().st_size > 0
+
+    def test_report_command_merges_runs(self, tmp_path, capsys):
+        make_evaluator(tmp_path / "a", strategies=["concatenation"]).run()
+        make_evaluator(tmp_path / "b", strategies=["post_fusion"]).run()
+        assert main(["report", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "both")]) == 0
+        assert "| post_fusion |" in (tmp_path / "both" / TABLE_FILE).read_text()
+        assert main(["report", str(tmp_path / "missing"), "--out", str(tmp_path / "x")]) == 2
