@@ -108,9 +108,10 @@ def draw_charts(summaries: Sequence[dict[str, Any]], out: Path) -> list[Path]:
     first_setting = summaries[0]["setting"]
     points = [s for s in summaries if s["top_k"] == smallest and s["setting"] == first_setting and s["em"] is not None]
     figure, axes = plt.subplots(figsize=(6, 4))
-    for s in points:
+    for index, s in enumerate(points):
         axes.scatter(s["tokens_per_question"], s["em"])
-        axes.annotate(s["strategy"], (s["tokens_per_question"], s["em"]), textcoords="offset points", xytext=(4, 4))
+        offset = (4, 4) if index % 2 == 0 else (4, -12)  # alternate, so labels of nearby points do not overlap
+        axes.annotate(s["strategy"], (s["tokens_per_question"], s["em"]), textcoords="offset points", xytext=offset)
     axes.set_xlabel("tokens per question (prompt + completion)")
     axes.set_ylabel("EM (answerable questions)")
     axes.set_title(f"EM vs tokens, top-{smallest} (cf. paper 000 Figure 3)")
