@@ -198,7 +198,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from haystack_fusion.evaluation.report import write_report
     from haystack_fusion.evaluation.runner import EvalConfig, Evaluator
 
-    dataset = load_dataset(args.dataset, corpus=args.corpus, cache_dir=args.cache_dir).limit(args.limit)
+    dataset = load_dataset(args.dataset, corpus=args.corpus, cache_dir=args.cache_dir).only(args.questions)
+    dataset = dataset.limit(args.limit)
     config = EvalConfig(
         strategies=[name.strip() for name in args.strategies.split(",") if name.strip()],
         top_ks=[int(k) for k in str(args.top_k).split(",")],
@@ -349,7 +350,13 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--corpus", help="passage corpus for an NQ-open dataset: JSONL or DPR-style TSV")
     evaluate.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated (default: all)")
     evaluate.add_argument("--top-k", default="5", help="k, or a comma-separated sweep such as 5,10,20")
-    evaluate.add_argument("--limit", type=int, help="only the first N questions")
+    evaluate.add_argument("--limit", type=int, help="only the first N questions (after --questions)")
+    evaluate.add_argument(
+        "--questions",
+        default="all",
+        choices=["all", "answerable", "unanswerable"],
+        help="which questions: all (default), answerable (noise robustness), unanswerable (reject rate)",
+    )
     evaluate.add_argument("--concurrency", type=int, default=1, help="questions answered at once")
     evaluate.add_argument("--max-concurrency", type=int, default=4, help="concurrent LLM calls per question")
     evaluate.add_argument("--gold-passage", default="none", choices=["none", "random", "first", "last"])

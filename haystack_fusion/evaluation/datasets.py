@@ -89,6 +89,22 @@ class EvalDataset:
         """
         return sum(q.is_impossible for q in self.questions)
 
+    def only(self, kind: str) -> EvalDataset:
+        """
+        Keep the answerable or the unanswerable questions (paper 004: noise robustness is measured on answerable
+        questions, the reject rate on unanswerable ones).
+
+        :param kind: "all", "answerable" or "unanswerable".
+        :returns: A new `EvalDataset` with the same name and documents and those questions, in order.
+        :raises ValueError: For another `kind`.
+        """
+        if kind not in ("all", "answerable", "unanswerable"):
+            raise ValueError(f"`kind` must be all, answerable or unanswerable, got {kind!r}")
+        if kind == "all":
+            return dataclasses.replace(self, questions=list(self.questions))
+        keep_impossible = kind == "unanswerable"
+        return dataclasses.replace(self, questions=[q for q in self.questions if q.is_impossible == keep_impossible])
+
     def limit(self, n: int | None) -> EvalDataset:
         """
         Keep only the first `n` questions, for quick runs.

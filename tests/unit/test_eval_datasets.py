@@ -128,6 +128,14 @@ class TestEvalDataset:
         assert limited.name == "toy"
         assert len(dataset.questions) == 5
 
+    def test_only_answerable_or_unanswerable(self, dataset):
+        assert [q.id for q in dataset.only("answerable").questions] == ["q0", "q2", "q4"]
+        assert [q.id for q in dataset.only("unanswerable").questions] == ["q1", "q3"]
+        assert dataset.only("all").questions == dataset.questions
+        assert dataset.only("unanswerable").documents == dataset.documents
+        with pytest.raises(ValueError, match="kind"):
+            dataset.only("some")
+
     def test_limit_none_and_beyond_length_keep_all(self, dataset):
         assert dataset.limit(None).questions == dataset.questions
         assert dataset.limit(50).questions == dataset.questions
