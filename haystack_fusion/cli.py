@@ -43,6 +43,7 @@ def _backends(args: argparse.Namespace) -> BackendConfig:
         index_path=str(_store_path(args.store)),
         elasticsearch_index=args.es_index,
         retriever=args.retriever,
+        embedder=args.embedder,
         llm=getattr(args, "llm", None),
         model=getattr(args, "model", None),
         api_base_url=getattr(args, "api_base_url", None),
@@ -284,6 +285,12 @@ def build_parser() -> argparse.ArgumentParser:
             choices=["bm25", "dense", "hybrid"],
             help="bm25 (default), dense (packaged MiniLM embeddings) or hybrid (both, reciprocal rank fusion); "
             "index with the same choice, so passages get embeddings",
+        )
+        sub.add_argument(
+            "--embedder",
+            default="packaged",
+            choices=["packaged", "openai"],
+            help="embeddings for dense/hybrid: packaged all-MiniLM-L6-v2 (default) or OpenAI ($OPENAI_API_KEY)",
         )
 
     def llm_options(sub: argparse.ArgumentParser) -> None:
