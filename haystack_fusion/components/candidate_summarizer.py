@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from haystack import Document, component, default_from_dict, default_to_dict, logging
+from haystack import Document, component, default_to_dict, logging
 from haystack.components.generators.chat.types import ChatGenerator
 from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage
-from haystack.utils import deserialize_chatgenerator_inplace
 
+from haystack_fusion.components.base import ChatGeneratorWrapper
 from haystack_fusion.llm_calls import FanOutResult, run_chat_calls, run_chat_calls_async, sum_usage
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render, validate_query
 from haystack_fusion.prompts.passages import strip_delimiters
@@ -38,7 +38,7 @@ def clean_summary(reply: str | None) -> str:
 
 
 @component
-class CandidateSummarizer:
+class CandidateSummarizer(ChatGeneratorWrapper):
     """
     Proposes K answer candidates, then summarizes the passages once per candidate (SuRe, paper 002, section 3.2).
 
@@ -107,16 +107,6 @@ class CandidateSummarizer:
         self.few_shot = few_shot
         self.raise_on_failure = raise_on_failure
 
-    def warm_up(self) -> None:
-        """Warm up the wrapped chat generator (idempotent)."""
-        if hasattr(self._chat_generator, "warm_up"):
-            self._chat_generator.warm_up()
-
-    def close(self) -> None:
-        """Release the wrapped chat generator's resources."""
-        if hasattr(self._chat_generator, "close"):
-            self._chat_generator.close()
-
     def to_dict(self) -> dict[str, Any]:
         """Serialize this component, with its chat generator, to a dictionary."""
         return default_to_dict(
@@ -129,12 +119,6 @@ class CandidateSummarizer:
             few_shot=self.few_shot,
             raise_on_failure=self.raise_on_failure,
         )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CandidateSummarizer:
-        """Deserialize this component, with its chat generator, from a dictionary."""
-        deserialize_chatgenerator_inplace(data["init_parameters"], key="chat_generator")
-        return default_from_dict(cls, data)
 
     # Each step below is shared by `run` and `run_async`; only the fan-out call differs.
 

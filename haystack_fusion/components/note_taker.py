@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from haystack import Document, component, default_from_dict, default_to_dict, logging
+from haystack import Document, component, default_to_dict, logging
 from haystack.components.generators.chat.types import ChatGenerator
 from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage, GeneratedAnswer
-from haystack.utils import deserialize_chatgenerator_inplace
 
 from haystack_fusion.answers import UNKNOWN, UnknownDetector
+from haystack_fusion.components.base import ChatGeneratorWrapper
 from haystack_fusion.llm_calls import FanOutResult, run_chat_calls, run_chat_calls_async, sum_usage
 from haystack_fusion.notes import CONTEXT, DIRECT, classify_note, parse_document_note, parse_single_call
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render, validate_query
@@ -84,7 +84,7 @@ def training_record(
 
 
 @component
-class NoteTaker:
+class NoteTaker(ChatGeneratorWrapper):
     """
     Writes a reading note per retrieved passage, judges its relevance, then answers (Chain-of-Note, paper 004).
 
@@ -158,16 +158,6 @@ class NoteTaker:
         self.raise_on_failure = raise_on_failure
         self._detector = UnknownDetector.from_patterns(unknown_patterns)
 
-    def warm_up(self) -> None:
-        """Warm up the wrapped chat generator (idempotent)."""
-        if hasattr(self._chat_generator, "warm_up"):
-            self._chat_generator.warm_up()
-
-    def close(self) -> None:
-        """Release the wrapped chat generator's resources."""
-        if hasattr(self._chat_generator, "close"):
-            self._chat_generator.close()
-
     def to_dict(self) -> dict[str, Any]:
         """Serialize this component, with its chat generator, to a dictionary."""
         return default_to_dict(
@@ -181,12 +171,6 @@ class NoteTaker:
             unknown_patterns=self.unknown_patterns,
             raise_on_failure=self.raise_on_failure,
         )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> NoteTaker:
-        """Deserialize this component, with its chat generator, from a dictionary."""
-        deserialize_chatgenerator_inplace(data["init_parameters"], key="chat_generator")
-        return default_from_dict(cls, data)
 
     # Each step below is shared by `run` and `run_async`; only the fan-out calls differ.
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict, logging
+from haystack import Document, component, default_to_dict, logging
 from haystack.components.generators.chat.types import ChatGenerator
 from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage, GeneratedAnswer
-from haystack.utils import deserialize_chatgenerator_inplace
 
 from haystack_fusion.answers import UnknownDetector, majority_vote, normalize_answer
+from haystack_fusion.components.base import ChatGeneratorWrapper
 from haystack_fusion.llm_calls import FanOutResult, empty_usage, run_chat_calls, run_chat_calls_async
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render, validate_query
 
@@ -21,7 +21,7 @@ DEFAULT_SAMPLING_KWARGS: dict[str, Any] = {"temperature": 0.7}
 
 
 @component
-class PostFusionVoter:
+class PostFusionVoter(ChatGeneratorWrapper):
     """
     Answers a question from each passage separately and returns the majority answer (Post-Fusion, paper 000).
 
@@ -88,16 +88,6 @@ class PostFusionVoter:
         self._detector = UnknownDetector.from_patterns(unknown_patterns)
         self._prompt = PROMPTS["figure7"]
 
-    def warm_up(self) -> None:
-        """Warm up the wrapped chat generator (idempotent)."""
-        if hasattr(self._chat_generator, "warm_up"):
-            self._chat_generator.warm_up()
-
-    def close(self) -> None:
-        """Release the wrapped chat generator's resources."""
-        if hasattr(self._chat_generator, "close"):
-            self._chat_generator.close()
-
     def to_dict(self) -> dict[str, Any]:
         """Serialize this component, with its chat generator, to a dictionary."""
         return default_to_dict(
@@ -110,12 +100,6 @@ class PostFusionVoter:
             unknown_patterns=self.unknown_patterns,
             raise_on_failure=self.raise_on_failure,
         )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PostFusionVoter:
-        """Deserialize this component, with its chat generator, from a dictionary."""
-        deserialize_chatgenerator_inplace(data["init_parameters"], key="chat_generator")
-        return default_from_dict(cls, data)
 
     def _plan(
         self, query: str, documents: list[Document] | None

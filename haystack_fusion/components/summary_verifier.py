@@ -13,6 +13,7 @@ from haystack.dataclasses import ChatMessage, GeneratedAnswer
 from haystack.utils import deserialize_chatgenerator_inplace, deserialize_component_inplace
 
 from haystack_fusion.answers import UNKNOWN
+from haystack_fusion.components.base import ChatGeneratorWrapper
 from haystack_fusion.llm_calls import FanOutResult, empty_usage, run_chat_calls, run_chat_calls_async
 from haystack_fusion.prompts import PROMPTS, render, validate_query
 from haystack_fusion.prompts.sure import one_line
@@ -24,7 +25,7 @@ Pair = tuple[int, int]
 
 
 @component
-class SummaryVerifier:
+class SummaryVerifier(ChatGeneratorWrapper):
     """
     Picks the answer candidate whose candidate-conditioned summary is valid and ranks best (SuRe, paper 002, 3.3).
 
@@ -89,11 +90,6 @@ class SummaryVerifier:
         for part in (self._chat_generator, self._document_ranker):
             if part is not None and hasattr(part, "warm_up"):
                 part.warm_up()
-
-    def close(self) -> None:
-        """Release the wrapped chat generator's resources."""
-        if hasattr(self._chat_generator, "close"):
-            self._chat_generator.close()
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize this component, with its chat generator and document ranker, to a dictionary."""
@@ -198,6 +194,9 @@ class SummaryVerifier:
             answers.append(GeneratedAnswer(data=candidates[index], query=query, documents=[], meta=meta))
         return answers
 
+    def _fan_out(self) -> dict[str, Any]:
+        return {"max_concurrency": self.max_concurrency, "raise_on_failure": self.raise_on_failure}
+
     @staticmethod
     def _attach(
         answers: list[GeneratedAnswer], documents: list[Document], ranked: list[Document] | None
@@ -238,16 +237,7 @@ class SummaryVerifier:
         :raises ValueError: If `query` is empty, or `candidates` and `summaries` differ in length.
         """
         query, candidates, summaries, asks, prompts = self._plan(query, candidates, summaries)
-        calls = (
-            run_chat_calls(
-                self._chat_generator,
-                prompts,
-                max_concurrency=self.max_concurrency,
-                raise_on_failure=self.raise_on_failure,
-            )
-            if prompts
-            else None
-        )
+        calls = run_chat_calls(self._chat_generator, prompts, **self._fan_out()) if prompts else None
         answers = self._score(query, candidates, summaries, asks, calls)
         documents = list(documents or [])
         job = self._ranking_job(answers, documents)
@@ -260,16 +250,7 @@ class SummaryVerifier:
     ) -> dict[str, Any]:
         """Async form of `run`, with the same inputs, outputs and errors; calls the generator's `run_async`."""
         query, candidates, summaries, asks, prompts = self._plan(query, candidates, summaries)
-        calls = (
-            await run_chat_calls_async(
-                self._chat_generator,
-                prompts,
-                max_concurrency=self.max_concurrency,
-                raise_on_failure=self.raise_on_failure,
-            )
-            if prompts
-            else None
-        )
+        calls = await run_chat_calls_async(self._chat_generator, prompts, **self._fan_out()) if prompts else None
         answers = self._score(query, candidates, summaries, asks, calls)
         documents = list(documents or [])
         job = self._ranking_job(answers, documents)

@@ -50,3 +50,44 @@ def llm():
 def questions(squad) -> list[SquadQuestion]:
     """The first five questions of the subset: answerable ones from its first article."""
     return squad[1][:5]
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_until_ready(ready, process, log_path, *, seconds: float = 180, what: str = "the server") -> None:
+    """
+    Poll `ready()` once a second until it returns True; fail the test with the log's tail if the process exits or
+    `seconds` pass first. `ready` may raise (connection refused while starting): that counts as not ready.
+    """
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if ready():
+                return
+        except Exception:
+            pass
+        if process.poll() is not None:
+            pytest.fail(f"{what} exited: {log_path.read_text()[-2000:]}")
+        time.sleep(1)
+    pytest.fail(f"{what} was not ready after {seconds} s: {log_path.read_text()[-2000:]}")
+
+
+def stop(process) -> None:
+    """Terminate a server process, killing it if it does not exit within 10 seconds."""
+    import subprocess
+
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

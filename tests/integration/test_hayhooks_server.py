@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from haystack_fusion.backends import save_store
+
+from .conftest import free_port, stop, wait_until_ready
 
 httpx = pytest.importorskip("httpx", reason="the `serve` extra")
 pytest.importorskip("hayhooks", reason="the `serve` extra (pip install 'haystack-fusion[serve]')")
@@ -20,12 +20,6 @@ openai = pytest.importorskip("openai")
 
 WRAPPERS = Path(__file__).resolve().parents[2] / "pipelines"
 QUESTION = "When were the Normans in Normandy?"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -55,25 +49,15 @@ def server(tmp_path_factory, squad):
     log = (root / "server.log").open("w")
     process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
+
+    def deployed() -> bool:
+        return "concat_pf" in str(httpx.get(f"{url}/status", timeout=2).json())
+
     try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/status", timeout=2).status_code == 200:
-                    status = httpx.get(f"{url}/status", timeout=2).json()
-                    if "concat_pf" in str(status):
-                        break
-            except httpx.HTTPError:
-                pass
-            if process.poll() is not None:
-                pytest.fail(f"hayhooks exited: {(root / 'server.log').read_text()[-2000:]}")
-            time.sleep(1)
-        else:
-            pytest.fail(f"hayhooks did not deploy concat_pf: {(root / 'server.log').read_text()[-2000:]}")
+        wait_until_ready(deployed, process, root / "server.log", what="hayhooks")
         yield url
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        stop(process)
         log.close()
 
 

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
 from haystack.utils import Secret
@@ -13,7 +11,7 @@ from haystack.utils import Secret
 from haystack_fusion.backends import BackendConfig, chat_generator, packaged_model_path
 from haystack_fusion.strategies import build_pipeline, run_strategy
 
-from .conftest import TOP_K
+from .conftest import TOP_K, free_port, stop, wait_until_ready
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python[server] (the `dev` extra)")
@@ -21,9 +19,7 @@ pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python[server] (th
 
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     log_path = tmp_path_factory.mktemp("llama_server") / "server.log"
     command = [sys.executable, "-m", "llama_cpp.server", "--model", packaged_model_path(), "--host", "127.0.0.1",
                "--port", str(port), "--n_ctx", "8192", "--model_alias", "gemma3-270m"]  # fmt: skip
@@ -31,26 +27,15 @@ def server_url(tmp_path_factory):
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}/v1"
         try:
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                try:
-                    if httpx.get(f"{url}/models", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if process.poll() is not None:
-                    pytest.fail(f"llama_cpp.server exited: {log_path.read_text()[-2000:]}")
-                time.sleep(1)
-            else:
-                pytest.fail(f"llama_cpp.server did not start: {log_path.read_text()[-2000:]}")
+            wait_until_ready(
+                lambda: httpx.get(f"{url}/models", timeout=2).status_code == 200,
+                process,
+                log_path,
+                what="llama_cpp.server",
+            )
             yield url
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)
 
 
 @pytest.mark.parametrize("name", ["concat_pf", "sure"])
