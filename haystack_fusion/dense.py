@@ -69,22 +69,19 @@ def summary_reranker(model: str | None = None, top_k: int | None = None) -> Sent
     ```
 
     :param model: A sentence-transformers model: a local folder or a Hugging Face model name (downloaded when
-        warmed up); None uses the packaged all-MiniLM-L6-v2 (`packaged_embedding_model_path`). The ranker keeps
-        and serializes the resolved path.
+        warmed up); None uses the packaged all-MiniLM-L6-v2 (`packaged_embedding_model_path`), serialized as
+        `model: null` so that saved pipelines load on any machine with the extra.
     :param top_k: The most passages to return; None returns all of them.
-    :returns: A `SentenceTransformersDiversityRanker`, not yet warmed up.
+    :returns: A `haystack_fusion.embedders.PackagedDiversityRanker` (a `SentenceTransformersDiversityRanker`), not
+        yet warmed up.
     :raises ImportError: If the `dense` extra is not installed.
     :raises FileNotFoundError: If `model` is None and the packaged model folder is missing.
     :raises ValueError: If `top_k` is not > 0.
     """
-    try:
-        from haystack_integrations.components.rankers.sentence_transformers import SentenceTransformersDiversityRanker
-    except ImportError as error:
-        raise ImportError(
-            "The summary reranker needs the `dense` extra: pip install 'haystack-fusion[dense]'"
-        ) from error
-    return SentenceTransformersDiversityRanker(
-        model=packaged_embedding_model_path() if model is None else model,
+    from haystack_fusion.embedders import PackagedDiversityRanker  # ImportError naming the `dense` extra
+
+    return PackagedDiversityRanker(
+        model=model,
         top_k=KEEP_ALL_PASSAGES if top_k is None else top_k,
         similarity="cosine",
         strategy="maximum_margin_relevance",

@@ -21,6 +21,7 @@ try:
         SentenceTransformersDocumentEmbedder,
         SentenceTransformersTextEmbedder,
     )
+    from haystack_integrations.components.rankers.sentence_transformers import SentenceTransformersDiversityRanker
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "haystack_fusion.embedders needs the `dense` extra: pip install 'haystack-fusion[dense]'"
@@ -101,6 +102,35 @@ class PackagedDocumentEmbedder(SentenceTransformersDocumentEmbedder):
     def to_dict(self) -> dict[str, Any]:
         """Serialize; the packaged model as `model: null`."""
         data = SentenceTransformersDocumentEmbedder.to_dict(self)
+        if self._packaged:
+            data["init_parameters"]["model"] = None
+        return data
+
+
+@component
+class PackagedDiversityRanker(SentenceTransformersDiversityRanker):
+    """
+    SentenceTransformersDiversityRanker on the packaged all-MiniLM-L6-v2 model by default (`model=None`), portable in
+    YAML: what `haystack_fusion.dense.summary_reranker` returns (paper 002, Table 4).
+    """
+
+    def __init__(self, *, model: str | None = None, **kwargs: Any) -> None:
+        """
+        Create the ranker.
+
+        :param model: None for the packaged model, else any sentence-transformers model name or path.
+        :param kwargs: SentenceTransformersDiversityRanker's other parameters (`top_k`, `similarity`, `strategy`,
+            `lambda_threshold`, ...).
+        :raises FileNotFoundError: If `model` is None and the packaged model is missing.
+        """
+        SentenceTransformersDiversityRanker.__init__(
+            self, model=packaged_embedding_model_path() if model is None else model, **kwargs
+        )
+        self._packaged = model is None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize; the packaged model as `model: null`."""
+        data = SentenceTransformersDiversityRanker.to_dict(self)
         if self._packaged:
             data["init_parameters"]["model"] = None
         return data

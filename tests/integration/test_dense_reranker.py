@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 from haystack import Document
+from haystack.core.serialization import component_from_dict
 
 from haystack_fusion.dense import KEEP_ALL_PASSAGES, packaged_embedding_model_path, summary_reranker
 
@@ -23,6 +26,8 @@ from haystack_integrations.components.embedders.sentence_transformers import (
 from haystack_integrations.components.rankers.sentence_transformers import (
     SentenceTransformersDiversityRanker,
 )
+
+from haystack_fusion.embedders import PackagedDiversityRanker
 
 pytestmark = pytest.mark.integration
 
@@ -126,9 +131,11 @@ def test_documents_come_back_unchanged_with_their_retrieval_scores(ranker):
 
 def test_to_dict_from_dict_round_trip(ranker):
     data = summary_reranker().to_dict()
-    assert data["init_parameters"]["model"] == packaged_embedding_model_path()
-    restored = SentenceTransformersDiversityRanker.from_dict(data)
+    assert data["init_parameters"]["model"] is None  # the packaged model, resolved again on load: portable YAML
+    assert data["type"] == "haystack_fusion.embedders.PackagedDiversityRanker"
+    restored = component_from_dict(PackagedDiversityRanker, copy.deepcopy(data), "ranker")
     assert restored.to_dict() == data
+    assert restored.model_name_or_path == packaged_embedding_model_path()
     restored.warm_up()
     expected = [doc.id for doc in ranker.run(query=SUMMARY, documents=PASSAGES)["documents"]]
     assert [doc.id for doc in restored.run(query=SUMMARY, documents=PASSAGES)["documents"]] == expected
