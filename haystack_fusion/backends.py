@@ -352,8 +352,18 @@ def retriever(config: BackendConfig, store: Any | None = None) -> Any:
 
     :returns: A BM25 retriever of the store's kind, or a `DenseRetriever` / `HybridRetriever`
         (`haystack_fusion.retrieval`) around the store's embedding retriever.
+    :raises ValueError: For dense or hybrid retrieval over an in-memory store whose passages have no embeddings
+        (indexed for BM25 only: re-index with the dense or hybrid retriever).
     """
     store = document_store(config) if store is None else store
+    if config.retriever != "bm25" and isinstance(store, InMemoryDocumentStore):
+        documents = store.filter_documents()
+        if documents and all(document.embedding is None for document in documents):
+            raise ValueError(
+                f"The passages in the in-memory store have no embeddings, so {config.retriever} retrieval finds "
+                f"nothing: index them with `--retriever {config.retriever}` (or `index_documents` with this "
+                "configuration)"
+            )
     bm25: Any
     embedding: Any
     if config.store == "memory":

@@ -79,3 +79,15 @@ def test_production_pipelines_round_trip_without_secrets(llm, kind):
     text = pipeline.dumps()
     assert "sk-test-not-a-real-key" not in text
     assert Pipeline.loads(text) == pipeline
+
+
+def test_dense_over_an_index_without_embeddings_is_a_clear_error(tmp_path):
+    from haystack import Document
+
+    from haystack_fusion.backends import save_store
+
+    path = tmp_path / "bm25.json"
+    save_store([Document(content="Rollo was a Viking leader.")], path)
+    with pytest.raises(ValueError, match="no embeddings"):
+        retriever(BackendConfig(index_path=str(path), retriever="dense"))
+    assert isinstance(retriever(BackendConfig(index_path=str(path))), InMemoryBM25Retriever)
