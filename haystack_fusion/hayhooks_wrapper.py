@@ -14,6 +14,7 @@ import textwrap
 from typing import Any, ClassVar
 
 try:
+    from fastapi import HTTPException
     from hayhooks import BasePipelineWrapper, get_last_user_message
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError("Serving with Hayhooks needs the `serve` extra: pip install 'haystack-fusion[serve]'") from error
@@ -41,6 +42,14 @@ def sources_text(run: StrategyRun, *, chars: int = 200) -> str:
         text = textwrap.shorten(document.content or "", width=chars, placeholder=" ...")
         lines.append(f"[{index}] {title}: {text}" if title else f"[{index}] {text}")
     return "\n".join(lines)
+
+
+def _answer(strategy: str, pipeline: Any, query: str) -> StrategyRun:
+    """Run the strategy; a question it refuses (empty) is the client's error: HTTP 400, not 500."""
+    try:
+        return run_strategy(strategy, pipeline, query)
+    except ValueError as error:
+        raise HTTPException(status_code=400, detail=str(error)) from error
 
 
 class StrategyPipelineWrapper(BasePipelineWrapper):
@@ -77,8 +86,9 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         :param query: The question.
         :returns: `answer` (text), `sources` (id, title, content, score of the answer's passages, else the retrieved
             ones), `evidence` (the strategy's own: votes, candidates, notes, ...) and `usage` (LLM calls, tokens).
+        :raises HTTPException: 400 for an empty question.
         """
-        run = run_strategy(self.strategy, self.pipeline, query)
+        run = _answer(self.strategy, self.pipeline, query)
         documents = run.answer.documents or run.documents
         return {
             "answer": run.answer.data,
@@ -93,5 +103,5 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
     def run_chat_completion(self, model: str, messages: list[dict], body: dict) -> str:
         """Answer the last user message: the answer, a blank line, "Sources:" and the numbered passages."""
         question = get_last_user_message(messages) or ""
-        run = run_strategy(self.strategy, self.pipeline, question)
+        run = _answer(self.strategy, self.pipeline, question)
         return f"{run.answer.data}\n\nSources:\n{sources_text(run)}"

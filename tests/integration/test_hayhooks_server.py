@@ -76,3 +76,9 @@ def test_openai_client_chat_completion(server):
     text = completion.choices[0].message.content
     assert "\n\nSources:\n[1] " in text
     assert text.split("\n\nSources:")[0].strip()
+
+
+def test_empty_question_is_a_client_error(server):
+    response = httpx.post(f"{server}/concat_pf/run", json={"query": "   "}, timeout=60)
+    assert response.status_code == 400
+    assert "non-empty question" in response.text
