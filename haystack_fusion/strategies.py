@@ -30,6 +30,7 @@ from haystack_fusion.components.summary_verifier import SummaryVerifier
 from haystack_fusion.components.unknown_router import UnknownRouter
 from haystack_fusion.llm_calls import reply_usage, sum_usage
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, validate_query
+from haystack_fusion.prompts.passages import PassageLayout
 
 
 @dataclass(frozen=True)
@@ -110,21 +111,27 @@ def _assemble(parts: Parts) -> Pipeline:
     return pipe
 
 
-def _prompt_chain(config: StrategyConfig, prompt_name: str, documents_from: str, layout: str = "numbered") -> Parts:
-    """passages -> prompt_builder -> llm -> answer_builder for one prompt, fed with passages from a socket."""
+def _prompt_chain(
+    config: StrategyConfig, prompt_name: str, documents_from: str, layout: PassageLayout | None = "numbered"
+) -> Parts:
+    """
+    passages -> prompt_builder -> llm -> answer_builder for one prompt, fed with passages from a socket; with
+    `layout` None the prompt shows no passages (no PassageFormatter), the answer still cites them.
+    """
     prompt = PROMPTS[prompt_name]
-    components = {
-        "passages": PassageFormatter(max_passage_chars=config.max_passage_chars, layout=layout),  # type: ignore[arg-type]
+    components: dict[str, Any] = {
         "prompt_builder": prompt.builder(),
         "llm": config.chat_generator,
         "answer_builder": AnswerBuilder(pattern=prompt.answer_pattern),
     }
-    connections = [
-        (documents_from, "passages.documents"),
-        ("passages.passages", "prompt_builder.passages"),
-        ("prompt_builder.prompt", "llm.messages"),
-        (documents_from, "answer_builder.documents"),
-    ]
+    connections = [("prompt_builder.prompt", "llm.messages"), (documents_from, "answer_builder.documents")]
+    if layout is not None:
+        components["passages"] = PassageFormatter(max_passage_chars=config.max_passage_chars, layout=layout)
+        connections = [
+            (documents_from, "passages.documents"),
+            ("passages.passages", "prompt_builder.passages"),
+            *connections,
+        ]
     return components, connections
 
 
@@ -138,7 +145,7 @@ def _voter(config: StrategyConfig) -> PostFusionVoter:
     )
 
 
-def _single_prompt(prompt_name: str, layout: str = "numbered") -> Callable[[StrategyConfig], Pipeline]:
+def _single_prompt(prompt_name: str, layout: PassageLayout = "numbered") -> Callable[[StrategyConfig], Pipeline]:
     def build(config: StrategyConfig) -> Pipeline:
         components, connections = _prompt_chain(config, prompt_name, "retriever.documents", layout)
         components["retriever"] = config.retriever
@@ -240,10 +247,9 @@ def _summarize_then_answer(mode: SummaryMode, prompt_name: str, reads: str) -> C
     """
 
     def build(config: StrategyConfig) -> Pipeline:
-        components, connections = _prompt_chain(config, prompt_name, "retriever.documents", layout="titled")
-        if mode == "generic":  # Sum-and-pred (Gen): the summary stands in for the passages
-            del components["passages"]
-            connections = [connection for connection in connections if "passages." not in "".join(connection)]
+        # Sum-and-pred (Gen): the generic summary stands in for the passages
+        layout: PassageLayout | None = None if mode == "generic" else "titled"
+        components, connections = _prompt_chain(config, prompt_name, "retriever.documents", layout=layout)
         components.update(retriever=config.retriever, summarizer=_summarizer(config, mode))
         connections += [
             ("retriever.documents", "summarizer.documents"),

@@ -17,8 +17,7 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 from haystack_fusion.answers import normalize_answer
-
-_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+from haystack_fusion.prompts.sure import CHOICE_LETTERS
 
 _DONE = re.compile(r"\[\s*done\s*\]", re.IGNORECASE)
 """The end marker of Listing 7; small models carry it over to other calls."""
@@ -76,13 +75,13 @@ _TIE = re.compile(
 
 def _label(index: int) -> str:
     """The letter of the 0-based choice `index`: a..z, then a again."""
-    return _LETTERS[index % len(_LETTERS)]
+    return CHOICE_LETTERS[index % len(CHOICE_LETTERS)]
 
 
 @lru_cache(maxsize=128)
 def _marker(family: str, index: int) -> re.Pattern[str]:
     """The marker pattern of the 0-based item `index` in the "letter" or "number" family."""
-    symbol = _LETTERS[index] if family == "letter" else str(index + 1)
+    symbol = CHOICE_LETTERS[index] if family == "letter" else str(index + 1)
     return re.compile(_MARKER_TEMPLATE.format(m=re.escape(symbol)), re.IGNORECASE | re.MULTILINE)
 
 
@@ -103,7 +102,7 @@ def _split_on_markers(text: str, family: str) -> list[str] | None:
     :returns: The raw items, or None when the family's markers are not there (none found, or only a lone
         line-start "A." which is more likely an initial, as in "A. Lincoln").
     """
-    limit = len(_LETTERS) if family == "letter" else 1000
+    limit = len(CHOICE_LETTERS) if family == "letter" else 1000
     first = _marker(family, 0).search(text)
     second = _marker(family, 1).search(text) if limit > 1 else None
     if first is not None and second is not None and second.start() < first.start():

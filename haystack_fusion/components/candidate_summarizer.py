@@ -150,16 +150,23 @@ class CandidateSummarizer(ChatGeneratorWrapper):
     def _fan_out(self) -> dict[str, Any]:
         return {"max_concurrency": self.max_concurrency, "raise_on_failure": self.raise_on_failure}
 
-    def _outputs(self, first: FanOutResult | None, second: FanOutResult | None) -> dict[str, Any]:
-        """Assemble candidates, summaries and meta from the rounds that ran (None: the round did not run)."""
+    @staticmethod
+    def _first_reply(first: FanOutResult | None) -> str | None:
         reply = first.replies[0] if first else None
-        text = reply.text if reply is not None else None
-        candidates: list[str] = []
+        return reply.text if reply is not None else None
+
+    def _candidates(self, first: FanOutResult | None) -> list[str]:
+        """The candidates of round 1 (none in generic mode, or when round 1 did not run or failed)."""
+        return [] if self.mode == "generic" else parse_candidates(self._first_reply(first), self.num_candidates)
+
+    def _outputs(
+        self, first: FanOutResult | None, second: FanOutResult | None, candidates: list[str]
+    ) -> dict[str, Any]:
+        """Assemble candidates, summaries and meta from the rounds that ran (None: the round did not run)."""
+        text = self._first_reply(first)
         summaries: list[str] = []
         if self.mode == "generic":
             summaries = [clean_summary(text)] if first else []
-        else:
-            candidates = parse_candidates(text, self.num_candidates)
         if second:
             summaries = [clean_summary(r.text if r is not None else None) for r in second.replies]
         failures = [
@@ -198,21 +205,21 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         """
         query, passages, prompts = self._first_round(query, documents)
         first = run_chat_calls(self._chat_generator, prompts, **self._fan_out()) if prompts else None
-        candidates = self._outputs(first, None)["candidates"]
+        candidates = self._candidates(first)
         summary_prompts = self._second_round(query, passages, candidates)
         second = run_chat_calls(self._chat_generator, summary_prompts, **self._fan_out()) if summary_prompts else None
-        return self._outputs(first, second)
+        return self._outputs(first, second, candidates)
 
     @component.output_types(candidates=list[str], summaries=list[str], meta=dict[str, Any])
     async def run_async(self, query: str, documents: list[Document]) -> dict[str, Any]:
         """Async form of `run`, with the same inputs, outputs and errors; calls the generator's `run_async`."""
         query, passages, prompts = self._first_round(query, documents)
         first = await run_chat_calls_async(self._chat_generator, prompts, **self._fan_out()) if prompts else None
-        candidates = self._outputs(first, None)["candidates"]
+        candidates = self._candidates(first)
         summary_prompts = self._second_round(query, passages, candidates)
         second = (
             await run_chat_calls_async(self._chat_generator, summary_prompts, **self._fan_out())
             if summary_prompts
             else None
         )
-        return self._outputs(first, second)
+        return self._outputs(first, second, candidates)

@@ -88,6 +88,24 @@ def markdown_table(summaries: Sequence[dict[str, Any]], *, title: str = "") -> s
     return (f"{title}\n\n" if title else "") + header + "\n" + "\n".join(rows) + notes + "\n"
 
 
+def _em_lines(points: Sequence[tuple[str, Any, float]], path: Path, *, xlabel: str, title: str) -> Path:
+    """One line of EM over x per strategy, from (strategy, x, EM) points, saved as a PNG at `path`."""
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, 4))
+    for strategy in dict.fromkeys(name for name, _, _ in points):
+        series = sorted((x, em) for name, x, em in points if name == strategy)
+        axes.plot([x for x, _ in series], [em for _, em in series], marker="o", label=strategy)
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel("EM (answerable questions)")
+    axes.set_title(title)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
 def draw_charts(summaries: Sequence[dict[str, Any]], out: Path) -> list[Path]:
     """
     EM vs tokens per question (one point per strategy, at the smallest k, first setting), EM vs top-k when k was
@@ -120,34 +138,21 @@ def draw_charts(summaries: Sequence[dict[str, Any]], out: Path) -> list[Path]:
     plt.close(figure)
     written.append(out / TOKENS_CHART)
     if len({s["top_k"] for s in summaries}) > 1:
-        figure, axes = plt.subplots(figsize=(6, 4))
-        for strategy in dict.fromkeys(s["strategy"] for s in summaries):
-            series = sorted(
-                (s["top_k"], s["em"]) for s in summaries if s["strategy"] == strategy and s["em"] is not None
+        by_k = [(s["strategy"], s["top_k"], s["em"]) for s in summaries if s["em"] is not None]
+        written.append(
+            _em_lines(by_k, out / TOPK_CHART, xlabel="top-k passages", title="EM vs top-k (cf. paper 000 Figure 4)")
+        )
+    noisy = [(s["strategy"], noise_ratio(s["setting"]), s["em"]) for s in summaries if s["em"] is not None]
+    noisy = [(strategy, ratio, em) for strategy, ratio, em in noisy if ratio is not None]
+    if len({ratio for _, ratio, _ in noisy}) > 1:
+        written.append(
+            _em_lines(
+                noisy,
+                out / NOISE_CHART,
+                xlabel="noise ratio (share of irrelevant passages in the top-k)",
+                title="EM vs noise ratio (cf. paper 004 Table 3)",
             )
-            axes.plot([k for k, _ in series], [em for _, em in series], marker="o", label=strategy)
-        axes.set_xlabel("top-k passages")
-        axes.set_ylabel("EM (answerable questions)")
-        axes.set_title("EM vs top-k (cf. paper 000 Figure 4)")
-        axes.legend()
-        figure.tight_layout()
-        figure.savefig(out / TOPK_CHART, dpi=120)
-        plt.close(figure)
-        written.append(out / TOPK_CHART)
-    noisy = [s for s in summaries if noise_ratio(s["setting"]) is not None and s["em"] is not None]
-    if len({s["setting"] for s in noisy}) > 1:
-        figure, axes = plt.subplots(figsize=(6, 4))
-        for strategy in dict.fromkeys(s["strategy"] for s in noisy):
-            series = sorted((noise_ratio(s["setting"]), s["em"]) for s in noisy if s["strategy"] == strategy)
-            axes.plot([r for r, _ in series], [em for _, em in series], marker="o", label=strategy)
-        axes.set_xlabel("noise ratio (share of irrelevant passages in the top-k)")
-        axes.set_ylabel("EM (answerable questions)")
-        axes.set_title("EM vs noise ratio (cf. paper 004 Table 3)")
-        axes.legend()
-        figure.tight_layout()
-        figure.savefig(out / NOISE_CHART, dpi=120)
-        plt.close(figure)
-        written.append(out / NOISE_CHART)
+        )
     return written
 
 
