@@ -9,9 +9,11 @@ llama-cpp-haystack's ChatGenerator.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import threading
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,6 +39,11 @@ LOCAL_GENERATION_KWARGS: dict[str, Any] = {
 DEFAULT_CONTEXT_TOKENS = 8192
 """Context window of the embedded model, in tokens: room for 20 passages of ~100 words plus the prompt."""
 
+DEFAULT_BATCH_TOKENS = 64
+"""llama.cpp's prompt batch size, in tokens; with the prefix cache, also the granularity of the reused prefix. On our
+2-core machines prefill runs at the same speed at 64 as at 512 (125 vs 124 tokens/s), and a finer boundary reuses
+more of a shared prefix (`benchmarks/local_speed.py`)."""
+
 
 def packaged_model_path() -> str:
     """
@@ -52,9 +59,28 @@ def packaged_model_path() -> str:
     return str(assemble())
 
 
-_LOADED: dict[str, tuple[Any, threading.RLock]] = {}
-"""Loaded llama.cpp models by their settings, each with the lock that serializes its calls."""
+REPLY_CACHE_SIZE = 4096
+"""Greedy replies a loaded embedded model remembers (least recently used first out): a few MB of text."""
+
+
+@dataclass
+class _SharedModel:
+    """A loaded llama.cpp model, the lock that serializes its calls, and its cache of greedy replies."""
+
+    model: Any
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    replies: OrderedDict[str, ChatMessage] = field(default_factory=OrderedDict)
+
+
+_LOADED: dict[str, _SharedModel] = {}
+"""Loaded llama.cpp models by their settings."""
 _LOADED_LOCK = threading.Lock()
+
+
+def _is_greedy(generation_kwargs: dict[str, Any]) -> bool:
+    """Whether these `create_chat_completion` settings decode greedily, so one prompt always gets one reply."""
+    return float(generation_kwargs.get("temperature", 0.8)) <= 0.0 or int(generation_kwargs.get("top_k", 40)) == 1
+
 
 try:
     from haystack_integrations.components.generators.llama_cpp import LlamaCppChatGenerator
@@ -62,6 +88,44 @@ try:
 except ImportError:  # the `local` extra is not installed
     LlamaCppChatGenerator = None  # type: ignore[assignment,misc]
 else:
+
+    class PrefixCachingLlama(Llama):  # type: ignore[misc,valid-type]
+        """
+        A `llama_cpp.Llama` that reuses the KV cache of the previous prompt's shared prefix, cut back to a multiple
+        of `n_batch` tokens, so greedy replies stay exactly those of a fresh evaluation.
+
+        llama.cpp evaluates a prompt in batches of `n_batch` tokens, and its CPU kernels group the rows of a batch,
+        so the floating-point result of a token can depend on where its batch starts. Plain prefix reuse
+        (llama-cpp-python's own) starts the rest of the prompt at the first differing token and makes greedy
+        answers depend on the previous call. Here the reused prefix ends on a batch boundary: every batch still
+        holds the same tokens at the same positions as when the prompt is evaluated from scratch, and its keys and
+        values come from identical earlier batches, so the logits are the same bit for bit; only the work on the
+        shared leading batches is skipped. The prompts of one question share their instructions and few-shot
+        examples, SuRe's summary and ranking calls share the passage block or the summaries, and post-fusion's
+        calls share everything before the passage.
+        """
+
+        _prompt_pending = False
+
+        def generate(self, tokens: Any, *args: Any, **kwargs: Any) -> Any:
+            """`Llama.generate`, with the prompt's first evaluation aligned to a batch boundary (see `eval`)."""
+            self._prompt_pending = True
+            try:
+                yield from super().generate(tokens, *args, **kwargs)
+            finally:
+                self._prompt_pending = False
+
+        def eval(self, tokens: Any) -> None:
+            """Evaluate tokens; a prompt that reuses a cached prefix restarts at the last batch boundary in it."""
+            if self._prompt_pending:
+                self._prompt_pending = False
+                back = self.n_tokens % self.n_batch
+                if back:
+                    start = self.n_tokens - back
+                    tokens = [*self.input_ids[start : self.n_tokens].tolist(), *tokens]
+                    self.n_tokens = start
+            super().eval(tokens)
+
     if COMPLETION_CHAT_FORMAT not in llama_chat_format.LlamaChatCompletionHandlerRegistry()._chat_handlers:
 
         @llama_chat_format.register_chat_format(COMPLETION_CHAT_FORMAT)
@@ -96,9 +160,11 @@ else:
             self,
             model: str | None = None,
             n_ctx: int | None = DEFAULT_CONTEXT_TOKENS,
-            n_batch: int | None = 512,
+            n_batch: int | None = DEFAULT_BATCH_TOKENS,
             model_kwargs: dict[str, Any] | None = None,
             generation_kwargs: dict[str, Any] | None = None,
+            prefix_cache: bool = True,
+            reply_cache: bool = True,
             **kwargs: Any,
         ) -> None:
             """
@@ -110,6 +176,15 @@ else:
             :param model_kwargs: Extra `llama_cpp.Llama` arguments; defaults add the completion chat format,
                 `n_threads` = the machine's CPU count and `verbose=False`.
             :param generation_kwargs: `create_chat_completion` arguments; default `LOCAL_GENERATION_KWARGS`.
+            :param prefix_cache: Reuse the KV cache of the prefix a prompt shares with the previous one, cut back to
+                a multiple of `n_batch` so replies are identical to a fresh evaluation (`PrefixCachingLlama`);
+                False evaluates every prompt from scratch.
+            :param reply_cache: Remember greedy replies (temperature 0 or top-k 1, no streaming) by prompt and
+                settings, shared by every generator of the same loaded model, and answer a repeated prompt from
+                memory (`REPLY_CACHE_SIZE` replies, least recently used out). Strategies repeat each other's calls
+                (concat_pf's first call is concatenation's, pf_concat's are post-fusion's, SuRe's ablations share
+                its candidates and summaries), so an evaluation pays for each distinct call once. A cached reply
+                carries the usage of the call it stands for and `meta["cached"] = True`.
             :param kwargs: Passed to `LlamaCppChatGenerator` (e.g. `streaming_callback`).
             """
             model_kwargs = {
@@ -129,19 +204,38 @@ else:
                 generation_kwargs=generation_kwargs,
                 **kwargs,
             )
+            self.prefix_cache = prefix_cache
+            self.reply_cache = reply_cache
+            self._shared: _SharedModel | None = None
             self._thread_lock = threading.RLock()  # replaced by the shared model's lock in warm_up
+
+        def to_dict(self) -> dict[str, Any]:
+            """Serialize as `LlamaCppChatGenerator` does, plus `prefix_cache` and `reply_cache`."""
+            data = LlamaCppChatGenerator.to_dict(self)
+            data["init_parameters"].update(prefix_cache=self.prefix_cache, reply_cache=self.reply_cache)
+            return data
+
+        def gguf_path(self) -> str:
+            """
+            The GGUF file this generator runs: `model`, else the packaged model (assembled on first use).
+
+            :returns: A file path.
+            :raises ImportError: For the packaged model without the `local` extra.
+            """
+            return str(self.model_kwargs.get("model_path") or packaged_model_path())
 
         def warm_up(self) -> None:
             """Load the model (the packaged one when `model` is None), or reuse it if loaded already; idempotent."""
             if self._model is not None:
                 return
             kwargs = dict(self.model_kwargs)
-            kwargs["model_path"] = kwargs.get("model_path") or packaged_model_path()
+            kwargs["model_path"] = self.gguf_path()
             key = repr(sorted(kwargs.items()))
             with _LOADED_LOCK:
                 if key not in _LOADED:
-                    _LOADED[key] = (Llama(**kwargs), threading.RLock())
-                self._model, self._thread_lock = _LOADED[key]
+                    _LOADED[key] = _SharedModel(PrefixCachingLlama(**kwargs))
+                self._shared = _LOADED[key]
+                self._model, self._thread_lock = self._shared.model, self._shared.lock
 
         def close(self) -> None:
             """Detach from the shared model; it stays loaded for the other generators of this process."""
@@ -154,14 +248,38 @@ else:
             generation_kwargs: dict[str, Any] | None = None,
             **kwargs: Any,
         ) -> dict[str, list[ChatMessage]]:
-            """Generate replies as `LlamaCppChatGenerator.run` does, one call at a time."""
+            """Generate replies as `LlamaCppChatGenerator.run` does, one call at a time (or from the reply cache)."""
             self.warm_up()
+            key = self._cache_key(messages, generation_kwargs, kwargs)
             with self._thread_lock:
-                # Evaluate every prompt from scratch: reusing the previous prompt's cached prefix makes llama.cpp
-                # split the computation differently, and greedy answers then depend on what was asked before.
                 assert self._model is not None
-                self._model.reset()
-                return LlamaCppChatGenerator.run(self, messages=messages, generation_kwargs=generation_kwargs, **kwargs)
+                assert self._shared is not None
+                replies = self._shared.replies
+                if key is not None and key in replies:
+                    replies.move_to_end(key)
+                    hit = replies[key]
+                    return {"replies": [ChatMessage.from_assistant(hit.text, meta={**hit.meta, "cached": True})]}
+                if not self.prefix_cache:
+                    self._model.reset()  # evaluate the prompt from scratch
+                result = LlamaCppChatGenerator.run(
+                    self, messages=messages, generation_kwargs=generation_kwargs, **kwargs
+                )
+                if key is not None and len(result["replies"]) == 1:
+                    replies[key] = result["replies"][0]
+                    while len(replies) > REPLY_CACHE_SIZE:
+                        replies.popitem(last=False)
+                return result
+
+        def _cache_key(
+            self, messages: list[ChatMessage] | str, generation_kwargs: dict[str, Any] | None, kwargs: dict[str, Any]
+        ) -> str | None:
+            """The reply cache's key for a greedy call without streaming or tools; None when it must not be cached."""
+            settings = {**self.generation_kwargs, **(generation_kwargs or {})}
+            streams = getattr(self, "streaming_callback", None) or getattr(self, "tools", None)
+            if not self.reply_cache or streams or not _is_greedy(settings) or any(kwargs.values()):
+                return None
+            prompt = messages if isinstance(messages, str) else [(m.role.value, m.text) for m in messages]
+            return json.dumps([prompt, settings], sort_keys=True, default=str)
 
         @component.output_types(replies=list[ChatMessage])
         async def run_async(
@@ -249,7 +367,14 @@ class BackendConfig:
     :param api_base_url: An OpenAI-compatible server's URL (`OPENAI_BASE_URL` in `from_env`); None: OpenAI.
     :param ollama_url: The Ollama server (`OLLAMA_HOST` in `from_env`).
     :param top_k: Passages to retrieve.
-    :raises ValueError: If a kind is unknown or `top_k` is below 1.
+    :param timeout: Seconds an OpenAI or Ollama call may take before the client gives up (None: the integration's
+        default); the embedded model takes none.
+    :param max_retries: Retries of a failed OpenAI call, done by the `openai` client (None: its default); the
+        embedded model and Ollama's client take none.
+    :param max_tokens: Completion budget of a call, in tokens (None: the LLM's own; the embedded model's is 128). A
+        base model behind a server's chat template does not stop by itself: bound it.
+    :raises ValueError: If a kind is unknown, `top_k` or `max_tokens` is below 1, or `timeout` / `max_retries` is
+        set for an LLM that does not take it.
     """
 
     store: StoreKind = "memory"
@@ -264,6 +389,9 @@ class BackendConfig:
     api_base_url: str | None = None
     ollama_url: str = "http://localhost:11434"
     top_k: int = 5
+    timeout: float | None = None
+    max_retries: int | None = None
+    max_tokens: int | None = None
 
     def __post_init__(self) -> None:
         for name, allowed in (
@@ -276,6 +404,31 @@ class BackendConfig:
                 raise ValueError(f"`{name}` must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
         if self.top_k < 1:
             raise ValueError(f"`top_k` must be at least 1, got {self.top_k}")
+        if self.llm == "local" and (self.timeout is not None or self.max_retries is not None):
+            raise ValueError("`timeout` and `max_retries` apply to the openai and ollama LLMs, not the embedded one")
+        if self.llm == "ollama" and self.max_retries is not None:
+            raise ValueError("`max_retries` applies to the openai LLM: ollama-haystack's generator does not retry")
+        if self.timeout is not None and self.timeout <= 0:
+            raise ValueError(f"`timeout` must be a positive number of seconds, got {self.timeout}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"`max_tokens` must be at least 1, got {self.max_tokens}")
+        if self.max_retries is not None and self.max_retries < 0:
+            raise ValueError(f"`max_retries` must be at least 0, got {self.max_retries}")
+
+    def llm_label(self) -> str:
+        """The LLM as a report names it, e.g. "embedded llama.cpp gemma3-270m-q4_k_m.gguf" or "openai gpt-4o-mini
+        at http://127.0.0.1:8000/v1"."""
+        if self.llm == "local":
+            return f"embedded llama.cpp {Path(self.model).name if self.model else 'packaged gemma3 270M (Q4_K_M)'}"
+        model = self.model or DEFAULT_MODELS[self.llm]
+        where = self.api_base_url if self.llm == "openai" else self.ollama_url
+        return f"{self.llm} {model}" + (f" at {where}" if where else "")
+
+    def retrieval_label(self) -> str:
+        """The retrieval as a report names it, e.g. "BM25 over memory" or "hybrid over elasticsearch index 'x'"."""
+        kind = {"bm25": "BM25", "dense": "dense", "hybrid": "hybrid (BM25 + dense, RRF)"}[self.retriever]
+        where = "in-memory store" if self.store == "memory" else f"elasticsearch index {self.elasticsearch_index!r}"
+        return f"{kind} over {where}"
 
     @classmethod
     def from_env(cls, **overrides: Any) -> BackendConfig:
@@ -298,7 +451,8 @@ class BackendConfig:
         for field_name in cls.__dataclass_fields__:
             variable = variables.get(field_name, f"HAYSTACK_FUSION_{field_name.upper()}")
             if os.environ.get(variable):
-                values[field_name] = int(os.environ[variable]) if field_name == "top_k" else os.environ[variable]
+                cast = {"top_k": int, "max_retries": int, "max_tokens": int, "timeout": float}.get(field_name, str)
+                values[field_name] = cast(os.environ[variable])
         values.update({key: value for key, value in overrides.items() if value is not None})
         return cls(**values)
 
@@ -402,22 +556,31 @@ def chat_generator(config: BackendConfig) -> Any:
         OpenAI-compatible server with `api_base_url`) or an `OllamaChatGenerator`.
     :raises ImportError: For a backend whose extra is not installed (`local`, `ollama`).
     """
+    budget = {} if config.max_tokens is None else {"max_tokens": config.max_tokens}
     if config.llm == "local":
-        return local_chat_generator() if config.model is None else local_chat_generator(model=config.model)
+        kwargs: dict[str, Any] = {} if config.model is None else {"model": config.model}
+        if budget:
+            kwargs["generation_kwargs"] = {**LOCAL_GENERATION_KWARGS, **budget}
+        return local_chat_generator(**kwargs)
     if config.llm == "openai":
         from haystack.components.generators.chat import OpenAIChatGenerator
 
         return OpenAIChatGenerator(
             model=config.model or DEFAULT_MODELS["openai"],
             api_base_url=config.api_base_url,
-            generation_kwargs={"temperature": 0.0},
+            generation_kwargs={"temperature": 0.0, **budget},
+            timeout=config.timeout,
+            max_retries=config.max_retries,
         )
     try:
         from haystack_integrations.components.generators.ollama import OllamaChatGenerator
     except ImportError as error:
         raise ImportError("Ollama needs the `ollama` extra: pip install 'haystack-fusion[ollama]'") from error
     return OllamaChatGenerator(
-        model=config.model or DEFAULT_MODELS["ollama"], url=config.ollama_url, generation_kwargs={"temperature": 0.0}
+        model=config.model or DEFAULT_MODELS["ollama"],
+        url=config.ollama_url,
+        generation_kwargs={"temperature": 0.0, **({"num_predict": config.max_tokens} if config.max_tokens else {})},
+        timeout=int(config.timeout) if config.timeout is not None else 120,  # 120: the integration's default
     )
 
 
@@ -439,11 +602,30 @@ def index_documents(
     :returns: The number of passages in the store afterwards.
     :raises ValueError: If `batch_size` is below 1.
     """
+    store = InMemoryDocumentStore() if fresh and config.store == "memory" else document_store(config)
+    write_documents(config, store, documents, batch_size=batch_size)
+    if config.store == "memory":
+        path = Path(config.index_path).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        store.save_to_disk(str(path))
+    return int(store.count_documents())
+
+
+def write_documents(config: BackendConfig, store: Any, documents: list[Document], *, batch_size: int = 64) -> None:
+    """
+    Write passages to `store` in batches with a progress bar, through the document embedder when the retriever is
+    dense or hybrid; existing passages with the same id are overwritten. Nothing is saved to disk.
+
+    :param config: The backends (retriever, embedder).
+    :param store: A document store.
+    :param documents: The passages.
+    :param batch_size: Passages per batch (>= 1).
+    :raises ValueError: If `batch_size` is below 1.
+    """
     from tqdm import tqdm
 
     if batch_size < 1:
         raise ValueError(f"`batch_size` must be at least 1, got {batch_size}")
-    store = InMemoryDocumentStore() if fresh and config.store == "memory" else document_store(config)
     embedder = document_embedder(config) if config.retriever in ("dense", "hybrid") else None
     if embedder is not None and hasattr(embedder, "warm_up"):
         embedder.warm_up()
@@ -454,8 +636,3 @@ def index_documents(
                 batch = embedder.run(documents=batch)["documents"]
             store.write_documents(batch, policy=DuplicatePolicy.OVERWRITE)
             progress.update(len(batch))
-    if config.store == "memory":
-        path = Path(config.index_path).expanduser()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        store.save_to_disk(str(path))
-    return int(store.count_documents())

@@ -10,9 +10,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
-
-from haystack_fusion.backends import BackendConfig, index_documents, local_chat_generator
+from haystack_fusion.backends import BackendConfig, index_documents
 from haystack_fusion.backends import chat_generator as backend_chat_generator
 from haystack_fusion.backends import retriever as backend_retriever
 from haystack_fusion.corpus import default_squad_path, load_passages, load_squad, local_path
@@ -47,7 +45,10 @@ def _backends(args: argparse.Namespace) -> BackendConfig:
         llm=getattr(args, "llm", None),
         model=getattr(args, "model", None),
         api_base_url=getattr(args, "api_base_url", None),
-        top_k=getattr(args, "top_k", None),
+        top_k=top_k if isinstance(top_k := getattr(args, "top_k", None), int) else None,
+        timeout=getattr(args, "timeout", None),
+        max_retries=getattr(args, "max_retries", None),
+        max_tokens=getattr(args, "max_tokens", None),
     )
 
 
@@ -190,47 +191,78 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
-    """`haystack-fusion eval`: strategies over a dataset, with the papers' metrics, settings and report."""
+SERVER_CONCURRENCY = 4
+"""`eval --concurrency` default for an LLM behind a server (openai, ollama): questions answered at once."""
+
+
+def _eval_retriever_factory(config: BackendConfig, documents: list[Any]) -> Any:
+    """
+    Retrievers for `eval`: over a new in-memory store of the dataset's passages (embedded when the retriever is
+    dense or hybrid), or over the Elasticsearch index as it is (no re-indexing).
+
+    :raises ValueError: If the Elasticsearch index is empty (the message gives the `index` command).
+    """
     from haystack.document_stores.in_memory import InMemoryDocumentStore
 
+    from haystack_fusion.backends import document_store, write_documents
+
+    if config.store == "memory":
+        store = InMemoryDocumentStore()
+        write_documents(config, store, documents)
+    else:
+        store = document_store(config)
+        if store.count_documents() == 0:
+            raise ValueError(
+                f"Elasticsearch index {config.elasticsearch_index!r} at {config.elasticsearch_url} is empty: index "
+                f"the dataset first with `haystack-fusion index DATASET --document-store elasticsearch --es-index "
+                f"{config.elasticsearch_index} --retriever {config.retriever}`"
+            )
+    return lambda: backend_retriever(config, store)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """`haystack-fusion eval`: strategies over a dataset on any backend, with the papers' metrics and settings."""
     from haystack_fusion.evaluation.datasets import load_dataset
     from haystack_fusion.evaluation.passages import PassageSetting
-    from haystack_fusion.evaluation.report import write_report
+    from haystack_fusion.evaluation.records import write_run_manifest
     from haystack_fusion.evaluation.runner import EvalConfig, Evaluator
 
     dataset = load_dataset(args.dataset, corpus=args.corpus, cache_dir=args.cache_dir).only(args.questions)
-    dataset = dataset.limit(args.limit)
+    dataset = dataset.sample(args.sample, seed=args.seed).limit(args.limit)
+    backends = _backends(args)
+    concurrency = args.concurrency or (1 if backends.llm == "local" else SERVER_CONCURRENCY)
     config = EvalConfig(
         strategies=[name.strip() for name in args.strategies.split(",") if name.strip()],
         top_ks=[int(k) for k in str(args.top_k).split(",")],
         setting=PassageSetting(gold_passage=args.gold_passage, noise_ratio=args.noise_ratio, seed=args.seed),
-        concurrency=args.concurrency,
+        concurrency=concurrency,
         max_concurrency=args.max_concurrency,
         closed_book_filter=args.closed_book_filter,
         strategy_options=_strategy_options(args),
     )
-    store = InMemoryDocumentStore()
-    store.write_documents(dataset.documents)
     evaluator = Evaluator(
         dataset,
         config,
         args.out,
-        retriever_factory=lambda: InMemoryBM25Retriever(document_store=store),
-        generator_factory=local_chat_generator,
+        retriever_factory=_eval_retriever_factory(backends, dataset.documents),
+        generator_factory=lambda: backend_chat_generator(backends),
+        retrieval=f"{backends.store} {backends.retriever} {backends.embedder if backends.retriever != 'bm25' else ''}",
     )
     records = evaluator.run()
-    title = f"{dataset.name}: {len(dataset.questions)} questions, BM25, {config.setting.label()}, embedded model" + (
-        ", closed-book filtered" if config.closed_book_filter else ""
+    sample = f", stratified sample of {args.sample} (seed {args.seed})" if args.sample else ""
+    title = (
+        f"{dataset.name}: {len(dataset.questions)} questions{sample}; {backends.retrieval_label()}, "
+        f"{config.setting.label()}; LLM: {backends.llm_label()}"
+        + (", closed-book filtered" if config.closed_book_filter else "")
     )
-    write_report(records, args.out, title=title)
-    print((Path(args.out) / "results.md").read_text(encoding="utf-8"))
+    write_run_manifest(args.out, title=title, dataset=str(args.dataset), command=sys.argv[1:] or None)
+    _write_report(records, args.out, title=title, baseline=args.baseline, dataset=dataset, sas=args.sas)
     if args.export_notes:
         from haystack_fusion.evaluation.export import export_notes
 
         count = export_notes(
-            records,
-            {document.id: document for document in dataset.documents},
+            args.out,
+            dataset,
             args.export_notes,
             correct_only=args.export_correct_only,
             allow_parametric_knowledge=args.parametric_knowledge == "on",
@@ -239,17 +271,40 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_report(args: argparse.Namespace) -> int:
-    """`haystack-fusion report`: one table and charts over several evaluation runs (e.g. one per noise ratio)."""
+def _write_report(records: list[Any], out: str, *, title: str, baseline: str | None, dataset: Any, sas: bool) -> None:
     from haystack_fusion.evaluation.report import write_report
-    from haystack_fusion.evaluation.runner import RESULTS_FILE, read_records
 
-    records = [record for run in args.runs for record in read_records(Path(run) / RESULTS_FILE)]
+    sas_scores = None
+    if sas:
+        from haystack_fusion.evaluation.haystack_eval import records_sas
+
+        sas_scores = records_sas(records, dataset)
+    write_report(records, out, title=title, baseline=baseline, sas=sas_scores)
+    print((Path(out) / "results.md").read_text(encoding="utf-8"))
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """
+    `haystack-fusion report`: rebuild tables and charts from run folders' records, rescored against the dataset.
+    """
+    from haystack_fusion.evaluation.datasets import load_dataset
+    from haystack_fusion.evaluation.records import RESULTS_FILE, read_run_manifest, read_run_records
+    from haystack_fusion.evaluation.runner import rescore
+
+    records = read_run_records(args.runs)
     if not records:
         raise FileNotFoundError(f"No {RESULTS_FILE} records in {', '.join(args.runs)}")
+    manifest = read_run_manifest(args.runs[0])
+    source = args.dataset or manifest.get("dataset")
+    dataset = None
+    if source:
+        dataset = load_dataset(source, corpus=args.corpus, cache_dir=args.cache_dir)
+        records = rescore(records, dataset)
+    elif args.sas:
+        raise ValueError("--sas needs the dataset's gold answers: pass --dataset")
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    write_report(records, args.out, title=args.title)
-    print((Path(args.out) / "results.md").read_text(encoding="utf-8"))
+    title = args.title or manifest.get("title", "")
+    _write_report(records, args.out, title=title, baseline=args.baseline, dataset=dataset, sas=args.sas)
     return 0
 
 
@@ -307,6 +362,15 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument(
             "--api-base-url", help="an OpenAI-compatible server's URL (default: $OPENAI_BASE_URL or OpenAI)"
         )
+        sub.add_argument("--timeout", type=float, help="seconds before an openai or ollama call gives up")
+        sub.add_argument(
+            "--max-tokens",
+            type=int,
+            help="completion budget of a call in tokens (default: the LLM's own; 128 for the embedded model)",
+        )
+        sub.add_argument(
+            "--max-retries", type=int, help="retries of a failed openai call, by the openai client (default: its own)"
+        )
 
     def strategy_options(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--num-candidates", type=int, default=2, help="SuRe's answer candidates K (default: 2)")
@@ -326,6 +390,18 @@ def build_parser() -> argparse.ArgumentParser:
         )
         sub.add_argument(
             "--note-max-tokens", type=int, default=400, help="Chain-of-Note: completion budget of a call (default 400)"
+        )
+
+    def report_options(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--baseline",
+            help="strategy the others are compared with: paired bootstrap CI of the EM and F1 difference over the "
+            "same questions (default: concatenation when it ran)",
+        )
+        sub.add_argument(
+            "--sas",
+            action="store_true",
+            help="add semantic answer similarity (Haystack's SASEvaluator, packaged all-MiniLM-L6-v2; `dense` extra)",
         )
 
     def answer_options(sub: argparse.ArgumentParser, default_strategy: str) -> None:
@@ -357,22 +433,36 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--corpus", help="passage corpus for an NQ-open dataset: JSONL or DPR-style TSV")
     evaluate.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated (default: all)")
     evaluate.add_argument("--top-k", default="5", help="k, or a comma-separated sweep such as 5,10,20")
-    evaluate.add_argument("--limit", type=int, help="only the first N questions (after --questions)")
+    evaluate.add_argument("--limit", type=int, help="only the first N questions (after --questions and --sample)")
+    evaluate.add_argument(
+        "--sample",
+        type=int,
+        help="a fixed stratified random sample of N questions, half answerable and half unanswerable (drawn with "
+        "--seed): the same questions for every strategy and every run",
+    )
     evaluate.add_argument(
         "--questions",
         default="all",
         choices=["all", "answerable", "unanswerable"],
         help="which questions: all (default), answerable (noise robustness), unanswerable (reject rate)",
     )
-    evaluate.add_argument("--concurrency", type=int, default=1, help="questions answered at once")
+    evaluate.add_argument(
+        "--concurrency",
+        type=int,
+        help="questions answered at once (default: 1 for the embedded model, which runs one call at a time; "
+        f"{SERVER_CONCURRENCY} for an openai or ollama server)",
+    )
     evaluate.add_argument("--max-concurrency", type=int, default=4, help="concurrent LLM calls per question")
     evaluate.add_argument("--gold-passage", default="none", choices=["none", "random", "first", "last"])
     evaluate.add_argument("--noise-ratio", type=float, help="share of irrelevant passages in the top-k (0-1)")
     evaluate.add_argument("--closed-book-filter", action="store_true", help="drop questions answered with no context")
-    evaluate.add_argument("--seed", type=int, default=0, help="seed of the settings' random choices")
+    evaluate.add_argument("--seed", type=int, default=0, help="seed of --sample and of the settings' random choices")
     evaluate.add_argument("--out", required=True, help="output folder; re-running with it resumes")
     evaluate.add_argument("--cache-dir", help="where downloads are cached (default: ~/.cache/haystack_fusion)")
     strategy_options(evaluate)
+    store_option(evaluate)
+    llm_options(evaluate)
+    report_options(evaluate)
     evaluate.add_argument(
         "--export-notes",
         metavar="PATH",
@@ -383,10 +473,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.set_defaults(func=cmd_eval)
 
-    report = commands.add_parser("report", help="one table and charts over several `eval` output folders")
+    report = commands.add_parser(
+        "report", help="rebuild the tables and charts of `eval` output folders from their records and the dataset"
+    )
     report.add_argument("runs", nargs="+", help="`eval --out` folders (e.g. one per noise ratio)")
     report.add_argument("--out", required=True, help="where results.md, summary.json and the charts go")
-    report.add_argument("--title", default="", help="heading of the table")
+    report.add_argument("--title", default="", help="heading of the table (default: the first run's)")
+    report.add_argument(
+        "--dataset", help="the dataset file the runs answered, to rescore them (default: the one the run names)"
+    )
+    report.add_argument("--corpus", help="passage corpus for an NQ-open dataset")
+    report.add_argument("--cache-dir", help="where downloads are cached (default: ~/.cache/haystack_fusion)")
+    report_options(report)
     report.set_defaults(func=cmd_report)
 
     pipelines = commands.add_parser("pipelines", help="write every strategy's production YAML pipelines (Hayhooks)")

@@ -54,15 +54,20 @@ def reply_usage(reply: ChatMessage | None) -> dict[str, int]:
     The token usage of one reply, read from `reply.meta["usage"]` as OpenAI-style generators report it.
 
     :param reply: A generator reply, or None for a failed call.
-    :returns: `prompt_tokens` and `completion_tokens` (0 when the generator reported none) and `calls` = 1.
+    :returns: `prompt_tokens` and `completion_tokens` (0 when the generator reported none) and `calls` = 1, plus
+        `cached_calls` = 1 for a reply the embedded model's reply cache gave (`meta["cached"]`): it still counts the
+        tokens of the call it stands for.
     """
     usage = (reply.meta.get("usage") if reply is not None else None) or {}
-    return {
+    counted = {
         "prompt_tokens": int(usage.get("prompt_tokens") or 0),
         "completion_tokens": int(usage.get("completion_tokens") or 0),
         "calls": 1,
         "failed_calls": 0,
     }
+    if reply is not None and reply.meta.get("cached"):
+        counted["cached_calls"] = 1
+    return counted
 
 
 @dataclass

@@ -81,6 +81,8 @@ class Strategy:
     :param rounds: Dependent LLM rounds on the critical path (at most).
     :param answer_component: The component whose `answers` output is the strategy's answer list.
     :param build: Builds the pipeline from a `StrategyConfig`.
+    :param prompts: Names of the `PROMPTS` its pipeline can render (an evaluation record's fingerprint hashes their
+        texts, so a changed prompt never mixes with records made before the change).
     """
 
     name: str
@@ -89,6 +91,7 @@ class Strategy:
     rounds: str
     answer_component: str
     build: Callable[[StrategyConfig], Pipeline] = field(repr=False)
+    prompts: tuple[str, ...] = ()
 
 
 Parts = tuple[dict[str, Any], list[tuple[str, str]]]
@@ -290,6 +293,7 @@ STRATEGIES: dict[str, Strategy] = {
             "1",
             "answer_builder",
             _single_prompt("figure7"),
+            prompts=("figure7",),
         ),
         Strategy(
             "post_fusion",
@@ -298,6 +302,7 @@ STRATEGIES: dict[str, Strategy] = {
             "1",
             "voter",
             _post_fusion,
+            prompts=("figure7",),
         ),
         Strategy(
             "pruning",
@@ -306,6 +311,7 @@ STRATEGIES: dict[str, Strategy] = {
             "1",
             "answer_builder",
             _single_prompt("pruning"),
+            prompts=("pruning",),
         ),
         Strategy(
             "summary_cot",
@@ -314,6 +320,7 @@ STRATEGIES: dict[str, Strategy] = {
             "1",
             "answer_builder",
             _single_prompt("summary"),
+            prompts=("summary",),
         ),
         Strategy(
             "concat_pf",
@@ -322,6 +329,7 @@ STRATEGIES: dict[str, Strategy] = {
             "1-2",
             "joiner",
             _concat_pf,
+            prompts=("figure7",),
         ),
         Strategy(
             "pf_concat",
@@ -330,6 +338,7 @@ STRATEGIES: dict[str, Strategy] = {
             "1-2",
             "joiner",
             _pf_concat,
+            prompts=("figure7", "distiller"),
         ),
         Strategy(
             "base",
@@ -338,6 +347,7 @@ STRATEGIES: dict[str, Strategy] = {
             "1",
             "answer_builder",
             _single_prompt("sure_base", layout="titled"),
+            prompts=("sure_base",),
         ),
         Strategy(
             "sure",
@@ -346,6 +356,7 @@ STRATEGIES: dict[str, Strategy] = {
             "3",
             "verifier",
             _sure(use_validity=True),
+            prompts=("sure_candidates", "sure_few_shot_candidates", "sure_summary", "sure_validity", "sure_ranking"),
         ),
         Strategy(
             "sure_rank_only",
@@ -354,6 +365,7 @@ STRATEGIES: dict[str, Strategy] = {
             "3",
             "verifier",
             _sure(use_validity=False),
+            prompts=("sure_candidates", "sure_few_shot_candidates", "sure_summary", "sure_ranking"),
         ),
         Strategy(
             "sure_sum_all",
@@ -362,6 +374,7 @@ STRATEGIES: dict[str, Strategy] = {
             "3",
             "answer_builder",
             _summarize_then_answer("conditional", "sure_sum_all", "summaries"),
+            prompts=("sure_candidates", "sure_few_shot_candidates", "sure_summary", "sure_sum_all"),
         ),
         Strategy(
             "mcq",
@@ -370,6 +383,7 @@ STRATEGIES: dict[str, Strategy] = {
             "2",
             "answer_builder",
             _summarize_then_answer("candidates", "sure_mcq", "candidates"),
+            prompts=("sure_candidates", "sure_few_shot_candidates", "sure_mcq"),
         ),
         Strategy(
             "generic_summary",
@@ -378,6 +392,7 @@ STRATEGIES: dict[str, Strategy] = {
             "2",
             "answer_builder",
             _summarize_then_answer("generic", "sure_sum_and_pred", "summaries"),
+            prompts=("sure_generic_summary", "sure_sum_and_pred"),
         ),
         Strategy(
             "chain_of_note",
@@ -386,6 +401,7 @@ STRATEGIES: dict[str, Strategy] = {
             "1",
             "note_taker",
             _chain_of_note("single_call"),
+            prompts=("con_single_call", "con_synthesis"),
         ),
         Strategy(
             "chain_of_note_per_document",
@@ -394,6 +410,7 @@ STRATEGIES: dict[str, Strategy] = {
             "2",
             "note_taker",
             _chain_of_note("per_document"),
+            prompts=("con_document_note", "con_synthesis"),
         ),
     )
 }

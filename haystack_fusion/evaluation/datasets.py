@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,36 @@ class EvalDataset:
         if n < 0:
             raise ValueError(f"`n` must be None or at least 0, got {n}")
         return dataclasses.replace(self, questions=self.questions[:n])
+
+    def sample(self, n: int | None, *, seed: int = 0) -> EvalDataset:
+        """
+        A fixed stratified random sample: half answerable, half unanswerable questions, in file order.
+
+        The same `n` and `seed` give the same questions on every machine and for every strategy, so runs made at
+        different times (or resumed after a reset) compare question by question. Each stratum is drawn with
+        `random.Random(seed).sample` over the question ids in file order; when a stratum has fewer questions than
+        its share, all of them are taken and the other stratum fills the rest. An odd `n` gives the extra question to
+        the answerable stratum.
+
+        :param n: How many questions to keep; None keeps all of them.
+        :param seed: Seed of the draw.
+        :returns: A new `EvalDataset` with the same name and documents and `min(n, len(questions))` questions.
+        :raises ValueError: If `n` is negative.
+        """
+        if n is None:
+            return dataclasses.replace(self, questions=list(self.questions))
+        if n < 0:
+            raise ValueError(f"`n` must be None or at least 0, got {n}")
+        answerable = [q for q in self.questions if not q.is_impossible]
+        unanswerable = [q for q in self.questions if q.is_impossible]
+        n_unanswerable = min(n // 2, len(unanswerable))
+        n_answerable = min(n - n_unanswerable, len(answerable))
+        n_unanswerable = min(n - n_answerable, len(unanswerable))
+        rng = random.Random(seed)
+        chosen = {q.id for q in rng.sample(answerable, n_answerable)} | {
+            q.id for q in rng.sample(unanswerable, n_unanswerable)
+        }
+        return dataclasses.replace(self, questions=[q for q in self.questions if q.id in chosen])
 
 
 def load_squad_dataset(path: str | Path) -> EvalDataset:

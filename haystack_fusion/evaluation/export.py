@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from haystack import Document
-
 from haystack_fusion.components.note_taker import training_record
-from haystack_fusion.evaluation.runner import QuestionRecord
+from haystack_fusion.evaluation.datasets import EvalDataset
+from haystack_fusion.evaluation.records import RESULTS_FILE, merge_evidence, read_evidence_text, read_records
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS
 
 
 def export_notes(
-    records: Iterable[QuestionRecord],
-    documents: Mapping[str, Document],
+    run: str | Path,
+    dataset: EvalDataset,
     path: str | Path,
     *,
     correct_only: bool = False,
@@ -30,29 +28,35 @@ def export_notes(
     prompt over the record's passages as the user message, its notes and answer in Table 6's format as the
     assistant message (`training_record`).
 
-    :param records: Evaluation records (`results.jsonl`); records without notes are skipped.
-    :param documents: The corpus by document id, to recover each record's passages in rank order.
+    :param run: An `eval --out` folder: its records (`results.jsonl`) and the note texts kept beside them
+        (`evidence_text.jsonl`); records without notes, or whose note texts were not kept, are skipped.
+    :param dataset: The dataset the run answered, for the question texts and the passages in rank order.
     :param path: The JSONL file to write (overwritten; parent folders are created).
     :param correct_only: Keep only records whose prediction is right: EM on answerable questions, "unknown" on
         unanswerable ones.
     :param allow_parametric_knowledge: Which step 5 the prompts state (match the run's setting).
     :param max_passage_chars: Per-passage context budget in characters (match the run's setting).
     :returns: The number of examples written.
-    :raises KeyError: If a record names a passage id that `documents` does not hold.
+    :raises KeyError: If a record names a question or passage id that `dataset` does not hold.
     """
+    questions = {question.id: question for question in dataset.questions}
+    documents = {document.id: document for document in dataset.documents}
+    texts = read_evidence_text(Path(run))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     written = 0
     with path.open("w", encoding="utf-8") as file:
-        for record in records:
-            notes = record.evidence.get("notes")
+        for record in read_records(Path(run) / RESULTS_FILE):
+            if record.key() not in texts:
+                continue
+            notes = merge_evidence(record.evidence, texts[record.key()]).get("notes")
             if notes is None:
                 continue
             correct = record.score.em > 0 if record.answerable else record.score.unknown
             if correct_only and not correct:
                 continue
             example = training_record(
-                record.question,
+                questions[record.question_id].question,
                 [documents[document_id] for document_id in record.passages],
                 notes,
                 record.prediction,

@@ -1,6 +1,10 @@
 """
 The evaluation report: summary JSON, a markdown table laid out like paper 000's Table 1, and PNG charts.
 
+Every rate (EM, F1, accuracy, %Unk, reject rate, recall@k) carries a 95% bootstrap confidence interval over the
+questions it is computed on, and every strategy is compared with a baseline (by default `concatenation`) by the paired
+bootstrap confidence interval of its EM and F1 difference (paper 002, Appendix H; `haystack_fusion.evaluation.stats`).
+
 Charts are drawn with matplotlib's headless Agg backend (the `eval` extra).
 """
 
@@ -8,34 +12,148 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from haystack_fusion.evaluation.metrics import summarize
+from haystack_fusion.evaluation.metrics import QuestionScore, summarize
 from haystack_fusion.evaluation.runner import QuestionRecord
+from haystack_fusion.evaluation.stats import (
+    BOOTSTRAP_RESAMPLES,
+    DEFAULT_SEED,
+    bootstrap_settings,
+    excludes_zero,
+    paired_difference_ci,
+    rate_ci,
+)
 
 SUMMARY_FILE = "summary.json"
 TABLE_FILE = "results.md"
 TOKENS_CHART = "em_vs_tokens.png"
 TOPK_CHART = "em_vs_top_k.png"
 NOISE_CHART = "em_vs_noise_ratio.png"
+DEFAULT_BASELINE = "concatenation"
+# The rates of `metrics.summarize` that carry a bootstrap confidence interval (`<key>_ci`).
+RATE_KEYS = ("em", "f1", "accuracy", "unknown_rate", "reject_rate", "recall_at_k")
+
+_RunKey = tuple[str, int, str]
 
 
-def summarize_runs(records: Sequence[QuestionRecord]) -> list[dict[str, Any]]:
-    """
-    One summary per (strategy, k, setting), in the order the records first name them.
-
-    :param records: Question records of one evaluation, or of several (e.g. one per noise ratio).
-    :returns: Dicts with `strategy`, `top_k`, `setting` and every key of `metrics.summarize`.
-    """
-    groups: dict[tuple[str, int, str], list[QuestionRecord]] = {}
+def _group(records: Sequence[QuestionRecord]) -> dict[_RunKey, list[QuestionRecord]]:
+    """The records per (strategy, k, setting), in the order the records first name them."""
+    groups: dict[_RunKey, list[QuestionRecord]] = {}
     for record in records:
         groups.setdefault((record.strategy, record.top_k, record.setting), []).append(record)
-    return [
-        {"strategy": strategy, "top_k": top_k, "setting": setting, **summarize([r.score for r in group])}
-        for (strategy, top_k, setting), group in groups.items()
-    ]
+    return groups
+
+
+def _rate_values(scores: Sequence[QuestionScore]) -> dict[str, list[float] | list[bool]]:
+    """Per rate of `RATE_KEYS`, the per-question values it is the mean of, over the same questions as `summarize`."""
+    answerable = [score for score in scores if score.answerable]
+    return {
+        "em": [score.em for score in answerable],
+        "f1": [score.f1 for score in answerable],
+        "accuracy": [score.accuracy for score in answerable],
+        "unknown_rate": [score.unknown for score in answerable],
+        "reject_rate": [score.unknown for score in scores if not score.answerable],
+        "recall_at_k": [score.retrieval_hit for score in answerable if score.retrieval_hit is not None],
+    }
+
+
+def _interval(interval: Sequence[float] | None) -> list[float] | None:
+    return list(interval) if interval is not None else None
+
+
+def summarize_runs(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED) -> list[dict[str, Any]]:
+    """
+    One summary per (strategy, k, setting), in the order the records first name them, with confidence intervals.
+
+    Each rate of `RATE_KEYS` is followed by `<key>_ci`: its 95% percentile-bootstrap confidence interval
+    `[low, high]` in percent (`stats.rate_ci`: 1,000 resamples of the questions, paper 002 Appendix H), over the same
+    questions as the rate: answerable questions for EM, F1, accuracy and %Unk, answerable questions where retrieval
+    was measured for recall@k, unanswerable questions for the reject rate. It is None when the rate is computed over
+    fewer than two questions.
+
+    :param records: Question records of one evaluation, or of several (e.g. one per noise ratio).
+    :param seed: The seed of the bootstrap's random generator.
+    :returns: Dicts with `strategy`, `top_k`, `setting`, every key of `metrics.summarize` and the `<key>_ci` keys.
+    """
+    summaries = []
+    for (strategy, top_k, setting), group in _group(records).items():
+        scores = [record.score for record in group]
+        values = _rate_values(scores)
+        summary: dict[str, Any] = {"strategy": strategy, "top_k": top_k, "setting": setting}
+        for key, value in summarize(scores).items():
+            summary[key] = value
+            if key in RATE_KEYS:
+                summary[f"{key}_ci"] = _interval(rate_ci(values[key], seed=seed))
+        summaries.append(summary)
+    return summaries
+
+
+def resolve_baseline(records: Sequence[QuestionRecord], baseline: str | None = None) -> str | None:
+    """
+    The strategy the others are compared with.
+
+    :param records: The question records of the evaluation.
+    :param baseline: A strategy name, or None for `DEFAULT_BASELINE` (`concatenation`) when it ran.
+    :returns: The baseline's name, or None when no baseline was asked for and `concatenation` did not run.
+    :raises ValueError: If `baseline` names a strategy that has no records.
+    """
+    present = list(dict.fromkeys(record.strategy for record in records))
+    if baseline is None:
+        return DEFAULT_BASELINE if DEFAULT_BASELINE in present else None
+    if baseline not in present:
+        raise ValueError(f"baseline {baseline!r} did not run; the strategies in the records are: {', '.join(present)}")
+    return baseline
+
+
+def baseline_differences(
+    records: Sequence[QuestionRecord], baseline: str, *, seed: int = DEFAULT_SEED
+) -> dict[tuple[str, int, str], dict[str, Any]]:
+    """
+    The EM and F1 difference of every other run against the baseline, with paired bootstrap confidence intervals.
+
+    A run (strategy, k, setting) is paired with the baseline's run at the same k and setting, over the answerable
+    questions both answered (matched by question id). The differences are percentage points, run minus baseline;
+    their intervals are 95% paired percentile-bootstrap intervals (`stats.paired_difference_ci`: the same resampled
+    questions for both, 1,000 resamples, paper 002 Appendix H).
+
+    Keys per run: `paired_questions` (n), `em_diff`, `em_diff_ci` (`[low, high]`), `f1_diff`, `f1_diff_ci`,
+    `em_diff_significant` and `f1_diff_significant` (the interval excludes 0), and `diff_significant` (either does).
+    A difference is None without a paired question, and its interval is None with fewer than two; a run without a
+    baseline run at its k and setting has `paired_questions` 0.
+
+    :param records: The question records of the evaluation.
+    :param baseline: The baseline strategy's name.
+    :param seed: The seed of the bootstrap's random generator.
+    :returns: The keys above per (strategy, k, setting) of every run whose strategy is not the baseline.
+    """
+    groups = _group(records)
+    differences = {}
+    for (strategy, top_k, setting), group in groups.items():
+        if strategy == baseline:
+            continue
+        theirs = {r.question_id: r.score for r in groups.get((baseline, top_k, setting), []) if r.score.answerable}
+        mine = {r.question_id: r.score for r in group if r.score.answerable and r.question_id in theirs}
+        entry: dict[str, Any] = {"paired_questions": len(mine)}
+        for metric in ("em", "f1"):
+            ours = [getattr(score, metric) for score in mine.values()]
+            base = [getattr(theirs[question_id], metric) for question_id in mine]
+            result = paired_difference_ci(ours, base, seed=seed)
+            if result is not None:
+                difference: float | None = result[0]
+                interval: list[float] | None = [result[1], result[2]]
+            else:  # fewer than two pairs: the difference without an interval
+                difference = 100.0 * (ours[0] - base[0]) if ours else None
+                interval = None
+            entry[f"{metric}_diff"] = difference
+            entry[f"{metric}_diff_ci"] = interval
+        for metric in ("em", "f1"):
+            entry[f"{metric}_diff_significant"] = excludes_zero(entry[f"{metric}_diff_ci"])
+        entry["diff_significant"] = entry["em_diff_significant"] or entry["f1_diff_significant"]
+        differences[(strategy, top_k, setting)] = entry
+    return differences
 
 
 def noise_ratio(setting: str) -> float | None:
@@ -50,25 +168,86 @@ def _cell(value: Any, percent: bool = False, digits: int = 1) -> str:
     return f"{value:.{digits}f}%" if percent else f"{value:.{digits}f}"
 
 
+def _rate(s: dict[str, Any], key: str, percent: bool = False) -> str:
+    """A rate's cell with its confidence interval when the summary has one: `32.5 [28.1, 37.0]`."""
+    interval = s.get(f"{key}_ci")
+    cell = _cell(s[key], percent)
+    return f"{cell} [{interval[0]:.1f}, {interval[1]:.1f}]" if s[key] is not None and interval else cell
+
+
 def _row(s: dict[str, Any], *, with_setting: bool) -> str:
     setting = f" {s['setting']} |" if with_setting else ""
     return (
-        f"| {s['strategy']} |{setting} {s['top_k']} | {_cell(s['em'])} | {_cell(s['f1'])} "
-        f"| {_cell(s['unknown_rate'], True)} | {_cell(s['nm_rate'], True)} | {_cell(s['accuracy'])} "
-        f"| {_cell(s['reject_rate'], True)} | {_cell(s['recall_at_k'], True)} "
+        f"| {s['strategy']} |{setting} {s['top_k']} | {_rate(s, 'em')} | {_rate(s, 'f1')} "
+        f"| {_rate(s, 'unknown_rate', True)} | {_cell(s['nm_rate'], True)} | {_rate(s, 'accuracy')} "
+        f"| {_rate(s, 'reject_rate', True)} | {_rate(s, 'recall_at_k', True)} "
         f"| {_cell(s['calls_per_question'], digits=2)} | {_cell(s['tokens_per_question'], digits=0)} "
         f"| {_cell(s['latency_p50'], digits=2)} | {_cell(s['latency_p95'], digits=2)} |"
     )
 
 
-def markdown_table(summaries: Sequence[dict[str, Any]], *, title: str = "") -> str:
+def _signed(value: float) -> str:
+    """Percentage points with their sign, one decimal; a rounded zero is +0.0, never -0.0."""
+    text = f"{value:+.1f}"
+    return "+0.0" if text == "-0.0" else text
+
+
+def _difference(s: dict[str, Any], metric: str) -> str:
+    """A difference's cell, `+4.2 [0.8, 7.5]*`, the star when the interval excludes 0."""
+    difference, interval = s.get(f"{metric}_diff"), s.get(f"{metric}_diff_ci")
+    if difference is None:
+        return "-"
+    if interval is None:
+        return _signed(difference)
+    star = "*" if excludes_zero(interval) else ""
+    return f"{_signed(difference)} [{_signed(interval[0])}, {_signed(interval[1])}]{star}"
+
+
+def _difference_table(summaries: Sequence[dict[str, Any]], baseline: str, *, with_setting: bool) -> str:
+    """The paired EM and F1 differences of the runs that have them, against `baseline`."""
+    compared = [s for s in summaries if s["strategy"] != baseline and "em_diff" in s]
+    if not compared:
+        return ""
+    header = (
+        f"| strategy |{' setting |' if with_setting else ''} top-k | ΔEM | ΔF1 | n |\n"
+        f"|---|{'---|' if with_setting else ''}---|---|---|---|"
+    )
+    rows = []
+    for s in compared:
+        setting = f" {s['setting']} |" if with_setting else ""
+        rows.append(
+            f"| {s['strategy']} |{setting} {s['top_k']} | {_difference(s, 'em')} | {_difference(s, 'f1')} "
+            f"| {s.get('paired_questions', 0)} |"
+        )
+    note = (
+        f"ΔEM and ΔF1: percentage points, strategy minus {baseline} at the same top-k and setting, over the n "
+        "answerable questions both answered; brackets: paired 95% bootstrap confidence interval (the same resampled "
+        "questions for both strategies). * marks a difference whose interval excludes 0."
+    )
+    title = f"Paired difference vs {baseline} (answerable questions)"
+    return f"\n\n{title}\n\n{header}\n" + "\n".join(rows) + f"\n\n{note}"
+
+
+def markdown_table(
+    summaries: Sequence[dict[str, Any]],
+    *,
+    title: str = "",
+    baseline: str | None = None,
+    bootstrap: dict[str, Any] | None = None,
+) -> str:
     """
     The results as a markdown table laid out like paper 000's Table 1 (EM, F1, %Unk, %NM per strategy), plus
     accuracy, reject rate on unanswerable questions, retrieval recall@k, LLM calls and tokens per question, and
     latency. With several settings (e.g. noise ratios, paper 004 Table 3) a setting column is added.
 
-    :param summaries: From `summarize_runs`.
+    Rates whose summary has a `<key>_ci` interval are shown with it, `32.5 [28.1, 37.0]`. With a baseline, a second
+    table gives every other run's paired EM and F1 difference against it (`baseline_differences`), a `*` marking
+    those whose interval excludes 0.
+
+    :param summaries: From `summarize_runs` (with `baseline_differences` merged in for the second table).
     :param title: A line above the table.
+    :param baseline: The baseline strategy of the differences; None for no second table.
+    :param bootstrap: The bootstrap's settings (`stats.bootstrap_settings`), stated in a note under the table.
     :returns: Markdown text.
     """
     several = len({s["setting"] for s in summaries}) > 1
@@ -85,7 +264,17 @@ def markdown_table(summaries: Sequence[dict[str, Any]], *, title: str = "") -> s
         "(an unknown answer is correct there). %NM: share of the questions whose post-fusion pool holds a gold "
         "answer where the majority picked another."
     )
-    return (f"{title}\n\n" if title else "") + header + "\n" + "\n".join(rows) + notes + "\n"
+    if any(f"{key}_ci" in s for s in summaries for key in RATE_KEYS):
+        settings = bootstrap or {}
+        notes += (
+            f"\n\nBrackets: {100 * settings.get('confidence', 0.95):g}% bootstrap confidence intervals over the same "
+            f"questions as the rate, {settings.get('resamples', BOOTSTRAP_RESAMPLES)} resamples of the questions"
+            + (f", {settings['method']} method" if "method" in settings else "")
+            + (f", seed {settings['seed']}" if "seed" in settings else "")
+            + " (paper 002, Appendix H); none with fewer than two questions."
+        )
+    differences = _difference_table(summaries, baseline, with_setting=several) if baseline else ""
+    return (f"{title}\n\n" if title else "") + header + "\n" + "\n".join(rows) + notes + differences + "\n"
 
 
 def _em_lines(points: Sequence[tuple[str, Any, float]], path: Path, *, xlabel: str, title: str) -> Path:
@@ -156,22 +345,98 @@ def draw_charts(summaries: Sequence[dict[str, Any]], out: Path) -> list[Path]:
     return written
 
 
-def write_report(records: Sequence[QuestionRecord], out: str | Path, *, title: str = "") -> dict[str, Any]:
+def add_sas(
+    summaries: Sequence[dict[str, Any]],
+    records: Sequence[QuestionRecord],
+    sas: Mapping[tuple[str, int, str, str], float | None],
+    *,
+    seed: int = DEFAULT_SEED,
+) -> None:
+    """
+    Add `sas` (mean semantic answer similarity x100 over the answerable questions that have a score) and `sas_ci`
+    (its bootstrap interval, as the rates') to each summary, in place.
+
+    :param summaries: From `summarize_runs(records)`.
+    :param records: The same records.
+    :param sas: Per record key, its SAS in [-1, 1] (`haystack_eval.records_sas`); None for unanswerable questions.
+    :param seed: The seed of the bootstrap's random generator.
+    """
+    for s in summaries:
+        values = [
+            float(value)
+            for (strategy, top_k, setting), group in _group(records).items()
+            if (strategy, top_k, setting) == (s["strategy"], s["top_k"], s["setting"])
+            for record in group
+            if record.answerable and (value := sas.get(record.key())) is not None
+        ]
+        s["sas"] = 100 * sum(values) / len(values) if values else None
+        s["sas_ci"] = _interval(rate_ci(values, seed=seed))
+
+
+def _sas_table(summaries: Sequence[dict[str, Any]], *, with_setting: bool) -> str:
+    """The SAS of each run with its interval, when `add_sas` gave one."""
+    if not any(s.get("sas") is not None for s in summaries):
+        return ""
+    setting_header = " setting |" if with_setting else ""
+    header = f"| strategy |{setting_header} top-k | SAS |\n|---|{'---|' if with_setting else ''}---|---|"
+    rows = []
+    for s in summaries:
+        setting = f" {s['setting']} |" if with_setting else ""
+        rows.append(f"| {s['strategy']} |{setting} {s['top_k']} | {_rate(s, 'sas')} |")
+    note = (
+        "SAS: semantic answer similarity x100, the cosine similarity of the prediction's and the best gold answer's "
+        "all-MiniLM-L6-v2 embeddings (Haystack's SASEvaluator), mean over the answerable questions; brackets as "
+        "above. It credits long answers that EM misses, but a long right answer can score below a short wrong one: "
+        "read it with accuracy (docs/evaluation-haystack.md)."
+    )
+    title = "Semantic answer similarity (answerable questions)"
+    return f"\n\n{title}\n\n{header}\n" + "\n".join(rows) + f"\n\n{note}\n"
+
+
+def write_report(
+    records: Sequence[QuestionRecord],
+    out: str | Path,
+    *,
+    title: str = "",
+    baseline: str | None = None,
+    seed: int = DEFAULT_SEED,
+    sas: Mapping[tuple[str, int, str, str], float | None] | None = None,
+) -> dict[str, Any]:
     """
     Write `summary.json`, `results.md` and the charts into `out`.
+
+    `summary.json` holds `title`, `baseline` (the strategy compared with, or None), `bootstrap` (`resamples`,
+    `confidence`, `seed`, `method`) and `runs`: the summaries of `summarize_runs` with their confidence intervals,
+    and for every run of another strategy the keys of `baseline_differences`.
 
     :param records: The question records of the evaluation.
     :param out: The output folder.
     :param title: The heading of the markdown table.
+    :param baseline: The strategy the others are compared with; None for `concatenation` when it ran, else no
+        comparison.
+    :param seed: The seed of the bootstrap's random generator, reported in both files.
+    :param sas: Semantic answer similarity per record key (`haystack_eval.records_sas`); adds `sas` and `sas_ci` to
+        the summaries and a SAS table (`add_sas`).
     :returns: The summary that was written.
-    :raises ValueError: If there are no records.
+    :raises ValueError: If there are no records, or `baseline` names a strategy that has no records.
     """
     if not records:
         raise ValueError("no answered questions to report")
+    resolved = resolve_baseline(records, baseline)
     out = Path(out)
-    summaries = summarize_runs(records)
-    summary = {"title": title, "runs": summaries}
+    summaries = summarize_runs(records, seed=seed)
+    if resolved is not None:
+        differences = baseline_differences(records, resolved, seed=seed)
+        for s in summaries:
+            s.update(differences.get((s["strategy"], s["top_k"], s["setting"]), {}))
+    if sas is not None:
+        add_sas(summaries, records, sas, seed=seed)
+    bootstrap = bootstrap_settings(seed)
+    summary = {"title": title, "baseline": resolved, "bootstrap": bootstrap, "runs": summaries}
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    (out / TABLE_FILE).write_text(markdown_table(summaries, title=title), encoding="utf-8")
+    several = len({s["setting"] for s in summaries}) > 1
+    table = markdown_table(summaries, title=title, baseline=resolved, bootstrap=bootstrap)
+    table += _sas_table(summaries, with_setting=several)
+    (out / TABLE_FILE).write_text(table, encoding="utf-8")
     draw_charts(summaries, out)
     return summary

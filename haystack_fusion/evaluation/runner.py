@@ -7,11 +7,12 @@ decoding, EM / F1 / %Unk / %NM; paper 004 section 3.1 adds the noise ratio and t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +31,35 @@ from haystack_fusion.evaluation.metrics import (
     retrieval_hit,
 )
 from haystack_fusion.evaluation.passages import EvalRetriever, PassageSetting
-from haystack_fusion.strategies import build_pipeline, get_strategy, run_strategy
+from haystack_fusion.evaluation.records import (
+    CLOSED_BOOK_FILE,
+    EVIDENCE_TEXT_FILE,
+    RESULTS_FILE,
+    QuestionRecord,
+    RunSettings,
+    append_line,
+    check_fingerprints,
+    describe_generator,
+    prompt_hashes,
+    read_records,
+    register_fingerprint,
+    repair,
+    split_evidence,
+)
+from haystack_fusion.strategies import StrategyConfig, build_pipeline, get_strategy, run_strategy
 
-RESULTS_FILE = "results.jsonl"
-CLOSED_BOOK_FILE = "closed_book.jsonl"
+__all__ = ["CLOSED_BOOK_FILE", "RESULTS_FILE", "EvalConfig", "Evaluator", "QuestionRecord", "read_records", "score_run"]
+
+PREDICTION_OPTIONS = (
+    "samples_per_passage",
+    "max_passage_chars",
+    "unknown_patterns",
+    "num_candidates",
+    "few_shot",
+    "allow_parametric_knowledge",
+    "note_generation_kwargs",
+)
+"""The `StrategyConfig` fields that shape prompts and parsing, hashed into a record's fingerprint."""
 
 
 @dataclass(frozen=True)
@@ -72,38 +98,6 @@ class EvalConfig:
             raise ValueError("`concurrency` and `max_concurrency` must be at least 1")
 
 
-@dataclass
-class QuestionRecord:
-    """One line of `results.jsonl`: a question answered by one strategy at one k, with its score."""
-
-    strategy: str
-    top_k: int
-    setting: str
-    question_id: str
-    question: str
-    gold: list[str]
-    answerable: bool
-    prediction: str
-    evidence: dict[str, Any]
-    passages: list[str]
-    score: QuestionScore
-
-    def key(self) -> tuple[str, int, str]:
-        """The resume key: (strategy, k, question id)."""
-        return (self.strategy, self.top_k, self.question_id)
-
-    def to_json(self) -> str:
-        """The JSONL line."""
-        return json.dumps(asdict(self), default=str, ensure_ascii=False)
-
-    @classmethod
-    def from_json(cls, line: str) -> QuestionRecord:
-        """Read a JSONL line back."""
-        data = json.loads(line)
-        data["score"] = QuestionScore(**data["score"])
-        return cls(**data)
-
-
 def score_run(question: EvalQuestion, prediction: str, evidence: dict[str, Any], passages: list[Document],
               usage: dict[str, int], seconds: float) -> QuestionScore:  # fmt: skip
     """
@@ -132,30 +126,42 @@ def score_run(question: EvalQuestion, prediction: str, evidence: dict[str, Any],
     )
 
 
-def read_records(path: Path) -> list[QuestionRecord]:
-    """The records of a results file (none when it does not exist); a torn last line is ignored."""
-    if not path.is_file():
-        return []
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            records.append(QuestionRecord.from_json(line))
-        except (json.JSONDecodeError, TypeError, KeyError):
-            continue
-    return records
-
-
 class Evaluator:
     """
     Runs strategies over a dataset and appends one record per answered question to `out/results.jsonl`.
 
-    Records already in the file are not asked again, so re-running with the same `out` resumes.
+    Records already in the file are not asked again, so re-running with the same `out` resumes, after a crash or a
+    SIGKILL too (see `haystack_fusion.evaluation.records`). Every record carries the fingerprint of the settings
+    that produced it; resuming with other settings (a changed prompt, model or option) raises
+    `FingerprintMismatchError` instead of mixing records.
+
+    ### Usage example
+    ```python
+    from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
+    from haystack.document_stores.in_memory import InMemoryDocumentStore
+    from haystack_fusion.backends import local_chat_generator
+    from haystack_fusion.corpus import default_squad_path
+    from haystack_fusion.evaluation.datasets import load_dataset
+    from haystack_fusion.evaluation.runner import EvalConfig, Evaluator
+
+    dataset = load_dataset(default_squad_path()).sample(20, seed=0)
+    store = InMemoryDocumentStore()
+    store.write_documents(dataset.documents)
+    records = Evaluator(
+        dataset,
+        EvalConfig(strategies=["concatenation", "concat_pf"]),
+        "runs/demo",
+        retriever_factory=lambda: InMemoryBM25Retriever(document_store=store),
+        generator_factory=local_chat_generator,
+    ).run()
+    ```
 
     :param dataset: The questions and the passage corpus.
     :param config: The `EvalConfig`.
     :param out: The output folder.
     :param retriever_factory: Makes a fresh retriever (one per pipeline), e.g. an InMemoryBM25Retriever.
     :param generator_factory: Makes a fresh ChatGenerator (one per pipeline).
+    :param retrieval: A label of the retriever and store for fingerprints and reports, e.g. "memory bm25".
     """
 
     def __init__(
@@ -166,27 +172,51 @@ class Evaluator:
         *,
         retriever_factory: Callable[[], Any],
         generator_factory: Callable[[], ChatGenerator],
+        retrieval: str = "memory bm25",
     ) -> None:
         self.dataset = dataset
         self.config = config
         self.out = Path(out)
         self.retriever_factory = retriever_factory
         self.generator_factory = generator_factory
+        self.retrieval = retrieval
         self._gold = {d.id: d for d in dataset.documents}
         self._lock = threading.Lock()
 
-    def _pipeline(self, strategy: str, top_k: int, setting: PassageSetting) -> Pipeline:
+    def _pipeline(self, strategy: str, top_k: int, setting: PassageSetting, generator: ChatGenerator) -> Pipeline:
         retriever = EvalRetriever(self.retriever_factory(), setting=setting, corpus=self.dataset.documents, top_k=top_k)
         return build_pipeline(
             strategy,
             retriever=retriever,
-            chat_generator=self.generator_factory(),
+            chat_generator=generator,
             max_concurrency=self.config.max_concurrency,
             **self.config.strategy_options,
         )
 
+    def settings(self, strategy: str, top_k: int, setting: PassageSetting, generator: ChatGenerator) -> RunSettings:
+        """
+        The settings a run's records are fingerprinted with.
+
+        :param strategy: The strategy name.
+        :param top_k: Passages retrieved.
+        :param setting: The passage setting.
+        :param generator: The run's LLM.
+        :returns: A `RunSettings`.
+        """
+        defaults = {f.name: f.default for f in dataclasses.fields(StrategyConfig) if f.name in PREDICTION_OPTIONS}
+        options = {**defaults, **self.config.strategy_options}
+        return RunSettings(
+            strategy=strategy,
+            top_k=top_k,
+            setting=setting.label(),
+            options={name: options[name] for name in PREDICTION_OPTIONS},
+            prompts=prompt_hashes(get_strategy(strategy).prompts),
+            llm=describe_generator(generator),
+            retrieval=self.retrieval,
+        )
+
     def _answer(self, pipeline: Pipeline, strategy: str, top_k: int, setting: PassageSetting,
-                question: EvalQuestion) -> QuestionRecord:  # fmt: skip
+                question: EvalQuestion, fingerprint: str) -> tuple[QuestionRecord, dict[str, Any]]:  # fmt: skip
         gold = self._gold.get(question.gold_document_id) if question.gold_document_id else None
         run = run_strategy(
             strategy,
@@ -196,43 +226,71 @@ class Evaluator:
             retriever_inputs={"question_id": question.id, "answers": list(question.answers), "gold": gold},
         )
         prediction = run.answer.data or ""
-        return QuestionRecord(
+        structured, text = split_evidence({**run.evidence, "usage": run.usage})
+        record = QuestionRecord(
             strategy=strategy,
             top_k=top_k,
             setting=setting.label(),
             question_id=question.id,
-            question=question.question,
-            gold=list(question.answers),
             answerable=not question.is_impossible,
             prediction=prediction,
-            evidence={**run.evidence, "usage": run.usage},
+            evidence=structured,
             passages=[d.id for d in run.documents],
             score=score_run(question, prediction, run.evidence, run.documents, run.usage, run.seconds),
+            fingerprint=fingerprint,
         )
+        return record, text
 
-    def _run_all(self, path: Path, strategy: str, top_k: int, setting: PassageSetting,
+    def _run_all(self, path: Path, runs: list[tuple[str, int]], setting: PassageSetting,
                  questions: list[EvalQuestion], label: str) -> list[QuestionRecord]:  # fmt: skip
-        """Answer the questions not yet in `path`, `concurrency` at a time; return all records of this run."""
-        done = {r.question_id: r for r in read_records(path) if r.strategy == strategy and r.top_k == top_k}
-        todo = [q for q in questions if q.id not in done]
+        """
+        Answer the questions not yet in `path`, question by question: every (strategy, k) of `runs` on a question
+        before the next question, `concurrency` questions at a time. A run stopped part-way thus holds every
+        strategy on the same first questions, comparable pair by pair, and the strategies' shared calls follow each
+        other (the embedded model's reply cache answers the repeats).
+
+        :returns: All records of these runs on `questions`, in run, question order.
+        """
+        repair(path)
+        repair(self.out / EVIDENCE_TEXT_FILE)
+        existing = read_records(path)
+        fingerprints = {}
+        for strategy, top_k in runs:
+            settings = self.settings(strategy, top_k, setting, self.generator_factory())
+            check_fingerprints(self.out, existing, settings)
+            fingerprints[(strategy, top_k)] = register_fingerprint(self.out, settings)
+        done = {(r.strategy, r.top_k, r.question_id): r for r in existing if r.setting == setting.label()}
+        todo = [(q, [run for run in runs if (*run, q.id) not in done]) for q in questions]
+        todo = [(question, missing) for question, missing in todo if missing]
         local = threading.local()
 
-        def answer(question: EvalQuestion) -> QuestionRecord:
-            if not hasattr(local, "pipeline"):
-                local.pipeline = self._pipeline(strategy, top_k, setting)
-            record = self._answer(local.pipeline, strategy, top_k, setting, question)
-            with self._lock, path.open("a", encoding="utf-8") as file:
-                file.write(record.to_json() + "\n")
-            return record
+        def answer(task: tuple[EvalQuestion, list[tuple[str, int]]]) -> list[QuestionRecord]:
+            question, missing = task
+            pipelines: dict[tuple[str, int], Pipeline] = local.__dict__.setdefault("pipelines", {})
+            answered = []
+            for strategy, top_k in missing:
+                if (strategy, top_k) not in pipelines:
+                    pipelines[(strategy, top_k)] = self._pipeline(strategy, top_k, setting, self.generator_factory())
+                record, text = self._answer(
+                    pipelines[(strategy, top_k)], strategy, top_k, setting, question, fingerprints[(strategy, top_k)]
+                )
+                with self._lock:
+                    if text:
+                        line = {"key": list(record.key()), **text}
+                        append_line(self.out / EVIDENCE_TEXT_FILE, json.dumps(line, ensure_ascii=False))
+                    append_line(path, record.to_json())
+                answered.append(record)
+            return answered
 
         with (
             tqdm(total=len(questions), initial=len(questions) - len(todo), desc=label, unit="q") as progress,
             ThreadPoolExecutor(max_workers=self.config.concurrency) as pool,
         ):
-            for record in pool.map(answer, todo):
-                done[record.question_id] = record
+            for answered in pool.map(answer, todo):
+                for record in answered:
+                    done[(record.strategy, record.top_k, record.question_id)] = record
                 progress.update(1)
-        return [done[q.id] for q in questions if q.id in done]
+        return [done[(*run, q.id)] for run in runs for q in questions if (*run, q.id) in done]
 
     def closed_book_filter(self, questions: list[EvalQuestion]) -> list[EvalQuestion]:
         """
@@ -241,8 +299,7 @@ class Evaluator:
         """
         records = self._run_all(
             self.out / CLOSED_BOOK_FILE,
-            "concatenation",
-            self.config.top_ks[0],
+            [("concatenation", self.config.top_ks[0])],
             PassageSetting(closed_book=True),
             [q for q in questions if not q.is_impossible],
             "closed book",
@@ -252,20 +309,52 @@ class Evaluator:
 
     def run(self, questions: Iterable[EvalQuestion] | None = None) -> list[QuestionRecord]:
         """
-        Evaluate every strategy at every k.
+        Evaluate every strategy at every k, question by question (see `_run_all`).
 
         :param questions: The questions (default: the dataset's).
         :returns: The records of this evaluation, in strategy, k, question order.
+        :raises FingerprintMismatchError: If `out` holds records of the same strategy, k and setting made with
+            other settings.
         """
         self.out.mkdir(parents=True, exist_ok=True)
+        ignore = self.out / ".gitignore"
+        if not ignore.is_file():
+            ignore.write_text(f"# model text that may quote passages: not committed\n{EVIDENCE_TEXT_FILE}\n")
         questions = list(self.dataset.questions if questions is None else questions)
         if self.config.closed_book_filter:
             questions = self.closed_book_filter(questions)
-        records: list[QuestionRecord] = []
-        for strategy in self.config.strategies:
-            for top_k in self.config.top_ks:
-                label = f"{strategy} top-{top_k}"
-                records += self._run_all(
-                    self.out / RESULTS_FILE, strategy, top_k, self.config.setting, questions, label
-                )
-        return records
+        runs = [(strategy, top_k) for strategy in self.config.strategies for top_k in self.config.top_ks]
+        label = f"{len(runs)} strategy x top-k runs"
+        return self._run_all(self.out / RESULTS_FILE, runs, self.config.setting, questions, label)
+
+
+def rescore(records: Iterable[QuestionRecord], dataset: EvalDataset) -> list[QuestionRecord]:
+    """
+    Score records again from their predictions and the dataset's gold answers and passages, as `score_run` does
+    during a run; usage and latency are kept. This is how a report is rebuilt from committed records, which hold no
+    gold text.
+
+    :param records: Records of runs over `dataset`.
+    :param dataset: The dataset they answered.
+    :returns: New records, in the same order.
+    :raises ValueError: If a record's question id or passage id is not in the dataset.
+    """
+    questions = {q.id: q for q in dataset.questions}
+    documents = {d.id: d for d in dataset.documents}
+    rescored = []
+    for record in records:
+        if record.question_id not in questions:
+            raise ValueError(f"question {record.question_id!r} of the records is not in dataset {dataset.name!r}")
+        missing = [i for i in record.passages if i not in documents]
+        if missing:
+            raise ValueError(f"passage {missing[0]!r} of question {record.question_id!r} is not in {dataset.name!r}")
+        old = record.score
+        usage = {"prompt_tokens": old.prompt_tokens, "completion_tokens": old.completion_tokens, "calls": old.calls}
+        passages = [documents[i] for i in record.passages]
+        score = score_run(
+            questions[record.question_id], record.prediction, record.evidence, passages, usage, old.seconds
+        )
+        if old.retrieval_hit is None:  # not measured in the run (e.g. closed book): keep it so
+            score = dataclasses.replace(score, retrieval_hit=None)
+        rescored.append(dataclasses.replace(record, score=score))
+    return rescored

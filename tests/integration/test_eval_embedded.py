@@ -33,9 +33,11 @@ def test_eval_settings_on_the_real_subset(tmp_path, squad, llm):
         assert len(record.passages) == 3
     assert main([*base, "--noise-ratio", "0.67", "--out", str(tmp_path / "noise")]) == 0
     documents = {d.id: d.content or "" for d in squad[0]}
+    golds = {q.id: q.answers for q in squad[1]}
     for record in read_records(tmp_path / "noise" / RESULTS_FILE):
         if record.answerable:
-            with_answer = [p for p in record.passages if any(g.lower() in documents[p].lower() for g in record.gold)]
+            gold = golds[record.question_id]
+            with_answer = [p for p in record.passages if any(g.lower() in documents[p].lower() for g in gold)]
             assert len(record.passages) - len(with_answer) == 2  # round(3 * 0.67) irrelevant passages
     assert main([*base, "--closed-book-filter", "--out", str(tmp_path / "closed")]) == 0
     closed_book = read_records(tmp_path / "closed" / "closed_book.jsonl")

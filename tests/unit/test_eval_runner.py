@@ -14,7 +14,16 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 from haystack_fusion.cli import main
 from haystack_fusion.evaluation.datasets import EvalDataset, EvalQuestion
 from haystack_fusion.evaluation.passages import EvalRetriever, PassageSetting, arrange_passages
-from haystack_fusion.evaluation.report import NOISE_CHART, TABLE_FILE, TOKENS_CHART, TOPK_CHART, write_report
+from haystack_fusion.evaluation.report import (
+    NOISE_CHART,
+    SUMMARY_FILE,
+    TABLE_FILE,
+    TOKENS_CHART,
+    TOPK_CHART,
+    markdown_table,
+    summarize_runs,
+    write_report,
+)
 from haystack_fusion.evaluation.runner import RESULTS_FILE, EvalConfig, Evaluator, read_records
 
 DOCUMENTS = [
@@ -136,9 +145,9 @@ class TestEvaluator:
         calls = []
         original = evaluator._answer
 
-        def counting(pipeline, strategy, top_k, setting, question):
+        def counting(pipeline, strategy, top_k, setting, question, fingerprint):
             calls.append(question.id)
-            return original(pipeline, strategy, top_k, setting, question)
+            return original(pipeline, strategy, top_k, setting, question, fingerprint)
 
         evaluator._answer = counting  # type: ignore[method-assign]
         records = evaluator.run()
@@ -185,11 +194,75 @@ class TestReport:
         assert json.loads((tmp_path / "summary.json").read_text())["runs"][0]["questions"] == 3
         table = (tmp_path / TABLE_FILE).read_text()
         assert "| strategy | top-k | EM | F1 | %Unk | %NM |" in table
-        assert "| concatenation | 1 | 100.0 |" in table
-        assert "| concatenation | 2 | 50.0 |" in table  # the mock reads the first city of the whole context
-        assert "| post_fusion | 2 | 100.0 |" in table  # one passage per call: no distraction
+        assert "| concatenation | 1 | 100.0 [100.0, 100.0] |" in table
+        assert "| concatenation | 2 | 50.0 [0.0, 100.0] |" in table  # the mock reads the first city of the context
+        assert "| post_fusion | 2 | 100.0 [100.0, 100.0] |" in table  # one passage per call: no distraction
         assert (tmp_path / TOKENS_CHART).stat().st_size > 0
         assert (tmp_path / TOPK_CHART).stat().st_size > 0
+
+    def test_rates_carry_bootstrap_intervals(self, tmp_path):
+        records = make_evaluator(tmp_path).run()
+        write_report(records, tmp_path, title="capitals")
+        summary = json.loads((tmp_path / SUMMARY_FILE).read_text())
+        assert summary["bootstrap"] == {"resamples": 1000, "confidence": 0.95, "seed": 0, "method": "percentile"}
+        run = summary["runs"][0]
+        assert (run["strategy"], run["em"], run["em_ci"]) == ("concatenation", 50.0, [0.0, 100.0])
+        assert run["f1_ci"] == [0.0, 100.0]
+        assert run["accuracy_ci"] == [0.0, 100.0]
+        assert run["unknown_rate_ci"] == [0.0, 0.0]  # two answerable questions, neither answered unknown
+        assert run["reject_rate_ci"] is None  # one unanswerable question: no interval
+        assert "recall_at_k_ci" in run
+        assert list(run)[list(run).index("em") + 1] == "em_ci"
+        table = (tmp_path / TABLE_FILE).read_text()
+        assert "1000 resamples of the questions, percentile method, seed 0 (paper 002, Appendix H)" in table
+
+    def test_paired_difference_against_the_default_baseline(self, tmp_path):
+        records = make_evaluator(tmp_path).run()
+        summary = write_report(records, tmp_path, seed=3)
+        assert summary["baseline"] == "concatenation"
+        assert summary["bootstrap"]["seed"] == 3
+        baseline, other = summary["runs"]
+        assert "em_diff" not in baseline
+        # post_fusion gets q1 and q2 right, concatenation only q1: differences 0 and 100 points per question.
+        assert other["paired_questions"] == 2
+        assert (other["em_diff"], other["em_diff_ci"]) == (50.0, [0.0, 100.0])
+        assert other["f1_diff"] == 50.0
+        assert other["diff_significant"] is False
+        assert json.loads((tmp_path / SUMMARY_FILE).read_text())["runs"][1]["em_diff_ci"] == [0.0, 100.0]
+        table = (tmp_path / TABLE_FILE).read_text()
+        assert "Paired difference vs concatenation (answerable questions)" in table
+        assert "| post_fusion | 2 | +50.0 [+0.0, +100.0] | +50.0 [+0.0, +100.0] | 2 |" in table
+
+    def test_explicit_baseline_and_significance_marker(self, tmp_path):
+        records = make_evaluator(tmp_path).run()
+        runs = summarize_runs(records)
+        runs[1].update(em_diff=80.0, em_diff_ci=[62.0, 96.0], f1_diff=1.0, f1_diff_ci=[-2.0, 4.0], paired_questions=50)
+        table = markdown_table(runs, baseline="concatenation")
+        assert "| post_fusion | 2 | +80.0 [+62.0, +96.0]* | +1.0 [-2.0, +4.0] | 50 |" in table
+        assert "* marks a difference whose interval excludes 0" in table
+        summary = write_report(records, tmp_path, baseline="post_fusion")
+        assert summary["baseline"] == "post_fusion"
+        assert summary["runs"][0]["em_diff"] == -50.0
+        assert "em_diff" not in summary["runs"][1]
+
+    def test_unknown_baseline(self, tmp_path):
+        records = make_evaluator(tmp_path).run()
+        with pytest.raises(ValueError, match=r"'sure' did not run.*concatenation, post_fusion"):
+            write_report(records, tmp_path, baseline="sure")
+
+    def test_without_concatenation_there_is_no_comparison(self, tmp_path):
+        records = make_evaluator(tmp_path, strategies=["post_fusion"]).run()
+        summary = write_report(records, tmp_path)
+        assert summary["baseline"] is None
+        assert "em_diff" not in summary["runs"][0]
+        assert "Paired difference" not in (tmp_path / TABLE_FILE).read_text()
+
+    def test_table_of_summaries_without_intervals(self, tmp_path):
+        records = make_evaluator(tmp_path, strategies=["concatenation"]).run()
+        plain = [{k: v for k, v in run.items() if not k.endswith("_ci")} for run in summarize_runs(records)]
+        table = markdown_table(plain)
+        assert "| concatenation | 2 | 50.0 | 50.0 | 0.0% |" in table
+        assert "bootstrap" not in table
 
     def test_no_records(self, tmp_path):
         with pytest.raises(ValueError, match="no answered questions"):

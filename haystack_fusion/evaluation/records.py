@@ -1,0 +1,358 @@
+"""
+Evaluation records: one JSON line per answered question, free of dataset text, fingerprinted, safe to resume.
+
+A run folder holds:
+
+- `results.jsonl`: the records (`QuestionRecord`): question ids, predictions, flags and scores, usage and latency,
+  the ids of the passages shown, and the fingerprint of what produced them. No question, gold answer or passage
+  text, so a run can be committed to a repository (`docs/results/<run>/`) and rebuilt by `haystack-fusion report`
+  with the dataset file.
+- `fingerprints.json`: for each fingerprint, the settings it hashes (strategy, k, passage setting, strategy options,
+  prompt hashes, LLM, GGUF hash, retrieval), so a refused resume can say what changed.
+- `evidence_text.jsonl`: the model's free text that may quote passages (SuRe's summaries, Chain-of-Note's notes),
+  kept for `--export-notes` and for reading, and listed in the folder's `.gitignore`.
+
+Writes are appends of whole lines followed by `fsync`; a run killed mid-write (SIGKILL) leaves at most one torn last
+line, which `repair` cuts off before the next append, so resuming neither tears nor duplicates a record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from haystack_fusion.evaluation.metrics import QuestionScore
+from haystack_fusion.prompts import PROMPTS
+
+RESULTS_FILE = "results.jsonl"
+CLOSED_BOOK_FILE = "closed_book.jsonl"
+FINGERPRINTS_FILE = "fingerprints.json"
+EVIDENCE_TEXT_FILE = "evidence_text.jsonl"
+
+TEXT_EVIDENCE_KEYS = ("summaries",)
+"""Evidence keys whose values are model text that may quote passages: kept out of the records."""
+NOTE_TEXT_KEY = "note"
+"""The free-text field of a Chain-of-Note note (its `relevance` label stays in the record)."""
+
+RUNTIME_SETTINGS = ("max_concurrency", "n_threads", "n_threads_batch", "verbose", "timeout", "max_retries")
+"""Settings that change speed, not predictions: left out of fingerprints."""
+
+
+@dataclass
+class QuestionRecord:
+    """
+    One line of `results.jsonl`: a question answered by one strategy at one k in one passage setting.
+
+    :param strategy: The registered strategy name.
+    :param top_k: Passages retrieved.
+    :param setting: The passage setting's label (`PassageSetting.label()`).
+    :param question_id: The dataset's question id.
+    :param answerable: Whether the question has a gold answer.
+    :param prediction: The strategy's final answer ("unknown" included).
+    :param evidence: Structured evidence (votes, candidates, SuRe's scores, note relevance labels, fallback, usage);
+        no free text that may quote passages (see `split_evidence`).
+    :param passages: Ids of the passages the strategy was shown, in rank order.
+    :param score: The question's scores and costs (EM, F1, flags, tokens, calls, seconds).
+    :param fingerprint: `run_fingerprint` of the settings that produced it.
+    """
+
+    strategy: str
+    top_k: int
+    setting: str
+    question_id: str
+    answerable: bool
+    prediction: str
+    evidence: dict[str, Any]
+    passages: list[str]
+    score: QuestionScore
+    fingerprint: str = ""
+
+    def key(self) -> tuple[str, int, str, str]:
+        """The resume key: (strategy, k, setting, question id)."""
+        return (self.strategy, self.top_k, self.setting, self.question_id)
+
+    def to_json(self) -> str:
+        """The JSONL line (no trailing newline)."""
+        return json.dumps(asdict(self), default=str, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, line: str) -> QuestionRecord:
+        """
+        Read a JSONL line back.
+
+        :raises ValueError: For a line that is not a record (torn, or another format).
+        """
+        try:
+            data = json.loads(line)
+            data["score"] = QuestionScore(**data["score"])
+            return cls(**data)
+        except (json.JSONDecodeError, TypeError, KeyError) as error:
+            raise ValueError(f"not an evaluation record: {line[:80]!r}") from error
+
+
+def split_evidence(evidence: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """
+    Split a strategy run's evidence into what a record keeps and the free text kept apart.
+
+    :param evidence: `StrategyRun.evidence` (plus usage).
+    :returns: (structured, text): `structured` has every key but `TEXT_EVIDENCE_KEYS`, and notes without their
+        `note` text; `text` has the summaries and the note texts (None for a run without them).
+    """
+    structured = {key: value for key, value in evidence.items() if key not in TEXT_EVIDENCE_KEYS}
+    text = {key: evidence[key] for key in TEXT_EVIDENCE_KEYS if evidence.get(key) is not None}
+    notes = evidence.get("notes")
+    if notes is not None:
+        structured["notes"] = [{k: v for k, v in note.items() if k != NOTE_TEXT_KEY} for note in notes]
+        text["notes"] = [note.get(NOTE_TEXT_KEY) for note in notes]
+    return structured, text
+
+
+def merge_evidence(structured: Mapping[str, Any], text: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The inverse of `split_evidence` (notes get their `note` text back when it was kept)."""
+    merged = dict(structured)
+    for key in TEXT_EVIDENCE_KEYS:
+        if text and key in text:
+            merged[key] = text[key]
+    if text and "notes" in text and merged.get("notes") is not None:
+        merged["notes"] = [
+            {**note, NOTE_TEXT_KEY: note_text} for note, note_text in zip(merged["notes"], text["notes"], strict=False)
+        ]
+    return merged
+
+
+@lru_cache(maxsize=8)
+def file_sha256(path: str) -> str:
+    """The SHA-256 hex digest of a file (e.g. a GGUF model), read in 1 MiB blocks; cached per path."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _without_runtime(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_runtime(v) for k, v in value.items() if k not in RUNTIME_SETTINGS}
+    if isinstance(value, list | tuple):
+        return [_without_runtime(v) for v in value]
+    return value
+
+
+def describe_generator(generator: Any) -> dict[str, Any]:
+    """
+    What identifies an LLM for a fingerprint: its class, model name and generation settings, and for the embedded
+    model the GGUF file's SHA-256. Server URLs are left out (the same model behind another port is the same model).
+
+    :param generator: A Haystack ChatGenerator.
+    :returns: A JSON-serializable dict.
+    """
+    description: dict[str, Any] = {
+        "class": f"{type(generator).__module__}.{type(generator).__qualname__}",
+        "model": getattr(generator, "model", None),
+        "generation_kwargs": _without_runtime(dict(getattr(generator, "generation_kwargs", None) or {})),
+    }
+    gguf = getattr(generator, "gguf_path", None)
+    if callable(gguf):
+        path = gguf()
+        description["model"] = description["model"] or Path(path).name
+        description["gguf_sha256"] = file_sha256(path)
+    return description
+
+
+def prompt_hashes(names: Iterable[str]) -> dict[str, str]:
+    """SHA-256 (first 16 hex digits) of each named prompt's template text and answer pattern."""
+    return {
+        name: hashlib.sha256(f"{PROMPTS[name].text}\n{PROMPTS[name].answer_pattern}".encode()).hexdigest()[:16]
+        for name in sorted(names)
+    }
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """
+    Everything that decides a record's prediction, hashed into its fingerprint.
+
+    :param strategy: The strategy name.
+    :param top_k: Passages retrieved.
+    :param setting: The passage setting's label.
+    :param options: The `StrategyConfig` fields that shape prompts and parsing (runtime settings left out).
+    :param prompts: `prompt_hashes` of the strategy's prompts.
+    :param llm: `describe_generator` of the LLM.
+    :param retrieval: The retriever and document store, e.g. "memory bm25".
+    """
+
+    strategy: str
+    top_k: int
+    setting: str
+    options: dict[str, Any] = field(default_factory=dict)
+    prompts: dict[str, str] = field(default_factory=dict)
+    llm: dict[str, Any] = field(default_factory=dict)
+    retrieval: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The settings as JSON-ready data, runtime settings removed."""
+        return _without_runtime(json.loads(json.dumps(asdict(self), default=str, sort_keys=True)))
+
+    def fingerprint(self) -> str:
+        """SHA-256 (first 16 hex digits) of the canonical JSON of `as_dict()`."""
+        canonical = json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+class FingerprintMismatchError(ValueError):
+    """Resuming would mix records made with other settings into a run."""
+
+
+def repair(path: Path) -> None:
+    """Cut a torn last line (a write killed mid-way) off a JSONL file, so the next append starts on a new line."""
+    if not path.is_file():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with path.open("r+b") as file:
+            file.truncate(data.rfind(b"\n") + 1)
+            file.flush()
+            os.fsync(file.fileno())
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one line with a single write on an O_APPEND descriptor, then fsync: the line is whole or absent."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_records(path: Path) -> list[QuestionRecord]:
+    """
+    The records of a results file, first occurrence of each key kept; none when the file does not exist.
+
+    A torn last line (a run killed mid-write) is skipped.
+
+    :param path: A `results.jsonl` file.
+    :returns: The records in file order.
+    """
+    if not path.is_file():
+        return []
+    records: dict[tuple[str, int, str, str], QuestionRecord] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = QuestionRecord.from_json(line)
+        except ValueError:
+            continue
+        records.setdefault(record.key(), record)
+    return list(records.values())
+
+
+def read_run_records(folders: Iterable[str | Path]) -> list[QuestionRecord]:
+    """The records of several run folders (their `results.jsonl`), in folder order."""
+    return [record for folder in folders for record in read_records(Path(folder) / RESULTS_FILE)]
+
+
+def read_fingerprints(folder: Path) -> dict[str, dict[str, Any]]:
+    """The folder's `fingerprints.json` (fingerprint -> settings); empty when there is none."""
+    path = folder / FINGERPRINTS_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def register_fingerprint(folder: Path, settings: RunSettings) -> str:
+    """
+    Add a run's settings to the folder's `fingerprints.json` (rewritten atomically) and return its fingerprint.
+
+    :param folder: The run folder.
+    :param settings: The run's settings.
+    :returns: `settings.fingerprint()`.
+    """
+    fingerprint = settings.fingerprint()
+    known = read_fingerprints(folder)
+    if fingerprint not in known:
+        known[fingerprint] = settings.as_dict()
+        temporary = folder / f"{FINGERPRINTS_FILE}.tmp"
+        temporary.write_text(json.dumps(known, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(temporary, folder / FINGERPRINTS_FILE)
+    return fingerprint
+
+
+def _changes(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[str]:
+    changes = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            changes += _changes(a, b, f"{prefix}{key}.")
+        elif a != b:
+            changes.append(f"{prefix}{key}: {a!r} -> {b!r}")
+    return changes
+
+
+def check_fingerprints(folder: Path, records: Iterable[QuestionRecord], settings: RunSettings) -> None:
+    """
+    Refuse to resume a run whose earlier records of the same strategy, k and setting came from other settings.
+
+    :param folder: The run folder.
+    :param records: Its records so far.
+    :param settings: The settings of the run about to resume.
+    :raises FingerprintMismatchError: When such a record has another fingerprint; the message names the changed
+        settings (from `fingerprints.json`) and what to do.
+    """
+    fingerprint = settings.fingerprint()
+    key = (settings.strategy, settings.top_k, settings.setting)
+    others = {
+        r.fingerprint for r in records if (r.strategy, r.top_k, r.setting) == key and r.fingerprint != fingerprint
+    }
+    if not others:
+        return
+    old = sorted(others)[0]
+    known = read_fingerprints(folder)
+    changed = _changes(known[old], settings.as_dict()) if old in known else ["(no record of the old settings)"]
+    raise FingerprintMismatchError(
+        f"{folder / RESULTS_FILE} already holds {settings.strategy} top-{settings.top_k} records made with other "
+        f"settings (fingerprint {old or 'none'}, now {fingerprint}); changed: {'; '.join(changed[:6])}. "
+        "Resuming would mix them: use another --out folder, or delete those records to start them again."
+    )
+
+
+RUN_FILE = "run.json"
+"""A run folder's manifest: the report title (backend, model, sample), the dataset it answered, the command."""
+
+
+def write_run_manifest(folder: str | Path, *, title: str, dataset: str, command: list[str] | None = None) -> None:
+    """
+    Write the run folder's `run.json`, which `haystack-fusion report` reads for the title and the dataset.
+
+    :param folder: The run folder.
+    :param title: The report title (names the backend and model).
+    :param dataset: The dataset path or URL the run answered.
+    :param command: The `haystack-fusion` arguments of the run, if any.
+    """
+    manifest = {"title": title, "dataset": dataset, "command": command}
+    (Path(folder) / RUN_FILE).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+
+
+def read_run_manifest(folder: str | Path) -> dict[str, Any]:
+    """A run folder's `run.json` (empty for a folder without one)."""
+    path = Path(folder) / RUN_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def read_evidence_text(folder: Path) -> dict[tuple[str, int, str, str], dict[str, Any]]:
+    """The free-text evidence kept beside a run's records (`evidence_text.jsonl`), by record key; torn lines skipped."""
+    path = folder / EVIDENCE_TEXT_FILE
+    texts: dict[tuple[str, int, str, str], dict[str, Any]] = {}
+    if not path.is_file():
+        return texts
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            data = json.loads(line)
+            strategy, top_k, setting, question_id = data.pop("key")
+        except (json.JSONDecodeError, ValueError, KeyError, TypeError):
+            continue
+        texts.setdefault((strategy, int(top_k), setting, question_id), data)
+    return texts

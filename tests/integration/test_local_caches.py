@@ -1,0 +1,44 @@
+"""The embedded model's reply cache and batch-aligned prefix cache: faster, and the same greedy replies."""
+
+from __future__ import annotations
+
+from haystack.dataclasses import ChatMessage
+
+from haystack_fusion.backends import _LOADED, local_chat_generator
+from haystack_fusion.prompts import PROMPTS, format_passages, render
+
+
+def prompts(retriever, questions) -> list[list[ChatMessage]]:
+    """Concatenation prompts and single-passage (post-fusion) prompts: shared instructions, different passages."""
+    rendered = []
+    for question in questions[:2]:
+        documents = retriever.run(query=question.question)["documents"]
+        rendered.append(render(PROMPTS["figure7"], passages=format_passages(documents), query=question.question))
+        for document in documents[:2]:
+            rendered.append(render(PROMPTS["figure7"], passages=format_passages([document]), query=question.question))
+    return rendered
+
+
+def test_prefix_cache_gives_the_replies_of_a_fresh_evaluation(retriever, questions, llm):
+    fresh = local_chat_generator(prefix_cache=False, reply_cache=False, n_batch=512)
+    cached = local_chat_generator(prefix_cache=True, reply_cache=False)  # n_batch 64: boundaries every 64 tokens
+    batch = prompts(retriever, questions)
+    expected = [fresh.run(prompt)["replies"][0].text for prompt in batch]
+    # in another order too, so each prompt follows another prefix than before
+    got = {index: cached.run(batch[index])["replies"][0].text for index in [*range(len(batch))][::-1]}
+    assert [got[index] for index in range(len(batch))] == expected
+
+
+def test_reply_cache_answers_a_repeated_greedy_prompt(retriever, questions, llm):
+    first, second = local_chat_generator(), local_chat_generator()  # two generators, one loaded model
+    prompt = prompts(retriever, questions)[1]
+    for shared in _LOADED.values():
+        shared.replies.clear()
+    reply = first.run(prompt)["replies"][0]
+    again = second.run(prompt)["replies"][0]
+    assert again.text == reply.text
+    assert again.meta["cached"] is True
+    assert "cached" not in reply.meta
+    assert again.meta["usage"] == reply.meta["usage"]  # a cached reply still counts the call's tokens
+    sampled = first.run(prompt, generation_kwargs={"temperature": 0.7, "seed": 1})["replies"][0]
+    assert "cached" not in sampled.meta  # sampling is never cached

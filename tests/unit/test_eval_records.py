@@ -1,0 +1,199 @@
+"""Evaluation records: no dataset text, fingerprints that refuse mixing, SIGKILL-safe resume, stratified samples."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from haystack.components.generators.chat import MockChatGenerator
+from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
+from haystack.document_stores.in_memory import InMemoryDocumentStore
+
+from haystack_fusion.evaluation.datasets import EvalDataset, EvalQuestion
+from haystack_fusion.evaluation.records import (
+    EVIDENCE_TEXT_FILE,
+    FINGERPRINTS_FILE,
+    RESULTS_FILE,
+    FingerprintMismatchError,
+    RunSettings,
+    append_line,
+    merge_evidence,
+    read_records,
+    repair,
+    split_evidence,
+)
+from haystack_fusion.evaluation.runner import EvalConfig, Evaluator, rescore
+from tests.unit.test_eval_runner import DATASET, DOCUMENTS, QUESTIONS, capital_from_prompt
+
+
+def evaluator(tmp_path: Path, **options) -> Evaluator:
+    store = InMemoryDocumentStore()
+    store.write_documents(DOCUMENTS)
+    return Evaluator(
+        DATASET,
+        EvalConfig(strategies=["concatenation", "post_fusion"], top_ks=[2], strategy_options=options),
+        tmp_path,
+        retriever_factory=lambda: InMemoryBM25Retriever(document_store=store),
+        generator_factory=lambda: MockChatGenerator(response_fn=capital_from_prompt),
+    )
+
+
+class TestRecordsHoldNoDatasetText:
+    def test_no_question_gold_or_passage_text(self, tmp_path):
+        evaluator(tmp_path).run()
+        text = (tmp_path / RESULTS_FILE).read_text()
+        for question in QUESTIONS:
+            assert question.question not in text
+        for document in DOCUMENTS:
+            assert document.content not in text
+        record = json.loads(text.splitlines()[0])
+        assert {"question", "gold"}.isdisjoint(record)
+        assert record["fingerprint"]
+        assert (tmp_path / ".gitignore").read_text().strip().endswith(EVIDENCE_TEXT_FILE)
+
+    def test_split_and_merge_evidence(self):
+        evidence = {
+            "votes": {"paris": 2},
+            "summaries": ["Paris is the capital."],
+            "notes": [{"relevance": "direct", "note": "Passage #1 says Paris."}],
+        }
+        structured, text = split_evidence(evidence)
+        assert structured == {"votes": {"paris": 2}, "notes": [{"relevance": "direct"}]}
+        assert text == {"summaries": ["Paris is the capital."], "notes": ["Passage #1 says Paris."]}
+        assert merge_evidence(structured, text) == evidence
+
+    def test_rescore_from_records_and_dataset(self, tmp_path):
+        records = evaluator(tmp_path).run()
+        again = rescore(read_records(tmp_path / RESULTS_FILE), DATASET)
+        assert {r.key(): r.score for r in again} == {r.key(): r.score for r in records}
+        with pytest.raises(ValueError, match="not in dataset"):
+            rescore(records, EvalDataset("other", DOCUMENTS, QUESTIONS[:1]))
+
+    def test_question_major_order(self, tmp_path):
+        evaluator(tmp_path).run()
+        lines = [json.loads(line) for line in (tmp_path / RESULTS_FILE).read_text().splitlines()]
+        first_two = [(r["question_id"], r["strategy"]) for r in lines[:2]]
+        assert first_two == [("q1", "concatenation"), ("q1", "post_fusion")]
+
+
+class TestFingerprints:
+    def test_same_settings_resume(self, tmp_path):
+        evaluator(tmp_path).run()
+        lines = (tmp_path / RESULTS_FILE).read_text().splitlines()
+        evaluator(tmp_path).run()
+        assert (tmp_path / RESULTS_FILE).read_text().splitlines() == lines
+        assert len(json.loads((tmp_path / FINGERPRINTS_FILE).read_text())) == 2  # one per strategy
+
+    def test_changed_settings_are_refused_with_what_changed(self, tmp_path):
+        evaluator(tmp_path).run()
+        with pytest.raises(FingerprintMismatchError, match=r"max_passage_chars: .* -> 100"):
+            evaluator(tmp_path, max_passage_chars=100).run()
+
+    def test_runtime_settings_do_not_count(self):
+        a = RunSettings("concatenation", 5, "s", options={"few_shot": True}, llm={"model": "m", "timeout": 3})
+        b = RunSettings("concatenation", 5, "s", options={"few_shot": True}, llm={"model": "m", "timeout": 9})
+        assert a.fingerprint() == b.fingerprint()
+        assert a.fingerprint() != RunSettings("concatenation", 5, "s", llm={"model": "other"}).fingerprint()
+
+
+class TestKilledRuns:
+    def test_repair_cuts_a_torn_line(self, tmp_path):
+        path = tmp_path / "r.jsonl"
+        append_line(path, '{"a": 1}')
+        with path.open("a") as file:
+            file.write('{"a": 2, "torn')
+        repair(path)
+        assert path.read_text() == '{"a": 1}\n'
+        append_line(path, '{"a": 3}')
+        assert path.read_text().splitlines() == ['{"a": 1}', '{"a": 3}']
+
+    def test_sigkill_mid_run_resumes_without_torn_or_duplicated_records(self, tmp_path):
+        """A real process appending records is SIGKILLed; the resumed run has each question exactly once."""
+        script = textwrap.dedent(
+            f"""
+            import time, sys
+            sys.path.insert(0, {str(Path(__file__).parents[2])!r})
+            from haystack.components.generators.chat import MockChatGenerator
+            from haystack_fusion.evaluation.datasets import EvalDataset, EvalQuestion
+            from tests.unit.test_eval_records import many_questions_evaluator
+
+            def slow(messages):
+                time.sleep(0.05)
+                return "Paris"
+
+            many_questions_evaluator({str(tmp_path)!r}, lambda: MockChatGenerator(response_fn=slow)).run()
+            """
+        )
+        process = subprocess.Popen(
+            [sys.executable, "-c", script], env={**os.environ, "HAYSTACK_TELEMETRY_ENABLED": "False"}
+        )
+        path = tmp_path / RESULTS_FILE
+        try:
+            for _ in range(600):  # until some records are written, at most 60 s
+                if path.is_file() and len(path.read_text().splitlines()) >= 5:
+                    break
+                if process.poll() is not None:
+                    pytest.fail("the run ended before it could be killed")
+                import time
+
+                time.sleep(0.1)
+            os.kill(process.pid, signal.SIGKILL)
+        finally:
+            process.wait(timeout=30)
+        before = read_records(path)
+        assert 5 <= len(before) < 40
+        many_questions_evaluator(str(tmp_path), lambda: MockChatGenerator(response_fn=lambda m: "Paris")).run()
+        lines = path.read_text().splitlines()
+        ids = [json.loads(line)["question_id"] for line in lines]  # every line parses: nothing torn
+        assert sorted(ids) == sorted(f"q{i}" for i in range(40))  # each question once
+        assert [r.prediction for r in read_records(path)][: len(before)] == [r.prediction for r in before]
+
+
+def many_questions_evaluator(out: str, generator_factory) -> Evaluator:
+    """40 questions over the capitals corpus, concatenation only (used by the SIGKILL test's child process)."""
+    questions = [
+        EvalQuestion(f"q{i}", f"What is the capital of France, take {i}?", ("Paris",), False) for i in range(40)
+    ]
+    dataset = EvalDataset("many", DOCUMENTS, questions)
+    store = InMemoryDocumentStore()
+    store.write_documents(DOCUMENTS)
+    return Evaluator(
+        dataset,
+        EvalConfig(strategies=["concatenation"], top_ks=[2]),
+        out,
+        retriever_factory=lambda: InMemoryBM25Retriever(document_store=store),
+        generator_factory=generator_factory,
+    )
+
+
+class TestSample:
+    def dataset(self) -> EvalDataset:
+        questions = [EvalQuestion(f"a{i}", "q", ("x",), False) for i in range(30)] + [
+            EvalQuestion(f"u{i}", "q", (), True) for i in range(10)
+        ]
+        return EvalDataset("d", DOCUMENTS, questions)
+
+    def test_stratified_fixed_and_in_file_order(self):
+        sample = self.dataset().sample(10, seed=0)
+        assert sample.answerable == 5
+        assert sample.unanswerable == 5
+        assert sample.questions == self.dataset().sample(10, seed=0).questions
+        assert sample.questions != self.dataset().sample(10, seed=1).questions
+        order = [q.id for q in self.dataset().questions]
+        assert [q.id for q in sample.questions] == sorted((q.id for q in sample.questions), key=order.index)
+
+    def test_a_short_stratum_is_filled_by_the_other(self):
+        sample = self.dataset().sample(30, seed=0)
+        assert sample.unanswerable == 10
+        assert sample.answerable == 20
+        assert len(self.dataset().sample(100).questions) == 40
+
+    def test_negative(self):
+        with pytest.raises(ValueError, match="at least 0"):
+            self.dataset().sample(-1)
