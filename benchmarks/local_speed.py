@@ -9,11 +9,13 @@ prefix shared with the previous prompt is reused, cut back to a batch boundary).
 - prefill tokens/s: one ~1,000-token concatenation prompt evaluated from scratch (1 completion token);
 - decode tokens/s: the same prompt with 64 forced completion tokens, minus the prefill;
 - questions/min of a fixed eval: `--questions` questions of the SQuAD 2.0 subset (stratified sample, seed 0), BM25
-  top-5, each of `--strategies` (one pass over the strategies counts each question once per strategy);
+  top-`--top-k`, each of `--strategies` (each question counts once per strategy), answered question by question as
+  `haystack-fusion eval` does;
 - and whether every prediction equals the "before" run's.
 
-Run: `.venv/bin/python benchmarks/local_speed.py [--questions 30] [--strategies concatenation,post_fusion,sure]
-[--batch 512,64]`. Each configuration gets its own freshly loaded model; configurations run one after another in
+Run: `.venv/bin/python benchmarks/local_speed.py [--questions 30] [--strategies concatenation,post_fusion,concat_pf]
+[--top-k 3] [--batch 512,64]`. Each configuration gets its own freshly loaded model; configurations run one after
+another in
 the same process, so the ratios are measured under the same machine load.
 """
 
@@ -61,14 +63,16 @@ def token_rates(batch: int, prefix_cache: bool, prompt: list[ChatMessage]) -> tu
     return usage["prompt_tokens"] / prefill_s, decoded / max(full_s - prefill_s, 1e-9), usage["prompt_tokens"]
 
 
-def eval_run(batch: int, prefix_cache: bool, dataset: Any, strategies: list[str]) -> tuple[float, dict[Any, str]]:
+def eval_run(
+    batch: int, prefix_cache: bool, dataset: Any, strategies: list[str], top_k: int
+) -> tuple[float, dict[Any, str]]:
     """(questions/min, predictions by (strategy, question id)) of the fixed eval."""
     store = InMemoryDocumentStore()
     store.write_documents(dataset.documents)
     with tempfile.TemporaryDirectory() as out:
         evaluator = Evaluator(
             dataset,
-            EvalConfig(strategies=strategies, top_ks=[5], strategy_options={"few_shot": True}),
+            EvalConfig(strategies=strategies, top_ks=[top_k], strategy_options={"few_shot": True}),
             out,
             retriever_factory=lambda: InMemoryBM25Retriever(document_store=store),
             generator_factory=lambda: generator(batch, prefix_cache),
@@ -82,7 +86,8 @@ def eval_run(batch: int, prefix_cache: bool, dataset: Any, strategies: list[str]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     parser.add_argument("--questions", type=int, default=30)
-    parser.add_argument("--strategies", default="concatenation,post_fusion,pruning,summary_cot,concat_pf,pf_concat")
+    parser.add_argument("--strategies", default="concatenation,post_fusion,concat_pf")
+    parser.add_argument("--top-k", type=int, default=3)
     parser.add_argument("--batch", default="512,64", help="n_batch values of the prefix-cached runs")
     args = parser.parse_args()
     dataset = load_dataset(default_squad_path()).sample(args.questions, seed=0)
@@ -98,11 +103,14 @@ def main() -> None:
     ]
     baseline: dict[Any, str] | None = None
     baseline_rate = 0.0
-    print(f"{len(dataset.questions)} questions x {len(strategies)} strategies ({', '.join(strategies)}), BM25 top-5")
+    print(
+        f"{len(dataset.questions)} questions x {len(strategies)} strategies ({', '.join(strategies)}), "
+        f"BM25 top-{args.top_k}"
+    )
     for label, batch, cached in configs:
         _LOADED.clear()  # a fresh model per configuration
         prefill, decode, prompt_tokens = token_rates(batch, cached, prompt)
-        rate, predictions = eval_run(batch, cached, dataset, strategies)
+        rate, predictions = eval_run(batch, cached, dataset, strategies, args.top_k)
         if baseline is None:
             baseline, baseline_rate = predictions, rate
         differ = [key for key in baseline if baseline[key] != predictions.get(key)]
