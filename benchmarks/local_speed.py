@@ -13,8 +13,8 @@ prefix shared with the previous prompt is reused, cut back to a batch boundary).
   `haystack-fusion eval` does;
 - and whether every prediction equals the "before" run's.
 
-Run: `.venv/bin/python benchmarks/local_speed.py [--questions 30] [--strategies concatenation,post_fusion,concat_pf]
-[--top-k 3] [--batch 512,64]`. Each configuration gets its own freshly loaded model; configurations run one after
+Run: `.venv/bin/python benchmarks/local_speed.py [--questions 30] [--strategies concatenation,post_fusion,concat_pf,pf_concat]
+[--top-k 3] [--batch 512]`. Each configuration gets its own freshly loaded model; configurations run one after
 another in
 the same process, so the ratios are measured under the same machine load.
 """
@@ -86,9 +86,9 @@ def eval_run(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     parser.add_argument("--questions", type=int, default=30)
-    parser.add_argument("--strategies", default="concatenation,post_fusion,concat_pf")
+    parser.add_argument("--strategies", default="concatenation,post_fusion,concat_pf,pf_concat")
     parser.add_argument("--top-k", type=int, default=3)
-    parser.add_argument("--batch", default="512,64", help="n_batch values of the prefix-cached runs")
+    parser.add_argument("--batch", default="512", help="n_batch values of the prefix-cached runs")
     args = parser.parse_args()
     dataset = load_dataset(default_squad_path()).sample(args.questions, seed=0)
     strategies = args.strategies.split(",")

@@ -21,7 +21,7 @@ def prompts(retriever, questions) -> list[list[ChatMessage]]:
 
 def test_prefix_cache_gives_the_replies_of_a_fresh_evaluation(retriever, questions, llm):
     fresh = local_chat_generator(prefix_cache=False, reply_cache=False, n_batch=512)
-    cached = local_chat_generator(prefix_cache=True, reply_cache=False)  # n_batch 64: boundaries every 64 tokens
+    cached = local_chat_generator(prefix_cache=True, reply_cache=False)
     batch = prompts(retriever, questions)
     expected = [fresh.run(prompt)["replies"][0].text for prompt in batch]
     # in another order too, so each prompt follows another prefix than before
