@@ -220,6 +220,12 @@ def _eval_retriever_factory(config: BackendConfig, documents: list[Any]) -> Any:
     return lambda: backend_retriever(config, store)
 
 
+def _retrieval_label(config: BackendConfig) -> str:
+    """The retrieval part of a run's fingerprint: store, retriever and, for dense or hybrid, the embedder."""
+    embedder = [config.embedder] if config.retriever != "bm25" else []
+    return " ".join([config.store, config.retriever, *embedder])
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     """`haystack-fusion eval`: strategies over a dataset on any backend, with the papers' metrics and settings."""
     from haystack_fusion.evaluation.datasets import load_dataset
@@ -246,16 +252,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
         args.out,
         retriever_factory=_eval_retriever_factory(backends, dataset.documents),
         generator_factory=lambda: backend_chat_generator(backends),
-        retrieval=f"{backends.store} {backends.retriever} {backends.embedder if backends.retriever != 'bm25' else ''}",
+        retrieval=_retrieval_label(backends),
     )
-    records = evaluator.run()
     sample = f", stratified sample of {args.sample} (seed {args.seed})" if args.sample else ""
     title = (
         f"{dataset.name}: {len(dataset.questions)} questions{sample}; {backends.retrieval_label()}, "
         f"{config.setting.label()}; LLM: {backends.llm_label()}"
         + (", closed-book filtered" if config.closed_book_filter else "")
     )
-    write_run_manifest(args.out, title=title, dataset=str(args.dataset), command=sys.argv[1:] or None)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    write_run_manifest(args.out, title=title, dataset=str(args.dataset), command=getattr(args, "argv", None))
+    records = evaluator.run()
     _write_report(records, args.out, title=title, baseline=args.baseline, dataset=dataset, sas=args.sas)
     if args.export_notes:
         from haystack_fusion.evaluation.export import export_notes
@@ -505,6 +512,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `haystack-fusion`; returns the exit status (2 for bad input, with the reason on stderr)."""
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     top_k = getattr(args, "top_k", None)
     if isinstance(top_k, int) and top_k < 1:
         print("haystack-fusion: --top-k must be at least 1", file=sys.stderr)
