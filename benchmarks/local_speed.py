@@ -13,10 +13,10 @@ prefix shared with the previous prompt is reused, cut back to a batch boundary).
   `haystack-fusion eval` does;
 - and whether every prediction equals the "before" run's.
 
-Run: `.venv/bin/python benchmarks/local_speed.py [--questions 30] [--strategies concatenation,post_fusion,concat_pf,pf_concat]
-[--top-k 3] [--batch 512]`. Each configuration gets its own freshly loaded model; configurations run one after
-another in
-the same process, so the ratios are measured under the same machine load.
+Run: `.venv/bin/python benchmarks/local_speed.py [--questions 30]
+[--strategies concatenation,post_fusion,concat_pf,pf_concat] [--top-k 3] [--batch 512]`. Each configuration gets its
+own freshly loaded model; configurations run one after another in the same process, so the ratios are measured
+under the same machine load.
 """
 
 from __future__ import annotations
