@@ -59,7 +59,9 @@ class QuestionRecord:
         no free text that may quote passages (see `split_evidence`).
     :param passages: Ids of the passages the strategy was shown, in rank order.
     :param score: The question's scores and costs (EM, F1, flags, tokens, calls, seconds).
-    :param fingerprint: `run_fingerprint` of the settings that produced it.
+    :param fingerprint: `RunSettings.fingerprint()` of the settings that produced it.
+    :param redacted: Whether `prediction` had runs of dataset text cut out (`DatasetText.redact`); its `score` was
+        computed on the whole prediction and is kept as it is when the record is rescored.
     """
 
     strategy: str
@@ -72,6 +74,7 @@ class QuestionRecord:
     passages: list[str]
     score: QuestionScore
     fingerprint: str = ""
+    redacted: bool = False
 
     def key(self) -> tuple[str, int, str, str]:
         """The resume key: (strategy, k, setting, question id)."""
@@ -94,6 +97,56 @@ class QuestionRecord:
             return cls(**data)
         except (json.JSONDecodeError, TypeError, KeyError) as error:
             raise ValueError(f"not an evaluation record: {line[:80]!r}") from error
+
+
+REDACT_WORDS = 8
+"""A run of this many words or more that a prediction shares verbatim with a question or passage is cut out."""
+
+
+class DatasetText:
+    """
+    The word runs of a dataset's questions and passages, to keep them out of records.
+
+    A weak model copies the question or a passage into its reply; the record must still hold no dataset text. Every
+    maximal run of at least `REDACT_WORDS` whitespace-separated words of the prediction that occurs verbatim in a
+    question or passage is replaced by `[N words of the dataset]`.
+
+    :param texts: The questions and passages.
+    """
+
+    def __init__(self, texts: Iterable[str]) -> None:
+        self._runs = {
+            tuple(words[i : i + REDACT_WORDS])
+            for words in (text.split() for text in texts)
+            for i in range(len(words) - REDACT_WORDS + 1)
+        }
+
+    def redact(self, prediction: str) -> tuple[str, bool]:
+        """
+        Cut the dataset's word runs out of a prediction.
+
+        :param prediction: The prediction.
+        :returns: The prediction (whitespace normalized where a run was cut) and whether anything was cut.
+        """
+        words = prediction.split()
+        copied = [False] * len(words)
+        for i in range(len(words) - REDACT_WORDS + 1):
+            if tuple(words[i : i + REDACT_WORDS]) in self._runs:
+                copied[i : i + REDACT_WORDS] = [True] * REDACT_WORDS
+        if not any(copied):
+            return prediction, False
+        kept: list[str] = []
+        i = 0
+        while i < len(words):
+            if not copied[i]:
+                kept.append(words[i])
+                i += 1
+                continue
+            start = i
+            while i < len(words) and copied[i]:
+                i += 1
+            kept.append(f"[{i - start} words of the dataset]")
+        return " ".join(kept), True
 
 
 def split_evidence(evidence: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

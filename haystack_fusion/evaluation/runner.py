@@ -35,6 +35,7 @@ from haystack_fusion.evaluation.records import (
     CLOSED_BOOK_FILE,
     EVIDENCE_TEXT_FILE,
     RESULTS_FILE,
+    DatasetText,
     QuestionRecord,
     RunSettings,
     append_line,
@@ -181,6 +182,9 @@ class Evaluator:
         self.generator_factory = generator_factory
         self.retrieval = retrieval
         self._gold = {d.id: d for d in dataset.documents}
+        self._dataset_text = DatasetText(
+            [q.question for q in dataset.questions] + [d.content or "" for d in dataset.documents]
+        )
         self._lock = threading.Lock()
 
     def _pipeline(self, strategy: str, top_k: int, setting: PassageSetting, generator: ChatGenerator) -> Pipeline:
@@ -227,17 +231,20 @@ class Evaluator:
         )
         prediction = run.answer.data or ""
         structured, text = split_evidence({**run.evidence, "usage": run.usage})
+        score = score_run(question, prediction, run.evidence, run.documents, run.usage, run.seconds)
+        kept, redacted = self._dataset_text.redact(prediction)
         record = QuestionRecord(
             strategy=strategy,
             top_k=top_k,
             setting=setting.label(),
             question_id=question.id,
             answerable=not question.is_impossible,
-            prediction=prediction,
+            prediction=kept,
             evidence=structured,
             passages=[d.id for d in run.documents],
-            score=score_run(question, prediction, run.evidence, run.documents, run.usage, run.seconds),
+            score=score,
             fingerprint=fingerprint,
+            redacted=redacted,
         )
         return record, text
 
@@ -332,7 +339,7 @@ def rescore(records: Iterable[QuestionRecord], dataset: EvalDataset) -> list[Que
     """
     Score records again from their predictions and the dataset's gold answers and passages, as `score_run` does
     during a run; usage and latency are kept. This is how a report is rebuilt from committed records, which hold no
-    gold text.
+    gold text. A redacted record (its prediction had dataset text cut out) keeps the score of its whole prediction.
 
     :param records: Records of runs over `dataset`.
     :param dataset: The dataset they answered.
@@ -349,6 +356,9 @@ def rescore(records: Iterable[QuestionRecord], dataset: EvalDataset) -> list[Que
         if missing:
             raise ValueError(f"passage {missing[0]!r} of question {record.question_id!r} is not in {dataset.name!r}")
         old = record.score
+        if record.redacted:
+            rescored.append(record)
+            continue
         usage = {"prompt_tokens": old.prompt_tokens, "completion_tokens": old.completion_tokens, "calls": old.calls}
         passages = [documents[i] for i in record.passages]
         score = score_run(

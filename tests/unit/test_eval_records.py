@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from haystack import Document
 from haystack.components.generators.chat import MockChatGenerator
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
@@ -20,6 +21,7 @@ from haystack_fusion.evaluation.records import (
     EVIDENCE_TEXT_FILE,
     FINGERPRINTS_FILE,
     RESULTS_FILE,
+    DatasetText,
     FingerprintMismatchError,
     RunSettings,
     append_line,
@@ -197,3 +199,26 @@ class TestSample:
     def test_negative(self):
         with pytest.raises(ValueError, match="at least 0"):
             self.dataset().sample(-1)
+
+
+class TestRedaction:
+    def test_copied_dataset_text_is_cut_out_and_the_score_kept(self, tmp_path):
+        text = DatasetText(["Paris is the capital and the largest city of France by far."])
+        assert text.redact("Paris") == ("Paris", False)
+        redacted, cut = text.redact("It says: Paris is the capital and the largest city of France, so Paris")
+        assert cut
+        assert redacted == "It says: [9 words of the dataset] France, so Paris"
+        long = Document(content="Paris is the capital and the largest city of France by far.", id="long")
+        dataset = EvalDataset("long", [*DOCUMENTS, long], QUESTIONS)
+        store = InMemoryDocumentStore()
+        store.write_documents(dataset.documents)
+        copier = Evaluator(
+            dataset,
+            EvalConfig(strategies=["concatenation"], top_ks=[2]),
+            tmp_path,
+            retriever_factory=lambda: InMemoryBM25Retriever(document_store=store),
+            generator_factory=lambda: MockChatGenerator(responses="Paris is the capital and the largest city of"),
+        )
+        records = copier.run()
+        assert all(r.redacted and "Paris is the capital" not in r.prediction for r in records)
+        assert rescore(read_records(tmp_path / RESULTS_FILE), dataset) == read_records(tmp_path / RESULTS_FILE)
