@@ -1,5 +1,6 @@
 """
-Answer normalization, unknown detection and majority voting: pure functions shared by every component.
+Answer normalization, unknown detection, answer confidence and majority voting: pure functions shared by every
+component.
 
 One normalization (the official SQuAD evaluation's) serves voting and evaluation alike, and one unknown detector
 decides what counts as an abstention everywhere (paper 000, section 3.1).
@@ -7,10 +8,12 @@ decides what counts as an abstention everywhere (paper 000, section 3.1).
 
 from __future__ import annotations
 
+import math
 import re
 import string
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 UNKNOWN = "unknown"
 """The literal answer the prompts ask for when the passages do not answer the question (paper 000, section 3.1)."""
@@ -192,3 +195,75 @@ def majority_vote(
         candidates=[surface[key] for key in order],
         best_rank={key: best_rank[key] for key in order},
     )
+
+
+def token_logprobs(meta: Mapping[str, Any] | None) -> list[dict[str, Any]] | None:
+    """
+    The per-token log-probabilities of a reply, as OpenAI-style generators put them in `meta["logprobs"]`.
+
+    Reads `meta["logprobs"]["content"]`: OpenAIChatGenerator's shape with `generation_kwargs={"logprobs": True}`,
+    and the embedded `LocalChatGenerator`'s. A `GeneratedAnswer` made by Haystack's AnswerBuilder carries its reply's
+    `meta`, so its `meta` works too.
+
+    :param meta: A reply's (or an AnswerBuilder answer's) `meta`.
+    :returns: The list of `{"token": str, "logprob": float, ...}` entries, in generation order; None when the meta
+        holds no log-probabilities (the generator returns none, or was not asked for them).
+    """
+    logprobs = (meta or {}).get("logprobs")
+    tokens = logprobs.get("content") if isinstance(logprobs, Mapping) else logprobs
+    if not isinstance(tokens, list) or not tokens:
+        return None
+    valid = [t for t in tokens if isinstance(t, Mapping) and isinstance(t.get("logprob"), (int, float))]
+    return valid if len(valid) == len(tokens) else None
+
+
+def answer_confidence(meta: Mapping[str, Any] | None, answer: str | None = None) -> float | None:
+    """
+    The model's confidence in an answer: the geometric mean of the probabilities of the answer's tokens.
+
+    Which tokens count: the reply is rebuilt from its tokens, and the tokens that overlap the answer's first
+    occurrence in it (by character span) count. An answer extracted from a longer reply (the first line of "Paris\n
+    Question: ...", or "Paris" out of "Answer: Paris.") is thus judged on its own tokens, not on the label, the
+    trailing period or the text after it. When the answer is not found verbatim (it was cleaned or rewritten), or
+    `answer` is None, the tokens of the reply's first non-blank line count. Tokens that are only whitespace do not
+    count.
+
+    How they are aggregated: exp(mean log p) over the counted tokens, the length-normalized sequence probability,
+    in [0, 1]. A one-token answer's confidence is that token's probability; a longer answer is not penalized for
+    its length, as the plain product would be. For an answer that abstains ("unknown"), it is the confidence in
+    abstaining.
+
+    ### Usage example
+    ```python
+    from haystack_fusion.answers import answer_confidence
+
+    meta = {"logprobs": {"content": [{"token": " Paris", "logprob": -0.1}, {"token": "\n", "logprob": -2.0}]}}
+    answer_confidence(meta, "Paris")  # exp(-0.1) = 0.905
+    ```
+
+    :param meta: The reply's `meta` (or an AnswerBuilder answer's, which copies it), with `meta["logprobs"]` as
+        `token_logprobs` reads it.
+    :param answer: The answer as extracted from the reply; None counts the first line.
+    :returns: A probability in [0, 1]; None when the meta carries no log-probabilities or no token counts.
+    """
+    tokens = token_logprobs(meta)
+    if tokens is None:
+        return None
+    pieces = [str(token.get("token") or "") for token in tokens]
+    text = "".join(pieces)
+    start = text.find(answer.strip()) if answer and answer.strip() else -1
+    if start >= 0:
+        end = start + len(answer.strip())  # type: ignore[union-attr]
+    else:
+        line = next((line for line in text.splitlines() if line.strip()), "")
+        start = text.find(line) if line else 0
+        end = start + len(line)
+    counted: list[float] = []
+    position = 0
+    for piece, token in zip(pieces, tokens, strict=True):
+        token_start, position = position, position + len(piece)
+        if position > start and token_start < end and piece.strip():
+            counted.append(float(token["logprob"]))
+    if not counted:
+        return None
+    return min(1.0, math.exp(sum(counted) / len(counted)))

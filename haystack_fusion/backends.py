@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 from haystack import Document, component, logging
 from haystack.dataclasses import ChatMessage
 from haystack.document_stores.in_memory import InMemoryDocumentStore
@@ -32,9 +35,12 @@ LOCAL_GENERATION_KWARGS: dict[str, Any] = {
     "temperature": 0.0,
     "max_tokens": 128,
     "stop": ["\n\n", "\nQuestion:", "\nContext:"],
+    "logprobs": True,
 }
 """Greedy decoding at temperature 0 as in paper 000 section 4 ("greedy decoding with the temperature parameter set to
-0"); a base model continues a few-shot prompt with the next example, so generation stops where one would start."""
+0"); a base model continues a few-shot prompt with the next example, so generation stops where one would start.
+Token log-probabilities come with every reply (`meta["logprobs"]`), so every answer can carry its confidence; they
+cost about one pass over the vocabulary's logits per generated token and change no reply."""
 
 DEFAULT_CONTEXT_TOKENS = 8192
 """Context window of the embedded model, in tokens: room for 20 passages of ~100 words plus the prompt."""
@@ -83,6 +89,76 @@ def _is_greedy(generation_kwargs: dict[str, Any]) -> bool:
     return float(generation_kwargs.get("temperature", 0.8)) <= 0.0 or int(generation_kwargs.get("top_k", 40)) == 1
 
 
+@dataclass(frozen=True)
+class TokenLogprob:
+    """
+    One generated token's log-probability, read from the logits of the position that produced it.
+
+    :param token: The token id.
+    :param logprob: Natural log of the token's probability under the model's softmax (before any sampling
+        transformation: temperature, top-k, grammar), <= 0.
+    :param top: Up to `top_logprobs` (token id, log-probability) pairs, most probable first.
+    """
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+    @classmethod
+    def from_logits(cls, token: int, logits: Any, top_logprobs: int = 0) -> TokenLogprob:
+        """
+        Log-softmax of one row of logits at `token` (and its `top_logprobs` best tokens), in O(vocabulary) memory
+        that is freed at once: only the scalars are kept, so a reply's trace grows with its length, not with the
+        vocabulary.
+        """
+        highest = float(logits.max())
+        log_total = highest + math.log(float(np.exp(logits - highest).sum(dtype=np.float64)))
+        top: tuple[tuple[int, float], ...] = ()
+        if top_logprobs > 0:
+            best = np.argpartition(-logits, min(top_logprobs, len(logits) - 1))[:top_logprobs]
+            best = best[np.argsort(-logits[best], kind="stable")]
+            top = tuple((int(i), float(logits[i]) - log_total) for i in best)
+        return cls(token, float(logits[token]) - log_total, top)
+
+
+def openai_logprobs(trace: list[TokenLogprob], text: str | None, detokenize: Callable[[list[int]], bytes]) -> dict:
+    """
+    A reply's token trace in the OpenAI shape that Haystack's OpenAIChatGenerator puts in `meta["logprobs"]`:
+    `{"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}`.
+
+    Only the tokens whose bytes lie inside the reply's text are listed: the tokens of a stop sequence that cut the
+    reply, and the end-of-generation token, are left out, as OpenAI does.
+
+    :param trace: One `TokenLogprob` per sampled token, in order.
+    :param text: The reply's text.
+    :param detokenize: Token ids -> bytes (the model's detokenizer).
+    """
+    budget = len((text or "").encode("utf-8"))
+    content: list[dict[str, Any]] = []
+    used = 0
+    for step in trace:
+        piece = detokenize([step.token])
+        used += len(piece)
+        if used > budget or not piece:
+            break
+        content.append(
+            {
+                "token": piece.decode("utf-8", errors="replace"),
+                "logprob": step.logprob,
+                "bytes": list(piece),
+                "top_logprobs": [
+                    {
+                        "token": detokenize([alternative]).decode("utf-8", errors="replace"),
+                        "logprob": logprob,
+                        "bytes": list(detokenize([alternative])),
+                    }
+                    for alternative, logprob in step.top
+                ],
+            }
+        )
+    return {"content": content}
+
+
 try:
     from haystack_integrations.components.generators.llama_cpp import LlamaCppChatGenerator
     from llama_cpp import Llama, llama_chat_format
@@ -107,6 +183,18 @@ else:
         """
 
         _prompt_pending = False
+        logprob_trace: list[TokenLogprob] | None = None
+        """Set to a list to record, at each sampled token, its log-probability and `top_logprobs` alternatives."""
+        top_logprobs: int = 0
+
+        def sample(self, *args: Any, idx: int | None = None, **kwargs: Any) -> Any:
+            """`Llama.sample`, recording the sampled token's log-probability when `logprob_trace` is a list."""
+            token = super().sample(*args, idx=idx, **kwargs)
+            if self.logprob_trace is not None:
+                row = idx - self.n_tokens if idx is not None else -1
+                logits = np.ctypeslib.as_array(self._ctx.get_logits_ith(row), shape=(self._n_vocab,))
+                self.logprob_trace.append(TokenLogprob.from_logits(int(token), logits, self.top_logprobs))
+            return token
 
         def generate(self, tokens: Any, *args: Any, **kwargs: Any) -> Any:
             """`Llama.generate`, with the prompt's first evaluation aligned to a batch boundary (see `eval`)."""
@@ -249,9 +337,21 @@ else:
             generation_kwargs: dict[str, Any] | None = None,
             **kwargs: Any,
         ) -> dict[str, list[ChatMessage]]:
-            """Generate replies as `LlamaCppChatGenerator.run` does, one call at a time (or from the reply cache)."""
+            """
+            Generate replies as `LlamaCppChatGenerator.run` does, one call at a time (or from the reply cache).
+
+            With `generation_kwargs` `logprobs=True` (and optionally `top_logprobs=N`, N alternatives per token), as
+            OpenAIChatGenerator takes them, the reply's `meta["logprobs"]` holds each generated token's
+            log-probability in OpenAI's shape (`openai_logprobs`). They are read from the logits of the last
+            position at each decoding step, so the model needs no `logits_all=True` and memory does not grow with
+            the vocabulary times the prompt length; greedy replies are the same with or without them.
+            """
             self.warm_up()
             key = self._cache_key(messages, generation_kwargs, kwargs)
+            settings = {**self.generation_kwargs, **(generation_kwargs or {})}
+            wants_logprobs = bool(settings.get("logprobs"))
+            if wants_logprobs:  # llama-cpp-python's own logprobs need logits_all=True: record them in `sample`
+                generation_kwargs = {**(generation_kwargs or {}), "logprobs": None, "top_logprobs": None}
             with self._thread_lock:
                 assert self._model is not None
                 assert self._shared is not None
@@ -262,9 +362,22 @@ else:
                     return {"replies": [ChatMessage.from_assistant(hit.text, meta={**hit.meta, "cached": True})]}
                 if not self.prefix_cache:
                     self._model.reset()  # evaluate the prompt from scratch
-                result = LlamaCppChatGenerator.run(
-                    self, messages=messages, generation_kwargs=generation_kwargs, **kwargs
-                )
+                trace: list[TokenLogprob] = []
+                if wants_logprobs:
+                    self._model.logprob_trace = trace
+                    self._model.top_logprobs = int(settings.get("top_logprobs") or 0)
+                try:
+                    result = LlamaCppChatGenerator.run(
+                        self, messages=messages, generation_kwargs=generation_kwargs, **kwargs
+                    )
+                finally:
+                    self._model.logprob_trace = None
+                if wants_logprobs and result["replies"]:
+                    reply = result["replies"][0]
+                    logprobs = openai_logprobs(trace, reply.text, self._model.detokenize)
+                    result["replies"][0] = ChatMessage.from_assistant(
+                        reply.text, tool_calls=reply.tool_calls, meta={**reply.meta, "logprobs": logprobs}
+                    )
                 if key is not None and len(result["replies"]) == 1:
                     replies[key] = result["replies"][0]
                     while len(replies) > REPLY_CACHE_SIZE:

@@ -202,6 +202,51 @@ def run_chat_calls(
     )
 
 
+LOGPROB_GENERATORS = ("OpenAIChatGenerator", "AzureOpenAIChatGenerator", "LlamaCppChatGenerator")
+"""ChatGenerator classes (and their subclasses, such as the embedded `LocalChatGenerator`) that return token
+log-probabilities in `meta["logprobs"]` when called with `generation_kwargs={"logprobs": True}`. ollama-haystack's
+OllamaChatGenerator returns none (7.x): with it, every confidence is unavailable and the text signal alone decides."""
+
+
+def supports_logprobs(chat_generator: Any) -> bool:
+    """Whether this generator returns token log-probabilities when asked (`LOGPROB_GENERATORS`)."""
+    return any(cls.__name__ in LOGPROB_GENERATORS for cls in type(chat_generator).__mro__)
+
+
+def logprob_kwargs(chat_generator: Any, top_logprobs: int = 0) -> dict[str, Any]:
+    """
+    The `generation_kwargs` that ask this generator for token log-probabilities, or {} when it cannot give them.
+
+    :param chat_generator: Any ChatGenerator.
+    :param top_logprobs: Alternatives per token to return as well (0: none; OpenAI allows up to 20).
+    :returns: `{"logprobs": True}` (plus `"top_logprobs": n` when n > 0) for `supports_logprobs` generators, else {}.
+    """
+    if not supports_logprobs(chat_generator):
+        return {}
+    return {"logprobs": True, **({"top_logprobs": top_logprobs} if top_logprobs > 0 else {})}
+
+
+def with_logprobs(chat_generator: Any, top_logprobs: int = 0) -> Any:
+    """
+    A copy of a generator whose own `generation_kwargs` ask for token log-probabilities, for a pipeline's plain
+    generator component whose reply must carry a confidence (the same generator when it cannot give them, or asks
+    already). The copy is made through the generator's `to_dict` / `from_dict`, so it serializes like the original.
+
+    :param chat_generator: Any ChatGenerator.
+    :param top_logprobs: As in `logprob_kwargs`.
+    :returns: The generator itself, or a copy with `logprobs` in its `generation_kwargs`.
+    """
+    from haystack.core.serialization import component_from_dict, component_to_dict
+
+    extra = logprob_kwargs(chat_generator, top_logprobs)
+    current = dict(getattr(chat_generator, "generation_kwargs", None) or {})
+    if not extra or all(current.get(key) == value for key, value in extra.items()):
+        return chat_generator
+    data = component_to_dict(chat_generator, "chat_generator")
+    data["init_parameters"]["generation_kwargs"] = {**current, **extra}
+    return component_from_dict(type(chat_generator), data, "chat_generator")
+
+
 def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine to completion from synchronous code, whether or not this thread already runs a loop."""
     try:

@@ -15,8 +15,9 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from typing import Any
 
-from haystack_fusion.answers import normalize_answer
+from haystack_fusion.answers import normalize_answer, token_logprobs
 from haystack_fusion.prompts.sure import CHOICE_LETTERS
 
 _DONE = re.compile(r"\[\s*done\s*\]", re.IGNORECASE)
@@ -296,22 +297,25 @@ def ranking_pairs(k: int) -> list[tuple[int, int]]:
     return [pair for a in range(k) for b in range(a + 1, k) for pair in ((a, b), (b, a))]
 
 
-def pairwise_ranking(preferences: Mapping[tuple[int, int], int | None], k: int) -> list[float]:
+def pairwise_ranking(preferences: Mapping[tuple[int, int], int | float | None], k: int) -> list[float]:
     """
     The ranking scores r(s_k, S_K) of paper 002, section 3.3, Eq. 5.
 
     One call (a, b) gives s_a the outcome 1 when the reply prefers Passage 1, 0 when it prefers Passage 2 and 0.5
-    otherwise (Eq. 5 "else"); s_b gets 1 minus that. r_pair(s_k, s_i) is the mean outcome of s_k over the calls made
+    otherwise (Eq. 5 "else"); with probability scoring, the outcome is P(Passage 1) itself (`choice_probability`,
+    Eq. 5 made continuous). s_b gets 1 minus that. r_pair(s_k, s_i) is the mean outcome of s_k over the calls made
     for the unordered pair {k, i} (normally both orders, which cancels order bias: a reply that always prefers the
     passage shown first gives 0.5 each); a pair with no call gives 0.5. r(s_k, S_K) is the sum of r_pair(s_k, s_i)
     over i != k, so each unordered pair hands out exactly one point and the scores sum to k * (k - 1) / 2.
 
     :param preferences: (a, b) -> `parse_preference` of the call that showed s_a as Passage 1 and s_b as Passage 2
-        (0-based indices), None when the reply had no preference or the call failed. Usually keyed by
-        `ranking_pairs(k)`; missing pairs are allowed.
+        (0-based indices: the int 1 or 2), None when the reply had no preference or the call failed, or a float in
+        [0, 1]: the probability that the reply prefers Passage 1. Usually keyed by `ranking_pairs(k)`; missing pairs
+        are allowed.
     :param k: K, the number of summaries.
     :returns: A list of k scores, each in [0, k - 1], in candidate order.
-    :raises ValueError: If k < 0, an index is out of range, a == b, or a value is not 1, 2 or None.
+    :raises ValueError: If k < 0, an index is out of range, a == b, or a value is not 1, 2, None or a float in
+        [0, 1].
     """
     if k < 0:
         raise ValueError(f"`k` must not be negative, got {k}")
@@ -321,9 +325,14 @@ def pairwise_ranking(preferences: Mapping[tuple[int, int], int | None], k: int) 
             raise ValueError(f"pair {(a, b)} has an index outside 0..{k - 1}")
         if a == b:
             raise ValueError(f"pair {(a, b)} compares a summary with itself")
-        if preference not in (1, 2, None):
-            raise ValueError(f"pair {(a, b)} has preference {preference!r}; expected 1, 2 or None")
-        outcome_a = 1.0 if preference == 1 else 0.0 if preference == 2 else 0.5
+        if isinstance(preference, float):
+            if not 0.0 <= preference <= 1.0:
+                raise ValueError(f"pair {(a, b)} has probability {preference!r}; expected a value in [0, 1]")
+            outcome_a = preference
+        elif preference in (1, 2, None):
+            outcome_a = 1.0 if preference == 1 else 0.0 if preference == 2 else 0.5
+        else:
+            raise ValueError(f"pair {(a, b)} has preference {preference!r}; expected 1, 2, None or a probability")
         low, high = min(a, b), max(a, b)
         outcomes.setdefault((low, high), []).append(outcome_a if a == low else 1.0 - outcome_a)
     scores = [0.0] * k
@@ -354,3 +363,60 @@ def select(validity: Sequence[float], ranking: Sequence[float]) -> list[int]:
     if not all(math.isfinite(total) for total in totals):
         raise ValueError(f"scores must be finite, got validity {list(validity)} and ranking {list(ranking)}")
     return sorted(range(len(totals)), key=lambda index: (-round(totals[index], 9), index))
+
+
+VALIDITY_CHOICES = (("true", "yes"), ("false", "no"))
+"""The words of a validity reply (Listing 8, "Choices: [True, False]"), positive then negative; yes / no as
+`parse_validity` reads them."""
+
+PREFERENCE_CHOICES = (("1", "one", "first"), ("2", "two", "second"))
+"""The words that name Passage 1 and Passage 2 in a ranking reply (Listing 9, "Choices: [Passage 1, Passage 2]")."""
+
+SCORING_TOP_LOGPROBS = 10
+"""Alternatives per token that probability scoring asks for (OpenAI allows up to 20): enough for both choices of a
+binary decision to be among them."""
+
+
+Choices = tuple[tuple[str, ...], tuple[str, ...]]
+
+
+def choice_probability(meta: Mapping[str, Any] | None, choices: Choices) -> float | None:
+    """
+    The probability of the first of two choices at the reply's decision position, against the second.
+
+    The decision position is the first generated token that is one of the choice words (case-insensitive, without
+    surrounding whitespace and punctuation): "True" in "True.", "1" in "Passage 1". There P(first) and P(second)
+    are the summed probabilities of the position's alternatives (`top_logprobs`, the chosen token included) that
+    spell each choice, and the result is P(first) / (P(first) + P(second)): the "P(True)" of self-evaluation, as a
+    continuous validity v(s_k) for Eq. 4 and pair-wise outcome for Eq. 5 (paper 002, section 3.3). When the
+    alternatives hold only the chosen side, it is 1.0 or 0.0.
+
+    :param meta: The reply's `meta`, with OpenAI-style `meta["logprobs"]` (see `answers.token_logprobs`), asked for
+        with `top_logprobs` (`SCORING_TOP_LOGPROBS`).
+    :param choices: (first choice's words, second choice's words), lowercase, e.g. `VALIDITY_CHOICES`.
+    :returns: A probability in [0, 1]; None when the reply has no log-probabilities or no token names a choice
+        (then the text parse decides).
+    """
+    tokens = token_logprobs(meta)
+    if tokens is None:
+        return None
+
+    def side(token: Any) -> int | None:
+        word = str(token or "").strip().strip(_STRIP + ".,;:!?()[]").lower()
+        return 0 if word in choices[0] else 1 if word in choices[1] else None
+
+    for entry in tokens:
+        chosen = side(entry.get("token"))
+        if chosen is None:
+            continue
+        mass = [0.0, 0.0]
+        alternatives = list(entry.get("top_logprobs") or [])
+        if not any(alternative.get("token") == entry.get("token") for alternative in alternatives):
+            alternatives.append(entry)
+        for alternative in alternatives:
+            which = side(alternative.get("token"))
+            if which is not None and isinstance(alternative.get("logprob"), (int, float)):
+                mass[which] += math.exp(float(alternative["logprob"]))
+        total = mass[0] + mass[1]
+        return mass[0] / total if total > 0 else float(chosen == 0)
+    return None

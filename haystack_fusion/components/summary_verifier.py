@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 from haystack import Document, component, default_from_dict, default_to_dict, logging
 from haystack.components.generators.chat.types import ChatGenerator
@@ -14,14 +14,31 @@ from haystack.utils import deserialize_chatgenerator_inplace, deserialize_compon
 
 from haystack_fusion.answers import UNKNOWN
 from haystack_fusion.components.base import ChatGeneratorWrapper
-from haystack_fusion.llm_calls import FanOutResult, empty_usage, run_chat_calls, run_chat_calls_async
+from haystack_fusion.llm_calls import (
+    FanOutResult,
+    empty_usage,
+    logprob_kwargs,
+    run_chat_calls,
+    run_chat_calls_async,
+)
 from haystack_fusion.prompts import PROMPTS, render, validate_query
 from haystack_fusion.prompts.sure import one_line
-from haystack_fusion.sure import pairwise_ranking, parse_preference, parse_validity, ranking_pairs, select
+from haystack_fusion.sure import (
+    PREFERENCE_CHOICES,
+    SCORING_TOP_LOGPROBS,
+    VALIDITY_CHOICES,
+    choice_probability,
+    pairwise_ranking,
+    parse_preference,
+    parse_validity,
+    ranking_pairs,
+    select,
+)
 
 logger = logging.getLogger(__name__)
 
 Pair = tuple[int, int]
+Scoring = Literal["text", "probability"]
 
 
 @component
@@ -38,6 +55,13 @@ class SummaryVerifier(ChatGeneratorWrapper):
     answer's rationale. A `chat_generator` of its own lets a cheaper LLM verify (Table 10). With a `document_ranker`
     (e.g. `haystack_fusion.dense.summary_reranker()`), the winner's documents are the passages reordered by
     similarity to its summary (Table 4).
+
+    With `scoring="probability"` the decisions are read from token log-probabilities instead of the reply's words:
+    v(s_k) = P(True) / (P(True) + P(False)) at the answer position (Eq. 4 made continuous, the "P(True)" of
+    self-evaluation), and each ranking call's outcome is P(Passage 1) / (P(Passage 1) + P(Passage 2)), averaged
+    over both orders as Eq. 5 does (`haystack_fusion.sure.choice_probability`). The calls then ask the generator for
+    `logprobs` and `top_logprobs` through `generation_kwargs`; a reply that carries none (ollama-haystack, or a
+    server that ignores them) is read by the text parse, and `meta["scoring"]` says which reading was used.
 
     An empty summary (its summarization call failed) is not sent: it is invalid and loses every pair. A failed
     verification call counts as False (validity) or as unreadable (ranking, 0.5) and is listed in `meta["failures"]`.
@@ -63,6 +87,7 @@ class SummaryVerifier(ChatGeneratorWrapper):
         max_concurrency: int = 4,
         document_ranker: Any | None = None,
         raise_on_failure: bool = False,
+        scoring: Scoring = "text",
     ) -> None:
         """
         Create a SummaryVerifier.
@@ -75,10 +100,15 @@ class SummaryVerifier(ChatGeneratorWrapper):
         :param document_ranker: Optional Haystack ranker (`run(query, documents)` -> `{"documents": [...]}`) that
             reorders the passages by the winning summary (Table 4); None keeps retrieval order.
         :param raise_on_failure: If True, a failed call raises; by default it is logged and reported in `meta`.
-        :raises ValueError: If `max_concurrency` is below 1.
+        :param scoring: "text" (the paper's: parse the reply's words, v in {0, 1}) or "probability" (read
+            P(True) and P(choice) from token log-probabilities, falling back to the text per reply).
+        :raises ValueError: If `max_concurrency` is below 1 or `scoring` is neither "text" nor "probability".
         """
         if max_concurrency < 1:
             raise ValueError(f"`max_concurrency` must be at least 1, got {max_concurrency}")
+        if scoring not in ("text", "probability"):
+            raise ValueError(f"`scoring` must be 'text' or 'probability', got {scoring!r}")
+        self.scoring = scoring
         self._chat_generator = chat_generator
         self.use_validity = use_validity
         self.max_concurrency = max_concurrency
@@ -101,6 +131,7 @@ class SummaryVerifier(ChatGeneratorWrapper):
             max_concurrency=self.max_concurrency,
             document_ranker=None if ranker is None else component_to_dict(obj=ranker, name="document_ranker"),
             raise_on_failure=self.raise_on_failure,
+            scoring=self.scoring,
         )
 
     @classmethod
@@ -162,12 +193,19 @@ class SummaryVerifier(ChatGeneratorWrapper):
                 preferences[(first, second)] = (
                     1 if summaries[first].strip() else 2 if summaries[second].strip() else None
                 )
+        scored_by = {"probability": 0, "text": 0}
         for (kind, what), reply in zip(asks, replies, strict=True):
             text = reply.text if reply is not None else None
+            probability = None
+            if self.scoring == "probability" and reply is not None:
+                probability = choice_probability(
+                    reply.meta, VALIDITY_CHOICES if kind == "validity" else PREFERENCE_CHOICES
+                )
+            scored_by["text" if probability is None else "probability"] += 1
             if kind == "validity":
-                validity[what] = float(parse_validity(text))
+                validity[what] = float(parse_validity(text)) if probability is None else probability
             else:
-                preferences[what] = parse_preference(text)
+                preferences[what] = parse_preference(text) if probability is None else probability
         ranking = pairwise_ranking(preferences, k)
         counted = [v if self.use_validity else 0.0 for v in validity]
         scores = [v + r for v, r in zip(counted, ranking, strict=True)]
@@ -188,6 +226,8 @@ class SummaryVerifier(ChatGeneratorWrapper):
                     strategy="sure",
                     source="paper 002, section 3.3, Eq. 4-6",
                     preferences={f"{a},{b}": value for (a, b), value in sorted(preferences.items())},
+                    scoring=self.scoring,
+                    scored_by=scored_by,
                     failures=failures,
                     usage=usage,
                 )
@@ -195,7 +235,12 @@ class SummaryVerifier(ChatGeneratorWrapper):
         return answers
 
     def _fan_out(self) -> dict[str, Any]:
-        return {"max_concurrency": self.max_concurrency, "raise_on_failure": self.raise_on_failure}
+        extra = logprob_kwargs(self._chat_generator, SCORING_TOP_LOGPROBS) if self.scoring == "probability" else {}
+        return {
+            "max_concurrency": self.max_concurrency,
+            "raise_on_failure": self.raise_on_failure,
+            "generation_kwargs": extra or None,
+        }
 
     @staticmethod
     def _attach(
@@ -229,10 +274,12 @@ class SummaryVerifier(ChatGeneratorWrapper):
         :param documents: The retrieved passages, attached to every answer (the winner's reordered by the
             `document_ranker` when one is set); None attaches none.
         :returns: A dictionary with `answers`: K GeneratedAnswers, best first by Eq. 6, each with `meta`
-            `candidate_index`, `validity` (0.0 / 1.0; None without validity), `ranking` (0 to K-1), `score`
-            (validity + ranking) and `rationale` (its summary). The first also has `preferences` ("a,b" -> 1 / 2 /
-            None, the parsed reply when summary a was Passage 1 and b Passage 2), `failures` (`call`, `index`,
-            `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`, `rounds`). With no
+            `candidate_index`, `validity` (0.0 / 1.0 by text, a probability in [0, 1] by probability scoring;
+            None without validity), `ranking` (0 to K-1), `score` (validity + ranking) and `rationale` (its summary).
+            The first also has `preferences` ("a,b" -> 1 / 2 / None, the parsed reply when summary a was Passage 1
+            and b Passage 2, or P(Passage 1) by probability scoring), `scoring` (the setting), `scored_by` (calls
+            read by "probability" and by "text"), `failures` (`call`, `index`, `error`) and `usage` (`prompt_tokens`,
+            `completion_tokens`, `calls`, `failed_calls`, `rounds`). With no
             candidates it is one "unknown" answer and no LLM call is made.
         :raises ValueError: If `query` is empty, or `candidates` and `summaries` differ in length.
         """

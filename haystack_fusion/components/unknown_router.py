@@ -2,36 +2,15 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict, logging
 from haystack.dataclasses import ChatMessage
 
-from haystack_fusion.answers import UnknownDetector
+from haystack_fusion.answers import UnknownDetector, answer_confidence
 from haystack_fusion.prompts import PROMPTS, extract_answer
 
 logger = logging.getLogger(__name__)
-
-
-def reply_confidence(reply: ChatMessage) -> float | None:
-    """
-    The model's confidence in a reply: the geometric mean of its token probabilities.
-
-    Read from OpenAI-style `meta["logprobs"]["content"]` (a list of `{"token", "logprob"}`), which
-    OpenAIChatGenerator returns when called with `generation_kwargs={"logprobs": True}`.
-
-    :param reply: A generator reply.
-    :returns: exp(mean token log-probability), in [0, 1]; None when the reply carries no log-probabilities.
-    """
-    logprobs = reply.meta.get("logprobs")
-    tokens = logprobs.get("content") if isinstance(logprobs, dict) else logprobs
-    if not isinstance(tokens, list):
-        return None
-    values = [token["logprob"] for token in tokens if isinstance(token, dict) and "logprob" in token]
-    if not values:
-        return None
-    return math.exp(sum(values) / len(values))
 
 
 @component
@@ -72,9 +51,11 @@ class UnknownRouter:
             line, as the Figure 7 prompt asks); None judges the whole reply.
         :param unknown_patterns: Regular expressions that mark an abstention; None uses the shared defaults
             (`haystack_fusion.answers.DEFAULT_UNKNOWN_PATTERNS`).
-        :param min_confidence: Probability in (0, 1]: a reply whose confidence (geometric mean of token
-            probabilities, see `reply_confidence`) is below it goes to `unknown`. None disables the check, and so
-            does a reply without log-probabilities.
+        :param min_confidence: Probability in (0, 1]: an answer whose confidence (the geometric mean of its
+            tokens' probabilities, `haystack_fusion.answers.answer_confidence`) is below it goes to `unknown`. None
+            disables the check (paper 000's behaviour), and so does a reply without log-probabilities: ask the
+            generator for them with `generation_kwargs={"logprobs": True}` (OpenAIChatGenerator, the embedded
+            `LocalChatGenerator`; ollama-haystack returns none).
         :raises ValueError: If `min_confidence` is outside (0, 1] or a pattern is not a valid regular expression.
         """
         if min_confidence is not None and not 0 < min_confidence <= 1:
@@ -113,7 +94,7 @@ class UnknownRouter:
         if self._detector.is_unknown(self.read_answer(reply)):
             return True
         if self.min_confidence is not None:
-            confidence = reply_confidence(reply)
+            confidence = answer_confidence(reply.meta, self.read_answer(reply))
             if confidence is not None and confidence < self.min_confidence:
                 return True
         return False

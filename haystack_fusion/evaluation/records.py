@@ -40,8 +40,18 @@ TEXT_EVIDENCE_KEYS = ("summaries",)
 NOTE_TEXT_KEY = "note"
 """The free-text field of a Chain-of-Note note (its `relevance` label stays in the record)."""
 
-RUNTIME_SETTINGS = ("max_concurrency", "n_threads", "n_threads_batch", "verbose", "timeout", "max_retries")
-"""Settings that change speed, not predictions: left out of fingerprints."""
+RUNTIME_SETTINGS = (
+    "max_concurrency",
+    "n_threads",
+    "n_threads_batch",
+    "verbose",
+    "timeout",
+    "max_retries",
+    "logprobs",
+    "top_logprobs",
+)
+"""Settings that change speed or what a reply reports (token log-probabilities), not predictions: left out of
+fingerprints."""
 
 
 @dataclass

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from haystack.dataclasses import ChatMessage
 
-from haystack_fusion.backends import _LOADED, local_chat_generator
+from haystack_fusion.backends import _LOADED, LOCAL_GENERATION_KWARGS, local_chat_generator
 from haystack_fusion.prompts import PROMPTS, format_passages, render
 
 
@@ -42,3 +43,20 @@ def test_reply_cache_answers_a_repeated_greedy_prompt(retriever, questions, llm)
     assert again.meta["usage"] == reply.meta["usage"]  # a cached reply still counts the call's tokens
     sampled = first.run(prompt, generation_kwargs={"temperature": 0.7, "seed": 1})["replies"][0]
     assert "cached" not in sampled.meta  # sampling is never cached
+
+
+def test_logprobs_change_no_reply_and_spell_it(retriever, questions, llm):
+    """Token log-probabilities read at each decoding step: the same greedy replies, and their tokens spell them."""
+    settings = {**LOCAL_GENERATION_KWARGS, "logprobs": False, "max_tokens": 24}
+    plain = local_chat_generator(reply_cache=False, generation_kwargs=settings)
+    traced = local_chat_generator(reply_cache=False)
+    for prompt in prompts(retriever, questions)[:3]:
+        expected = plain.run(prompt)["replies"][0].text
+        reply = traced.run(prompt, generation_kwargs={"max_tokens": 24, "top_logprobs": 3})["replies"][0]
+        assert reply.text == expected
+        content = reply.meta["logprobs"]["content"]
+        assert "".join(entry["token"] for entry in content) == reply.text
+        assert all(entry["logprob"] <= 0 for entry in content)
+        assert all(len(entry["top_logprobs"]) == 3 for entry in content)
+        # greedy: the chosen token is the most probable one
+        assert all(entry["top_logprobs"][0]["logprob"] == pytest.approx(entry["logprob"]) for entry in content)

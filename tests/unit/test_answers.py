@@ -1,3 +1,5 @@
+import math
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -7,8 +9,10 @@ from haystack_fusion.answers import (
     UNKNOWN,
     UnknownDetector,
     VoteResult,
+    answer_confidence,
     majority_vote,
     normalize_answer,
+    token_logprobs,
 )
 
 # A mix of real answers, surface variants of one answer, abstentions, failed calls and arbitrary text.
@@ -243,3 +247,51 @@ class TestMajorityVote:
             assert result.answer in voting
             assert not detector.is_unknown(result.answer)
         assert len(result.candidates) == len(result.votes)
+
+
+def _meta(*tokens: tuple[str, float]) -> dict:
+    return {"logprobs": {"content": [{"token": token, "logprob": logprob} for token, logprob in tokens]}}
+
+
+class TestAnswerConfidence:
+    def test_geometric_mean_of_the_answer_tokens(self):
+        meta = _meta((" Par", -0.1), ("is", -0.3), ("\n", -2.0), ("Question", -1.0))
+        assert answer_confidence(meta, "Paris") == pytest.approx(math.exp(-0.2))
+
+    def test_label_and_trailing_period_do_not_count(self):
+        meta = _meta(("Answer", -3.0), (":", -3.0), (" Rome", -0.5), (".", -4.0))
+        assert answer_confidence(meta, "Rome") == pytest.approx(math.exp(-0.5))
+
+    def test_answer_not_found_counts_the_first_line(self):
+        meta = _meta(("\n", -9.0), ("New", -0.2), (" York", -0.4), ("\n", -1.0), ("Other", -5.0))
+        assert answer_confidence(meta, "NYC") == pytest.approx(math.exp(-0.3))
+        assert answer_confidence(meta) == pytest.approx(math.exp(-0.3))
+
+    def test_works_on_a_plain_list_and_an_answer_meta(self):
+        meta = {"logprobs": [{"token": "Paris", "logprob": 0.0}], "all_messages": []}
+        assert answer_confidence(meta, "Paris") == pytest.approx(1.0)
+
+    @pytest.mark.parametrize(
+        "meta",
+        [
+            None,
+            {},
+            {"logprobs": None},
+            {"logprobs": {"content": []}},
+            {"logprobs": "x"},
+            {"logprobs": {"content": [{"token": "a"}]}},
+        ],
+    )
+    def test_no_logprobs(self, meta):
+        assert answer_confidence(meta, "Paris") is None
+        assert token_logprobs(meta) is None
+
+    def test_only_whitespace_tokens_give_none(self):
+        assert answer_confidence(_meta(("\n", -1.0)), None) is None
+
+    @given(st.lists(st.floats(min_value=-50, max_value=0), min_size=1, max_size=20))
+    def test_in_unit_interval(self, logprobs):
+        meta = _meta(*((f" w{i}", lp) for i, lp in enumerate(logprobs)))
+        confidence = answer_confidence(meta)
+        assert confidence is not None
+        assert 0.0 <= confidence <= 1.0

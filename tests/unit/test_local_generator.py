@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 from haystack.dataclasses import ChatMessage
 
-from haystack_fusion.backends import LlamaCppChatGenerator, LocalChatGenerator, _is_greedy
+from haystack_fusion.backends import (
+    LlamaCppChatGenerator,
+    LocalChatGenerator,
+    TokenLogprob,
+    _is_greedy,
+    openai_logprobs,
+)
 
 pytestmark = pytest.mark.skipif(LlamaCppChatGenerator is None, reason="the `local` extra is not installed")
 
@@ -46,3 +52,34 @@ class TestLocalChatGenerator:
         assert _is_greedy({"temperature": 0.7, "top_k": 1})
         assert not _is_greedy({})  # llama-cpp-python's default temperature is 0.8
         assert not _is_greedy({"temperature": 0.2})
+
+
+class TestLogprobs:
+    def test_from_logits_is_the_log_softmax(self):
+        import numpy as np
+
+        logits = np.array([2.0, 1.0, 0.0, -1.0], dtype=np.float32)
+        expected = logits - np.log(np.exp(logits).sum())
+        step = TokenLogprob.from_logits(1, logits, top_logprobs=2)
+        assert step.logprob == pytest.approx(float(expected[1]), abs=1e-6)
+        assert [token for token, _ in step.top] == [0, 1]
+        assert [lp for _, lp in step.top] == pytest.approx([float(expected[0]), float(expected[1])], abs=1e-6)
+        assert TokenLogprob.from_logits(3, logits).top == ()
+
+    def test_openai_shape_keeps_only_the_reply_tokens(self):
+        pieces = {1: b" Par", 2: b"is", 3: b"\n\n", 4: b"Question"}
+        trace = [TokenLogprob(1, -0.1, ((1, -0.1), (4, -3.0))), TokenLogprob(2, -0.2), TokenLogprob(3, -0.5)]
+        shaped = openai_logprobs(trace, " Paris", lambda ids: b"".join(pieces[i] for i in ids))
+        assert [entry["token"] for entry in shaped["content"]] == [" Par", "is"]
+        assert shaped["content"][0]["top_logprobs"][1] == {
+            "token": "Question",
+            "logprob": -3.0,
+            "bytes": list(b"Question"),
+        }
+        assert shaped["content"][1]["bytes"] == list(b"is")
+        assert openai_logprobs(trace, "", lambda ids: b"x") == {"content": []}
+
+    def test_default_settings_ask_for_logprobs_and_the_cache_key_keeps_them_apart(self):
+        generator = LocalChatGenerator()
+        assert generator.generation_kwargs["logprobs"] is True
+        assert generator._cache_key(PROMPT, {"logprobs": False}, {}) != generator._cache_key(PROMPT, None, {})

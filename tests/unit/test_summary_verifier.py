@@ -232,3 +232,77 @@ class TestSerialization:
     def test_invalid_concurrency(self):
         with pytest.raises(ValueError, match="max_concurrency"):
             SummaryVerifier(chat_generator=MockChatGenerator(responses=["True"]), max_concurrency=0)
+
+
+def scored(text: str, *steps: tuple[str, float, dict[str, float]]) -> ChatMessage:
+    """A reply whose meta carries OpenAI-style logprobs: (token, logprob, {alternative: logprob})."""
+    content = [
+        {
+            "token": token,
+            "logprob": logprob,
+            "top_logprobs": [{"token": t, "logprob": lp} for t, lp in alternatives.items()],
+        }
+        for token, logprob, alternatives in steps
+    ]
+    return ChatMessage.from_assistant(text, meta={"logprobs": {"content": content}})
+
+
+def p(x: float) -> float:
+    import math
+
+    return math.log(x)
+
+
+class TestProbabilityScoring:
+    def test_validity_and_ranking_from_probabilities(self):
+        # validity s_1: P(True)=0.6, P(False)=0.2 -> 0.75; validity s_2: P(True)=0.3, P(False)=0.6 -> 1/3
+        # ranking (s_1, s_2): P(1)=0.8, P(2)=0.2; ranking (s_2, s_1): P(1)=0.4, P(2)=0.6
+        # r_pair(s_1, s_2) = mean(0.8, 0.6) = 0.7 -> r(s_1) = 0.7, r(s_2) = 0.3
+        llm = MockChatGenerator(
+            responses=[
+                scored(" True", (" True", p(0.6), {" True": p(0.6), " False": p(0.2), " true": p(0.0001)})),
+                scored(" False", (" False", p(0.6), {" False": p(0.6), " True": p(0.3)})),
+                scored("Passage 1", ("Passage", p(0.9), {}), (" 1", p(0.8), {" 1": p(0.8), " 2": p(0.2)})),
+                scored("Passage 2", ("Passage", p(0.9), {}), (" 2", p(0.6), {" 2": p(0.6), " 1": p(0.4)})),
+            ]
+        )
+        answers = verify(llm, max_concurrency=1, scoring="probability")
+        assert answers[0].data == "Paris"
+        assert answers[0].meta["validity"] == pytest.approx((0.6 + 0.0001) / (0.8 + 0.0001))
+        assert answers[1].meta["validity"] == pytest.approx(1 / 3)
+        assert answers[0].meta["ranking"] == pytest.approx(0.7)
+        assert answers[0].meta["preferences"] == {"0,1": pytest.approx(0.8), "1,0": pytest.approx(0.4)}
+        assert answers[0].meta["scoring"] == "probability"
+        assert answers[0].meta["scored_by"] == {"probability": 4, "text": 0}
+
+    def test_replies_without_logprobs_fall_back_to_the_text(self):
+        llm = MockChatGenerator(responses=["True", "False", "Passage 1", "Passage 2"])
+        answers = verify(llm, max_concurrency=1, scoring="probability")
+        assert answers[0].data == "Paris"
+        assert answers[0].meta["score"] == 2.0
+        assert answers[0].meta["scored_by"] == {"probability": 0, "text": 4}
+
+    def test_text_scoring_ignores_logprobs(self):
+        reply = scored(" True", (" True", p(0.5), {" True": p(0.5), " False": p(0.5)}))
+        answers = verify(MockChatGenerator(responses=[reply]), candidates=["Paris"], summaries=["s"])
+        assert answers[0].meta["validity"] == 1.0
+        assert answers[0].meta["scored_by"] == {"probability": 0, "text": 1}
+
+    def test_asks_logprob_generators_for_logprobs(self):
+        from haystack.components.generators.chat import OpenAIChatGenerator
+        from haystack.utils import Secret
+
+        generator = OpenAIChatGenerator(api_key=Secret.from_token("x"))
+        verifier = SummaryVerifier(chat_generator=generator, scoring="probability")
+        assert verifier._fan_out()["generation_kwargs"] == {"logprobs": True, "top_logprobs": 10}
+        assert SummaryVerifier(chat_generator=generator)._fan_out()["generation_kwargs"] is None
+        mock = SummaryVerifier(chat_generator=MockChatGenerator(responses=["x"]), scoring="probability")
+        assert mock._fan_out()["generation_kwargs"] is None
+
+    def test_invalid_scoring(self):
+        with pytest.raises(ValueError, match="scoring"):
+            SummaryVerifier(chat_generator=MockChatGenerator(responses=["x"]), scoring="logits")  # type: ignore[arg-type]
+
+    def test_round_trip_keeps_scoring(self):
+        verifier = SummaryVerifier(chat_generator=MockChatGenerator(responses=["x"]), scoring="probability")
+        assert SummaryVerifier.from_dict(verifier.to_dict()).scoring == "probability"

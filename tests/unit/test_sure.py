@@ -5,6 +5,9 @@ from hypothesis import strategies as st
 from haystack_fusion.answers import normalize_answer
 from haystack_fusion.prompts import PROMPTS, render
 from haystack_fusion.sure import (
+    PREFERENCE_CHOICES,
+    VALIDITY_CHOICES,
+    choice_probability,
     pairwise_ranking,
     parse_candidates,
     parse_preference,
@@ -295,3 +298,48 @@ class TestSelect:
     def test_non_finite_raises(self):
         with pytest.raises(ValueError, match="finite"):
             select([float("nan")], [0.0])
+
+
+class TestChoiceProbability:
+    @staticmethod
+    def meta(*steps):
+        return {
+            "logprobs": {
+                "content": [
+                    {"token": t, "logprob": lp, "top_logprobs": [{"token": a, "logprob": b} for a, b in alts]}
+                    for t, lp, alts in steps
+                ]
+            }
+        }
+
+    def test_reads_the_first_decision_token(self):
+        import math
+
+        meta = self.meta(
+            ("Answer", -0.1, []),
+            (":", -0.1, []),
+            (" True", math.log(0.7), [(" True", math.log(0.7)), ("True", math.log(0.1)), (" False", math.log(0.2))]),
+            (" False", -1.0, []),
+        )
+        assert choice_probability(meta, VALIDITY_CHOICES) == pytest.approx(0.8)
+
+    def test_chosen_side_only(self):
+        assert choice_probability(self.meta(("No", -0.1, [])), VALIDITY_CHOICES) == 0.0
+        assert choice_probability(self.meta((" 1", -0.1, [(" one", -9.0)])), PREFERENCE_CHOICES) == 1.0
+
+    def test_none_without_logprobs_or_decision(self):
+        assert choice_probability({}, VALIDITY_CHOICES) is None
+        assert choice_probability(self.meta(("maybe", -0.1, [])), VALIDITY_CHOICES) is None
+
+
+class TestProbabilityPreferences:
+    def test_float_outcomes(self):
+        assert pairwise_ranking({(0, 1): 0.8, (1, 0): 0.4}, 2) == pytest.approx([0.7, 0.3])
+
+    def test_int_and_float_mix(self):
+        assert pairwise_ranking({(0, 1): 1, (1, 0): 0.0}, 2) == pytest.approx([1.0, 0.0])
+
+    @pytest.mark.parametrize("value", [1.5, -0.1, 2.0])
+    def test_out_of_range(self, value):
+        with pytest.raises(ValueError, match=r"probability|preference"):
+            pairwise_ranking({(0, 1): value}, 2)

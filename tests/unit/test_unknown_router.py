@@ -1,11 +1,8 @@
-import math
-
 import pytest
 from haystack import Document, Pipeline
 from haystack.dataclasses import ChatMessage
 
 from haystack_fusion import UnknownRouter
-from haystack_fusion.components.unknown_router import reply_confidence
 from haystack_fusion.prompts import COT_ANSWER_PATTERN, PROMPTS
 
 DOCUMENTS = [Document(content="Paris is the capital of France."), Document(content="Lyon is in France.")]
@@ -14,20 +11,6 @@ DOCUMENTS = [Document(content="Paris is the capital of France."), Document(conte
 def reply_with_logprobs(text: str, logprobs: list[float]) -> ChatMessage:
     tokens = [{"token": f"t{i}", "logprob": logprob} for i, logprob in enumerate(logprobs)]
     return ChatMessage.from_assistant(text, meta={"logprobs": {"content": tokens}})
-
-
-class TestReplyConfidence:
-    def test_geometric_mean_of_token_probabilities(self):
-        reply = reply_with_logprobs("Paris", [-0.1, -0.3])
-        assert reply_confidence(reply) == pytest.approx(math.exp(-0.2))
-
-    def test_plain_list(self):
-        reply = ChatMessage.from_assistant("Paris", meta={"logprobs": [{"token": "Paris", "logprob": 0.0}]})
-        assert reply_confidence(reply) == pytest.approx(1.0)
-
-    @pytest.mark.parametrize("meta", [{}, {"logprobs": None}, {"logprobs": {"content": []}}, {"logprobs": "x"}])
-    def test_no_logprobs(self, meta):
-        assert reply_confidence(ChatMessage.from_assistant("Paris", meta=meta)) is None
 
 
 class TestUnknownRouter:
