@@ -197,7 +197,7 @@ def majority_vote(
     )
 
 
-def token_logprobs(meta: Mapping[str, Any] | None) -> list[dict[str, Any]] | None:
+def token_logprobs(meta: Mapping[str, Any] | None) -> list[Mapping[str, Any]] | None:
     """
     The per-token log-probabilities of a reply, as OpenAI-style generators put them in `meta["logprobs"]`.
 

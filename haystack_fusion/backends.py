@@ -187,9 +187,10 @@ else:
         """Set to a list to record, at each sampled token, its log-probability and `top_logprobs` alternatives."""
         top_logprobs: int = 0
 
-        def sample(self, *args: Any, idx: int | None = None, **kwargs: Any) -> Any:
+        def sample(self, *args: Any, **kwargs: Any) -> Any:
             """`Llama.sample`, recording the sampled token's log-probability when `logprob_trace` is a list."""
-            token = super().sample(*args, idx=idx, **kwargs)
+            token = super().sample(*args, **kwargs)
+            idx = kwargs.get("idx")
             if self.logprob_trace is not None:
                 row = idx - self.n_tokens if idx is not None else -1
                 logits = np.ctypeslib.as_array(self._ctx.get_logits_ith(row), shape=(self._n_vocab,))
@@ -363,15 +364,16 @@ else:
                 if not self.prefix_cache:
                     self._model.reset()  # evaluate the prompt from scratch
                 trace: list[TokenLogprob] = []
+                model: Any = self._model  # a PrefixCachingLlama
                 if wants_logprobs:
-                    self._model.logprob_trace = trace
-                    self._model.top_logprobs = int(settings.get("top_logprobs") or 0)
+                    model.logprob_trace = trace
+                    model.top_logprobs = int(settings.get("top_logprobs") or 0)
                 try:
                     result = LlamaCppChatGenerator.run(
                         self, messages=messages, generation_kwargs=generation_kwargs, **kwargs
                     )
                 finally:
-                    self._model.logprob_trace = None
+                    model.logprob_trace = None
                 if wants_logprobs and result["replies"]:
                     reply = result["replies"][0]
                     logprobs = openai_logprobs(trace, reply.text, self._model.detokenize)
@@ -487,8 +489,11 @@ class BackendConfig:
         embedded model and Ollama's client take none.
     :param max_tokens: Completion budget of a call, in tokens (None: the LLM's own; the embedded model's is 128). A
         base model behind a server's chat template does not stop by itself: bound it.
-    :raises ValueError: If a kind is unknown, `top_k` or `max_tokens` is below 1, or `timeout` / `max_retries` is
-        set for an LLM that does not take it.
+    :param logprobs: Ask an OpenAI-compatible LLM for token log-probabilities with every call, so answers carry a
+        confidence (the server must support them: llama.cpp's needs `logits_all`). The embedded model returns them
+        always; ollama-haystack returns none, so True is an error there.
+    :raises ValueError: If a kind is unknown, `top_k` or `max_tokens` is below 1, or `timeout` / `max_retries` /
+        `logprobs` is set for an LLM that does not take it.
     """
 
     store: StoreKind = "memory"
@@ -506,6 +511,7 @@ class BackendConfig:
     timeout: float | None = None
     max_retries: int | None = None
     max_tokens: int | None = None
+    logprobs: bool = False
 
     def __post_init__(self) -> None:
         for name, allowed in (
@@ -526,6 +532,8 @@ class BackendConfig:
             raise ValueError(f"`timeout` must be a positive number of seconds, got {self.timeout}")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"`max_tokens` must be at least 1, got {self.max_tokens}")
+        if self.logprobs and self.llm == "ollama":
+            raise ValueError("`logprobs`: ollama-haystack's generator returns no token log-probabilities")
         if self.max_retries is not None and self.max_retries < 0:
             raise ValueError(f"`max_retries` must be at least 0, got {self.max_retries}")
 
@@ -565,7 +573,13 @@ class BackendConfig:
         for field_name in cls.__dataclass_fields__:
             variable = variables.get(field_name, f"HAYSTACK_FUSION_{field_name.upper()}")
             if os.environ.get(variable):
-                cast = {"top_k": int, "max_retries": int, "max_tokens": int, "timeout": float}.get(field_name, str)
+                cast: Any = {
+                    "top_k": int,
+                    "max_retries": int,
+                    "max_tokens": int,
+                    "timeout": float,
+                    "logprobs": lambda value: value.lower() in ("1", "true", "yes", "on"),
+                }.get(field_name, str)
                 values[field_name] = cast(os.environ[variable])
         values.update({key: value for key, value in overrides.items() if value is not None})
         return cls(**values)
@@ -682,7 +696,7 @@ def chat_generator(config: BackendConfig) -> Any:
         return OpenAIChatGenerator(
             model=config.model or DEFAULT_MODELS["openai"],
             api_base_url=config.api_base_url,
-            generation_kwargs={"temperature": 0.0, **budget},
+            generation_kwargs={"temperature": 0.0, **budget, **({"logprobs": True} if config.logprobs else {})},
             timeout=config.timeout,
             max_retries=config.max_retries,
         )

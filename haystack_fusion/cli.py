@@ -31,6 +31,9 @@ def _strategy_options(args: argparse.Namespace) -> dict[str, Any]:
         "few_shot": args.candidate_prompt == "few-shot",
         "allow_parametric_knowledge": args.parametric_knowledge == "on",
         "note_generation_kwargs": {"max_tokens": args.note_max_tokens},
+        "min_confidence": args.min_confidence,
+        "min_vote_share": args.min_vote_share,
+        "verifier_scoring": args.verifier_scoring,
     }
 
 
@@ -49,6 +52,7 @@ def _backends(args: argparse.Namespace) -> BackendConfig:
         timeout=getattr(args, "timeout", None),
         max_retries=getattr(args, "max_retries", None),
         max_tokens=getattr(args, "max_tokens", None),
+        logprobs=getattr(args, "logprobs", None) or None,
     )
 
 
@@ -378,6 +382,12 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument(
             "--max-retries", type=int, help="retries of a failed openai call, by the openai client (default: its own)"
         )
+        sub.add_argument(
+            "--logprobs",
+            action="store_true",
+            help="ask an openai server for token log-probabilities, so answers carry a confidence (the embedded "
+            "model always returns them; ollama returns none)",
+        )
 
     def strategy_options(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--num-candidates", type=int, default=2, help="SuRe's answer candidates K (default: 2)")
@@ -397,6 +407,23 @@ def build_parser() -> argparse.ArgumentParser:
         )
         sub.add_argument(
             "--note-max-tokens", type=int, default=400, help="Chain-of-Note: completion budget of a call (default 400)"
+        )
+        sub.add_argument(
+            "--min-confidence",
+            type=float,
+            help="tau: concat_pf and cascade fall back to post-fusion when the concatenation answer's confidence is "
+            "below it (default: off for concat_pf, the paper's; the documented default for cascade)",
+        )
+        sub.add_argument(
+            "--min-vote-share",
+            type=float,
+            help="s: cascade verifies a post-fusion vote whose winner has a smaller share (default: documented)",
+        )
+        sub.add_argument(
+            "--verifier-scoring",
+            choices=["text", "probability"],
+            help="SuRe's validity and ranking from the reply's words (text, the paper's default for the sure "
+            "strategies) or from token probabilities (probability, cascade's default)",
         )
 
     def report_options(sub: argparse.ArgumentParser) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from haystack import Document, Pipeline
@@ -21,14 +21,14 @@ from haystack.components.generators.chat.types import ChatGenerator
 from haystack.components.joiners import AnswerJoiner
 from haystack.dataclasses import GeneratedAnswer
 
-from haystack_fusion.answers import UNKNOWN
+from haystack_fusion.answers import UNKNOWN, answer_confidence
 from haystack_fusion.components.candidate_summarizer import CandidateSummarizer, SummaryMode
 from haystack_fusion.components.note_taker import NoteMode, NoteTaker
 from haystack_fusion.components.passage_formatter import PassageFormatter
 from haystack_fusion.components.post_fusion_voter import PostFusionVoter
-from haystack_fusion.components.summary_verifier import SummaryVerifier
+from haystack_fusion.components.summary_verifier import Scoring, SummaryVerifier
 from haystack_fusion.components.unknown_router import UnknownRouter
-from haystack_fusion.llm_calls import reply_usage, sum_usage
+from haystack_fusion.llm_calls import reply_usage, sum_usage, with_logprobs
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, validate_query
 from haystack_fusion.prompts.passages import PassageLayout
 
@@ -54,6 +54,13 @@ class StrategyConfig:
         relevant (paper 004, Appendix A.5 step 5); False answers "unknown" then.
     :param note_generation_kwargs: `generation_kwargs` of Chain-of-Note's calls (the notes of k passages need a
         larger completion budget than a short answer); None keeps the generator's own.
+    :param min_confidence: tau, a probability: the first (concatenation) answer of `concat_pf` and `cascade` falls
+        back to post-fusion when its confidence (`answers.answer_confidence`) is below it, as well as when it says
+        unknown. None: off for `concat_pf` (paper 000's behaviour), `CASCADE_MIN_CONFIDENCE` for `cascade`.
+    :param min_vote_share: s: `cascade` verifies a post-fusion vote whose winner has a smaller share of the votes
+        (or that ties at the top); None: `CASCADE_MIN_VOTE_SHARE`.
+    :param verifier_scoring: SuRe's validity and ranking read from the reply's words ("text", paper 002) or from
+        token probabilities ("probability"); None: "text" for the SuRe strategies, "probability" for `cascade`.
     """
 
     retriever: Any
@@ -68,6 +75,9 @@ class StrategyConfig:
     few_shot: bool = False
     allow_parametric_knowledge: bool = True
     note_generation_kwargs: dict[str, Any] | None = None
+    min_confidence: float | None = None
+    min_vote_share: float | None = None
+    verifier_scoring: Scoring | None = None
 
 
 @dataclass(frozen=True)
@@ -138,13 +148,15 @@ def _prompt_chain(
     return components, connections
 
 
-def _voter(config: StrategyConfig) -> PostFusionVoter:
+def _voter(config: StrategyConfig, min_vote_share: float | None = None) -> PostFusionVoter:
     return PostFusionVoter(
         chat_generator=config.chat_generator,
         max_concurrency=config.max_concurrency,
         samples_per_passage=config.samples_per_passage,
         max_passage_chars=config.max_passage_chars,
         unknown_patterns=config.unknown_patterns,
+        min_vote_share=min_vote_share,
+        split_candidates=max(2, config.num_candidates),
     )
 
 
@@ -164,15 +176,22 @@ def _post_fusion(config: StrategyConfig) -> Pipeline:
     )
 
 
-def _concat_pf(config: StrategyConfig) -> Pipeline:
-    """Concatenation; when its answer is unknown, post-fusion over the same passages (paper 000, section 3.3)."""
+def _fallback_chain(config: StrategyConfig, min_confidence: float | None, min_vote_share: float | None) -> Parts:
+    """
+    Concatenation, routed on its answer (unknown, or confidence below `min_confidence`) to post-fusion over the same
+    passages; both answers go to the joiner. A generator that must report confidence is asked for log-probabilities.
+    """
+    if min_confidence is not None:
+        config = replace(config, chat_generator=with_logprobs(config.chat_generator))
     components, connections = _prompt_chain(config, "figure7", "retriever.documents")
     components.update(
         retriever=config.retriever,
         router=UnknownRouter(
-            answer_pattern=PROMPTS["figure7"].answer_pattern, unknown_patterns=config.unknown_patterns
+            answer_pattern=PROMPTS["figure7"].answer_pattern,
+            unknown_patterns=config.unknown_patterns,
+            min_confidence=min_confidence,
         ),
-        voter=_voter(config),
+        voter=_voter(config, min_vote_share),
         joiner=AnswerJoiner(),
     )
     connections += [
@@ -183,6 +202,49 @@ def _concat_pf(config: StrategyConfig) -> Pipeline:
         ("router.fallback_documents", "voter.documents"),
         ("answer_builder.answers", "joiner.answers"),
         ("voter.answers", "joiner.answers"),
+    ]
+    return components, connections
+
+
+def _concat_pf(config: StrategyConfig) -> Pipeline:
+    """
+    Concatenation; when its answer is unknown (or, with `min_confidence`, less confident than tau), post-fusion over
+    the same passages (paper 000, section 3.3).
+    """
+    return _assemble(_fallback_chain(config, config.min_confidence, None))
+
+
+CASCADE_MIN_CONFIDENCE = 0.5
+"""tau, the `cascade` strategy's default confidence floor for the concatenation answer (see docs/evaluation.md,
+"Choosing tau and s")."""
+
+CASCADE_MIN_VOTE_SHARE = 0.5
+"""s, the `cascade` strategy's default: a post-fusion winner with less than this share of the votes (or a tie at the
+top) is verified by SuRe (see docs/evaluation.md, "Choosing tau and s")."""
+
+
+def _cascade(config: StrategyConfig) -> Pipeline:
+    """
+    Concatenation -> post-fusion when it says unknown or is unsure -> SuRe's verification of the top-K post-fusion
+    candidates when the vote is split, each candidate summarized from the passages that produced it.
+    """
+    tau = CASCADE_MIN_CONFIDENCE if config.min_confidence is None else config.min_confidence
+    share = CASCADE_MIN_VOTE_SHARE if config.min_vote_share is None else config.min_vote_share
+    components, connections = _fallback_chain(config, tau, share)
+    components.update(
+        summarizer=_summarizer(config, "conditional"),
+        verifier=_verifier(config, use_validity=True, scoring=config.verifier_scoring or "probability"),
+    )
+    connections += [
+        ("voter.split_query", "summarizer.query"),
+        ("retriever.documents", "summarizer.documents"),
+        ("voter.split_candidates", "summarizer.candidates"),
+        ("voter.split_documents", "summarizer.candidate_documents"),
+        ("voter.split_query", "verifier.query"),
+        ("retriever.documents", "verifier.documents"),
+        ("summarizer.candidates", "verifier.candidates"),
+        ("summarizer.summaries", "verifier.summaries"),
+        ("verifier.answers", "joiner.answers"),
     ]
     return _assemble((components, connections))
 
@@ -217,16 +279,21 @@ def _summarizer(config: StrategyConfig, mode: SummaryMode) -> CandidateSummarize
     )
 
 
+def _verifier(config: StrategyConfig, use_validity: bool, scoring: Scoring) -> SummaryVerifier:
+    return SummaryVerifier(
+        chat_generator=config.verifier_chat_generator or config.chat_generator,
+        use_validity=use_validity,
+        max_concurrency=config.max_concurrency,
+        document_ranker=config.document_ranker,
+        scoring=scoring,
+    )
+
+
 def _sure(use_validity: bool) -> Callable[[StrategyConfig], Pipeline]:
     """Candidates and conditional summaries, then verification (paper 002, Algorithm 1; Table 3 ablation)."""
 
     def build(config: StrategyConfig) -> Pipeline:
-        verifier = SummaryVerifier(
-            chat_generator=config.verifier_chat_generator or config.chat_generator,
-            use_validity=use_validity,
-            max_concurrency=config.max_concurrency,
-            document_ranker=config.document_ranker,
-        )
+        verifier = _verifier(config, use_validity, config.verifier_scoring or "text")
         components = {
             "retriever": config.retriever,
             "summarizer": _summarizer(config, "conditional"),
@@ -339,6 +406,15 @@ STRATEGIES: dict[str, Strategy] = {
             "joiner",
             _pf_concat,
             prompts=("figure7", "distiller"),
+        ),
+        Strategy(
+            "cascade",
+            "concatenation; post-fusion when unknown or unsure; SuRe's verification when the vote is split",
+            "paper 000, section 3.3 + paper 002, section 3.3, Eq. 4-6 (this package's combination)",
+            "1-4",
+            "joiner",
+            _cascade,
+            prompts=("figure7", "sure_summary", "sure_validity", "sure_ranking"),
         ),
         Strategy(
             "base",
@@ -464,7 +540,8 @@ class StrategyRun:
     :param evidence: What the strategy saw: `fallback` (concat_pf: did post-fusion run), `votes` (normalized answer
         -> count), `candidates` (the post-fusion pool, or SuRe's answer candidates), `summaries` (SuRe's summaries),
         `scores` (SuRe: per answer, best first, `candidate_index`, `validity`, `ranking`, `score`), `notes` and
-        `answer_source` (Chain-of-Note), `components_run` (names of the components that ran, sorted).
+        `answer_source` (Chain-of-Note), `components_run` (names of the components that ran, sorted), `stages`
+        (concat_pf, cascade: `stage_trace`) and `confidence` (the answer's, in [0, 1], None when unavailable).
     :param usage: Summed usage of every LLM call: `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`.
     :param seconds: Wall-clock time of the pipeline run, in seconds.
     """
@@ -499,12 +576,33 @@ def pipeline_usage(pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) -> di
             usages.append({"rounds": 1})
         if not hasattr(pipeline.get_component(name), "_chat_generator"):
             continue
-        answers = output.get("answers") or []
+        answers = output.get("answers") or output.get("split") or []  # a split vote emits `split`, not `answers`
         if isinstance(output.get("meta"), dict):
             usages.append(output["meta"].get("usage"))
         elif answers:
             usages.append(answers[0].meta.get("usage"))
     return sum_usage(usages)
+
+
+def stage_trace(outputs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """
+    Which stage of a fallback strategy (`concat_pf`, `cascade`) answered, and why the earlier ones did not.
+
+    :param outputs: The pipeline run's outputs, with every component in `include_outputs_from`.
+    :returns: One entry per stage that ran, in order: `stage` ("concatenation", "post_fusion", "sure"), `answered`
+        (bool) and, for a stage that passed the question on, `reason` (the router's: "unknown answer", "confidence
+        0.31 < 0.5"; the voter's: "tie at the top", "vote share 0.40 < 0.5"). The last entry answered.
+    """
+    router = outputs.get("router", {})
+    if "unknown" not in router:
+        return [{"stage": "concatenation", "answered": True}]
+    stages: list[dict[str, Any]] = [{"stage": "concatenation", "answered": False, "reason": router.get("reason")}]
+    voter = outputs.get("voter", {})
+    split = voter.get("split")
+    if not split:
+        return [*stages, {"stage": "post_fusion", "answered": True}]
+    stages.append({"stage": "post_fusion", "answered": False, "reason": split[0].meta.get("split_reason")})
+    return [*stages, {"stage": "sure", "answered": "verifier" in outputs}]
 
 
 def run_strategy(
@@ -524,7 +622,9 @@ def run_strategy(
     :param top_k: Passages to retrieve; None keeps the retriever's own `top_k`.
     :param retriever_inputs: Further run inputs of the `retriever` component (the evaluation's per-question gold
         data for `EvalRetriever`).
-    :returns: A `StrategyRun`.
+    :returns: A `StrategyRun`. Every answer whose reply carried token log-probabilities gets `meta["confidence"]`
+        (`answers.answer_confidence`); the answer of a fallback strategy gets `meta["stage"]` and `meta["stages"]`
+        (`stage_trace`).
     :raises ValueError: If the question is empty or only whitespace, or the strategy is not registered.
     """
     strategy = get_strategy(name)
@@ -560,6 +660,12 @@ def run_strategy(
         ]
     if "router" in outputs:
         evidence["fallback"] = "unknown" in outputs["router"]
+        evidence["stages"] = stage_trace(outputs)
+        answer.meta.update(stage=evidence["stages"][-1]["stage"], stages=evidence["stages"])
+    for item in answers:
+        if "confidence" not in item.meta and (confidence := answer_confidence(item.meta, item.data)) is not None:
+            item.meta["confidence"] = confidence
+    evidence["confidence"] = answer.meta.get("confidence")
     return StrategyRun(
         answer=answer,
         answers=answers,

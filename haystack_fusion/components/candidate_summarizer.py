@@ -50,6 +50,10 @@ class CandidateSummarizer(ChatGeneratorWrapper):
     summary with no candidates (Listing 11, Sum-and-pred baseline of section 4.3); the `candidates` mode stops after
     round 1 (the MCQ baseline of Appendix A.7).
 
+    Given `candidates` (from another stage, such as the split post-fusion vote of the `cascade` strategy), round 1
+    is skipped and each candidate's summary reads `candidate_documents[k]`, the passages that produced it, when
+    those are given (else all `documents`).
+
     ### Usage example
     ```python
     from haystack import Document
@@ -138,14 +142,38 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         prompt = render(template, passages=passages, query=query, num_passages=len(documents), **variables)
         return query, passages, [prompt]
 
-    def _second_round(self, query: str, passages: str, candidates: list[str]) -> list[list[ChatMessage]]:
-        """One Listing 7 prompt per candidate, in candidate order (conditional mode only)."""
+    def _second_round(
+        self, query: str, passages: str, candidates: list[str], candidate_documents: list[list[Document]] | None = None
+    ) -> list[list[ChatMessage]]:
+        """
+        One Listing 7 prompt per candidate, in candidate order (conditional mode only); with `candidate_documents`,
+        candidate k's prompt shows its own passages.
+        """
         if self.mode != "conditional":
             return []
-        return [
-            render(PROMPTS["sure_summary"], passages=passages, query=query, candidates=candidates, target=index)
+        if candidate_documents is not None and len(candidate_documents) != len(candidates):
+            raise ValueError(
+                f"CandidateSummarizer needs one passage list per candidate, got {len(candidates)} candidates and "
+                f"{len(candidate_documents)} passage lists"
+            )
+        shown = [
+            passages
+            if candidate_documents is None
+            else format_passages(candidate_documents[index], self.max_passage_chars, layout="titled")
             for index in range(len(candidates))
         ]
+        return [
+            render(PROMPTS["sure_summary"], passages=shown[index], query=query, candidates=candidates, target=index)
+            for index in range(len(candidates))
+        ]
+
+    def _given(self, query: str, documents: list[Document] | None, candidates: list[str]) -> tuple[str, str, list[str]]:
+        """Validate given candidates (round 1 skipped): the query, all passages shown, the distinct candidates."""
+        if self.mode != "conditional":
+            raise ValueError(f"Given `candidates` need the conditional mode, not {self.mode!r}")
+        query = validate_query(query)
+        passages = format_passages(list(documents or []), self.max_passage_chars, layout="titled")
+        return query, passages, [candidate.strip() for candidate in candidates]
 
     def _fan_out(self) -> dict[str, Any]:
         return {"max_concurrency": self.max_concurrency, "raise_on_failure": self.raise_on_failure}
@@ -187,13 +215,23 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         return {"candidates": candidates, "summaries": summaries, "meta": meta}
 
     @component.output_types(candidates=list[str], summaries=list[str], meta=dict[str, Any])
-    def run(self, query: str, documents: list[Document]) -> dict[str, Any]:
+    def run(
+        self,
+        query: str,
+        documents: list[Document],
+        candidates: list[str] | None = None,
+        candidate_documents: list[list[Document]] | None = None,
+    ) -> dict[str, Any]:
         """
         Propose candidates and summarize the passages for each.
 
         :param query: The question.
         :param documents: The N retrieved passages, best-ranked first. None or an empty list makes no LLM call and
-            gives no candidates and no summaries.
+            gives no candidates and no summaries (unless `candidates` are given).
+        :param candidates: Candidates from elsewhere: round 1 is skipped and these are summarized (conditional
+            mode only).
+        :param candidate_documents: With `candidates`, one passage list per candidate: the passages its summary
+            reads (default: all `documents`).
         :returns: A dictionary with:
             - `candidates`: at most K distinct answer candidates in the order the model gave them (fewer when the
               model gave fewer; empty in generic mode or when the round-1 call failed).
@@ -201,22 +239,37 @@ class CandidateSummarizer(ChatGeneratorWrapper):
               call); generic mode: the one generic summary; candidates mode: empty.
             - `meta`: `source`, `mode`, `candidates_reply` (the raw round-1 reply), `failures` (`round`, `index`,
               `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`, `rounds`).
-        :raises ValueError: If `query` is empty or only whitespace.
+        :raises ValueError: If `query` is empty or only whitespace, `candidates` are given outside the conditional
+            mode, or `candidate_documents` has another length than `candidates`.
         """
-        query, passages, prompts = self._first_round(query, documents)
-        first = run_chat_calls(self._chat_generator, prompts, **self._fan_out()) if prompts else None
-        candidates = self._candidates(first)
-        summary_prompts = self._second_round(query, passages, candidates)
+        if candidates is not None:
+            query, passages, candidates = self._given(query, documents, candidates)
+            first = None
+        else:
+            query, passages, prompts = self._first_round(query, documents)
+            first = run_chat_calls(self._chat_generator, prompts, **self._fan_out()) if prompts else None
+            candidates = self._candidates(first)
+        summary_prompts = self._second_round(query, passages, candidates, candidate_documents)
         second = run_chat_calls(self._chat_generator, summary_prompts, **self._fan_out()) if summary_prompts else None
         return self._outputs(first, second, candidates)
 
     @component.output_types(candidates=list[str], summaries=list[str], meta=dict[str, Any])
-    async def run_async(self, query: str, documents: list[Document]) -> dict[str, Any]:
+    async def run_async(
+        self,
+        query: str,
+        documents: list[Document],
+        candidates: list[str] | None = None,
+        candidate_documents: list[list[Document]] | None = None,
+    ) -> dict[str, Any]:
         """Async form of `run`, with the same inputs, outputs and errors; calls the generator's `run_async`."""
-        query, passages, prompts = self._first_round(query, documents)
-        first = await run_chat_calls_async(self._chat_generator, prompts, **self._fan_out()) if prompts else None
-        candidates = self._candidates(first)
-        summary_prompts = self._second_round(query, passages, candidates)
+        if candidates is not None:
+            query, passages, candidates = self._given(query, documents, candidates)
+            first = None
+        else:
+            query, passages, prompts = self._first_round(query, documents)
+            first = await run_chat_calls_async(self._chat_generator, prompts, **self._fan_out()) if prompts else None
+            candidates = self._candidates(first)
+        summary_prompts = self._second_round(query, passages, candidates, candidate_documents)
         second = (
             await run_chat_calls_async(self._chat_generator, summary_prompts, **self._fan_out())
             if summary_prompts

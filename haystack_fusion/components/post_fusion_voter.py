@@ -9,7 +9,7 @@ from haystack.components.generators.chat.types import ChatGenerator
 from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage, GeneratedAnswer
 
-from haystack_fusion.answers import UnknownDetector, majority_vote, normalize_answer
+from haystack_fusion.answers import UnknownDetector, answer_confidence, majority_vote, normalize_answer
 from haystack_fusion.components.base import ChatGeneratorWrapper
 from haystack_fusion.llm_calls import FanOutResult, empty_usage, run_chat_calls, run_chat_calls_async
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render, validate_query
@@ -33,6 +33,13 @@ class PostFusionVoter(ChatGeneratorWrapper):
     whose answer was not unknown, which is what PF+Concat's distiller round reads (section 3.3, Figure 2 bottom);
     when no passage answered it emits `unknown` instead of those two, like a router, so that round is skipped.
 
+    With `min_vote_share` s set, a split vote is routed on instead of answered (the `cascade` strategy's stage 3):
+    when the winner's share of the votes is below s, or two answers tie at the top, the voter emits the top
+    `split_candidates` candidates with the passages that gave each (`split_candidates`, `split_documents`,
+    `split_query`), for SuRe's verification, and no `answers`. The winner's `meta` always holds `vote_share`, `tie`
+    and, when the replies carried token log-probabilities, `confidence` (the mean `answer_confidence` of the
+    answers that voted for it).
+
     ### Usage example
     ```python
     from haystack import Document
@@ -55,6 +62,8 @@ class PostFusionVoter(ChatGeneratorWrapper):
         max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
         unknown_patterns: list[str] | None = None,
         raise_on_failure: bool = False,
+        min_vote_share: float | None = None,
+        split_candidates: int = 2,
     ) -> None:
         """
         Create a PostFusionVoter.
@@ -69,9 +78,18 @@ class PostFusionVoter(ChatGeneratorWrapper):
         :param unknown_patterns: Regular expressions that mark an abstention; None uses the shared defaults.
         :param raise_on_failure: If True, the first failed call raises; by default a failed call is logged,
             counts as an abstention and is reported in `meta["failures"]`.
-        :raises ValueError: If `max_concurrency` or `samples_per_passage` is below 1, or `max_passage_chars` is not
-            positive.
+        :param min_vote_share: s in (0, 1]: a vote whose winner has a smaller share of the votes, or that ties at
+            the top, is emitted on the `split_*` outputs instead of `answers`. None (default) always answers.
+        :param split_candidates: K, the candidates a split vote passes on, most votes first (>= 2).
+        :raises ValueError: If `max_concurrency` or `samples_per_passage` is below 1, `max_passage_chars` is not
+            positive, `min_vote_share` is outside (0, 1] or `split_candidates` is below 2.
         """
+        if min_vote_share is not None and not 0 < min_vote_share <= 1:
+            raise ValueError(f"`min_vote_share` must be in (0, 1], got {min_vote_share}")
+        if split_candidates < 2:
+            raise ValueError(f"`split_candidates` must be at least 2, got {split_candidates}")
+        self.min_vote_share = min_vote_share
+        self.split_candidates = split_candidates
         if max_concurrency < 1:
             raise ValueError(f"`max_concurrency` must be at least 1, got {max_concurrency}")
         if samples_per_passage < 1:
@@ -99,6 +117,8 @@ class PostFusionVoter(ChatGeneratorWrapper):
             max_passage_chars=self.max_passage_chars,
             unknown_patterns=self.unknown_patterns,
             raise_on_failure=self.raise_on_failure,
+            min_vote_share=self.min_vote_share,
+            split_candidates=self.split_candidates,
         )
 
     def _plan(
@@ -155,10 +175,22 @@ class PostFusionVoter(ChatGeneratorWrapper):
             ]
 
         winner_key = next(iter(vote.votes), None)
+        counts = list(vote.votes.values())
+        share = counts[0] / sum(counts) if counts else 0.0
+        tie = len(counts) > 1 and counts[0] == counts[1]
+        confidences = [
+            answer_confidence(reply.meta, answer)
+            for reply, answer in zip(replies, answers, strict=True)
+            if reply is not None and answer is not None and normalize_answer(answer) == winner_key
+        ]
+        known = [c for c in confidences if c is not None]
         meta = {
             "strategy": "post_fusion",
             "source": "paper 000, Eq. 2",
             "votes": vote.votes,
+            "vote_share": share,
+            "tie": tie,
+            "confidence": sum(known) / len(known) if known else None,
             "passage_answers": passage_answers,
             "failures": failures,
             "usage": usage,
@@ -172,10 +204,26 @@ class PostFusionVoter(ChatGeneratorWrapper):
         ]
         if vote.is_unknown:
             return {"answers": [winner], "unknown": [winner]}
+        if self.min_vote_share is not None and (tie or share < self.min_vote_share):
+            meta["split_reason"] = "tie at the top" if tie else f"vote share {share:.2f} < {self.min_vote_share}"
+            top = list(vote.votes)[: self.split_candidates]
+            return {
+                "split": [winner, *runners_up],
+                "split_query": query,
+                "split_candidates": vote.candidates[: self.split_candidates],
+                "split_documents": [supporting(key) for key in top],
+            }
         return {"answers": [winner, *runners_up], "candidates": vote.candidates, "documents": answered}
 
     @component.output_types(
-        answers=list[GeneratedAnswer], candidates=list[str], documents=list[Document], unknown=list[GeneratedAnswer]
+        answers=list[GeneratedAnswer],
+        candidates=list[str],
+        documents=list[Document],
+        unknown=list[GeneratedAnswer],
+        split=list[GeneratedAnswer],
+        split_query=str,
+        split_candidates=list[str],
+        split_documents=list[list[Document]],
     )
     def run(self, query: str, documents: list[Document]) -> dict[str, Any]:
         """
@@ -187,13 +235,18 @@ class PostFusionVoter(ChatGeneratorWrapper):
         :returns: A dictionary with:
             - `answers`: the voted answer first ("unknown" when every passage abstained), then the other candidates
               by votes. The first answer's `meta` holds `votes` (normalized answer -> count), `passage_answers`
-              (per passage: `rank`, `document_id`, its p `answers`, None for a failed call), `failures` (`rank`,
+              (per passage: `rank`, `document_id`, its p `answers`, None for a failed call), `vote_share` (the
+              winner's votes / all votes, 0 when nothing voted), `tie` (the top two have equal votes), `confidence`
+              (mean answer confidence of its votes, None without log-probabilities), `failures` (`rank`,
               `sample`, `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`,
               `rounds`). Each answer's `documents` are the passages that gave it.
             - `candidates`: the candidate pool, distinct non-unknown answers, most votes first.
             - `documents`: the passages at least one of whose answers was not unknown, in rank order.
             - `unknown`: the "unknown" answer alone, emitted instead of `candidates` and `documents` when no
               passage answered (so that a distiller round connected to them does not run, as in PF+Concat).
+            - With `min_vote_share` set and a split vote, instead of all the above: `split` (the answers, the first
+              with `split_reason`), `split_query`, `split_candidates` (the top K candidates, most votes first) and
+              `split_documents` (K lists: the passages that gave each candidate, in rank order).
         :raises ValueError: If `query` is empty or only whitespace.
         """
         query, documents, prompts = self._plan(query, documents)
@@ -201,7 +254,14 @@ class PostFusionVoter(ChatGeneratorWrapper):
         return self._vote(query, documents, calls)
 
     @component.output_types(
-        answers=list[GeneratedAnswer], candidates=list[str], documents=list[Document], unknown=list[GeneratedAnswer]
+        answers=list[GeneratedAnswer],
+        candidates=list[str],
+        documents=list[Document],
+        unknown=list[GeneratedAnswer],
+        split=list[GeneratedAnswer],
+        split_query=str,
+        split_candidates=list[str],
+        split_documents=list[list[Document]],
     )
     async def run_async(self, query: str, documents: list[Document]) -> dict[str, Any]:
         """Async form of `run`, with the same inputs, outputs and errors; calls the generator's `run_async`."""

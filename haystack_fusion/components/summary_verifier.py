@@ -187,7 +187,7 @@ class SummaryVerifier(ChatGeneratorWrapper):
             return [GeneratedAnswer(data=UNKNOWN, query=query, documents=[], meta=nothing)]
         replies = calls.replies if calls else []
         validity = [0.0] * k
-        preferences: dict[Pair, int | None] = {}
+        preferences: dict[Pair, int | float | None] = {}
         for first, second in ranking_pairs(k):  # a call skipped for an empty summary: the non-empty one wins
             if not (summaries[first].strip() and summaries[second].strip()):
                 preferences[(first, second)] = (

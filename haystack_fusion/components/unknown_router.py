@@ -33,7 +33,7 @@ class UnknownRouter:
 
     router = UnknownRouter()
     print(router.run(replies=[ChatMessage.from_assistant("unknown")], query="Who?", documents=[]))
-    # {'unknown': [...], 'fallback_query': 'Who?', 'fallback_documents': []}
+    # {'unknown': [...], 'reason': 'unknown answer', 'fallback_query': 'Who?', 'fallback_documents': []}
     ```
     """
 
@@ -83,24 +83,39 @@ class UnknownRouter:
         """The answer in a reply: the `answer_pattern` match, or the whole text when the pattern is None."""
         return extract_answer(self.answer_pattern, reply.text) if self.answer_pattern else (reply.text or "").strip()
 
+    def reason(self, reply: ChatMessage | None) -> str | None:
+        """
+        Why one reply goes to the fallback, or None when it answers.
+
+        :param reply: The reply; None (no reply) goes to the fallback.
+        :returns: "no reply", "unknown answer", "confidence 0.31 < 0.5" (answer confidence below `min_confidence`),
+            or None.
+        """
+        if reply is None:
+            return "no reply"
+        answer = self.read_answer(reply)
+        if self._detector.is_unknown(answer):
+            return "unknown answer"
+        if self.min_confidence is not None:
+            confidence = answer_confidence(reply.meta, answer)
+            if confidence is not None and confidence < self.min_confidence:
+                return f"confidence {confidence:.2f} < {self.min_confidence}"
+        return None
+
     def is_unknown(self, reply: ChatMessage | None) -> bool:
         """
-        Decide one reply: True when it abstains or is less confident than `min_confidence`.
+        Decide one reply: True when it abstains or is less confident than `min_confidence` (see `reason`).
 
         :param reply: The reply; None (no reply) counts as unknown.
         """
-        if reply is None:
-            return True
-        if self._detector.is_unknown(self.read_answer(reply)):
-            return True
-        if self.min_confidence is not None:
-            confidence = answer_confidence(reply.meta, self.read_answer(reply))
-            if confidence is not None and confidence < self.min_confidence:
-                return True
-        return False
+        return self.reason(reply) is not None
 
     @component.output_types(
-        known=list[ChatMessage], unknown=list[ChatMessage], fallback_query=str, fallback_documents=list[Document]
+        known=list[ChatMessage],
+        unknown=list[ChatMessage],
+        fallback_query=str,
+        fallback_documents=list[Document],
+        reason=str,
     )
     def run(
         self, replies: list[ChatMessage], query: str | None = None, documents: list[Document] | None = None
@@ -113,13 +128,15 @@ class UnknownRouter:
         :param documents: The retrieved passages, passed on as `fallback_documents` on the unknown branch.
         :returns: Exactly one branch:
             - `known`: the replies, when the first reply answers;
-            - `unknown`: the replies, with `fallback_query` and `fallback_documents` when they were given.
+            - `unknown`: the replies, with `reason` (see `reason`), and `fallback_query` and `fallback_documents`
+              when they were given.
         """
         if not replies:
             logger.warning("UnknownRouter received no reply; routing to the unknown branch.")
-        if replies and not self.is_unknown(replies[0]):
+        reason = self.reason(replies[0] if replies else None)
+        if reason is None:
             return {"known": replies}
-        output: dict[str, Any] = {"unknown": replies}
+        output: dict[str, Any] = {"unknown": replies, "reason": reason}
         if query is not None:
             output["fallback_query"] = query
         if documents is not None:
@@ -127,7 +144,11 @@ class UnknownRouter:
         return output
 
     @component.output_types(
-        known=list[ChatMessage], unknown=list[ChatMessage], fallback_query=str, fallback_documents=list[Document]
+        known=list[ChatMessage],
+        unknown=list[ChatMessage],
+        fallback_query=str,
+        fallback_documents=list[Document],
+        reason=str,
     )
     async def run_async(
         self, replies: list[ChatMessage], query: str | None = None, documents: list[Document] | None = None

@@ -62,6 +62,10 @@ PREDICTION_OPTIONS = (
 )
 """The `StrategyConfig` fields that shape prompts and parsing, hashed into a record's fingerprint."""
 
+LATER_PREDICTION_OPTIONS = ("min_confidence", "min_vote_share", "verifier_scoring")
+"""`StrategyConfig` fields that change predictions, added after runs were committed: hashed only when set (not None),
+so the records of those runs keep their fingerprints."""
+
 
 @dataclass(frozen=True)
 class EvalConfig:
@@ -207,13 +211,16 @@ class Evaluator:
         :param generator: The run's LLM.
         :returns: A `RunSettings`.
         """
-        defaults = {f.name: f.default for f in dataclasses.fields(StrategyConfig) if f.name in PREDICTION_OPTIONS}
+        defaults = {f.name: f.default for f in dataclasses.fields(StrategyConfig)}
         options = {**defaults, **self.config.strategy_options}
         return RunSettings(
             strategy=strategy,
             top_k=top_k,
             setting=setting.label(),
-            options={name: options[name] for name in PREDICTION_OPTIONS},
+            options={
+                **{name: options[name] for name in PREDICTION_OPTIONS},
+                **{name: options[name] for name in LATER_PREDICTION_OPTIONS if options.get(name) is not None},
+            },
             prompts=prompt_hashes(get_strategy(strategy).prompts),
             llm=describe_generator(generator),
             retrieval=self.retrieval,

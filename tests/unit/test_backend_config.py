@@ -31,6 +31,7 @@ def test_defaults_are_the_embedded_stack(tmp_path):
         ({"retriever": "magic"}, "retriever"),
         ({"llm": "gpt"}, "llm"),
         ({"top_k": 0}, "top_k"),
+        ({"llm": "ollama", "logprobs": True}, "logprobs"),
     ],
 )
 def test_invalid(kwargs, message):
@@ -91,3 +92,29 @@ def test_dense_over_an_index_without_embeddings_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="no embeddings"):
         retriever(BackendConfig(index_path=str(path), retriever="dense"))
     assert isinstance(retriever(BackendConfig(index_path=str(path))), InMemoryBM25Retriever)
+
+
+def test_openai_logprobs_on_request(monkeypatch):
+    assert "logprobs" not in chat_generator(BackendConfig(llm="openai")).generation_kwargs
+    assert chat_generator(BackendConfig(llm="openai", logprobs=True)).generation_kwargs["logprobs"] is True
+    monkeypatch.setenv("HAYSTACK_FUSION_LOGPROBS", "true")
+    assert BackendConfig.from_env(llm="openai").logprobs is True
+
+
+def test_logprob_helpers():
+    from haystack.components.generators.chat import MockChatGenerator
+
+    from haystack_fusion.llm_calls import logprob_kwargs, supports_logprobs, with_logprobs
+
+    openai = chat_generator(BackendConfig(llm="openai"))
+    assert supports_logprobs(openai)
+    assert logprob_kwargs(openai, 5) == {"logprobs": True, "top_logprobs": 5}
+    copy = with_logprobs(openai)
+    assert copy is not openai
+    assert copy.generation_kwargs == {"temperature": 0.0, "logprobs": True}
+    assert with_logprobs(copy) is copy
+    mock = MockChatGenerator(responses=["x"])
+    assert not supports_logprobs(mock)
+    assert logprob_kwargs(mock) == {}
+    assert with_logprobs(mock) is mock
+    assert not supports_logprobs(chat_generator(BackendConfig(llm="ollama")))

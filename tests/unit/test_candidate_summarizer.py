@@ -202,3 +202,46 @@ class TestCandidateSummarizer:
         pipeline.add_component("summarizer", CandidateSummarizer(chat_generator=ScriptedGenerator()))
         result = pipeline.run({"summarizer": {"query": QUERY, "documents": DOCUMENTS}})
         assert result["summarizer"]["candidates"] == ["Paris", "Lyon"]
+
+
+class TestGivenCandidates:
+    def test_round_one_is_skipped_and_each_summary_reads_its_passages(self):
+        llm = ScriptedGenerator()
+        result = CandidateSummarizer(chat_generator=llm, max_concurrency=1).run(
+            query=QUERY,
+            documents=DOCUMENTS,
+            candidates=["Paris", "Lyon"],
+            candidate_documents=[[DOCUMENTS[0]], [DOCUMENTS[1]]],
+        )
+        assert result["candidates"] == ["Paris", "Lyon"]
+        assert result["summaries"] == ["Summary for (a) Paris.", "Summary for (b) Lyon."]
+        assert len(llm.prompts) == 2
+        assert all(not prompt.startswith("Below are") for prompt in llm.prompts)
+        paris, lyon = llm.prompts
+        assert "Title: Paris" in paris
+        assert "Title: Lyon" not in paris
+        assert "Title: Lyon" in lyon
+        assert result["meta"]["usage"]["rounds"] == 1
+
+    def test_without_candidate_documents_all_passages_are_shown(self):
+        llm = ScriptedGenerator()
+        CandidateSummarizer(chat_generator=llm, max_concurrency=1).run(
+            query=QUERY, documents=DOCUMENTS, candidates=["Paris"]
+        )
+        assert "Title: Lyon" in llm.prompts[0]
+
+    def test_mismatched_lengths(self):
+        summarizer = CandidateSummarizer(chat_generator=ScriptedGenerator())
+        with pytest.raises(ValueError, match="one passage list per candidate"):
+            summarizer.run(query=QUERY, documents=DOCUMENTS, candidates=["Paris"], candidate_documents=[])
+
+    def test_needs_conditional_mode(self):
+        summarizer = CandidateSummarizer(chat_generator=ScriptedGenerator(), mode="generic")
+        with pytest.raises(ValueError, match="conditional"):
+            summarizer.run(query=QUERY, documents=DOCUMENTS, candidates=["Paris"])
+
+    def test_run_async_matches_run(self):
+        kwargs = {"query": QUERY, "documents": DOCUMENTS, "candidates": ["Paris", "Lyon"]}
+        sync = CandidateSummarizer(chat_generator=ScriptedGenerator(), max_concurrency=1).run(**kwargs)
+        summarizer = CandidateSummarizer(chat_generator=ScriptedGenerator(), max_concurrency=1)
+        assert asyncio.run(summarizer.run_async(**kwargs)) == sync

@@ -1,3 +1,4 @@
+import math
 import re
 import threading
 from typing import Any
@@ -302,6 +303,8 @@ class TestPostFusionVoter:
                 "max_passage_chars": DEFAULT_MAX_PASSAGE_CHARS,
                 "unknown_patterns": None,
                 "raise_on_failure": False,
+                "min_vote_share": None,
+                "split_candidates": 2,
             },
         }
 
@@ -314,6 +317,8 @@ class TestPostFusionVoter:
             max_passage_chars=None,
             unknown_patterns=["^no idea$"],
             raise_on_failure=True,
+            min_vote_share=0.6,
+            split_candidates=3,
         )
         assert voter.to_dict()["init_parameters"] | {"chat_generator": None} == {
             "chat_generator": None,
@@ -323,6 +328,8 @@ class TestPostFusionVoter:
             "max_passage_chars": None,
             "unknown_patterns": ["^no idea$"],
             "raise_on_failure": True,
+            "min_vote_share": 0.6,
+            "split_candidates": 3,
         }
 
     def test_from_dict_round_trip(self):
@@ -382,3 +389,52 @@ class TestPostFusionVoter:
         result = voter_with(["Paris\nQuestion: something else\nAnswer: Lyon"]).run(query=QUERY, documents=DOCUMENTS[:1])
         assert result["answers"][0].data == "Paris"
         assert PROMPTS["figure7"].answer_pattern
+
+
+def _docs(n: int) -> list[Document]:
+    return [Document(content=f"passage {i}") for i in range(n)]
+
+
+class TestSplitVotes:
+    def test_share_tie_and_confidence_in_meta(self):
+        meta = {"logprobs": {"content": [{"token": "Paris", "logprob": -0.5}]}}
+        replies = [ChatMessage.from_assistant("Paris", meta=meta), "Lyon", "Paris", "unknown"]
+        result = PostFusionVoter(chat_generator=MockChatGenerator(responses=replies), max_concurrency=1).run(
+            query="Q?", documents=_docs(4)
+        )
+        winner = result["answers"][0].meta
+        assert winner["vote_share"] == pytest.approx(2 / 3)
+        assert winner["tie"] is False
+        assert winner["confidence"] == pytest.approx(math.exp(-0.5))  # the only vote with log-probabilities
+
+    def test_clear_vote_answers(self):
+        voter = voter_with(["Paris", "Paris", "Lyon"], min_vote_share=0.5, max_concurrency=1)
+        result = voter.run(query="Q?", documents=_docs(3))
+        assert result["answers"][0].data == "Paris"
+        assert "split" not in result
+
+    def test_tie_is_split_with_each_candidates_passages(self):
+        documents = _docs(4)
+        voter = voter_with(["Lyon", "Paris", "paris", "Lyon"], min_vote_share=0.3, max_concurrency=1)
+        result = voter.run(query="Q?", documents=documents)
+        assert "answers" not in result
+        assert result["split_query"] == "Q?"
+        assert result["split_candidates"] == ["Lyon", "Paris"]
+        assert result["split_documents"] == [[documents[0], documents[3]], [documents[1], documents[2]]]
+        assert result["split"][0].meta["split_reason"] == "tie at the top"
+
+    def test_low_share_is_split_top_k(self):
+        voter = voter_with(["Rome", "Oslo", "Bern", "Rome", "Riga"], min_vote_share=0.5, max_concurrency=1)
+        result = voter.run(query="Q?", documents=_docs(5))
+        assert result["split_candidates"] == ["Rome", "Oslo"]
+        assert result["split"][0].meta["split_reason"] == "vote share 0.40 < 0.5"
+
+    def test_all_unknown_is_answered_not_split(self):
+        voter = voter_with(["unknown", "unknown"], min_vote_share=0.9, max_concurrency=1)
+        result = voter.run(query="Q?", documents=_docs(2))
+        assert result["answers"][0].data == "unknown"
+
+    @pytest.mark.parametrize(("share", "k"), [(0.0, 2), (1.5, 2), (0.5, 1)])
+    def test_invalid_settings(self, share, k):
+        with pytest.raises(ValueError, match=r"min_vote_share|split_candidates"):
+            voter_with(["x"], min_vote_share=share, split_candidates=k)

@@ -149,6 +149,7 @@ class TestRegistry:
             "summary_cot",
             "concat_pf",
             "pf_concat",
+            "cascade",
             "base",
             "sure",
             "sure_rank_only",
@@ -225,6 +226,7 @@ class TestRunStrategy:
             ("summary_cot", 1),
             ("concat_pf", 1),
             ("pf_concat", 4),
+            ("cascade", 1),
             ("base", 1),
             ("sure", 1 + 2 + 2 + 2),
             ("sure_rank_only", 1 + 2 + 2),
@@ -369,6 +371,65 @@ class TestRunStrategy:
         run = run_strategy("concat_pf", pipeline, QUERY)
         assert run.evidence["fallback"] is True
         assert run.answer.data == "unknown"
+
+    def test_cascade_concatenation_answers(self):
+        pipeline = make_pipeline("cascade", MockChatGenerator(response_fn=answer_from_context))
+        run = run_strategy("cascade", pipeline, QUERY)
+        assert run.answer.data == "Paris"
+        assert run.answer.meta["stage"] == "concatenation"
+        assert run.evidence["stages"] == [{"stage": "concatenation", "answered": True}]
+
+    def test_cascade_clear_vote_answers_at_post_fusion(self):
+        pipeline = make_pipeline("cascade", MockChatGenerator(response_fn=unknown_for_concatenation), top_k=5)
+        run = run_strategy("cascade", pipeline, QUERY)
+        assert run.answer.data == "Paris"
+        assert run.answer.meta["stages"] == [
+            {"stage": "concatenation", "answered": False, "reason": "unknown answer"},
+            {"stage": "post_fusion", "answered": True},
+        ]
+        assert run.usage["calls"] == 1 + 5
+        assert "verifier" not in run.evidence["components_run"]
+
+    def test_cascade_split_vote_is_verified_from_each_candidates_passages(self):
+        def respond(messages: list[ChatMessage]) -> str:
+            prompt = messages[-1].text
+            return unknown_for_concatenation(messages) if sure_reply(prompt) is None else answer_from_context(messages)
+
+        llm = MockChatGenerator(response_fn=respond)
+        pipeline = make_pipeline("cascade", llm, top_k=3, min_vote_share=0.9)
+        run = run_strategy("cascade", pipeline, QUERY)
+        assert run.answer.data == "Paris"
+        assert run.answer.meta["stage"] == "sure"
+        assert run.answer.meta["stages"][1] == {
+            "stage": "post_fusion",
+            "answered": False,
+            "reason": "tie at the top",
+        }
+        assert run.usage["calls"] == 1 + 3 + 2 + 2 + 2
+        assert run.usage["rounds"] == 4
+        assert run.answer.meta["scoring"] == "probability"
+
+    def test_concat_pf_min_confidence_falls_back_on_an_unsure_answer(self):
+        unsure = ChatMessage.from_assistant(
+            "Lyon", meta={"logprobs": {"content": [{"token": "Lyon", "logprob": -3.0}]}}
+        )
+
+        def respond(messages: list[ChatMessage]) -> Any:
+            return unsure if messages[-1].text.count("<passage ") > 1 else unknown_for_concatenation(messages)
+
+        pipeline = make_pipeline("concat_pf", MockChatGenerator(response_fn=respond), top_k=3, min_confidence=0.2)
+        run = run_strategy("concat_pf", pipeline, QUERY)
+        assert run.answer.data == "Paris"
+        assert run.answer.meta["stages"][0] == {
+            "stage": "concatenation",
+            "answered": False,
+            "reason": "confidence 0.05 < 0.2",
+        }
+        # off by default: the paper's concat_pf keeps the unsure answer
+        default = run_strategy("concat_pf", make_pipeline("concat_pf", MockChatGenerator(response_fn=respond)), QUERY)
+        assert default.answer.data == "Lyon"
+        assert default.answer.meta["confidence"] == pytest.approx(0.0498, abs=1e-3)
+        assert default.evidence["confidence"] == default.answer.meta["confidence"]
 
     def test_pf_concat_distiller_prompt(self):
         generator = RecordingGenerator()

@@ -27,28 +27,34 @@ class TestUnknownRouter:
         result = UnknownRouter().run(replies=replies, query="What is the capital of France?", documents=DOCUMENTS)
         assert result == {
             "unknown": replies,
+            "reason": "unknown answer",
             "fallback_query": "What is the capital of France?",
             "fallback_documents": DOCUMENTS,
         }
 
     def test_unknown_without_query_and_documents(self):
         replies = [ChatMessage.from_assistant("unknown")]
-        assert UnknownRouter().run(replies=replies) == {"unknown": replies}
+        assert UnknownRouter().run(replies=replies) == {"unknown": replies, "reason": "unknown answer"}
 
     def test_empty_documents_are_passed_on(self):
         replies = [ChatMessage.from_assistant("unknown")]
         result = UnknownRouter().run(replies=replies, query="Q?", documents=[])
-        assert result == {"unknown": replies, "fallback_query": "Q?", "fallback_documents": []}
+        assert result == {
+            "unknown": replies,
+            "reason": "unknown answer",
+            "fallback_query": "Q?",
+            "fallback_documents": [],
+        }
 
     def test_empty_replies_are_unknown(self):
         result = UnknownRouter().run(replies=[], query="Q?", documents=DOCUMENTS)
-        assert result == {"unknown": [], "fallback_query": "Q?", "fallback_documents": DOCUMENTS}
+        assert result == {"unknown": [], "reason": "no reply", "fallback_query": "Q?", "fallback_documents": DOCUMENTS}
 
     def test_only_first_reply_is_judged(self):
         replies = [ChatMessage.from_assistant("Paris"), ChatMessage.from_assistant("unknown")]
         assert UnknownRouter().run(replies=replies) == {"known": replies}
         replies = [ChatMessage.from_assistant("unknown"), ChatMessage.from_assistant("Paris")]
-        assert set(UnknownRouter().run(replies=replies)) == {"unknown"}
+        assert set(UnknownRouter().run(replies=replies)) == {"unknown", "reason"}
 
     def test_first_line_answer_pattern(self):
         # The Figure 7 pattern reads the first line only.
@@ -57,19 +63,22 @@ class TestUnknownRouter:
 
     def test_answer_pattern_none_judges_whole_reply(self):
         router = UnknownRouter(answer_pattern=None)
-        assert set(router.run(replies=[ChatMessage.from_assistant("Paris\nI don't know")])) == {"unknown"}
+        assert set(router.run(replies=[ChatMessage.from_assistant("Paris\nI don't know")])) == {"unknown", "reason"}
         assert set(router.run(replies=[ChatMessage.from_assistant(" Paris ")])) == {"known"}
 
     def test_cot_answer_pattern(self):
         router = UnknownRouter(answer_pattern=COT_ANSWER_PATTERN)
         assert set(router.run(replies=[ChatMessage.from_assistant("Sources...\nAnswer: Saw VI")])) == {"known"}
-        assert set(router.run(replies=[ChatMessage.from_assistant("Sources...\nAnswer: unknown")])) == {"unknown"}
+        assert set(router.run(replies=[ChatMessage.from_assistant("Sources...\nAnswer: unknown")])) == {
+            "unknown",
+            "reason",
+        }
         # No "Answer:" line: an empty answer, which is unknown.
-        assert set(router.run(replies=[ChatMessage.from_assistant("It is Saw VI.")])) == {"unknown"}
+        assert set(router.run(replies=[ChatMessage.from_assistant("It is Saw VI.")])) == {"unknown", "reason"}
 
     def test_custom_unknown_patterns(self):
         router = UnknownRouter(unknown_patterns=[r"^no idea$"])
-        assert set(router.run(replies=[ChatMessage.from_assistant("No idea.")])) == {"unknown"}
+        assert set(router.run(replies=[ChatMessage.from_assistant("No idea.")])) == {"unknown", "reason"}
         assert set(router.run(replies=[ChatMessage.from_assistant("unknown")])) == {"known"}
 
     def test_min_confidence(self):
@@ -80,12 +89,13 @@ class TestUnknownRouter:
         assert router.run(replies=confident, query="Q?") == {"known": confident}
         assert router.run(replies=unsure, query="Q?", documents=DOCUMENTS) == {
             "unknown": unsure,
+            "reason": "confidence 0.08 < 0.5",
             "fallback_query": "Q?",
             "fallback_documents": DOCUMENTS,
         }
         assert router.run(replies=no_logprobs) == {"known": no_logprobs}
         # A confident abstention is still unknown.
-        assert set(router.run(replies=[reply_with_logprobs("unknown", [-0.01])])) == {"unknown"}
+        assert set(router.run(replies=[reply_with_logprobs("unknown", [-0.01])])) == {"unknown", "reason"}
 
     def test_min_confidence_disabled_by_default(self):
         unsure = [reply_with_logprobs("Paris", [-5.0])]
@@ -94,7 +104,7 @@ class TestUnknownRouter:
     def test_min_confidence_one(self):
         router = UnknownRouter(min_confidence=1.0)
         assert set(router.run(replies=[reply_with_logprobs("Paris", [0.0])])) == {"known"}
-        assert set(router.run(replies=[reply_with_logprobs("Paris", [-0.001])])) == {"unknown"}
+        assert set(router.run(replies=[reply_with_logprobs("Paris", [-0.001])])) == {"unknown", "reason"}
 
     @pytest.mark.parametrize("min_confidence", [0, 0.0, -0.1, 1.01, 2])
     def test_invalid_min_confidence(self, min_confidence):
@@ -165,4 +175,4 @@ class TestUnknownRouter:
         unknown = pipeline.run(
             {"router": {"replies": [ChatMessage.from_assistant("unknown")], "query": "Q?", "documents": DOCUMENTS}}
         )
-        assert set(unknown["router"]) == {"unknown", "fallback_query", "fallback_documents"}
+        assert set(unknown["router"]) == {"unknown", "reason", "fallback_query", "fallback_documents"}
