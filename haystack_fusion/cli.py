@@ -267,7 +267,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     Path(args.out).mkdir(parents=True, exist_ok=True)
     write_run_manifest(args.out, title=title, dataset=str(args.dataset), command=getattr(args, "argv", None))
     records = evaluator.run()
-    _write_report(records, args.out, title=title, baseline=args.baseline, dataset=dataset, sas=args.sas)
+    _write_report(records, args.out, title=title, dataset=dataset, args=args)
     if args.export_notes:
         from haystack_fusion.evaluation.export import export_notes
 
@@ -282,15 +282,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_report(records: list[Any], out: str, *, title: str, baseline: str | None, dataset: Any, sas: bool) -> None:
+def _write_report(records: list[Any], out: str, *, title: str, dataset: Any, args: argparse.Namespace) -> None:
+    """The report of `eval` and `report`, with their `--baseline`, `--sas` and `--confidence-threshold`."""
     from haystack_fusion.evaluation.report import write_report
 
     sas_scores = None
-    if sas:
+    if args.sas:
         from haystack_fusion.evaluation.haystack_eval import records_sas
 
         sas_scores = records_sas(records, dataset)
-    write_report(records, out, title=title, baseline=baseline, sas=sas_scores)
+    thresholds = None
+    if args.confidence_threshold:
+        thresholds = [float(value) for value in str(args.confidence_threshold).split(",") if value.strip()]
+        if not all(0.0 < value <= 1.0 for value in thresholds):
+            raise ValueError(f"--confidence-threshold values must be in (0, 1], got {args.confidence_threshold}")
+    write_report(records, out, title=title, baseline=args.baseline, sas=sas_scores, thresholds=thresholds)
     print((Path(out) / "results.md").read_text(encoding="utf-8"))
 
 
@@ -315,7 +321,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise ValueError("--sas needs the dataset's gold answers: pass --dataset")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     title = args.title or manifest.get("title", "")
-    _write_report(records, args.out, title=title, baseline=args.baseline, dataset=dataset, sas=args.sas)
+    _write_report(records, args.out, title=title, dataset=dataset, args=args)
     return 0
 
 
@@ -427,6 +433,11 @@ def build_parser() -> argparse.ArgumentParser:
         )
 
     def report_options(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--confidence-threshold",
+            help="tau values of the report's replayed concat_pf / cascade sweep, comma-separated (default: 0.05, "
+            "0.10, ..., 0.95); replayed exactly from the concatenation and post_fusion records of the run",
+        )
         sub.add_argument(
             "--baseline",
             help="strategy the others are compared with: paired bootstrap CI of the EM and F1 difference over the "

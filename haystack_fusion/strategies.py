@@ -31,6 +31,7 @@ from haystack_fusion.components.unknown_router import UnknownRouter
 from haystack_fusion.llm_calls import reply_usage, sum_usage, with_logprobs
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, validate_query
 from haystack_fusion.prompts.passages import PassageLayout
+from haystack_fusion.sure import summary_is_label
 
 
 @dataclass(frozen=True)
@@ -414,7 +415,7 @@ STRATEGIES: dict[str, Strategy] = {
             "1-4",
             "joiner",
             _cascade,
-            prompts=("figure7", "sure_summary", "sure_validity", "sure_ranking"),
+            prompts=("figure7", "sure_summary", "sure_few_shot_summary", "sure_validity", "sure_ranking"),
         ),
         Strategy(
             "base",
@@ -432,7 +433,14 @@ STRATEGIES: dict[str, Strategy] = {
             "3",
             "verifier",
             _sure(use_validity=True),
-            prompts=("sure_candidates", "sure_few_shot_candidates", "sure_summary", "sure_validity", "sure_ranking"),
+            prompts=(
+                "sure_candidates",
+                "sure_few_shot_candidates",
+                "sure_summary",
+                "sure_few_shot_summary",
+                "sure_validity",
+                "sure_ranking",
+            ),
         ),
         Strategy(
             "sure_rank_only",
@@ -441,7 +449,13 @@ STRATEGIES: dict[str, Strategy] = {
             "3",
             "verifier",
             _sure(use_validity=False),
-            prompts=("sure_candidates", "sure_few_shot_candidates", "sure_summary", "sure_ranking"),
+            prompts=(
+                "sure_candidates",
+                "sure_few_shot_candidates",
+                "sure_summary",
+                "sure_few_shot_summary",
+                "sure_ranking",
+            ),
         ),
         Strategy(
             "sure_sum_all",
@@ -450,7 +464,13 @@ STRATEGIES: dict[str, Strategy] = {
             "3",
             "answer_builder",
             _summarize_then_answer("conditional", "sure_sum_all", "summaries"),
-            prompts=("sure_candidates", "sure_few_shot_candidates", "sure_summary", "sure_sum_all"),
+            prompts=(
+                "sure_candidates",
+                "sure_few_shot_candidates",
+                "sure_summary",
+                "sure_few_shot_summary",
+                "sure_sum_all",
+            ),
         ),
         Strategy(
             "mcq",
@@ -540,7 +560,9 @@ class StrategyRun:
     :param evidence: What the strategy saw: `fallback` (concat_pf: did post-fusion run), `votes` (normalized answer
         -> count), `candidates` (the post-fusion pool, or SuRe's answer candidates), `summaries` (SuRe's summaries),
         `scores` (SuRe: per answer, best first, `candidate_index`, `validity`, `ranking`, `score`), `notes` and
-        `answer_source` (Chain-of-Note), `components_run` (names of the components that ran, sorted), `stages`
+        `answer_source` (Chain-of-Note), `label_summaries` (SuRe: how many summaries are only a candidate's label,
+        `sure.summary_is_label`), `vote_share` (post-fusion's winner), `components_run` (names of the components that
+        ran, sorted), `stages`
         (concat_pf, cascade: `stage_trace`) and `confidence` (the answer's, in [0, 1], None when unavailable).
     :param usage: Summed usage of every LLM call: `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`.
     :param seconds: Wall-clock time of the pipeline run, in seconds.
@@ -642,7 +664,7 @@ def run_strategy(
     seconds = time.perf_counter() - start
     answers = outputs.get(strategy.answer_component, {}).get("answers") or []
     answer = answers[0] if answers else GeneratedAnswer(data=UNKNOWN, query=query, documents=[], meta={})
-    voter_answers = outputs.get("voter", {}).get("answers") or []
+    voter_answers = outputs.get("voter", {}).get("answers") or outputs.get("voter", {}).get("split") or []
     summarizer = outputs.get("summarizer", {})
     evidence = {
         "components_run": [component for component in components if component in outputs],
@@ -651,6 +673,11 @@ def run_strategy(
     }
     if summarizer:
         evidence["summaries"] = summarizer.get("summaries")
+        evidence["label_summaries"] = sum(
+            summary_is_label(summary, summarizer.get("candidates") or []) for summary in evidence["summaries"] or []
+        )
+    if voter_answers:
+        evidence["vote_share"] = voter_answers[0].meta.get("vote_share")
     if "note_taker" in outputs:
         evidence["notes"] = outputs["note_taker"].get("notes")
         evidence["answer_source"] = answer.meta.get("answer_source")

@@ -420,3 +420,22 @@ def choice_probability(meta: Mapping[str, Any] | None, choices: Choices) -> floa
         total = mass[0] + mass[1]
         return mass[0] / total if total > 0 else float(chosen == 0)
     return None
+
+
+_LABEL = re.compile(r"^\s*(?:\(?[a-z]\)|[a-z]\.)\s+", re.IGNORECASE)
+
+
+def summary_is_label(summary: str | None, candidates: Sequence[str]) -> bool:
+    """
+    Whether a conditional summary (Listing 7) is no summary: empty, or only a candidate's label and name.
+
+    Base models often continue Listing 7's list pattern instead of writing a passage, giving "(b) Lyon" or "Lyon"
+    as the "summary"; such a summary cannot support its prediction (Eq. 4) or be ranked on its content (Eq. 5).
+
+    :param summary: The cleaned summary (`clean_summary`).
+    :param candidates: The K candidates the summaries were written for.
+    :returns: True when the summary, without a leading "(b)" / "b." label, normalizes (`normalize_answer`) to
+        nothing or to one of the candidates.
+    """
+    key = normalize_answer(_LABEL.sub("", summary or ""))
+    return not key or any(key == normalize_answer(candidate) for candidate in candidates)

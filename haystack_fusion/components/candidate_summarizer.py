@@ -88,8 +88,9 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         :param max_concurrency: Largest number of summary calls under way at once (>= 1).
         :param max_passage_chars: Per-passage context budget in characters (None: no limit); longer passages are
             trimmed, never the instructions.
-        :param few_shot: If True, candidates come from Listing 13 (Appendix B.5: Listing 6 with question-answer
-            demonstrations, here in the candidate form) instead of Listing 6; for base models that continue text.
+        :param few_shot: If True (base-model mode), candidates come from Listing 13 (Appendix B.5: Listing 6 with
+            question-answer demonstrations, here in the candidate form) instead of Listing 6, and summaries from
+            Listing 7 with one demonstration (`prompts.sure.FEW_SHOT_SUMMARY`); for base models that continue text.
         :param raise_on_failure: If True, a failed call raises; by default it is logged, reported in
             `meta["failures"]`, and gives no candidates (round 1) or an empty summary (round 2).
         :raises ValueError: If `num_candidates` or `max_concurrency` is below 1, `mode` is unknown, or
@@ -162,8 +163,9 @@ class CandidateSummarizer(ChatGeneratorWrapper):
             else format_passages(candidate_documents[index], self.max_passage_chars, layout="titled")
             for index in range(len(candidates))
         ]
+        template = PROMPTS["sure_few_shot_summary" if self.few_shot else "sure_summary"]
         return [
-            render(PROMPTS["sure_summary"], passages=shown[index], query=query, candidates=candidates, target=index)
+            render(template, passages=shown[index], query=query, candidates=candidates, target=index)
             for index in range(len(candidates))
         ]
 

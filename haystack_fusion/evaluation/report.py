@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from haystack_fusion.evaluation.calibration import DEFAULT_THRESHOLDS, calibration_report
 from haystack_fusion.evaluation.metrics import QuestionScore, summarize
 from haystack_fusion.evaluation.runner import QuestionRecord
 from haystack_fusion.evaluation.stats import (
@@ -401,6 +402,7 @@ def write_report(
     baseline: str | None = None,
     seed: int = DEFAULT_SEED,
     sas: Mapping[tuple[str, int, str, str], float | None] | None = None,
+    thresholds: Sequence[float] | None = None,
 ) -> dict[str, Any]:
     """
     Write `summary.json`, `results.md` and the charts into `out`.
@@ -417,6 +419,8 @@ def write_report(
     :param seed: The seed of the bootstrap's random generator, reported in both files.
     :param sas: Semantic answer similarity per record key (`haystack_eval.records_sas`); adds `sas` and `sas_ci` to
         the summaries and a SAS table (`add_sas`).
+    :param thresholds: The tau grid of the replayed fallback sweep (`calibration.calibration_report`); None: 0.05
+        to 0.95. The calibration sections go to `summary.json` under `calibration`.
     :returns: The summary that was written.
     :raises ValueError: If there are no records, or `baseline` names a strategy that has no records.
     """
@@ -432,11 +436,19 @@ def write_report(
     if sas is not None:
         add_sas(summaries, records, sas, seed=seed)
     bootstrap = bootstrap_settings(seed)
-    summary = {"title": title, "baseline": resolved, "bootstrap": bootstrap, "runs": summaries}
+    grid = DEFAULT_THRESHOLDS if thresholds is None else tuple(thresholds)
+    calibrated, calibration = calibration_report(records, out, thresholds=grid, seed=seed)
+    summary = {
+        "title": title,
+        "baseline": resolved,
+        "bootstrap": bootstrap,
+        "runs": summaries,
+        "calibration": calibration,
+    }
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
     several = len({s["setting"] for s in summaries}) > 1
     table = markdown_table(summaries, title=title, baseline=resolved, bootstrap=bootstrap)
-    table += _sas_table(summaries, with_setting=several)
+    table += _sas_table(summaries, with_setting=several) + calibrated
     (out / TABLE_FILE).write_text(table, encoding="utf-8")
     draw_charts(summaries, out)
     return summary

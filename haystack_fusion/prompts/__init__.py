@@ -91,6 +91,12 @@ PROMPTS: dict[str, PromptTemplate] = {
             "sure_summary", "paper 002, Appendix A.2, Listing 7", sure.CONDITIONAL_SUMMARY, WHOLE_REPLY_PATTERN
         ),
         PromptTemplate(
+            "sure_few_shot_summary",
+            "paper 002, Appendix A.2, Listing 7 (with a demonstration, as Listing 13)",
+            sure.FEW_SHOT_SUMMARY,
+            WHOLE_REPLY_PATTERN,
+        ),
+        PromptTemplate(
             "sure_generic_summary", "paper 002, Appendix A.6, Listing 11", sure.GENERIC_SUMMARY, WHOLE_REPLY_PATTERN
         ),
         PromptTemplate("sure_validity", "paper 002, Appendix A.3, Listing 8", sure.VALIDITY, WHOLE_REPLY_PATTERN),

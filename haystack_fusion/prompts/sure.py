@@ -77,6 +77,24 @@ Passage:"""
 """Listing 7 (p_sum, Eq. 3). Variables: `passages`, `query`, `candidates` (all K), `target` (0-based index of the
 candidate this summary supports)."""
 
+_SUMMARY_HEAD, _SUMMARY_TAIL = CONDITIONAL_SUMMARY.split("Question: {{ query }}", 1)
+
+FEW_SHOT_SUMMARY_EXAMPLE = """Question: Which river flows through the town of Example?
+Choices: (a) River Alpha (b) River Beta
+Prediction: (a) River Alpha
+Passage: The town of Example was built on both banks of the River Alpha, which flows through its centre, so the \
+river that flows through the town is the River Alpha. [DONE]
+
+"""
+"""The demonstration of Listing 7 in base-model mode: a made-up question whose names ("River Alpha") cannot be
+mistaken for a real answer or copied into one, showing that a summary is a passage of full sentences that ends with
+[DONE], not the next choice label."""
+
+FEW_SHOT_SUMMARY = _SUMMARY_HEAD + FEW_SHOT_SUMMARY_EXAMPLE + "Question: {{ query }}" + _SUMMARY_TAIL
+"""Listing 7 with one demonstration before the question, for base models (the candidates' few-shot mode, as
+Listing 13 does for Listing 6): without it, a base model continues the Choices / Prediction list and returns a
+candidate's label as its "summary" (`haystack_fusion.sure.summary_is_label`). Variables: as Listing 7."""
+
 GENERIC_SUMMARY = """{{ passages }}
 
 Your job is to act as a professional writer. You will write a good-quality passage that can support the prediction \

@@ -39,6 +39,7 @@ SURE_VARIABLES = {
         "examples": [{"question": "Who?", "answer": "(a) A, (b) B"}],
     },
     "sure_summary": {"candidates": ["Paris", "Lyon"], "target": 0},
+    "sure_few_shot_summary": {"candidates": ["Paris", "Lyon"], "target": 0},
     "sure_generic_summary": {},
     "sure_base": {},
     "sure_mcq": {"candidates": ["Paris", "Lyon"]},

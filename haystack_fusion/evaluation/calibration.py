@@ -1,0 +1,484 @@
+"""
+Calibration of answer confidence, from evaluation records: AUROC, selective answering, and the fallback thresholds.
+
+A record's confidence is `evidence["confidence"]`, the geometric mean of its answer tokens' probabilities
+(`haystack_fusion.answers.answer_confidence`), recorded when the LLM returned token log-probabilities. For an answer
+that abstains ("unknown") it is the confidence in abstaining, so the confidence that the system *answers* is
+`answering_confidence`: the confidence of a real answer, 1 minus it for an abstention.
+
+Two readings of its AUROC (the probability that a random positive question gets a higher answering confidence than
+a random negative one; `scipy.stats.mannwhitneyu`'s U over n+ x n-, ties counting half):
+- `correct`: among answerable questions, positives are those answered exactly right (EM = 1);
+- `answerable`: over all questions, positives are the answerable ones (can confidence tell a question the passages
+  answer from one they cannot; SQuAD 2.0's unanswerable questions).
+
+SQuAD 2.0 EM (`squad2_em`) is the official overall exact match: an answerable question counts when its answer matches
+a gold answer, an unanswerable one when the system abstains. It is what the thresholds are chosen for.
+
+The thresholds of the fallback strategies are replayed from records, exactly: decoding is greedy, so `concat_pf` at
+tau answers with the concatenation record's answer unless it abstains or its confidence is below tau, and then with
+the post_fusion record's answer (the same k single-passage calls); `cascade` at (tau, s) further answers a split vote
+(the winner's share below s, or a tie) with the answer of a `cascade` record made with tau = s = 1 (`EXHAUSTIVE`),
+which verified every vote that was not unanimous.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from haystack_fusion.evaluation.records import QuestionRecord
+from haystack_fusion.evaluation.stats import _RNG_KEYWORD, BOOTSTRAP_RESAMPLES, CONFIDENCE, DEFAULT_SEED, rate_ci
+
+SELECTIVE_CHART = "selective_answering.png"
+
+DEFAULT_THRESHOLDS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(1, 20))
+"""The tau grid of a sweep: 0.05, 0.10, ..., 0.95."""
+
+DEFAULT_SHARES: tuple[float, ...] = (0.4, 0.5, 0.6, 0.7, 0.8, 1.0)
+"""The s grid of a sweep (with k = 5 passages, shares move in steps of 1/5 of the votes cast)."""
+
+EXHAUSTIVE = {"min_confidence": 1.0, "min_vote_share": 1.0}
+"""The `cascade` settings whose records can replay every (tau, s): every answer falls back, every vote that is not
+unanimous is verified."""
+
+
+def answering_confidence(record: QuestionRecord) -> float | None:
+    """The confidence that the system answers: the answer's confidence, 1 minus it for an abstention; None without."""
+    confidence = record.evidence.get("confidence")
+    if confidence is None:
+        return None
+    return 1.0 - float(confidence) if record.score.unknown else float(confidence)
+
+
+def squad2_correct(record: QuestionRecord) -> bool:
+    """SQuAD 2.0's overall exact match of one question: EM for an answerable one, abstention for an unanswerable."""
+    return bool(record.score.em == 1.0) if record.answerable else record.score.unknown
+
+
+def _auroc(scores: np.ndarray, labels: np.ndarray) -> float:
+    positives, negatives = scores[labels], scores[~labels]
+    if not len(positives) or not len(negatives):
+        return math.nan
+    return float(stats.mannwhitneyu(positives, negatives).statistic / (len(positives) * len(negatives)))
+
+
+def auroc(
+    scores: Sequence[float], labels: Sequence[bool], *, seed: int = DEFAULT_SEED, resamples: int = BOOTSTRAP_RESAMPLES
+) -> dict[str, Any] | None:
+    """
+    The AUROC of scores against binary labels, with its 95% percentile-bootstrap CI over questions.
+
+    The bootstrap is stratified: positives and negatives are resampled apart (`scipy.stats.bootstrap` with two
+    independent samples), so every resample has both classes and an AUROC; 1,000 resamples, as paper 002 Appendix H.
+
+    :param scores: One score per question.
+    :param labels: One label per question (True: positive).
+    :param seed: The bootstrap's seed.
+    :param resamples: Bootstrap resamples (1,000, as paper 002 Appendix H).
+    :returns: `auroc` (in [0, 1]), `ci` ([low, high]; None with fewer than two of a class),
+        `positives`, `negatives`; None when either class is empty.
+    :raises ValueError: If the lengths differ.
+    """
+    if len(scores) != len(labels):
+        raise ValueError(f"one label per score: got {len(scores)} scores and {len(labels)} labels")
+    values, flags = np.asarray(scores, dtype=float), np.asarray(labels, dtype=bool)
+    value = _auroc(values, flags)
+    if math.isnan(value):
+        return None
+    positives, negatives = values[flags], values[~flags]
+    if len(positives) < 2 or len(negatives) < 2:
+        return {"auroc": value, "ci": None, "positives": len(positives), "negatives": len(negatives)}
+    with warnings.catch_warnings():  # a constant statistic (perfect separation) is a point interval, not a problem
+        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+        interval = stats.bootstrap(
+            (positives, negatives),
+            lambda pos, neg: _auroc(np.concatenate([pos, neg]), np.arange(len(pos) + len(neg)) < len(pos)),
+            vectorized=False,
+            n_resamples=resamples,
+            confidence_level=CONFIDENCE,
+            method="percentile",
+            **{_RNG_KEYWORD: np.random.default_rng(seed)},
+        ).confidence_interval
+    ci = None if math.isnan(interval.low) or math.isnan(interval.high) else [interval.low, interval.high]
+    return {"auroc": value, "ci": ci, "positives": int(flags.sum()), "negatives": int((~flags).sum())}
+
+
+def calibration(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED) -> list[dict[str, Any]]:
+    """
+    Both AUROC readings for every run (strategy, k, setting) whose records carry confidences.
+
+    :returns: Per run: `strategy`, `top_k`, `setting`, `n` (records with a confidence), `correct` and `answerable`
+        (each an `auroc` result, or None when a class is missing).
+    """
+    rows = []
+    for (strategy, top_k, setting), group in _runs(records).items():
+        scored = [(record, value) for record in group if (value := answering_confidence(record)) is not None]
+        if not scored:
+            continue
+        answerable = [(record, value) for record, value in scored if record.answerable]
+        rows.append(
+            {
+                "strategy": strategy,
+                "top_k": top_k,
+                "setting": setting,
+                "n": len(scored),
+                "correct": auroc([v for _, v in answerable], [r.score.em == 1.0 for r, _ in answerable], seed=seed),
+                "answerable": auroc([v for _, v in scored], [r.answerable for r, _ in scored], seed=seed),
+            }
+        )
+    return rows
+
+
+def selective_curve(records: Sequence[QuestionRecord]) -> list[tuple[float, float]]:
+    """
+    Accuracy against coverage as the confidence threshold varies (selective answering).
+
+    At each threshold t the system answers the questions whose answer is not "unknown" and whose confidence is at
+    least t, and abstains on the rest. Coverage is the share of all questions answered; accuracy is the share of
+    answered questions answered exactly right (an answered unanswerable question is wrong).
+
+    :param records: One run's records with confidences.
+    :returns: (coverage, accuracy) points in percent, from the highest threshold down; none when nothing answers.
+    """
+    answered = sorted(
+        (float(r.evidence["confidence"]), r.answerable and r.score.em == 1.0)
+        for r in records
+        if r.evidence.get("confidence") is not None and not r.score.unknown
+    )[::-1]
+    total = len(records)
+    points: list[tuple[float, float]] = []
+    right = 0
+    for index, (_, correct) in enumerate(answered, start=1):
+        right += correct
+        points.append((100.0 * index / total, 100.0 * right / index))
+    return points
+
+
+def draw_selective_chart(records: Sequence[QuestionRecord], out: Path) -> Path | None:
+    """Draw `selective_answering.png` (one line per run with confidences); None when no run has them."""
+    curves = {
+        f"{strategy} (top-{top_k})": curve
+        for (strategy, top_k, _), group in _runs(records).items()
+        if (curve := selective_curve(group))
+    }
+    if not curves:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6.4, 4.4))
+    for label, curve in curves.items():
+        axes.plot([c for c, _ in curve], [a for _, a in curve], label=label)
+    axes.set_xlabel("coverage (% of questions answered)")
+    axes.set_ylabel("accuracy of the answered questions (EM %)")
+    axes.set_title("Selective answering: threshold on answer confidence")
+    axes.set_xlim(0, 100)
+    axes.set_ylim(0, 100)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
+    path = out / SELECTIVE_CHART
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """One question's scores under a replayed setting: `correct` (SQuAD 2.0 EM), `em`, `f1`, `unknown`, `stage`."""
+
+    answerable: bool
+    em: float
+    f1: float
+    unknown: bool
+    stage: str
+
+    @property
+    def correct(self) -> bool:
+        return bool(self.em == 1.0) if self.answerable else self.unknown
+
+
+def _vote_split(record: QuestionRecord, share: float) -> bool:
+    """Whether a post-fusion record's vote is split at s: winner's share below s, or a tie at the top."""
+    counts = sorted((record.evidence.get("votes") or {}).values(), reverse=True)
+    if not counts:
+        return False
+    return (len(counts) > 1 and counts[0] == counts[1]) or counts[0] / sum(counts) < share
+
+
+def _replayed(record: QuestionRecord, stage: str) -> Replayed:
+    return Replayed(record.answerable, record.score.em, record.score.f1, record.score.unknown, stage)
+
+
+def replay(
+    records: Sequence[QuestionRecord], tau: float | None, share: float | None = None
+) -> dict[tuple[int, str], dict[str, Replayed]]:
+    """
+    Replay `concat_pf` at tau (share None) or `cascade` at (tau, s) from the records of one evaluation.
+
+    Needs, per question, a `concatenation` and a `post_fusion` record at the same k and setting (and, for a share, a
+    `cascade` record made with `EXHAUSTIVE` settings, whose answer is read for a split vote). tau None replays the
+    text-only fallback (paper 000).
+
+    :returns: (k, setting) -> question id -> `Replayed`, for the questions that have every record needed.
+    """
+    index = {(r.strategy, r.top_k, r.setting, r.question_id): r for r in records}
+    replayed: dict[tuple[int, str], dict[str, Replayed]] = {}
+    for (strategy, top_k, setting, question_id), first in index.items():
+        if strategy != "concatenation":
+            continue
+        fused = index.get(("post_fusion", top_k, setting, question_id))
+        verified = index.get(("cascade", top_k, setting, question_id))
+        if fused is None or (share is not None and verified is None):
+            continue
+        confidence = first.evidence.get("confidence")
+        unsure = tau is not None and confidence is not None and not first.score.unknown and confidence < tau
+        if not (first.score.unknown or unsure):
+            outcome = _replayed(first, "concatenation")
+        elif share is None or fused.score.unknown or not _vote_split(fused, share):
+            outcome = _replayed(fused, "post_fusion")
+        elif verified is not None and (verified.evidence.get("stages") or [{}])[-1].get("stage") == "sure":
+            outcome = _replayed(verified, "sure")
+        else:
+            continue  # a split vote the exhaustive cascade record did not verify: not replayable
+        replayed.setdefault((top_k, setting), {})[question_id] = outcome
+    return replayed
+
+
+def replay_summary(outcomes: Iterable[Replayed], *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
+    """
+    The rates of replayed outcomes, in percent with 95% bootstrap CIs: `squad2_em`, `em`, `f1` (answerable),
+    `reject_rate` (unanswerable answered "unknown"), `fallback_rate` (answered after the concatenation stage) and
+    `verified_rate` (answered by SuRe's verification).
+    """
+    items = list(outcomes)
+    answerable = [o for o in items if o.answerable]
+    unanswerable = [o for o in items if not o.answerable]
+    values: dict[str, list[Any]] = {
+        "squad2_em": [o.correct for o in items],
+        "em": [o.em for o in answerable],
+        "f1": [o.f1 for o in answerable],
+        "reject_rate": [o.unknown for o in unanswerable],
+        "fallback_rate": [o.stage != "concatenation" for o in items],
+        "verified_rate": [o.stage == "sure" for o in items],
+    }
+    summary: dict[str, Any] = {"n": len(items)}
+    for name, flags in values.items():
+        summary[name] = 100.0 * sum(flags) / len(flags) if flags else None
+        summary[f"{name}_ci"] = rate_ci(flags, seed=seed) if flags else None
+    return summary
+
+
+def sweep(
+    records: Sequence[QuestionRecord],
+    thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
+    shares: Sequence[float] | None = None,
+    *,
+    seed: int = DEFAULT_SEED,
+) -> list[dict[str, Any]]:
+    """
+    Replay the fallback over a grid: `concat_pf` at each tau (and tau None, text only), or `cascade` at each
+    (tau, s) when `shares` is given.
+
+    :returns: One row per (k, setting, tau[, s]): those keys plus `replay_summary`'s rates.
+    """
+    rows = []
+    taus: list[float | None] = [None, *thresholds]
+    share_grid: list[float | None] = list(shares) if shares else [None]
+    for tau in taus:
+        for share in share_grid:
+            for (top_k, setting), outcomes in replay(records, tau, share).items():
+                row = {"top_k": top_k, "setting": setting, "tau": tau, "share": share}
+                rows.append({**row, **replay_summary(outcomes.values(), seed=seed)})
+    return rows
+
+
+def choose(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """
+    The sweep row with the highest SQuAD 2.0 EM; ties to the smaller fallback rate (fewer LLM calls), then to the
+    smaller tau and s. None for no rows.
+    """
+    candidates = [row for row in rows if row.get("squad2_em") is not None and row.get("tau") is not None]
+    if not candidates:
+        return None
+    return max(
+        candidates,
+        key=lambda row: (row["squad2_em"], -row["fallback_rate"], -row["tau"], -(row.get("share") or 0.0)),
+    )
+
+
+def consistency(records: Sequence[QuestionRecord]) -> tuple[int, int]:
+    """
+    How many `concat_pf` records the text-only replay reproduces: (same prediction outcome, compared), a check that
+    the replay is exact on this run.
+    """
+    replayed = replay(records, None)
+    same = compared = 0
+    for record in records:
+        if record.strategy != "concat_pf":
+            continue
+        outcome = replayed.get((record.top_k, record.setting), {}).get(record.question_id)
+        if outcome is None:
+            continue
+        compared += 1
+        same += (outcome.em, outcome.f1, outcome.unknown) == (record.score.em, record.score.f1, record.score.unknown)
+    return same, compared
+
+
+def _runs(records: Sequence[QuestionRecord]) -> dict[tuple[str, int, str], list[QuestionRecord]]:
+    groups: dict[tuple[str, int, str], list[QuestionRecord]] = {}
+    for record in records:
+        groups.setdefault((record.strategy, record.top_k, record.setting), []).append(record)
+    return groups
+
+
+def verification_stats(records: Sequence[QuestionRecord]) -> list[dict[str, Any]]:
+    """
+    How much SuRe's verification decided, per run with verifier scores (paper 002, Eq. 4-6).
+
+    :returns: Per run: `strategy`, `top_k`, `setting`, `verified` (questions with 2+ scored candidates),
+        `not_all_valid` (% of them whose validity was not True, or >= 0.5, for every candidate), `first_wins` (% won
+        by candidate (a), the first proposed) and `label_summaries` (% of summaries that are only a candidate's label,
+        over the records that counted them).
+    """
+    rows = []
+    for (strategy, top_k, setting), group in _runs(records).items():
+        scored = [r.evidence.get("scores") or [] for r in group]
+        scored = [scores for scores in scored if len(scores) > 1]
+        labels = [r.evidence.get("label_summaries") for r in group]
+        summaries = sum(
+            len(r.evidence.get("candidates") or []) for r in group if r.evidence.get("label_summaries") is not None
+        )
+        if not scored:
+            continue
+        validities = [[s.get("validity") for s in scores] for scores in scored]
+        judged = [v for v in validities if all(x is not None for x in v)]
+        rows.append(
+            {
+                "strategy": strategy,
+                "top_k": top_k,
+                "setting": setting,
+                "verified": len(scored),
+                "not_all_valid": 100.0 * sum(any(x < 0.5 for x in v) for v in judged) / len(judged) if judged else None,
+                "first_wins": 100.0 * sum(scores[0].get("candidate_index") == 0 for scores in scored) / len(scored),
+                "label_summaries": 100.0 * sum(x for x in labels if x is not None) / summaries if summaries else None,
+            }
+        )
+    return rows
+
+
+def _pct(value: float | None, ci: Sequence[float] | None = None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.1f}" + (f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else "")
+
+
+def _auc(result: dict[str, Any] | None) -> str:
+    if result is None:
+        return "–"
+    ci = result["ci"]
+    interval = f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""
+    return f"{result['auroc']:.2f}{interval} ({result['positives']}/{result['negatives']})"
+
+
+def _shown(row: dict[str, Any], rows: Sequence[dict[str, Any]], best: dict[str, Any] | None) -> bool:
+    """The rows a report's table shows (summary.json has them all): text only, tau = 0.2, 0.4, 0.6, 0.8 (with
+    s = 0.6 for cascade), the best row for each s, and the overall best."""
+    if row is best or (row["tau"] is None and row["share"] in (None, 0.6)):
+        return True
+    if row["share"] is not None and row is choose([other for other in rows if other["share"] == row["share"]]):
+        return True
+    return row["share"] in (None, 0.6) and row["tau"] is not None and round(row["tau"] * 100) in (20, 40, 60, 80)
+
+
+def calibration_report(
+    records: Sequence[QuestionRecord],
+    out: Path,
+    *,
+    thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
+    seed: int = DEFAULT_SEED,
+) -> tuple[str, dict[str, Any]]:
+    """
+    The calibration sections of a report: AUROC per run, the selective-answering chart, the replayed `concat_pf`
+    tau sweep (and `cascade` (tau, s) sweep when exhaustive cascade records are there) and SuRe's verification
+    figures; each part only when its records are there.
+
+    :returns: (markdown, summary dict with `auroc`, `concat_pf_sweep`, `cascade_sweep`, `consistency`,
+        `verification`).
+    """
+    summary: dict[str, Any] = {
+        "auroc": calibration(records, seed=seed),
+        "concat_pf_sweep": sweep(records, thresholds, seed=seed),
+        "cascade_sweep": sweep(records, thresholds, DEFAULT_SHARES, seed=seed),
+        "consistency": consistency(records),
+        "verification": verification_stats(records),
+    }
+    parts = []
+    if summary["auroc"]:
+        chart = draw_selective_chart(records, out)
+        lines = [
+            "\n## Answer confidence\n",
+            "AUROC of the answering confidence with its 95% bootstrap CI and (positives/negatives): `correct` = "
+            "answered exactly right among answerable questions; `answerable` = answerable against unanswerable.\n",
+            "| strategy | top-k | questions | AUROC correct | AUROC answerable |",
+            "|---|---|---|---|---|",
+        ]
+        for row in summary["auroc"]:
+            lines.append(
+                f"| {row['strategy']} | {row['top_k']} | {row['n']} | {_auc(row['correct'])} | "
+                f"{_auc(row['answerable'])} |"
+            )
+        if chart is not None:
+            lines.append(f"\n![selective answering]({chart.name})\n")
+        parts.append("\n".join(lines))
+    for key, title in (("concat_pf_sweep", "concat_pf"), ("cascade_sweep", "cascade")):
+        rows = summary[key]
+        if not rows or (key == "cascade_sweep" and all(row["share"] is None for row in rows)):
+            continue
+        best = choose(rows)
+        lines = [
+            f"\n## {title} replayed at each threshold\n",
+            "Replayed exactly from the concatenation, post_fusion"
+            + (" and exhaustive cascade" if key == "cascade_sweep" else "")
+            + " records (tau `–`: text only, the paper's); a selection of the grid, all of it in summary.json. SQuAD "
+            "2.0 EM counts an unanswerable question right when the answer is unknown.\n",
+            "| top-k | tau | s | questions | SQuAD 2.0 EM | EM | F1 | reject rate | fallback % | verified % |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        shown = [row for row in rows if _shown(row, rows, best)]
+        for row in shown:
+            mark = " **best**" if row is best else ""
+            lines.append(
+                f"| {row['top_k']} | {'–' if row['tau'] is None else row['tau']} | "
+                f"{'–' if row['share'] is None else row['share']} | {row['n']} | "
+                f"{_pct(row['squad2_em'], row['squad2_em_ci'])}{mark} | {_pct(row['em'], row['em_ci'])} | "
+                f"{_pct(row['f1'], row['f1_ci'])} | {_pct(row['reject_rate'], row['reject_rate_ci'])} | "
+                f"{_pct(row['fallback_rate'])} | {_pct(row['verified_rate'])} |"
+            )
+        if key == "concat_pf_sweep" and summary["consistency"][1]:
+            same, compared = summary["consistency"]
+            lines.append(f"\nThe text-only replay reproduces {same} of {compared} concat_pf records.")
+        parts.append("\n".join(lines))
+    if summary["verification"]:
+        lines = [
+            "\n## SuRe's verification\n",
+            "| strategy | top-k | verified | validity not all True % | candidate (a) wins % | label-only summaries % |",
+            "|---|---|---|---|---|---|",
+        ]
+        for row in summary["verification"]:
+            lines.append(
+                f"| {row['strategy']} | {row['top_k']} | {row['verified']} | {_pct(row['not_all_valid'])} | "
+                f"{_pct(row['first_wins'])} | {_pct(row['label_summaries'])} |"
+            )
+        parts.append("\n".join(lines))
+    return "\n".join(parts) + ("\n" if parts else ""), summary
