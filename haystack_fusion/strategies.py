@@ -94,6 +94,7 @@ class Strategy:
     :param build: Builds the pipeline from a `StrategyConfig`.
     :param prompts: Names of the `PROMPTS` its pipeline can render (an evaluation record's fingerprint hashes their
         texts, so a changed prompt never mixes with records made before the change).
+    :param defaults: The values its builder uses for `StrategyConfig` fields left at None (fingerprinted too).
     """
 
     name: str
@@ -103,6 +104,7 @@ class Strategy:
     answer_component: str
     build: Callable[[StrategyConfig], Pipeline] = field(repr=False)
     prompts: tuple[str, ...] = ()
+    defaults: dict[str, Any] = field(default_factory=dict)
 
 
 Parts = tuple[dict[str, Any], list[tuple[str, str]]]
@@ -215,13 +217,14 @@ def _concat_pf(config: StrategyConfig) -> Pipeline:
     return _assemble(_fallback_chain(config, config.min_confidence, None))
 
 
-CASCADE_MIN_CONFIDENCE = 0.5
-"""tau, the `cascade` strategy's default confidence floor for the concatenation answer (see docs/evaluation.md,
-"Choosing tau and s")."""
+CASCADE_MIN_CONFIDENCE = 0.25
+"""tau, the `cascade` strategy's default confidence floor for the concatenation answer: the replayed concat_pf sweep's
+best SQuAD 2.0 EM on a development split kept apart from the reported sample (docs/evaluation.md, "Choosing tau and
+s")."""
 
 CASCADE_MIN_VOTE_SHARE = 0.5
-"""s, the `cascade` strategy's default: a post-fusion winner with less than this share of the votes (or a tie at the
-top) is verified by SuRe (see docs/evaluation.md, "Choosing tau and s")."""
+"""s, the `cascade` strategy's default: a post-fusion winner with less than half of the votes (or a tie at the top)
+is verified by SuRe. Not yet chosen on data (docs/evaluation.md, "Choosing tau and s")."""
 
 
 def _cascade(config: StrategyConfig) -> Pipeline:
@@ -416,6 +419,11 @@ STRATEGIES: dict[str, Strategy] = {
             "joiner",
             _cascade,
             prompts=("figure7", "sure_summary", "sure_few_shot_summary", "sure_validity", "sure_ranking"),
+            defaults={
+                "min_confidence": CASCADE_MIN_CONFIDENCE,
+                "min_vote_share": CASCADE_MIN_VOTE_SHARE,
+                "verifier_scoring": "probability",
+            },
         ),
         Strategy(
             "base",

@@ -63,8 +63,9 @@ PREDICTION_OPTIONS = (
 """The `StrategyConfig` fields that shape prompts and parsing, hashed into a record's fingerprint."""
 
 LATER_PREDICTION_OPTIONS = ("min_confidence", "min_vote_share", "verifier_scoring")
-"""`StrategyConfig` fields that change predictions, added after runs were committed: hashed only when set (not None),
-so the records of those runs keep their fingerprints."""
+"""`StrategyConfig` fields that change predictions, added after runs were committed: hashed only when set (not None)
+or when the strategy has a default for them (`Strategy.defaults`), so the records of earlier runs keep their
+fingerprints."""
 
 
 @dataclass(frozen=True)
@@ -219,6 +220,7 @@ class Evaluator:
             setting=setting.label(),
             options={
                 **{name: options[name] for name in PREDICTION_OPTIONS},
+                **get_strategy(strategy).defaults,
                 **{name: options[name] for name in LATER_PREDICTION_OPTIONS if options.get(name) is not None},
             },
             prompts=prompt_hashes(get_strategy(strategy).prompts),
