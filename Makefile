@@ -19,7 +19,7 @@ install-dev: $(BIN)/python
 
 # Index the SQuAD 2.0 dev subset and answer a handful of its questions with concat_pf on the embedded model.
 demo: install-local
-	$(BIN)/haystack-fusion demo --strategy concat_pf --questions 5
+	$(BIN)/haystack-fusion demo --strategy cascade --questions 6
 
 lint: install-dev
 	$(BIN)/ruff check .

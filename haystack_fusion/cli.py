@@ -88,6 +88,12 @@ def _evidence_line(run: StrategyRun) -> str:
     return " | ".join(parts) or "single LLM round"
 
 
+def stages_line(stages: list[dict[str, Any]]) -> str:
+    """A fallback strategy's stage trace on one line, e.g. "concatenation (unknown answer) -> post_fusion answered"."""
+    parts = [f"{stage['stage']} ({stage.get('reason')})" for stage in stages if not stage.get("answered")]
+    return " -> ".join([*parts, f"{stages[-1]['stage']} answered"])
+
+
 def format_run(strategy: str, question: str, run: StrategyRun, *, passage_chars: int = 160) -> str:
     """
     Render one answered question for the terminal.
@@ -96,7 +102,8 @@ def format_run(strategy: str, question: str, run: StrategyRun, *, passage_chars:
     :param question: The question asked.
     :param run: What `run_strategy` returned.
     :param passage_chars: How much of each source passage to show, in characters.
-    :returns: Several lines: question, strategy, answer, evidence, sources, LLM calls and tokens, time.
+    :returns: Several lines: question, strategy, answer, evidence, confidence and stages (when there are any),
+        sources, LLM calls and tokens, time.
     """
     usage = run.usage
     lines = [
@@ -104,8 +111,12 @@ def format_run(strategy: str, question: str, run: StrategyRun, *, passage_chars:
         f"Strategy: {strategy} ({get_strategy(strategy).source})",
         f"Answer:   {run.answer.data}",
         f"Evidence: {_evidence_line(run)}",
-        f"Sources (top-{len(run.documents)}):",
     ]
+    if run.evidence.get("confidence") is not None:
+        lines.append(f"Confidence: {run.evidence['confidence']:.2f}")
+    if run.evidence.get("stages"):
+        lines.append(f"Stages:   {stages_line(run.evidence['stages'])}")
+    lines.append(f"Sources (top-{len(run.documents)}):")
     for rank, document in enumerate(run.documents, start=1):
         title = (document.meta or {}).get("title", "")
         score = f"{document.score:.2f}" if document.score is not None else "-"

@@ -202,20 +202,22 @@ def run_chat_calls(
     )
 
 
-LOGPROB_GENERATORS = ("OpenAIChatGenerator", "AzureOpenAIChatGenerator", "LlamaCppChatGenerator")
-"""ChatGenerator classes (and their subclasses, such as the embedded `LocalChatGenerator`) that return token
-log-probabilities in `meta["logprobs"]` when called with `generation_kwargs={"logprobs": True}`. ollama-haystack's
-OllamaChatGenerator returns none (7.x): with it, every confidence is unavailable and the text signal alone decides."""
-
-
 def supports_logprobs(chat_generator: Any) -> bool:
-    """Whether this generator returns token log-probabilities when asked (`LOGPROB_GENERATORS`)."""
-    return any(cls.__name__ in LOGPROB_GENERATORS for cls in type(chat_generator).__mro__)
+    """
+    Whether this generator returns token log-probabilities when asked: the embedded model (a LlamaCppChatGenerator
+    subclass, which reads them at no memory cost), or a generator whose own `generation_kwargs` already ask for them
+    (OpenAIChatGenerator made with `logprobs=True`, `--logprobs` on the command line). An OpenAI-compatible server
+    is not asked unless told to: not every server returns them (llama.cpp's needs `logits_all`, whose memory grows
+    with the context times the vocabulary) and one that refuses fails the call. ollama-haystack returns none (7.x).
+    """
+    if any(cls.__name__ == "LlamaCppChatGenerator" for cls in type(chat_generator).__mro__):
+        return True
+    return bool((getattr(chat_generator, "generation_kwargs", None) or {}).get("logprobs"))
 
 
 def logprob_kwargs(chat_generator: Any, top_logprobs: int = 0) -> dict[str, Any]:
     """
-    The `generation_kwargs` that ask this generator for token log-probabilities, or {} when it cannot give them.
+    The `generation_kwargs` that ask this generator for token log-probabilities, or {} when it is not to be asked.
 
     :param chat_generator: Any ChatGenerator.
     :param top_logprobs: Alternatives per token to return as well (0: none; OpenAI allows up to 20).
@@ -224,27 +226,6 @@ def logprob_kwargs(chat_generator: Any, top_logprobs: int = 0) -> dict[str, Any]
     if not supports_logprobs(chat_generator):
         return {}
     return {"logprobs": True, **({"top_logprobs": top_logprobs} if top_logprobs > 0 else {})}
-
-
-def with_logprobs(chat_generator: Any, top_logprobs: int = 0) -> Any:
-    """
-    A copy of a generator whose own `generation_kwargs` ask for token log-probabilities, for a pipeline's plain
-    generator component whose reply must carry a confidence (the same generator when it cannot give them, or asks
-    already). The copy is made through the generator's `to_dict` / `from_dict`, so it serializes like the original.
-
-    :param chat_generator: Any ChatGenerator.
-    :param top_logprobs: As in `logprob_kwargs`.
-    :returns: The generator itself, or a copy with `logprobs` in its `generation_kwargs`.
-    """
-    from haystack.core.serialization import component_from_dict, component_to_dict
-
-    extra = logprob_kwargs(chat_generator, top_logprobs)
-    current = dict(getattr(chat_generator, "generation_kwargs", None) or {})
-    if not extra or all(current.get(key) == value for key, value in extra.items()):
-        return chat_generator
-    data = component_to_dict(chat_generator, "chat_generator")
-    data["init_parameters"]["generation_kwargs"] = {**current, **extra}
-    return component_from_dict(type(chat_generator), data, "chat_generator")
 
 
 def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from haystack import Document, Pipeline
@@ -28,7 +28,7 @@ from haystack_fusion.components.passage_formatter import PassageFormatter
 from haystack_fusion.components.post_fusion_voter import PostFusionVoter
 from haystack_fusion.components.summary_verifier import Scoring, SummaryVerifier
 from haystack_fusion.components.unknown_router import UnknownRouter
-from haystack_fusion.llm_calls import reply_usage, sum_usage, with_logprobs
+from haystack_fusion.llm_calls import reply_usage, sum_usage
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, validate_query
 from haystack_fusion.prompts.passages import PassageLayout
 from haystack_fusion.sure import summary_is_label
@@ -182,10 +182,9 @@ def _post_fusion(config: StrategyConfig) -> Pipeline:
 def _fallback_chain(config: StrategyConfig, min_confidence: float | None, min_vote_share: float | None) -> Parts:
     """
     Concatenation, routed on its answer (unknown, or confidence below `min_confidence`) to post-fusion over the same
-    passages; both answers go to the joiner. A generator that must report confidence is asked for log-probabilities.
+    passages; both answers go to the joiner. The confidence needs a generator that returns token log-probabilities
+    (`llm_calls.supports_logprobs`); with one that does not, the text signal alone decides.
     """
-    if min_confidence is not None:
-        config = replace(config, chat_generator=with_logprobs(config.chat_generator))
     components, connections = _prompt_chain(config, "figure7", "retriever.documents")
     components.update(
         retriever=config.retriever,

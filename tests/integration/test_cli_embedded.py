@@ -64,3 +64,20 @@ def test_hybrid_index_is_idempotent_and_answers(tmp_path, squad, llm, capsys):
     result = json.loads(capsys.readouterr().out)
     assert len(result["sources"]) == 5
     assert result["answer"]
+
+
+def test_ask_cascade_shows_confidence_and_stages(store_path, llm, capsys):
+    """The embedded model returns token log-probabilities, so the cascade's first answer carries a confidence."""
+    capsys.readouterr()
+    question = "Who was the Norse leader?"
+    args = ["ask", question, "--strategy", "cascade", "--top-k", "3", "--store", str(store_path), "--json"]
+    assert main(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    stages = result["evidence"]["stages"]
+    assert stages[0]["stage"] == "concatenation"
+    assert stages[-1]["answered"] is True
+    assert all("reason" in stage for stage in stages[:-1])
+    assert result["evidence"]["confidence"] is None or 0.0 <= result["evidence"]["confidence"] <= 1.0
+    assert result["usage"]["calls"] >= 1
+    # the first stage's reply carried log-probabilities: a fallback says why, an answer has its confidence
+    assert stages[-1]["stage"] != "concatenation" or result["evidence"]["confidence"] is not None

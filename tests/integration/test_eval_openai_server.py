@@ -37,3 +37,18 @@ def test_eval_on_a_server_names_the_backend(retriever, server_url, squad, tmp_pa
     assert "OpenAIChatGenerator" in settings
     assert "gemma3-270m" in settings
     assert "concurrency" not in settings
+
+
+def test_ask_cascade_through_a_server(server_url, squad, tmp_path, monkeypatch, capsys):  # noqa: F811
+    """`ask --strategy cascade --llm openai` against the server: no log-probabilities asked, the text signal decides."""
+    monkeypatch.setenv("OPENAI_API_KEY", "not-needed-by-a-local-server")
+    store = str(tmp_path / "index.json")
+    assert main(["index", str(default_squad_path()), "--store", store]) == 0
+    capsys.readouterr()
+    args = ["ask", "Who was the Norse leader?", "--strategy", "cascade", "--top-k", "3", "--store", store, "--json"]
+    args += ["--llm", "openai", "--model", "gemma3-270m", "--api-base-url", server_url, "--max-tokens", "24"]
+    assert main([*args, "--timeout", "300"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["answer"].strip()
+    assert result["evidence"]["stages"][0]["stage"] == "concatenation"
+    assert result["usage"]["failed_calls"] == 0

@@ -38,7 +38,7 @@ def server_url(tmp_path_factory):
             stop(process)
 
 
-@pytest.mark.parametrize("name", ["concat_pf", "sure"])
+@pytest.mark.parametrize("name", ["concat_pf", "sure", "cascade"])
 def test_strategy_through_openai_chat_generator(name, server_url, retriever, questions, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "not-needed-by-a-local-server")
     monkeypatch.setenv("OPENAI_TIMEOUT", "300")

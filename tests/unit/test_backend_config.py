@@ -104,17 +104,16 @@ def test_openai_logprobs_on_request(monkeypatch):
 def test_logprob_helpers():
     from haystack.components.generators.chat import MockChatGenerator
 
-    from haystack_fusion.llm_calls import logprob_kwargs, supports_logprobs, with_logprobs
+    from haystack_fusion.backends import LocalChatGenerator
+    from haystack_fusion.llm_calls import logprob_kwargs, supports_logprobs
 
-    openai = chat_generator(BackendConfig(llm="openai"))
+    assert not supports_logprobs(chat_generator(BackendConfig(llm="openai")))  # not every server returns them
+    openai = chat_generator(BackendConfig(llm="openai", logprobs=True))
     assert supports_logprobs(openai)
     assert logprob_kwargs(openai, 5) == {"logprobs": True, "top_logprobs": 5}
-    copy = with_logprobs(openai)
-    assert copy is not openai
-    assert copy.generation_kwargs == {"temperature": 0.0, "logprobs": True}
-    assert with_logprobs(copy) is copy
+    if LocalChatGenerator is not None:
+        assert supports_logprobs(LocalChatGenerator(generation_kwargs={"temperature": 0.0}))
     mock = MockChatGenerator(responses=["x"])
     assert not supports_logprobs(mock)
     assert logprob_kwargs(mock) == {}
-    assert with_logprobs(mock) is mock
     assert not supports_logprobs(chat_generator(BackendConfig(llm="ollama")))

@@ -292,10 +292,12 @@ class TestProbabilityScoring:
         from haystack.components.generators.chat import OpenAIChatGenerator
         from haystack.utils import Secret
 
-        generator = OpenAIChatGenerator(api_key=Secret.from_token("x"))
+        generator = OpenAIChatGenerator(api_key=Secret.from_token("x"), generation_kwargs={"logprobs": True})
         verifier = SummaryVerifier(chat_generator=generator, scoring="probability")
         assert verifier._fan_out()["generation_kwargs"] == {"logprobs": True, "top_logprobs": 10}
         assert SummaryVerifier(chat_generator=generator)._fan_out()["generation_kwargs"] is None
+        plain = OpenAIChatGenerator(api_key=Secret.from_token("x"))  # a server not said to return them is not asked
+        assert SummaryVerifier(chat_generator=plain, scoring="probability")._fan_out()["generation_kwargs"] is None
         mock = SummaryVerifier(chat_generator=MockChatGenerator(responses=["x"]), scoring="probability")
         assert mock._fan_out()["generation_kwargs"] is None
 
