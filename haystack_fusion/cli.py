@@ -328,6 +328,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     if source:
         dataset = load_dataset(source, corpus=args.corpus, cache_dir=args.cache_dir)
         records = rescore(records, dataset)
+        if args.exclude_sample:
+            held_out = {question.id for question in dataset.sample(args.exclude_sample, seed=args.seed).questions}
+            records = [record for record in records if record.question_id not in held_out]
     elif args.sas:
         raise ValueError("--sas needs the dataset's gold answers: pass --dataset")
     Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -540,6 +543,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report.add_argument("--corpus", help="passage corpus for an NQ-open dataset")
     report.add_argument("--cache-dir", help="where downloads are cached (default: ~/.cache/haystack_fusion)")
+    report.add_argument(
+        "--exclude-sample",
+        type=int,
+        help="leave out the questions of `eval --sample N --seed S` (with --seed): report on a development split kept "
+        "apart from a reported sample, e.g. to choose tau",
+    )
+    report.add_argument("--seed", type=int, default=0, help="the seed of --exclude-sample's sample (default 0)")
     report_options(report)
     report.set_defaults(func=cmd_report)
 

@@ -226,9 +226,9 @@ def replay(
     """
     Replay `concat_pf` at tau (share None) or `cascade` at (tau, s) from the records of one evaluation.
 
-    Needs, per question, a `concatenation` and a `post_fusion` record at the same k and setting (and, for a share, a
-    `cascade` record made with `EXHAUSTIVE` settings, whose answer is read for a split vote). tau None replays the
-    text-only fallback (paper 000).
+    Needs, per question, a `concatenation` record with a confidence and a `post_fusion` record at the same k and
+    setting (and, for a share, a `cascade` record made with `EXHAUSTIVE` settings, whose answer is read for a split
+    vote); other questions are left out of every row. tau None replays the text-only fallback (paper 000).
 
     :returns: (k, setting) -> question id -> `Replayed`, for the questions that have every record needed.
     """
@@ -242,6 +242,8 @@ def replay(
         if fused is None or (share is not None and verified is None):
             continue
         confidence = first.evidence.get("confidence")
+        if confidence is None:  # made without log-probabilities: every row replays the same questions
+            continue
         unsure = tau is not None and confidence is not None and not first.score.unknown and confidence < tau
         if not (first.score.unknown or unsure):
             outcome = _replayed(first, "concatenation")
