@@ -50,3 +50,42 @@ def test_strategy_options_parse():
         ["eval", "--dataset", "x.json", "--out", "o", "--export-notes", "n.jsonl", "--parametric-knowledge", "off"]
     )
     assert (args.export_notes, args.parametric_knowledge, args.note_max_tokens) == ("n.jsonl", "off", 400)
+
+
+def test_cascade_stages_and_confidence_lines():
+    stages = [
+        {"stage": "concatenation", "answered": False, "reason": "confidence 0.21 < 0.25"},
+        {"stage": "post_fusion", "answered": False, "reason": "tie at the top"},
+        {"stage": "sure", "answered": True},
+    ]
+    answer = GeneratedAnswer(data="Paris", query="q", documents=[], meta={})
+    text = format_run("cascade", "q", run_with({"stages": stages, "confidence": 0.5, "votes": None}, [answer]))
+    assert "Stages:   concatenation (confidence 0.21 < 0.25) -> post_fusion (tie at the top) -> sure answered" in text
+    assert "Confidence: 0.50" in text
+
+
+def test_uncertainty_options_parse():
+    from haystack_fusion.cli import _backends, _strategy_options
+
+    args = build_parser().parse_args(
+        [
+            "ask",
+            "q",
+            "--strategy",
+            "cascade",
+            "--min-confidence",
+            "0.3",
+            "--min-vote-share",
+            "0.6",
+            "--verifier-scoring",
+            "text",
+            "--llm",
+            "openai",
+            "--logprobs",
+        ]
+    )
+    options = _strategy_options(args)
+    assert (options["min_confidence"], options["min_vote_share"], options["verifier_scoring"]) == (0.3, 0.6, "text")
+    assert _backends(args).logprobs is True
+    report = build_parser().parse_args(["report", "run", "--out", "o", "--exclude-sample", "200", "--seed", "0"])
+    assert report.exclude_sample == 200
