@@ -20,6 +20,19 @@ DEFAULT_SAMPLING_KWARGS: dict[str, Any] = {"temperature": 0.7}
 """Sampling for self-consistency, p > 1 samples per passage (paper 000, section 4.4 and Figure 5: temperature 0.7)."""
 
 
+_OUTPUT_TYPES: dict[str, Any] = {
+    "answers": list[GeneratedAnswer],
+    "candidates": list[str],
+    "documents": list[Document],
+    "unknown": list[GeneratedAnswer],
+    "split": list[GeneratedAnswer],
+    "split_query": str,
+    "split_candidates": list[str],
+    "split_documents": list[list[Document]],
+}
+"""The voter's output sockets (of `run` and `run_async`)."""
+
+
 @component
 class PostFusionVoter(ChatGeneratorWrapper):
     """
@@ -215,16 +228,7 @@ class PostFusionVoter(ChatGeneratorWrapper):
             }
         return {"answers": [winner, *runners_up], "candidates": vote.candidates, "documents": answered}
 
-    @component.output_types(
-        answers=list[GeneratedAnswer],
-        candidates=list[str],
-        documents=list[Document],
-        unknown=list[GeneratedAnswer],
-        split=list[GeneratedAnswer],
-        split_query=str,
-        split_candidates=list[str],
-        split_documents=list[list[Document]],
-    )
+    @component.output_types(**_OUTPUT_TYPES)
     def run(self, query: str, documents: list[Document]) -> dict[str, Any]:
         """
         Answer from each passage and vote.
@@ -253,16 +257,7 @@ class PostFusionVoter(ChatGeneratorWrapper):
         calls = run_chat_calls(self._chat_generator, prompts, **self._fan_out_settings()) if prompts else None
         return self._vote(query, documents, calls)
 
-    @component.output_types(
-        answers=list[GeneratedAnswer],
-        candidates=list[str],
-        documents=list[Document],
-        unknown=list[GeneratedAnswer],
-        split=list[GeneratedAnswer],
-        split_query=str,
-        split_candidates=list[str],
-        split_documents=list[list[Document]],
-    )
+    @component.output_types(**_OUTPUT_TYPES)
     async def run_async(self, query: str, documents: list[Document]) -> dict[str, Any]:
         """Async form of `run`, with the same inputs, outputs and errors; calls the generator's `run_async`."""
         query, documents, prompts = self._plan(query, documents)
