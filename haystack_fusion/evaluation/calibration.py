@@ -409,11 +409,13 @@ def calibration_report(
     *,
     thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
     seed: int = DEFAULT_SEED,
+    exhaustive: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """
     The calibration sections of a report: AUROC per run, the selective-answering chart, the replayed `concat_pf`
-    tau sweep (and `cascade` (tau, s) sweep when exhaustive cascade records are there) and SuRe's verification
-    figures; each part only when its records are there.
+    tau sweep (and, with `exhaustive`, the `cascade` (tau, s) sweep: say so only when the run's cascade records
+    were made with `EXHAUSTIVE` settings, which records do not show) and SuRe's verification figures; each part only
+    when its records are there.
 
     :returns: (markdown, summary dict with `auroc`, `concat_pf_sweep`, `cascade_sweep`, `consistency`,
         `verification`).
@@ -421,7 +423,7 @@ def calibration_report(
     summary: dict[str, Any] = {
         "auroc": calibration(records, seed=seed),
         "concat_pf_sweep": sweep(records, thresholds, seed=seed),
-        "cascade_sweep": sweep(records, thresholds, DEFAULT_SHARES, seed=seed),
+        "cascade_sweep": sweep(records, thresholds, DEFAULT_SHARES, seed=seed) if exhaustive else [],
         "consistency": consistency(records),
         "verification": verification_stats(records),
     }

@@ -161,7 +161,8 @@ def test_verification_stats():
 
 def test_report_sections(tmp_path):
     pytest.importorskip("matplotlib", reason="the `eval` extra")
-    markdown, summary = calibration_report(fallback_records(), tmp_path, thresholds=[0.5])
+    markdown, summary = calibration_report(fallback_records(), tmp_path, thresholds=[0.5], exhaustive=True)
+    assert calibration_report(fallback_records(), tmp_path, thresholds=[0.5])[1]["cascade_sweep"] == []
     assert "## Answer confidence" in markdown
     assert "## concat_pf replayed at each threshold" in markdown
     assert "## cascade replayed at each threshold" in markdown
