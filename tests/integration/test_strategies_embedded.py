@@ -22,6 +22,8 @@ EXPECTED_CALLS = {
     "summary_cot": {1},
     "concat_pf": {1, 1 + TOP_K},
     "pf_concat": {1 + TOP_K},
+    # concatenation; + k post-fusion calls; + 2 summaries, up to 2 validity and 2 ranking calls (empty summaries skip)
+    "cascade": {1, 1 + TOP_K} | {1 + TOP_K + 2 + v + r for v in range(3) for r in (0, 2)},
 }
 
 PAPER_002 = {
