@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -241,6 +242,27 @@ def _retrieval_label(config: BackendConfig) -> str:
     return " ".join([config.store, config.retriever, *embedder])
 
 
+def _held_out(dataset: Any, args: argparse.Namespace) -> set[str]:
+    """The ids of `--exclude-sample N` (drawn with `--seed`): a reported sample that a development split avoids."""
+    return {question.id for question in dataset.sample(args.exclude_sample, seed=args.seed).questions}
+
+
+def _exhaustive_cascade(runs: list[str]) -> bool:
+    """Whether a run folder's cascade records were made with tau = s = 1 (`calibration.EXHAUSTIVE`), so the report
+    can replay cascade at every (tau, s)."""
+    from haystack_fusion.evaluation.calibration import EXHAUSTIVE
+    from haystack_fusion.evaluation.records import FINGERPRINTS_FILE
+
+    for run in runs:
+        path = Path(run) / FINGERPRINTS_FILE
+        settings = json.loads(path.read_text(encoding="utf-8")).values() if path.is_file() else []
+        for entry in settings:
+            options = entry.get("options") or {}
+            if entry.get("strategy") == "cascade" and all(options.get(k) == v for k, v in EXHAUSTIVE.items()):
+                return True
+    return False
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     """`haystack-fusion eval`: strategies over a dataset on any backend, with the papers' metrics and settings."""
     from haystack_fusion.evaluation.datasets import load_dataset
@@ -249,6 +271,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from haystack_fusion.evaluation.runner import EvalConfig, Evaluator
 
     dataset = load_dataset(args.dataset, corpus=args.corpus, cache_dir=args.cache_dir).only(args.questions)
+    if args.exclude_sample:
+        held_out = _held_out(dataset, args)
+        dataset = dataclasses.replace(dataset, questions=[q for q in dataset.questions if q.id not in held_out])
     dataset = dataset.sample(args.sample, seed=args.seed).limit(args.limit)
     backends = _backends(args)
     concurrency = args.concurrency or (1 if backends.llm == "local" else SERVER_CONCURRENCY)
@@ -307,7 +332,16 @@ def _write_report(records: list[Any], out: str, *, title: str, dataset: Any, arg
         thresholds = [float(value) for value in str(args.confidence_threshold).split(",") if value.strip()]
         if not all(0.0 < value <= 1.0 for value in thresholds):
             raise ValueError(f"--confidence-threshold values must be in (0, 1], got {args.confidence_threshold}")
-    write_report(records, out, title=title, baseline=args.baseline, sas=sas_scores, thresholds=thresholds)
+    runs = list(getattr(args, "runs", None) or [out])
+    write_report(
+        records,
+        out,
+        title=title,
+        baseline=args.baseline,
+        sas=sas_scores,
+        thresholds=thresholds,
+        exhaustive=_exhaustive_cascade(runs),
+    )
     print((Path(out) / "results.md").read_text(encoding="utf-8"))
 
 
@@ -329,7 +363,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         dataset = load_dataset(source, corpus=args.corpus, cache_dir=args.cache_dir)
         records = rescore(records, dataset)
         if args.exclude_sample:
-            held_out = {question.id for question in dataset.sample(args.exclude_sample, seed=args.seed).questions}
+            held_out = _held_out(dataset, args)
             records = [record for record in records if record.question_id not in held_out]
     elif args.sas:
         raise ValueError("--sas needs the dataset's gold answers: pass --dataset")
@@ -516,6 +550,12 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--noise-ratio", type=float, help="share of irrelevant passages in the top-k (0-1)")
     evaluate.add_argument("--closed-book-filter", action="store_true", help="drop questions answered with no context")
     evaluate.add_argument("--seed", type=int, default=0, help="seed of --sample and of the settings' random choices")
+    evaluate.add_argument(
+        "--exclude-sample",
+        type=int,
+        help="leave out the questions of `--sample N` drawn with --seed (a development split kept apart from a "
+        "reported sample); applied before --sample and --limit",
+    )
     evaluate.add_argument("--out", required=True, help="output folder; re-running with it resumes")
     evaluate.add_argument("--cache-dir", help="where downloads are cached (default: ~/.cache/haystack_fusion)")
     strategy_options(evaluate)

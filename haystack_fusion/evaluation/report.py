@@ -403,6 +403,7 @@ def write_report(
     seed: int = DEFAULT_SEED,
     sas: Mapping[tuple[str, int, str, str], float | None] | None = None,
     thresholds: Sequence[float] | None = None,
+    exhaustive: bool = False,
 ) -> dict[str, Any]:
     """
     Write `summary.json`, `results.md` and the charts into `out`.
@@ -421,6 +422,8 @@ def write_report(
         the summaries and a SAS table (`add_sas`).
     :param thresholds: The tau grid of the replayed fallback sweep (`calibration.calibration_report`); None: 0.05
         to 0.95. The calibration sections go to `summary.json` under `calibration`.
+    :param exhaustive: The cascade records were made with tau = s = 1 (`calibration.EXHAUSTIVE`): replay cascade
+        at every (tau, s) too.
     :returns: The summary that was written.
     :raises ValueError: If there are no records, or `baseline` names a strategy that has no records.
     """
@@ -437,7 +440,7 @@ def write_report(
         add_sas(summaries, records, sas, seed=seed)
     bootstrap = bootstrap_settings(seed)
     grid = DEFAULT_THRESHOLDS if thresholds is None else tuple(thresholds)
-    calibrated, calibration = calibration_report(records, out, thresholds=grid, seed=seed)
+    calibrated, calibration = calibration_report(records, out, thresholds=grid, seed=seed, exhaustive=exhaustive)
     summary = {
         "title": title,
         "baseline": resolved,
