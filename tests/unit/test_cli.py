@@ -1,3 +1,5 @@
+import json
+
 from haystack import Document
 from haystack.dataclasses import GeneratedAnswer
 
@@ -89,3 +91,16 @@ def test_uncertainty_options_parse():
     assert _backends(args).logprobs is True
     report = build_parser().parse_args(["report", "run", "--out", "o", "--exclude-sample", "200", "--seed", "0"])
     assert report.exclude_sample == 200
+
+
+def test_exhaustive_cascade_is_read_from_the_fingerprints(tmp_path):
+    from haystack_fusion.cli import _exhaustive_cascade
+
+    run = tmp_path / "run"
+    run.mkdir()
+    assert _exhaustive_cascade([str(run)]) is False
+    entry = {"strategy": "cascade", "options": {"min_confidence": 1.0, "min_vote_share": 1.0}}
+    (run / "fingerprints.json").write_text(json.dumps({"a": {**entry, "options": {"min_confidence": 0.25}}}))
+    assert _exhaustive_cascade([str(run)]) is False
+    (run / "fingerprints.json").write_text(json.dumps({"a": entry}))
+    assert _exhaustive_cascade([str(run)]) is True
