@@ -133,29 +133,20 @@ def openai_logprobs(trace: list[TokenLogprob], text: str | None, detokenize: Cal
     :param text: The reply's text.
     :param detokenize: Token ids -> bytes (the model's detokenizer).
     """
+
+    def entry(token: int, logprob: float) -> dict[str, Any]:
+        piece = detokenize([token])
+        return {"token": piece.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(piece)}
+
     budget = len((text or "").encode("utf-8"))
     content: list[dict[str, Any]] = []
     used = 0
     for step in trace:
-        piece = detokenize([step.token])
-        used += len(piece)
-        if used > budget or not piece:
+        shown = entry(step.token, step.logprob)
+        used += len(shown["bytes"])
+        if used > budget or not shown["bytes"]:
             break
-        content.append(
-            {
-                "token": piece.decode("utf-8", errors="replace"),
-                "logprob": step.logprob,
-                "bytes": list(piece),
-                "top_logprobs": [
-                    {
-                        "token": detokenize([alternative]).decode("utf-8", errors="replace"),
-                        "logprob": logprob,
-                        "bytes": list(detokenize([alternative])),
-                    }
-                    for alternative, logprob in step.top
-                ],
-            }
-        )
+        content.append({**shown, "top_logprobs": [entry(token, logprob) for token, logprob in step.top]})
     return {"content": content}
 
 

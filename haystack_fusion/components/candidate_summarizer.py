@@ -169,13 +169,21 @@ class CandidateSummarizer(ChatGeneratorWrapper):
             for index in range(len(candidates))
         ]
 
-    def _given(self, query: str, documents: list[Document] | None, candidates: list[str]) -> tuple[str, str, list[str]]:
-        """Validate given candidates (round 1 skipped): the query, all passages shown, the distinct candidates."""
+    def _start(
+        self, query: str, documents: list[Document] | None, candidates: list[str] | None
+    ) -> tuple[str, str, list[str] | None, list[list[ChatMessage]]]:
+        """
+        Validate; the query, the passages shown, the given candidates (None: round 1 proposes them) and the round-1
+        prompts (none when candidates are given).
+        """
+        if candidates is None:
+            query, passages, prompts = self._first_round(query, documents)
+            return query, passages, None, prompts
         if self.mode != "conditional":
             raise ValueError(f"Given `candidates` need the conditional mode, not {self.mode!r}")
         query = validate_query(query)
         passages = format_passages(list(documents or []), self.max_passage_chars, layout="titled")
-        return query, passages, [candidate.strip() for candidate in candidates]
+        return query, passages, [candidate.strip() for candidate in candidates], []
 
     def _fan_out(self) -> dict[str, Any]:
         return {"max_concurrency": self.max_concurrency, "raise_on_failure": self.raise_on_failure}
@@ -244,13 +252,9 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         :raises ValueError: If `query` is empty or only whitespace, `candidates` are given outside the conditional
             mode, or `candidate_documents` has another length than `candidates`.
         """
-        if candidates is not None:
-            query, passages, candidates = self._given(query, documents, candidates)
-            first = None
-        else:
-            query, passages, prompts = self._first_round(query, documents)
-            first = run_chat_calls(self._chat_generator, prompts, **self._fan_out()) if prompts else None
-            candidates = self._candidates(first)
+        query, passages, given, prompts = self._start(query, documents, candidates)
+        first = run_chat_calls(self._chat_generator, prompts, **self._fan_out()) if prompts else None
+        candidates = self._candidates(first) if given is None else given
         summary_prompts = self._second_round(query, passages, candidates, candidate_documents)
         second = run_chat_calls(self._chat_generator, summary_prompts, **self._fan_out()) if summary_prompts else None
         return self._outputs(first, second, candidates)
@@ -264,13 +268,9 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         candidate_documents: list[list[Document]] | None = None,
     ) -> dict[str, Any]:
         """Async form of `run`, with the same inputs, outputs and errors; calls the generator's `run_async`."""
-        if candidates is not None:
-            query, passages, candidates = self._given(query, documents, candidates)
-            first = None
-        else:
-            query, passages, prompts = self._first_round(query, documents)
-            first = await run_chat_calls_async(self._chat_generator, prompts, **self._fan_out()) if prompts else None
-            candidates = self._candidates(first)
+        query, passages, given, prompts = self._start(query, documents, candidates)
+        first = await run_chat_calls_async(self._chat_generator, prompts, **self._fan_out()) if prompts else None
+        candidates = self._candidates(first) if given is None else given
         summary_prompts = self._second_round(query, passages, candidates, candidate_documents)
         second = (
             await run_chat_calls_async(self._chat_generator, summary_prompts, **self._fan_out())

@@ -58,11 +58,6 @@ def answering_confidence(record: QuestionRecord) -> float | None:
     return 1.0 - float(confidence) if record.score.unknown else float(confidence)
 
 
-def squad2_correct(record: QuestionRecord) -> bool:
-    """SQuAD 2.0's overall exact match of one question: EM for an answerable one, abstention for an unanswerable."""
-    return bool(record.score.em == 1.0) if record.answerable else record.score.unknown
-
-
 def _auroc(scores: np.ndarray, labels: np.ndarray) -> float:
     positives, negatives = scores[labels], scores[~labels]
     if not len(positives) or not len(negatives):

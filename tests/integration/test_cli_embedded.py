@@ -66,10 +66,10 @@ def test_hybrid_index_is_idempotent_and_answers(tmp_path, squad, llm, capsys):
     assert result["answer"]
 
 
-def test_ask_cascade_shows_confidence_and_stages(store_path, llm, capsys):
+def test_ask_cascade_shows_confidence_and_stages(store_path, llm, questions, capsys):
     """The embedded model returns token log-probabilities, so the cascade's first answer carries a confidence."""
     capsys.readouterr()
-    question = "Who was the Norse leader?"
+    question = questions[0].question
     args = ["ask", question, "--strategy", "cascade", "--top-k", "3", "--store", str(store_path), "--json"]
     assert main(args) == 0
     result = json.loads(capsys.readouterr().out)

@@ -45,7 +45,8 @@ def test_ask_cascade_through_a_server(server_url, squad, tmp_path, monkeypatch, 
     store = str(tmp_path / "index.json")
     assert main(["index", str(default_squad_path()), "--store", store]) == 0
     capsys.readouterr()
-    args = ["ask", "Who was the Norse leader?", "--strategy", "cascade", "--top-k", "3", "--store", store, "--json"]
+    question = squad[1][0].question  # read from the dataset at run time
+    args = ["ask", question, "--strategy", "cascade", "--top-k", "3", "--store", store, "--json"]
     args += ["--llm", "openai", "--model", "gemma3-270m", "--api-base-url", server_url, "--max-tokens", "24"]
     assert main([*args, "--timeout", "300"]) == 0
     result = json.loads(capsys.readouterr().out)
