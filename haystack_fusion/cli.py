@@ -374,11 +374,17 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_pipelines(args: argparse.Namespace) -> int:
-    """`haystack-fusion pipelines`: regenerate the shipped YAML pipelines from the strategy registry."""
-    from haystack_fusion.serving import generate
+    """
+    `haystack-fusion pipelines`: write a Hayhooks wrapper folder per strategy and the production YAML (in `yaml/`) to
+    `--out`, generated from the strategy registry.
+    """
+    from haystack_fusion.serving.yaml import YAML_SUBDIR, generate
 
     written = generate(args.out)
-    print(f"Wrote {len(written)} pipelines to {args.out}")
+    wrappers = sum(1 for path in written if path.parent.name != YAML_SUBDIR)
+    print(
+        f"Wrote {wrappers} wrapper folders and {len(written) - wrappers} YAML pipelines ({YAML_SUBDIR}/) to {args.out}"
+    )
     return 0
 
 
@@ -593,8 +599,12 @@ def build_parser() -> argparse.ArgumentParser:
     report_options(report)
     report.set_defaults(func=cmd_report)
 
-    pipelines = commands.add_parser("pipelines", help="write every strategy's production YAML pipelines (Hayhooks)")
-    pipelines.add_argument("--out", default="pipelines", help="output folder (default: pipelines)")
+    pipelines = commands.add_parser(
+        "pipelines", help="write a Hayhooks wrapper per strategy and every strategy's production YAML (in yaml/)"
+    )
+    pipelines.add_argument(
+        "--out", default="pipelines", help="output folder (default: ./pipelines, relative to the working directory)"
+    )
     pipelines.set_defaults(func=cmd_pipelines)
 
     demo = commands.add_parser("demo", help="index the SQuAD 2.0 dev subset and answer a handful of its questions")

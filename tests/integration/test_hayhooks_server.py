@@ -32,6 +32,7 @@ def server(tmp_path_factory, squad):
     env = {
         **os.environ,
         "HAYSTACK_FUSION_STORE": str(index),
+        "HAYSTACK_FUSION_DOCUMENT_STORE": "memory",
         "HAYSTACK_FUSION_LLM": "local",
         "HAYSTACK_DESERIALIZATION_ALLOWLIST": "haystack_fusion",
     }

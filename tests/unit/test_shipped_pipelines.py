@@ -1,17 +1,20 @@
-"""The YAML pipelines shipped in `pipelines/`: generated from the registry, loadable, deployable by Hayhooks."""
+"""The shipped `pipelines/` folder: generated from the registry, loadable, deployable by Hayhooks, no YAML aliases."""
+
+from pathlib import Path
 
 import pytest
 from haystack import Pipeline
 
 import haystack_fusion  # noqa: F401  (allowlists the package for deserialization)
-from haystack_fusion.serving import COMBINATIONS, PIPELINES_DIR, pipeline_name, pipeline_yaml
+from haystack_fusion.serving.yaml import COMBINATIONS, YAML_SUBDIR, generate, pipeline_name, render
 from haystack_fusion.strategies import STRATEGIES, get_strategy
 
 pytest.importorskip("haystack_integrations.document_stores.elasticsearch", reason="the `elasticsearch` extra")
 pytest.importorskip("haystack_integrations.components.generators.ollama", reason="the `ollama` extra")
 pytest.importorskip("haystack_integrations.components.embedders.sentence_transformers", reason="the `dense` extra")
 
-SHIPPED = sorted(PIPELINES_DIR.glob("*.yml"))
+PIPELINES_DIR = Path(__file__).resolve().parents[2] / "pipelines"
+SHIPPED_YAML = sorted((PIPELINES_DIR / YAML_SUBDIR).glob("*.yml"))
 CASES = [(strategy, combination) for strategy in STRATEGIES for combination in COMBINATIONS]
 
 
@@ -20,19 +23,43 @@ def _no_openai_key(monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
 
 
-def test_every_strategy_and_combination_is_shipped_and_nothing_else():
-    assert [path.stem for path in SHIPPED] == sorted(pipeline_name(s, c) for s, c in CASES)
+@pytest.fixture(scope="module")
+def rendered():
+    return render()
 
 
-@pytest.mark.parametrize(("strategy", "combination"), CASES)
-def test_shipped_file_is_what_the_registry_generates(strategy, combination):
-    path = PIPELINES_DIR / f"{pipeline_name(strategy, combination)}.yml"
-    assert path.read_text(encoding="utf-8") == pipeline_yaml(strategy, COMBINATIONS[combination]), (
-        f"{path.name} is stale: run `haystack-fusion pipelines`"
+def shipped_files() -> list[str]:
+    return sorted(
+        path.relative_to(PIPELINES_DIR).as_posix()
+        for path in PIPELINES_DIR.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
     )
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=lambda path: path.stem)
+def test_the_folder_is_exactly_what_the_registry_generates(rendered):
+    assert shipped_files() == list(rendered), "run `haystack-fusion pipelines`"
+    stale = [name for name, text in rendered.items() if (PIPELINES_DIR / name).read_text(encoding="utf-8") != text]
+    assert not stale, f"stale: {stale}; run `haystack-fusion pipelines`"
+
+
+def test_a_wrapper_per_strategy_and_yaml_only_in_the_sub_folder():
+    top_level = sorted(path.name for path in PIPELINES_DIR.iterdir())
+    assert top_level == sorted([*STRATEGIES, YAML_SUBDIR]), "hayhooks run deploys every top-level *.yml"
+    assert [path.stem for path in SHIPPED_YAML] == sorted(pipeline_name(s, c) for s, c in CASES)
+
+
+def test_no_yaml_anchors_or_aliases(rendered):
+    for name, text in rendered.items():
+        assert "&id" not in text, name
+        assert "*id" not in text, name
+
+
+def test_generate_writes_anywhere(tmp_path, rendered):
+    written = generate(tmp_path / "out")
+    assert sorted(path.relative_to(tmp_path / "out").as_posix() for path in written) == list(rendered)
+
+
+@pytest.mark.parametrize("path", SHIPPED_YAML, ids=lambda path: path.stem)
 def test_loads_round_trips_and_keeps_secrets_out(path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
     text = path.read_text(encoding="utf-8")
@@ -44,7 +71,7 @@ def test_loads_round_trips_and_keeps_secrets_out(path, monkeypatch):
     assert get_strategy(strategy).answer_component in dict(pipeline.walk())
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=lambda path: path.stem)
+@pytest.mark.parametrize("path", SHIPPED_YAML, ids=lambda path: path.stem)
 def test_hayhooks_deploys_it(path, monkeypatch):
     """As `hayhooks pipeline deploy-yaml` does: resolve the declared inputs/outputs, load the pipeline."""
     hayhooks_yaml = pytest.importorskip("hayhooks.server.utils.yaml_pipeline_wrapper", reason="the `serve` extra")
