@@ -1,23 +1,25 @@
 """
-The one place that fans independent ChatGenerator calls out concurrently and sums their token usage.
+The one place that fans independent ChatGenerator calls out concurrently, traces them and sums their token usage.
 
 Every component sends its independent calls (one per passage, per sample, per candidate ...) through
-`run_chat_calls` / `run_chat_calls_async`; there is no second loop. Retries and timeouts belong to the generator
-(its own `max_retries` / `timeout`), so this module never retries.
+`run_chat_calls` / `run_chat_calls_async`; there is no second loop. Each call gets a `haystack.chat_generator.run`
+tracing span, as Haystack's own components give the generator calls they make inside their `run`. Retries and
+timeouts belong to the generator (its own `max_retries` / `timeout`), so this module never retries.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import functools
 import time
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from haystack import logging
+from haystack import logging, tracing
 from haystack.components.generators.chat.types import ChatGenerator
 from haystack.dataclasses import ChatMessage
 
@@ -26,6 +28,10 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 USAGE_KEYS = ("prompt_tokens", "completion_tokens", "calls", "failed_calls")
+
+# The token counts of a call's span, named as OpenTelemetry's semantic conventions for generative AI name them.
+INPUT_TOKENS_TAG = "gen_ai.usage.input_tokens"
+OUTPUT_TOKENS_TAG = "gen_ai.usage.output_tokens"
 
 
 def empty_usage() -> dict[str, int]:
@@ -70,6 +76,46 @@ def reply_usage(reply: ChatMessage | None) -> dict[str, int]:
     return counted
 
 
+@contextlib.contextmanager
+def trace_chat_call(
+    chat_generator: ChatGenerator, generator_inputs: dict[str, Any], parent_span: tracing.Span | None
+) -> Iterator[tracing.Span]:
+    """
+    Open the tracing span of one ChatGenerator call made inside a component, as Haystack's own components do.
+
+    The span is named `haystack.chat_generator.run` and tagged `haystack.component.name` = "chat_generator" and
+    `haystack.component.type` = the generator's class name (the convention of Haystack's
+    `components.generators.utils._trace_chat_generator_run`); the inputs are its `haystack.component.input` content
+    tag, recorded only when content tracing is on (`HAYSTACK_CONTENT_TRACING_ENABLED`). The caller sets the output
+    and the token counts (`record_chat_call`). An exception raised inside the block closes the span as failed.
+
+    :param chat_generator: The ChatGenerator being called.
+    :param generator_inputs: Its inputs (`messages`, and `generation_kwargs` when given).
+    :param parent_span: The span of the component that fans out. Tracers that follow the context (OpenTelemetry's)
+        find it themselves, since the fan-out copies the caller's context into its tasks and threads; the others
+        are given it here.
+    :returns: The span, as a context manager.
+    """
+    with tracing.tracer.trace(
+        "haystack.chat_generator.run",
+        tags={"haystack.component.name": "chat_generator", "haystack.component.type": type(chat_generator).__name__},
+        parent_span=parent_span,
+    ) as span:
+        span.set_content_tag("haystack.component.input", generator_inputs)
+        yield span
+
+
+def record_chat_call(span: tracing.Span, result: dict[str, Any]) -> None:
+    """
+    Tag a call's span with its result: the `haystack.component.output` content tag (when content tracing is on) and
+    the first reply's token counts, `gen_ai.usage.input_tokens` and `gen_ai.usage.output_tokens` (always; 0 when
+    the generator reported none).
+    """
+    span.set_content_tag("haystack.component.output", result)
+    usage = reply_usage((result.get("replies") or [None])[0])
+    span.set_tags({INPUT_TOKENS_TAG: usage["prompt_tokens"], OUTPUT_TOKENS_TAG: usage["completion_tokens"]})
+
+
 @dataclass
 class FanOutResult:
     """
@@ -105,20 +151,27 @@ async def run_chat_calls_async(
     use_run_async: bool = True,
 ) -> FanOutResult:
     """
-    Run one ChatGenerator call per prompt concurrently, at most `max_concurrency` at a time.
+    Run one ChatGenerator call per prompt concurrently, at most `max_concurrency` at a time, each in its own span.
 
     Uses the generator's `run_async` when it has one (and `use_run_async`), otherwise its `run` in worker threads.
     A call that raises, or returns no reply, is recorded in `errors` (and logged) while the other calls go on,
-    unless `raise_on_failure`.
+    unless `raise_on_failure`: then the first failure cancels the other calls (a call waiting for its turn never
+    starts; a `run_async` under way is cancelled; a `run` under way in a thread cannot be interrupted, runs to its
+    end and is discarded) and is re-raised.
+
+    Every call runs inside a `haystack.chat_generator.run` span (`trace_chat_call`), a child of the span that is
+    current when this is called (the component's, inside a pipeline), with the call's token counts as tags.
 
     :param chat_generator: Any Haystack ChatGenerator.
     :param prompts: n prompts, each a list of ChatMessage.
     :param max_concurrency: Upper bound on calls under way at once (>= 1).
     :param generation_kwargs: Passed to every call as `generation_kwargs` when given (e.g. a sampling temperature).
-    :param raise_on_failure: Re-raise the first failure instead of recording it.
+    :param raise_on_failure: Cancel the other calls and re-raise the first failure instead of recording it.
     :param use_run_async: False calls the generator's `run` in worker threads even when it has `run_async`.
     :returns: A `FanOutResult` with n replies and n errors in input order.
     :raises ValueError: If `max_concurrency` < 1.
+    :raises Exception: With `raise_on_failure`, the first failure as the generator raised it (`RuntimeError` for a
+        call that returned no reply).
     """
     if max_concurrency < 1:
         raise ValueError(f"`max_concurrency` must be at least 1, got {max_concurrency}")
@@ -130,36 +183,52 @@ async def run_chat_calls_async(
     # A private pool of max_concurrency threads: the loop's default pool may have fewer threads than that.
     pool = None if run_async is not None else concurrent.futures.ThreadPoolExecutor(max_workers=max_concurrency)
     loop = asyncio.get_running_loop()
+    parent_span = tracing.tracer.current_span()
+    tasks: list[asyncio.Task[tuple[ChatMessage | None, str | None]]] = []
+    first_failure: Exception | None = None
 
     async def call(messages: list[ChatMessage]) -> tuple[ChatMessage | None, str | None]:
-        nonlocal in_flight, max_in_flight
+        nonlocal in_flight, max_in_flight, first_failure
         async with semaphore:
             in_flight += 1
             max_in_flight = max(max_in_flight, in_flight)
             try:
-                if run_async is not None:
-                    result = await run_async(messages=messages, **extra)
-                else:
-                    run = functools.partial(chat_generator.run, messages=messages, **extra)
-                    result = await loop.run_in_executor(pool, contextvars.copy_context().run, run)
-                replies = result.get("replies") or []
-                if not replies:
-                    raise RuntimeError("the chat generator returned no reply")
+                with trace_chat_call(chat_generator, {"messages": messages, **extra}, parent_span) as span:
+                    if run_async is not None:
+                        result = await run_async(messages=messages, **extra)
+                    else:
+                        run = functools.partial(chat_generator.run, messages=messages, **extra)
+                        # The thread runs in a copy of this task's context, so spans the generator opens nest here.
+                        result = await loop.run_in_executor(pool, contextvars.copy_context().run, run)
+                    record_chat_call(span, result)
+                    replies = result.get("replies") or []
+                    if not replies:
+                        raise RuntimeError("the chat generator returned no reply")
                 return replies[0], None
             except Exception as error:
                 if raise_on_failure:
-                    raise
-                logger.warning("An LLM call failed and counts as an abstention: {error}", error=error)
+                    # Cancel the other calls before this one's slot frees: a call waiting for its turn never starts.
+                    first_failure = first_failure or error
+                    for task in tasks:
+                        if task is not asyncio.current_task():
+                            task.cancel()
+                else:
+                    logger.warning("An LLM call failed and counts as an abstention: {error}", error=error)
                 return None, f"{type(error).__name__}: {error}"
             finally:
                 in_flight -= 1
 
     start = time.perf_counter()
     try:
-        outcomes = await asyncio.gather(*(call(messages) for messages in prompts))
+        # The task group waits for cancelled calls to unwind too, so none outlives the fan-out.
+        async with asyncio.TaskGroup() as group:
+            tasks.extend(group.create_task(call(messages)) for messages in prompts)
     finally:
         if pool is not None:
-            pool.shutdown(wait=False)
+            pool.shutdown(wait=False, cancel_futures=True)
+    if first_failure is not None:
+        raise first_failure
+    outcomes = [task.result() for task in tasks]
     replies = [reply for reply, _ in outcomes]
     errors = [error for _, error in outcomes]
     usage = sum_usage(reply_usage(reply) for reply in replies)
@@ -188,7 +257,10 @@ def run_chat_calls(
     It calls the generator's synchronous `run` in `max_concurrency` worker threads, coordinated on a private event
     loop (in a worker thread when the calling thread already runs one, so it works inside Jupyter, Hayhooks and
     AsyncPipeline too). It never uses the generator's `run_async`: async clients such as OpenAI's are bound to the
-    event loop they first ran on, and this private loop is closed after each fan-out.
+    event loop they first ran on, and this private loop is closed after each fan-out. The private loop and the
+    worker threads run in copies of the caller's context (`contextvars`), so the calls' spans are children of the
+    caller's span. With `raise_on_failure`, calls not yet started when one fails never start; calls under way in
+    threads run to their end, unobserved.
     """
     return run_sync(
         run_chat_calls_async(
