@@ -115,11 +115,9 @@ class SummaryVerifier(ChatGeneratorWrapper):
         self._document_ranker = document_ranker
         self.raise_on_failure = raise_on_failure
 
-    def warm_up(self) -> None:
-        """Warm up the chat generator and the document ranker (idempotent)."""
-        for part in (self._chat_generator, self._document_ranker):
-            if part is not None and hasattr(part, "warm_up"):
-                part.warm_up()
+    def _wrapped_parts(self) -> list[Any]:
+        """The chat generator and the document ranker, which `warm_up`, `close` and their async forms delegate to."""
+        return [part for part in (self._chat_generator, self._document_ranker) if part is not None]
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize this component, with its chat generator and document ranker, to a dictionary."""
