@@ -151,8 +151,9 @@ def openai_logprobs(trace: list[TokenLogprob], text: str | None, detokenize: Cal
 
 
 try:
+    import llama_cpp
     from haystack_integrations.components.generators.llama_cpp import LlamaCppChatGenerator
-    from llama_cpp import Llama, llama_chat_format
+    from llama_cpp import Llama, LlamaGrammar, llama_chat_format
 except ImportError:  # the `local` extra is not installed
     LlamaCppChatGenerator = None  # type: ignore[assignment,misc]
 else:
@@ -214,6 +215,31 @@ else:
             return llama_chat_format.ChatFormatterResponse(
                 prompt="\n\n".join(str(message.get("content") or "") for message in messages)
             )
+
+    _GRAMMARS: dict[str, Any] = {}
+
+    def compiled_grammar(gbnf: str, model: Any) -> Any:
+        """
+        A GBNF grammar checked against the model's vocabulary for llama.cpp's constrained decoding, once per text.
+
+        llama.cpp parses a grammar only when it builds the sampler and crashes the process on one it cannot parse,
+        so the text is parsed here first (a sampler built and freed).
+
+        :param gbnf: The grammar in llama.cpp's GBNF notation, with a `root` rule.
+        :param model: The loaded `llama_cpp.Llama`.
+        :returns: A `llama_cpp.LlamaGrammar`.
+        :raises ValueError: If the text does not parse as GBNF.
+        """
+        if gbnf not in _GRAMMARS:
+            grammar = LlamaGrammar.from_string(gbnf, verbose=False)
+            sampler = llama_cpp.llama_sampler_init_grammar(
+                model._model.vocab, gbnf.encode("utf-8"), grammar._root.encode("utf-8")
+            )
+            if not sampler:
+                raise ValueError(f"`grammar` is not a valid GBNF grammar with a `root` rule: {gbnf[:200]!r}")
+            llama_cpp.llama_sampler_free(sampler)
+            _GRAMMARS[gbnf] = grammar
+        return _GRAMMARS[gbnf]
 
     @component
     class LocalChatGenerator(LlamaCppChatGenerator):  # type: ignore[misc,valid-type]
@@ -337,6 +363,12 @@ else:
             log-probability in OpenAI's shape (`openai_logprobs`). They are read from the logits of the last
             position at each decoding step, so the model needs no `logits_all=True` and memory does not grow with
             the vocabulary times the prompt length; greedy replies are the same with or without them.
+
+            `generation_kwargs={"grammar": "<GBNF>"}` constrains the reply to a llama.cpp GBNF grammar (compiled
+            once per text, `llama_cpp.LlamaGrammar`); the text keeps the settings serializable and cacheable.
+            The log-probabilities recorded are the model's own, before the grammar masks any token.
+
+            :raises ValueError: If a `grammar` text does not parse as GBNF.
             """
             self.warm_up()
             key = self._cache_key(messages, generation_kwargs, kwargs)
@@ -344,6 +376,11 @@ else:
             wants_logprobs = bool(settings.get("logprobs"))
             if wants_logprobs:  # llama-cpp-python's own logprobs need logits_all=True: record them in `sample`
                 generation_kwargs = {**(generation_kwargs or {}), "logprobs": None, "top_logprobs": None}
+            if isinstance(settings.get("grammar"), str):
+                generation_kwargs = {
+                    **(generation_kwargs or {}),
+                    "grammar": compiled_grammar(settings["grammar"], self._model),
+                }
             with self._thread_lock:
                 assert self._model is not None
                 assert self._shared is not None

@@ -60,3 +60,15 @@ def test_logprobs_change_no_reply_and_spell_it(retriever, questions, llm):
         assert all(len(entry["top_logprobs"]) == 3 for entry in content)
         # greedy: the chosen token is the most probable one
         assert all(entry["top_logprobs"][0]["logprob"] == pytest.approx(entry["logprob"]) for entry in content)
+
+
+def test_grammar_constrains_the_reply_and_a_bad_one_is_refused(llm):
+    """A GBNF grammar (as text) constrains decoding; one llama.cpp cannot parse is a ValueError, not a crash."""
+    generator = local_chat_generator(reply_cache=False)
+    prompt = [ChatMessage.from_user("Question: Is the sky green?\n\nChoices: [True, False]. Answer:")]
+    grammar = 'root ::= " " ("True" | "False")'
+    reply = generator.run(prompt, generation_kwargs={"grammar": grammar})["replies"][0]
+    assert reply.text in (" True", " False")
+    assert len(reply.meta["logprobs"]["content"]) == reply.meta["usage"]["completion_tokens"]
+    with pytest.raises(ValueError, match="not a valid GBNF grammar"):
+        generator.run(prompt, generation_kwargs={"grammar": "root ::= ("})
