@@ -11,6 +11,7 @@ from haystack.core.serialization_security import allow_deserialization_module
 from haystack_fusion.__about__ import __version__
 from haystack_fusion.components import (
     CandidateSummarizer,
+    FusionAnswerer,
     NoteTaker,
     PassageFormatter,
     PostFusionVoter,
@@ -22,6 +23,7 @@ allow_deserialization_module("haystack_fusion")
 
 __all__ = [
     "CandidateSummarizer",
+    "FusionAnswerer",
     "NoteTaker",
     "PassageFormatter",
     "PostFusionVoter",

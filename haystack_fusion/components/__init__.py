@@ -1,6 +1,7 @@
-"""The package's Haystack components, one file each."""
+"""The package's Haystack components, one file each, and `FusionAnswerer`, any strategy as one SuperComponent."""
 
 from haystack_fusion.components.candidate_summarizer import CandidateSummarizer
+from haystack_fusion.components.fusion_answerer import FusionAnswerer
 from haystack_fusion.components.note_taker import NoteTaker
 from haystack_fusion.components.passage_formatter import PassageFormatter
 from haystack_fusion.components.post_fusion_voter import PostFusionVoter
@@ -9,6 +10,7 @@ from haystack_fusion.components.unknown_router import UnknownRouter
 
 __all__ = [
     "CandidateSummarizer",
+    "FusionAnswerer",
     "NoteTaker",
     "PassageFormatter",
     "PostFusionVoter",

@@ -1,0 +1,136 @@
+"""A registered strategy as one drop-in component: `query` and your retriever's `documents` in, `answers` out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from haystack import Pipeline, SuperComponent, component, default_from_dict, default_to_dict
+from haystack.components.generators.chat.types import ChatGenerator
+from haystack.components.joiners import DocumentJoiner
+from haystack.core.serialization import component_to_dict
+from haystack.utils.deserialization import deserialize_component_inplace
+
+from haystack_fusion.prompts import validate_query
+
+_COMPONENT_SETTINGS = ("verifier_chat_generator", "document_ranker")
+"""`StrategyConfig` fields that hold components; they are passed and serialized as components, not as settings."""
+
+
+@component
+class FusionAnswerer(SuperComponent):
+    """
+    Any registered strategy (`haystack-fusion strategies`) after your own retriever, as one component.
+
+    It builds the strategy's pipeline from the registry (`strategies.build_pipeline`, the same builders as the
+    shipped YAML and `haystack-fusion ask`) and feeds the given passages in where that pipeline's retriever would:
+    a `DocumentJoiner(sort_by_score=False)` passes them on in the order given (best-ranked first, as the papers
+    assume; duplicates by id are dropped). The answer list is the strategy's (`Strategy.answer_component`), each
+    `GeneratedAnswer.meta` carrying the strategy's evidence (votes, candidates, notes, stages, confidence, usage).
+
+    ### Usage example
+    ```python
+    from haystack import Document, Pipeline
+    from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
+    from haystack.document_stores.in_memory import InMemoryDocumentStore
+    from haystack_fusion import FusionAnswerer
+    from haystack_fusion.backends import local_chat_generator
+
+    store = InMemoryDocumentStore()
+    store.write_documents([Document(content="The Eiffel Tower is in Paris."), Document(content="Rome is in Italy.")])
+    pipe = Pipeline()
+    pipe.add_component("retriever", InMemoryBM25Retriever(document_store=store, top_k=5))
+    pipe.add_component("answerer", FusionAnswerer(strategy="concat_pf", chat_generator=local_chat_generator()))
+    pipe.connect("retriever.documents", "answerer.documents")
+    question = "Where is the Eiffel Tower?"
+    result = pipe.run({"retriever": {"query": question}, "answerer": {"query": question}})
+    print(result["answerer"]["answers"][0].data)
+    ```
+    """
+
+    def __init__(
+        self,
+        *,
+        strategy: str,
+        chat_generator: ChatGenerator,
+        settings: dict[str, Any] | None = None,
+        verifier_chat_generator: ChatGenerator | None = None,
+        document_ranker: Any | None = None,
+    ) -> None:
+        """
+        Build the strategy's pipeline.
+
+        :param strategy: A registered strategy name, e.g. "concat_pf", "sure", "chain_of_note", "cascade".
+        :param chat_generator: The LLM every component of the strategy calls.
+        :param settings: Further `strategies.StrategyConfig` fields (JSON values), e.g. `{"max_concurrency": 8,
+            "few_shot": True, "min_confidence": 0.25}`; unset fields keep the strategy's defaults.
+        :param verifier_chat_generator: SuRe's validity and ranking LLM (paper 002, Table 10); None: `chat_generator`.
+        :param document_ranker: SuRe's summary reranker (paper 002, Table 4); None keeps the given order.
+        :raises ValueError: If the strategy is not registered, or `settings` holds `retriever`, `chat_generator`,
+            a component field or a field `StrategyConfig` does not have.
+        """
+        from haystack_fusion.strategies import StrategyConfig, build_pipeline, get_strategy  # imports components
+
+        self.strategy = strategy
+        self.chat_generator = chat_generator
+        self.settings = dict(settings or {})
+        self.verifier_chat_generator = verifier_chat_generator
+        self.document_ranker = document_ranker
+        answer_component = get_strategy(strategy).answer_component
+        allowed = set(StrategyConfig.__dataclass_fields__) - {"retriever", "chat_generator", *_COMPONENT_SETTINGS}
+        unknown = sorted(set(self.settings) - allowed)
+        if unknown:
+            raise ValueError(f"FusionAnswerer `settings` has no field(s) {unknown}; allowed: {sorted(allowed)}")
+        pipeline: Pipeline = build_pipeline(
+            strategy,
+            retriever=DocumentJoiner(sort_by_score=False),
+            chat_generator=chat_generator,
+            verifier_chat_generator=verifier_chat_generator,
+            document_ranker=document_ranker,
+            **self.settings,
+        )
+        query_sockets = sorted(f"{name}.query" for name, sockets in pipeline.inputs().items() if "query" in sockets)
+        SuperComponent.__init__(
+            self,
+            pipeline=pipeline,
+            input_mapping={"query": query_sockets, "documents": ["retriever.documents"]},
+            output_mapping={f"{answer_component}.answers": "answers"},
+        )
+
+    def run(self, **kwargs: Any) -> dict[str, Any]:
+        """
+        Answer a question from the given passages.
+
+        :param query: The question (non-blank).
+        :param documents: The passages, best-ranked first (your retriever's `documents`); none gives the strategy's
+            answer without passages ("unknown" for most).
+        :returns: `answers`: the strategy's `GeneratedAnswer` list, best first.
+        :raises ValueError: If the question is empty or only whitespace.
+        """
+        validate_query(kwargs.get("query", ""))
+        return SuperComponent.run(self, **kwargs)
+
+    async def run_async(self, **kwargs: Any) -> dict[str, Any]:
+        """Async form of `run`: the strategy's pipeline runs with `run_async`; same inputs, outputs and errors."""
+        validate_query(kwargs.get("query", ""))
+        return await SuperComponent.run_async(self, **kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize the strategy name, settings and generators (the inner pipeline is rebuilt on load)."""
+        components = {
+            name: component_to_dict(obj=value, name=name) if value is not None else None
+            for name, value in (
+                ("chat_generator", self.chat_generator),
+                ("verifier_chat_generator", self.verifier_chat_generator),
+                ("document_ranker", self.document_ranker),
+            )
+        }
+        return default_to_dict(self, strategy=self.strategy, settings=self.settings, **components)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FusionAnswerer:
+        """Rebuild from `to_dict`'s output, deserializing the generators and the ranker."""
+        params = data["init_parameters"]
+        for name in ("chat_generator", *_COMPONENT_SETTINGS):
+            if params.get(name):
+                deserialize_component_inplace(params, key=name)
+        return default_from_dict(cls, data)
