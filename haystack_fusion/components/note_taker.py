@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Literal
 
 from haystack import Document, component, default_to_dict, logging
 from haystack.components.generators.chat.types import ChatGenerator
 from haystack.core.serialization import component_to_dict
-from haystack.dataclasses import ChatMessage, GeneratedAnswer
+from haystack.dataclasses import ChatMessage, GeneratedAnswer, StreamingCallbackT
+from haystack.utils import deserialize_callable, serialize_callable
 
 from haystack_fusion.answers import UNKNOWN, UnknownDetector
 from haystack_fusion.components.base import ChatGeneratorWrapper
@@ -125,6 +127,7 @@ class NoteTaker(ChatGeneratorWrapper):
         generation_kwargs: dict[str, Any] | None = None,
         unknown_patterns: list[str] | None = None,
         raise_on_failure: bool = False,
+        streaming_callback: StreamingCallbackT | None = None,
     ) -> None:
         """
         Create a NoteTaker.
@@ -140,6 +143,10 @@ class NoteTaker(ChatGeneratorWrapper):
         :param unknown_patterns: Regular expressions that mark an abstention; None uses the shared defaults.
         :param raise_on_failure: If True, a failed call raises; by default it is logged and reported in `meta`: a
             failed note counts as irrelevant, a failed answer call gives "unknown".
+        :param streaming_callback: Called with each `StreamingChunk` of the per-document mode's synthesis call (the
+            one call that writes the answer), passed to the generator as its own `streaming_callback`; the note
+            calls and the single-call mode's reply (notes before the answer) are not streamed. Sync for `run`; for
+            `run_async`, whatever the generator's `run_async` takes (async for OpenAI, sync for the embedded model).
         :raises ValueError: If `mode` is unknown, `max_concurrency` is below 1 or `max_passage_chars` not positive.
         """
         if mode not in NOTE_MODES:
@@ -156,6 +163,7 @@ class NoteTaker(ChatGeneratorWrapper):
         self.generation_kwargs = generation_kwargs
         self.unknown_patterns = unknown_patterns
         self.raise_on_failure = raise_on_failure
+        self.streaming_callback = streaming_callback
         self._detector = UnknownDetector.from_patterns(unknown_patterns)
 
     def to_dict(self) -> dict[str, Any]:
@@ -170,7 +178,17 @@ class NoteTaker(ChatGeneratorWrapper):
             generation_kwargs=self.generation_kwargs,
             unknown_patterns=self.unknown_patterns,
             raise_on_failure=self.raise_on_failure,
+            streaming_callback=serialize_callable(self.streaming_callback) if self.streaming_callback else None,
         )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NoteTaker:
+        """Deserialize this component, with its chat generator and streaming callback, from a dictionary."""
+        callback = data.get("init_parameters", {}).get("streaming_callback")
+        if callback:
+            data["init_parameters"]["streaming_callback"] = deserialize_callable(callback)
+        # `@component` rebuilds the class, so a zero-argument super() does not reach the mixin
+        return ChatGeneratorWrapper.from_dict.__func__(cls, data)  # type: ignore[attr-defined]
 
     # Each step below is shared by `run` and `run_async`; only the fan-out calls differ.
 
@@ -278,14 +296,21 @@ class NoteTaker(ChatGeneratorWrapper):
         reply = second.replies[0] if second and second.replies else None
         return PROMPTS["con_synthesis"].extract_answer(reply.text) if reply is not None else None
 
+    def _synthesis_generator(self, streaming_callback: StreamingCallbackT | None) -> Any:
+        callback = streaming_callback or self.streaming_callback
+        return self._chat_generator if callback is None else _Streaming(self._chat_generator, callback)
+
     @component.output_types(answers=list[GeneratedAnswer], notes=list[dict[str, Any]])
-    def run(self, query: str, documents: list[Document]) -> dict[str, Any]:
+    def run(
+        self, query: str, documents: list[Document], streaming_callback: StreamingCallbackT | None = None
+    ) -> dict[str, Any]:
         """
         Take notes on the passages and answer.
 
         :param query: The question.
         :param documents: The k retrieved passages, best-ranked first (may be empty: with parametric knowledge the
             model answers from it, else "unknown" with no call).
+        :param streaming_callback: Overrides the one given at init for this run (see `__init__`).
         :returns: A dictionary with:
             - `answers`: one GeneratedAnswer: the answer, or "unknown"; its `documents` are the relevant passages;
               its `meta` holds `notes`, `answer_source` ("passages", "parametric" or "none"), `failures` (`round`,
@@ -299,19 +324,42 @@ class NoteTaker(ChatGeneratorWrapper):
         first = run_chat_calls(self._chat_generator, prompts, **self._fan_out()) if prompts else None
         notes, answer_text = self._notes(documents, first)
         synthesis = self._synthesis(query, notes)
-        second = run_chat_calls(self._chat_generator, synthesis, **self._fan_out()) if synthesis else None
+        generator = self._synthesis_generator(streaming_callback)
+        second = run_chat_calls(generator, synthesis, **self._fan_out()) if synthesis else None
         if self.mode == "per_document":
             answer_text = self._answer_text(second)
         return self._outputs(query, documents, notes, answer_text, [("notes", first), ("answer", second)])
 
     @component.output_types(answers=list[GeneratedAnswer], notes=list[dict[str, Any]])
-    async def run_async(self, query: str, documents: list[Document]) -> dict[str, Any]:
+    async def run_async(
+        self, query: str, documents: list[Document], streaming_callback: StreamingCallbackT | None = None
+    ) -> dict[str, Any]:
         """Async form of `run`, with the same inputs, outputs and errors; calls the generator's `run_async`."""
         query, documents, prompts = self._first_round(query, documents)
         first = await run_chat_calls_async(self._chat_generator, prompts, **self._fan_out()) if prompts else None
         notes, answer_text = self._notes(documents, first)
         synthesis = self._synthesis(query, notes)
-        second = await run_chat_calls_async(self._chat_generator, synthesis, **self._fan_out()) if synthesis else None
+        generator = self._synthesis_generator(streaming_callback)
+        second = await run_chat_calls_async(generator, synthesis, **self._fan_out()) if synthesis else None
         if self.mode == "per_document":
             answer_text = self._answer_text(second)
         return self._outputs(query, documents, notes, answer_text, [("notes", first), ("answer", second)])
+
+
+class _Streaming:
+    """A ChatGenerator whose every call passes one `streaming_callback` on (NoteTaker's synthesis call)."""
+
+    def __init__(self, generator: Any, callback: StreamingCallbackT) -> None:
+        self._generator = generator
+        self._callback = callback
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._generator, name)
+
+    def run(self, messages: list[ChatMessage], **kwargs: Any) -> dict[str, Any]:
+        return self._generator.run(messages=messages, streaming_callback=self._callback, **kwargs)
+
+    async def run_async(self, messages: list[ChatMessage], **kwargs: Any) -> dict[str, Any]:
+        if not hasattr(self._generator, "run_async"):
+            return await asyncio.to_thread(self.run, messages, **kwargs)
+        return await self._generator.run_async(messages=messages, streaming_callback=self._callback, **kwargs)
