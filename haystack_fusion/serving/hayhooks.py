@@ -24,6 +24,7 @@ import importlib.util
 import json
 import os
 import textwrap
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -44,6 +45,10 @@ from haystack.dataclasses import StreamingChunk
 from haystack_fusion.backends import DEFAULT_MODELS, BackendConfig, chat_generator, retriever
 from haystack_fusion.prompts import validate_query
 from haystack_fusion.strategies import StrategyRun, build_pipeline, get_strategy, run_strategy
+
+_SETUP_LOCK = threading.Lock()
+"""Hayhooks sets wrappers up in parallel threads; Haystack's lazy imports and the model's loading are not meant for
+that, so one wrapper is set up at a time."""
 
 PROBE_TIMEOUT_SECONDS = 5.0
 """How long `check_backend` waits for an Elasticsearch or Ollama server to answer, in seconds."""
@@ -652,18 +657,19 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
 
         :raises BackendSetupError: If the environment does not configure a backend this wrapper can run on.
         """
-        config = check_backend()
-        self.config = config
-        self.pipeline = build_pipeline(
-            self.strategy,
-            retriever=retriever(config),
-            chat_generator=chat_generator(config),
-            **strategy_options(config),
-        )
-        target = streamed_component(self.strategy, self.pipeline)
-        if target is not None:
-            enable_streaming(self.pipeline, target)
-        self.pipeline.warm_up()
+        with _SETUP_LOCK:
+            config = check_backend()
+            self.config = config
+            self.pipeline = build_pipeline(
+                self.strategy,
+                retriever=retriever(config),
+                chat_generator=chat_generator(config),
+                **strategy_options(config),
+            )
+            target = streamed_component(self.strategy, self.pipeline)
+            if target is not None:
+                enable_streaming(self.pipeline, target)
+            self.pipeline.warm_up()
 
     def _run(self, query: str) -> StrategyRun:
         try:
@@ -694,7 +700,9 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
 
     async def run_api_async(self, query: str) -> dict:
         """
-        Answer a question (the async form of `run_api`, which Hayhooks prefers: the pipeline runs with `run_async`).
+        Answer a question from the retrieved passages: the answer, its sources, the strategy's evidence and usage.
+
+        The async form of `run_api` (Hayhooks prefers it; the pipeline runs with `run_async`).
 
         :param query: The question.
         :returns: As `run_api`.
