@@ -33,7 +33,7 @@ from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.dataclasses import ChatMessage
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
-from haystack_fusion.backends import _LOADED, LocalChatGenerator
+from haystack_fusion.backends.local import _LOADED, LocalChatGenerator
 from haystack_fusion.corpus import default_squad_path
 from haystack_fusion.evaluation.datasets import load_dataset
 from haystack_fusion.evaluation.runner import EvalConfig, Evaluator

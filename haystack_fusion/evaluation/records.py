@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
@@ -207,6 +208,20 @@ def _without_runtime(value: Any) -> Any:
     return value
 
 
+def public_class_path(cls: type) -> str:
+    """
+    A class's import path, through the shortest `haystack_fusion` package that exports it, e.g.
+    "haystack_fusion.backends.LocalChatGenerator" for the class defined in `haystack_fusion.backends.local`; other
+    packages' classes keep their defining module. Moving a class between this package's internal modules then
+    changes no fingerprint.
+    """
+    parts = cls.__module__.split(".")
+    if parts[0] == "haystack_fusion":
+        while len(parts) > 1 and getattr(sys.modules.get(".".join(parts[:-1])), cls.__name__, None) is cls:
+            parts = parts[:-1]
+    return f"{'.'.join(parts)}.{cls.__qualname__}"
+
+
 def describe_generator(generator: Any) -> dict[str, Any]:
     """
     What identifies an LLM for a fingerprint: its class, model name and generation settings, and for the embedded
@@ -216,7 +231,7 @@ def describe_generator(generator: Any) -> dict[str, Any]:
     :returns: A JSON-serializable dict.
     """
     description: dict[str, Any] = {
-        "class": f"{type(generator).__module__}.{type(generator).__qualname__}",
+        "class": public_class_path(type(generator)),
         "model": getattr(generator, "model", None),
         "generation_kwargs": _without_runtime(dict(getattr(generator, "generation_kwargs", None) or {})),
     }

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from haystack.dataclasses import ChatMessage
 
-from haystack_fusion.backends import _LOADED, LOCAL_GENERATION_KWARGS, local_chat_generator
+from haystack_fusion.backends import LOCAL_GENERATION_KWARGS, local_chat_generator
+from haystack_fusion.backends.local import _LOADED
 from haystack_fusion.prompts import PROMPTS, format_passages, render
 
 

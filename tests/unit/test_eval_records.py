@@ -222,3 +222,14 @@ class TestRedaction:
         records = copier.run()
         assert all(r.redacted and "Paris is the capital" not in r.prediction for r in records)
         assert rescore(read_records(tmp_path / RESULTS_FILE), dataset) == read_records(tmp_path / RESULTS_FILE)
+
+
+def test_fingerprints_name_a_class_by_its_public_path():
+    """Moving a class between this package's internal modules changes no fingerprint (committed runs resume)."""
+    from haystack.components.generators.chat import MockChatGenerator
+
+    from haystack_fusion.backends import BackendConfig
+    from haystack_fusion.evaluation.records import public_class_path
+
+    assert public_class_path(BackendConfig) == "haystack_fusion.backends.BackendConfig"
+    assert public_class_path(MockChatGenerator) == f"{MockChatGenerator.__module__}.MockChatGenerator"

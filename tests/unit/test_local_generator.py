@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from haystack.dataclasses import ChatMessage
 
-from haystack_fusion.backends import (
+from haystack_fusion.backends.local import (
     LlamaCppChatGenerator,
     LocalChatGenerator,
     TokenLogprob,

