@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint install-local install-dev
+.PHONY: demo test lint install-local install-dev install-chat-ui
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,11 +21,20 @@ install-dev: $(BIN)/python
 demo: install-local
 	$(BIN)/haystack-fusion demo --strategy cascade --questions 6
 
+# The chat UI test (tests/integration/test_chat_ui.py): Debian's Chromium, driven headless by Playwright's Python driver
+# (the `dev` extra; no browser download), and Hayhooks' Chainlit UI pinned by constraints/chainlit.txt, without which
+# pip's resolver backtracks for 10+ minutes. apt-get runs only as root and only when a package is missing.
+install-chat-ui: install-dev
+	@dpkg -s chromium fonts-liberation fonts-noto-color-emoji >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
+		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+		chromium fonts-liberation fonts-noto-color-emoji; }
+	$(BIN)/pip install --quiet -c constraints/chainlit.txt -e ".[chainlit]"
+
 lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy haystack_fusion
 
 # Lint, then unit tests (MockChatGenerator) and integration tests (embedded model, real SQuAD2 subset).
-test: lint
+test: lint install-chat-ui
 	$(BIN)/pytest
