@@ -47,7 +47,7 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
     "--disable-breakpad",
     "--disable-client-side-phishing-detection",
-    "--disable-features=OptimizationHints,MediaRouter,Translate,AutofillServerCommunication,CertificateTransparencyComponentUpdater",
+    "--disable-features=OptimizationHints,MediaRouter,Translate,AutofillServerCommunication",
     "--metrics-recording-only",
     "--no-default-browser-check",
     "--no-first-run",
