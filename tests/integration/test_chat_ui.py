@@ -33,7 +33,6 @@ if importlib.util.find_spec("chainlit") is None:  # not imported here: importing
 sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright's Python driver (the `dev` extra)")
 
 WRAPPERS = Path(__file__).resolve().parents[2] / "pipelines"
-QUESTION = "When were the Normans in Normandy?"
 CHROMIUM = os.environ.get("HAYSTACK_FUSION_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 ANSWER_SECONDS = 600  # a cascade question on the embedded model: 30-120 s here, more when every round runs
 
@@ -97,7 +96,8 @@ def chat_ui(tmp_path_factory, squad):
         log.close()
 
 
-def test_chat_ui_shows_status_answer_and_sources(chat_ui, tmp_path):
+def test_chat_ui_shows_status_answer_and_sources(chat_ui, tmp_path, questions):
+    question = questions[0].question  # read from ../shared at run time
     blocked: list[str] = []
 
     def local_only(route) -> None:
@@ -116,10 +116,10 @@ def test_chat_ui_shows_status_answer_and_sources(chat_ui, tmp_path):
             page.get_by_text("Connected to").wait_for(timeout=60_000)
             assert "cascade" in page.inner_text("body")
 
-            page.locator("#chat-input").fill(QUESTION)
+            page.locator("#chat-input").fill(question)
             page.locator("#chat-submit").click()
             started = time.monotonic()
-            page.get_by_text(QUESTION).wait_for(timeout=30_000)
+            page.get_by_text(question).wait_for(timeout=30_000)
             # The steps appear as the status events arrive; the details block closes the stream.
             page.locator("[data-step-type='run']").first.wait_for(timeout=ANSWER_SECONDS * 1000)
             reply = page.locator("[data-step-type='assistant_message']").last

@@ -36,7 +36,7 @@ import pytest
 
 from haystack_fusion.__about__ import __version__
 from haystack_fusion.backends import packaged_model_path
-from haystack_fusion.corpus import default_squad_path
+from haystack_fusion.corpus import default_squad_path, load_squad
 
 from .conftest import free_port, stop, wait_until_ready
 
@@ -303,7 +303,7 @@ def test_ask_on_the_embedded_model_from_the_wheel(fresh, tmp_path):
         [
             cli,
             "ask",
-            "In what country is Normandy located?",
+            load_squad(dataset)[1][0].question,  # read from ../shared at run time
             "--strategy",
             "concat_pf",
             "--top-k",
