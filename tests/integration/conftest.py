@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
@@ -50,6 +52,17 @@ def llm():
 def questions(squad) -> list[SquadQuestion]:
     """The first five questions of the subset: answerable ones from its first article."""
     return squad[1][:5]
+
+
+def local_serving_env(index) -> dict[str, str]:
+    """The environment of a Hayhooks server on the embedded model over the saved in-memory index at `index`."""
+    return {
+        **os.environ,
+        "HAYSTACK_FUSION_STORE": str(index),
+        "HAYSTACK_FUSION_DOCUMENT_STORE": "memory",
+        "HAYSTACK_FUSION_LLM": "local",
+        "HAYSTACK_DESERIALIZATION_ALLOWLIST": "haystack_fusion",
+    }
 
 
 def free_port() -> int:

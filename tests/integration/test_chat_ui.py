@@ -24,7 +24,7 @@ import pytest
 
 from haystack_fusion.backends import save_store
 
-from .conftest import free_port, stop, wait_until_ready
+from .conftest import free_port, local_serving_env, stop, wait_until_ready
 
 httpx = pytest.importorskip("httpx", reason="the `serve` extra")
 pytest.importorskip("hayhooks", reason="the `serve` extra (pip install 'haystack-fusion[serve]')")
@@ -68,11 +68,7 @@ def chat_ui(tmp_path_factory, squad):
     save_store(squad[0], index)
     port = free_port()
     env = {
-        **os.environ,
-        "HAYSTACK_FUSION_STORE": str(index),
-        "HAYSTACK_FUSION_DOCUMENT_STORE": "memory",
-        "HAYSTACK_FUSION_LLM": "local",
-        "HAYSTACK_DESERIALIZATION_ALLOWLIST": "haystack_fusion",
+        **local_serving_env(index),
         "HAYHOOKS_CHAINLIT_DEFAULT_MODEL": "cascade",
         "HAYHOOKS_CHAINLIT_REQUEST_TIMEOUT": str(ANSWER_SECONDS + 60),  # Chainlit's own default (120 s) is too short
     }

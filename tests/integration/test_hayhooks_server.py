@@ -12,7 +12,7 @@ import pytest
 
 from haystack_fusion.backends import save_store
 
-from .conftest import free_port, stop, wait_until_ready
+from .conftest import free_port, local_serving_env, stop, wait_until_ready
 
 httpx = pytest.importorskip("httpx", reason="the `serve` extra")
 pytest.importorskip("hayhooks", reason="the `serve` extra (pip install 'haystack-fusion[serve]')")
@@ -30,13 +30,7 @@ def server(tmp_path_factory, squad):
     index = root / "index.json"
     save_store(squad[0], index)
     port = free_port()
-    env = {
-        **os.environ,
-        "HAYSTACK_FUSION_STORE": str(index),
-        "HAYSTACK_FUSION_DOCUMENT_STORE": "memory",
-        "HAYSTACK_FUSION_LLM": "local",
-        "HAYSTACK_DESERIALIZATION_ALLOWLIST": "haystack_fusion",
-    }
+    env = local_serving_env(index)
     hayhooks = Path(sys.executable).with_name("hayhooks")
     command = [
         str(hayhooks),
