@@ -16,7 +16,7 @@ import time
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMemoryEmbeddingRetriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
-from haystack_fusion.embedders import PackagedDocumentEmbedder, PackagedTextEmbedder
+from haystack_fusion.embeddings import PackagedDocumentEmbedder, PackagedTextEmbedder
 from haystack_fusion.evaluation.datasets import load_dataset
 from haystack_fusion.evaluation.metrics import retrieval_hit
 from haystack_fusion.retrieval import DenseRetriever, HybridRetriever

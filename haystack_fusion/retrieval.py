@@ -29,7 +29,7 @@ class DenseRetriever:
     ### Usage example
     ```python
     from haystack.components.retrievers.in_memory import InMemoryEmbeddingRetriever
-    from haystack_fusion.embedders import PackagedTextEmbedder
+    from haystack_fusion.embeddings import PackagedTextEmbedder
     from haystack_fusion.retrieval import DenseRetriever
 
     retriever = DenseRetriever(
@@ -101,7 +101,7 @@ class HybridRetriever:
     ### Usage example
     ```python
     from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMemoryEmbeddingRetriever
-    from haystack_fusion.embedders import PackagedTextEmbedder
+    from haystack_fusion.embeddings import PackagedTextEmbedder
     from haystack_fusion.retrieval import HybridRetriever
 
     retriever = HybridRetriever(

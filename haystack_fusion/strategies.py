@@ -49,7 +49,7 @@ class StrategyConfig:
     :param verifier_chat_generator: The LLM for SuRe's validity and ranking calls (paper 002, Table 10); None uses
         `chat_generator`.
     :param document_ranker: A Haystack ranker that reorders SuRe's passages by the winning summary (paper 002,
-        Table 4), e.g. `haystack_fusion.dense.summary_reranker()`; None keeps retrieval order.
+        Table 4), e.g. `haystack_fusion.embeddings.summary_reranker()`; None keeps retrieval order.
     :param few_shot: SuRe's candidates from the few-shot Listing 13 instead of Listing 6 (for base models).
     :param allow_parametric_knowledge: Chain-of-Note answers from the model's own knowledge when no passage is
         relevant (paper 004, Appendix A.5 step 5); False answers "unknown" then.

@@ -175,7 +175,7 @@ def text_embedder(config: BackendConfig) -> Any:
         from haystack.components.embedders import OpenAITextEmbedder
 
         return OpenAITextEmbedder(model=config.embedding_model or DEFAULT_OPENAI_EMBEDDING_MODEL)
-    from haystack_fusion.embedders import PackagedTextEmbedder
+    from haystack_fusion.embeddings import PackagedTextEmbedder
 
     return PackagedTextEmbedder(model=config.embedding_model, progress_bar=False)
 
@@ -186,7 +186,7 @@ def document_embedder(config: BackendConfig) -> Any:
         from haystack.components.embedders import OpenAIDocumentEmbedder
 
         return OpenAIDocumentEmbedder(model=config.embedding_model or DEFAULT_OPENAI_EMBEDDING_MODEL)
-    from haystack_fusion.embedders import PackagedDocumentEmbedder
+    from haystack_fusion.embeddings import PackagedDocumentEmbedder
 
     return PackagedDocumentEmbedder(model=config.embedding_model, progress_bar=False)
 

@@ -53,7 +53,7 @@ class SummaryVerifier(ChatGeneratorWrapper):
     a split by order bias gives 0.5; r(s_k) sums r_pair over the other summaries. Answers are ordered by
     v(s_k) + r(s_k) (Eq. 6), ties to the candidate proposed earlier (section 4.1). The winning summary is the
     answer's rationale. A `chat_generator` of its own lets a cheaper LLM verify (Table 10). With a `document_ranker`
-    (e.g. `haystack_fusion.dense.summary_reranker()`), the winner's documents are the passages reordered by
+    (e.g. `haystack_fusion.embeddings.summary_reranker()`), the winner's documents are the passages reordered by
     similarity to its summary (Table 4).
 
     With `scoring="probability"` the decisions are read from token log-probabilities instead of the reply's words:

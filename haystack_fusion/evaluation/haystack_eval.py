@@ -255,7 +255,7 @@ def _sas_evaluator(model: str | None, batch_size: int) -> SASEvaluator:
         raise ImportError(_SAS_EXTRA) from error
     from haystack.components.evaluators import SASEvaluator
 
-    from haystack_fusion.dense import packaged_embedding_model_path
+    from haystack_fusion.embeddings import packaged_embedding_model_path
 
     evaluator = SASEvaluator(model=packaged_embedding_model_path() if model is None else model, batch_size=batch_size)
     evaluator.warm_up()
@@ -298,7 +298,7 @@ def sas_scores(
     :param predictions: The predicted answers, one per question.
     :param golds: The gold answers of each question (same length as `predictions`); empty for unanswerable ones.
     :param model: A sentence-transformers model folder or Hugging Face name (downloaded if not local); None uses the
-        packaged all-MiniLM-L6-v2 (`haystack_fusion.dense.packaged_embedding_model_path`), nothing downloaded.
+        packaged all-MiniLM-L6-v2 (`haystack_fusion.embeddings.packaged_embedding_model_path`), nothing downloaded.
     :param batch_size: Texts encoded at once.
     :returns: One score per question, in order; None for a question without gold answers.
     :raises ValueError: If `predictions` and `golds` differ in length.

@@ -9,7 +9,7 @@ import pytest
 from haystack import Document
 from haystack.core.serialization import component_from_dict
 
-from haystack_fusion.dense import KEEP_ALL_PASSAGES, packaged_embedding_model_path, summary_reranker
+from haystack_fusion.embeddings import KEEP_ALL_PASSAGES, packaged_embedding_model_path, summary_reranker
 
 pytest.importorskip(
     "haystack_integrations.components.rankers.sentence_transformers",
@@ -27,7 +27,7 @@ from haystack_integrations.components.rankers.sentence_transformers import (
     SentenceTransformersDiversityRanker,
 )
 
-from haystack_fusion.embedders import PackagedDiversityRanker
+from haystack_fusion.embeddings import PackagedDiversityRanker
 
 pytestmark = pytest.mark.integration
 
@@ -132,7 +132,7 @@ def test_documents_come_back_unchanged_with_their_retrieval_scores(ranker):
 def test_to_dict_from_dict_round_trip(ranker):
     data = summary_reranker().to_dict()
     assert data["init_parameters"]["model"] is None  # the packaged model, resolved again on load: portable YAML
-    assert data["type"] == "haystack_fusion.embedders.PackagedDiversityRanker"
+    assert data["type"] == "haystack_fusion.embeddings.PackagedDiversityRanker"
     restored = component_from_dict(PackagedDiversityRanker, copy.deepcopy(data), "ranker")
     assert restored.to_dict() == data
     assert restored.model_name_or_path == packaged_embedding_model_path()

