@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 from haystack import component, logging
-from haystack.dataclasses import ChatMessage
+from haystack.dataclasses import ChatMessage, StreamingCallbackT
 
 logger = logging.getLogger(__name__)
 
@@ -347,10 +347,14 @@ else:
             self,
             messages: list[ChatMessage] | str,
             generation_kwargs: dict[str, Any] | None = None,
-            **kwargs: Any,
+            tools: Any = None,
+            streaming_callback: StreamingCallbackT | None = None,
         ) -> dict[str, list[ChatMessage]]:
             """
             Generate replies as `LlamaCppChatGenerator.run` does, one call at a time (or from the reply cache).
+
+            `tools` and `streaming_callback` are LlamaCppChatGenerator's (a run-time callback overrides the one
+            given at init); a call with either is never served from or stored in the reply cache.
 
             With `generation_kwargs` `logprobs=True` (and optionally `top_logprobs=N`, N alternatives per token), as
             OpenAIChatGenerator takes them, the reply's `meta["logprobs"]` holds each generated token's
@@ -365,6 +369,7 @@ else:
             :raises ValueError: If a `grammar` text does not parse as GBNF.
             """
             self.warm_up()
+            kwargs = {"tools": tools, "streaming_callback": streaming_callback}
             key = self._cache_key(messages, generation_kwargs, kwargs)
             settings = {**self.generation_kwargs, **(generation_kwargs or {})}
             wants_logprobs = bool(settings.get("logprobs"))
@@ -424,10 +429,17 @@ else:
             self,
             messages: list[ChatMessage] | str,
             generation_kwargs: dict[str, Any] | None = None,
-            **kwargs: Any,
+            tools: Any = None,
+            streaming_callback: StreamingCallbackT | None = None,
         ) -> dict[str, list[ChatMessage]]:
             """Async form of `run`: runs it in a worker thread, under the same lock."""
-            return await asyncio.to_thread(self.run, messages=messages, generation_kwargs=generation_kwargs, **kwargs)
+            return await asyncio.to_thread(
+                self.run,
+                messages=messages,
+                generation_kwargs=generation_kwargs,
+                tools=tools,
+                streaming_callback=streaming_callback,
+            )
 
 
 def local_chat_generator(**kwargs: Any) -> Any:

@@ -39,7 +39,7 @@ try:
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError("Serving with Hayhooks needs the `serve` extra: pip install 'haystack-fusion[serve]'") from error
 
-from haystack import Document, Pipeline, component
+from haystack import Document, Pipeline
 from haystack.dataclasses import StreamingChunk
 
 from haystack_fusion.backends import DEFAULT_MODELS, BackendConfig, chat_generator, retriever
@@ -382,16 +382,6 @@ def _needs_sync_callback(instance: Any) -> bool:
     return not hasattr(generator, "run_async")
 
 
-def enable_streaming(pipeline: Pipeline, name: str) -> None:
-    """
-    Give component `name` a `streaming_callback` input socket when its `run` takes the callback only through
-    `**kwargs` (the embedded `LocalChatGenerator`), so a pipeline run can pass one to it alone.
-    """
-    instance: Any = pipeline.get_component(name)
-    if "streaming_callback" not in instance.__haystack_input__._sockets_dict:
-        component.set_input_type(instance, "streaming_callback", Any, None)
-
-
 def _round_start(pipeline: Pipeline, k: int) -> str:
     names = {name for name, _ in pipeline.walk()}
     if "router" in names:
@@ -471,7 +461,7 @@ async def stream_strategy(
     The pipeline runs with `Pipeline.run_async_generator`, which yields each component's output as it finishes;
     the status lines are read from those outputs (the components are not changed). When `stream_tokens` is set and
     `streamed_component` names a component, its tokens are yielded as they are generated (through its
-    `streaming_callback`; call `enable_streaming` on the pipeline first for the embedded model).
+    `streaming_callback`).
 
     ### Usage example
     ```python
@@ -666,9 +656,6 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
                 chat_generator=chat_generator(config),
                 **strategy_options(config),
             )
-            target = streamed_component(self.strategy, self.pipeline)
-            if target is not None:
-                enable_streaming(self.pipeline, target)
             self.pipeline.warm_up()
 
     def _run(self, query: str) -> StrategyRun:

@@ -25,7 +25,6 @@ from haystack_fusion.serving.hayhooks import (
     StrategyPipelineWrapper,
     chat_events,
     check_backend,
-    enable_streaming,
     stream_strategy,
     streamed_component,
 )
@@ -290,6 +289,5 @@ class TestNoteTakerStreaming:
         pipeline = pipeline_for("chain_of_note_per_document", fake_llm())
         assert streamed_component("chain_of_note_per_document", pipeline) == "note_taker"
         assert streamed_component("chain_of_note", pipeline_for("chain_of_note", fake_llm())) is None
-        enable_streaming(pipeline, "note_taker")
         items = asyncio.run(collect(stream_strategy("chain_of_note_per_document", pipeline, QUERY)))
         assert [item.text for item in items if item.kind == "token"] == ["Paris"]
