@@ -374,6 +374,55 @@ def verification_stats(records: Sequence[QuestionRecord]) -> list[dict[str, Any]
     return rows
 
 
+def _reason_kind(reason: str | None) -> str:
+    """A stage trace's reason without its figures: "confidence 0.18 < 0.25" -> "confidence"."""
+    if not reason:
+        return "none"
+    if reason.startswith("confidence"):
+        return "low confidence"
+    if reason.startswith("vote share"):
+        return "split vote"
+    return reason
+
+
+def stage_stats(records: Sequence[QuestionRecord]) -> list[dict[str, Any]]:
+    """
+    Which stage of a fallback strategy answered, per run whose records carry a stage trace (`concat_pf`, `cascade`;
+    `strategies.stage_trace`).
+
+    :returns: Per run: `strategy`, `top_k`, `setting`, `n` (questions with a trace), `answered_at` (stage name ->
+        % of the n questions whose answer came from that stage, in pipeline order: concatenation, post_fusion,
+        sure) and `reasons` (stage name -> {reason -> number of questions that left that stage for it}: "unknown
+        answer", "low confidence", "split vote", "tie at the top").
+    """
+    rows = []
+    for (strategy, top_k, setting), group in _runs(records).items():
+        traces: list[list[dict[str, Any]]] = [trace for r in group if (trace := r.evidence.get("stages"))]
+        if not traces:
+            continue
+        answered: dict[str, int] = {}
+        reasons: dict[str, dict[str, int]] = {}
+        for trace in traces:
+            answered[trace[-1]["stage"]] = answered.get(trace[-1]["stage"], 0) + 1
+            for step in trace[:-1]:
+                kinds = reasons.setdefault(step["stage"], {})
+                kind = _reason_kind(step.get("reason"))
+                kinds[kind] = kinds.get(kind, 0) + 1
+        order = ["concatenation", "post_fusion", "sure"]
+        stages = sorted(answered, key=lambda stage: order.index(stage) if stage in order else len(order))
+        rows.append(
+            {
+                "strategy": strategy,
+                "top_k": top_k,
+                "setting": setting,
+                "n": len(traces),
+                "answered_at": {stage: 100.0 * answered[stage] / len(traces) for stage in stages},
+                "reasons": reasons,
+            }
+        )
+    return rows
+
+
 def _pct(value: float | None, ci: Sequence[float] | None = None) -> str:
     if value is None:
         return "–"
@@ -409,11 +458,12 @@ def calibration_report(
     """
     The calibration sections of a report: AUROC per run, the selective-answering chart, the replayed `concat_pf`
     tau sweep (and, with `exhaustive`, the `cascade` (tau, s) sweep: say so only when the run's cascade records
-    were made with `EXHAUSTIVE` settings, which records do not show) and SuRe's verification figures; each part only
+    were made with `EXHAUSTIVE` settings, which records do not show), SuRe's verification figures and the fallback
+    strategies' stage shares (`stage_stats`); each part only
     when its records are there.
 
     :returns: (markdown, summary dict with `auroc`, `concat_pf_sweep`, `cascade_sweep`, `consistency`,
-        `verification`).
+        `verification`, `stages`).
     """
     summary: dict[str, Any] = {
         "auroc": calibration(records, seed=seed),
@@ -421,6 +471,7 @@ def calibration_report(
         "cascade_sweep": sweep(records, thresholds, DEFAULT_SHARES, seed=seed) if exhaustive else [],
         "consistency": consistency(records),
         "verification": verification_stats(records),
+        "stages": stage_stats(records),
     }
     parts = []
     if summary["auroc"]:
@@ -479,5 +530,21 @@ def calibration_report(
                 f"| {row['strategy']} | {row['top_k']} | {row['verified']} | {_pct(row['not_all_valid'])} | "
                 f"{_pct(row['first_wins'])} | {_pct(row['label_summaries'])} |"
             )
+        parts.append("\n".join(lines))
+    if summary["stages"]:
+        lines = [
+            "\n## Which stage answered\n",
+            "The fallback strategies' stage traces: the share of questions answered at each stage, and why questions "
+            "left a stage (number of questions).\n",
+            "| strategy | top-k | questions | answered at | left a stage because |",
+            "|---|---|---|---|---|",
+        ]
+        for row in summary["stages"]:
+            answered = ", ".join(f"{stage} {share:.1f}%" for stage, share in row["answered_at"].items())
+            reasons = "; ".join(
+                f"{stage}: " + ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
+                for stage, kinds in row["reasons"].items()
+            )
+            lines.append(f"| {row['strategy']} | {row['top_k']} | {row['n']} | {answered} | {reasons or '–'} |")
         parts.append("\n".join(lines))
     return "\n".join(parts) + ("\n" if parts else ""), summary

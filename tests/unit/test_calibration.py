@@ -16,6 +16,7 @@ from haystack_fusion.evaluation.calibration import (
     consistency,
     replay,
     selective_curve,
+    stage_stats,
     sweep,
     verification_stats,
 )
@@ -157,6 +158,37 @@ def test_verification_stats():
     assert row["not_all_valid"] == pytest.approx(50.0)
     assert row["first_wins"] == pytest.approx(50.0)
     assert row["label_summaries"] == pytest.approx(25.0)
+
+
+def test_stage_stats():
+    concatenation = {"stage": "concatenation", "reason": None}
+    records = [
+        record("cascade", "a", stages=[concatenation]),
+        record(
+            "cascade",
+            "b",
+            stages=[
+                {"stage": "concatenation", "reason": "confidence 0.18 < 0.25"},
+                {"stage": "post_fusion", "reason": "tie at the top"},
+                {"stage": "sure", "reason": None},
+            ],
+        ),
+        record(
+            "cascade",
+            "c",
+            stages=[{"stage": "concatenation", "reason": "unknown answer"}, {"stage": "post_fusion", "reason": None}],
+        ),
+        record("cascade", "d", stages=[concatenation]),
+        record("concatenation", "a"),  # no trace: not counted
+    ]
+    (row,) = stage_stats(records)
+    assert (row["strategy"], row["n"]) == ("cascade", 4)
+    assert list(row["answered_at"]) == ["concatenation", "post_fusion", "sure"]
+    assert row["answered_at"] == {"concatenation": 50.0, "post_fusion": 25.0, "sure": 25.0}
+    assert row["reasons"] == {
+        "concatenation": {"low confidence": 1, "unknown answer": 1},
+        "post_fusion": {"tie at the top": 1},
+    }
 
 
 def test_report_sections(tmp_path):
