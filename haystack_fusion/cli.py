@@ -15,10 +15,17 @@ from haystack_fusion.backends import BackendConfig, index_documents
 from haystack_fusion.backends import chat_generator as backend_chat_generator
 from haystack_fusion.backends import retriever as backend_retriever
 from haystack_fusion.corpus import default_squad_path, load_passages, load_squad, local_path
+from haystack_fusion.llm_calls import DEFAULT_CONCURRENCY_CEILING, MAX_CONCURRENCY_ENV
 from haystack_fusion.strategies import STRATEGIES, StrategyRun, build_pipeline, get_strategy, run_strategy
 
 STORE_ENV_VAR = "HAYSTACK_FUSION_STORE"
 DEFAULT_STORE = Path("~/.cache/haystack_fusion/index.json")
+
+
+MAX_CONCURRENCY_HELP = (
+    "LLM calls of one round under way at once, per question (default: all of the round's calls: k for post-fusion, "
+    f"K + K(K-1) for SuRe's verification; capped at ${MAX_CONCURRENCY_ENV}, {DEFAULT_CONCURRENCY_CEILING} when unset)"
+)
 
 
 def _store_path(value: str | None) -> Path:
@@ -57,7 +64,7 @@ def _backends(args: argparse.Namespace) -> BackendConfig:
     )
 
 
-def _pipeline(strategy: str, config: BackendConfig, max_concurrency: int, options: dict[str, Any]) -> Any:
+def _pipeline(strategy: str, config: BackendConfig, max_concurrency: int | None, options: dict[str, Any]) -> Any:
     if config.store == "memory" and not Path(config.index_path).expanduser().is_file():
         raise FileNotFoundError(f"No saved index at {config.index_path}; create one with `haystack-fusion index`")
     return build_pipeline(
@@ -506,7 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
     def answer_options(sub: argparse.ArgumentParser, default_strategy: str) -> None:
         sub.add_argument("--strategy", default=default_strategy, choices=list(STRATEGIES))
         sub.add_argument("--top-k", type=int, default=5, help="passages to retrieve (default: 5)")
-        sub.add_argument("--max-concurrency", type=int, default=4, help="concurrent LLM calls per question")
+        sub.add_argument("--max-concurrency", type=int, help=MAX_CONCURRENCY_HELP)
         strategy_options(sub)
 
     index = commands.add_parser("index", help="index passages into a saved in-memory store")
@@ -551,7 +558,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="questions answered at once (default: 1 for the embedded model, which runs one call at a time; "
         f"{SERVER_CONCURRENCY} for an openai or ollama server)",
     )
-    evaluate.add_argument("--max-concurrency", type=int, default=4, help="concurrent LLM calls per question")
+    evaluate.add_argument("--max-concurrency", type=int, help=MAX_CONCURRENCY_HELP)
     evaluate.add_argument("--gold-passage", default="none", choices=["none", "random", "first", "last"])
     evaluate.add_argument("--noise-ratio", type=float, help="share of irrelevant passages in the top-k (0-1)")
     evaluate.add_argument("--closed-book-filter", action="store_true", help="drop questions answered with no context")

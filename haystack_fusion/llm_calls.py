@@ -5,6 +5,14 @@ Every component sends its independent calls (one per passage, per sample, per ca
 `run_chat_calls` / `run_chat_calls_async`; there is no second loop. Each call gets a `haystack.chat_generator.run`
 tracing span, as Haystack's own components give the generator calls they make inside their `run`. Retries and
 timeouts belong to the generator (its own `max_retries` / `timeout`), so this module never retries.
+
+Concurrency: by default (`max_concurrency=None`) a fan-out starts all of its calls at once, since they are independent
+and a round costs one call's latency only when none waits for a slot (DESIGN "Concurrency"). One process-wide
+ceiling, `concurrency_ceiling()` (`DEFAULT_CONCURRENCY_CEILING` calls, or the `HAYSTACK_FUSION_MAX_CONCURRENCY`
+environment variable read at every fan-out), caps every fan-out, so one wide round (k = 100 passages; K = 10
+candidates' 10 + 90 verification calls) never has more requests open at once than that; a component's
+`max_concurrency` sets a lower bound of its own. The ceiling bounds each fan-out: questions answered concurrently
+(evaluation's `concurrency`) multiply it.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import concurrent.futures
 import contextlib
 import contextvars
 import functools
+import os
 import time
 from collections.abc import Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -29,9 +38,72 @@ T = TypeVar("T")
 
 USAGE_KEYS = ("prompt_tokens", "completion_tokens", "calls", "failed_calls")
 
+MAX_CONCURRENCY_ENV = "HAYSTACK_FUSION_MAX_CONCURRENCY"
+"""The environment variable that sets the process-wide ceiling on calls under way at once in one fan-out (an integer
+>= 1), read at every fan-out; unset: `DEFAULT_CONCURRENCY_CEILING`."""
+
+DEFAULT_CONCURRENCY_CEILING = 64
+"""The process-wide ceiling on calls under way at once in one fan-out when `HAYSTACK_FUSION_MAX_CONCURRENCY` is unset.
+Above every round of the shipped strategies at the papers' settings, so those run at once (post-fusion's k <= 20
+passages, paper 000 Figure 4; SuRe's verification round of K + K(K-1) = 25 calls at K = 5, paper 002), and low
+enough that one wide round does not open hundreds of connections to a rate-limited API. Lower it with the variable
+for a tight rate limit; raise it for a server that takes more."""
+
 # The token counts of a call's span, named as OpenTelemetry's semantic conventions for generative AI name them.
 INPUT_TOKENS_TAG = "gen_ai.usage.input_tokens"
 OUTPUT_TOKENS_TAG = "gen_ai.usage.output_tokens"
+
+
+def check_max_concurrency(max_concurrency: int | None) -> int | None:
+    """
+    Validate a `max_concurrency` setting, as every component's constructor and the fan-out do.
+
+    :param max_concurrency: None (all of a round's calls at once, up to `concurrency_ceiling()`) or the largest
+        number of calls under way at once (an integer >= 1).
+    :returns: The setting, unchanged.
+    :raises ValueError: If it is not None and not an integer >= 1.
+    """
+    if max_concurrency is None:
+        return None
+    if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
+        raise ValueError(
+            f"`max_concurrency` must be None (all calls of a round at once) or an integer >= 1, got {max_concurrency!r}"
+        )
+    return max_concurrency
+
+
+def concurrency_ceiling() -> int:
+    """
+    The process-wide ceiling on calls under way at once in one fan-out, read now.
+
+    :returns: `HAYSTACK_FUSION_MAX_CONCURRENCY` when set (calls), else `DEFAULT_CONCURRENCY_CEILING`.
+    :raises ValueError: If the environment variable is set to anything but an integer >= 1.
+    """
+    value = os.environ.get(MAX_CONCURRENCY_ENV, "").strip()
+    if not value:
+        return DEFAULT_CONCURRENCY_CEILING
+    try:
+        ceiling = int(value)
+    except ValueError:
+        ceiling = 0
+    if ceiling < 1:
+        raise ValueError(f"`{MAX_CONCURRENCY_ENV}` must be an integer >= 1 (calls under way at once), got {value!r}")
+    return ceiling
+
+
+def concurrency_limit(max_concurrency: int | None, calls: int) -> int:
+    """
+    How many of a round's calls may be under way at once.
+
+    :param max_concurrency: The component's setting: None (no bound of its own) or an integer >= 1.
+    :param calls: The number of calls in the round (>= 0).
+    :returns: min(calls, `concurrency_ceiling()`, `max_concurrency`), at least 1.
+    :raises ValueError: If `max_concurrency` or the environment's ceiling is invalid (see `check_max_concurrency`,
+        `concurrency_ceiling`).
+    """
+    own = check_max_concurrency(max_concurrency)
+    bound = concurrency_ceiling() if own is None else min(own, concurrency_ceiling())
+    return max(1, min(calls, bound))
 
 
 def empty_usage() -> dict[str, int]:
@@ -145,13 +217,15 @@ async def run_chat_calls_async(
     chat_generator: ChatGenerator,
     prompts: list[list[ChatMessage]],
     *,
-    max_concurrency: int,
+    max_concurrency: int | None = None,
     generation_kwargs: dict[str, Any] | None = None,
     raise_on_failure: bool = False,
     use_run_async: bool = True,
 ) -> FanOutResult:
     """
-    Run one ChatGenerator call per prompt concurrently, at most `max_concurrency` at a time, each in its own span.
+    Run one ChatGenerator call per prompt concurrently, each in its own span: all at once by default, at most
+    `concurrency_limit(max_concurrency, n)` at a time (the process-wide `concurrency_ceiling()`, or the lower
+    `max_concurrency`).
 
     Uses the generator's `run_async` when it has one (and `use_run_async`), otherwise its `run` in worker threads.
     A call that raises, or returns no reply, is recorded in `errors` (and logged) while the other calls go on,
@@ -164,24 +238,25 @@ async def run_chat_calls_async(
 
     :param chat_generator: Any Haystack ChatGenerator.
     :param prompts: n prompts, each a list of ChatMessage.
-    :param max_concurrency: Upper bound on calls under way at once (>= 1).
+    :param max_concurrency: None (default): all n calls at once, up to `concurrency_ceiling()`; an integer >= 1:
+        at most that many calls under way at once (never more than the ceiling).
     :param generation_kwargs: Passed to every call as `generation_kwargs` when given (e.g. a sampling temperature).
     :param raise_on_failure: Cancel the other calls and re-raise the first failure instead of recording it.
     :param use_run_async: False calls the generator's `run` in worker threads even when it has `run_async`.
     :returns: A `FanOutResult` with n replies and n errors in input order.
-    :raises ValueError: If `max_concurrency` < 1.
+    :raises ValueError: If `max_concurrency` is not None or an integer >= 1, or `HAYSTACK_FUSION_MAX_CONCURRENCY`
+        is set to anything but an integer >= 1.
     :raises Exception: With `raise_on_failure`, the first failure as the generator raised it (`RuntimeError` for a
         call that returned no reply).
     """
-    if max_concurrency < 1:
-        raise ValueError(f"`max_concurrency` must be at least 1, got {max_concurrency}")
-    semaphore = asyncio.Semaphore(max_concurrency)
+    limit = concurrency_limit(max_concurrency, len(prompts))
+    semaphore = asyncio.Semaphore(limit)
     in_flight = 0
     max_in_flight = 0
     extra = {"generation_kwargs": generation_kwargs} if generation_kwargs else {}
     run_async = getattr(chat_generator, "run_async", None) if use_run_async else None
-    # A private pool of max_concurrency threads: the loop's default pool may have fewer threads than that.
-    pool = None if run_async is not None else concurrent.futures.ThreadPoolExecutor(max_workers=max_concurrency)
+    # A private pool of `limit` threads: the loop's default pool may have fewer threads than that.
+    pool = None if run_async is not None else concurrent.futures.ThreadPoolExecutor(max_workers=limit)
     loop = asyncio.get_running_loop()
     parent_span = tracing.tracer.current_span()
     tasks: list[asyncio.Task[tuple[ChatMessage | None, str | None]]] = []
@@ -247,14 +322,15 @@ def run_chat_calls(
     chat_generator: ChatGenerator,
     prompts: list[list[ChatMessage]],
     *,
-    max_concurrency: int,
+    max_concurrency: int | None = None,
     generation_kwargs: dict[str, Any] | None = None,
     raise_on_failure: bool = False,
 ) -> FanOutResult:
     """
     Synchronous form of `run_chat_calls_async`, with the same parameters, result and errors.
 
-    It calls the generator's synchronous `run` in `max_concurrency` worker threads, coordinated on a private event
+    It calls the generator's synchronous `run` in worker threads (as many as calls may be under way at once),
+    coordinated on a private event
     loop (in a worker thread when the calling thread already runs one, so it works inside Jupyter, Hayhooks and
     AsyncPipeline too). It never uses the generator's `run_async`: async clients such as OpenAI's are bound to the
     event loop they first ran on, and this private loop is closed after each fan-out. The private loop and the

@@ -41,7 +41,8 @@ class StrategyConfig:
 
     :param retriever: The retriever component (any Haystack retriever with `query` and `top_k` inputs).
     :param chat_generator: The LLM. Components of one pipeline share this instance.
-    :param max_concurrency: Largest number of concurrent LLM calls of one question.
+    :param max_concurrency: Largest number of LLM calls of one round under way at once (an integer >= 1); None
+        (default): all of the round's calls at once, up to the process-wide ceiling (`llm_calls.concurrency_ceiling`).
     :param samples_per_passage: p for post-fusion self-consistency (paper 000, section 4.4).
     :param max_passage_chars: Per-passage context budget in characters (None: no limit).
     :param unknown_patterns: The unknown detector's patterns for the router and the voter (None: the defaults).
@@ -66,7 +67,7 @@ class StrategyConfig:
 
     retriever: Any
     chat_generator: ChatGenerator
-    max_concurrency: int = 4
+    max_concurrency: int | None = None
     samples_per_passage: int = 1
     max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS
     unknown_patterns: list[str] | None = None

@@ -11,7 +11,13 @@ from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage
 
 from haystack_fusion.components.base import ChatGeneratorWrapper
-from haystack_fusion.llm_calls import FanOutResult, run_chat_calls, run_chat_calls_async, sum_usage
+from haystack_fusion.llm_calls import (
+    FanOutResult,
+    check_max_concurrency,
+    run_chat_calls,
+    run_chat_calls_async,
+    sum_usage,
+)
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render, validate_query
 from haystack_fusion.prompts.passages import strip_delimiters
 from haystack_fusion.prompts.sure import DONE_MARKER, candidate_prompt_variables, few_shot_examples
@@ -73,7 +79,7 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         chat_generator: ChatGenerator,
         num_candidates: int = 2,
         mode: SummaryMode = "conditional",
-        max_concurrency: int = 4,
+        max_concurrency: int | None = None,
         max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
         few_shot: bool = False,
         raise_on_failure: bool = False,
@@ -85,7 +91,8 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         :param num_candidates: K, the answer candidates asked for (>= 1; the paper uses K = 2, section 4.1).
         :param mode: "conditional" (SuRe: K candidates, one summary each), "generic" (one summary, no candidates,
             Listing 11) or "candidates" (candidates only, for the MCQ baseline).
-        :param max_concurrency: Largest number of summary calls under way at once (>= 1).
+        :param max_concurrency: Largest number of summary calls under way at once (an integer >= 1); None (default):
+            all K at once, up to the process-wide ceiling (`llm_calls.concurrency_ceiling()`).
         :param max_passage_chars: Per-passage context budget in characters (None: no limit); longer passages are
             trimmed, never the instructions.
         :param few_shot: If True (base-model mode), candidates come from Listing 13 (Appendix B.5: Listing 6 with
@@ -93,13 +100,11 @@ class CandidateSummarizer(ChatGeneratorWrapper):
             Listing 7 with one demonstration (`prompts.sure.FEW_SHOT_SUMMARY`); for base models that continue text.
         :param raise_on_failure: If True, a failed call raises; by default it is logged, reported in
             `meta["failures"]`, and gives no candidates (round 1) or an empty summary (round 2).
-        :raises ValueError: If `num_candidates` or `max_concurrency` is below 1, `mode` is unknown, or
-            `max_passage_chars` is not positive.
+        :raises ValueError: If `num_candidates` is below 1, `max_concurrency` is neither None nor an integer >= 1,
+            `mode` is unknown, or `max_passage_chars` is not positive.
         """
         if num_candidates < 1:
             raise ValueError(f"`num_candidates` must be at least 1, got {num_candidates}")
-        if max_concurrency < 1:
-            raise ValueError(f"`max_concurrency` must be at least 1, got {max_concurrency}")
         if mode not in SUMMARY_MODES:
             raise ValueError(f"`mode` must be one of {', '.join(SUMMARY_MODES)}, got {mode!r}")
         if max_passage_chars is not None and max_passage_chars <= 0:
@@ -107,7 +112,7 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         self._chat_generator = chat_generator
         self.num_candidates = num_candidates
         self.mode = mode
-        self.max_concurrency = max_concurrency
+        self.max_concurrency = check_max_concurrency(max_concurrency)
         self.max_passage_chars = max_passage_chars
         self.few_shot = few_shot
         self.raise_on_failure = raise_on_failure

@@ -61,7 +61,7 @@ class FusionAnswerer(SuperComponent):
 
         :param strategy: A registered strategy name, e.g. "concat_pf", "sure", "chain_of_note", "cascade".
         :param chat_generator: The LLM every component of the strategy calls.
-        :param settings: Further `strategies.StrategyConfig` fields (JSON values), e.g. `{"max_concurrency": 8,
+        :param settings: Further `strategies.StrategyConfig` fields (JSON values), e.g. `{"num_candidates": 3,
             "few_shot": True, "min_confidence": 0.25}`; unset fields keep the strategy's defaults.
         :param verifier_chat_generator: SuRe's validity and ranking LLM (paper 002, Table 10); None: `chat_generator`.
         :param document_ranker: SuRe's summary reranker (paper 002, Table 4); None keeps the given order.

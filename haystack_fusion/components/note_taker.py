@@ -13,7 +13,13 @@ from haystack.utils import deserialize_callable, serialize_callable
 
 from haystack_fusion.answers import UNKNOWN, UnknownDetector
 from haystack_fusion.components.base import ChatGeneratorWrapper
-from haystack_fusion.llm_calls import FanOutResult, run_chat_calls, run_chat_calls_async, sum_usage
+from haystack_fusion.llm_calls import (
+    FanOutResult,
+    check_max_concurrency,
+    run_chat_calls,
+    run_chat_calls_async,
+    sum_usage,
+)
 from haystack_fusion.notes import CONTEXT, DIRECT, classify_note, parse_document_note, parse_single_call
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render, validate_query
 from haystack_fusion.prompts.chain_of_note import ANSWER_LEAD, RELEVANCE_WORDS, STEP_5_PARAMETRIC, STEP_5_UNKNOWN
@@ -122,7 +128,7 @@ class NoteTaker(ChatGeneratorWrapper):
         chat_generator: ChatGenerator,
         mode: NoteMode = "single_call",
         allow_parametric_knowledge: bool = True,
-        max_concurrency: int = 4,
+        max_concurrency: int | None = None,
         max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
         generation_kwargs: dict[str, Any] | None = None,
         unknown_patterns: list[str] | None = None,
@@ -136,7 +142,8 @@ class NoteTaker(ChatGeneratorWrapper):
         :param mode: "single_call" (one prompt, the paper's) or "per_document" (a note per passage, then synthesis).
         :param allow_parametric_knowledge: If True (the paper's step 5), the model answers from its own knowledge
             when no passage is relevant; if False, the answer is then "unknown".
-        :param max_concurrency: Largest number of note calls under way at once in per-document mode (>= 1).
+        :param max_concurrency: Largest number of note calls under way at once in per-document mode (an integer
+            >= 1); None (default): all k at once, up to the process-wide ceiling (`llm_calls.concurrency_ceiling()`).
         :param max_passage_chars: Per-passage context budget in characters (None: no limit).
         :param generation_kwargs: `generation_kwargs` for every call, e.g. a larger completion budget for the notes
             of k passages (`{"max_tokens": 400}` for llama.cpp); None keeps the generator's own.
@@ -147,18 +154,17 @@ class NoteTaker(ChatGeneratorWrapper):
             one call that writes the answer), passed to the generator as its own `streaming_callback`; the note
             calls and the single-call mode's reply (notes before the answer) are not streamed. Sync for `run`; for
             `run_async`, whatever the generator's `run_async` takes (async for OpenAI, sync for the embedded model).
-        :raises ValueError: If `mode` is unknown, `max_concurrency` is below 1 or `max_passage_chars` not positive.
+        :raises ValueError: If `mode` is unknown, `max_concurrency` is neither None nor an integer >= 1, or
+            `max_passage_chars` is not positive.
         """
         if mode not in NOTE_MODES:
             raise ValueError(f"`mode` must be one of {', '.join(NOTE_MODES)}, got {mode!r}")
-        if max_concurrency < 1:
-            raise ValueError(f"`max_concurrency` must be at least 1, got {max_concurrency}")
         if max_passage_chars is not None and max_passage_chars <= 0:
             raise ValueError(f"`max_passage_chars` must be positive or None, got {max_passage_chars}")
         self._chat_generator = chat_generator
         self.mode = mode
         self.allow_parametric_knowledge = allow_parametric_knowledge
-        self.max_concurrency = max_concurrency
+        self.max_concurrency = check_max_concurrency(max_concurrency)
         self.max_passage_chars = max_passage_chars
         self.generation_kwargs = generation_kwargs
         self.unknown_patterns = unknown_patterns

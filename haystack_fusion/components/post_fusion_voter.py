@@ -11,7 +11,13 @@ from haystack.dataclasses import ChatMessage, GeneratedAnswer
 
 from haystack_fusion.answers import UnknownDetector, answer_confidence, majority_vote, normalize_answer
 from haystack_fusion.components.base import ChatGeneratorWrapper
-from haystack_fusion.llm_calls import FanOutResult, empty_usage, run_chat_calls, run_chat_calls_async
+from haystack_fusion.llm_calls import (
+    FanOutResult,
+    check_max_concurrency,
+    empty_usage,
+    run_chat_calls,
+    run_chat_calls_async,
+)
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render, validate_query
 
 logger = logging.getLogger(__name__)
@@ -69,7 +75,7 @@ class PostFusionVoter(ChatGeneratorWrapper):
         self,
         *,
         chat_generator: ChatGenerator,
-        max_concurrency: int = 4,
+        max_concurrency: int | None = None,
         samples_per_passage: int = 1,
         sampling_generation_kwargs: dict[str, Any] | None = None,
         max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
@@ -82,7 +88,8 @@ class PostFusionVoter(ChatGeneratorWrapper):
         Create a PostFusionVoter.
 
         :param chat_generator: The ChatGenerator that answers each passage.
-        :param max_concurrency: Largest number of LLM calls under way at once (>= 1).
+        :param max_concurrency: Largest number of LLM calls under way at once (an integer >= 1); None (default): all
+            p x k calls at once, up to the process-wide ceiling (`llm_calls.concurrency_ceiling()`).
         :param samples_per_passage: p, the answers sampled per passage (>= 1); p x k answers vote.
         :param sampling_generation_kwargs: `generation_kwargs` for every call when p > 1; default
             `{"temperature": 0.7}` (section 4.4). With p = 1 the generator's own settings apply (greedy in the paper).
@@ -94,8 +101,8 @@ class PostFusionVoter(ChatGeneratorWrapper):
         :param min_vote_share: s in (0, 1]: a vote whose winner has a smaller share of the votes, or that ties at
             the top, is emitted on the `split_*` outputs instead of `answers`. None (default) always answers.
         :param split_candidates: K, the candidates a split vote passes on, most votes first (>= 2).
-        :raises ValueError: If `max_concurrency` or `samples_per_passage` is below 1, `max_passage_chars` is not
-            positive, `min_vote_share` is outside (0, 1] or `split_candidates` is below 2.
+        :raises ValueError: If `max_concurrency` is neither None nor an integer >= 1, `samples_per_passage` is below
+            1, `max_passage_chars` is not positive, `min_vote_share` is outside (0, 1] or `split_candidates` is below 2.
         """
         if min_vote_share is not None and not 0 < min_vote_share <= 1:
             raise ValueError(f"`min_vote_share` must be in (0, 1], got {min_vote_share}")
@@ -103,14 +110,12 @@ class PostFusionVoter(ChatGeneratorWrapper):
             raise ValueError(f"`split_candidates` must be at least 2, got {split_candidates}")
         self.min_vote_share = min_vote_share
         self.split_candidates = split_candidates
-        if max_concurrency < 1:
-            raise ValueError(f"`max_concurrency` must be at least 1, got {max_concurrency}")
         if samples_per_passage < 1:
             raise ValueError(f"`samples_per_passage` must be at least 1, got {samples_per_passage}")
         if max_passage_chars is not None and max_passage_chars <= 0:
             raise ValueError(f"`max_passage_chars` must be positive or None, got {max_passage_chars}")
         self._chat_generator = chat_generator
-        self.max_concurrency = max_concurrency
+        self.max_concurrency = check_max_concurrency(max_concurrency)
         self.samples_per_passage = samples_per_passage
         self.sampling_generation_kwargs = sampling_generation_kwargs
         self.max_passage_chars = max_passage_chars

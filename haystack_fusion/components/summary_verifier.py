@@ -16,6 +16,7 @@ from haystack_fusion.answers import UNKNOWN
 from haystack_fusion.components.base import ChatGeneratorWrapper
 from haystack_fusion.llm_calls import (
     FanOutResult,
+    check_max_concurrency,
     empty_usage,
     logprob_kwargs,
     run_chat_calls,
@@ -84,7 +85,7 @@ class SummaryVerifier(ChatGeneratorWrapper):
         *,
         chat_generator: ChatGenerator,
         use_validity: bool = True,
-        max_concurrency: int = 4,
+        max_concurrency: int | None = None,
         document_ranker: Any | None = None,
         raise_on_failure: bool = False,
         scoring: Scoring = "text",
@@ -96,22 +97,22 @@ class SummaryVerifier(ChatGeneratorWrapper):
             wrote the summaries, paper 002 Table 10).
         :param use_validity: If False, candidates are ordered by ranking alone (Table 3, "+ Pair-wise ranking") and
             no validity call is made.
-        :param max_concurrency: Largest number of calls under way at once (>= 1).
+        :param max_concurrency: Largest number of calls under way at once (an integer >= 1); None (default): all
+            K + K(K-1) at once, up to the process-wide ceiling (`llm_calls.concurrency_ceiling()`).
         :param document_ranker: Optional Haystack ranker (`run(query, documents)` -> `{"documents": [...]}`) that
             reorders the passages by the winning summary (Table 4); None keeps retrieval order.
         :param raise_on_failure: If True, a failed call raises; by default it is logged and reported in `meta`.
         :param scoring: "text" (the paper's: parse the reply's words, v in {0, 1}) or "probability" (read
             P(True) and P(choice) from token log-probabilities, falling back to the text per reply).
-        :raises ValueError: If `max_concurrency` is below 1 or `scoring` is neither "text" nor "probability".
+        :raises ValueError: If `max_concurrency` is neither None nor an integer >= 1, or `scoring` is neither
+            "text" nor "probability".
         """
-        if max_concurrency < 1:
-            raise ValueError(f"`max_concurrency` must be at least 1, got {max_concurrency}")
         if scoring not in ("text", "probability"):
             raise ValueError(f"`scoring` must be 'text' or 'probability', got {scoring!r}")
         self.scoring = scoring
         self._chat_generator = chat_generator
         self.use_validity = use_validity
-        self.max_concurrency = max_concurrency
+        self.max_concurrency = check_max_concurrency(max_concurrency)
         self._document_ranker = document_ranker
         self.raise_on_failure = raise_on_failure
 

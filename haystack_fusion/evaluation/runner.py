@@ -47,6 +47,7 @@ from haystack_fusion.evaluation.records import (
     repair,
     split_evidence,
 )
+from haystack_fusion.llm_calls import check_max_concurrency
 from haystack_fusion.strategies import StrategyConfig, build_pipeline, get_strategy, run_strategy
 
 __all__ = ["CLOSED_BOOK_FILE", "RESULTS_FILE", "EvalConfig", "Evaluator", "QuestionRecord", "read_records", "score_run"]
@@ -77,19 +78,21 @@ class EvalConfig:
     :param top_ks: One run per k (paper 000 Figure 4 sweeps 5, 10, 20).
     :param setting: The passage setting (gold passage, noise ratio).
     :param concurrency: Questions answered at once.
-    :param max_concurrency: LLM calls under way at once within one question.
+    :param max_concurrency: LLM calls of one round under way at once within one question; None (default): all of
+        the round's calls, up to the process-wide ceiling (`llm_calls.concurrency_ceiling`).
     :param closed_book_filter: Drop answerable questions the LLM answers correctly with no passages (paper 000
         section 4 "Dataset Filter").
     :param strategy_options: Further `StrategyConfig` fields for every pipeline (e.g. `num_candidates`,
         `few_shot` for SuRe).
-    :raises ValueError: For an unregistered strategy, a k below 1 or a concurrency below 1.
+    :raises ValueError: For an unregistered strategy, a k below 1, a concurrency below 1 or a `max_concurrency`
+        neither None nor an integer >= 1.
     """
 
     strategies: list[str]
     top_ks: list[int] = field(default_factory=lambda: [5])
     setting: PassageSetting = field(default_factory=PassageSetting)
     concurrency: int = 1
-    max_concurrency: int = 4
+    max_concurrency: int | None = None
     closed_book_filter: bool = False
     strategy_options: dict[str, Any] = field(default_factory=dict)
 
@@ -100,8 +103,9 @@ class EvalConfig:
             raise ValueError("`strategies` is empty")
         if any(k < 1 for k in self.top_ks) or not self.top_ks:
             raise ValueError(f"every top-k must be at least 1, got {self.top_ks}")
-        if self.concurrency < 1 or self.max_concurrency < 1:
-            raise ValueError("`concurrency` and `max_concurrency` must be at least 1")
+        if self.concurrency < 1:
+            raise ValueError(f"`concurrency` must be at least 1, got {self.concurrency}")
+        check_max_concurrency(self.max_concurrency)
 
 
 def score_run(question: EvalQuestion, prediction: str, evidence: dict[str, Any], passages: list[Document],

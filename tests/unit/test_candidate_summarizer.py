@@ -65,7 +65,7 @@ class TestCleanSummary:
 class TestCandidateSummarizer:
     def test_defaults(self):
         summarizer = CandidateSummarizer(chat_generator=MockChatGenerator(responses=["x"]))
-        assert (summarizer.num_candidates, summarizer.mode, summarizer.max_concurrency) == (2, "conditional", 4)
+        assert (summarizer.num_candidates, summarizer.mode, summarizer.max_concurrency) == (2, "conditional", None)
 
     @pytest.mark.parametrize(
         ("kwargs", "message"),

@@ -179,6 +179,11 @@ class TestEvaluator:
             EvalConfig(strategies=["nope"])
         with pytest.raises(ValueError, match="top-k"):
             EvalConfig(strategies=["concatenation"], top_ks=[0])
+        with pytest.raises(ValueError, match="`concurrency`"):
+            EvalConfig(strategies=["concatenation"], concurrency=0)
+        with pytest.raises(ValueError, match="`max_concurrency`"):
+            EvalConfig(strategies=["concatenation"], max_concurrency=0)
+        assert EvalConfig(strategies=["concatenation"]).max_concurrency is None
 
 
 class TestReport:

@@ -8,9 +8,15 @@ from haystack import component
 from haystack.components.generators.chat import MockChatGenerator
 from haystack.dataclasses import ChatMessage
 
+from haystack_fusion import CandidateSummarizer, NoteTaker, PostFusionVoter, SummaryVerifier
 from haystack_fusion.llm_calls import (
+    DEFAULT_CONCURRENCY_CEILING,
+    MAX_CONCURRENCY_ENV,
     USAGE_KEYS,
     FanOutResult,
+    check_max_concurrency,
+    concurrency_ceiling,
+    concurrency_limit,
     empty_usage,
     reply_usage,
     run_chat_calls,
@@ -345,6 +351,83 @@ class TestRunChatCalls:
     async def test_async_form_invalid_max_concurrency(self):
         with pytest.raises(ValueError, match="max_concurrency"):
             await run_chat_calls_async(MockChatGenerator(responses="x"), prompts_of(["a"]), max_concurrency=0)
+
+
+class TestConcurrencySettings:
+    """Default: all of a round's calls at once, under the process-wide ceiling; a lower bound when set."""
+
+    @pytest.fixture(autouse=True)
+    def _no_ceiling_from_environment(self, monkeypatch):
+        monkeypatch.delenv(MAX_CONCURRENCY_ENV, raising=False)
+
+    @pytest.mark.parametrize(
+        ("max_concurrency", "calls", "ceiling", "limit"),
+        [
+            (None, 10, None, 10),
+            (None, 0, None, 1),
+            (None, 100, None, DEFAULT_CONCURRENCY_CEILING),
+            (4, 10, None, 4),
+            (None, 10, "3", 3),
+            (8, 10, "3", 3),
+            (2, 10, "3", 2),
+            (None, 200, "150", 150),
+        ],
+    )
+    def test_concurrency_limit(self, monkeypatch, max_concurrency, calls, ceiling, limit):
+        if ceiling is not None:
+            monkeypatch.setenv(MAX_CONCURRENCY_ENV, ceiling)
+        assert concurrency_limit(max_concurrency, calls) == limit
+
+    def test_ceiling_is_read_at_call_time(self, monkeypatch):
+        assert concurrency_ceiling() == DEFAULT_CONCURRENCY_CEILING
+        monkeypatch.setenv(MAX_CONCURRENCY_ENV, " 7 ")
+        assert concurrency_ceiling() == 7
+        monkeypatch.setenv(MAX_CONCURRENCY_ENV, "")
+        assert concurrency_ceiling() == DEFAULT_CONCURRENCY_CEILING
+
+    @pytest.mark.parametrize("value", ["0", "-2", "many", "2.5"])
+    def test_invalid_ceiling_names_the_variable(self, monkeypatch, value):
+        monkeypatch.setenv(MAX_CONCURRENCY_ENV, value)
+        with pytest.raises(ValueError, match=MAX_CONCURRENCY_ENV):
+            run_chat_calls(MockChatGenerator(responses="x"), prompts_of(["a"]))
+
+    @pytest.mark.parametrize("value", [0, -1, 1.5, "4", True])
+    def test_invalid_max_concurrency(self, value):
+        with pytest.raises(ValueError, match="`max_concurrency`"):
+            check_max_concurrency(value)
+
+    def test_async_default_runs_every_call_at_once(self):
+        k = 12
+        generator = CountingAsyncGenerator()
+        result = asyncio.run(run_chat_calls_async(generator, prompts_of([str(i) for i in range(k)])))
+        assert generator.max_in_flight == result.max_in_flight == k
+
+    def test_threads_default_runs_every_call_at_once(self):
+        k = 12
+        generator = CountingSyncGenerator(target=k, total=k)
+        result = run_chat_calls(generator, prompts_of([str(i) for i in range(k)]))
+        assert generator.max_in_flight == result.max_in_flight == k
+
+    def test_environment_ceiling_caps_the_default(self, monkeypatch):
+        monkeypatch.setenv(MAX_CONCURRENCY_ENV, "3")
+        generator = CountingAsyncGenerator()
+        result = asyncio.run(run_chat_calls_async(generator, prompts_of([str(i) for i in range(10)])))
+        assert generator.max_in_flight == result.max_in_flight == 3
+
+    @pytest.mark.parametrize("component_class", [PostFusionVoter, CandidateSummarizer, SummaryVerifier, NoteTaker])
+    def test_components_default_to_none_and_round_trip(self, component_class):
+        default = component_class(chat_generator=MockChatGenerator(responses=["x"]))
+        assert default.max_concurrency is None
+        assert default.to_dict()["init_parameters"]["max_concurrency"] is None
+        assert component_class.from_dict(default.to_dict()).max_concurrency is None
+        bounded = component_class(chat_generator=MockChatGenerator(responses=["x"]), max_concurrency=3)
+        assert component_class.from_dict(bounded.to_dict()).max_concurrency == 3
+
+    @pytest.mark.parametrize("component_class", [PostFusionVoter, CandidateSummarizer, SummaryVerifier, NoteTaker])
+    @pytest.mark.parametrize("value", [0, "4"])
+    def test_components_reject_invalid_max_concurrency(self, component_class, value):
+        with pytest.raises(ValueError, match="`max_concurrency`"):
+            component_class(chat_generator=MockChatGenerator(responses=["x"]), max_concurrency=value)
 
 
 class TestRunSync:

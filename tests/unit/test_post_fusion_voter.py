@@ -85,7 +85,7 @@ class TestValidateQuery:
 class TestPostFusionVoter:
     def test_init_defaults(self):
         voter = voter_with(["x"])
-        assert voter.max_concurrency == 4
+        assert voter.max_concurrency is None
         assert voter.samples_per_passage == 1
         assert voter.sampling_generation_kwargs is None
         assert voter.max_passage_chars == DEFAULT_MAX_PASSAGE_CHARS
@@ -297,7 +297,7 @@ class TestPostFusionVoter:
                         "streaming_callback": None,
                     },
                 },
-                "max_concurrency": 4,
+                "max_concurrency": None,
                 "samples_per_passage": 1,
                 "sampling_generation_kwargs": None,
                 "max_passage_chars": DEFAULT_MAX_PASSAGE_CHARS,
