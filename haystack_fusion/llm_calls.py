@@ -23,6 +23,7 @@ import contextlib
 import contextvars
 import functools
 import os
+import threading
 import time
 from collections.abc import Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -52,6 +53,42 @@ for a tight rate limit; raise it for a server that takes more."""
 # The token counts of a call's span, named as OpenTelemetry's semantic conventions for generative AI name them.
 INPUT_TOKENS_TAG = "gen_ai.usage.input_tokens"
 OUTPUT_TOKENS_TAG = "gen_ai.usage.output_tokens"
+
+
+WORKER_THREADS = 256
+"""Most worker threads the process keeps for generators' blocking `run` calls (`worker_pool`), shared by all
+fan-outs; more when the ceiling is set higher. Threads start on demand and stay for the next fan-out."""
+
+_POOL_LOCK = threading.Lock()
+_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+_POOL_WORKERS = 0
+_POOL_PID = 0
+
+
+def worker_pool(limit: int) -> concurrent.futures.ThreadPoolExecutor:
+    """
+    The process's worker threads for the sync path, kept between fan-outs.
+
+    Starting a thread per call costs about 1 ms on a busy machine, and a fan-out of k calls started them one
+    after another, so the last call began k ms late; kept threads take the next fan-out's calls at once. Each
+    fan-out still bounds its own calls under way (its semaphore); the pool only has to hold them all: it has
+    max(`WORKER_THREADS`, `limit`) threads at most, and is replaced by a larger one when a fan-out needs more
+    (the old one finishes its calls and lets its threads go). A forked child process gets a pool of its own.
+
+    :param limit: The calls the fan-out may have under way at once.
+    :returns: A ThreadPoolExecutor with at least `limit` workers.
+    """
+    global _POOL, _POOL_WORKERS, _POOL_PID
+    pid = os.getpid()
+    with _POOL_LOCK:
+        inherited = pid != _POOL_PID  # a pool made before a fork has no threads in this process
+        if _POOL is None or inherited or limit > _POOL_WORKERS:
+            if _POOL is not None and not inherited:
+                _POOL.shutdown(wait=False)
+            _POOL_WORKERS = max(WORKER_THREADS, limit)
+            _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=_POOL_WORKERS, thread_name_prefix="llm_call")
+            _POOL_PID = pid
+        return _POOL
 
 
 def check_max_concurrency(max_concurrency: int | None) -> int | None:
@@ -255,8 +292,8 @@ async def run_chat_calls_async(
     max_in_flight = 0
     extra = {"generation_kwargs": generation_kwargs} if generation_kwargs else {}
     run_async = getattr(chat_generator, "run_async", None) if use_run_async else None
-    # A private pool of `limit` threads: the loop's default pool may have fewer threads than that.
-    pool = None if run_async is not None else concurrent.futures.ThreadPoolExecutor(max_workers=limit)
+    # The process's kept threads, at least `limit` of them: the loop's default pool may have fewer than that.
+    pool = None if run_async is not None else worker_pool(limit)
     loop = asyncio.get_running_loop()
     parent_span = tracing.tracer.current_span()
     tasks: list[asyncio.Task[tuple[ChatMessage | None, str | None]]] = []
@@ -294,13 +331,10 @@ async def run_chat_calls_async(
                 in_flight -= 1
 
     start = time.perf_counter()
-    try:
-        # The task group waits for cancelled calls to unwind too, so none outlives the fan-out.
-        async with asyncio.TaskGroup() as group:
-            tasks.extend(group.create_task(call(messages)) for messages in prompts)
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+    # The task group waits for cancelled calls to unwind too, so none outlives the fan-out (a cancelled call that
+    # had not started in its thread never starts: asyncio cancels its executor future).
+    async with asyncio.TaskGroup() as group:
+        tasks.extend(group.create_task(call(messages)) for messages in prompts)
     if first_failure is not None:
         raise first_failure
     outcomes = [task.result() for task in tasks]
@@ -329,13 +363,12 @@ def run_chat_calls(
     """
     Synchronous form of `run_chat_calls_async`, with the same parameters, result and errors.
 
-    It calls the generator's synchronous `run` in worker threads (as many as calls may be under way at once),
-    coordinated on a private event
-    loop (in a worker thread when the calling thread already runs one, so it works inside Jupyter, Hayhooks and
-    AsyncPipeline too). It never uses the generator's `run_async`: async clients such as OpenAI's are bound to the
-    event loop they first ran on, and this private loop is closed after each fan-out. The private loop and the
-    worker threads run in copies of the caller's context (`contextvars`), so the calls' spans are children of the
-    caller's span. With `raise_on_failure`, calls not yet started when one fails never start; calls under way in
+    It calls the generator's synchronous `run` in the process's kept worker threads (`worker_pool`), coordinated on
+    a private event loop (in a worker thread when the calling thread already runs one, so it works inside Jupyter,
+    Hayhooks and AsyncPipeline too). It never uses the generator's `run_async`: async clients such as OpenAI's are
+    bound to the event loop they first ran on, and this private loop is closed after each fan-out. The private loop
+    and the worker threads run in copies of the caller's context (`contextvars`), so the calls' spans are children
+    of the caller's span. With `raise_on_failure`, calls not yet started when one fails never start; calls under way in
     threads run to their end, unobserved.
     """
     return run_sync(

@@ -23,6 +23,7 @@ from haystack_fusion.llm_calls import (
     run_chat_calls_async,
     run_sync,
     sum_usage,
+    worker_pool,
 )
 
 
@@ -428,6 +429,46 @@ class TestConcurrencySettings:
     def test_components_reject_invalid_max_concurrency(self, component_class, value):
         with pytest.raises(ValueError, match="`max_concurrency`"):
             component_class(chat_generator=MockChatGenerator(responses=["x"]), max_concurrency=value)
+
+
+@component
+class ThreadRecordingGenerator:
+    """Records the name of the thread each blocking `run` ran in."""
+
+    def __init__(self) -> None:
+        self.threads: set[str] = set()
+        self._lock = threading.Lock()
+
+    @component.output_types(replies=list[ChatMessage])
+    def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+        with self._lock:
+            self.threads.add(threading.current_thread().name)
+        return {"replies": [ChatMessage.from_assistant(messages[-1].text)]}
+
+
+class TestWorkerPool:
+    """The sync path's worker threads are kept between fan-outs: no thread start-up on the hot path."""
+
+    def test_calls_run_in_the_kept_threads(self):
+        generator = ThreadRecordingGenerator()
+        pool = worker_pool(4)
+        for _ in range(3):
+            run_chat_calls(generator, prompts_of(["a"] * 4))
+        assert worker_pool(4) is pool
+        assert generator.threads
+        assert all(name.startswith("llm_call") for name in generator.threads)
+
+    def test_same_pool_unless_a_fan_out_needs_more_threads(self):
+        pool = worker_pool(4)
+        assert worker_pool(10) is pool
+        bigger = worker_pool(1000)
+        assert bigger is not pool
+        assert worker_pool(4) is bigger
+
+    def test_a_forked_child_gets_its_own_pool(self, monkeypatch):
+        pool = worker_pool(4)
+        monkeypatch.setattr(os, "getpid", lambda: -1)
+        assert worker_pool(4) is not pool
 
 
 class TestRunSync:

@@ -1,4 +1,6 @@
+import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from haystack import Document
@@ -7,12 +9,14 @@ from haystack.dataclasses import ChatMessage
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import haystack_fusion.prompts as prompts_module
 from haystack_fusion.components import PassageFormatter
 from haystack_fusion.prompts import (
     COT_ANSWER_PATTERN,
     DEFAULT_MAX_PASSAGE_CHARS,
     PROMPTS,
     PromptTemplate,
+    compiled,
     extract_answer,
     format_passages,
     passage_key,
@@ -145,6 +149,59 @@ class TestTemplates:
     def test_distiller_without_candidates(self):
         text = render(PROMPTS["distiller"], **variables_for("distiller", candidates=[]))[0].text
         assert text.endswith("Candidate answers:\nAnswer:")
+
+
+def uncached_render(prompt: PromptTemplate, **variables) -> list[ChatMessage]:
+    """What `render` gave before templates were compiled once: a new ChatPromptBuilder per prompt."""
+    return prompt.builder().run(**variables)["prompt"]
+
+
+class TestCompiledOnce:
+    @pytest.fixture
+    def builders(self, monkeypatch):
+        """An empty template cache and a count of the ChatPromptBuilders `PromptTemplate.builder` makes."""
+        made: list[ChatPromptBuilder] = []
+
+        class CountingBuilder(ChatPromptBuilder):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                made.append(self)
+
+        monkeypatch.setattr(prompts_module, "_COMPILED", {})
+        monkeypatch.setattr(prompts_module, "ChatPromptBuilder", CountingBuilder)
+        return made
+
+    def test_builder_is_built_once_per_template(self, builders):
+        names = ["figure7", "sure_ranking"]
+        jobs = [(name, i) for i in range(40) for name in names]
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(lambda job: render(PROMPTS[job[0]], **variables_for(job[0], query=f"Q{job[1]}?")), jobs))
+        assert len(builders) == len(names)
+        assert compiled(PROMPTS["figure7"]) is compiled(PROMPTS["figure7"])
+        assert compiled(PROMPTS["figure7"]).variables == ("passages", "query")
+
+    @pytest.mark.parametrize("name", list(PROMPTS))
+    def test_same_messages_as_a_new_builder(self, name):
+        for query, passage in [("Where is Paris?", "Paris is in France."), ("Où? {{ x }}", EVIL_TEXT + " é ü 字")]:
+            overrides = {} if name in NO_PASSAGES else {"passages": format_passages([Document(content=passage)])}
+            variables = variables_for(name, query=query, **overrides)
+            cached, fresh = render(PROMPTS[name], **variables), uncached_render(PROMPTS[name], **variables)
+            assert cached == fresh
+            assert json.dumps([m.to_dict() for m in cached]) == json.dumps([m.to_dict() for m in fresh])
+
+    def test_same_messages_from_many_threads(self):
+        prompt = PROMPTS["figure7"]
+
+        def both(i: int) -> tuple[list[ChatMessage], list[ChatMessage]]:
+            variables = variables_for(
+                "figure7", query=f"Question {i}?", passages=format_passages([Document(content=f"P{i}")])
+            )
+            return render(prompt, **variables), uncached_render(prompt, **variables)
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            pairs = list(pool.map(both, range(64)))
+        assert all(cached == fresh for cached, fresh in pairs)
+        assert len({cached[0].text for cached, _ in pairs}) == 64
 
 
 class TestInjection:
