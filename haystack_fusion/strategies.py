@@ -657,7 +657,7 @@ def run_strategy(
         (`stage_trace`).
     :raises ValueError: If the question is empty or only whitespace, or the strategy is not registered.
     """
-    strategy = get_strategy(name)
+    get_strategy(name)  # ValueError for an unregistered strategy, before anything runs
     query = validate_query(query)
     data: dict[str, dict[str, Any]] = {
         component: {"query": query} for component, sockets in pipeline.inputs().items() if "query" in sockets
@@ -669,12 +669,32 @@ def run_strategy(
     components = [component for component, _ in pipeline.walk()]
     start = time.perf_counter()
     outputs = pipeline.run(data=data, include_outputs_from=set(components))
-    seconds = time.perf_counter() - start
+    return strategy_run(name, pipeline, query, outputs, seconds=time.perf_counter() - start)
+
+
+def strategy_run(
+    name: str, pipeline: Pipeline, query: str, outputs: dict[str, dict[str, Any]], *, seconds: float = 0.0
+) -> StrategyRun:
+    """
+    Gather a `StrategyRun` from a strategy pipeline's outputs: what `run_strategy` returns, for a run made another way
+    (e.g. `Pipeline.run_async_generator` while streaming, as the Hayhooks wrappers do).
+
+    :param name: The registered strategy the pipeline was built for.
+    :param pipeline: Its pipeline (read for its component names and usage, not run).
+    :param query: The question asked (the answer's query when the strategy gave no answer).
+    :param outputs: Component name -> that component's outputs, for every component that ran (a run with every
+        component in `include_outputs_from`).
+    :param seconds: Wall-clock time of the run, in seconds.
+    :returns: The `StrategyRun`, with answer meta (`confidence`, `stage`, `stages`) as `run_strategy` adds it.
+    :raises ValueError: If the strategy is not registered.
+    """
+    strategy = get_strategy(name)
+    components = [component for component, _ in pipeline.walk()]
     answers = outputs.get(strategy.answer_component, {}).get("answers") or []
     answer = answers[0] if answers else GeneratedAnswer(data=UNKNOWN, query=query, documents=[], meta={})
     voter_answers = outputs.get("voter", {}).get("answers") or outputs.get("voter", {}).get("split") or []
     summarizer = outputs.get("summarizer", {})
-    evidence = {
+    evidence: dict[str, Any] = {
         "components_run": [component for component in components if component in outputs],
         "votes": voter_answers[0].meta.get("votes") if voter_answers else None,
         "candidates": outputs.get("voter", {}).get("candidates") or summarizer.get("candidates"),

@@ -44,7 +44,7 @@ from haystack.dataclasses import StreamingChunk
 
 from haystack_fusion.backends import DEFAULT_MODELS, BackendConfig, chat_generator, retriever
 from haystack_fusion.prompts import validate_query
-from haystack_fusion.strategies import StrategyRun, build_pipeline, get_strategy, run_strategy
+from haystack_fusion.strategies import StrategyRun, build_pipeline, get_strategy, run_strategy, strategy_run
 
 _SETUP_LOCK = threading.Lock()
 """Hayhooks sets wrappers up in parallel threads; Haystack's lazy imports and the model's loading are not meant for
@@ -319,26 +319,6 @@ class StreamItem:
     run: StrategyRun | None = None
 
 
-class _Recorded:
-    """A pipeline whose `run` returns outputs recorded already, so `run_strategy` gathers a streamed run's evidence."""
-
-    def __init__(self, pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) -> None:
-        self._pipeline = pipeline
-        self._outputs = outputs
-
-    def inputs(self) -> dict[str, dict[str, Any]]:
-        return self._pipeline.inputs()
-
-    def walk(self) -> Any:
-        return self._pipeline.walk()
-
-    def get_component(self, name: str) -> Any:
-        return self._pipeline.get_component(name)
-
-    def run(self, data: dict[str, Any], include_outputs_from: set[str] | None = None) -> dict[str, dict[str, Any]]:
-        return self._outputs
-
-
 def streamed_component(strategy: str, pipeline: Pipeline) -> str | None:
     """
     The component whose tokens are the answer, streamed as they come; None when no single final call writes it.
@@ -526,8 +506,7 @@ async def stream_strategy(
             elif kind == "error":
                 raise value
             else:
-                run = run_strategy(strategy, _Recorded(pipeline, value), query)  # type: ignore[arg-type]
-                run.seconds = loop.time() - start
+                run = strategy_run(strategy, pipeline, query, value, seconds=loop.time() - start)
                 yield StreamItem("result", run=run)
                 return
     finally:
