@@ -131,7 +131,9 @@ def format_run(strategy: str, question: str, run: StrategyRun, *, passage_chars:
         text = textwrap.shorten(document.content or "", width=passage_chars, placeholder=" ...")
         lines.append(f"  [{rank}] {title} (score {score}) {text}")
     lines.append(
-        f"LLM: {usage['calls']} calls ({usage['failed_calls']} failed) in {usage.get('rounds', 0)} rounds, "
+        f"LLM: {usage['calls']} calls ({usage['failed_calls']} failed"
+        + (f", {usage['http_requests']} HTTP requests" if "http_requests" in usage else "")
+        + f") in {usage.get('rounds', 0)} rounds, "
         f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens"
     )
     lines.append(f"Time: {run.seconds:.2f} s")

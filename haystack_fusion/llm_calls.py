@@ -4,7 +4,9 @@ The one place that fans independent ChatGenerator calls out concurrently, traces
 Every component sends its independent calls (one per passage, per sample, per candidate ...) through
 `run_chat_calls` / `run_chat_calls_async`; there is no second loop. Each call gets a `haystack.chat_generator.run`
 tracing span, as Haystack's own components give the generator calls they make inside their `run`. Retries and
-timeouts belong to the generator (its own `max_retries` / `timeout`), so this module never retries.
+timeouts belong to the generator (its own `max_retries` / `timeout`), so this module never retries; the HTTP requests
+its calls cause, retries included, are counted where the generator's client lets them be seen (`llm_clients`), and
+the async path first gives the generator an async client of the running event loop (`llm_clients.bind_async_client`).
 
 Concurrency: by default (`max_concurrency=None`) a fan-out starts all of its calls at once, since they are independent
 and a round costs one call's latency only when none waits for a slot (DESIGN "Concurrency"). One process-wide
@@ -32,6 +34,8 @@ from typing import Any, TypeVar
 from haystack import logging, tracing
 from haystack.components.generators.chat.types import ChatGenerator
 from haystack.dataclasses import ChatMessage
+
+from haystack_fusion.llm_clients import bind_async_client, counting_requests, observe_requests
 
 logger = logging.getLogger(__name__)
 
@@ -233,7 +237,8 @@ class FanOutResult:
     :param replies: n entries: the first reply of each call, or None where the call failed or returned no reply.
     :param errors: n entries: None, or `"ExceptionType: message"` for a failed call.
     :param usage: Summed usage: `prompt_tokens`, `completion_tokens` (tokens), `calls` (attempted calls) and
-        `failed_calls`.
+        `failed_calls`, plus `http_requests` (requests the calls sent, retries included, failed calls' too) when the
+        generator's client is httpx-based (Haystack's OpenAI generators, ollama-haystack; `llm_clients`).
     :param max_in_flight: The largest number of calls that were under way at once.
     :param seconds: Wall-clock time of the whole fan-out, in seconds.
     """
@@ -265,6 +270,8 @@ async def run_chat_calls_async(
     `max_concurrency`).
 
     Uses the generator's `run_async` when it has one (and `use_run_async`), otherwise its `run` in worker threads.
+    Before the `run_async` calls, the generator's async client is made one of the running event loop
+    (`llm_clients.bind_async_client`), so a new event loop per question costs no failed or repeated requests.
     A call that raises, or returns no reply, is recorded in `errors` (and logged) while the other calls go on,
     unless `raise_on_failure`: then the first failure cancels the other calls (a call waiting for its turn never
     starts; a `run_async` under way is cancelled; a `run` under way in a thread cannot be interrupted, runs to its
@@ -283,6 +290,8 @@ async def run_chat_calls_async(
     :returns: A `FanOutResult` with n replies and n errors in input order.
     :raises ValueError: If `max_concurrency` is not None or an integer >= 1, or `HAYSTACK_FUSION_MAX_CONCURRENCY`
         is set to anything but an integer >= 1.
+    :raises RuntimeError: On the `run_async` path, if the generator's async client is in use on another event loop
+        that is still running (`llm_clients.bind_async_client` says what to do).
     :raises Exception: With `raise_on_failure`, the first failure as the generator raised it (`RuntimeError` for a
         call that returned no reply).
     """
@@ -294,47 +303,57 @@ async def run_chat_calls_async(
     run_async = getattr(chat_generator, "run_async", None) if use_run_async else None
     # The process's kept threads, at least `limit` of them: the loop's default pool may have fewer than that.
     pool = None if run_async is not None else worker_pool(limit)
+    observed = False
+    if prompts:
+        if run_async is not None:
+            await bind_async_client(chat_generator)  # its async client must belong to this loop
+        observed = observe_requests(chat_generator, async_client=run_async is not None)
+    requests = [0] * len(prompts)
     loop = asyncio.get_running_loop()
     parent_span = tracing.tracer.current_span()
     tasks: list[asyncio.Task[tuple[ChatMessage | None, str | None]]] = []
     first_failure: Exception | None = None
 
-    async def call(messages: list[ChatMessage]) -> tuple[ChatMessage | None, str | None]:
+    async def call(index: int, messages: list[ChatMessage]) -> tuple[ChatMessage | None, str | None]:
         nonlocal in_flight, max_in_flight, first_failure
         async with semaphore:
             in_flight += 1
             max_in_flight = max(max_in_flight, in_flight)
-            try:
-                with trace_chat_call(chat_generator, {"messages": messages, **extra}, parent_span) as span:
-                    if run_async is not None:
-                        result = await run_async(messages=messages, **extra)
+            # The HTTP requests this call causes, retries included, counted by the client's hook in this context.
+            with counting_requests() as counter:
+                try:
+                    with trace_chat_call(chat_generator, {"messages": messages, **extra}, parent_span) as span:
+                        if run_async is not None:
+                            result = await run_async(messages=messages, **extra)
+                        else:
+                            run = functools.partial(chat_generator.run, messages=messages, **extra)
+                            # The thread runs in a copy of this task's context: spans the generator opens nest
+                            # here, and its requests count into this call's counter.
+                            result = await loop.run_in_executor(pool, contextvars.copy_context().run, run)
+                        record_chat_call(span, result)
+                        replies = result.get("replies") or []
+                        if not replies:
+                            raise RuntimeError("the chat generator returned no reply")
+                    return replies[0], None
+                except Exception as error:
+                    if raise_on_failure:
+                        # Cancel the other calls before this slot frees: a call waiting for its turn never starts.
+                        first_failure = first_failure or error
+                        for task in tasks:
+                            if task is not asyncio.current_task():
+                                task.cancel()
                     else:
-                        run = functools.partial(chat_generator.run, messages=messages, **extra)
-                        # The thread runs in a copy of this task's context, so spans the generator opens nest here.
-                        result = await loop.run_in_executor(pool, contextvars.copy_context().run, run)
-                    record_chat_call(span, result)
-                    replies = result.get("replies") or []
-                    if not replies:
-                        raise RuntimeError("the chat generator returned no reply")
-                return replies[0], None
-            except Exception as error:
-                if raise_on_failure:
-                    # Cancel the other calls before this one's slot frees: a call waiting for its turn never starts.
-                    first_failure = first_failure or error
-                    for task in tasks:
-                        if task is not asyncio.current_task():
-                            task.cancel()
-                else:
-                    logger.warning("An LLM call failed and counts as an abstention: {error}", error=error)
-                return None, f"{type(error).__name__}: {error}"
-            finally:
-                in_flight -= 1
+                        logger.warning("An LLM call failed and counts as an abstention: {error}", error=error)
+                    return None, f"{type(error).__name__}: {error}"
+                finally:
+                    requests[index] = counter[0]
+                    in_flight -= 1
 
     start = time.perf_counter()
     # The task group waits for cancelled calls to unwind too, so none outlives the fan-out (a cancelled call that
     # had not started in its thread never starts: asyncio cancels its executor future).
     async with asyncio.TaskGroup() as group:
-        tasks.extend(group.create_task(call(messages)) for messages in prompts)
+        tasks.extend(group.create_task(call(index, messages)) for index, messages in enumerate(prompts))
     if first_failure is not None:
         raise first_failure
     outcomes = [task.result() for task in tasks]
@@ -343,6 +362,8 @@ async def run_chat_calls_async(
     usage = sum_usage(reply_usage(reply) for reply in replies)
     usage["calls"] = len(prompts)
     usage["failed_calls"] = sum(error is not None for error in errors)
+    if observed:
+        usage["http_requests"] = sum(requests)
     return FanOutResult(
         replies=replies,
         errors=errors,

@@ -572,7 +572,8 @@ class StrategyRun:
         `sure.summary_is_label`), `vote_share` (post-fusion's winner), `components_run` (names of the components that
         ran, sorted), `stages`
         (concat_pf, cascade: `stage_trace`) and `confidence` (the answer's, in [0, 1], None when unavailable).
-    :param usage: Summed usage of every LLM call: `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`.
+    :param usage: Summed usage of every LLM call: `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`, and
+        `http_requests` when every call's requests were counted (`pipeline_usage`).
     :param seconds: Wall-clock time of the pipeline run, in seconds.
     """
 
@@ -596,7 +597,8 @@ def pipeline_usage(pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) -> di
     :param pipeline: The pipeline that ran.
     :param outputs: `Pipeline.run(..., include_outputs_from=<all components>)` result.
     :returns: Summed `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls` and `rounds` (dependent LLM
-        rounds that ran).
+        rounds that ran), and `http_requests` (retries included) when every counted call reported its requests: a
+        generator component's own calls (`replies`) do not, so a partial count is left out rather than shown.
     """
     usages: list[dict[str, Any] | None] = []
     for name, output in outputs.items():
@@ -611,7 +613,11 @@ def pipeline_usage(pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) -> di
             usages.append(output["meta"].get("usage"))
         elif answers:
             usages.append(answers[0].meta.get("usage"))
-    return sum_usage(usages)
+    total = sum_usage(usages)
+    counted = sum(int(usage.get("calls") or 0) for usage in usages if usage and "http_requests" in usage)
+    if counted != total["calls"]:
+        total.pop("http_requests", None)
+    return total
 
 
 def stage_trace(outputs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

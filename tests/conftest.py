@@ -1,5 +1,43 @@
-"""Shared test settings: no telemetry from Haystack's test runs (the machines have no internet anyway)."""
+"""
+Shared test settings: no telemetry from Haystack's test runs (the machines have no internet anyway), and the
+OpenAI-compatible test server (`tests/openai_server.py`) as fixtures.
+"""
+
+from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from tests.openai_server import OpenAIServer
 
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+
+
+@pytest.fixture
+def start_openai_server() -> Iterator[Callable[..., OpenAIServer]]:
+    """
+    Start OpenAI-compatible test servers on 127.0.0.1: `start_openai_server(reply=..., latency=...)` takes
+    `OpenAIServer`'s settings and returns the started server. Every server it started is stopped after the test.
+    """
+    from tests.openai_server import OpenAIServer  # fastapi and uvicorn (dev extra): only for the tests that use it
+
+    servers: list[OpenAIServer] = []
+
+    def start(**settings: Any) -> OpenAIServer:
+        server = OpenAIServer(**settings).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def openai_server(start_openai_server: Callable[..., OpenAIServer]) -> OpenAIServer:
+    """An OpenAI-compatible test server with the default settings (replies "Paris" at once), stopped after the test."""
+    return start_openai_server()

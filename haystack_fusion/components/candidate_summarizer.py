@@ -253,7 +253,8 @@ class CandidateSummarizer(ChatGeneratorWrapper):
             - `summaries`: conditional mode: one summary per candidate, same order and length ("" for a failed
               call); generic mode: the one generic summary; candidates mode: empty.
             - `meta`: `source`, `mode`, `candidates_reply` (the raw round-1 reply), `failures` (`round`, `index`,
-              `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`, `rounds`).
+              `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`, `rounds`, and
+              `http_requests` when the generator's HTTP requests are counted: `llm_calls.FanOutResult`).
         :raises ValueError: If `query` is empty or only whitespace, `candidates` are given outside the conditional
             mode, or `candidate_documents` has another length than `candidates`.
         """
