@@ -67,7 +67,7 @@ class CandidateSummarizer(ChatGeneratorWrapper):
     from haystack_fusion import CandidateSummarizer
 
     llm = MockChatGenerator(responses=["(a) Paris, (b) Lyon", "Paris is the capital. [DONE]", "Lyon is big. [DONE]"])
-    summarizer = CandidateSummarizer(chat_generator=llm, max_concurrency=1)
+    summarizer = CandidateSummarizer(chat_generator=llm, max_concurrency=1)  # the mock replies in order
     result = summarizer.run(query="What is the capital of France?", documents=[Document(content="Paris ...")])
     print(result["candidates"], result["summaries"])  # ['Paris', 'Lyon'] ['Paris is the capital.', 'Lyon is big.']
     ```

@@ -74,7 +74,7 @@ class SummaryVerifier(ChatGeneratorWrapper):
 
     # validity of s_1, s_2; then ranking (s_1, s_2) and (s_2, s_1)
     llm = MockChatGenerator(responses=["True", "False", "Passage 1", "Passage 2"])
-    verifier = SummaryVerifier(chat_generator=llm, max_concurrency=1)
+    verifier = SummaryVerifier(chat_generator=llm, max_concurrency=1)  # the mock replies in order
     result = verifier.run(query="Capital of France?", candidates=["Paris", "Lyon"], summaries=["...", "..."])
     print(result["answers"][0].data, result["answers"][0].meta["score"])  # Paris 2.0
     ```
