@@ -266,4 +266,5 @@ def answer_confidence(meta: Mapping[str, Any] | None, answer: str | None = None)
             counted.append(float(token["logprob"]))
     if not counted:
         return None
-    return min(1.0, math.exp(sum(counted) / len(counted)))
+    mean = sum(counted) / len(counted)
+    return min(1.0, math.exp(0.0 if mean > 0 else mean))  # a log-probability above 0 (malformed) would overflow exp

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import re
+import string
 from dataclasses import dataclass
 
 from haystack_fusion.answers import UnknownDetector, normalize_answer
@@ -34,16 +35,20 @@ RELEVANCE_LABELS: tuple[str, ...] = (DIRECT, CONTEXT, IRRELEVANT)
 
 _STRIP = " \t\n\r\"'`“”‘’„«»*_"
 _ABBREVIATION_END = re.compile(r"(?:^|\s)(?:[A-Za-z]\.){2,}$")
-"""A trailing abbreviation ("Washington D.C.", "U.S.") whose last period is kept."""
+"""A trailing abbreviation ("Washington D.C.", "U.S.") whose last period is kept (`_ends_with_abbreviation`)."""
+_ASCII_LETTERS = frozenset(string.ascii_letters)
 
 _NON_BLANK = re.compile(r"\S")
 """The first character of a line's content."""
 
+_ANSWER_TEXT = re.compile("[^\\s" + re.escape(_STRIP + ".,;:") + "]")
+"""A character that `_clean_answer` keeps: a text without one cleans to ""."""
+
 _NUMBER = r"\d{1,6}(?!\d)"
 _JOIN = r"\s*(?:,\s*(?:and\s+|or\s+|&\s*)?|and\s+|or\s+|&\s*|/\s*|-+\s*|[–—]\s*|to\s+|through\s+|thru\s+)"
 _REFERENCE = re.compile(
-    rf"\b(?:passages?|documents?|docs?|paragraphs?)\s*(?:#|no\.?|number)?\s*(?P<numbers>{_NUMBER}"
-    rf"(?:{_JOIN}#?\s*{_NUMBER})*)"
+    rf"\b(?:passages?|documents?|docs?|paragraphs?)\s*(?:(?:#|no\.?|number)\s*)?(?P<numbers>{_NUMBER}"
+    rf"(?:{_JOIN}(?:#\s*)?{_NUMBER})*)"
     rf"|\[\s*(?P<bracket>{_NUMBER}(?:\s*(?:,|-|–|and)\s*{_NUMBER})*)\s*\]",
     re.IGNORECASE,
 )
@@ -54,36 +59,45 @@ before does not matter), "Passages #1 and #3", "Passages #1, #2, and #4", "Passa
 _RANGE_JOIN = re.compile(r"^\s*(?:-+|[–—]|to|through|thru)\s*#?\s*$", re.IGNORECASE)
 """The text between two numbers of a reference that makes them a range ("#2-#4", "2 to 4")."""
 
+_AFTER_EMPHASIS = r"(?<=[*_])(?:(?<![*_]{2})|(?![*_]))"
+"""After a "*" or "_": the second character or the end of a run of them, where a label's "**" may start. Never further
+inside the run: a match there would have started earlier in it, and trying each character costs quadratic time."""
+
 _ANSWER_MARKER = re.compile(
+    r"(?:(?<!\s)|(?!\s))"  # not from inside a run of whitespace
     r"(?:\b(?:based\s+on|according\s+to|considering)\b"
-    r"(?:(?!(?:passages?|documents?|docs?|paragraphs?)\s*(?:#|no\.?|number)?\s*\d|\[\s*\d)[^\n.!?;]){0,150}?,\s*)?"
+    r"(?:(?!(?:passages?|documents?|docs?|paragraphs?)\s*(?:(?:#|no\.?|number)\s*)?\d|\[\s*\d)[^\n.!?;]){0,150}?,\s*+)?"
     r"(?:,?\s*\b(?:so|thus|therefore|hence|overall|in\s+conclusion|in\s+summary)\b,?\s*|,\s*)?"
     r"(?:the\s+(?:(?:final|correct|short|best|most\s+likely)\s+)?answers?\s+(?:is|are|was|would\s+be|should\s+be)"
     r"\s*:?"
-    r"|(?<![^\s*_>#(\[.!?;:,])[*_]*(?:(?:final|short|correct)\s+)?answer\s*[*_]*\s*:[*_]*)",
+    rf"|(?:(?<![^\s>#(\[.!?;:,])|{_AFTER_EMPHASIS})[*_]*(?:(?:final|short|correct)\s+)?answer\s*(?:[*_]+\s*)?:[*_]*)",
     re.IGNORECASE,
 )
 """The start of a final-answer statement: "the answer is" (also "the final answer is", "the answer would be"), with
 the lead-in of Table 6 ("Based on the information given in above passages, ...") or a connective (", so",
 "therefore", a comma) before it, or a label "Answer:" / "Final answer:" / "**Answer:**". "the answer is" matches even
 inside a word ("...isn't"), so no text that contains it is ever taken for a note. A lead-in never spans a passage
-reference, so "Passage #2 confirms 1996, so the answer is 1996" keeps "Passage #2 confirms 1996" as a note."""
+reference, so "Passage #2 confirms 1996, so the answer is 1996" keeps "Passage #2 confirms 1996" as a note.
+
+In linear time: a match never starts inside a run of whitespace (where it would have started at the run's first
+character) or of "*" / "_" (`_AFTER_EMPHASIS`), and no two whitespace quantifiers share one run."""
 
 _CONTINUATION = re.compile(
-    r"^[ \t*_#>]*(?:(?:question|task\s+description|reading\s+notes?)\s*[*_]*\s*:|</?passage\b)",
+    r"^[ \t*_#>]*(?:(?:question|task\s+description|reading\s+notes?)\s*(?:[*_]+\s*)?:|</?passage\b)",
     re.IGNORECASE | re.MULTILINE,
 )
 """A line that starts a new prompt block ("Question:", "Task Description:", "Reading notes:", a passage delimiter):
 a base model that runs on past its answer writes the next demonstration."""
 
-_READING_NOTES_LABEL = re.compile(r"^\s*[*_]*reading\s+notes?\s*[*_]*\s*:[*_]*", re.IGNORECASE)
+_READING_NOTES_LABEL = re.compile(r"^\s*[*_]*reading\s+notes?\s*(?:[*_]+\s*)?:[*_]*", re.IGNORECASE)
 """An echo of the prompt's last line ("Reading notes:" / "Reading note:") at the start of a reply."""
 
 _BREAK = re.compile(r"(?<=[.!?;])[\"'”’)\]]*\s+|\n")
 """Where one sentence or line of the notes ends and the next begins."""
 
 _RELEVANCE_LINE = re.compile(
-    r"(?<![^\s*_>#(\[])[*_]*(?:relevance(?:\s+label)?|label|note\s+type)[*_]*\s*[:=][*_]*[ \t]*(?P<label>[^\n]*)",
+    rf"(?:(?<![^\s>#(\[])|{_AFTER_EMPHASIS})[*_]*(?:relevance(?:\s+label)?|label|note\s+type)[*_]*\s*[:=][*_]*[ \t]*"
+    r"(?P<label>[^\n]*)",
     re.IGNORECASE,
 )
 """The label line of a per-document note, "Relevance: (b) useful context", also "**Relevance:**", "Label:"; the label
@@ -91,7 +105,7 @@ is the rest of the line (or the next non-blank line when that is empty)."""
 
 _CANONICAL_LABEL = r"(?:answers?\s+(?:the\s+question\s+)?directly|useful\s+context|irrelevant)"
 _LABEL_ONLY_LINE = re.compile(
-    rf"^[ \t*_>\-]*(?:(?:\(\s*[abc]\s*\)|[abc]\))[ \t]*{_CANONICAL_LABEL}?|{_CANONICAL_LABEL})[ \t.*_]*$",
+    rf"^[ \t*_>\-]*(?:(?:\(\s*[abc]\s*\)|[abc]\))(?:[ \t]*{_CANONICAL_LABEL})?|{_CANONICAL_LABEL})[ \t.*_]*$",
     re.IGNORECASE | re.MULTILINE,
 )
 """A line that is only a label, without "Relevance:": "(b) useful context", "(c)", "Irrelevant."."""
@@ -129,9 +143,11 @@ relevant" is no such verdict: it describes type (b), "does not directly answer t
 context" (section 2.3.1)."""
 
 _SEGMENT_BREAK = re.compile(
-    r"[.!?;]+(?:\s+|$)|\b(?:but|however|although|though|while|whereas|yet|instead|except)\b", re.IGNORECASE
+    r"(?<![.!?;])[.!?;]+(?:\s+|$)|\b(?:but|however|although|though|while|whereas|yet|instead|except)\b",
+    re.IGNORECASE,
 )
-"""Where a note's statements part: sentence ends and contrast words ("discusses X, but does not mention Y")."""
+"""Where a note's statements part: sentence ends and contrast words ("discusses X, but does not mention Y"). A run of
+punctuation is tried from its first character only (from each one, a long run would take quadratic time)."""
 
 _NEGATION = re.compile(
     r"\b(?:not|no|never|nor|neither|none|nothing|without|lacks?|lacking|fails?|cannot)\b|n't\b", re.IGNORECASE
@@ -150,13 +166,36 @@ def _clean_answer(text: str) -> str:
     ";", ":" removed (a trailing abbreviation such as "D.C." keeps its period).
     """
     text = _collapse(text)
+    # Repeatedly: strip `_STRIP`, then ",;:", then whitespace, then one trailing "." unless it ends an abbreviation.
+    # Done on indices, so that a tail of thousands of "." or ",'" costs linear time, not a copy of the answer per
+    # character removed.
+    start, end = 0, len(text)
     previous = None
-    while text != previous:
-        previous = text
-        text = text.strip(_STRIP).strip(",;:").strip()
-        if text.endswith(".") and not _ABBREVIATION_END.search(text):
-            text = text[:-1]
-    return text
+    while (start, end) != previous:
+        previous = (start, end)
+        for chars in (_STRIP, ",;:"):
+            while start < end and text[start] in chars:
+                start += 1
+            while end > start and text[end - 1] in chars:
+                end -= 1
+        while start < end and text[start].isspace():
+            start += 1
+        while end > start and text[end - 1].isspace():
+            end -= 1
+        if end > start and text[end - 1] == "." and not _ends_with_abbreviation(text, start, end):
+            end -= 1
+    return text[start:end]
+
+
+def _ends_with_abbreviation(text: str, start: int, end: int) -> bool:
+    """
+    Whether `text[start:end]` ends with an abbreviation, as `_ABBREVIATION_END` tells, in time linear in the
+    abbreviation's length (searching the regular expression scans the whole text).
+    """
+    first = end
+    while first - 2 >= start and text[first - 1] == "." and text[first - 2] in _ASCII_LETTERS:
+        first -= 2
+    return end - first >= 4 and (first == start or text[first - 1].isspace())
 
 
 def _cut_continuation(text: str) -> str:
@@ -191,20 +230,25 @@ def _split_answer(text: str) -> tuple[str, str]:
     :param text: The reply, without a continuation.
     :returns: (answer, the reply with every answer statement replaced by a line break); answer is "" when none.
     """
-    answer = ""
+    # The span of the last non-empty answer, cleaned only at the end: on a line of many markers, cleaning the rest of
+    # the line at each would take quadratic time.
+    answer: tuple[int, int] | None = None
     spans: list[tuple[int, int]] = []
+    line_end = -1
     for match in _ANSWER_MARKER.finditer(text):
-        end = _line_end(text, match.end())
-        candidate = _clean_answer(text[match.end() : end])
-        if not candidate and end < len(text):
+        if match.end() > line_end:
+            line_end = _line_end(text, match.end())
+        end = line_end
+        if _ANSWER_TEXT.search(text, match.end(), end):
+            answer = (match.end(), end)
+        elif end < len(text):
             start = _non_blank(text, end)
             next_end = _line_end(text, start)
             line = text[start:next_end]
             if line.strip() and not _REFERENCE.search(line) and not _ANSWER_MARKER.search(line):
-                candidate = _clean_answer(line)
+                if _ANSWER_TEXT.search(line):
+                    answer = (start, next_end)
                 end = next_end
-        if candidate:
-            answer = candidate
         spans.append((match.start(), end))
     pieces: list[str] = []
     position = 0
@@ -214,7 +258,7 @@ def _split_answer(text: str) -> tuple[str, str]:
         pieces.append("\n")
         position = max(position, end)
     pieces.append(text[position:])
-    return answer, "".join(pieces)
+    return ("" if answer is None else _clean_answer(text[answer[0] : answer[1]])), "".join(pieces)
 
 
 def _referenced(match: re.Match[str], k: int) -> set[int]:
@@ -431,10 +475,10 @@ def _negative_only(note: str) -> bool:
 
 def _contains_tokens(text: str, part: str) -> bool:
     """True when the tokens of `part` occur consecutively, as whole tokens, among those of `text`."""
-    haystack, needle = text.split(), part.split()
-    if not needle:
-        return False
-    return any(haystack[i : i + len(needle)] == needle for i in range(len(haystack) - len(needle) + 1))
+    needle = " ".join(part.split())
+    # Tokens hold no space, so a match of " needle " in " haystack " starts and ends at token boundaries; `in` takes
+    # linear time where comparing token lists at each position would take quadratic time.
+    return bool(needle) and f" {needle} " in f" {' '.join(text.split())} "
 
 
 def classify_note(note: str, answer: str, detector: UnknownDetector | None = None) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+import string
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
@@ -23,8 +24,9 @@ from haystack_fusion.prompts.sure import CHOICE_LETTERS
 _DONE = re.compile(r"\[\s*done\s*\]", re.IGNORECASE)
 """The end marker of Listing 7; small models carry it over to other calls."""
 
-_CHOICES_ECHO = re.compile(r"choices\s*:\s*\[[^\]\n]*\]\.?", re.IGNORECASE)
-"""An echo of the prompt's "Choices: [True, False]." / "Choices: [Passage 1, Passage 2]." (Listings 8 and 9)."""
+_CHOICES_ECHO = re.compile(r"choices\s*:\s*\[[^\[\]\n]*\]\.?", re.IGNORECASE)
+"""An echo of the prompt's "Choices: [True, False]." / "Choices: [Passage 1, Passage 2]." (Listings 8 and 9). No "["
+inside the brackets: then a line of many unclosed "Choices: [" takes linear time, not quadratic."""
 
 _PREFIX = re.compile(
     r"^[\s*_#>]*(?:final\s+)?(?:answers?|candidates?|candidate\s+answers?|answer\s+candidates?|choices?|verdict"
@@ -37,7 +39,7 @@ _MARKER_TEMPLATE = (
     r"(?P<paren>\(\s*{m}\s*\))"  # (a)  (A)  (1)
     r"|(?P<close>(?<![^\s,;:*]){m}\))"  # a)  1)  at the start or after a space or separator
     r"|(?P<dot>^[ \t*]*{m}[.:](?=\s))"  # a.  1.  1:  at the start of a line
-    r"|(?P<word>\b(?:candidate|answer|option|choice)\s*#?\s*{m}\s*[:.)-])"  # Candidate 1:  Option A:
+    r"|(?P<word>\b(?:candidate|answer|option|choice)\s*(?:#\s*)?{m}\s*[:.)-])"  # Candidate 1:  Option A:
 )
 """One list marker of one item; `{m}` is the letter or the number of that item."""
 
@@ -48,13 +50,14 @@ _BULLET = re.compile(r"^[ \t]*[-*•+][ \t]+(?P<item>.*)$", re.MULTILINE)
 
 _STRIP = " \t\n\r\"'`“”‘’„«»*_"
 _ABBREVIATION_END = re.compile(r"(?:^|\s)(?:[A-Za-z]\.){2,}$")
-"""A trailing abbreviation ("Washington D.C.", "U.S.") whose last period is kept."""
+"""A trailing abbreviation ("Washington D.C.", "U.S.") whose last period is kept (`_ends_with_abbreviation`)."""
+_ASCII_LETTERS = frozenset(string.ascii_letters)
 
 _TRUE_FALSE = re.compile(r"(?P<negation>\bnot\s+|n't\s+)?\b(?P<word>true|false)\b", re.IGNORECASE)
 _YES_NO = re.compile(r"\b(?P<word>yes|no)\b", re.IGNORECASE)
 
 _MENTION = re.compile(
-    r"\bpassage\s*(?:#|no\.?|number)?\s*(?P<digit>[12])(?!\d)"
+    r"\bpassage\s*(?:(?:#|no\.?|number)\s*)?(?P<digit>[12])(?!\d)"
     r"|\bpassage\s+(?P<word>one|two)\b"
     r"|\b(?:the\s+)?(?P<ordinal>first|second)\s+(?:passage|one)\b"
     r"|\bthe\s+(?P<bare_ordinal>first|second)\b",
@@ -142,13 +145,34 @@ def _clean_candidate(candidate: str) -> str:
     emphasis and trailing ".", ",", ";", ":" removed (a trailing abbreviation such as "D.C." keeps its period).
     """
     candidate = _PREFIX.sub("", " ".join(candidate.split()))
+    # Repeatedly: strip `_STRIP`, then ",;:", then trailing whitespace, then one trailing "." unless it ends an
+    # abbreviation. Done on indices, so that a tail of thousands of "." or ",'" costs linear time, not a copy of the
+    # candidate per character removed.
+    start, end = 0, len(candidate)
     previous = None
-    while candidate != previous:
-        previous = candidate
-        candidate = candidate.strip(_STRIP).strip(",;:").rstrip()
-        if candidate.endswith(".") and not _ABBREVIATION_END.search(candidate):
-            candidate = candidate[:-1]
-    return candidate
+    while (start, end) != previous:
+        previous = (start, end)
+        for chars in (_STRIP, ",;:"):
+            while start < end and candidate[start] in chars:
+                start += 1
+            while end > start and candidate[end - 1] in chars:
+                end -= 1
+        while end > start and candidate[end - 1].isspace():
+            end -= 1
+        if end > start and candidate[end - 1] == "." and not _ends_with_abbreviation(candidate, start, end):
+            end -= 1
+    return candidate[start:end]
+
+
+def _ends_with_abbreviation(text: str, start: int, end: int) -> bool:
+    """
+    Whether `text[start:end]` ends with an abbreviation, as `_ABBREVIATION_END` tells, in time linear in the
+    abbreviation's length (searching the regular expression scans the whole text).
+    """
+    first = end
+    while first - 2 >= start and text[first - 1] == "." and text[first - 2] in _ASCII_LETTERS:
+        first -= 2
+    return end - first >= 4 and (first == start or text[first - 1].isspace())
 
 
 def parse_candidates(reply: str | None, k: int) -> list[str]:
@@ -410,13 +434,19 @@ def choice_probability(meta: Mapping[str, Any] | None, choices: Choices) -> floa
         if chosen is None:
             continue
         mass = [0.0, 0.0]
-        alternatives = list(entry.get("top_logprobs") or [])
+        top = entry.get("top_logprobs")
+        alternatives = (
+            [alternative for alternative in top if isinstance(alternative, Mapping)]
+            if isinstance(top, (list, tuple))
+            else []
+        )
         if not any(alternative.get("token") == entry.get("token") for alternative in alternatives):
             alternatives.append(entry)
         for alternative in alternatives:
             which = side(alternative.get("token"))
             if which is not None and isinstance(alternative.get("logprob"), (int, float)):
-                mass[which] += math.exp(float(alternative["logprob"]))
+                logprob = float(alternative["logprob"])
+                mass[which] += math.exp(0.0 if logprob > 0 else logprob)  # above 0 (malformed) would overflow exp
         total = mass[0] + mass[1]
         return mass[0] / total if total > 0 else float(chosen == 0)
     return None

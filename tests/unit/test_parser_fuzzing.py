@@ -1,0 +1,473 @@
+"""
+Every parser of model output under fuzzing (issue 15, item 5): arbitrary and hostile Unicode, replies built from the
+prompts' own vocabulary with nested and unbalanced markers, and huge inputs. A parser must not raise and must return
+the shape its docstring promises.
+
+The tests run the "fuzz-ci" profile (few examples, no deadline: the machine is shared and noisy); set
+`FUZZ_PROFILE=fuzz-10k` for 10,000 examples per test. Time scaling is measured by `benchmarks/fuzz_parsers.py`, which
+runs 10,000 replies per parser from the strategies and the `PARSERS` table of this module, not by timed tests.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from haystack_fusion import notes, sure
+from haystack_fusion.answers import (
+    UnknownDetector,
+    VoteResult,
+    answer_confidence,
+    clean_answer,
+    majority_vote,
+    normalize_answer,
+    token_logprobs,
+)
+from haystack_fusion.components.candidate_summarizer import clean_summary
+from haystack_fusion.notes import RELEVANCE_LABELS, ParsedNotes, classify_note, parse_document_note, parse_single_call
+from haystack_fusion.prompts import PROMPTS, extract_answer
+from haystack_fusion.prompts.passages import strip_delimiters
+from haystack_fusion.prompts.sure import one_line
+from haystack_fusion.sure import (
+    PREFERENCE_CHOICES,
+    VALIDITY_CHOICES,
+    choice_probability,
+    pairwise_ranking,
+    parse_candidates,
+    parse_preference,
+    parse_validity,
+    ranking_pairs,
+    summary_is_label,
+)
+
+_NO_HEALTH_CHECKS = list(HealthCheck)
+settings.register_profile("fuzz-ci", max_examples=25, deadline=None, suppress_health_check=_NO_HEALTH_CHECKS)
+settings.register_profile("fuzz-10k", max_examples=10_000, deadline=None, suppress_health_check=_NO_HEALTH_CHECKS)
+FUZZ = settings(settings.get_profile(os.environ.get("FUZZ_PROFILE", "fuzz-ci")))
+"""The settings of every test here; applied per test, so the other test files keep the default profile."""
+HUGE = settings(FUZZ, max_examples=min(FUZZ.max_examples, 2))
+"""Huge inputs: a few per parser, each of 100,000 to 1,000,000 characters."""
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Replies
+
+HOSTILE_CHARACTERS = (
+    "\x00\x01\x07\x08\x0b\x0c\x1b\x1f\x7f\x85"  # control characters, NEL
+    "\u00a0\u2000\u2003\u3000\u2028\u2029"  # no-break, em, ideographic spaces; line and paragraph separators
+    "\u200b\u200c\u200d\u2060\ufeff"  # zero-width space / non-joiner / joiner, word joiner, BOM
+    "\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"  # directional marks, embeddings, isolates
+    "\u0301\u0308\u0336\u20dd"  # combining marks
+    "İıßẞﬁ\u212a\u017f"  # case mappings that change length or fold to ASCII (Kelvin sign, long s)
+    "１２١٢߁𝟏𝐀"  # digits and letters outside ASCII (\d matches the digits)
+    "“”‘’„«»`*_#>[](){}<>|\\/\"'.,;:!?-–—"  # quotes and punctuation the parsers strip or split on
+    "👍🏽\U0001f600\U000e0041"  # emoji with a modifier, a tag character
+)
+
+VOCABULARY = (
+    # SuRe candidates (Listing 6) and list markers
+    "(a)", "(b) ", "(c)", "(z)", "a)", "b.", "A.", "1.", "2)", "(1)", "(2)", "(1000)", "Candidate 1:", "Option B:",
+    "- ", "* ", "• ", "[DONE]", "[ done ]", "Answer:", "**Answer:**", "Final answer:", "Candidates:",
+    # validity (Listing 8) and ranking (Listing 9)
+    "True", "False", "true.", "not true", "isn't false", "yes", "No", "Choices: [True, False].", "Choices: [",
+    "Passage 1", "Passage 2", "Passage #2", "passage2", "Passage No. 1", "passage one", "the first", "second one",
+    "both", "neither", "Passage 1 and Passage 2", "1", "2", "[1]", "(2)",
+    # Chain-of-Note notes and labels
+    "Passage #1", "Passage #3", "Wikipedia passage #2", "Passages #1 and #3", "Passages #2-#4", "Document 2", "[1, 3]",
+    "Based on the information given in above passages, the answer is", "the answer is", "The final answer is",
+    ", so", "therefore", "Reading notes:", "Question:", "Task Description:", "Relevance:", "**Relevance:**",
+    "(a) answers directly", "(b) useful context", "(c) irrelevant", "Label:", "not relevant", "does not mention",
+    "but", "nothing to do with", "unknown", "I don't know", "The context does not provide the answer.",
+    # passage delimiters (prompts/passages.py)
+    '<passage key="deadbeef">', '</passage key="deadbeef">', "<passage key=", "</passage>", '[1] <passage key="0a">',
+    # answers, abbreviations, separators
+    "Paris", "Lyon", "1996", "Washington, D.C.", "U.S.", "The Eiffel Tower", "a", "an", "the",
+    " ", "  ", "\n", "\n\n", "\t", "\r\n", ",", ";", ":", ".", "...", "!", "?", "'", '"', "**", "__", "#", ">",
+)  # fmt: skip
+
+NESTING = [("(", ")"), ("[", "]"), ("**", "**"), ('<passage key="ab">', '</passage key="ab">'), ("(a) ", " (b) ")]
+
+hostile_text = st.text(alphabet=st.sampled_from(HOSTILE_CHARACTERS), max_size=60)
+"""Only the characters parsers trip over."""
+any_text = st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=200)
+"""Arbitrary Unicode text (no lone surrogates: they cannot be encoded, so no model replies with one)."""
+vocabulary_reply = st.lists(
+    st.one_of(st.sampled_from(VOCABULARY), hostile_text.filter(lambda text: len(text) < 6), st.text(max_size=6)),
+    max_size=40,
+).map("".join)
+"""Replies made of the prompts' own words and markers, mixed with hostile characters."""
+nested_reply = st.recursive(
+    st.sampled_from(VOCABULARY),
+    lambda inner: st.one_of(
+        st.tuples(st.sampled_from(NESTING), inner).map(lambda pair: pair[0][0] + pair[1] + pair[0][1]),
+        st.tuples(st.sampled_from(NESTING), inner).map(lambda pair: pair[0][0] + pair[1]),  # unbalanced
+        st.lists(inner, min_size=2, max_size=4).map("".join),
+        st.tuples(inner, st.integers(2, 30)).map(lambda pair: pair[0] * pair[1]),  # repeated
+    ),
+    max_leaves=12,
+)
+"""Markers inside markers, balanced or not, and repeated."""
+replies = st.one_of(any_text, hostile_text, vocabulary_reply, nested_reply)
+
+ADVERSARIAL_UNITS = (
+    " ", "\n", "\t ", ".", "*", "_", ",", "a", "a.", "1", "(a) ", "(a)", "a) ", "1. ", "(1) ", "Answer: ", "answer",
+    "**", "Passage ", "Passage #", "passage 1, ", "<passage key=", '<passage key="ab">', "Choices: [", "the answer is ",
+    ", so ", "based on ", "Relevance: ", "Question: ", "reading notes ", "the ", "not ", "[DONE]", "True ", "\u200b",
+)  # fmt: skip
+"""Units whose repetition makes a greedy pattern backtrack, each quantifier against the next."""
+
+
+def huge_reply(unit: str, characters: int, head: str = "", tail: str = "") -> str:
+    """`head`, then `unit` repeated to about `characters` characters, then `tail`."""
+    return head + unit * max(1, characters // len(unit)) + tail
+
+
+huge_replies = st.builds(
+    huge_reply,
+    unit=st.sampled_from(ADVERSARIAL_UNITS),
+    characters=st.integers(100_000, 1_000_000),
+    head=st.sampled_from(["", "Passage", "Answer:", "question", "(a)", "x", "based on x,", "relevance"]),
+    tail=st.sampled_from(["", "x", "!", ":", "1", "é", "\n"]),
+)
+
+
+def meta_from(reply: str) -> dict[str, Any]:
+    """
+    A reply's text as OpenAI-style token log-probabilities: the text cut into tokens (whitespace + word), each with a
+    log-probability and alternatives that spell choices, so that `answer_confidence` and `choice_probability` read it.
+    """
+    tokens = re.findall(r"\s*\S+|\s+", reply)
+    return {
+        "logprobs": {
+            "content": [
+                {
+                    "token": token,
+                    "logprob": -(index % 7) / 3,
+                    "top_logprobs": [{"token": alternative, "logprob": -1.5} for alternative in (" True", "2", "no")],
+                }
+                for index, token in enumerate(tokens)
+            ]
+        }
+    }
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=8)
+    | st.sampled_from(["True", " 1", "Passage", "false"]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(["token", "logprob", "x"]), inner),
+    max_leaves=10,
+)
+token_entries = st.fixed_dictionaries(
+    {"token": st.one_of(st.sampled_from([" True", "false", "1", " Passage", "2.", "\n"]), st.text(max_size=6))},
+    optional={
+        "logprob": st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-(10**6), 10**6)),
+        "top_logprobs": st.one_of(
+            st.lists(st.one_of(json_values, st.dictionaries(st.just("token"), json_values))), json_values
+        ),
+        "bytes": json_values,
+    },
+)
+hostile_metas = st.one_of(
+    st.none(),
+    st.dictionaries(st.sampled_from(["logprobs", "content", "usage"]), json_values),
+    st.builds(lambda entries: {"logprobs": {"content": entries}}, st.lists(token_entries, max_size=8)),
+    st.builds(lambda entries: {"logprobs": entries}, st.lists(token_entries, max_size=8)),
+)
+"""Log-probabilities as a generator might misreport them: wrong types, missing keys, NaN, infinities, huge values."""
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The parsers and the shape each promises
+
+
+def _probability(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and 0.0 <= value <= 1.0)
+
+
+def _check_candidates(result: Any, k: int) -> bool:
+    keys = [normalize_answer(candidate) for candidate in result]
+    return (
+        isinstance(result, list)
+        and all(isinstance(candidate, str) for candidate in result)
+        and len(result) <= k
+        and all(keys)
+        and len(set(keys)) == len(keys)
+    )
+
+
+def _check_parsed_notes(result: Any, k: int) -> bool:
+    return (
+        isinstance(result, ParsedNotes)
+        and len(result.notes) == len(result.mentioned) == k
+        and all(isinstance(note, str) and "\n" not in note for note in result.notes)
+        and all(isinstance(flag, bool) for flag in result.mentioned)
+        and isinstance(result.answer, str)
+        and result.answer == " ".join(result.answer.split())
+    )
+
+
+def _check_vote(result: Any) -> bool:
+    return (
+        isinstance(result, VoteResult)
+        and isinstance(result.answer, str)
+        and len(result.candidates) == len(result.votes) == len(result.best_rank)
+        and all(count >= 1 for count in result.votes.values())
+    )
+
+
+@dataclass(frozen=True)
+class Parser:
+    """One parser of model output: how to call it on a reply, and what it must return."""
+
+    call: Callable[[str], Any]
+    check: Callable[[Any], bool]
+    linear: bool = True
+    """False for a parser known to take super-linear time on some inputs (see `SUPER_LINEAR`)."""
+
+
+_DETECTOR = UnknownDetector()
+
+# The patterns that read answers out of replies (prompts/*.py), by the prompts that use them.
+_ANSWER_PATTERNS: dict[str, str] = {}
+for _prompt in PROMPTS.values():
+    _ANSWER_PATTERNS.setdefault(_prompt.answer_pattern, _prompt.name)
+
+SUPER_LINEAR = {
+    # ^\s*([^\n]*?)\s*(?:\n|$) and the like: the lazy group against the trailing \s* is quadratic in a run of
+    # whitespace inside a line ("a" + " " * n + "b"). These patterns live in prompts/__init__.py and prompts/*.py.
+    f"extract_answer[{name}]"
+    for name in ("figure7", "distiller", "sure_candidates", "sure_base", "con_synthesis")
+}
+"""Parsers outside the fuzzed modules that `benchmarks/fuzz_parsers.py` measured as super-linear: fuzzed for
+exceptions and shapes, but not with huge inputs, which would take hours."""
+
+PARSERS: dict[str, Parser] = {
+    # answers.py
+    "normalize_answer": Parser(normalize_answer, lambda result: isinstance(result, str)),
+    "clean_answer": Parser(clean_answer, lambda result: isinstance(result, str)),
+    "UnknownDetector.is_unknown": Parser(_DETECTOR.is_unknown, lambda result: isinstance(result, bool)),
+    "majority_vote": Parser(lambda reply: majority_vote(reply.splitlines()), _check_vote),
+    "answer_confidence": Parser(
+        lambda reply: answer_confidence(meta_from(reply), reply[len(reply) // 3 : len(reply) // 2]), _probability
+    ),
+    # sure.py
+    "parse_candidates": Parser(lambda reply: parse_candidates(reply, 3), lambda result: _check_candidates(result, 3)),
+    "parse_validity": Parser(parse_validity, lambda result: isinstance(result, bool)),
+    "parse_preference": Parser(parse_preference, lambda result: result in (1, 2, None)),
+    "summary_is_label": Parser(
+        lambda reply: summary_is_label(reply, ["Paris", reply[:20]]), lambda result: isinstance(result, bool)
+    ),
+    "choice_probability": Parser(
+        lambda reply: (
+            choice_probability(meta_from(reply), VALIDITY_CHOICES),
+            choice_probability(meta_from(reply), PREFERENCE_CHOICES),
+        ),
+        lambda result: all(_probability(value) for value in result),
+    ),
+    # notes.py
+    "parse_single_call": Parser(
+        lambda reply: parse_single_call(reply, 4), lambda result: _check_parsed_notes(result, 4)
+    ),
+    "parse_document_note": Parser(
+        parse_document_note,
+        lambda result: isinstance(result[0], str) and "\n" not in result[0] and result[1] in (*RELEVANCE_LABELS, None),
+    ),
+    "classify_note": Parser(
+        lambda reply: classify_note(reply, reply[: len(reply) // 2]), lambda result: result in RELEVANCE_LABELS
+    ),
+    # prompts: the passage delimiters a reply echoes, the one-line form of a summary, the answer patterns
+    "strip_delimiters": Parser(strip_delimiters, lambda result: isinstance(result, str)),
+    "one_line": Parser(one_line, lambda result: isinstance(result, str) and result == " ".join(result.split())),
+    # components/candidate_summarizer.py (read only here)
+    "clean_summary": Parser(clean_summary, lambda result: isinstance(result, str) and result == result.strip()),
+    **{
+        f"extract_answer[{name}]": Parser(
+            lambda reply, pattern=pattern: extract_answer(pattern, reply),
+            lambda result: isinstance(result, str) and result == result.strip(),
+            linear=f"extract_answer[{name}]" not in SUPER_LINEAR,
+        )
+        for pattern, name in _ANSWER_PATTERNS.items()
+    },
+}
+"""Every function of the package that reads model output, by name; `benchmarks/fuzz_parsers.py` runs the same table."""
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Tests
+
+
+@pytest.mark.parametrize("name", sorted(PARSERS))
+class TestEveryParser:
+    @FUZZ
+    @given(reply=replies)
+    def test_never_raises_and_keeps_its_shape(self, name, reply):
+        parser = PARSERS[name]
+        assert parser.check(parser.call(reply))
+
+    @HUGE
+    @given(reply=huge_replies)
+    def test_huge_replies(self, name, reply):
+        parser = PARSERS[name]
+        if not parser.linear:
+            pytest.skip("super-linear on long runs of whitespace: see SUPER_LINEAR")
+        assert parser.check(parser.call(reply))
+
+
+class TestInvariants:
+    @FUZZ
+    @given(reply=replies)
+    def test_normalize_is_idempotent(self, reply):
+        assert normalize_answer(normalize_answer(reply)) == normalize_answer(reply)
+
+    @FUZZ
+    @given(reply=replies)
+    def test_one_line_is_idempotent(self, reply):
+        assert one_line(one_line(reply)) == one_line(reply)
+
+    @FUZZ
+    @given(reply=replies)
+    def test_strip_delimiters_never_adds(self, reply):
+        assert len(strip_delimiters(reply)) <= len(reply)
+
+    @FUZZ
+    @given(reply=replies, k=st.integers(1, 8))
+    def test_candidates_are_distinct_and_at_most_k(self, reply, k):
+        assert _check_candidates(parse_candidates(reply, k), k)
+
+    @FUZZ
+    @given(reply=replies, k=st.integers(0, 8))
+    def test_single_call_has_k_notes(self, reply, k):
+        assert _check_parsed_notes(parse_single_call(reply, k), k)
+
+    @FUZZ
+    @given(pair_replies=st.lists(replies, min_size=6, max_size=6))
+    def test_ranking_of_parsed_preferences_hands_out_one_point_per_pair(self, pair_replies):
+        pairs = ranking_pairs(3)
+        scores = pairwise_ranking(
+            {pair: parse_preference(reply) for pair, reply in zip(pairs, pair_replies, strict=True)}, 3
+        )
+        assert math.isclose(sum(scores), 3.0)
+        assert all(0.0 <= score <= 2.0 for score in scores)
+
+    @FUZZ
+    @given(answers=st.lists(st.one_of(st.none(), replies), max_size=8))
+    def test_vote_counts_only_answers_that_do_not_abstain(self, answers):
+        vote = majority_vote(answers)
+        assert sum(vote.votes.values()) == sum(
+            answer is not None and not _DETECTOR.is_unknown(answer) for answer in answers
+        )
+
+
+class TestHostileLogprobs:
+    @FUZZ
+    @given(meta=hostile_metas, answer=st.one_of(st.none(), replies))
+    def test_answer_confidence(self, meta, answer):
+        assert _probability(answer_confidence(meta, answer))
+
+    @FUZZ
+    @given(meta=hostile_metas)
+    def test_token_logprobs(self, meta):
+        tokens = token_logprobs(meta)
+        assert tokens is None or all(isinstance(token, Mapping) for token in tokens)
+
+    @FUZZ
+    @given(meta=hostile_metas, choices=st.sampled_from([VALIDITY_CHOICES, PREFERENCE_CHOICES]))
+    def test_choice_probability(self, meta, choices):
+        probability = choice_probability(meta, choices)
+        assert probability is None or isinstance(probability, float)
+        if probability is not None and not math.isnan(probability):
+            assert 0.0 <= probability <= 1.0
+
+
+class TestRegressions:
+    """Inputs on which a parser raised or took quadratic time before this file existed."""
+
+    @pytest.mark.parametrize(
+        "entry",
+        [
+            pytest.param({"token": "Paris", "logprob": 1000.0}, id="positive-logprob"),
+            pytest.param(
+                {"token": "True", "logprob": -0.1, "top_logprobs": [None, "x"]}, id="alternatives-not-mappings"
+            ),
+            pytest.param({"token": "True", "logprob": -0.1, "top_logprobs": 3}, id="alternatives-not-a-list"),
+            pytest.param(
+                {"token": "True", "logprob": 800, "top_logprobs": [{"token": "False", "logprob": 900}]},
+                id="alternatives-overflow",
+            ),
+        ],
+    )
+    def test_malformed_logprobs_do_not_raise(self, entry):
+        meta = {"logprobs": {"content": [entry]}}
+        assert _probability(answer_confidence(meta, "Paris"))
+        assert _probability(choice_probability(meta, VALIDITY_CHOICES))
+
+    @pytest.mark.parametrize(
+        ("name", "reply"),
+        [
+            ("parse_candidates", "Paris" + "." * 100_000),  # one "." removed per copy of the candidate
+            ("parse_candidates", "Paris" + ",'" * 50_000),
+            ("parse_candidates", "Answer" + " " * 100_000 + "x"),  # "answer\s*#?\s*1" in the list markers
+            ("parse_preference", "Passage" + " " * 100_000 + "x"),  # "passage\s*(?:#)?\s*[12]"
+            ("parse_validity", "Choices: [" * 50_000),  # every unclosed echo scanned to the end of the line
+            ("parse_single_call", " " * 100_000 + "x"),  # the answer marker tried at each space of the run
+            ("parse_single_call", "Answer: " * 50_000),  # the rest of the line cleaned at each marker
+            ("parse_single_call", "Passage" + " " * 100_000 + "x"),  # "passage\s*(?:#)?\s*\d"
+            ("parse_single_call", "based on x," + " " * 100_000 + "y"),  # lead-in ",\s*" against the connective's
+            ("parse_single_call", "*" * 100_000 + "x"),  # "[*_]*answer" tried at each "*"
+            ("parse_single_call", "the answer is x" + "." * 100_000),
+            ("parse_single_call", "x\nquestion" + " " * 100_000 + "x"),  # "question\s*[*_]*\s*:"
+            ("parse_single_call", "reading notes" + " " * 100_000 + "x"),
+            ("parse_document_note", "(a)" + " " * 100_000 + "x"),  # "[ \t]*label?[ \t.*_]*$"
+            ("parse_document_note", "_" * 100_000 + "x"),  # "[*_]*relevance" tried at each "_"
+            ("classify_note", "Passage" + "\n" * 100_000),
+            ("classify_note", "a " * 50_000),  # token lists compared at each position
+        ],
+    )
+    def test_quadratic_inputs_finish(self, name, reply):
+        # No timing (noisy machine): before the fixes each of these took seconds to hours.
+        parser = PARSERS[name]
+        assert parser.check(parser.call(reply))
+
+    def test_classify_note_with_a_long_answer(self):
+        note = "Passage #1 says " + "a " * 20_000 + "b"
+        assert classify_note(note, "a " * 10_000 + "b") == "direct"
+        assert classify_note(note, "a " * 10_000 + "c") == "context"
+
+    @pytest.mark.parametrize(
+        ("reply", "answer"),
+        [
+            ("Answer:**Answer:** Paris", "Paris"),  # a label right after another's "**"
+            ("Answer: x Answer:", "x Answer"),  # the last marker gives no answer: the one before does
+            ("Passage #1 says 1996.\nAnswer:\n   \nParis", "Paris"),  # the answer on the next non-blank line
+            ("**Answer:** Washington D.C..", "Washington D.C."),
+        ],
+    )
+    def test_answer_markers_unchanged(self, reply, answer):
+        assert parse_single_call(reply, 1).answer == answer
+
+    @pytest.mark.parametrize(
+        ("reply", "candidates"),
+        [("(a) D.C. (b) Lyon..", ["D.C.", "Lyon"]), ("(a) ,'Paris.',' (b) “a.b.”", ["Paris", "a.b."])],
+    )
+    def test_candidate_cleaning_unchanged(self, reply, candidates):
+        assert parse_candidates(reply, 2) == candidates
+
+    def test_nested_choices_echo_is_kept(self):
+        # The one change of behaviour: an echo with "[" inside its brackets is no longer removed.
+        assert parse_validity("Choices: [True, False]. False") is False
+        assert parse_validity("Choices: [[True], False] False") is True
+
+
+def test_fuzzed_parsers_cover_every_parse_function():
+    # A new `parse_*` function in the parser modules must join `PARSERS`.
+    parse_functions = {name for module in (sure, notes) for name in dir(module) if name.startswith("parse_")}
+    assert parse_functions <= set(PARSERS)
