@@ -212,6 +212,22 @@ class OpenAIServer:
         self._timer.start()
         return self
 
+    def reset(self) -> ServerStats:
+        """
+        Start counting afresh (between runs measured one after another, as `benchmarks/peers.py` does).
+
+        Requests still under way stay counted in `in_flight`, and `max_in_flight` starts from them; `max_requests`
+        counts afresh too (`lifetime` still bounds the server).
+
+        :returns: The counters as they were before the reset (a copy).
+        """
+        stats = self.stats
+        with stats._lock:
+            before = ServerStats(stats.requests, stats.retries, stats.in_flight, stats.max_in_flight, stats.refused)
+            stats.requests = stats.retries = stats.refused = 0
+            stats.max_in_flight = stats.in_flight
+        return before
+
     def stop_soon(self) -> None:
         """Ask the server to stop (it finishes the requests under way); returns at once."""
         if self._server is not None:
