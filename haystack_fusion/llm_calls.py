@@ -157,8 +157,9 @@ def sum_usage(usages: Iterable[Mapping[str, Any] | None]) -> dict[str, int]:
     Add usage records key by key.
 
     :param usages: Records with any of `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls` (and `rounds`,
-        summed too when present); None entries are skipped.
-    :returns: A dict with every key of `USAGE_KEYS` (counts of tokens and calls), plus `rounds` when any input had it.
+        `cached_tokens`, `cached_calls`, `http_requests`, summed too when present); None entries are skipped.
+    :returns: A dict with every key of `USAGE_KEYS` (counts of tokens and calls), plus each optional key that any
+        input had (absent from all inputs: absent here too, never 0).
     """
     total = empty_usage()
     for usage in usages:
@@ -168,14 +169,33 @@ def sum_usage(usages: Iterable[Mapping[str, Any] | None]) -> dict[str, int]:
     return total
 
 
+def cached_prompt_tokens(usage: Mapping[str, Any] | None) -> int | None:
+    """
+    The prompt tokens a provider served from its prompt (prefix) cache, as one reply's usage reports them.
+
+    Read from OpenAI's `usage.prompt_tokens_details.cached_tokens` (a nested dict in the `meta["usage"]` of Haystack's
+    OpenAIChatGenerator replies; the embedded `LocalChatGenerator` reports its reused prefix in the same place).
+
+    :param usage: A reply's `meta["usage"]`, or None.
+    :returns: The cached prompt tokens (an integer >= 0; 0 is a reported miss), or None when the provider reported
+        none (no `prompt_tokens_details`, or its `cached_tokens` is missing or null): not reported is not a miss.
+    """
+    details = (usage or {}).get("prompt_tokens_details")
+    value = details.get("cached_tokens") if isinstance(details, Mapping) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return int(value)
+
+
 def reply_usage(reply: ChatMessage | None) -> dict[str, int]:
     """
     The token usage of one reply, read from `reply.meta["usage"]` as OpenAI-style generators report it.
 
     :param reply: A generator reply, or None for a failed call.
     :returns: `prompt_tokens` and `completion_tokens` (0 when the generator reported none) and `calls` = 1, plus
-        `cached_calls` = 1 for a reply the embedded model's reply cache gave (`meta["cached"]`): it still counts the
-        tokens of the call it stands for.
+        `cached_tokens` (prompt tokens the provider's prefix cache served, `cached_prompt_tokens`) only when the
+        reply reports them, and `cached_calls` = 1 for a reply the embedded model's reply cache gave
+        (`meta["cached"]`): it still counts the tokens of the call it stands for.
     """
     usage = (reply.meta.get("usage") if reply is not None else None) or {}
     counted = {
@@ -184,6 +204,9 @@ def reply_usage(reply: ChatMessage | None) -> dict[str, int]:
         "calls": 1,
         "failed_calls": 0,
     }
+    cached_tokens = cached_prompt_tokens(usage)
+    if cached_tokens is not None:
+        counted["cached_tokens"] = cached_tokens
     if reply is not None and reply.meta.get("cached"):
         counted["cached_calls"] = 1
     return counted
@@ -238,7 +261,9 @@ class FanOutResult:
     :param errors: n entries: None, or `"ExceptionType: message"` for a failed call.
     :param usage: Summed usage: `prompt_tokens`, `completion_tokens` (tokens), `calls` (attempted calls) and
         `failed_calls`, plus `http_requests` (requests the calls sent, retries included, failed calls' too) when the
-        generator's client is httpx-based (Haystack's OpenAI generators, ollama-haystack; `llm_clients`).
+        generator's client is httpx-based (Haystack's OpenAI generators, ollama-haystack; `llm_clients`), and
+        `cached_tokens` (prompt tokens served from the provider's prefix cache, summed over the replies that report
+        them; absent when none does).
     :param max_in_flight: The largest number of calls that were under way at once.
     :param seconds: Wall-clock time of the whole fan-out, in seconds.
     """

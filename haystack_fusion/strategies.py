@@ -572,8 +572,9 @@ class StrategyRun:
         `sure.summary_is_label`), `vote_share` (post-fusion's winner), `components_run` (names of the components that
         ran, sorted), `stages`
         (concat_pf, cascade: `stage_trace`) and `confidence` (the answer's, in [0, 1], None when unavailable).
-    :param usage: Summed usage of every LLM call: `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`, and
-        `http_requests` when every call's requests were counted (`pipeline_usage`).
+    :param usage: Summed usage of every LLM call: `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`,
+        `http_requests` when every call's requests were counted, and `cached_tokens` when any call's provider
+        reported them (`pipeline_usage`).
     :param seconds: Wall-clock time of the pipeline run, in seconds.
     """
 
@@ -599,6 +600,8 @@ def pipeline_usage(pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) -> di
     :returns: Summed `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls` and `rounds` (dependent LLM
         rounds that ran), and `http_requests` (retries included) when every counted call reported its requests: a
         generator component's own calls (`replies`) do not, so a partial count is left out rather than shown.
+        `cached_tokens` (prompt tokens served from the provider's prefix cache, `llm_calls.cached_prompt_tokens`) is
+        the sum over the calls whose provider reported it, and absent when none did: not reported is not a miss.
     """
     usages: list[dict[str, Any] | None] = []
     for name, output in outputs.items():

@@ -169,6 +169,9 @@ else:
         """
 
         _prompt_pending = False
+        reused_prompt_tokens = 0
+        """Prompt tokens of the last `generate` whose keys and values came from the cache (the batch-aligned shared
+        prefix), not evaluated again; 0 when it started from scratch."""
         logprob_trace: list[TokenLogprob] | None = None
         """Set to a list to record, at each sampled token, its log-probability and `top_logprobs` alternatives."""
         top_logprobs: int = 0
@@ -200,6 +203,7 @@ else:
                     start = self.n_tokens - back
                     tokens = [*self.input_ids[start : self.n_tokens].tolist(), *tokens]
                     self.n_tokens = start
+                self.reused_prompt_tokens = self.n_tokens
             super().eval(tokens)
 
     if COMPLETION_CHAT_FORMAT not in llama_chat_format.LlamaChatCompletionHandlerRegistry()._chat_handlers:
@@ -279,7 +283,10 @@ else:
             :param generation_kwargs: `create_chat_completion` arguments; default `LOCAL_GENERATION_KWARGS`.
             :param prefix_cache: Reuse the KV cache of the prefix a prompt shares with the previous one, cut back to
                 a multiple of `n_batch` so replies are identical to a fresh evaluation (`PrefixCachingLlama`);
-                False evaluates every prompt from scratch.
+                False evaluates every prompt from scratch. Every reply reports the prompt tokens it reused where
+                OpenAI reports its cache hits, `meta["usage"]["prompt_tokens_details"]["cached_tokens"]` (tokens; 0
+                when nothing was reused or `prefix_cache=False`; a reply from the reply cache carries that of the
+                call it stands for).
             :param reply_cache: Remember greedy replies (temperature 0 or top-k 1, no streaming) by prompt and
                 settings, shared by every generator of the same loaded model, and answer a repeated prompt from
                 memory (`REPLY_CACHE_SIZE` replies, least recently used out). Strategies repeat each other's calls
@@ -392,6 +399,7 @@ else:
                     self._model.reset()  # evaluate the prompt from scratch
                 trace: list[TokenLogprob] = []
                 model: Any = self._model  # a PrefixCachingLlama
+                model.reused_prompt_tokens = 0
                 if wants_logprobs:
                     model.logprob_trace = trace
                     model.top_logprobs = int(settings.get("top_logprobs") or 0)
@@ -401,11 +409,16 @@ else:
                     )
                 finally:
                     model.logprob_trace = None
-                if wants_logprobs and result["replies"]:
+                if result["replies"]:
                     reply = result["replies"][0]
-                    logprobs = openai_logprobs(trace, reply.text, self._model.detokenize)
+                    meta = dict(reply.meta)
+                    if isinstance(meta.get("usage"), dict):  # the prompt tokens the prefix cache reused
+                        details = {"cached_tokens": int(model.reused_prompt_tokens)}
+                        meta["usage"] = {**meta["usage"], "prompt_tokens_details": details}
+                    if wants_logprobs:
+                        meta["logprobs"] = openai_logprobs(trace, reply.text, self._model.detokenize)
                     result["replies"][0] = ChatMessage.from_assistant(
-                        reply.text, tool_calls=reply.tool_calls, meta={**reply.meta, "logprobs": logprobs}
+                        reply.text, tool_calls=reply.tool_calls, meta=meta
                     )
                 if key is not None and len(result["replies"]) == 1:
                     replies[key] = result["replies"][0]

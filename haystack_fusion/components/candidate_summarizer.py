@@ -254,7 +254,8 @@ class CandidateSummarizer(ChatGeneratorWrapper):
               call); generic mode: the one generic summary; candidates mode: empty.
             - `meta`: `source`, `mode`, `candidates_reply` (the raw round-1 reply), `failures` (`round`, `index`,
               `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`, `rounds`, and
-              `http_requests` when the generator's HTTP requests are counted: `llm_calls.FanOutResult`).
+              `http_requests` when the generator's HTTP requests are counted, and `cached_tokens` when the provider
+              reports prompt tokens served from its prefix cache: `llm_calls.FanOutResult`).
         :raises ValueError: If `query` is empty or only whitespace, `candidates` are given outside the conditional
             mode, or `candidate_documents` has another length than `candidates`.
         """

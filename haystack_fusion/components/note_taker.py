@@ -321,7 +321,8 @@ class NoteTaker(ChatGeneratorWrapper):
             - `answers`: one GeneratedAnswer: the answer, or "unknown"; its `documents` are the relevant passages;
               its `meta` holds `notes`, `answer_source` ("passages", "parametric" or "none"), `failures` (`round`,
               `index`, `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`,
-              `rounds`, and `http_requests` when the generator's HTTP requests are counted: `llm_calls.FanOutResult`).
+              `rounds`, `http_requests` when the generator's HTTP requests are counted, and `cached_tokens` when the
+              provider reports prompt tokens served from its prefix cache: `llm_calls.FanOutResult`).
             - `notes`: k dicts in input order: `document_id`, `relevance` ("direct", "context" or "irrelevant";
               section 2.3.1) and `note` ("" when the model wrote none for that passage).
         :raises ValueError: If `query` is empty or only whitespace.

@@ -248,7 +248,8 @@ class PostFusionVoter(ChatGeneratorWrapper):
               winner's votes / all votes, 0 when nothing voted), `tie` (the top two have equal votes), `confidence`
               (mean answer confidence of its votes, None without log-probabilities), `failures` (`rank`,
               `sample`, `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`,
-              `rounds`, and `http_requests` when the generator's HTTP requests are counted: `llm_calls.FanOutResult`).
+              `rounds`, `http_requests` when the generator's HTTP requests are counted, and `cached_tokens` when the
+              provider reports prompt tokens served from its prefix cache: `llm_calls.FanOutResult`).
               Each answer's `documents` are the passages that gave it.
             - `candidates`: the candidate pool, distinct non-unknown answers, most votes first.
             - `documents`: the passages at least one of whose answers was not unknown, in rank order.

@@ -278,9 +278,9 @@ class SummaryVerifier(ChatGeneratorWrapper):
             The first also has `preferences` ("a,b" -> 1 / 2 / None, the parsed reply when summary a was Passage 1
             and b Passage 2, or P(Passage 1) by probability scoring), `scoring` (the setting), `scored_by` (calls
             read by "probability" and by "text"), `failures` (`call`, `index`, `error`) and `usage` (`prompt_tokens`,
-            `completion_tokens`, `calls`, `failed_calls`, `rounds`, and `http_requests` when the generator's HTTP
-            requests are counted: `llm_calls.FanOutResult`). With no candidates it is one "unknown" answer and no LLM
-            call is made.
+            `completion_tokens`, `calls`, `failed_calls`, `rounds`, `http_requests` when the generator's HTTP
+            requests are counted, and `cached_tokens` when the provider reports prompt tokens served from its prefix
+            cache: `llm_calls.FanOutResult`). With no candidates it is one "unknown" answer and no LLM call is made.
         :raises ValueError: If `query` is empty, or `candidates` and `summaries` differ in length.
         """
         query, candidates, summaries, asks, prompts = self._plan(query, candidates, summaries)

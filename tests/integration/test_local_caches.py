@@ -73,3 +73,22 @@ def test_grammar_constrains_the_reply_and_a_bad_one_is_refused(llm):
     assert len(reply.meta["logprobs"]["content"]) == reply.meta["usage"]["completion_tokens"]
     with pytest.raises(ValueError, match="not a valid GBNF grammar"):
         generator.run(prompt, generation_kwargs={"grammar": "root ::= ("})
+
+
+def test_usage_reports_the_reused_prefix_as_cached_tokens(llm):
+    cached = local_chat_generator(prefix_cache=True, reply_cache=False)
+    fresh = local_chat_generator(prefix_cache=False, reply_cache=False)
+    head = "Context: " + " ".join(f"word{i}" for i in range(700)) + "\n"  # > 1024 shared tokens
+    settings = {"max_tokens": 2}
+    cached.run([ChatMessage.from_user(head + "Question: first?\nAnswer:")], generation_kwargs=settings)
+    usage = cached.run([ChatMessage.from_user(head + "Question: second?\nAnswer:")], generation_kwargs=settings)[
+        "replies"
+    ][0].meta["usage"]
+    reused = usage["prompt_tokens_details"]["cached_tokens"]
+    assert reused > 0
+    assert reused % 512 == 0  # the batch-aligned prefix (`DEFAULT_BATCH_TOKENS`)
+    assert reused < usage["prompt_tokens"]
+    usage = fresh.run([ChatMessage.from_user(head + "Question: second?\nAnswer:")], generation_kwargs=settings)[
+        "replies"
+    ][0].meta["usage"]
+    assert usage["prompt_tokens_details"]["cached_tokens"] == 0

@@ -489,6 +489,21 @@ class TestRunStrategy:
         )
         assert usage == {"prompt_tokens": 25, "completion_tokens": 3, "calls": 3, "failed_calls": 1, "rounds": 2}
 
+    @pytest.mark.parametrize(("name", "calls"), [("concatenation", 1), ("sure", 7), ("cascade", 1)])
+    def test_cached_tokens_summed_when_reported(self, name, calls):
+        def respond(messages: list[ChatMessage]) -> ChatMessage:
+            usage = {"prompt_tokens": 100, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 60}}
+            return ChatMessage.from_assistant(answer_from_context(messages), meta={"usage": usage})
+
+        run = run_strategy(name, make_pipeline(name, MockChatGenerator(response_fn=respond)), QUERY)
+        assert run.usage["calls"] == calls
+        assert run.usage["prompt_tokens"] == 100 * calls
+        assert run.usage["cached_tokens"] == 60 * calls
+
+    def test_cached_tokens_absent_when_not_reported(self):
+        run = run_strategy("sure", make_pipeline("sure", MockChatGenerator(response_fn=answer_from_context)), QUERY)
+        assert "cached_tokens" not in run.usage
+
     @pytest.mark.parametrize("query", ["  ", ""])
     def test_empty_query_raises(self, query):
         pipeline = make_pipeline("concatenation", MockChatGenerator(responses="Paris"))
