@@ -74,6 +74,49 @@ def clean_answer(answer: str) -> str:
     return answer.strip().strip("\"'`*").rstrip(".!;: ").strip().lower()
 
 
+_TRIM = " \t\n\r\"'`“”‘’„«»*_"
+"""What `trim_answer` strips from both ends: whitespace, quotes and markdown emphasis."""
+_ASCII_LETTERS = frozenset(string.ascii_letters)
+
+
+def trim_answer(text: str) -> str:
+    """
+    An answer or candidate read from a reply, trimmed: surrounding whitespace, quotes and markdown emphasis, and
+    trailing ".", ",", ";", ":" removed, repeatedly; a trailing abbreviation such as "D.C." keeps its period (SuRe's
+    candidates, Chain-of-Note's answers).
+
+    Works on indices, so a tail of thousands of "." or ",'" costs linear time, not a copy per character removed.
+
+    :param text: The text, whitespace already collapsed.
+    :returns: The trimmed text ("" when nothing is left).
+    """
+    start, end = 0, len(text)
+    previous = None
+    while (start, end) != previous:
+        previous = (start, end)
+        for chars in (_TRIM, ",;:"):
+            while start < end and text[start] in chars:
+                start += 1
+            while end > start and text[end - 1] in chars:
+                end -= 1
+        while start < end and text[start].isspace():
+            start += 1
+        while end > start and text[end - 1].isspace():
+            end -= 1
+        if end > start and text[end - 1] == "." and not _ends_with_abbreviation(text, start, end):
+            end -= 1
+    return text[start:end]
+
+
+def _ends_with_abbreviation(text: str, start: int, end: int) -> bool:
+    """Whether `text[start:end]` ends with an abbreviation of 2+ letters ("U.S.", "D.C."), preceded by whitespace or
+    nothing; in time linear in the abbreviation's length."""
+    first = end
+    while first - 2 >= start and text[first - 1] == "." and text[first - 2] in _ASCII_LETTERS:
+        first -= 2
+    return end - first >= 4 and (first == start or text[first - 1].isspace())
+
+
 @dataclass(frozen=True)
 class UnknownDetector:
     """

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import bisect
 import re
-import string
 from dataclasses import dataclass
 
-from haystack_fusion.answers import UnknownDetector, normalize_answer
+from haystack_fusion.answers import UnknownDetector, normalize_answer, trim_answer
 
 DIRECT = "direct"
 """Note type (a) of section 2.3.1 / Figure 2(a): the passage answers the question directly."""
@@ -34,9 +33,6 @@ RELEVANCE_LABELS: tuple[str, ...] = (DIRECT, CONTEXT, IRRELEVANT)
 """The three note types of section 2.3.1, in the paper's order (a), (b), (c)."""
 
 _STRIP = " \t\n\r\"'`“”‘’„«»*_"
-_ABBREVIATION_END = re.compile(r"(?:^|\s)(?:[A-Za-z]\.){2,}$")
-"""A trailing abbreviation ("Washington D.C.", "U.S.") whose last period is kept (`_ends_with_abbreviation`)."""
-_ASCII_LETTERS = frozenset(string.ascii_letters)
 
 _NON_BLANK = re.compile(r"\S")
 """The first character of a line's content."""
@@ -165,37 +161,7 @@ def _clean_answer(text: str) -> str:
     An answer as it is returned: whitespace collapsed; surrounding quotes, markdown emphasis and trailing ".", ",",
     ";", ":" removed (a trailing abbreviation such as "D.C." keeps its period).
     """
-    text = _collapse(text)
-    # Repeatedly: strip `_STRIP`, then ",;:", then whitespace, then one trailing "." unless it ends an abbreviation.
-    # Done on indices, so that a tail of thousands of "." or ",'" costs linear time, not a copy of the answer per
-    # character removed.
-    start, end = 0, len(text)
-    previous = None
-    while (start, end) != previous:
-        previous = (start, end)
-        for chars in (_STRIP, ",;:"):
-            while start < end and text[start] in chars:
-                start += 1
-            while end > start and text[end - 1] in chars:
-                end -= 1
-        while start < end and text[start].isspace():
-            start += 1
-        while end > start and text[end - 1].isspace():
-            end -= 1
-        if end > start and text[end - 1] == "." and not _ends_with_abbreviation(text, start, end):
-            end -= 1
-    return text[start:end]
-
-
-def _ends_with_abbreviation(text: str, start: int, end: int) -> bool:
-    """
-    Whether `text[start:end]` ends with an abbreviation, as `_ABBREVIATION_END` tells, in time linear in the
-    abbreviation's length (searching the regular expression scans the whole text).
-    """
-    first = end
-    while first - 2 >= start and text[first - 1] == "." and text[first - 2] in _ASCII_LETTERS:
-        first -= 2
-    return end - first >= 4 and (first == start or text[first - 1].isspace())
+    return trim_answer(_collapse(text))
 
 
 def _cut_continuation(text: str) -> str:

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import math
 import re
-import string
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from haystack_fusion.answers import normalize_answer, token_logprobs
+from haystack_fusion.answers import normalize_answer, token_logprobs, trim_answer
 from haystack_fusion.prompts.sure import CHOICE_LETTERS
 
 _DONE = re.compile(r"\[\s*done\s*\]", re.IGNORECASE)
@@ -49,9 +48,6 @@ _MARKERS_ONLY = re.compile(r"\(\s*[A-Za-z0-9]{1,3}\s*\)?")
 _BULLET = re.compile(r"^[ \t]*[-*•+][ \t]+(?P<item>.*)$", re.MULTILINE)
 
 _STRIP = " \t\n\r\"'`“”‘’„«»*_"
-_ABBREVIATION_END = re.compile(r"(?:^|\s)(?:[A-Za-z]\.){2,}$")
-"""A trailing abbreviation ("Washington D.C.", "U.S.") whose last period is kept (`_ends_with_abbreviation`)."""
-_ASCII_LETTERS = frozenset(string.ascii_letters)
 
 _TRUE_FALSE = re.compile(r"(?P<negation>\bnot\s+|n't\s+)?\b(?P<word>true|false)\b", re.IGNORECASE)
 _YES_NO = re.compile(r"\b(?P<word>yes|no)\b", re.IGNORECASE)
@@ -145,34 +141,7 @@ def _clean_candidate(candidate: str) -> str:
     emphasis and trailing ".", ",", ";", ":" removed (a trailing abbreviation such as "D.C." keeps its period).
     """
     candidate = _PREFIX.sub("", " ".join(candidate.split()))
-    # Repeatedly: strip `_STRIP`, then ",;:", then trailing whitespace, then one trailing "." unless it ends an
-    # abbreviation. Done on indices, so that a tail of thousands of "." or ",'" costs linear time, not a copy of the
-    # candidate per character removed.
-    start, end = 0, len(candidate)
-    previous = None
-    while (start, end) != previous:
-        previous = (start, end)
-        for chars in (_STRIP, ",;:"):
-            while start < end and candidate[start] in chars:
-                start += 1
-            while end > start and candidate[end - 1] in chars:
-                end -= 1
-        while end > start and candidate[end - 1].isspace():
-            end -= 1
-        if end > start and candidate[end - 1] == "." and not _ends_with_abbreviation(candidate, start, end):
-            end -= 1
-    return candidate[start:end]
-
-
-def _ends_with_abbreviation(text: str, start: int, end: int) -> bool:
-    """
-    Whether `text[start:end]` ends with an abbreviation, as `_ABBREVIATION_END` tells, in time linear in the
-    abbreviation's length (searching the regular expression scans the whole text).
-    """
-    first = end
-    while first - 2 >= start and text[first - 1] == "." and text[first - 2] in _ASCII_LETTERS:
-        first -= 2
-    return end - first >= 4 and (first == start or text[first - 1].isspace())
+    return trim_answer(candidate)
 
 
 def parse_candidates(reply: str | None, k: int) -> list[str]:
