@@ -116,7 +116,7 @@ class PackagedTextEmbedder(SentenceTransformersTextEmbedder):
 
     embedder = PackagedTextEmbedder()
     embedder.warm_up()
-    print(len(embedder.run(text="In what country is Normandy located?")["embedding"]))  # 384
+    print(len(embedder.run(text="Which river flows through the capital?")["embedding"]))  # 384
     ```
     """
 

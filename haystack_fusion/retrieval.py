@@ -36,7 +36,7 @@ class DenseRetriever:
         text_embedder=PackagedTextEmbedder(), embedding_retriever=InMemoryEmbeddingRetriever(store, top_k=5)
     )
     retriever.warm_up()
-    print(retriever.run(query="In what country is Normandy located?", top_k=5)["documents"][0].content)
+    print(retriever.run(query="Which river flows through the capital?", top_k=5)["documents"][0].content)
     ```
     """
 
@@ -110,7 +110,7 @@ class HybridRetriever:
         embedding_retriever=InMemoryEmbeddingRetriever(store),
     )
     retriever.warm_up()
-    print(retriever.run(query="In what country is Normandy located?", top_k=5)["documents"][0].content)
+    print(retriever.run(query="Which river flows through the capital?", top_k=5)["documents"][0].content)
     ```
     """
 

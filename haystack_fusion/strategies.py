@@ -546,7 +546,7 @@ def build_pipeline(name: str, **config: Any) -> Pipeline:
     # the index made by `haystack-fusion index passages.jsonl --store index.json`
     retriever = InMemoryBM25Retriever(load_store("index.json"), top_k=5)
     pipe = build_pipeline("concat_pf", retriever=retriever, chat_generator=local_chat_generator())
-    print(run_strategy("concat_pf", pipe, "In what country is Normandy located?").answer.data)
+    print(run_strategy("concat_pf", pipe, "Which river flows through the capital?").answer.data)
     ```
 
     :param name: A registered strategy name.
