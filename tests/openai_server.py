@@ -16,6 +16,8 @@ One module for every test that needs such a server; later work (fault injection,
   hosted API).
 - `usage` counts whitespace-separated words of the messages and the reply, not tokens: enough for tests that check
   the sums.
+- `api_key`, when set: a request whose `Authorization: Bearer ...` differs gets HTTP 401 in OpenAI's error shape
+  ("Incorrect API key provided: ..."), as api.openai.com answers a wrong key (the openai client does not retry it).
 - Bounded: after `max_requests` requests it answers HTTP 503 and stops, and it stops by itself after `lifetime`
   seconds, so a test that goes wrong cannot leave a server behind.
 
@@ -63,8 +65,8 @@ class ServerStats:
     :param retries: Those the openai client marked as a retry (`x-stainless-retry-count` > 0).
     :param in_flight: Requests being answered now.
     :param max_in_flight: The most requests that were being answered at once.
-    :param refused: Requests answered with an error status (over `max_requests`, `stream: true`, or a reply function
-        that raised).
+    :param refused: Requests answered with an error status (over `max_requests`, a wrong API key, `stream: true`, or
+        a reply function that raised).
     """
 
     requests: int = 0
@@ -84,6 +86,8 @@ class OpenAIServer:
     :param max_requests: Requests it answers; the next ones get HTTP 503 and the server stops.
     :param lifetime: Seconds after `start` when the server stops by itself.
     :param model: The model name its replies report.
+    :param api_key: The key requests must send (`Authorization: Bearer <api_key>`); others get HTTP 401. `None`
+        (the default) accepts any key.
     """
 
     def __init__(
@@ -94,6 +98,7 @@ class OpenAIServer:
         max_requests: int = 1000,
         lifetime: float = 120.0,
         model: str = "test-model",
+        api_key: str | None = None,
     ) -> None:
         if latency < 0:
             raise ValueError(f"`latency` must be >= 0, got {latency}")
@@ -104,6 +109,7 @@ class OpenAIServer:
         self.max_requests = max_requests
         self.lifetime = lifetime
         self.model = model
+        self.api_key = api_key
         self.stats = ServerStats()
         self._ids = itertools.count(1)
         self._socket: socket.socket | None = None
@@ -142,6 +148,10 @@ class OpenAIServer:
                 if over:
                     self.stop_soon()
                     return _error(503, f"this test server answers at most {self.max_requests} requests")
+                if self.api_key is not None and request.headers.get("authorization") != f"Bearer {self.api_key}":
+                    with stats._lock:
+                        stats.refused += 1
+                    return _wrong_api_key(request.headers.get("authorization", ""))
                 if body.get("stream"):
                     return _error(400, "stream=true is not supported by this test server")
                 if self.latency:
@@ -254,4 +264,22 @@ def _error(status: int, message: str) -> JSONResponse:
     """An error in the OpenAI API's shape."""
     return JSONResponse(
         {"error": {"message": message, "type": "test_server_error", "code": status}}, status_code=status
+    )
+
+
+def _wrong_api_key(authorization: str) -> JSONResponse:
+    """HTTP 401 as api.openai.com answers a wrong key: the key masked but for its last four characters."""
+    key = authorization.removeprefix("Bearer ").strip()
+    masked = f"{key[:3]}{'*' * max(len(key) - 7, 0)}{key[-4:]}" if len(key) > 7 else "*" * len(key)
+    return JSONResponse(
+        {
+            "error": {
+                "message": f"Incorrect API key provided: {masked}. You can find your API key at "
+                "https://platform.openai.com/account/api-keys.",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "invalid_api_key",
+            }
+        },
+        status_code=401,
     )
