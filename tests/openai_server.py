@@ -6,7 +6,8 @@ api_key=Secret.from_token("x"))`) and assert on what the server saw: how many re
 retries (the openai client's `x-stainless-retry-count` header), how many were under way at once. It needs no
 model: each reply is a fixed text or what a callable returns for the request.
 
-One module for every test that needs such a server; later work (fault injection, peer benchmarks) extends it here.
+One module for every test, benchmark and script that needs such a server (fault injection, peer benchmarks,
+batches under faults): extend it here rather than writing another.
 
 - `POST /v1/chat/completions` with `stream: false` (the default) answers a `chat.completion` object; `stream: true`
   is refused with HTTP 400 (not supported yet).
@@ -18,6 +19,19 @@ One module for every test that needs such a server; later work (fault injection,
   the sums.
 - `api_key`, when set: a request whose `Authorization: Bearer ...` differs gets HTTP 401 in OpenAI's error shape
   ("Incorrect API key provided: ..."), as api.openai.com answers a wrong key (the openai client does not retry it).
+- Injected faults (`fault_rate`, `faults`, `seed`): a share of the requests gets one of `FAULTS` instead of its reply:
+  `rate_limit` (HTTP 429 with `Retry-After` / `retry-after-ms`), `server_error` (HTTP 500), `reset` (the TCP
+  connection reset, no response), `hang` (HTTP 200 headers and the start of a body that never ends: the client's
+  read timeout fires; the response is dropped after `hang_seconds`, or when the server stops), `malformed` (HTTP 200
+  with a truncated JSON body), `garbage` (a well-formed completion whose text is noise) and `empty` (a completion
+  whose text is ""). Which request gets which fault is a pure function of `seed`, the request body and how many
+  times that same body arrived before (retries and repeats included), so a run is reproducible whatever order
+  concurrent requests arrive in, and a retried request is drawn afresh. `stats.faults` counts each kind.
+- `capacity`: requests beyond this many under way at once get HTTP 429 with `Retry-After` (a rate-limited API's
+  storm); `stats.throttled` counts them.
+- `PromptReplies` answers each prompt of `haystack_fusion.prompts` in the shape its parser reads (Figure 7's answer
+  line, SuRe's "(a) .. (b) .." candidates, summaries ending "[DONE]", True/False, "Passage 1/2", Chain-of-Note's
+  notes), so every strategy runs end to end against the server.
 - Bounded: after `max_requests` requests it answers HTTP 503 and stops, and it stops by itself after `lifetime`
   seconds, so a test that goes wrong cannot leave a server behind.
 
@@ -40,20 +54,30 @@ with other settings. Both are stopped when the test ends.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
+import json
+import math
+import re
 import socket
+import struct
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 Reply = str | Callable[[dict[str, Any]], str]
 """A fixed reply text, or a function of the request body (the parsed JSON) that returns the reply text."""
+
+FAULTS = ("rate_limit", "server_error", "reset", "hang", "malformed", "garbage", "empty")
+"""The faults the server injects: 429 with Retry-After, 500, a connection reset, a response that never ends,
+malformed JSON, a completion of noise, an empty completion."""
 
 
 @dataclass
@@ -66,7 +90,11 @@ class ServerStats:
     :param in_flight: Requests being answered now.
     :param max_in_flight: The most requests that were being answered at once.
     :param refused: Requests answered with an error status (over `max_requests`, a wrong API key, `stream: true`, or
-        a reply function that raised).
+        a reply function that raised); injected faults are counted in `faults` instead.
+    :param first_attempts: Requests that were not retries: the client's calls (each call's first HTTP request).
+    :param max_retry_count: The highest `x-stainless-retry-count` seen (a call's last retry).
+    :param faults: Injected faults by kind (`FAULTS`), `rate_limit` and `server_error` included.
+    :param throttled: Requests answered HTTP 429 because more than `capacity` were under way.
     """
 
     requests: int = 0
@@ -74,7 +102,26 @@ class ServerStats:
     in_flight: int = 0
     max_in_flight: int = 0
     refused: int = 0
+    first_attempts: int = 0
+    max_retry_count: int = 0
+    faults: Counter[str] = field(default_factory=Counter)
+    throttled: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The counters as a JSON-ready dict (a copy), `faults` by kind."""
+        with self._lock:
+            return {
+                "requests": self.requests,
+                "retries": self.retries,
+                "first_attempts": self.first_attempts,
+                "max_retry_count": self.max_retry_count,
+                "in_flight": self.in_flight,
+                "max_in_flight": self.max_in_flight,
+                "refused": self.refused,
+                "throttled": self.throttled,
+                "faults": dict(sorted(self.faults.items())),
+            }
 
 
 class OpenAIServer:
@@ -88,6 +135,15 @@ class OpenAIServer:
     :param model: The model name its replies report.
     :param api_key: The key requests must send (`Authorization: Bearer <api_key>`); others get HTTP 401. `None`
         (the default) accepts any key.
+    :param fault_rate: Share of requests (0-1) that get an injected fault instead of their reply.
+    :param faults: The kinds drawn from (uniformly), a subset of `FAULTS`.
+    :param seed: Seeds the fault draws (see the module docstring: reproducible whatever the arrival order).
+    :param retry_after: Seconds a 429 asks the client to wait (`Retry-After`, and `retry-after-ms` in milliseconds).
+    :param hang_seconds: Seconds a `hang` response stays open before the connection is dropped; None: until the client
+        goes away or the server stops (bounded by `lifetime`).
+    :param capacity: Most requests under way at once; the ones beyond get HTTP 429 with `Retry-After`. None: no limit.
+    :raises ValueError: For a negative latency, `max_requests` below 1, a `lifetime` not positive, a `fault_rate`
+        outside [0, 1], an unknown fault kind, or a `capacity` below 1.
     """
 
     def __init__(
@@ -99,19 +155,40 @@ class OpenAIServer:
         lifetime: float = 120.0,
         model: str = "test-model",
         api_key: str | None = None,
+        fault_rate: float = 0.0,
+        faults: Sequence[str] = FAULTS,
+        seed: int = 0,
+        retry_after: float = 0.5,
+        hang_seconds: float | None = None,
+        capacity: int | None = None,
     ) -> None:
         if latency < 0:
             raise ValueError(f"`latency` must be >= 0, got {latency}")
         if max_requests < 1 or lifetime <= 0:
             raise ValueError("`max_requests` must be at least 1 and `lifetime` positive")
+        if not 0.0 <= fault_rate <= 1.0:
+            raise ValueError(f"`fault_rate` must be in [0, 1], got {fault_rate}")
+        unknown = [kind for kind in faults if kind not in FAULTS]
+        if unknown or (fault_rate > 0 and not faults):
+            raise ValueError(f"`faults` must be kinds of {FAULTS}, got {list(faults)}")
+        if capacity is not None and capacity < 1:
+            raise ValueError(f"`capacity` must be None or at least 1, got {capacity}")
         self.reply = reply
         self.latency = latency
         self.max_requests = max_requests
         self.lifetime = lifetime
         self.model = model
         self.api_key = api_key
+        self.fault_rate = fault_rate
+        self.faults = tuple(faults)
+        self.seed = seed
+        self.retry_after = retry_after
+        self.hang_seconds = hang_seconds
+        self.capacity = capacity
         self.stats = ServerStats()
         self._ids = itertools.count(1)
+        self._seen: Counter[str] = Counter()
+        self._stopping = threading.Event()
         self._socket: socket.socket | None = None
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -134,20 +211,32 @@ class OpenAIServer:
         app = FastAPI()
 
         @app.post("/v1/chat/completions")
-        async def chat_completions(request: Request) -> JSONResponse:
-            body = await request.json()
+        async def chat_completions(request: Request) -> Response:
+            raw = await request.body()
+            body = json.loads(raw or b"{}")
             stats = self.stats
+            retry_count = int(request.headers.get("x-stainless-retry-count", "0") or 0)
             with stats._lock:
                 stats.requests += 1
-                stats.retries += int(request.headers.get("x-stainless-retry-count", "0") or 0) > 0
+                stats.retries += retry_count > 0
+                stats.first_attempts += retry_count == 0
+                stats.max_retry_count = max(stats.max_retry_count, retry_count)
                 over = stats.requests > self.max_requests
                 stats.refused += over or bool(body.get("stream"))
                 stats.in_flight += 1
                 stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
+                throttled = self.capacity is not None and stats.in_flight > self.capacity
+                stats.throttled += throttled and not over
+                fault = None if over or throttled else self._draw_fault(raw)
+                if fault is not None:
+                    stats.faults[fault] += 1
+            handed_off = False  # a `hang` response counts itself out of `in_flight` when it ends
             try:
                 if over:
                     self.stop_soon()
                     return _error(503, f"this test server answers at most {self.max_requests} requests")
+                if throttled:
+                    return self._rate_limited("more requests under way than this test server's capacity")
                 if self.api_key is not None and request.headers.get("authorization") != f"Bearer {self.api_key}":
                     with stats._lock:
                         stats.refused += 1
@@ -156,21 +245,77 @@ class OpenAIServer:
                     return _error(400, "stream=true is not supported by this test server")
                 if self.latency:
                     await asyncio.sleep(self.latency)
+                if fault == "rate_limit":
+                    return self._rate_limited("injected fault: rate limit")
+                if fault == "server_error":
+                    return _error(500, "injected fault: server error")
+                if fault == "reset":
+                    _reset(request.scope)
+                    return Response(status_code=500)  # never sent: the connection is gone
+                if fault == "hang":
+                    handed_off = True
+                    return StreamingResponse(self._never_ends(request), media_type="application/json")
+                if fault == "malformed":
+                    return Response(b'{"id": "chatcmpl-x", "object": "chat.completion", "choices": [{"index": 0, "mes',
+                                    media_type="application/json")  # fmt: skip
                 try:
-                    completion = self._completion(body)
+                    completion = self._completion(body, fault)
                 except Exception as error:  # a reply function that raises stands for a server error
                     with stats._lock:
                         stats.refused += 1
                     return _error(500, f"{type(error).__name__}: {error}")
                 return JSONResponse(completion)
             finally:
-                with stats._lock:
-                    stats.in_flight -= 1
+                if not handed_off:
+                    with stats._lock:
+                        stats.in_flight -= 1
 
+        async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            # The connection's transport, for `reset`: uvicorn's `receive` is a method of its request cycle.
+            scope["test_server.transport"] = getattr(getattr(receive, "__self__", None), "transport", None)
+            await app(scope, receive, send)
+
+        app.state.asgi = asgi
         return app
 
-    def _completion(self, body: dict[str, Any]) -> dict[str, Any]:
-        text = self.reply(body) if callable(self.reply) else self.reply
+    def _draw_fault(self, raw: bytes) -> str | None:
+        """The fault for this arrival of this body (call with the stats lock held): seeded, order-independent."""
+        if self.fault_rate <= 0:
+            return None
+        digest = hashlib.sha256(raw).hexdigest()
+        self._seen[digest] += 1
+        draw = hashlib.sha256(f"{self.seed}:{digest}:{self._seen[digest]}".encode()).digest()
+        share, pick = (int.from_bytes(draw[i : i + 8], "big") / 2**64 for i in (0, 8))
+        return self.faults[int(pick * len(self.faults))] if share < self.fault_rate else None
+
+    def _rate_limited(self, message: str) -> JSONResponse:
+        """HTTP 429 in OpenAI's shape, with `Retry-After` (whole seconds, rounded up) and `retry-after-ms`."""
+        response = _error(429, f"{message}; retry after {self.retry_after} s")
+        response.headers["retry-after"] = str(max(1, math.ceil(self.retry_after)))
+        response.headers["retry-after-ms"] = str(round(self.retry_after * 1000))
+        return response
+
+    async def _never_ends(self, request: Request) -> AsyncIterator[bytes]:
+        """The body of a `hang`: its first bytes, then nothing until the client leaves, `hang_seconds` or the stop."""
+        try:
+            yield b'{"id": "chatcmpl-hang", "object": "chat.completion", "choices": ['
+            deadline = time.monotonic() + (self.hang_seconds if self.hang_seconds is not None else math.inf)
+            while not self._stopping.is_set() and time.monotonic() < deadline:
+                if await request.is_disconnected():
+                    return
+                await asyncio.sleep(0.05)
+            _reset(request.scope)  # never ends well: the connection drops
+        finally:
+            with self.stats._lock:
+                self.stats.in_flight -= 1
+
+    def _completion(self, body: dict[str, Any], fault: str | None = None) -> dict[str, Any]:
+        if fault == "garbage":
+            text = _garbage(hashlib.sha256(json.dumps(body, sort_keys=True).encode()).digest())
+        elif fault == "empty":
+            text = ""
+        else:
+            text = self.reply(body) if callable(self.reply) else self.reply
         prompt_words = sum(len(str(message.get("content") or "").split()) for message in body.get("messages", []))
         completion_words = len(text.split())
         return {
@@ -205,7 +350,9 @@ class OpenAIServer:
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind(("127.0.0.1", 0))
-        config = uvicorn.Config(self.app(), log_level="warning", access_log=False, lifespan="off")
+        config = uvicorn.Config(
+            self.app().state.asgi, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._socket]}, name="openai-test-server", daemon=True
@@ -233,13 +380,26 @@ class OpenAIServer:
         """
         stats = self.stats
         with stats._lock:
-            before = ServerStats(stats.requests, stats.retries, stats.in_flight, stats.max_in_flight, stats.refused)
-            stats.requests = stats.retries = stats.refused = 0
+            before = ServerStats(
+                stats.requests,
+                stats.retries,
+                stats.in_flight,
+                stats.max_in_flight,
+                stats.refused,
+                stats.first_attempts,
+                stats.max_retry_count,
+                Counter(stats.faults),
+                stats.throttled,
+            )
+            stats.requests = stats.retries = stats.refused = stats.first_attempts = stats.max_retry_count = 0
+            stats.throttled = 0
+            stats.faults.clear()
             stats.max_in_flight = stats.in_flight
         return before
 
     def stop_soon(self) -> None:
-        """Ask the server to stop (it finishes the requests under way); returns at once."""
+        """Ask the server to stop (it finishes the requests under way; `hang` responses drop); returns at once."""
+        self._stopping.set()
         if self._server is not None:
             self._server.should_exit = True
 
@@ -283,3 +443,117 @@ def _wrong_api_key(authorization: str) -> JSONResponse:
         },
         status_code=401,
     )
+
+
+def _reset(scope: dict[str, Any]) -> None:
+    """Reset the request's TCP connection (SO_LINGER 0, then abort: the peer gets RST, no response)."""
+    transport = scope.get("test_server.transport")
+    if transport is None:
+        raise RuntimeError("the test server cannot reach this connection's transport to reset it")
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+
+
+def _garbage(seed: bytes) -> str:
+    """A reply of noise: control and bidi characters, markup, prompt markers and words, from a seed (reproducible)."""
+    pieces = ("\u202e", "\x00", "]]>", "<passage", "(a)", "Answer:", "[DONE]", "\ufffd", "{{", "lorem", "\n", "#", "🙃")
+    stream = hashlib.sha256(seed).digest() * 2
+    return "".join(pieces[byte % len(pieces)] for byte in stream[: 16 + stream[0] % 48])
+
+
+class PromptReplies:
+    """
+    A reply function that answers each prompt of `haystack_fusion.prompts` in the shape its parser reads.
+
+    It recognises the prompt by its fixed wording and answers with one of `answers`, chosen by a hash of the prompt
+    (so the same prompt always gets the same reply, and post-fusion's per-passage votes differ from passage to
+    passage):
+
+    - Figure 7 (concatenation, post-fusion) and the distiller: the answer on the first line; a prompt of more than one
+      passage (concatenation) says "unknown" for a share `concatenation_unknown` of the questions, so `concat_pf` and
+      `cascade` go on to post-fusion;
+    - Figures 8 and 9 (chain of thought): a rationale, then "Answer: <answer>";
+    - SuRe: Listing 6 / 13 "(a) <answer 1>, (b) <answer 2>" with as many candidates as the prompt asks for; Listings 7
+      and 11 a summary ending "[DONE]"; Listing 8 "True" or "False"; Listing 9 "Passage 1" or "Passage 2"; Listings
+      10, 12 and Table 3's prompts the answer;
+    - Chain-of-Note: the single call's reading notes ending "the answer is <answer>."; the per-document note with a
+      "Relevance:" line; the synthesis's "<answer>." after "the answer is".
+
+    Anything else gets the first answer.
+
+    :param answers: The answers to choose from (at least one).
+    :param concatenation_unknown: Share (0-1) of concatenation prompts answered "unknown".
+    :param seed: Seeds the choices.
+    :raises ValueError: For no answers, or a share outside [0, 1].
+    """
+
+    def __init__(
+        self,
+        answers: Sequence[str] = ("Paris", "Lyon", "Marseille"),
+        *,
+        concatenation_unknown: float = 0.5,
+        seed: int = 0,
+    ) -> None:
+        if not answers:
+            raise ValueError("`answers` must hold at least one answer")
+        if not 0.0 <= concatenation_unknown <= 1.0:
+            raise ValueError(f"`concatenation_unknown` must be in [0, 1], got {concatenation_unknown}")
+        self.answers = list(answers)
+        self.concatenation_unknown = concatenation_unknown
+        self.seed = seed
+
+    def _draw(self, text: str, salt: str = "") -> float:
+        digest = hashlib.sha256(f"{self.seed}:{salt}:{text}".encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64
+
+    def _answer(self, text: str) -> str:
+        return self.answers[int(self._draw(text, "answer") * len(self.answers))]
+
+    def __call__(self, body: dict[str, Any]) -> str:
+        text = prompt_text(body)
+        answer = self._answer(text)
+        end = text.rstrip()
+        if "correct candidates" in text:  # SuRe Listing 6, Listing 13
+            form = re.search(r"in the form: (.*?), and should not exceed", text)
+            k = max(1, len(re.findall(r"\([a-z]\)", form.group(1)))) if form else 2
+            first = self.answers.index(answer)
+            picks = [self.answers[(first + i) % len(self.answers)] for i in range(k)]
+            picks = [pick if i < len(self.answers) else f"{pick} {i + 1}" for i, pick in enumerate(picks)]
+            return ", ".join(f"({'abcdefghijklmnopqrstuvwxyz'[i % 26]}) {pick}" for i, pick in enumerate(picks))
+        if "act as a professional writer" in text:  # SuRe Listings 7 and 11
+            prediction = re.search(r"\nPrediction: \([a-z]\) ([^\n]*)\n", text)
+            said = prediction.group(1) if prediction else answer
+            return f"The passages say that the answer to the question is {said}, as the second passage states. [DONE]"
+        if end.endswith("Choices: [True, False]. Answer:"):  # SuRe Listing 8
+            return "True" if self._draw(text, "validity") < 0.7 else "False"
+        if "Choices: [Passage 1, Passage 2]." in text:  # SuRe Listing 9
+            return "Passage 1" if self._draw(text, "ranking") < 0.5 else "Passage 2"
+        if end.endswith("Reading notes:"):  # Chain-of-Note, single call
+            return (
+                f"Passage #1 mentions {answer} in passing. Passage #2 states that the answer is {answer}. "
+                f"Based on the information given in above passages, the answer is {answer}."
+            )
+        if end.endswith("Reading note:"):  # Chain-of-Note, per-document note
+            label = ("(a) answers directly", "(b) useful context", "(c) irrelevant")[int(self._draw(text, "note") * 3)]
+            return f"The passage says the answer is {answer}.\nRelevance: {label}"
+        if end.endswith("the answer is"):  # Chain-of-Note, synthesis
+            return f" {answer}."
+        if "Let's think step by step." in text:  # paper 000 Figures 8 and 9
+            return f"Source 1 names {answer}, which answers the question.\nAnswer: {answer}"
+        if text.startswith("Given the relevant background contexts") and text.count('</passage key="') > 1:
+            # concatenation (Figure 7 over all passages): "unknown" for a share of the questions
+            question = text.rsplit("Question:", 1)[-1]
+            if self._draw(question, "unknown") < self.concatenation_unknown:
+                return "unknown"
+        return answer
+
+
+def prompt_text(body: dict[str, Any]) -> str:
+    """The text of a chat-completions request's last message (content parts joined), stripped."""
+    messages = body.get("messages") or [{}]
+    content = messages[-1].get("content") or ""
+    if isinstance(content, list):  # content parts
+        content = " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return str(content).strip()
