@@ -17,9 +17,9 @@ def store_path(tmp_path, squad):
     return path
 
 
-def test_index_then_ask_prints_answer_evidence_sources_and_cost(store_path, llm, capsys):
+def test_index_then_ask_prints_answer_evidence_sources_and_cost(store_path, llm, questions, capsys):
     capsys.readouterr()
-    question = "Who was the Norse leader?"
+    question = questions[1].question
     assert main(["ask", question, "--strategy", "concat_pf", "--top-k", "3", "--store", str(store_path)]) == 0
     out = capsys.readouterr().out
     for heading in ("Question:", "Answer:", "Evidence: fallback fired:", "Sources (top-3):", "LLM:", "Time:"):
@@ -27,10 +27,10 @@ def test_index_then_ask_prints_answer_evidence_sources_and_cost(store_path, llm,
     assert out.count("\n  [") == 3
 
 
-def test_ask_json_for_post_fusion_has_votes(store_path, llm, capsys):
+def test_ask_json_for_post_fusion_has_votes(store_path, llm, questions, capsys):
     capsys.readouterr()
-    assert main(["ask", "In what country is Normandy located?", "--strategy", "post_fusion", "--json",
-                 "--store", str(store_path)]) == 0  # fmt: skip
+    args = ["ask", questions[0].question, "--strategy", "post_fusion", "--json", "--store", str(store_path)]
+    assert main(args) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["usage"]["calls"] == 5
     assert sum(result["evidence"]["votes"].values()) <= 5
@@ -51,13 +51,13 @@ def test_bad_input_exits_2_with_the_reason(store_path, capsys):
     assert "haystack-fusion index" in capsys.readouterr().err
 
 
-def test_hybrid_index_is_idempotent_and_answers(tmp_path, squad, llm, capsys):
+def test_hybrid_index_is_idempotent_and_answers(tmp_path, squad, llm, questions, capsys):
     pytest.importorskip("haystack_integrations.components.embedders.sentence_transformers", reason="the `dense` extra")
     path = str(tmp_path / "hybrid.json")
     for _ in range(2):
         assert main(["index", str(default_squad_path()), "--store", path, "--retriever", "hybrid"]) == 0
         assert f"({len(squad[0])} in the store)" in capsys.readouterr().out
-    question = "When were the Normans in Normandy?"
+    question = questions[2].question
     assert (
         main(["ask", question, "--strategy", "concatenation", "--retriever", "hybrid", "--store", path, "--json"]) == 0
     )

@@ -17,8 +17,6 @@ from haystack_fusion.embeddings import EMBEDDING_DIM, PackagedDocumentEmbedder, 
 from haystack_fusion.retrieval import DenseRetriever, HybridRetriever
 from haystack_fusion.strategies import build_pipeline, run_strategy
 
-QUESTION = "In what country is Normandy located?"
-
 
 @pytest.fixture(scope="module")
 def embedded_store(squad) -> InMemoryDocumentStore:
@@ -63,13 +61,13 @@ def test_retrieves_the_gold_paragraph(make, embedded_store, squad):
 
 
 @pytest.mark.parametrize("make", [dense, hybrid])
-def test_strategy_pipeline_with_dense_retrieval_round_trips_and_runs(make, embedded_store):
+def test_strategy_pipeline_with_dense_retrieval_round_trips_and_runs(make, embedded_store, questions):
     pipeline = build_pipeline(
         "concatenation", retriever=make(embedded_store), chat_generator=MockChatGenerator(responses=["France"])
     )
     assert Pipeline.loads(pipeline.dumps()) == pipeline
     assert "model: null" in pipeline.dumps()  # the packaged model, portable
-    run = run_strategy("concatenation", pipeline, QUESTION, top_k=3)
+    run = run_strategy("concatenation", pipeline, questions[0].question, top_k=3)
     assert len(run.documents) == 3
     assert run.answer.data == "France"
 
