@@ -27,6 +27,7 @@ import textwrap
 import threading
 import urllib.error
 import urllib.request
+import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -39,12 +40,22 @@ try:
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError("Serving with Hayhooks needs the `serve` extra: pip install 'haystack-fusion[serve]'") from error
 
-from haystack import Document, Pipeline
+from haystack import Document, Pipeline, logging
 from haystack.dataclasses import StreamingChunk
 
 from haystack_fusion.backends import DEFAULT_MODELS, BackendConfig, chat_generator, retriever
 from haystack_fusion.prompts import validate_query
+from haystack_fusion.serving.backend_errors import backend_error_message, failed_calls_message, redact_url
+from haystack_fusion.serving.limits import (
+    AdmissionLimit,
+    ServerBusyError,
+    ServingLimits,
+    Slot,
+    admission_limit,
+)
 from haystack_fusion.strategies import StrategyRun, build_pipeline, get_strategy, run_strategy, strategy_run
+
+logger = logging.getLogger(__name__)
 
 _SETUP_LOCK = threading.Lock()
 """Hayhooks sets wrappers up in parallel threads; Haystack's lazy imports and the model's loading are not meant for
@@ -85,7 +96,7 @@ def _ollama_models(url: str) -> tuple[list[str] | None, str | None]:
         return None, str(getattr(error, "reason", error))
 
 
-def _llm_problems(config: BackendConfig, env: Mapping[str, str], probe: bool) -> list[str]:
+def _llm_problems(config: BackendConfig, env: Mapping[str, str]) -> list[str]:
     if config.llm == "local":
         if not _has_module("llama_cpp") or not _has_module("haystack_integrations.components.generators.llama_cpp"):
             return ["HAYSTACK_FUSION_LLM=local needs the `local` extra: pip install 'haystack-fusion[local]'"]
@@ -102,20 +113,10 @@ def _llm_problems(config: BackendConfig, env: Mapping[str, str], probe: bool) ->
         problems.append("HAYSTACK_FUSION_LLM=ollama needs the `ollama` extra: pip install 'haystack-fusion[ollama]'")
     if not env.get("OLLAMA_HOST"):
         return [*problems, "HAYSTACK_FUSION_LLM=ollama needs OLLAMA_HOST, the server's URL (http://localhost:11434)"]
-    if probe:
-        model = config.model or DEFAULT_MODELS["ollama"]
-        models, error = _ollama_models(config.ollama_url)
-        if models is None:
-            problems.append(f"Ollama is not reachable at OLLAMA_HOST={config.ollama_url}: {error}")
-        elif model not in models and f"{model}:latest" not in models:
-            problems.append(
-                f"Ollama at {config.ollama_url} has no model {model!r}: `ollama pull {model}`, or set "
-                f"HAYSTACK_FUSION_MODEL to one it has ({', '.join(models) or 'none pulled'})"
-            )
     return problems
 
 
-def _store_problems(config: BackendConfig, env: Mapping[str, str], probe: bool) -> list[str]:
+def _store_problems(config: BackendConfig, env: Mapping[str, str]) -> list[str]:
     if config.store == "memory":
         path = env.get("HAYSTACK_FUSION_STORE")
         if not path:
@@ -136,8 +137,33 @@ def _store_problems(config: BackendConfig, env: Mapping[str, str], probe: bool) 
         )
     if not env.get("ELASTICSEARCH_URL"):
         return [*problems, "HAYSTACK_FUSION_DOCUMENT_STORE=elasticsearch needs ELASTICSEARCH_URL, the cluster's URL"]
-    if probe and (error := _probe(config.elasticsearch_url)) is not None:
-        problems.append(f"Elasticsearch is not reachable at ELASTICSEARCH_URL={config.elasticsearch_url}: {error}")
+    return problems
+
+
+def reachability_problems(config: BackendConfig) -> list[str]:
+    """
+    Whether the configured servers answer now: Elasticsearch (any HTTP status counts) and Ollama, which must also
+    have the model pulled, each within `PROBE_TIMEOUT_SECONDS`. The embedded model, the in-memory store and OpenAI
+    are not probed (OpenAI is not called: a wrong key or URL shows on the first request, as a 503).
+
+    :returns: One line per problem, naming the variable and the URL (without credentials); empty when all answer.
+    """
+    problems = []
+    if config.llm == "ollama":
+        url = redact_url(config.ollama_url)
+        model = config.model or DEFAULT_MODELS["ollama"]
+        models, error = _ollama_models(config.ollama_url)
+        if models is None:
+            problems.append(f"Ollama is not reachable at OLLAMA_HOST={url}: {error}")
+        elif model not in models and f"{model}:latest" not in models:
+            problems.append(
+                f"Ollama at {url} has no model {model!r}: `ollama pull {model}`, or set "
+                f"HAYSTACK_FUSION_MODEL to one it has ({', '.join(models) or 'none pulled'})"
+            )
+    if config.store == "elasticsearch" and (error := _probe(config.elasticsearch_url)) is not None:
+        problems.append(
+            f"Elasticsearch is not reachable at ELASTICSEARCH_URL={redact_url(config.elasticsearch_url)}: {error}"
+        )
     return problems
 
 
@@ -202,11 +228,9 @@ def check_backend(*, probe: bool = True) -> BackendConfig:
         config = BackendConfig.from_env()
     except ValueError as error:
         raise BackendSetupError(_setup_message([str(error)])) from error
-    problems = [
-        *_llm_problems(config, env, probe),
-        *_store_problems(config, env, probe),
-        *_retriever_problems(config, env),
-    ]
+    problems = [*_llm_problems(config, env), *_store_problems(config, env), *_retriever_problems(config, env)]
+    if probe and not problems:
+        problems = reachability_problems(config)
     if problems:
         raise BackendSetupError(_setup_message(problems))
     return config
@@ -605,7 +629,15 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
     `setup` checks the backend (`check_backend`: `HAYSTACK_FUSION_LLM`, `HAYSTACK_FUSION_DOCUMENT_STORE` and the
     chosen backend's variables and extras) and raises `BackendSetupError` naming what is missing, so Hayhooks skips
     the wrapper with that message instead of serving it on a backend nobody chose; then it builds the pipeline and
-    warms it up (the embedded model loads once per process).
+    warms it up (the embedded model loads once per process). A configured server that does not answer yet
+    (Elasticsearch, Ollama) is logged as a warning and the wrapper deploys: its requests get HTTP 503 naming the URL
+    until the server answers.
+
+    Every request is checked before it runs (`ServingLimits.from_env`): a question longer than
+    `HAYSTACK_FUSION_MAX_QUESTION_CHARS` or with no user message gets HTTP 400, and the process-wide admission limit
+    (`HAYSTACK_FUSION_MAX_IN_FLIGHT` running, `HAYSTACK_FUSION_MAX_WAITING` waiting at most
+    `HAYSTACK_FUSION_QUEUE_TIMEOUT` seconds) refuses the rest with HTTP 503 and `Retry-After`. A backend that cannot be
+    reached, or refuses, gives HTTP 503 with one line naming its URL and variable (`backend_error_message`).
 
     ### Usage example
     ```python
@@ -624,11 +656,23 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         """
         Check the backend, build the strategy's pipeline on it and warm it up.
 
-        :raises BackendSetupError: If the environment does not configure a backend this wrapper can run on.
+        :raises BackendSetupError: If the environment does not configure a backend this wrapper can run on, or sets
+            a serving limit out of range.
         """
         with _SETUP_LOCK:
-            config = check_backend()
+            config = check_backend(probe=False)
+            try:
+                self.limits = ServingLimits.from_env(config.llm)
+            except ValueError as error:
+                raise BackendSetupError(_setup_message([str(error)])) from error
+            for problem in reachability_problems(config):
+                logger.warning(
+                    "{strategy}: {problem}; deployed anyway, its requests get HTTP 503 until the server answers",
+                    strategy=self.strategy,
+                    problem=problem,
+                )
             self.config = config
+            self.admission: AdmissionLimit = admission_limit(self.limits)
             self.pipeline = build_pipeline(
                 self.strategy,
                 retriever=retriever(config),
@@ -637,30 +681,76 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
             )
             self.pipeline.warm_up()
 
-    def _run(self, query: str) -> StrategyRun:
+    def _check(self, question: str) -> str:
+        """The question, checked: HTTPException 400 when it is empty or longer than the limit."""
         try:
-            return run_strategy(self.strategy, self.pipeline, query)
+            self.limits.check_question(question)
+            return validate_query(question)
         except ValueError as error:
             raise _client_error(error) from error
 
+    def _checked_run(self, run: StrategyRun) -> StrategyRun:
+        """The run, unless every LLM call of it failed (each recorded as an abstention): then HTTPException 503."""
+        failures = run.answer.meta.get("failures") or []
+        message = failed_calls_message(run.usage, failures, self.config)
+        if message is not None:
+            raise _unavailable(message)
+        return run
+
+    def _backend_failure(self, error: Exception) -> HTTPException | None:
+        """HTTPException 503 for a backend that failed, None for any other error."""
+        message = backend_error_message(error, self.config)
+        return None if message is None else _unavailable(message)
+
+    async def _slot(self) -> Slot:
+        try:
+            return await self.admission.acquire()
+        except ServerBusyError as error:
+            raise HTTPException(
+                status_code=503, detail=str(error), headers={"Retry-After": str(error.retry_after)}
+            ) from error
+
+    def _run(self, query: str) -> StrategyRun:
+        query = self._check(query)
+        try:
+            run = run_strategy(self.strategy, self.pipeline, query)
+        except ValueError as error:
+            raise _client_error(error) from error
+        except Exception as error:
+            if (unavailable := self._backend_failure(error)) is None:
+                raise
+            raise unavailable from None
+        return self._checked_run(run)
+
     async def _run_async(self, query: str) -> StrategyRun:
+        query = self._check(query)
+        slot = await self._slot()
         try:
             async for item in stream_strategy(self.strategy, self.pipeline, query, stream_tokens=False):
                 if item.run is not None:
-                    return item.run
+                    return self._checked_run(item.run)
         except ValueError as error:
             raise _client_error(error) from error
+        except HTTPException:
+            raise
+        except Exception as error:
+            if (unavailable := self._backend_failure(error)) is None:
+                raise
+            raise unavailable from None
+        finally:
+            slot.release()
         raise RuntimeError("the strategy run ended without a result")  # pragma: no cover
 
     def run_api(self, query: str) -> dict:
         """
-        Answer a question.
+        Answer a question (not admission-limited: Hayhooks calls `run_api_async`).
 
         :param query: The question.
         :returns: `answer` (text), `sources` (id, title, content, score of the answer's passages, else the retrieved
             ones), `evidence` (the strategy's own: votes, candidates, notes, stages, ...) and `usage` (LLM calls,
             tokens).
-        :raises HTTPException: 400 for an empty question.
+        :raises HTTPException: 400 for an empty or too long question; 503 naming the backend when it cannot be
+            reached or refuses.
         """
         return _api_result(self._run(query))
 
@@ -668,34 +758,68 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         """
         Answer a question from the retrieved passages: the answer, its sources, the strategy's evidence and usage.
 
-        The async form of `run_api` (Hayhooks prefers it; the pipeline runs with `run_async`).
+        The async form of `run_api` (Hayhooks prefers it; the pipeline runs with `run_async`), under the process's
+        admission limit.
 
         :param query: The question.
         :returns: As `run_api`.
-        :raises HTTPException: 400 for an empty question.
+        :raises HTTPException: 400 for an empty or too long question; 503 when the server is busy (with
+            `Retry-After`) or the backend cannot be reached or refuses (naming its URL and variable).
         """
         return _api_result(await self._run_async(query))
 
     def run_chat_completion(self, model: str, messages: list[dict], body: dict) -> str:
         """Answer the last user message: the answer, a blank line, "Sources:" and the numbered passages."""
-        return _chat_text(self._run(get_last_user_message(messages) or ""))
+        return _chat_text(self._run(_last_user_message(messages)))
 
     async def run_chat_completion_async(
         self, model: str, messages: list[dict], body: dict
     ) -> str | AsyncIterator[PipelineEvent | StreamingChunk | str]:
         """
-        Answer the last user message for `/v1/chat/completions`.
+        Answer the last user message for `/v1/chat/completions`, under the process's admission limit.
 
         :returns: With `"stream": true` in the request, an async generator (`chat_events`): status events, the
             answer (token by token where the final round is one call), a source event per supporting passage, then
-            the sources and evidence in a `<details>` block. Otherwise the text of `run_chat_completion`.
-        :raises HTTPException: 400 for an empty question (before anything streams).
+            the sources and evidence in a `<details>` block. A backend failure while streaming ends the stream with
+            a status event and the one-line message. Otherwise the text of `run_chat_completion`.
+        :raises HTTPException: Before anything streams: 400 for no user message, an empty or too long question;
+            503 when the server is busy (with `Retry-After`) or, without streaming, when the backend cannot be
+            reached or refuses (naming its URL and variable).
         """
-        question = get_last_user_message(messages) or ""
+        question = _last_user_message(messages)
         if not body.get("stream"):
             return _chat_text(await self._run_async(question))
+        question = self._check(question)
+        slot = await self._slot()
+        events = self._guarded_events(question, slot)
+        weakref.finalize(events, slot.release)  # a stream never started (client gone) still gives its slot back
+        return events
+
+    async def _guarded_events(self, question: str, slot: Slot) -> AsyncIterator[PipelineEvent | StreamingChunk | str]:
         try:
-            validate_query(question)
-        except ValueError as error:
-            raise _client_error(error) from error
-        return chat_events(self.strategy, self.pipeline, question)
+            async for event in chat_events(self.strategy, self.pipeline, question):
+                yield event
+        except Exception as error:
+            message = backend_error_message(error, self.config)
+            if message is None:
+                raise
+            logger.warning("Ended a streamed reply (backend failure): {reason}", reason=message)
+            yield create_status_event(message, done=True)
+            yield StreamingChunk(content=f"Error (HTTP 503): {message}")
+        finally:
+            slot.release()
+
+
+def _last_user_message(messages: list[dict]) -> str:
+    """The last user message's text: HTTPException 400 when there is none."""
+    question = get_last_user_message(messages) if messages else None
+    if not isinstance(question, str) or not question.strip():
+        raise HTTPException(
+            status_code=400, detail="`messages` must end with a user message holding the question (non-empty text)"
+        )
+    return question
+
+
+def _unavailable(message: str) -> HTTPException:
+    logger.warning("Answered HTTP 503: {reason}", reason=message)
+    return HTTPException(status_code=503, detail=message)

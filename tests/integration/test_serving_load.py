@@ -1,0 +1,202 @@
+"""
+The chat endpoint under load and abuse, for real: Hayhooks serving `concat_pf` on the OpenAI backend against the
+project's test server (`tests/openai_server.py`, 200 ms per call), driven by the `openai` client and httpx.
+
+- Load: 100 requests from 50 concurrent clients with a tight admission limit; each is answered or refused with 503
+  and `Retry-After`, none hangs, and the LLM server never sees more calls at once than the limit.
+- Limits: a too long question, no user message, a body that is not JSON and a wrong model name get a 4xx.
+- Backends that cannot be reached: 503 with one line naming the URL and variable, no traceback, no secret.
+
+The full 1,000-request run with latency percentiles and the server's memory is `benchmarks/load.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from haystack import Document
+
+from haystack_fusion.backends import save_store
+from tests.hayhooks_process import HayhooksProcess, free_port
+from tests.openai_server import OpenAIServer
+
+httpx = pytest.importorskip("httpx", reason="the `serve` extra")
+pytest.importorskip("hayhooks", reason="the `serve` extra (pip install 'haystack-fusion[serve]')")
+openai = pytest.importorskip("openai")
+
+DOCUMENTS = [
+    Document(content="Paris is the capital and largest city of France.", meta={"title": "Paris"}),
+    Document(content="France is a country in Western Europe; its capital is Paris.", meta={"title": "France"}),
+    Document(content="Berlin is the capital of Germany.", meta={"title": "Berlin"}),
+]
+QUESTION = "What is the capital of France?"
+SECRET = "sk-canary-4f1d9a7e-do-not-log"
+LIMITS = {
+    "HAYSTACK_FUSION_MAX_IN_FLIGHT": "8",
+    "HAYSTACK_FUSION_MAX_WAITING": "16",
+    "HAYSTACK_FUSION_QUEUE_TIMEOUT": "5",
+    "HAYSTACK_FUSION_MAX_QUESTION_CHARS": "500",
+}
+
+
+def openai_env(index, base_url: str) -> dict[str, str]:
+    return {
+        "HAYSTACK_FUSION_LLM": "openai",
+        "OPENAI_API_KEY": SECRET,
+        "OPENAI_BASE_URL": base_url,
+        "HAYSTACK_FUSION_MAX_RETRIES": "0",
+        "HAYSTACK_FUSION_TIMEOUT": "10",
+        "HAYSTACK_FUSION_DOCUMENT_STORE": "memory",
+        "HAYSTACK_FUSION_STORE": str(index),
+    }
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory):
+    path = tmp_path_factory.mktemp("index") / "index.json"
+    save_store(DOCUMENTS, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def llm_server():
+    with OpenAIServer(reply="Paris", latency=0.2, max_requests=2000, lifetime=600) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def hayhooks(tmp_path_factory, index, llm_server):
+    env = {**openai_env(index, llm_server.base_url), **LIMITS}
+    with HayhooksProcess(["concat_pf"], env=env, workdir=tmp_path_factory.mktemp("hayhooks")) as process:
+        yield process
+
+
+async def _load(url: str, requests: int, clients: int) -> dict[str, list]:
+    """`requests` chat completions from `clients` concurrent workers: outcomes by kind."""
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
+    outcomes: dict[str, list] = {"answered": [], "refused": [], "other": []}
+    remaining = iter(range(requests))
+
+    async def worker() -> None:
+        for _ in remaining:
+            start = time.monotonic()
+            try:
+                completion = await client.chat.completions.create(
+                    model="concat_pf", messages=[{"role": "user", "content": QUESTION}]
+                )
+                outcomes["answered"].append((time.monotonic() - start, completion.choices[0].message.content))
+            except openai.APIStatusError as error:
+                kind = "refused" if error.status_code in (429, 503) else "other"
+                detail = error.response.json().get("detail")
+                outcomes[kind].append((error.status_code, error.response.headers.get("retry-after"), detail))
+            except Exception as error:  # a timeout would be a hang: reported, not raised
+                outcomes["other"].append((type(error).__name__, str(error)))
+
+    try:
+        await asyncio.gather(*(worker() for _ in range(clients)))
+    finally:
+        await client.close()
+    return outcomes
+
+
+class TestLoad:
+    def test_every_request_is_answered_or_cleanly_refused(self, hayhooks, llm_server):
+        llm_server.reset()
+        outcomes = asyncio.run(_load(hayhooks.url, requests=100, clients=50))
+        assert outcomes["other"] == []
+        assert len(outcomes["answered"]) + len(outcomes["refused"]) == 100
+        assert outcomes["answered"], "some requests are answered"
+        assert outcomes["refused"], "50 clients against 8 running + 16 waiting: some are refused"
+        assert all(text.startswith("Paris\n\nSources:\n[1] ") for _, text in outcomes["answered"])
+        for status, retry_after, message in outcomes["refused"]:
+            assert status == 503
+            assert retry_after == "5"
+            assert "The server is busy" in message
+        assert llm_server.stats.max_in_flight <= 8
+        assert llm_server.stats.requests == len(outcomes["answered"])  # one call each; a refusal costs none
+        assert "Traceback" not in hayhooks.log()
+
+
+class TestLimits:
+    def post(self, hayhooks, **kwargs):
+        return httpx.post(f"{hayhooks.url}/v1/chat/completions", timeout=30, **kwargs)
+
+    def test_too_long_question(self, hayhooks):
+        messages = [{"role": "user", "content": "why " * 126}]
+        response = self.post(hayhooks, json={"model": "concat_pf", "messages": messages})
+        assert response.status_code == 400
+        assert "The question has 503 characters; this server answers questions of at most 500" in response.text
+
+    def test_no_user_message(self, hayhooks):
+        for messages in ([], [{"role": "system", "content": "Be brief."}]):
+            response = self.post(hayhooks, json={"model": "concat_pf", "messages": messages})
+            assert response.status_code == 400
+            assert "`messages` must end with a user message" in response.text
+
+    def test_not_json(self, hayhooks):
+        response = self.post(hayhooks, content=b"{not json", headers={"Content-Type": "application/json"})
+        assert response.status_code == 422
+        assert "json_invalid" in response.text
+
+    def test_wrong_model(self, hayhooks):
+        response = self.post(hayhooks, json={"model": "gpt-4o", "messages": [{"role": "user", "content": QUESTION}]})
+        assert response.status_code == 404
+        assert "Pipeline 'gpt-4o' not found" in response.text
+
+    def test_no_traceback_in_any_answer_or_log(self, hayhooks):
+        for body in ({"model": "concat_pf", "messages": []}, {"model": "x", "messages": []}):
+            assert "Traceback" not in self.post(hayhooks, json=body).text
+        assert "Traceback" not in hayhooks.log()
+        assert SECRET not in hayhooks.log()
+
+
+class TestUnreachableBackends:
+    def test_elasticsearch_on_a_closed_port(self, tmp_path):
+        """Deployed with a warning (the server may come up later); each request: 503 naming ELASTICSEARCH_URL."""
+        pytest.importorskip("haystack_integrations.document_stores.elasticsearch", reason="the `elasticsearch` extra")
+        es_port, llm_port = free_port(), free_port()
+        env = {
+            "HAYSTACK_FUSION_LLM": "openai",
+            "OPENAI_API_KEY": SECRET,
+            "OPENAI_BASE_URL": f"http://127.0.0.1:{llm_port}/v1",
+            "HAYSTACK_FUSION_DOCUMENT_STORE": "elasticsearch",
+            "ELASTICSEARCH_URL": f"http://elastic:{SECRET}@127.0.0.1:{es_port}",
+            "ELASTIC_API_KEY": SECRET,
+        }
+        with HayhooksProcess(["concat_pf"], env=env, workdir=tmp_path) as process:
+            expected = f"Elasticsearch could not be reached at ELASTICSEARCH_URL=http://127.0.0.1:{es_port} ("
+            chat = {"model": "concat_pf", "messages": [{"role": "user", "content": QUESTION}]}
+            response = httpx.post(f"{process.url}/v1/chat/completions", json=chat, timeout=60)
+            assert response.status_code == 503
+            assert response.json() == {"detail": response.json()["detail"]}
+            assert response.json()["detail"].startswith(expected)
+            response = httpx.post(f"{process.url}/concat_pf/run", json={"query": QUESTION}, timeout=60)
+            assert response.status_code == 503
+            assert response.json()["detail"].startswith(expected)
+            streamed = httpx.post(f"{process.url}/v1/chat/completions", json={**chat, "stream": True}, timeout=60)
+            assert streamed.status_code == 200
+            assert "Error (HTTP 503): Elasticsearch could not be reached at ELASTICSEARCH_URL=" in streamed.text
+            log = process.log()
+        assert f"Elasticsearch is not reachable at ELASTICSEARCH_URL=http://127.0.0.1:{es_port}" in log
+        assert "deployed anyway" in log
+        assert "Answered HTTP 503: Elasticsearch could not be reached" in log
+        assert "Traceback" not in log
+        assert SECRET not in log + response.text + streamed.text
+
+    def test_openai_base_url_on_a_closed_port(self, tmp_path, index):
+        port = free_port()
+        env = openai_env(index, f"http://127.0.0.1:{port}/v1")
+        with HayhooksProcess(["concat_pf"], env=env, workdir=tmp_path) as process:
+            client = openai.OpenAI(base_url=f"{process.url}/v1", api_key="unused", max_retries=0, timeout=60)
+            with pytest.raises(openai.APIStatusError) as error:
+                client.chat.completions.create(model="concat_pf", messages=[{"role": "user", "content": QUESTION}])
+            log = process.log()
+        assert error.value.status_code == 503
+        assert error.value.body == {
+            "detail": f"The LLM server could not be reached at OPENAI_BASE_URL=http://127.0.0.1:{port}/v1 "
+            "(connection refused)"
+        }
+        assert "Traceback" not in log
+        assert SECRET not in log

@@ -1,0 +1,201 @@
+"""The served wrappers' guards: the admission limit and its bounded queue, the question bound, backend messages."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from haystack_fusion.backends import BackendConfig
+from haystack_fusion.serving.backend_errors import backend_error_message, failed_calls_message, redact_url
+from haystack_fusion.serving.limits import AdmissionLimit, ServerBusyError, ServingLimits
+
+
+class TestServingLimits:
+    def test_defaults_per_llm(self):
+        assert ServingLimits.from_env("local", {}).max_in_flight == 1
+        assert ServingLimits.from_env("openai", {}).max_in_flight == 32
+        limits = ServingLimits.from_env("ollama", {})
+        assert (limits.max_in_flight, limits.max_waiting, limits.queue_timeout, limits.max_question_chars) == (
+            4,
+            64,
+            30.0,
+            2000,
+        )
+
+    def test_environment_overrides(self):
+        env = {
+            "HAYSTACK_FUSION_MAX_IN_FLIGHT": "3",
+            "HAYSTACK_FUSION_MAX_WAITING": "0",
+            "HAYSTACK_FUSION_QUEUE_TIMEOUT": "2.5",
+            "HAYSTACK_FUSION_MAX_QUESTION_CHARS": "10",
+        }
+        assert ServingLimits.from_env("local", env) == ServingLimits(3, 0, 2.5, 10)
+
+    @pytest.mark.parametrize(
+        ("variable", "value", "match"),
+        [
+            ("HAYSTACK_FUSION_MAX_IN_FLIGHT", "0", "HAYSTACK_FUSION_MAX_IN_FLIGHT: `max_in_flight` must be at least 1"),
+            ("HAYSTACK_FUSION_QUEUE_TIMEOUT", "soon", "HAYSTACK_FUSION_QUEUE_TIMEOUT must be a number"),
+            ("HAYSTACK_FUSION_MAX_WAITING", "-1", "`max_waiting` must be at least 0"),
+        ],
+    )
+    def test_bad_values_name_the_variable(self, variable, value, match):
+        with pytest.raises(ValueError, match=match):
+            ServingLimits.from_env("openai", {variable: value})
+
+    def test_question_bound_gives_lengths_not_the_question(self):
+        limits = ServingLimits(max_question_chars=5)
+        limits.check_question("  12345  ")
+        with pytest.raises(ValueError, match="has 6 characters; this server answers questions of at most 5") as error:
+            limits.check_question("secret")
+        assert "secret" not in str(error.value)
+
+
+async def _hold(limit: AdmissionLimit, seconds: float, log: list[str], name: str) -> None:
+    try:
+        slot = await limit.acquire()
+    except ServerBusyError as error:
+        log.append(f"{name} refused: {error}")
+        return
+    log.append(f"{name} in")
+    await asyncio.sleep(seconds)
+    slot.release()
+    log.append(f"{name} out")
+
+
+class TestAdmissionLimit:
+    def test_runs_at_most_max_in_flight_and_queues_in_order(self):
+        limit = AdmissionLimit(max_in_flight=2, max_waiting=10, queue_timeout=5)
+        log: list[str] = []
+        peak = 0
+
+        async def main() -> None:
+            nonlocal peak
+            tasks = [asyncio.create_task(_hold(limit, 0.05, log, str(i))) for i in range(6)]
+            while not all(task.done() for task in tasks):
+                peak = max(peak, limit.in_flight)
+                await asyncio.sleep(0.005)
+
+        asyncio.run(main())
+        assert peak == 2
+        assert [entry for entry in log if entry.endswith(" in")] == [f"{i} in" for i in range(6)]
+        assert (limit.admitted, limit.refused, limit.in_flight, limit.waiting) == (6, 0, 0, 0)
+
+    def test_a_full_queue_refuses_at_once(self):
+        limit = AdmissionLimit(max_in_flight=1, max_waiting=1, queue_timeout=5)
+        log: list[str] = []
+
+        async def main() -> float:
+            loop = asyncio.get_running_loop()
+            first = asyncio.create_task(_hold(limit, 0.3, log, "a"))
+            second = asyncio.create_task(_hold(limit, 0.0, log, "b"))
+            await asyncio.sleep(0.01)
+            start = loop.time()
+            with pytest.raises(ServerBusyError, match="1 requests are running and 1 waiting") as error:
+                await limit.acquire()
+            assert error.value.retry_after == 5
+            refused_after = loop.time() - start
+            await asyncio.gather(first, second)
+            return refused_after
+
+        assert asyncio.run(main()) < 0.05
+        assert log == ["a in", "a out", "b in", "b out"]
+        assert limit.refused == 1
+
+    def test_the_wait_is_bounded_by_the_queue_timeout(self):
+        limit = AdmissionLimit(max_in_flight=1, max_waiting=5, queue_timeout=0.1)
+        log: list[str] = []
+
+        async def main() -> None:
+            await asyncio.gather(_hold(limit, 0.5, log, "a"), _hold(limit, 0.0, log, "b"))
+
+        asyncio.run(main())
+        assert log[0] == "a in"
+        assert log[1].startswith("b refused: The server is busy: no request slot came free within 0.1 s")
+        assert (limit.in_flight, limit.waiting, limit.refused) == (0, 0, 1)
+
+    def test_a_cancelled_waiter_leaks_no_slot(self):
+        limit = AdmissionLimit(max_in_flight=1, max_waiting=5, queue_timeout=5)
+
+        async def main() -> None:
+            slot = await limit.acquire()
+            waiter = asyncio.create_task(limit.acquire())
+            await asyncio.sleep(0.01)
+            waiter.cancel()
+            await asyncio.gather(waiter, return_exceptions=True)
+            slot.release()
+            slot.release()  # idempotent
+            again = await asyncio.wait_for(limit.acquire(), 1)
+            again.release()
+
+        asyncio.run(main())
+        assert (limit.in_flight, limit.waiting) == (0, 0)
+
+
+class TestBackendMessages:
+    def test_openai_connection_refused_names_the_url_and_no_secret(self):
+        openai = pytest.importorskip("openai")
+        httpx = pytest.importorskip("httpx")
+        config = BackendConfig(llm="openai", api_base_url="http://user:hunter2@127.0.0.1:9/v1")
+        request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+        try:
+            try:
+                raise ConnectionRefusedError(111, "Connection refused")
+            except ConnectionRefusedError as refused:
+                raise openai.APIConnectionError(request=request) from refused
+        except openai.APIConnectionError as error:
+            assert backend_error_message(RuntimeError("llm failed"), config) is None  # no client error in it
+            message = backend_error_message(error, config)
+        assert (
+            message
+            == "The LLM server could not be reached at OPENAI_BASE_URL=http://127.0.0.1:9/v1 (connection refused)"
+        )
+
+    def test_openai_wrong_key_does_not_echo_the_backend_text(self):
+        openai = pytest.importorskip("openai")
+        httpx = pytest.importorskip("httpx")
+        response = httpx.Response(401, request=httpx.Request("POST", "https://api.openai.com/v1/chat/completions"))
+        error = openai.AuthenticationError("Incorrect API key provided: sk-abc***xyz", response=response, body=None)
+        message = backend_error_message(error, BackendConfig(llm="openai"))
+        assert message == (
+            "The LLM server at https://api.openai.com/v1 (OPENAI_BASE_URL is unset) refused the API key in "
+            "OPENAI_API_KEY (HTTP 401)"
+        )
+
+    def test_elasticsearch_closed_port(self):
+        elastic_transport = pytest.importorskip("elastic_transport")
+        config = BackendConfig(store="elasticsearch", elasticsearch_url="http://elastic:pw@127.0.0.1:9", llm="openai")
+        try:
+            try:
+                raise ConnectionRefusedError(111, "Connection refused")
+            except ConnectionRefusedError as refused:
+                raise elastic_transport.ConnectionError("Connection error caused by: ...") from refused
+        except elastic_transport.ConnectionError as error:
+            message = backend_error_message(error, config)
+        assert (
+            message == "Elasticsearch could not be reached at ELASTICSEARCH_URL=http://127.0.0.1:9 (connection refused)"
+        )
+
+    def test_ollama_closed_port(self):
+        config = BackendConfig(llm="ollama", ollama_url="http://127.0.0.1:9")
+        error = ConnectionError("Failed to connect to Ollama.")
+        assert backend_error_message(error, config) == (
+            "Ollama could not be reached at OLLAMA_HOST=http://127.0.0.1:9 (connection failed)"
+        )
+        assert backend_error_message(ValueError("a bug"), config) is None
+
+    def test_every_call_failed(self):
+        config = BackendConfig(llm="openai", api_base_url="http://127.0.0.1:9/v1")
+        failures = [{"index": 0, "error": "APIConnectionError: Connection error."}]
+        assert failed_calls_message({"calls": 5, "failed_calls": 4}, failures, config) is None
+        assert failed_calls_message({"calls": 5, "failed_calls": 5}, failures, config) == (
+            "The LLM server could not be reached at OPENAI_BASE_URL=http://127.0.0.1:9/v1 (connection failed)"
+        )
+        odd = [{"index": 0, "error": "KeyError: 'x'"}]
+        assert failed_calls_message({"calls": 2, "failed_calls": 2}, odd, config) == (
+            "Every LLM call failed (2 of 2; the first: KeyError) at OPENAI_BASE_URL=http://127.0.0.1:9/v1"
+        )
+
+    def test_redact_url(self):
+        assert redact_url("https://elastic:pw@es.example:9243,http://b") == "https://es.example:9243,http://b"
