@@ -11,16 +11,26 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from haystack_fusion.backends import BackendConfig, index_documents
+from haystack_fusion.backends import (
+    BackendConfig,
+    BackendError,
+    backend_error_message,
+    check_document_store,
+    failed_calls_message,
+    index_documents,
+)
 from haystack_fusion.backends import chat_generator as backend_chat_generator
 from haystack_fusion.backends import retriever as backend_retriever
 from haystack_fusion.corpus import default_squad_path, load_passages, load_squad, local_path
-from haystack_fusion.llm_calls import DEFAULT_CONCURRENCY_CEILING, MAX_CONCURRENCY_ENV
+from haystack_fusion.llm_calls import DEFAULT_CONCURRENCY_CEILING, MAX_CALLS_IN_FLIGHT_ENV, MAX_CONCURRENCY_ENV
 from haystack_fusion.strategies import STRATEGIES, StrategyRun, build_pipeline, get_strategy, run_strategy
 
 STORE_ENV_VAR = "HAYSTACK_FUSION_STORE"
 DEFAULT_STORE = Path("~/.cache/haystack_fusion/index.json")
 
+
+EXIT_FAILED_QUESTIONS = 3
+"""`eval`'s exit status when it finished with failed question records (re-running the same command retries them)."""
 
 MAX_CONCURRENCY_HELP = (
     "LLM calls of one round under way at once, per question (default: all of the round's calls: k for post-fusion, "
@@ -65,8 +75,7 @@ def _backends(args: argparse.Namespace) -> BackendConfig:
 
 
 def _pipeline(strategy: str, config: BackendConfig, max_concurrency: int | None, options: dict[str, Any]) -> Any:
-    if config.store == "memory" and not Path(config.index_path).expanduser().is_file():
-        raise FileNotFoundError(f"No saved index at {config.index_path}; create one with `haystack-fusion index`")
+    check_document_store(config)
     return build_pipeline(
         strategy,
         retriever=backend_retriever(config),
@@ -170,11 +179,25 @@ def cmd_ask(args: argparse.Namespace) -> int:
     """`haystack-fusion ask QUESTION`: answer with one strategy and show its evidence, sources and cost."""
     pipeline = _pipeline(args.strategy, _backends(args), args.max_concurrency, _strategy_options(args))
     run = run_strategy(args.strategy, pipeline, args.question, top_k=args.top_k)
+    _require_a_call_answered(run, _backends(args))
     if args.json:
         print(json.dumps(_run_json(args.question, run), indent=2, default=str))
     else:
         print(format_run(args.strategy, args.question, run))
     return 0
+
+
+def _require_a_call_answered(run: StrategyRun, config: BackendConfig) -> None:
+    """
+    Refuse a run whose every LLM call failed: each failure is an abstention, so the answer would be a plain "unknown"
+    that hides an unreachable server or a refused key.
+
+    :raises BackendError: If the run made LLM calls and all of them failed (`failed_calls_message`).
+    """
+    calls = int(run.usage.get("calls") or 0)
+    if calls and int(run.usage.get("failed_calls") or 0) >= calls:
+        failures = [failure for answer in run.answers for failure in answer.meta.get("failures") or []]
+        raise BackendError(failed_calls_message(failures, calls, config))
 
 
 def cmd_strategies(_: argparse.Namespace) -> int:
@@ -210,6 +233,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     chosen = answerable[: args.questions - n_unanswerable] + unanswerable[:n_unanswerable]
     for question in chosen:
         run = run_strategy(args.strategy, pipeline, question.question, top_k=args.top_k)
+        _require_a_call_answered(run, config)
         gold = " | ".join(question.answers) if question.answers else "(unanswerable: 'unknown' is right)"
         print(format_run(args.strategy, question.question, run, passage_chars=100))
         print(f"Gold:     {gold}\n")
@@ -225,7 +249,8 @@ def _eval_retriever_factory(config: BackendConfig, documents: list[Any]) -> Any:
     Retrievers for `eval`: over a new in-memory store of the dataset's passages (embedded when the retriever is
     dense or hybrid), or over the Elasticsearch index as it is (no re-indexing).
 
-    :raises ValueError: If the Elasticsearch index is empty (the message gives the `index` command).
+    :raises BackendError: If the Elasticsearch index does not exist or is empty (the message gives the `index`
+        command).
     """
     from haystack.document_stores.in_memory import InMemoryDocumentStore
 
@@ -235,13 +260,8 @@ def _eval_retriever_factory(config: BackendConfig, documents: list[Any]) -> Any:
         store = InMemoryDocumentStore()
         write_documents(config, store, documents)
     else:
+        check_document_store(config)
         store = document_store(config)
-        if store.count_documents() == 0:
-            raise ValueError(
-                f"Elasticsearch index {config.elasticsearch_index!r} at {config.elasticsearch_url} is empty: index "
-                f"the dataset first with `haystack-fusion index DATASET --document-store elasticsearch --es-index "
-                f"{config.elasticsearch_index} --retriever {config.retriever}`"
-            )
     return lambda: backend_retriever(config, store)
 
 
@@ -292,6 +312,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         setting=PassageSetting(gold_passage=args.gold_passage, noise_ratio=args.noise_ratio, seed=args.seed),
         concurrency=concurrency,
         max_concurrency=args.max_concurrency,
+        max_calls_in_flight=args.max_calls_in_flight,
         closed_book_filter=args.closed_book_filter,
         strategy_options=_strategy_options(args),
     )
@@ -311,7 +332,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     )
     Path(args.out).mkdir(parents=True, exist_ok=True)
     write_run_manifest(args.out, title=title, dataset=str(args.dataset), command=getattr(args, "argv", None))
-    records = evaluator.run()
+    from haystack_fusion.evaluation.runner import BatchStoppedError
+
+    try:
+        records = evaluator.run()
+    except BatchStoppedError as error:
+        print(f"haystack-fusion: {error} (LLM: {backends.llm_label()})", file=sys.stderr)
+        return 1
     _write_report(records, args.out, title=title, dataset=dataset, args=args)
     if args.export_notes:
         from haystack_fusion.evaluation.export import export_notes
@@ -324,6 +351,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
             allow_parametric_knowledge=args.parametric_knowledge == "on",
         )
         print(f"Wrote {count} Chain-of-Note training examples to {args.export_notes}")
+    failures = evaluator.failures()
+    if failures:
+        print(
+            f"haystack-fusion: {len(failures)} question records failed (left out of the report; each says what "
+            f"failed in {Path(args.out) / 'results.jsonl'}), the first: {failures[0].strategy} top-{failures[0].top_k} "
+            f"{failures[0].question_id}: {failures[0].error}. Run the same command again to retry them, and only them",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED_QUESTIONS
     return 0
 
 
@@ -561,6 +597,14 @@ def build_parser() -> argparse.ArgumentParser:
         f"{SERVER_CONCURRENCY} for an openai or ollama server)",
     )
     evaluate.add_argument("--max-concurrency", type=int, help=MAX_CONCURRENCY_HELP)
+    evaluate.add_argument(
+        "--max-calls-in-flight",
+        type=int,
+        help="LLM calls under way at once in the whole run, shared by the --concurrency questions and their rounds "
+        f"(default: ${MAX_CALLS_IN_FLIGHT_ENV}, else no limit): set it to what a rate-limited API allows, so a storm "
+        "of 429s slows the run down instead of failing calls. Failed questions are recorded as failed, left out of "
+        f"the report, and asked again by the same command (exit status {EXIT_FAILED_QUESTIONS} while some remain)",
+    )
     evaluate.add_argument("--gold-passage", default="none", choices=["none", "random", "first", "last"])
     evaluate.add_argument("--noise-ratio", type=float, help="share of irrelevant passages in the top-k (0-1)")
     evaluate.add_argument("--closed-book-filter", action="store_true", help="drop questions answered with no context")
@@ -628,7 +672,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `haystack-fusion`; returns the exit status (2 for bad input, with the reason on stderr)."""
+    """
+    Entry point of `haystack-fusion`; returns the exit status: 0, 2 for bad input, 1 for a backend that cannot be used
+    (unreachable, refusing the key, missing index), each with a one-line reason on stderr (`backend_error_message`).
+    """
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     top_k = getattr(args, "top_k", None)
@@ -637,9 +684,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError, ImportError) as error:
+    except Exception as error:
+        message = backend_error_message(error, _error_config(args))
+        if message is not None:
+            print(f"haystack-fusion: {message}", file=sys.stderr)
+            return 1
+        if not isinstance(error, (ValueError, FileNotFoundError, ImportError)):
+            raise
         print(f"haystack-fusion: {error}", file=sys.stderr)
         return 2
+
+
+def _error_config(args: argparse.Namespace) -> BackendConfig:
+    """The backends a failed command used, for its error message (the environment's alone when its flags fail)."""
+    try:
+        return _backends(args)
+    except (AttributeError, ValueError):
+        try:
+            return BackendConfig.from_env()
+        except ValueError:
+            return BackendConfig()
 
 
 if __name__ == "__main__":

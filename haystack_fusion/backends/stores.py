@@ -10,6 +10,7 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 from haystack.document_stores.types import DuplicatePolicy
 
 from haystack_fusion.backends.config import BackendConfig, document_embedder, document_store
+from haystack_fusion.backends.errors import BackendError, missing_index_message
 
 
 def save_store(documents: list[Document], path: str | Path) -> InMemoryDocumentStore:
@@ -39,6 +40,37 @@ def load_store(path: str | Path) -> InMemoryDocumentStore:
     if not Path(path).is_file():
         raise FileNotFoundError(f"No saved index at {path}; create one with `haystack-fusion index`")
     return InMemoryDocumentStore.load_from_disk(str(path))
+
+
+def check_document_store(config: BackendConfig) -> None:
+    """
+    Fail before a question is asked when the configured store has no passages to retrieve.
+
+    Elasticsearch's index is checked with the official client and left as it is: the integration's document store
+    creates a missing index on first use, so a mistyped `--es-index` would otherwise answer every question from an
+    empty new index.
+
+    :param config: The backends (store, index path, Elasticsearch URL and index).
+    :raises FileNotFoundError: If the in-memory store has no saved index at `index_path` (the message says how to
+        make one).
+    :raises BackendError: If the Elasticsearch index does not exist or holds no passages (the message gives the
+        `index` command).
+    :raises elastic_transport.ConnectionError: If Elasticsearch cannot be reached (`backend_error_message` words it).
+    """
+    if config.store == "memory":
+        if not Path(config.index_path).expanduser().is_file():
+            raise FileNotFoundError(f"No saved index at {config.index_path}; create one with `haystack-fusion index`")
+        return
+    from elasticsearch import Elasticsearch
+
+    # The store's own credentials ($ELASTIC_API_KEY / $ELASTIC_API_KEY_ID); building it makes no connection.
+    client = Elasticsearch(hosts=config.elasticsearch_url, api_key=document_store(config)._handle_auth())
+    try:
+        index = config.elasticsearch_index
+        if not client.indices.exists(index=index) or not client.count(index=index)["count"]:
+            raise BackendError(missing_index_message(config))
+    finally:
+        client.close()
 
 
 def index_documents(

@@ -1,0 +1,194 @@
+"""
+One-line messages for backends that cannot be used: a server that refuses the connection or does not answer, a key
+it refuses, an Elasticsearch index that does not exist.
+
+The `haystack-fusion` command prints these instead of a traceback. Each message names the URL and the option or
+environment variable to fix, and never a secret: the messages are built from the configuration and the exception's
+class and HTTP status, never from the text a server sent back, and URLs lose any user name, password and query.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from haystack_fusion.backends.config import BackendConfig
+
+OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
+"""Where the `openai` client goes when neither `--api-base-url` nor `$OPENAI_BASE_URL` is set."""
+
+_KINDS: dict[tuple[str, str], str] = {
+    ("openai", "AuthenticationError"): "openai_key",
+    ("openai", "PermissionDeniedError"): "openai_key",
+    ("openai", "APITimeoutError"): "openai_timeout",
+    ("openai", "APIConnectionError"): "openai_unreachable",
+    ("elastic_transport", "ConnectionTimeout"): "es_unreachable",
+    ("elastic_transport", "ConnectionError"): "es_unreachable",
+    ("elasticsearch", "AuthenticationException"): "es_key",
+    ("elasticsearch", "AuthorizationException"): "es_key",
+    ("elasticsearch", "NotFoundError"): "es_index",
+    ("httpx", "TimeoutException"): "ollama_timeout",
+    ("builtins", "ConnectionError"): "ollama_unreachable",
+}
+"""(top-level module, class name) of an exception or one of its bases -> what went wrong. `ConnectionError` and
+httpx's timeouts are the ollama client's (it turns `httpx.ConnectError` into a builtin `ConnectionError`); they count
+only when the LLM is ollama. The openai client raises `APITimeoutError` (a subclass of `APIConnectionError`): the
+first match along the class's bases wins, so a timeout is not taken for a refused connection."""
+
+
+class BackendError(RuntimeError):
+    """A configured backend cannot be used; the message is one line that names the URL and what to fix."""
+
+
+def safe_url(url: str) -> str:
+    """
+    A URL fit for a message: without user name, password, query and fragment (where credentials can hide).
+
+    :param url: Any URL, e.g. `https://elastic:secret@host:9200/?api_key=x`.
+    :returns: E.g. `https://host:9200/`; the input unchanged when it does not parse as a URL with a host.
+    """
+    parts = urlsplit(url)
+    if not parts.hostname:
+        return url
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """`error`, then its causes and contexts, depth first, each once."""
+    seen: set[int] = set()
+    stack: list[BaseException | None] = [error]
+    while stack:
+        current = stack.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        stack.extend([current.__context__, current.__cause__])
+
+
+def _kind(names: Iterable[tuple[str, str]], config: BackendConfig) -> str | None:
+    for name in names:
+        kind = _KINDS.get(name)
+        if kind is None or (kind.startswith("ollama") and config.llm != "ollama"):
+            continue
+        return kind
+    return None
+
+
+def _reason(error: BaseException) -> str:
+    """The operating system's words for a failed connection ("Connection refused"), when the chain has them."""
+    for link in _chain(error):
+        if isinstance(link, OSError) and link.strerror:
+            return f" ({link.strerror})"
+    return ""
+
+
+def _openai_url(config: BackendConfig) -> str:
+    """The OpenAI-compatible server's base URL as configured (`--api-base-url`, `$OPENAI_BASE_URL`) or OpenAI's."""
+    return safe_url(config.api_base_url or OPENAI_DEFAULT_URL)
+
+
+def _status(error: BaseException | None) -> str:
+    for link in _chain(error) if error is not None else ():
+        status = getattr(link, "status_code", None) or getattr(link, "status", None)
+        if isinstance(status, int):
+            return f"HTTP {status}"
+    return "refused"
+
+
+def _message(kind: str, config: BackendConfig, error: BaseException | None) -> str:
+    es_url = safe_url(config.elasticsearch_url)
+    reason = _reason(error) if error is not None else ""
+    if kind == "openai_unreachable":
+        return (
+            f"cannot connect to the OpenAI-compatible server at {_openai_url(config)}{reason}: check "
+            "--api-base-url or $OPENAI_BASE_URL, and that the server is running"
+        )
+    if kind == "openai_timeout":
+        limit = f"{config.timeout:g} s" if config.timeout is not None else "the client's default timeout"
+        return (
+            f"the OpenAI-compatible server at {_openai_url(config)} did not answer within {limit}: check "
+            "the server, or raise --timeout"
+        )
+    if kind == "openai_key":
+        return (
+            f"the OpenAI-compatible server at {_openai_url(config)} refused the API key in $OPENAI_API_KEY "
+            f"({_status(error)}): set $OPENAI_API_KEY to a valid key"
+        )
+    if kind == "ollama_unreachable":
+        return (
+            f"cannot connect to Ollama at {safe_url(config.ollama_url)}: check $OLLAMA_HOST, and that `ollama serve` "
+            "is running"
+        )
+    if kind == "ollama_timeout":
+        return f"Ollama at {safe_url(config.ollama_url)} did not answer in time: check the server, or raise --timeout"
+    if kind == "es_unreachable":
+        return (
+            f"cannot connect to Elasticsearch at {es_url}{reason}: check $ELASTICSEARCH_URL, and that the server "
+            "is running"
+        )
+    if kind == "es_key":
+        return (
+            f"Elasticsearch at {es_url} refused the credentials in $ELASTIC_API_KEY / $ELASTIC_API_KEY_ID "
+            f"({_status(error)})"
+        )
+    return missing_index_message(config)
+
+
+def missing_index_message(config: BackendConfig) -> str:
+    """The message for an Elasticsearch index that does not exist (or holds no passages)."""
+    return (
+        f"Elasticsearch at {safe_url(config.elasticsearch_url)} has no index {config.elasticsearch_index!r} (or it "
+        f"is empty): check --es-index, or create it with `haystack-fusion index SOURCE --document-store "
+        f"elasticsearch --es-index {config.elasticsearch_index}"
+        + (f" --retriever {config.retriever}`" if config.retriever != "bm25" else "`")
+    )
+
+
+def backend_error_message(error: BaseException, config: BackendConfig) -> str | None:
+    """
+    One line that says which backend failed and how to fix it, for an exception raised while using `config`.
+
+    Reads the exception and its causes (a `PipelineRuntimeError` wraps the generator's error): the openai client's
+    connection, timeout and authentication errors, the ollama client's connection error and timeouts, and
+    Elasticsearch's connection, authentication and not-found errors.
+
+    :param error: What a command raised.
+    :param config: The backends the command used (for the URLs and the timeout).
+    :returns: The message (no trailing period, no secret), or None when the error is not a backend's.
+    """
+    if isinstance(error, BackendError):
+        return str(error)
+    names = ((cls.__module__.split(".")[0], cls.__name__) for link in _chain(error) for cls in type(link).__mro__)
+    kind = _kind(names, config)
+    return None if kind is None else _message(kind, config, error)
+
+
+def failed_calls_message(failures: Iterable[dict[str, Any]], calls: int, config: BackendConfig) -> str:
+    """
+    The message for a question whose every LLM call failed (each an abstention, so the answer would be "unknown").
+
+    :param failures: The `meta["failures"]` entries of the run (`{"error": "ExceptionType: message", ...}`).
+    :param calls: How many LLM calls were made.
+    :param config: The backends the run used.
+    :returns: The same line as `backend_error_message` when a failure's exception type is a known backend error,
+        else a line naming the LLM's URL and variables and pointing at the warnings logged for each call (some
+        components keep their failures off the answers: SuRe's candidate round, for one).
+    """
+    for failure in failures:
+        error_type = str(failure.get("error") or "").split(":", 1)[0].strip()
+        module = "builtins" if error_type == "ConnectionError" else "openai"
+        kind = _kind([(module, error_type)], config)
+        if kind is not None:
+            return _message(kind, config, None)
+    settings = {
+        "openai": f"--api-base-url or $OPENAI_BASE_URL ({_openai_url(config)}) and $OPENAI_API_KEY",
+        "ollama": f"$OLLAMA_HOST ({safe_url(config.ollama_url)})",
+    }.get(config.llm, "--model")
+    return (
+        f"every LLM call failed ({calls} of {calls}) on the {config.llm} LLM: check {settings}; the warnings above "
+        "give each call's error"
+    )

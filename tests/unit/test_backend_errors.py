@@ -1,0 +1,102 @@
+"""`haystack_fusion.backends.errors`: one-line messages for backends that cannot be used, with no secret in them."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+from haystack.core.errors import PipelineRuntimeError
+
+from haystack_fusion.backends import BackendConfig, BackendError, backend_error_message, failed_calls_message, safe_url
+
+KEY = "sk-unit-test-SECRET-9876"
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("https://elastic:pw@es.example.com:9243/?api_key=x#frag", "https://es.example.com:9243/"),
+        ("http://127.0.0.1:9200", "http://127.0.0.1:9200"),
+        ("http://[::1]:8000/v1", "http://[::1]:8000/v1"),
+        ("not a url", "not a url"),
+    ],
+)
+def test_safe_url_drops_credentials_and_query(url, expected):
+    assert safe_url(url) == expected
+
+
+def wrapped(error: Exception) -> PipelineRuntimeError:
+    """The error as a pipeline raises it: Haystack's PipelineRuntimeError with the generator's error as its cause."""
+    try:
+        try:
+            raise error
+        except Exception as inner:
+            raise PipelineRuntimeError.from_exception("llm", object, inner) from inner
+    except PipelineRuntimeError as outer:
+        return outer
+
+
+def status_error(cls: type[openai.APIStatusError], status: int) -> openai.APIStatusError:
+    request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+    response = httpx.Response(status, request=request, json={"error": {"message": f"Incorrect API key {KEY}"}})
+    return cls(f"Error code: {status} - Incorrect API key provided: {KEY}", response=response, body=None)
+
+
+class TestBackendErrorMessage:
+    config = BackendConfig(llm="openai", api_base_url="http://user:pw@127.0.0.1:9/v1", timeout=2.5)
+
+    def test_timeout_is_not_taken_for_a_refused_connection(self):
+        request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+        message = backend_error_message(wrapped(openai.APITimeoutError(request=request)), self.config)
+        assert message == (
+            "the OpenAI-compatible server at http://127.0.0.1:9/v1 did not answer within 2.5 s: check the server, or "
+            "raise --timeout"
+        )
+
+    @pytest.mark.parametrize(
+        ("cls", "status"), [(openai.AuthenticationError, 401), (openai.PermissionDeniedError, 403)]
+    )
+    def test_refused_key_names_the_variable_not_the_key(self, cls, status):
+        message = backend_error_message(wrapped(status_error(cls, status)), self.config)
+        assert message is not None
+        assert f"refused the API key in $OPENAI_API_KEY (HTTP {status})" in message
+        assert KEY not in message
+        assert "pw" not in message
+
+    def test_other_errors_are_not_backend_errors(self):
+        assert backend_error_message(wrapped(ValueError("bad")), self.config) is None
+        assert backend_error_message(ConnectionError("not ollama's"), self.config) is None
+
+    def test_backend_error_passes_through(self):
+        assert backend_error_message(BackendError("its own line"), self.config) == "its own line"
+
+    def test_elasticsearch_errors(self):
+        elasticsearch = pytest.importorskip("elasticsearch")
+        from elastic_transport import ApiResponseMeta, HttpHeaders, NodeConfig
+
+        config = BackendConfig(store="elasticsearch", elasticsearch_url="https://u:pw@es:9200", elasticsearch_index="x")
+        meta = ApiResponseMeta(401, "1.1", HttpHeaders(), 0.0, NodeConfig("https", "es", 9200))
+        error = elasticsearch.AuthenticationException(message="no", meta=meta, body={})
+        assert backend_error_message(error, config) == (
+            "Elasticsearch at https://es:9200 refused the credentials in $ELASTIC_API_KEY / $ELASTIC_API_KEY_ID "
+            "(HTTP 401)"
+        )
+        error = elasticsearch.NotFoundError(message="index_not_found", meta=meta, body={})
+        message = backend_error_message(error, config)
+        assert message is not None
+        assert message.startswith("Elasticsearch at https://es:9200 has no index 'x'")
+
+
+class TestFailedCallsMessage:
+    def test_known_failure_type_gives_the_same_line(self):
+        config = BackendConfig(llm="openai", api_base_url="http://127.0.0.1:9/v1")
+        message = failed_calls_message([{"error": "AuthenticationError: Error code: 401"}], 3, config)
+        assert message.startswith("the OpenAI-compatible server at http://127.0.0.1:9/v1 refused the API key")
+
+    def test_unknown_failures_name_the_url_and_variables(self):
+        config = BackendConfig(llm="ollama", ollama_url="http://127.0.0.1:9")
+        message = failed_calls_message([{"error": "RuntimeError: odd"}], 2, config)
+        assert message == (
+            "every LLM call failed (2 of 2) on the ollama LLM: check $OLLAMA_HOST (http://127.0.0.1:9); the warnings "
+            "above give each call's error"
+        )
