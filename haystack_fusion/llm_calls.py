@@ -14,7 +14,10 @@ ceiling, `concurrency_ceiling()` (`DEFAULT_CONCURRENCY_CEILING` calls, or the `H
 environment variable read at every fan-out), caps every fan-out, so one wide round (k = 100 passages; K = 10
 candidates' 10 + 90 verification calls) never has more requests open at once than that; a component's
 `max_concurrency` sets a lower bound of its own. The ceiling bounds each fan-out: questions answered concurrently
-(evaluation's `concurrency`) multiply it.
+(evaluation's `concurrency`) multiply it. Across them, one optional process-wide limit on calls in flight
+(`max_calls_in_flight`, or the `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` environment variable) makes every call wait for
+one of N slots, shared by all fan-outs, threads and event loops, and by the generators' direct calls in pipelines
+(`limit_calls`): a rate-limited API's 429 storm then slows a batch down instead of failing its calls.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Coroutine, Iterable, Iterator, Mapping
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -145,6 +149,204 @@ def concurrency_limit(max_concurrency: int | None, calls: int) -> int:
     own = check_max_concurrency(max_concurrency)
     bound = concurrency_ceiling() if own is None else min(own, concurrency_ceiling())
     return max(1, min(calls, bound))
+
+
+MAX_CALLS_IN_FLIGHT_ENV = "HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT"
+"""The environment variable that sets the process-wide limit on LLM calls in flight (an integer >= 1), read at every
+call; unset: no process-wide limit. `max_calls_in_flight` overrides it for a block of code."""
+
+_LIMIT_LOCK = threading.Lock()
+_LIMIT_OVERRIDE: list[int | None] = []  # the stack of `max_calls_in_flight` blocks, innermost last
+_SLOTS: CallSlots | None = None
+_HOLDING: contextvars.ContextVar[bool] = contextvars.ContextVar("haystack_fusion_call_slot", default=False)
+
+
+class CallSlots:
+    """
+    N slots for LLM calls, shared by threads and event loops, handed out first come, first served.
+
+    A thread waits on an event, a coroutine on a future of its own loop; a released slot goes straight to the longest
+    waiter, so a steady stream of new calls cannot starve it.
+
+    :param limit: The number of slots (>= 1).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.taken = 0
+        self._lock = threading.Lock()
+        self._waiters: deque[Callable[[], None]] = deque()
+
+    def _take(self, wake: Callable[[], None]) -> bool:
+        with self._lock:
+            if self.taken < self.limit and not self._waiters:
+                self.taken += 1
+                return True
+            self._waiters.append(wake)
+            return False
+
+    def acquire(self) -> None:
+        """Take a slot, blocking this thread until one is free."""
+        event = threading.Event()
+        if not self._take(event.set):
+            event.wait()  # `release` handed its slot over
+
+    async def acquire_async(self) -> None:
+        """Take a slot, waiting (without blocking the loop) until one is free."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+
+        def hand_over() -> None:  # in the loop: a slot handed to a waiter that was cancelled goes back
+            if future.cancelled():
+                self.release()
+            elif not future.done():
+                future.set_result(None)
+
+        def wake() -> None:
+            try:
+                loop.call_soon_threadsafe(hand_over)
+            except RuntimeError:  # the waiter's loop is closed: nobody takes the slot
+                self.release()
+
+        if self._take(wake):
+            return
+        try:
+            await future
+        except asyncio.CancelledError:
+            with self._lock:
+                waiting = wake in self._waiters
+                if waiting:
+                    self._waiters.remove(wake)
+            if not waiting and future.done() and not future.cancelled():
+                self.release()  # handed over, then cancelled before it ran: give it back
+            raise
+
+    def release(self) -> None:
+        """Give a slot back: to the longest waiter if any, else to the pool."""
+        with self._lock:
+            wake = self._waiters.popleft() if self._waiters else None
+            if wake is None:
+                self.taken -= 1
+        if wake is not None:
+            wake()
+
+
+def calls_in_flight_limit() -> int | None:
+    """
+    The process-wide limit on LLM calls in flight, read now.
+
+    :returns: The innermost `max_calls_in_flight` block's limit, else `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` when set,
+        else None (no limit).
+    :raises ValueError: If the environment variable is set to anything but an integer >= 1.
+    """
+    with _LIMIT_LOCK:
+        if _LIMIT_OVERRIDE:
+            return _LIMIT_OVERRIDE[-1]
+    value = os.environ.get(MAX_CALLS_IN_FLIGHT_ENV, "").strip()
+    if not value:
+        return None
+    try:
+        limit = int(value)
+    except ValueError:
+        limit = 0
+    if limit < 1:
+        raise ValueError(f"`{MAX_CALLS_IN_FLIGHT_ENV}` must be an integer >= 1 (LLM calls in flight), got {value!r}")
+    return limit
+
+
+@contextlib.contextmanager
+def max_calls_in_flight(limit: int | None) -> Iterator[None]:
+    """
+    Limit the LLM calls in flight in the whole process to `limit` while the block runs (as the evaluation runner does
+    for `eval --max-calls-in-flight`); the environment's limit applies again after it.
+
+    :param limit: An integer >= 1, or None for no limit inside the block.
+    :raises ValueError: If `limit` is not None or an integer >= 1.
+    """
+    check_max_concurrency(limit)
+    with _LIMIT_LOCK:
+        _LIMIT_OVERRIDE.append(limit)
+    try:
+        yield
+    finally:
+        with _LIMIT_LOCK:
+            _LIMIT_OVERRIDE.pop()
+
+
+def _call_slots() -> CallSlots | None:
+    """The process's slots for the current limit (new ones when the limit changed; calls under way keep theirs)."""
+    global _SLOTS
+    limit = calls_in_flight_limit()
+    if limit is None:
+        return None
+    with _LIMIT_LOCK:
+        if _SLOTS is None or _SLOTS.limit != limit:
+            _SLOTS = CallSlots(limit)
+        return _SLOTS
+
+
+@contextlib.asynccontextmanager
+async def call_slot_async() -> AsyncIterator[None]:
+    """Hold one of the process-wide slots for the block (none when there is no limit, or this call holds one)."""
+    slots = None if _HOLDING.get() else _call_slots()
+    if slots is None:
+        yield
+        return
+    await slots.acquire_async()
+    token = _HOLDING.set(True)
+    try:
+        yield
+    finally:
+        _HOLDING.reset(token)
+        slots.release()
+
+
+@contextlib.contextmanager
+def call_slot() -> Iterator[None]:
+    """`call_slot_async` for a thread: blocks until a slot is free."""
+    slots = None if _HOLDING.get() else _call_slots()
+    if slots is None:
+        yield
+        return
+    slots.acquire()
+    token = _HOLDING.set(True)
+    try:
+        yield
+    finally:
+        _HOLDING.reset(token)
+        slots.release()
+
+
+def limit_calls(chat_generator: ChatGenerator) -> ChatGenerator:
+    """
+    Make every call of this generator instance hold a process-wide slot (`call_slot`), the calls a pipeline makes of
+    it directly (the concatenation stage's `llm` component) as well as the fan-outs' (which hold one already and do
+    not take a second). Its class, settings and serialization stay as they were.
+
+    :param chat_generator: Any ChatGenerator; wrapped once (a second call changes nothing).
+    :returns: The same instance, its `run` (and `run_async`, when it has one) wrapped.
+    """
+    if getattr(chat_generator, "_haystack_fusion_call_slots", False):
+        return chat_generator
+    run = chat_generator.run
+
+    @functools.wraps(run)
+    def limited_run(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        with call_slot():
+            return run(*args, **kwargs)
+
+    chat_generator.run = limited_run  # type: ignore[method-assign]
+    run_async = getattr(chat_generator, "run_async", None)
+    if run_async is not None:
+
+        @functools.wraps(run_async)
+        async def limited_run_async(*args: Any, **kwargs: Any) -> dict[str, Any]:
+            async with call_slot_async():
+                return await run_async(*args, **kwargs)
+
+        chat_generator.run_async = limited_run_async  # type: ignore[attr-defined]
+    chat_generator._haystack_fusion_call_slots = True  # type: ignore[attr-defined]
+    return chat_generator
 
 
 def empty_usage() -> dict[str, int]:
@@ -341,7 +543,7 @@ async def run_chat_calls_async(
 
     async def call(index: int, messages: list[ChatMessage]) -> tuple[ChatMessage | None, str | None]:
         nonlocal in_flight, max_in_flight, first_failure
-        async with semaphore:
+        async with semaphore, call_slot_async():  # this fan-out's turn, then one of the process's slots
             in_flight += 1
             max_in_flight = max(max_in_flight, in_flight)
             # The HTTP requests this call causes, retries included, counted by the client's hook in this context.

@@ -571,7 +571,8 @@ class StrategyRun:
         `answer_source` (Chain-of-Note), `label_summaries` (SuRe: how many summaries are only a candidate's label,
         `sure.summary_is_label`), `vote_share` (post-fusion's winner), `components_run` (names of the components that
         ran, sorted), `stages`
-        (concat_pf, cascade: `stage_trace`) and `confidence` (the answer's, in [0, 1], None when unavailable).
+        (concat_pf, cascade: `stage_trace`), `confidence` (the answer's, in [0, 1], None when unavailable) and, only
+        when an LLM call failed, `failures` (`pipeline_failures`: which component's call, and the error).
     :param usage: Summed usage of every LLM call: `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`,
         `http_requests` when every call's requests were counted, and `cached_tokens` when any call's provider
         reported them (`pipeline_usage`).
@@ -621,6 +622,27 @@ def pipeline_usage(pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) -> di
     if counted != total["calls"]:
         total.pop("http_requests", None)
     return total
+
+
+def pipeline_failures(pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """
+    The failed LLM calls of a pipeline run: what this package's LLM components report in `meta["failures"]` (their
+    `meta` output, or their first answer's `meta`, as `pipeline_usage` reads their usage), each tagged with the
+    component's name. A call that failed counted as an abstention (or a False / unreadable score); this says which.
+
+    :param pipeline: The pipeline that ran.
+    :param outputs: `Pipeline.run(..., include_outputs_from=<all components>)` result.
+    :returns: One dict per failed call: `component` (its name in the pipeline), the component's own keys (`index`,
+        `round`, `rank`, `sample`, `call`) and `error` ("ExceptionType: message"); empty when none failed.
+    """
+    failures: list[dict[str, Any]] = []
+    for name, output in outputs.items():
+        if not hasattr(pipeline.get_component(name), "_chat_generator"):
+            continue
+        answers = output.get("answers") or output.get("split") or []
+        meta = output["meta"] if isinstance(output.get("meta"), dict) else answers[0].meta if answers else {}
+        failures.extend({"component": name, **failure} for failure in meta.get("failures") or [])
+    return failures
 
 
 def stage_trace(outputs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -730,6 +752,8 @@ def strategy_run(
         if "confidence" not in item.meta and (confidence := answer_confidence(item.meta, item.data)) is not None:
             item.meta["confidence"] = confidence
     evidence["confidence"] = answer.meta.get("confidence")
+    if failures := pipeline_failures(pipeline, outputs):
+        evidence["failures"] = failures
     return StrategyRun(
         answer=answer,
         answers=answers,

@@ -14,6 +14,13 @@ A run folder holds:
 
 Writes are appends of whole lines followed by `fsync`; a run killed mid-write (SIGKILL) leaves at most one torn last
 line, which `repair` cuts off before the next append, so resuming neither tears nor duplicates a record.
+
+A question whose answer could not be made cleanly (its pipeline raised, or one of its LLM calls failed after the
+client's retries) still gets a line: a failed record, whose `error` says what failed. Reading a file skips failed
+records (`read_records`), so a report scores only clean answers and re-running the same command asks exactly the
+failed questions again; their new lines follow the old ones, which stay (`read_failures` lists the failures that no
+later record replaced). Records of clean answers carry no `error` key: their lines are what they were before failed
+records existed.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -73,6 +80,9 @@ class QuestionRecord:
     :param fingerprint: `RunSettings.fingerprint()` of the settings that produced it.
     :param redacted: Whether `prediction` had runs of dataset text cut out (`DatasetText.redact`); its `score` was
         computed on the whole prediction and is kept as it is when the record is rescored.
+    :param error: None for a clean answer; for a failed record, what failed, on one line: the component and
+        exception when the pipeline raised (`prediction` is then ""), or how many LLM calls failed and the first
+        errors when it answered all the same (`prediction`, and `evidence["failures"]`, are then kept for reading).
     """
 
     strategy: str
@@ -86,14 +96,23 @@ class QuestionRecord:
     score: QuestionScore
     fingerprint: str = ""
     redacted: bool = False
+    error: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        """Whether this is a failed record (`error` set): skipped by `read_records`, asked again on resume."""
+        return self.error is not None
 
     def key(self) -> tuple[str, int, str, str]:
         """The resume key: (strategy, k, setting, question id)."""
         return (self.strategy, self.top_k, self.setting, self.question_id)
 
     def to_json(self) -> str:
-        """The JSONL line (no trailing newline)."""
-        return json.dumps(asdict(self), default=str, ensure_ascii=False)
+        """The JSONL line (no trailing newline); `error` only in a failed record's line."""
+        data = asdict(self)
+        if data["error"] is None:
+            del data["error"]
+        return json.dumps(data, default=str, ensure_ascii=False)
 
     @classmethod
     def from_json(cls, line: str) -> QuestionRecord:
@@ -309,25 +328,48 @@ def append_line(path: Path, line: str) -> None:
         os.close(fd)
 
 
+def _read_lines(path: Path) -> Iterator[QuestionRecord]:
+    if not path.is_file():
+        return
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            yield QuestionRecord.from_json(line)
+        except ValueError:  # a torn last line (a run killed mid-write)
+            continue
+
+
 def read_records(path: Path) -> list[QuestionRecord]:
     """
-    The records of a results file, first occurrence of each key kept; none when the file does not exist.
+    The clean records of a results file, first occurrence of each key kept; none when the file does not exist.
 
-    A torn last line (a run killed mid-write) is skipped.
+    Failed records (`QuestionRecord.failed`) and a torn last line (a run killed mid-write) are skipped.
 
     :param path: A `results.jsonl` file.
     :returns: The records in file order.
     """
-    if not path.is_file():
-        return []
     records: dict[tuple[str, int, str, str], QuestionRecord] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = QuestionRecord.from_json(line)
-        except ValueError:
-            continue
-        records.setdefault(record.key(), record)
+    for record in _read_lines(path):
+        if not record.failed:
+            records.setdefault(record.key(), record)
     return list(records.values())
+
+
+def read_failures(path: Path) -> list[QuestionRecord]:
+    """
+    The failed records of a results file that no clean record of the same key follows or precedes: the questions a
+    re-run will ask again. The last failure of each key is kept.
+
+    :param path: A `results.jsonl` file.
+    :returns: The failed records, in the order their keys first failed.
+    """
+    clean: set[tuple[str, int, str, str]] = set()
+    failures: dict[tuple[str, int, str, str], QuestionRecord] = {}
+    for record in _read_lines(path):
+        if record.failed:
+            failures[record.key()] = record
+        else:
+            clean.add(record.key())
+    return [record for key, record in failures.items() if key not in clean]
 
 
 def read_run_records(folders: Iterable[str | Path]) -> list[QuestionRecord]:

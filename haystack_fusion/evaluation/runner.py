@@ -7,17 +7,20 @@ decoding, EM / F1 / %Unk / %NM; paper 004 section 3.1 adds the noise ratio and t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from haystack import Document, Pipeline
+from haystack import Document, Pipeline, logging
 from haystack.components.generators.chat.types import ChatGenerator
+from haystack.core.errors import PipelineRuntimeError
 from tqdm import tqdm
 
 from haystack_fusion.evaluation.datasets import EvalDataset, EvalQuestion
@@ -42,15 +45,36 @@ from haystack_fusion.evaluation.records import (
     check_fingerprints,
     describe_generator,
     prompt_hashes,
+    read_failures,
     read_records,
     register_fingerprint,
     repair,
     split_evidence,
 )
-from haystack_fusion.llm_calls import check_max_concurrency
+from haystack_fusion.llm_calls import check_max_concurrency, limit_calls, max_calls_in_flight
 from haystack_fusion.strategies import StrategyConfig, build_pipeline, get_strategy, run_strategy
 
-__all__ = ["CLOSED_BOOK_FILE", "RESULTS_FILE", "EvalConfig", "Evaluator", "QuestionRecord", "read_records", "score_run"]
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "CLOSED_BOOK_FILE",
+    "RESULTS_FILE",
+    "BatchStoppedError",
+    "EvalConfig",
+    "Evaluator",
+    "QuestionRecord",
+    "read_failures",
+    "read_records",
+    "score_run",
+]
+
+FAILURES_IN_A_ROW_TO_STOP = 10
+"""A run stops when this many questions in a row failed outright (the pipeline raised, or every LLM call failed)
+with none answered in between: the backend is down, not flaky. The last error is raised."""
+
+CONFIGURATION_ERRORS = ("AuthenticationError", "PermissionDeniedError", "NotFoundError")
+"""The openai client's errors that no retry or later question can cure (a refused key, a missing model or route):
+the first one stops the run at once and is raised."""
 
 PREDICTION_OPTIONS = (
     "samples_per_passage",
@@ -80,12 +104,16 @@ class EvalConfig:
     :param concurrency: Questions answered at once.
     :param max_concurrency: LLM calls of one round under way at once within one question; None (default): all of
         the round's calls, up to the process-wide ceiling (`llm_calls.concurrency_ceiling`).
+    :param max_calls_in_flight: LLM calls under way at once in the whole process during the run, shared by the
+        questions answered concurrently and their fan-outs (`llm_calls.max_calls_in_flight`); set it to what a
+        rate-limited API allows, so a 429 storm slows the run down instead of failing calls. None (default): the
+        `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` environment variable's, or no process-wide limit.
     :param closed_book_filter: Drop answerable questions the LLM answers correctly with no passages (paper 000
         section 4 "Dataset Filter").
     :param strategy_options: Further `StrategyConfig` fields for every pipeline (e.g. `num_candidates`,
         `few_shot` for SuRe).
-    :raises ValueError: For an unregistered strategy, a k below 1, a concurrency below 1 or a `max_concurrency`
-        neither None nor an integer >= 1.
+    :raises ValueError: For an unregistered strategy, a k below 1, a concurrency below 1 or a `max_concurrency` or
+        `max_calls_in_flight` neither None nor an integer >= 1.
     """
 
     strategies: list[str]
@@ -93,6 +121,7 @@ class EvalConfig:
     setting: PassageSetting = field(default_factory=PassageSetting)
     concurrency: int = 1
     max_concurrency: int | None = None
+    max_calls_in_flight: int | None = None
     closed_book_filter: bool = False
     strategy_options: dict[str, Any] = field(default_factory=dict)
 
@@ -106,6 +135,29 @@ class EvalConfig:
         if self.concurrency < 1:
             raise ValueError(f"`concurrency` must be at least 1, got {self.concurrency}")
         check_max_concurrency(self.max_concurrency)
+        check_max_concurrency(self.max_calls_in_flight)
+
+
+def _describe_failure(failure: dict[str, Any]) -> str:
+    """A failed call of `evidence["failures"]` in words, e.g. "voter (rank 2, sample 0): APITimeoutError: ..."."""
+    where = ", ".join(f"{key} {value}" for key, value in failure.items() if key not in ("component", "error"))
+    return f"{failure.get('component')}{f' ({where})' if where else ''}: {failure.get('error')}"
+
+
+class BatchStoppedError(RuntimeError):
+    """An evaluation stopped because `FAILURES_IN_A_ROW_TO_STOP` questions in a row had every LLM call fail."""
+
+
+def _configuration_error(error: BaseException) -> bool:
+    """Whether the error, or one it was raised from, is one of the openai client's `CONFIGURATION_ERRORS`."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if type(current).__module__.startswith("openai") and type(current).__name__ in CONFIGURATION_ERRORS:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def score_run(question: EvalQuestion, prediction: str, evidence: dict[str, Any], passages: list[Document],
@@ -144,6 +196,15 @@ class Evaluator:
     SIGKILL too (see `haystack_fusion.evaluation.records`). Every record carries the fingerprint of the settings
     that produced it; resuming with other settings (a changed prompt, model or option) raises
     `FingerprintMismatchError` instead of mixing records.
+
+    Nothing is lost to a fault: a question whose pipeline raised (a call of the concatenation stage that failed after
+    the client's retries, a malformed reply) or one of whose LLM calls failed gets a failed record that says what
+    failed (`QuestionRecord.error`), and the run goes on; reports leave failed records out, and re-running the same
+    command asks those questions again, and only those. Retries and timeouts stay the generator's (`max_retries`,
+    `timeout`). Two kinds of failure stop the run instead, raising the error: one no retry can cure (a refused API
+    key, a missing model: `CONFIGURATION_ERRORS`), and `FAILURES_IN_A_ROW_TO_STOP` questions in a row failing
+    outright (the backend is down). `EvalConfig.max_calls_in_flight` bounds the LLM calls in flight in the whole
+    process.
 
     ### Usage example
     ```python
@@ -201,7 +262,7 @@ class Evaluator:
         return build_pipeline(
             strategy,
             retriever=retriever,
-            chat_generator=generator,
+            chat_generator=limit_calls(generator),  # every call holds one of the process's slots, when limited
             max_concurrency=self.config.max_concurrency,
             **self.config.strategy_options,
         )
@@ -246,6 +307,11 @@ class Evaluator:
         structured, text = split_evidence({**run.evidence, "usage": run.usage})
         score = score_run(question, prediction, run.evidence, run.documents, run.usage, run.seconds)
         kept, redacted = self._dataset_text.redact(prediction)
+        failures = run.evidence.get("failures") or []
+        error = None
+        if failures:
+            listed = "; ".join(_describe_failure(failure) for failure in failures[:3])
+            error = self._one_line(f"{len(failures)} of {run.usage.get('calls', 0)} LLM calls failed: {listed}")
         record = QuestionRecord(
             strategy=strategy,
             top_k=top_k,
@@ -258,8 +324,36 @@ class Evaluator:
             score=score,
             fingerprint=fingerprint,
             redacted=redacted,
+            error=error,
         )
         return record, text
+
+    def _one_line(self, message: str, limit: int = 500) -> str:
+        """An error message for a record: one line, at most `limit` characters, no dataset text."""
+        line = " ".join(message.split())
+        return self._dataset_text.redact(line[:limit])[0]
+
+    def _failed(self, strategy: str, top_k: int, setting: PassageSetting, question: EvalQuestion, fingerprint: str,
+                error: Exception, seconds: float) -> QuestionRecord:  # fmt: skip
+        """The failed record of a question whose pipeline raised `error`: what failed, no prediction."""
+        cause = error.__cause__ if isinstance(error, PipelineRuntimeError) and error.__cause__ else error
+        where = ""
+        if isinstance(error, PipelineRuntimeError) and error.component_name:
+            kind = error.component_type.__name__ if error.component_type else "component"
+            where = f"component {error.component_name!r} ({kind}) failed: "
+        return QuestionRecord(
+            strategy=strategy,
+            top_k=top_k,
+            setting=setting.label(),
+            question_id=question.id,
+            answerable=not question.is_impossible,
+            prediction="",
+            evidence={},
+            passages=[],
+            score=score_run(question, "", {}, [], {}, seconds),
+            fingerprint=fingerprint,
+            error=self._one_line(f"{where}{type(cause).__name__}: {cause}"),
+        )
 
     def _run_all(self, path: Path, runs: list[tuple[str, int]], setting: PassageSetting,
                  questions: list[EvalQuestion], label: str) -> list[QuestionRecord]:  # fmt: skip
@@ -283,22 +377,57 @@ class Evaluator:
         todo = [(q, [run for run in runs if (*run, q.id) not in done]) for q in questions]
         todo = [(question, missing) for question, missing in todo if missing]
         local = threading.local()
+        stop = threading.Event()  # set when the run must stop: later questions are not started
+        in_a_row = [0]  # questions that failed outright since the last answered one
 
         def answer(task: tuple[EvalQuestion, list[tuple[str, int]]]) -> list[QuestionRecord]:
             question, missing = task
             pipelines: dict[tuple[str, int], Pipeline] = local.__dict__.setdefault("pipelines", {})
             answered = []
             for strategy, top_k in missing:
+                if stop.is_set():
+                    break
                 if (strategy, top_k) not in pipelines:
                     pipelines[(strategy, top_k)] = self._pipeline(strategy, top_k, setting, self.generator_factory())
-                record, text = self._answer(
-                    pipelines[(strategy, top_k)], strategy, top_k, setting, question, fingerprints[(strategy, top_k)]
-                )
+                fingerprint = fingerprints[(strategy, top_k)]
+                start = time.perf_counter()
+                try:
+                    record, text = self._answer(
+                        pipelines[(strategy, top_k)], strategy, top_k, setting, question, fingerprint
+                    )
+                except Exception as error:
+                    if _configuration_error(error):
+                        stop.set()
+                        raise
+                    elapsed = time.perf_counter() - start
+                    record, text = self._failed(strategy, top_k, setting, question, fingerprint, error, elapsed), {}
+                    logger.warning(
+                        "Question {question_id} ({strategy}, top-{top_k}) failed and is recorded as failed: {error}",
+                        question_id=question.id,
+                        strategy=strategy,
+                        top_k=top_k,
+                        error=record.error,
+                    )
+                    outright: Exception | None = error
+                else:
+                    calls = record.evidence.get("usage", {}).get("calls", 0)
+                    all_failed = record.failed and calls and len(record.evidence.get("failures") or []) >= calls
+                    outright = BatchStoppedError(record.error or "") if all_failed else None
                 with self._lock:
-                    if text:
+                    if text and not record.failed:
                         line = {"key": list(record.key()), **text}
                         append_line(self.out / EVIDENCE_TEXT_FILE, json.dumps(line, ensure_ascii=False))
                     append_line(path, record.to_json())
+                    in_a_row[0] = in_a_row[0] + 1 if outright is not None else 0
+                    if outright is not None and in_a_row[0] >= FAILURES_IN_A_ROW_TO_STOP and not stop.is_set():
+                        stop.set()
+                        if isinstance(outright, BatchStoppedError):
+                            raise BatchStoppedError(
+                                f"stopped after {in_a_row[0]} questions in a row failed, every LLM call of each; the "
+                                f"last: {outright}. The records so far are kept: fix the backend and run the same "
+                                "command again to go on"
+                            )
+                        raise outright
                 answered.append(record)
             return answered
 
@@ -308,9 +437,19 @@ class Evaluator:
         ):
             for answered in pool.map(answer, todo):
                 for record in answered:
-                    done[(record.strategy, record.top_k, record.question_id)] = record
+                    if not record.failed:
+                        done[(record.strategy, record.top_k, record.question_id)] = record
                 progress.update(1)
         return [done[(*run, q.id)] for run in runs for q in questions if (*run, q.id) in done]
+
+    def failures(self) -> list[QuestionRecord]:
+        """
+        The failed records of the output folder's results that no later run replaced: the questions re-running the
+        same command will ask again.
+
+        :returns: Failed records (`QuestionRecord.error` says what failed), in the order they first failed.
+        """
+        return read_failures(self.out / RESULTS_FILE)
 
     def closed_book_filter(self, questions: list[EvalQuestion]) -> list[EvalQuestion]:
         """
@@ -332,9 +471,12 @@ class Evaluator:
         Evaluate every strategy at every k, question by question (see `_run_all`).
 
         :param questions: The questions (default: the dataset's).
-        :returns: The records of this evaluation, in strategy, k, question order.
+        :returns: The clean records of this evaluation, in strategy, k, question order (failed ones are in the file
+            and in `failures()`).
         :raises FingerprintMismatchError: If `out` holds records of the same strategy, k and setting made with
             other settings.
+        :raises Exception: The error of a question when it cannot be cured by going on (`CONFIGURATION_ERRORS`), or
+            when `FAILURES_IN_A_ROW_TO_STOP` questions in a row failed outright.
         """
         self.out.mkdir(parents=True, exist_ok=True)
         ignore = self.out / ".gitignore"
@@ -345,7 +487,9 @@ class Evaluator:
             questions = self.closed_book_filter(questions)
         runs = [(strategy, top_k) for strategy in self.config.strategies for top_k in self.config.top_ks]
         label = f"{len(runs)} strategy x top-k runs"
-        return self._run_all(self.out / RESULTS_FILE, runs, self.config.setting, questions, label)
+        limit = self.config.max_calls_in_flight
+        with max_calls_in_flight(limit) if limit is not None else contextlib.nullcontext():
+            return self._run_all(self.out / RESULTS_FILE, runs, self.config.setting, questions, label)
 
 
 def rescore(records: Iterable[QuestionRecord], dataset: EvalDataset) -> list[QuestionRecord]:
