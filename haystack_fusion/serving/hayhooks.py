@@ -43,9 +43,16 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 from haystack import Document, Pipeline, logging
 from haystack.dataclasses import StreamingChunk
 
-from haystack_fusion.backends import DEFAULT_MODELS, BackendConfig, chat_generator, retriever
+from haystack_fusion.backends import (
+    DEFAULT_MODELS,
+    BackendConfig,
+    backend_error_message,
+    chat_generator,
+    failed_calls_message,
+    retriever,
+    safe_url,
+)
 from haystack_fusion.prompts import validate_query
-from haystack_fusion.serving.backend_errors import backend_error_message, failed_calls_message, redact_url
 from haystack_fusion.serving.limits import (
     AdmissionLimit,
     ServerBusyError,
@@ -150,7 +157,7 @@ def reachability_problems(config: BackendConfig) -> list[str]:
     """
     problems = []
     if config.llm == "ollama":
-        url = redact_url(config.ollama_url)
+        url = safe_url(config.ollama_url)
         model = config.model or DEFAULT_MODELS["ollama"]
         models, error = _ollama_models(config.ollama_url)
         if models is None:
@@ -162,7 +169,7 @@ def reachability_problems(config: BackendConfig) -> list[str]:
             )
     if config.store == "elasticsearch" and (error := _probe(config.elasticsearch_url)) is not None:
         problems.append(
-            f"Elasticsearch is not reachable at ELASTICSEARCH_URL={redact_url(config.elasticsearch_url)}: {error}"
+            f"Elasticsearch is not reachable at ELASTICSEARCH_URL={safe_url(config.elasticsearch_url)}: {error}"
         )
     return problems
 
@@ -691,10 +698,9 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
 
     def _checked_run(self, run: StrategyRun) -> StrategyRun:
         """The run, unless every LLM call of it failed (each recorded as an abstention): then HTTPException 503."""
-        failures = run.answer.meta.get("failures") or []
-        message = failed_calls_message(run.usage, failures, self.config)
-        if message is not None:
-            raise _unavailable(message)
+        calls = int(run.usage.get("calls", 0) or 0)
+        if calls and int(run.usage.get("failed_calls", 0) or 0) >= calls:
+            raise _unavailable(failed_calls_message(run.answer.meta.get("failures") or [], calls, self.config))
         return run
 
     def _backend_failure(self, error: Exception) -> HTTPException | None:

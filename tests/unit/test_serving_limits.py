@@ -1,4 +1,4 @@
-"""The served wrappers' guards: the admission limit and its bounded queue, the question bound, backend messages."""
+"""The served wrappers' guards: the admission limit and its bounded queue, and the question's length bound."""
 
 from __future__ import annotations
 
@@ -6,8 +6,6 @@ import asyncio
 
 import pytest
 
-from haystack_fusion.backends import BackendConfig
-from haystack_fusion.serving.backend_errors import backend_error_message, failed_calls_message, redact_url
 from haystack_fusion.serving.limits import AdmissionLimit, ServerBusyError, ServingLimits
 
 
@@ -131,71 +129,3 @@ class TestAdmissionLimit:
 
         asyncio.run(main())
         assert (limit.in_flight, limit.waiting) == (0, 0)
-
-
-class TestBackendMessages:
-    def test_openai_connection_refused_names_the_url_and_no_secret(self):
-        openai = pytest.importorskip("openai")
-        httpx = pytest.importorskip("httpx")
-        config = BackendConfig(llm="openai", api_base_url="http://user:hunter2@127.0.0.1:9/v1")
-        request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
-        try:
-            try:
-                raise ConnectionRefusedError(111, "Connection refused")
-            except ConnectionRefusedError as refused:
-                raise openai.APIConnectionError(request=request) from refused
-        except openai.APIConnectionError as error:
-            assert backend_error_message(RuntimeError("llm failed"), config) is None  # no client error in it
-            message = backend_error_message(error, config)
-        assert (
-            message
-            == "The LLM server could not be reached at OPENAI_BASE_URL=http://127.0.0.1:9/v1 (connection refused)"
-        )
-
-    def test_openai_wrong_key_does_not_echo_the_backend_text(self):
-        openai = pytest.importorskip("openai")
-        httpx = pytest.importorskip("httpx")
-        response = httpx.Response(401, request=httpx.Request("POST", "https://api.openai.com/v1/chat/completions"))
-        error = openai.AuthenticationError("Incorrect API key provided: sk-abc***xyz", response=response, body=None)
-        message = backend_error_message(error, BackendConfig(llm="openai"))
-        assert message == (
-            "The LLM server at https://api.openai.com/v1 (OPENAI_BASE_URL is unset) refused the API key in "
-            "OPENAI_API_KEY (HTTP 401)"
-        )
-
-    def test_elasticsearch_closed_port(self):
-        elastic_transport = pytest.importorskip("elastic_transport")
-        config = BackendConfig(store="elasticsearch", elasticsearch_url="http://elastic:pw@127.0.0.1:9", llm="openai")
-        try:
-            try:
-                raise ConnectionRefusedError(111, "Connection refused")
-            except ConnectionRefusedError as refused:
-                raise elastic_transport.ConnectionError("Connection error caused by: ...") from refused
-        except elastic_transport.ConnectionError as error:
-            message = backend_error_message(error, config)
-        assert (
-            message == "Elasticsearch could not be reached at ELASTICSEARCH_URL=http://127.0.0.1:9 (connection refused)"
-        )
-
-    def test_ollama_closed_port(self):
-        config = BackendConfig(llm="ollama", ollama_url="http://127.0.0.1:9")
-        error = ConnectionError("Failed to connect to Ollama.")
-        assert backend_error_message(error, config) == (
-            "Ollama could not be reached at OLLAMA_HOST=http://127.0.0.1:9 (connection failed)"
-        )
-        assert backend_error_message(ValueError("a bug"), config) is None
-
-    def test_every_call_failed(self):
-        config = BackendConfig(llm="openai", api_base_url="http://127.0.0.1:9/v1")
-        failures = [{"index": 0, "error": "APIConnectionError: Connection error."}]
-        assert failed_calls_message({"calls": 5, "failed_calls": 4}, failures, config) is None
-        assert failed_calls_message({"calls": 5, "failed_calls": 5}, failures, config) == (
-            "The LLM server could not be reached at OPENAI_BASE_URL=http://127.0.0.1:9/v1 (connection failed)"
-        )
-        odd = [{"index": 0, "error": "KeyError: 'x'"}]
-        assert failed_calls_message({"calls": 2, "failed_calls": 2}, odd, config) == (
-            "Every LLM call failed (2 of 2; the first: KeyError) at OPENAI_BASE_URL=http://127.0.0.1:9/v1"
-        )
-
-    def test_redact_url(self):
-        assert redact_url("https://elastic:pw@es.example:9243,http://b") == "https://es.example:9243,http://b"
