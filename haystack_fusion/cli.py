@@ -339,7 +339,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     except BatchStoppedError as error:
         print(f"haystack-fusion: {error} (LLM: {backends.llm_label()})", file=sys.stderr)
         return 1
-    _write_report(records, args.out, title=title, dataset=dataset, args=args)
+    failures = evaluator.failures()
+    if records or not failures:  # every question failed: no report, the failures below say why
+        _write_report(records, args.out, title=title, dataset=dataset, args=args)
     if args.export_notes:
         from haystack_fusion.evaluation.export import export_notes
 
@@ -351,7 +353,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
             allow_parametric_knowledge=args.parametric_knowledge == "on",
         )
         print(f"Wrote {count} Chain-of-Note training examples to {args.export_notes}")
-    failures = evaluator.failures()
     if failures:
         print(
             f"haystack-fusion: {len(failures)} question records failed (left out of the report; each says what "

@@ -1,0 +1,106 @@
+"""
+Faults in a batch (issue 15 item 2): the real `haystack-fusion eval --llm openai` on the SQuAD 2.0 subset (in-memory
+BM25) against the fault-injecting test server (`tests/openai_server.py`), counting requests server-side.
+
+The full run (200 questions x 4 strategies, and a 429 storm) is `benchmarks/faults.py`; these are its fast forms.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from haystack_fusion.cli import EXIT_FAILED_QUESTIONS, main
+from haystack_fusion.corpus import default_squad_path
+from haystack_fusion.evaluation.records import RESULTS_FILE, read_failures, read_records
+from tests.openai_server import FAULTS, PromptReplies
+
+STRATEGIES = ("concat_pf", "sure", "chain_of_note", "cascade")
+QUESTIONS = 24
+MAX_RETRIES = 2
+
+
+def eval_args(server, out, *, strategies=STRATEGIES, questions=QUESTIONS, extra=()):
+    dataset = default_squad_path()
+    if dataset is None:
+        pytest.skip("the SQuAD 2.0 dev subset is not at ../shared/data/squad2-dev-subset")
+    args = ["eval", "--llm", "openai", "--api-base-url", server.base_url, "--model", "m"]
+    args += ["--max-retries", str(MAX_RETRIES), "--timeout", "1", "--dataset", str(dataset)]
+    args += ["--sample", str(questions), "--strategies", ",".join(strategies), "--out", str(out), *extra]
+    return args
+
+
+def lines(out):
+    return [json.loads(line) for line in (out / RESULTS_FILE).read_text().splitlines()]
+
+
+def key(line):
+    return (line["strategy"], line["top_k"], line["setting"], line["question_id"])
+
+
+@pytest.fixture
+def api_key(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+
+
+def test_twenty_percent_faults_lose_nothing_and_a_rerun_retries_only_the_failed(
+    start_openai_server, api_key, tmp_path, capsys
+):
+    server = start_openai_server(
+        reply=PromptReplies(), fault_rate=0.2, seed=3, retry_after=0.05, hang_seconds=5, max_requests=20000
+    )
+    out = tmp_path / "run"
+    status = main(eval_args(server, out))
+
+    first = lines(out)
+    keys = [key(line) for line in first]
+    assert len(keys) == len(set(keys)) == len(STRATEGIES) * QUESTIONS  # every question has exactly one record
+    failed = [line for line in first if "error" in line]
+    assert failed, "seed 3 makes some questions fail: the test needs some"
+    assert all(isinstance(line["error"], str) and line["error"].strip() for line in failed)
+    assert status == EXIT_FAILED_QUESTIONS
+    assert f"{len(failed)} question records failed" in capsys.readouterr().err
+
+    stats = server.stats.snapshot()
+    assert set(stats["faults"]) == set(FAULTS)  # every kind was injected
+    assert stats["requests"] <= stats["first_attempts"] * (1 + MAX_RETRIES)
+    assert stats["max_retry_count"] <= MAX_RETRIES
+    for line in first:  # client-side too, where the calls' requests were counted
+        usage = line["evidence"].get("usage", {})
+        if "http_requests" in usage:
+            assert usage["http_requests"] <= usage["calls"] * (1 + MAX_RETRIES)
+
+    # The same command again, on the same server (whose next draws differ): only the failed questions are asked.
+    server.reset()
+    main(eval_args(server, out))
+    appended = lines(out)[len(first) :]
+    assert sorted(key(line) for line in appended) == sorted(key(line) for line in failed)
+    assert lines(out)[: len(first)] == first  # append-only
+    assert server.stats.first_attempts < stats["first_attempts"] / 2
+
+    # And once the faults stop, the batch completes: every question answered cleanly, none left to retry.
+    server.fault_rate = 0.0
+    assert main(eval_args(server, out)) == 0
+    assert len(read_records(out / RESULTS_FILE)) == len(STRATEGIES) * QUESTIONS
+    assert read_failures(out / RESULTS_FILE) == []
+
+
+@pytest.mark.parametrize("limit", [None, 3])
+def test_a_429_storm_slows_the_run_and_does_not_fail_it(start_openai_server, api_key, tmp_path, limit):
+    """A server that takes 3 requests at once (429 beyond, with Retry-After): the process-wide limit keeps within it."""
+    server = start_openai_server(reply=PromptReplies(concatenation_unknown=1.0), latency=0.05, capacity=3)
+    extra = ["--concurrency", "4", "--max-retries", "0"]
+    extra += ["--max-calls-in-flight", str(limit)] if limit else []
+    out = tmp_path / "run"
+    status = main(eval_args(server, out, strategies=("concat_pf",), questions=12, extra=extra))
+    stats = server.stats.snapshot()
+    if limit is None:  # 4 questions x 5 post-fusion calls at once: throttled, and without retries some calls fail
+        assert stats["throttled"] > 0
+        assert stats["max_in_flight"] > 3
+        assert status == EXIT_FAILED_QUESTIONS
+    else:
+        assert stats["throttled"] == 0
+        assert stats["max_in_flight"] <= limit
+        assert status == 0
+        assert len(read_records(out / RESULTS_FILE)) == 12
