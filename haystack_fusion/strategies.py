@@ -63,6 +63,10 @@ class StrategyConfig:
         (or that ties at the top); None: `CASCADE_MIN_VOTE_SHARE`.
     :param verifier_scoring: SuRe's validity and ranking read from the reply's words ("text", paper 002) or from
         token probabilities ("probability"); None: "text" for the SuRe strategies, "probability" for `cascade`.
+    :param datamark: Datamark the passage text of every prompt (`prompts.passages.format_passages`), a defence
+        against instructions written in passages (docs/reliability.md, "Poisoned passages"). Supported by the
+        strategies whose passages go through PassageFormatter and PostFusionVoter (paper 000's); the others raise
+        ValueError when it is set. Off by default.
     """
 
     retriever: Any
@@ -80,6 +84,7 @@ class StrategyConfig:
     min_confidence: float | None = None
     min_vote_share: float | None = None
     verifier_scoring: Scoring | None = None
+    datamark: bool = False
 
 
 @dataclass(frozen=True)
@@ -143,7 +148,9 @@ def _prompt_chain(
     }
     connections = [("prompt_builder.prompt", "llm.messages"), (documents_from, "answer_builder.documents")]
     if layout is not None:
-        components["passages"] = PassageFormatter(max_passage_chars=config.max_passage_chars, layout=layout)
+        components["passages"] = PassageFormatter(
+            max_passage_chars=config.max_passage_chars, layout=layout, datamark=config.datamark
+        )
         connections = [
             (documents_from, "passages.documents"),
             ("passages.passages", "prompt_builder.passages"),
@@ -161,6 +168,7 @@ def _voter(config: StrategyConfig, min_vote_share: float | None = None) -> PostF
         unknown_patterns=config.unknown_patterns,
         min_vote_share=min_vote_share,
         split_candidates=max(2, config.num_candidates),
+        datamark=config.datamark,
     )
 
 
@@ -272,7 +280,14 @@ def _pf_concat(config: StrategyConfig) -> Pipeline:
     return _assemble((components, connections))
 
 
+def _no_datamark(config: StrategyConfig, component: str) -> None:
+    """Refuse `datamark` for a component that formats its passages itself without it."""
+    if config.datamark:
+        raise ValueError(f"`datamark` is not supported by strategies with a {component} (only paper 000's strategies)")
+
+
 def _summarizer(config: StrategyConfig, mode: SummaryMode) -> CandidateSummarizer:
+    _no_datamark(config, "CandidateSummarizer")
     return CandidateSummarizer(
         chat_generator=config.chat_generator,
         num_candidates=config.num_candidates,
@@ -339,6 +354,7 @@ def _chain_of_note(mode: NoteMode) -> Callable[[StrategyConfig], Pipeline]:
     """Reading notes per passage, then the answer (paper 004, section 2.3)."""
 
     def build(config: StrategyConfig) -> Pipeline:
+        _no_datamark(config, "NoteTaker")
         note_taker = NoteTaker(
             chat_generator=config.chat_generator,
             mode=mode,

@@ -30,7 +30,11 @@ class PassageFormatter:
     """
 
     def __init__(
-        self, *, max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS, layout: PassageLayout = "numbered"
+        self,
+        *,
+        max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
+        layout: PassageLayout = "numbered",
+        datamark: bool = False,
     ) -> None:
         """
         Create a PassageFormatter.
@@ -38,6 +42,9 @@ class PassageFormatter:
         :param max_passage_chars: Per-passage context budget in characters; None for no limit.
         :param layout: "numbered" (`[i]`, paper 000's figures) or "titled" (`Passage #i Title/Text`, paper 002's
             listings).
+        :param datamark: Datamark the passage text (" ^ " between words, after a notice line that marked text holds
+            no instructions; `prompts.passages.format_passages`), a defence against instructions written in passages
+            ("spotlighting"). Off by default, and then the output and `to_dict` are what they were before the option.
         :raises ValueError: If `max_passage_chars` is not positive or `layout` is unknown.
         """
         if max_passage_chars is not None and max_passage_chars <= 0:
@@ -46,10 +53,13 @@ class PassageFormatter:
             raise ValueError(f"`layout` must be one of {', '.join(PASSAGE_LAYOUTS)}, got {layout!r}")
         self.max_passage_chars = max_passage_chars
         self.layout = layout
+        self.datamark = datamark
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize this component to a dictionary."""
-        return default_to_dict(self, max_passage_chars=self.max_passage_chars, layout=self.layout)
+        # `datamark` only when on: pipelines serialized before the option existed stay the same
+        optional = {"datamark": True} if self.datamark else {}
+        return default_to_dict(self, max_passage_chars=self.max_passage_chars, layout=self.layout, **optional)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PassageFormatter:
@@ -64,4 +74,4 @@ class PassageFormatter:
         :param documents: The passages, best-ranked first (may be empty).
         :returns: A dictionary with `passages`: the context block, one delimited block per document ("" for none).
         """
-        return {"passages": format_passages(documents, self.max_passage_chars, self.layout)}
+        return {"passages": format_passages(documents, self.max_passage_chars, self.layout, datamark=self.datamark)}

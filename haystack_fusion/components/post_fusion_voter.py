@@ -83,6 +83,7 @@ class PostFusionVoter(ChatGeneratorWrapper):
         raise_on_failure: bool = False,
         min_vote_share: float | None = None,
         split_candidates: int = 2,
+        datamark: bool = False,
     ) -> None:
         """
         Create a PostFusionVoter.
@@ -101,6 +102,8 @@ class PostFusionVoter(ChatGeneratorWrapper):
         :param min_vote_share: s in (0, 1]: a vote whose winner has a smaller share of the votes, or that ties at
             the top, is emitted on the `split_*` outputs instead of `answers`. None (default) always answers.
         :param split_candidates: K, the candidates a split vote passes on, most votes first (>= 2).
+        :param datamark: Datamark each passage's text (`prompts.passages.format_passages`), a defence against
+            instructions written in passages; off by default (and then left out of `to_dict`).
         :raises ValueError: If `max_concurrency` is neither None nor an integer >= 1, `samples_per_passage` is below
             1, `max_passage_chars` is not positive, `min_vote_share` is outside (0, 1] or `split_candidates` is below 2.
         """
@@ -121,11 +124,14 @@ class PostFusionVoter(ChatGeneratorWrapper):
         self.max_passage_chars = max_passage_chars
         self.unknown_patterns = unknown_patterns
         self.raise_on_failure = raise_on_failure
+        self.datamark = datamark
         self._detector = UnknownDetector.from_patterns(unknown_patterns)
         self._prompt = PROMPTS["figure7"]
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize this component, with its chat generator, to a dictionary."""
+        # `datamark` only when on: pipelines serialized before the option existed stay the same
+        optional = {"datamark": True} if self.datamark else {}
         return default_to_dict(
             self,
             chat_generator=component_to_dict(obj=self._chat_generator, name="chat_generator"),
@@ -137,6 +143,7 @@ class PostFusionVoter(ChatGeneratorWrapper):
             raise_on_failure=self.raise_on_failure,
             min_vote_share=self.min_vote_share,
             split_candidates=self.split_candidates,
+            **optional,
         )
 
     def _plan(
@@ -147,7 +154,11 @@ class PostFusionVoter(ChatGeneratorWrapper):
         documents = list(documents or [])
         prompts = []
         for document in documents:
-            prompt = render(self._prompt, passages=format_passages([document], self.max_passage_chars), query=query)
+            prompt = render(
+                self._prompt,
+                passages=format_passages([document], self.max_passage_chars, datamark=self.datamark),
+                query=query,
+            )
             prompts.extend([prompt] * self.samples_per_passage)
         return query, documents, prompts
 
