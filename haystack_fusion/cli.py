@@ -21,7 +21,7 @@ from haystack_fusion.backends import (
 )
 from haystack_fusion.backends import chat_generator as backend_chat_generator
 from haystack_fusion.backends import retriever as backend_retriever
-from haystack_fusion.corpus import default_squad_path, load_passages, load_squad, local_path
+from haystack_fusion.corpus import SkippedFile, default_squad_path, load_passages, load_squad, local_path
 from haystack_fusion.llm_calls import DEFAULT_CONCURRENCY_CEILING, MAX_CALLS_IN_FLIGHT_ENV, MAX_CONCURRENCY_ENV
 from haystack_fusion.strategies import STRATEGIES, StrategyRun, build_pipeline, get_strategy, run_strategy
 
@@ -162,11 +162,24 @@ def _run_json(question: str, run: StrategyRun) -> dict[str, Any]:
 
 def cmd_index(args: argparse.Namespace) -> int:
     """`haystack-fusion index SOURCE`: passages from SQuAD JSON, JSONL, a text folder or a URL, to a saved store."""
-    documents = load_passages(args.source, cache_dir=args.cache_dir)
+    skipped: list[SkippedFile] = []
+    documents = load_passages(args.source, cache_dir=args.cache_dir, skipped=skipped)
     config = _backends(args)
     count = index_documents(config, documents, batch_size=args.batch_size, fresh=True)
-    print(f"Indexed {len(documents)} passages from {args.source} into {_where(config)} ({count} in the store)")
+    print(
+        f"Indexed {len(documents)} passages from {args.source} into {_where(config)} ({count} in the store)"
+        + _skipped_note(skipped)
+    )
     return 0
+
+
+def _skipped_note(skipped: list[SkippedFile], shown: int = 5) -> str:
+    """"; skipped 2 files: a.txt (not UTF-8), b.md (empty)" for the files a folder gave no passages from."""
+    if not skipped:
+        return ""
+    names = ", ".join(f"{skip.file} ({skip.reason})" for skip in skipped[:shown])
+    more = f" and {len(skipped) - shown} more (the warnings above name them all)" if len(skipped) > shown else ""
+    return f"; skipped {len(skipped)} file{'s' if len(skipped) > 1 else ''}: {names}{more}"
 
 
 def _where(config: BackendConfig) -> str:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
-import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,14 +96,16 @@ def load_squad(path: str | Path) -> tuple[list[Document], list[SquadQuestion]]:
     :returns: A tuple `(documents, questions)`: one Document per distinct context, in file order, and one
         `SquadQuestion` per question, in file order.
     :raises FileNotFoundError: If `path` does not exist.
-    :raises ValueError: If the file is not valid JSON (the message gives the line), a required key is missing
-        (the message gives the article, paragraph and question index), or the file holds no paragraphs.
+    :raises ValueError: If the file is not UTF-8 or not valid JSON (the message gives the line), a required key is
+        missing (the message gives the article, paragraph and question index), or the file holds no paragraphs.
     """
     path = _existing(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8-sig"))
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: line {e.lineno}, column {e.colno}: invalid JSON ({e.msg})") from e
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not valid UTF-8 text ({e.reason} at byte {e.start})") from e
     articles = _field(data, "data", str(path))
     if not isinstance(articles, list):
         raise ValueError(f"{path}: 'data' must be a list of articles")
@@ -138,13 +141,17 @@ def load_jsonl_passages(path: str | Path) -> list[Document]:
     :param path: Path to the `.jsonl` file (UTF-8).
     :returns: One Document per non-blank line, in file order.
     :raises FileNotFoundError: If `path` does not exist.
-    :raises ValueError: If a line is not a JSON object or has no non-empty `text`/`content` string (the message
-        names the file and the 1-based line number), or if the file holds no passages.
+    :raises ValueError: If a line is not UTF-8, not a JSON object or has no non-empty `text`/`content` string (the
+        message names the file and the 1-based line number), or if the file holds no passages.
     """
     path = _existing(path)
     documents: list[Document] = []
-    with path.open(encoding="utf-8-sig") as f:
-        for line_no, line in enumerate(f, start=1):
+    with path.open("rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}: line {line_no}: not valid UTF-8 text ({e.reason})") from e
             if not line.strip():
                 continue
             try:
@@ -165,7 +172,79 @@ def load_jsonl_passages(path: str | Path) -> list[Document]:
     return documents
 
 
-def load_text_folder(path: str | Path, words_per_passage: int = 100) -> list[Document]:
+@dataclass(frozen=True)
+class SkippedFile:
+    """
+    A file of a text folder that gave no passages, and why.
+
+    :param file: Its path relative to the folder, with `/` separators.
+    :param reason: "not UTF-8", "empty" (no text, or only whitespace) or "unreadable" (the operating system refused).
+    :param detail: Where and what: e.g. "invalid start byte at byte 1234".
+    """
+
+    file: str
+    reason: str
+    detail: str = ""
+
+
+PIECE_PASSAGES = 1000
+"""`load_text_folder` splits a file in pieces of this many whole passages, so one large file costs the memory of one
+piece beyond its passages."""
+
+_READ_BYTES = 1 << 20
+
+
+def _file_pieces(file: Path, piece_words: int) -> Iterator[str]:
+    """
+    The words of a UTF-8 file (BOM dropped), whitespace collapsed, joined by single spaces in pieces of
+    `piece_words` words (the last one shorter), read 1 MiB at a time.
+
+    :raises UnicodeDecodeError: With `start` as the byte offset in the file of the first invalid byte.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8-sig")()
+    words: list[str] = []
+    carry = ""
+    offset = 0
+    with file.open("rb") as f:
+        while True:
+            data = f.read(_READ_BYTES)
+            buffered = len(decoder.getstate()[0])
+            try:
+                text = carry + decoder.decode(data, final=not data)
+            except UnicodeDecodeError as e:
+                raise UnicodeDecodeError(e.encoding, e.object, offset - buffered + e.start, offset - buffered + e.end,
+                                         e.reason) from None  # fmt: skip
+            offset += len(data)
+            parts = text.split()
+            carry = parts.pop() if data and parts and not text[-1].isspace() else ""
+            words.extend(parts)
+            while len(words) >= piece_words:
+                yield " ".join(words[:piece_words])
+                del words[:piece_words]
+            if not data:
+                break
+    if words:
+        yield " ".join(words)
+
+
+def _split_file(
+    file: Path, name: str, splitter: DocumentSplitter, piece_words: int
+) -> tuple[list[Document], SkippedFile | None]:
+    """A file's passages, or none and why (`SkippedFile`): not UTF-8, unreadable, or empty."""
+    passages: list[Document] = []
+    try:
+        for piece in _file_pieces(file, piece_words):
+            passages.extend(splitter.run(documents=[Document(content=piece, meta={"file": name})])["documents"])
+    except UnicodeDecodeError as e:
+        return [], SkippedFile(name, "not UTF-8", f"{e.reason} at byte {e.start}")
+    except OSError as e:
+        return [], SkippedFile(name, "unreadable", e.strerror or type(e).__name__)
+    return passages, None if passages else SkippedFile(name, "empty", "no text")
+
+
+def load_text_folder(
+    path: str | Path, words_per_passage: int = 100, *, skipped: list[SkippedFile] | None = None
+) -> list[Document]:
     """
     Split every `.txt` and `.md` file below a folder into passages of about `words_per_passage` words.
 
@@ -173,16 +252,23 @@ def load_text_folder(path: str | Path, words_per_passage: int = 100) -> list[Doc
     Splitting uses Haystack's `DocumentSplitter(split_by="word", split_length=words_per_passage, split_overlap=0)`.
     That splitter counts only spaces as word breaks, so each file's whitespace (newlines, tabs, runs of spaces) is
     first collapsed to single spaces; otherwise hard-wrapped lines would yield passages far above the word limit.
+    A file is read 1 MiB at a time and given to the splitter in pieces of `PIECE_PASSAGES` whole passages, so memory
+    holds the passages and one piece, never a whole large file or its list of words.
     Each passage's `meta` holds `file` (the path relative to the folder, with `/` separators) plus what the
     splitter adds (`source_id`, `page_number`, `split_id`, and `split_idx_start`, a character offset into the
-    whitespace-collapsed text).
+    whitespace-collapsed text): all three relative to the piece, which is the whole file unless the file holds
+    more than `PIECE_PASSAGES` passages.
+
+    A file that is not UTF-8, is empty (or only whitespace), or cannot be read gives no passages: it is logged with
+    a warning that names it and the reason, appended to `skipped`, and the other files are read.
 
     :param path: The folder to read.
     :param words_per_passage: Maximum number of words per passage (whitespace-separated words); at least 1.
+    :param skipped: When given, a `SkippedFile` is appended to it for each file that gave no passages.
     :returns: The passages of all files, file by file, in reading order.
     :raises FileNotFoundError: If `path` does not exist.
-    :raises ValueError: If `path` is not a directory, `words_per_passage` is below 1, a file is not UTF-8, or no
-        passages are found.
+    :raises ValueError: If `path` is not a directory, `words_per_passage` is below 1, or no passages are found (the
+        message counts the files skipped).
     """
     folder = _existing(path)
     if not folder.is_dir():
@@ -193,25 +279,33 @@ def load_text_folder(path: str | Path, words_per_passage: int = 100) -> list[Doc
         (p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in _TEXT_SUFFIXES),
         key=lambda p: p.relative_to(folder).as_posix(),
     )
-    sources = []
-    for file in files:
-        try:
-            text = re.sub(r"\s+", " ", file.read_text(encoding="utf-8-sig")).strip()
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{file}: not valid UTF-8 text ({e.reason} at byte {e.start})") from e
-        sources.append(Document(content=text, meta={"file": file.relative_to(folder).as_posix()}))
     splitter = DocumentSplitter(split_by="word", split_length=words_per_passage, split_overlap=0)
     if hasattr(splitter, "warm_up"):
         splitter.warm_up()
-    documents: list[Document] = splitter.run(documents=sources)["documents"] if sources else []
-    documents = [doc for doc in documents if doc.content and doc.content.strip()]
+    documents: list[Document] = []
+    skips: list[SkippedFile] = []
+    for file in files:
+        name = file.relative_to(folder).as_posix()
+        passages, skip = _split_file(file, name, splitter, words_per_passage * PIECE_PASSAGES)
+        documents.extend(passages)
+        if skip is not None:
+            skips.append(skip)
+            logger.warning(
+                "Skipped {file}: {reason} ({detail})", file=str(file), reason=skip.reason, detail=skip.detail
+            )
+    if skipped is not None:
+        skipped.extend(skips)
     if not documents:
-        raise ValueError(f"{folder}: no passages found in .txt or .md files")
+        raise ValueError(
+            f"{folder}: no passages found in .txt or .md files" + (f" ({len(skips)} skipped)" if skips else "")
+        )
     logger.info("Split {f} files from {path} into {n} passages", f=len(files), path=str(folder), n=len(documents))
     return documents
 
 
-def load_passages(path_or_url: str | Path, *, cache_dir: str | Path | None = None) -> list[Document]:
+def load_passages(
+    path_or_url: str | Path, *, cache_dir: str | Path | None = None, skipped: list[SkippedFile] | None = None
+) -> list[Document]:
     """
     Load passages from a folder, a JSONL file, a SQuAD JSON file, or a URL to one of these files.
 
@@ -221,6 +315,7 @@ def load_passages(path_or_url: str | Path, *, cache_dir: str | Path | None = Non
 
     :param path_or_url: A local path or an http(s) URL.
     :param cache_dir: Where downloaded files are kept; defaults to `~/.cache/haystack_fusion`.
+    :param skipped: When given, the files of a folder that gave no passages are appended to it (`load_text_folder`).
     :returns: The passages as Documents.
     :raises FileNotFoundError: If a local path does not exist.
     :raises ValueError: If the path is of no accepted kind, or the loader it goes to raises `ValueError`.
@@ -228,7 +323,7 @@ def load_passages(path_or_url: str | Path, *, cache_dir: str | Path | None = Non
     """
     path = local_path(path_or_url, cache_dir=cache_dir)
     if path.is_dir():
-        return load_text_folder(path)
+        return load_text_folder(path, skipped=skipped)
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         return load_jsonl_passages(path)
