@@ -167,7 +167,8 @@ def reachability_problems(config: BackendConfig) -> list[str]:
                 f"Ollama at {url} has no model {model!r}: `ollama pull {model}`, or set "
                 f"HAYSTACK_FUSION_MODEL to one it has ({', '.join(models) or 'none pulled'})"
             )
-    if config.store == "elasticsearch" and (error := _probe(config.elasticsearch_url)) is not None:
+    # without user and password: urllib takes them for part of the host name (the cluster's 401 counts as an answer)
+    if config.store == "elasticsearch" and (error := _probe(safe_url(config.elasticsearch_url))) is not None:
         problems.append(
             f"Elasticsearch is not reachable at ELASTICSEARCH_URL={safe_url(config.elasticsearch_url)}: {error}"
         )

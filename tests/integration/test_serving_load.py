@@ -184,7 +184,7 @@ class TestUnreachableBackends:
             assert streamed.status_code == 200
             assert f"Error (HTTP 503): {detail}" in streamed.text
             log = process.log()
-        assert f"Elasticsearch is not reachable at ELASTICSEARCH_URL=http://127.0.0.1:{es_port}" in log
+        assert f"Elasticsearch is not reachable at ELASTICSEARCH_URL=http://127.0.0.1:{es_port}: [Errno 111]" in log
         assert "deployed anyway" in log
         assert f"Answered HTTP 503: {detail}" in log
         assert "Traceback" not in log
@@ -205,3 +205,22 @@ class TestUnreachableBackends:
         }
         assert "Traceback" not in log
         assert SECRET not in log
+
+    def test_a_wrong_openai_key(self, tmp_path, index):
+        with OpenAIServer(api_key="the-right-key", lifetime=120) as server:
+            base_url = server.base_url
+            env = openai_env(index, base_url)
+            with HayhooksProcess(["concat_pf"], env=env, workdir=tmp_path) as process:
+                response = httpx.post(
+                    f"{process.url}/v1/chat/completions",
+                    json={"model": "concat_pf", "messages": [{"role": "user", "content": QUESTION}]},
+                    timeout=60,
+                )
+                log = process.log()
+        assert response.status_code == 503
+        assert response.json()["detail"] == (
+            f"the OpenAI-compatible server at {base_url} refused the API key in $OPENAI_API_KEY (HTTP 401): "
+            "set $OPENAI_API_KEY to a valid key"
+        )
+        assert "Traceback" not in log
+        assert SECRET not in log + response.text
