@@ -350,7 +350,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     try:
         records = evaluator.run()
     except BatchStoppedError as error:
-        print(f"haystack-fusion: {error} (LLM: {backends.llm_label()})", file=sys.stderr)
+        message = failed_calls_message(error.failures, error.calls, backends)
+        print(f"haystack-fusion: {message} ({error})", file=sys.stderr)
         return 1
     failures = evaluator.failures()
     if records or not failures:  # every question failed: no report, the failures below say why

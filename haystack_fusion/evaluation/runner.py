@@ -145,7 +145,19 @@ def _describe_failure(failure: dict[str, Any]) -> str:
 
 
 class BatchStoppedError(RuntimeError):
-    """An evaluation stopped because `FAILURES_IN_A_ROW_TO_STOP` questions in a row had every LLM call fail."""
+    """
+    An evaluation stopped: an LLM call inside a fan-out was refused (`CONFIGURATION_ERRORS`), or
+    `FAILURES_IN_A_ROW_TO_STOP` questions in a row had every LLM call fail. The message holds no server text.
+
+    :param message: What stopped the run.
+    :param failures: The failed calls of the last question (`evidence["failures"]`: `component`, `error`, ...).
+    :param calls: The LLM calls that question made.
+    """
+
+    def __init__(self, message: str, *, failures: list[dict[str, Any]] | None = None, calls: int = 0) -> None:
+        super().__init__(message)
+        self.failures = list(failures or [])
+        self.calls = calls
 
 
 def _configuration_error(error: BaseException) -> bool:
@@ -411,8 +423,17 @@ class Evaluator:
                     outright: Exception | None = error
                 else:
                     calls = record.evidence.get("usage", {}).get("calls", 0)
-                    all_failed = record.failed and calls and len(record.evidence.get("failures") or []) >= calls
-                    outright = BatchStoppedError(record.error or "") if all_failed else None
+                    failures = record.evidence.get("failures") or []
+                    refused = [f for f in failures if str(f.get("error")).split(":", 1)[0] in CONFIGURATION_ERRORS]
+                    if refused:  # inside a fan-out, a refused key is an abstention: stop before recording it
+                        stop.set()
+                        raise BatchStoppedError(
+                            f"stopped: an LLM call was refused ({str(refused[0].get('error')).split(':', 1)[0]})",
+                            failures=refused,
+                            calls=calls,
+                        )
+                    all_failed = record.failed and calls and len(failures) >= calls
+                    outright = BatchStoppedError("", failures=failures, calls=calls) if all_failed else None
                 with self._lock:
                     if text and not record.failed:
                         line = {"key": list(record.key()), **text}
@@ -424,8 +445,10 @@ class Evaluator:
                         if isinstance(outright, BatchStoppedError):
                             raise BatchStoppedError(
                                 f"stopped after {in_a_row[0]} questions in a row failed, every LLM call of each; the "
-                                f"last: {outright}. The records so far are kept: fix the backend and run the same "
-                                "command again to go on"
+                                "records so far are kept (each failed one says what failed): fix the backend and run "
+                                "the same command again to go on",
+                                failures=outright.failures,
+                                calls=outright.calls,
                             )
                         raise outright
                 answered.append(record)

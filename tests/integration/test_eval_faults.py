@@ -104,3 +104,34 @@ def test_a_429_storm_slows_the_run_and_does_not_fail_it(start_openai_server, api
         assert stats["max_in_flight"] <= limit
         assert status == 0
         assert len(read_records(out / RESULTS_FILE)) == 12
+
+
+@pytest.mark.parametrize("strategy", ["concat_pf", "sure"])
+def test_a_refused_key_stops_the_batch_with_one_line(start_openai_server, tmp_path, capsys, monkeypatch, strategy):
+    """concat_pf's pipeline raises the 401; SuRe's calls abstain: either way one line, exit 1, no key, no record."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-wrong-key-0000000000009876")
+    server = start_openai_server(reply=PromptReplies(), api_key="sk-right-key")
+    out = tmp_path / "run"
+    assert main(eval_args(server, out, strategies=(strategy,), questions=6)) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("haystack-fusion: the OpenAI-compatible server at http://127.0.0.1:")
+    assert "refused the API key in $OPENAI_API_KEY" in err[-1]
+    assert "9876" not in "\n".join(err)
+    assert read_failures(out / RESULTS_FILE) == []
+    assert server.stats.requests <= 4  # stopped at the first refusal (questions under way at once finish theirs)
+
+
+@pytest.mark.parametrize("strategy", ["concat_pf", "sure"])
+def test_a_server_that_is_down_stops_the_batch_after_ten_questions(api_key, tmp_path, capsys, strategy):
+    class Closed:
+        base_url = "http://127.0.0.1:9/v1"  # the discard port: nothing listens
+
+    out = tmp_path / "run"
+    args = eval_args(Closed(), out, strategies=(strategy,), questions=30, extra=["--concurrency", "1"])
+    args[args.index("--max-retries") + 1] = "0"
+    assert main(args) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(
+        "haystack-fusion: cannot connect to the OpenAI-compatible server at http://127.0.0.1:9/v1"
+    )
+    assert len(read_failures(out / RESULTS_FILE)) == 10
