@@ -18,7 +18,7 @@ from haystack_fusion.strategies import STRATEGIES, build_pipeline, run_strategy
 from tests.unit.test_strategies import QUERY, RecordingGenerator
 
 FILLER = "filler " * 100_000
-"""700,000 characters: about 100,000 tokens, beyond any model this package runs (the embedded one reads 2,048)."""
+"""700,000 characters: about 100,000 tokens, beyond any model this package runs (the embedded one reads 8,192)."""
 
 OVERSIZED = [
     Document(id="paris", content="Paris is the capital and most populous city of France. " + FILLER),
