@@ -224,3 +224,50 @@ class TestUnreachableBackends:
         )
         assert "Traceback" not in log
         assert SECRET not in log + response.text
+
+    def test_ollama_on_a_closed_port(self, tmp_path, index):
+        pytest.importorskip("haystack_integrations.components.generators.ollama", reason="the `ollama` extra")
+        port = free_port()
+        env = {
+            "HAYSTACK_FUSION_LLM": "ollama",
+            "OLLAMA_HOST": f"http://127.0.0.1:{port}",
+            "HAYSTACK_FUSION_DOCUMENT_STORE": "memory",
+            "HAYSTACK_FUSION_STORE": str(index),
+        }
+        with HayhooksProcess(["concat_pf"], env=env, workdir=tmp_path) as process:
+            response = httpx.post(
+                f"{process.url}/v1/chat/completions",
+                json={"model": "concat_pf", "messages": [{"role": "user", "content": QUESTION}]},
+                timeout=60,
+            )
+            log = process.log()
+        assert response.status_code == 503
+        assert response.json()["detail"] == (
+            f"cannot connect to Ollama at http://127.0.0.1:{port}: check $OLLAMA_HOST, and that `ollama serve` is "
+            "running"
+        )
+        assert f"Ollama is not reachable at OLLAMA_HOST=http://127.0.0.1:{port}" in log
+        assert "Traceback" not in log
+
+    def test_every_llm_call_failed_is_a_503_not_an_unknown_answer(self, monkeypatch, index):
+        """post_fusion records each failed call as an abstention; when all failed, the wrapper answers 503."""
+        from fastapi import HTTPException
+
+        from haystack_fusion.serving.hayhooks import StrategyPipelineWrapper
+
+        port = free_port()
+        for variable, value in openai_env(index, f"http://127.0.0.1:{port}/v1").items():
+            monkeypatch.setenv(variable, value)
+
+        class Wrapper(StrategyPipelineWrapper):
+            strategy = "post_fusion"
+
+        wrapper = Wrapper()
+        wrapper.setup()
+        with pytest.raises(HTTPException) as error:
+            asyncio.run(wrapper.run_api_async(QUESTION))
+        assert error.value.status_code == 503
+        assert error.value.detail == (
+            f"cannot connect to the OpenAI-compatible server at http://127.0.0.1:{port}/v1: check --api-base-url or "
+            "$OPENAI_BASE_URL, and that the server is running"
+        )
