@@ -89,7 +89,7 @@ def test_twenty_percent_faults_lose_nothing_and_a_rerun_retries_only_the_failed(
 @pytest.mark.parametrize("limit", [None, 3])
 def test_a_429_storm_slows_the_run_and_does_not_fail_it(start_openai_server, api_key, tmp_path, limit):
     """A server that takes 3 requests at once (429 beyond, with Retry-After): the process-wide limit keeps within it."""
-    server = start_openai_server(reply=PromptReplies(concatenation_unknown=1.0), latency=0.05, capacity=3)
+    server = start_openai_server(reply=PromptReplies(concatenation_unknown=1.0), latency=0.1, capacity=3)
     extra = ["--concurrency", "4", "--max-retries", "0"]
     extra += ["--max-calls-in-flight", str(limit)] if limit else []
     out = tmp_path / "run"
