@@ -40,12 +40,17 @@ batches under faults): extend it here rather than writing another.
 from haystack.components.generators.chat import OpenAIChatGenerator
 from haystack.dataclasses import ChatMessage
 from haystack.utils import Secret
-from tests.openai_server import OpenAIServer
+from tests.openai_server import OpenAIServer, PromptReplies
 
 with OpenAIServer(reply="Paris", latency=0.05) as server:
     llm = OpenAIChatGenerator(api_base_url=server.base_url, api_key=Secret.from_token("x"), model="test")
     llm.run([ChatMessage.from_user("Capital of France?")])
     assert server.stats.requests == 1
+
+# every strategy end to end, a fifth of the requests faulted, counted per kind
+with OpenAIServer(reply=PromptReplies(), fault_rate=0.2, seed=0, hang_seconds=10) as server:
+    ...
+    print(server.stats.snapshot())  # requests, first_attempts, retries, max_in_flight, faults, ...
 ```
 The `openai_server` fixture of `tests/conftest.py` starts one with the defaults; `start_openai_server` starts one
 with other settings. Both are stopped when the test ends.
