@@ -6,6 +6,8 @@ Serving the strategies with Hayhooks.
 - `haystack_fusion.serving.hayhooks`: `StrategyPipelineWrapper`, the wrappers' base class: backend checks at setup,
   `/{name}/run`, and the OpenAI-compatible chat endpoint with streamed status, answer, sources and evidence (the
   `serve` extra).
+- `haystack_fusion.serving.limits`: what a served wrapper admits (the question's length, a process-wide admission
+  limit with a bounded queue; overload is refused with HTTP 503); needs no extra.
 
 Neither is imported here, so importing the package needs no extra.
 """

@@ -14,7 +14,11 @@ per strategy). This base class:
   in order: status events as each round starts and ends, the answer (token by token where the final round is one
   LLM call whose reply nothing can replace), one source event per supporting passage, then the sources and evidence
   in a collapsible `<details>` block. Non-streaming clients get the answer, a blank line, "Sources:" and the
-  numbered passages.
+  numbered passages;
+- refuses what it should not run, each with one line and no traceback: 400 for a question that is empty, too long
+  (`HAYSTACK_FUSION_MAX_QUESTION_CHARS`) or missing from the messages; 503 with `Retry-After` beyond the process's
+  admission limit (`serving.limits`); 503 naming the URL and variable when a backend cannot be reached or refuses
+  (`backends.errors`), including a configured Elasticsearch or Ollama server that did not answer at setup.
 """
 
 from __future__ import annotations
