@@ -209,8 +209,7 @@ def _require_a_call_answered(run: StrategyRun, config: BackendConfig) -> None:
     """
     calls = int(run.usage.get("calls") or 0)
     if calls and int(run.usage.get("failed_calls") or 0) >= calls:
-        failures = [failure for answer in run.answers for failure in answer.meta.get("failures") or []]
-        raise BackendError(failed_calls_message(failures, calls, config))
+        raise BackendError(failed_calls_message(run.evidence.get("failures") or [], calls, config))
 
 
 def cmd_strategies(_: argparse.Namespace) -> int:
