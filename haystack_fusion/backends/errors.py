@@ -91,17 +91,25 @@ def _openai_url(config: BackendConfig) -> str:
     return safe_url(config.api_base_url or OPENAI_DEFAULT_URL)
 
 
-def _status(error: BaseException | None) -> str:
+_STATUS_OF_TYPE = {"AuthenticationError": 401, "PermissionDeniedError": 403}
+"""The HTTP status of the openai client's errors by class name: what a failure recorded as text still tells."""
+
+
+def _status(error: BaseException | str | None) -> str:
+    """ " (HTTP 401)" from the exception chain, or from a recorded failure's exception type name; "" when unknown."""
+    if isinstance(error, str):
+        return f" (HTTP {_STATUS_OF_TYPE[error]})" if error in _STATUS_OF_TYPE else ""
     for link in _chain(error) if error is not None else ():
         status = getattr(link, "status_code", None) or getattr(link, "status", None)
         if isinstance(status, int):
-            return f"HTTP {status}"
-    return "refused"
+            return f" (HTTP {status})"
+    return ""
 
 
-def _message(kind: str, config: BackendConfig, error: BaseException | None) -> str:
+def _message(kind: str, config: BackendConfig, error: BaseException | str | None) -> str:
+    """The line for `kind`; `error` is the exception, or a recorded failure's exception type name."""
     es_url = safe_url(config.elasticsearch_url)
-    reason = _reason(error) if error is not None else ""
+    reason = _reason(error) if isinstance(error, BaseException) else ""
     if kind == "openai_unreachable":
         return (
             f"cannot connect to the OpenAI-compatible server at {_openai_url(config)}{reason}: check "
@@ -115,8 +123,8 @@ def _message(kind: str, config: BackendConfig, error: BaseException | None) -> s
         )
     if kind == "openai_key":
         return (
-            f"the OpenAI-compatible server at {_openai_url(config)} refused the API key in $OPENAI_API_KEY "
-            f"({_status(error)}): set $OPENAI_API_KEY to a valid key"
+            f"the OpenAI-compatible server at {_openai_url(config)} refused the API key in $OPENAI_API_KEY"
+            f"{_status(error)}: set $OPENAI_API_KEY to a valid key"
         )
     if kind == "ollama_unreachable":
         return (
@@ -132,8 +140,8 @@ def _message(kind: str, config: BackendConfig, error: BaseException | None) -> s
         )
     if kind == "es_key":
         return (
-            f"Elasticsearch at {es_url} refused the credentials in $ELASTIC_API_KEY / $ELASTIC_API_KEY_ID "
-            f"({_status(error)})"
+            f"Elasticsearch at {es_url} refused the credentials in $ELASTIC_API_KEY / $ELASTIC_API_KEY_ID"
+            f"{_status(error)}"
         )
     return missing_index_message(config)
 
@@ -183,7 +191,7 @@ def failed_calls_message(failures: Iterable[dict[str, Any]], calls: int, config:
         module = "builtins" if error_type == "ConnectionError" else "openai"
         kind = _kind([(module, error_type)], config)
         if kind is not None:
-            return _message(kind, config, None)
+            return _message(kind, config, error_type)
     settings = {
         "openai": f"--api-base-url or $OPENAI_BASE_URL ({_openai_url(config)}) and $OPENAI_API_KEY",
         "ollama": f"$OLLAMA_HOST ({safe_url(config.ollama_url)})",

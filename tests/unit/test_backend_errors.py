@@ -91,7 +91,10 @@ class TestFailedCallsMessage:
     def test_known_failure_type_gives_the_same_line(self):
         config = BackendConfig(llm="openai", api_base_url="http://127.0.0.1:9/v1")
         message = failed_calls_message([{"error": "AuthenticationError: Error code: 401"}], 3, config)
-        assert message.startswith("the OpenAI-compatible server at http://127.0.0.1:9/v1 refused the API key")
+        assert message == (
+            "the OpenAI-compatible server at http://127.0.0.1:9/v1 refused the API key in $OPENAI_API_KEY (HTTP 401): "
+            "set $OPENAI_API_KEY to a valid key"
+        )
 
     def test_unknown_failures_name_the_url_and_variables(self):
         config = BackendConfig(llm="ollama", ollama_url="http://127.0.0.1:9")
