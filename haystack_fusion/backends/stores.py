@@ -55,16 +55,18 @@ def check_document_store(config: BackendConfig) -> None:
         make one).
     :raises BackendError: If the Elasticsearch index does not exist or holds no passages (the message gives the
         `index` command).
+    :raises ImportError: For Elasticsearch without the `elasticsearch` extra.
     :raises elastic_transport.ConnectionError: If Elasticsearch cannot be reached (`backend_error_message` words it).
     """
     if config.store == "memory":
         if not Path(config.index_path).expanduser().is_file():
             raise FileNotFoundError(f"No saved index at {config.index_path}; create one with `haystack-fusion index`")
         return
+    store = document_store(config)  # ImportError naming the extra first; building it makes no connection
     from elasticsearch import Elasticsearch
 
-    # The store's own credentials ($ELASTIC_API_KEY / $ELASTIC_API_KEY_ID); building it makes no connection.
-    client = Elasticsearch(hosts=config.elasticsearch_url, api_key=document_store(config)._handle_auth())
+    # The store's own credentials ($ELASTIC_API_KEY / $ELASTIC_API_KEY_ID), as elasticsearch-haystack resolves them.
+    client = Elasticsearch(hosts=config.elasticsearch_url, api_key=store._handle_auth())
     try:
         index = config.elasticsearch_index
         if not client.indices.exists(index=index) or not client.count(index=index)["count"]:
