@@ -705,7 +705,7 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         """The run, unless every LLM call of it failed (each recorded as an abstention): then HTTPException 503."""
         calls = int(run.usage.get("calls", 0) or 0)
         if calls and int(run.usage.get("failed_calls", 0) or 0) >= calls:
-            raise _unavailable(failed_calls_message(run.answer.meta.get("failures") or [], calls, self.config))
+            raise _unavailable(failed_calls_message(run.evidence.get("failures") or [], calls, self.config))
         return run
 
     def _backend_failure(self, error: Exception) -> HTTPException | None:

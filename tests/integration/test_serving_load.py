@@ -249,8 +249,9 @@ class TestUnreachableBackends:
         assert f"Ollama is not reachable at OLLAMA_HOST=http://127.0.0.1:{port}" in log
         assert "Traceback" not in log
 
-    def test_every_llm_call_failed_is_a_503_not_an_unknown_answer(self, monkeypatch, index):
-        """post_fusion records each failed call as an abstention; when all failed, the wrapper answers 503."""
+    @pytest.mark.parametrize("strategy", ["post_fusion", "sure"])
+    def test_every_llm_call_failed_is_a_503_not_an_unknown_answer(self, monkeypatch, index, strategy):
+        """These strategies record each failed call as an abstention; when all failed, the wrapper answers 503."""
         from fastapi import HTTPException
 
         from haystack_fusion.serving.hayhooks import StrategyPipelineWrapper
@@ -260,7 +261,9 @@ class TestUnreachableBackends:
             monkeypatch.setenv(variable, value)
 
         class Wrapper(StrategyPipelineWrapper):
-            strategy = "post_fusion"
+            pass
+
+        Wrapper.strategy = strategy
 
         wrapper = Wrapper()
         wrapper.setup()
