@@ -263,9 +263,13 @@ def describe_generator(generator: Any) -> dict[str, Any]:
 
 
 def prompt_hashes(names: Iterable[str]) -> dict[str, str]:
-    """SHA-256 (first 16 hex digits) of each named prompt's template text and answer pattern."""
+    """
+    SHA-256 (first 16 hex digits) of each named prompt's template text and the pattern text that identifies its
+    parser (`PromptTemplate.fingerprint_pattern`: the answer pattern, or the text a pattern rewritten to extract the
+    same answers replaced), by name.
+    """
     return {
-        name: hashlib.sha256(f"{PROMPTS[name].text}\n{PROMPTS[name].answer_pattern}".encode()).hexdigest()[:16]
+        name: hashlib.sha256(f"{PROMPTS[name].text}\n{PROMPTS[name].fingerprint_pattern}".encode()).hexdigest()[:16]
         for name in sorted(names)
     }
 

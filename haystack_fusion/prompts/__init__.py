@@ -21,8 +21,15 @@ from jinja2 import Template
 from haystack_fusion.prompts import chain_of_note, distiller, figure7, figure8_pruning, figure9_summary, sure
 from haystack_fusion.prompts.passages import DEFAULT_MAX_PASSAGE_CHARS, format_passages, passage_key
 
-WHOLE_REPLY_PATTERN = r"^\s*([\s\S]*?)\s*$"
-"""Prompts whose reply a component parses itself (SuRe's candidates, summaries, validity, ranking): the whole reply."""
+WHOLE_REPLY_PATTERN = r"^\s*((?:\S(?:[\s\S]*\S)?)?)"
+"""Prompts whose reply a component parses itself (SuRe's candidates, summaries, validity, ranking): the whole reply,
+from its first to its last character that is not whitespace. Linear time (`WHOLE_REPLY_FINGERPRINT_PATTERN` was
+quadratic in a run of whitespace inside the reply)."""
+
+WHOLE_REPLY_FINGERPRINT_PATTERN = r"^\s*([\s\S]*?)\s*$"
+"""The pattern before it was made linear, kept as the text that identifies the parser in evaluation fingerprints
+(`PromptTemplate.fingerprint_pattern`): `WHOLE_REPLY_PATTERN` extracts the same first group from every reply
+(tests/unit/test_answer_patterns.py, a differential test), so committed runs resume."""
 
 COT_ANSWER_PATTERN = r"Answer:[ \t]*([^\n]*)"
 """Chain-of-thought prompts (Figures 8-9): the answer is the rest of the first "Answer:" line of the completion."""
@@ -38,12 +45,23 @@ class PromptTemplate:
     :param text: The Jinja template; variables `passages` and `query` (and `candidates` for the distiller).
     :param answer_pattern: A regular expression whose first group is the answer (as Haystack's AnswerBuilder reads
         it); no match gives an empty answer, which counts as unknown.
+    :param fingerprint_pattern: The pattern text that identifies the parser in evaluation fingerprints
+        (`evaluation.records.prompt_hashes`); empty (the default) means `answer_pattern`. A pattern rewritten without
+        changing what it extracts (e.g. made linear-time) keeps the text it replaced here, so the records of
+        committed runs still match and resume; the rewrite must be shown to give the same first group on every reply
+        (tests/unit/test_answer_patterns.py does it for the patterns here). A change of what is extracted must change
+        this text too.
     """
 
     name: str
     source: str
     text: str
     answer_pattern: str
+    fingerprint_pattern: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.fingerprint_pattern:
+            object.__setattr__(self, "fingerprint_pattern", self.answer_pattern)
 
     def chat_template(self) -> list[ChatMessage]:
         """The template as the one user message that ChatPromptBuilder takes."""
@@ -80,52 +98,120 @@ def extract_answer(pattern: str, reply: str | None) -> str:
 PROMPTS: dict[str, PromptTemplate] = {
     prompt.name: prompt
     for prompt in (
-        PromptTemplate("figure7", "paper 000, Appendix A, Figure 7", figure7.TEMPLATE, figure7.ANSWER_PATTERN),
+        PromptTemplate(
+            "figure7",
+            "paper 000, Appendix A, Figure 7",
+            figure7.TEMPLATE,
+            figure7.ANSWER_PATTERN,
+            figure7.FINGERPRINT_PATTERN,
+        ),
         PromptTemplate("pruning", "paper 000, Appendix A, Figure 8", figure8_pruning.TEMPLATE, COT_ANSWER_PATTERN),
         PromptTemplate("summary", "paper 000, Appendix A, Figure 9", figure9_summary.TEMPLATE, COT_ANSWER_PATTERN),
-        PromptTemplate("distiller", "paper 000, section 3.3", distiller.TEMPLATE, distiller.ANSWER_PATTERN),
-        PromptTemplate("sure_candidates", "paper 002, Appendix A.1, Listing 6", sure.CANDIDATES, WHOLE_REPLY_PATTERN),
+        PromptTemplate(
+            "distiller",
+            "paper 000, section 3.3",
+            distiller.TEMPLATE,
+            distiller.ANSWER_PATTERN,
+            distiller.FINGERPRINT_PATTERN,
+        ),
+        PromptTemplate(
+            "sure_candidates",
+            "paper 002, Appendix A.1, Listing 6",
+            sure.CANDIDATES,
+            WHOLE_REPLY_PATTERN,
+            WHOLE_REPLY_FINGERPRINT_PATTERN,
+        ),
         PromptTemplate(
             "sure_few_shot_candidates",
             "paper 002, Appendix B.5, Listing 13",
             sure.FEW_SHOT_CANDIDATES,
             WHOLE_REPLY_PATTERN,
+            WHOLE_REPLY_FINGERPRINT_PATTERN,
         ),
         PromptTemplate(
-            "sure_summary", "paper 002, Appendix A.2, Listing 7", sure.CONDITIONAL_SUMMARY, WHOLE_REPLY_PATTERN
+            "sure_summary",
+            "paper 002, Appendix A.2, Listing 7",
+            sure.CONDITIONAL_SUMMARY,
+            WHOLE_REPLY_PATTERN,
+            WHOLE_REPLY_FINGERPRINT_PATTERN,
         ),
         PromptTemplate(
             "sure_few_shot_summary",
             "paper 002, Appendix A.2, Listing 7 (with a demonstration, as Listing 13)",
             sure.FEW_SHOT_SUMMARY,
             WHOLE_REPLY_PATTERN,
+            WHOLE_REPLY_FINGERPRINT_PATTERN,
         ),
         PromptTemplate(
-            "sure_generic_summary", "paper 002, Appendix A.6, Listing 11", sure.GENERIC_SUMMARY, WHOLE_REPLY_PATTERN
-        ),
-        PromptTemplate("sure_validity", "paper 002, Appendix A.3, Listing 8", sure.VALIDITY, WHOLE_REPLY_PATTERN),
-        PromptTemplate("sure_ranking", "paper 002, Appendix A.4, Listing 9", sure.RANKING, WHOLE_REPLY_PATTERN),
-        PromptTemplate("sure_base", "paper 002, Appendix A.5, Listing 10", sure.BASE, sure.SHORT_ANSWER_PATTERN),
-        PromptTemplate("sure_mcq", "paper 002, Appendix A.7, Listing 12", sure.MCQ, sure.SHORT_ANSWER_PATTERN),
-        PromptTemplate(
-            "sure_sum_and_pred", "paper 002, section 4.3, Table 3", sure.SUM_AND_PRED, sure.SHORT_ANSWER_PATTERN
+            "sure_generic_summary",
+            "paper 002, Appendix A.6, Listing 11",
+            sure.GENERIC_SUMMARY,
+            WHOLE_REPLY_PATTERN,
+            WHOLE_REPLY_FINGERPRINT_PATTERN,
         ),
         PromptTemplate(
-            "con_single_call", "paper 004, Appendix A.5, Table 6", chain_of_note.SINGLE_CALL, WHOLE_REPLY_PATTERN
+            "sure_validity",
+            "paper 002, Appendix A.3, Listing 8",
+            sure.VALIDITY,
+            WHOLE_REPLY_PATTERN,
+            WHOLE_REPLY_FINGERPRINT_PATTERN,
+        ),
+        PromptTemplate(
+            "sure_ranking",
+            "paper 002, Appendix A.4, Listing 9",
+            sure.RANKING,
+            WHOLE_REPLY_PATTERN,
+            WHOLE_REPLY_FINGERPRINT_PATTERN,
+        ),
+        PromptTemplate(
+            "sure_base",
+            "paper 002, Appendix A.5, Listing 10",
+            sure.BASE,
+            sure.SHORT_ANSWER_PATTERN,
+            sure.SHORT_ANSWER_FINGERPRINT_PATTERN,
+        ),
+        PromptTemplate(
+            "sure_mcq",
+            "paper 002, Appendix A.7, Listing 12",
+            sure.MCQ,
+            sure.SHORT_ANSWER_PATTERN,
+            sure.SHORT_ANSWER_FINGERPRINT_PATTERN,
+        ),
+        PromptTemplate(
+            "sure_sum_and_pred",
+            "paper 002, section 4.3, Table 3",
+            sure.SUM_AND_PRED,
+            sure.SHORT_ANSWER_PATTERN,
+            sure.SHORT_ANSWER_FINGERPRINT_PATTERN,
+        ),
+        PromptTemplate(
+            "con_single_call",
+            "paper 004, Appendix A.5, Table 6",
+            chain_of_note.SINGLE_CALL,
+            WHOLE_REPLY_PATTERN,
+            WHOLE_REPLY_FINGERPRINT_PATTERN,
         ),
         PromptTemplate(
             "con_document_note",
             "paper 004, section 2.3.1, Appendix A.5",
             chain_of_note.DOCUMENT_NOTE,
             WHOLE_REPLY_PATTERN,
+            WHOLE_REPLY_FINGERPRINT_PATTERN,
         ),
         PromptTemplate(
             "con_synthesis",
             "paper 004, Appendix A.5 (steps 4-5)",
             chain_of_note.SYNTHESIS,
             chain_of_note.ANSWER_PATTERN,
+            chain_of_note.FINGERPRINT_PATTERN,
         ),
-        PromptTemplate("sure_sum_all", "paper 002, section 4.3, Table 3", sure.SUM_ALL, sure.SHORT_ANSWER_PATTERN),
+        PromptTemplate(
+            "sure_sum_all",
+            "paper 002, section 4.3, Table 3",
+            sure.SUM_ALL,
+            sure.SHORT_ANSWER_PATTERN,
+            sure.SHORT_ANSWER_FINGERPRINT_PATTERN,
+        ),
     )
 }
 """Every prompt template of the package, by name."""
@@ -217,6 +303,7 @@ __all__ = [
     "COT_ANSWER_PATTERN",
     "DEFAULT_MAX_PASSAGE_CHARS",
     "PROMPTS",
+    "WHOLE_REPLY_FINGERPRINT_PATTERN",
     "WHOLE_REPLY_PATTERN",
     "CompiledPrompt",
     "PromptTemplate",

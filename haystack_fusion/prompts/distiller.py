@@ -36,6 +36,21 @@ Answer:"""
 """Variables: `passages` (a `format_passages` block of the passages whose post-fusion answer was not unknown),
 `query`, `candidates` (the post-fusion candidate pool, most votes first). Candidates are listed "(a) X (b) Y"."""
 
-ANSWER_PATTERN = r"^\s*(?:\([a-z]\)\s*)?([^\n]*?)(?:\s*\([a-z]\)\s[^\n]*)?[ \t]*(?:\n|$)"
+ANSWER_PATTERN = (
+    r"^\s*(?:\([a-z]\)\s*)?("
+    # the answer, read token by token up to the first place where a listed candidate or the line's end starts:
+    r"(?:(?!\([a-z]\)\s)\S"  # a character that does not start a label "(b) "
+    r"|[^\S\n]+(?!\([a-z]\)\s)(?=\S)"  # a whole run of spaces inside the line, not before a label
+    # a trailing run of spaces up to its last character other than space or tab, unless the run goes on past the
+    # line's end to a label
+    r"|[^\S\n]*[^\S \t\n](?=[ \t]*(?:\n|$))(?![ \t]*\n\s*\([a-z]\)\s)"
+    r")*)(?:\s*\([a-z]\)\s[^\n]*)?[ \t]*(?:\n|$)"
+)
 """The first line of the completion, without a leading candidate label "(a) " and without further listed candidates
-(" (b) ..."): a model that answers "(a) Rollo (b) Ragnar" picked "Rollo"."""
+(" (b) ..."): a model that answers "(a) Rollo (b) Ragnar" picked "Rollo". Linear time: each run of whitespace is
+read as one token (`FINGERPRINT_PATTERN`, the same reading with a lazy group, was quadratic in a run of spaces)."""
+
+FINGERPRINT_PATTERN = r"^\s*(?:\([a-z]\)\s*)?([^\n]*?)(?:\s*\([a-z]\)\s[^\n]*)?[ \t]*(?:\n|$)"
+"""The pattern before it was made linear, kept as the text that identifies the parser in evaluation fingerprints
+(`PromptTemplate.fingerprint_pattern`): `ANSWER_PATTERN` extracts the same first group from every reply
+(tests/unit/test_answer_patterns.py, a differential test), so committed runs resume."""

@@ -183,10 +183,29 @@ Answer:"""
 """Table 3 "Sum-and-pred (Gen)" (section 4.3): Listing 10 with the generic summary (Listing 11) in place of the
 passages. Variables: `summaries` (the one generic summary; empty when nothing was retrieved), `query`."""
 
-SHORT_ANSWER_PATTERN = r"^\s*(?:\([a-z]\)\s*)?([^\n]*?)(?:\s*\([a-z]\)\s[^\n]*)?[ \t.]*(?:\n|$)"
+SHORT_ANSWER_PATTERN = (
+    r"^\s*(?:\([a-z]\)\s*)?("
+    # the answer, read token by token up to the first place where a listed choice or the line's end starts:
+    r"(?:(?!\([a-z]\)\s)[^\s.]"  # a character other than a period that does not start a label "(b) "
+    # a whole run of spaces and periods inside the line, unless it ends in a space before a label
+    r"|(?:[^\S\n]|\.)*(?:\.|[^\S\n](?!\([a-z]\)\s))(?=[^\s.])"
+    r"|(?:[^\S\n]|\.)*\.(?=[^\S\n]+\([a-z]\)\s)"  # such a run up to its last period, when spaces and a label follow
+    # a trailing run up to its last character other than space, tab or period, unless that character is in spaces
+    # that go on past the line's end to a label
+    r"|(?:[^\S\n]|\.)*[^\S \t\n](?=[ \t.]*(?:\n|$))(?![ \t]*\n\s*\([a-z]\)\s)"
+    # in that last case: the trailing run up to its last period
+    r"|(?:[^\S\n]|\.)*\.(?=[^\S\n]*[^\S \t\n][^\S\n]*\n\s*\([a-z]\)\s)"
+    r")*)(?:\s*\([a-z]\)\s[^\n]*)?[ \t.]*(?:\n|$)"
+)
 """Listings 10-12 end with "Answer:": the answer is the first line of the completion, without a leading choice label
 "(a) ", without further listed choices (" (b) ...": a model that answers "France (b) Germany" picked "France") and
-without a trailing period."""
+without a trailing period. Linear time: each run of whitespace and periods is read as one token
+(`SHORT_ANSWER_FINGERPRINT_PATTERN`, the same reading with a lazy group, was quadratic in a run of spaces)."""
+
+SHORT_ANSWER_FINGERPRINT_PATTERN = r"^\s*(?:\([a-z]\)\s*)?([^\n]*?)(?:\s*\([a-z]\)\s[^\n]*)?[ \t.]*(?:\n|$)"
+"""The pattern before it was made linear, kept as the text that identifies the parser in evaluation fingerprints
+(`PromptTemplate.fingerprint_pattern`): `SHORT_ANSWER_PATTERN` extracts the same first group from every reply
+(tests/unit/test_answer_patterns.py, a differential test), so committed runs resume."""
 
 _PLACEHOLDERS = ("xx", "yy", "zz", "ww", "vv", "uu", "tt", "ss", "rr", "qq")
 

@@ -1,0 +1,139 @@
+"""
+The linear-time answer patterns against the patterns they replaced (issue 15, item 5): a differential test.
+
+Five answer patterns of `haystack_fusion/prompts` (the whole reply, figure7, the distiller, SuRe's short answer,
+Chain-of-Note's synthesis) were quadratic in a run of whitespace inside a reply. Each was rewritten to read every run
+once; evaluation fingerprints still hash the old text (`PromptTemplate.fingerprint_pattern`), so committed runs resume,
+which holds only if the new pattern extracts exactly what the old one did. Here both are run on the same replies and
+must agree on everything a reader sees: whether the pattern matches, the first group as Haystack's AnswerBuilder reads
+it (`match.group(1)`, unstripped), `extract_answer`'s answer, and the answer of a real AnswerBuilder.
+
+The test runs the fuzz profile of `test_parser_fuzzing.py` ("fuzz-ci" in CI); `FUZZ_PROFILE=fuzz-50k` runs 50,000
+replies. The prompts' hashes themselves are pinned in `test_datamarking.py::TestOffIsUnchanged::test_prompt_hashes`.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from haystack.components.builders import AnswerBuilder
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from haystack_fusion.evaluation.records import prompt_hashes
+from haystack_fusion.prompts import (
+    PROMPTS,
+    WHOLE_REPLY_FINGERPRINT_PATTERN,
+    WHOLE_REPLY_PATTERN,
+    chain_of_note,
+    distiller,
+    extract_answer,
+    figure7,
+    sure,
+)
+from tests.unit.test_parser_fuzzing import ADVERSARIAL_UNITS, FUZZ, HOSTILE_CHARACTERS, VOCABULARY, replies
+
+REWRITTEN: dict[str, tuple[str, str]] = {
+    "whole_reply": (WHOLE_REPLY_FINGERPRINT_PATTERN, WHOLE_REPLY_PATTERN),
+    "figure7": (figure7.FINGERPRINT_PATTERN, figure7.ANSWER_PATTERN),
+    "distiller": (distiller.FINGERPRINT_PATTERN, distiller.ANSWER_PATTERN),
+    "sure_short_answer": (sure.SHORT_ANSWER_FINGERPRINT_PATTERN, sure.SHORT_ANSWER_PATTERN),
+    "chain_of_note": (chain_of_note.FINGERPRINT_PATTERN, chain_of_note.ANSWER_PATTERN),
+}
+"""(old pattern, new pattern) by name."""
+
+OLD_TEXTS = {
+    "whole_reply": r"^\s*([\s\S]*?)\s*$",
+    "figure7": r"^\s*([^\n]*?)\s*(?:\n|$)",
+    "distiller": r"^\s*(?:\([a-z]\)\s*)?([^\n]*?)(?:\s*\([a-z]\)\s[^\n]*)?[ \t]*(?:\n|$)",
+    "sure_short_answer": r"^\s*(?:\([a-z]\)\s*)?([^\n]*?)(?:\s*\([a-z]\)\s[^\n]*)?[ \t.]*(?:\n|$)",
+    "chain_of_note": r"^\s*([^\n]*?)[ \t.]*(?:\n|$)",
+}
+"""The patterns as they were before the rewrite (commit 56e0a0e), which the fingerprints hash."""
+
+PIECES = (
+    " ", "  ", "\t", "\n", "\n\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1f", "\x85", "\xa0", "\u1680", "\u2000",
+    "\u2009", "\u2028", "\u2029", "\u202f", "\u3000", "\u200b", "\ufeff", ".", "..", ". ", " .", "(", ")", "a", "b",
+    "z", "A", "1", "é", "(a)", "(b)", "(z)", "(A)", "(ab)", "(a) ", "(b) ", " (b) ", "(c)\n", "(c)\t", "(d)\xa0",
+    "(e).", "Paris", "France", "Answer:", "the answer is", "x",
+)  # fmt: skip
+"""What the patterns read: whitespace of every kind (Unicode spaces, line and paragraph separators, `\\r`), periods,
+choice labels with and without the whitespace a label needs, and words."""
+
+pattern_replies = st.lists(st.sampled_from(PIECES), max_size=40).map("".join)
+"""Short replies made of the pieces the patterns' branches turn on."""
+run_replies = st.builds(
+    lambda head, unit, count, tail: head + unit * count + tail,
+    head=pattern_replies,
+    unit=st.sampled_from(PIECES + ADVERSARIAL_UNITS),
+    count=st.integers(0, 300),
+    tail=pattern_replies,
+)
+"""Long runs of one piece (the inputs that made the old patterns backtrack) between short replies."""
+hostile_replies = st.lists(st.sampled_from((*HOSTILE_CHARACTERS, *VOCABULARY, *PIECES)), max_size=30).map("".join)
+all_replies = st.one_of(pattern_replies, run_replies, hostile_replies, replies, st.text(max_size=50))
+
+_BUILDERS = {name: (AnswerBuilder(pattern=old), AnswerBuilder(pattern=new)) for name, (old, new) in REWRITTEN.items()}
+
+
+def _first_group(pattern: str, reply: str) -> tuple[str | None, int | None]:
+    """What AnswerBuilder's pattern reading sees: the first group (None: no match) and `lastindex`."""
+    match = re.search(pattern, reply)
+    return (None, None) if match is None else (match.group(1), match.lastindex)
+
+
+def _answer_builder(builder: AnswerBuilder, reply: str) -> str | None:
+    return builder.run(query="q", replies=[reply])["answers"][0].data
+
+
+@FUZZ
+@given(reply=all_replies)
+@example(reply="")
+@example(reply="a" + " " * 1000 + "b")
+@example(reply="Paris. \r\n(b) Lyon")
+@example(reply="(a) x.\xa0 \n\n (b) y")
+@example(reply="(a) (b) c")
+@example(reply="x . \u2028\n(c)\tz")
+def test_new_patterns_extract_what_the_old_ones_did(reply):
+    for name, (old, new) in REWRITTEN.items():
+        assert _first_group(new, reply) == _first_group(old, reply), name
+        assert extract_answer(new, reply) == extract_answer(old, reply), name
+        old_builder, new_builder = _BUILDERS[name]
+        assert _answer_builder(new_builder, reply) == _answer_builder(old_builder, reply), name
+
+
+@pytest.mark.parametrize("name", sorted(REWRITTEN))
+def test_long_whitespace_runs(name):
+    # The inputs that were quadratic, at a size the old patterns still finish in well under a second.
+    old, new = REWRITTEN[name]
+    for unit in (" ", "\t", ". ", " .", "\xa0 ", "\r"):
+        for head, tail in (("a", "b"), ("(a) x", "\n(b) y"), ("x", "(b) y"), ("x", ""), ("", "\n")):
+            reply = head + unit * 3000 + tail
+            assert _first_group(new, reply) == _first_group(old, reply), (unit, head, tail)
+
+
+def test_the_fingerprints_hash_the_old_texts():
+    assert {name: old for name, (old, _) in REWRITTEN.items()} == OLD_TEXTS
+    by_old_text = dict(REWRITTEN.values())
+    for prompt in PROMPTS.values():
+        if prompt.fingerprint_pattern != prompt.answer_pattern:
+            assert by_old_text[prompt.fingerprint_pattern] == prompt.answer_pattern, prompt.name
+    rewritten = {prompt.name for prompt in PROMPTS.values() if prompt.fingerprint_pattern != prompt.answer_pattern}
+    assert rewritten == set(PROMPTS) - {
+        "pruning",
+        "summary",
+    }  # every prompt but the chain-of-thought ones (pruning, summary)
+
+
+def test_prompt_hashes_read_the_fingerprint_pattern(monkeypatch):
+    prompt = PROMPTS["figure7"]
+    before = prompt_hashes(["figure7"])
+    monkeypatch.setitem(PROMPTS, "figure7", type(prompt)(prompt.name, prompt.source, prompt.text, r"(.*)", "x"))
+    changed = prompt_hashes(["figure7"])
+    monkeypatch.setitem(
+        PROMPTS, "figure7", type(prompt)(prompt.name, prompt.source, prompt.text, r"(.*)", prompt.fingerprint_pattern)
+    )
+    assert prompt_hashes(["figure7"]) == before != changed
+    # without a fingerprint pattern, the answer pattern is what is hashed
+    assert type(prompt)("p", "s", "t", r"(.*)").fingerprint_pattern == r"(.*)"
