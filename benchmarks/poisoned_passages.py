@@ -38,6 +38,7 @@ Run: `nice -n 5 .venv/bin/python benchmarks/poisoned_passages.py [--questions 40
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -63,6 +64,7 @@ from haystack_fusion.evaluation.records import (
     read_records,
 )
 from haystack_fusion.evaluation.stats import paired_difference_ci, rate_ci
+from haystack_fusion.prompts.passages import DATAMARK
 
 DEFAULT_DATASET = "../shared/data/squad2-dev-subset/squad2_dev_subset.json"
 CLEAN_RUN = "docs/results/squad2-sample200"
@@ -249,6 +251,34 @@ def seed_clean_records(out: Path, source: Path, fingerprints: dict[str, str], id
     return copied
 
 
+def redact_marked(path: Path, dataset: EvalDataset) -> int:
+    """
+    Cut dataset text out of datamarked predictions: the runner's redaction (`records.DatasetText`) matches runs of
+    words, which a prediction copied from marked passages ("Paris ^ is ^ the ^ ...") breaks up. Each prediction is
+    read without its markers and redacted again; its score (on the whole prediction) is kept, as for any redacted
+    record. The file is rewritten in place (atomically).
+
+    :param path: A `results.jsonl` of a datamark run.
+    :param dataset: The dataset the run answered.
+    :returns: The number of predictions redacted here.
+    """
+    from haystack_fusion.evaluation.records import DatasetText
+
+    text = DatasetText([q.question for q in dataset.questions] + [d.content or "" for d in dataset.documents])
+    lines, count = [], 0
+    for record in read_records(path):
+        unmarked = " ".join(word for word in record.prediction.split() if word != DATAMARK)
+        kept, redacted = text.redact(unmarked)
+        if redacted:
+            record = dataclasses.replace(record, prediction=kept, redacted=True)
+            count += 1
+        lines.append(record.to_json())
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    os.replace(temporary, path)
+    return count
+
+
 def main() -> None:
     """Build the attacked set, run the clean, attacked and defended runs through the runner, print the table."""
     from haystack.document_stores.in_memory import InMemoryDocumentStore
@@ -338,8 +368,16 @@ def main() -> None:
             dataset=str(args.dataset),
             command=["benchmarks/poisoned_passages.py", f"--questions={args.questions}", f"--seed={args.seed}"],
         )
-        asked = defended if datamark else questions
+        # round robin over the attacks (the first question of each, then the second, ...), the defended ones first:
+        # a run stopped part-way has every attack on the same number of questions
+        asked = sorted(
+            defended if datamark else questions,
+            key=lambda q: (groups_of[attack_of[q.id]].index(q.id), list(ATTACKS).index(attack_of[q.id])),
+        )
         done = read_records(out / name / RESULTS_FILE) if args.report_only else evaluator.run(asked)
+        if datamark and (out / name / RESULTS_FILE).is_file():
+            print(f"{name}: {redact_marked(out / name / RESULTS_FILE, dataset)} marked predictions redacted")
+            done = read_records(out / name / RESULTS_FILE)
         records[name] = {(r.strategy, r.question_id): r for r in done if r.question_id in ids}
     evidence = out / "clean" / "evidence_text.jsonl"
     if evidence.is_file() and not evidence.stat().st_size:
@@ -354,6 +392,8 @@ def main() -> None:
         if run not in records:
             continue
         chosen_questions = [q for q in group if all((s, q.id) in records[run] for s in STRATEGIES)]
+        if any(title == f"defence {defence}, {len(chosen_questions)} questions" for title, _ in sections):
+            continue  # the same questions as a table already made
         rows: list[Row] = []
         sections.append((f"defence {defence}, {len(chosen_questions)} questions", rows))
         for strategy in STRATEGIES:
@@ -380,6 +420,28 @@ def main() -> None:
           "defence")  # fmt: skip
     for title, rows in sections:
         print(f"\n{title}:\n\n{table(rows)}")
+    attacked_all = [q for q in questions if all((s, q.id) in records.get("attacked", {}) for s in STRATEGIES)]
+    if attacked_all:
+        print(
+            "\nAttack success, strategy against concatenation on the same questions (no defence), pp [95% CI, paired]\n"
+        )
+        print("| strategy | n | attack success | minus concatenation's |\n|---|---:|---|---|")
+        success = {
+            strategy: [
+                succeeded(
+                    attack_of[q.id],
+                    records["attacked"][(strategy, q.id)].prediction,
+                    records["clean"][(strategy, q.id)].prediction,
+                )
+                for q in attacked_all
+            ]
+            for strategy in STRATEGIES
+        }
+        for strategy in STRATEGIES[1:]:
+            print(
+                f"| {strategy} | {len(attacked_all)} | {_fmt_rate(success[strategy])} | "
+                f"{_fmt_lost(success[strategy], success['concatenation'])} |"
+            )
     both = [
         q
         for q in defended
