@@ -151,3 +151,40 @@ class TestFormattingUnderAttack:
             )
             answers[strategy] = run_strategy(strategy, pipe, QUESTION.question, top_k=5).answer.data
         assert answers == {"concatenation": "Atlantis", "post_fusion": "Paris", "concat_pf": "Atlantis"}
+
+
+def test_redact_marked_cuts_copied_passages(bench, tmp_path):
+    from haystack_fusion.evaluation.datasets import EvalDataset
+    from haystack_fusion.evaluation.metrics import QuestionScore
+    from haystack_fusion.evaluation.records import QuestionRecord, read_records
+
+    passage = "one two three four five six seven eight nine ten"
+    dataset = EvalDataset(name="t", documents=[Document(content=passage)], questions=[QUESTION])
+    score = QuestionScore(
+        id="q1",
+        answerable=True,
+        em=0.0,
+        f1=0.0,
+        accuracy=0.0,
+        unknown=False,
+        pool_has_gold=None,
+        majority_correct=None,
+        retrieval_hit=None,
+        prompt_tokens=0,
+        completion_tokens=0,
+        calls=1,
+        seconds=0.0,
+    )
+    marked = datamark_text(f"so {passage}")
+    records = [
+        QuestionRecord("concatenation", 5, "retrieved", "q1", True, marked, {}, [], score),
+        QuestionRecord("post_fusion", 5, "retrieved", "q1", True, "Paris", {}, [], score),
+    ]
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(r.to_json() + "\n" for r in records), encoding="utf-8")
+    assert bench.redact_marked(path, dataset) == 1
+    first, second = read_records(path)
+    assert first.prediction == "so [10 words of the dataset]"
+    assert first.redacted
+    assert second.prediction == "Paris"
+    assert not second.redacted
