@@ -92,6 +92,10 @@ LATER_PREDICTION_OPTIONS = ("min_confidence", "min_vote_share", "verifier_scorin
 or when the strategy has a default for them (`Strategy.defaults`), so the records of earlier runs keep their
 fingerprints."""
 
+LATER_PREDICTION_FLAGS = ("datamark",)
+"""`StrategyConfig` switches that change prompts, added after runs were committed: hashed only when on (off is the
+earlier behaviour, so earlier records keep their fingerprints)."""
+
 
 @dataclass(frozen=True)
 class EvalConfig:
@@ -299,6 +303,7 @@ class Evaluator:
                 **{name: options[name] for name in PREDICTION_OPTIONS},
                 **get_strategy(strategy).defaults,
                 **{name: options[name] for name in LATER_PREDICTION_OPTIONS if options.get(name) is not None},
+                **{name: True for name in LATER_PREDICTION_FLAGS if options.get(name)},
             },
             prompts=prompt_hashes(get_strategy(strategy).prompts),
             llm=describe_generator(generator),

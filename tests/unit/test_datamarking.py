@@ -125,6 +125,21 @@ class TestOffIsUnchanged:
         fingerprints = {s: evaluator.settings(s, 5, PassageSetting(), generator).fingerprint() for s in expected}
         assert fingerprints == expected
 
+    def test_datamark_on_changes_the_fingerprint(self):
+        def fingerprint(options: dict) -> str:
+            evaluator = Evaluator(
+                EvalDataset(name="pin", documents=[], questions=[]),
+                EvalConfig(strategies=["post_fusion"], strategy_options=options),
+                "unused",
+                retriever_factory=lambda: None,
+                generator_factory=lambda: None,
+            )
+            generator = MockChatGenerator(responses=["a"])
+            return evaluator.settings("post_fusion", 5, PassageSetting(), generator).fingerprint()
+
+        assert fingerprint({"datamark": False}) == fingerprint({})  # off: the earlier records' fingerprint
+        assert fingerprint({"datamark": True}) != fingerprint({})  # on: never mixed with them
+
 
 class TestDatamarking:
     def test_datamark_text(self):
