@@ -29,7 +29,10 @@ SummaryMode = Literal["conditional", "generic", "candidates"]
 SUMMARY_MODES: tuple[str, ...] = ("conditional", "generic", "candidates")
 
 _PREFIX = re.compile(r"^\s*(?:\([a-z]\)\s*)?(?:(?:passage|response|summary)\s*:\s*)?", re.IGNORECASE)
-_NEXT_FIELD = re.compile(r"\n\s*(?:passage|question|prediction|choices|answer)\b[^\n:]{0,12}:", re.IGNORECASE)
+# A field line: the newline right before it, then spaces or tabs (not more newlines, so that each newline of a long
+# blank run is tried once: linear). Where blank lines precede the field, the split falls at the last of them rather
+# than the first, and `clean_summary` strips what lies between.
+_NEXT_FIELD = re.compile(r"\n[^\S\n]*(?:passage|question|prediction|choices|answer)\b[^\n:]{0,12}:", re.IGNORECASE)
 
 
 def clean_summary(reply: str | None) -> str:
