@@ -174,7 +174,7 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def _skipped_note(skipped: list[SkippedFile], shown: int = 5) -> str:
-    """"; skipped 2 files: a.txt (not UTF-8), b.md (empty)" for the files a folder gave no passages from."""
+    """The note on the files a folder gave no passages from: `; skipped 2 files: a.txt (not UTF-8), b.md (empty)`."""
     if not skipped:
         return ""
     names = ", ".join(f"{skip.file} ({skip.reason})" for skip in skipped[:shown])
