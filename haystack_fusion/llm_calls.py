@@ -124,16 +124,29 @@ def concurrency_ceiling() -> int:
     :returns: `HAYSTACK_FUSION_MAX_CONCURRENCY` when set (calls), else `DEFAULT_CONCURRENCY_CEILING`.
     :raises ValueError: If the environment variable is set to anything but an integer >= 1.
     """
-    value = os.environ.get(MAX_CONCURRENCY_ENV, "").strip()
+    ceiling = _positive_int_env(MAX_CONCURRENCY_ENV, "calls under way at once")
+    return DEFAULT_CONCURRENCY_CEILING if ceiling is None else ceiling
+
+
+def _positive_int_env(name: str, unit: str) -> int | None:
+    """
+    An environment variable that holds an integer >= 1, read now.
+
+    :param name: The variable's name.
+    :param unit: What the integer counts, for the error message.
+    :returns: Its value, or None when it is unset or blank.
+    :raises ValueError: If it is set to anything but an integer >= 1.
+    """
+    value = os.environ.get(name, "").strip()
     if not value:
-        return DEFAULT_CONCURRENCY_CEILING
+        return None
     try:
-        ceiling = int(value)
+        number = int(value)
     except ValueError:
-        ceiling = 0
-    if ceiling < 1:
-        raise ValueError(f"`{MAX_CONCURRENCY_ENV}` must be an integer >= 1 (calls under way at once), got {value!r}")
-    return ceiling
+        number = 0
+    if number < 1:
+        raise ValueError(f"`{name}` must be an integer >= 1 ({unit}), got {value!r}")
+    return number
 
 
 def concurrency_limit(max_concurrency: int | None, calls: int) -> int:
@@ -242,16 +255,7 @@ def calls_in_flight_limit() -> int | None:
     with _LIMIT_LOCK:
         if _LIMIT_OVERRIDE:
             return _LIMIT_OVERRIDE[-1]
-    value = os.environ.get(MAX_CALLS_IN_FLIGHT_ENV, "").strip()
-    if not value:
-        return None
-    try:
-        limit = int(value)
-    except ValueError:
-        limit = 0
-    if limit < 1:
-        raise ValueError(f"`{MAX_CALLS_IN_FLIGHT_ENV}` must be an integer >= 1 (LLM calls in flight), got {value!r}")
-    return limit
+    return _positive_int_env(MAX_CALLS_IN_FLIGHT_ENV, "LLM calls in flight")
 
 
 @contextlib.contextmanager
