@@ -19,7 +19,12 @@ pytest.importorskip("hayhooks", reason="the `serve` extra (pip install 'haystack
 openai = pytest.importorskip("openai")
 
 WRAPPERS = Path(__file__).resolve().parents[2] / "pipelines"
-QUESTION = "When were the Normans in Normandy?"
+
+
+@pytest.fixture(scope="module")
+def question(questions) -> str:
+    """A question of the subset, read from ../shared at run time."""
+    return questions[2].question
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +62,8 @@ def server(tmp_path_factory, squad):
         log.close()
 
 
-def test_run_endpoint_answers_with_sources(server):
-    response = httpx.post(f"{server}/concat_pf/run", json={"query": QUESTION}, timeout=120)
+def test_run_endpoint_answers_with_sources(server, question):
+    response = httpx.post(f"{server}/concat_pf/run", json={"query": question}, timeout=120)
     assert response.status_code == 200, response.text
     result = response.json()["result"]
     assert result["answer"]
@@ -66,9 +71,9 @@ def test_run_endpoint_answers_with_sources(server):
     assert result["usage"]["calls"] >= 1
 
 
-def test_openai_client_chat_completion(server):
+def test_openai_client_chat_completion(server, question):
     client = openai.OpenAI(base_url=f"{server}/v1", api_key="not-needed")
-    completion = client.chat.completions.create(model="concat_pf", messages=[{"role": "user", "content": QUESTION}])
+    completion = client.chat.completions.create(model="concat_pf", messages=[{"role": "user", "content": question}])
     text = completion.choices[0].message.content
     assert "\n\nSources:\n[1] " in text
     assert text.split("\n\nSources:")[0].strip()
@@ -80,10 +85,10 @@ def test_empty_question_is_a_client_error(server):
     assert "non-empty question" in response.text
 
 
-def test_streamed_chat_has_status_tokens_sources_and_details(server):
+def test_streamed_chat_has_status_tokens_sources_and_details(server, question):
     client = openai.OpenAI(base_url=f"{server}/v1", api_key="not-needed")
     stream = client.chat.completions.create(
-        model="concatenation", messages=[{"role": "user", "content": QUESTION}], stream=True
+        model="concatenation", messages=[{"role": "user", "content": question}], stream=True
     )
     kinds, texts = [], []
     for chunk in stream:
