@@ -190,6 +190,11 @@ class CallSlots:
         self._lock = threading.Lock()
         self._waiters: deque[Callable[[], None]] = deque()
 
+    @property
+    def waiting(self) -> int:
+        """Callers waiting for a slot now."""
+        return len(self._waiters)
+
     def _take(self, wake: Callable[[], None]) -> bool:
         with self._lock:
             if self.taken < self.limit and not self._waiters:
@@ -289,6 +294,17 @@ def _call_slots() -> CallSlots | None:
         return _SLOTS
 
 
+@contextlib.contextmanager
+def _holding(slots: CallSlots) -> Iterator[None]:
+    """Mark this context as holding a slot taken from `slots` (nested calls take none), and give it back after."""
+    token = _HOLDING.set(True)
+    try:
+        yield
+    finally:
+        _HOLDING.reset(token)
+        slots.release()
+
+
 @contextlib.asynccontextmanager
 async def call_slot_async() -> AsyncIterator[None]:
     """Hold one of the process-wide slots for the block (none when there is no limit, or this call holds one)."""
@@ -297,12 +313,8 @@ async def call_slot_async() -> AsyncIterator[None]:
         yield
         return
     await slots.acquire_async()
-    token = _HOLDING.set(True)
-    try:
+    with _holding(slots):
         yield
-    finally:
-        _HOLDING.reset(token)
-        slots.release()
 
 
 @contextlib.contextmanager
@@ -313,12 +325,8 @@ def call_slot() -> Iterator[None]:
         yield
         return
     slots.acquire()
-    token = _HOLDING.set(True)
-    try:
+    with _holding(slots):
         yield
-    finally:
-        _HOLDING.reset(token)
-        slots.release()
 
 
 def limit_calls(chat_generator: ChatGenerator) -> ChatGenerator:

@@ -16,7 +16,6 @@ Needs no extra: `serving.hayhooks` turns `ServerBusyError` into HTTP 503 with a 
 from __future__ import annotations
 
 import asyncio
-import collections
 import math
 import os
 import threading
@@ -24,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from haystack import logging
+
+from haystack_fusion.llm_calls import CallSlots
 
 logger = logging.getLogger(__name__)
 
@@ -135,16 +136,17 @@ class ServingLimits:
 
 
 class Slot:
-    """A place taken in an `AdmissionLimit`; `release` gives it back (it may be called more than once)."""
+    """A place taken in an `AdmissionLimit`; `release` gives it back (it may be called more than once, from any
+    thread)."""
 
-    def __init__(self, limit: AdmissionLimit) -> None:
-        self._limit: AdmissionLimit | None = limit
+    def __init__(self, slots: CallSlots) -> None:
+        self._slots: CallSlots | None = slots
 
     def release(self) -> None:
         """Give the place back: to the longest-waiting request, else to the pool. Idempotent."""
-        limit, self._limit = self._limit, None
-        if limit is not None:
-            limit._release()
+        slots, self._slots = self._slots, None
+        if slots is not None:
+            slots.release()
 
 
 class AdmissionLimit:
@@ -152,8 +154,9 @@ class AdmissionLimit:
     At most `max_in_flight` requests at once; up to `max_waiting` more wait in arrival order, each at most
     `queue_timeout` seconds; the others are refused with `ServerBusyError` (HTTP 503 from the wrappers).
 
-    For requests served on one asyncio event loop (Hayhooks' async endpoints). A slot freed by a request goes straight
-    to the longest-waiting one, so a request that arrives later cannot overtake the queue.
+    The slots are `llm_calls.CallSlots` (first come, first served; a freed slot goes straight to the longest-waiting
+    request, so a request that arrives later cannot overtake the queue); this class adds the bound on the queue, the
+    timeout and the counters.
 
     ### Usage example
     ```python
@@ -187,19 +190,24 @@ class AdmissionLimit:
         self.max_in_flight = max_in_flight
         self.max_waiting = max_waiting
         self.queue_timeout = queue_timeout
-        self.in_flight = 0
         self.admitted = 0
         self.refused = 0
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._slots = CallSlots(max_in_flight)
+
+    @property
+    def in_flight(self) -> int:
+        """Requests holding a slot now."""
+        return self._slots.taken
 
     @property
     def waiting(self) -> int:
         """Requests waiting for a slot now."""
-        return sum(not waiter.done() for waiter in self._waiters)
+        return self._slots.waiting
 
-    def _retry_after(self) -> int:
-        return max(1, math.ceil(self.queue_timeout))
+    def _busy(self, message: str) -> ServerBusyError:
+        self.refused += 1
+        logger.warning("Refused a request (503): {reason}", reason=message)
+        return ServerBusyError(message, retry_after=max(1, math.ceil(self.queue_timeout)))
 
     async def acquire(self) -> Slot:
         """
@@ -209,62 +217,22 @@ class AdmissionLimit:
         :raises ServerBusyError: If `max_waiting` requests are already waiting, or no slot came within
             `queue_timeout` seconds.
         """
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:  # a new event loop (tests): nothing of the old one can still be waiting
-            self._loop, self._waiters = loop, collections.deque()
-            self.in_flight = min(self.in_flight, self.max_in_flight)
-        if self.in_flight < self.max_in_flight and not self.waiting:
-            self.in_flight += 1
-            self.admitted += 1
-            return Slot(self)
-        if self.waiting >= self.max_waiting:
-            self.refused += 1
-            message = (
+        slots = self._slots
+        if (slots.taken >= slots.limit or slots.waiting) and slots.waiting >= self.max_waiting:
+            raise self._busy(
                 f"The server is busy: {self.in_flight} requests are running and {self.waiting} waiting (the limits: "
                 f"{self.max_in_flight} and {self.max_waiting}); retry later"
             )
-            logger.warning("Refused a request (503): {reason}", reason=message)
-            raise ServerBusyError(message, retry_after=self._retry_after())
-        waiter: asyncio.Future[None] = loop.create_future()
-        self._waiters.append(waiter)
         try:
-            await asyncio.wait_for(waiter, self.queue_timeout)
+            # On the timeout, wait_for cancels the wait: CallSlots drops the waiter, or gives back a slot handed over.
+            await asyncio.wait_for(slots.acquire_async(), self.queue_timeout)
         except asyncio.TimeoutError:
-            self.refused += 1
-            message = (
+            raise self._busy(
                 f"The server is busy: no request slot came free within {self.queue_timeout:g} s (the limit: "
                 f"{self.max_in_flight} requests at once); retry later"
-            )
-            logger.warning("Refused a request (503): {reason}", reason=message)
-            raise ServerBusyError(message, retry_after=self._retry_after()) from None
-        except BaseException:  # cancelled while waiting: a slot handed over just before must go on
-            if waiter.done() and not waiter.cancelled():
-                self._release()
-            raise
-        finally:
-            if waiter in self._waiters and waiter.done():
-                self._waiters.remove(waiter)
+            ) from None
         self.admitted += 1
-        return Slot(self)
-
-    def _release(self) -> None:
-        loop = self._loop
-        if loop is not None and loop.is_running() and _running_loop() is not loop:
-            loop.call_soon_threadsafe(self._release)  # released from another thread (a collected generator)
-            return
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)  # the slot passes to it: in_flight unchanged
-                return
-        self.in_flight = max(0, self.in_flight - 1)
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
+        return Slot(slots)
 
 
 _LIMIT: AdmissionLimit | None = None
