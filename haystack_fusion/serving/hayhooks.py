@@ -24,6 +24,7 @@ per strategy). This base class:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import json
 import os
@@ -32,7 +33,7 @@ import threading
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -708,10 +709,20 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
             raise _unavailable(failed_calls_message(run.evidence.get("failures") or [], calls, self.config))
         return run
 
-    def _backend_failure(self, error: Exception) -> HTTPException | None:
-        """HTTPException 503 for a backend that failed, None for any other error."""
-        message = backend_error_message(error, self.config)
-        return None if message is None else _unavailable(message)
+    @contextlib.contextmanager
+    def _http_errors(self) -> Iterator[None]:
+        """Raise what the block raised as HTTP: a ValueError as 400, a backend's failure as 503 naming it."""
+        try:
+            yield
+        except ValueError as error:
+            raise _client_error(error) from error
+        except HTTPException:
+            raise
+        except Exception as error:
+            message = backend_error_message(error, self.config)
+            if message is None:
+                raise
+            raise _unavailable(message) from None
 
     async def _slot(self) -> Slot:
         try:
@@ -723,31 +734,18 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
 
     def _run(self, query: str) -> StrategyRun:
         query = self._check(query)
-        try:
+        with self._http_errors():
             run = run_strategy(self.strategy, self.pipeline, query)
-        except ValueError as error:
-            raise _client_error(error) from error
-        except Exception as error:
-            if (unavailable := self._backend_failure(error)) is None:
-                raise
-            raise unavailable from None
         return self._checked_run(run)
 
     async def _run_async(self, query: str) -> StrategyRun:
         query = self._check(query)
         slot = await self._slot()
         try:
-            async for item in stream_strategy(self.strategy, self.pipeline, query, stream_tokens=False):
-                if item.run is not None:
-                    return self._checked_run(item.run)
-        except ValueError as error:
-            raise _client_error(error) from error
-        except HTTPException:
-            raise
-        except Exception as error:
-            if (unavailable := self._backend_failure(error)) is None:
-                raise
-            raise unavailable from None
+            with self._http_errors():
+                async for item in stream_strategy(self.strategy, self.pipeline, query, stream_tokens=False):
+                    if item.run is not None:
+                        return self._checked_run(item.run)
         finally:
             slot.release()
         raise RuntimeError("the strategy run ended without a result")  # pragma: no cover
