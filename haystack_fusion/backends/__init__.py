@@ -26,6 +26,7 @@ from haystack_fusion.backends.config import (
 from haystack_fusion.backends.errors import (
     BackendError,
     backend_error_message,
+    exception_chain,
     failed_calls_message,
     missing_index_message,
     safe_url,
@@ -74,6 +75,7 @@ __all__ = [
     "check_document_store",
     "document_embedder",
     "document_store",
+    "exception_chain",
     "failed_calls_message",
     "index_documents",
     "load_store",

@@ -56,8 +56,8 @@ def safe_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-def _chain(error: BaseException) -> Iterator[BaseException]:
-    """`error`, then its causes and contexts, depth first, each once."""
+def exception_chain(error: BaseException) -> Iterator[BaseException]:
+    """`error`, then the exceptions it was raised from (causes and contexts), depth first, each once."""
     seen: set[int] = set()
     stack: list[BaseException | None] = [error]
     while stack:
@@ -80,7 +80,7 @@ def _kind(names: Iterable[tuple[str, str]], config: BackendConfig) -> str | None
 
 def _reason(error: BaseException) -> str:
     """The operating system's words for a failed connection ("Connection refused"), when the chain has them."""
-    for link in _chain(error):
+    for link in exception_chain(error):
         if isinstance(link, OSError) and link.strerror:
             return f" ({link.strerror})"
     return ""
@@ -99,7 +99,7 @@ def _status(error: BaseException | str | None) -> str:
     """ " (HTTP 401)" from the exception chain, or from a recorded failure's exception type name; "" when unknown."""
     if isinstance(error, str):
         return f" (HTTP {_STATUS_OF_TYPE[error]})" if error in _STATUS_OF_TYPE else ""
-    for link in _chain(error) if error is not None else ():
+    for link in exception_chain(error) if error is not None else ():
         status = getattr(link, "status_code", None) or getattr(link, "status", None)
         if isinstance(status, int):
             return f" (HTTP {status})"
@@ -170,7 +170,8 @@ def backend_error_message(error: BaseException, config: BackendConfig) -> str | 
     """
     if isinstance(error, BackendError):
         return str(error)
-    names = ((cls.__module__.split(".")[0], cls.__name__) for link in _chain(error) for cls in type(link).__mro__)
+    chain = exception_chain(error)
+    names = ((cls.__module__.split(".")[0], cls.__name__) for link in chain for cls in type(link).__mro__)
     kind = _kind(names, config)
     return None if kind is None else _message(kind, config, error)
 

@@ -23,6 +23,7 @@ from haystack.components.generators.chat.types import ChatGenerator
 from haystack.core.errors import PipelineRuntimeError
 from tqdm import tqdm
 
+from haystack_fusion.backends.errors import exception_chain
 from haystack_fusion.evaluation.datasets import EvalDataset, EvalQuestion
 from haystack_fusion.evaluation.metrics import (
     QuestionScore,
@@ -166,14 +167,10 @@ class BatchStoppedError(RuntimeError):
 
 def _configuration_error(error: BaseException) -> bool:
     """Whether the error, or one it was raised from, is one of the openai client's `CONFIGURATION_ERRORS`."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if type(current).__module__.startswith("openai") and type(current).__name__ in CONFIGURATION_ERRORS:
-            return True
-        current = current.__cause__ or current.__context__
-    return False
+    return any(
+        type(link).__module__.startswith("openai") and type(link).__name__ in CONFIGURATION_ERRORS
+        for link in exception_chain(error)
+    )
 
 
 def score_run(question: EvalQuestion, prediction: str, evidence: dict[str, Any], passages: list[Document],
