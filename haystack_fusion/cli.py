@@ -16,6 +16,7 @@ from haystack_fusion.backends import (
     BackendError,
     backend_error_message,
     check_document_store,
+    every_call_failed_message,
     failed_calls_message,
     index_documents,
 )
@@ -190,9 +191,10 @@ def _where(config: BackendConfig) -> str:
 
 def cmd_ask(args: argparse.Namespace) -> int:
     """`haystack-fusion ask QUESTION`: answer with one strategy and show its evidence, sources and cost."""
-    pipeline = _pipeline(args.strategy, _backends(args), args.max_concurrency, _strategy_options(args))
+    config = _backends(args)
+    pipeline = _pipeline(args.strategy, config, args.max_concurrency, _strategy_options(args))
     run = run_strategy(args.strategy, pipeline, args.question, top_k=args.top_k)
-    _require_a_call_answered(run, _backends(args))
+    _require_a_call_answered(run, config)
     if args.json:
         print(json.dumps(_run_json(args.question, run), indent=2, default=str))
     else:
@@ -205,11 +207,11 @@ def _require_a_call_answered(run: StrategyRun, config: BackendConfig) -> None:
     Refuse a run whose every LLM call failed: each failure is an abstention, so the answer would be a plain "unknown"
     that hides an unreachable server or a refused key.
 
-    :raises BackendError: If the run made LLM calls and all of them failed (`failed_calls_message`).
+    :raises BackendError: If the run made LLM calls and all of them failed (`every_call_failed_message`).
     """
-    calls = int(run.usage.get("calls") or 0)
-    if calls and int(run.usage.get("failed_calls") or 0) >= calls:
-        raise BackendError(failed_calls_message(run.evidence.get("failures") or [], calls, config))
+    message = every_call_failed_message(run.usage, run.evidence, config)
+    if message is not None:
+        raise BackendError(message)
 
 
 def cmd_strategies(_: argparse.Namespace) -> int:

@@ -26,6 +26,7 @@ from haystack_fusion.backends.config import (
 from haystack_fusion.backends.errors import (
     BackendError,
     backend_error_message,
+    every_call_failed_message,
     exception_chain,
     failed_calls_message,
     missing_index_message,
@@ -75,6 +76,7 @@ __all__ = [
     "check_document_store",
     "document_embedder",
     "document_store",
+    "every_call_failed_message",
     "exception_chain",
     "failed_calls_message",
     "index_documents",

@@ -9,7 +9,7 @@ class and HTTP status, never from the text a server sent back, and URLs lose any
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -174,6 +174,24 @@ def backend_error_message(error: BaseException, config: BackendConfig) -> str | 
     names = ((cls.__module__.split(".")[0], cls.__name__) for link in chain for cls in type(link).__mro__)
     kind = _kind(names, config)
     return None if kind is None else _message(kind, config, error)
+
+
+def every_call_failed_message(
+    usage: Mapping[str, Any], evidence: Mapping[str, Any], config: BackendConfig
+) -> str | None:
+    """
+    The message for a run whose every LLM call failed, each an abstention, so its answer is a plain "unknown" that
+    would hide an unreachable server or a refused key.
+
+    :param usage: The run's usage (`calls`, `failed_calls`).
+    :param evidence: The run's evidence (`failures`: its failed calls).
+    :param config: The backends the run used.
+    :returns: `failed_calls_message` of its failures when it made calls and all of them failed, else None.
+    """
+    calls = int(usage.get("calls") or 0)
+    if calls and int(usage.get("failed_calls") or 0) >= calls:
+        return failed_calls_message(evidence.get("failures") or [], calls, config)
+    return None
 
 
 def failed_calls_message(failures: Iterable[dict[str, Any]], calls: int, config: BackendConfig) -> str:

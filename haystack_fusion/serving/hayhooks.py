@@ -53,7 +53,7 @@ from haystack_fusion.backends import (
     BackendConfig,
     backend_error_message,
     chat_generator,
-    failed_calls_message,
+    every_call_failed_message,
     retriever,
     safe_url,
 )
@@ -704,9 +704,9 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
 
     def _checked_run(self, run: StrategyRun) -> StrategyRun:
         """The run, unless every LLM call of it failed (each recorded as an abstention): then HTTPException 503."""
-        calls = int(run.usage.get("calls", 0) or 0)
-        if calls and int(run.usage.get("failed_calls", 0) or 0) >= calls:
-            raise _unavailable(failed_calls_message(run.evidence.get("failures") or [], calls, self.config))
+        message = every_call_failed_message(run.usage, run.evidence, self.config)
+        if message is not None:
+            raise _unavailable(message)
         return run
 
     @contextlib.contextmanager
