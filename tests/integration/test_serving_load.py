@@ -54,6 +54,17 @@ def openai_env(index, base_url: str) -> dict[str, str]:
     }
 
 
+def ask_once(env: dict[str, str], workdir) -> tuple[httpx.Response, str]:
+    """Serve concat_pf with `env`, ask `QUESTION` on the chat endpoint once; the response and the server's log."""
+    with HayhooksProcess(["concat_pf"], env=env, workdir=workdir) as process:
+        response = httpx.post(
+            f"{process.url}/v1/chat/completions",
+            json={"model": "concat_pf", "messages": [{"role": "user", "content": QUESTION}]},
+            timeout=60,
+        )
+        return response, process.log()
+
+
 @pytest.fixture(scope="module")
 def index(tmp_path_factory):
     path = tmp_path_factory.mktemp("index") / "index.json"
@@ -210,13 +221,7 @@ class TestUnreachableBackends:
         with OpenAIServer(api_key="the-right-key", lifetime=120) as server:
             base_url = server.base_url
             env = openai_env(index, base_url)
-            with HayhooksProcess(["concat_pf"], env=env, workdir=tmp_path) as process:
-                response = httpx.post(
-                    f"{process.url}/v1/chat/completions",
-                    json={"model": "concat_pf", "messages": [{"role": "user", "content": QUESTION}]},
-                    timeout=60,
-                )
-                log = process.log()
+            response, log = ask_once(env, tmp_path)
         assert response.status_code == 503
         assert response.json()["detail"] == (
             f"the OpenAI-compatible server at {base_url} refused the API key in $OPENAI_API_KEY (HTTP 401): "
@@ -234,13 +239,7 @@ class TestUnreachableBackends:
             "HAYSTACK_FUSION_DOCUMENT_STORE": "memory",
             "HAYSTACK_FUSION_STORE": str(index),
         }
-        with HayhooksProcess(["concat_pf"], env=env, workdir=tmp_path) as process:
-            response = httpx.post(
-                f"{process.url}/v1/chat/completions",
-                json={"model": "concat_pf", "messages": [{"role": "user", "content": QUESTION}]},
-                timeout=60,
-            )
-            log = process.log()
+        response, log = ask_once(env, tmp_path)
         assert response.status_code == 503
         assert response.json()["detail"] == (
             f"cannot connect to Ollama at http://127.0.0.1:{port}: check $OLLAMA_HOST, and that `ollama serve` is "
