@@ -11,6 +11,7 @@ from haystack.core.serialization_security import allow_deserialization_module
 from haystack_fusion.__about__ import __version__
 from haystack_fusion.components import (
     CandidateSummarizer,
+    CheckedAnswerBuilder,
     FusionAnswerer,
     NoteTaker,
     PassageFormatter,
@@ -23,6 +24,7 @@ allow_deserialization_module("haystack_fusion")
 
 __all__ = [
     "CandidateSummarizer",
+    "CheckedAnswerBuilder",
     "FusionAnswerer",
     "NoteTaker",
     "PassageFormatter",

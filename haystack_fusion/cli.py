@@ -53,6 +53,7 @@ def _strategy_options(args: argparse.Namespace) -> dict[str, Any]:
         "min_confidence": args.min_confidence,
         "min_vote_share": args.min_vote_share,
         "verifier_scoring": args.verifier_scoring,
+        "answer_checks": args.answer_checks == "on",
     }
 
 
@@ -545,6 +546,14 @@ def build_parser() -> argparse.ArgumentParser:
             choices=["text", "probability"],
             help="SuRe's validity and ranking from the reply's words (text, the paper's default for the sure "
             "strategies) or from token probabilities (probability, cascade's default)",
+        )
+        sub.add_argument(
+            "--answer-checks",
+            default="on",
+            choices=["on", "off"],
+            help="reject answers that are not answers: passage markup, a copied demonstration answer, an empty "
+            'enumeration (on, default: counted as "invalid", apart from "unknown"); off gives the answers of '
+            "earlier versions, so runs made before the checks existed resume",
         )
 
     def report_options(sub: argparse.ArgumentParser) -> None:

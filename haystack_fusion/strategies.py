@@ -23,15 +23,17 @@ from haystack.dataclasses import GeneratedAnswer
 
 from haystack_fusion.answers import UNKNOWN, answer_confidence
 from haystack_fusion.components.candidate_summarizer import CandidateSummarizer, SummaryMode
+from haystack_fusion.components.checked_answer_builder import CheckedAnswerBuilder
 from haystack_fusion.components.note_taker import NoteMode, NoteTaker
 from haystack_fusion.components.passage_formatter import PassageFormatter
 from haystack_fusion.components.post_fusion_voter import PostFusionVoter
 from haystack_fusion.components.summary_verifier import Scoring, SummaryVerifier
 from haystack_fusion.components.unknown_router import UnknownRouter
 from haystack_fusion.llm_calls import reply_usage, sum_usage
-from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, validate_query
+from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, PromptTemplate, validate_query
 from haystack_fusion.prompts.passages import PassageLayout
 from haystack_fusion.sure import summary_is_label
+from haystack_fusion.validation import is_invalid
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,10 @@ class StrategyConfig:
         against instructions written in passages (docs/reliability.md, "Poisoned passages"). Supported by the
         strategies whose passages go through PassageFormatter and PostFusionVoter (paper 000's); the others raise
         ValueError when it is set. Off by default.
+    :param answer_checks: Validate every answer read from a reply (`validation.check_answer`: passage markup, copied
+        demonstration answers, empty enumerations); a rejected answer becomes an empty answer with
+        `meta["answer_source"] == "invalid"`, and concat_pf / cascade fall back on it as on "unknown". On by default;
+        off gives the answers of the package before the validator existed (issue 16).
     """
 
     retriever: Any
@@ -85,6 +91,7 @@ class StrategyConfig:
     min_vote_share: float | None = None
     verifier_scoring: Scoring | None = None
     datamark: bool = False
+    answer_checks: bool = True
 
 
 @dataclass(frozen=True)
@@ -144,7 +151,7 @@ def _prompt_chain(
     components: dict[str, Any] = {
         "prompt_builder": prompt.builder(),
         "llm": config.chat_generator,
-        "answer_builder": AnswerBuilder(pattern=prompt.answer_pattern),
+        "answer_builder": _answer_builder(config, prompt),
     }
     connections = [("prompt_builder.prompt", "llm.messages"), (documents_from, "answer_builder.documents")]
     if layout is not None:
@@ -159,6 +166,13 @@ def _prompt_chain(
     return components, connections
 
 
+def _answer_builder(config: StrategyConfig, prompt: PromptTemplate) -> AnswerBuilder:
+    """The prompt's answer reader: Haystack's AnswerBuilder, with the answer validator unless `answer_checks` is off."""
+    if not config.answer_checks:
+        return AnswerBuilder(pattern=prompt.answer_pattern)
+    return CheckedAnswerBuilder(pattern=prompt.answer_pattern, demonstrations=list(prompt.demonstrations) or None)
+
+
 def _voter(config: StrategyConfig, min_vote_share: float | None = None) -> PostFusionVoter:
     return PostFusionVoter(
         chat_generator=config.chat_generator,
@@ -169,6 +183,7 @@ def _voter(config: StrategyConfig, min_vote_share: float | None = None) -> PostF
         min_vote_share=min_vote_share,
         split_candidates=max(2, config.num_candidates),
         datamark=config.datamark,
+        answer_checks=config.answer_checks,
     )
 
 
@@ -201,6 +216,8 @@ def _fallback_chain(config: StrategyConfig, min_confidence: float | None, min_vo
             answer_pattern=PROMPTS["figure7"].answer_pattern,
             unknown_patterns=config.unknown_patterns,
             min_confidence=min_confidence,
+            answer_checks=config.answer_checks,
+            demonstrations=list(PROMPTS["figure7"].demonstrations),
         ),
         voter=_voter(config, min_vote_share),
         joiner=AnswerJoiner(),
@@ -295,6 +312,7 @@ def _summarizer(config: StrategyConfig, mode: SummaryMode) -> CandidateSummarize
         max_concurrency=config.max_concurrency,
         max_passage_chars=config.max_passage_chars,
         few_shot=config.few_shot,
+        answer_checks=config.answer_checks,
     )
 
 
@@ -363,6 +381,7 @@ def _chain_of_note(mode: NoteMode) -> Callable[[StrategyConfig], Pipeline]:
             max_passage_chars=config.max_passage_chars,
             generation_kwargs=config.note_generation_kwargs,
             unknown_patterns=config.unknown_patterns,
+            answer_checks=config.answer_checks,
         )
         components = {"retriever": config.retriever, "note_taker": note_taker}
         return _assemble((components, [("retriever.documents", "note_taker.documents")]))
@@ -751,6 +770,8 @@ def strategy_run(
         evidence["label_summaries"] = sum(
             summary_is_label(summary, summarizer.get("candidates") or []) for summary in evidence["summaries"] or []
         )
+        if rejected := (summarizer.get("meta") or {}).get("invalid_candidates"):
+            evidence["invalid_candidates"] = len(rejected)
     if voter_answers:
         evidence["vote_share"] = voter_answers[0].meta.get("vote_share")
     if "note_taker" in outputs:
@@ -768,6 +789,10 @@ def strategy_run(
         if "confidence" not in item.meta and (confidence := answer_confidence(item.meta, item.data)) is not None:
             item.meta["confidence"] = confidence
     evidence["confidence"] = answer.meta.get("confidence")
+    if is_invalid(answer.meta):
+        evidence.update({key: answer.meta.get(key) for key in ("answer_source", "invalid_reason", "rejected_answer")})
+    if voter_answers and voter_answers[0].meta.get("invalid_answers"):
+        evidence["invalid_answers"] = voter_answers[0].meta["invalid_answers"]
     if failures := pipeline_failures(pipeline, outputs):
         evidence["failures"] = failures
     return StrategyRun(

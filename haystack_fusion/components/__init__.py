@@ -1,6 +1,7 @@
 """The package's Haystack components, one file each, and `FusionAnswerer`, any strategy as one SuperComponent."""
 
 from haystack_fusion.components.candidate_summarizer import CandidateSummarizer
+from haystack_fusion.components.checked_answer_builder import CheckedAnswerBuilder
 from haystack_fusion.components.fusion_answerer import FusionAnswerer
 from haystack_fusion.components.note_taker import NoteTaker
 from haystack_fusion.components.passage_formatter import PassageFormatter
@@ -10,6 +11,7 @@ from haystack_fusion.components.unknown_router import UnknownRouter
 
 __all__ = [
     "CandidateSummarizer",
+    "CheckedAnswerBuilder",
     "FusionAnswerer",
     "NoteTaker",
     "PassageFormatter",

@@ -22,6 +22,7 @@ from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_p
 from haystack_fusion.prompts.passages import strip_delimiters
 from haystack_fusion.prompts.sure import DONE_MARKER, candidate_prompt_variables, few_shot_examples
 from haystack_fusion.sure import parse_candidates
+from haystack_fusion.validation import check_answer
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +87,7 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
         few_shot: bool = False,
         raise_on_failure: bool = False,
+        answer_checks: bool = True,
     ) -> None:
         """
         Create a CandidateSummarizer.
@@ -103,6 +105,10 @@ class CandidateSummarizer(ChatGeneratorWrapper):
             Listing 7 with one demonstration (`prompts.sure.FEW_SHOT_SUMMARY`); for base models that continue text.
         :param raise_on_failure: If True, a failed call raises; by default it is logged, reported in
             `meta["failures"]`, and gives no candidates (round 1) or an empty summary (round 2).
+        :param answer_checks: Drop the round-1 candidates that the answer validator rejects
+            (`haystack_fusion.validation.check_answer`: passage markup, a demonstration's candidate that no passage
+            holds, an empty enumeration), listed in `meta["invalid_candidates"]`; fewer than K candidates may then
+            remain. Given `candidates` are not checked. On by default (and then left out of `to_dict`).
         :raises ValueError: If `num_candidates` is below 1, `max_concurrency` is neither None nor an integer >= 1,
             `mode` is unknown, or `max_passage_chars` is not positive.
         """
@@ -119,6 +125,7 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         self.max_passage_chars = max_passage_chars
         self.few_shot = few_shot
         self.raise_on_failure = raise_on_failure
+        self.answer_checks = answer_checks
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize this component, with its chat generator, to a dictionary."""
@@ -131,6 +138,7 @@ class CandidateSummarizer(ChatGeneratorWrapper):
             max_passage_chars=self.max_passage_chars,
             few_shot=self.few_shot,
             raise_on_failure=self.raise_on_failure,
+            **({} if self.answer_checks else {"answer_checks": False}),
         )
 
     # Each step below is shared by `run` and `run_async`; only the fan-out call differs.
@@ -201,12 +209,32 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         reply = first.replies[0] if first else None
         return reply.text if reply is not None else None
 
-    def _candidates(self, first: FanOutResult | None) -> list[str]:
-        """The candidates of round 1 (none in generic mode, or when round 1 did not run or failed)."""
-        return [] if self.mode == "generic" else parse_candidates(self._first_reply(first), self.num_candidates)
+    def _candidates(self, first: FanOutResult | None, passages: str) -> tuple[list[str], list[dict[str, str]]]:
+        """
+        The candidates of round 1 (none in generic mode, or when round 1 did not run or failed) and, with
+        `answer_checks`, the ones the validator rejected (`candidate`, `reason`), dropped from the first list.
+        """
+        if self.mode == "generic":
+            return [], []
+        candidates = parse_candidates(self._first_reply(first), self.num_candidates)
+        if not self.answer_checks:
+            return candidates, []
+        prompt = PROMPTS["sure_few_shot_candidates" if self.few_shot else "sure_candidates"]
+        reasons = [check_answer(c, demonstrations=prompt.demonstrations, passages=[passages]) for c in candidates]
+        kept = [candidate for candidate, reason in zip(candidates, reasons, strict=True) if reason is None]
+        rejected = [
+            {"candidate": candidate, "reason": reason}
+            for candidate, reason in zip(candidates, reasons, strict=True)
+            if reason is not None
+        ]
+        return kept, rejected
 
     def _outputs(
-        self, first: FanOutResult | None, second: FanOutResult | None, candidates: list[str]
+        self,
+        first: FanOutResult | None,
+        second: FanOutResult | None,
+        candidates: list[str],
+        rejected: list[dict[str, str]],
     ) -> dict[str, Any]:
         """Assemble candidates, summaries and meta from the rounds that ran (None: the round did not run)."""
         text = self._first_reply(first)
@@ -230,6 +258,8 @@ class CandidateSummarizer(ChatGeneratorWrapper):
             "failures": failures,
             "usage": usage,
         }
+        if rejected:
+            meta["invalid_candidates"] = rejected
         return {"candidates": candidates, "summaries": summaries, "meta": meta}
 
     @component.output_types(candidates=list[str], summaries=list[str], meta=dict[str, Any])
@@ -258,16 +288,17 @@ class CandidateSummarizer(ChatGeneratorWrapper):
             - `meta`: `source`, `mode`, `candidates_reply` (the raw round-1 reply), `failures` (`round`, `index`,
               `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`, `rounds`, and
               `http_requests` when the generator's HTTP requests are counted, and `cached_tokens` when the provider
-              reports prompt tokens served from its prefix cache: `llm_calls.FanOutResult`).
+              reports prompt tokens served from its prefix cache: `llm_calls.FanOutResult`), and
+              `invalid_candidates` (`candidate`, `reason`) when the answer checks dropped some.
         :raises ValueError: If `query` is empty or only whitespace, `candidates` are given outside the conditional
             mode, or `candidate_documents` has another length than `candidates`.
         """
         query, passages, given, prompts = self._start(query, documents, candidates)
         first = run_chat_calls(self._chat_generator, prompts, **self._fan_out()) if prompts else None
-        candidates = self._candidates(first) if given is None else given
+        candidates, rejected = self._candidates(first, passages) if given is None else (given, [])
         summary_prompts = self._second_round(query, passages, candidates, candidate_documents)
         second = run_chat_calls(self._chat_generator, summary_prompts, **self._fan_out()) if summary_prompts else None
-        return self._outputs(first, second, candidates)
+        return self._outputs(first, second, candidates, rejected)
 
     @component.output_types(candidates=list[str], summaries=list[str], meta=dict[str, Any])
     async def run_async(
@@ -280,11 +311,11 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         """Async form of `run`, with the same inputs, outputs and errors; calls the generator's `run_async`."""
         query, passages, given, prompts = self._start(query, documents, candidates)
         first = await run_chat_calls_async(self._chat_generator, prompts, **self._fan_out()) if prompts else None
-        candidates = self._candidates(first) if given is None else given
+        candidates, rejected = self._candidates(first, passages) if given is None else (given, [])
         summary_prompts = self._second_round(query, passages, candidates, candidate_documents)
         second = (
             await run_chat_calls_async(self._chat_generator, summary_prompts, **self._fan_out())
             if summary_prompts
             else None
         )
-        return self._outputs(first, second, candidates)
+        return self._outputs(first, second, candidates, rejected)

@@ -25,6 +25,7 @@ from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_p
 from haystack_fusion.prompts.chain_of_note import ANSWER_LEAD, RELEVANCE_WORDS, STEP_5_PARAMETRIC, STEP_5_UNKNOWN
 from haystack_fusion.prompts.examples import number_words
 from haystack_fusion.prompts.passages import strip_delimiters
+from haystack_fusion.validation import check_answer, invalid_meta
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +135,7 @@ class NoteTaker(ChatGeneratorWrapper):
         unknown_patterns: list[str] | None = None,
         raise_on_failure: bool = False,
         streaming_callback: StreamingCallbackT | None = None,
+        answer_checks: bool = True,
     ) -> None:
         """
         Create a NoteTaker.
@@ -154,6 +156,10 @@ class NoteTaker(ChatGeneratorWrapper):
             one call that writes the answer), passed to the generator as its own `streaming_callback`; the note
             calls and the single-call mode's reply (notes before the answer) are not streamed. Sync for `run`; for
             `run_async`, whatever the generator's `run_async` takes (async for OpenAI, sync for the embedded model).
+        :param answer_checks: Validate the answer (`haystack_fusion.validation.check_answer`): a passage key, the
+            demonstration's answer (Table 6's "1996") when no passage holds it, or an empty enumeration becomes an
+            empty answer with `answer_source` "invalid", `invalid_reason` and `rejected_answer` in `meta`. On by
+            default (and then left out of `to_dict`).
         :raises ValueError: If `mode` is unknown, `max_concurrency` is neither None nor an integer >= 1, or
             `max_passage_chars` is not positive.
         """
@@ -170,6 +176,7 @@ class NoteTaker(ChatGeneratorWrapper):
         self.unknown_patterns = unknown_patterns
         self.raise_on_failure = raise_on_failure
         self.streaming_callback = streaming_callback
+        self.answer_checks = answer_checks
         self._detector = UnknownDetector.from_patterns(unknown_patterns)
 
     def to_dict(self) -> dict[str, Any]:
@@ -185,6 +192,7 @@ class NoteTaker(ChatGeneratorWrapper):
             unknown_patterns=self.unknown_patterns,
             raise_on_failure=self.raise_on_failure,
             streaming_callback=serialize_callable(self.streaming_callback) if self.streaming_callback else None,
+            **({} if self.answer_checks else {"answer_checks": False}),
         )
 
     @classmethod
@@ -295,6 +303,13 @@ class NoteTaker(ChatGeneratorWrapper):
             "failures": failures,
             "usage": usage,
         }
+        if self.answer_checks and source != "none":
+            prompt = PROMPTS["con_single_call" if self.mode == "single_call" else "con_synthesis"]
+            passages = [document.content or "" for document in documents]
+            reason = check_answer(answer, demonstrations=prompt.demonstrations, passages=passages)
+            if reason is not None:
+                meta.update(invalid_meta(answer, reason))
+                answer = ""
         supporting = [document for document in documents if document.id in ids]
         return {"answers": [GeneratedAnswer(data=answer, query=query, documents=supporting, meta=meta)], "notes": notes}
 
@@ -319,10 +334,12 @@ class NoteTaker(ChatGeneratorWrapper):
         :param streaming_callback: Overrides the one given at init for this run (see `__init__`).
         :returns: A dictionary with:
             - `answers`: one GeneratedAnswer: the answer, or "unknown"; its `documents` are the relevant passages;
-              its `meta` holds `notes`, `answer_source` ("passages", "parametric" or "none"), `failures` (`round`,
-              `index`, `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`,
-              `rounds`, `http_requests` when the generator's HTTP requests are counted, and `cached_tokens` when the
-              provider reports prompt tokens served from its prefix cache: `llm_calls.FanOutResult`).
+              its `meta` holds `notes`, `answer_source` ("passages", "parametric", "none", or "invalid" with
+              `invalid_reason` and `rejected_answer` when the answer checks rejected it, its `data` then empty),
+              `failures` (`round`, `index`, `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`,
+              `failed_calls`, `rounds`, `http_requests` when the generator's HTTP requests are counted, and
+              `cached_tokens` when the provider reports prompt tokens served from its prefix cache:
+              `llm_calls.FanOutResult`).
             - `notes`: k dicts in input order: `document_id`, `relevance` ("direct", "context" or "irrelevant";
               section 2.3.1) and `note` ("" when the model wrote none for that passage).
         :raises ValueError: If `query` is empty or only whitespace.

@@ -9,6 +9,7 @@ from haystack.dataclasses import ChatMessage
 
 from haystack_fusion.answers import UnknownDetector, answer_confidence
 from haystack_fusion.prompts import PROMPTS, extract_answer
+from haystack_fusion.validation import check_answer
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ class UnknownRouter:
         answer_pattern: str | None = PROMPTS["figure7"].answer_pattern,
         unknown_patterns: list[str] | None = None,
         min_confidence: float | None = None,
+        answer_checks: bool = True,
+        demonstrations: list[str] | None = None,
     ) -> None:
         """
         Create an UnknownRouter.
@@ -56,6 +59,11 @@ class UnknownRouter:
             disables the check (paper 000's behaviour), and so does a reply without log-probabilities: ask the
             generator for them with `generation_kwargs={"logprobs": True}` (OpenAIChatGenerator, the embedded
             `LocalChatGenerator`; ollama-haystack returns none).
+        :param answer_checks: Send an answer the validator rejects (`haystack_fusion.validation.check_answer`:
+            passage markup, a copied demonstration answer, an empty enumeration) to `unknown` too, with the reason
+            "invalid answer (<reason>)": it is not an answer, so the fallback should answer instead. On by default.
+        :param demonstrations: The demonstration answers of the prompt behind the replies
+            (`PromptTemplate.demonstrations`), checked against the `documents` given to `run`; None skips that rule.
         :raises ValueError: If `min_confidence` is outside (0, 1] or a pattern is not a valid regular expression.
         """
         if min_confidence is not None and not 0 < min_confidence <= 1:
@@ -63,15 +71,22 @@ class UnknownRouter:
         self.answer_pattern = answer_pattern
         self.unknown_patterns = unknown_patterns
         self.min_confidence = min_confidence
+        self.answer_checks = answer_checks
+        self.demonstrations = list(demonstrations) if demonstrations else None
         self._detector = UnknownDetector.from_patterns(unknown_patterns)
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize this component to a dictionary."""
+        # the validator's settings only when not the defaults: pipelines serialized before it stay the same
+        optional: dict[str, Any] = {"answer_checks": False} if not self.answer_checks else {}
+        if self.demonstrations:
+            optional["demonstrations"] = self.demonstrations
         return default_to_dict(
             self,
             answer_pattern=self.answer_pattern,
             unknown_patterns=self.unknown_patterns,
             min_confidence=self.min_confidence,
+            **optional,
         )
 
     @classmethod
@@ -83,32 +98,40 @@ class UnknownRouter:
         """The answer in a reply: the `answer_pattern` match, or the whole text when the pattern is None."""
         return extract_answer(self.answer_pattern, reply.text) if self.answer_pattern else (reply.text or "").strip()
 
-    def reason(self, reply: ChatMessage | None) -> str | None:
+    def reason(self, reply: ChatMessage | None, documents: list[Document] | None = None) -> str | None:
         """
         Why one reply goes to the fallback, or None when it answers.
 
         :param reply: The reply; None (no reply) goes to the fallback.
-        :returns: "no reply", "unknown answer", "confidence 0.31 < 0.5" (answer confidence below `min_confidence`),
-            or None.
+        :param documents: The passages the prompt showed (for the demonstration rule of the answer checks).
+        :returns: "no reply", "unknown answer", "invalid answer (passage markup)" (with `answer_checks`, the
+            validator's reason), "confidence 0.31 < 0.5" (answer confidence below `min_confidence`), or None.
         """
         if reply is None:
             return "no reply"
         answer = self.read_answer(reply)
         if self._detector.is_unknown(answer):
             return "unknown answer"
+        if self.answer_checks:
+            passages = [document.content or "" for document in documents or []]
+            invalid = check_answer(answer, demonstrations=self.demonstrations or (), passages=passages)
+            if invalid is not None:
+                return f"invalid answer ({invalid})"
         if self.min_confidence is not None:
             confidence = answer_confidence(reply.meta, answer)
             if confidence is not None and confidence < self.min_confidence:
                 return f"confidence {confidence:.2f} < {self.min_confidence}"
         return None
 
-    def is_unknown(self, reply: ChatMessage | None) -> bool:
+    def is_unknown(self, reply: ChatMessage | None, documents: list[Document] | None = None) -> bool:
         """
-        Decide one reply: True when it abstains or is less confident than `min_confidence` (see `reason`).
+        Decide one reply: True when it abstains, is rejected by the answer checks or is less confident than
+        `min_confidence` (see `reason`).
 
         :param reply: The reply; None (no reply) counts as unknown.
+        :param documents: The passages the prompt showed.
         """
-        return self.reason(reply) is not None
+        return self.reason(reply, documents) is not None
 
     @component.output_types(
         known=list[ChatMessage],
@@ -133,7 +156,7 @@ class UnknownRouter:
         """
         if not replies:
             logger.warning("UnknownRouter received no reply; routing to the unknown branch.")
-        reason = self.reason(replies[0] if replies else None)
+        reason = self.reason(replies[0] if replies else None, documents)
         if reason is None:
             return {"known": replies}
         output: dict[str, Any] = {"unknown": replies, "reason": reason}

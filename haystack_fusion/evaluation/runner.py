@@ -54,6 +54,7 @@ from haystack_fusion.evaluation.records import (
 )
 from haystack_fusion.llm_calls import check_max_concurrency, limit_calls, max_calls_in_flight
 from haystack_fusion.strategies import StrategyConfig, build_pipeline, get_strategy, run_strategy
+from haystack_fusion.validation import ANSWER_CHECKS_VERSION
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +97,11 @@ fingerprints."""
 LATER_PREDICTION_FLAGS = ("datamark",)
 """`StrategyConfig` switches that change prompts, added after runs were committed: hashed only when on (off is the
 earlier behaviour, so earlier records keep their fingerprints)."""
+
+VERSIONED_PREDICTION_FLAGS = {"answer_checks": ANSWER_CHECKS_VERSION}
+"""`StrategyConfig` switches that change parsing, on by default, added after runs were committed: hashed with the
+version of their rules when on, left out when off (the earlier behaviour, so earlier records keep their fingerprints
+and resume with the switch off, e.g. `eval --answer-checks off`)."""
 
 
 @dataclass(frozen=True)
@@ -301,6 +307,7 @@ class Evaluator:
                 **get_strategy(strategy).defaults,
                 **{name: options[name] for name in LATER_PREDICTION_OPTIONS if options.get(name) is not None},
                 **{name: True for name in LATER_PREDICTION_FLAGS if options.get(name)},
+                **{name: version for name, version in VERSIONED_PREDICTION_FLAGS.items() if options.get(name)},
             },
             prompts=prompt_hashes(get_strategy(strategy).prompts),
             llm=describe_generator(generator),
@@ -321,6 +328,9 @@ class Evaluator:
         structured, text = split_evidence({**run.evidence, "usage": run.usage})
         score = score_run(question, prediction, run.evidence, run.documents, run.usage, run.seconds)
         kept, redacted = self._dataset_text.redact(prediction)
+        if structured.get("rejected_answer"):  # a rejected answer is model text like the prediction: same redaction
+            structured["rejected_answer"], rejected_redacted = self._dataset_text.redact(structured["rejected_answer"])
+            redacted = redacted or rejected_redacted
         failures = run.evidence.get("failures") or []
         error = None
         if failures:

@@ -18,7 +18,7 @@ from haystack.components.builders import ChatPromptBuilder
 from haystack.dataclasses import ChatMessage
 from jinja2 import Template
 
-from haystack_fusion.prompts import chain_of_note, distiller, figure7, figure8_pruning, figure9_summary, sure
+from haystack_fusion.prompts import chain_of_note, distiller, examples, figure7, figure8_pruning, figure9_summary, sure
 from haystack_fusion.prompts.passages import DEFAULT_MAX_PASSAGE_CHARS, format_passages, passage_key
 
 WHOLE_REPLY_PATTERN = r"^\s*((?:\S(?:[\s\S]*\S)?)?)"
@@ -51,6 +51,9 @@ class PromptTemplate:
         committed runs still match and resume; the rewrite must be shown to give the same first group on every reply
         (tests/unit/test_answer_patterns.py does it for the patterns here). A change of what is extracted must change
         this text too.
+    :param demonstrations: The answers of the template's own few-shot demonstrations, which the answer validator
+        rejects when the passages do not contain them (`validation.check_answer`); empty for a prompt without
+        demonstrations or whose reply is not an answer. Not part of the fingerprint: the template text holds them.
     """
 
     name: str
@@ -58,6 +61,7 @@ class PromptTemplate:
     text: str
     answer_pattern: str
     fingerprint_pattern: str = ""
+    demonstrations: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.fingerprint_pattern:
@@ -104,15 +108,29 @@ PROMPTS: dict[str, PromptTemplate] = {
             figure7.TEMPLATE,
             figure7.ANSWER_PATTERN,
             figure7.FINGERPRINT_PATTERN,
+            examples.FORMAT_EXAMPLE_ANSWERS,
         ),
-        PromptTemplate("pruning", "paper 000, Appendix A, Figure 8", figure8_pruning.TEMPLATE, COT_ANSWER_PATTERN),
-        PromptTemplate("summary", "paper 000, Appendix A, Figure 9", figure9_summary.TEMPLATE, COT_ANSWER_PATTERN),
+        PromptTemplate(
+            "pruning",
+            "paper 000, Appendix A, Figure 8",
+            figure8_pruning.TEMPLATE,
+            COT_ANSWER_PATTERN,
+            demonstrations=(*examples.FORMAT_EXAMPLE_ANSWERS, examples.DEMO_ANSWER),
+        ),
+        PromptTemplate(
+            "summary",
+            "paper 000, Appendix A, Figure 9",
+            figure9_summary.TEMPLATE,
+            COT_ANSWER_PATTERN,
+            demonstrations=(*examples.FORMAT_EXAMPLE_ANSWERS, examples.DEMO_ANSWER),
+        ),
         PromptTemplate(
             "distiller",
             "paper 000, section 3.3",
             distiller.TEMPLATE,
             distiller.ANSWER_PATTERN,
             distiller.FINGERPRINT_PATTERN,
+            distiller.DEMONSTRATION_ANSWERS,
         ),
         PromptTemplate(
             "sure_candidates",
@@ -127,6 +145,7 @@ PROMPTS: dict[str, PromptTemplate] = {
             sure.FEW_SHOT_CANDIDATES,
             WHOLE_REPLY_PATTERN,
             WHOLE_REPLY_FINGERPRINT_PATTERN,
+            sure.FEW_SHOT_CANDIDATE_ANSWERS,
         ),
         PromptTemplate(
             "sure_summary",
@@ -190,6 +209,7 @@ PROMPTS: dict[str, PromptTemplate] = {
             chain_of_note.SINGLE_CALL,
             WHOLE_REPLY_PATTERN,
             WHOLE_REPLY_FINGERPRINT_PATTERN,
+            chain_of_note.DEMONSTRATION_ANSWERS,
         ),
         PromptTemplate(
             "con_document_note",
@@ -204,6 +224,7 @@ PROMPTS: dict[str, PromptTemplate] = {
             chain_of_note.SYNTHESIS,
             chain_of_note.ANSWER_PATTERN,
             chain_of_note.FINGERPRINT_PATTERN,
+            chain_of_note.DEMONSTRATION_ANSWERS,
         ),
         PromptTemplate(
             "sure_sum_all",

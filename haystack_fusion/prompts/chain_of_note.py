@@ -48,6 +48,8 @@ _DEMO_NOTES = [
 ANSWER_LEAD = "Based on the information given in above passages, the answer is"
 """How Table 6's Chain-of-Note outputs state the final answer."""
 _DEMO_ANSWER = "1996"
+DEMONSTRATION_ANSWERS: tuple[str, ...] = (_DEMO_ANSWER,)
+"""The demonstration's answer (Table 6's first case), for the answer validator."""
 _DEMO_IRRELEVANT = Document(
     content="Sourdough bread is leavened by a culture of wild yeast and lactic acid bacteria rather than by baker's "
     "yeast.",

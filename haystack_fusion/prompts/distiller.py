@@ -23,6 +23,9 @@ Candidate answers: (a) 1955 (b) 1925
 Answer: 1925"""
 """Figure 7's three answer-format examples, each with a candidate line."""
 
+DEMONSTRATION_ANSWERS: tuple[str, ...] = ("Butch Vig", "Boston, Massachusetts", "1925", "Kurt Cobain", "Salem", "1955")
+"""Every answer and candidate of `FORMAT_EXAMPLES` (for the answer validator)."""
+
 TEMPLATE = f"""Given the relevant background contexts and the candidate answers proposed from them, answer the current \
 question using one of the context in short factoid phrase manner.
 {FORMAT_EXAMPLES}

@@ -21,6 +21,9 @@ Question: In what year was the star of To Hell and Back born?
 Answer: 1925"""
 """The three "Answer Format Example" pairs of Figures 7, 8 and 9."""
 
+FORMAT_EXAMPLE_ANSWERS: tuple[str, ...] = ("Butch Vig", "Boston, Massachusetts", "1925")
+"""The answers of `ANSWER_FORMAT_EXAMPLES`, which the answer validator rejects unless a passage holds them."""
+
 UNKNOWN_INSTRUCTION = "If don't know the answer, just say unknown"
 """The abstention instruction of paper 000, section 3.1 (Figure 7 wording, kept verbatim)."""
 

@@ -40,6 +40,9 @@ FEW_SHOT_EXAMPLES: tuple[tuple[str, tuple[str, ...]], ...] = (
 """Demonstrations for Listing 13: paper 000's three answer-format questions (their gold answer first), each with
 further plausible candidates of ours, so that a completion-style model sees the "(a) xx, (b) yy" form filled in."""
 
+FEW_SHOT_CANDIDATE_ANSWERS: tuple[str, ...] = tuple(answer for _, answers in FEW_SHOT_EXAMPLES for answer in answers)
+"""Every candidate of `FEW_SHOT_EXAMPLES` (for the answer validator)."""
+
 FEW_SHOT_CANDIDATES = """Below are {{ num_passages }} passages related to the question at the end. We also provide the \
 answers for various questions. After reading the passages and question-answer pairs, provide {{ k_words }} correct \
 candidates for the answer to the question at the end. Each answer should be in the form: {{ answer_form }}, and should \

@@ -1,0 +1,75 @@
+"""
+Issue 16's before/after runs on the first 120 SQuAD 2.0 questions, as `haystack-fusion eval` commands run in ONE
+process, so the embedded model's reply cache (`backends.local`, process-wide, greedy replies by prompt) answers the
+"after" run's calls that the "before" runs already made: only the calls that the answer checks change (a fallback
+that now runs, a distiller round over other candidates) reach the model again.
+
+Each step is exactly the `eval` command printed before it; run separately, they give the same records (the cache
+changes no reply). Every step resumes its `--out` folder, so the script can be stopped and started again.
+
+    .venv/bin/python benchmarks/answer_checks_runs.py            # all steps
+    .venv/bin/python benchmarks/answer_checks_runs.py --check 5  # first check that the off mode reproduces the
+                                                                 # committed records on 5 questions, then all steps
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+
+from haystack_fusion.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+DATASET = "../shared/data/squad2-dev-subset/squad2_dev_subset.json"  # from the repository root, as the docs write it
+PAPER000 = "concatenation,post_fusion,pruning,summary_cot,concat_pf,pf_concat"
+COMMON = ["eval", "--dataset", DATASET, "--top-k", "5", "--limit", "120"]
+
+STEPS: list[list[str]] = [
+    # before: paper 000's six strategies (issue 11's paper-000 run, its first 120 questions) and base / sure
+    [*COMMON, "--strategies", PAPER000, "--answer-checks", "off", "--out", "docs/results/squad2-paper000"],
+    [*COMMON, "--strategies", "base,sure", "--answer-checks", "off", "--out", "docs/results/squad2-first120-before"],
+    # after: the same eight strategies with the answer checks (the default)
+    [*COMMON, "--strategies", f"{PAPER000},base,sure", "--out", "docs/results/squad2-first120"],
+]
+
+
+def check(n: int) -> int:
+    """Answer the first n questions with the checks off into a scratch folder and compare with the committed
+    paper-000 records: the off mode must give the predictions of the code that made them."""
+    out = Path("/tmp/answer-checks-off-check")  # scratch: its calls also fill the reply cache for the steps
+    argv = [*COMMON[:-1], str(n), "--strategies", PAPER000, "--answer-checks", "off", "--out", str(out)]
+    print("$ haystack-fusion", " ".join(argv), flush=True)
+    main(argv)
+
+    def predictions(path: Path) -> dict[tuple[str, str], str]:
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return {(r["strategy"], r["question_id"]): r["prediction"] for r in rows}
+
+    new = predictions(out / "results.jsonl")
+    old = predictions(ROOT / "docs/results/squad2-paper000/results.jsonl")
+    differ = [key for key in new if old.get(key) != new[key]]
+    print(f"{len(new)} predictions, {len(differ)} differ from the committed records: {differ[:5]}", flush=True)
+    return 1 if differ else 0
+
+
+def run() -> int:
+    os.chdir(ROOT)
+    for argv in STEPS:
+        print("$ haystack-fusion", " ".join(argv), flush=True)
+        status = main(argv)
+        if status:
+            return int(status)
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", type=int, default=0, help="first check the off mode on the first N questions")
+    args = parser.parse_args()
+    os.chdir(ROOT)
+    sys.exit((args.check and check(args.check)) or run())

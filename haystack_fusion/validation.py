@@ -1,0 +1,187 @@
+"""
+The answer validator: what the package never returns as an answer, whatever the prompt or strategy.
+
+Answers are read from replies in a few places (Haystack's AnswerBuilder with a prompt's pattern, the voter, the
+router, SuRe's candidate parser, Chain-of-Note's answer line); every one of them asks `check_answer`. A reply can hold
+text that is not an answer although it has an answer's shape:
+
+- passage markup: a delimiter or key of the passage block (`prompts.passages.format_passages`), such as
+  `<passage key="1c6071d9">`, a bare key `1005dbc6`, or a label `[2]` / `Passage #2` (small models echo them);
+- a copied demonstration: the answer equals an answer of the prompt's own few-shot demonstrations (paper 000,
+  Figure 7's "1925"; paper 004, Table 6's "1996") and does not occur in the passages, so it came from the prompt's
+  examples, not from the evidence;
+- an enumeration with no content: only list labels, such as `(i) (ii) (iii) ... (xxi)`.
+
+A rejected answer is not an abstention: components return it as an empty answer whose `meta` says
+`answer_source="invalid"`, with the reason and the rejected text (`invalid_answer`), and the evaluation counts it
+apart from "unknown" (docs/evaluation.md, "Answers that are not answers").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from haystack.dataclasses import GeneratedAnswer
+
+from haystack_fusion.answers import normalize_answer, trim_answer
+
+INVALID = "invalid"
+"""The `answer_source` of a rejected answer (`meta["answer_source"]`)."""
+
+PASSAGE_MARKUP = "passage markup"
+"""Reason: the answer holds a passage delimiter, key or label."""
+DEMONSTRATION = "demonstration answer"
+"""Reason: the answer is a demonstration's answer that the passages do not contain."""
+EMPTY_ENUMERATION = "empty enumeration"
+"""Reason: the answer is only list labels."""
+
+REASONS: tuple[str, ...] = (PASSAGE_MARKUP, DEMONSTRATION, EMPTY_ENUMERATION)
+"""Every reason `check_answer` gives, in the order it checks them."""
+
+ANSWER_CHECKS_VERSION = "1"
+"""Identifies the rules above in evaluation fingerprints: bump it when a rule changes what it rejects, so records
+made under other rules never mix with new ones (`evaluation.runner`)."""
+
+_MARKUP = re.compile(r"</?\s*passage\b|\bpassage\s+key\b|\bkey\s*=\s*[\"']|^\[\d{1,3}\]$|^passage\s*#\s*\d{1,3}\b")
+"""Fragments of `format_passages`'s block markup, searched in the lowercased trimmed answer: the tags, their
+`key="..."` attribute, a bare `[i]` label (numbered layout) or an answer that starts with `Passage #i` (titled
+layout). Linear time: no nested quantifiers."""
+
+_KEY = re.compile(r"[0-9a-f]{8}")
+"""A delimiter key's shape (`prompts.passages.passage_key`: 8 hex digits). An answer that is exactly one such token
+with at least one letter counts as markup; 8 digits alone could be a real number."""
+
+_ENUMERATOR = re.compile(r"\(?(?:[ivxlcdm]{1,8}|[a-z]|\d{1,3})\)")
+"""One list label: `(i)`, `ii)`, `(a)`, `(3)`."""
+_FILLER = frozenset({"…", "...", "..", "-", "–", "—", ",", ";", "and", "etc", "etc."})
+"""Tokens an empty enumeration may hold besides its labels (`(i) (ii) … (xxi)`)."""
+
+
+def is_passage_markup(answer: str) -> bool:
+    """
+    Whether an answer is or holds passage block markup (see the module docstring).
+
+    :param answer: The answer as read from the reply.
+    :returns: True for a delimiter tag or a fragment of one, a bare 8-hex-digit key with a letter in it, `[i]` or
+        `Passage #i ...`.
+    """
+    text = answer.strip().lower()
+    if _MARKUP.search(text):
+        return True
+    token = trim_answer(text)
+    return len(token) == 8 and _KEY.fullmatch(token) is not None and not token.isdigit()
+
+
+def is_empty_enumeration(answer: str) -> bool:
+    """
+    Whether an answer is only list labels such as `(i) (ii) (iii)` or `(a) (b)`.
+
+    :param answer: The answer as read from the reply.
+    :returns: True when every whitespace-separated token is a label (`_ENUMERATOR`) or filler ("…", ",", "and")
+        and at least one is a label.
+    """
+    labels = 0
+    for token in answer.lower().replace(",", " , ").split():
+        if _ENUMERATOR.fullmatch(token.rstrip(".,;:")):
+            labels += 1
+        elif token not in _FILLER:
+            return False
+    return labels > 0
+
+
+def copies_demonstration(answer: str, demonstrations: Iterable[str], passages: Iterable[str]) -> bool:
+    """
+    Whether an answer is a demonstration's answer that the passages do not contain.
+
+    Both sides are compared after `answers.normalize_answer` (the SQuAD normalization); the passages are searched
+    for the normalized answer as a whole-word phrase of their normalized text.
+
+    :param answer: The answer as read from the reply.
+    :param demonstrations: The answers of the prompt's few-shot demonstrations.
+    :param passages: The text of the passages the prompt showed (any number; empty means none).
+    :returns: True when the normalized answer equals a normalized demonstration answer and occurs in no passage.
+    """
+    key = normalize_answer(answer)
+    if not key or key not in {normalize_answer(demo) for demo in demonstrations}:
+        return False
+    return not any(f" {key} " in f" {normalize_answer(text)} " for text in passages)
+
+
+def check_answer(answer: str | None, *, demonstrations: Sequence[str] = (), passages: Iterable[str] = ()) -> str | None:
+    """
+    Check one answer read from a reply: the package's one validator (module docstring).
+
+    ### Usage example
+    ```python
+    from haystack_fusion.validation import check_answer
+
+    check_answer('<passage key="1c6071d9">')  # 'passage markup'
+    check_answer("1925", demonstrations=["1925"], passages=["Tom was born in 1931."])  # 'demonstration answer'
+    check_answer("(i) (ii) (iii)")  # 'empty enumeration'
+    check_answer("Paris")  # None
+    ```
+
+    :param answer: The answer text; None or an empty answer is not checked (it is an abstention or a failed call,
+        counted as such).
+    :param demonstrations: The answers of the few-shot demonstrations in the prompt that produced the answer
+        (`PromptTemplate.demonstrations`); empty skips that rule.
+    :param passages: The passage texts that prompt showed; a demonstration answer that occurs in one is valid.
+    :returns: The reason (`PASSAGE_MARKUP`, `DEMONSTRATION` or `EMPTY_ENUMERATION`) the answer is rejected, or None
+        when it is valid.
+    """
+    if not answer or not answer.strip():
+        return None
+    if is_passage_markup(answer):
+        return PASSAGE_MARKUP
+    if demonstrations and copies_demonstration(answer, demonstrations, passages):
+        return DEMONSTRATION
+    if is_empty_enumeration(answer):
+        return EMPTY_ENUMERATION
+    return None
+
+
+def invalid_meta(answer: str, reason: str) -> dict[str, Any]:
+    """
+    The `meta` entries of a rejected answer.
+
+    :param answer: The rejected text.
+    :param reason: Why (`REASONS`).
+    :returns: `{"answer_source": "invalid", "invalid_reason": reason, "rejected_answer": answer}`.
+    """
+    return {"answer_source": INVALID, "invalid_reason": reason, "rejected_answer": answer}
+
+
+def invalid_answer(answer: GeneratedAnswer, reason: str) -> GeneratedAnswer:
+    """
+    The empty answer that replaces a rejected one, its `meta` saying why (`invalid_meta`).
+
+    :param answer: The rejected answer.
+    :param reason: Why it was rejected (`REASONS`).
+    :returns: A `GeneratedAnswer` with `data=""`, the same query and documents, and `meta` extended by `invalid_meta`.
+    """
+    meta = {**answer.meta, **invalid_meta(answer.data or "", reason)}
+    return GeneratedAnswer(data="", query=answer.query, documents=answer.documents, meta=meta)
+
+
+def is_invalid(meta: dict[str, Any] | None) -> bool:
+    """Whether an answer's (or an evaluation record's evidence's) `answer_source` says it was rejected."""
+    return bool(meta) and meta.get("answer_source") == INVALID  # type: ignore[union-attr]
+
+
+__all__ = [
+    "ANSWER_CHECKS_VERSION",
+    "DEMONSTRATION",
+    "EMPTY_ENUMERATION",
+    "INVALID",
+    "PASSAGE_MARKUP",
+    "REASONS",
+    "check_answer",
+    "copies_demonstration",
+    "invalid_answer",
+    "invalid_meta",
+    "is_empty_enumeration",
+    "is_invalid",
+    "is_passage_markup",
+]
