@@ -59,12 +59,16 @@ def check(n: int) -> int:
 
 def run() -> int:
     os.chdir(ROOT)
+    failed = 0
     for argv in STEPS:
         print("$ haystack-fusion", " ".join(argv), flush=True)
-        status = main(argv)
-        if status:
-            return int(status)
-    return 0
+        try:
+            status = main(argv)
+        except Exception as error:  # a step's report failing must not keep the next steps from their cached calls
+            print(f"step failed: {type(error).__name__}: {error}", flush=True)
+            status = 1
+        failed = failed or int(status)
+    return failed
 
 
 if __name__ == "__main__":

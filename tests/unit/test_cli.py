@@ -37,6 +37,21 @@ def test_chain_of_note_evidence_line():
     assert "notes: [1] direct; answer from passages" in text
 
 
+def test_an_invalid_answer_says_what_was_rejected():
+    answer = GeneratedAnswer(data="", query="q", documents=[], meta={})
+    evidence = {"answer_source": "invalid", "invalid_reason": "passage markup", "rejected_answer": "1005dbc6"}
+    text = format_run("concatenation", "q", run_with({**evidence, "votes": None}, [answer]))
+    assert "Answer:   (no valid answer: passage markup: '1005dbc6')" in text
+
+
+def test_answer_checks_flag():
+    assert build_parser().parse_args(["ask", "Who?"]).answer_checks == "on"
+    assert (
+        build_parser().parse_args(["eval", "--dataset", "d", "--out", "o", "--answer-checks", "off"]).answer_checks
+        == "off"
+    )
+
+
 def test_mcq_candidates_line():
     answer = GeneratedAnswer(data="Paris", query="q", documents=[], meta={})
     text = format_run("mcq", "q", run_with({"candidates": ["Paris", "Lyon"], "votes": None}, [answer]))
