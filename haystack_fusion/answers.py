@@ -1,9 +1,11 @@
 """
-Answer normalization, unknown detection, answer confidence and majority voting: pure functions shared by every
-component.
+Answer normalization, unknown detection, answer confidence, token F1 and voting (exact or overlap): pure functions
+shared by every component.
 
 One normalization (the official SQuAD evaluation's) serves voting and evaluation alike, and one unknown detector
-decides what counts as an abstention everywhere (paper 000, section 3.1).
+decides what counts as an abstention everywhere (paper 000, section 3.1). One token F1 (the official SQuAD script's)
+serves the F1 metric and overlap voting, and one agreement rule (`answers_agree`) serves overlap voting and the %NM
+test of the evaluation (`evaluation.metrics.gold_in_pool`).
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ from __future__ import annotations
 import math
 import re
 import string
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 UNKNOWN = "unknown"
 """The literal answer the prompts ask for when the passages do not answer the question (paper 000, section 3.1)."""
@@ -185,12 +188,16 @@ class VoteResult:
         rank; abstentions are not in it.
     :param candidates: The candidate pool: one surface form per normalized answer, in the order of `votes`.
     :param best_rank: Normalized answer -> 0-based rank of the best-ranked passage that gave it.
+    :param clusters: Overlap voting only (`overlap_vote`): representative's normalized answer -> the normalized answers
+        of its cluster, the representative first, in the order they joined; None for exact voting, where every
+        normalized answer is its own cluster.
     """
 
     answer: str
     votes: dict[str, int]
     candidates: list[str]
     best_rank: dict[str, int]
+    clusters: dict[str, list[str]] | None = None
 
     @property
     def is_unknown(self) -> bool:
@@ -238,6 +245,207 @@ def majority_vote(
         candidates=[surface[key] for key in order],
         best_rank={key: best_rank[key] for key in order},
     )
+
+
+VoteMode = Literal["exact", "overlap"]
+"""How answers are grouped before they are counted: `"exact"` (equal after `normalize_answer`, paper 000, Eq. 2) or
+`"overlap"` (`answers_agree`)."""
+
+VOTE_MODES: tuple[str, ...] = ("exact", "overlap")
+"""The vote modes, the default first."""
+
+DEFAULT_OVERLAP_THRESHOLD = 0.5
+"""Token F1 at or above which two answers agree in overlap voting (`answers_agree`).
+
+Why 0.5: it is the F1 at which the SQuAD F1 metric gives each answer half credit when the other is the gold answer,
+and the F1 of a one-word answer against a three-word answer that holds it ("Gaul" / "province of Gaul"; a two-word
+one gives 0.67). What it costs: two two-word answers that share one word also reach 0.5 and agree ("New York" / "New
+Jersey"), as do longer answers that share most of their words ("Battle of Trafalgar" / "Battle of Britain": 0.67);
+below 0.5, a two-word and a three-word answer sharing one word (0.4) would agree too. Answers held inside another
+agree by containment whatever the threshold (`answers_agree`). docs/evaluation.md, "Overlap voting", reports
+other thresholds on the same replies."""
+
+
+def token_f1(prediction: str, gold: str) -> float:
+    """
+    Official SQuAD token F1 between two answers (paper 000, section 4 "Evaluation Metrics"; Rajpurkar et al., 2016).
+
+    Both sides are normalized with `normalize_answer` and split on whitespace; the overlap is the size of the
+    multiset intersection (Counter `&`); precision = overlap / prediction tokens, recall = overlap / gold tokens,
+    F1 = 2PR / (P + R). When either side has no tokens, F1 is 1.0 if both are empty and 0.0 otherwise. Symmetric in
+    its two arguments. `evaluation.metrics.f1` (best over the gold answers) and `answers_agree` use it.
+
+    :param prediction: One answer.
+    :param gold: The other answer.
+    :returns: A fraction in [0, 1].
+    """
+    prediction_tokens = normalize_answer(prediction).split()
+    gold_tokens = normalize_answer(gold).split()
+    if not prediction_tokens or not gold_tokens:
+        return float(prediction_tokens == gold_tokens)
+    common = sum((Counter(prediction_tokens) & Counter(gold_tokens)).values())
+    if common == 0:
+        return 0.0
+    precision = common / len(prediction_tokens)
+    recall = common / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _contains(longer: Sequence[str], shorter: Sequence[str]) -> bool:
+    """Whether `shorter` (non-empty) occurs as a contiguous run of `longer`."""
+    size = len(shorter)
+    return 0 < size <= len(longer) and any(
+        list(longer[i : i + size]) == list(shorter) for i in range(len(longer) - size + 1)
+    )
+
+
+def check_overlap_threshold(threshold: float) -> float:
+    """
+    Validate an overlap threshold.
+
+    :param threshold: A token F1 in (0, 1].
+    :returns: The threshold, as a float.
+    :raises ValueError: If it is not a number in (0, 1].
+    """
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold <= 1:
+        raise ValueError(f"`overlap_threshold` must be a number in (0, 1], got {threshold!r}")
+    return float(threshold)
+
+
+def check_vote_mode(vote: str) -> VoteMode:
+    """
+    Validate a vote mode.
+
+    :param vote: `"exact"` or `"overlap"`.
+    :returns: The mode.
+    :raises ValueError: For any other value.
+    """
+    if vote not in VOTE_MODES:
+        raise ValueError(f"`vote` must be one of {', '.join(map(repr, VOTE_MODES))}, got {vote!r}")
+    return vote  # type: ignore[return-value]
+
+
+def answers_agree(first: str, second: str, threshold: float = DEFAULT_OVERLAP_THRESHOLD) -> bool:
+    """
+    Whether two answers say the same thing for overlap voting: the rule `overlap_vote` clusters with and %NM's
+    overlap reading (`evaluation.metrics.gold_in_pool(vote="overlap")`) matches with.
+
+    Both answers are normalized (`normalize_answer`) and split into tokens. They agree when their normalized forms
+    are equal, when their token F1 (`token_f1`) is at least `threshold`, or when one's token sequence occurs as a
+    contiguous run in the other's (containment: "2BP" and "2-bromopalmitic acid (2-BP)", whose normalized tokens are
+    `2bp` and `2bromopalmitic acid 2bp`). An answer with no tokens agrees only with another with none. Symmetric.
+
+    ### Usage example
+    ```python
+    from haystack_fusion.answers import answers_agree
+
+    answers_agree("2BP", "2-bromopalmitic acid (2-BP)")  # True (containment; F1 0.5)
+    answers_agree("Roman Gaul", "Gaul")  # True (F1 0.67)
+    answers_agree("north Atlantic", "south Pacific coast")  # False (F1 0)
+    ```
+
+    :param first: One answer.
+    :param second: The other.
+    :param threshold: The token F1 in (0, 1] at or above which they agree (`DEFAULT_OVERLAP_THRESHOLD`).
+    :returns: True when they agree.
+    :raises ValueError: If `threshold` is not in (0, 1].
+    """
+    check_overlap_threshold(threshold)
+    first_tokens, second_tokens = normalize_answer(first).split(), normalize_answer(second).split()
+    if first_tokens == second_tokens:
+        return True
+    if not first_tokens or not second_tokens:
+        return False
+    return (
+        token_f1(first, second) >= threshold
+        or _contains(first_tokens, second_tokens)
+        or _contains(second_tokens, first_tokens)
+    )
+
+
+def overlap_vote(
+    answers: Sequence[str | None],
+    ranks: Sequence[int] | None = None,
+    detector: UnknownDetector | None = None,
+    *,
+    threshold: float = DEFAULT_OVERLAP_THRESHOLD,
+) -> VoteResult:
+    """
+    Majority vote over clusters of agreeing answers: paper 000's Eq. 2 with "the same answer" read as agreement
+    (`answers_agree`) instead of equality after normalization.
+
+    Abstentions and failed calls do not vote, as in `majority_vote`. The distinct normalized answers are clustered
+    greedily by rank: taken in order of their best passage rank (then most votes, then first occurrence), each joins
+    the first cluster whose representative it agrees with, or starts a new cluster of which it is the
+    representative. The representative is thus the cluster's best-ranked member, and every member agrees with it
+    (clusters do not chain: A may agree with B and B with C without A and C in one cluster). A cluster's votes are
+    its members' votes; the cluster with the most votes wins, a tie going to the better-ranked representative; the
+    answer is the representative's surface form (as the best-ranked passage that gave it wrote it). The result is
+    the same for the same answers and ranks, whatever the order of equal-ranked passages' calls finishing.
+
+    ### Usage example
+    ```python
+    from haystack_fusion.answers import overlap_vote
+
+    result = overlap_vote(["2BP", "2-bromopalmitic acid (2-BP)", "palmitate", "2-bromopalmitate"])
+    result.answer  # '2BP'
+    result.votes  # {'2bp': 2, 'palmitate': 1, '2bromopalmitate': 1}
+    result.clusters  # {'2bp': ['2bp', '2bromopalmitic acid 2bp'], 'palmitate': ['palmitate'], ...}
+    ```
+
+    :param answers: The answers in passage order; None marks a failed call.
+    :param ranks: The 0-based retrieval rank of the passage behind each answer; defaults to the position.
+    :param detector: The unknown detector; defaults to `UnknownDetector()`.
+    :param threshold: Token F1 in (0, 1] at or above which answers agree (`DEFAULT_OVERLAP_THRESHOLD`).
+    :returns: A `VoteResult` whose `votes`, `candidates` and `best_rank` are per cluster, keyed by the
+        representative's normalized answer, and whose `clusters` lists each cluster's members.
+    :raises ValueError: If `ranks` has a different length than `answers`, or `threshold` is not in (0, 1].
+    """
+    check_overlap_threshold(threshold)
+    exact = majority_vote(answers, ranks, detector)
+    surface = dict(zip(exact.votes, exact.candidates, strict=True))
+    order = {key: index for index, key in enumerate(exact.votes)}
+    by_rank = sorted(exact.votes, key=lambda key: (exact.best_rank[key], order[key]))
+    clusters: list[list[str]] = []
+    for key in by_rank:
+        home = next((cluster for cluster in clusters if answers_agree(cluster[0], key, threshold)), None)
+        if home is None:
+            clusters.append([key])
+        else:
+            home.append(key)
+    counts = {cluster[0]: sum(exact.votes[member] for member in cluster) for cluster in clusters}
+    ranked = sorted(clusters, key=lambda cluster: (-counts[cluster[0]], exact.best_rank[cluster[0]], order[cluster[0]]))
+    return VoteResult(
+        answer=surface[ranked[0][0]] if ranked else UNKNOWN,
+        votes={cluster[0]: counts[cluster[0]] for cluster in ranked},
+        candidates=[surface[cluster[0]] for cluster in ranked],
+        best_rank={cluster[0]: exact.best_rank[cluster[0]] for cluster in ranked},
+        clusters={cluster[0]: list(cluster) for cluster in ranked},
+    )
+
+
+def vote_answers(
+    answers: Sequence[str | None],
+    ranks: Sequence[int] | None = None,
+    detector: UnknownDetector | None = None,
+    *,
+    vote: str = "exact",
+    threshold: float = DEFAULT_OVERLAP_THRESHOLD,
+) -> VoteResult:
+    """
+    Vote in the given mode: `majority_vote` for `"exact"` (paper 000, Eq. 2), `overlap_vote` for `"overlap"`.
+
+    :param answers: The answers in passage order; None marks a failed call.
+    :param ranks: The 0-based retrieval rank of the passage behind each answer; defaults to the position.
+    :param detector: The unknown detector; defaults to `UnknownDetector()`.
+    :param vote: `"exact"` or `"overlap"`.
+    :param threshold: The overlap threshold (ignored by exact voting).
+    :returns: A `VoteResult`.
+    :raises ValueError: For an unknown mode, mismatched `ranks`, or a threshold outside (0, 1].
+    """
+    if check_vote_mode(vote) == "overlap":
+        return overlap_vote(answers, ranks, detector, threshold=threshold)
+    return majority_vote(answers, ranks, detector)
 
 
 def token_logprobs(meta: Mapping[str, Any] | None) -> list[Mapping[str, Any]] | None:

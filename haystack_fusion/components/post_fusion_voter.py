@@ -9,7 +9,15 @@ from haystack.components.generators.chat.types import ChatGenerator
 from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage, GeneratedAnswer
 
-from haystack_fusion.answers import UnknownDetector, answer_confidence, majority_vote, normalize_answer
+from haystack_fusion.answers import (
+    DEFAULT_OVERLAP_THRESHOLD,
+    UnknownDetector,
+    answer_confidence,
+    check_overlap_threshold,
+    check_vote_mode,
+    normalize_answer,
+    vote_answers,
+)
 from haystack_fusion.components.base import ChatGeneratorWrapper
 from haystack_fusion.llm_calls import (
     FanOutResult,
@@ -17,8 +25,10 @@ from haystack_fusion.llm_calls import (
     empty_usage,
     run_chat_calls,
     run_chat_calls_async,
+    stop_kwargs,
 )
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render, validate_query
+from haystack_fusion.validation import check_answer
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +69,16 @@ class PostFusionVoter(ChatGeneratorWrapper):
     and, when the replies carried token log-probabilities, `confidence` (the mean `answer_confidence` of the
     answers that voted for it).
 
+    With `vote="overlap"`, answers that agree (`answers.answers_agree`: token F1 >= `overlap_threshold`, or one's
+    normalized tokens contained in the other's) vote together: they are clustered greedily by rank, the cluster with
+    the most votes wins (ties to the better-ranked passage), and its best-ranked member's surface form is the answer
+    (`answers.overlap_vote`; docs/evaluation.md, "Overlap voting"). The default, `vote="exact"`, is paper 000's Eq. 2.
+
+    With `answer_checks` on (default), each passage's answer is checked by the package's answer validator
+    (`validation.check_answer`, with the Figure 7 prompt's demonstration answers and that passage's text): an answer
+    that is passage markup, a demonstration answer the passage does not hold, or an empty enumeration does not vote
+    (like an abstention) and is reported (`invalid` per passage, `invalid_answers` in the winner's `meta`).
+
     ### Usage example
     ```python
     from haystack import Document
@@ -84,6 +104,10 @@ class PostFusionVoter(ChatGeneratorWrapper):
         min_vote_share: float | None = None,
         split_candidates: int = 2,
         datamark: bool = False,
+        vote: str = "exact",
+        overlap_threshold: float = DEFAULT_OVERLAP_THRESHOLD,
+        answer_checks: bool = True,
+        stop_sequences: bool = True,
     ) -> None:
         """
         Create a PostFusionVoter.
@@ -104,8 +128,22 @@ class PostFusionVoter(ChatGeneratorWrapper):
         :param split_candidates: K, the candidates a split vote passes on, most votes first (>= 2).
         :param datamark: Datamark each passage's text (`prompts.passages.format_passages`), a defence against
             instructions written in passages; off by default (and then left out of `to_dict`).
+        :param vote: How answers are grouped before counting: `"exact"` (default; equal after SQuAD normalization,
+            paper 000, Eq. 2) or `"overlap"` (answers that agree by `answers.answers_agree` vote together,
+            `answers.overlap_vote`). In `to_dict` only when not `"exact"`.
+        :param overlap_threshold: With `vote="overlap"`, the token F1 in (0, 1] at or above which two answers agree
+            (default `answers.DEFAULT_OVERLAP_THRESHOLD`, 0.5; one's tokens contained in the other's agree at any
+            threshold). In `to_dict` only when not the default.
+        :param stop_sequences: End each reply at its answer line (the Figure 7 prompt's `stop`, added to the
+            generator's own stop sequences by `llm_calls.stop_kwargs`): fewer completion tokens per call. On by
+            default; False gives the replies of the voter before the option existed, and is the only value `to_dict`
+            writes.
+        :param answer_checks: Check each passage's answer with `validation.check_answer`; a rejected answer does
+            not vote and is reported. On by default; False gives the outputs of the voter before the validator
+            existed, and is the only value `to_dict` writes.
         :raises ValueError: If `max_concurrency` is neither None nor an integer >= 1, `samples_per_passage` is below
-            1, `max_passage_chars` is not positive, `min_vote_share` is outside (0, 1] or `split_candidates` is below 2.
+            1, `max_passage_chars` is not positive, `min_vote_share` is outside (0, 1], `split_candidates` is below 2,
+            `vote` is neither "exact" nor "overlap", or `overlap_threshold` is outside (0, 1].
         """
         if min_vote_share is not None and not 0 < min_vote_share <= 1:
             raise ValueError(f"`min_vote_share` must be in (0, 1], got {min_vote_share}")
@@ -113,6 +151,10 @@ class PostFusionVoter(ChatGeneratorWrapper):
             raise ValueError(f"`split_candidates` must be at least 2, got {split_candidates}")
         self.min_vote_share = min_vote_share
         self.split_candidates = split_candidates
+        self.vote = check_vote_mode(vote)
+        self.overlap_threshold = check_overlap_threshold(overlap_threshold)
+        self.answer_checks = answer_checks
+        self.stop_sequences = stop_sequences
         if samples_per_passage < 1:
             raise ValueError(f"`samples_per_passage` must be at least 1, got {samples_per_passage}")
         if max_passage_chars is not None and max_passage_chars <= 0:
@@ -130,8 +172,16 @@ class PostFusionVoter(ChatGeneratorWrapper):
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize this component, with its chat generator, to a dictionary."""
-        # `datamark` only when on: pipelines serialized before the option existed stay the same
-        optional = {"datamark": True} if self.datamark else {}
+        # options added later only when not at their defaults: pipelines serialized before they existed stay the same
+        optional: dict[str, Any] = {"datamark": True} if self.datamark else {}
+        if self.vote != "exact":
+            optional["vote"] = self.vote
+        if self.overlap_threshold != DEFAULT_OVERLAP_THRESHOLD:
+            optional["overlap_threshold"] = self.overlap_threshold
+        if not self.answer_checks:
+            optional["answer_checks"] = False
+        if not self.stop_sequences:
+            optional["stop_sequences"] = False
         return default_to_dict(
             self,
             chat_generator=component_to_dict(obj=self._chat_generator, name="chat_generator"),
@@ -168,6 +218,8 @@ class PostFusionVoter(ChatGeneratorWrapper):
         if self.samples_per_passage > 1:
             sampling = self.sampling_generation_kwargs
             sampling = DEFAULT_SAMPLING_KWARGS if sampling is None else sampling
+        if self.stop_sequences:  # the answer is the reply's first line: end the reply there
+            sampling = stop_kwargs(self._chat_generator, self._prompt.stop, sampling)
         return {
             "max_concurrency": self.max_concurrency,
             "generation_kwargs": sampling,
@@ -180,16 +232,34 @@ class PostFusionVoter(ChatGeneratorWrapper):
         replies = calls.replies if calls else []
         answers = [None if reply is None else self._prompt.extract_answer(reply.text) for reply in replies]
         ranks = [index // p for index in range(len(answers))]
-        vote = majority_vote(answers, ranks, self._detector)
+        invalid: list[str | None] = [None] * len(answers)
+        if self.answer_checks:
+            invalid = [
+                None
+                if answer is None
+                else check_answer(
+                    answer,
+                    demonstrations=self._prompt.demonstrations,
+                    passages=[documents[index // p].content or ""],
+                )
+                for index, answer in enumerate(answers)
+            ]
+        voting = [None if reason else answer for answer, reason in zip(answers, invalid, strict=True)]
+        vote = vote_answers(voting, ranks, self._detector, vote=self.vote, threshold=self.overlap_threshold)
+        members = vote.clusters or {key: [key] for key in vote.votes}
         usage = dict(calls.usage if calls else empty_usage(), rounds=1 if calls else 0)
         passage_answers: list[dict[str, Any]] = [
             {"rank": rank, "document_id": document.id, "answers": answers[rank * p : (rank + 1) * p]}
             for rank, document in enumerate(documents)
         ]
+        for entry in passage_answers:  # only on passages with a rejected answer: the others read as before
+            reasons = invalid[entry["rank"] * p : (entry["rank"] + 1) * p]
+            if any(reasons):
+                entry["invalid"] = reasons
         answered = [
             document
-            for document, entry in zip(documents, passage_answers, strict=True)
-            if any(not self._detector.is_unknown(answer) for answer in entry["answers"])
+            for rank, document in enumerate(documents)
+            if any(not self._detector.is_unknown(answer) for answer in voting[rank * p : (rank + 1) * p])
         ]
         failures = [
             {"rank": failure["index"] // p, "sample": failure["index"] % p, "error": failure["error"]}
@@ -197,23 +267,25 @@ class PostFusionVoter(ChatGeneratorWrapper):
         ]
 
         def supporting(key: str) -> list[Document]:
+            cluster = set(members[key])
             return [
-                documents[entry["rank"]]
-                for entry in passage_answers
-                if any(a is not None and normalize_answer(a) == key for a in entry["answers"])
+                document
+                for rank, document in enumerate(documents)
+                if any(a is not None and normalize_answer(a) in cluster for a in voting[rank * p : (rank + 1) * p])
             ]
 
         winner_key = next(iter(vote.votes), None)
         counts = list(vote.votes.values())
         share = counts[0] / sum(counts) if counts else 0.0
         tie = len(counts) > 1 and counts[0] == counts[1]
+        winners = set(members[winner_key]) if winner_key is not None else set()
         confidences = [
             answer_confidence(reply.meta, answer)
-            for reply, answer in zip(replies, answers, strict=True)
-            if reply is not None and answer is not None and normalize_answer(answer) == winner_key
+            for reply, answer in zip(replies, voting, strict=True)
+            if reply is not None and answer is not None and normalize_answer(answer) in winners
         ]
         known = [c for c in confidences if c is not None]
-        meta = {
+        meta: dict[str, Any] = {
             "strategy": "post_fusion",
             "source": "paper 000, Eq. 2",
             "votes": vote.votes,
@@ -224,6 +296,10 @@ class PostFusionVoter(ChatGeneratorWrapper):
             "failures": failures,
             "usage": usage,
         }
+        if vote.clusters is not None:
+            meta["clusters"] = vote.clusters
+        if self.answer_checks:
+            meta["invalid_answers"] = sum(reason is not None for reason in invalid)
         winner = GeneratedAnswer(
             data=vote.answer, query=query, documents=supporting(winner_key) if winner_key else [], meta=meta
         )
@@ -261,9 +337,15 @@ class PostFusionVoter(ChatGeneratorWrapper):
               `sample`, `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`,
               `rounds`, `http_requests` when the generator's HTTP requests are counted, and `cached_tokens` when the
               provider reports prompt tokens served from its prefix cache: `llm_calls.FanOutResult`).
-              Each answer's `documents` are the passages that gave it.
+              With `vote="overlap"`, `votes` is per cluster, keyed by its representative's normalized answer, and
+              `clusters` maps each representative to its members' normalized answers (representative first).
+              With `answer_checks` on, the meta holds `invalid_answers` (how many answers the validator rejected;
+              they did not vote), and the `passage_answers` entry of a passage with a rejected answer holds
+              `invalid` (per answer, aligned with `answers`: the validator's reason or None). Each answer's
+              `documents` are the passages that gave it (or a member of its cluster).
             - `candidates`: the candidate pool, distinct non-unknown answers, most votes first.
-            - `documents`: the passages at least one of whose answers was not unknown, in rank order.
+            - `documents`: the passages at least one of whose answers voted (neither unknown nor rejected), in
+              rank order.
             - `unknown`: the "unknown" answer alone, emitted instead of `candidates` and `documents` when no
               passage answered (so that a distiller round connected to them does not run, as in PF+Concat).
             - With `min_vote_share` set and a split vote, instead of all the above: `split` (the answers, the first

@@ -18,11 +18,18 @@ and evaluation always agree on what "the same answer" and "unknown" mean.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from haystack_fusion.answers import UnknownDetector, normalize_answer
+from haystack_fusion.answers import (
+    DEFAULT_OVERLAP_THRESHOLD,
+    UnknownDetector,
+    answers_agree,
+    check_overlap_threshold,
+    check_vote_mode,
+    normalize_answer,
+    token_f1,
+)
 
 __all__ = [
     "QuestionScore",
@@ -60,20 +67,6 @@ def exact_match(prediction: str, golds: Sequence[str]) -> float:
     return float(any(normalized == normalize_answer(gold) for gold in golds))
 
 
-def _token_f1(prediction: str, gold: str) -> float:
-    """Official SQuAD token F1 between one prediction and one gold answer."""
-    prediction_tokens = normalize_answer(prediction).split()
-    gold_tokens = normalize_answer(gold).split()
-    if not prediction_tokens or not gold_tokens:
-        return float(prediction_tokens == gold_tokens)
-    common = sum((Counter(prediction_tokens) & Counter(gold_tokens)).values())
-    if common == 0:
-        return 0.0
-    precision = common / len(prediction_tokens)
-    recall = common / len(gold_tokens)
-    return 2 * precision * recall / (precision + recall)
-
-
 def f1(prediction: str, golds: Sequence[str]) -> float:
     """
     Token F1 of a prediction, the best over the acceptable answers.
@@ -82,7 +75,7 @@ def f1(prediction: str, golds: Sequence[str]) -> float:
     F1 "treats the prediction and ground truth as bags of tokens". As in the official SQuAD script: both sides are
     normalized with `normalize_answer` and split on whitespace; the overlap is the size of the multiset
     intersection (Counter `&`); precision = overlap / prediction tokens, recall = overlap / gold tokens,
-    F1 = 2PR / (P + R).
+    F1 = 2PR / (P + R) (`haystack_fusion.answers.token_f1`, the one copy, which overlap voting uses too).
 
     Unit: a fraction in [0, 1] per question; `summarize` reports the mean x100.
 
@@ -93,7 +86,7 @@ def f1(prediction: str, golds: Sequence[str]) -> float:
     :param golds: The acceptable answers.
     :returns: The maximum token F1 over `golds`.
     """
-    return max((_token_f1(prediction, gold) for gold in golds), default=0.0)
+    return max((token_f1(prediction, gold) for gold in golds), default=0.0)
 
 
 def accuracy(prediction: str, golds: Sequence[str]) -> float:
@@ -135,20 +128,40 @@ def is_unknown(prediction: str | None, detector: UnknownDetector | None = None) 
     return (detector or UnknownDetector()).is_unknown(prediction)
 
 
-def gold_in_pool(candidates: Sequence[str], golds: Sequence[str]) -> bool:
+def gold_in_pool(
+    candidates: Sequence[str],
+    golds: Sequence[str],
+    *,
+    vote: str = "exact",
+    overlap_threshold: float = DEFAULT_OVERLAP_THRESHOLD,
+) -> bool:
     """
     Whether the post-fusion candidate pool holds a correct answer, the condition of %NM.
 
     Paper 000, section 4 "Evaluation Metrics": %NM counts "instances where the correct answer is within the generated
-    answer list but isn't the majority selection". "Within" is read as: some candidate is an exact match
-    (`exact_match`) of some gold answer.
+    answer list but isn't the majority selection". "Within" is read with the matching the voter used, so that %NM
+    asks whether voting lost an answer that it would itself have counted as the gold one:
+
+    - `vote="exact"` (default, paper 000's voting): some candidate is an exact match (`exact_match`) of some gold
+      answer;
+    - `vote="overlap"` (`PostFusionVoter(vote="overlap")`): some candidate agrees with some gold answer by
+      `haystack_fusion.answers.answers_agree` (equal, token F1 >= `overlap_threshold`, or one's tokens contained in
+      the other's), the rule the overlap vote clusters with. Whether the majority answer is correct is then read
+      the same way: `gold_in_pool(candidates[:1], golds, vote="overlap")`.
 
     Edge cases: an empty pool or no gold answers -> False.
 
-    :param candidates: The candidate answers (e.g. `VoteResult.candidates`).
+    :param candidates: The candidate answers (e.g. `VoteResult.candidates`: with overlap voting, one representative
+        per cluster).
     :param golds: The acceptable answers.
-    :returns: True when a candidate exactly matches a gold answer.
+    :param vote: `"exact"` or `"overlap"`.
+    :param overlap_threshold: The token F1 in (0, 1] of `answers_agree` (overlap only).
+    :returns: True when a candidate matches a gold answer.
+    :raises ValueError: For an unknown `vote`, or an `overlap_threshold` outside (0, 1] with `vote="overlap"`.
     """
+    if check_vote_mode(vote) == "overlap":
+        check_overlap_threshold(overlap_threshold)
+        return any(answers_agree(candidate, gold, overlap_threshold) for candidate in candidates for gold in golds)
     return any(exact_match(candidate, golds) == 1.0 for candidate in candidates)
 
 
