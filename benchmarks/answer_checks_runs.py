@@ -27,7 +27,9 @@ from haystack_fusion.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 DATASET = "../shared/data/squad2-dev-subset/squad2_dev_subset.json"  # from the repository root, as the docs write it
 PAPER000 = "concatenation,post_fusion,pruning,summary_cot,concat_pf,pf_concat"
-COMMON = ["eval", "--dataset", DATASET, "--top-k", "5", "--limit", "120"]
+COMMON = ["eval", "--dataset", DATASET, "--top-k", "5", "--stop-sequences", "off", "--limit", "120"]
+"""Every step keeps the replies of the code that made the before runs (no stop sequences): only the answer checks
+differ between before and after. Stop sequences are measured apart (`benchmarks/stop_sequences.py`)."""
 
 STEPS: list[list[str]] = [
     # before: paper 000's six strategies (issue 11's paper-000 run, its first 120 questions) and base / sure

@@ -54,6 +54,7 @@ def _strategy_options(args: argparse.Namespace) -> dict[str, Any]:
         "min_vote_share": args.min_vote_share,
         "verifier_scoring": args.verifier_scoring,
         "answer_checks": args.answer_checks == "on",
+        "stop_sequences": args.stop_sequences == "on",
     }
 
 
@@ -561,6 +562,13 @@ def build_parser() -> argparse.ArgumentParser:
             help="reject answers that are not answers: passage markup, a copied demonstration answer, an empty "
             'enumeration (on, default: counted as "invalid", apart from "unknown"); off gives the answers of '
             "earlier versions, so runs made before the checks existed resume",
+        )
+        sub.add_argument(
+            "--stop-sequences",
+            default="on",
+            choices=["on", "off"],
+            help="end the replies of short-answer prompts at their answer line with a stop sequence (on, default: "
+            "fewer completion tokens); off gives the replies of earlier versions, so earlier runs resume",
         )
 
     def report_options(sub: argparse.ArgumentParser) -> None:

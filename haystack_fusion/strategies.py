@@ -15,10 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from haystack import Document, Pipeline
+from haystack import Document, Pipeline, logging
 from haystack.components.builders import AnswerBuilder
 from haystack.components.generators.chat.types import ChatGenerator
 from haystack.components.joiners import AnswerJoiner
+from haystack.core.serialization import component_from_dict, component_to_dict
 from haystack.dataclasses import GeneratedAnswer
 
 from haystack_fusion.answers import UNKNOWN, answer_confidence
@@ -29,11 +30,13 @@ from haystack_fusion.components.passage_formatter import PassageFormatter
 from haystack_fusion.components.post_fusion_voter import PostFusionVoter
 from haystack_fusion.components.summary_verifier import Scoring, SummaryVerifier
 from haystack_fusion.components.unknown_router import UnknownRouter
-from haystack_fusion.llm_calls import reply_usage, sum_usage
+from haystack_fusion.llm_calls import limit_calls, reply_usage, stop_kwargs, sum_usage
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, PromptTemplate, validate_query
 from haystack_fusion.prompts.passages import PassageLayout
 from haystack_fusion.sure import summary_is_label
 from haystack_fusion.validation import is_invalid
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,10 @@ class StrategyConfig:
         demonstration answers, empty enumerations); a rejected answer becomes an empty answer with
         `meta["answer_source"] == "invalid"`, and concat_pf / cascade fall back on it as on "unknown". On by default;
         off gives the answers of the package before the validator existed (issue 16).
+    :param stop_sequences: End the replies of short-answer prompts at their answer line (`PromptTemplate.stop`,
+        added to the generator's own stop sequences by `llm_calls.stop_kwargs`): the one-prompt chains get their own
+        copy of `chat_generator` with those stops in its `generation_kwargs` (`chain_generator`), and the voter and
+        Chain-of-Note's synthesis pass them per call. On by default; off gives the replies of earlier versions.
     """
 
     retriever: Any
@@ -92,6 +99,7 @@ class StrategyConfig:
     verifier_scoring: Scoring | None = None
     datamark: bool = False
     answer_checks: bool = True
+    stop_sequences: bool = True
 
 
 @dataclass(frozen=True)
@@ -150,7 +158,7 @@ def _prompt_chain(
     prompt = PROMPTS[prompt_name]
     components: dict[str, Any] = {
         "prompt_builder": prompt.builder(),
-        "llm": config.chat_generator,
+        "llm": chain_generator(config.chat_generator, prompt.stop if config.stop_sequences else ()),
         "answer_builder": _answer_builder(config, prompt),
     }
     connections = [("prompt_builder.prompt", "llm.messages"), (documents_from, "answer_builder.documents")]
@@ -164,6 +172,36 @@ def _prompt_chain(
             *connections,
         ]
     return components, connections
+
+
+def chain_generator(chat_generator: ChatGenerator, stop: tuple[str, ...]) -> ChatGenerator:
+    """
+    The generator of a one-prompt chain whose reply should end at `stop`: a copy of `chat_generator` (rebuilt from
+    its `to_dict`, so it shares nothing but its settings; the embedded model's copies share the loaded model and its
+    reply cache) whose `generation_kwargs` add `stop` to its own stop sequences (`llm_calls.stop_kwargs`), so the
+    YAML of the pipeline shows them.
+
+    :param chat_generator: The strategy's generator.
+    :param stop: The prompt's stop sequences; empty returns `chat_generator` itself.
+    :returns: The copy, or `chat_generator` itself when there is nothing to add, when it takes no
+        `generation_kwargs` (a mock) or when it cannot be serialized (a secret given as a token): then the prompt's
+        own answer pattern still reads the first line, the reply is only longer.
+    """
+    own = getattr(chat_generator, "generation_kwargs", None)
+    kwargs = stop_kwargs(chat_generator, stop)
+    if not kwargs or not isinstance(own, dict) or kwargs.get("stop") == own.get("stop"):
+        return chat_generator
+    try:
+        data = component_to_dict(chat_generator, "llm")
+    except Exception as error:  # e.g. Secret.from_token: not serializable, so not copied
+        logger.warning(
+            "Cannot copy {generator} to add stop sequences: {error}", generator=type(chat_generator), error=error
+        )
+        return chat_generator
+    data["init_parameters"]["generation_kwargs"] = {**own, **kwargs}
+    copy = component_from_dict(type(chat_generator), data, "llm")
+    # a generator whose calls hold the process's call slots (`llm_calls.limit_calls`) gives a copy that does too
+    return limit_calls(copy) if getattr(chat_generator, "_haystack_fusion_call_slots", False) else copy
 
 
 def _answer_builder(config: StrategyConfig, prompt: PromptTemplate) -> AnswerBuilder:
@@ -184,6 +222,7 @@ def _voter(config: StrategyConfig, min_vote_share: float | None = None) -> PostF
         split_candidates=max(2, config.num_candidates),
         datamark=config.datamark,
         answer_checks=config.answer_checks,
+        stop_sequences=config.stop_sequences,
     )
 
 
@@ -382,6 +421,7 @@ def _chain_of_note(mode: NoteMode) -> Callable[[StrategyConfig], Pipeline]:
             generation_kwargs=config.note_generation_kwargs,
             unknown_patterns=config.unknown_patterns,
             answer_checks=config.answer_checks,
+            stop_sequences=config.stop_sequences,
         )
         components = {"retriever": config.retriever, "note_taker": note_taker}
         return _assemble((components, [("retriever.documents", "note_taker.documents")]))

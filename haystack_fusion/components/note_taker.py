@@ -18,6 +18,7 @@ from haystack_fusion.llm_calls import (
     check_max_concurrency,
     run_chat_calls,
     run_chat_calls_async,
+    stop_kwargs,
     sum_usage,
 )
 from haystack_fusion.notes import CONTEXT, DIRECT, classify_note, parse_document_note, parse_single_call
@@ -136,6 +137,7 @@ class NoteTaker(ChatGeneratorWrapper):
         raise_on_failure: bool = False,
         streaming_callback: StreamingCallbackT | None = None,
         answer_checks: bool = True,
+        stop_sequences: bool = True,
     ) -> None:
         """
         Create a NoteTaker.
@@ -160,6 +162,9 @@ class NoteTaker(ChatGeneratorWrapper):
             demonstration's answer (Table 6's "1996") when no passage holds it, or an empty enumeration becomes an
             empty answer with `answer_source` "invalid", `invalid_reason` and `rejected_answer` in `meta`. On by
             default (and then left out of `to_dict`).
+        :param stop_sequences: End the per-document mode's synthesis reply at its answer line (the prompt's `stop`,
+            added to the generator's own by `llm_calls.stop_kwargs`). On by default (and then left out of
+            `to_dict`); the notes are never cut.
         :raises ValueError: If `mode` is unknown, `max_concurrency` is neither None nor an integer >= 1, or
             `max_passage_chars` is not positive.
         """
@@ -177,6 +182,7 @@ class NoteTaker(ChatGeneratorWrapper):
         self.raise_on_failure = raise_on_failure
         self.streaming_callback = streaming_callback
         self.answer_checks = answer_checks
+        self.stop_sequences = stop_sequences
         self._detector = UnknownDetector.from_patterns(unknown_patterns)
 
     def to_dict(self) -> dict[str, Any]:
@@ -193,6 +199,7 @@ class NoteTaker(ChatGeneratorWrapper):
             raise_on_failure=self.raise_on_failure,
             streaming_callback=serialize_callable(self.streaming_callback) if self.streaming_callback else None,
             **({} if self.answer_checks else {"answer_checks": False}),
+            **({} if self.stop_sequences else {"stop_sequences": False}),
         )
 
     @classmethod
@@ -210,10 +217,14 @@ class NoteTaker(ChatGeneratorWrapper):
     def _step_5(self) -> str:
         return STEP_5_PARAMETRIC if self.allow_parametric_knowledge else STEP_5_UNKNOWN
 
-    def _fan_out(self) -> dict[str, Any]:
+    def _fan_out(self, synthesis: bool = False) -> dict[str, Any]:
+        """The fan-out settings; the synthesis call (its answer is on the answer lead's line) also stops there."""
+        generation_kwargs = self.generation_kwargs
+        if synthesis and self.stop_sequences:
+            generation_kwargs = stop_kwargs(self._chat_generator, PROMPTS["con_synthesis"].stop, generation_kwargs)
         return {
             "max_concurrency": self.max_concurrency,
-            "generation_kwargs": self.generation_kwargs,
+            "generation_kwargs": generation_kwargs,
             "raise_on_failure": self.raise_on_failure,
         }
 
@@ -349,7 +360,7 @@ class NoteTaker(ChatGeneratorWrapper):
         notes, answer_text = self._notes(documents, first)
         synthesis = self._synthesis(query, notes)
         generator = self._synthesis_generator(streaming_callback)
-        second = run_chat_calls(generator, synthesis, **self._fan_out()) if synthesis else None
+        second = run_chat_calls(generator, synthesis, **self._fan_out(synthesis=True)) if synthesis else None
         if self.mode == "per_document":
             answer_text = self._answer_text(second)
         return self._outputs(query, documents, notes, answer_text, [("notes", first), ("answer", second)])
@@ -364,7 +375,9 @@ class NoteTaker(ChatGeneratorWrapper):
         notes, answer_text = self._notes(documents, first)
         synthesis = self._synthesis(query, notes)
         generator = self._synthesis_generator(streaming_callback)
-        second = await run_chat_calls_async(generator, synthesis, **self._fan_out()) if synthesis else None
+        second = (
+            await run_chat_calls_async(generator, synthesis, **self._fan_out(synthesis=True)) if synthesis else None
+        )
         if self.mode == "per_document":
             answer_text = self._answer_text(second)
         return self._outputs(query, documents, notes, answer_text, [("notes", first), ("answer", second)])

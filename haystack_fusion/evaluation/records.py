@@ -436,11 +436,12 @@ def check_fingerprints(folder: Path, records: Iterable[QuestionRecord], settings
     old = sorted(others)[0]
     known = read_fingerprints(folder)
     changed = _changes(known[old], settings.as_dict()) if old in known else ["(no record of the old settings)"]
-    hint = (
-        " Records made before the answer checks existed resume with `--answer-checks off`."
-        if any(change.startswith("options.answer_checks: None") for change in changed)
-        else ""
-    )
+    flags = [
+        f"--{name.replace('_', '-')} off"
+        for name in ("answer_checks", "stop_sequences")
+        if any(change.startswith(f"options.{name}: None") for change in changed)
+    ]
+    hint = f" Records made before those options existed resume with `{' '.join(flags)}`." if flags else ""
     raise FingerprintMismatchError(
         f"{folder / RESULTS_FILE} already holds {settings.strategy} top-{settings.top_k} records made with other "
         f"settings (fingerprint {old or 'none'}, now {fingerprint}); changed: {'; '.join(changed[:6])}. "

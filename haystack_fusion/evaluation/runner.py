@@ -53,6 +53,7 @@ from haystack_fusion.evaluation.records import (
     split_evidence,
 )
 from haystack_fusion.llm_calls import check_max_concurrency, limit_calls, max_calls_in_flight
+from haystack_fusion.prompts import STOP_SEQUENCES_VERSION
 from haystack_fusion.strategies import StrategyConfig, build_pipeline, get_strategy, run_strategy
 from haystack_fusion.validation import ANSWER_CHECKS_VERSION
 
@@ -98,10 +99,10 @@ LATER_PREDICTION_FLAGS = ("datamark",)
 """`StrategyConfig` switches that change prompts, added after runs were committed: hashed only when on (off is the
 earlier behaviour, so earlier records keep their fingerprints)."""
 
-VERSIONED_PREDICTION_FLAGS = {"answer_checks": ANSWER_CHECKS_VERSION}
+VERSIONED_PREDICTION_FLAGS = {"answer_checks": ANSWER_CHECKS_VERSION, "stop_sequences": STOP_SEQUENCES_VERSION}
 """`StrategyConfig` switches that change parsing, on by default, added after runs were committed: hashed with the
 version of their rules when on, left out when off (the earlier behaviour, so earlier records keep their fingerprints
-and resume with the switch off, e.g. `eval --answer-checks off`)."""
+and resume with the switch off, e.g. `eval --answer-checks off --stop-sequences off`)."""
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,15 @@ WHOLE_REPLY_FINGERPRINT_PATTERN = r"^\s*([\s\S]*?)\s*$"
 (`PromptTemplate.fingerprint_pattern`): `WHOLE_REPLY_PATTERN` extracts the same first group from every reply
 (tests/unit/test_answer_patterns.py, a differential test), so committed runs resume."""
 
+ANSWER_LINE_STOP: tuple[str, ...] = ("\n",)
+"""The stop sequence of prompts whose answer is the first line of the reply (Figure 7, the distiller, Listings 10 and
+12, Chain-of-Note's synthesis): generation ends with the answer line, instead of running on into text the answer
+pattern throws away (issue 16)."""
+
+STOP_SEQUENCES_VERSION = "1"
+"""Identifies the prompts' `stop` sequences in evaluation fingerprints (`evaluation.runner`): bump it when one
+changes."""
+
 COT_ANSWER_PATTERN = r"Answer:[ \t]*([^\n]*)"
 """Chain-of-thought prompts (Figures 8-9): the answer is the rest of the first "Answer:" line of the completion."""
 
@@ -54,6 +63,10 @@ class PromptTemplate:
     :param demonstrations: The answers of the template's own few-shot demonstrations, which the answer validator
         rejects when the passages do not contain them (`validation.check_answer`); empty for a prompt without
         demonstrations or whose reply is not an answer. Not part of the fingerprint: the template text holds them.
+    :param stop: Stop sequences that end the reply once the answer is written (`ANSWER_LINE_STOP` for a prompt
+        whose answer is the reply's first line), added to the generator's own with `stop_sequences` on
+        (`llm_calls.stop_kwargs`); empty for a prompt whose reply runs over several lines. With `stop_sequences` on,
+        the evaluation fingerprints `STOP_SEQUENCES_VERSION` instead of hashing these.
     """
 
     name: str
@@ -62,6 +75,7 @@ class PromptTemplate:
     answer_pattern: str
     fingerprint_pattern: str = ""
     demonstrations: tuple[str, ...] = ()
+    stop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.fingerprint_pattern:
@@ -109,6 +123,7 @@ PROMPTS: dict[str, PromptTemplate] = {
             figure7.ANSWER_PATTERN,
             figure7.FINGERPRINT_PATTERN,
             examples.FORMAT_EXAMPLE_ANSWERS,
+            stop=ANSWER_LINE_STOP,
         ),
         PromptTemplate(
             "pruning",
@@ -131,6 +146,7 @@ PROMPTS: dict[str, PromptTemplate] = {
             distiller.ANSWER_PATTERN,
             distiller.FINGERPRINT_PATTERN,
             distiller.DEMONSTRATION_ANSWERS,
+            stop=ANSWER_LINE_STOP,
         ),
         PromptTemplate(
             "sure_candidates",
@@ -188,6 +204,7 @@ PROMPTS: dict[str, PromptTemplate] = {
             sure.BASE,
             sure.SHORT_ANSWER_PATTERN,
             sure.SHORT_ANSWER_FINGERPRINT_PATTERN,
+            stop=ANSWER_LINE_STOP,
         ),
         PromptTemplate(
             "sure_mcq",
@@ -195,6 +212,7 @@ PROMPTS: dict[str, PromptTemplate] = {
             sure.MCQ,
             sure.SHORT_ANSWER_PATTERN,
             sure.SHORT_ANSWER_FINGERPRINT_PATTERN,
+            stop=ANSWER_LINE_STOP,
         ),
         PromptTemplate(
             "sure_sum_and_pred",
@@ -202,6 +220,7 @@ PROMPTS: dict[str, PromptTemplate] = {
             sure.SUM_AND_PRED,
             sure.SHORT_ANSWER_PATTERN,
             sure.SHORT_ANSWER_FINGERPRINT_PATTERN,
+            stop=ANSWER_LINE_STOP,
         ),
         PromptTemplate(
             "con_single_call",
@@ -225,6 +244,7 @@ PROMPTS: dict[str, PromptTemplate] = {
             chain_of_note.ANSWER_PATTERN,
             chain_of_note.FINGERPRINT_PATTERN,
             chain_of_note.DEMONSTRATION_ANSWERS,
+            stop=ANSWER_LINE_STOP,
         ),
         PromptTemplate(
             "sure_sum_all",
@@ -232,6 +252,7 @@ PROMPTS: dict[str, PromptTemplate] = {
             sure.SUM_ALL,
             sure.SHORT_ANSWER_PATTERN,
             sure.SHORT_ANSWER_FINGERPRINT_PATTERN,
+            stop=ANSWER_LINE_STOP,
         ),
     )
 }

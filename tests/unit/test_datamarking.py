@@ -21,7 +21,7 @@ from haystack_fusion.evaluation.datasets import EvalDataset
 from haystack_fusion.evaluation.passages import PassageSetting
 from haystack_fusion.evaluation.records import prompt_hashes
 from haystack_fusion.evaluation.runner import EvalConfig, Evaluator
-from haystack_fusion.prompts import PROMPTS, format_passages, render
+from haystack_fusion.prompts import PROMPTS, STOP_SEQUENCES_VERSION, format_passages, render
 from haystack_fusion.prompts.passages import (
     DATAMARK,
     DATAMARK_NOTICE,
@@ -89,7 +89,8 @@ class TestOffIsUnchanged:
         ("options", "expected"),
         [
             (
-                {"answer_checks": False},  # records made before the answer checks resume with them off
+                # records made before the answer checks and stop sequences resume with both off
+                {"answer_checks": False, "stop_sequences": False},
                 {
                     "concatenation": "721031618f4e219d",
                     "post_fusion": "b6b6d2f2f0ac5626",
@@ -101,8 +102,13 @@ class TestOffIsUnchanged:
                 },
             ),
             (
-                # what `eval` set by default before the answer checks (`--answer-checks off` now)
-                {"few_shot": True, "note_generation_kwargs": {"max_tokens": 400}, "answer_checks": False},
+                # what `eval` set by default before them (`--answer-checks off --stop-sequences off` now)
+                {
+                    "few_shot": True,
+                    "note_generation_kwargs": {"max_tokens": 400},
+                    "answer_checks": False,
+                    "stop_sequences": False,
+                },
                 {
                     "concatenation": "00ef230434d3440c",
                     "post_fusion": "9d5d65aedb5e6354",
@@ -154,8 +160,11 @@ class TestOffIsUnchanged:
             return evaluator.settings("concatenation", 5, PassageSetting(), MockChatGenerator(responses=["a"]))
 
         assert settings({}).options["answer_checks"] == ANSWER_CHECKS_VERSION  # on by default, versioned
+        assert settings({}).options["stop_sequences"] == STOP_SEQUENCES_VERSION
         assert "answer_checks" not in settings({"answer_checks": False}).options
+        assert "stop_sequences" not in settings({"stop_sequences": False}).options
         assert settings({}).fingerprint() != settings({"answer_checks": False}).fingerprint()
+        assert settings({}).fingerprint() != settings({"stop_sequences": False}).fingerprint()
 
 
 class TestDatamarking:
