@@ -31,7 +31,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -371,7 +371,8 @@ def sum_usage(usages: Iterable[Mapping[str, Any] | None]) -> dict[str, int]:
     Add usage records key by key.
 
     :param usages: Records with any of `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls` (and `rounds`,
-        `cached_tokens`, `cached_calls`, `http_requests`, summed too when present); None entries are skipped.
+        `cached_tokens`, `cached_calls`, `http_requests`, `truncated`, summed too when present); None entries are
+        skipped.
     :returns: A dict with every key of `USAGE_KEYS` (counts of tokens and calls), plus each optional key that any
         input had (absent from all inputs: absent here too, never 0).
     """
@@ -401,6 +402,27 @@ def cached_prompt_tokens(usage: Mapping[str, Any] | None) -> int | None:
     return int(value)
 
 
+TRUNCATED_FINISH_REASON = "length"
+"""The finish reason of a reply cut by the token cap (`max_tokens`), as OpenAIChatGenerator and the embedded
+`LocalChatGenerator` (llama.cpp's `finish_reason`) put it in `meta["finish_reason"]`."""
+
+
+def reply_truncated(reply: ChatMessage | None) -> bool:
+    """
+    Whether a reply was cut by the token cap rather than ended by the model or a stop sequence.
+
+    Read from `meta["finish_reason"] == "length"` (OpenAIChatGenerator, the embedded `LocalChatGenerator`, any
+    OpenAI-compatible server), or a raw Ollama `meta["done_reason"] == "length"`. ollama-haystack (7.x) maps Ollama's
+    `done_reason` to `finish_reason` and drops "length" (it becomes None), so an Ollama reply is never seen as cut.
+
+    :param reply: A generator reply, or None for a failed call.
+    :returns: True for a reply cut by the cap; False otherwise (a failed call and a reply that says nothing too).
+    """
+    if reply is None:
+        return False
+    return TRUNCATED_FINISH_REASON in (reply.meta.get("finish_reason"), reply.meta.get("done_reason"))
+
+
 def reply_usage(reply: ChatMessage | None) -> dict[str, int]:
     """
     The token usage of one reply, read from `reply.meta["usage"]` as OpenAI-style generators report it.
@@ -408,8 +430,10 @@ def reply_usage(reply: ChatMessage | None) -> dict[str, int]:
     :param reply: A generator reply, or None for a failed call.
     :returns: `prompt_tokens` and `completion_tokens` (0 when the generator reported none) and `calls` = 1, plus
         `cached_tokens` (prompt tokens the provider's prefix cache served, `cached_prompt_tokens`) only when the
-        reply reports them, and `cached_calls` = 1 for a reply the embedded model's reply cache gave
-        (`meta["cached"]`): it still counts the tokens of the call it stands for.
+        reply reports them, `cached_calls` = 1 for a reply the embedded model's reply cache gave
+        (`meta["cached"]`): it still counts the tokens of the call it stands for, and `truncated` = 1 for a reply
+        cut by the token cap (`reply_truncated`). `truncated` is absent, not 0, for a reply that was not cut, so the
+        usage of runs made before it was counted reads the same; summed, it is the number of calls cut.
     """
     usage = (reply.meta.get("usage") if reply is not None else None) or {}
     counted = {
@@ -423,6 +447,8 @@ def reply_usage(reply: ChatMessage | None) -> dict[str, int]:
         counted["cached_tokens"] = cached_tokens
     if reply is not None and reply.meta.get("cached"):
         counted["cached_calls"] = 1
+    if reply_truncated(reply):
+        counted["truncated"] = 1
     return counted
 
 
@@ -475,9 +501,10 @@ class FanOutResult:
     :param errors: n entries: None, or `"ExceptionType: message"` for a failed call.
     :param usage: Summed usage: `prompt_tokens`, `completion_tokens` (tokens), `calls` (attempted calls) and
         `failed_calls`, plus `http_requests` (requests the calls sent, retries included, failed calls' too) when the
-        generator's client is httpx-based (Haystack's OpenAI generators, ollama-haystack; `llm_clients`), and
+        generator's client is httpx-based (Haystack's OpenAI generators, ollama-haystack; `llm_clients`),
         `cached_tokens` (prompt tokens served from the provider's prefix cache, summed over the replies that report
-        them; absent when none does).
+        them; absent when none does), and `truncated` (calls whose reply the token cap cut, `reply_truncated`;
+        absent when none was).
     :param max_in_flight: The largest number of calls that were under way at once.
     :param seconds: Wall-clock time of the whole fan-out, in seconds.
     """
@@ -667,6 +694,57 @@ def logprob_kwargs(chat_generator: Any, top_logprobs: int = 0) -> dict[str, Any]
     if not supports_logprobs(chat_generator):
         return {}
     return {"logprobs": True, **({"top_logprobs": top_logprobs} if top_logprobs > 0 else {})}
+
+
+MAX_STOP_SEQUENCES = 4
+"""OpenAI's limit on `stop` sequences per request."""
+
+
+def merge_stop_sequences(own: Iterable[str] | str | None, extra: Iterable[str]) -> list[str]:
+    """
+    A generator's own stop sequences plus a prompt's, without the redundant ones.
+
+    A sequence that contains another one never ends a reply first (the other occurs at or before it), so it is
+    dropped: with `"\n"` added, the embedded model's `"\n\n"`, `"\nQuestion:"` and `"\nContext:"` all go. The
+    generator's own sequences keep their order and come first, so adding nothing new returns them unchanged.
+
+    :param own: The generator's `generation_kwargs["stop"]` (a list, one string, or None).
+    :param extra: The prompt's stop sequences (`PromptTemplate.stop`).
+    :returns: The merged list (at most `MAX_STOP_SEQUENCES` when the inputs allow it: the shortest are kept).
+    """
+    listed = [own] if isinstance(own, str) else list(own or [])
+    merged: list[str] = []
+    for sequence in [*listed, *extra]:
+        if sequence and sequence not in merged:
+            merged.append(sequence)
+    kept = [s for s in merged if not any(other != s and other in s for other in merged)]
+    if len(kept) > MAX_STOP_SEQUENCES:
+        kept = sorted(kept, key=len)[:MAX_STOP_SEQUENCES]
+    return kept
+
+
+def stop_kwargs(
+    chat_generator: Any, stop: Sequence[str], generation_kwargs: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """
+    The `generation_kwargs` of a call whose reply should end at any of `stop` (issue 16: a short-answer prompt ends
+    at its answer line), on top of the generator's own stop sequences.
+
+    :param chat_generator: Any ChatGenerator. One with `generation_kwargs` settings (OpenAI, Ollama, llama.cpp,
+        the embedded model) gets the stops, its own `generation_kwargs["stop"]` kept; one without (mocks, custom
+        generators whose `run` may not take `generation_kwargs`) gets `generation_kwargs` unchanged.
+    :param stop: The prompt's stop sequences (`PromptTemplate.stop`); empty returns `generation_kwargs` unchanged.
+    :param generation_kwargs: The call's other `generation_kwargs`, or None (their `stop`, when set, replaces the
+        generator's, as a call's own settings do).
+    :returns: `generation_kwargs` with `stop` set to `merge_stop_sequences` of the stops in force and `stop`; the
+        given `generation_kwargs` itself (None included) when nothing is added.
+    """
+    settings = getattr(chat_generator, "generation_kwargs", None)
+    if not stop or not isinstance(settings, dict):
+        return generation_kwargs
+    call = dict(generation_kwargs or {})
+    own = call["stop"] if "stop" in call else settings.get("stop")
+    return {**call, "stop": merge_stop_sequences(own, stop)}
 
 
 def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:

@@ -10,6 +10,11 @@ recall@k, paper 000, section 4.3).
 Aggregate: `summarize` turns a list of `QuestionScore` into the figures a report prints, as percentages (x100) where
 the papers report percentages, unrounded.
 
+Answers that are not answers (docs/evaluation.md, "Answers that are not answers"): `with_answer_outcome` sets a
+score's flags from the record: `empty` (a blank prediction), `invalid` (the answer validator rejected it,
+`validation.is_invalid`; such an answer is not an abstention, so it is never `unknown`, and it scores 0 on answerable
+questions) and `truncated` (the token cap cut the reply); `outcome_counts` counts them over a run.
+
 Normalization and the unknown test are not redefined here: they come from `haystack_fusion.answers`
 (`normalize_answer`, the official SQuAD normalization, and `UnknownDetector`, the one abstention rule), so voting
 and evaluation always agree on what "the same answer" and "unknown" mean.
@@ -17,9 +22,11 @@ and evaluation always agree on what "the same answer" and "unknown" mean.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from haystack_fusion.answers import (
     DEFAULT_OVERLAP_THRESHOLD,
@@ -30,6 +37,8 @@ from haystack_fusion.answers import (
     normalize_answer,
     token_f1,
 )
+from haystack_fusion.llm_calls import TRUNCATED_FINISH_REASON
+from haystack_fusion.validation import is_invalid
 
 __all__ = [
     "QuestionScore",
@@ -38,8 +47,10 @@ __all__ = [
     "f1",
     "gold_in_pool",
     "is_unknown",
+    "outcome_counts",
     "retrieval_hit",
     "summarize",
+    "with_answer_outcome",
 ]
 
 
@@ -212,8 +223,13 @@ class QuestionScore:
     :param completion_tokens: Completion tokens spent on the question, over all LLM calls.
     :param calls: Number of LLM calls made for the question.
     :param seconds: Wall-clock seconds spent answering the question.
-    :raises ValueError: If a score is outside [0, 1], a cost is negative or not finite, or the pool says it holds a
-        gold answer without saying whether the majority answer is correct.
+    :param empty: Whether the final answer is blank (a rejected answer, a failed call, an empty reply).
+    :param invalid: Whether the answer validator rejected the final answer (`validation.is_invalid` of the record's
+        evidence): not an abstention, so never `unknown` too.
+    :param truncated: Whether the token cap cut the reply the final answer was read from (see `with_answer_outcome`).
+    :param truncated_calls: How many of the question's LLM calls the token cap cut (usage `truncated`).
+    :raises ValueError: If a score is outside [0, 1], a cost is negative or not finite, the pool says it holds a
+        gold answer without saying whether the majority answer is correct, or an answer is both invalid and unknown.
     """
 
     id: str
@@ -229,13 +245,17 @@ class QuestionScore:
     completion_tokens: int
     calls: int
     seconds: float
+    empty: bool = False
+    invalid: bool = False
+    truncated: bool = False
+    truncated_calls: int = 0
 
     def __post_init__(self) -> None:
         for name in ("em", "f1", "accuracy"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"QuestionScore {self.id!r}: `{name}` must be in [0, 1], got {value!r}")
-        for name in ("prompt_tokens", "completion_tokens", "calls", "seconds"):
+        for name in ("prompt_tokens", "completion_tokens", "calls", "seconds", "truncated_calls"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"QuestionScore {self.id!r}: `{name}` must be a finite number >= 0, got {value!r}")
@@ -244,6 +264,82 @@ class QuestionScore:
                 f"QuestionScore {self.id!r}: `majority_correct` is None but `pool_has_gold` is True; "
                 "a question with a candidate pool must say whether its majority answer is correct"
             )
+        if self.invalid and self.unknown:
+            raise ValueError(
+                f"QuestionScore {self.id!r}: an invalid answer is not an abstention, so `unknown` must be False "
+                "(`with_answer_outcome` sets both)"
+            )
+
+
+def with_answer_outcome(
+    score: QuestionScore,
+    prediction: str | None,
+    evidence: Mapping[str, Any] | None,
+    usage: Mapping[str, Any] | None = None,
+) -> QuestionScore:
+    """
+    A question's score with the flags of answers that are not answers set from its record.
+
+    - `empty`: the prediction is blank after stripping whitespace.
+    - `invalid`: the evidence says the answer validator rejected the answer (`answer_source == "invalid"`,
+      `validation.is_invalid`). A rejected answer is not an abstention: `unknown` becomes False, so it counts neither
+      in %Unk nor as a correct rejection of an unanswerable question, and EM, F1 and accuracy become 0.0 (the
+      empty prediction would otherwise match a gold answer that normalizes to the empty string).
+    - `truncated_calls`: the calls the token cap cut, usage `truncated` (`llm_calls.reply_usage`), the larger of
+      `usage`'s and `evidence["usage"]`'s (a run passes the first, a record keeps the second).
+    - `truncated`: when the evidence has `finish_reason` (the final answer's own reply, for strategies whose answer
+      is one reply read by an answer builder), whether it is "length"; otherwise whether any call of the question
+      was cut (`truncated_calls > 0`): an answer voted from several replies or chosen by SuRe has no one reply.
+
+    Records made before these flags existed have no `answer_source == "invalid"` and no `truncated` count: their
+    scores come back as they were, with `empty` set and `truncated` False. Applying it twice changes nothing.
+
+    :param score: The question's score (`unknown` as `is_unknown` gave it).
+    :param prediction: The final answer as recorded.
+    :param evidence: The record's evidence (`QuestionRecord.evidence`, or a strategy run's), or None.
+    :param usage: The question's summed usage, when it is not in `evidence["usage"]`.
+    :returns: The score with `empty`, `invalid`, `truncated` and `truncated_calls` set, and `unknown`, `em`, `f1`,
+        `accuracy` as above.
+    """
+    evidence = evidence or {}
+    recorded = evidence.get("usage") if isinstance(evidence.get("usage"), Mapping) else {}
+    truncated_calls = max(int((usage or {}).get("truncated") or 0), int((recorded or {}).get("truncated") or 0))
+    if "finish_reason" in evidence:
+        truncated = evidence.get("finish_reason") == TRUNCATED_FINISH_REASON
+    else:
+        truncated = truncated_calls > 0
+    invalid = is_invalid(dict(evidence))
+    changes: dict[str, Any] = {
+        "empty": not (prediction or "").strip(),
+        "invalid": invalid,
+        "truncated": truncated,
+        "truncated_calls": truncated_calls,
+    }
+    if invalid:
+        changes.update(unknown=False, em=0.0, f1=0.0, accuracy=0.0)
+    return dataclasses.replace(score, **changes)
+
+
+def outcome_counts(scores: Sequence[QuestionScore]) -> dict[str, int]:
+    """
+    How many of a run's final answers were not answers, over all its questions (answerable or not).
+
+    The kinds overlap: a rejected answer is blank, so it counts as `empty` and `invalid`; a blank answer that was
+    not rejected (a failed call, an empty reply) is `empty` and `unknown` (`is_unknown` of a blank answer).
+
+    :param scores: The per-question scores of one run (with `with_answer_outcome` applied).
+    :returns: `answered_count` (answers neither empty, invalid nor unknown), `unknown_count` (abstentions),
+        `empty_count`, `invalid_count`, `truncated_count` (answers whose reply the token cap cut) and
+        `truncated_calls` (LLM calls the cap cut, summed over the questions).
+    """
+    return {
+        "answered_count": sum(not (s.empty or s.invalid or s.unknown) for s in scores),
+        "unknown_count": sum(s.unknown for s in scores),
+        "empty_count": sum(s.empty for s in scores),
+        "invalid_count": sum(s.invalid for s in scores),
+        "truncated_count": sum(s.truncated for s in scores),
+        "truncated_calls": sum(s.truncated_calls for s in scores),
+    }
 
 
 def _percent(flags: Sequence[float | bool]) -> float | None:
@@ -278,7 +374,8 @@ def summarize(scores: Sequence[QuestionScore]) -> dict[str, float | int | None]:
       section 3.1.3). Unanswerable questions have no gold answer to match and are scored by `reject_rate`.
     - `unknown_rate` (%Unk): share x100 of answerable questions whose final answer is unknown. Paper 000, section 4
       defines %Unk as "the proportion of times the LLM indicates it cannot answer based on the given input" and
-      reports it (Tables 1 and 2) on answerable QA data, so it is measured on answerable questions.
+      reports it (Tables 1 and 2) on answerable QA data, so it is measured on answerable questions. An answer the
+      validator rejected (`invalid`) is not unknown (`with_answer_outcome`).
     - `nm_rate` (%NM), `nm_count`, `pool_has_gold_count`: paper 000, section 4 defines %NM as "the error rate
       through majority vote ... instances where the correct answer is within the generated answer list but isn't
       the majority selection". `pool_has_gold_count` counts answerable questions whose post-fusion pool holds a

@@ -5,19 +5,26 @@ Every rate (EM, F1, accuracy, %Unk, reject rate, recall@k) carries a 95% bootstr
 questions it is computed on, and every strategy is compared with a baseline (by default `concatenation`) by the paired
 bootstrap confidence interval of its EM and F1 difference (paper 002, Appendix H; `haystack_fusion.evaluation.stats`).
 
+Answers that are not answers (docs/evaluation.md, "Answers that are not answers"): every record's score gets its
+flags from the record (`metrics.with_answer_outcome`: empty, invalid, truncated; an invalid answer is not unknown),
+and an "Answer outcomes" table counts them per run, with the share of final answers that copy a demonstration answer
+of the strategy's few-shot prompts (`demonstration_copies`).
+
 Charts are drawn with matplotlib's headless Agg backend (the `eval` extra).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from haystack_fusion.evaluation.calibration import DEFAULT_THRESHOLDS, calibration_report
-from haystack_fusion.evaluation.metrics import QuestionScore, summarize
+from haystack_fusion.evaluation.metrics import QuestionScore, outcome_counts, summarize, with_answer_outcome
 from haystack_fusion.evaluation.runner import QuestionRecord
 from haystack_fusion.evaluation.stats import (
     BOOTSTRAP_RESAMPLES,
@@ -27,6 +34,9 @@ from haystack_fusion.evaluation.stats import (
     paired_difference_ci,
     rate_ci,
 )
+from haystack_fusion.prompts import PROMPTS
+from haystack_fusion.strategies import STRATEGIES
+from haystack_fusion.validation import DEMONSTRATION, copies_demonstration
 
 SUMMARY_FILE = "summary.json"
 TABLE_FILE = "results.md"
@@ -63,6 +73,101 @@ def _rate_values(scores: Sequence[QuestionScore]) -> dict[str, list[float] | lis
 
 def _interval(interval: Sequence[float] | None) -> list[float] | None:
     return list(interval) if interval is not None else None
+
+
+def outcome_records(records: Sequence[QuestionRecord]) -> list[QuestionRecord]:
+    """
+    The records with their scores' answer-outcome flags set from the records (`metrics.with_answer_outcome`): a
+    record made before the flags existed scores as it did; an invalid answer is not unknown and scores 0.
+
+    :param records: Question records, as read or rescored.
+    :returns: New records, in the same order.
+    """
+    return [
+        dataclasses.replace(record, score=with_answer_outcome(record.score, record.prediction, record.evidence))
+        for record in records
+    ]
+
+
+def demonstration_answers(strategy: str) -> dict[str, tuple[str, ...]]:
+    """
+    The few-shot demonstration answers of the prompts a strategy uses (`PromptTemplate.demonstrations`).
+
+    :param strategy: A strategy name.
+    :returns: Prompt name -> its demonstration answers, for the prompts that have any; empty for a strategy that is
+        not registered or uses no few-shot prompt.
+    """
+    spec = STRATEGIES.get(strategy)
+    prompts = spec.prompts if spec is not None else ()
+    return {name: PROMPTS[name].demonstrations for name in prompts if PROMPTS[name].demonstrations}
+
+
+def _rejected_as_demonstration(evidence: Mapping[str, Any]) -> bool:
+    """Whether the answer checks rejected a demonstration copy: the final answer, or a fallback stage's answer."""
+    if evidence.get("invalid_reason") == DEMONSTRATION:
+        return True
+    return any(DEMONSTRATION in str(stage.get("reason") or "") for stage in evidence.get("stages") or [])
+
+
+def demonstration_copies(
+    records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED
+) -> dict[_RunKey, dict[str, Any]]:
+    """
+    How often a run's final answer is one of its prompts' few-shot demonstration answers (paper 000, Figure 7's
+    examples; paper 004, Table 6's), and how often the answer checks caught one.
+
+    A final answer copies a demonstration when, normalized (`answers.normalize_answer`), it equals a demonstration
+    answer of any prompt the strategy uses (`demonstration_answers`), whatever the passages say
+    (`validation.copies_demonstration` with no passages). With the answer checks on, such an answer survives only
+    when a passage contains it; the copies the checks rejected are counted apart.
+
+    :param records: Question records.
+    :param seed: The seed of the bootstrap's random generator.
+    :returns: Per (strategy, k, setting): `demo_copy_count` and `demo_copy_rate` (x100, over all the run's
+        questions; None for a strategy without demonstrations), `demo_copy_rate_ci` (its 95% bootstrap interval,
+        `stats.rate_ci`), `demo_copy_prompts` (prompt name -> copies of its demonstrations), and
+        `demo_rejected_count` (questions whose final answer, or a fallback stage's answer, was rejected as a
+        demonstration answer: `invalid_reason` "demonstration answer").
+    """
+    copies: dict[_RunKey, dict[str, Any]] = {}
+    for (strategy, top_k, setting), group in _group(records).items():
+        demos = demonstration_answers(strategy)
+        every = tuple(answer for answers in demos.values() for answer in answers)
+        flags = [copies_demonstration(record.prediction, every, ()) for record in group]
+        by_prompt = {
+            name: sum(copies_demonstration(record.prediction, answers, ()) for record in group)
+            for name, answers in demos.items()
+        }
+        copies[(strategy, top_k, setting)] = {
+            "demo_copy_count": sum(flags),
+            "demo_copy_rate": 100.0 * sum(flags) / len(flags) if demos else None,
+            "demo_copy_rate_ci": _interval(rate_ci(flags, seed=seed)) if demos else None,
+            "demo_copy_prompts": by_prompt,
+            "demo_rejected_count": sum(_rejected_as_demonstration(record.evidence) for record in group),
+        }
+    return copies
+
+
+def answer_outcomes(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED) -> dict[_RunKey, dict[str, Any]]:
+    """
+    The answers that are not answers, per run: `metrics.outcome_counts` of the records' scores (flags set by
+    `outcome_records`), `invalid_reasons` (the validator's reason -> count) and `demonstration_copies`.
+
+    :param records: Question records.
+    :param seed: The seed of the bootstrap's random generator.
+    :returns: Per (strategy, k, setting): the keys of `outcome_counts`, `invalid_reasons` and the keys of
+        `demonstration_copies`.
+    """
+    copies = demonstration_copies(records, seed=seed)
+    outcomes: dict[_RunKey, dict[str, Any]] = {}
+    for key, group in _group(outcome_records(records)).items():
+        reasons = Counter(str(r.evidence.get("invalid_reason")) for r in group if r.score.invalid)
+        outcomes[key] = {
+            **outcome_counts([record.score for record in group]),
+            "invalid_reasons": dict(sorted(reasons.items())),
+            **copies[key],
+        }
+    return outcomes
 
 
 def summarize_runs(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED) -> list[dict[str, Any]]:
@@ -374,6 +479,40 @@ def add_sas(
         s["sas_ci"] = _interval(rate_ci(values, seed=seed))
 
 
+def _outcome_table(summaries: Sequence[dict[str, Any]], *, with_setting: bool) -> str:
+    """The "Answer outcomes" table: the counts of `answer_outcomes` per run, when the summaries have them."""
+    runs = [s for s in summaries if "answered_count" in s]
+    if not runs:
+        return ""
+    header = (
+        f"| strategy |{' setting |' if with_setting else ''} top-k | questions | answered | unknown | empty | invalid "
+        "| truncated | cut calls | demo copies | demo copy rate | demo rejected |\n"
+        f"|---|{'---|' if with_setting else ''}---|---|---|---|---|---|---|---|---|---|---|"
+    )
+    rows = []
+    for s in runs:
+        setting = f" {s['setting']} |" if with_setting else ""
+        rows.append(
+            f"| {s['strategy']} |{setting} {s['top_k']} | {s['questions']} | {s['answered_count']} "
+            f"| {s['unknown_count']} | {s['empty_count']} | {s['invalid_count']} | {s['truncated_count']} "
+            f"| {s['truncated_calls']} | {s['demo_copy_count']} | {_rate(s, 'demo_copy_rate', True)} "
+            f"| {s['demo_rejected_count']} |"
+        )
+    note = (
+        "Counts over all questions (answerable and unanswerable). answered: neither empty, invalid nor unknown. "
+        "unknown: abstentions (%Unk and the reject rate count these). empty: blank answers, the rejected ones "
+        "included. invalid: answers the answer checks rejected (passage markup, a demonstration answer no passage "
+        "holds, an empty enumeration); they are not unknown and score 0. truncated: answers whose reply the token "
+        "cap cut (the answer's own reply where the records keep its finish reason, else any call of the question); "
+        "cut calls: LLM calls the cap cut. Records made before these counts existed have no truncation count (0 "
+        "here). demo copies: final answers equal, after normalization, to a few-shot demonstration answer of the "
+        "strategy's prompts (rate over all questions, brackets as above; - for a strategy without demonstrations); "
+        'demo rejected: answers the checks rejected as a demonstration answer (docs/evaluation.md, "Answers that '
+        'are not answers").'
+    )
+    return f"\n\nAnswer outcomes\n\n{header}\n" + "\n".join(rows) + f"\n\n{note}"
+
+
 def _sas_table(summaries: Sequence[dict[str, Any]], *, with_setting: bool) -> str:
     """The SAS of each run with its interval, when `add_sas` gave one."""
     if not any(s.get("sas") is not None for s in summaries):
@@ -410,7 +549,9 @@ def write_report(
 
     `summary.json` holds `title`, `baseline` (the strategy compared with, or None), `bootstrap` (`resamples`,
     `confidence`, `seed`, `method`) and `runs`: the summaries of `summarize_runs` with their confidence intervals,
-    and for every run of another strategy the keys of `baseline_differences`.
+    the keys of `answer_outcomes`, and for every run of another strategy the keys of `baseline_differences`. The
+    records are scored with their answer-outcome flags first (`outcome_records`), so every figure counts an invalid
+    answer as such and never as unknown.
 
     :param records: The question records of the evaluation.
     :param out: The output folder.
@@ -431,7 +572,11 @@ def write_report(
         raise ValueError("no answered questions to report")
     resolved = resolve_baseline(records, baseline)
     out = Path(out)
+    records = outcome_records(records)
     summaries = summarize_runs(records, seed=seed)
+    outcomes = answer_outcomes(records, seed=seed)
+    for s in summaries:
+        s.update(outcomes[(s["strategy"], s["top_k"], s["setting"])])
     if resolved is not None:
         differences = baseline_differences(records, resolved, seed=seed)
         for s in summaries:
@@ -451,6 +596,7 @@ def write_report(
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
     several = len({s["setting"] for s in summaries}) > 1
     table = markdown_table(summaries, title=title, baseline=resolved, bootstrap=bootstrap)
+    table = table[:-1] + _outcome_table(summaries, with_setting=several) + "\n"
     table += _sas_table(summaries, with_setting=several) + calibrated
     (out / TABLE_FILE).write_text(table, encoding="utf-8")
     draw_charts(summaries, out)
