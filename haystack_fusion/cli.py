@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from haystack_fusion.answers import DEFAULT_OVERLAP_THRESHOLD
 from haystack_fusion.backends import (
     BackendConfig,
     BackendError,
@@ -55,6 +56,8 @@ def _strategy_options(args: argparse.Namespace) -> dict[str, Any]:
         "verifier_scoring": args.verifier_scoring,
         "answer_checks": args.answer_checks == "on",
         "stop_sequences": args.stop_sequences == "on",
+        "vote": args.vote,
+        "overlap_threshold": args.overlap_threshold,
     }
 
 
@@ -562,6 +565,19 @@ def build_parser() -> argparse.ArgumentParser:
             help="reject answers that are not answers: passage markup, a copied demonstration answer, an empty "
             'enumeration (on, default: counted as "invalid", apart from "unknown"); off gives the answers of '
             "earlier versions, so runs made before the checks existed resume",
+        )
+        sub.add_argument(
+            "--vote",
+            default="exact",
+            choices=["exact", "overlap"],
+            help="post-fusion's vote: exact (normalized match, paper 000's Eq. 2, default) or overlap (answers whose "
+            "token F1 reaches --overlap-threshold, or whose words contain the other's, vote together)",
+        )
+        sub.add_argument(
+            "--overlap-threshold",
+            type=float,
+            default=DEFAULT_OVERLAP_THRESHOLD,
+            help=f"token F1 at which two answers agree in overlap voting (default {DEFAULT_OVERLAP_THRESHOLD})",
         )
         sub.add_argument(
             "--stop-sequences",

@@ -22,7 +22,7 @@ from haystack.components.joiners import AnswerJoiner
 from haystack.core.serialization import component_from_dict, component_to_dict
 from haystack.dataclasses import GeneratedAnswer
 
-from haystack_fusion.answers import UNKNOWN, answer_confidence
+from haystack_fusion.answers import DEFAULT_OVERLAP_THRESHOLD, UNKNOWN, VoteMode, answer_confidence
 from haystack_fusion.components.candidate_summarizer import CandidateSummarizer, SummaryMode
 from haystack_fusion.components.checked_answer_builder import CheckedAnswerBuilder
 from haystack_fusion.components.note_taker import NoteMode, NoteTaker
@@ -80,6 +80,9 @@ class StrategyConfig:
         added to the generator's own stop sequences by `llm_calls.stop_kwargs`): the one-prompt chains get their own
         copy of `chat_generator` with those stops in its `generation_kwargs` (`chain_generator`), and the voter and
         Chain-of-Note's synthesis pass them per call. On by default; off gives the replies of earlier versions.
+    :param vote: The post-fusion vote (`PostFusionVoter(vote=...)`): "exact" (paper 000, Eq. 2, the default) or
+        "overlap" (answers that agree by token F1 >= `overlap_threshold` or containment vote together).
+    :param overlap_threshold: Token F1 in (0, 1] at which two answers agree in overlap voting.
     """
 
     retriever: Any
@@ -100,6 +103,8 @@ class StrategyConfig:
     datamark: bool = False
     answer_checks: bool = True
     stop_sequences: bool = True
+    vote: VoteMode = "exact"
+    overlap_threshold: float = DEFAULT_OVERLAP_THRESHOLD
 
 
 @dataclass(frozen=True)
@@ -223,6 +228,8 @@ def _voter(config: StrategyConfig, min_vote_share: float | None = None) -> PostF
         datamark=config.datamark,
         answer_checks=config.answer_checks,
         stop_sequences=config.stop_sequences,
+        vote=config.vote,
+        overlap_threshold=config.overlap_threshold,
     )
 
 
@@ -833,6 +840,8 @@ def strategy_run(
         evidence.update({key: answer.meta.get(key) for key in ("answer_source", "invalid_reason", "rejected_answer")})
     if voter_answers and voter_answers[0].meta.get("invalid_answers"):
         evidence["invalid_answers"] = voter_answers[0].meta["invalid_answers"]
+    if voter_answers and voter_answers[0].meta.get("vote"):  # overlap voting: %NM reads the pool the same way
+        evidence.update({key: voter_answers[0].meta[key] for key in ("vote", "overlap_threshold")})
     if failures := pipeline_failures(pipeline, outputs):
         evidence["failures"] = failures
     return StrategyRun(

@@ -297,7 +297,7 @@ class PostFusionVoter(ChatGeneratorWrapper):
             "usage": usage,
         }
         if vote.clusters is not None:
-            meta["clusters"] = vote.clusters
+            meta.update(clusters=vote.clusters, vote=self.vote, overlap_threshold=self.overlap_threshold)
         if self.answer_checks:
             meta["invalid_answers"] = sum(reason is not None for reason in invalid)
         winner = GeneratedAnswer(

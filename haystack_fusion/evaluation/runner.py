@@ -23,6 +23,7 @@ from haystack.components.generators.chat.types import ChatGenerator
 from haystack.core.errors import PipelineRuntimeError
 from tqdm import tqdm
 
+from haystack_fusion.answers import DEFAULT_OVERLAP_THRESHOLD
 from haystack_fusion.backends.errors import exception_chain
 from haystack_fusion.evaluation.datasets import EvalDataset, EvalQuestion
 from haystack_fusion.evaluation.metrics import (
@@ -98,6 +99,10 @@ fingerprints."""
 LATER_PREDICTION_FLAGS = ("datamark",)
 """`StrategyConfig` switches that change prompts, added after runs were committed: hashed only when on (off is the
 earlier behaviour, so earlier records keep their fingerprints)."""
+
+LATER_PREDICTION_CHOICES = {"vote": "exact", "overlap_threshold": DEFAULT_OVERLAP_THRESHOLD}
+"""`StrategyConfig` fields that change predictions, added after runs were committed, with their defaults: hashed only
+when set to something else, so the records of earlier runs keep their fingerprints."""
 
 VERSIONED_PREDICTION_FLAGS = {"answer_checks": ANSWER_CHECKS_VERSION, "stop_sequences": STOP_SEQUENCES_VERSION}
 """`StrategyConfig` switches that change parsing, on by default, added after runs were committed: hashed with the
@@ -191,6 +196,8 @@ def score_run(question: EvalQuestion, prediction: str, evidence: dict[str, Any],
     golds = list(question.answers)
     candidates: list[str] = evidence.get("candidates") or []
     has_pool = evidence.get("candidates") is not None and bool(question.answers)
+    # with overlap voting (`evidence["vote"]`), "the pool holds a gold answer" uses the voter's agreement rule
+    vote = {"vote": evidence["vote"], "overlap_threshold": evidence["overlap_threshold"]} if "vote" in evidence else {}
     return QuestionScore(
         id=question.id,
         answerable=not question.is_impossible,
@@ -198,8 +205,12 @@ def score_run(question: EvalQuestion, prediction: str, evidence: dict[str, Any],
         f1=f1(prediction, golds),
         accuracy=accuracy(prediction, golds),
         unknown=is_unknown(prediction),
-        pool_has_gold=gold_in_pool(candidates, golds) if has_pool else None,
-        majority_correct=bool(exact_match(candidates[0], golds)) if has_pool and candidates else None,
+        pool_has_gold=gold_in_pool(candidates, golds, **vote) if has_pool else None,
+        majority_correct=(
+            (gold_in_pool(candidates[:1], golds, **vote) if vote else bool(exact_match(candidates[0], golds)))
+            if has_pool and candidates
+            else None
+        ),
         retrieval_hit=retrieval_hit([d.content or "" for d in passages], golds) if golds else None,
         prompt_tokens=usage.get("prompt_tokens", 0),
         completion_tokens=usage.get("completion_tokens", 0),
@@ -309,6 +320,11 @@ class Evaluator:
                 **{name: options[name] for name in LATER_PREDICTION_OPTIONS if options.get(name) is not None},
                 **{name: True for name in LATER_PREDICTION_FLAGS if options.get(name)},
                 **{name: version for name, version in VERSIONED_PREDICTION_FLAGS.items() if options.get(name)},
+                **{
+                    name: options[name]
+                    for name, default in LATER_PREDICTION_CHOICES.items()
+                    if options[name] != default
+                },
             },
             prompts=prompt_hashes(get_strategy(strategy).prompts),
             llm=describe_generator(generator),
