@@ -836,6 +836,8 @@ def strategy_run(
         if "confidence" not in item.meta and (confidence := answer_confidence(item.meta, item.data)) is not None:
             item.meta["confidence"] = confidence
     evidence["confidence"] = answer.meta.get("confidence")
+    if answer.meta.get("finish_reason") is not None:  # the answer is one reply's: did the token cap cut it?
+        evidence["finish_reason"] = answer.meta["finish_reason"]
     if is_invalid(answer.meta):
         evidence.update({key: answer.meta.get(key) for key in ("answer_source", "invalid_reason", "rejected_answer")})
     if voter_answers and voter_answers[0].meta.get("invalid_answers"):

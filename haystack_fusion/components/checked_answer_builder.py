@@ -8,6 +8,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.components.builders import AnswerBuilder
 from haystack.dataclasses import ChatMessage, GeneratedAnswer
 
+from haystack_fusion.llm_calls import TRUNCATED_FINISH_REASON
 from haystack_fusion.validation import check_answer, invalid_answer
 
 
@@ -96,8 +97,16 @@ class CheckedAnswerBuilder(AnswerBuilder):
         Validate one answer against the demonstrations and its documents.
 
         :param answer: An answer as AnswerBuilder made it.
-        :returns: The answer itself when valid; else the empty replacement (`validation.invalid_answer`).
+        :returns: The answer itself when valid; else the empty replacement (`validation.invalid_answer`). Either
+            way, when the reply said how it finished, `meta["truncated"]` says whether the token cap cut it
+            (`finish_reason` "length", `llm_calls.TRUNCATED_FINISH_REASON`): an answer read from a cut reply may be
+            cut too.
         """
+        if answer.meta.get("finish_reason") is not None or answer.meta.get("done_reason") is not None:
+            answer.meta["truncated"] = TRUNCATED_FINISH_REASON in (
+                answer.meta.get("finish_reason"),
+                answer.meta.get("done_reason"),
+            )
         passages = [document.content or "" for document in answer.documents or []]
         reason = check_answer(answer.data, demonstrations=self.demonstrations or (), passages=passages)
         return answer if reason is None else invalid_answer(answer, reason)

@@ -113,6 +113,16 @@ class TestCheckedAnswerBuilder:
         assert answer.meta["rejected_answer"] == "1925"
         assert answer.documents  # the passages stay attached
 
+    @pytest.mark.parametrize(("finish_reason", "truncated"), [("length", True), ("stop", False)])
+    def test_truncated_flag(self, finish_reason, truncated):
+        reply = ChatMessage.from_assistant("A long answer that", meta={"finish_reason": finish_reason})
+        builder = CheckedAnswerBuilder(pattern="(.*)")
+        assert builder.run(query="q", replies=[reply])["answers"][0].meta["truncated"] is truncated
+
+    def test_no_finish_reason_no_flag(self):
+        builder = CheckedAnswerBuilder(pattern="(.*)")
+        assert "truncated" not in builder.run(query="q", replies=["Paris"])["answers"][0].meta
+
     def test_round_trip(self):
         builder = CheckedAnswerBuilder(pattern="(.*)", demonstrations=["1925"])
         again = CheckedAnswerBuilder.from_dict(builder.to_dict())
@@ -198,6 +208,13 @@ class TestStrategies:
         assert run.evidence["answer_source"] == INVALID
         assert run.evidence["invalid_reason"] == DEMONSTRATION
         assert run.evidence["rejected_answer"] == "Butch Vig"
+
+    def test_the_answer_replys_finish_reason_is_evidence(self):
+        reply = ChatMessage.from_assistant("Tom Hale", meta={"finish_reason": "length"})
+        pipe = build_pipeline("concatenation", retriever=self.retriever(), chat_generator=MockChatGenerator([reply]))
+        run = run_strategy("concatenation", pipe, "Who was born in Dayton?")
+        assert run.evidence["finish_reason"] == "length"
+        assert run.answer.meta["truncated"] is True
 
     def test_concatenation_without_checks_uses_haystacks_answer_builder(self):
         pipe = build_pipeline(
