@@ -6,10 +6,10 @@ from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from haystack_fusion.cli import build_parser
-from haystack_fusion.evaluation.datasets import EvalDataset, EvalQuestion
-from haystack_fusion.evaluation.passages import PassageSetting
-from haystack_fusion.evaluation.runner import EvalConfig, Evaluator, score_run
+from haystack_fusion.evaluation.datasets import EvalQuestion
+from haystack_fusion.evaluation.runner import score_run
 from haystack_fusion.strategies import build_pipeline, run_strategy
+from tests.run_settings import run_settings
 
 DOCUMENTS = [Document(content=f"Passage {i} about the acid.") for i in range(3)]
 
@@ -21,14 +21,7 @@ def retriever() -> InMemoryBM25Retriever:
 
 
 def settings(options: dict):
-    evaluator = Evaluator(
-        EvalDataset(name="pin", documents=[], questions=[]),
-        EvalConfig(strategies=["post_fusion"], strategy_options=options),
-        "unused",
-        retriever_factory=lambda: None,
-        generator_factory=lambda: None,
-    )
-    return evaluator.settings("post_fusion", 5, PassageSetting(), MockChatGenerator(responses=["a"]))
+    return run_settings("post_fusion", options)
 
 
 def test_overlap_is_fingerprinted_exact_is_not():
