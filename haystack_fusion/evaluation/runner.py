@@ -34,6 +34,7 @@ from haystack_fusion.evaluation.metrics import (
     gold_in_pool,
     is_unknown,
     retrieval_hit,
+    with_answer_outcome,
 )
 from haystack_fusion.evaluation.passages import EvalRetriever, PassageSetting
 from haystack_fusion.evaluation.records import (
@@ -191,14 +192,15 @@ def score_run(question: EvalQuestion, prediction: str, evidence: dict[str, Any],
     Score one answered question with the papers' metrics.
 
     The post-fusion pool (`evidence["candidates"]`, most votes first) gives %NM's inputs: whether the pool holds a
-    gold answer and whether the majority (its first candidate) is correct (paper 000 section 4).
+    gold answer and whether the majority (its first candidate) is correct (paper 000 section 4). The flags of answers
+    that are not answers (empty, invalid, truncated) are set by `metrics.with_answer_outcome`.
     """
     golds = list(question.answers)
     candidates: list[str] = evidence.get("candidates") or []
     has_pool = evidence.get("candidates") is not None and bool(question.answers)
     # with overlap voting (`evidence["vote"]`), "the pool holds a gold answer" uses the voter's agreement rule
     vote = {"vote": evidence["vote"], "overlap_threshold": evidence["overlap_threshold"]} if "vote" in evidence else {}
-    return QuestionScore(
+    score = QuestionScore(
         id=question.id,
         answerable=not question.is_impossible,
         em=exact_match(prediction, golds),
@@ -217,6 +219,8 @@ def score_run(question: EvalQuestion, prediction: str, evidence: dict[str, Any],
         calls=usage.get("calls", 0),
         seconds=seconds,
     )
+    # answers that are not answers (issue 16): an invalid answer is not unknown and scores 0; truncation flags
+    return with_answer_outcome(score, prediction, evidence, usage)
 
 
 class Evaluator:
