@@ -132,7 +132,7 @@ def format_run(strategy: str, question: str, run: StrategyRun, *, passage_chars:
     lines = [
         f"Question: {question}",
         f"Strategy: {strategy} ({get_strategy(strategy).source})",
-        f"Answer:   {_answer_line(run)}",
+        f"Answer:   {run.answer_text()}",
         f"Evidence: {_evidence_line(run)}",
     ]
     if run.evidence.get("confidence") is not None:
@@ -153,13 +153,6 @@ def format_run(strategy: str, question: str, run: StrategyRun, *, passage_chars:
     )
     lines.append(f"Time: {run.seconds:.2f} s")
     return "\n".join(lines)
-
-
-def _answer_line(run: StrategyRun) -> str:
-    """The answer, or what the answer checks rejected and why (`validation.check_answer`)."""
-    if run.evidence.get("answer_source") == "invalid":
-        return f"(no valid answer: {run.evidence.get('invalid_reason')}: {run.evidence.get('rejected_answer')!r})"
-    return run.answer.data or ""
 
 
 def _run_json(question: str, run: StrategyRun) -> dict[str, Any]:

@@ -668,6 +668,17 @@ class StrategyRun:
     usage: dict[str, int]
     seconds: float
 
+    def answer_text(self) -> str:
+        """
+        The answer as a person should read it: the answer, or, when the answer checks rejected it
+        (`evidence["answer_source"] == "invalid"`), what was rejected and why, e.g.
+        `(no valid answer: passage markup: '<passage key="1c6071d9">')`.
+        """
+        if self.evidence.get("answer_source") == "invalid":
+            reason, rejected = self.evidence.get("invalid_reason"), self.evidence.get("rejected_answer")
+            return f"(no valid answer: {reason}: {rejected!r})"
+        return self.answer.data or ""
+
 
 def pipeline_usage(pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) -> dict[str, int]:
     """

@@ -583,7 +583,7 @@ def _api_result(run: StrategyRun) -> dict[str, Any]:
 
 
 def _chat_text(run: StrategyRun) -> str:
-    return f"{run.answer.data}\n\nSources:\n{sources_text(run)}"
+    return f"{run.answer_text()}\n\nSources:\n{sources_text(run)}"
 
 
 def _client_error(error: ValueError) -> HTTPException:
@@ -622,7 +622,7 @@ async def chat_events(
         else:
             assert item.run is not None
             run = item.run
-            answer = str(run.answer.data)
+            answer = run.answer_text()
             reply = "".join(streamed).strip()
             if not reply:
                 yield StreamingChunk(content=answer)
