@@ -39,6 +39,6 @@ def test_answers_with_each_retriever(kind, index_name, llm, questions):
     for question in questions:
         run = run_strategy("concat_pf", pipeline, question.question)
         assert len(run.documents) == config.top_k
-        assert run.answer.data.strip()
+        assert run.answer_text().strip()  # an answer, or what the answer checks rejected and why
         hits += question.gold_document_id in [d.id for d in run.documents]
     assert hits >= len(questions) - 1

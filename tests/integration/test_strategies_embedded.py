@@ -43,7 +43,7 @@ def test_paper_002_strategy_answers_real_questions(name, retriever, llm, questio
     pipeline = build_pipeline(name, retriever=retriever, chat_generator=llm, few_shot=True)
     for question in questions[:2]:
         run = run_strategy(name, pipeline, question.question)
-        assert run.answer.data.strip()
+        assert run.answer_text().strip()  # an answer, or what the answer checks rejected and why
         assert len(run.documents) == TOP_K
         assert run.usage["calls"] in PAPER_002[name]
         assert run.usage["failed_calls"] == 0
@@ -62,13 +62,13 @@ def test_chain_of_note_answers_real_questions(name, retriever, llm, questions):
     pipeline = build_pipeline(name, retriever=retriever, chat_generator=llm, note_generation_kwargs={"max_tokens": 400})
     for question in questions[:2]:
         run = run_strategy(name, pipeline, question.question)
-        assert run.answer.data.strip()
+        assert run.answer_text().strip()  # an answer, or what the answer checks rejected (e.g. the demo's "1996")
         assert run.usage["calls"] in PAPER_004[name]
         assert run.usage["failed_calls"] == 0
         notes = run.evidence["notes"]
         assert [note["document_id"] for note in notes] == [d.id for d in run.documents]
         assert {note["relevance"] for note in notes} <= {"direct", "context", "irrelevant"}
-        assert run.evidence["answer_source"] in {"passages", "parametric", "none"}
+        assert run.evidence["answer_source"] in {"passages", "parametric", "none", "invalid"}
         print(f"{name}: {question.question!r} -> {run.answer.data!r} (gold {question.answers})")
         for note in notes:
             print(f"   [{note['relevance']}] {note['note'][:150]}")
@@ -80,7 +80,7 @@ def test_strategy_answers_five_real_questions(name, retriever, llm, questions):
     for question in questions:
         run = run_strategy(name, pipeline, question.question)
         assert isinstance(run.answer.data, str)
-        assert run.answer.data.strip()
+        assert run.answer_text().strip()  # an answer, or what the answer checks rejected and why
         assert len(run.documents) == TOP_K
         assert run.usage["calls"] in EXPECTED_CALLS[name]
         assert run.usage["failed_calls"] == 0
