@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -268,18 +269,32 @@ def table(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+REDACTED = re.compile(r"\[\d+ words of the dataset\]")
+"""What `records.DatasetText.redact` puts in place of dataset text."""
+
+
 def sweep(records: list[dict[str, Any]], dataset: EvalDataset) -> str:
-    """Re-vote the stored per-passage answers at the `SWEEP` thresholds: EM, F1, 1-vote ties, %NM (no LLM call)."""
+    """
+    Re-vote the stored per-passage answers at the `SWEEP` thresholds: EM, F1, 1-vote ties, %NM (no LLM call).
+
+    "%NM read exactly" reads the pool and the majority with exact matching whatever the vote, so the modes are
+    compared on one yardstick (with overlap voting the pool holds one representative per cluster). Questions with an
+    answer whose dataset text was cut out are left out: the stored text is not what was voted on
+    (and "[N words of the dataset]" placeholders would agree with each other).
+    """
     golds = {q.id: list(q.answers) for q in dataset.questions}
+    kept = [r for r in records if not any(REDACTED.search(a or "") for entry in r["answers"] for a in entry)]
+    left_out = len(records) - len(kept)
+    records = kept
     detector = UnknownDetector()
     lines = [
-        "| vote | EM | F1 | 1-vote ties | %NM (n pools with gold) | answers changed vs exact |",
-        "|---|---|---|---|---|---:|",
+        "| vote | EM | F1 | 1-vote ties | %NM (n pools with gold) | %NM read exactly (n) | answers changed vs exact |",
+        "|---|---|---|---|---|---|---:|",
     ]
     settings: list[tuple[str, float]] = [("exact", DEFAULT_OVERLAP_THRESHOLD)] + [("overlap", t) for t in SWEEP]
     baseline: dict[str, str] = {}
     for mode, threshold in settings:
-        em, f1s, ties, nm, changed = [], [], [], [], 0
+        em, f1s, ties, nm, nm_exact, changed = [], [], [], [], [], 0
         for record in records:
             answers = [
                 answer if reason is None else None
@@ -291,18 +306,22 @@ def sweep(records: list[dict[str, Any]], dataset: EvalDataset) -> str:
             if mode == "exact":
                 baseline[record["id"]] = result.answer
             changed += result.answer != baseline[record["id"]]
-            score = scores(result.answer, result.candidates, list(result.votes.values()), golds[record["id"]], mode,
-                           threshold)  # fmt: skip
+            votes = list(result.votes.values())
+            score = scores(result.answer, result.candidates, votes, golds[record["id"]], mode, threshold)
             ties.append(score["one_vote_tie"])
             if record["answerable"]:
                 em.append(score["em"])
                 f1s.append(score["f1"])
                 if score["pool_has_gold"]:
                     nm.append(score["nm"])
+                read_exactly = scores(result.answer, result.candidates, votes, golds[record["id"]], "exact", threshold)
+                if read_exactly["pool_has_gold"]:
+                    nm_exact.append(read_exactly["nm"])
         label = "exact" if mode == "exact" else f"overlap {threshold:g}"
-        lines.append(
-            f"| {label} | {_rate(em)} | {_rate(f1s)} | {_rate(ties)} | {_rate(nm)} (n={len(nm)}) | {changed} |"
-        )
+        nm_cells = f"{_rate(nm)} (n={len(nm)}) | {_rate(nm_exact)} (n={len(nm_exact)})"
+        lines.append(f"| {label} | {_rate(em)} | {_rate(f1s)} | {_rate(ties)} | {nm_cells} | {changed} |")
+    answerable = sum(r["answerable"] for r in records)
+    lines.insert(0, f"{len(records)} questions ({answerable} answerable; {left_out} left out: dataset text cut out)\n")
     return "\n".join(lines)
 
 
