@@ -418,9 +418,22 @@ def reply_truncated(reply: ChatMessage | None) -> bool:
     :param reply: A generator reply, or None for a failed call.
     :returns: True for a reply cut by the cap; False otherwise (a failed call and a reply that says nothing too).
     """
-    if reply is None:
-        return False
-    return TRUNCATED_FINISH_REASON in (reply.meta.get("finish_reason"), reply.meta.get("done_reason"))
+    return reply is not None and bool(meta_truncated(reply.meta))
+
+
+def meta_truncated(meta: Mapping[str, Any]) -> bool | None:
+    """
+    Whether the reply behind this `meta` (a reply's, or an AnswerBuilder answer's, which copies it) was cut by the
+    token cap, as `reply_truncated` reads it.
+
+    :param meta: A reply's or an answer's `meta`.
+    :returns: True or False when it says how the reply finished (`finish_reason` or Ollama's `done_reason`); None
+        when it does not.
+    """
+    reasons = (meta.get("finish_reason"), meta.get("done_reason"))
+    if reasons == (None, None):
+        return None
+    return TRUNCATED_FINISH_REASON in reasons
 
 
 def reply_usage(reply: ChatMessage | None) -> dict[str, int]:

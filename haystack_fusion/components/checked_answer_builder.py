@@ -8,7 +8,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.components.builders import AnswerBuilder
 from haystack.dataclasses import ChatMessage, GeneratedAnswer
 
-from haystack_fusion.llm_calls import TRUNCATED_FINISH_REASON
+from haystack_fusion.llm_calls import meta_truncated
 from haystack_fusion.validation import check_answer, invalid_answer
 
 
@@ -102,11 +102,8 @@ class CheckedAnswerBuilder(AnswerBuilder):
             (`finish_reason` "length", `llm_calls.TRUNCATED_FINISH_REASON`): an answer read from a cut reply may be
             cut too.
         """
-        if answer.meta.get("finish_reason") is not None or answer.meta.get("done_reason") is not None:
-            answer.meta["truncated"] = TRUNCATED_FINISH_REASON in (
-                answer.meta.get("finish_reason"),
-                answer.meta.get("done_reason"),
-            )
+        if (truncated := meta_truncated(answer.meta)) is not None:
+            answer.meta["truncated"] = truncated
         passages = [document.content or "" for document in answer.documents or []]
         reason = check_answer(answer.data, demonstrations=self.demonstrations or (), passages=passages)
         return answer if reason is None else invalid_answer(answer, reason)
