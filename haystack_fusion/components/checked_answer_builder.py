@@ -99,7 +99,7 @@ class CheckedAnswerBuilder(AnswerBuilder):
         :param answer: An answer as AnswerBuilder made it.
         :returns: The answer itself when valid; else the empty replacement (`validation.invalid_answer`). Either
             way, when the reply said how it finished, `meta["truncated"]` says whether the token cap cut it
-            (`finish_reason` "length", `llm_calls.TRUNCATED_FINISH_REASON`): an answer read from a cut reply may be
+            (`llm_calls.meta_truncated`: `finish_reason` "length"): an answer read from a cut reply may be
             cut too.
         """
         if (truncated := meta_truncated(answer.meta)) is not None:
