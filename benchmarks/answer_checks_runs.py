@@ -10,6 +10,9 @@ changes no reply). Every step resumes its `--out` folder, so the script can be s
     .venv/bin/python benchmarks/answer_checks_runs.py            # all steps
     .venv/bin/python benchmarks/answer_checks_runs.py --check 5  # first check that the off mode reproduces the
                                                                  # committed records on 5 questions, then all steps
+    .venv/bin/python benchmarks/answer_checks_runs.py --limits 30,60,90,120  # all steps on the first 30 questions,
+                                                                 # then on 60, ...: stopped at any point, before and
+                                                                 # after cover the same questions
 """
 
 from __future__ import annotations
@@ -59,10 +62,17 @@ def check(n: int) -> int:
     return 1 if differ else 0
 
 
-def run() -> int:
+def with_limit(argv: list[str], limit: int) -> list[str]:
+    """`argv` with its `--limit` value replaced: the same step on the first `limit` questions (it resumes its folder,
+    so a larger limit only answers the questions after the ones already recorded)."""
+    at = argv.index("--limit") + 1
+    return [*argv[:at], str(limit), *argv[at + 1 :]]
+
+
+def run(limits: list[int]) -> int:
     os.chdir(ROOT)
     failed = 0
-    for argv in STEPS:
+    for argv in (with_limit(step, limit) for limit in limits for step in STEPS):
         print("$ haystack-fusion", " ".join(argv), flush=True)
         try:
             status = main(argv)
@@ -76,6 +86,12 @@ def run() -> int:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", type=int, default=0, help="first check the off mode on the first N questions")
+    parser.add_argument(
+        "--limits",
+        default="120",
+        help="comma-separated question counts: every step runs on the first N questions, for each N in turn "
+        "(default: 120)",
+    )
     args = parser.parse_args()
     os.chdir(ROOT)
-    sys.exit((args.check and check(args.check)) or run())
+    sys.exit((args.check and check(args.check)) or run([int(n) for n in args.limits.split(",")]))
