@@ -64,10 +64,15 @@ def compare(before: dict[tuple[str, str], QuestionRecord], after: dict[tuple[str
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     reasons: dict[str, Counter[str]] = {}
+    by_prompt: dict[str, list[Counter[str]]] = {}  # prompt -> [copies before, copies after] per strategy
     for strategy in strategies:
         pair = [[run[(strategy, q)] for q in sorted(questions)] for run in (before, after)]
         outcome = [answer_outcomes(records)[(strategy, records[0].top_k, records[0].setting)] for records in pair]
         reasons[strategy] = Counter(outcome[1]["invalid_reasons"])
+        for name in outcome[0]["demo_copy_prompts"]:
+            counts = by_prompt.setdefault(name, [Counter(), Counter()])
+            for side in (0, 1):
+                counts[side][strategy] = outcome[side]["demo_copy_prompts"][name]
 
         def cell(key: str, outcome: list[dict] = outcome) -> str:
             return f"{outcome[0][key]} -> {outcome[1][key]}"
@@ -87,6 +92,15 @@ def compare(before: dict[tuple[str, str], QuestionRecord], after: dict[tuple[str
             f"| {cell('invalid_count')} | {cuts} | {cell('demo_copy_count')} | {cell('demo_rejected_count')} "
             f"| {tags} | {_ci(em)} | {_ci(f1)} |"
         )
+    lines += [
+        "",
+        "Final answers equal to a demonstration answer of each few-shot prompt, before -> after, per strategy that "
+        f"uses the prompt (of {len(questions)} questions each):",
+        "",
+    ]
+    for name, (old, new) in by_prompt.items():
+        cells = ", ".join(f"{strategy} {old[strategy]} -> {new[strategy]}" for strategy in old)
+        lines.append(f"- {name}: {cells}")
     lines += ["", "Why the after run rejected answers (validator reason -> answers):"]
     lines += [f"- {strategy}: {dict(count)}" for strategy, count in reasons.items() if count]
     return "\n".join(lines)
