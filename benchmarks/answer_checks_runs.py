@@ -26,6 +26,8 @@ from pathlib import Path
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
 from haystack_fusion.cli import main
+from haystack_fusion.evaluation.datasets import load_dataset
+from haystack_fusion.evaluation.records import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASET = "../shared/data/squad2-dev-subset/squad2_dev_subset.json"  # from the repository root, as the docs write it
@@ -69,10 +71,25 @@ def with_limit(argv: list[str], limit: int) -> list[str]:
     return [*argv[:at], str(limit), *argv[at + 1 :]]
 
 
+def complete(argv: list[str]) -> bool:
+    """Whether a step's folder already holds a clean record of every strategy on each of its first `--limit`
+    questions. Such a step is skipped: run again with a smaller limit than its records cover, `eval` would rewrite
+    its report and `run.json` for those questions only."""
+    results = ROOT / argv[argv.index("--out") + 1] / "results.jsonl"
+    if not results.exists():
+        return False
+    questions = [q.id for q in load_dataset(DATASET).questions[: int(argv[argv.index("--limit") + 1])]]
+    done = {(r.strategy, r.question_id) for r in read_records(results)}
+    return all((s, q) in done for s in argv[argv.index("--strategies") + 1].split(",") for q in questions)
+
+
 def run(limits: list[int]) -> int:
     os.chdir(ROOT)
     failed = 0
     for argv in (with_limit(step, limit) for limit in limits for step in STEPS):
+        if complete(argv):
+            print(f"complete, skipped: haystack-fusion {' '.join(argv)}", flush=True)
+            continue
         print("$ haystack-fusion", " ".join(argv), flush=True)
         try:
             status = main(argv)

@@ -5,8 +5,9 @@ A run folder holds:
 
 - `results.jsonl`: the records (`QuestionRecord`): question ids, predictions, flags and scores, usage and latency,
   the ids of the passages shown, and the fingerprint of what produced them. No question, gold answer or passage
-  text, so a run can be committed to a repository (`docs/results/<run>/`) and rebuilt by `haystack-fusion report`
-  with the dataset file.
+  text (model text that copies 8 or more words of them, in the prediction or the evidence, is cut out:
+  `DatasetText`), so a run can be committed to a repository (`docs/results/<run>/`) and rebuilt by
+  `haystack-fusion report` with the dataset file.
 - `fingerprints.json`: for each fingerprint, the settings it hashes (strategy, k, passage setting, strategy options,
   prompt hashes, LLM, GGUF hash, retrieval), so a refused resume can say what changed.
 - `evidence_text.jsonl`: the model's free text that may quote passages (SuRe's summaries, Chain-of-Note's notes),
@@ -78,8 +79,9 @@ class QuestionRecord:
     :param passages: Ids of the passages the strategy was shown, in rank order.
     :param score: The question's scores and costs (EM, F1, flags, tokens, calls, seconds).
     :param fingerprint: `RunSettings.fingerprint()` of the settings that produced it.
-    :param redacted: Whether `prediction` had runs of dataset text cut out (`DatasetText.redact`); its `score` was
-        computed on the whole prediction and is kept as it is when the record is rescored.
+    :param redacted: Whether `prediction`, or a string of `evidence` (candidates, per-passage answers, a rejected
+        answer), had runs of dataset text cut out (`DatasetText.redact`); its `score` was computed on the whole text
+        and is kept as it is when the record is rescored.
     :param error: None for a clean answer; for a failed record, what failed, on one line: the component and
         exception when the pipeline raised (`prediction` is then ""), or how many LLM calls failed and the first
         errors when it answered all the same (`prediction`, and `evidence["failures"]`, are then kept for reading).
@@ -177,6 +179,24 @@ class DatasetText:
                 i += 1
             kept.append(f"[{i - start} words of the dataset]")
         return " ".join(kept), True
+
+    def redact_value(self, value: Any) -> tuple[Any, bool]:
+        """
+        Cut the dataset's word runs out of every string in a JSON-like value: a record's evidence, whose candidates,
+        per-passage answers and rejected answers are model text like the prediction.
+
+        :param value: A string, or dicts and lists of them (other values are kept as they are).
+        :returns: A copy with every string redacted (`redact`; dict keys are kept), and whether anything was cut.
+        """
+        if isinstance(value, str):
+            return self.redact(value)
+        if isinstance(value, Mapping):
+            items = [(key, *self.redact_value(item)) for key, item in value.items()]
+            return {key: item for key, item, _ in items}, any(cut for _, _, cut in items)
+        if isinstance(value, list | tuple):
+            pairs = [self.redact_value(item) for item in value]
+            return [item for item, _ in pairs], any(cut for _, cut in pairs)
+        return value, False
 
 
 def split_evidence(evidence: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -349,9 +349,9 @@ class Evaluator:
         structured, text = split_evidence({**run.evidence, "usage": run.usage})
         score = score_run(question, prediction, run.evidence, run.documents, run.usage, run.seconds)
         kept, redacted = self._dataset_text.redact(prediction)
-        if structured.get("rejected_answer"):  # a rejected answer is model text like the prediction: same redaction
-            structured["rejected_answer"], rejected_redacted = self._dataset_text.redact(structured["rejected_answer"])
-            redacted = redacted or rejected_redacted
+        # candidates, per-passage answers, a rejected answer: model text like the prediction, same redaction
+        structured, evidence_redacted = self._dataset_text.redact_value(structured)
+        redacted = redacted or evidence_redacted
         failures = run.evidence.get("failures") or []
         error = None
         if failures:

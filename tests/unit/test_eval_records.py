@@ -223,6 +223,32 @@ class TestRedaction:
         assert all(r.redacted and "Paris is the capital" not in r.prediction for r in records)
         assert rescore(read_records(tmp_path / RESULTS_FILE), dataset) == read_records(tmp_path / RESULTS_FILE)
 
+    def test_model_text_in_the_evidence_is_cut_out_too(self, tmp_path):
+        """Post-fusion's candidates (its per-passage answers) are model text like the prediction: same redaction."""
+        text = DatasetText(["Paris is the capital and the largest city of France by far."])
+        evidence = {"candidates": ["Paris", "Paris is the capital and the largest city of"], "votes": {"paris": 1}}
+        redacted, cut = text.redact_value(evidence)
+        assert cut
+        assert redacted == {"candidates": ["Paris", "[9 words of the dataset]"], "votes": {"paris": 1}}
+        assert text.redact_value({"passages": ["1c6071d9"], "k": 5, "x": None}) == (
+            {"passages": ["1c6071d9"], "k": 5, "x": None},
+            False,
+        )
+        long = Document(content="Paris is the capital and the largest city of France by far.", id="long")
+        dataset = EvalDataset("long", [*DOCUMENTS, long], QUESTIONS)
+        store = InMemoryDocumentStore()
+        store.write_documents(dataset.documents)
+        copier = Evaluator(
+            dataset,
+            EvalConfig(strategies=["post_fusion"], top_ks=[2]),
+            tmp_path,
+            retriever_factory=lambda: InMemoryBM25Retriever(document_store=store),
+            generator_factory=lambda: MockChatGenerator(responses="Paris is the capital and the largest city of"),
+        )
+        lines = (tmp_path / RESULTS_FILE).read_text(encoding="utf-8") if copier.run() else ""
+        assert "Paris is the capital" not in lines
+        assert all(r.redacted for r in read_records(tmp_path / RESULTS_FILE))
+
 
 def test_fingerprints_name_a_class_by_its_public_path():
     """Moving a class between this package's internal modules changes no fingerprint (committed runs resume)."""
