@@ -38,7 +38,6 @@ Run: `nice -n 5 .venv/bin/python benchmarks/poisoned_passages.py [--questions 40
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import random
@@ -255,28 +254,17 @@ def redact_marked(path: Path, dataset: EvalDataset) -> int:
     """
     Cut dataset text out of datamarked predictions: the runner's redaction (`records.DatasetText`) matches runs of
     words, which a prediction copied from marked passages ("Paris ^ is ^ the ^ ...") breaks up. Each prediction is
-    read without its markers and redacted again; its score (on the whole prediction) is kept, as for any redacted
-    record. The file is rewritten in place (atomically).
+    read without its markers and redacted again (`records.redact_records`); its score (on the whole prediction) is
+    kept, as for any redacted record. The file is rewritten in place (atomically).
 
     :param path: A `results.jsonl` of a datamark run.
     :param dataset: The dataset the run answered.
-    :returns: The number of predictions redacted here.
+    :returns: The number of records redacted here.
     """
-    from haystack_fusion.evaluation.records import DatasetText
+    from haystack_fusion.evaluation.records import DatasetText, redact_records
 
     text = DatasetText([q.question for q in dataset.questions] + [d.content or "" for d in dataset.documents])
-    lines, count = [], 0
-    for record in read_records(path):
-        unmarked = " ".join(word for word in record.prediction.split() if word != DATAMARK)
-        kept, redacted = text.redact(unmarked)
-        if redacted:
-            record = dataclasses.replace(record, prediction=kept, redacted=True)
-            count += 1
-        lines.append(record.to_json())
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    os.replace(temporary, path)
-    return count
+    return redact_records(path, text, unmark=lambda answer: " ".join(w for w in answer.split() if w != DATAMARK))
 
 
 def main() -> None:

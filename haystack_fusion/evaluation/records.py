@@ -30,8 +30,8 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -350,6 +350,41 @@ def append_line(path: Path, line: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def redact_records(path: Path, text: DatasetText, *, unmark: Callable[[str], str] | None = None) -> int:
+    """
+    Cut dataset text out of the records of a results file made before the runner redacted something it now does
+    (the evidence's candidates and per-passage answers, before 2026-11-24), as the runner would: each record whose
+    prediction or evidence loses a run of words (`DatasetText.redact`, `redact_value`) is marked `redacted`, and its
+    score (computed on the whole text) is kept. Other lines (failed records, a torn last line) are kept as they are;
+    the file is rewritten atomically, and only when something was cut.
+
+    :param path: A `results.jsonl`.
+    :param text: The dataset's questions and passages.
+    :param unmark: Applied to a prediction before matching (e.g. removing datamarks, which break up word runs); the
+        prediction is replaced only when something was cut.
+    :returns: The number of records redacted here.
+    """
+    lines, count = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = QuestionRecord.from_json(line)
+        except ValueError:
+            lines.append(line)
+            continue
+        prediction, cut = text.redact(unmark(record.prediction) if unmark else record.prediction)
+        evidence, evidence_cut = text.redact_value(record.evidence)
+        if cut or evidence_cut:
+            prediction = prediction if cut else record.prediction
+            line = replace(record, prediction=prediction, evidence=evidence, redacted=True).to_json()
+            count += 1
+        lines.append(line)
+    if count:
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        os.replace(temporary, path)
+    return count
 
 
 def _read_lines(path: Path) -> Iterator[QuestionRecord]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -17,16 +18,19 @@ from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from haystack_fusion.evaluation.datasets import EvalDataset, EvalQuestion
+from haystack_fusion.evaluation.metrics import QuestionScore
 from haystack_fusion.evaluation.records import (
     EVIDENCE_TEXT_FILE,
     FINGERPRINTS_FILE,
     RESULTS_FILE,
     DatasetText,
     FingerprintMismatchError,
+    QuestionRecord,
     RunSettings,
     append_line,
     merge_evidence,
     read_records,
+    redact_records,
     repair,
     split_evidence,
 )
@@ -248,6 +252,28 @@ class TestRedaction:
         lines = (tmp_path / RESULTS_FILE).read_text(encoding="utf-8") if copier.run() else ""
         assert "Paris is the capital" not in lines
         assert all(r.redacted for r in read_records(tmp_path / RESULTS_FILE))
+
+    def test_committed_records_are_redacted_in_place_and_keep_their_scores(self, tmp_path):
+        text = DatasetText(["Paris is the capital and the largest city of France by far."])
+        copied = "Paris is the capital and the largest city of"
+        score = QuestionScore("q1", True, 1.0, 1.0, 1.0, False, True, True, True, 10, 2, 5, 1.0)
+        copier = QuestionRecord("post_fusion", 5, "retrieved", "q1", True, "Paris", {"candidates": [copied]}, [], score)
+        clean = dataclasses.replace(copier, question_id="q2", evidence={"candidates": ["Paris"]})
+        failed = dataclasses.replace(copier, question_id="q3", error="1 of 5 LLM calls failed: timeout")
+        path = tmp_path / RESULTS_FILE
+        lines = [copier.to_json(), clean.to_json(), failed.to_json(), '{"torn": ']
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        assert redact_records(path, text) == 2
+        after = path.read_text(encoding="utf-8").splitlines()
+        assert after[1] == lines[1]
+        assert after[3] == lines[3]
+        first, second = read_records(path)
+        assert first.evidence == {"candidates": ["[9 words of the dataset]"]}
+        assert first.redacted
+        assert first.prediction == "Paris"
+        assert first.score == score
+        assert second == clean
+        assert redact_records(path, text) == 0
 
 
 def test_fingerprints_name_a_class_by_its_public_path():
