@@ -206,24 +206,29 @@ class TestSample:
 
 
 class TestRedaction:
-    def test_copied_dataset_text_is_cut_out_and_the_score_kept(self, tmp_path):
-        text = DatasetText(["Paris is the capital and the largest city of France by far."])
-        assert text.redact("Paris") == ("Paris", False)
-        redacted, cut = text.redact("It says: Paris is the capital and the largest city of France, so Paris")
-        assert cut
-        assert redacted == "It says: [9 words of the dataset] France, so Paris"
+    @staticmethod
+    def copied_run(tmp_path: Path, strategy: str) -> tuple[EvalDataset, list[QuestionRecord]]:
+        """A run of `strategy` whose model copies 9 words of a passage into every reply."""
         long = Document(content="Paris is the capital and the largest city of France by far.", id="long")
         dataset = EvalDataset("long", [*DOCUMENTS, long], QUESTIONS)
         store = InMemoryDocumentStore()
         store.write_documents(dataset.documents)
         copier = Evaluator(
             dataset,
-            EvalConfig(strategies=["concatenation"], top_ks=[2]),
+            EvalConfig(strategies=[strategy], top_ks=[2]),
             tmp_path,
             retriever_factory=lambda: InMemoryBM25Retriever(document_store=store),
             generator_factory=lambda: MockChatGenerator(responses="Paris is the capital and the largest city of"),
         )
-        records = copier.run()
+        return dataset, copier.run()
+
+    def test_copied_dataset_text_is_cut_out_and_the_score_kept(self, tmp_path):
+        text = DatasetText(["Paris is the capital and the largest city of France by far."])
+        assert text.redact("Paris") == ("Paris", False)
+        redacted, cut = text.redact("It says: Paris is the capital and the largest city of France, so Paris")
+        assert cut
+        assert redacted == "It says: [9 words of the dataset] France, so Paris"
+        dataset, records = self.copied_run(tmp_path, "concatenation")
         assert all(r.redacted and "Paris is the capital" not in r.prediction for r in records)
         assert rescore(read_records(tmp_path / RESULTS_FILE), dataset) == read_records(tmp_path / RESULTS_FILE)
 
@@ -238,18 +243,8 @@ class TestRedaction:
             {"passages": ["1c6071d9"], "k": 5, "x": None},
             False,
         )
-        long = Document(content="Paris is the capital and the largest city of France by far.", id="long")
-        dataset = EvalDataset("long", [*DOCUMENTS, long], QUESTIONS)
-        store = InMemoryDocumentStore()
-        store.write_documents(dataset.documents)
-        copier = Evaluator(
-            dataset,
-            EvalConfig(strategies=["post_fusion"], top_ks=[2]),
-            tmp_path,
-            retriever_factory=lambda: InMemoryBM25Retriever(document_store=store),
-            generator_factory=lambda: MockChatGenerator(responses="Paris is the capital and the largest city of"),
-        )
-        lines = (tmp_path / RESULTS_FILE).read_text(encoding="utf-8") if copier.run() else ""
+        self.copied_run(tmp_path, "post_fusion")
+        lines = (tmp_path / RESULTS_FILE).read_text(encoding="utf-8")
         assert "Paris is the capital" not in lines
         assert all(r.redacted for r in read_records(tmp_path / RESULTS_FILE))
 
