@@ -314,7 +314,11 @@ def sweep(records: list[dict[str, Any]], dataset: EvalDataset) -> str:
                 f1s.append(score["f1"])
                 if score["pool_has_gold"]:
                     nm.append(score["nm"])
-                read_exactly = scores(result.answer, result.candidates, votes, golds[record["id"]], "exact", threshold)
+                read_exactly = (
+                    score
+                    if mode == "exact"
+                    else scores(result.answer, result.candidates, votes, golds[record["id"]], "exact", threshold)
+                )
                 if read_exactly["pool_has_gold"]:
                     nm_exact.append(read_exactly["nm"])
         label = "exact" if mode == "exact" else f"overlap {threshold:g}"

@@ -198,6 +198,24 @@ class DatasetText:
             return [item for item, _ in pairs], any(cut for _, cut in pairs)
         return value, False
 
+    def redact_record(self, record: QuestionRecord, *, unmark: Callable[[str], str] | None = None) -> QuestionRecord:
+        """
+        A record with the dataset's word runs cut out of its prediction (`redact`) and of every string of its
+        evidence (`redact_value`: candidates, per-passage answers, a rejected answer), marked `redacted` when
+        anything was cut; its score, computed on the whole text, is kept. The runner applies it to every new record,
+        `redact_records` to committed ones.
+
+        :param record: A record as made or read.
+        :param unmark: Applied to the prediction before matching (e.g. removing datamarks, which break up word runs);
+            the prediction is replaced only when something was cut.
+        :returns: The record itself when nothing was cut; otherwise a redacted copy.
+        """
+        prediction, cut = self.redact(unmark(record.prediction) if unmark else record.prediction)
+        evidence, evidence_cut = self.redact_value(record.evidence)
+        if not (cut or evidence_cut):
+            return record
+        return replace(record, prediction=prediction if cut else record.prediction, evidence=evidence, redacted=True)
+
 
 def split_evidence(evidence: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """
@@ -356,14 +374,13 @@ def redact_records(path: Path, text: DatasetText, *, unmark: Callable[[str], str
     """
     Cut dataset text out of the records of a results file made before the runner redacted something it now does
     (the evidence's candidates and per-passage answers, before 2026-11-24), as the runner would: each record whose
-    prediction or evidence loses a run of words (`DatasetText.redact`, `redact_value`) is marked `redacted`, and its
+    prediction or evidence loses a run of words (`DatasetText.redact_record`) is marked `redacted`, and its
     score (computed on the whole text) is kept. Other lines (failed records, a torn last line) are kept as they are;
     the file is rewritten atomically, and only when something was cut.
 
     :param path: A `results.jsonl`.
     :param text: The dataset's questions and passages.
-    :param unmark: Applied to a prediction before matching (e.g. removing datamarks, which break up word runs); the
-        prediction is replaced only when something was cut.
+    :param unmark: As for `DatasetText.redact_record`.
     :returns: The number of records redacted here.
     """
     lines, count = [], 0
@@ -373,11 +390,9 @@ def redact_records(path: Path, text: DatasetText, *, unmark: Callable[[str], str
         except ValueError:
             lines.append(line)
             continue
-        prediction, cut = text.redact(unmark(record.prediction) if unmark else record.prediction)
-        evidence, evidence_cut = text.redact_value(record.evidence)
-        if cut or evidence_cut:
-            prediction = prediction if cut else record.prediction
-            line = replace(record, prediction=prediction, evidence=evidence, redacted=True).to_json()
+        redacted = text.redact_record(record, unmark=unmark)
+        if redacted is not record:
+            line = redacted.to_json()
             count += 1
         lines.append(line)
     if count:

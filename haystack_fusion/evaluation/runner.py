@@ -348,10 +348,6 @@ class Evaluator:
         prediction = run.answer.data or ""
         structured, text = split_evidence({**run.evidence, "usage": run.usage})
         score = score_run(question, prediction, run.evidence, run.documents, run.usage, run.seconds)
-        kept, redacted = self._dataset_text.redact(prediction)
-        # candidates, per-passage answers, a rejected answer: model text like the prediction, same redaction
-        structured, evidence_redacted = self._dataset_text.redact_value(structured)
-        redacted = redacted or evidence_redacted
         failures = run.evidence.get("failures") or []
         error = None
         if failures:
@@ -363,15 +359,15 @@ class Evaluator:
             setting=setting.label(),
             question_id=question.id,
             answerable=not question.is_impossible,
-            prediction=kept,
+            prediction=prediction,
             evidence=structured,
             passages=[d.id for d in run.documents],
             score=score,
             fingerprint=fingerprint,
-            redacted=redacted,
             error=error,
         )
-        return record, text
+        # no dataset text in the record: the prediction and the evidence's model text (candidates, a rejected answer)
+        return self._dataset_text.redact_record(record), text
 
     def _one_line(self, message: str, limit: int = 500) -> str:
         """An error message for a record: one line, at most `limit` characters, no dataset text."""
