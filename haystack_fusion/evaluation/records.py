@@ -186,13 +186,24 @@ class DatasetText:
         per-passage answers and rejected answers are model text like the prediction.
 
         :param value: A string, or dicts and lists of them (other values are kept as they are).
-        :returns: A copy with every string redacted (`redact`; dict keys are kept), and whether anything was cut.
+        :returns: A copy with every string redacted (`redact`), dict keys included (post-fusion's `votes` are keyed
+            by answer): two keys redacted alike get " (2)", " (3)", ... so that no entry is lost; and whether
+            anything was cut.
         """
         if isinstance(value, str):
             return self.redact(value)
         if isinstance(value, Mapping):
-            items = [(key, *self.redact_value(item)) for key, item in value.items()]
-            return {key: item for key, item, _ in items}, any(cut for _, _, cut in items)
+            redacted: dict[Any, Any] = {}
+            cut_any = False
+            for key, item in value.items():
+                new_item, cut = self.redact_value(item)
+                new_key, key_cut = self.redact(key) if isinstance(key, str) else (key, False)
+                unique, n = new_key, 2
+                while unique in redacted:
+                    unique, n = f"{new_key} ({n})", n + 1
+                redacted[unique] = new_item
+                cut_any = cut_any or cut or key_cut
+            return redacted, cut_any
         if isinstance(value, list | tuple):
             pairs = [self.redact_value(item) for item in value]
             return [item for item, _ in pairs], any(cut for _, cut in pairs)

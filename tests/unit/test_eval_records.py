@@ -239,6 +239,11 @@ class TestRedaction:
         redacted, cut = text.redact_value(evidence)
         assert cut
         assert redacted == {"candidates": ["Paris", "[9 words of the dataset]"], "votes": {"paris": 1}}
+        copied = "Paris is the capital and the largest city of"
+        other = "is the capital and the largest city of France"
+        votes, cut = text.redact_value({"votes": {copied: 2, other: 1, "paris": 1}})
+        assert cut
+        assert votes == {"votes": {"[9 words of the dataset]": 2, "[9 words of the dataset] (2)": 1, "paris": 1}}
         assert text.redact_value({"passages": ["1c6071d9"], "k": 5, "x": None}) == (
             {"passages": ["1c6071d9"], "k": 5, "x": None},
             False,
