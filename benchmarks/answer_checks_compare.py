@@ -2,13 +2,14 @@
 Issue 16's before / after table: the answers that are not answers, per strategy, on the questions that both the
 "before" runs (answer checks off) and the "after" run (checks on) answered, from their committed records.
 
-The before records are issue 11's paper-000 run (its first 120 questions) and `squad2-first120-before` (base and sure);
-the after records are `squad2-first120`. All were made with stop sequences off, so before and after differ only by
-the answer checks (`benchmarks/answer_checks_runs.py` makes them). The counts are the report's
-(`report.answer_outcomes`: `metrics.with_answer_outcome` flags), except "cut": the report's truncation flag, or, for
-a record made before truncation was counted (usage `truncated`, `evidence.finish_reason`), a question answered in
-one call whose completion reached the cap (128 tokens on the embedded model). EM and F1 are over the answerable
-questions, after minus before with its paired 95% bootstrap interval (`stats.paired_difference_ci`).
+The before records are `squad2-first120-before`, the after records `squad2-first120`. Both were made with stop sequences
+off and by the same llama.cpp build on the same machine, so before and after differ only by the answer checks
+(`benchmarks/answer_checks_runs.py` makes them); "other changes" counts the answers that differ although the after
+answer is not invalid (a vote or a fallback that a rejected answer changed, or replies that are not the same). The
+counts are the report's (`report.answer_outcomes`: `metrics.with_answer_outcome` flags), except "cut": the report's
+truncation flag, or, for a record made before truncation was counted (usage `truncated`, `evidence.finish_reason`), a
+question answered in one call whose completion reached the cap (128 tokens on the embedded model). EM and F1 are over
+the answerable questions, after minus before with its paired 95% bootstrap interval (`stats.paired_difference_ci`).
 
     .venv/bin/python benchmarks/answer_checks_compare.py
 """
@@ -28,7 +29,7 @@ from haystack_fusion.evaluation.stats import paired_difference_ci
 from haystack_fusion.validation import is_passage_markup
 
 ROOT = Path(__file__).resolve().parents[1]
-BEFORE = ("docs/results/squad2-paper000", "docs/results/squad2-first120-before")
+BEFORE = ("docs/results/squad2-first120-before",)
 AFTER = "docs/results/squad2-first120"
 CAP = 128
 """The embedded model's `max_tokens` in these runs."""
@@ -60,8 +61,8 @@ def compare(before: dict[tuple[str, str], QuestionRecord], after: dict[tuple[str
         f"({sum(before[(strategies[0], q)].answerable for q in questions)} answerable).",
         "",
         "| strategy | answered | unknown | empty | invalid | cut | demo copies | demo rejected | passage tags "
-        "| EM after - before | F1 after - before |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| other changes | EM after - before | F1 after - before |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     reasons: dict[str, Counter[str]] = {}
     by_prompt: dict[str, list[Counter[str]]] = {}  # prompt -> [copies before, copies after] per strategy
@@ -79,6 +80,7 @@ def compare(before: dict[tuple[str, str], QuestionRecord], after: dict[tuple[str
 
         cuts = " -> ".join(str(sum(cut(r) for r in records)) for records in pair)
         tags = " -> ".join(str(sum(is_passage_markup(r.prediction) for r in records)) for records in pair)
+        other = sum(old.prediction != new.prediction and not new.score.invalid for old, new in zip(*pair, strict=True))
         answerable = [i for i, r in enumerate(pair[0]) if r.answerable]
         em, f1 = (
             paired_difference_ci(
@@ -90,7 +92,7 @@ def compare(before: dict[tuple[str, str], QuestionRecord], after: dict[tuple[str
         lines.append(
             f"| {strategy} | {cell('answered_count')} | {cell('unknown_count')} | {cell('empty_count')} "
             f"| {cell('invalid_count')} | {cuts} | {cell('demo_copy_count')} | {cell('demo_rejected_count')} "
-            f"| {tags} | {_ci(em)} | {_ci(f1)} |"
+            f"| {tags} | {other} | {_ci(em)} | {_ci(f1)} |"
         )
     lines += [
         "",

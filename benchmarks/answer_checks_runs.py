@@ -4,12 +4,14 @@ process, so the embedded model's reply cache (`backends.local`, process-wide, gr
 "after" run's calls that the "before" runs already made: only the calls that the answer checks change (a fallback
 that now runs, a distiller round over other candidates) reach the model again.
 
-Each step is exactly the `eval` command printed before it; run separately, they give the same records (the cache
-changes no reply). Every step resumes its `--out` folder, so the script can be stopped and started again.
+Each step is exactly the `eval` command printed before it; run separately on the same machine and llama.cpp build, they
+give the same records (the cache changes no reply). Every step resumes its `--out` folder, so the script can be stopped
+and started again.
 
     .venv/bin/python benchmarks/answer_checks_runs.py            # all steps
     .venv/bin/python benchmarks/answer_checks_runs.py --check 5  # first check that the off mode reproduces the
-                                                                 # committed records on 5 questions, then all steps
+                                                                 # paper-000 records on 5 questions (on a build
+                                                                 # that gives their replies), then all steps
     .venv/bin/python benchmarks/answer_checks_runs.py --limits 30,60,90,120  # all steps on the first 30 questions,
                                                                  # then on 60, ...: stopped at any point, before and
                                                                  # after cover the same questions
@@ -36,13 +38,18 @@ COMMON = ["eval", "--dataset", DATASET, "--top-k", "5", "--stop-sequences", "off
 """Every step keeps the replies of the code that made the before runs (no stop sequences): only the answer checks
 differ between before and after. Stop sequences are measured apart (`benchmarks/stop_sequences.py`)."""
 
+STRATEGIES = f"{PAPER000},base,sure"
 STEPS: list[list[str]] = [
-    # before: paper 000's six strategies (issue 11's paper-000 run, its first 120 questions) and base / sure
-    [*COMMON, "--strategies", PAPER000, "--answer-checks", "off", "--out", "docs/results/squad2-paper000"],
-    [*COMMON, "--strategies", "base,sure", "--answer-checks", "off", "--out", "docs/results/squad2-first120-before"],
+    # before: the eight strategies with the answer checks off
+    [*COMMON, "--strategies", STRATEGIES, "--answer-checks", "off", "--out", "docs/results/squad2-first120-before"],
     # after: the same eight strategies with the answer checks (the default)
-    [*COMMON, "--strategies", f"{PAPER000},base,sure", "--out", "docs/results/squad2-first120"],
+    [*COMMON, "--strategies", STRATEGIES, "--out", "docs/results/squad2-first120"],
 ]
+"""Before and after are made by the same llama.cpp build on the same machine, one step after the other: greedy
+replies are reproducible there, not across builds or CPUs (issue 11's paper-000 records of questions 72-120, made in
+an earlier session, differ from today's replies on 12 of 49 concatenation answers with identical prompts; see
+docs/evaluation.md). The before folder's first 71 questions of the six paper-000 strategies are issue 11's paper-000
+records, which the after run reproduced reply for reply."""
 
 
 def check(n: int) -> int:
