@@ -30,7 +30,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -135,13 +135,32 @@ REDACT_WORDS = 8
 """A run of this many words or more that a prediction shares verbatim with a question or passage is cut out."""
 
 
+_ARTICLES = frozenset({"a", "an", "the"})
+
+
+def _compared_words(words: Sequence[str]) -> tuple[tuple[list[int], list[str]], ...]:
+    """
+    The words as `DatasetText` compares them, with their positions in `words`, read twice: case-folded letters and
+    digits with words of punctuation only left out, and the same without the articles "a", "an", "the" (as SQuAD's
+    answer normalization drops them, e.g. in post-fusion's vote keys).
+    """
+    kept = [
+        (i, "".join(character for character in word.casefold() if character.isalnum())) for i, word in enumerate(words)
+    ]
+    readings = ([(i, w) for i, w in kept if w], [(i, w) for i, w in kept if w and w not in _ARTICLES])
+    return tuple(([i for i, _ in reading], [w for _, w in reading]) for reading in readings)
+
+
 class DatasetText:
     """
     The word runs of a dataset's questions and passages, to keep them out of records.
 
     A weak model copies the question or a passage into its reply; the record must still hold no dataset text. Every
-    maximal run of at least `REDACT_WORDS` whitespace-separated words of the prediction that occurs verbatim in a
-    question or passage is replaced by `[N words of the dataset]`.
+    maximal run of at least `REDACT_WORDS` whitespace-separated words of the prediction that occurs in a question or
+    passage is replaced by `[N words of the dataset]` (N counts the words cut). Words are compared case-folded with
+    their punctuation dropped (words of punctuation only are skipped), once with and once without the articles "a",
+    "an", "the", so near copies are cut too: "France," for "France", "anglosaxon" for "Anglo-Saxon", and answers
+    normalized as SQuAD's evaluation does (post-fusion's vote keys).
 
     :param texts: The questions and passages.
     """
@@ -149,7 +168,8 @@ class DatasetText:
     def __init__(self, texts: Iterable[str]) -> None:
         self._runs = {
             tuple(words[i : i + REDACT_WORDS])
-            for words in (text.split() for text in texts)
+            for text in texts
+            for _, words in _compared_words(text.split())
             for i in range(len(words) - REDACT_WORDS + 1)
         }
 
@@ -162,9 +182,11 @@ class DatasetText:
         """
         words = prediction.split()
         copied = [False] * len(words)
-        for i in range(len(words) - REDACT_WORDS + 1):
-            if tuple(words[i : i + REDACT_WORDS]) in self._runs:
-                copied[i : i + REDACT_WORDS] = [True] * REDACT_WORDS
+        for at, compared in _compared_words(words):
+            for j in range(len(compared) - REDACT_WORDS + 1):
+                if tuple(compared[j : j + REDACT_WORDS]) in self._runs:
+                    first, last = at[j], at[j + REDACT_WORDS - 1]
+                    copied[first : last + 1] = [True] * (last + 1 - first)
         if not any(copied):
             return prediction, False
         kept: list[str] = []

@@ -227,10 +227,28 @@ class TestRedaction:
         assert text.redact("Paris") == ("Paris", False)
         redacted, cut = text.redact("It says: Paris is the capital and the largest city of France, so Paris")
         assert cut
-        assert redacted == "It says: [9 words of the dataset] France, so Paris"
+        assert redacted == "It says: [10 words of the dataset] so Paris"
         dataset, records = self.copied_run(tmp_path, "concatenation")
         assert all(r.redacted and "Paris is the capital" not in r.prediction for r in records)
         assert rescore(read_records(tmp_path / RESULTS_FILE), dataset) == read_records(tmp_path / RESULTS_FILE)
+
+    def test_near_copies_are_cut_out_too(self):
+        """Case, punctuation and articles do not hide a copy: SQuAD-normalized text (vote keys) is cut as well."""
+        text = DatasetText(
+            ["The river otters were moved into the Lake-Shore reserve of their keepers, see Old Harbour."]
+        )
+        for near in (
+            "the river otters were moved into the Lakeshore reserve of their keepers",  # case, hyphen
+            "river otters were moved into lakeshore reserve of their keepers",  # SQuAD normalization
+            "The river otters - were moved into the Lake-Shore reserve of their keepers!",  # punctuation-only word
+        ):
+            redacted, cut = text.redact(near)
+            assert cut, near
+            assert redacted.startswith("["), redacted
+            assert redacted.endswith("words of the dataset]"), redacted
+        kept = "The river otters were moved into a reserve"
+        assert text.redact(kept) == (kept, False)
+        assert text.redact("the " * 9) == ("the " * 9, False)
 
     def test_model_text_in_the_evidence_is_cut_out_too(self, tmp_path):
         """Post-fusion's candidates (its per-passage answers) are model text like the prediction: same redaction."""
