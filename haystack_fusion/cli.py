@@ -20,6 +20,7 @@ from haystack_fusion.backends import (
     every_call_failed_message,
     failed_calls_message,
     index_documents,
+    llama_cpp_runtime,
 )
 from haystack_fusion.backends import chat_generator as backend_chat_generator
 from haystack_fusion.backends import retriever as backend_retriever
@@ -350,7 +351,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         + (", closed-book filtered" if config.closed_book_filter else "")
     )
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    write_run_manifest(args.out, title=title, dataset=str(args.dataset), command=getattr(args, "argv", None))
+    write_run_manifest(
+        args.out,
+        title=title,
+        dataset=str(args.dataset),
+        command=getattr(args, "argv", None),
+        runtime=llama_cpp_runtime() if backends.llm == "local" else None,
+    )
     from haystack_fusion.evaluation.runner import BatchStoppedError
 
     try:

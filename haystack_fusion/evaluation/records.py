@@ -556,7 +556,14 @@ RUN_FILE = "run.json"
 """A run folder's manifest: the report title (backend, model, sample), the dataset it answered, the command."""
 
 
-def write_run_manifest(folder: str | Path, *, title: str, dataset: str, command: list[str] | None = None) -> None:
+def write_run_manifest(
+    folder: str | Path,
+    *,
+    title: str,
+    dataset: str,
+    command: list[str] | None = None,
+    runtime: Mapping[str, str] | None = None,
+) -> None:
     """
     Write the run folder's `run.json`, which `haystack-fusion report` reads for the title and the dataset.
 
@@ -564,8 +571,17 @@ def write_run_manifest(folder: str | Path, *, title: str, dataset: str, command:
     :param title: The report title (names the backend and model).
     :param dataset: The dataset path or URL the run answered.
     :param command: The `haystack-fusion` arguments of the run, if any.
+    :param runtime: The runtime that answers this time, e.g. the embedded model's llama.cpp build
+        (`backends.local.llama_cpp_runtime`). `run.json` keeps a list, `runtimes`, of every distinct runtime that
+        wrote to the folder, in order: a run resumed on another build holds records of each (greedy replies are
+        exact within one llama.cpp build only), and the list says so.
     """
-    manifest = {"title": title, "dataset": dataset, "command": command}
+    runtimes = list(read_run_manifest(folder).get("runtimes") or [])
+    if runtime is not None and dict(runtime) not in runtimes:
+        runtimes.append(dict(runtime))
+    manifest: dict[str, Any] = {"title": title, "dataset": dataset, "command": command}
+    if runtimes:
+        manifest["runtimes"] = runtimes
     (Path(folder) / RUN_FILE).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
 
 

@@ -30,9 +30,11 @@ from haystack_fusion.evaluation.records import (
     append_line,
     merge_evidence,
     read_records,
+    read_run_manifest,
     redact_records,
     repair,
     split_evidence,
+    write_run_manifest,
 )
 from haystack_fusion.evaluation.runner import EvalConfig, Evaluator, rescore
 from tests.unit.test_eval_runner import DATASET, DOCUMENTS, QUESTIONS, capital_from_prompt
@@ -303,3 +305,30 @@ def test_fingerprints_name_a_class_by_its_public_path():
 
     assert public_class_path(BackendConfig) == "haystack_fusion.backends.BackendConfig"
     assert public_class_path(MockChatGenerator) == f"{MockChatGenerator.__module__}.MockChatGenerator"
+
+
+class TestRunManifest:
+    def test_runtimes_accumulate_one_entry_per_distinct_build(self, tmp_path):
+        """A run resumed on another llama.cpp build lists both builds; the same build is listed once."""
+        first = {"llama_cpp_python": "0.3.36", "system_info": "CPU : AVX2 = 1"}
+        second = {"llama_cpp_python": "0.3.36", "system_info": "CPU : AVX2 = 1 | AVX512 = 1"}
+        write_run_manifest(tmp_path, title="t", dataset="d.json", command=["eval"], runtime=first)
+        write_run_manifest(tmp_path, title="t", dataset="d.json", command=["eval"], runtime=first)
+        assert read_run_manifest(tmp_path)["runtimes"] == [first]
+        write_run_manifest(tmp_path, title="t2", dataset="d.json", runtime=second)
+        write_run_manifest(tmp_path, title="t3", dataset="d.json")  # a server run names no build: the list stays
+        manifest = read_run_manifest(tmp_path)
+        assert manifest["runtimes"] == [first, second]
+        assert manifest["title"] == "t3"
+
+    def test_no_runtime_no_key(self, tmp_path):
+        write_run_manifest(tmp_path, title="t", dataset="d.json")
+        assert "runtimes" not in read_run_manifest(tmp_path)
+
+    def test_the_embedded_models_runtime_names_its_build(self):
+        pytest.importorskip("llama_cpp")
+        from haystack_fusion.backends import llama_cpp_runtime
+
+        runtime = llama_cpp_runtime()
+        assert runtime["llama_cpp_python"]
+        assert runtime["system_info"].startswith("CPU")
