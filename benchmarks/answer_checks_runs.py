@@ -47,7 +47,7 @@ STEPS: list[list[str]] = [
 ]
 """Before and after are made by the same llama.cpp build on the same machine, one step after the other: greedy
 replies are reproducible there, not across builds or CPUs (issue 11's paper-000 records of questions 72-120, made in
-an earlier session, differ from today's replies on 12 of 49 concatenation answers with identical prompts; see
+an earlier session, differ from session 12's replies on 15 of 49 concatenation answers with identical prompts; see
 docs/evaluation.md). The before folder's first 71 questions of the six paper-000 strategies are issue 11's paper-000
 records, which the after run reproduced reply for reply."""
 

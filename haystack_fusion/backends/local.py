@@ -472,7 +472,7 @@ def llama_cpp_runtime() -> dict[str, str]:
     """
     The llama.cpp build that answers for the embedded model: greedy replies are exact within one build, not across
     builds (llama-cpp-python compiles llama.cpp for the host's instruction set; docs/evaluation.md measured a third of
-    the answers changing between two hosts with the same version).
+    the answers changing between two installs of the same version on different hosts).
 
     :returns: `{"llama_cpp_python": version, "system_info": llama.cpp's CPU feature line}`.
     :raises ImportError: If the `local` extra is not installed.

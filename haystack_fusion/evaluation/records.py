@@ -132,7 +132,8 @@ class QuestionRecord:
 
 
 REDACT_WORDS = 8
-"""A run of this many words or more that a prediction shares verbatim with a question or passage is cut out."""
+"""A run of this many words or more that a prediction shares with a question or passage (compared as
+`DatasetText` compares words) is cut out."""
 
 
 _ARTICLES = frozenset({"a", "an", "the"})
