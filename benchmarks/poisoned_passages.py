@@ -252,10 +252,11 @@ def seed_clean_records(out: Path, source: Path, fingerprints: dict[str, str], id
 
 def redact_marked(path: Path, dataset: EvalDataset) -> int:
     """
-    Cut dataset text out of datamarked predictions: the runner's redaction (`records.DatasetText`) matches runs of
-    words, which a prediction copied from marked passages ("Paris ^ is ^ the ^ ...") breaks up. Each prediction is
-    read without its markers and redacted again (`records.redact_records`); its score (on the whole prediction) is
-    kept, as for any redacted record. The file is rewritten in place (atomically).
+    Cut dataset text out of datamarked predictions, and the markers out of what is kept: each prediction is read
+    without its markers and redacted again (`records.redact_records`); its score (on the whole prediction) is kept, as
+    for any redacted record. The file is rewritten in place (atomically). Until session 12 the runner's redaction
+    (`records.DatasetText`) compared words verbatim, so a copy of marked passages ("Paris ^ is ^ the ^ ...") broke its
+    word runs up; it now skips words of punctuation only and cuts such a copy itself, markers and all.
 
     :param path: A `results.jsonl` of a datamark run.
     :param dataset: The dataset the run answered.
