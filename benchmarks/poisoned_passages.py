@@ -264,7 +264,7 @@ def redact_marked(path: Path, dataset: EvalDataset) -> int:
     """
     from haystack_fusion.evaluation.records import DatasetText, redact_records
 
-    text = DatasetText([q.question for q in dataset.questions] + [d.content or "" for d in dataset.documents])
+    text = DatasetText.of(dataset)
     return redact_records(path, text, unmark=lambda answer: " ".join(w for w in answer.split() if w != DATAMARK))
 
 

@@ -162,7 +162,7 @@ def ask(questions: list[EvalQuestion], dataset: EvalDataset, path: Path, thresho
     }
     voters["exact"].warm_up()
     gold = {d.id: d for d in dataset.documents}
-    text = DatasetText([q.question for q in dataset.questions] + [d.content or "" for d in dataset.documents])
+    text = DatasetText.of(dataset)
     redacted = [0]
 
     def clean(answer: str | None) -> str | None:

@@ -316,10 +316,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """`haystack-fusion eval`: strategies over a dataset on any backend, with the papers' metrics and settings."""
     from haystack_fusion.evaluation.datasets import load_dataset
     from haystack_fusion.evaluation.passages import PassageSetting
-    from haystack_fusion.evaluation.records import write_run_manifest
+    from haystack_fusion.evaluation.records import DatasetText, write_run_manifest
     from haystack_fusion.evaluation.runner import EvalConfig, Evaluator
 
-    dataset = load_dataset(args.dataset, corpus=args.corpus, cache_dir=args.cache_dir).only(args.questions)
+    whole = load_dataset(args.dataset, corpus=args.corpus, cache_dir=args.cache_dir)
+    dataset = whole.only(args.questions)
     if args.exclude_sample:
         held_out = _held_out(dataset, args)
         dataset = dataclasses.replace(dataset, questions=[q for q in dataset.questions if q.id not in held_out])
@@ -343,6 +344,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         retriever_factory=_eval_retriever_factory(backends, dataset.documents),
         generator_factory=lambda: backend_chat_generator(backends),
         retrieval=_retrieval_label(backends),
+        dataset_text=DatasetText.of(whole),  # also the questions that --questions, --sample and --limit leave out
     )
     sample = f", stratified sample of {args.sample} (seed {args.seed})" if args.sample else ""
     title = (

@@ -174,6 +174,16 @@ class DatasetText:
             for i in range(len(words) - REDACT_WORDS + 1)
         }
 
+    @classmethod
+    def of(cls, dataset: Any) -> DatasetText:
+        """
+        The word runs of a dataset's questions and passages.
+
+        :param dataset: An `EvalDataset` (anything with `questions`, each with a `question`, and `documents`).
+        :returns: A `DatasetText` of every question's text and every passage's content.
+        """
+        return cls([q.question for q in dataset.questions] + [d.content or "" for d in dataset.documents])
+
     def redact(self, prediction: str) -> tuple[str, bool]:
         """
         Cut the dataset's word runs out of a prediction.

@@ -268,6 +268,9 @@ class Evaluator:
     :param retriever_factory: Makes a fresh retriever (one per pipeline), e.g. an InMemoryBM25Retriever.
     :param generator_factory: Makes a fresh ChatGenerator (one per pipeline).
     :param retrieval: A label of the retriever and store for fingerprints and reports, e.g. "memory bm25".
+    :param dataset_text: The text cut out of records (`DatasetText`). Default: `DatasetText.of(dataset)`. When
+        `dataset` is a sample or subset of a dataset, pass the whole dataset's, so that no record holds a copy of a
+        question left out of the run either.
     """
 
     def __init__(
@@ -279,6 +282,7 @@ class Evaluator:
         retriever_factory: Callable[[], Any],
         generator_factory: Callable[[], ChatGenerator],
         retrieval: str = "memory bm25",
+        dataset_text: DatasetText | None = None,
     ) -> None:
         self.dataset = dataset
         self.config = config
@@ -287,9 +291,7 @@ class Evaluator:
         self.generator_factory = generator_factory
         self.retrieval = retrieval
         self._gold = {d.id: d for d in dataset.documents}
-        self._dataset_text = DatasetText(
-            [q.question for q in dataset.questions] + [d.content or "" for d in dataset.documents]
-        )
+        self._dataset_text = DatasetText.of(dataset) if dataset_text is None else dataset_text
         self._lock = threading.Lock()
 
     def _pipeline(self, strategy: str, top_k: int, setting: PassageSetting, generator: ChatGenerator) -> Pipeline:

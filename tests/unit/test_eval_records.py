@@ -234,6 +234,29 @@ class TestRedaction:
         assert all(r.redacted and "Paris is the capital" not in r.prediction for r in records)
         assert rescore(read_records(tmp_path / RESULTS_FILE), dataset) == read_records(tmp_path / RESULTS_FILE)
 
+    def test_a_sample_run_cuts_out_the_questions_it_left_out(self, tmp_path):
+        """`eval --sample` runs a part of the dataset; a copy of a question outside it is cut out all the same."""
+        left_out = EvalQuestion("out", "Which river flows through the old town of Lyon today?", ("Saone",), False)
+        whole = EvalDataset("whole", DOCUMENTS, [*QUESTIONS, left_out])
+        part = EvalDataset("whole", DOCUMENTS, list(QUESTIONS))
+        store = InMemoryDocumentStore()
+        store.write_documents(DOCUMENTS)
+
+        def run(out: Path, **kwargs) -> list[QuestionRecord]:
+            return Evaluator(
+                part,
+                EvalConfig(strategies=["concatenation"], top_ks=[2]),
+                out,
+                retriever_factory=lambda: InMemoryBM25Retriever(document_store=store),
+                generator_factory=lambda: MockChatGenerator(responses=left_out.question),
+                **kwargs,
+            ).run()
+
+        assert not any(r.redacted for r in run(tmp_path / "part"))  # the sample's own text alone misses it
+        records = run(tmp_path / "whole", dataset_text=DatasetText.of(whole))
+        assert records
+        assert all(r.redacted and "Lyon" not in r.prediction for r in records)
+
     def test_near_copies_are_cut_out_too(self):
         """Case, punctuation and articles do not hide a copy: SQuAD-normalized text (vote keys) is cut as well."""
         text = DatasetText(
