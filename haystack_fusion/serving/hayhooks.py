@@ -57,6 +57,7 @@ from haystack_fusion.backends import (
     retriever,
     safe_url,
 )
+from haystack_fusion.llm_calls import limit_calls
 from haystack_fusion.prompts import validate_query
 from haystack_fusion.serving.limits import (
     AdmissionLimit,
@@ -689,7 +690,8 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
             self.pipeline = build_pipeline(
                 self.strategy,
                 retriever=retriever(config),
-                chat_generator=chat_generator(config),
+                # each call holds a slot of HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT, when set, as the fan-outs' calls do
+                chat_generator=limit_calls(chat_generator(config)),
                 **strategy_options(config),
             )
             self.pipeline.warm_up()

@@ -146,6 +146,31 @@ class TestCheckBackend:
             monkeypatch.setenv("HAYSTACK_FUSION_MODEL", "llama3.2:1b")
             assert check_backend().model == "llama3.2:1b"
 
+    @pytest.mark.parametrize("strategy", ["concatenation", "concat_pf", "sure"])
+    def test_every_llm_call_of_a_served_pipeline_holds_a_call_slot(self, monkeypatch, tmp_path, strategy):
+        """HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT bounds a server's direct generator calls, not only its fan-outs'."""
+        index = tmp_path / "index.json"
+        save_store(DOCUMENTS, index)
+        monkeypatch.setenv("HAYSTACK_FUSION_LLM", "openai")
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{free_port()}/v1")  # never called here
+        monkeypatch.setenv("HAYSTACK_FUSION_DOCUMENT_STORE", "memory")
+        monkeypatch.setenv("HAYSTACK_FUSION_STORE", str(index))
+
+        class Wrapper(StrategyPipelineWrapper):
+            pass
+
+        Wrapper.strategy = strategy
+        wrapper = Wrapper()
+        wrapper.setup()
+        generators = [
+            component._chat_generator if hasattr(component, "_chat_generator") else component
+            for _, component in wrapper.pipeline.walk()
+            if hasattr(component, "_chat_generator") or "ChatGenerator" in type(component).__name__
+        ]
+        assert generators
+        assert all(getattr(g, "_haystack_fusion_call_slots", False) for g in generators), generators
+
     def test_a_wrapper_refuses_to_set_up(self):
         class Wrapper(StrategyPipelineWrapper):
             strategy = "concat_pf"
