@@ -1,14 +1,12 @@
 import asyncio
-import threading
-from typing import Any
 
 import pytest
 from haystack import Document, Pipeline, component
 from haystack.components.generators.chat import MockChatGenerator
-from haystack.dataclasses import ChatMessage
 
 from haystack_fusion import CandidateSummarizer
 from haystack_fusion.components.candidate_summarizer import clean_summary
+from tests.scripted import ScriptedChatGenerator
 
 QUERY = "What is the capital of France?"
 DOCUMENTS = [
@@ -18,26 +16,18 @@ DOCUMENTS = [
 
 
 @component
-class ScriptedGenerator:
+class ScriptedGenerator(ScriptedChatGenerator):
     """Replies by prompt kind and records every prompt; `fail_on` makes calls whose prompt contains it raise."""
 
     def __init__(self, candidates: str = "(a) Paris, (b) Lyon", fail_on: str | None = None) -> None:
+        ScriptedChatGenerator.__init__(self, fail_on=fail_on)
         self.candidates = candidates
-        self.fail_on = fail_on
-        self.prompts: list[str] = []
-        self._lock = threading.Lock()
 
-    @component.output_types(replies=list[ChatMessage])
-    def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
-        prompt = messages[-1].text
-        with self._lock:
-            self.prompts.append(prompt)
-        if self.fail_on is not None and self.fail_on in prompt:
-            raise RuntimeError("backend exploded")
+    def reply(self, prompt: str) -> str:
         if prompt.startswith("Below are"):
-            return {"replies": [ChatMessage.from_assistant(self.candidates)]}
+            return self.candidates
         target = prompt.rsplit("Prediction: ", 1)[-1].split("\n", 1)[0] if "Prediction: " in prompt else "generic"
-        return {"replies": [ChatMessage.from_assistant(f"Passage: Summary for {target}. [DONE] trailing text")]}
+        return f"Passage: Summary for {target}. [DONE] trailing text"
 
 
 class TestCleanSummary:

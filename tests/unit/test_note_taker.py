@@ -1,14 +1,12 @@
 import asyncio
-import threading
-from typing import Any
 
 import pytest
 from haystack import Document, component
 from haystack.components.generators.chat import MockChatGenerator
-from haystack.dataclasses import ChatMessage
 
 from haystack_fusion import NoteTaker
 from haystack_fusion.prompts.chain_of_note import ANSWER_LEAD, STEP_5_PARAMETRIC, STEP_5_UNKNOWN
+from tests.scripted import ScriptedChatGenerator
 
 QUERY = "What is the capital of France?"
 DOCUMENTS = [
@@ -23,38 +21,29 @@ SINGLE_REPLY = (
 
 
 @component
-class ScriptedGenerator:
+class ScriptedGenerator(ScriptedChatGenerator):
     """Replies by prompt kind (single call, per-document note, synthesis) and records prompts and kwargs."""
 
     def __init__(self, single: str = SINGLE_REPLY, answer: str = " Paris.", fail_on: str = "") -> None:
+        ScriptedChatGenerator.__init__(self, fail_on=fail_on)
         self.single = single
         self.answer = answer
-        self.fail_on = fail_on
-        self.prompts: list[str] = []
-        self.kwargs: list[Any] = []
-        self._lock = threading.Lock()
 
-    @component.output_types(replies=list[ChatMessage])
-    def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
-        prompt = messages[-1].text
-        with self._lock:
-            self.prompts.append(prompt)
-            self.kwargs.append(generation_kwargs)
-        live = prompt.rsplit("Question: ", 1)[-1]
-        if self.fail_on and self.fail_on in live:
-            raise RuntimeError("backend exploded")
+    def fail_on_text(self, prompt: str) -> str:
+        """The live question and its passages: `fail_on` is not looked for in the demonstrations."""
+        return prompt.rsplit("Question: ", 1)[-1]
+
+    def reply(self, prompt: str) -> str:
+        live = self.fail_on_text(prompt)
         if prompt.endswith("Reading notes:"):
-            reply = self.single
-        elif prompt.endswith("Reading note:"):
+            return self.single
+        if prompt.endswith("Reading note:"):
             if "Paris is the capital" in live:
-                reply = " The passage says Paris is the capital of France.\nRelevance: (a) answers directly"
-            elif "Lyon" in live:
-                reply = " The passage describes Lyon, a French city.\nRelevance: (b) useful context"
-            else:
-                reply = " The passage is about bread.\nRelevance: (c) irrelevant"
-        else:
-            reply = self.answer
-        return {"replies": [ChatMessage.from_assistant(reply)]}
+                return " The passage says Paris is the capital of France.\nRelevance: (a) answers directly"
+            if "Lyon" in live:
+                return " The passage describes Lyon, a French city.\nRelevance: (b) useful context"
+            return " The passage is about bread.\nRelevance: (c) irrelevant"
+        return self.answer
 
 
 class TestSingleCall:

@@ -1,6 +1,5 @@
 import math
 import re
-import threading
 from typing import Any
 
 import pytest
@@ -11,6 +10,7 @@ from haystack.dataclasses import ChatMessage, GeneratedAnswer
 from haystack_fusion import PostFusionVoter
 from haystack_fusion.components.post_fusion_voter import DEFAULT_SAMPLING_KWARGS, validate_query
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS
+from tests.scripted import ScriptedChatGenerator
 
 QUERY = "What is the capital of France?"
 
@@ -45,27 +45,11 @@ def answer_by_passage(messages: list[ChatMessage]) -> str:
 
 
 @component
-class RecordingGenerator:
+class RecordingGenerator(ScriptedChatGenerator):
     """Answers like `answer_by_passage`, records every call's prompt and generation_kwargs; can fail on a passage."""
 
-    def __init__(self, fail_on: str | None = None) -> None:
-        self.fail_on = fail_on
-        self.prompts: list[str] = []
-        self.generation_kwargs: list[dict[str, Any] | None] = []
-        self._lock = threading.Lock()
-
-    @property
-    def calls(self) -> int:
-        return len(self.prompts)
-
-    @component.output_types(replies=list[ChatMessage])
-    def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
-        with self._lock:
-            self.prompts.append(messages[-1].text)
-            self.generation_kwargs.append(generation_kwargs)
-        if self.fail_on is not None and self.fail_on in messages[-1].text:
-            raise RuntimeError("backend exploded")
-        return {"replies": [ChatMessage.from_assistant(answer_by_passage(messages))]}
+    def reply(self, prompt: str) -> str:
+        return answer_by_passage([ChatMessage.from_user(prompt)])
 
 
 def voter_with(responses: list[str], **kwargs: Any) -> PostFusionVoter:
@@ -221,7 +205,7 @@ class TestPostFusionVoter:
         result = voter.run(query=QUERY, documents=DOCUMENTS)
         k = len(DOCUMENTS)
         assert generator.calls == 3 * k
-        assert generator.generation_kwargs == [{"temperature": 0.7}] * (3 * k)
+        assert generator.kwargs == [{"temperature": 0.7}] * (3 * k)
         assert DEFAULT_SAMPLING_KWARGS == {"temperature": 0.7}
         meta = result["answers"][0].meta
         assert meta["usage"]["calls"] == 3 * k
@@ -246,12 +230,12 @@ class TestPostFusionVoter:
         PostFusionVoter(
             chat_generator=generator, samples_per_passage=2, sampling_generation_kwargs={"temperature": 1.0}
         ).run(query=QUERY, documents=DOCUMENTS[:1])
-        assert generator.generation_kwargs == [{"temperature": 1.0}, {"temperature": 1.0}]
+        assert generator.kwargs == [{"temperature": 1.0}, {"temperature": 1.0}]
 
     def test_single_sample_uses_generator_settings(self):
         generator = RecordingGenerator()
         PostFusionVoter(chat_generator=generator).run(query=QUERY, documents=DOCUMENTS[:2])
-        assert generator.generation_kwargs == [None, None]
+        assert generator.kwargs == [None, None]
 
     def test_max_passage_chars_trims_passages(self):
         generator = RecordingGenerator()

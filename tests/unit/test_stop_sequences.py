@@ -5,28 +5,26 @@ from typing import Any
 import pytest
 from haystack import Document, component
 from haystack.components.generators.chat import MockChatGenerator, OpenAIChatGenerator
-from haystack.dataclasses import ChatMessage
 
 from haystack_fusion import NoteTaker, PostFusionVoter
 from haystack_fusion.llm_calls import limit_calls, merge_stop_sequences, stop_kwargs
 from haystack_fusion.prompts import ANSWER_LINE_STOP, PROMPTS
 from haystack_fusion.strategies import build_pipeline, chain_generator
+from tests.scripted import ScriptedChatGenerator
 
 LOCAL_STOPS = ["\n\n", "\nQuestion:", "\nContext:"]
 
 
 @component
-class RecordingGenerator:
-    """A chat generator that answers "Paris" and records each call's `generation_kwargs`."""
+class RecordingGenerator(ScriptedChatGenerator):
+    """A chat generator that answers "Paris" and records each call's `generation_kwargs` (in `kwargs`)."""
 
     def __init__(self, generation_kwargs: dict[str, Any] | None = None) -> None:
-        self.generation_kwargs = generation_kwargs or {}
-        self.calls: list[dict[str, Any] | None] = []
+        # a generator with settings (a dict, even empty), as a real one: the components add their stops to it
+        ScriptedChatGenerator.__init__(self, generation_kwargs=generation_kwargs or {})
 
-    @component.output_types(replies=list[ChatMessage])
-    def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
-        self.calls.append(generation_kwargs)
-        return {"replies": [ChatMessage.from_assistant("Paris")]}
+    def reply(self, prompt: str) -> str:
+        return "Paris"
 
 
 class TestMerge:
@@ -91,13 +89,13 @@ class TestPerCall:
         generator = RecordingGenerator({"stop": LOCAL_STOPS})
         voter = PostFusionVoter(chat_generator=generator, max_concurrency=1)
         voter.run(query="Capital?", documents=[Document(content="Paris."), Document(content="Lyon.")])
-        assert generator.calls == [{"stop": ["\n"]}, {"stop": ["\n"]}]
+        assert generator.kwargs == [{"stop": ["\n"]}, {"stop": ["\n"]}]
 
     def test_voter_off_calls_as_before(self):
         generator = RecordingGenerator({"stop": LOCAL_STOPS})
         voter = PostFusionVoter(chat_generator=generator, max_concurrency=1, stop_sequences=False)
         voter.run(query="Capital?", documents=[Document(content="Paris.")])
-        assert generator.calls == [None]
+        assert generator.kwargs == [None]
         assert voter.to_dict()["init_parameters"]["stop_sequences"] is False
         assert "stop_sequences" not in PostFusionVoter(chat_generator=generator).to_dict()["init_parameters"]
 
@@ -105,14 +103,14 @@ class TestPerCall:
         generator = RecordingGenerator()
         voter = PostFusionVoter(chat_generator=generator, max_concurrency=1, samples_per_passage=2)
         voter.run(query="Capital?", documents=[Document(content="Paris.")])
-        assert generator.calls == [{"temperature": 0.7, "stop": ["\n"]}] * 2
+        assert generator.kwargs == [{"temperature": 0.7, "stop": ["\n"]}] * 2
 
     def test_note_synthesis_stops_the_notes_do_not(self):
         generator = RecordingGenerator({"stop": LOCAL_STOPS})
         taker = NoteTaker(chat_generator=generator, mode="per_document", generation_kwargs={"max_tokens": 400})
         taker.run(query="Capital?", documents=[Document(content="Paris is the capital.")])
-        assert generator.calls[0] == {"max_tokens": 400}
-        assert generator.calls[-1] == {"max_tokens": 400, "stop": ["\n"]}
+        assert generator.kwargs[0] == {"max_tokens": 400}
+        assert generator.kwargs[-1] == {"max_tokens": 400, "stop": ["\n"]}
 
 
 def _retriever():

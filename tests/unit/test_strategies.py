@@ -1,5 +1,4 @@
 import re
-import threading
 from typing import Any
 
 import pytest
@@ -20,6 +19,7 @@ from haystack_fusion.strategies import (
     pipeline_usage,
     run_strategy,
 )
+from tests.scripted import ScriptedChatGenerator
 
 QUERY = "What is the capital of France?"
 
@@ -115,18 +115,11 @@ def unknown_for_concatenation(messages: list[ChatMessage]) -> str:
 
 
 @component
-class RecordingGenerator:
+class RecordingGenerator(ScriptedChatGenerator):
     """Answers with `answer_from_context` and records every prompt (thread-safe: the voter fans out in threads)."""
 
-    def __init__(self) -> None:
-        self.prompts: list[str] = []
-        self._lock = threading.Lock()
-
-    @component.output_types(replies=list[ChatMessage])
-    def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
-        with self._lock:
-            self.prompts.append(messages[-1].text)
-        return {"replies": [ChatMessage.from_assistant(answer_from_context(messages))]}
+    def reply(self, prompt: str) -> str:
+        return answer_from_context([ChatMessage.from_user(prompt)])
 
 
 def make_store() -> InMemoryDocumentStore:

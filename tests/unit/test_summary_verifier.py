@@ -1,5 +1,4 @@
 import asyncio
-import threading
 from typing import Any
 
 import pytest
@@ -8,6 +7,7 @@ from haystack.components.generators.chat import MockChatGenerator
 from haystack.dataclasses import ChatMessage
 
 from haystack_fusion import SummaryVerifier
+from tests.scripted import ScriptedChatGenerator
 
 QUERY = "What is the capital of France?"
 CANDIDATES = ["Paris", "Lyon", "Nice"]
@@ -19,7 +19,7 @@ def tag(text: str) -> str:
 
 
 @component
-class Judge:
+class Judge(ScriptedChatGenerator):
     """
     Answers validity and ranking prompts from tables keyed by summary tag ("S-paris"); records the prompts.
 
@@ -27,26 +27,20 @@ class Judge:
     the table get "Passage 1" (pure order bias).
     """
 
+    error = "judge unavailable"
+
     def __init__(self, valid: set[str], prefer: dict[tuple[str, str], str] | None = None, fail_on: str = "") -> None:
+        ScriptedChatGenerator.__init__(self, fail_on=fail_on)
         self.valid = valid
         self.prefer = prefer or {}
-        self.fail_on = fail_on
-        self.prompts: list[str] = []
-        self._lock = threading.Lock()
 
-    @component.output_types(replies=list[ChatMessage])
-    def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
-        prompt = messages[-1].text
-        with self._lock:
-            self.prompts.append(prompt)
-        if self.fail_on and self.fail_on in prompt:
-            raise RuntimeError("judge unavailable")
+    def reply(self, prompt: str) -> str:
         if prompt.endswith("Choices: [True, False]. Answer:"):
             shown = tag(prompt.split("\n\nPassage: ", 1)[1])
-            return {"replies": [ChatMessage.from_assistant(" True" if shown in self.valid else " False")]}
+            return " True" if shown in self.valid else " False"
         first = tag(prompt.split("Passage 1: ", 1)[1])
         second = tag(prompt.split("Passage 2: ", 1)[1])
-        return {"replies": [ChatMessage.from_assistant(self.prefer.get((first, second), "Passage 1"))]}
+        return self.prefer.get((first, second), "Passage 1")
 
 
 def verify(judge: Any, candidates=CANDIDATES[:2], summaries=SUMMARIES[:2], **kwargs: Any) -> list:
