@@ -157,14 +157,10 @@ class TestCheckBackend:
         monkeypatch.setenv("HAYSTACK_FUSION_DOCUMENT_STORE", "memory")
         monkeypatch.setenv("HAYSTACK_FUSION_STORE", str(index))
 
-        class Wrapper(StrategyPipelineWrapper):
-            pass
-
-        Wrapper.strategy = strategy
-        wrapper = Wrapper()
+        wrapper = type("Wrapper", (StrategyPipelineWrapper,), {"strategy": strategy})()
         wrapper.setup()
         generators = [
-            component._chat_generator if hasattr(component, "_chat_generator") else component
+            getattr(component, "_chat_generator", component)
             for _, component in wrapper.pipeline.walk()
             if hasattr(component, "_chat_generator") or "ChatGenerator" in type(component).__name__
         ]
