@@ -26,6 +26,7 @@ from haystack_fusion.llm_calls import (
     sum_usage,
     worker_pool,
 )
+from tests.scripted import ScriptedChatGenerator
 
 
 def echo_prompt(messages: list[ChatMessage]) -> str:
@@ -38,44 +39,31 @@ def prompts_of(texts: list[str]) -> list[list[ChatMessage]]:
 
 
 @component
-class FailingSyncGenerator:
-    """Echoes the prompt, but raises for one specific prompt. Only a sync `run`: the threads path."""
+class FailingSyncGenerator(ScriptedChatGenerator):
+    """Echoes the prompt, but raises for a prompt containing `fail_on`. Only a sync `run`: the threads path."""
+
+    error = "cannot answer boom"
 
     def __init__(self, fail_on: str = "boom") -> None:
-        self.fail_on = fail_on
-        self.generation_kwargs: list[dict[str, Any] | None] = []
-        self._lock = threading.Lock()
+        ScriptedChatGenerator.__init__(self, fail_on=fail_on)
 
-    @component.output_types(replies=list[ChatMessage])
-    def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
-        with self._lock:
-            self.generation_kwargs.append(generation_kwargs)
-        if messages[-1].text == self.fail_on:
-            raise RuntimeError(f"cannot answer {self.fail_on}")
-        return {"replies": [ChatMessage.from_assistant(f"echo:{messages[-1].text}")]}
+    def reply(self, prompt: str) -> str:
+        return f"echo:{prompt}"
 
 
 @component
-class FailingAsyncGenerator:
-    """Like FailingSyncGenerator, with a `run_async`: the event-loop path."""
+class FailingAsyncGenerator(FailingSyncGenerator):
+    """Like FailingSyncGenerator, with a `run_async` (the same reply, after a yield): the event-loop path."""
 
     def __init__(self, fail_on: str = "boom") -> None:
-        self.fail_on = fail_on
-
-    @component.output_types(replies=list[ChatMessage])
-    def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
-        if messages[-1].text == self.fail_on:
-            raise RuntimeError(f"cannot answer {self.fail_on}")
-        return {"replies": [ChatMessage.from_assistant(f"echo:{messages[-1].text}")]}
+        FailingSyncGenerator.__init__(self, fail_on=fail_on)
 
     @component.output_types(replies=list[ChatMessage])
     async def run_async(
         self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         await asyncio.sleep(0)
-        if messages[-1].text == self.fail_on:
-            raise RuntimeError(f"cannot answer {self.fail_on}")
-        return {"replies": [ChatMessage.from_assistant(f"echo:{messages[-1].text}")]}
+        return self.run(messages, generation_kwargs)
 
 
 @component
@@ -377,12 +365,12 @@ class TestRunChatCalls:
     def test_generation_kwargs_are_passed(self):
         generator = FailingSyncGenerator(fail_on="never")
         run_chat_calls(generator, prompts_of(["a", "b"]), max_concurrency=2, generation_kwargs={"temperature": 0.7})
-        assert generator.generation_kwargs == [{"temperature": 0.7}, {"temperature": 0.7}]
+        assert generator.kwargs == [{"temperature": 0.7}, {"temperature": 0.7}]
 
     def test_no_generation_kwargs_by_default(self):
         generator = FailingSyncGenerator(fail_on="never")
         run_chat_calls(generator, prompts_of(["a"]), max_concurrency=1)
-        assert generator.generation_kwargs == [None]
+        assert generator.kwargs == [None]
 
     def test_sync_form_never_uses_run_async(self):
         """Async clients (OpenAI's) are bound to their first event loop; the sync form's loop closes each time."""
