@@ -1,40 +1,96 @@
-# The two set-up commands of README.md: `make demo` (the main job) and `make test` (what CI runs).
+# README.md's commands: `make demo` (the main job), `make unit` (lint, unit tests), `make test` (what CI runs).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint install-local install-dev install-chat-ui
+.PHONY: demo test unit lint install-llama-cpp install-local install-dev install-chat-ui
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-install-local: $(BIN)/python
+# llama-cpp-python, pinned and built from source for a portable instruction set rather than for this CPU
+# (GGML_NATIVE): the x86-64-v3 set (AVX2, FMA, F16C, BMI2) on x86_64, llama.cpp's generic build elsewhere. A native
+# build crashes on Intel AMX hosts (the AMX kernels llama.cpp then selects segfault on this model's Q4_K weights) and
+# gives different greedy replies on different CPUs; the portable build gives the same replies on every host
+# (tests/integration/test_golden_replies.py). `make LLAMA_NATIVE=1 ...` builds for this CPU instead, for speed.
+# The wheel is built with pip's cache off (the cache does not key on CMAKE_ARGS, so a cached wheel of another build
+# would come back) into $(LLAMA_WHEELS), where tests/integration/test_wheel.py finds it for its fresh environment.
+LLAMA_CPP_PYTHON ?= 0.3.36
+LLAMA_NATIVE ?= 0
+LLAMA_WHEELS := .cache/llama-cpp-python
+ifeq ($(LLAMA_NATIVE),1)
+LLAMA_BUILD := native
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=ON
+else ifeq ($(shell uname -m),x86_64)
+LLAMA_BUILD := x86-64-v3
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+	-DGGML_BMI2=ON
+else
+LLAMA_BUILD := generic
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF
+endif
+LLAMA_STAMP := $(VENV)/.llama-cpp-python-$(LLAMA_CPP_PYTHON)-$(LLAMA_BUILD)
+
+$(LLAMA_STAMP): | $(BIN)/python
+	rm -rf $(LLAMA_WHEELS) $(VENV)/.llama-cpp-python-*
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip wheel --quiet --no-cache-dir --no-deps -w $(LLAMA_WHEELS) \
+		"llama-cpp-python==$(LLAMA_CPP_PYTHON)"
+	$(BIN)/pip install --quiet --no-cache-dir --force-reinstall --no-deps $(LLAMA_WHEELS)/llama_cpp_python-*.whl
+	$(BIN)/pip install --quiet $(LLAMA_WHEELS)/llama_cpp_python-*.whl  # its dependencies
+	touch $@
+
+install-llama-cpp: $(LLAMA_STAMP)
+
+# Each install step leaves a stamp in $(VENV), so a second `make unit` or `make test` installs nothing unless
+# pyproject.toml (or the chat UI's constraints) changed.
+LOCAL_STAMP := $(VENV)/.installed-local
+DEV_STAMP := $(VENV)/.installed-dev
+CHAT_UI_STAMP := $(VENV)/.installed-chat-ui
+SHARED_SQUAD := ../shared/data/squad2-dev-subset/squad2_dev_subset.json
+
+$(LOCAL_STAMP): pyproject.toml $(LLAMA_STAMP)
 	$(BIN)/pip install --quiet -e ".[local]"
+	touch $@
+
+install-local: $(LOCAL_STAMP)
 
 # torch first, pinned to the CPU build (2.13.0+cpu) our machines hold on disk: left to the resolver, the `dense` extra
 # would pull the newest torch and ~2 GB of CUDA wheels.
-install-dev: $(BIN)/python
+$(DEV_STAMP): pyproject.toml $(LLAMA_STAMP)
 	$(BIN)/pip install --quiet "torch==2.13.0"
 	$(BIN)/pip install --quiet -e ".[local,dev,dense,elasticsearch,ollama,serve]"
+	touch $@
 
-# Index the SQuAD 2.0 dev subset and answer a handful of its questions with concat_pf on the embedded model.
+install-dev: $(DEV_STAMP)
+
+# Index a SQuAD 2.0 file and answer a handful of its questions with cascade on the embedded model, in the demo's own
+# store. The file: ../shared's SQuAD 2.0 dev subset where it is there, else $$HAYSTACK_FUSION_SQUAD, else the official
+# SQuAD 2.0 dev set, downloaded once into ~/.cache/haystack_fusion.
 demo: install-local
-	$(BIN)/haystack-fusion demo --strategy cascade --questions 6
+	$(BIN)/haystack-fusion demo --strategy cascade --questions 6 $(if $(wildcard $(SHARED_SQUAD)),--dataset $(SHARED_SQUAD))
 
 # The chat UI test (tests/integration/test_chat_ui.py): Debian's Chromium, driven headless by Playwright's Python driver
 # (the `dev` extra; no browser download), and Hayhooks' Chainlit UI pinned by constraints/chainlit.txt, without which
 # pip's resolver backtracks for 10+ minutes. apt-get runs only as root and only when a package is missing.
-install-chat-ui: install-dev
+$(CHAT_UI_STAMP): pyproject.toml constraints/chainlit.txt $(DEV_STAMP)
 	@dpkg -s chromium fonts-liberation fonts-noto-color-emoji >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
 		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
 		chromium fonts-liberation fonts-noto-color-emoji; }
 	$(BIN)/pip install --quiet -c constraints/chainlit.txt -e ".[chainlit]"
+	touch $@
+
+install-chat-ui: $(CHAT_UI_STAMP)
 
 lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy haystack_fusion
 
-# Lint, then unit tests (MockChatGenerator) and integration tests (embedded model, real SQuAD2 subset).
+# The contributors' loop: lint, then the unit tests (no model, no server, no browser).
+unit: lint
+	$(BIN)/pytest tests/unit
+
+# Everything CI runs: lint, then the unit tests and the integration tests (embedded model, local servers, Chromium,
+# the wheel in a fresh environment, the SQuAD 2.0 subset in ../shared).
 test: lint install-chat-ui
 	$(BIN)/pytest

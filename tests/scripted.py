@@ -43,6 +43,7 @@ class ScriptedChatGenerator:
     Replies with `reply(prompt)` to the last message's text and records every call, failed ones included.
 
     - `prompts`: each call's prompt (the last message's text), in call order.
+    - `messages`: each call's whole conversation, in call order.
     - `kwargs`: each call's `generation_kwargs` (None when the caller passed none).
     - `calls`: how many calls were made.
     - `generation_kwargs`: the generator's own settings, as a real ChatGenerator's (where the components add stop
@@ -60,6 +61,7 @@ class ScriptedChatGenerator:
         self.fail_on = fail_on
         self.generation_kwargs = generation_kwargs
         self.prompts: list[str] = []
+        self.messages: list[list[ChatMessage]] = []
         self.kwargs: list[dict[str, Any] | None] = []
         self._lock = threading.Lock()
 
@@ -89,6 +91,7 @@ class ScriptedChatGenerator:
         prompt = messages[-1].text or ""
         with self._lock:
             self.prompts.append(prompt)
+            self.messages.append(list(messages))
             self.kwargs.append(generation_kwargs)
         if self.fail_on and self.fail_on in self.fail_on_text(prompt):
             raise RuntimeError(self.error)

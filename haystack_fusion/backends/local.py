@@ -9,6 +9,7 @@ import asyncio
 import json
 import math
 import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -44,6 +45,25 @@ DEFAULT_BATCH_TOKENS = 512
 512: the batch size changes llama.cpp's floating-point results (a prompt of the SQuAD 2.0 subset gets another greedy
 answer at 64 or 128 than at 512), so the batch-aligned prefix cache is exact only at the batch size the answers were
 made with."""
+
+
+def use_extra_buffer_types(system_info: str) -> bool:
+    """
+    Whether llama.cpp may load the weights into its extra CPU buffer types (llama.cpp's `use_extra_bufts` model
+    parameter), decided from the build's system-info line.
+
+    The extra buffer types repack weights at load time for faster kernels: the AVX2 / AVX-512 repacked Q4 kernels
+    (`REPACK = 1`) and, in a build made for an Intel AMX host (`AMX_INT8 = 1`), the AMX kernels. The AMX path
+    crashes on the packaged model's Q4_K_M weights (a segfault in `ggml_backend_amx_mul_mat` on the first decode, a
+    known llama.cpp bug), so a build that reports AMX loads without extra buffer types. Any other build keeps
+    them: the repacked kernels are faster there and give the same greedy replies on every host of one build
+    (`benchmarks/local_speed.py --extra-buffer-types` measures both).
+
+    :param system_info: `llama_cpp.llama_print_system_info()`, e.g. `"CPU : SSE3 = 1 | AVX2 = 1 | ... |"`.
+    :returns: False when the line reports an AMX feature enabled (`AMX_INT8 = 1`, `AMX_TILE = 1`, ...), else True.
+    """
+    features = (part.strip().rsplit(":", 1)[-1].strip() for part in system_info.split("|"))
+    return not any(re.fullmatch(r"AMX\w*\s*=\s*1", feature) for feature in features)
 
 
 def packaged_model_path() -> str:
@@ -168,6 +188,30 @@ else:
         calls share everything before the passage.
         """
 
+        def __init__(self, *args: Any, use_extra_bufts: bool | None = None, **kwargs: Any) -> None:
+            """
+            `Llama(...)`, with llama.cpp's `use_extra_bufts` model parameter, which `Llama` does not take.
+
+            :param use_extra_bufts: Load weights into llama.cpp's extra CPU buffer types (repacked kernels); None
+                decides from this build (`use_extra_buffer_types`), so an AMX build never takes the AMX path.
+            """
+            if use_extra_bufts is None:
+                use_extra_bufts = use_extra_buffer_types(llama_cpp_runtime()["system_info"])
+            self._use_extra_bufts = use_extra_bufts
+            super().__init__(*args, **kwargs)
+
+        @property
+        def model_params(self) -> Any:
+            """llama.cpp's model parameters; `Llama.__init__` fills them in before it loads the model."""
+            return self._model_params
+
+        @model_params.setter
+        def model_params(self, params: Any) -> None:
+            # `Llama.__init__` assigns the default parameters first and loads the model from them afterwards: set
+            # the one field it has no argument for as they arrive.
+            params.use_extra_bufts = self._use_extra_bufts
+            self._model_params = params
+
         _prompt_pending = False
         reused_prompt_tokens = 0
         """Prompt tokens of the last `generate` whose keys and values came from the cache (the batch-aligned shared
@@ -279,7 +323,9 @@ else:
             :param n_ctx: Context window in tokens.
             :param n_batch: Prompt processing batch size in tokens.
             :param model_kwargs: Extra `llama_cpp.Llama` arguments; defaults add the completion chat format,
-                `n_threads` = the machine's CPU count and `verbose=False`.
+                `n_threads` = the machine's CPU count and `verbose=False`. `use_extra_bufts` (bool) sets llama.cpp's
+                model parameter of that name; unset, it is decided from the build (`use_extra_buffer_types`: off
+                on a build with AMX kernels, which crash on the packaged model).
             :param generation_kwargs: `create_chat_completion` arguments; default `LOCAL_GENERATION_KWARGS`.
             :param prefix_cache: Reuse the KV cache of the prefix a prompt shares with the previous one, cut back to
                 a multiple of `n_batch` so replies are identical to a fresh evaluation (`PrefixCachingLlama`);
@@ -470,9 +516,10 @@ def local_chat_generator(**kwargs: Any) -> Any:
 
 def llama_cpp_runtime() -> dict[str, str]:
     """
-    The llama.cpp build that answers for the embedded model: greedy replies are exact within one build, not across
-    builds (llama-cpp-python compiles llama.cpp for the host's instruction set; docs/evaluation.md measured a third of
-    the answers changing between two installs of the same version on different hosts).
+    The llama.cpp build that answers for the embedded model. Greedy replies are exact within one build, not across
+    builds: a build made for one host's instruction set (llama-cpp-python's default, `GGML_NATIVE`) runs other
+    kernels than a build for another's. The Makefile builds for a fixed instruction set (x86-64-v3 on x86_64), which
+    gives the same replies on every host that can run it (tests/integration/test_golden_replies.py).
 
     :returns: `{"llama_cpp_python": version, "system_info": llama.cpp's CPU feature line}`.
     :raises ImportError: If the `local` extra is not installed.

@@ -15,9 +15,11 @@ In the fresh environment (no access to this checkout: it runs in a temporary fol
   started from the development environment as a stand-in for OpenAI) through `OPENAI_BASE_URL`;
 - `haystack-fusion index` and `ask` answer a question on the embedded model (the `local` extra).
 
-The fresh environment gets the same torch and llama-cpp-python releases as the development one: pip then takes
-torch's CPU build from the machine's wheel folder and llama-cpp-python's wheel from pip's cache of wheels it built
-(the `.venv` install built it), as any second install on the machine would, instead of building it again (6 min).
+The fresh environment gets the same torch release and the same llama-cpp-python build as the development one: pip
+takes torch's CPU build from the machine's wheel folder, and llama-cpp-python is the wheel the Makefile built for
+`.venv` (`.cache/llama-cpp-python/`, the portable build), installed by its path. Left to pip, the install would take
+a wheel from pip's cache, which does not record the build's instruction set: a native build made for this CPU would
+come back (one that crashes on an Intel AMX host), or pip would build one (6 min).
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ from pathlib import Path
 import pytest
 
 from haystack_fusion.__about__ import __version__
-from haystack_fusion.backends import packaged_model_path
-from haystack_fusion.corpus import default_squad_path, load_squad
+from haystack_fusion.backends import llama_cpp_runtime, packaged_model_path
+from haystack_fusion.corpus import SQUAD_ENV_VAR, default_squad_path, load_squad
 
 from .conftest import free_port, stop, wait_until_ready
 
@@ -49,6 +51,9 @@ ROOT = Path(__file__).resolve().parents[2]
 EXTRAS = "local,dense,elasticsearch,ollama,serve"
 """Every runtime extra a shipped file needs: the YAML name Elasticsearch, OpenAI, Ollama and the packaged MiniLM
 embedder; the wrappers need Hayhooks; `ask` the embedded model."""
+
+LLAMA_CPP_WHEELS = ROOT / ".cache" / "llama-cpp-python"
+"""Where the Makefile leaves the llama-cpp-python wheel it built and installed into `.venv`."""
 
 STEP_SECONDS = 1500
 """Upper bound of one step (the install, if llama-cpp-python had to be built after all)."""
@@ -169,10 +174,14 @@ def fresh(tmp_path_factory, wheel) -> dict:
     run([sys.executable, "-m", "venv", str(venv)])
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"}}
     env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", HAYSTACK_TELEMETRY_ENABLED="False")
-    pins = [
-        f"torch=={importlib.metadata.version('torch').split('+')[0]}",
-        f"llama-cpp-python=={importlib.metadata.version('llama_cpp_python')}",
-    ]
+    version = importlib.metadata.version("llama_cpp_python")
+    llama_wheels = sorted(LLAMA_CPP_WHEELS.glob(f"llama_cpp_python-{version}-*.whl"))
+    if not llama_wheels:
+        message = f"no llama-cpp-python {version} wheel in {LLAMA_CPP_WHEELS}: `make install-dev` builds it"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    pins = [f"torch=={importlib.metadata.version('torch').split('+')[0]}", str(llama_wheels[-1])]
     log = run(
         [str(venv / "bin" / "pip"), "install", "--no-compile", *pins, f"{wheel}[{EXTRAS}]"],
         env=env,
@@ -293,10 +302,19 @@ def test_a_generated_yaml_runs_end_to_end(fresh, generated, squad, server, tmp_p
     assert served >= 1  # the shipped OpenAIChatGenerator reached the server through OPENAI_BASE_URL
 
 
+def test_the_fresh_environment_runs_the_same_llama_cpp_build(fresh):
+    out = run(
+        [fresh["python"], "-c", "from haystack_fusion.backends import llama_cpp_runtime; print(llama_cpp_runtime())"],
+        env=fresh["env"],
+        cwd=fresh["cwd"],
+    )
+    assert out.strip().splitlines()[-1] == str(llama_cpp_runtime())
+
+
 def test_ask_on_the_embedded_model_from_the_wheel(fresh, tmp_path):
+    if not os.environ.get(SQUAD_ENV_VAR):
+        pytest.skip("$HAYSTACK_FUSION_SQUAD is unset and ../shared/data/squad2-dev-subset is not there")
     dataset = default_squad_path()
-    if dataset is None:
-        pytest.skip("the SQuAD 2.0 dev subset is not at ../shared/data/squad2-dev-subset (nor $HAYSTACK_FUSION_SQUAD)")
     cli, store = str(fresh["bin"] / "haystack-fusion"), str(tmp_path / "index.json")
     print(run([cli, "index", str(dataset), "--store", store], env=fresh["env"], cwd=tmp_path))
     out = run(

@@ -11,11 +11,48 @@ from haystack_fusion.backends.local import (
     TokenLogprob,
     _is_greedy,
     openai_logprobs,
+    use_extra_buffer_types,
 )
 
 pytestmark = pytest.mark.skipif(LlamaCppChatGenerator is None, reason="the `local` extra is not installed")
 
 PROMPT = [ChatMessage.from_user("Question: What is the capital of France?\nAnswer:")]
+
+
+PORTABLE_BUILD = (
+    "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | LLAMAFILE = 1 | OPENMP = 1 | "
+    "REPACK = 1 |"
+)
+"""The Makefile's x86-64-v3 build of llama-cpp-python 0.3.36."""
+NATIVE_AMX_BUILD = (
+    "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX_VNNI = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | AVX512 = 1 | "
+    "AVX512_VBMI = 1 | AVX512_VNNI = 1 | AVX512_BF16 = 1 | AMX_INT8 = 1 | LLAMAFILE = 1 | OPENMP = 1 | REPACK = 1 |"
+)
+"""A native build (`GGML_NATIVE`) of the same version on an Intel Xeon with AMX."""
+
+
+class TestExtraBufferTypes:
+    @pytest.mark.parametrize(
+        ("system_info", "expected"),
+        [
+            (PORTABLE_BUILD, True),
+            (NATIVE_AMX_BUILD, False),
+            (NATIVE_AMX_BUILD.replace("AMX_INT8 = 1", "AMX_INT8 = 0"), True),
+            ("CPU : NEON = 1 | ARM_FMA = 1 | FP16_VA = 1 | LLAMAFILE = 1 | OPENMP = 1 | REPACK = 1 |", True),
+            ("CPU : AVX2 = 1 | AMX_TILE = 1 | AMX_BF16 = 1 |", False),
+            ("Metal : EMBED_LIBRARY = 1 | CPU : AVX2 = 1 | AMX_INT8 = 1 |", False),
+            ("", True),
+        ],
+        ids=["portable", "native-amx", "amx-off", "arm", "other-amx-features", "two-backends", "empty"],
+    )
+    def test_the_amx_kernels_are_never_taken(self, system_info, expected):
+        assert use_extra_buffer_types(system_info) is expected
+
+    def test_the_setting_can_be_given_and_reaches_the_model_parameters(self):
+        generator = LocalChatGenerator(model_kwargs={"use_extra_bufts": False})
+        assert generator.model_kwargs["use_extra_bufts"] is False
+        data = generator.to_dict()
+        assert LocalChatGenerator.from_dict(data).model_kwargs["use_extra_bufts"] is False
 
 
 class TestLocalChatGenerator:
