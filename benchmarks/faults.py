@@ -3,7 +3,8 @@ Benchmark: faults in a batch (issue 15 item 2). The real `haystack-fusion eval -
 fault-injecting test server, and a 429 storm.
 
 The script starts `tests/openai_server.py` on 127.0.0.1 in a thread (replies shaped by each prompt, `PromptReplies`)
-and runs the CLI as a child process, in-memory BM25 over the SQuAD 2.0 dev subset read from `../shared` at run time:
+and runs the CLI as a child process, in-memory BM25 over the SQuAD 2.0 dev subset that `$HAYSTACK_FUSION_SQUAD` names
+(`SUBSET`):
 
 1. The batch: `eval` over `--questions` questions (a stratified sample, `--sample`) for concat_pf, sure,
    chain_of_note and cascade, with `--fault-rate` of the requests given an injected fault (429 with Retry-After, 500,
@@ -39,9 +40,11 @@ from typing import Any
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.openai_server, from a checkout
 
-from haystack_fusion.corpus import default_squad_path
+from haystack_fusion.corpus import SQUAD_ENV_VAR, default_squad_path
 from tests.openai_server import OpenAIServer, PromptReplies
 
+SUBSET = "../shared/data/squad2-dev-subset/squad2_dev_subset.json"
+"""The file `$HAYSTACK_FUSION_SQUAD` names for this benchmark: the SQuAD 2.0 dev subset its numbers are made on."""
 STRATEGIES = "concat_pf,sure,chain_of_note,cascade"
 CLI = str(Path(sys.executable).with_name("haystack-fusion"))
 
@@ -203,9 +206,9 @@ def main() -> None:
     parser.add_argument("--skip-storm", action="store_true")
     parser.add_argument("--work", help="folder for the runs' records (default: a temporary one)")
     args = parser.parse_args()
+    if not os.environ.get(SQUAD_ENV_VAR):
+        sys.exit(f"set ${SQUAD_ENV_VAR} to the SQuAD 2.0 dev subset: {SUBSET}")
     args.dataset = default_squad_path()
-    if args.dataset is None:
-        sys.exit("the SQuAD 2.0 dev subset is not at ../shared/data/squad2-dev-subset (nor $HAYSTACK_FUSION_SQUAD)")
     with tempfile.TemporaryDirectory() as temporary:
         work = Path(args.work or temporary)
         work.mkdir(parents=True, exist_ok=True)

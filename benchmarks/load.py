@@ -11,7 +11,7 @@ Two modes:
   there should be none), p50/p95/p99 latency of the answered and the refused, the most calls the LLM server saw at
   once, and the Hayhooks process's RSS: after startup, after a warm-up, every 100 requests, after the run, and the
   trend (least-squares slope over the marks after the first 200 requests, in MB per 100 requests).
-- `--embedded`: the embedded llama.cpp model over the SQuAD 2.0 subset (read at run time from `../shared/data`),
+- `--embedded`: the embedded llama.cpp model over the SQuAD 2.0 subset `$HAYSTACK_FUSION_SQUAD` names (`SUBSET`),
   which serializes its calls: `--clients` requests at once (default 6), one question each, against the admission
   limit's queue (`HAYSTACK_FUSION_MAX_IN_FLIGHT` 1 by default there). Prints each request's status and seconds: the
   answered ones one after another, the others refused with 503 once they have waited `--queue-timeout` seconds.
@@ -50,6 +50,8 @@ from haystack_fusion.backends import save_store
 from tests.hayhooks_process import HayhooksProcess
 from tests.openai_server import OpenAIServer
 
+SUBSET = "../shared/data/squad2-dev-subset/squad2_dev_subset.json"
+"""The file `$HAYSTACK_FUSION_SQUAD` names for this benchmark: the SQuAD 2.0 dev subset its numbers are made on."""
 MB = 1024 * 1024
 DOCUMENTS = [
     Document(content="Paris is the capital and largest city of France.", meta={"title": "Paris"}),
@@ -249,11 +251,11 @@ def run_openai(args: argparse.Namespace, workdir: Path) -> None:
 
 
 def run_embedded(args: argparse.Namespace, workdir: Path) -> None:
-    from haystack_fusion.corpus import default_squad_path, load_squad
+    from haystack_fusion.corpus import SQUAD_ENV_VAR, default_squad_path, load_squad
 
+    if not os.environ.get(SQUAD_ENV_VAR):
+        sys.exit(f"set ${SQUAD_ENV_VAR} to the SQuAD 2.0 dev subset: {SUBSET}")
     path = default_squad_path()
-    if path is None:
-        sys.exit("the SQuAD 2.0 dev subset is not at ../shared/data/squad2-dev-subset (nor $HAYSTACK_FUSION_SQUAD)")
     documents, questions = load_squad(path)
     index = workdir / "index.json"
     save_store(documents, index)

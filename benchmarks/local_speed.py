@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from typing import Any
@@ -34,10 +35,13 @@ from haystack.dataclasses import ChatMessage
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from haystack_fusion.backends.local import _LOADED, LocalChatGenerator
-from haystack_fusion.corpus import default_squad_path
+from haystack_fusion.corpus import SQUAD_ENV_VAR, default_squad_path
 from haystack_fusion.evaluation.datasets import load_dataset
 from haystack_fusion.evaluation.runner import EvalConfig, Evaluator
 from haystack_fusion.prompts import PROMPTS, format_passages, render
+
+SUBSET = "../shared/data/squad2-dev-subset/squad2_dev_subset.json"
+"""The file `$HAYSTACK_FUSION_SQUAD` names for this benchmark: the SQuAD 2.0 dev subset its numbers are made on."""
 
 
 def generator(batch: int, cached: bool, **kwargs: Any) -> LocalChatGenerator:
@@ -90,6 +94,8 @@ def main() -> None:
     parser.add_argument("--top-k", type=int, default=3)
     parser.add_argument("--batch", default="512", help="n_batch values of the prefix-cached runs")
     args = parser.parse_args()
+    if not os.environ.get(SQUAD_ENV_VAR):
+        sys.exit(f"set ${SQUAD_ENV_VAR} to the SQuAD 2.0 dev subset: {SUBSET}")
     dataset = load_dataset(default_squad_path()).sample(args.questions, seed=0)
     strategies = args.strategies.split(",")
     question = dataset.questions[0].question

@@ -30,6 +30,7 @@ import argparse
 import dataclasses
 import os
 import statistics
+import sys
 from typing import Any
 
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
@@ -41,11 +42,13 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from haystack_fusion import CandidateSummarizer, SummaryVerifier
 from haystack_fusion.backends import LocalChatGenerator
-from haystack_fusion.corpus import default_squad_path
+from haystack_fusion.corpus import SQUAD_ENV_VAR, default_squad_path
 from haystack_fusion.evaluation.datasets import load_dataset
 from haystack_fusion.evaluation.metrics import exact_match, f1, is_unknown
 from haystack_fusion.sure import parse_preference, summary_is_label
 
+SUBSET = "../shared/data/squad2-dev-subset/squad2_dev_subset.json"
+"""The file `$HAYSTACK_FUSION_SQUAD` names for this benchmark: the SQuAD 2.0 dev subset its numbers are made on."""
 GRAMMARS = {
     # Listing 13 ends "Provide two correct candidates for the answer:"; each candidate at most 3 words.
     "candidates": r"""root ::= " (a) " item ", (b) " item
@@ -176,6 +179,8 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=20)
     parser.add_argument("--top-k", type=int, default=5)
     args = parser.parse_args()
+    if not os.environ.get(SQUAD_ENV_VAR):
+        sys.exit(f"set ${SQUAD_ENV_VAR} to the SQuAD 2.0 dev subset: {SUBSET}")
     dataset = load_dataset(default_squad_path())
     reported = {q.id for q in dataset.sample(200, seed=0).questions}
     dataset = dataclasses.replace(dataset, questions=[q for q in dataset.questions if q.id not in reported])

@@ -11,6 +11,9 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import requests
+
+from haystack_fusion import corpus
 from haystack_fusion.answers import DEFAULT_OVERLAP_THRESHOLD
 from haystack_fusion.backends import (
     BackendConfig,
@@ -18,18 +21,31 @@ from haystack_fusion.backends import (
     backend_error_message,
     check_document_store,
     every_call_failed_message,
+    exception_chain,
     failed_calls_message,
     index_documents,
     llama_cpp_runtime,
 )
 from haystack_fusion.backends import chat_generator as backend_chat_generator
 from haystack_fusion.backends import retriever as backend_retriever
-from haystack_fusion.corpus import SkippedFile, default_squad_path, load_passages, load_squad, local_path
+from haystack_fusion.corpus import (
+    SQUAD_ENV_VAR,
+    SkippedFile,
+    default_squad_path,
+    load_passages,
+    load_squad,
+    local_path,
+)
 from haystack_fusion.llm_calls import DEFAULT_CONCURRENCY_CEILING, MAX_CALLS_IN_FLIGHT_ENV, MAX_CONCURRENCY_ENV
 from haystack_fusion.strategies import STRATEGIES, StrategyRun, build_pipeline, get_strategy, run_strategy
 
 STORE_ENV_VAR = "HAYSTACK_FUSION_STORE"
 DEFAULT_STORE = Path("~/.cache/haystack_fusion/index.json")
+DEMO_STORE = Path("~/.cache/haystack_fusion/demo-index.json")
+"""Where `demo` saves its in-memory index (unless `--store`): not `DEFAULT_STORE` nor `$HAYSTACK_FUSION_STORE`, so
+the demo never overwrites an index built with `haystack-fusion index`."""
+DEMO_ES_INDEX = "haystack_fusion_demo"
+"""The Elasticsearch index `demo` writes (unless `--es-index`), apart from `index`'s default `haystack_fusion`."""
 
 
 EXIT_FAILED_QUESTIONS = 3
@@ -228,21 +244,51 @@ def cmd_strategies(_: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    """`haystack-fusion demo`: index the SQuAD 2.0 dev subset and answer a handful of its questions.
+def _download_failure(error: requests.RequestException) -> str:
+    """What a failed download says in a message: "HTTP 404", the operating system's words, or the error's type."""
+    response = getattr(error, "response", None)
+    if response is not None:
+        return f"HTTP {response.status_code}"
+    for link in exception_chain(error):
+        if isinstance(link, OSError) and not isinstance(link, requests.RequestException) and link.strerror:
+            return link.strerror
+    return type(error).__name__
 
-    The first questions of the file in order, about half answerable and half unanswerable (SQuAD 2.0's
-    `is_impossible`, where "unknown" is the right answer and post-fusion as the fallback can be seen at work).
+
+def _demo_dataset(args: argparse.Namespace) -> Path | None:
     """
-    source = args.dataset or default_squad_path()
-    if source is None:
-        print(
-            "No SQuAD file found: pass --dataset with a path or URL of a SQuAD JSON file "
-            "(for example the official SQuAD 2.0 dev set, dev-v2.0.json).",
-            file=sys.stderr,
+    The demo's SQuAD file: `--dataset` (a path, or a URL downloaded once), else `$HAYSTACK_FUSION_SQUAD`, else the
+    official SQuAD 2.0 dev set (downloaded once, checksum-verified). A failed download (offline, an HTTP error) is
+    told in one line on stderr that says what to pass instead.
+
+    :returns: The local file, or None after the line on stderr.
+    """
+    try:
+        if args.dataset:
+            return local_path(args.dataset, cache_dir=args.cache_dir)
+        return default_squad_path(cache_dir=args.cache_dir)
+    except requests.RequestException as error:
+        what = args.dataset or f"the SQuAD 2.0 dev set from {corpus.SQUAD_DEV_URL}"
+        instead = "pass --dataset PATH of a local SQuAD JSON file" + (
+            "" if args.dataset else f", or set ${SQUAD_ENV_VAR} to one"
         )
+        print(f"haystack-fusion: cannot download {what} ({_download_failure(error)}): {instead}", file=sys.stderr)
+        return None
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """`haystack-fusion demo`: index a SQuAD 2.0 file into the demo's own store and answer a handful of its questions.
+
+    The file is `--dataset`, else `$HAYSTACK_FUSION_SQUAD`, else the official SQuAD 2.0 dev set, downloaded once. The
+    store is `--store`, else `DEMO_STORE` (`--es-index`, else `DEMO_ES_INDEX`, on Elasticsearch): never the `index`
+    command's. The questions are the first of the file in order, about half answerable and half unanswerable
+    (SQuAD 2.0's `is_impossible`, where "unknown" is the right answer and post-fusion as the fallback can be seen at
+    work).
+    """
+    source = _demo_dataset(args)
+    if source is None:
         return 2
-    documents, questions = load_squad(local_path(str(source), cache_dir=args.cache_dir))
+    documents, questions = load_squad(source)
     config = _backends(args)
     index_documents(config, documents, fresh=True)
     print(f"Indexed {len(documents)} passages ({len(questions)} questions) from {source} into {_where(config)}\n")
@@ -470,8 +516,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    def store_option(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--store", help=f"saved in-memory index file (default: ${STORE_ENV_VAR} or {DEFAULT_STORE})")
+    def store_option(sub: argparse.ArgumentParser, *, demo: bool = False) -> None:
+        if demo:
+            sub.add_argument(
+                "--store",
+                default=str(DEMO_STORE),
+                help=f"saved in-memory index file the demo writes (default: {DEMO_STORE}; never the `index` "
+                f"command's ${STORE_ENV_VAR} or {DEFAULT_STORE}, so an index you built is kept)",
+            )
+        else:
+            sub.add_argument(
+                "--store", help=f"saved in-memory index file (default: ${STORE_ENV_VAR} or {DEFAULT_STORE})"
+            )
         sub.add_argument(
             "--document-store",
             default="memory",
@@ -479,7 +535,8 @@ def build_parser() -> argparse.ArgumentParser:
             help="where passages live (default: memory; elasticsearch at $ELASTICSEARCH_URL, key from "
             "$ELASTIC_API_KEY)",
         )
-        sub.add_argument("--es-index", default="haystack_fusion", help="Elasticsearch index (default: haystack_fusion)")
+        es_index = DEMO_ES_INDEX if demo else "haystack_fusion"
+        sub.add_argument("--es-index", default=es_index, help=f"Elasticsearch index (default: {es_index})")
         sub.add_argument(
             "--retriever",
             default="bm25",
@@ -718,12 +775,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pipelines.set_defaults(func=cmd_pipelines)
 
-    demo = commands.add_parser("demo", help="index the SQuAD 2.0 dev subset and answer a handful of its questions")
-    demo.add_argument("--dataset", help="path or URL of a SQuAD JSON file (default: ../shared's SQuAD2 subset)")
+    demo = commands.add_parser(
+        "demo",
+        help=f"index SQuAD 2.0 into the demo's own store ({DEMO_STORE}) and answer a handful of its questions",
+        description=f"Index a SQuAD 2.0 file (--dataset, else ${SQUAD_ENV_VAR}, else the official dev set, downloaded "
+        f"once) into the demo's own store ({DEMO_STORE}, or --store): never the `index` command's, so an index you "
+        "built is kept. Then answer a handful of its questions, about half of them unanswerable.",
+    )
+    demo.add_argument(
+        "--dataset",
+        help=f"path or URL of a SQuAD JSON file (default: ${SQUAD_ENV_VAR}, else the official SQuAD 2.0 dev set, "
+        "downloaded once into --cache-dir and checksum-verified)",
+    )
     demo.add_argument("--questions", type=int, default=5, help="how many questions to answer (default: 5)")
     demo.add_argument("--cache-dir", help="where downloads are cached (default: ~/.cache/haystack_fusion)")
     answer_options(demo, "concat_pf")
-    store_option(demo)
+    store_option(demo, demo=True)
     llm_options(demo)
     demo.set_defaults(func=cmd_demo)
     return parser

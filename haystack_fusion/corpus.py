@@ -6,21 +6,30 @@ import codecs
 import json
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from logging import WARNING
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-import requests
+import pooch
 from haystack import Document, logging
 from haystack.components.preprocessors import DocumentSplitter
-from tqdm import tqdm
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_CACHE_DIR = Path("~/.cache/haystack_fusion")
 SQUAD_ENV_VAR = "HAYSTACK_FUSION_SQUAD"
-_SHARED_SQUAD = "shared/data/squad2-dev-subset/squad2_dev_subset.json"
+"""The environment variable naming a local SQuAD JSON file that `default_squad_path` returns instead of downloading."""
+
+SQUAD_DEV_URL = "https://rajpurkar.github.io/SQuAD-explorer/dataset/dev-v2.0.json"
+"""The official SQuAD 2.0 dev set (4,370,528 bytes; CC BY-SA 4.0), what `default_squad_path` downloads."""
+SQUAD_DEV_SHA256 = "80a5225e94905956a6446d296ca1093975c4d3b3260f1d6c8f68bc2ab77182d8"
+"""The SHA-256 of `SQUAD_DEV_URL`'s file: a download or cached copy with another checksum is never used."""
+SQUAD_DEV_FILE = "squad-dev-v2.0.json"
+"""The official dev set's name in the cache folder: its own, so a file `download` cached under the URL's name
+(`dev-v2.0.json`, from anywhere) is never taken for it."""
 _TEXT_SUFFIXES = (".txt", ".md")
 _ACCEPTED = "a directory of .txt/.md files, a .jsonl passage file, a SQuAD .json file, or an http(s) URL to one"
 
@@ -332,62 +341,99 @@ def load_passages(
     raise ValueError(f"Cannot load passages from '{path_or_url}': expected {_ACCEPTED}")
 
 
+@contextmanager
+def _quiet_pooch() -> Iterator[None]:
+    """Keep pooch's info lines ("Downloading data from ...", the hash of a file) off stderr; its warnings stay."""
+    pooch_logger = pooch.get_logger()
+    level = pooch_logger.level
+    pooch_logger.setLevel(WARNING)
+    try:
+        yield
+    finally:
+        pooch_logger.setLevel(level)
+
+
+def _retrieve(url: str, target: Path, sha256: str | None) -> Path:
+    """`target`, downloaded from `url` with `pooch.retrieve` unless it is there (and has checksum `sha256`)."""
+    if not target.is_file():
+        logger.info("Downloading {url} to {path}", url=url, path=str(target))
+    with _quiet_pooch():
+        pooch.retrieve(
+            url,
+            known_hash=None if sha256 is None else f"sha256:{sha256}",
+            fname=target.name,
+            path=target.parent,
+            progressbar=True,
+        )
+    return target
+
+
 def download(url: str, cache_dir: str | Path | None = None) -> Path:
     """
     Download a file into a cache folder, or return the cached copy if it is already there.
 
-    The file name is the last segment of the URL's path. The body is streamed (`timeout=60` seconds per
-    connect/read) with a tqdm progress bar in bytes, written to `<name>.part` and renamed when complete, so an
-    interrupted download is never taken for a finished one. There are no retries.
+    The file name is the last segment of the URL's path. The download is `pooch.retrieve`'s: streamed with a tqdm
+    progress bar in bytes on stderr (`timeout=30` seconds per connect/read), written to a temporary file in the cache
+    folder and moved to its name when complete, so an interrupted download is never taken for a finished one. There
+    are no retries and no checksum (the file is the user's; `default_squad_path` checks the one it downloads).
 
     :param url: An http(s) URL whose path ends in a file name.
     :param cache_dir: The cache folder; defaults to `~/.cache/haystack_fusion`. Created if missing.
     :returns: The path of the downloaded (or cached) file.
     :raises ValueError: If the URL's path has no file name.
-    :raises requests.RequestException: If the request fails or returns an HTTP error status.
+    :raises requests.RequestException: If the request fails (`requests.ConnectionError` when offline) or returns an
+        HTTP error status (`requests.HTTPError`).
     """
     name = unquote(urlparse(url).path.rstrip("/").rsplit("/", 1)[-1])
     if not name:
         raise ValueError(f"Cannot derive a file name from URL '{url}'")
-    folder = Path(cache_dir if cache_dir is not None else DEFAULT_CACHE_DIR).expanduser()
-    target = folder / name
-    if target.is_file():
-        logger.debug("Using cached {path} for {url}", path=str(target), url=url)
-        return target
-    folder.mkdir(parents=True, exist_ok=True)
-    part = target.with_name(target.name + ".part")
-    try:
-        with requests.get(url, stream=True, timeout=60) as response:
-            response.raise_for_status()
-            length = response.headers.get("Content-Length")
-            total = int(length) if length and length.isdigit() else None
-            with part.open("wb") as f, tqdm(total=total, unit="B", unit_scale=True, desc=name) as bar:
-                for chunk in response.iter_content(chunk_size=1 << 16):
-                    f.write(chunk)
-                    bar.update(len(chunk))
-        part.replace(target)
-    except BaseException:
-        part.unlink(missing_ok=True)
-        raise
-    logger.info("Downloaded {url} to {path}", url=url, path=str(target))
-    return target
+    return _retrieve(url, Path(cache_dir if cache_dir is not None else DEFAULT_CACHE_DIR).expanduser() / name, None)
 
 
-def default_squad_path() -> Path | None:
+def download_squad_dev(cache_dir: str | Path | None = None) -> Path:
     """
-    Locate the SQuAD 2.0 dev subset that ships beside the repository checkout.
+    The official SQuAD 2.0 dev set (`SQUAD_DEV_URL`), downloaded once into the cache folder as `SQUAD_DEV_FILE`.
 
-    The environment variable `HAYSTACK_FUSION_SQUAD`, when set, names the file to use. Otherwise the file is
-    looked for at `<repo root>/../shared/data/squad2-dev-subset/squad2_dev_subset.json`, where `<repo root>` is
-    the folder holding the `haystack_fusion` package, whatever that folder is called.
+    A cached copy is used when its SHA-256 is `SQUAD_DEV_SHA256`; one with another checksum (corrupt, or truncated)
+    is logged with a warning and downloaded again. The download shows a progress bar on stderr and is checked against
+    the same checksum before it takes the file's name.
 
-    :returns: The resolved path of the file, or None if it does not exist.
+    :param cache_dir: The cache folder; defaults to `~/.cache/haystack_fusion`. Created if missing.
+    :returns: The path of the verified file.
+    :raises requests.RequestException: If the download fails: `requests.ConnectionError` or `requests.Timeout`
+        when offline, `requests.HTTPError` for an HTTP error status.
+    :raises ValueError: If the downloaded file's SHA-256 is not `SQUAD_DEV_SHA256` (the file is deleted).
+    """
+    url, sha256 = SQUAD_DEV_URL, SQUAD_DEV_SHA256
+    target = Path(cache_dir if cache_dir is not None else DEFAULT_CACHE_DIR).expanduser() / SQUAD_DEV_FILE
+    if target.is_file() and pooch.file_hash(str(target), alg="sha256") != sha256:
+        logger.warning(
+            "{path} is not the file of {url} (its SHA-256 differs): downloading it again", path=str(target), url=url
+        )
+    try:
+        return _retrieve(url, target, sha256)
+    except ValueError as error:  # pooch's checksum mismatch: "SHA256 hash of downloaded file (...) does not match ..."
+        raise ValueError(f"Refused the download of {url}: {error}") from error
+
+
+def default_squad_path(*, cache_dir: str | Path | None = None) -> Path:
+    """
+    The SQuAD 2.0 file to use when none is given: `$HAYSTACK_FUSION_SQUAD`, else the official dev set.
+
+    The environment variable `HAYSTACK_FUSION_SQUAD`, when set, names a local SQuAD JSON file (for example a subset
+    of the dev set); nothing is downloaded then. Otherwise the official SQuAD 2.0 dev set is downloaded once into the
+    cache folder and checksum-verified (`download_squad_dev`).
+
+    :param cache_dir: Where the official dev set is cached; defaults to `~/.cache/haystack_fusion`.
+    :returns: The resolved path of the file.
+    :raises FileNotFoundError: If `HAYSTACK_FUSION_SQUAD` names a file that does not exist.
+    :raises requests.RequestException: If the download fails (`requests.ConnectionError` when offline).
+    :raises ValueError: If the downloaded file fails its checksum.
     """
     override = os.environ.get(SQUAD_ENV_VAR)
     if override:
-        candidate = Path(override).expanduser().resolve()
-        if not candidate.is_file():
-            logger.warning("{var} points to a missing file: {path}", var=SQUAD_ENV_VAR, path=str(candidate))
-    else:
-        candidate = Path(__file__).resolve().parents[2] / _SHARED_SQUAD
-    return candidate if candidate.is_file() else None
+        path = Path(override).expanduser().resolve()
+        if not path.is_file():
+            raise FileNotFoundError(f"${SQUAD_ENV_VAR} names a missing file: '{path}'")
+        return path
+    return download_squad_dev(cache_dir).resolve()

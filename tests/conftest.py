@@ -1,12 +1,14 @@
 """
-Shared test settings: no telemetry from Haystack's test runs (the machines have no internet anyway), and the
-OpenAI-compatible test server (`tests/openai_server.py`) as fixtures.
+Shared test settings: no telemetry from Haystack's test runs (the machines have no internet anyway), the SQuAD 2.0 dev
+subset beside the checkout as `$HAYSTACK_FUSION_SQUAD`, and the OpenAI-compatible test server
+(`tests/openai_server.py`) as fixtures.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -15,6 +17,15 @@ if TYPE_CHECKING:
     from tests.openai_server import OpenAIServer
 
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+
+SHARED_SQUAD = Path(__file__).resolve().parents[2] / "shared/data/squad2-dev-subset/squad2_dev_subset.json"
+"""The SQuAD 2.0 dev subset the integration tests and their expected numbers are made on, in `../shared` beside the
+checkout. The package does not look for it: when it is there and `$HAYSTACK_FUSION_SQUAD` is unset, the variable
+names it, so `haystack_fusion.corpus.default_squad_path()` (in this process and in the child processes tests start)
+gives it instead of downloading the whole dev set."""
+
+if SHARED_SQUAD.is_file():
+    os.environ.setdefault("HAYSTACK_FUSION_SQUAD", str(SHARED_SQUAD))
 
 
 @pytest.fixture

@@ -59,6 +59,7 @@ class EvalDataset:
     from haystack_fusion.corpus import default_squad_path
     from haystack_fusion.evaluation.datasets import load_dataset
 
+    # $HAYSTACK_FUSION_SQUAD, else the official SQuAD 2.0 dev set (downloaded once, checksum-verified)
     dataset = load_dataset(default_squad_path()).limit(10)
     print(dataset.name, len(dataset.documents), dataset.answerable, dataset.unanswerable)
     ```

@@ -250,6 +250,7 @@ class Evaluator:
     from haystack_fusion.evaluation.datasets import load_dataset
     from haystack_fusion.evaluation.runner import EvalConfig, Evaluator
 
+    # $HAYSTACK_FUSION_SQUAD, else the official SQuAD 2.0 dev set (downloaded once, checksum-verified)
     dataset = load_dataset(default_squad_path()).sample(20, seed=0)
     store = InMemoryDocumentStore()
     store.write_documents(dataset.documents)

@@ -1,10 +1,14 @@
 import json
 
-from haystack import Document
+import pytest
+from haystack import Document, component
 from haystack.dataclasses import GeneratedAnswer
 
-from haystack_fusion.cli import build_parser, format_run
+from haystack_fusion import corpus
+from haystack_fusion.cli import build_parser, format_run, main
 from haystack_fusion.strategies import StrategyRun
+from tests.file_server import closed_port_url
+from tests.scripted import ScriptedChatGenerator
 
 USAGE = {"prompt_tokens": 10, "completion_tokens": 2, "calls": 1, "failed_calls": 0, "rounds": 1}
 
@@ -119,3 +123,94 @@ def test_exhaustive_cascade_is_read_from_the_fingerprints(tmp_path):
     assert _exhaustive_cascade([str(run)]) is False
     (run / "fingerprints.json").write_text(json.dumps({"a": entry}))
     assert _exhaustive_cascade([str(run)]) is True
+
+
+DEMO_SQUAD = {
+    "version": "v2.0",
+    "data": [
+        {
+            "title": "Paris",
+            "paragraphs": [
+                {
+                    "context": "Paris is the capital of France.",
+                    "qas": [
+                        {"id": "a", "question": "What is the capital of France?", "is_impossible": False,
+                         "answers": [{"text": "Paris", "answer_start": 0}]},
+                        {"id": "u", "question": "What is the capital of Mars?", "is_impossible": True, "answers": []},
+                    ],
+                }
+            ],
+        }
+    ],
+}  # fmt: skip
+
+
+def test_demo_offline_says_what_to_pass_in_one_line(tmp_path, monkeypatch, capfd):
+    monkeypatch.delenv("HAYSTACK_FUSION_SQUAD", raising=False)
+    monkeypatch.setattr(corpus, "SQUAD_DEV_URL", closed_port_url())
+
+    status = main(["demo", "--cache-dir", str(tmp_path / "cache"), "--store", str(tmp_path / "demo.json")])
+
+    out, err = capfd.readouterr()
+    assert status == 2
+    assert out == ""
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"haystack-fusion: cannot download the SQuAD 2.0 dev set from {corpus.SQUAD_DEV_URL} (")
+    assert "--dataset PATH" in err
+    assert "$HAYSTACK_FUSION_SQUAD" in err
+    assert not (tmp_path / "demo.json").exists()
+
+
+LOCAL_PATH_HINT = "pass --dataset PATH of a local SQuAD JSON file"
+
+
+def test_demo_with_an_unreachable_dataset_url_names_a_local_path(tmp_path, capfd):
+    url = closed_port_url("/squad.json")
+
+    assert main(["demo", "--dataset", url, "--cache-dir", str(tmp_path)]) == 2
+
+    err = capfd.readouterr().err
+    assert err == f"haystack-fusion: cannot download {url} (Connection refused): {LOCAL_PATH_HINT}\n"
+
+
+def test_demo_store_is_not_the_index_store(monkeypatch, capsys):
+    from haystack_fusion.cli import DEFAULT_STORE, DEMO_ES_INDEX, DEMO_STORE, _backends
+
+    monkeypatch.setenv("HAYSTACK_FUSION_STORE", "/tmp/my-index.json")
+    demo = _backends(build_parser().parse_args(["demo"]))
+    index = _backends(build_parser().parse_args(["index", "data.json"]))
+
+    assert demo.index_path == str(DEMO_STORE.expanduser())
+    assert index.index_path == "/tmp/my-index.json"
+    monkeypatch.delenv("HAYSTACK_FUSION_STORE")
+    assert _backends(build_parser().parse_args(["index", "data.json"])).index_path == str(DEFAULT_STORE.expanduser())
+    assert demo.index_path != str(DEFAULT_STORE.expanduser())
+    assert (demo.elasticsearch_index, index.elasticsearch_index) == (DEMO_ES_INDEX, "haystack_fusion")
+    assert _backends(build_parser().parse_args(["demo", "--store", "/tmp/d.json"])).index_path == "/tmp/d.json"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["demo", "--help"])
+    assert f"(default: {DEMO_STORE}; never the `index` command's" in " ".join(capsys.readouterr().out.split())
+
+
+@component
+class Replies(ScriptedChatGenerator):
+    def reply(self, prompt: str) -> str:
+        return "Paris"
+
+
+def test_demo_leaves_the_index_store_alone(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HOME", str(tmp_path))  # the default stores are under ~/.cache/haystack_fusion
+    monkeypatch.delenv("HAYSTACK_FUSION_STORE", raising=False)
+    monkeypatch.setattr("haystack_fusion.cli.backend_chat_generator", lambda config: Replies())
+    user_index = tmp_path / ".cache/haystack_fusion/index.json"
+    user_index.parent.mkdir(parents=True)
+    user_index.write_text("the user's index", encoding="utf-8")
+    dataset = tmp_path / "squad.json"
+    dataset.write_text(json.dumps(DEMO_SQUAD), encoding="utf-8")
+
+    status = main(["demo", "--dataset", str(dataset), "--strategy", "concatenation", "--questions", "2"])
+
+    assert status == 0
+    assert user_index.read_text(encoding="utf-8") == "the user's index"
+    assert (tmp_path / ".cache/haystack_fusion/demo-index.json").is_file()
+    assert f"into {tmp_path / '.cache/haystack_fusion/demo-index.json'}" in capsys.readouterr().out

@@ -1,10 +1,15 @@
+import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
+import requests
 from haystack import Document
 
+from haystack_fusion import corpus
 from haystack_fusion.corpus import (
+    SQUAD_DEV_FILE,
     SquadQuestion,
     default_squad_path,
     download,
@@ -13,6 +18,7 @@ from haystack_fusion.corpus import (
     load_squad,
     load_text_folder,
 )
+from tests.file_server import FileServer, closed_port_url
 
 SHARED_CONTEXT = "The lighthouse keeper lit the lamp every evening at dusk."
 
@@ -309,7 +315,7 @@ class TestLoadPassages:
         def no_network(*args, **kwargs):
             raise AssertionError("network used")
 
-        monkeypatch.setattr("haystack_fusion.corpus.requests.get", no_network)
+        monkeypatch.setattr("requests.get", no_network)
         write_jsonl(tmp_path / "remote.jsonl", [json.dumps({"text": "Cached passage."})])
 
         documents = load_passages("https://example.com/data/remote.jsonl", cache_dir=tmp_path)
@@ -322,68 +328,108 @@ class TestDownload:
         def no_network(*args, **kwargs):
             raise AssertionError("network used")
 
-        monkeypatch.setattr("haystack_fusion.corpus.requests.get", no_network)
+        monkeypatch.setattr("requests.get", no_network)
         cached = tmp_path / "corpus.json"
         cached.write_text("{}", encoding="utf-8")
 
         assert download("https://example.com/files/corpus.json?raw=1", cache_dir=tmp_path) == cached
 
-    def test_partial_file_is_not_a_cache_hit(self, tmp_path, monkeypatch):
-        class FakeResponse:
-            headers = {"Content-Length": "5"}  # noqa: RUF012
+    def test_downloads_once_then_uses_the_cache(self, tmp_path):
+        body = json.dumps({"text": "A passage."}).encode()
+        with FileServer({"/files/corpus.jsonl": body}) as server:
+            url = server.url("/files/corpus.jsonl")
+            first = download(url, cache_dir=tmp_path / "cache")
+            second = download(url, cache_dir=tmp_path / "cache")
 
-            def __enter__(self):
-                return self
+        assert first == second == tmp_path / "cache" / "corpus.jsonl"
+        assert first.read_bytes() == body
+        assert server.requests == ["/files/corpus.jsonl"]
+        assert [p.name for p in (tmp_path / "cache").iterdir()] == ["corpus.jsonl"]  # no temporary file left
 
-            def __exit__(self, *exc):
-                return False
+    def test_http_error_leaves_no_file(self, tmp_path):
+        with FileServer({}) as server, pytest.raises(requests.HTTPError, match="404"):
+            download(server.url("/missing.json"), cache_dir=tmp_path)
 
-            def raise_for_status(self):
-                pass
-
-            def iter_content(self, chunk_size):
-                yield b"hello"
-
-        calls = []
-
-        def fake_get(url, **kwargs):
-            calls.append((url, kwargs))
-            return FakeResponse()
-
-        monkeypatch.setattr("haystack_fusion.corpus.requests.get", fake_get)
-        (tmp_path / "corpus.json.part").write_bytes(b"hel")
-
-        path = download("https://example.com/corpus.json", cache_dir=tmp_path)
-
-        assert path == tmp_path / "corpus.json"
-        assert path.read_bytes() == b"hello"
-        assert not (tmp_path / "corpus.json.part").exists()
-        assert calls == [("https://example.com/corpus.json", {"stream": True, "timeout": 60})]
+        assert list(tmp_path.iterdir()) == []
 
     def test_url_without_file_name(self, tmp_path):
         with pytest.raises(ValueError, match="file name"):
             download("https://example.com/", cache_dir=tmp_path)
 
 
+def squad_bytes() -> bytes:
+    return json.dumps(squad_v2()).encode()
+
+
+@pytest.fixture
+def squad_server(monkeypatch):
+    """The official dev set's URL and SHA-256 pointed at a small SQuAD file served on 127.0.0.1; no override."""
+    body = squad_bytes()
+    with FileServer({"/dataset/dev-v2.0.json": body}) as server:
+        monkeypatch.setattr(corpus, "SQUAD_DEV_URL", server.url("/dataset/dev-v2.0.json"))
+        monkeypatch.setattr(corpus, "SQUAD_DEV_SHA256", hashlib.sha256(body).hexdigest())
+        monkeypatch.delenv("HAYSTACK_FUSION_SQUAD", raising=False)
+        yield server
+
+
 class TestDefaultSquadPath:
     def test_environment_variable_overrides(self, tmp_path, monkeypatch):
         path = write_json(tmp_path / "custom.json", squad_v2())
         monkeypatch.setenv("HAYSTACK_FUSION_SQUAD", str(path))
+        monkeypatch.setattr(corpus, "SQUAD_DEV_URL", closed_port_url())  # a download would fail
 
-        assert default_squad_path() == path.resolve()
+        assert default_squad_path(cache_dir=tmp_path / "cache") == path.resolve()
+        assert not (tmp_path / "cache").exists()
 
-    def test_missing_override_gives_none(self, tmp_path, monkeypatch):
+    def test_missing_override_is_an_error(self, tmp_path, monkeypatch):
         monkeypatch.setenv("HAYSTACK_FUSION_SQUAD", str(tmp_path / "absent.json"))
 
-        assert default_squad_path() is None
+        with pytest.raises(FileNotFoundError, match=r"\$HAYSTACK_FUSION_SQUAD names a missing file: .*absent\.json"):
+            default_squad_path()
 
-    def test_real_squad_subset(self, monkeypatch):
+    def test_downloads_the_dev_set_once_checksum_verified(self, tmp_path, squad_server):
+        cache = tmp_path / "cache"
+
+        first = default_squad_path(cache_dir=cache)
+        second = default_squad_path(cache_dir=cache)
+
+        assert first == second == (cache / SQUAD_DEV_FILE).resolve()
+        assert first.read_bytes() == squad_bytes()
+        assert len(load_squad(first)[1]) == 4
+        assert squad_server.requests == ["/dataset/dev-v2.0.json"]  # the second call used the cache
+
+    def test_wrong_checksum_is_refused(self, tmp_path, squad_server, monkeypatch):
+        monkeypatch.setattr(corpus, "SQUAD_DEV_SHA256", "0" * 64)
+
+        with pytest.raises(
+            ValueError, match=r"Refused the download of http://127\.0\.0\.1:\d+/dataset/dev-v2\.0\.json"
+        ):
+            default_squad_path(cache_dir=tmp_path)
+
+        assert list(tmp_path.iterdir()) == []  # nothing kept, so nothing is used later
+
+    def test_cached_copy_with_another_checksum_is_downloaded_again(self, tmp_path, squad_server):
+        (tmp_path / SQUAD_DEV_FILE).write_bytes(squad_bytes()[:-10])  # truncated
+
+        path = default_squad_path(cache_dir=tmp_path)
+
+        assert path.read_bytes() == squad_bytes()
+        assert squad_server.requests == ["/dataset/dev-v2.0.json"]
+
+    def test_offline_is_a_connection_error(self, tmp_path, monkeypatch):
         monkeypatch.delenv("HAYSTACK_FUSION_SQUAD", raising=False)
-        path = default_squad_path()
-        if path is None:
-            pytest.skip("shared/data/squad2-dev-subset/squad2_dev_subset.json is not beside the checkout")
+        monkeypatch.setattr(corpus, "SQUAD_DEV_URL", closed_port_url())
 
-        documents, questions = load_squad(path)
+        with pytest.raises(requests.ConnectionError):
+            default_squad_path(cache_dir=tmp_path)
+
+        assert list(tmp_path.iterdir()) == []
+
+    def test_real_squad_subset(self):
+        if not os.environ.get("HAYSTACK_FUSION_SQUAD"):  # tests/conftest.py sets it when ../shared has the subset
+            pytest.skip("$HAYSTACK_FUSION_SQUAD is unset and ../shared/data/squad2-dev-subset is not there")
+
+        documents, questions = load_squad(default_squad_path())
 
         assert len(documents) == 87
         assert len(questions) == 626
