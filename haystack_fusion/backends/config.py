@@ -6,13 +6,41 @@ document store, embedders, retriever and chat generator.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Literal
 
+# Every Haystack class a factory builds is imported here, when the module loads, not inside the factories: the
+# evaluation calls them from its worker threads, and Haystack's packages load their classes lazily (`LazyImporter`),
+# so two threads importing the same class for the first time can race, one of them getting
+# "ImportError: cannot import name ...".
+from haystack.components.embedders import OpenAIDocumentEmbedder, OpenAITextEmbedder
+from haystack.components.generators.chat import OpenAIChatGenerator
+from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMemoryEmbeddingRetriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from haystack_fusion.backends.local import LOCAL_GENERATION_KWARGS, local_chat_generator
+from haystack_fusion.retrieval import DenseRetriever, HybridRetriever
+
+_MISSING_EXTRAS: dict[str, ImportError] = {}
+"""The optional extras whose integration failed to import, by extra name: the factories raise the error that names
+the extra when asked for one of them."""
+
+try:
+    from haystack_integrations.components.retrievers.elasticsearch import (
+        ElasticsearchBM25Retriever,
+        ElasticsearchEmbeddingRetriever,
+    )
+    from haystack_integrations.document_stores.elasticsearch import ElasticsearchDocumentStore
+except ImportError as error:  # pragma: no cover - exercised only without the extra
+    _MISSING_EXTRAS["elasticsearch"] = error
+
+try:
+    from haystack_integrations.components.generators.ollama import OllamaChatGenerator
+except ImportError as error:  # pragma: no cover - exercised only without the extra
+    _MISSING_EXTRAS["ollama"] = error
 
 StoreKind = Literal["memory", "elasticsearch"]
 RetrieverKind = Literal["bm25", "dense", "hybrid"]
@@ -160,35 +188,61 @@ def document_store(config: BackendConfig) -> Any:
     if config.store == "memory":
         path = Path(config.index_path).expanduser()
         return InMemoryDocumentStore.load_from_disk(str(path)) if path.is_file() else InMemoryDocumentStore()
-    try:
-        from haystack_integrations.document_stores.elasticsearch import ElasticsearchDocumentStore
-    except ImportError as error:
-        raise ImportError(
-            "Elasticsearch needs the `elasticsearch` extra: pip install 'haystack-fusion[elasticsearch]'"
-        ) from error
+    _require_extra("elasticsearch", "Elasticsearch")
     return ElasticsearchDocumentStore(hosts=config.elasticsearch_url, index=config.elasticsearch_index)
 
 
+def _require_extra(extra: str, what: str) -> None:
+    """
+    Refuse a backend whose optional extra is not installed.
+
+    :param extra: The extra's name (`pyproject.toml`), a key of `_MISSING_EXTRAS`.
+    :param what: The backend, as the message names it.
+    :raises ImportError: If the extra's integration failed to import; the message says how to install it, the cause is
+        the original ImportError.
+    """
+    if extra in _MISSING_EXTRAS:
+        raise ImportError(
+            f"{what} needs the `{extra}` extra: pip install 'haystack-fusion[{extra}]'"
+        ) from _MISSING_EXTRAS[extra]
+
+
+_EMBEDDINGS_IMPORT_LOCK = threading.Lock()
+
+
+def _packaged_embeddings() -> ModuleType:
+    """
+    `haystack_fusion.embeddings`, imported on first use rather than with this module: it loads sentence-transformers
+    and torch (seconds), which only dense and hybrid retrieval on the packaged model need. One thread at a time
+    imports it (a lock), so worker threads that ask for it together do not race in the lazy imports beneath it.
+
+    :raises ImportError: Without the `dense` extra (the message names it).
+    """
+    with _EMBEDDINGS_IMPORT_LOCK:
+        from haystack_fusion import embeddings
+    return embeddings
+
+
 def text_embedder(config: BackendConfig) -> Any:
-    """The query embedder of dense and hybrid retrieval (the documents' embedding model)."""
+    """
+    The query embedder of dense and hybrid retrieval (the documents' embedding model).
+
+    :raises ImportError: For the packaged embedder without the `dense` extra.
+    """
     if config.embedder == "openai":
-        from haystack.components.embedders import OpenAITextEmbedder
-
         return OpenAITextEmbedder(model=config.embedding_model or DEFAULT_OPENAI_EMBEDDING_MODEL)
-    from haystack_fusion.embeddings import PackagedTextEmbedder
-
-    return PackagedTextEmbedder(model=config.embedding_model, progress_bar=False)
+    return _packaged_embeddings().PackagedTextEmbedder(model=config.embedding_model, progress_bar=False)
 
 
 def document_embedder(config: BackendConfig) -> Any:
-    """The passage embedder used when indexing for dense and hybrid retrieval."""
+    """
+    The passage embedder used when indexing for dense and hybrid retrieval.
+
+    :raises ImportError: For the packaged embedder without the `dense` extra.
+    """
     if config.embedder == "openai":
-        from haystack.components.embedders import OpenAIDocumentEmbedder
-
         return OpenAIDocumentEmbedder(model=config.embedding_model or DEFAULT_OPENAI_EMBEDDING_MODEL)
-    from haystack_fusion.embeddings import PackagedDocumentEmbedder
-
-    return PackagedDocumentEmbedder(model=config.embedding_model, progress_bar=False)
+    return _packaged_embeddings().PackagedDocumentEmbedder(model=config.embedding_model, progress_bar=False)
 
 
 def retriever(config: BackendConfig, store: Any | None = None) -> Any:
@@ -200,6 +254,8 @@ def retriever(config: BackendConfig, store: Any | None = None) -> Any:
         (`haystack_fusion.retrieval`) around the store's embedding retriever.
     :raises ValueError: For dense or hybrid retrieval over an in-memory store whose passages have no embeddings
         (indexed for BM25 only: re-index with the dense or hybrid retriever).
+    :raises ImportError: For Elasticsearch without the `elasticsearch` extra, or the packaged embedder without the
+        `dense` extra.
     """
     store = document_store(config) if store is None else store
     if config.retriever != "bm25" and isinstance(store, InMemoryDocumentStore):
@@ -213,20 +269,12 @@ def retriever(config: BackendConfig, store: Any | None = None) -> Any:
     bm25: Any
     embedding: Any
     if config.store == "memory":
-        from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMemoryEmbeddingRetriever
-
         bm25, embedding = InMemoryBM25Retriever, InMemoryEmbeddingRetriever
     else:
-        from haystack_integrations.components.retrievers.elasticsearch import (
-            ElasticsearchBM25Retriever,
-            ElasticsearchEmbeddingRetriever,
-        )
-
+        _require_extra("elasticsearch", "Elasticsearch")
         bm25, embedding = ElasticsearchBM25Retriever, ElasticsearchEmbeddingRetriever
     if config.retriever == "bm25":
         return bm25(document_store=store, top_k=config.top_k)
-    from haystack_fusion.retrieval import DenseRetriever, HybridRetriever
-
     if config.retriever == "dense":
         return DenseRetriever(
             text_embedder=text_embedder(config),
@@ -255,8 +303,6 @@ def chat_generator(config: BackendConfig) -> Any:
             kwargs["generation_kwargs"] = {**LOCAL_GENERATION_KWARGS, **budget}
         return local_chat_generator(**kwargs)
     if config.llm == "openai":
-        from haystack.components.generators.chat import OpenAIChatGenerator
-
         return OpenAIChatGenerator(
             model=config.model or DEFAULT_MODELS["openai"],
             api_base_url=config.api_base_url,
@@ -264,10 +310,7 @@ def chat_generator(config: BackendConfig) -> Any:
             timeout=config.timeout,
             max_retries=config.max_retries,
         )
-    try:
-        from haystack_integrations.components.generators.ollama import OllamaChatGenerator
-    except ImportError as error:
-        raise ImportError("Ollama needs the `ollama` extra: pip install 'haystack-fusion[ollama]'") from error
+    _require_extra("ollama", "Ollama")
     return OllamaChatGenerator(
         model=config.model or DEFAULT_MODELS["ollama"],
         url=config.ollama_url,

@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 from haystack import Pipeline
-from haystack.marshal.yaml import YamlDumper
+from haystack.marshal.yaml import YamlDumper, YamlMarshaller
 
 from haystack_fusion.backends import BackendConfig, chat_generator, retriever
 from haystack_fusion.strategies import STRATEGIES, build_pipeline, get_strategy
@@ -82,8 +82,6 @@ class _NoAliasMarshaller:
         return yaml.dump(dict_, Dumper=_NoAliasDumper)
 
     def unmarshal(self, data_: str | bytes | bytearray) -> dict[str, Any]:
-        from haystack.marshal import YamlMarshaller
-
         return YamlMarshaller().unmarshal(data_)
 
 

@@ -6,6 +6,7 @@ from haystack.components.generators.chat import OpenAIChatGenerator
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
+import haystack_fusion.backends.config as backend_config
 from haystack_fusion.backends import BackendConfig, chat_generator, document_store, retriever
 from haystack_fusion.strategies import build_pipeline
 
@@ -117,3 +118,22 @@ def test_logprob_helpers():
     assert not supports_logprobs(mock)
     assert logprob_kwargs(mock) == {}
     assert not supports_logprobs(chat_generator(BackendConfig(llm="ollama")))
+
+
+@pytest.mark.parametrize(
+    ("extra", "config", "factory"),
+    [
+        ("elasticsearch", BackendConfig(store="elasticsearch"), document_store),
+        ("elasticsearch", BackendConfig(store="elasticsearch"), lambda config: retriever(config, store=object())),
+        ("ollama", BackendConfig(llm="ollama"), chat_generator),
+    ],
+)
+def test_a_missing_extra_is_named_when_its_backend_is_asked_for(monkeypatch, extra, config, factory):
+    """The integrations are imported with the module; one that failed to import is reported when it is used."""
+    cause = ImportError(f"No module named '{extra}'")
+    monkeypatch.setitem(backend_config._MISSING_EXTRAS, extra, cause)
+    with pytest.raises(
+        ImportError, match=rf"needs the `{extra}` extra: pip install 'haystack-fusion\[{extra}\]'"
+    ) as raised:
+        factory(config)
+    assert raised.value.__cause__ is cause
