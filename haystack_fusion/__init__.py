@@ -10,6 +10,7 @@ from haystack.core.serialization_security import allow_deserialization_module
 
 from haystack_fusion.__about__ import __version__
 from haystack_fusion.components import (
+    AbstainingChatGenerator,
     CandidateSummarizer,
     CheckedAnswerBuilder,
     FusionAnswerer,
@@ -23,6 +24,7 @@ from haystack_fusion.components import (
 allow_deserialization_module("haystack_fusion")
 
 __all__ = [
+    "AbstainingChatGenerator",
     "CandidateSummarizer",
     "CheckedAnswerBuilder",
     "FusionAnswerer",

@@ -10,6 +10,7 @@ ChatPromptBuilder, the ChatGenerator and AnswerBuilder.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from haystack.core.serialization import component_from_dict, component_to_dict
 from haystack.dataclasses import GeneratedAnswer
 
 from haystack_fusion.answers import DEFAULT_OVERLAP_THRESHOLD, UNKNOWN, VoteMode, answer_confidence
+from haystack_fusion.components.abstaining_chat_generator import AbstainingChatGenerator
 from haystack_fusion.components.candidate_summarizer import CandidateSummarizer, SummaryMode
 from haystack_fusion.components.checked_answer_builder import CheckedAnswerBuilder
 from haystack_fusion.components.note_taker import NoteMode, NoteTaker
@@ -253,10 +255,13 @@ def _fallback_chain(config: StrategyConfig, min_confidence: float | None, min_vo
     """
     Concatenation, routed on its answer (unknown, or confidence below `min_confidence`) to post-fusion over the same
     passages; both answers go to the joiner. The confidence needs a generator that returns token log-probabilities
-    (`llm_calls.supports_logprobs`); with one that does not, the text signal alone decides.
+    (`llm_calls.supports_logprobs`); with one that does not, the text signal alone decides. A concatenation call that
+    fails (after the generator's retries) gives no answer either, so it goes to post-fusion too ("no reply"): its
+    generator is wrapped in an `AbstainingChatGenerator`, which reports the failure instead of raising it.
     """
     components, connections = _prompt_chain(config, "figure7", "retriever.documents")
     components.update(
+        llm=AbstainingChatGenerator(chat_generator=components["llm"]),
         retriever=config.retriever,
         router=UnknownRouter(
             answer_pattern=PROMPTS["figure7"].answer_pattern,
@@ -686,35 +691,48 @@ def pipeline_usage(pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) -> di
 
     Counts each ChatGenerator reply in a `replies` output once (and each such generator run as one round), plus
     the usage that this package's LLM components (those wrapping a `chat_generator`) report in their `meta` output
-    (CandidateSummarizer) or on their first answer's `meta` (PostFusionVoter, SummaryVerifier): their own fan-out
-    calls never appear as `replies`. Answers passed on by joiners are not counted again.
+    (CandidateSummarizer, AbstainingChatGenerator) or on their first answer's `meta` (PostFusionVoter,
+    SummaryVerifier): that usage counts their calls, so the `replies` of such a component (AbstainingChatGenerator's)
+    are not counted again. Answers passed on by joiners are not counted again either.
 
     :param pipeline: The pipeline that ran.
     :param outputs: `Pipeline.run(..., include_outputs_from=<all components>)` result.
     :returns: Summed `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls` and `rounds` (dependent LLM
         rounds that ran), and `http_requests` (retries included) when every counted call reported its requests: a
-        generator component's own calls (`replies`) do not, so a partial count is left out rather than shown.
+        generator component's own calls (plain `replies`) do not, so a partial count is left out rather than shown.
         `cached_tokens` (prompt tokens served from the provider's prefix cache, `llm_calls.cached_prompt_tokens`) is
         the sum over the calls whose provider reported it, and absent when none did: not reported is not a miss.
     """
     usages: list[dict[str, Any] | None] = []
     for name, output in outputs.items():
+        reported = (_own_meta(pipeline, name, output) or {}).get("usage")
+        if reported is not None:
+            usages.append(reported)
+            continue
         replies = output.get("replies") or []
         usages.extend(reply_usage(reply) for reply in replies)
         if replies:
             usages.append({"rounds": 1})
-        if not hasattr(pipeline.get_component(name), "_chat_generator"):
-            continue
-        answers = output.get("answers") or output.get("split") or []  # a split vote emits `split`, not `answers`
-        if isinstance(output.get("meta"), dict):
-            usages.append(output["meta"].get("usage"))
-        elif answers:
-            usages.append(answers[0].meta.get("usage"))
     total = sum_usage(usages)
     counted = sum(int(usage.get("calls") or 0) for usage in usages if usage and "http_requests" in usage)
     if counted != total["calls"]:
         total.pop("http_requests", None)
     return total
+
+
+def _own_meta(pipeline: Pipeline, name: str, output: dict[str, Any]) -> dict[str, Any] | None:
+    """
+    What one of this package's LLM components (those wrapping a `chat_generator`) reports about its own calls: its
+    `meta` output, or its first answer's `meta` (a split vote emits `split`, not `answers`).
+
+    :returns: That `meta` (empty when the component emitted neither), or None for any other component.
+    """
+    if not hasattr(pipeline.get_component(name), "_chat_generator"):
+        return None
+    if isinstance(output.get("meta"), dict):
+        return output["meta"]
+    answers = output.get("answers") or output.get("split") or []
+    return answers[0].meta if answers else {}
 
 
 def pipeline_failures(pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -730,10 +748,7 @@ def pipeline_failures(pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) ->
     """
     failures: list[dict[str, Any]] = []
     for name, output in outputs.items():
-        if not hasattr(pipeline.get_component(name), "_chat_generator"):
-            continue
-        answers = output.get("answers") or output.get("split") or []
-        meta = output["meta"] if isinstance(output.get("meta"), dict) else answers[0].meta if answers else {}
+        meta = _own_meta(pipeline, name, output) or {}
         failures.extend({"component": name, **failure} for failure in meta.get("failures") or [])
     return failures
 
@@ -778,7 +793,8 @@ def run_strategy(
         data for `EvalRetriever`).
     :returns: A `StrategyRun`. Every answer whose reply carried token log-probabilities gets `meta["confidence"]`
         (`answers.answer_confidence`); the answer of a fallback strategy gets `meta["stage"]` and `meta["stages"]`
-        (`stage_trace`).
+        (`stage_trace`) and, when an LLM call of any stage failed, `meta["failures"]` (`pipeline_failures`: a failed
+        concatenation call, which sent the question on to post-fusion, included).
     :raises ValueError: If the question is empty or only whitespace, or the strategy is not registered.
     """
     get_strategy(name)  # ValueError for an unregistered strategy, before anything runs
@@ -809,7 +825,8 @@ def strategy_run(
     :param outputs: Component name -> that component's outputs, for every component that ran (a run with every
         component in `include_outputs_from`).
     :param seconds: Wall-clock time of the run, in seconds.
-    :returns: The `StrategyRun`, with answer meta (`confidence`, `stage`, `stages`) as `run_strategy` adds it.
+    :returns: The `StrategyRun`, with answer meta (`confidence`, `stage`, `stages`, `failures`) as `run_strategy`
+        adds it.
     :raises ValueError: If the strategy is not registered.
     """
     strategy = get_strategy(name)
@@ -857,6 +874,9 @@ def strategy_run(
         evidence.update({key: voter_answers[0].meta[key] for key in ("vote", "overlap_threshold")})
     if failures := pipeline_failures(pipeline, outputs):
         evidence["failures"] = failures
+        if "router" in outputs:  # the answer of a later stage says which calls failed, the earlier stages' included
+            answer = dataclasses.replace(answer, meta={**answer.meta, "failures": failures})
+            answers = [answer, *answers[1:]] if answers else answers
     return StrategyRun(
         answer=answer,
         answers=answers,

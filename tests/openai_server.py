@@ -478,7 +478,8 @@ class PromptReplies:
 
     - Figure 7 (concatenation, post-fusion) and the distiller: the answer on the first line; a prompt of more than one
       passage (concatenation) says "unknown" for a share `concatenation_unknown` of the questions, so `concat_pf` and
-      `cascade` go on to post-fusion;
+      `cascade` go on to post-fusion, and fails for a share `concatenation_fails` (the function raises, so the server
+      answers HTTP 500 to every request of that prompt, retries included: the call fails after its retries);
     - Figures 8 and 9 (chain of thought): a rationale, then "Answer: <answer>";
     - SuRe: Listing 6 / 13 "(a) <answer 1>, (b) <answer 2>" with as many candidates as the prompt asks for; Listings 7
       and 11 a summary ending "[DONE]"; Listing 8 "True" or "False"; Listing 9 "Passage 1" or "Passage 2"; Listings
@@ -490,6 +491,8 @@ class PromptReplies:
 
     :param answers: The answers to choose from (at least one).
     :param concatenation_unknown: Share (0-1) of concatenation prompts answered "unknown".
+    :param concatenation_fails: Share (0-1) of concatenation prompts whose reply raises `RuntimeError` (HTTP 500),
+        drawn apart from `concatenation_unknown`.
     :param seed: Seeds the choices.
     :raises ValueError: For no answers, or a share outside [0, 1].
     """
@@ -499,14 +502,18 @@ class PromptReplies:
         answers: Sequence[str] = ("Paris", "Lyon", "Marseille"),
         *,
         concatenation_unknown: float = 0.5,
+        concatenation_fails: float = 0.0,
         seed: int = 0,
     ) -> None:
         if not answers:
             raise ValueError("`answers` must hold at least one answer")
-        if not 0.0 <= concatenation_unknown <= 1.0:
-            raise ValueError(f"`concatenation_unknown` must be in [0, 1], got {concatenation_unknown}")
+        shares = {"concatenation_unknown": concatenation_unknown, "concatenation_fails": concatenation_fails}
+        for name, share in shares.items():
+            if not 0.0 <= share <= 1.0:
+                raise ValueError(f"`{name}` must be in [0, 1], got {share}")
         self.answers = list(answers)
         self.concatenation_unknown = concatenation_unknown
+        self.concatenation_fails = concatenation_fails
         self.seed = seed
 
     def _draw(self, text: str, salt: str = "") -> float:
@@ -550,6 +557,8 @@ class PromptReplies:
         if text.startswith("Given the relevant background contexts") and text.count('</passage key="') > 1:
             # concatenation (Figure 7 over all passages): "unknown" for a share of the questions
             question = text.rsplit("Question:", 1)[-1]
+            if self._draw(question, "fails") < self.concatenation_fails:
+                raise RuntimeError("PromptReplies fails this concatenation prompt (`concatenation_fails`)")
             if self._draw(question, "unknown") < self.concatenation_unknown:
                 return "unknown"
         return answer

@@ -1,5 +1,6 @@
 """The package's Haystack components, one file each, and `FusionAnswerer`, any strategy as one SuperComponent."""
 
+from haystack_fusion.components.abstaining_chat_generator import AbstainingChatGenerator
 from haystack_fusion.components.candidate_summarizer import CandidateSummarizer
 from haystack_fusion.components.checked_answer_builder import CheckedAnswerBuilder
 from haystack_fusion.components.fusion_answerer import FusionAnswerer
@@ -10,6 +11,7 @@ from haystack_fusion.components.summary_verifier import SummaryVerifier
 from haystack_fusion.components.unknown_router import UnknownRouter
 
 __all__ = [
+    "AbstainingChatGenerator",
     "CandidateSummarizer",
     "CheckedAnswerBuilder",
     "FusionAnswerer",

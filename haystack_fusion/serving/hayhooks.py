@@ -51,6 +51,7 @@ from haystack.dataclasses import StreamingChunk
 from haystack_fusion.backends import (
     DEFAULT_MODELS,
     BackendConfig,
+    LocalChatGenerator,
     backend_error_message,
     chat_generator,
     every_call_failed_message,
@@ -390,13 +391,8 @@ def _needs_sync_callback(instance: Any) -> bool:
     embedded model (its `run_async` runs `run` in a thread) and generators without `run_async`.
     """
     generator = _generator_of(instance)
-    try:
-        from haystack_fusion.backends import LocalChatGenerator
-
-        if LocalChatGenerator is not None and isinstance(generator, LocalChatGenerator):
-            return True
-    except ImportError:  # pragma: no cover - without the `local` extra
-        pass
+    if LocalChatGenerator is not None and isinstance(generator, LocalChatGenerator):
+        return True
     return not hasattr(generator, "run_async")
 
 
@@ -427,7 +423,7 @@ def _narrate(name: str, output: dict[str, Any], pipeline: Pipeline, state: dict[
         if "known" in output:
             return [("Concatenation answered", True)]
         reason = output.get("reason") or "unknown answer"
-        why = "answered unknown" if reason == "unknown answer" else f"was unsure ({reason})"
+        why = {"unknown answer": "answered unknown", "no reply": "failed"}.get(reason, f"was unsure ({reason})")
         return [(f"Concatenation {why}: reading the {k} passages one by one", False)]
     if name == "voter":
         if output.get("split"):

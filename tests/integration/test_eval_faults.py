@@ -8,11 +8,12 @@ The full run (200 questions x 4 strategies, and a 429 storm) is `benchmarks/faul
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from haystack_fusion.cli import EXIT_FAILED_QUESTIONS, main
-from haystack_fusion.corpus import default_squad_path
+from haystack_fusion.corpus import SQUAD_ENV_VAR, default_squad_path
 from haystack_fusion.evaluation.records import RESULTS_FILE, read_failures, read_records
 from tests.openai_server import FAULTS, PromptReplies
 
@@ -22,9 +23,9 @@ MAX_RETRIES = 2
 
 
 def eval_args(server, out, *, strategies=STRATEGIES, questions=QUESTIONS, extra=()):
+    if not os.environ.get(SQUAD_ENV_VAR):
+        pytest.skip("$HAYSTACK_FUSION_SQUAD is unset and ../shared/data/squad2-dev-subset is not there")
     dataset = default_squad_path()
-    if dataset is None:
-        pytest.skip("the SQuAD 2.0 dev subset is not at ../shared/data/squad2-dev-subset")
     args = ["eval", "--llm", "openai", "--api-base-url", server.base_url, "--model", "m"]
     args += ["--max-retries", str(MAX_RETRIES), "--timeout", "1", "--dataset", str(dataset)]
     args += ["--sample", str(questions), "--strategies", ",".join(strategies), "--out", str(out), *extra]
@@ -106,9 +107,15 @@ def test_a_429_storm_slows_the_run_and_does_not_fail_it(start_openai_server, api
         assert len(read_records(out / RESULTS_FILE)) == 12
 
 
-@pytest.mark.parametrize("strategy", ["concat_pf", "sure"])
-def test_a_refused_key_stops_the_batch_with_one_line(start_openai_server, tmp_path, capsys, monkeypatch, strategy):
-    """concat_pf's pipeline raises the 401; SuRe's calls abstain: either way one line, exit 1, no key, no record."""
+@pytest.mark.parametrize(("strategy", "calls"), [("concatenation", 1), ("concat_pf", 1 + 5), ("sure", 1)])
+def test_a_refused_key_stops_the_batch_with_one_line(
+    start_openai_server, tmp_path, capsys, monkeypatch, strategy, calls
+):
+    """
+    concatenation's pipeline raises the 401; concat_pf's calls abstain (the concatenation call, then the post-fusion
+    calls it falls back to), and so do SuRe's: either way one line, exit 1, no key, no record. `calls`: the refused
+    calls of one question.
+    """
     monkeypatch.setenv("OPENAI_API_KEY", "sk-wrong-key-0000000000009876")
     server = start_openai_server(reply=PromptReplies(), api_key="sk-right-key")
     out = tmp_path / "run"
@@ -118,7 +125,7 @@ def test_a_refused_key_stops_the_batch_with_one_line(start_openai_server, tmp_pa
     assert "refused the API key in $OPENAI_API_KEY" in err[-1]
     assert "9876" not in "\n".join(err)
     assert read_failures(out / RESULTS_FILE) == []
-    assert server.stats.requests <= 4  # stopped at the first refusal (questions under way at once finish theirs)
+    assert server.stats.requests <= 4 * calls  # stopped at the first refusal (the 4 questions under way finish theirs)
 
 
 @pytest.mark.parametrize("strategy", ["concat_pf", "sure"])

@@ -227,6 +227,22 @@ class TestStreamStrategy:
         assert [stage["stage"] for stage in run.evidence["stages"]] == ["concatenation", "post_fusion"]
         assert run.usage["calls"] == 3
 
+    def test_a_failed_concatenation_call_falls_back_with_a_status(self):
+        def reply(messages: list[ChatMessage]) -> str:
+            if all(d.content in messages[-1].text for d in DOCUMENTS):
+                raise TimeoutError("Request timed out.")
+            return "Paris"
+
+        pipeline = pipeline_for("concat_pf", MockChatGenerator(response_fn=reply))
+        items = asyncio.run(collect(stream_strategy("concat_pf", pipeline, QUERY)))
+        statuses = [(item.text, item.done) for item in items if item.kind == "status"]
+        assert ("Concatenation failed: reading the 2 passages one by one", False) in statuses
+        run = items[-1].run
+        assert run.answer.data == "Paris"
+        assert run.evidence["failures"] == [{"component": "llm", "error": "TimeoutError: Request timed out."}]
+        assert run.usage["calls"] == 3
+        assert run.usage["failed_calls"] == 1
+
     def test_the_result_is_what_run_strategy_gathers(self):
         from haystack_fusion.strategies import run_strategy
 

@@ -5,6 +5,7 @@ import pytest
 from haystack import Document, Pipeline, component
 from haystack.components.generators.chat import MockChatGenerator
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
+from haystack.core.errors import PipelineRuntimeError
 from haystack.dataclasses import ChatMessage, GeneratedAnswer
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
@@ -117,6 +118,25 @@ def unknown_for_concatenation(messages: list[ChatMessage]) -> str:
 @component
 class RecordingGenerator(ScriptedChatGenerator):
     """Answers with `answer_from_context` and records every prompt (thread-safe: the voter fans out in threads)."""
+
+    def reply(self, prompt: str) -> str:
+        return answer_from_context([ChatMessage.from_user(prompt)])
+
+
+@component
+class ConcatenationFails(ScriptedChatGenerator):
+    """
+    Raises on every concatenation call (a prompt of more than one passage), and on the calls whose prompt holds one of
+    `passages` (texts); answers the other prompts with `answer_from_context`.
+    """
+
+    def __init__(self, passages: tuple[str, ...] = ()) -> None:
+        ScriptedChatGenerator.__init__(self, fail_on="fails")
+        self.passages = passages
+
+    def fail_on_text(self, prompt: str) -> str:
+        fails = prompt.count("<passage ") > 1 or any(passage in prompt for passage in self.passages)
+        return "fails" if fails else ""
 
     def reply(self, prompt: str) -> str:
         return answer_from_context([ChatMessage.from_user(prompt)])
@@ -426,6 +446,42 @@ class TestRunStrategy:
         assert default.answer.data == "Lyon"
         assert default.answer.meta["confidence"] == pytest.approx(0.0498, abs=1e-3)
         assert default.evidence["confidence"] == default.answer.meta["confidence"]
+
+    @pytest.mark.parametrize("name", ["concat_pf", "cascade"])
+    def test_a_failed_concatenation_call_falls_back_to_post_fusion(self, name):
+        generator = ConcatenationFails()
+        run = run_strategy(name, make_pipeline(name, generator, top_k=5), QUERY)
+        assert run.answer.data == "Paris"
+        assert run.answer.meta["votes"] == {"paris": 2, "lyon": 1}
+        failure = {"component": "llm", "error": "RuntimeError: backend exploded"}
+        assert run.evidence["failures"] == [failure]
+        assert run.answer.meta["failures"] == [failure]
+        assert run.answers[0] is run.answer
+        assert run.evidence["fallback"] is True
+        assert run.evidence["stages"] == [
+            {"stage": "concatenation", "answered": False, "reason": "no reply"},
+            {"stage": "post_fusion", "answered": True},
+        ]
+        assert generator.calls == 1 + 5
+        assert run.usage["calls"] == 1 + 5
+        assert run.usage["failed_calls"] == 1
+        assert run.usage["rounds"] == 2
+
+    def test_the_answer_lists_the_failed_calls_of_every_stage(self):
+        generator = ConcatenationFails(passages=("Lyon is the third-largest city",))
+        run = run_strategy("concat_pf", make_pipeline("concat_pf", generator), QUERY)
+        assert run.answer.data == "Paris"
+        assert [(failure["component"], failure.get("rank")) for failure in run.answer.meta["failures"]] == [
+            ("llm", None),
+            ("voter", 2),
+        ]
+        assert run.evidence["failures"] == run.answer.meta["failures"]
+        assert run.usage["failed_calls"] == 2
+
+    def test_a_failed_concatenation_call_fails_the_concatenation_strategy(self):
+        pipeline = make_pipeline("concatenation", ConcatenationFails())
+        with pytest.raises(PipelineRuntimeError, match="backend exploded"):
+            run_strategy("concatenation", pipeline, QUERY)
 
     def test_pf_concat_distiller_prompt(self):
         generator = RecordingGenerator()
