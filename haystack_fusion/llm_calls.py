@@ -541,6 +541,7 @@ async def run_chat_calls_async(
     max_concurrency: int | None = None,
     generation_kwargs: dict[str, Any] | None = None,
     raise_on_failure: bool = False,
+    raise_if: Callable[[Exception], bool] | None = None,
     use_run_async: bool = True,
 ) -> FanOutResult:
     """
@@ -565,14 +566,16 @@ async def run_chat_calls_async(
         at most that many calls under way at once (never more than the ceiling).
     :param generation_kwargs: Passed to every call as `generation_kwargs` when given (e.g. a sampling temperature).
     :param raise_on_failure: Cancel the other calls and re-raise the first failure instead of recording it.
+    :param raise_if: Treat a failure for which `raise_if(error)` is true as `raise_on_failure` does, and record the
+        others (e.g. `llm_clients.backend_unusable`: a refused connection or key is raised, a timeout recorded).
     :param use_run_async: False calls the generator's `run` in worker threads even when it has `run_async`.
     :returns: A `FanOutResult` with n replies and n errors in input order.
     :raises ValueError: If `max_concurrency` is not None or an integer >= 1, or `HAYSTACK_FUSION_MAX_CONCURRENCY`
         is set to anything but an integer >= 1.
     :raises RuntimeError: On the `run_async` path, if the generator's async client is in use on another event loop
         that is still running (`llm_clients.bind_async_client` says what to do).
-    :raises Exception: With `raise_on_failure`, the first failure as the generator raised it (`RuntimeError` for a
-        call that returned no reply).
+    :raises Exception: With `raise_on_failure` (or `raise_if` true for it), the first failure as the generator raised
+        it (`RuntimeError` for a call that returned no reply).
     """
     limit = concurrency_limit(max_concurrency, len(prompts))
     semaphore = asyncio.Semaphore(limit)
@@ -615,7 +618,7 @@ async def run_chat_calls_async(
                             raise RuntimeError("the chat generator returned no reply")
                     return replies[0], None
                 except Exception as error:
-                    if raise_on_failure:
+                    if raise_on_failure or (raise_if is not None and raise_if(error)):
                         # Cancel the other calls before this slot frees: a call waiting for its turn never starts.
                         first_failure = first_failure or error
                         for task in tasks:
@@ -659,6 +662,7 @@ def run_chat_calls(
     max_concurrency: int | None = None,
     generation_kwargs: dict[str, Any] | None = None,
     raise_on_failure: bool = False,
+    raise_if: Callable[[Exception], bool] | None = None,
 ) -> FanOutResult:
     """
     Synchronous form of `run_chat_calls_async`, with the same parameters, result and errors.
@@ -678,6 +682,7 @@ def run_chat_calls(
             max_concurrency=max_concurrency,
             generation_kwargs=generation_kwargs,
             raise_on_failure=raise_on_failure,
+            raise_if=raise_if,
             use_run_async=False,
         )
     )

@@ -9,32 +9,15 @@ class and HTTP status, never from the text a server sent back, and URLs lose any
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from haystack_fusion.backends.config import BackendConfig
+from haystack_fusion.llm_clients import ERROR_KINDS, exception_chain
 
 OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
 """Where the `openai` client goes when neither `--api-base-url` nor `$OPENAI_BASE_URL` is set."""
-
-_KINDS: dict[tuple[str, str], str] = {
-    ("openai", "AuthenticationError"): "openai_key",
-    ("openai", "PermissionDeniedError"): "openai_key",
-    ("openai", "APITimeoutError"): "openai_timeout",
-    ("openai", "APIConnectionError"): "openai_unreachable",
-    ("elastic_transport", "ConnectionTimeout"): "es_unreachable",
-    ("elastic_transport", "ConnectionError"): "es_unreachable",
-    ("elasticsearch", "AuthenticationException"): "es_key",
-    ("elasticsearch", "AuthorizationException"): "es_key",
-    ("elasticsearch", "NotFoundError"): "es_index",
-    ("httpx", "TimeoutException"): "ollama_timeout",
-    ("builtins", "ConnectionError"): "ollama_unreachable",
-}
-"""(top-level module, class name) of an exception or one of its bases -> what went wrong. `ConnectionError` and
-httpx's timeouts are the ollama client's (it turns `httpx.ConnectError` into a builtin `ConnectionError`); they count
-only when the LLM is ollama. The openai client raises `APITimeoutError` (a subclass of `APIConnectionError`): the
-first match along the class's bases wins, so a timeout is not taken for a refused connection."""
 
 
 class BackendError(RuntimeError):
@@ -56,22 +39,9 @@ def safe_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-def exception_chain(error: BaseException) -> Iterator[BaseException]:
-    """`error`, then the exceptions it was raised from (causes and contexts), depth first, each once."""
-    seen: set[int] = set()
-    stack: list[BaseException | None] = [error]
-    while stack:
-        current = stack.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        yield current
-        stack.extend([current.__context__, current.__cause__])
-
-
 def _kind(names: Iterable[tuple[str, str]], config: BackendConfig) -> str | None:
     for name in names:
-        kind = _KINDS.get(name)
+        kind = ERROR_KINDS.get(name)
         if kind is None or (kind.startswith("ollama") and config.llm != "ollama"):
             continue
         return kind

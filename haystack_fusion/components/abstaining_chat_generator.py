@@ -11,6 +11,7 @@ from haystack.dataclasses import ChatMessage
 
 from haystack_fusion.components.base import ChatGeneratorWrapper
 from haystack_fusion.llm_calls import FanOutResult, run_chat_calls, run_chat_calls_async
+from haystack_fusion.llm_clients import backend_unusable
 
 
 @component
@@ -18,6 +19,8 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
     """
     Calls a ChatGenerator once per run; a call that fails (after the generator's own retries) gives no reply and a
     report in `meta["failures"]` instead of an exception, so the pipeline goes on and a router behind it can fall back.
+    A failure that says the backend itself cannot be used (it refuses the connection or the key:
+    `llm_clients.backend_unusable`) is raised as it is: every other call to that backend would fail the same way.
 
     The fallback strategies (`concat_pf`, `cascade`) make their concatenation call through it: post-fusion is there for
     the question the first round gives no answer to, and a failed call gives none. `UnknownRouter` routes an empty
@@ -79,13 +82,20 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
               `http_requests` when the generator's HTTP requests are counted, `cached_tokens` when the provider
               reports them: `llm_calls.FanOutResult`) and `failures` (empty, or one `{"error": "ExceptionType:
               message"}`).
+        :raises Exception: The generator's exception when it says the backend cannot be used (a refused connection
+            or key).
         """
-        return self._outputs(run_chat_calls(self._chat_generator, [messages], generation_kwargs=generation_kwargs))
+        calls = run_chat_calls(
+            self._chat_generator, [messages], generation_kwargs=generation_kwargs, raise_if=backend_unusable
+        )
+        return self._outputs(calls)
 
     @component.output_types(replies=list[ChatMessage], meta=dict[str, Any])
     async def run_async(
         self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         """Async form of `run`, with the same inputs and outputs; calls the generator's `run_async` when it has one."""
-        calls = await run_chat_calls_async(self._chat_generator, [messages], generation_kwargs=generation_kwargs)
+        calls = await run_chat_calls_async(
+            self._chat_generator, [messages], generation_kwargs=generation_kwargs, raise_if=backend_unusable
+        )
         return self._outputs(calls)

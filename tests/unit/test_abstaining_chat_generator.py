@@ -1,11 +1,15 @@
 import asyncio
 import copy
 
+import httpx
+import openai
+import pytest
 from haystack import Pipeline, component
 from haystack.components.generators.chat import MockChatGenerator
 from haystack.dataclasses import ChatMessage
 
 from haystack_fusion import AbstainingChatGenerator, UnknownRouter
+from haystack_fusion.llm_clients import backend_unusable
 from tests.scripted import ScriptedChatGenerator
 
 MESSAGES = [ChatMessage.from_user("What is the capital of France?")]
@@ -82,3 +86,59 @@ class TestAbstainingChatGenerator:
         pipeline = Pipeline()
         pipeline.add_component("llm", llm)
         assert Pipeline.loads(pipeline.dumps()) == pipeline
+
+
+def _refused_connection() -> Exception:
+    request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+    try:
+        raise ConnectionRefusedError(111, "Connection refused")
+    except ConnectionRefusedError as cause:
+        try:
+            raise openai.APIConnectionError(request=request) from cause
+        except openai.APIConnectionError as error:
+            return error
+
+
+@component
+class Raising:
+    """A generator whose every call raises `error`."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    @component.output_types(replies=list[ChatMessage])
+    def run(self, messages: list[ChatMessage]) -> dict:
+        raise self.error
+
+
+class TestUnusableBackends:
+    def test_a_refused_connection_or_key_is_raised_not_abstained_on(self):
+        request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+        refused_key = openai.AuthenticationError(
+            "Incorrect API key", response=httpx.Response(401, request=request), body=None
+        )
+        for error in (_refused_connection(), refused_key):
+            with pytest.raises(type(error)):
+                AbstainingChatGenerator(chat_generator=Raising(error)).run(messages=MESSAGES)
+
+    def test_a_timeout_or_an_error_status_is_one_call_s_failure(self):
+        request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+        server_error = openai.InternalServerError("boom", response=httpx.Response(500, request=request), body=None)
+        for error in (openai.APITimeoutError(request=request), server_error, ValueError("malformed")):
+            result = AbstainingChatGenerator(chat_generator=Raising(error)).run(messages=MESSAGES)
+            assert result["replies"] == []
+            assert result["meta"]["failures"][0]["error"].startswith(type(error).__name__)
+
+    @pytest.mark.parametrize(
+        ("error", "unusable"),
+        [
+            (_refused_connection(), True),
+            (ConnectionRefusedError(111, "Connection refused"), True),  # the ollama client's
+            (openai.APITimeoutError(request=httpx.Request("POST", "http://x")), False),
+            (RuntimeError("the chat generator returned no reply"), False),
+            (TimeoutError(), False),
+        ],
+        ids=["openai-refused", "ollama-refused", "openai-timeout", "no-reply", "timeout"],
+    )
+    def test_backend_unusable(self, error, unusable):
+        assert backend_unusable(error) is unusable
