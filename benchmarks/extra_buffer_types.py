@@ -6,7 +6,7 @@ and, in a build that has them, its AMX kernels (which crash on this model: `use_
 `haystack_fusion/backends/local.py` turns them off on such a build). For each setting and thread count, in a fresh
 process (so a crash is reported, not fatal), it prints:
 
-- prefill tokens/s: one ~1,000-token concatenation prompt (Figure 7, BM25 top-10 of the SQuAD 2.0 subset) evaluated
+- prefill tokens/s: one ~1,800-token concatenation prompt (Figure 7, BM25 top-10 of the SQuAD 2.0 subset) evaluated
   from scratch, 1 completion token, best of `--repeats`;
 - decode tokens/s: the same prompt with 64 forced completion tokens, minus the prefill, best of `--repeats`;
 - whether its 64-token greedy reply equals that of the first configuration.
