@@ -509,6 +509,34 @@ def cmd_pipelines(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """
+    `haystack-fusion serve`: serve strategies over HTTP (or MCP) with the backend the environment names; nothing
+    deploys at run time, CORS is pinned and `HAYSTACK_FUSION_API_KEY` is required when set (`serving.app`).
+    """
+    try:
+        from hayhooks.server.exceptions import PipelineModeError
+
+        from haystack_fusion.serving.app import serve
+        from haystack_fusion.serving.hayhooks import BackendSetupError, check_backend
+    except ImportError:
+        raise ImportError("`serve` needs the `serve` extra: pip install 'haystack-fusion[serve]'") from None
+    try:
+        check_backend(probe=False)
+        serve(
+            args.strategy,
+            host=args.host,
+            port=args.port,
+            pipelines_dir=args.pipelines_dir,
+            with_chainlit=args.with_chainlit,
+            mcp=args.mcp,
+        )
+    except (BackendSetupError, PipelineModeError) as error:
+        print(f"haystack-fusion: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `haystack-fusion` command."""
     parser = argparse.ArgumentParser(
@@ -774,6 +802,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", default="pipelines", help="output folder (default: ./pipelines, relative to the working directory)"
     )
     pipelines.set_defaults(func=cmd_pipelines)
+
+    serve = commands.add_parser(
+        "serve",
+        help="serve strategies over HTTP (run routes, OpenAI-compatible chat, optional chat UI) or MCP",
+        description="Serve strategies with Hayhooks on the backend the environment names (docs/serving.md). Nothing "
+        "deploys at run time; only the origins of $HAYSTACK_FUSION_CORS_ORIGINS may call it from web pages; with "
+        "$HAYSTACK_FUSION_API_KEY set, every route but GET /status needs `Authorization: Bearer <key>`.",
+    )
+    serve.add_argument(
+        "--strategy",
+        action="append",
+        choices=sorted(STRATEGIES),
+        metavar="NAME",
+        help="a strategy to serve, repeatable (default: all of them)",
+    )
+    serve.add_argument(
+        "--pipelines-dir", help="serve the wrapper folders and YAML pipelines of this folder instead of --strategy"
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="the address to bind (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="the port (default: 1416; 1417 with --mcp)")
+    serve.add_argument("--with-chainlit", action="store_true", help="mount Hayhooks' chat UI at /chat")
+    serve.add_argument("--mcp", action="store_true", help="serve the strategies as MCP tools (/mcp, /sse) instead")
+    serve.set_defaults(func=cmd_serve)
 
     demo = commands.add_parser(
         "demo",

@@ -11,6 +11,7 @@ ChatPromptBuilder, the ChatGenerator and AnswerBuilder.
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -123,6 +124,8 @@ class Strategy:
     :param prompts: Names of the `PROMPTS` its pipeline can render (an evaluation record's fingerprint hashes their
         texts, so a changed prompt never mixes with records made before the change).
     :param defaults: The values its builder uses for `StrategyConfig` fields left at None (fingerprinted too).
+    :param calls: LLM calls per question, in k (top-k passages) and K (SuRe's answer candidates), e.g. "1 or 1+k"
+        for a fallback that runs only when the first answer abstains.
     """
 
     name: str
@@ -133,6 +136,84 @@ class Strategy:
     build: Callable[[StrategyConfig], Pipeline] = field(repr=False)
     prompts: tuple[str, ...] = ()
     defaults: dict[str, Any] = field(default_factory=dict)
+    calls: str = "1"
+
+    @property
+    def description(self) -> str:
+        """
+        One line that tells this strategy from the others: what it does, its LLM calls and rounds, and its source
+        with each paper's authors and arXiv id (`cite`). The tool description of its served wrapper (MCP, OpenAPI).
+        """
+        rounds = "1 round" if self.rounds == "1" else f"{self.rounds} rounds"
+        legend = [
+            text
+            for symbol, text in (("k", "k = top-k passages"), ("K", "K = answer candidates"))
+            if symbol in self.calls
+        ]
+        calls = f"{self.calls} in {rounds}" + (f" ({', '.join(legend)})" if legend else "")
+        return (
+            f"Answer a question from the retrieved passages with {self.name}: {self.summary}. "
+            f"LLM calls per question: {calls}. Source: {cite(self.source)}."
+        )
+
+
+@dataclass(frozen=True)
+class Paper:
+    """
+    A paper a strategy implements.
+
+    :param title: Its title.
+    :param authors: The first author's surname and "et al.".
+    :param venue: Where and when it appeared.
+    :param arxiv: Its arXiv identifier.
+    """
+
+    title: str
+    authors: str
+    venue: str
+    arxiv: str
+
+    @property
+    def url(self) -> str:
+        """The paper's arXiv page."""
+        return f"https://arxiv.org/abs/{self.arxiv}"
+
+
+PAPERS: dict[str, Paper] = {
+    "000": Paper(
+        "Modeling Uncertainty and Using Post-fusion as Fallback Improves Retrieval Augmented Generation with LLMs",
+        "Liu et al.",
+        "KnowLLM 2024",
+        "2308.12574",
+    ),
+    "002": Paper(
+        "SuRe: Summarizing Retrievals using Answer Candidates for Open-domain QA of LLMs",
+        "Kim et al.",
+        "ICLR 2024",
+        "2404.13081",
+    ),
+    "004": Paper(
+        "Chain-of-Note: Enhancing Robustness in Retrieval-Augmented Language Models",
+        "Yu et al.",
+        "arXiv 2023",
+        "2311.09210",
+    ),
+}
+"""The papers by the number `Strategy.source` cites them with ("paper 000, section 3.3")."""
+
+
+def cite(source: str) -> str:
+    """
+    A `Strategy.source` with each "paper NNN" spelled out as authors and arXiv id.
+
+    >>> cite("paper 000, section 3.3")
+    'Liu et al. (arXiv:2308.12574), section 3.3'
+    """
+    return re.sub(
+        r"paper (\d{3})",
+        lambda match: f"{PAPERS[match[1]].authors} (arXiv:{PAPERS[match[1]].arxiv})",
+        source,
+    )
 
 
 Parts = tuple[dict[str, Any], list[tuple[str, str]]]
@@ -461,6 +542,7 @@ STRATEGIES: dict[str, Strategy] = {
             "voter",
             _post_fusion,
             prompts=("figure7",),
+            calls="k",
         ),
         Strategy(
             "pruning",
@@ -488,6 +570,7 @@ STRATEGIES: dict[str, Strategy] = {
             "joiner",
             _concat_pf,
             prompts=("figure7",),
+            calls="1 or 1+k",
         ),
         Strategy(
             "pf_concat",
@@ -497,6 +580,7 @@ STRATEGIES: dict[str, Strategy] = {
             "joiner",
             _pf_concat,
             prompts=("figure7", "distiller"),
+            calls="k+1",
         ),
         Strategy(
             "cascade",
@@ -511,6 +595,7 @@ STRATEGIES: dict[str, Strategy] = {
                 "min_vote_share": CASCADE_MIN_VOTE_SHARE,
                 "verifier_scoring": "probability",
             },
+            calls="1, 1+k or 1+k+2K+K(K-1)",
         ),
         Strategy(
             "base",
@@ -536,6 +621,7 @@ STRATEGIES: dict[str, Strategy] = {
                 "sure_validity",
                 "sure_ranking",
             ),
+            calls="1+2K+K(K-1)",
         ),
         Strategy(
             "sure_rank_only",
@@ -551,6 +637,7 @@ STRATEGIES: dict[str, Strategy] = {
                 "sure_few_shot_summary",
                 "sure_ranking",
             ),
+            calls="1+K+K(K-1)",
         ),
         Strategy(
             "sure_sum_all",
@@ -566,6 +653,7 @@ STRATEGIES: dict[str, Strategy] = {
                 "sure_few_shot_summary",
                 "sure_sum_all",
             ),
+            calls="1+K+1",
         ),
         Strategy(
             "mcq",
@@ -575,6 +663,7 @@ STRATEGIES: dict[str, Strategy] = {
             "answer_builder",
             _summarize_then_answer("candidates", "sure_mcq", "candidates"),
             prompts=("sure_candidates", "sure_few_shot_candidates", "sure_mcq"),
+            calls="2",
         ),
         Strategy(
             "generic_summary",
@@ -584,6 +673,7 @@ STRATEGIES: dict[str, Strategy] = {
             "answer_builder",
             _summarize_then_answer("generic", "sure_sum_and_pred", "summaries"),
             prompts=("sure_generic_summary", "sure_sum_and_pred"),
+            calls="2",
         ),
         Strategy(
             "chain_of_note",
@@ -602,6 +692,7 @@ STRATEGIES: dict[str, Strategy] = {
             "note_taker",
             _chain_of_note("per_document"),
             prompts=("con_document_note", "con_synthesis"),
+            calls="k+1",
         ),
     )
 }

@@ -1,10 +1,10 @@
 """
-A `hayhooks run` server in a child process on 127.0.0.1, serving some of the shipped wrappers: for the serving tests
-and `benchmarks/load.py`.
+`haystack-fusion serve` (the documented way to serve) in a child process on 127.0.0.1, serving some strategies: for
+the serving tests and `benchmarks/load.py`.
 
-It copies the named wrappers from `pipelines/` to a folder of its own, starts Hayhooks with the environment it is
-given (the backend's variables), waits until `GET /status` lists them, and stops the process (terminate, then kill
-after 10 s) when done. `rss_bytes` reads the process's resident memory from `/proc` (Linux).
+It starts the server with the environment it is given (the backend's variables, `HAYSTACK_FUSION_API_KEY`, ...),
+waits until `GET /status` answers (the app loads every strategy before it listens), and stops the process (terminate,
+then kill after 10 s) when done. `rss_bytes` reads the process's resident memory from `/proc` (Linux).
 
 ### Usage
 ```python
@@ -19,7 +19,6 @@ with HayhooksProcess(["concat_pf"], env=env, workdir=tmp_path) as hayhooks:
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -28,8 +27,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
-
-WRAPPERS = Path(__file__).resolve().parents[1] / "pipelines"
 
 
 def free_port() -> int:
@@ -41,15 +38,14 @@ def free_port() -> int:
 
 class HayhooksProcess:
     """
-    `hayhooks run` with the wrappers of `strategies`, in a child process.
+    `haystack-fusion serve` with `strategies`, in a child process.
 
-    :param strategies: Wrapper folders of `pipelines/` to deploy.
+    :param strategies: The strategies to serve (`--strategy`).
     :param env: Variables added to the current environment (`HAYSTACK_DESERIALIZATION_ALLOWLIST` and
         `HAYSTACK_TELEMETRY_ENABLED` are set for you).
-    :param workdir: A folder for the wrappers' copy and the server's log (`server.log`).
-    :param startup_seconds: How long to wait for the wrappers to deploy.
-    :param expect_deployed: Wait until `GET /status` lists every wrapper (False: until Hayhooks logs that its startup
-        deploy is complete, for wrappers expected to refuse).
+    :param workdir: The server's working folder, where its log goes (`server.log`).
+    :param startup_seconds: How long to wait for the server to answer.
+    :param args: More arguments of `haystack-fusion serve` (`--with-chainlit`, `--mcp`).
     """
 
     def __init__(
@@ -59,7 +55,7 @@ class HayhooksProcess:
         env: Mapping[str, str],
         workdir: Path,
         startup_seconds: float = 240.0,
-        expect_deployed: bool = True,
+        args: tuple[str, ...] = (),
     ) -> None:
         self.strategies = strategies
         self.env = {
@@ -70,7 +66,7 @@ class HayhooksProcess:
         }
         self.workdir = Path(workdir)
         self.startup_seconds = startup_seconds
-        self.expect_deployed = expect_deployed
+        self.args = args
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = self.workdir / "server.log"
@@ -88,38 +84,34 @@ class HayhooksProcess:
                 return int(line.split()[1]) * 1024
         raise RuntimeError("no VmRSS line")
 
-    def _deployed(self) -> bool:
+    def _up(self) -> bool:
         try:
-            names = set(httpx.get(f"{self.url}/status", timeout=2).json()["pipelines"])
-        except (httpx.HTTPError, ValueError, KeyError):
+            return httpx.get(f"{self.url}/status", timeout=2).status_code == 200
+        except httpx.HTTPError:
             return False
-        return set(self.strategies) <= names
 
     def start(self) -> HayhooksProcess:
         """
-        Start the server and wait for the wrappers (or, without `expect_deployed`, for Hayhooks' startup to end).
+        Start the server and wait until it answers.
 
         :raises RuntimeError: With the log's tail, if the process exits or `startup_seconds` pass first.
         """
-        pipelines = self.workdir / "pipelines"
-        for strategy in self.strategies:
-            shutil.copytree(WRAPPERS / strategy, pipelines / strategy, dirs_exist_ok=True)
-        hayhooks = Path(sys.executable).with_name("hayhooks")
-        command = [str(hayhooks), "run", "--host", "127.0.0.1", "--port", str(self.port)]
-        command += ["--pipelines-dir", str(pipelines)]
+        command = [str(Path(sys.executable).with_name("haystack-fusion")), "serve", "--port", str(self.port)]
+        command += [argument for strategy in self.strategies for argument in ("--strategy", strategy)]
+        command += list(self.args)
         with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(command, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                command, env=self.env, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT
+            )
         deadline = time.monotonic() + self.startup_seconds
         while time.monotonic() < deadline:
-            if self.expect_deployed and self._deployed():
-                return self
-            if not self.expect_deployed and "Startup deploy complete" in self.log():
+            if self._up():
                 return self
             if self.process.poll() is not None:
-                raise RuntimeError(f"hayhooks exited: {self.log()[-3000:]}")
+                raise RuntimeError(f"haystack-fusion serve exited: {self.log()[-3000:]}")
             time.sleep(0.5)
         self.stop()
-        raise RuntimeError(f"hayhooks was not ready after {self.startup_seconds} s: {self.log()[-3000:]}")
+        raise RuntimeError(f"haystack-fusion serve was not up after {self.startup_seconds} s: {self.log()[-3000:]}")
 
     def stop(self) -> None:
         """Terminate the server (kill it after 10 s); safe to call more than once."""

@@ -662,6 +662,27 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
 
     strategy: ClassVar[str]
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """
+        Give a subclass that sets `strategy` a `run_api_async` whose docstring's first line is the strategy's
+        `Strategy.description`: Hayhooks makes that line the MCP tool's and the `/{name}/run` route's description,
+        so an agent can tell the strategies apart.
+
+        :raises ValueError: If `strategy` names no registered strategy.
+        """
+        super().__init_subclass__(**kwargs)
+        strategy = cls.__dict__.get("strategy")
+        if strategy is None or "run_api_async" in cls.__dict__:
+            return
+        answer = StrategyPipelineWrapper.run_api_async
+
+        async def run_api_async(self: StrategyPipelineWrapper, query: str) -> dict:
+            return await answer(self, query)
+
+        _, _, details = (answer.__doc__ or "").strip().partition("\n")
+        run_api_async.__doc__ = f"{get_strategy(strategy).description}\n{details}"
+        cls.run_api_async = run_api_async  # type: ignore[method-assign]
+
     def setup(self) -> None:
         """
         Check the backend, build the strategy's pipeline on it and warm it up.

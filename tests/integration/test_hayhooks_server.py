@@ -1,9 +1,11 @@
-"""Hayhooks for real: a server on 127.0.0.1 with the shipped wrappers over the embedded model and a saved index."""
+"""
+`haystack-fusion serve` for real: Hayhooks on 127.0.0.1 with two strategies over the embedded model and a saved index;
+the run route, the OpenAI-compatible chat endpoint (plain and streamed) and a server that refuses to start.
+"""
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,14 +13,13 @@ from pathlib import Path
 import pytest
 
 from haystack_fusion.backends import save_store
+from tests.hayhooks_process import HayhooksProcess, free_port
 
-from .conftest import free_port, local_serving_env, stop, wait_until_ready
+from .conftest import local_serving_env
 
 httpx = pytest.importorskip("httpx", reason="the `serve` extra")
 pytest.importorskip("hayhooks", reason="the `serve` extra (pip install 'haystack-fusion[serve]')")
 openai = pytest.importorskip("openai")
-
-WRAPPERS = Path(__file__).resolve().parents[2] / "pipelines"
 
 
 @pytest.fixture(scope="module")
@@ -29,37 +30,12 @@ def question(questions) -> str:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, squad):
-    root = tmp_path_factory.mktemp("hayhooks")
-    for strategy in ("concat_pf", "concatenation"):
-        shutil.copytree(WRAPPERS / strategy, root / "pipelines" / strategy)
+    """`haystack-fusion serve --strategy concat_pf --strategy concatenation` on the embedded model."""
+    root = tmp_path_factory.mktemp("serve")
     index = root / "index.json"
     save_store(squad[0], index)
-    port = free_port()
-    env = local_serving_env(index)
-    hayhooks = Path(sys.executable).with_name("hayhooks")
-    command = [
-        str(hayhooks),
-        "run",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--pipelines-dir",
-        str(root / "pipelines"),
-    ]
-    log = (root / "server.log").open("w")
-    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-
-    def deployed() -> bool:
-        return {"concat_pf", "concatenation"} <= set(httpx.get(f"{url}/status", timeout=2).json()["pipelines"])
-
-    try:
-        wait_until_ready(deployed, process, root / "server.log", what="hayhooks")
-        yield url
-    finally:
-        stop(process)
-        log.close()
+    with HayhooksProcess(["concat_pf", "concatenation"], env=local_serving_env(index), workdir=root) as process:
+        yield process.url
 
 
 def test_run_endpoint_answers_with_sources(server, question):
@@ -109,30 +85,17 @@ def test_streamed_chat_has_status_tokens_sources_and_details(server, question):
     assert "".join(texts[:-1]).strip(), "an answer before the details"
 
 
-def test_without_a_configured_backend_nothing_deploys(tmp_path):
-    """`hayhooks run --pipelines-dir pipelines` with the old production recipe's variables: every wrapper refuses."""
-    port = free_port()
+def test_without_a_configured_backend_the_server_does_not_start(tmp_path):
+    """`haystack-fusion serve` with the variables of a half-done setup: exit 1, one line per missing variable."""
     env = {
         key: value
         for key, value in os.environ.items()
         if not key.startswith("HAYSTACK_FUSION_") and key not in ("OLLAMA_HOST",)
     }
-    env.update(
-        ELASTICSEARCH_URL="http://localhost:9200",
-        OPENAI_API_KEY="sk-test-not-a-real-key",
-        HAYSTACK_DESERIALIZATION_ALLOWLIST="haystack_fusion",
-    )
-    hayhooks = Path(sys.executable).with_name("hayhooks")
-    command = [str(hayhooks), "run", "--host", "127.0.0.1", "--port", str(port), "--pipelines-dir", str(WRAPPERS)]
-    log_path = tmp_path / "server.log"
-    log = log_path.open("w")
-    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_until_ready(lambda: "Startup deploy complete" in log_path.read_text(), process, log_path, what="hayhooks")
-        assert httpx.get(f"http://127.0.0.1:{port}/status", timeout=5).json()["pipelines"] == []
-        text = log_path.read_text()
-        assert "HAYSTACK_FUSION_LLM is not set" in text
-        assert "HAYSTACK_FUSION_DOCUMENT_STORE is not set" in text
-    finally:
-        stop(process)
-        log.close()
+    env.update(ELASTICSEARCH_URL="http://localhost:9200", OPENAI_API_KEY="sk-test-not-a-real-key")
+    command = [str(Path(sys.executable).with_name("haystack-fusion")), "serve", "--port", str(free_port())]
+    result = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "HAYSTACK_FUSION_LLM is not set" in result.stderr
+    assert "HAYSTACK_FUSION_DOCUMENT_STORE is not set" in result.stderr
+    assert "Traceback" not in result.stderr
