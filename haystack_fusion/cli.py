@@ -515,14 +515,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     deploys at run time, CORS is pinned and `HAYSTACK_FUSION_API_KEY` is required when set (`serving.app`).
     """
     try:
-        from hayhooks.server.exceptions import PipelineModeError
+        from hayhooks.server.exceptions import PipelineModeError, PipelineModuleLoadError
 
         from haystack_fusion.serving.app import serve
-        from haystack_fusion.serving.hayhooks import BackendSetupError, check_backend
+        from haystack_fusion.serving.hayhooks import BackendSetupError
     except ImportError:
         raise ImportError("`serve` needs the `serve` extra: pip install 'haystack-fusion[serve]'") from None
     try:
-        check_backend(probe=False)
         serve(
             args.strategy,
             host=args.host,
@@ -531,7 +530,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             with_chainlit=args.with_chainlit,
             mcp=args.mcp,
         )
-    except (BackendSetupError, PipelineModeError) as error:
+    except (BackendSetupError, PipelineModeError, PipelineModuleLoadError) as error:
         print(f"haystack-fusion: {error}", file=sys.stderr)
         return 1
     return 0

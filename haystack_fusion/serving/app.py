@@ -50,6 +50,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 
 from haystack import logging
 
+from haystack_fusion.serving.hayhooks import check_backend
 from haystack_fusion.serving.yaml import wrapper_source
 from haystack_fusion.settings import API_KEY_VARIABLE, AccessSettings
 from haystack_fusion.strategies import STRATEGIES, get_strategy
@@ -247,8 +248,8 @@ def create_app(
     :returns: The FastAPI app; run it with uvicorn (one worker: the embedded model is loaded per process).
     :raises ValueError: If a strategy is not registered, both `strategies` and `pipelines_dir` are given, or the
         environment's access settings are invalid (naming the variable).
-    :raises hayhooks.server.exceptions.PipelineModeError: If a wrapper fails to load or set up (its message says why,
-        e.g. the backend variable that is missing).
+    :raises hayhooks.server.exceptions.PipelineModuleLoadError: If a pipeline fails to load or set up (its message says
+        why, e.g. the backend variable that is missing, or a folder without `pipeline_wrapper.py`).
 
     ### Usage example
     ```python
@@ -295,7 +296,7 @@ def create_mcp_app(
     :param access: As `create_app` (CORS does not apply: MCP clients are not web pages).
     :returns: The Starlette app; run it with uvicorn.
     :raises ValueError: As `create_app`.
-    :raises hayhooks.server.exceptions.PipelineModeError: As `create_app`.
+    :raises hayhooks.server.exceptions.PipelineModuleLoadError: As `create_app`.
     """
     from hayhooks.server.utils.mcp_utils import create_mcp_server, create_starlette_app
 
@@ -338,10 +339,13 @@ def serve(
     :param with_chainlit: As `create_app` (not with `mcp`).
     :param mcp: Serve the MCP app instead of the HTTP one.
     :raises ValueError: As `create_app`, or for `with_chainlit` with `mcp`.
+    :raises BackendSetupError: If the environment configures no backend (before anything loads), listing what is
+        missing.
     """
     if mcp and with_chainlit:
         raise ValueError("The chat UI is part of the HTTP app, not of the MCP one")
     access = AccessSettings.from_env()
+    check_backend(probe=False)
     port = port or (DEFAULT_MCP_PORT if mcp else DEFAULT_PORT)
     if access.api_key is None and not _is_loopback(host):
         logger.warning(

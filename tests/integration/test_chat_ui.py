@@ -1,6 +1,7 @@
 """
-Hayhooks' embedded Chainlit chat UI in a real browser: `hayhooks run --with-chainlit` on 127.0.0.1 serves the `cascade`
-wrapper over the embedded model, and headless Chromium (Debian's, driven by Playwright) asks one question.
+Hayhooks' embedded Chainlit chat UI in a real browser: `haystack-fusion serve --with-chainlit` on 127.0.0.1 serves
+`cascade` over the embedded model behind an API key, and headless Chromium (Debian's, driven by Playwright) gives the
+key when asked and asks one question.
 
 The browser reaches nothing but 127.0.0.1: Chromium's background services are switched off by flags, its resolver
 maps every other host to nothing, and the page's requests elsewhere are aborted and listed. Chainlit's page asks for
@@ -15,16 +16,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from haystack_fusion.backends import save_store
+from tests.hayhooks_process import HayhooksProcess
 
-from .conftest import free_port, local_serving_env, stop, wait_until_ready
+from .conftest import local_serving_env
 
 httpx = pytest.importorskip("httpx", reason="the `serve` extra")
 pytest.importorskip("hayhooks", reason="the `serve` extra (pip install 'haystack-fusion[serve]')")
@@ -32,7 +31,7 @@ if importlib.util.find_spec("chainlit") is None:  # not imported here: importing
     pytest.skip("Chainlit: make install-chat-ui (pip install -c constraints/chainlit.txt ...)", allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright's Python driver (the `dev` extra)")
 
-WRAPPERS = Path(__file__).resolve().parents[2] / "pipelines"
+KEY = "hf-chat-ui-key-2b9d"
 CHROMIUM = os.environ.get("HAYSTACK_FUSION_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 ANSWER_SECONDS = 600  # a cascade question on the embedded model: 30-120 s here, more when every round runs
 
@@ -59,37 +58,30 @@ LOCAL_PREFIXES = ("http://127.0.0.1", "ws://127.0.0.1", "data:", "blob:")
 
 @pytest.fixture(scope="module")
 def chat_ui(tmp_path_factory, squad):
-    """Hayhooks with the Chainlit UI at /chat and only the cascade wrapper (auto-selected as the chat's model)."""
+    """
+    `haystack-fusion serve --with-chainlit --strategy cascade` with an API key: the UI at /chat, cascade auto-selected
+    as the chat's model.
+    """
     if CHROMIUM is None:
         pytest.skip("no Chromium: apt-get install chromium (make install-chat-ui), or set HAYSTACK_FUSION_CHROMIUM")
     root = tmp_path_factory.mktemp("chat_ui")
-    shutil.copytree(WRAPPERS / "cascade", root / "pipelines" / "cascade")
     index = root / "index.json"
     save_store(squad[0], index)
-    port = free_port()
     env = {
         **local_serving_env(index),
+        "HAYSTACK_FUSION_API_KEY": KEY,
         "HAYHOOKS_CHAINLIT_DEFAULT_MODEL": "cascade",
         "HAYHOOKS_CHAINLIT_REQUEST_TIMEOUT": str(ANSWER_SECONDS + 60),  # Chainlit's own default (120 s) is too short
     }
-    hayhooks = Path(sys.executable).with_name("hayhooks")
-    command = [str(hayhooks), "run", "--host", "127.0.0.1", "--port", str(port)]
-    command += ["--pipelines-dir", str(root / "pipelines"), "--with-chainlit"]
-    log_path = root / "server.log"
-    log = log_path.open("w")
-    process = subprocess.Popen(command, env=env, cwd=root, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    with HayhooksProcess(["cascade"], env=env, workdir=root, args=("--with-chainlit",)) as process:
+        yield process.url
 
-    def ready() -> bool:
-        deployed = "cascade" in httpx.get(f"{url}/status", timeout=2).json()["pipelines"]
-        return deployed and httpx.get(f"{url}/chat/", timeout=5).status_code == 200
 
-    try:
-        wait_until_ready(ready, process, log_path, what="hayhooks --with-chainlit")
-        yield url
-    finally:
-        stop(process)
-        log.close()
+def test_the_chat_ui_asks_for_the_key(chat_ui):
+    response = httpx.get(f"{chat_ui}/chat/", timeout=10)
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"].startswith("Basic ")
+    assert httpx.get(f"{chat_ui}/chat/", auth=("reader", KEY), timeout=10).status_code == 200
 
 
 def test_chat_ui_shows_status_answer_and_sources(chat_ui, tmp_path, questions):
@@ -106,7 +98,11 @@ def test_chat_ui_shows_status_answer_and_sources(chat_ui, tmp_path, questions):
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS)
         try:
-            page = browser.new_page(viewport={"width": 1100, "height": 1500})
+            # the key as the password of the browser's Basic authentication, as a person types it when asked
+            context = browser.new_context(
+                viewport={"width": 1100, "height": 1500}, http_credentials={"username": "reader", "password": KEY}
+            )
+            page = context.new_page()
             page.route("**/*", local_only)
             page.goto(f"{chat_ui}/chat/", wait_until="domcontentloaded")
             page.get_by_text("Connected to").wait_for(timeout=60_000)

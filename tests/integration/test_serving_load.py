@@ -1,9 +1,10 @@
 """
-The chat endpoint under load and abuse, for real: Hayhooks serving `concat_pf` on the OpenAI backend against the
-project's test server (`tests/openai_server.py`, 200 ms per call), driven by the `openai` client and httpx.
+The chat endpoint under load and abuse, for real: `haystack-fusion serve` with `concat_pf` on the OpenAI backend
+against the project's test server (`tests/openai_server.py`, 200 ms per call), driven by the `openai` client and httpx.
 
 - Load: 100 requests from 50 concurrent clients with a tight admission limit; each is answered or refused with 503
   and `Retry-After`, none hangs, and the LLM server never sees more calls at once than the limit.
+- Load behind a key: 10% of the requests without it are refused with 401, the others answered, memory flat.
 - Limits: a too long question, no user message, a body that is not JSON and a wrong model name get a 4xx.
 - Backends that cannot be reached: 503 with one line naming the URL and variable, no traceback, no secret.
 
@@ -129,6 +130,72 @@ class TestLoad:
         assert llm_server.stats.max_in_flight <= 8
         assert llm_server.stats.requests == len(outcomes["answered"])  # one call each; a refusal costs none
         assert "Traceback" not in hayhooks.log()
+
+
+KEY = "hf-load-key-91ad"
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory, index, llm_server):
+    env = {**openai_env(index, llm_server.base_url), "HAYSTACK_FUSION_API_KEY": KEY}
+    with HayhooksProcess(["concat_pf"], env=env, workdir=tmp_path_factory.mktemp("keyed")) as process:
+        yield process
+
+
+async def _keyed_load(url: str, requests: int, clients: int) -> dict[str, list]:
+    """`requests` chat completions from `clients` workers; every tenth without the key (none, or a wrong one)."""
+    keyed = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0, timeout=60)
+    wrong = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="not-the-key", max_retries=0, timeout=60)
+    outcomes: dict[str, list] = {"answered": [], "unauthorized": [], "other": []}
+    remaining = iter(range(requests))
+
+    async def worker() -> None:
+        for number in remaining:
+            unauthenticated = number % 10 == 9
+            try:
+                if unauthenticated and number % 20 == 9:  # no Authorization header at all
+                    body = {"model": "concat_pf", "messages": [{"role": "user", "content": QUESTION}]}
+                    async with httpx.AsyncClient(timeout=60) as client:
+                        response = await client.post(f"{url}/v1/chat/completions", json=body)
+                    kind = "unauthorized" if response.status_code == 401 else "other"
+                    outcomes[kind].append((number, response.status_code))
+                    continue
+                client = wrong if unauthenticated else keyed
+                completion = await client.chat.completions.create(
+                    model="concat_pf", messages=[{"role": "user", "content": QUESTION}]
+                )
+                outcomes["other" if unauthenticated else "answered"].append((number, completion))
+            except openai.AuthenticationError:
+                outcomes["unauthorized" if unauthenticated else "other"].append((number, 401))
+            except Exception as error:
+                outcomes["other"].append((number, repr(error)))
+
+    try:
+        await asyncio.gather(*(worker() for _ in range(clients)))
+    finally:
+        await keyed.close()
+        await wrong.close()
+    return outcomes
+
+
+class TestKeyedLoad:
+    def test_unauthenticated_requests_are_refused_and_the_others_answered(self, keyed, llm_server):
+        """200 requests from 20 clients, 10% without the key; then 200 more: the server's memory stays flat."""
+        asyncio.run(_keyed_load(keyed.url, requests=200, clients=20))  # warm-up
+        rss_before = keyed.rss_bytes()
+        llm_server.reset()
+        outcomes = asyncio.run(_keyed_load(keyed.url, requests=200, clients=20))
+        rss_after = keyed.rss_bytes()
+        print(
+            f"answered {len(outcomes['answered'])}, 401 {len(outcomes['unauthorized'])}, other {outcomes['other']}; "
+            f"RSS {rss_before / 2**20:.1f} -> {rss_after / 2**20:.1f} MiB"
+        )
+        assert outcomes["other"] == []
+        assert sorted(number for number, _ in outcomes["unauthorized"]) == list(range(9, 200, 10))
+        assert len(outcomes["answered"]) == 180
+        assert llm_server.stats.requests == 180  # a refused request costs no LLM call
+        assert rss_after - rss_before < 32 * 2**20
+        assert "Traceback" not in keyed.log()
 
 
 class TestLimits:
