@@ -1,5 +1,5 @@
 """
-Load on the chat endpoint (issue 15, item 3): Hayhooks serving `concat_pf`, many concurrent clients through the real
+Load on the chat endpoint: `haystack-fusion serve` with `concat_pf`, many concurrent clients through the real
 `openai` client, every request answered or refused with 503, latency percentiles and the server's memory.
 
 Two modes:
@@ -18,11 +18,13 @@ Two modes:
 
 The admission limit comes from `--max-in-flight`, `--max-waiting` and `--queue-timeout` (unset: the wrappers'
 defaults, `haystack_fusion.serving.limits`). The clients do not retry (`max_retries=0`) and give up after
-`--client-timeout` seconds, which would count as a hang.
+`--client-timeout` seconds, which would count as a hang. With `--unauthenticated-every n`, the server requires
+`HAYSTACK_FUSION_API_KEY` and every n-th request carries a wrong key: each of those should be a 401.
 
     .venv/bin/python benchmarks/load.py --requests 1000 --clients 50 --latency 0.2
     .venv/bin/python benchmarks/load.py --requests 1000 --clients 50 --latency 0.2 --max-in-flight 8 --max-waiting 16
     .venv/bin/python benchmarks/load.py --embedded --clients 6 --queue-timeout 30
+    .venv/bin/python benchmarks/load.py --requests 1000 --clients 50 --latency 0.2 --unauthenticated-every 10
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ DOCUMENTS = [
     Document(content="Berlin is the capital of Germany.", meta={"title": "Berlin"}),
 ]
 QUESTION = "What is the capital of France?"
+API_KEY = "load-benchmark-key"
 
 
 @dataclass
@@ -68,12 +71,13 @@ class Outcomes:
     answered: list[float] = field(default_factory=list)
     refused: list[float] = field(default_factory=list)
     refused_status: dict[int, int] = field(default_factory=dict)
+    unauthorized: list[float] = field(default_factory=list)
     other: list[str] = field(default_factory=list)
     per_request: list[tuple[int, str, float]] = field(default_factory=list)
 
     @property
     def done(self) -> int:
-        return len(self.answered) + len(self.refused) + len(self.other)
+        return len(self.answered) + len(self.refused) + len(self.unauthorized) + len(self.other)
 
 
 class RssSampler:
@@ -131,22 +135,32 @@ async def drive(
     clients: int,
     timeout: float,
     on_done=None,
+    *,
+    api_key: str = "unused",
+    unauthenticated_every: int = 0,
 ) -> Outcomes:
-    """Send one chat completion per question from `clients` workers; each sends its next when the last returns."""
-    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=timeout)
+    """
+    Send one chat completion per question from `clients` workers; each sends its next when the last returns. With
+    `unauthenticated_every` = n > 0, every n-th request is sent with a wrong key (its 401 counts as `unauthorized`).
+    """
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=api_key, max_retries=0, timeout=timeout)
+    stranger = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="not-the-key", max_retries=0, timeout=timeout)
     outcomes = Outcomes()
     pending = iter(enumerate(questions))
 
     async def worker() -> None:
         for index, question in pending:
             start = time.monotonic()
+            sender = stranger if unauthenticated_every and index % unauthenticated_every == 0 else client
             try:
-                await client.chat.completions.create(model=model, messages=[{"role": "user", "content": question}])
+                await sender.chat.completions.create(model=model, messages=[{"role": "user", "content": question}])
                 outcomes.answered.append(time.monotonic() - start)
                 outcomes.per_request.append((index, "200", time.monotonic() - start))
             except openai.APIStatusError as error:
                 seconds = time.monotonic() - start
-                if error.status_code in (429, 503):
+                if error.status_code == 401 and sender is stranger:
+                    outcomes.unauthorized.append(seconds)
+                elif error.status_code in (429, 503):
                     outcomes.refused.append(seconds)
                     outcomes.refused_status[error.status_code] = outcomes.refused_status.get(error.status_code, 0) + 1
                 else:
@@ -162,6 +176,7 @@ async def drive(
         await asyncio.gather(*(worker() for _ in range(clients)))
     finally:
         await client.close()
+        await stranger.close()
     return outcomes
 
 
@@ -198,9 +213,14 @@ def run_openai(args: argparse.Namespace, workdir: Path) -> None:
             "HAYSTACK_FUSION_STORE": str(index),
             **limit_env(args),
         }
+        key = {"api_key": API_KEY, "unauthenticated_every": args.unauthenticated_every}
+        if args.unauthenticated_every:
+            env["HAYSTACK_FUSION_API_KEY"] = API_KEY
         with HayhooksProcess(["concat_pf"], env=env, workdir=workdir) as hayhooks:
             rss_start = hayhooks.rss_bytes()
-            warmup = asyncio.run(drive(hayhooks.url, "concat_pf", [QUESTION] * args.warmup, 10, args.client_timeout))
+            warmup = asyncio.run(
+                drive(hayhooks.url, "concat_pf", [QUESTION] * args.warmup, 10, args.client_timeout, **key)
+            )
             rss_warm = hayhooks.rss_bytes()
             llm.reset()
             with RssSampler(hayhooks) as sampler:
@@ -219,6 +239,7 @@ def run_openai(args: argparse.Namespace, workdir: Path) -> None:
                         args.clients,
                         args.client_timeout,
                         on_done,
+                        **key,
                     )
                 )
                 wall = time.monotonic() - start
@@ -227,7 +248,7 @@ def run_openai(args: argparse.Namespace, workdir: Path) -> None:
             stats = llm.stats
             log = hayhooks.log()
 
-    print(f"concat_pf on Hayhooks, OpenAI backend = tests/openai_server.py at {args.latency * 1000:.0f} ms per call")
+    print(f"concat_pf on haystack-fusion serve, OpenAI backend = tests/openai_server.py at {args.latency * 1000:.0f} ms per call")
     limits = limit_env(args) or {"(defaults)": "HAYSTACK_FUSION_MAX_IN_FLIGHT 32, MAX_WAITING 64, QUEUE_TIMEOUT 30"}
     print("limits   ", ", ".join(f"{key}={value}" for key, value in limits.items()))
     print(f"warm-up   {args.warmup} requests ({len(warmup.answered)} answered) before measuring")
@@ -235,6 +256,8 @@ def run_openai(args: argparse.Namespace, workdir: Path) -> None:
     print(f"answered  {len(outcomes.answered)}")
     refused = ", ".join(f"HTTP {status}: {count}" for status, count in sorted(outcomes.refused_status.items()))
     print(f"refused   {len(outcomes.refused)}" + (f" ({refused})" if refused else ""))
+    if args.unauthenticated_every:
+        print(f"401       {len(outcomes.unauthorized)} (every {args.unauthenticated_every}th request, a wrong key)")
     print(f"other     {len(outcomes.other)}" + (f" {sorted(set(outcomes.other))}" if outcomes.other else ""))
     print_latency("answered", outcomes.answered)
     print_latency("refused", outcomes.refused)
@@ -294,6 +317,12 @@ def main() -> None:
     parser.add_argument("--max-in-flight", type=int, default=None)
     parser.add_argument("--max-waiting", type=int, default=None)
     parser.add_argument("--queue-timeout", type=float, default=None)
+    parser.add_argument(
+        "--unauthenticated-every",
+        type=int,
+        default=0,
+        help="set HAYSTACK_FUSION_API_KEY on the server and send every n-th request with a wrong key (0: no key)",
+    )
     args = parser.parse_args()
     if args.clients is None:
         args.clients = 6 if args.embedded else 50
