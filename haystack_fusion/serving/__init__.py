@@ -1,6 +1,9 @@
 """
 Serving the strategies with Hayhooks.
 
+- `haystack_fusion.serving.app`: the served app (`haystack-fusion serve`): Hayhooks' app with the strategy set fixed
+  at startup (no deploy routes or tools), CORS pinned and `HAYSTACK_FUSION_API_KEY` on every route but `/status`
+  (the `serve` extra).
 - `haystack_fusion.serving.yaml`: generates `pipelines/` (a wrapper folder per strategy, the production YAML in
   `pipelines/yaml/`) from the strategy registry; needs no extra.
 - `haystack_fusion.serving.hayhooks`: `StrategyPipelineWrapper`, the wrappers' base class: backend checks at setup,
@@ -9,5 +12,5 @@ Serving the strategies with Hayhooks.
 - `haystack_fusion.serving.limits`: what a served wrapper admits (the question's length, a process-wide admission
   limit with a bounded queue; overload is refused with HTTP 503); needs no extra.
 
-Neither is imported here, so importing the package needs no extra.
+None is imported here, so importing the package needs no extra.
 """

@@ -9,6 +9,7 @@ per strategy). This base class:
   extra or variable, rather than fall back to another backend: `HAYSTACK_FUSION_LLM` and
   `HAYSTACK_FUSION_DOCUMENT_STORE` must be set, and each backend's own variables with them;
 - builds the strategy's pipeline on that backend (`BackendConfig.from_env`);
+- describes itself by its strategy (`Strategy.description`): the MCP tool's and the run route's description;
 - answers `POST /{name}/run` with the answer, its sources, evidence and usage (`run_api`, `run_api_async`);
 - answers `POST /v1/chat/completions` (model = the wrapper's name, `run_chat_completion_async`). Streaming clients get,
   in order: status events as each round starts and ends, the answer (token by token where the final round is one
@@ -637,9 +638,9 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
     Base of the shipped Hayhooks wrappers: set `strategy` to a registered strategy name.
 
     `setup` checks the backend (`check_backend`: `HAYSTACK_FUSION_LLM`, `HAYSTACK_FUSION_DOCUMENT_STORE` and the
-    chosen backend's variables and extras) and raises `BackendSetupError` naming what is missing, so Hayhooks skips
-    the wrapper with that message instead of serving it on a backend nobody chose; then it builds the pipeline and
-    warms it up (the embedded model loads once per process). A configured server that does not answer yet
+    chosen backend's variables and extras) and raises `BackendSetupError` naming what is missing, so the server does
+    not start (`haystack-fusion serve`; Hayhooks' developer mode skips the wrapper) instead of serving it on a backend
+    nobody chose; then it builds the pipeline and warms it up (the embedded model loads once per process). A configured server that does not answer yet
     (Elasticsearch, Ollama) is logged as a warning and the wrapper deploys: its requests get HTTP 503 naming the URL
     until the server answers.
 

@@ -1,14 +1,15 @@
 """
 The `pipelines/` folder, generated from the registry: a Hayhooks wrapper per strategy and YAML per production backend.
 
-- `pipelines/<strategy>/pipeline_wrapper.py`, for every registered strategy: what `hayhooks run --pipelines-dir
-  pipelines` deploys. Each only names its strategy; `serving.hayhooks.StrategyPipelineWrapper` builds the pipeline
-  from the environment and refuses to deploy when the backend is not configured (it never picks one for you).
+- `pipelines/<strategy>/pipeline_wrapper.py`, for every registered strategy: the wrapper `haystack-fusion serve`
+  writes for each strategy it serves (`serving.app.write_wrappers`), and what Hayhooks' own `hayhooks run
+  --pipelines-dir pipelines` deploys. Each only names its strategy; `serving.hayhooks.StrategyPipelineWrapper` builds
+  the pipeline from the environment and refuses to set up when the backend is not configured (it never picks one).
 - `pipelines/yaml/<strategy>__<combination>.yml`: every strategy on every production combination (Elasticsearch BM25
   or hybrid retrieval x OpenAI or Ollama), `Pipeline.dumps()` plus the `inputs` / `outputs` sections Hayhooks reads
   to serve it at `/{name}/run`. They sit in a sub-folder because `hayhooks run` deploys every `*.yml` at the top of
-  its folder, and a YAML pipeline on a backend that is not there fails on every request: deploy the ones you can run
-  with `hayhooks pipeline deploy-yaml`. Secrets appear only as environment-variable references (`OPENAI_API_KEY`,
+  its folder, and a YAML pipeline on a backend that is not there fails on every request: copy the ones you can run
+  to a folder of their own and serve it (`haystack-fusion serve --pipelines-dir FOLDER`). Secrets appear only as environment-variable references (`OPENAI_API_KEY`,
   `ELASTIC_API_KEY`), and the YAML has no anchors or aliases, so each component reads on its own.
 
 `haystack-fusion pipelines --out DIR` writes the folder (default `./pipelines`, relative to the working directory);

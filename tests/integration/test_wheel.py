@@ -65,6 +65,7 @@ from pathlib import Path
 
 import haystack_fusion
 from haystack import Pipeline
+from haystack_fusion.serving.app import create_app, create_mcp_app
 from haystack_fusion.serving.hayhooks import StrategyPipelineWrapper
 
 out = Path(sys.argv[1])
