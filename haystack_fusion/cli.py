@@ -25,6 +25,7 @@ from haystack_fusion.backends import (
     failed_calls_message,
     index_documents,
     llama_cpp_runtime,
+    warn_missing_logprobs,
 )
 from haystack_fusion.backends import chat_generator as backend_chat_generator
 from haystack_fusion.backends import retriever as backend_retriever
@@ -97,12 +98,18 @@ def _backends(args: argparse.Namespace) -> BackendConfig:
     )
 
 
-def _pipeline(strategy: str, config: BackendConfig, max_concurrency: int | None, options: dict[str, Any]) -> Any:
+def _pipeline(
+    strategy: str,
+    config: BackendConfig,
+    max_concurrency: int | None,
+    options: dict[str, Any],
+    chat_generator: Any = None,
+) -> Any:
     check_document_store(config)
     return build_pipeline(
         strategy,
         retriever=backend_retriever(config),
-        chat_generator=backend_chat_generator(config),
+        chat_generator=backend_chat_generator(config) if chat_generator is None else chat_generator,
         max_concurrency=max_concurrency,
         **options,
     )
@@ -214,9 +221,11 @@ def _where(config: BackendConfig) -> str:
 def cmd_ask(args: argparse.Namespace) -> int:
     """`haystack-fusion ask QUESTION`: answer with one strategy and show its evidence, sources and cost."""
     config = _backends(args)
-    pipeline = _pipeline(args.strategy, config, args.max_concurrency, _strategy_options(args))
+    generator = backend_chat_generator(config)
+    pipeline = _pipeline(args.strategy, config, args.max_concurrency, _strategy_options(args), generator)
     run = run_strategy(args.strategy, pipeline, args.question, top_k=args.top_k)
     _require_a_call_answered(run, config)
+    warn_missing_logprobs(generator, run.answers)  # a warning on stderr, once
     if args.json:
         print(json.dumps(_run_json(args.question, run), indent=2, default=str))
     else:
@@ -399,13 +408,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         + (", closed-book filtered" if config.closed_book_filter else "")
     )
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    write_run_manifest(
-        args.out,
-        title=title,
-        dataset=str(args.dataset),
-        command=getattr(args, "argv", None),
-        runtime=llama_cpp_runtime() if backends.llm == "local" else None,
-    )
+    manifest: dict[str, Any] = {
+        "title": title,
+        "dataset": str(args.dataset),
+        "command": getattr(args, "argv", None),
+        "runtime": llama_cpp_runtime() if backends.llm == "local" else None,
+    }
+    write_run_manifest(args.out, **manifest)
+    from haystack_fusion.evaluation.records import read_run_manifest
     from haystack_fusion.evaluation.runner import BatchStoppedError
 
     try:
@@ -414,9 +424,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         message = failed_calls_message(error.failures, error.calls, backends)
         print(f"haystack-fusion: {message} ({error})", file=sys.stderr)
         return 1
+    finally:
+        if evaluator.notes:
+            write_run_manifest(args.out, **manifest, notes=evaluator.notes)
     failures = evaluator.failures()
     if records or not failures:  # every question failed: no report, the failures below say why
-        _write_report(records, args.out, title=title, dataset=dataset, args=args)
+        notes = read_run_manifest(args.out).get("notes") or []
+        _write_report(records, args.out, title=title, dataset=dataset, args=args, notes=notes)
     if args.export_notes:
         from haystack_fusion.evaluation.export import export_notes
 
@@ -439,8 +453,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_report(records: list[Any], out: str, *, title: str, dataset: Any, args: argparse.Namespace) -> None:
-    """The report of `eval` and `report`, with their `--baseline`, `--sas` and `--confidence-threshold`."""
+def _write_report(
+    records: list[Any], out: str, *, title: str, dataset: Any, args: argparse.Namespace, notes: list[str]
+) -> None:
+    """
+    The report of `eval` and `report`, with their `--baseline`, `--sas` and `--confidence-threshold`, and the run
+    folder's notes (`run.json`).
+    """
     from haystack_fusion.evaluation.report import write_report
 
     sas_scores = None
@@ -462,6 +481,7 @@ def _write_report(records: list[Any], out: str, *, title: str, dataset: Any, arg
         sas=sas_scores,
         thresholds=thresholds,
         exhaustive=_exhaustive_cascade(runs),
+        notes=notes,
     )
     print((Path(out) / "results.md").read_text(encoding="utf-8"))
 
@@ -490,7 +510,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise ValueError("--sas needs the dataset's gold answers: pass --dataset")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     title = args.title or manifest.get("title", "")
-    _write_report(records, args.out, title=title, dataset=dataset, args=args)
+    notes = [note for run in args.runs for note in read_run_manifest(run).get("notes") or []]
+    _write_report(records, args.out, title=title, dataset=dataset, args=args, notes=list(dict.fromkeys(notes)))
     return 0
 
 

@@ -707,11 +707,13 @@ def logprob_kwargs(chat_generator: Any, top_logprobs: int = 0) -> dict[str, Any]
 
     :param chat_generator: Any ChatGenerator.
     :param top_logprobs: Alternatives per token to return as well (0: none; OpenAI allows up to 20).
-    :returns: `{"logprobs": True}` (plus `"top_logprobs": n` when n > 0) for `supports_logprobs` generators, else {}.
+    :returns: `{"logprobs": True, "top_logprobs": n}` for `supports_logprobs` generators, else {}: `top_logprobs`
+        even at 0, because some OpenAI-compatible servers send log-probabilities only with it
+        (`backends.logprobs.OPENAI_LOGPROBS_KWARGS`).
     """
     if not supports_logprobs(chat_generator):
         return {}
-    return {"logprobs": True, **({"top_logprobs": top_logprobs} if top_logprobs > 0 else {})}
+    return {"logprobs": True, "top_logprobs": top_logprobs}
 
 
 MAX_STOP_SEQUENCES = 4

@@ -46,6 +46,7 @@ from haystack_fusion.backends.local import (
     openai_logprobs,
     packaged_model_path,
 )
+from haystack_fusion.backends.logprobs import OPENAI_LOGPROBS_KWARGS, missing_logprobs, warn_missing_logprobs
 from haystack_fusion.backends.stores import (
     check_document_store,
     index_documents,
@@ -62,6 +63,7 @@ __all__ = [
     "DEFAULT_MODELS",
     "DEFAULT_OPENAI_EMBEDDING_MODEL",
     "LOCAL_GENERATION_KWARGS",
+    "OPENAI_LOGPROBS_KWARGS",
     "REPLY_CACHE_SIZE",
     "BackendConfig",
     "BackendError",
@@ -85,11 +87,13 @@ __all__ = [
     "load_store",
     "local_chat_generator",
     "missing_index_message",
+    "missing_logprobs",
     "openai_logprobs",
     "packaged_model_path",
     "retriever",
     "safe_url",
     "save_store",
     "text_embedder",
+    "warn_missing_logprobs",
     "write_documents",
 ]

@@ -22,6 +22,7 @@ from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMe
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from haystack_fusion.backends.local import LOCAL_GENERATION_KWARGS, local_chat_generator
+from haystack_fusion.backends.logprobs import OPENAI_LOGPROBS_KWARGS
 from haystack_fusion.retrieval import DenseRetriever, HybridRetriever
 
 _MISSING_EXTRAS: dict[str, ImportError] = {}
@@ -306,7 +307,7 @@ def chat_generator(config: BackendConfig) -> Any:
         return OpenAIChatGenerator(
             model=config.model or DEFAULT_MODELS["openai"],
             api_base_url=config.api_base_url,
-            generation_kwargs={"temperature": 0.0, **budget, **({"logprobs": True} if config.logprobs else {})},
+            generation_kwargs={"temperature": 0.0, **budget, **(OPENAI_LOGPROBS_KWARGS if config.logprobs else {})},
             timeout=config.timeout,
             max_retries=config.max_retries,
         )

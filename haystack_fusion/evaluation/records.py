@@ -574,6 +574,7 @@ def write_run_manifest(
     dataset: str,
     command: list[str] | None = None,
     runtime: Mapping[str, str] | None = None,
+    notes: Sequence[str] = (),
 ) -> None:
     """
     Write the run folder's `run.json`, which `haystack-fusion report` reads for the title and the dataset.
@@ -586,13 +587,20 @@ def write_run_manifest(
         (`backends.local.llama_cpp_runtime`). `run.json` keeps a list, `runtimes`, of every distinct runtime that
         wrote to the folder, in order: a run resumed on another build holds records of each (greedy replies are
         exact within one llama.cpp build only), and the list says so.
+    :param notes: What the report should say beside the figures (`Evaluator.notes`); added to those already in
+        `run.json` under `notes`, each once.
     """
-    runtimes = list(read_run_manifest(folder).get("runtimes") or [])
+    previous = read_run_manifest(folder)
+    runtimes = list(previous.get("runtimes") or [])
     if runtime is not None and dict(runtime) not in runtimes:
         runtimes.append(dict(runtime))
+    kept = list(previous.get("notes") or [])
+    kept += [note for note in notes if note not in kept]
     manifest: dict[str, Any] = {"title": title, "dataset": dataset, "command": command}
     if runtimes:
         manifest["runtimes"] = runtimes
+    if kept:
+        manifest["notes"] = kept
     (Path(folder) / RUN_FILE).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
 
 

@@ -543,6 +543,7 @@ def write_report(
     sas: Mapping[tuple[str, int, str, str], float | None] | None = None,
     thresholds: Sequence[float] | None = None,
     exhaustive: bool = False,
+    notes: Sequence[str] = (),
 ) -> dict[str, Any]:
     """
     Write `summary.json`, `results.md` and the charts into `out`.
@@ -565,6 +566,8 @@ def write_report(
         to 0.95. The calibration sections go to `summary.json` under `calibration`.
     :param exhaustive: The cascade records were made with tau = s = 1 (`calibration.EXHAUSTIVE`): replay cascade
         at every (tau, s) too.
+    :param notes: What the run's figures do not show, one line each (`Evaluator.notes`, kept in the run folder's
+        `run.json`): `summary.json` lists them under `notes`, and `results.md` puts each under the title as "Note: ...".
     :returns: The summary that was written.
     :raises ValueError: If there are no records, or `baseline` names a strategy that has no records.
     """
@@ -592,10 +595,13 @@ def write_report(
         "bootstrap": bootstrap,
         "runs": summaries,
         "calibration": calibration,
+        "notes": list(notes),
     }
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
     several = len({s["setting"] for s in summaries}) > 1
     table = markdown_table(summaries, title=title, baseline=resolved, bootstrap=bootstrap)
+    heading = f"{title}\n\n" if title else ""
+    table = heading + "".join(f"Note: {note}\n\n" for note in notes) + table[len(heading) :]
     table = table[:-1] + _outcome_table(summaries, with_setting=several) + "\n"
     table += _sas_table(summaries, with_setting=several) + calibrated
     (out / TABLE_FILE).write_text(table, encoding="utf-8")

@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from haystack_fusion.answers import DEFAULT_OVERLAP_THRESHOLD
 from haystack_fusion.backends.errors import exception_chain
+from haystack_fusion.backends.logprobs import warn_missing_logprobs
 from haystack_fusion.evaluation.datasets import EvalDataset, EvalQuestion
 from haystack_fusion.evaluation.metrics import (
     QuestionScore,
@@ -294,6 +295,9 @@ class Evaluator:
         self._gold = {d.id: d for d in dataset.documents}
         self._dataset_text = DatasetText.of(dataset) if dataset_text is None else dataset_text
         self._lock = threading.Lock()
+        self.notes: list[str] = []
+        """What the report should say about the run beside its figures, e.g. that the LLM server sent no token
+        log-probabilities although they were asked for (`backends.logprobs.missing_logprobs`)."""
 
     def _pipeline(self, strategy: str, top_k: int, setting: PassageSetting, generator: ChatGenerator) -> Pipeline:
         retriever = EvalRetriever(self.retriever_factory(), setting=setting, corpus=self.dataset.documents, top_k=top_k)
@@ -339,7 +343,8 @@ class Evaluator:
         )
 
     def _answer(self, pipeline: Pipeline, strategy: str, top_k: int, setting: PassageSetting,
-                question: EvalQuestion, fingerprint: str) -> tuple[QuestionRecord, dict[str, Any]]:  # fmt: skip
+                question: EvalQuestion, fingerprint: str,
+                generator: ChatGenerator | None = None) -> tuple[QuestionRecord, dict[str, Any]]:  # fmt: skip
         gold = self._gold.get(question.gold_document_id) if question.gold_document_id else None
         run = run_strategy(
             strategy,
@@ -348,6 +353,10 @@ class Evaluator:
             top_k=top_k,
             retriever_inputs={"question_id": question.id, "answers": list(question.answers), "gold": gold},
         )
+        if generator is not None and (note := warn_missing_logprobs(generator, run.answers)) is not None:
+            with self._lock:
+                if note not in self.notes:
+                    self.notes.append(note)
         prediction = run.answer.data or ""
         structured, text = split_evidence({**run.evidence, "usage": run.usage})
         score = score_run(question, prediction, run.evidence, run.documents, run.usage, run.seconds)
@@ -426,19 +435,21 @@ class Evaluator:
 
         def answer(task: tuple[EvalQuestion, list[tuple[str, int]]]) -> list[QuestionRecord]:
             question, missing = task
-            pipelines: dict[tuple[str, int], Pipeline] = local.__dict__.setdefault("pipelines", {})
+            pipelines: dict[tuple[str, int], tuple[Pipeline, ChatGenerator]] = local.__dict__.setdefault(
+                "pipelines", {}
+            )
             answered = []
             for strategy, top_k in missing:
                 if stop.is_set():
                     break
                 if (strategy, top_k) not in pipelines:
-                    pipelines[(strategy, top_k)] = self._pipeline(strategy, top_k, setting, self.generator_factory())
+                    generator = self.generator_factory()
+                    pipelines[(strategy, top_k)] = (self._pipeline(strategy, top_k, setting, generator), generator)
+                pipeline, generator = pipelines[(strategy, top_k)]
                 fingerprint = fingerprints[(strategy, top_k)]
                 start = time.perf_counter()
                 try:
-                    record, text = self._answer(
-                        pipelines[(strategy, top_k)], strategy, top_k, setting, question, fingerprint
-                    )
+                    record, text = self._answer(pipeline, strategy, top_k, setting, question, fingerprint, generator)
                 except Exception as error:
                     if _configuration_error(error):
                         stop.set()

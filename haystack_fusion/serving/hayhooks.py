@@ -58,6 +58,7 @@ from haystack_fusion.backends import (
     every_call_failed_message,
     retriever,
     safe_url,
+    warn_missing_logprobs,
 )
 from haystack_fusion.llm_calls import limit_calls
 from haystack_fusion.prompts import validate_query
@@ -640,9 +641,9 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
     `setup` checks the backend (`check_backend`: `HAYSTACK_FUSION_LLM`, `HAYSTACK_FUSION_DOCUMENT_STORE` and the
     chosen backend's variables and extras) and raises `BackendSetupError` naming what is missing, so the server does
     not start (`haystack-fusion serve`; Hayhooks' developer mode skips the wrapper) instead of serving it on a backend
-    nobody chose; then it builds the pipeline and warms it up (the embedded model loads once per process). A configured server that does not answer yet
-    (Elasticsearch, Ollama) is logged as a warning and the wrapper deploys: its requests get HTTP 503 naming the URL
-    until the server answers.
+    nobody chose; then it builds the pipeline and warms it up (the embedded model loads once per process). A
+    configured server that does not answer yet (Elasticsearch, Ollama) is logged as a warning and the wrapper deploys:
+    its requests get HTTP 503 naming the URL until the server answers.
 
     Every request is checked before it runs (`ServingLimits.from_env`): a question longer than
     `HAYSTACK_FUSION_MAX_QUESTION_CHARS` or with no user message gets HTTP 400, and the process-wide admission limit
@@ -705,11 +706,12 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
                 )
             self.config = config
             self.admission: AdmissionLimit = admission_limit(self.limits)
+            self.generator = chat_generator(config)
             self.pipeline = build_pipeline(
                 self.strategy,
                 retriever=retriever(config),
                 # each call holds a slot of HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT, when set, as the fan-outs' calls do
-                chat_generator=limit_calls(chat_generator(config)),
+                chat_generator=limit_calls(self.generator),
                 **strategy_options(config),
             )
             self.pipeline.warm_up()
@@ -727,6 +729,7 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         message = every_call_failed_message(run.usage, run.evidence, self.config)
         if message is not None:
             raise _unavailable(message)
+        warn_missing_logprobs(self.generator, run.answers)  # logged once per process
         return run
 
     @contextlib.contextmanager

@@ -9,8 +9,9 @@ The `pipelines/` folder, generated from the registry: a Hayhooks wrapper per str
   or hybrid retrieval x OpenAI or Ollama), `Pipeline.dumps()` plus the `inputs` / `outputs` sections Hayhooks reads
   to serve it at `/{name}/run`. They sit in a sub-folder because `hayhooks run` deploys every `*.yml` at the top of
   its folder, and a YAML pipeline on a backend that is not there fails on every request: copy the ones you can run
-  to a folder of their own and serve it (`haystack-fusion serve --pipelines-dir FOLDER`). Secrets appear only as environment-variable references (`OPENAI_API_KEY`,
-  `ELASTIC_API_KEY`), and the YAML has no anchors or aliases, so each component reads on its own.
+  to a folder of their own and serve it (`haystack-fusion serve --pipelines-dir FOLDER`). Secrets appear only as
+  environment-variable references (`OPENAI_API_KEY`, `ELASTIC_API_KEY`), and the YAML has no anchors or aliases, so
+  each component reads on its own.
 
 `haystack-fusion pipelines --out DIR` writes the folder (default `./pipelines`, relative to the working directory);
 a test fails when the repository's `pipelines/` differs from what `render()` generates.
