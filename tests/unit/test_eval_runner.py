@@ -8,12 +8,14 @@ import pytest
 from haystack import Document
 from haystack.components.generators.chat import MockChatGenerator
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
-from haystack.dataclasses import ChatMessage
+from haystack.dataclasses import ChatMessage, GeneratedAnswer
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
+from haystack_fusion.backends import missing_logprobs
 from haystack_fusion.cli import main
 from haystack_fusion.evaluation.datasets import EvalDataset, EvalQuestion
 from haystack_fusion.evaluation.passages import EvalRetriever, PassageSetting, arrange_passages
+from haystack_fusion.evaluation.records import read_run_manifest, write_run_manifest
 from haystack_fusion.evaluation.report import (
     NOISE_CHART,
     SUMMARY_FILE,
@@ -145,9 +147,9 @@ class TestEvaluator:
         calls = []
         original = evaluator._answer
 
-        def counting(pipeline, strategy, top_k, setting, question, fingerprint):
+        def counting(pipeline, strategy, top_k, setting, question, fingerprint, generator):
             calls.append(question.id)
-            return original(pipeline, strategy, top_k, setting, question, fingerprint)
+            return original(pipeline, strategy, top_k, setting, question, fingerprint, generator)
 
         evaluator._answer = counting  # type: ignore[method-assign]
         records = evaluator.run()
@@ -293,3 +295,46 @@ class TestReport:
         assert main(["report", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "both")]) == 0
         assert "| post_fusion |" in (tmp_path / "both" / TABLE_FILE).read_text()
         assert main(["report", str(tmp_path / "missing"), "--out", str(tmp_path / "x")]) == 2
+
+
+def NoLogprobsServer() -> MockChatGenerator:  # noqa: N802 - stands for a class
+    """An OpenAI-compatible server asked for token log-probabilities that sends none (its replies: finish_reason)."""
+    generator = MockChatGenerator(response_fn=capital_from_prompt)
+    generator.generation_kwargs = {"logprobs": True, "top_logprobs": 0}  # type: ignore[attr-defined]
+    generator.api_base_url = "http://user:secret@127.0.0.1:8080/v1"  # type: ignore[attr-defined]
+    return generator
+
+
+class TestMissingLogprobs:
+    MESSAGE = (
+        "the OpenAI-compatible server at http://127.0.0.1:8080/v1 returned no token log-probabilities although the "
+        'requests asked for them ({"logprobs": true, "top_logprobs": 0}): answers carry no confidence, so a '
+        "confidence threshold (tau, --min-confidence) never routes a question"
+    )
+
+    def test_named_once_and_noted_in_the_report(self, tmp_path, caplog):
+        # without stop sequences: adding them copies the generator through to_dict / from_dict
+        evaluator = make_evaluator(tmp_path, strategies=["concatenation"], strategy_options={"stop_sequences": False})
+        evaluator.generator_factory = NoLogprobsServer
+        records = evaluator.run()
+        assert evaluator.notes == [self.MESSAGE]
+        assert caplog.text.count("returned no token log-probabilities") <= 1  # once per process: maybe earlier
+        assert "secret" not in self.MESSAGE
+        write_run_manifest(tmp_path, title="capitals", dataset="d.json", notes=evaluator.notes)
+        write_run_manifest(tmp_path, title="capitals", dataset="d.json", notes=evaluator.notes)
+        assert read_run_manifest(tmp_path)["notes"] == [self.MESSAGE]
+        summary = write_report(records, tmp_path, title="capitals", notes=evaluator.notes)
+        assert summary["notes"] == [self.MESSAGE]
+        assert (tmp_path / TABLE_FILE).read_text().startswith(f"capitals\n\nNote: {self.MESSAGE}\n\n| strategy")
+
+    def test_nothing_to_say_when_none_were_asked_for_or_they_came(self):
+        answer = GeneratedAnswer(data="Paris", query="q", documents=[], meta={"finish_reason": "stop"})
+        assert missing_logprobs(MockChatGenerator(), [answer]) is None
+        assert missing_logprobs(NoLogprobsServer(), []) is None
+        with_logprobs = GeneratedAnswer(
+            data="Paris", query="q", documents=[], meta={"finish_reason": "stop", "logprobs": {"content": []}}
+        )
+        assert missing_logprobs(NoLogprobsServer(), [with_logprobs]) is None
+        voted = GeneratedAnswer(data="Paris", query="q", documents=[], meta={"votes": 3})
+        assert missing_logprobs(NoLogprobsServer(), [voted]) is None
+        assert missing_logprobs(NoLogprobsServer(), [answer]) == TestMissingLogprobs.MESSAGE
