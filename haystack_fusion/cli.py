@@ -29,6 +29,7 @@ from haystack_fusion.backends import (
 )
 from haystack_fusion.backends import chat_generator as backend_chat_generator
 from haystack_fusion.backends import retriever as backend_retriever
+from haystack_fusion.backends.errors import QUEUED_TIMEOUT_ADVICE
 from haystack_fusion.corpus import (
     SQUAD_ENV_VAR,
     SkippedFile,
@@ -443,10 +444,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
         )
         print(f"Wrote {count} Chain-of-Note training examples to {args.export_notes}")
     if failures:
+        queued = any(QUEUED_TIMEOUT_ADVICE in (failure.error or "") for failure in failures)
+        again = (
+            "Run the same command again with --max-calls-in-flight 1 (and a --timeout that covers one call) to retry "
+            "them, and only them"
+            if queued
+            else "Run the same command again to retry them, and only them"
+        )
         print(
             f"haystack-fusion: {len(failures)} question records failed (left out of the report; each says what "
             f"failed in {Path(args.out) / 'results.jsonl'}), the first: {failures[0].strategy} top-{failures[0].top_k} "
-            f"{failures[0].question_id}: {failures[0].error}. Run the same command again to retry them, and only them",
+            f"{failures[0].question_id}: {failures[0].error}. {again}",
             file=sys.stderr,
         )
         return EXIT_FAILED_QUESTIONS

@@ -164,6 +164,38 @@ def every_call_failed_message(
     return None
 
 
+TIMEOUT_ERRORS = frozenset({"APITimeoutError", "TimeoutException", "ReadTimeout", "ConnectTimeout", "TimeoutError"})
+"""The exception class names of a recorded failed call (`{"error": "Name: ..."}`) that mean it timed out."""
+
+QUEUED_TIMEOUT_ADVICE = (
+    "a call that timed out while other calls of its round were under way may have spent its time waiting in the "
+    "server's queue (a server that answers one call at a time, like llama.cpp's or llama-cpp-python's with one slot): "
+    "set --max-calls-in-flight 1 ($HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT=1 when serving) so the calls go one at a time, "
+    "and a --timeout ($HAYSTACK_FUSION_TIMEOUT) that covers one call"
+)
+"""What helps when a multi-call strategy's calls time out on a server that queues them (docs/evaluation.md,
+"One-slot servers")."""
+
+
+def queued_timeout_advice(
+    failures: Iterable[Mapping[str, Any]], *, calls: int, rounds: int, max_calls_in_flight: int | None
+) -> str | None:
+    """
+    `QUEUED_TIMEOUT_ADVICE` when a failed call timed out and calls went out together: the run made more LLM calls
+    than rounds (so some round sent several at once) and nothing held them to one at a time.
+
+    :param failures: The run's failed calls (`evidence["failures"]`: `{"error": "ExceptionType: message", ...}`).
+    :param calls: The LLM calls the run made.
+    :param rounds: Its dependent rounds of calls.
+    :param max_calls_in_flight: The process-wide bound on calls under way (None: none).
+    :returns: The advice, or None when no call timed out or the calls went one at a time.
+    """
+    timed_out = any(str(f.get("error") or "").split(":", 1)[0].strip() in TIMEOUT_ERRORS for f in failures)
+    if not timed_out or calls <= rounds or max_calls_in_flight == 1:
+        return None
+    return QUEUED_TIMEOUT_ADVICE
+
+
 def failed_calls_message(failures: Iterable[dict[str, Any]], calls: int, config: BackendConfig) -> str:
     """
     The message for a question whose every LLM call failed (each an abstention, so the answer would be "unknown").

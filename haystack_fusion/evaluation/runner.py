@@ -24,7 +24,7 @@ from haystack.core.errors import PipelineRuntimeError
 from tqdm import tqdm
 
 from haystack_fusion.answers import DEFAULT_OVERLAP_THRESHOLD
-from haystack_fusion.backends.errors import exception_chain
+from haystack_fusion.backends.errors import exception_chain, queued_timeout_advice
 from haystack_fusion.backends.logprobs import warn_missing_logprobs
 from haystack_fusion.evaluation.datasets import EvalDataset, EvalQuestion
 from haystack_fusion.evaluation.metrics import (
@@ -55,7 +55,7 @@ from haystack_fusion.evaluation.records import (
     repair,
     split_evidence,
 )
-from haystack_fusion.llm_calls import check_max_concurrency, limit_calls, max_calls_in_flight
+from haystack_fusion.llm_calls import calls_in_flight_limit, check_max_concurrency, limit_calls, max_calls_in_flight
 from haystack_fusion.prompts import STOP_SEQUENCES_VERSION
 from haystack_fusion.strategies import StrategyConfig, build_pipeline, get_strategy, run_strategy
 from haystack_fusion.validation import ANSWER_CHECKS_VERSION
@@ -364,7 +364,18 @@ class Evaluator:
         error = None
         if failures:
             listed = "; ".join(_describe_failure(failure) for failure in failures[:3])
-            error = self._one_line(f"{len(failures)} of {run.usage.get('calls', 0)} LLM calls failed: {listed}")
+            calls = run.usage.get("calls", 0)
+            in_flight = self.config.max_calls_in_flight or calls_in_flight_limit()
+            advice = queued_timeout_advice(
+                failures,
+                calls=calls,
+                rounds=run.usage.get("rounds", 0),
+                max_calls_in_flight=1 if self.config.max_concurrency == 1 else in_flight,
+            )
+            error = self._one_line(
+                f"{len(failures)} of {calls} LLM calls failed: {listed}" + (f" ({advice})" if advice else ""),
+                limit=1000,
+            )
         record = QuestionRecord(
             strategy=strategy,
             top_k=top_k,

@@ -8,6 +8,7 @@ import pytest
 from haystack.core.errors import PipelineRuntimeError
 
 from haystack_fusion.backends import BackendConfig, BackendError, backend_error_message, failed_calls_message, safe_url
+from haystack_fusion.backends.errors import QUEUED_TIMEOUT_ADVICE, queued_timeout_advice
 
 KEY = "sk-unit-test-SECRET-9876"
 
@@ -103,3 +104,27 @@ class TestFailedCallsMessage:
             "every LLM call failed (2 of 2) on the ollama LLM: check $OLLAMA_HOST (http://127.0.0.1:9); the warnings "
             "above give each call's error"
         )
+
+
+TIMED_OUT = ({"component": "summarizer", "candidate": 1, "error": "APITimeoutError: Request timed out."},)
+
+
+class TestQueuedTimeoutAdvice:
+    def test_a_timeout_among_calls_sent_together_names_what_helps(self):
+        advice = queued_timeout_advice(TIMED_OUT, calls=8, rounds=3, max_calls_in_flight=None)
+        assert advice == QUEUED_TIMEOUT_ADVICE
+        assert "--max-calls-in-flight 1" in advice
+        assert "--timeout" in advice
+        assert queued_timeout_advice(TIMED_OUT, calls=8, rounds=3, max_calls_in_flight=4) == advice
+
+    @pytest.mark.parametrize(
+        ("failures", "calls", "rounds", "in_flight"),
+        [
+            (TIMED_OUT, 8, 3, 1),  # already one at a time
+            (TIMED_OUT, 3, 3, None),  # one call per round: nothing waited behind another
+            ([{"component": "summarizer", "error": "BadRequestError: ..."}], 8, 3, None),  # not a timeout
+            ([], 8, 3, None),
+        ],
+    )
+    def test_nothing_to_advise(self, failures, calls, rounds, in_flight):
+        assert queued_timeout_advice(failures, calls=calls, rounds=rounds, max_calls_in_flight=in_flight) is None
