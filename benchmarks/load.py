@@ -248,7 +248,10 @@ def run_openai(args: argparse.Namespace, workdir: Path) -> None:
             stats = llm.stats
             log = hayhooks.log()
 
-    print(f"concat_pf on haystack-fusion serve, OpenAI backend = tests/openai_server.py at {args.latency * 1000:.0f} ms per call")
+    print(
+        f"concat_pf on haystack-fusion serve, OpenAI backend = tests/openai_server.py at {args.latency * 1000:.0f} ms "
+        "per call"
+    )
     limits = limit_env(args) or {"(defaults)": "HAYSTACK_FUSION_MAX_IN_FLIGHT 32, MAX_WAITING 64, QUEUE_TIMEOUT 30"}
     print("limits   ", ", ".join(f"{key}={value}" for key, value in limits.items()))
     print(f"warm-up   {args.warmup} requests ({len(warmup.answered)} answered) before measuring")
