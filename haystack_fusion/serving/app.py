@@ -26,6 +26,7 @@ every origin: see docs/serving.md before using it anywhere but on your own machi
 from __future__ import annotations
 
 import hmac
+import importlib.util
 import ipaddress
 import sys
 import tempfile
@@ -248,6 +249,7 @@ def create_app(
     :returns: The FastAPI app; run it with uvicorn (one worker: the embedded model is loaded per process).
     :raises ValueError: If a strategy is not registered, both `strategies` and `pipelines_dir` are given, or the
         environment's access settings are invalid (naming the variable).
+    :raises ImportError: For `with_chainlit` without Chainlit installed.
     :raises hayhooks.server.exceptions.PipelineModuleLoadError: If a pipeline fails to load or set up (its message says
         why, e.g. the backend variable that is missing, or a folder without `pipeline_wrapper.py`).
 
@@ -263,6 +265,11 @@ def create_app(
     ```
     """
     access = AccessSettings.from_env() if access is None else access
+    if with_chainlit and importlib.util.find_spec("chainlit") is None:
+        raise ImportError(
+            "The chat UI needs Chainlit: pip install -c constraints/chainlit.txt 'haystack-fusion[chainlit]' "
+            "(in the repository: make install-chat-ui)"
+        )
     folder, keep_alive = _wrappers_dir(strategies, pipelines_dir)
     _pin_hayhooks_settings(folder, access, with_chainlit=with_chainlit)
     app = create_hayhooks_app()

@@ -176,3 +176,16 @@ class TestServeCommand:
         monkeypatch.setenv("HAYSTACK_FUSION_CORS_ORIGINS", "*")
         assert main(["serve"]) == 2
         assert "HAYSTACK_FUSION_CORS_ORIGINS: '*' is not a web origin" in capsys.readouterr().err
+
+
+def test_the_chat_ui_without_chainlit_says_what_to_install(monkeypatch):
+    import importlib.util
+
+    from haystack_fusion.serving import app
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "chainlit" else find_spec(name, *a)
+    )
+    with pytest.raises(ImportError, match=r"The chat UI needs Chainlit: pip install -c constraints/chainlit.txt"):
+        app.create_app(["concatenation"], with_chainlit=True, access=AccessSettings())
