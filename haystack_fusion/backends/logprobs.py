@@ -24,8 +24,6 @@ logger = logging.getLogger(__name__)
 OPENAI_LOGPROBS_KWARGS: dict[str, Any] = {"logprobs": True, "top_logprobs": 0}
 """The `generation_kwargs` that ask an OpenAI-compatible server for each generated token's log-probability."""
 
-OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
-
 _warned: set[str] = set()
 _lock = threading.Lock()
 
@@ -52,7 +50,8 @@ def missing_logprobs(generator: Any, answers: Iterable[GeneratedAnswer]) -> str 
     :returns: None when the generator did not ask for them, or no answer shows them missing; else one line naming the
         server (without credentials) and what was sent.
     """
-    from haystack_fusion.backends.errors import safe_url  # errors imports config, which imports this module
+    # errors imports config, which imports this module
+    from haystack_fusion.backends.errors import OPENAI_DEFAULT_URL, safe_url
 
     asked = _asked_for(generator)
     if not asked:
