@@ -13,13 +13,13 @@ from haystack_fusion.components import (
     AbstainingChatGenerator,
     CandidateSummarizer,
     CheckedAnswerBuilder,
-    FusionAnswerer,
     NoteTaker,
     PassageFormatter,
     PostFusionVoter,
     SummaryVerifier,
     UnknownRouter,
 )
+from haystack_fusion.strategies import FusionAnswerer
 
 allow_deserialization_module("haystack_fusion")
 

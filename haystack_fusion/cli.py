@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -31,19 +29,28 @@ from haystack_fusion.backends import chat_generator as backend_chat_generator
 from haystack_fusion.backends import retriever as backend_retriever
 from haystack_fusion.backends.errors import QUEUED_TIMEOUT_ADVICE
 from haystack_fusion.corpus import (
-    SQUAD_ENV_VAR,
     SkippedFile,
     default_squad_path,
     load_passages,
     load_squad,
     local_path,
 )
-from haystack_fusion.llm_calls import DEFAULT_CONCURRENCY_CEILING, MAX_CALLS_IN_FLIGHT_ENV, MAX_CONCURRENCY_ENV
-from haystack_fusion.strategies import STRATEGIES, StrategyRun, build_pipeline, get_strategy, run_strategy
+from haystack_fusion.settings import (
+    CACHE_DIR,
+    DEFAULT_CONCURRENCY_CEILING,
+    DEFAULT_INDEX_PATH,
+    MAX_CALLS_IN_FLIGHT_ENV,
+    MAX_CONCURRENCY_ENV,
+    SQUAD_VARIABLE,
+    STORE_VARIABLE,
+    index_path,
+    strategy_defaults,
+)
+from haystack_fusion.strategies import STRATEGIES, StrategyRun, build_pipeline, run_strategy
+from haystack_fusion.strategies.presentation import format_run
 
-STORE_ENV_VAR = "HAYSTACK_FUSION_STORE"
-DEFAULT_STORE = Path("~/.cache/haystack_fusion/index.json")
-DEMO_STORE = Path("~/.cache/haystack_fusion/demo-index.json")
+DEFAULT_STORE = Path(DEFAULT_INDEX_PATH)
+DEMO_STORE = CACHE_DIR / "demo-index.json"
 """Where `demo` saves its in-memory index (unless `--store`): not `DEFAULT_STORE` nor `$HAYSTACK_FUSION_STORE`, so
 the demo never overwrites an index built with `haystack-fusion index`."""
 DEMO_ES_INDEX = "haystack_fusion_demo"
@@ -59,17 +66,20 @@ MAX_CONCURRENCY_HELP = (
 )
 
 
-def _store_path(value: str | None) -> Path:
-    return Path(value or os.environ.get(STORE_ENV_VAR) or DEFAULT_STORE).expanduser()
-
-
-def _strategy_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The SuRe and Chain-of-Note options of `ask`, `eval` and `demo` as `StrategyConfig` fields."""
+def _strategy_options(args: argparse.Namespace, llm: str) -> dict[str, Any]:
+    """
+    The strategy options of `ask`, `eval` and `demo` as `StrategyConfig` fields: the flags given, else the defaults
+    for the LLM (`settings.strategy_defaults`).
+    """
+    options = strategy_defaults(llm)
+    if args.candidate_prompt is not None:
+        options["few_shot"] = args.candidate_prompt == "few-shot"
+    if args.note_max_tokens is not None:
+        options["note_generation_kwargs"] = {"max_tokens": args.note_max_tokens}
     return {
+        **options,
         "num_candidates": args.num_candidates,
-        "few_shot": args.candidate_prompt == "few-shot",
         "allow_parametric_knowledge": args.parametric_knowledge == "on",
-        "note_generation_kwargs": {"max_tokens": args.note_max_tokens},
         "min_confidence": args.min_confidence,
         "min_vote_share": args.min_vote_share,
         "verifier_scoring": args.verifier_scoring,
@@ -84,7 +94,7 @@ def _backends(args: argparse.Namespace) -> BackendConfig:
     """The `BackendConfig` of the backend flags (and the environment: `ELASTICSEARCH_URL`, `OLLAMA_HOST`, ...)."""
     return BackendConfig.from_env(
         store=args.document_store,
-        index_path=str(_store_path(args.store)),
+        index_path=str(index_path(args.store)),
         elasticsearch_index=args.es_index,
         retriever=args.retriever,
         embedder=args.embedder,
@@ -114,70 +124,6 @@ def _pipeline(
         max_concurrency=max_concurrency,
         **options,
     )
-
-
-def _evidence_line(run: StrategyRun) -> str:
-    parts = []
-    if "fallback" in run.evidence:
-        parts.append(f"fallback fired: {'yes' if run.evidence['fallback'] else 'no'}")
-    if run.evidence.get("votes") is not None:
-        votes = ", ".join(f"{answer!r}: {count}" for answer, count in run.evidence["votes"].items())
-        parts.append(f"votes: {{{votes}}}" if votes else "votes: none (every passage said unknown)")
-    if run.evidence.get("scores"):
-        scores = ", ".join(
-            f"{answer.data!r}: v={answer.meta.get('validity')} r={answer.meta.get('ranking')}" for answer in run.answers
-        )
-        parts.append(f"SuRe scores: {scores}")
-    elif run.evidence.get("candidates") is not None and run.evidence.get("votes") is None:
-        parts.append(f"candidates: {run.evidence['candidates']}")
-    if run.evidence.get("notes") is not None:
-        relevance = ", ".join(f"[{i}] {note['relevance']}" for i, note in enumerate(run.evidence["notes"], start=1))
-        parts.append(f"notes: {relevance or 'none'}; answer from {run.evidence.get('answer_source')}")
-    return " | ".join(parts) or "single LLM round"
-
-
-def stages_line(stages: list[dict[str, Any]]) -> str:
-    """A fallback strategy's stage trace on one line, e.g. "concatenation (unknown answer) -> post_fusion answered"."""
-    parts = [f"{stage['stage']} ({stage.get('reason')})" for stage in stages if not stage.get("answered")]
-    return " -> ".join([*parts, f"{stages[-1]['stage']} answered"])
-
-
-def format_run(strategy: str, question: str, run: StrategyRun, *, passage_chars: int = 160) -> str:
-    """
-    Render one answered question for the terminal.
-
-    :param strategy: The strategy name.
-    :param question: The question asked.
-    :param run: What `run_strategy` returned.
-    :param passage_chars: How much of each source passage to show, in characters.
-    :returns: Several lines: question, strategy, answer, evidence, confidence and stages (when there are any),
-        sources, LLM calls and tokens, time.
-    """
-    usage = run.usage
-    lines = [
-        f"Question: {question}",
-        f"Strategy: {strategy} ({get_strategy(strategy).source})",
-        f"Answer:   {run.answer_text()}",
-        f"Evidence: {_evidence_line(run)}",
-    ]
-    if run.evidence.get("confidence") is not None:
-        lines.append(f"Confidence: {run.evidence['confidence']:.2f}")
-    if run.evidence.get("stages"):
-        lines.append(f"Stages:   {stages_line(run.evidence['stages'])}")
-    lines.append(f"Sources (top-{len(run.documents)}):")
-    for rank, document in enumerate(run.documents, start=1):
-        title = (document.meta or {}).get("title", "")
-        score = f"{document.score:.2f}" if document.score is not None else "-"
-        text = textwrap.shorten(document.content or "", width=passage_chars, placeholder=" ...")
-        lines.append(f"  [{rank}] {title} (score {score}) {text}")
-    lines.append(
-        f"LLM: {usage['calls']} calls ({usage['failed_calls']} failed"
-        + (f", {usage['http_requests']} HTTP requests" if "http_requests" in usage else "")
-        + f") in {usage.get('rounds', 0)} rounds, "
-        f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens"
-    )
-    lines.append(f"Time: {run.seconds:.2f} s")
-    return "\n".join(lines)
 
 
 def _run_json(question: str, run: StrategyRun) -> dict[str, Any]:
@@ -223,7 +169,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     """`haystack-fusion ask QUESTION`: answer with one strategy and show its evidence, sources and cost."""
     config = _backends(args)
     generator = backend_chat_generator(config)
-    pipeline = _pipeline(args.strategy, config, args.max_concurrency, _strategy_options(args), generator)
+    pipeline = _pipeline(args.strategy, config, args.max_concurrency, _strategy_options(args, config.llm), generator)
     run = run_strategy(args.strategy, pipeline, args.question, top_k=args.top_k)
     _require_a_call_answered(run, config)
     warn_missing_logprobs(generator, run.answers)  # a warning on stderr, once
@@ -280,7 +226,7 @@ def _demo_dataset(args: argparse.Namespace) -> Path | None:
     except requests.RequestException as error:
         what = args.dataset or f"the SQuAD 2.0 dev set from {corpus.SQUAD_DEV_URL}"
         instead = "pass --dataset PATH of a local SQuAD JSON file" + (
-            "" if args.dataset else f", or set ${SQUAD_ENV_VAR} to one"
+            "" if args.dataset else f", or set ${SQUAD_VARIABLE} to one"
         )
         print(f"haystack-fusion: cannot download {what} ({_download_failure(error)}): {instead}", file=sys.stderr)
         return None
@@ -302,7 +248,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     config = _backends(args)
     index_documents(config, documents, fresh=True)
     print(f"Indexed {len(documents)} passages ({len(questions)} questions) from {source} into {_where(config)}\n")
-    pipeline = _pipeline(args.strategy, config, args.max_concurrency, _strategy_options(args))
+    pipeline = _pipeline(args.strategy, config, args.max_concurrency, _strategy_options(args, config.llm))
     answerable = [question for question in questions if not question.is_impossible]
     unanswerable = [question for question in questions if question.is_impossible]
     n_unanswerable = min(args.questions // 2, len(unanswerable))
@@ -341,12 +287,6 @@ def _eval_retriever_factory(config: BackendConfig, documents: list[Any]) -> Any:
     return lambda: backend_retriever(config, store)
 
 
-def _retrieval_label(config: BackendConfig) -> str:
-    """The retrieval part of a run's fingerprint: store, retriever and, for dense or hybrid, the embedder."""
-    embedder = [config.embedder] if config.retriever != "bm25" else []
-    return " ".join([config.store, config.retriever, *embedder])
-
-
 def _held_out(dataset: Any, args: argparse.Namespace) -> set[str]:
     """The ids of `--exclude-sample N` (drawn with `--seed`): a reported sample that a development split avoids."""
     return {question.id for question in dataset.sample(args.exclude_sample, seed=args.seed).questions}
@@ -356,15 +296,12 @@ def _exhaustive_cascade(runs: list[str]) -> bool:
     """Whether a run folder's cascade records were made with tau = s = 1 (`calibration.EXHAUSTIVE`), so the report
     can replay cascade at every (tau, s)."""
     from haystack_fusion.evaluation.calibration import EXHAUSTIVE
-    from haystack_fusion.evaluation.records import FINGERPRINTS_FILE
+    from haystack_fusion.evaluation.records import read_run_manifest
 
     for run in runs:
-        path = Path(run) / FINGERPRINTS_FILE
-        settings = json.loads(path.read_text(encoding="utf-8")).values() if path.is_file() else []
-        for entry in settings:
-            options = entry.get("options") or {}
-            if entry.get("strategy") == "cascade" and all(options.get(k) == v for k, v in EXHAUSTIVE.items()):
-                return True
+        options = read_run_manifest(run).get("strategy_options") or {}
+        if all(options.get(k) == v for k, v in EXHAUSTIVE.items()):
+            return True
     return False
 
 
@@ -372,7 +309,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """`haystack-fusion eval`: strategies over a dataset on any backend, with the papers' metrics and settings."""
     from haystack_fusion.evaluation.datasets import load_dataset
     from haystack_fusion.evaluation.passages import PassageSetting
-    from haystack_fusion.evaluation.records import DatasetText, write_run_manifest
+    from haystack_fusion.evaluation.records import write_run_manifest
     from haystack_fusion.evaluation.runner import EvalConfig, Evaluator
 
     whole = load_dataset(args.dataset, corpus=args.corpus, cache_dir=args.cache_dir)
@@ -391,7 +328,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         max_concurrency=args.max_concurrency,
         max_calls_in_flight=args.max_calls_in_flight,
         closed_book_filter=args.closed_book_filter,
-        strategy_options=_strategy_options(args),
+        strategy_options=_strategy_options(args, backends.llm),
     )
     evaluator = Evaluator(
         dataset,
@@ -399,8 +336,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
         args.out,
         retriever_factory=_eval_retriever_factory(backends, dataset.documents),
         generator_factory=lambda: backend_chat_generator(backends),
-        retrieval=_retrieval_label(backends),
-        dataset_text=DatasetText.of(whole),  # also the questions that --questions, --sample and --limit leave out
     )
     sample = f", stratified sample of {args.sample} (seed {args.seed})" if args.sample else ""
     title = (
@@ -414,6 +349,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "dataset": str(args.dataset),
         "command": getattr(args, "argv", None),
         "runtime": llama_cpp_runtime() if backends.llm == "local" else None,
+        "strategy_options": config.strategy_options,
     }
     write_run_manifest(args.out, **manifest)
     from haystack_fusion.evaluation.records import read_run_manifest
@@ -546,8 +482,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         from hayhooks.server.exceptions import PipelineModeError, PipelineModuleLoadError
 
+        from haystack_fusion.backends.checks import BackendSetupError
         from haystack_fusion.serving.app import serve
-        from haystack_fusion.serving.hayhooks import BackendSetupError
     except ImportError:
         raise ImportError("`serve` needs the `serve` extra: pip install 'haystack-fusion[serve]'") from None
     try:
@@ -578,11 +514,11 @@ def build_parser() -> argparse.ArgumentParser:
                 "--store",
                 default=str(DEMO_STORE),
                 help=f"saved in-memory index file the demo writes (default: {DEMO_STORE}; never the `index` "
-                f"command's ${STORE_ENV_VAR} or {DEFAULT_STORE}, so an index you built is kept)",
+                f"command's ${STORE_VARIABLE} or {DEFAULT_STORE}, so an index you built is kept)",
             )
         else:
             sub.add_argument(
-                "--store", help=f"saved in-memory index file (default: ${STORE_ENV_VAR} or {DEFAULT_STORE})"
+                "--store", help=f"saved in-memory index file (default: ${STORE_VARIABLE} or {DEFAULT_STORE})"
             )
         sub.add_argument(
             "--document-store",
@@ -641,10 +577,9 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--num-candidates", type=int, default=2, help="SuRe's answer candidates K (default: 2)")
         sub.add_argument(
             "--candidate-prompt",
-            default="few-shot",
             choices=["few-shot", "zero-shot"],
-            help="SuRe's candidate prompt: Listing 13 (few-shot, default: the embedded model is a base model that "
-            "continues text) or Listing 6 (zero-shot)",
+            help="SuRe's candidate prompt: Listing 13 (few-shot) or Listing 6 (zero-shot); default: few-shot for the "
+            "embedded model, a base model that continues text, zero-shot for chat models",
         )
         sub.add_argument(
             "--parametric-knowledge",
@@ -654,7 +589,10 @@ def build_parser() -> argparse.ArgumentParser:
             'step 5) or say "unknown" (off)',
         )
         sub.add_argument(
-            "--note-max-tokens", type=int, default=400, help="Chain-of-Note: completion budget of a call (default 400)"
+            "--note-max-tokens",
+            type=int,
+            help="Chain-of-Note: completion budget of a call (default: 400 for the embedded model, the --max-tokens "
+            "of chat models)",
         )
         sub.add_argument(
             "--min-confidence",
@@ -857,13 +795,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser(
         "demo",
         help=f"index SQuAD 2.0 into the demo's own store ({DEMO_STORE}) and answer a handful of its questions",
-        description=f"Index a SQuAD 2.0 file (--dataset, else ${SQUAD_ENV_VAR}, else the official dev set, downloaded "
+        description=f"Index a SQuAD 2.0 file (--dataset, else ${SQUAD_VARIABLE}, else the official dev set, downloaded "
         f"once) into the demo's own store ({DEMO_STORE}, or --store): never the `index` command's, so an index you "
         "built is kept. Then answer a handful of its questions, about half of them unanswerable.",
     )
     demo.add_argument(
         "--dataset",
-        help=f"path or URL of a SQuAD JSON file (default: ${SQUAD_ENV_VAR}, else the official SQuAD 2.0 dev set, "
+        help=f"path or URL of a SQuAD JSON file (default: ${SQUAD_VARIABLE}, else the official SQuAD 2.0 dev set, "
         "downloaded once into --cache-dir and checksum-verified)",
     )
     demo.add_argument("--questions", type=int, default=5, help="how many questions to answer (default: 5)")

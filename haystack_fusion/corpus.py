@@ -17,10 +17,10 @@ import pooch
 from haystack import Document, logging
 from haystack.components.preprocessors import DocumentSplitter
 
+from haystack_fusion.settings import CACHE_DIR, SQUAD_VARIABLE
+
 logger = logging.getLogger(__name__)
 
-DEFAULT_CACHE_DIR = Path("~/.cache/haystack_fusion")
-SQUAD_ENV_VAR = "HAYSTACK_FUSION_SQUAD"
 """The environment variable naming a local SQuAD JSON file that `default_squad_path` returns instead of downloading."""
 
 SQUAD_DEV_URL = "https://rajpurkar.github.io/SQuAD-explorer/dataset/dev-v2.0.json"
@@ -35,22 +35,26 @@ _ACCEPTED = "a directory of .txt/.md files, a .jsonl passage file, a SQuAD .json
 
 
 @dataclass(frozen=True)
-class SquadQuestion:
+class Question:
     """
-    One SQuAD question with its gold answers and the id of the Document holding its paragraph.
+    One question with its gold answers and, when the dataset has one, its gold passage: what `load_squad` and the
+    evaluation's datasets (`evaluation.datasets.load_dataset`) read.
 
-    :param id: The SQuAD question id.
+    :param id: The question id (SQuAD's id, or the NQ-open `id`, or `q<line number>` when the line has none).
     :param question: The question text.
     :param answers: Gold answer texts, deduplicated in order of appearance; empty for unanswerable questions.
-    :param is_impossible: True for SQuAD 2.0 unanswerable questions; always False for v1.1 files.
-    :param gold_document_id: The `Document.id` of the paragraph the question was asked about.
+    :param is_impossible: True when the question has no gold answer (SQuAD 2.0 unanswerable questions, or an
+        NQ-open line with an empty `answer` list); always False for SQuAD v1.1 files.
+    :param gold_document_id: The `Document.id` of the question's gold passage (paper 000, section 4, "with gold
+        passage" setting): for SQuAD the paragraph the question was asked about, also for unanswerable questions;
+        None when the dataset has no gold passages (NQ-open).
     """
 
     id: str
     question: str
-    answers: list[str]
+    answers: tuple[str, ...]
     is_impossible: bool
-    gold_document_id: str
+    gold_document_id: str | None = None
 
 
 def _existing(path: str | Path) -> Path:
@@ -80,19 +84,19 @@ def _field(obj: Any, key: str, where: str) -> Any:
     return obj[key]
 
 
-def _squad_question(qa: Any, where: str, doc_id: str) -> SquadQuestion:
+def _squad_question(qa: Any, where: str, doc_id: str) -> Question:
     qid, question = str(_field(qa, "id", where)), str(_field(qa, "question", where))
     answers = [str(_field(ans, "text", f"{where}, answer {i}")) for i, ans in enumerate(qa.get("answers") or [])]
-    return SquadQuestion(
+    return Question(
         id=qid,
         question=question,
-        answers=list(dict.fromkeys(answers)),
+        answers=tuple(dict.fromkeys(answers)),
         is_impossible=bool(qa.get("is_impossible", False)),
         gold_document_id=doc_id,
     )
 
 
-def load_squad(path: str | Path) -> tuple[list[Document], list[SquadQuestion]]:
+def load_squad(path: str | Path) -> tuple[list[Document], list[Question]]:
     """
     Load a SQuAD v1.1 or v2.0 JSON file as paragraph Documents and questions.
 
@@ -103,7 +107,7 @@ def load_squad(path: str | Path) -> tuple[list[Document], list[SquadQuestion]]:
 
     :param path: Path to the SQuAD JSON file (`{"version": ..., "data": [{"title", "paragraphs": [...]}]}`).
     :returns: A tuple `(documents, questions)`: one Document per distinct context, in file order, and one
-        `SquadQuestion` per question, in file order.
+        `Question` per question, in file order.
     :raises FileNotFoundError: If `path` does not exist.
     :raises ValueError: If the file is not UTF-8 or not valid JSON (the message gives the line), a required key is
         missing (the message gives the article, paragraph and question index), or the file holds no paragraphs.
@@ -120,7 +124,7 @@ def load_squad(path: str | Path) -> tuple[list[Document], list[SquadQuestion]]:
         raise ValueError(f"{path}: 'data' must be a list of articles")
 
     documents: dict[str, Document] = {}
-    questions: list[SquadQuestion] = []
+    questions: list[Question] = []
     for a_idx, article in enumerate(articles):
         where = f"{path}: article {a_idx}"
         title = str(article.get("title", "")) if isinstance(article, dict) else ""
@@ -387,7 +391,7 @@ def download(url: str, cache_dir: str | Path | None = None) -> Path:
     name = unquote(urlparse(url).path.rstrip("/").rsplit("/", 1)[-1])
     if not name:
         raise ValueError(f"Cannot derive a file name from URL '{url}'")
-    return _retrieve(url, Path(cache_dir if cache_dir is not None else DEFAULT_CACHE_DIR).expanduser() / name, None)
+    return _retrieve(url, Path(cache_dir if cache_dir is not None else CACHE_DIR).expanduser() / name, None)
 
 
 def download_squad_dev(cache_dir: str | Path | None = None) -> Path:
@@ -405,7 +409,7 @@ def download_squad_dev(cache_dir: str | Path | None = None) -> Path:
     :raises ValueError: If the downloaded file's SHA-256 is not `SQUAD_DEV_SHA256` (the file is deleted).
     """
     url, sha256 = SQUAD_DEV_URL, SQUAD_DEV_SHA256
-    target = Path(cache_dir if cache_dir is not None else DEFAULT_CACHE_DIR).expanduser() / SQUAD_DEV_FILE
+    target = Path(cache_dir if cache_dir is not None else CACHE_DIR).expanduser() / SQUAD_DEV_FILE
     if target.is_file() and pooch.file_hash(str(target), alg="sha256") != sha256:
         logger.warning(
             "{path} is not the file of {url} (its SHA-256 differs): downloading it again", path=str(target), url=url
@@ -430,10 +434,10 @@ def default_squad_path(*, cache_dir: str | Path | None = None) -> Path:
     :raises requests.RequestException: If the download fails (`requests.ConnectionError` when offline).
     :raises ValueError: If the downloaded file fails its checksum.
     """
-    override = os.environ.get(SQUAD_ENV_VAR)
+    override = os.environ.get(SQUAD_VARIABLE)
     if override:
         path = Path(override).expanduser().resolve()
         if not path.is_file():
-            raise FileNotFoundError(f"${SQUAD_ENV_VAR} names a missing file: '{path}'")
+            raise FileNotFoundError(f"${SQUAD_VARIABLE} names a missing file: '{path}'")
         return path
     return download_squad_dev(cache_dir).resolve()

@@ -1,24 +1,142 @@
 """
-Who may reach a served app (`haystack_fusion.serving.app`): its API key and the web origins allowed to call it,
-read from the environment.
+Every setting the environment gives, and the defaults that depend on the LLM: the one place that reads
+`HAYSTACK_FUSION_*` variables, for the command line and serving alike.
 
 | variable | default | what |
 |---|---|---|
+| `HAYSTACK_FUSION_LLM` | local (the CLI); required when serving | the LLM backend: local, openai or ollama |
+| `HAYSTACK_FUSION_MODEL` | per backend (`backends.DEFAULT_MODELS`) | the model name for openai or ollama |
+| `HAYSTACK_FUSION_DOCUMENT_STORE` | memory (the CLI); required when serving | memory or elasticsearch |
+| `HAYSTACK_FUSION_STORE` | `~/.cache/haystack_fusion/index.json` | the saved in-memory index |
+| `HAYSTACK_FUSION_<FIELD>` | `BackendConfig`'s | any other `BackendConfig` field: `RETRIEVER`, `TOP_K`, ... |
+| `HAYSTACK_FUSION_SQUAD` | unset: the official SQuAD 2.0 dev set, downloaded once | the demo's SQuAD file |
+| `HAYSTACK_FUSION_MAX_IN_FLIGHT` | 1 local, 32 openai, 4 ollama | served requests that run at once |
+| `HAYSTACK_FUSION_MAX_WAITING` | 64 | served requests that may wait for a slot |
+| `HAYSTACK_FUSION_QUEUE_TIMEOUT` | 30 | seconds a served request waits for a slot |
+| `HAYSTACK_FUSION_MAX_QUESTION_CHARS` | 2000 | the longest question served, in characters |
 | `HAYSTACK_FUSION_API_KEY` | unset: no key | every route but `GET /status` needs `Authorization: Bearer <key>` |
 | `HAYSTACK_FUSION_CORS_ORIGINS` | unset: none | comma-separated origins (`https://app.example.com`) allowed by CORS |
+| `HAYSTACK_FUSION_MAX_CONCURRENCY` | 64 | LLM calls under way at once in one fan-out |
+| `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` | unset: no limit | LLM calls under way at once in the whole process |
 
-Needs no extra.
+`ELASTICSEARCH_URL`, `OPENAI_BASE_URL` and `OLLAMA_HOST` are read here too, for `BackendConfig`. Needs no extra.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 API_KEY_VARIABLE = "HAYSTACK_FUSION_API_KEY"
 CORS_ORIGINS_VARIABLE = "HAYSTACK_FUSION_CORS_ORIGINS"
+LLM_VARIABLE = "HAYSTACK_FUSION_LLM"
+DOCUMENT_STORE_VARIABLE = "HAYSTACK_FUSION_DOCUMENT_STORE"
+STORE_VARIABLE = "HAYSTACK_FUSION_STORE"
+SQUAD_VARIABLE = "HAYSTACK_FUSION_SQUAD"
+
+CACHE_DIR = Path("~/.cache/haystack_fusion")
+"""Where downloads and the default index live."""
+
+DEFAULT_INDEX_PATH = "~/.cache/haystack_fusion/index.json"
+"""The saved in-memory index when neither `--store` nor `HAYSTACK_FUSION_STORE` names one."""
+
+BACKEND_VARIABLES = {
+    "store": DOCUMENT_STORE_VARIABLE,
+    "index_path": STORE_VARIABLE,
+    "elasticsearch_url": "ELASTICSEARCH_URL",
+    "api_base_url": "OPENAI_BASE_URL",
+    "ollama_url": "OLLAMA_HOST",
+}
+"""`BackendConfig` fields read from variables of their own; every other field `f` from `HAYSTACK_FUSION_<F>`."""
+
+_BACKEND_CASTS: dict[str, Callable[[str], Any]] = {
+    "top_k": int,
+    "max_retries": int,
+    "max_tokens": int,
+    "timeout": float,
+    "logprobs": lambda value: value.lower() in ("1", "true", "yes", "on"),
+}
+
+SERVING_LIMIT_VARIABLES = {
+    "max_in_flight": "HAYSTACK_FUSION_MAX_IN_FLIGHT",
+    "max_waiting": "HAYSTACK_FUSION_MAX_WAITING",
+    "queue_timeout": "HAYSTACK_FUSION_QUEUE_TIMEOUT",
+    "max_question_chars": "HAYSTACK_FUSION_MAX_QUESTION_CHARS",
+}
+"""`serving.limits.ServingLimits` fields and the variables that set them."""
+
+
+def backend_values(fields: Iterable[str], env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """
+    The `BackendConfig` fields the environment sets (`BACKEND_VARIABLES`, else `HAYSTACK_FUSION_<FIELD>`).
+
+    :param fields: The field names.
+    :param env: The environment (default `os.environ`).
+    :returns: Field -> value for each variable that is set and not empty: `top_k`, `max_retries`, `max_tokens` as
+        int, `timeout` as float (seconds), `logprobs` as bool (1, true, yes, on), the rest as str.
+    :raises ValueError: If a number variable does not hold a number.
+    """
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for field_name in fields:
+        variable = BACKEND_VARIABLES.get(field_name, f"HAYSTACK_FUSION_{field_name.upper()}")
+        if env.get(variable):
+            values[field_name] = _BACKEND_CASTS.get(field_name, str)(env[variable])
+    return values
+
+
+def serving_limit_values(env: Mapping[str, str] | None = None) -> dict[str, float | int]:
+    """
+    The serving limits the environment sets (`SERVING_LIMIT_VARIABLES`).
+
+    :param env: The environment (default `os.environ`).
+    :returns: Field -> value for each variable that is set: `queue_timeout` as float (seconds), the rest as int.
+    :raises ValueError: If a variable is not a number, naming it.
+    """
+    env = os.environ if env is None else env
+    values: dict[str, float | int] = {}
+    for name, variable in SERVING_LIMIT_VARIABLES.items():
+        cast = float if name == "queue_timeout" else int
+        raw = env.get(variable)
+        if not raw:
+            continue
+        try:
+            values[name] = cast(raw)
+        except ValueError:
+            raise ValueError(f"{variable} must be a number, got {raw!r}") from None
+    return values
+
+
+def index_path(value: str | None = None, env: Mapping[str, str] | None = None) -> Path:
+    """The saved in-memory index: `value` (`--store`), else `HAYSTACK_FUSION_STORE`, else `DEFAULT_INDEX_PATH`."""
+    env = os.environ if env is None else env
+    return Path(value or env.get(STORE_VARIABLE) or DEFAULT_INDEX_PATH).expanduser()
+
+
+def squad_file(env: Mapping[str, str] | None = None) -> str | None:
+    """The SQuAD JSON file `HAYSTACK_FUSION_SQUAD` names, or None when it is unset."""
+    return (os.environ if env is None else env).get(SQUAD_VARIABLE) or None
+
+
+def strategy_defaults(llm: str) -> dict[str, Any]:
+    """
+    Strategy settings that depend on the LLM, for the command line and serving alike.
+
+    The embedded model is a base model that continues text: it gets SuRe's few-shot candidate prompt (paper 002,
+    Listing 13) and a completion budget of 400 tokens for Chain-of-Note's notes. Other LLMs (chat models) get the
+    papers' defaults: the zero-shot Listing 6, and their own completion budget.
+
+    :param llm: "local", "openai" or "ollama" (`BackendConfig.llm`).
+    :returns: `StrategyConfig` fields (empty for chat models).
+    """
+    if llm == "local":
+        return {"few_shot": True, "note_generation_kwargs": {"max_tokens": 400}}
+    return {}
+
 
 _ORIGIN = re.compile(r"https?://[^/\s*]+")
 """A web origin: scheme, host and optional port, no path and no wildcard."""
@@ -68,3 +186,64 @@ class AccessSettings:
         except ValueError as error:
             variable = API_KEY_VARIABLE if "key" in str(error) else CORS_ORIGINS_VARIABLE
             raise ValueError(f"{variable}: {error}") from None
+
+
+MAX_CONCURRENCY_ENV = "HAYSTACK_FUSION_MAX_CONCURRENCY"
+"""The environment variable that sets the process-wide ceiling on calls under way at once in one fan-out (an integer
+>= 1), read at every fan-out; unset: `DEFAULT_CONCURRENCY_CEILING`."""
+
+DEFAULT_CONCURRENCY_CEILING = 64
+"""The process-wide ceiling on calls under way at once in one fan-out when `HAYSTACK_FUSION_MAX_CONCURRENCY` is unset.
+Above every round of the shipped strategies at the papers' settings, so those run at once (post-fusion's k <= 20
+passages, paper 000 Figure 4; SuRe's verification round of K + K(K-1) = 25 calls at K = 5, paper 002), and low
+enough that one wide round does not open hundreds of connections to a rate-limited API. Lower it with the variable
+for a tight rate limit; raise it for a server that takes more."""
+
+MAX_CALLS_IN_FLIGHT_ENV = "HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT"
+"""The environment variable that sets the process-wide limit on LLM calls in flight (an integer >= 1), read at every
+call; unset: no process-wide limit. `llm.max_calls_in_flight` overrides it for a block of code."""
+
+
+def concurrency_ceiling_from_env(env: Mapping[str, str] | None = None) -> int:
+    """
+    The process-wide ceiling on LLM calls under way at once in one fan-out, read now.
+
+    :param env: The environment (default `os.environ`).
+    :returns: `HAYSTACK_FUSION_MAX_CONCURRENCY` when set (calls), else `DEFAULT_CONCURRENCY_CEILING`.
+    :raises ValueError: If the variable is set to anything but an integer >= 1.
+    """
+    ceiling = _positive_int(env, MAX_CONCURRENCY_ENV, "calls under way at once")
+    return DEFAULT_CONCURRENCY_CEILING if ceiling is None else ceiling
+
+
+def calls_in_flight_limit_from_env(env: Mapping[str, str] | None = None) -> int | None:
+    """
+    The process-wide limit on LLM calls in flight the environment sets, read now.
+
+    :param env: The environment (default `os.environ`).
+    :returns: `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` when set (calls), else None (no limit).
+    :raises ValueError: If the variable is set to anything but an integer >= 1.
+    """
+    return _positive_int(env, MAX_CALLS_IN_FLIGHT_ENV, "LLM calls in flight")
+
+
+def _positive_int(env: Mapping[str, str] | None, name: str, unit: str) -> int | None:
+    """
+    An environment variable that holds an integer >= 1.
+
+    :param env: The environment (default `os.environ`).
+    :param name: The variable's name.
+    :param unit: What the integer counts, for the error message.
+    :returns: Its value, or None when it is unset or blank.
+    :raises ValueError: If it is set to anything but an integer >= 1.
+    """
+    value = (os.environ if env is None else env).get(name, "").strip()
+    if not value:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ValueError(f"`{name}` must be an integer >= 1 ({unit}), got {value!r}")
+    return number

@@ -5,7 +5,6 @@ document store, embedders, retriever and chat generator.
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 from haystack_fusion.backends.local import LOCAL_GENERATION_KWARGS, local_chat_generator
 from haystack_fusion.backends.logprobs import OPENAI_LOGPROBS_KWARGS
 from haystack_fusion.retrieval import DenseRetriever, HybridRetriever
+from haystack_fusion.settings import DEFAULT_INDEX_PATH, backend_values
 
 _MISSING_EXTRAS: dict[str, ImportError] = {}
 """The optional extras whose integration failed to import, by extra name: the factories raise the error that names
@@ -48,7 +48,6 @@ RetrieverKind = Literal["bm25", "dense", "hybrid"]
 EmbedderKind = Literal["packaged", "openai"]
 LLMKind = Literal["local", "openai", "ollama"]
 
-DEFAULT_INDEX_PATH = "~/.cache/haystack_fusion/index.json"
 DEFAULT_MODELS = {"openai": "gpt-4o-mini", "ollama": "qwen3:0.6b"}
 """The model each hosted or server LLM uses when none is given (Ollama: the integration's own default)."""
 DEFAULT_OPENAI_EMBEDDING_MODEL = "text-embedding-3-small"
@@ -155,25 +154,7 @@ class BackendConfig:
         `HAYSTACK_FUSION_RETRIEVER`, `HAYSTACK_FUSION_LLM`, `HAYSTACK_FUSION_MODEL`, `HAYSTACK_FUSION_TOP_K`, ...):
         what the Hayhooks wrappers are configured with.
         """
-        variables = {
-            "store": "HAYSTACK_FUSION_DOCUMENT_STORE",
-            "index_path": "HAYSTACK_FUSION_STORE",
-            "elasticsearch_url": "ELASTICSEARCH_URL",
-            "api_base_url": "OPENAI_BASE_URL",
-            "ollama_url": "OLLAMA_HOST",
-        }
-        values: dict[str, Any] = {}
-        for field_name in cls.__dataclass_fields__:
-            variable = variables.get(field_name, f"HAYSTACK_FUSION_{field_name.upper()}")
-            if os.environ.get(variable):
-                cast: Any = {
-                    "top_k": int,
-                    "max_retries": int,
-                    "max_tokens": int,
-                    "timeout": float,
-                    "logprobs": lambda value: value.lower() in ("1", "true", "yes", "on"),
-                }.get(field_name, str)
-                values[field_name] = cast(os.environ[variable])
+        values = backend_values(cls.__dataclass_fields__)
         values.update({key: value for key, value in overrides.items() if value is not None})
         return cls(**values)
 

@@ -1,9 +1,8 @@
-"""The package's Haystack components, one file each, and `FusionAnswerer`, any strategy as one SuperComponent."""
+"""The package's Haystack components, one file each."""
 
 from haystack_fusion.components.abstaining_chat_generator import AbstainingChatGenerator
 from haystack_fusion.components.candidate_summarizer import CandidateSummarizer
 from haystack_fusion.components.checked_answer_builder import CheckedAnswerBuilder
-from haystack_fusion.components.fusion_answerer import FusionAnswerer
 from haystack_fusion.components.note_taker import NoteTaker
 from haystack_fusion.components.passage_formatter import PassageFormatter
 from haystack_fusion.components.post_fusion_voter import PostFusionVoter
@@ -14,7 +13,6 @@ __all__ = [
     "AbstainingChatGenerator",
     "CandidateSummarizer",
     "CheckedAnswerBuilder",
-    "FusionAnswerer",
     "NoteTaker",
     "PassageFormatter",
     "PostFusionVoter",

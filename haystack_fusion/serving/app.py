@@ -51,7 +51,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 
 from haystack import logging
 
-from haystack_fusion.serving.hayhooks import check_backend
+from haystack_fusion.backends.checks import check_backend
 from haystack_fusion.serving.yaml import wrapper_source
 from haystack_fusion.settings import API_KEY_VARIABLE, AccessSettings
 from haystack_fusion.strategies import STRATEGIES, get_strategy

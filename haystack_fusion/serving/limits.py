@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from haystack import logging
 
-from haystack_fusion.llm_calls import CallSlots
+from haystack_fusion.llm import CallSlots
+from haystack_fusion.settings import SERVING_LIMIT_VARIABLES, serving_limit_values
 
 logger = logging.getLogger(__name__)
 
@@ -40,14 +40,6 @@ DEFAULT_QUEUE_TIMEOUT = 30.0
 
 DEFAULT_MAX_QUESTION_CHARS = 2000
 """The longest question served by default, in characters (the SQuAD 2.0 dev questions have at most a few hundred)."""
-
-
-_VARIABLES = {
-    "max_in_flight": "HAYSTACK_FUSION_MAX_IN_FLIGHT",
-    "max_waiting": "HAYSTACK_FUSION_MAX_WAITING",
-    "queue_timeout": "HAYSTACK_FUSION_QUEUE_TIMEOUT",
-    "max_question_chars": "HAYSTACK_FUSION_MAX_QUESTION_CHARS",
-}
 
 
 class ServerBusyError(RuntimeError):
@@ -103,23 +95,13 @@ class ServingLimits:
         :param env: The environment (default `os.environ`).
         :raises ValueError: If a variable is not a number or is out of range, naming the variable.
         """
-        env = os.environ if env is None else env
-        values: dict[str, float | int] = {}
-        for name, variable in _VARIABLES.items():
-            cast = float if name == "queue_timeout" else int
-            raw = env.get(variable)
-            if not raw:
-                continue
-            try:
-                values[name] = cast(raw)
-            except ValueError:
-                raise ValueError(f"{variable} must be a number, got {raw!r}") from None
+        values = serving_limit_values(env)
         values.setdefault("max_in_flight", DEFAULT_MAX_IN_FLIGHT.get(llm, DEFAULT_MAX_IN_FLIGHT["openai"]))
         for name, value in values.items():
             try:
                 cls(**{name: value})  # type: ignore[arg-type]
             except ValueError as error:
-                raise ValueError(f"{_VARIABLES[name]}: {error}") from None
+                raise ValueError(f"{SERVING_LIMIT_VARIABLES[name]}: {error}") from None
         return cls(**values)  # type: ignore[arg-type]
 
     def check_question(self, question: str) -> None:
@@ -154,7 +136,7 @@ class AdmissionLimit:
     At most `max_in_flight` requests at once; up to `max_waiting` more wait in arrival order, each at most
     `queue_timeout` seconds; the others are refused with `ServerBusyError` (HTTP 503 from the wrappers).
 
-    The slots are `llm_calls.CallSlots` (first come, first served; a freed slot goes straight to the longest-waiting
+    The slots are `llm.CallSlots` (first come, first served; a freed slot goes straight to the longest-waiting
     request, so a request that arrives later cannot overtake the queue); this class adds the bound on the queue, the
     timeout and the counters.
 

@@ -1,14 +1,14 @@
 import json
 
 import pytest
-from haystack import Document, component
+from haystack import Document
 from haystack.dataclasses import GeneratedAnswer
 
 from haystack_fusion import corpus
 from haystack_fusion.cli import build_parser, format_run, main
 from haystack_fusion.strategies import StrategyRun
+from haystack_fusion.testing import ScriptedChatGenerator
 from tests.file_server import closed_port_url
-from tests.scripted import ScriptedChatGenerator
 
 USAGE = {"prompt_tokens": 10, "completion_tokens": 2, "calls": 1, "failed_calls": 0, "rounds": 1}
 
@@ -70,7 +70,19 @@ def test_strategy_options_parse():
     args = build_parser().parse_args(
         ["eval", "--dataset", "x.json", "--out", "o", "--export-notes", "n.jsonl", "--parametric-knowledge", "off"]
     )
-    assert (args.export_notes, args.parametric_knowledge, args.note_max_tokens) == ("n.jsonl", "off", 400)
+    assert (args.export_notes, args.parametric_knowledge, args.note_max_tokens) == ("n.jsonl", "off", None)
+
+
+def test_strategy_defaults_depend_on_the_llm():
+    from haystack_fusion.cli import _strategy_options
+
+    args = build_parser().parse_args(["ask", "Who?", "--strategy", "sure"])
+    local = _strategy_options(args, "local")
+    assert (local["few_shot"], local["note_generation_kwargs"]) == (True, {"max_tokens": 400})
+    assert "few_shot" not in _strategy_options(args, "openai")
+    args = build_parser().parse_args(["ask", "Who?", "--candidate-prompt", "zero-shot", "--note-max-tokens", "99"])
+    local = _strategy_options(args, "local")
+    assert (local["few_shot"], local["note_generation_kwargs"]) == (False, {"max_tokens": 99})
 
 
 def test_cascade_stages_and_confidence_lines():
@@ -105,7 +117,7 @@ def test_uncertainty_options_parse():
             "--logprobs",
         ]
     )
-    options = _strategy_options(args)
+    options = _strategy_options(args, "openai")
     assert (options["min_confidence"], options["min_vote_share"], options["verifier_scoring"]) == (0.3, 0.6, "text")
     assert _backends(args).logprobs is True
     report = build_parser().parse_args(["report", "run", "--out", "o", "--exclude-sample", "200", "--seed", "0"])
@@ -192,16 +204,10 @@ def test_demo_store_is_not_the_index_store(monkeypatch, capsys):
     assert f"(default: {DEMO_STORE}; never the `index` command's" in " ".join(capsys.readouterr().out.split())
 
 
-@component
-class Replies(ScriptedChatGenerator):
-    def reply(self, prompt: str) -> str:
-        return "Paris"
-
-
 def test_demo_leaves_the_index_store_alone(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HOME", str(tmp_path))  # the default stores are under ~/.cache/haystack_fusion
     monkeypatch.delenv("HAYSTACK_FUSION_STORE", raising=False)
-    monkeypatch.setattr("haystack_fusion.cli.backend_chat_generator", lambda config: Replies())
+    monkeypatch.setattr("haystack_fusion.cli.backend_chat_generator", lambda config: ScriptedChatGenerator("Paris"))
     user_index = tmp_path / ".cache/haystack_fusion/index.json"
     user_index.parent.mkdir(parents=True)
     user_index.write_text("the user's index", encoding="utf-8")

@@ -4,20 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack import Pipeline, SuperComponent, component, default_from_dict, default_to_dict
+from haystack import SuperComponent, default_from_dict, default_to_dict, super_component
 from haystack.components.generators.chat.types import ChatGenerator
 from haystack.components.joiners import DocumentJoiner
 from haystack.core.serialization import component_to_dict
 from haystack.utils.deserialization import deserialize_component_inplace
 
-from haystack_fusion.prompts import validate_query
+from haystack_fusion.strategies.config import RETRIEVER, StrategyConfig
+from haystack_fusion.strategies.registry import build_pipeline, get_strategy
+from haystack_fusion.validation import validate_query
 
 _COMPONENT_SETTINGS = ("verifier_chat_generator", "document_ranker")
 """`StrategyConfig` fields that hold components; they are passed and serialized as components, not as settings."""
 
 
-@component
-class FusionAnswerer(SuperComponent):
+@super_component
+class FusionAnswerer:
     """
     Any registered strategy (`haystack-fusion strategies`) after your own retriever, as one component.
 
@@ -61,15 +63,13 @@ class FusionAnswerer(SuperComponent):
 
         :param strategy: A registered strategy name, e.g. "concat_pf", "sure", "chain_of_note", "cascade".
         :param chat_generator: The LLM every component of the strategy calls.
-        :param settings: Further `strategies.StrategyConfig` fields (JSON values), e.g. `{"num_candidates": 3,
+        :param settings: Further `StrategyConfig` fields (JSON values), e.g. `{"num_candidates": 3,
             "few_shot": True, "min_confidence": 0.25}`; unset fields keep the strategy's defaults.
         :param verifier_chat_generator: SuRe's validity and ranking LLM (paper 002, Table 10); None: `chat_generator`.
         :param document_ranker: SuRe's summary reranker (paper 002, Table 4); None keeps the given order.
         :raises ValueError: If the strategy is not registered, or `settings` holds `retriever`, `chat_generator`,
             a component field or a field `StrategyConfig` does not have.
         """
-        from haystack_fusion.strategies import StrategyConfig, build_pipeline, get_strategy  # imports components
-
         self.strategy = strategy
         self.chat_generator = chat_generator
         self.settings = dict(settings or {})
@@ -80,7 +80,7 @@ class FusionAnswerer(SuperComponent):
         unknown = sorted(set(self.settings) - allowed)
         if unknown:
             raise ValueError(f"FusionAnswerer `settings` has no field(s) {unknown}; allowed: {sorted(allowed)}")
-        pipeline: Pipeline = build_pipeline(
+        self.pipeline = build_pipeline(
             strategy,
             retriever=DocumentJoiner(sort_by_score=False),
             chat_generator=chat_generator,
@@ -88,13 +88,11 @@ class FusionAnswerer(SuperComponent):
             document_ranker=document_ranker,
             **self.settings,
         )
-        query_sockets = sorted(f"{name}.query" for name, sockets in pipeline.inputs().items() if "query" in sockets)
-        SuperComponent.__init__(
-            self,
-            pipeline=pipeline,
-            input_mapping={"query": query_sockets, "documents": ["retriever.documents"]},
-            output_mapping={f"{answer_component}.answers": "answers"},
+        query_sockets = sorted(
+            f"{name}.query" for name, sockets in self.pipeline.inputs().items() if "query" in sockets
         )
+        self.input_mapping = {"query": query_sockets, "documents": [f"{RETRIEVER}.documents"]}
+        self.output_mapping = {f"{answer_component}.answers": "answers"}
 
     def run(self, **kwargs: Any) -> dict[str, Any]:
         """
@@ -107,12 +105,12 @@ class FusionAnswerer(SuperComponent):
         :raises ValueError: If the question is empty or only whitespace.
         """
         validate_query(kwargs.get("query", ""))
-        return SuperComponent.run(self, **kwargs)
+        return SuperComponent.run(self, **kwargs)  # type: ignore[arg-type]
 
     async def run_async(self, **kwargs: Any) -> dict[str, Any]:
         """Async form of `run`: the strategy's pipeline runs with `run_async`; same inputs, outputs and errors."""
         validate_query(kwargs.get("query", ""))
-        return await SuperComponent.run_async(self, **kwargs)
+        return await SuperComponent.run_async(self, **kwargs)  # type: ignore[arg-type]
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize the strategy name, settings and generators (the inner pipeline is rebuilt on load)."""

