@@ -21,7 +21,7 @@ import time
 import pytest
 
 from haystack_fusion.backends import save_store
-from tests.hayhooks_process import HayhooksProcess
+from haystack_fusion.testing.serve_process import HayhooksProcess
 
 from .conftest import local_serving_env
 

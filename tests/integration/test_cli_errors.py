@@ -1,7 +1,8 @@
 """
 The `haystack-fusion` command against backends that cannot be used (issue 15, item 6): a closed port for
-Elasticsearch, Ollama and an OpenAI-compatible server, a wrong API key (the test server of `tests/openai_server.py`
-with `api_key`), and a wrong Elasticsearch index (needs a server: runs when `ELASTICSEARCH_URL` is set).
+Elasticsearch, Ollama and an OpenAI-compatible server, a wrong API key (the test server of
+`haystack_fusion.testing.openai_server` with `api_key`), and a wrong Elasticsearch index (needs a server: runs when
+`ELASTICSEARCH_URL` is set).
 
 Each must end with one line on stderr that names the URL or the environment variable, a non-zero exit status, no
 traceback, and no secret (a recognisable fake key, and a password in the Elasticsearch URL) anywhere in the output or

@@ -1,9 +1,9 @@
 """
 A concatenation call that fails after its retries falls back to post-fusion in `concat_pf` and `cascade`.
 
-The real OpenAIChatGenerator against the test server (`tests/openai_server.py`), which answers every request of a
-concatenation prompt with HTTP 500 (`PromptReplies(concatenation_fails=1.0)`: the openai client retries, then raises
-InternalServerError), over the SQuAD 2.0 dev subset with in-memory BM25.
+The real OpenAIChatGenerator against the test server (`haystack_fusion.testing.openai_server`), which answers every
+request of a concatenation prompt with HTTP 500 (`PromptReplies(concatenation_fails=1.0)`: the openai client retries,
+then raises InternalServerError), over the SQuAD 2.0 dev subset with in-memory BM25.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from haystack_fusion.cli import EXIT_FAILED_QUESTIONS, main
 from haystack_fusion.corpus import SQUAD_ENV_VAR
 from haystack_fusion.evaluation.records import RESULTS_FILE
 from haystack_fusion.strategies import build_pipeline, run_strategy
-from tests.openai_server import PromptReplies
+from haystack_fusion.testing import PromptReplies
 
 MAX_RETRIES = 1
 ANSWERS = ("Paris", "Lyon", "Marseille")

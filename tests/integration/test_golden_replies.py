@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from haystack import Document, component
+from haystack import Document
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.dataclasses import ChatMessage
 from haystack.document_stores.in_memory import InMemoryDocumentStore
@@ -40,7 +40,7 @@ from haystack_fusion.backends.local import (
     use_extra_buffer_types,
 )
 from haystack_fusion.strategies import build_pipeline, run_strategy
-from tests.scripted import ScriptedChatGenerator
+from haystack_fusion.testing import ScriptedChatGenerator
 
 pytestmark = pytest.mark.skipif(LlamaCppChatGenerator is None, reason="the `local` extra is not installed")
 
@@ -109,14 +109,6 @@ QUESTIONS = [
 ]
 
 
-@component
-class Recorder(ScriptedChatGenerator):
-    """Replies "unknown" to every call, so each strategy stops after its first round; its calls are recorded."""
-
-    def reply(self, prompt: str) -> str:
-        return "unknown"
-
-
 def _retriever() -> InMemoryBM25Retriever:
     store = InMemoryDocumentStore()
     store.write_documents([Document(content=text, meta={"title": title}) for title, text in PASSAGES])
@@ -137,11 +129,12 @@ def first_round_calls() -> list[dict[str, Any]]:
     calls: list[dict[str, Any]] = []
     for q_index, question in enumerate(QUESTIONS):
         for strategy in STRATEGIES:
-            recorder = Recorder(generation_kwargs=dict(LOCAL_GENERATION_KWARGS))
+            # "unknown" to every call, so each strategy stops after its first round
+            recorder = ScriptedChatGenerator("unknown", generation_kwargs=dict(LOCAL_GENERATION_KWARGS))
             pipeline = build_pipeline(strategy, retriever=_retriever(), chat_generator=recorder, few_shot=True)
             run_strategy(strategy, pipeline, question)
             # a one-prompt chain calls a copy of the generator, with the prompt's stop sequences added
-            copies = [part for _, part in pipeline.walk() if isinstance(part, Recorder)]
+            copies = [part for _, part in pipeline.walk() if isinstance(part, ScriptedChatGenerator)]
             (llm,) = (generator for generator in (recorder, *copies) if generator.calls)
             first = llm.messages[:TOP_K] if strategy == "post_fusion" else llm.messages[:1]
             kwargs = [{**llm.generation_kwargs, **(call or {})} for call in llm.kwargs[: len(first)]]

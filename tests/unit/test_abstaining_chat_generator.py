@@ -16,12 +16,6 @@ MESSAGES = [ChatMessage.from_user("What is the capital of France?")]
 
 
 @component
-class Capital(ScriptedChatGenerator):
-    def reply(self, prompt: str) -> str:
-        return "Paris"
-
-
-@component
 class NoReply:
     @component.output_types(replies=list[ChatMessage])
     def run(self, messages: list[ChatMessage]) -> dict:
@@ -40,7 +34,7 @@ class TestAbstainingChatGenerator:
         }
 
     def test_a_failed_call_gives_no_reply_and_reports_the_failure(self):
-        generator = Capital(fail_on="capital")
+        generator = ScriptedChatGenerator("Paris", fail_on="capital")
         result = AbstainingChatGenerator(chat_generator=generator).run(messages=MESSAGES)
         assert result["replies"] == []
         assert result["meta"]["failures"] == [{"error": "RuntimeError: backend exploded"}]
@@ -53,21 +47,29 @@ class TestAbstainingChatGenerator:
         assert result["meta"]["failures"] == [{"error": "RuntimeError: the chat generator returned no reply"}]
 
     def test_generation_kwargs_reach_the_generator(self):
-        generator = Capital()
+        generator = ScriptedChatGenerator("Paris")
         AbstainingChatGenerator(chat_generator=generator).run(messages=MESSAGES, generation_kwargs={"stop": ["\n"]})
         AbstainingChatGenerator(chat_generator=generator).run(messages=MESSAGES)
         assert generator.kwargs == [{"stop": ["\n"]}, None]
 
     def test_run_async(self):
-        ok = asyncio.run(AbstainingChatGenerator(chat_generator=Capital()).run_async(messages=MESSAGES))
-        failed = asyncio.run(AbstainingChatGenerator(chat_generator=Capital(fail_on="capital")).run_async(MESSAGES))
+        ok = asyncio.run(
+            AbstainingChatGenerator(chat_generator=ScriptedChatGenerator("Paris")).run_async(messages=MESSAGES)
+        )
+        failed = asyncio.run(
+            AbstainingChatGenerator(chat_generator=ScriptedChatGenerator("Paris", fail_on="capital")).run_async(
+                MESSAGES
+            )
+        )
         assert [r.text for r in ok["replies"]] == ["Paris"]
         assert failed["replies"] == []
         assert failed["meta"]["failures"] == [{"error": "RuntimeError: backend exploded"}]
 
     def test_a_router_behind_it_falls_back_on_a_failed_call(self):
         pipeline = Pipeline()
-        pipeline.add_component("llm", AbstainingChatGenerator(chat_generator=Capital(fail_on="capital")))
+        pipeline.add_component(
+            "llm", AbstainingChatGenerator(chat_generator=ScriptedChatGenerator("Paris", fail_on="capital"))
+        )
         pipeline.add_component("router", UnknownRouter())
         pipeline.connect("llm.replies", "router.replies")
         result = pipeline.run({"llm": {"messages": MESSAGES}, "router": {"query": "What is the capital of France?"}})

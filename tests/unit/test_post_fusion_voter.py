@@ -3,14 +3,15 @@ import re
 from typing import Any
 
 import pytest
-from haystack import Document, Pipeline, component
+from haystack import Document, Pipeline
 from haystack.components.generators.chat import MockChatGenerator
 from haystack.dataclasses import ChatMessage, GeneratedAnswer
 
 from haystack_fusion import PostFusionVoter
 from haystack_fusion.components.post_fusion_voter import DEFAULT_SAMPLING_KWARGS, validate_query
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS
-from tests.scripted import ScriptedChatGenerator
+from haystack_fusion.testing import ScriptedChatGenerator
+from haystack_fusion.validation import validate_query
 
 QUERY = "What is the capital of France?"
 
@@ -44,12 +45,9 @@ def answer_by_passage(messages: list[ChatMessage]) -> str:
     return "unknown"
 
 
-@component
-class RecordingGenerator(ScriptedChatGenerator):
+def recording_generator(fail_on: str | None = None) -> ScriptedChatGenerator:
     """Answers like `answer_by_passage`, records every call's prompt and generation_kwargs; can fail on a passage."""
-
-    def reply(self, prompt: str) -> str:
-        return answer_by_passage([ChatMessage.from_user(prompt)])
+    return ScriptedChatGenerator(lambda prompt: answer_by_passage([ChatMessage.from_user(prompt)]), fail_on=fail_on)
 
 
 def voter_with(responses: list[str], **kwargs: Any) -> PostFusionVoter:
@@ -139,7 +137,7 @@ class TestPostFusionVoter:
         assert [document.id for document in result["documents"]] == ["d0", "d2", "d3"]
 
     def test_each_call_sees_one_passage_with_figure7_prompt(self):
-        generator = RecordingGenerator()
+        generator = recording_generator()
         PostFusionVoter(chat_generator=generator).run(query=QUERY, documents=DOCUMENTS)
         assert generator.calls == 4
         for prompt in generator.prompts:
@@ -156,14 +154,14 @@ class TestPostFusionVoter:
 
     @pytest.mark.parametrize("query", ["", "   ", "\n"])
     def test_empty_query_raises(self, query):
-        generator = RecordingGenerator()
+        generator = recording_generator()
         with pytest.raises(ValueError, match="`query`"):
             PostFusionVoter(chat_generator=generator).run(query=query, documents=DOCUMENTS)
         assert generator.calls == 0
 
     @pytest.mark.parametrize("documents", [[], None])
     def test_zero_documents_makes_no_call(self, documents):
-        generator = RecordingGenerator()
+        generator = recording_generator()
         result = PostFusionVoter(chat_generator=generator).run(query=QUERY, documents=documents)
         assert generator.calls == 0
         winner = result["answers"][0]
@@ -183,7 +181,7 @@ class TestPostFusionVoter:
         assert "documents" not in result
 
     def test_failed_call_is_recorded_and_others_vote(self):
-        generator = RecordingGenerator(fail_on="Eiffel")
+        generator = recording_generator(fail_on="Eiffel")
         result = PostFusionVoter(chat_generator=generator).run(query=QUERY, documents=DOCUMENTS)
         winner = result["answers"][0]
         assert winner.data == "Paris"
@@ -195,12 +193,12 @@ class TestPostFusionVoter:
         assert [document.id for document in result["documents"]] == ["d0", "d3"]
 
     def test_raise_on_failure(self):
-        voter = PostFusionVoter(chat_generator=RecordingGenerator(fail_on="Eiffel"), raise_on_failure=True)
+        voter = PostFusionVoter(chat_generator=recording_generator(fail_on="Eiffel"), raise_on_failure=True)
         with pytest.raises(RuntimeError, match="backend exploded"):
             voter.run(query=QUERY, documents=DOCUMENTS)
 
     def test_samples_per_passage(self):
-        generator = RecordingGenerator()
+        generator = recording_generator()
         voter = PostFusionVoter(chat_generator=generator, samples_per_passage=3)
         result = voter.run(query=QUERY, documents=DOCUMENTS)
         k = len(DOCUMENTS)
@@ -218,7 +216,7 @@ class TestPostFusionVoter:
         ]
 
     def test_samples_failures_carry_rank_and_sample(self):
-        generator = RecordingGenerator(fail_on="Lyon")
+        generator = recording_generator(fail_on="Lyon")
         result = PostFusionVoter(chat_generator=generator, samples_per_passage=2).run(query=QUERY, documents=DOCUMENTS)
         assert result["answers"][0].meta["failures"] == [
             {"rank": 3, "sample": 0, "error": "RuntimeError: backend exploded"},
@@ -226,19 +224,19 @@ class TestPostFusionVoter:
         ]
 
     def test_custom_sampling_kwargs(self):
-        generator = RecordingGenerator()
+        generator = recording_generator()
         PostFusionVoter(
             chat_generator=generator, samples_per_passage=2, sampling_generation_kwargs={"temperature": 1.0}
         ).run(query=QUERY, documents=DOCUMENTS[:1])
         assert generator.kwargs == [{"temperature": 1.0}, {"temperature": 1.0}]
 
     def test_single_sample_uses_generator_settings(self):
-        generator = RecordingGenerator()
+        generator = recording_generator()
         PostFusionVoter(chat_generator=generator).run(query=QUERY, documents=DOCUMENTS[:2])
         assert generator.kwargs == [None, None]
 
     def test_max_passage_chars_trims_passages(self):
-        generator = RecordingGenerator()
+        generator = recording_generator()
         long_document = Document(id="long", content="Paris is the capital " + "word " * 500)
         PostFusionVoter(chat_generator=generator, max_passage_chars=40).run(query=QUERY, documents=[long_document])
         (passage,) = passages_in(generator.prompts[0])
@@ -335,7 +333,7 @@ class TestPostFusionVoter:
         assert async_result == sync_result
 
     async def test_run_async_zero_documents_and_errors(self):
-        generator = RecordingGenerator()
+        generator = recording_generator()
         voter = PostFusionVoter(chat_generator=generator)
         result = await voter.run_async(query=QUERY, documents=[])
         assert result["answers"][0].data == "unknown"
@@ -344,7 +342,7 @@ class TestPostFusionVoter:
             await voter.run_async(query=" ", documents=DOCUMENTS)
 
     async def test_run_async_with_failure(self):
-        generator = RecordingGenerator(fail_on="Eiffel")
+        generator = recording_generator(fail_on="Eiffel")
         result = await PostFusionVoter(chat_generator=generator).run_async(query=QUERY, documents=DOCUMENTS)
         assert result["answers"][0].data == "Paris"
         assert result["answers"][0].meta["failures"][0]["rank"] == 2
@@ -366,7 +364,7 @@ class TestPostFusionVoter:
         generator = MockChatGenerator(responses="x")
         PostFusionVoter(chat_generator=generator).warm_up()
         assert generator._is_warmed_up
-        PostFusionVoter(chat_generator=RecordingGenerator()).close()  # no close on the generator: no error
+        PostFusionVoter(chat_generator=recording_generator()).close()  # no close on the generator: no error
 
     def test_uses_figure7_pattern(self):
         # The first line of a reply is the answer.

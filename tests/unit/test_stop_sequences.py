@@ -3,28 +3,22 @@
 from typing import Any
 
 import pytest
-from haystack import Document, component
+from haystack import Document
 from haystack.components.generators.chat import MockChatGenerator, OpenAIChatGenerator
 
 from haystack_fusion import NoteTaker, PostFusionVoter
 from haystack_fusion.llm_calls import limit_calls, merge_stop_sequences, stop_kwargs
 from haystack_fusion.prompts import ANSWER_LINE_STOP, PROMPTS
 from haystack_fusion.strategies import build_pipeline, chain_generator
-from tests.scripted import ScriptedChatGenerator
+from haystack_fusion.testing import ScriptedChatGenerator
 
 LOCAL_STOPS = ["\n\n", "\nQuestion:", "\nContext:"]
 
 
-@component
-class RecordingGenerator(ScriptedChatGenerator):
+def recording_generator(generation_kwargs: dict[str, Any] | None = None) -> ScriptedChatGenerator:
     """A chat generator that answers "Paris" and records each call's `generation_kwargs` (in `kwargs`)."""
-
-    def __init__(self, generation_kwargs: dict[str, Any] | None = None) -> None:
-        # a generator with settings (a dict, even empty), as a real one: the components add their stops to it
-        ScriptedChatGenerator.__init__(self, generation_kwargs=generation_kwargs or {})
-
-    def reply(self, prompt: str) -> str:
-        return "Paris"
+    # a generator with settings (a dict, even empty), as a real one: the components add their stops to it
+    return ScriptedChatGenerator("Paris", generation_kwargs=generation_kwargs or {})
 
 
 class TestMerge:
@@ -43,7 +37,7 @@ class TestMerge:
         assert merge_stop_sequences(["aaaa", "bbb", "cc", "d"], ["eeeee"]) == ["d", "cc", "bbb", "aaaa"]
 
     def test_stop_kwargs(self):
-        generator = RecordingGenerator({"stop": LOCAL_STOPS, "max_tokens": 128})
+        generator = recording_generator({"stop": LOCAL_STOPS, "max_tokens": 128})
         assert stop_kwargs(generator, ANSWER_LINE_STOP) == {"stop": ["\n"]}
         assert stop_kwargs(generator, (), {"temperature": 0.7}) == {"temperature": 0.7}
         assert stop_kwargs(generator, ANSWER_LINE_STOP, {"stop": ["X"]}) == {"stop": ["X", "\n"]}
@@ -86,13 +80,13 @@ class TestChainGenerator:
 
 class TestPerCall:
     def test_voter(self):
-        generator = RecordingGenerator({"stop": LOCAL_STOPS})
+        generator = recording_generator({"stop": LOCAL_STOPS})
         voter = PostFusionVoter(chat_generator=generator, max_concurrency=1)
         voter.run(query="Capital?", documents=[Document(content="Paris."), Document(content="Lyon.")])
         assert generator.kwargs == [{"stop": ["\n"]}, {"stop": ["\n"]}]
 
     def test_voter_off_calls_as_before(self):
-        generator = RecordingGenerator({"stop": LOCAL_STOPS})
+        generator = recording_generator({"stop": LOCAL_STOPS})
         voter = PostFusionVoter(chat_generator=generator, max_concurrency=1, stop_sequences=False)
         voter.run(query="Capital?", documents=[Document(content="Paris.")])
         assert generator.kwargs == [None]
@@ -100,13 +94,13 @@ class TestPerCall:
         assert "stop_sequences" not in PostFusionVoter(chat_generator=generator).to_dict()["init_parameters"]
 
     def test_voter_sampling_keeps_its_temperature(self):
-        generator = RecordingGenerator()
+        generator = recording_generator()
         voter = PostFusionVoter(chat_generator=generator, max_concurrency=1, samples_per_passage=2)
         voter.run(query="Capital?", documents=[Document(content="Paris.")])
         assert generator.kwargs == [{"temperature": 0.7, "stop": ["\n"]}] * 2
 
     def test_note_synthesis_stops_the_notes_do_not(self):
-        generator = RecordingGenerator({"stop": LOCAL_STOPS})
+        generator = recording_generator({"stop": LOCAL_STOPS})
         taker = NoteTaker(chat_generator=generator, mode="per_document", generation_kwargs={"max_tokens": 400})
         taker.run(query="Capital?", documents=[Document(content="Paris is the capital.")])
         assert generator.kwargs[0] == {"max_tokens": 400}

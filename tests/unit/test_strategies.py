@@ -2,7 +2,7 @@ import re
 from typing import Any
 
 import pytest
-from haystack import Document, Pipeline, component
+from haystack import Document, Pipeline
 from haystack.components.generators.chat import MockChatGenerator
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.core.errors import PipelineRuntimeError
@@ -20,7 +20,7 @@ from haystack_fusion.strategies import (
     pipeline_usage,
     run_strategy,
 )
-from tests.scripted import ScriptedChatGenerator
+from haystack_fusion.testing import ScriptedChatGenerator
 
 QUERY = "What is the capital of France?"
 
@@ -115,31 +115,24 @@ def unknown_for_concatenation(messages: list[ChatMessage]) -> str:
     return answer_of(live_passages(prompt)[0])
 
 
-@component
-class RecordingGenerator(ScriptedChatGenerator):
+def reply_from_context(prompt: str) -> str:
+    return answer_from_context([ChatMessage.from_user(prompt)])
+
+
+def recording_generator() -> ScriptedChatGenerator:
     """Answers with `answer_from_context` and records every prompt (thread-safe: the voter fans out in threads)."""
-
-    def reply(self, prompt: str) -> str:
-        return answer_from_context([ChatMessage.from_user(prompt)])
+    return ScriptedChatGenerator(reply_from_context)
 
 
-@component
-class ConcatenationFails(ScriptedChatGenerator):
+def concatenation_fails(passages: tuple[str, ...] = ()) -> ScriptedChatGenerator:
     """
     Raises on every concatenation call (a prompt of more than one passage), and on the calls whose prompt holds one of
     `passages` (texts); answers the other prompts with `answer_from_context`.
     """
-
-    def __init__(self, passages: tuple[str, ...] = ()) -> None:
-        ScriptedChatGenerator.__init__(self, fail_on="fails")
-        self.passages = passages
-
-    def fail_on_text(self, prompt: str) -> str:
-        fails = prompt.count("<passage ") > 1 or any(passage in prompt for passage in self.passages)
-        return "fails" if fails else ""
-
-    def reply(self, prompt: str) -> str:
-        return answer_from_context([ChatMessage.from_user(prompt)])
+    return ScriptedChatGenerator(
+        reply_from_context,
+        fail_on=lambda prompt: prompt.count("<passage ") > 1 or any(passage in prompt for passage in passages),
+    )
 
 
 def make_store() -> InMemoryDocumentStore:
@@ -296,7 +289,7 @@ class TestRunStrategy:
     @pytest.mark.parametrize("k", [2, 3])
     def test_sure_calls_and_rounds(self, k):
         """1 + K + K + K(K-1) calls in 3 dependent rounds (paper 002, Algorithm 1)."""
-        generator = RecordingGenerator()
+        generator = recording_generator()
         pipeline = make_pipeline("sure", generator, num_candidates=k)
         run = run_strategy("sure", pipeline, QUERY)
         assert run.usage["calls"] == len(generator.prompts)
@@ -319,7 +312,7 @@ class TestRunStrategy:
 
     def test_sure_with_a_separate_verifier(self):
         """Paper 002, Table 10: candidates and summaries by one LLM, validity and ranking by another."""
-        writer, judge = RecordingGenerator(), RecordingGenerator()
+        writer, judge = recording_generator(), recording_generator()
         pipeline = make_pipeline("sure", writer, verifier_chat_generator=judge)
         run = run_strategy("sure", pipeline, QUERY)
         assert (len(writer.prompts), len(judge.prompts)) == (3, 4)
@@ -449,7 +442,7 @@ class TestRunStrategy:
 
     @pytest.mark.parametrize("name", ["concat_pf", "cascade"])
     def test_a_failed_concatenation_call_falls_back_to_post_fusion(self, name):
-        generator = ConcatenationFails()
+        generator = concatenation_fails()
         run = run_strategy(name, make_pipeline(name, generator, top_k=5), QUERY)
         assert run.answer.data == "Paris"
         assert run.answer.meta["votes"] == {"paris": 2, "lyon": 1}
@@ -468,7 +461,7 @@ class TestRunStrategy:
         assert run.usage["rounds"] == 2
 
     def test_the_answer_lists_the_failed_calls_of_every_stage(self):
-        generator = ConcatenationFails(passages=("Lyon is the third-largest city",))
+        generator = concatenation_fails(passages=("Lyon is the third-largest city",))
         run = run_strategy("concat_pf", make_pipeline("concat_pf", generator), QUERY)
         assert run.answer.data == "Paris"
         assert [(failure["component"], failure.get("rank")) for failure in run.answer.meta["failures"]] == [
@@ -479,12 +472,12 @@ class TestRunStrategy:
         assert run.usage["failed_calls"] == 2
 
     def test_a_failed_concatenation_call_fails_the_concatenation_strategy(self):
-        pipeline = make_pipeline("concatenation", ConcatenationFails())
+        pipeline = make_pipeline("concatenation", concatenation_fails())
         with pytest.raises(PipelineRuntimeError, match="backend exploded"):
             run_strategy("concatenation", pipeline, QUERY)
 
     def test_pf_concat_distiller_prompt(self):
-        generator = RecordingGenerator()
+        generator = recording_generator()
         pipeline = make_pipeline("pf_concat", generator, top_k=5)
         run = run_strategy("pf_concat", pipeline, QUERY)
         distiller_prompts = [prompt for prompt in generator.prompts if prompt.startswith(DISTILLER_START)]
@@ -506,7 +499,7 @@ class TestRunStrategy:
         assert run.usage["rounds"] == 2
 
     def test_pf_concat_all_unknown_skips_distiller(self):
-        generator = RecordingGenerator()
+        generator = recording_generator()
         pipeline = make_pipeline("pf_concat", generator, top_k=1)
         # Only the Everest passage is retrieved; post-fusion says unknown. A distiller call with an empty context
         # would get "unknown" from `answer_from_context` too, so also check that no such call was made.

@@ -7,7 +7,7 @@ from haystack.components.generators.chat import MockChatGenerator
 from haystack.dataclasses import ChatMessage
 
 from haystack_fusion import SummaryVerifier
-from tests.scripted import ScriptedChatGenerator
+from haystack_fusion.testing import ScriptedChatGenerator
 
 QUERY = "What is the capital of France?"
 CANDIDATES = ["Paris", "Lyon", "Nice"]
@@ -18,29 +18,26 @@ def tag(text: str) -> str:
     return text.split(":", 1)[0]
 
 
-@component
-class Judge(ScriptedChatGenerator):
+def judge_generator(
+    valid: set[str], prefer: dict[tuple[str, str], str] | None = None, fail_on: str = ""
+) -> ScriptedChatGenerator:
     """
     Answers validity and ranking prompts from tables keyed by summary tag ("S-paris"); records the prompts.
 
     `valid`: tags judged True. `prefer`: (tag shown as Passage 1, tag shown as Passage 2) -> reply text; pairs not in
     the table get "Passage 1" (pure order bias).
     """
+    preferences = prefer or {}
 
-    error = "judge unavailable"
-
-    def __init__(self, valid: set[str], prefer: dict[tuple[str, str], str] | None = None, fail_on: str = "") -> None:
-        ScriptedChatGenerator.__init__(self, fail_on=fail_on)
-        self.valid = valid
-        self.prefer = prefer or {}
-
-    def reply(self, prompt: str) -> str:
+    def reply(prompt: str) -> str:
         if prompt.endswith("Choices: [True, False]. Answer:"):
             shown = tag(prompt.split("\n\nPassage: ", 1)[1])
-            return " True" if shown in self.valid else " False"
+            return " True" if shown in valid else " False"
         first = tag(prompt.split("Passage 1: ", 1)[1])
         second = tag(prompt.split("Passage 2: ", 1)[1])
-        return self.prefer.get((first, second), "Passage 1")
+        return preferences.get((first, second), "Passage 1")
+
+    return ScriptedChatGenerator(reply, fail_on=fail_on, error="judge unavailable")
 
 
 def verify(judge: Any, candidates=CANDIDATES[:2], summaries=SUMMARIES[:2], **kwargs: Any) -> list:
@@ -52,7 +49,7 @@ def verify(judge: Any, candidates=CANDIDATES[:2], summaries=SUMMARIES[:2], **kwa
 class TestEquations:
     def test_agreeing_orders_and_validity(self):
         # Eq. 5: both orders prefer s_paris -> r = 1 and 0; Eq. 4: both valid -> scores 2 and 1.
-        judge = Judge({"S-paris", "S-lyon"}, {("S-lyon", "S-paris"): "Passage 2"})
+        judge = judge_generator({"S-paris", "S-lyon"}, {("S-lyon", "S-paris"): "Passage 2"})
         answers = verify(judge)
         assert [a.data for a in answers] == ["Paris", "Lyon"]
         assert [(a.meta["validity"], a.meta["ranking"], a.meta["score"]) for a in answers] == [
@@ -64,25 +61,25 @@ class TestEquations:
     def test_validity_decides_against_ranking(self):
         # s_paris wins both rankings (r = 1) but is invalid (v = 0); s_lyon valid (v = 1, r = 0): tie 1 vs 1 ->
         # the earlier candidate (section 4.1).
-        judge = Judge({"S-lyon"}, {("S-lyon", "S-paris"): "Passage 2"})
+        judge = judge_generator({"S-lyon"}, {("S-lyon", "S-paris"): "Passage 2"})
         answers = verify(judge)
         assert [a.meta["score"] for a in answers] == [1.0, 1.0]
         assert answers[0].data == "Paris"
         # Now s_lyon is valid and wins one order: r = 0.5 each, scores 0.5 vs 1.5.
-        judge = Judge({"S-lyon"})
+        judge = judge_generator({"S-lyon"})
         answers = verify(judge)
         assert answers[0].data == "Lyon"
         assert (answers[0].meta["score"], answers[1].meta["score"]) == (1.5, 0.5)
 
     def test_order_bias_split_gives_half(self):
-        judge = Judge({"S-paris", "S-lyon"})  # always "Passage 1": each order prefers the one shown first
+        judge = judge_generator({"S-paris", "S-lyon"})  # always "Passage 1": each order prefers the one shown first
         answers = verify(judge)
         assert [a.meta["ranking"] for a in answers] == [0.5, 0.5]
         assert answers[0].data == "Paris"  # tie -> earliest
         assert answers[0].meta["preferences"] == {"0,1": 1, "1,0": 1}
 
     def test_unreadable_ranking_gives_half(self):
-        judge = Judge({"S-paris"}, {("S-paris", "S-lyon"): "Both are fine.", ("S-lyon", "S-paris"): "???"})
+        judge = judge_generator({"S-paris"}, {("S-paris", "S-lyon"): "Both are fine.", ("S-lyon", "S-paris"): "???"})
         answers = verify(judge)
         assert [a.meta["ranking"] for a in answers] == [0.5, 0.5]
         assert [a.data for a in answers] == ["Paris", "Lyon"]
@@ -96,7 +93,7 @@ class TestEquations:
             ("S-lyon", "S-nice"): "Passage 2",  # nice beats lyon in both orders
             ("S-nice", "S-lyon"): "Passage 1",
         }
-        judge = Judge({"S-paris", "S-lyon", "S-nice"}, prefer)
+        judge = judge_generator({"S-paris", "S-lyon", "S-nice"}, prefer)
         answers = verify(judge, CANDIDATES, SUMMARIES)
         by_candidate = {a.data: a.meta for a in answers}
         assert by_candidate["Paris"]["ranking"] == 1.5
@@ -106,7 +103,7 @@ class TestEquations:
         assert len(judge.prompts) == 3 + 6
 
     def test_rank_only_ablation(self):
-        judge = Judge(set(), {("S-lyon", "S-paris"): "Passage 1", ("S-paris", "S-lyon"): "Passage 2"})
+        judge = judge_generator(set(), {("S-lyon", "S-paris"): "Passage 1", ("S-paris", "S-lyon"): "Passage 2"})
         answers = verify(judge, use_validity=False)
         assert answers[0].data == "Lyon"
         assert answers[0].meta["validity"] is None
@@ -114,7 +111,7 @@ class TestEquations:
         assert len(judge.prompts) == 2  # ranking only
 
     def test_single_candidate_needs_only_validity(self):
-        judge = Judge({"S-paris"})
+        judge = judge_generator({"S-paris"})
         answers = verify(judge, CANDIDATES[:1], SUMMARIES[:1])
         assert answers[0].meta["score"] == 1.0
         assert len(judge.prompts) == 1
@@ -122,7 +119,7 @@ class TestEquations:
 
 class TestCalls:
     def test_k_plus_k_k_minus_1_calls_in_one_round(self):
-        judge = Judge({"S-paris"})
+        judge = judge_generator({"S-paris"})
         answers = verify(judge, CANDIDATES, SUMMARIES)
         usage = answers[0].meta["usage"]
         assert (usage["calls"], usage["rounds"]) == (3 + 3 * 2, 1)
@@ -132,7 +129,7 @@ class TestCalls:
         assert all(p.startswith(f"Question: {QUERY}\n\nPrediction: ") for p in validity)
 
     def test_failed_calls_are_reported(self):
-        judge = Judge({"S-paris", "S-lyon"}, fail_on="Prediction: Paris")
+        judge = judge_generator({"S-paris", "S-lyon"}, fail_on="Prediction: Paris")
         answers = verify(judge)
         meta = answers[0].meta
         assert meta["usage"]["failed_calls"] == 1
@@ -140,26 +137,26 @@ class TestCalls:
         assert answers[0].data == "Lyon"  # failed validity counts as False; the ranking split 0.5 / 0.5
 
     def test_empty_summary_is_not_sent(self):
-        judge = Judge({"S-paris", "S-lyon"})
+        judge = judge_generator({"S-paris", "S-lyon"})
         answers = verify(judge, CANDIDATES[:2], ["", SUMMARIES[1]])
         assert answers[0].data == "Lyon"
         assert (answers[0].meta["ranking"], answers[1].meta["ranking"]) == (1.0, 0.0)
         assert len(judge.prompts) == 1  # only the validity of s_lyon
 
     def test_no_candidates_is_unknown_without_calls(self):
-        judge = Judge(set())
+        judge = judge_generator(set())
         answers = verify(judge, [], [])
         assert [a.data for a in answers] == ["unknown"]
         assert judge.prompts == []
 
     def test_mismatched_lengths(self):
         with pytest.raises(ValueError, match="one summary per candidate"):
-            verify(Judge(set()), CANDIDATES, SUMMARIES[:2])
+            verify(judge_generator(set()), CANDIDATES, SUMMARIES[:2])
 
     @pytest.mark.parametrize("query", ["", " \n"])
     def test_empty_query(self, query):
         with pytest.raises(ValueError, match="query"):
-            SummaryVerifier(chat_generator=Judge(set())).run(query=query, candidates=["a"], summaries=["s"])
+            SummaryVerifier(chat_generator=judge_generator(set())).run(query=query, candidates=["a"], summaries=["s"])
 
     def test_mock_chat_generator_in_call_order(self):
         # validity s_1, validity s_2, ranking (s_1, s_2), ranking (s_2, s_1)
@@ -169,7 +166,7 @@ class TestCalls:
         assert answers[0].meta["score"] == 2.0
 
     def test_run_async(self):
-        judge = Judge({"S-lyon"})
+        judge = judge_generator({"S-lyon"})
         verifier = SummaryVerifier(chat_generator=judge)
         result = asyncio.run(verifier.run_async(query=QUERY, candidates=CANDIDATES[:2], summaries=SUMMARIES[:2]))
         assert result["answers"][0].data == "Lyon"
@@ -200,13 +197,13 @@ DOCS = [Document(id="a", content="a"), Document(id="b", content="b")]
 
 class TestDocuments:
     def test_documents_attached_in_retrieval_order(self):
-        verifier = SummaryVerifier(chat_generator=Judge({"S-paris"}))
+        verifier = SummaryVerifier(chat_generator=judge_generator({"S-paris"}))
         result = verifier.run(query=QUERY, candidates=CANDIDATES[:2], summaries=SUMMARIES[:2], documents=DOCS)
         assert [d.id for d in result["answers"][0].documents] == ["a", "b"]
 
     def test_winner_documents_reranked_by_its_summary(self):
         ranker = ReverseRanker()
-        verifier = SummaryVerifier(chat_generator=Judge({"S-lyon"}), document_ranker=ranker)
+        verifier = SummaryVerifier(chat_generator=judge_generator({"S-lyon"}), document_ranker=ranker)
         result = verifier.run(query=QUERY, candidates=CANDIDATES[:2], summaries=SUMMARIES[:2], documents=DOCS)
         winner, runner_up = result["answers"]
         assert ranker.queries == [SUMMARIES[1]]

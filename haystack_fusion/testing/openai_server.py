@@ -1,16 +1,15 @@
 """
-A small OpenAI-compatible chat-completions server for tests, on 127.0.0.1, with server-side counters.
+A small OpenAI-compatible chat-completions server for tests, on 127.0.0.1, with latency, fault injection and counters.
 
-Tests point the real client at it (Haystack's `OpenAIChatGenerator(api_base_url=server.base_url,
+Point the real client at it (Haystack's `OpenAIChatGenerator(api_base_url=server.base_url,
 api_key=Secret.from_token("x"))`) and assert on what the server saw: how many requests arrived, how many were
 retries (the openai client's `x-stainless-retry-count` header), how many were under way at once. It needs no
-model: each reply is a fixed text or what a callable returns for the request.
-
-One module for every test, benchmark and script that needs such a server (fault injection, peer benchmarks,
-batches under faults): extend it here rather than writing another.
+model: each reply is a fixed text or what a callable returns for the request; `PromptReplies`
+(`haystack_fusion.testing`) answers each of our prompts in the form its parser reads, so every strategy runs end to
+end against the server. It needs FastAPI and uvicorn (`pip install "haystack-fusion[testing]"`).
 
 - `POST /v1/chat/completions` with `stream: false` (the default) answers a `chat.completion` object; `stream: true`
-  is refused with HTTP 400 (not supported yet).
+  is refused with HTTP 400 (not supported).
 - A reply function that raises gets HTTP 500 with its message (the openai client retries it, up to its
   `max_retries`).
 - `latency` seconds pass before each reply (an `asyncio.sleep`, so concurrent requests overlap as they would on a
@@ -29,18 +28,16 @@ batches under faults): extend it here rather than writing another.
   concurrent requests arrive in, and a retried request is drawn afresh. `stats.faults` counts each kind.
 - `capacity`: requests beyond this many under way at once get HTTP 429 with `Retry-After` (a rate-limited API's
   storm); `stats.throttled` counts them.
-- `PromptReplies` answers each prompt of `haystack_fusion.prompts` in the shape its parser reads (Figure 7's answer
-  line, SuRe's "(a) .. (b) .." candidates, summaries ending "[DONE]", True/False, "Passage 1/2", Chain-of-Note's
-  notes), so every strategy runs end to end against the server.
 - Bounded: after `max_requests` requests it answers HTTP 503 and stops, and it stops by itself after `lifetime`
   seconds, so a test that goes wrong cannot leave a server behind.
 
-### Usage
+### Usage example
 ```python
 from haystack.components.generators.chat import OpenAIChatGenerator
 from haystack.dataclasses import ChatMessage
 from haystack.utils import Secret
-from tests.openai_server import OpenAIServer, PromptReplies
+from haystack_fusion.testing import PromptReplies
+from haystack_fusion.testing.openai_server import OpenAIServer
 
 with OpenAIServer(reply="Paris", latency=0.05) as server:
     llm = OpenAIChatGenerator(api_base_url=server.base_url, api_key=Secret.from_token("x"), model="test")
@@ -52,8 +49,6 @@ with OpenAIServer(reply=PromptReplies(), fault_rate=0.2, seed=0, hang_seconds=10
     ...
     print(server.stats.snapshot())  # requests, first_attempts, retries, max_in_flight, faults, ...
 ```
-The `openai_server` fixture of `tests/conftest.py` starts one with the defaults; `start_openai_server` starts one
-with other settings. Both are stopped when the test ends.
 """
 
 from __future__ import annotations
@@ -63,13 +58,12 @@ import hashlib
 import itertools
 import json
 import math
-import re
 import socket
 import struct
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -376,7 +370,7 @@ class OpenAIServer:
 
     def reset(self) -> ServerStats:
         """
-        Start counting afresh (between runs measured one after another, as `benchmarks/peers.py` does).
+        Start counting afresh (between runs measured one after another on one server).
 
         Requests still under way stay counted in `in_flight`, and `max_in_flight` starts from them; `max_requests`
         counts afresh too (`lifetime` still bounds the server).
@@ -450,7 +444,7 @@ def _wrong_api_key(authorization: str) -> JSONResponse:
     )
 
 
-def _reset(scope: dict[str, Any]) -> None:
+def _reset(scope: MutableMapping[str, Any]) -> None:
     """Reset the request's TCP connection (SO_LINGER 0, then abort: the peer gets RST, no response)."""
     transport = scope.get("test_server.transport")
     if transport is None:
@@ -466,108 +460,3 @@ def _garbage(seed: bytes) -> str:
     pieces = ("\u202e", "\x00", "]]>", "<passage", "(a)", "Answer:", "[DONE]", "\ufffd", "{{", "lorem", "\n", "#", "🙃")
     stream = hashlib.sha256(seed).digest() * 2
     return "".join(pieces[byte % len(pieces)] for byte in stream[: 16 + stream[0] % 48])
-
-
-class PromptReplies:
-    """
-    A reply function that answers each prompt of `haystack_fusion.prompts` in the shape its parser reads.
-
-    It recognises the prompt by its fixed wording and answers with one of `answers`, chosen by a hash of the prompt
-    (so the same prompt always gets the same reply, and post-fusion's per-passage votes differ from passage to
-    passage):
-
-    - Figure 7 (concatenation, post-fusion) and the distiller: the answer on the first line; a prompt of more than one
-      passage (concatenation) says "unknown" for a share `concatenation_unknown` of the questions, so `concat_pf` and
-      `cascade` go on to post-fusion, and fails for a share `concatenation_fails` (the function raises, so the server
-      answers HTTP 500 to every request of that prompt, retries included: the call fails after its retries);
-    - Figures 8 and 9 (chain of thought): a rationale, then "Answer: <answer>";
-    - SuRe: Listing 6 / 13 "(a) <answer 1>, (b) <answer 2>" with as many candidates as the prompt asks for; Listings 7
-      and 11 a summary ending "[DONE]"; Listing 8 "True" or "False"; Listing 9 "Passage 1" or "Passage 2"; Listings
-      10, 12 and Table 3's prompts the answer;
-    - Chain-of-Note: the single call's reading notes ending "the answer is <answer>."; the per-document note with a
-      "Relevance:" line; the synthesis's "<answer>." after "the answer is".
-
-    Anything else gets the first answer.
-
-    :param answers: The answers to choose from (at least one).
-    :param concatenation_unknown: Share (0-1) of concatenation prompts answered "unknown".
-    :param concatenation_fails: Share (0-1) of concatenation prompts whose reply raises `RuntimeError` (HTTP 500),
-        drawn apart from `concatenation_unknown`.
-    :param seed: Seeds the choices.
-    :raises ValueError: For no answers, or a share outside [0, 1].
-    """
-
-    def __init__(
-        self,
-        answers: Sequence[str] = ("Paris", "Lyon", "Marseille"),
-        *,
-        concatenation_unknown: float = 0.5,
-        concatenation_fails: float = 0.0,
-        seed: int = 0,
-    ) -> None:
-        if not answers:
-            raise ValueError("`answers` must hold at least one answer")
-        shares = {"concatenation_unknown": concatenation_unknown, "concatenation_fails": concatenation_fails}
-        for name, share in shares.items():
-            if not 0.0 <= share <= 1.0:
-                raise ValueError(f"`{name}` must be in [0, 1], got {share}")
-        self.answers = list(answers)
-        self.concatenation_unknown = concatenation_unknown
-        self.concatenation_fails = concatenation_fails
-        self.seed = seed
-
-    def _draw(self, text: str, salt: str = "") -> float:
-        digest = hashlib.sha256(f"{self.seed}:{salt}:{text}".encode()).digest()
-        return int.from_bytes(digest[:8], "big") / 2**64
-
-    def _answer(self, text: str) -> str:
-        return self.answers[int(self._draw(text, "answer") * len(self.answers))]
-
-    def __call__(self, body: dict[str, Any]) -> str:
-        text = prompt_text(body)
-        answer = self._answer(text)
-        end = text.rstrip()
-        if "correct candidates" in text:  # SuRe Listing 6, Listing 13
-            form = re.search(r"in the form: (.*?), and should not exceed", text)
-            k = max(1, len(re.findall(r"\([a-z]\)", form.group(1)))) if form else 2
-            first = self.answers.index(answer)
-            picks = [self.answers[(first + i) % len(self.answers)] for i in range(k)]
-            picks = [pick if i < len(self.answers) else f"{pick} {i + 1}" for i, pick in enumerate(picks)]
-            return ", ".join(f"({'abcdefghijklmnopqrstuvwxyz'[i % 26]}) {pick}" for i, pick in enumerate(picks))
-        if "act as a professional writer" in text:  # SuRe Listings 7 and 11
-            prediction = re.search(r"\nPrediction: \([a-z]\) ([^\n]*)\n", text)
-            said = prediction.group(1) if prediction else answer
-            return f"The passages say that the answer to the question is {said}, as the second passage states. [DONE]"
-        if end.endswith("Choices: [True, False]. Answer:"):  # SuRe Listing 8
-            return "True" if self._draw(text, "validity") < 0.7 else "False"
-        if "Choices: [Passage 1, Passage 2]." in text:  # SuRe Listing 9
-            return "Passage 1" if self._draw(text, "ranking") < 0.5 else "Passage 2"
-        if end.endswith("Reading notes:"):  # Chain-of-Note, single call
-            return (
-                f"Passage #1 mentions {answer} in passing. Passage #2 states that the answer is {answer}. "
-                f"Based on the information given in above passages, the answer is {answer}."
-            )
-        if end.endswith("Reading note:"):  # Chain-of-Note, per-document note
-            label = ("(a) answers directly", "(b) useful context", "(c) irrelevant")[int(self._draw(text, "note") * 3)]
-            return f"The passage says the answer is {answer}.\nRelevance: {label}"
-        if end.endswith("the answer is"):  # Chain-of-Note, synthesis
-            return f" {answer}."
-        if "Let's think step by step." in text:  # paper 000 Figures 8 and 9
-            return f"Source 1 names {answer}, which answers the question.\nAnswer: {answer}"
-        if text.startswith("Given the relevant background contexts") and text.count('</passage key="') > 1:
-            # concatenation (Figure 7 over all passages): "unknown" for a share of the questions
-            question = text.rsplit("Question:", 1)[-1]
-            if self._draw(question, "fails") < self.concatenation_fails:
-                raise RuntimeError("PromptReplies fails this concatenation prompt (`concatenation_fails`)")
-            if self._draw(question, "unknown") < self.concatenation_unknown:
-                return "unknown"
-        return answer
-
-
-def prompt_text(body: dict[str, Any]) -> str:
-    """The text of a chat-completions request's last message (content parts joined), stripped."""
-    messages = body.get("messages") or [{}]
-    content = messages[-1].get("content") or ""
-    if isinstance(content, list):  # content parts
-        content = " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
-    return str(content).strip()

@@ -1,14 +1,15 @@
 """
-`haystack-fusion serve` (the documented way to serve) in a child process on 127.0.0.1, serving some strategies: for
-the serving tests and `benchmarks/load.py`.
+`haystack-fusion serve` (the documented way to serve) in a child process on 127.0.0.1: for serving tests and load
+runs.
 
 It starts the server with the environment it is given (the backend's variables, `HAYSTACK_FUSION_API_KEY`, ...),
 waits until `GET /status` answers (the app loads every strategy before it listens), and stops the process (terminate,
-then kill after 10 s) when done. `rss_bytes` reads the process's resident memory from `/proc` (Linux).
+then kill after 10 s) when done. `rss_bytes` reads the process's resident memory from `/proc` (Linux). It needs the
+`serve` extra in the environment it runs in.
 
-### Usage
+### Usage example
 ```python
-from tests.hayhooks_process import HayhooksProcess
+from haystack_fusion.testing.serve_process import HayhooksProcess
 
 env = {"HAYSTACK_FUSION_LLM": "openai", "OPENAI_API_KEY": "x", "OPENAI_BASE_URL": server.base_url, ...}
 with HayhooksProcess(["concat_pf"], env=env, workdir=tmp_path) as hayhooks:
