@@ -85,6 +85,7 @@ lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy haystack_fusion
+	$(BIN)/lint-imports
 
 # The contributors' loop: lint, then the unit tests (no model, no server, no browser).
 unit: lint
