@@ -1,51 +1,11 @@
 import json
 
 import pytest
-from haystack import Document
-from haystack.dataclasses import GeneratedAnswer
 
 from haystack_fusion import corpus
-from haystack_fusion.cli import build_parser, format_run, main
-from haystack_fusion.strategies import StrategyRun
+from haystack_fusion.cli import build_parser, main
 from haystack_fusion.testing import ScriptedChatGenerator
 from tests.file_server import closed_port_url
-
-USAGE = {"prompt_tokens": 10, "completion_tokens": 2, "calls": 1, "failed_calls": 0, "rounds": 1}
-
-
-def run_with(evidence: dict, answers: list[GeneratedAnswer]) -> StrategyRun:
-    return StrategyRun(
-        answer=answers[0],
-        answers=answers,
-        documents=[Document(id="d", content="Paris is the capital.", meta={"title": "Paris"})],
-        evidence=evidence,
-        usage=USAGE,
-        seconds=0.5,
-    )
-
-
-def test_sure_evidence_line():
-    answers = [
-        GeneratedAnswer(data="Paris", query="q", documents=[], meta={"validity": 1.0, "ranking": 1.0}),
-        GeneratedAnswer(data="Lyon", query="q", documents=[], meta={"validity": 0.0, "ranking": 0.0}),
-    ]
-    text = format_run("sure", "q", run_with({"candidates": ["Paris", "Lyon"], "scores": [{}], "votes": None}, answers))
-    assert "SuRe scores: 'Paris': v=1.0 r=1.0, 'Lyon': v=0.0 r=0.0" in text
-    assert "Strategy: sure (paper 002" in text
-
-
-def test_chain_of_note_evidence_line():
-    notes = [{"document_id": "d", "note": "says Paris", "relevance": "direct"}]
-    answer = GeneratedAnswer(data="Paris", query="q", documents=[], meta={})
-    text = format_run("chain_of_note", "q", run_with({"notes": notes, "answer_source": "passages"}, [answer]))
-    assert "notes: [1] direct; answer from passages" in text
-
-
-def test_an_invalid_answer_says_what_was_rejected():
-    answer = GeneratedAnswer(data="", query="q", documents=[], meta={})
-    evidence = {"answer_source": "invalid", "invalid_reason": "passage markup", "rejected_answer": "1005dbc6"}
-    text = format_run("concatenation", "q", run_with({**evidence, "votes": None}, [answer]))
-    assert "Answer:   (no valid answer: passage markup: '1005dbc6')" in text
 
 
 def test_answer_checks_flag():
@@ -54,12 +14,6 @@ def test_answer_checks_flag():
         build_parser().parse_args(["eval", "--dataset", "d", "--out", "o", "--answer-checks", "off"]).answer_checks
         == "off"
     )
-
-
-def test_mcq_candidates_line():
-    answer = GeneratedAnswer(data="Paris", query="q", documents=[], meta={})
-    text = format_run("mcq", "q", run_with({"candidates": ["Paris", "Lyon"], "votes": None}, [answer]))
-    assert "candidates: ['Paris', 'Lyon']" in text
 
 
 def test_strategy_options_parse():
@@ -83,18 +37,6 @@ def test_strategy_defaults_depend_on_the_llm():
     args = build_parser().parse_args(["ask", "Who?", "--candidate-prompt", "zero-shot", "--note-max-tokens", "99"])
     local = _strategy_options(args, "local")
     assert (local["few_shot"], local["note_generation_kwargs"]) == (False, {"max_tokens": 99})
-
-
-def test_cascade_stages_and_confidence_lines():
-    stages = [
-        {"stage": "concatenation", "answered": False, "reason": "confidence 0.21 < 0.25"},
-        {"stage": "post_fusion", "answered": False, "reason": "tie at the top"},
-        {"stage": "sure", "answered": True},
-    ]
-    answer = GeneratedAnswer(data="Paris", query="q", documents=[], meta={})
-    text = format_run("cascade", "q", run_with({"stages": stages, "confidence": 0.5, "votes": None}, [answer]))
-    assert "Stages:   concatenation (confidence 0.21 < 0.25) -> post_fusion (tie at the top) -> sure answered" in text
-    assert "Confidence: 0.50" in text
 
 
 def test_uncertainty_options_parse():

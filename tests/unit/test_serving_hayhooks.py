@@ -16,18 +16,14 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from haystack_fusion.backends import save_store
 from haystack_fusion.components.note_taker import NoteTaker
+from haystack_fusion.llm import CallLimitedChatGenerator
 from haystack_fusion.strategies import build_pipeline
 
 pytest.importorskip("hayhooks", reason="the `serve` extra")
 
-from haystack_fusion.serving.hayhooks import (
-    BackendSetupError,
-    StrategyPipelineWrapper,
-    chat_events,
-    check_backend,
-    stream_strategy,
-    streamed_component,
-)
+from haystack_fusion.backends.checks import BackendSetupError, check_backend
+from haystack_fusion.serving.hayhooks import StrategyPipelineWrapper, chat_events, stream_strategy
+from haystack_fusion.strategies.presentation import streamed_component
 
 DOCUMENTS = [
     Document(content="Paris is the capital and largest city of France.", meta={"title": "Paris"}),
@@ -165,7 +161,7 @@ class TestCheckBackend:
             if hasattr(component, "_chat_generator") or "ChatGenerator" in type(component).__name__
         ]
         assert generators
-        assert all(getattr(g, "_haystack_fusion_call_slots", False) for g in generators), generators
+        assert all(isinstance(g, CallLimitedChatGenerator) for g in generators), generators
 
     def test_a_wrapper_refuses_to_set_up(self):
         class Wrapper(StrategyPipelineWrapper):
