@@ -616,8 +616,8 @@ def build_parser() -> argparse.ArgumentParser:
             default="on",
             choices=["on", "off"],
             help="reject answers that are not answers: passage markup, a copied demonstration answer, an empty "
-            'enumeration (on, default: counted as "invalid", apart from "unknown"); off gives the answers of '
-            "earlier versions, so runs made before the checks existed resume",
+            'enumeration (on, default: counted as "invalid", apart from "unknown"); off takes every reply\'s '
+            "answer as it reads",
         )
         sub.add_argument(
             "--vote",
@@ -637,7 +637,7 @@ def build_parser() -> argparse.ArgumentParser:
             default="on",
             choices=["on", "off"],
             help="end the replies of short-answer prompts at their answer line with a stop sequence (on, default: "
-            "fewer completion tokens); off gives the replies of earlier versions, so earlier runs resume",
+            "fewer completion tokens); off lets the model write past it, up to its token budget",
         )
 
     def report_options(sub: argparse.ArgumentParser) -> None:

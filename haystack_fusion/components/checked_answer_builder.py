@@ -8,7 +8,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.components.builders import AnswerBuilder
 from haystack.dataclasses import ChatMessage, GeneratedAnswer
 
-from haystack_fusion.llm_calls import meta_truncated
+from haystack_fusion.llm import meta_truncated
 from haystack_fusion.validation import check_answer, invalid_answer
 
 
@@ -20,8 +20,8 @@ class CheckedAnswerBuilder(AnswerBuilder):
     Each answer goes through `haystack_fusion.validation.check_answer`: passage markup (`<passage key="...">`, a bare
     key, `[2]`), a copy of one of the prompt's demonstration answers that the passages do not contain, or an
     enumeration with no content (`(i) (ii) (iii)`) becomes an empty answer whose `meta` says
-    `answer_source="invalid"`, with `invalid_reason` and `rejected_answer` (issue 16; the evaluation counts it apart
-    from "unknown"). Valid answers pass through unchanged, so its output is AnswerBuilder's whenever nothing is
+    `answer_source="invalid"`, with `invalid_reason` and `rejected_answer` (the evaluation counts it apart from
+    "unknown"). Valid answers pass through unchanged, so its output is AnswerBuilder's whenever nothing is
     rejected. The passages an answer is checked against are the `documents` given to `run` (all of them: with no
     `reference_pattern`, AnswerBuilder attaches every document to every answer).
 
@@ -99,7 +99,7 @@ class CheckedAnswerBuilder(AnswerBuilder):
         :param answer: An answer as AnswerBuilder made it.
         :returns: The answer itself when valid; else the empty replacement (`validation.invalid_answer`). Either
             way, when the reply said how it finished, `meta["truncated"]` says whether the token cap cut it
-            (`llm_calls.meta_truncated`: `finish_reason` "length"): an answer read from a cut reply may be
+            (`llm.meta_truncated`: `finish_reason` "length"): an answer read from a cut reply may be
             cut too.
         """
         if (truncated := meta_truncated(answer.meta)) is not None:

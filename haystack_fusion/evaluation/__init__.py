@@ -1,1 +1,1 @@
-"""Evaluation: datasets, the papers' metrics and settings, the runner and its report (issue 3, in progress)."""
+"""Evaluation: datasets, the papers' metrics and settings, the runner and its report (the `eval` extra)."""
