@@ -84,7 +84,8 @@ class StrategyConfig:
     :param stop_sequences: End the replies of short-answer prompts at their answer line (`PromptTemplate.stop`,
         added to the generator's own stop sequences by `llm.stop_kwargs`): the one-prompt chains get their own
         copy of `chat_generator` with those stops in its `generation_kwargs` (`chain_generator`), and the voter and
-        Chain-of-Note's synthesis pass them per call. On by default; off lets the model write past the answer line, up to its token budget.
+        Chain-of-Note's synthesis pass them per call. On by default; off lets the model write past the answer line,
+        up to its token budget.
     :param vote: The post-fusion vote (`PostFusionVoter(vote=...)`): "exact" (paper 000, Eq. 2, the default) or
         "overlap" (answers that agree by token F1 >= `overlap_threshold` or containment vote together).
     :param overlap_threshold: Token F1 in (0, 1] at which two answers agree in overlap voting.
