@@ -10,6 +10,8 @@ Test doubles for pipelines built on haystack-fusion, as `haystack.testing` is fo
   injection and request counters (FastAPI and uvicorn: the `testing` extra); imported from its own module, so this
   one imports without them.
 - `haystack_fusion.testing.serve_process.HayhooksProcess`: `haystack-fusion serve` in a child process.
+- `haystack_fusion.testing.fuzzing`: hypothesis strategies of hostile model replies and the table of every parser of
+  model output (`PARSERS`), for fuzzing (hypothesis: the `dev` extra).
 
 ### Usage example
 ```python
