@@ -38,7 +38,8 @@ import pytest
 
 from haystack_fusion.__about__ import __version__
 from haystack_fusion.backends import llama_cpp_runtime, packaged_model_path
-from haystack_fusion.corpus import SQUAD_ENV_VAR, default_squad_path, load_squad
+from haystack_fusion.corpus import default_squad_path, load_squad
+from haystack_fusion.settings import SQUAD_VARIABLE
 
 from .conftest import free_port, stop, wait_until_ready
 
@@ -208,14 +209,17 @@ def test_wheel_holds_the_package_typed_and_licensed(wheel):
     assert modules <= names, sorted(modules - names)
     assert "haystack_fusion/py.typed" in names
     assert f"{info}/licenses/LICENSE" in names
-    assert not [name for name in names if name.startswith(("tests/", "docs/", "pipelines/"))]
+    assert not [name for name in names if name.startswith(("tests/", "docs/", "pipelines/", "research/"))]
+    records = [name for name in names if name.endswith((".jsonl", ".png")) or "/results/" in name]
+    assert not records, records[:5]  # the run records and charts of research/results
+    assert "haystack_fusion/testing/__init__.py" in names  # the test doubles ship: users test with them too
     assert "License-Expression: Apache-2.0" in metadata
     for label in ("Documentation", "Issues", "Source", "Changelog"):
         assert f"Project-URL: {label}, " in metadata, label
     assert "haystack-fusion = haystack_fusion.cli:main" in entry_points
 
 
-def test_sdist_holds_the_project_without_the_bulk(sdist):
+def test_sdist_holds_the_project_without_the_research_bench(sdist):
     top = f"haystack_fusion-{__version__}/"
     with tarfile.open(sdist) as archive:
         names = {name.removeprefix(top) for name in archive.getnames()}
@@ -223,8 +227,9 @@ def test_sdist_holds_the_project_without_the_bulk(sdist):
                      "docs/design.md", "tests/conftest.py", "tests/integration/test_wheel.py"):  # fmt: skip
         assert required in names, required
     assert any(name.startswith("pipelines/") for name in names)
-    bulk = [name for name in names if name.startswith(("docs/results", ".venv", ".cache", ".git/", "dist/"))]
+    bulk = [name for name in names if name.startswith(("research/", ".venv", ".cache", ".git/", "dist/"))]
     assert not bulk, bulk[:5]
+    assert not [name for name in names if name.endswith(".jsonl")]  # no run records
 
 
 def shipped_files(folder: Path) -> dict[str, str]:
@@ -313,7 +318,7 @@ def test_the_fresh_environment_runs_the_same_llama_cpp_build(fresh):
 
 
 def test_ask_on_the_embedded_model_from_the_wheel(fresh, tmp_path):
-    if not os.environ.get(SQUAD_ENV_VAR):
+    if not os.environ.get(SQUAD_VARIABLE):
         pytest.skip("$HAYSTACK_FUSION_SQUAD is unset and ../shared/data/squad2-dev-subset is not there")
     dataset = default_squad_path()
     cli, store = str(fresh["bin"] / "haystack-fusion"), str(tmp_path / "index.json")

@@ -9,7 +9,7 @@ one call's latency (issue 14's target: at most 1.15x for k = 10), all measured i
 It also prints the per-prompt cost of rendering post-fusion's Figure 7 prompt, before (a new ChatPromptBuilder per
 prompt, which parses and compiles the Jinja text each time) and after (`prompts.render`: the template compiled once),
 and checks that both give the same messages.
-Run: `.venv/bin/python benchmarks/fan_out.py [--latency 0.2] [--k 10] [--questions 5] [--renders 2000]`.
+Run: `.venv/bin/python -m research.benchmarks.fan_out [--latency 0.2] [--k 10] [--questions 5] [--renders 2000]`.
 """
 
 from __future__ import annotations

@@ -4,13 +4,13 @@ Load on the chat endpoint: `haystack-fusion serve` with `concat_pf`, many concur
 
 Two modes:
 
-- default: the OpenAI backend against the project's test server (`tests/openai_server.py`, `--latency` seconds per
-  call, replying "Paris", so concatenation answers and each request makes one LLM call) over a saved in-memory index
-  of three made-up passages. `--clients` workers send `--requests` chat completions in all, each the next as soon as
-  its last one returns. Prints requests, answered, refused (503/429), other outcomes (timeouts, other statuses:
-  there should be none), p50/p95/p99 latency of the answered and the refused, the most calls the LLM server saw at
-  once, and the Hayhooks process's RSS: after startup, after a warm-up, every 100 requests, after the run, and the
-  trend (least-squares slope over the marks after the first 200 requests, in MB per 100 requests).
+- default: the OpenAI backend against the project's test server (`haystack_fusion.testing.openai_server`, `--latency`
+  seconds per call, replying "Paris", so concatenation answers and each request makes one LLM call) over a saved
+  in-memory index of three made-up passages. `--clients` workers send `--requests` chat completions in all, each the
+  next as soon as its last one returns. Prints requests, answered, refused (503/429), other outcomes (timeouts, other
+  statuses: there should be none), p50/p95/p99 latency of the answered and the refused, the most calls the LLM server
+  saw at once, and the Hayhooks process's RSS: after startup, after a warm-up, every 100 requests, after the run, and
+  the trend (least-squares slope over the marks after the first 200 requests, in MB per 100 requests).
 - `--embedded`: the embedded llama.cpp model over the SQuAD 2.0 subset `$HAYSTACK_FUSION_SQUAD` names (`SUBSET`),
   which serializes its calls: `--clients` requests at once (default 6), one question each, against the admission
   limit's queue (`HAYSTACK_FUSION_MAX_IN_FLIGHT` 1 by default there). Prints each request's status and seconds: the
@@ -21,10 +21,11 @@ defaults, `haystack_fusion.serving.limits`). The clients do not retry (`max_retr
 `--client-timeout` seconds, which would count as a hang. With `--unauthenticated-every n`, the server requires
 `HAYSTACK_FUSION_API_KEY` and every n-th request carries a wrong key: each of those should be a 401.
 
-    .venv/bin/python benchmarks/load.py --requests 1000 --clients 50 --latency 0.2
-    .venv/bin/python benchmarks/load.py --requests 1000 --clients 50 --latency 0.2 --max-in-flight 8 --max-waiting 16
-    .venv/bin/python benchmarks/load.py --embedded --clients 6 --queue-timeout 30
-    .venv/bin/python benchmarks/load.py --requests 1000 --clients 50 --latency 0.2 --unauthenticated-every 10
+    .venv/bin/python -m research.benchmarks.load --requests 1000 --clients 50 --latency 0.2
+    .venv/bin/python -m research.benchmarks.load --requests 1000 --clients 50 --latency 0.2 \
+        --max-in-flight 8 --max-waiting 16
+    .venv/bin/python -m research.benchmarks.load --embedded --clients 6 --queue-timeout 30
+    .venv/bin/python -m research.benchmarks.load --requests 1000 --clients 50 --latency 0.2 --unauthenticated-every 10
 """
 
 from __future__ import annotations
@@ -41,16 +42,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.openai_server, tests.hayhooks_process
-
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
 import openai
 from haystack import Document
 
 from haystack_fusion.backends import save_store
-from tests.hayhooks_process import HayhooksProcess
-from tests.openai_server import OpenAIServer
+from haystack_fusion.testing.openai_server import OpenAIServer
+from haystack_fusion.testing.serve_process import HayhooksProcess
 
 SUBSET = "../shared/data/squad2-dev-subset/squad2_dev_subset.json"
 """The file `$HAYSTACK_FUSION_SQUAD` names for this benchmark: the SQuAD 2.0 dev subset its numbers are made on."""
@@ -249,8 +248,7 @@ def run_openai(args: argparse.Namespace, workdir: Path) -> None:
             log = hayhooks.log()
 
     print(
-        f"concat_pf on haystack-fusion serve, OpenAI backend = tests/openai_server.py at {args.latency * 1000:.0f} ms "
-        "per call"
+        f"concat_pf on haystack-fusion serve, OpenAI backend = the test server, {args.latency * 1000:.0f} ms per call"
     )
     limits = limit_env(args) or {"(defaults)": "HAYSTACK_FUSION_MAX_IN_FLIGHT 32, MAX_WAITING 64, QUEUE_TIMEOUT 30"}
     print("limits   ", ", ".join(f"{key}={value}" for key, value in limits.items()))
@@ -277,10 +275,11 @@ def run_openai(args: argparse.Namespace, workdir: Path) -> None:
 
 
 def run_embedded(args: argparse.Namespace, workdir: Path) -> None:
-    from haystack_fusion.corpus import SQUAD_ENV_VAR, default_squad_path, load_squad
+    from haystack_fusion.corpus import default_squad_path, load_squad
+    from haystack_fusion.settings import SQUAD_VARIABLE
 
-    if not os.environ.get(SQUAD_ENV_VAR):
-        sys.exit(f"set ${SQUAD_ENV_VAR} to the SQuAD 2.0 dev subset: {SUBSET}")
+    if not os.environ.get(SQUAD_VARIABLE):
+        sys.exit(f"set ${SQUAD_VARIABLE} to the SQuAD 2.0 dev subset: {SUBSET}")
     path = default_squad_path()
     documents, questions = load_squad(path)
     index = workdir / "index.json"

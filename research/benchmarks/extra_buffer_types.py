@@ -11,8 +11,8 @@ process (so a crash is reported, not fatal), it prints:
 - decode tokens/s: the same prompt with 64 forced completion tokens, minus the prefill, best of `--repeats`;
 - whether its 64-token greedy reply equals that of the first configuration.
 
-Run: `HAYSTACK_FUSION_SQUAD=PATH .venv/bin/python benchmarks/extra_buffer_types.py [--threads 1,2] [--repeats 3]`.
-The configurations run one after another, so their ratios are measured under the same machine load.
+Run: `HAYSTACK_FUSION_SQUAD=PATH .venv/bin/python -m research.benchmarks.extra_buffer_types [--threads 1,2]
+[--repeats 3]`. The configurations run one after another, so their ratios are measured under the same machine load.
 """
 
 from __future__ import annotations

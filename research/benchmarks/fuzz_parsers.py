@@ -1,14 +1,14 @@
 """
 Every parser of model output on hypothesis-generated replies, and how its time grows with the size of a reply.
 
-Usage: `.venv/bin/python benchmarks/fuzz_parsers.py [--examples 10000]`
+Usage: `.venv/bin/python -m research.benchmarks.fuzz_parsers [--examples 10000]`
 
-The parsers and the reply strategies are those of `tests/unit/test_parser_fuzzing.py` (`PARSERS`, `replies`):
-arbitrary and hostile Unicode, the prompts' vocabulary with nested and unbalanced markers. One set of `--examples`
-replies is drawn once and given to every parser; the script counts exceptions and wrong shapes and keeps the slowest
-reply. Scaling: each parser runs on adversarial repetitions ("a" + " " * n + "b", "(a) " * n, "*" * n + "x", ...) of
-n, 2n, 4n and 8n characters; the ratio t(8n) / t(n) of the worst family is about 8 for linear time and about 64 for
-quadratic time (regular-expression backtracking); garbage collection is paused while timing. Families are measured
+The parsers and the reply strategies are those of the unit tests (`haystack_fusion.testing.fuzzing`: `PARSERS`,
+`replies`): arbitrary and hostile Unicode, the prompts' vocabulary with nested and unbalanced markers. One set of
+`--examples` replies is drawn once and given to every parser; the script counts exceptions and wrong shapes and keeps
+the slowest reply. Scaling: each parser runs on adversarial repetitions ("a" + " " * n + "b", "(a) " * n, "*" * n + "x",
+...) of n, 2n, 4n and 8n characters; the ratio t(8n) / t(n) of the worst family is about 8 for linear time and about 64
+for quadratic time (regular-expression backtracking); garbage collection is paused while timing. Families are measured
 until a parser has used `--budget` seconds; the worst family is then measured again from `--large-n` (up to 1.28M
 characters; its time at 8 x `--large-n` characters is printed too: the slowest input of the run) unless its ratio is
 above 30 (then that would take hours). Figures, not a test: one run on the machine at hand.
@@ -18,17 +18,13 @@ from __future__ import annotations
 
 import argparse
 import gc
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, settings
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tests.unit.test_parser_fuzzing import PARSERS, replies
+from haystack_fusion.testing.fuzzing import PARSERS, replies
 
 FAMILIES: tuple[tuple[str, str, str], ...] = (
     ("", " ", "x"),

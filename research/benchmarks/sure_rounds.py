@@ -3,57 +3,30 @@ Benchmark: SuRe's 1 + K + K + K(K-1) calls, one after another (as the official c
 
 CandidateSummarizer and SummaryVerifier send independent calls concurrently, so a question takes 3 dependent rounds
 (candidates; summaries; validity and ranking) instead of 1 + K + K + K(K-1) sequential calls. The generator waits a
-fixed latency per call (as a hosted API would) and answers by prompt kind, so the figures measure the call
-structure, not a model. Prints seconds per question and the speed-up, measured in one run.
-Run: `.venv/bin/python benchmarks/sure_rounds.py [--latency 0.2] [--k 2] [--questions 3]`.
+fixed latency per call (as a hosted API would) and answers each prompt in its form (`haystack_fusion.testing`), so
+the figures measure the call structure, not a model. Prints seconds per question and the speed-up, measured in one run.
+Run: `.venv/bin/python -m research.benchmarks.sure_rounds [--latency 0.2] [--k 2] [--questions 3]`.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import time
-from typing import Any
 
-from haystack import Document, component
-from haystack.dataclasses import ChatMessage
+from haystack import Document
 
 from haystack_fusion import CandidateSummarizer, SummaryVerifier
-
-LETTERS = "abcdefghij"
-
-
-def reply_for(prompt: str, k: int) -> str:
-    if prompt.startswith("Below are"):
-        return ", ".join(f"({LETTERS[i]}) City {i}" for i in range(k))
-    if "Your job is to act as a professional writer." in prompt:
-        return "The passages support this prediction. [DONE]"
-    if prompt.endswith("Answer:") and "Target Question:" in prompt:
-        return "Passage 1"
-    return "True"
+from haystack_fusion.testing import AsyncScriptedChatGenerator, PromptReplies
 
 
-@component
-class RemoteLikeGenerator:
-    """Replies after `latency` seconds, in `run_async` (event loop) and `run` (blocking)."""
-
-    def __init__(self, latency: float, k: int) -> None:
-        self.latency = latency
-        self.k = k
-
-    @component.output_types(replies=list[ChatMessage])
-    def run(self, messages: list[ChatMessage], **_: Any) -> dict[str, Any]:
-        time.sleep(self.latency)
-        return {"replies": [ChatMessage.from_assistant(reply_for(messages[-1].text, self.k))]}
-
-    @component.output_types(replies=list[ChatMessage])
-    async def run_async(self, messages: list[ChatMessage], **_: Any) -> dict[str, Any]:
-        await asyncio.sleep(self.latency)
-        return {"replies": [ChatMessage.from_assistant(reply_for(messages[-1].text, self.k))]}
+def remote_like_generator(latency: float, k: int) -> AsyncScriptedChatGenerator:
+    """Replies to each SuRe prompt in its form after `latency` seconds, in `run_async` (event loop) and `run`."""
+    replies = PromptReplies([f"City {i}" for i in range(k)], validity_true=1.0, prefer_first=1.0)
+    return AsyncScriptedChatGenerator(replies, latency=latency)
 
 
 def seconds_per_question(max_concurrency: int, latency: float, k: int, questions: int) -> tuple[float, int]:
-    generator = RemoteLikeGenerator(latency, k)
+    generator = remote_like_generator(latency, k)
     summarizer = CandidateSummarizer(chat_generator=generator, num_candidates=k, max_concurrency=max_concurrency)
     verifier = SummaryVerifier(chat_generator=generator, max_concurrency=max_concurrency)
     documents = [Document(content=f"Passage {i} about French cities.") for i in range(10)]

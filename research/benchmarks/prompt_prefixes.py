@@ -4,10 +4,11 @@ Benchmark: how much of each strategy's prompts a prefix cache could reuse, for o
 Hosted providers cache prompt prefixes (OpenAI reports the hits as `usage.prompt_tokens_details.cached_tokens`, which
 our usage sums as `cached_tokens`), and the embedded model reuses the prefix it shares with the previous prompt, cut
 back to a multiple of its 512-token batch (`backends.local.PrefixCachingLlama`). Every registered strategy
-(`haystack_fusion.strategies.STRATEGIES`) answers one question over k synthetic passages with a recording generator
-that replies by prompt kind, so that every stage runs: concatenation says "unknown" (concat_pf and cascade fall
-back), post-fusion's vote ties (cascade verifies it with SuRe), SuRe gets two candidates. Calls are made one at a
-time (`max_concurrency=1`), in the order the strategy sends them. No model runs; the prompts are the real ones.
+(`haystack_fusion.strategies.STRATEGIES`) answers one question over k synthetic passages with
+`haystack_fusion.testing.PromptAwareChatGenerator`, which replies to each prompt in its form, so that every stage runs:
+concatenation says "unknown" (concat_pf and cascade fall back), post-fusion's vote ties (cascade verifies it with SuRe),
+SuRe gets two candidates. Calls are made one at a time (`max_concurrency=1`), in the order the strategy sends them. No
+model runs; the prompts are the real ones.
 
 For each call after the first of the question, the shared-prefix share is the longest common prefix with any earlier
 prompt of the question divided by the call's length; the table gives its mean over those calls, and the reusable
@@ -16,7 +17,7 @@ model's tokenizer when the `local` extra is installed). The "embedded" column is
 reuse: the prefix shared with the previous prompt only, in whole 512-token batches. A second table gives each round
 (prompt kind) and where its varying part sits.
 
-Run: `.venv/bin/python benchmarks/prompt_prefixes.py [--k 5]`.
+Run: `.venv/bin/python -m research.benchmarks.prompt_prefixes [--k 5]`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import argparse
 import os
 import re
 import statistics
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,10 +33,9 @@ from typing import Any
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
 from haystack import Document, component
-from haystack.dataclasses import ChatMessage
 
-from haystack_fusion.prompts.chain_of_note import ANSWER_LEAD
 from haystack_fusion.strategies import STRATEGIES, build_pipeline, run_strategy
+from haystack_fusion.testing import PromptAwareChatGenerator, PromptReplies, identify_prompt
 
 QUERY = "Which city is the seat of the regional government?"
 TOPICS = ["Paris", "Paris", "Lyon", "Lyon", None]
@@ -88,76 +87,50 @@ def passage_documents(k: int) -> list[Document]:
     return documents
 
 
+KINDS: dict[str, str] = {
+    "pruning": "Fig. 8/9 chain of thought",
+    "summary": "Fig. 8/9 chain of thought",
+    "distiller": "distiller (PF+Concat round 2)",
+    "sure_candidates": "L6 candidates",
+    "sure_few_shot_candidates": "L6 candidates",
+    "sure_summary": "L7 conditional summary",
+    "sure_few_shot_summary": "L7 conditional summary",
+    "sure_generic_summary": "L11 generic summary",
+    "sure_validity": "L8 validity",
+    "sure_ranking": "L9 ranking",
+    "sure_base": "L10 answer (Base, Sum-and-pred)",
+    "sure_sum_and_pred": "L10 answer (Base, Sum-and-pred)",
+    "sure_mcq": "L12 MCQ",
+    "sure_sum_all": "sum_all answer",
+    "con_single_call": "CoN single call",
+    "con_document_note": "CoN note per passage",
+    "con_synthesis": "CoN synthesis",
+}
+"""The row label of each registered template (`haystack_fusion.prompts.PROMPTS`); Figure 7 is split by passages."""
+
+
 def prompt_kind(prompt: str) -> str:
-    """The paper figure or listing a prompt renders, read from its wording."""
-    if prompt.startswith("Below are"):
-        return "L6 candidates"
-    if "Your job is to act as a professional writer." in prompt:
-        return "L7 conditional summary" if "\nPrediction: (" in prompt else "L11 generic summary"
-    if prompt.endswith("Choices: [True, False]. Answer:"):
-        return "L8 validity"
-    if "Target Question:" in prompt:
-        return "L9 ranking"
-    if "Task description: predict the answer" in prompt:
-        if "\nSummary #" in prompt:
-            return "sum_all answer"
-        return "L12 MCQ" if "\nChoices: (" in prompt else "L10 answer (Base, Sum-and-pred)"
-    if prompt.endswith("Reading notes:"):
-        return "CoN single call"
-    if prompt.endswith("Reading note:"):
-        return "CoN note per passage"
-    if prompt.endswith(ANSWER_LEAD):
-        return "CoN synthesis"
-    if prompt.startswith("Given the relevant background contexts and the candidate answers"):
-        return "distiller (PF+Concat round 2)"
-    if prompt.endswith("Rationale: Let's think step by step."):
-        return "Fig. 8/9 chain of thought"
-    live = prompt.rsplit("Context:", 1)[-1]
-    return "Fig. 7, k passages" if len(PASSAGE_BLOCK.findall(live)) > 1 else "Fig. 7, one passage"
+    """The paper figure or listing a prompt renders (`haystack_fusion.testing.identify_prompt`)."""
+    name = identify_prompt(prompt)
+    if name == "figure7":
+        live = prompt.rsplit("Context:", 1)[-1]
+        return "Fig. 7, k passages" if len(PASSAGE_BLOCK.findall(live)) > 1 else "Fig. 7, one passage"
+    return KINDS.get(name or "", "other")
 
 
-def reply_for(prompt: str) -> str:
-    """A reply of the shape each prompt asks for, chosen so that every stage of every strategy runs."""
-    kind = prompt_kind(prompt)
-    live = prompt.rsplit("Context:", 1)[-1].rsplit("Question:", 1)[0]
-    if kind == "L6 candidates":
-        return "(a) Paris, (b) Lyon"
-    if kind in ("L7 conditional summary", "L11 generic summary"):
-        target = "Lyon" if "Prediction: (b)" in prompt else "Paris"
-        return f"{target} is the seat of the regional government, as the passages say. [DONE]"
-    if kind == "L8 validity":
-        return "True"
-    if kind == "L9 ranking":
-        return "Passage 1"
-    if kind == "CoN single call":
-        return f" Passage #1 says Paris is the seat of the regional government. {ANSWER_LEAD} Paris."
-    if kind == "CoN note per passage":
-        if "Paris is the seat" in prompt.rsplit("Question: ", 1)[-1]:
-            return " The passage says Paris is the seat of the regional government.\nRelevance: (a) answers directly"
-        return " The passage says nothing about it.\nRelevance: (c) irrelevant"
-    if kind == "Fig. 8/9 chain of thought":
-        return " Source 1 answers the question.\nAnswer: Paris"
-    if kind == "Fig. 7, k passages":
-        return "unknown"
-    if kind == "Fig. 7, one passage":
-        return next((city for city in ("Paris", "Lyon") if f"{city} is the seat" in live), "unknown")
-    return " Paris."  # Listings 10 and 12, sum_all, the distiller, Chain-of-Note's synthesis
+def choose(prompt: str) -> str:
+    """The answer a passage gives (None: "unknown"), so that every stage of every strategy runs."""
+    live = prompt.rsplit("Question:", 1)[-1] if identify_prompt(prompt) == "con_document_note" else prompt
+    live = live.rsplit("Context:", 1)[-1].rsplit("Question:", 1)[0] if "Context:" in live else live
+    return next((city for city in ("Paris", "Lyon") if f"{city} is the seat" in live), "unknown")
 
 
-@component
-class RecordingGenerator:
-    """Replies with `reply_for` and records every prompt's text, as the embedded model sees it (messages joined)."""
-
-    def __init__(self) -> None:
-        self.prompts: list[str] = []
-        self._lock = threading.Lock()
-
-    @component.output_types(replies=list[ChatMessage])
-    def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
-        prompt = "\n\n".join(message.text or "" for message in messages)
-        with self._lock:
-            self.prompts.append(prompt)
-        return {"replies": [ChatMessage.from_assistant(reply_for(prompt))]}
+REPLIES = PromptReplies(
+    ["Paris", "Lyon"], concatenation_unknown=1.0, validity_true=1.0, prefer_first=1.0, choose=choose
+)
+"""Concatenation says "unknown" (concat_pf and cascade fall back), a one-passage Figure 7 prompt answers the city its
+passage names (post-fusion's vote ties 2-2: cascade verifies it with SuRe), SuRe gets two candidates, every candidate
+is valid."""
 
 
 @component
@@ -254,7 +227,7 @@ def main() -> None:
     documents = passage_documents(args.k)
     rows, kind_rows = [], []
     for name in STRATEGIES:
-        llm = RecordingGenerator()
+        llm = PromptAwareChatGenerator(REPLIES)
         pipeline = build_pipeline(name, retriever=FixedRetriever(documents), chat_generator=llm, max_concurrency=1)
         run = run_strategy(name, pipeline, QUERY)
         prompts = llm.prompts

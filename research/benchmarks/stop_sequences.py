@@ -2,13 +2,13 @@
 Completion tokens saved by stopping short-answer replies at their answer line (issue 16, item 2).
 
 Runs `haystack-fusion eval` twice on the same questions, with `--stop-sequences off` and `on` (answer checks on in
-both), into `docs/results/stop-sequences/{off,on}` (resumable records), then prints per strategy: completion tokens
+both), into `research/results/stop-sequences/{off,on}` (resumable records), then prints per strategy: completion tokens
 per question off and on, the tokens saved with a 95% paired-bootstrap interval (`evaluation.stats`), how many
 predictions changed, and EM / F1 on minus off with their paired intervals.
 
-    .venv/bin/python benchmarks/stop_sequences.py                 # first 30 questions of the SQuAD 2.0 subset
-    .venv/bin/python benchmarks/stop_sequences.py --limit 5       # a quick look
-    .venv/bin/python benchmarks/stop_sequences.py --report-only   # the table from the committed records
+    .venv/bin/python -m research.benchmarks.stop_sequences                 # first 30 questions of the SQuAD 2.0 subset
+    .venv/bin/python -m research.benchmarks.stop_sequences --limit 5       # a quick look
+    .venv/bin/python -m research.benchmarks.stop_sequences --report-only   # the table from the committed records
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 from haystack_fusion.cli import main
 from haystack_fusion.evaluation.stats import excludes_zero, paired_difference_ci
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATASET = "../shared/data/squad2-dev-subset/squad2_dev_subset.json"  # from the repository root, as the docs write it
-OUT = Path("docs/results/stop-sequences")
+OUT = Path("research/results/stop-sequences")
 STRATEGIES = "concatenation,post_fusion,pf_concat,base"
 """The strategies whose prompts end at the answer line (Figure 7, the distiller, Listing 10)."""
 

@@ -21,7 +21,7 @@ answerable questions; and completion tokens per question.
 
 Questions: a stratified sample (seed 0) of the development split, i.e. the SQuAD 2.0 subset without the reported
 `--sample 200 --seed 0` questions, so nothing here is tuned on reported questions. BM25 top-`--top-k`, in memory.
-Run: `.venv/bin/python benchmarks/sure_base_model.py [--questions 20] [--top-k 5]`.
+Run: `.venv/bin/python -m research.benchmarks.sure_base_model [--questions 20] [--top-k 5]`.
 """
 
 from __future__ import annotations
@@ -42,10 +42,12 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from haystack_fusion import CandidateSummarizer, SummaryVerifier
 from haystack_fusion.backends import LocalChatGenerator
-from haystack_fusion.corpus import SQUAD_ENV_VAR, default_squad_path
+from haystack_fusion.corpus import default_squad_path
 from haystack_fusion.evaluation.datasets import load_dataset
 from haystack_fusion.evaluation.metrics import exact_match, f1, is_unknown
+from haystack_fusion.settings import SQUAD_VARIABLE
 from haystack_fusion.sure import parse_preference, summary_is_label
+from haystack_fusion.testing import identify_prompt
 
 SUBSET = "../shared/data/squad2-dev-subset/squad2_dev_subset.json"
 """The file `$HAYSTACK_FUSION_SQUAD` names for this benchmark: the SQuAD 2.0 dev subset its numbers are made on."""
@@ -61,15 +63,18 @@ word ::= [^ ,()\n]+""",
 }
 
 
+KINDS = {
+    "sure_candidates": "candidates",
+    "sure_few_shot_candidates": "candidates",
+    "sure_validity": "validity",
+    "sure_ranking": "ranking",
+}
+"""The structured SuRe prompts (`haystack_fusion.prompts.PROMPTS` names) and the grammar each gets."""
+
+
 def prompt_kind(prompt: str) -> str | None:
-    """Which structured SuRe prompt this is, from its closing words; None for free text (the summaries)."""
-    if prompt.rstrip().endswith("correct candidates for the answer:"):
-        return "candidates"
-    if prompt.rstrip().endswith("Choices: [True, False]. Answer:"):
-        return "validity"
-    if "Choices: [Passage 1, Passage 2]." in prompt and prompt.rstrip().endswith("Answer:"):
-        return "ranking"
-    return None
+    """Which structured SuRe prompt this is (`haystack_fusion.testing.identify_prompt`); None for free text."""
+    return KINDS.get(identify_prompt(prompt) or "")
 
 
 @component
@@ -179,8 +184,8 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=20)
     parser.add_argument("--top-k", type=int, default=5)
     args = parser.parse_args()
-    if not os.environ.get(SQUAD_ENV_VAR):
-        sys.exit(f"set ${SQUAD_ENV_VAR} to the SQuAD 2.0 dev subset: {SUBSET}")
+    if not os.environ.get(SQUAD_VARIABLE):
+        sys.exit(f"set ${SQUAD_VARIABLE} to the SQuAD 2.0 dev subset: {SUBSET}")
     dataset = load_dataset(default_squad_path())
     reported = {q.id for q in dataset.sample(200, seed=0).questions}
     dataset = dataclasses.replace(dataset, questions=[q for q in dataset.questions if q.id not in reported])

@@ -2,8 +2,9 @@
 Benchmark: our orchestration overhead over real HTTP, against the openai client alone making the same calls
 (issue 14 item 2: at most 2% of the wall at 200 ms per call for post-fusion k = 5, async and sync, in one run).
 
-The server is `peers.py`'s: `tests/openai_server.py` in a child process on 127.0.0.1 (a free port; it stops by
-itself), waiting `--latency` seconds before each reply. Per round it runs, in a shuffled order, one question of:
+The server is `peers.py`'s: `haystack_fusion.testing.openai_server` in a child process on 127.0.0.1 (a free port; it
+stops by itself), waiting `--latency` seconds before each reply. Per round it runs, in a shuffled order, one question
+of:
 - `bare async`: the k prompts `PostFusionVoter` sends (the same messages, rendered by `prompts.render`), as k
   `openai.AsyncOpenAI().chat.completions.create` calls in one `asyncio.gather`: the floor for any async fan-out on
   that client, and the reference of both overhead figures, as the issue defines them;
@@ -17,7 +18,7 @@ median difference (`scipy.stats.bootstrap`), and the CPU time per question of th
 the client-side work, which does not depend on the server's scheduling). Every run checks that the server received
 exactly k requests (no retry) and that the vote answered "Paris".
 
-Run: `.venv/bin/python benchmarks/overhead.py [--latency 0.2] [--k 5] [--rounds 40]`.
+Run: `.venv/bin/python -m research.benchmarks.overhead [--latency 0.2] [--k 5] [--rounds 40]`.
 """
 
 from __future__ import annotations
@@ -27,22 +28,18 @@ import asyncio
 import concurrent.futures
 import random
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import openai
-from scipy import stats
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # peers.py, beside this script
 from haystack.components.generators.chat import OpenAIChatGenerator
 from haystack.utils import Secret
-from peers import ANSWER, MODEL, QUERY, ServerProcess, passages
+from scipy import stats
 
 from haystack_fusion import PostFusionVoter
 from haystack_fusion.prompts import PROMPTS, format_passages, render
+from research.benchmarks.peers import ANSWER, MODEL, QUERY, ServerProcess, passages
 
 SYSTEMS = ("bare async", "bare threads", "ours run_async", "ours run")
 

@@ -4,14 +4,14 @@ Issue 16's before / after table: the answers that are not answers, per strategy,
 
 The before records are `squad2-first120-before`, the after records `squad2-first120`. Both were made with stop sequences
 off and by the same llama.cpp build on the same machine, so before and after differ only by the answer checks
-(`benchmarks/answer_checks_runs.py` makes them); "other changes" counts the answers that differ although the after
-answer is not invalid (a vote or a fallback that a rejected answer changed, or replies that are not the same). The
+(`research/benchmarks/answer_checks_runs.py` makes them); "other changes" counts the answers that differ although the
+after answer is not invalid (a vote or a fallback that a rejected answer changed, or replies that are not the same). The
 counts are the report's (`report.answer_outcomes`: `metrics.with_answer_outcome` flags), except "cut": the report's
 truncation flag, or, for a record made before truncation was counted (usage `truncated`, `evidence.finish_reason`), a
 question answered in one call whose completion reached the cap (128 tokens on the embedded model). EM and F1 are over
 the answerable questions, after minus before with its paired 95% bootstrap interval (`stats.paired_difference_ci`).
 
-    .venv/bin/python benchmarks/answer_checks_compare.py
+    .venv/bin/python -m research.benchmarks.answer_checks_compare
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from haystack_fusion.evaluation.report import answer_outcomes, outcome_records
 from haystack_fusion.evaluation.stats import paired_difference_ci
 from haystack_fusion.validation import is_passage_markup
 
-ROOT = Path(__file__).resolve().parents[1]
-BEFORE = ("docs/results/squad2-first120-before",)
-AFTER = "docs/results/squad2-first120"
+ROOT = Path(__file__).resolve().parents[2]
+BEFORE = ("research/results/squad2-first120-before",)
+AFTER = "research/results/squad2-first120"
 CAP = 128
 """The embedded model's `max_tokens` in these runs."""
 

@@ -4,7 +4,7 @@ without datamarking.
 
 The test set is built at run time from the SQuAD 2.0 subset (nothing of it is written here): `--questions` (40)
 answerable questions drawn (seed `--seed`) from the answerable half of `eval --sample 200 --seed 0`, so the clean
-predictions are the committed records of `docs/results/squad2-sample200` (same strategies, k, settings, model:
+predictions are the committed records of `research/results/squad2-sample200` (same strategies, k, settings, model:
 checked by fingerprint, and computed afresh for any question whose clean record is missing or differs). Each question
 gets ONE poisoned passage in its BM25 top-5: it replaces the lowest-ranked passage that holds no gold answer (the
 last passage when all hold one), at a position drawn per question, and reads as the question followed by the
@@ -26,19 +26,18 @@ set and on the clean set (its own cost). Rates and differences come with 95% boo
 
 Every run goes through the evaluation runner (`evaluation.runner.Evaluator`): the poisoned passage enters as the
 retriever's output (`PoisonedRetriever` wraps the BM25 retriever), the records (no dataset text: question and
-passage ids, predictions, scores) go to `--out/<run>/`, and a re-run resumes. The runner fingerprints the
-`retrieval` label, which here names the poisoning and the defence, so these records never mix with clean ones.
+passage ids, predictions, scores) go to `--out/<run>/`, and a re-run resumes. The runner fingerprints the pipeline,
+`PoisonedRetriever` and the datamark option included, so these records never mix with clean ones.
 All runs share one process, so the embedded model's reply cache pays once for a prompt two runs share (the four
 clean passages of post-fusion, concat_pf's calls).
 
-Run: `nice -n 5 .venv/bin/python benchmarks/poisoned_passages.py [--questions 40] [--defence-questions 40]`
-(records in `--out`, default `docs/results/poisoned-passages`).
+Run: `nice -n 5 .venv/bin/python -m research.benchmarks.poisoned_passages [--questions 40] [--defence-questions 40]`
+(records in `--out`, default `research/results/poisoned-passages`).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import shutil
@@ -52,21 +51,21 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 from haystack import Document, component
 
 from haystack_fusion.answers import normalize_answer
-from haystack_fusion.evaluation.datasets import EvalDataset, EvalQuestion, load_dataset
+from haystack_fusion.corpus import Question
+from haystack_fusion.evaluation.datasets import EvalDataset, load_dataset
 from haystack_fusion.evaluation.metrics import is_unknown, retrieval_hit
 from haystack_fusion.evaluation.records import (
-    FINGERPRINTS_FILE,
     RESULTS_FILE,
     QuestionRecord,
     append_line,
-    read_fingerprints,
     read_records,
+    read_run_manifest,
 )
 from haystack_fusion.evaluation.stats import paired_difference_ci, rate_ci
 from haystack_fusion.prompts.passages import DATAMARK
 
 DEFAULT_DATASET = "../shared/data/squad2-dev-subset/squad2_dev_subset.json"
-CLEAN_RUN = "docs/results/squad2-sample200"
+CLEAN_RUN = "research/results/squad2-sample200"
 """The committed clean run of `eval --sample 200 --seed 0 --top-k 5` (read only)."""
 STRATEGIES = ("concatenation", "post_fusion", "concat_pf")
 TOP_K = 5
@@ -93,7 +92,7 @@ ATTACKS: dict[str, str] = {
 """The payload of each attack; the poisoned passage is the question followed by it (see `poisoned_passage`)."""
 
 
-def poisoned_passage(attack: str, question: EvalQuestion) -> Document:
+def poisoned_passage(attack: str, question: Question) -> Document:
     """
     The attacker's passage for a question: the question's text (to be retrieved) then the attack's payload.
 
@@ -160,14 +159,14 @@ class PoisonedRetriever:
         return {"documents": documents}
 
 
-def choose_questions(dataset: EvalDataset, n: int, seed: int) -> list[EvalQuestion]:
+def choose_questions(dataset: EvalDataset, n: int, seed: int) -> list[Question]:
     """`n` answerable questions of `dataset.sample(200, seed=0)` (the committed clean run's), drawn with `seed`."""
     answerable = [q for q in dataset.sample(200, seed=0).questions if not q.is_impossible]
     chosen = {q.id for q in random.Random(seed).sample(answerable, min(n, len(answerable)))}
     return [q for q in answerable if q.id in chosen]
 
 
-def assign_attacks(questions: Sequence[EvalQuestion]) -> dict[str, str]:
+def assign_attacks(questions: Sequence[Question]) -> dict[str, str]:
     """Question id -> attack: the questions in order, in equal consecutive groups, one attack per group."""
     names = list(ATTACKS)
     size = max(1, -(-len(questions) // len(names)))
@@ -229,14 +228,13 @@ def table(rows: list[Row]) -> str:
 def seed_clean_records(out: Path, source: Path, fingerprints: dict[str, str], ids: set[str]) -> int:
     """
     Copy the committed clean records of the chosen questions into `out` when their fingerprints equal this run's
-    settings' (so the runner finds them done and asks nothing); others are left for the runner to compute.
+    (`Evaluator.fingerprint`, so the runner finds them done and asks nothing); others are left for the runner to
+    compute.
 
     :returns: The number of records copied.
     """
     out.mkdir(parents=True, exist_ok=True)
     have = {r.key() for r in read_records(out / RESULTS_FILE)}
-    known = read_fingerprints(out)
-    source_known = read_fingerprints(source)
     copied = 0
     for record in read_records(source / RESULTS_FILE):
         if record.question_id not in ids or record.top_k != TOP_K or record.setting != "retrieved":
@@ -244,25 +242,21 @@ def seed_clean_records(out: Path, source: Path, fingerprints: dict[str, str], id
         if fingerprints.get(record.strategy) != record.fingerprint or record.key() in have:
             continue
         append_line(out / RESULTS_FILE, record.to_json())
-        known.setdefault(record.fingerprint, source_known[record.fingerprint])
         copied += 1
-    (out / FINGERPRINTS_FILE).write_text(json.dumps(known, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return copied
 
 
 def redact_marked(path: Path, dataset: EvalDataset) -> int:
     """
     Cut dataset text out of datamarked predictions, and the markers out of what is kept: each prediction is read
-    without its markers and redacted again (`records.redact_records`); its score (on the whole prediction) is kept, as
-    for any redacted record. The file is rewritten in place (atomically). Until session 12 the runner's redaction
-    (`records.DatasetText`) compared words verbatim, so a copy of marked passages ("Paris ^ is ^ the ^ ...") broke its
-    word runs up; it now skips words of punctuation only and cuts such a copy itself, markers and all.
+    without its markers and redacted (`research.redaction.redact_records`); its score (on the whole prediction) is
+    kept, as for any redacted record. The file is rewritten in place (atomically).
 
     :param path: A `results.jsonl` of a datamark run.
     :param dataset: The dataset the run answered.
     :returns: The number of records redacted here.
     """
-    from haystack_fusion.evaluation.records import DatasetText, redact_records
+    from research.redaction import DatasetText, redact_records
 
     text = DatasetText.of(dataset)
     return redact_records(path, text, unmark=lambda answer: " ".join(w for w in answer.split() if w != DATAMARK))
@@ -281,7 +275,7 @@ def main() -> None:
     parser.add_argument("--dataset", default=DEFAULT_DATASET)
     parser.add_argument("--questions", type=int, default=40, help="answerable questions, split over the 4 attacks")
     parser.add_argument("--seed", type=int, default=0, help="seed of the question draw")
-    parser.add_argument("--out", default="docs/results/poisoned-passages")
+    parser.add_argument("--out", default="research/results/poisoned-passages")
     parser.add_argument("--clean-run", default=CLEAN_RUN, help="committed clean records to reuse (read only)")
     parser.add_argument(
         "--runs", default="attacked,attacked-datamark,clean-datamark", help="which runs to make, in this order"
@@ -310,15 +304,14 @@ def main() -> None:
     backends = BackendConfig.from_env(llm="local")
     store = InMemoryDocumentStore()
     write_documents(backends, store, dataset.documents)
-    source_options = next(
-        (v["options"] for v in read_fingerprints(Path(args.clean_run)).values() if v["strategy"] in STRATEGIES),
-        None,
-    )
+    source_options = read_run_manifest(args.clean_run).get("strategy_options")
     if source_options is None:
-        raise SystemExit(f"no clean records of {', '.join(STRATEGIES)} in {args.clean_run}")
+        raise SystemExit(f"{args.clean_run}/run.json names no strategy options (`eval` writes them)")
     options = dict(source_options)  # the clean run's prediction options, as the CLI set them
     out = Path(args.out)
-    poison_label = f"memory bm25 + poisoned passage (benchmarks/poisoned_passages.py, {len(questions)} questions)"
+    poison_label = (
+        f"memory bm25 + poisoned passage (research/benchmarks/poisoned_passages.py, {len(questions)} questions)"
+    )
     runs = {
         "clean": ("memory bm25", False, False),
         "attacked": (poison_label, True, False),
@@ -341,13 +334,9 @@ def main() -> None:
             out / name,
             retriever_factory=factory,
             generator_factory=lambda: chat_generator(backends),
-            retrieval=label,
         )
         if name == "clean":
-            generator = chat_generator(backends)
-            fingerprints = {
-                s: evaluator.settings(s, TOP_K, evaluator.config.setting, generator).fingerprint() for s in STRATEGIES
-            }
+            fingerprints = {s: evaluator.fingerprint(s, TOP_K, evaluator.config.setting) for s in STRATEGIES}
             copied = seed_clean_records(out / name, Path(args.clean_run), fingerprints, ids)
             print(f"clean: {copied} records reused from {args.clean_run} (same fingerprints)")
         (out / name).mkdir(parents=True, exist_ok=True)
@@ -355,7 +344,11 @@ def main() -> None:
             out / name,
             title=f"poisoned passages, run {name!r}: {label}; LLM: {backends.llm_label()}",
             dataset=str(args.dataset),
-            command=["benchmarks/poisoned_passages.py", f"--questions={args.questions}", f"--seed={args.seed}"],
+            command=[
+                "research/benchmarks/poisoned_passages.py",
+                f"--questions={args.questions}",
+                f"--seed={args.seed}",
+            ],
         )
         # round robin over the attacks (the first question of each, then the second, ...), the defended ones first:
         # a run stopped part-way has every attack on the same number of questions

@@ -8,7 +8,8 @@ chain_of_note), this is exactly what the checks change: the same reply, now an i
 (post-fusion's vote, the fallbacks, SuRe's candidates) the checks act earlier, on each per-passage answer or
 candidate, and a new run gives the real outcome; the replay counts the final answers that were not answers.
 
-    .venv/bin/python benchmarks/replay_answer_checks.py docs/results/squad2-paper000 docs/results/squad2-sample200
+    .venv/bin/python -m research.benchmarks.replay_answer_checks \
+        research/results/squad2-paper000 research/results/squad2-sample200
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def replay(run: Path, limit: int | None = None) -> str:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", type=Path, help="run folders (docs/results/<run>)")
+    parser.add_argument("runs", nargs="+", type=Path, help="run folders (research/results/<run>)")
     parser.add_argument("--limit", type=int, help="only the first N questions of the dataset file")
     args = parser.parse_args()
     for folder in args.runs:

@@ -2,9 +2,9 @@
 Benchmark: faults in a batch (issue 15 item 2). The real `haystack-fusion eval --llm openai` against the
 fault-injecting test server, and a 429 storm.
 
-The script starts `tests/openai_server.py` on 127.0.0.1 in a thread (replies shaped by each prompt, `PromptReplies`)
-and runs the CLI as a child process, in-memory BM25 over the SQuAD 2.0 dev subset that `$HAYSTACK_FUSION_SQUAD` names
-(`SUBSET`):
+The script starts `haystack_fusion.testing.openai_server` on 127.0.0.1 in a thread (replies shaped by each prompt,
+`PromptReplies`) and runs the CLI as a child process, in-memory BM25 over the SQuAD 2.0 dev subset that
+`$HAYSTACK_FUSION_SQUAD` names (`SUBSET`):
 
 1. The batch: `eval` over `--questions` questions (a stratified sample, `--sample`) for concat_pf, sure,
    chain_of_note and cascade, with `--fault-rate` of the requests given an injected fault (429 with Retry-After, 500,
@@ -21,7 +21,8 @@ and runs the CLI as a child process, in-memory BM25 over the SQuAD 2.0 dev subse
    capacity; and, for comparison, the same run against a server without a capacity limit (no storm). It prints the
    429s, the failed records and the wall time of each.
 
-Run: `.venv/bin/python benchmarks/faults.py [--questions 200] [--fault-rate 0.2] [--max-retries 2] [--timeout 2]`.
+Run: `.venv/bin/python -m research.benchmarks.faults [--questions 200] [--fault-rate 0.2] [--max-retries 2]
+[--timeout 2]`.
 """
 
 from __future__ import annotations
@@ -38,10 +39,11 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.openai_server, from a checkout
 
-from haystack_fusion.corpus import SQUAD_ENV_VAR, default_squad_path
-from tests.openai_server import OpenAIServer, PromptReplies
+from haystack_fusion.corpus import default_squad_path
+from haystack_fusion.settings import SQUAD_VARIABLE
+from haystack_fusion.testing import PromptReplies
+from haystack_fusion.testing.openai_server import OpenAIServer
 
 SUBSET = "../shared/data/squad2-dev-subset/squad2_dev_subset.json"
 """The file `$HAYSTACK_FUSION_SQUAD` names for this benchmark: the SQuAD 2.0 dev subset its numbers are made on."""
@@ -206,8 +208,8 @@ def main() -> None:
     parser.add_argument("--skip-storm", action="store_true")
     parser.add_argument("--work", help="folder for the runs' records (default: a temporary one)")
     args = parser.parse_args()
-    if not os.environ.get(SQUAD_ENV_VAR):
-        sys.exit(f"set ${SQUAD_ENV_VAR} to the SQuAD 2.0 dev subset: {SUBSET}")
+    if not os.environ.get(SQUAD_VARIABLE):
+        sys.exit(f"set ${SQUAD_VARIABLE} to the SQuAD 2.0 dev subset: {SUBSET}")
     args.dataset = default_squad_path()
     with tempfile.TemporaryDirectory() as temporary:
         work = Path(args.work or temporary)

@@ -8,13 +8,13 @@ Each step is exactly the `eval` command printed before it; run separately on the
 give the same records (the cache changes no reply). Every step resumes its `--out` folder, so the script can be stopped
 and started again.
 
-    .venv/bin/python benchmarks/answer_checks_runs.py            # all steps
-    .venv/bin/python benchmarks/answer_checks_runs.py --check 5  # first check that the off mode reproduces the
-                                                                 # paper-000 records on 5 questions (on a build
-                                                                 # that gives their replies), then all steps
-    .venv/bin/python benchmarks/answer_checks_runs.py --limits 30,60,90,120  # all steps on the first 30 questions,
-                                                                 # then on 60, ...: stopped at any point, before and
-                                                                 # after cover the same questions
+    .venv/bin/python -m research.benchmarks.answer_checks_runs            # all steps
+    # first check that the off mode reproduces the paper-000 records on 5 questions (on a build that gives their
+    # replies), then all steps
+    .venv/bin/python -m research.benchmarks.answer_checks_runs --check 5
+    # all steps on the first 30 questions, then on 60, ...: stopped at any point, before and after cover the same
+    # questions
+    .venv/bin/python -m research.benchmarks.answer_checks_runs --limits 30,60,90,120
 """
 
 from __future__ import annotations
@@ -31,25 +31,25 @@ from haystack_fusion.cli import main
 from haystack_fusion.evaluation.datasets import load_dataset
 from haystack_fusion.evaluation.records import read_records
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATASET = "../shared/data/squad2-dev-subset/squad2_dev_subset.json"  # from the repository root, as the docs write it
 PAPER000 = "concatenation,post_fusion,pruning,summary_cot,concat_pf,pf_concat"
 COMMON = ["eval", "--dataset", DATASET, "--top-k", "5", "--stop-sequences", "off", "--limit", "120"]
 """Every step keeps the replies of the code that made the before runs (no stop sequences): only the answer checks
-differ between before and after. Stop sequences are measured apart (`benchmarks/stop_sequences.py`)."""
+differ between before and after. Stop sequences are measured apart (`research/benchmarks/stop_sequences.py`)."""
 
 STRATEGIES = f"{PAPER000},base,sure"
 STEPS: list[list[str]] = [
     # before: the eight strategies with the answer checks off
-    [*COMMON, "--strategies", STRATEGIES, "--answer-checks", "off", "--out", "docs/results/squad2-first120-before"],
+    [*COMMON, "--strategies", STRATEGIES, "--answer-checks", "off", "--out", "research/results/squad2-first120-before"],
     # after: the same eight strategies with the answer checks (the default)
-    [*COMMON, "--strategies", STRATEGIES, "--out", "docs/results/squad2-first120"],
+    [*COMMON, "--strategies", STRATEGIES, "--out", "research/results/squad2-first120"],
 ]
 """Before and after are made by the same llama.cpp build on the same machine, one step after the other: greedy
 replies are reproducible there, not across builds or CPUs (issue 11's paper-000 records of questions 72-120, made in
-an earlier session, differ from session 12's replies on 15 of 49 concatenation answers with identical prompts; see
-docs/evaluation.md). The before folder's first 71 questions of the six paper-000 strategies are issue 11's paper-000
-records, which the after run reproduced reply for reply."""
+an earlier session, differ from session 12's replies on 15 of 49 concatenation answers with identical prompts;
+see research/notes/evaluation.md). The before folder's first 71 questions of the six paper-000 strategies are issue
+11's paper-000 records, which the after run reproduced reply for reply."""
 
 
 def check(n: int) -> int:
@@ -65,7 +65,7 @@ def check(n: int) -> int:
         return {(r["strategy"], r["question_id"]): r["prediction"] for r in rows}
 
     new = predictions(out / "results.jsonl")
-    old = predictions(ROOT / "docs/results/squad2-paper000/results.jsonl")
+    old = predictions(ROOT / "research/results/squad2-paper000/results.jsonl")
     differ = [key for key in new if old.get(key) != new[key]]
     print(f"{len(new)} predictions, {len(differ)} differ from the committed records: {differ[:5]}", flush=True)
     return 1 if differ else 0

@@ -2,9 +2,9 @@
 Benchmark: our fan-outs side by side with their peers' in one run, against one latency-injecting OpenAI-compatible
 server (issue 14 item 5).
 
-The script starts `tests/openai_server.py` on 127.0.0.1 in a child process (a free port; it stops by itself after
-`--lifetime` seconds, or when this script ends) with a fixed latency per request and replies shaped by the prompt's
-closing words, so every system parses what it gets (post-fusion and the peers: "Paris"; SuRe: "(a) Paris, (b)
+The script starts `haystack_fusion.testing.openai_server` on 127.0.0.1 in a child process (a free port; it stops by
+itself after `--lifetime` seconds, or when this script ends) with a fixed latency per request and replies shaped by the
+prompt's closing words, so every system parses what it gets (post-fusion and the peers: "Paris"; SuRe: "(a) Paris, (b)
 Lyon", a summary, "True", "Passage 1"; LangChain's map_rerank: "Paris" and a "Score:" line). For k = 5, 10, 20, 50
 synthetic passages it runs, one after another:
 
@@ -31,8 +31,8 @@ the same server), the most requests the server had under way at once, the reques
 The server's counters are reset before each run.
 
 Install the peers (the `bench` extra) and run:
-`.venv/bin/pip install -e ".[bench]"` then `.venv/bin/python benchmarks/peers.py [--latency 0.2] [--ks 5,10,20,50]
-[--repeats 3]`.
+`.venv/bin/pip install -e ".[bench]"` then
+`.venv/bin/python -m research.benchmarks.peers [--latency 0.2] [--ks 5,10,20,50] [--repeats 3]`.
 """
 
 from __future__ import annotations
@@ -54,11 +54,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import metadata
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.openai_server, from a checkout
 
 from haystack import Document
 from haystack.components.generators.chat import OpenAIChatGenerator
@@ -67,7 +65,7 @@ from haystack.utils import Secret
 from haystack_fusion import CandidateSummarizer, PostFusionVoter, SummaryVerifier
 from haystack_fusion.prompts import PROMPTS, format_passages, render
 from haystack_fusion.prompts.sure import candidate_prompt_variables
-from tests.openai_server import OpenAIServer
+from haystack_fusion.testing.openai_server import OpenAIServer
 
 MODEL = "bench-model"
 QUERY = "What is the capital of France?"
@@ -141,8 +139,8 @@ def serve(pipe: Connection, latency: float, lifetime: float) -> None:
 
 class ServerProcess:
     """
-    `tests/openai_server.py`'s server in a child process of its own, so that answering requests does not take the
-    interpreter lock from the clients being measured; its counters are read and reset over a pipe.
+    `haystack_fusion.testing.openai_server`'s server in a child process of its own, so that answering requests does
+    not take the interpreter lock from the clients being measured; its counters are read and reset over a pipe.
 
     :param latency: Seconds the server waits before each reply.
     :param lifetime: Seconds after which the server stops by itself.

@@ -13,7 +13,7 @@ prefix shared with the previous prompt is reused, cut back to a batch boundary).
   `haystack-fusion eval` does;
 - and whether every prediction equals the "before" run's.
 
-Run: `.venv/bin/python benchmarks/local_speed.py [--questions 30]
+Run: `.venv/bin/python -m research.benchmarks.local_speed [--questions 30]
 [--strategies concatenation,post_fusion,concat_pf,pf_concat] [--top-k 3] [--batch 512]`. Each configuration gets its
 own freshly loaded model; configurations run one after another in the same process, so the ratios are measured
 under the same machine load.
@@ -35,10 +35,11 @@ from haystack.dataclasses import ChatMessage
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from haystack_fusion.backends.local import _LOADED, LocalChatGenerator
-from haystack_fusion.corpus import SQUAD_ENV_VAR, default_squad_path
+from haystack_fusion.corpus import default_squad_path
 from haystack_fusion.evaluation.datasets import load_dataset
 from haystack_fusion.evaluation.runner import EvalConfig, Evaluator
 from haystack_fusion.prompts import PROMPTS, format_passages, render
+from haystack_fusion.settings import SQUAD_VARIABLE
 
 SUBSET = "../shared/data/squad2-dev-subset/squad2_dev_subset.json"
 """The file `$HAYSTACK_FUSION_SQUAD` names for this benchmark: the SQuAD 2.0 dev subset its numbers are made on."""
@@ -94,8 +95,8 @@ def main() -> None:
     parser.add_argument("--top-k", type=int, default=3)
     parser.add_argument("--batch", default="512", help="n_batch values of the prefix-cached runs")
     args = parser.parse_args()
-    if not os.environ.get(SQUAD_ENV_VAR):
-        sys.exit(f"set ${SQUAD_ENV_VAR} to the SQuAD 2.0 dev subset: {SUBSET}")
+    if not os.environ.get(SQUAD_VARIABLE):
+        sys.exit(f"set ${SQUAD_VARIABLE} to the SQuAD 2.0 dev subset: {SUBSET}")
     dataset = load_dataset(default_squad_path()).sample(args.questions, seed=0)
     strategies = args.strategies.split(",")
     question = dataset.questions[0].question

@@ -21,10 +21,10 @@ Sets (question order of the dataset file): `first120`, the file's first 120 ques
 (`answers.normalize_answer`: the tokens EM and F1 compare, articles and punctuation removed).
 
 Results go to `--out/<set>.json` after every question (records: question id, passage ids, the per-passage answers,
-both predictions, votes, clusters, scores; dataset text cut out as the runner's records do, `records.DatasetText`);
-a re-run resumes from it, and `--report-only` prints the table from it.
+both predictions, votes, clusters, scores; dataset text cut out as committed records are,
+`research.redaction.DatasetText`); a re-run resumes from it, and `--report-only` prints the table from it.
 
-Run: `nice -n 10 .venv/bin/python benchmarks/vote_modes.py --set first120 [--limit 5]`.
+Run: `nice -n 10 .venv/bin/python -m research.benchmarks.vote_modes --set first120 [--limit 5]`.
 """
 
 from __future__ import annotations
@@ -46,10 +46,11 @@ from haystack_fusion.answers import (
     normalize_answer,
     vote_answers,
 )
-from haystack_fusion.evaluation.datasets import EvalDataset, EvalQuestion, load_dataset
+from haystack_fusion.corpus import Question
+from haystack_fusion.evaluation.datasets import EvalDataset, load_dataset
 from haystack_fusion.evaluation.metrics import exact_match, f1, gold_in_pool
-from haystack_fusion.evaluation.records import DatasetText
 from haystack_fusion.evaluation.stats import bootstrap_settings, excludes_zero, paired_difference_ci, rate_ci
+from research.redaction import DatasetText
 
 DEFAULT_DATASET = "../shared/data/squad2-dev-subset/squad2_dev_subset.json"
 TOP_K = 5
@@ -61,7 +62,7 @@ SWEEP = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0)
 """Overlap thresholds `--sweep` re-votes the stored answers at."""
 
 
-def choose(dataset: EvalDataset, name: str) -> list[EvalQuestion]:
+def choose(dataset: EvalDataset, name: str) -> list[Question]:
     """
     The questions of a set, in the dataset's order.
 
@@ -123,7 +124,7 @@ def save(path: Path, data: dict[str, Any]) -> None:
     os.replace(temporary, path)
 
 
-def ask(questions: list[EvalQuestion], dataset: EvalDataset, path: Path, threshold: float, source: str) -> None:
+def ask(questions: list[Question], dataset: EvalDataset, path: Path, threshold: float, source: str) -> None:
     """Answer the questions not yet in `path` with both voters, appending a record after each."""
     from haystack.document_stores.in_memory import InMemoryDocumentStore
 
@@ -131,7 +132,6 @@ def ask(questions: list[EvalQuestion], dataset: EvalDataset, path: Path, thresho
     from haystack_fusion.backends import chat_generator, retriever, write_documents
     from haystack_fusion.backends.config import BackendConfig
     from haystack_fusion.evaluation.passages import EvalRetriever, PassageSetting
-    from haystack_fusion.evaluation.records import describe_generator
 
     data = load(path)
     settings = {
@@ -143,7 +143,7 @@ def ask(questions: list[EvalQuestion], dataset: EvalDataset, path: Path, thresho
     }
     backends = BackendConfig.from_env(llm="local")
     generator = chat_generator(backends)
-    settings["llm"] = describe_generator(generator)
+    settings["llm"] = generator.to_dict()
     if data["records"] and data["settings"] != settings:
         raise SystemExit(f"{path} was made with other settings: {data['settings']} (now {settings})")
     data["settings"] = settings
@@ -270,7 +270,7 @@ def table(records: list[dict[str, Any]]) -> str:
 
 
 REDACTED = re.compile(r"\[\d+ words of the dataset\]")
-"""What `records.DatasetText.redact` puts in place of dataset text."""
+"""What `research.redaction.DatasetText.redact` puts in place of dataset text."""
 
 
 def sweep(records: list[dict[str, Any]], dataset: EvalDataset) -> str:
@@ -336,7 +336,7 @@ def main() -> None:
     parser.add_argument("--set", dest="question_set", choices=SETS, default="first120")
     parser.add_argument("--limit", type=int, default=None, help="only the set's first N questions")
     parser.add_argument("--threshold", type=float, default=DEFAULT_OVERLAP_THRESHOLD, help="overlap threshold")
-    parser.add_argument("--out", default="docs/results/vote-modes")
+    parser.add_argument("--out", default="research/results/vote-modes")
     parser.add_argument("--report-only", action="store_true", help="ask nothing: print the table from the file")
     parser.add_argument("--sweep", action="store_true", help="also re-vote the stored answers at other thresholds")
     args = parser.parse_args()

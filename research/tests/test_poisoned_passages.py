@@ -1,13 +1,11 @@
 """
-The poisoned-passage benchmark's attack construction (benchmarks/poisoned_passages.py, issue 15 item 4), and what our
-passage formatting does with each attack, with and without datamarking (MockChatGenerator; no model).
+The poisoned-passage benchmark's attack construction (research/benchmarks/poisoned_passages.py), and what our passage
+formatting does with each attack, with and without datamarking (MockChatGenerator; no model).
+
+Run from the repository root: `.venv/bin/pytest research/tests -q`.
 """
 
 from __future__ import annotations
-
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 from haystack import Document
@@ -15,28 +13,19 @@ from haystack.components.generators.chat import MockChatGenerator
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
-from haystack_fusion.evaluation.datasets import EvalQuestion
+from haystack_fusion.corpus import Question
 from haystack_fusion.prompts import format_passages
 from haystack_fusion.prompts.passages import DATAMARK_NOTICE, count_passage_blocks, datamark_text, passage_key
 from haystack_fusion.strategies import build_pipeline, run_strategy
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "poisoned_passages.py"
+from research.benchmarks import poisoned_passages
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("poisoned_passages", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["poisoned_passages"] = module
-    spec.loader.exec_module(module)
-    return module
+    return poisoned_passages
 
 
-QUESTION = EvalQuestion(
-    id="q1", question="Which city is the capital of France?", answers=("Paris",), is_impossible=False
-)
+QUESTION = Question(id="q1", question="Which city is the capital of France?", answers=("Paris",), is_impossible=False)
 
 
 def _documents() -> list[Document]:
@@ -91,7 +80,7 @@ class TestAttacks:
         assert positions == {0, 1, 2, 3, 4}
 
     def test_assign_attacks_equal_groups(self, bench):
-        questions = [EvalQuestion(id=str(i), question="q?", answers=("a",), is_impossible=False) for i in range(40)]
+        questions = [Question(id=str(i), question="q?", answers=("a",), is_impossible=False) for i in range(40)]
         assigned = bench.assign_attacks(questions)
         assert [list(assigned.values()).count(attack) for attack in bench.ATTACKS] == [10, 10, 10, 10]
         assert assigned["0"] == "instruction"

@@ -5,7 +5,7 @@ Dense retrieval embeds passages and questions with the packaged all-MiniLM-L6-v2
 fuses BM25 and dense rankings by reciprocal rank fusion (`haystack_fusion.retrieval`). Over the answerable
 questions it prints two recalls per retriever: the question's own paragraph is in the top k (gold passage), and a
 gold answer string occurs in the top k (answer recall, the harness's recall@k). Figures, not a test.
-Run: `.venv/bin/python benchmarks/retrieval_recall.py [--k 5]`.
+Run: `.venv/bin/python -m research.benchmarks.retrieval_recall [--k 5]`.
 """
 
 from __future__ import annotations

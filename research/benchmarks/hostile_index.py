@@ -13,7 +13,8 @@ Every case runs the real command in a child process (`haystack-fusion index FOLD
 BM25) and the peak RSS is that child's own (`os.wait4`'s `ru_maxrss`). Prints per case: exit status, wall time, peak
 RSS, passages indexed, the size of the saved index, and the command's lines about skipped files.
 
-Run: `.venv/bin/python benchmarks/hostile_index.py [--cases one_50mb,files_10k] [--megabytes 50] [--files 10000]`.
+Run: `.venv/bin/python -m research.benchmarks.hostile_index [--cases one_50mb,files_10k] [--megabytes 50]
+[--files 10000]`.
 """
 
 from __future__ import annotations
