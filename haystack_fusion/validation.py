@@ -1,5 +1,9 @@
 """
-The answer validator: what the package never returns as an answer, whatever the prompt or strategy.
+Validation of what goes in and what comes out: the question (`validate_query`) and the answers.
+
+`validate_query` checks a question before any LLM call (every component and strategy that takes a `query`, and the
+serving wrappers, call it). The answer validator decides what the package never returns as an answer, whatever the
+prompt or strategy.
 
 Answers are read from replies in a few places (Haystack's AnswerBuilder with a prompt's pattern, the voter, the
 router, SuRe's candidate parser, Chain-of-Note's answer line); every one of them asks `check_answer`. A reply can hold
@@ -14,7 +18,7 @@ text that is not an answer although it has an answer's shape:
 
 A rejected answer is not an abstention: components return it as an empty answer whose `meta` says
 `answer_source="invalid"`, with the reason and the rejected text (`invalid_answer`), and the evaluation counts it
-apart from "unknown" (docs/evaluation.md, "Answers that are not answers").
+apart from "unknown" (research/notes/evaluation.md, "Answers that are not answers").
 """
 
 from __future__ import annotations
@@ -39,10 +43,6 @@ EMPTY_ENUMERATION = "empty enumeration"
 
 REASONS: tuple[str, ...] = (PASSAGE_MARKUP, DEMONSTRATION, EMPTY_ENUMERATION)
 """Every reason `check_answer` gives, in the order it checks them."""
-
-ANSWER_CHECKS_VERSION = "1"
-"""Identifies the rules above in evaluation fingerprints: bump it when a rule changes what it rejects, so records
-made under other rules never mix with new ones (`evaluation.runner`)."""
 
 _MARKUP = re.compile(r"</?\s*passage\b|\bpassage\s+key\b|\bkey\s*=\s*[\"']|^\[\d{1,3}\]$|^passage\s*#\s*\d{1,3}\b")
 """Fragments of `format_passages`'s block markup, searched in the lowercased trimmed answer: the tags, their
@@ -153,6 +153,19 @@ def invalid_meta(answer: str, reason: str) -> dict[str, Any]:
     return {"answer_source": INVALID, "invalid_reason": reason, "rejected_answer": answer}
 
 
+def validate_query(query: str) -> str:
+    """
+    Check a question before any LLM call.
+
+    :param query: The question.
+    :returns: The question, stripped.
+    :raises ValueError: If the question is not a string, or is empty or only whitespace.
+    """
+    if not isinstance(query, str) or not query.strip():
+        raise ValueError(f"`query` must be a non-empty question, got {query!r}")
+    return query.strip()
+
+
 def invalid_answer(answer: GeneratedAnswer, reason: str) -> GeneratedAnswer:
     """
     The empty answer that replaces a rejected one, its `meta` saying why (`invalid_meta`).
@@ -171,7 +184,6 @@ def is_invalid(meta: dict[str, Any] | None) -> bool:
 
 
 __all__ = [
-    "ANSWER_CHECKS_VERSION",
     "DEMONSTRATION",
     "EMPTY_ENUMERATION",
     "INVALID",
@@ -184,4 +196,5 @@ __all__ = [
     "is_empty_enumeration",
     "is_invalid",
     "is_passage_markup",
+    "validate_query",
 ]

@@ -124,10 +124,5 @@ RELEVANCE_WORDS = {"direct": "answers directly", "context": "useful context", "i
 
 ANSWER_PATTERN = r"^\s*((?:[^\n]*[^ \t.\n])?)[ \t.]*(?:\n|$)"
 """The synthesis prompt ends with "the answer is": the answer is the first line of the completion, without a final
-period (the line up to its last character that is not a space, tab or period). Linear time (`FINGERPRINT_PATTERN`
-was quadratic in a run of spaces or periods inside the line)."""
-
-FINGERPRINT_PATTERN = r"^\s*([^\n]*?)[ \t.]*(?:\n|$)"
-"""The pattern before it was made linear, kept as the text that identifies the parser in evaluation fingerprints
-(`PromptTemplate.fingerprint_pattern`): `ANSWER_PATTERN` extracts the same first group from every reply
-(tests/unit/test_answer_patterns.py, a differential test), so committed runs resume."""
+period (the line up to its last character that is not a space, tab or period). Linear time: a run of spaces or periods
+inside the line costs no backtracking."""

@@ -51,9 +51,4 @@ ANSWER_PATTERN = (
 )
 """The first line of the completion, without a leading candidate label "(a) " and without further listed candidates
 (" (b) ..."): a model that answers "(a) Rollo (b) Ragnar" picked "Rollo". Linear time: each run of whitespace is
-read as one token (`FINGERPRINT_PATTERN`, the same reading with a lazy group, was quadratic in a run of spaces)."""
-
-FINGERPRINT_PATTERN = r"^\s*(?:\([a-z]\)\s*)?([^\n]*?)(?:\s*\([a-z]\)\s[^\n]*)?[ \t]*(?:\n|$)"
-"""The pattern before it was made linear, kept as the text that identifies the parser in evaluation fingerprints
-(`PromptTemplate.fingerprint_pattern`): `ANSWER_PATTERN` extracts the same first group from every reply
-(tests/unit/test_answer_patterns.py, a differential test), so committed runs resume."""
+read as one token (the same reading with a lazy group would be quadratic in a run of spaces)."""

@@ -16,10 +16,5 @@ time (Eq. 2). Variables: `passages` (a `format_passages` block), `query`."""
 
 ANSWER_PATTERN = r"^\s*(\S*(?:[^\S\n]+\S+)*)"
 """The answer is the first line of the completion after "Answer:" (after leading whitespace, newlines included),
-without its trailing whitespace. Linear time: each whitespace run is read once (`FINGERPRINT_PATTERN` was quadratic in
-a run of spaces inside the line)."""
-
-FINGERPRINT_PATTERN = r"^\s*([^\n]*?)\s*(?:\n|$)"
-"""The pattern before it was made linear, kept as the text that identifies the parser in evaluation fingerprints
-(`PromptTemplate.fingerprint_pattern`): `ANSWER_PATTERN` extracts the same first group from every reply
-(tests/unit/test_answer_patterns.py, a differential test), so committed runs resume."""
+without its trailing whitespace. Linear time: each whitespace run is read once, so a long run of spaces inside the
+line costs no backtracking."""

@@ -203,12 +203,7 @@ SHORT_ANSWER_PATTERN = (
 """Listings 10-12 end with "Answer:": the answer is the first line of the completion, without a leading choice label
 "(a) ", without further listed choices (" (b) ...": a model that answers "France (b) Germany" picked "France") and
 without a trailing period. Linear time: each run of whitespace and periods is read as one token
-(`SHORT_ANSWER_FINGERPRINT_PATTERN`, the same reading with a lazy group, was quadratic in a run of spaces)."""
-
-SHORT_ANSWER_FINGERPRINT_PATTERN = r"^\s*(?:\([a-z]\)\s*)?([^\n]*?)(?:\s*\([a-z]\)\s[^\n]*)?[ \t.]*(?:\n|$)"
-"""The pattern before it was made linear, kept as the text that identifies the parser in evaluation fingerprints
-(`PromptTemplate.fingerprint_pattern`): `SHORT_ANSWER_PATTERN` extracts the same first group from every reply
-(tests/unit/test_answer_patterns.py, a differential test), so committed runs resume."""
+(the same reading with a lazy group would be quadratic in a run of spaces)."""
 
 _PLACEHOLDERS = ("xx", "yy", "zz", "ww", "vv", "uu", "tt", "ss", "rr", "qq")
 

@@ -9,7 +9,8 @@ from haystack.dataclasses import ChatMessage
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import haystack_fusion.prompts as prompts_module
+import haystack_fusion.prompts.registry as registry_module
+import haystack_fusion.prompts.rendering as rendering_module
 from haystack_fusion.components import PassageFormatter
 from haystack_fusion.prompts import (
     COT_ANSWER_PATTERN,
@@ -167,8 +168,8 @@ class TestCompiledOnce:
                 super().__init__(*args, **kwargs)
                 made.append(self)
 
-        monkeypatch.setattr(prompts_module, "_COMPILED", {})
-        monkeypatch.setattr(prompts_module, "ChatPromptBuilder", CountingBuilder)
+        monkeypatch.setattr(rendering_module, "_COMPILED", {})
+        monkeypatch.setattr(registry_module, "ChatPromptBuilder", CountingBuilder)
         return made
 
     def test_builder_is_built_once_per_template(self, builders):
@@ -341,12 +342,13 @@ class TestPassageFormatter:
         data = formatter.to_dict()
         assert data == {
             "type": "haystack_fusion.components.passage_formatter.PassageFormatter",
-            "init_parameters": {"max_passage_chars": None, "layout": "numbered"},
+            "init_parameters": {"max_passage_chars": None, "layout": "numbered", "datamark": False},
         }
         assert PassageFormatter.from_dict(data).max_passage_chars is None
         assert PassageFormatter().to_dict()["init_parameters"] == {
             "max_passage_chars": DEFAULT_MAX_PASSAGE_CHARS,
             "layout": "numbered",
+            "datamark": False,
         }
         assert PassageFormatter.from_dict(PassageFormatter(layout="titled").to_dict()).layout == "titled"
 
