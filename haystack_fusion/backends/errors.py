@@ -173,7 +173,7 @@ QUEUED_TIMEOUT_ADVICE = (
     "set --max-calls-in-flight 1 ($HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT=1 when serving) so the calls go one at a time, "
     "and a --timeout ($HAYSTACK_FUSION_TIMEOUT) that covers one call"
 )
-"""What helps when a multi-call strategy's calls time out on a server that queues them (docs/evaluation.md,
+"""What helps when a multi-call strategy's calls time out on a server that queues them (research/notes/evaluation.md,
 "One-slot servers")."""
 
 

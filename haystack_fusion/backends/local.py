@@ -57,7 +57,7 @@ def use_extra_buffer_types(system_info: str) -> bool:
     crashes on the packaged model's Q4_K_M weights (a segfault in `ggml_backend_amx_mul_mat` on the first decode, a
     known llama.cpp bug), so a build that reports AMX loads without extra buffer types. Any other build keeps
     them: the repacked kernels are faster there and give the same greedy replies on every host of one build
-    (`benchmarks/local_speed.py --extra-buffer-types` measures both).
+    (`research/benchmarks/local_speed.py --extra-buffer-types` measures both).
 
     :param system_info: `llama_cpp.llama_print_system_info()`, e.g. `"CPU : SSE3 = 1 | AVX2 = 1 | ... |"`.
     :returns: False when the line reports an AMX feature enabled (`AMX_INT8 = 1`, `AMX_TILE = 1`, ...), else True.

@@ -72,7 +72,8 @@ class PostFusionVoter(ChatGeneratorWrapper):
     With `vote="overlap"`, answers that agree (`answers.answers_agree`: token F1 >= `overlap_threshold`, or one's
     normalized tokens contained in the other's) vote together: they are clustered greedily by rank, the cluster with
     the most votes wins (ties to the better-ranked passage), and its best-ranked member's surface form is the answer
-    (`answers.overlap_vote`; docs/evaluation.md, "Overlap voting"). The default, `vote="exact"`, is paper 000's Eq. 2.
+    (`answers.overlap_vote`; research/notes/evaluation.md, "Overlap voting"). The default, `vote="exact"`, is paper
+    000's Eq. 2.
 
     With `answer_checks` on (default), each passage's answer is checked by the package's answer validator
     (`validation.check_answer`, with the Figure 7 prompt's demonstration answers and that passage's text): an answer

@@ -10,8 +10,8 @@ recall@k, paper 000, section 4.3).
 Aggregate: `summarize` turns a list of `QuestionScore` into the figures a report prints, as percentages (x100) where
 the papers report percentages, unrounded.
 
-Answers that are not answers (docs/evaluation.md, "Answers that are not answers"): `with_answer_outcome` sets a
-score's flags from the record: `empty` (a blank prediction), `invalid` (the answer validator rejected it,
+Answers that are not answers (research/notes/evaluation.md, "Answers that are not answers"): `with_answer_outcome` sets
+a score's flags from the record: `empty` (a blank prediction), `invalid` (the answer validator rejected it,
 `validation.is_invalid`; such an answer is not an abstention, so it is never `unknown`, and it scores 0 on answerable
 questions) and `truncated` (the token cap cut the reply); `outcome_counts` counts them over a run.
 

@@ -5,10 +5,10 @@ Every rate (EM, F1, accuracy, %Unk, reject rate, recall@k) carries a 95% bootstr
 questions it is computed on, and every strategy is compared with a baseline (by default `concatenation`) by the paired
 bootstrap confidence interval of its EM and F1 difference (paper 002, Appendix H; `haystack_fusion.evaluation.stats`).
 
-Answers that are not answers (docs/evaluation.md, "Answers that are not answers"): every record's score gets its
-flags from the record (`metrics.with_answer_outcome`: empty, invalid, truncated; an invalid answer is not unknown),
-and an "Answer outcomes" table counts them per run, with the share of final answers that copy a demonstration answer
-of the strategy's few-shot prompts (`demonstration_copies`).
+Answers that are not answers (research/notes/evaluation.md, "Answers that are not answers"): every record's score gets
+its flags from the record (`metrics.with_answer_outcome`: empty, invalid, truncated; an invalid answer is not unknown),
+and an "Answer outcomes" table counts them per run, with the share of final answers that copy a demonstration answer of
+the strategy's few-shot prompts (`demonstration_copies`).
 
 Charts are drawn with matplotlib's headless Agg backend (the `eval` extra).
 """
@@ -507,8 +507,8 @@ def _outcome_table(summaries: Sequence[dict[str, Any]], *, with_setting: bool) -
         "cut calls: LLM calls the cap cut. Records made before these counts existed have no truncation count (0 "
         "here). demo copies: final answers equal, after normalization, to a few-shot demonstration answer of the "
         "strategy's prompts (rate over all questions, brackets as above; - for a strategy without demonstrations); "
-        'demo rejected: answers the checks rejected as a demonstration answer (docs/evaluation.md, "Answers that '
-        'are not answers").'
+        "demo rejected: answers the checks rejected as a demonstration answer "
+        '(research/notes/evaluation.md, "Answers that are not answers").'
     )
     return f"\n\nAnswer outcomes\n\n{header}\n" + "\n".join(rows) + f"\n\n{note}"
 

@@ -203,12 +203,12 @@ def _concat_pf(config: StrategyConfig) -> Pipeline:
 
 CASCADE_MIN_CONFIDENCE = 0.25
 """tau, the `cascade` strategy's default confidence floor for the concatenation answer: the replayed concat_pf sweep's
-best SQuAD 2.0 EM on a development split kept apart from the reported sample (docs/evaluation.md, "Choosing tau and
-s")."""
+best SQuAD 2.0 EM on a development split kept apart from the reported sample (research/notes/evaluation.md, "Choosing
+tau and s")."""
 
 CASCADE_MIN_VOTE_SHARE = 0.5
 """s, the `cascade` strategy's default: a post-fusion winner with less than half of the votes (or a tie at the top)
-is verified by SuRe. Not yet chosen on data (docs/evaluation.md, "Choosing tau and s")."""
+is verified by SuRe. Not yet chosen on data (research/notes/evaluation.md, "Choosing tau and s")."""
 
 
 def _cascade(config: StrategyConfig) -> Pipeline:

@@ -74,7 +74,7 @@ class StrategyConfig:
     :param verifier_scoring: SuRe's validity and ranking read from the reply's words ("text", paper 002) or from
         token probabilities ("probability"); None: "text" for the SuRe strategies, "probability" for `cascade`.
     :param datamark: Datamark the passage text of every prompt (`prompts.passages.format_passages`), a defence
-        against instructions written in passages (docs/reliability.md, "Poisoned passages"). Supported by the
+        against instructions written in passages (research/notes/reliability.md, "Poisoned passages"). Supported by the
         strategies whose passages go through PassageFormatter and PostFusionVoter (paper 000's); the others raise
         ValueError when it is set. Off by default.
     :param answer_checks: Validate every answer read from a reply (`validation.check_answer`: passage markup, copied

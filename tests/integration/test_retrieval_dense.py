@@ -48,7 +48,7 @@ def test_packaged_embeddings_have_384_dimensions(embedded_store):
 
 @pytest.mark.parametrize("make", [dense, hybrid])
 def test_retrieves_the_gold_paragraph(make, embedded_store, squad):
-    """On the subset's first 20 answerable questions (full figures: benchmarks/retrieval_recall.py)."""
+    """On the subset's first 20 answerable questions (full figures: research/benchmarks/retrieval_recall.py)."""
     retriever = make(embedded_store)
     retriever.warm_up()
     questions = [q for q in squad[1] if q.answers][:20]

@@ -9,7 +9,7 @@ client and httpx.
 - Limits: a too long question, no user message, a body that is not JSON and a wrong model name get a 4xx.
 - Backends that cannot be reached: 503 with one line naming the URL and variable, no traceback, no secret.
 
-The full 1,000-request run with latency percentiles and the server's memory is `benchmarks/load.py`.
+The full 1,000-request run with latency percentiles and the server's memory is `research/benchmarks/load.py`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """
 `haystack-fusion index` on hostile files (issue 15, item 7): non-UTF-8 text, empty files, a file larger than one
 piece, many files. Every skipped file is named with its reason; nothing is lost silently. The 50 MB file and the
-10,000-file folder are in `benchmarks/hostile_index.py`, which measures their wall time and peak RSS.
+10,000-file folder are in `research/benchmarks/hostile_index.py`, which measures their wall time and peak RSS.
 """
 
 from __future__ import annotations
