@@ -20,33 +20,12 @@ from typing import Any
 from haystack import Document, logging
 
 from haystack_fusion import corpus as _corpus
+from haystack_fusion.corpus import Question
 
 logger = logging.getLogger(__name__)
 
 DPR_TSV_HEADER = ("id", "text", "title")
 """The header row a DPR-style passage TSV must start with (as in DPR's `psgs_w100.tsv`)."""
-
-
-@dataclass(frozen=True)
-class EvalQuestion:
-    """
-    One evaluation question with its gold answers and, when the dataset has one, its gold passage.
-
-    :param id: The question id (SQuAD's id, or the NQ-open `id`, or `q<line number>` when the line has none).
-    :param question: The question text.
-    :param answers: Gold answer texts, deduplicated in order of appearance; empty for unanswerable questions.
-    :param is_impossible: True when the question has no gold answer (SQuAD 2.0 unanswerable questions, or an
-        NQ-open line with an empty `answer` list).
-    :param gold_document_id: The `Document.id` of the question's gold passage (paper 000, section 4, "with gold
-        passage" setting): for SQuAD the paragraph the question was asked about, also for unanswerable questions;
-        None when the dataset has no gold passages (NQ-open).
-    """
-
-    id: str
-    question: str
-    answers: tuple[str, ...]
-    is_impossible: bool
-    gold_document_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -71,7 +50,7 @@ class EvalDataset:
 
     name: str
     documents: list[Document]
-    questions: list[EvalQuestion]
+    questions: list[Question]
 
     @property
     def answerable(self) -> int:
@@ -168,21 +147,11 @@ def load_squad_dataset(path: str | Path) -> EvalDataset:
     :raises ValueError: If the file is malformed (see `load_squad`).
     """
     path = Path(path).expanduser()
-    documents, squad_questions = _corpus.load_squad(path)
-    questions = [
-        EvalQuestion(
-            id=q.id,
-            question=q.question,
-            answers=tuple(q.answers),
-            is_impossible=q.is_impossible,
-            gold_document_id=q.gold_document_id,
-        )
-        for q in squad_questions
-    ]
+    documents, questions = _corpus.load_squad(path)
     return EvalDataset(name=path.stem, documents=documents, questions=questions)
 
 
-def _nq_question(record: Any, where: str, line_no: int) -> EvalQuestion:
+def _nq_question(record: Any, where: str, line_no: int) -> Question:
     if not isinstance(record, dict):
         raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
     question = record.get("question")
@@ -193,11 +162,11 @@ def _nq_question(record: Any, where: str, line_no: int) -> EvalQuestion:
         raise ValueError(f"{where}: 'answer' must be a list of strings")
     qid = str(record["id"]) if record.get("id") is not None else f"q{line_no}"
     unique = tuple(dict.fromkeys(answers))
-    return EvalQuestion(id=qid, question=question, answers=unique, is_impossible=not unique, gold_document_id=None)
+    return Question(id=qid, question=question, answers=unique, is_impossible=not unique, gold_document_id=None)
 
 
-def _load_nq_questions(path: Path) -> list[EvalQuestion]:
-    questions: list[EvalQuestion] = []
+def _load_nq_questions(path: Path) -> list[Question]:
+    questions: list[Question] = []
     seen: dict[str, int] = {}
     with path.open(encoding="utf-8-sig") as f:
         for line_no, line in enumerate(f, start=1):

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 from haystack import logging
 from haystack.evaluation import EvaluationRunResult
 
-from haystack_fusion.evaluation.datasets import EvalDataset, EvalQuestion
+from haystack_fusion.corpus import Question
+from haystack_fusion.evaluation.datasets import EvalDataset
 from haystack_fusion.evaluation.runner import RESULTS_FILE, QuestionRecord, read_records
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ def _metric(individual_scores: list[float]) -> dict[str, float | list[float] | N
     return {"score": _mean(individual_scores), "individual_scores": individual_scores}
 
 
-def _questions_in_order(records: Sequence[QuestionRecord], dataset: EvalDataset) -> list[EvalQuestion]:
+def _questions_in_order(records: Sequence[QuestionRecord], dataset: EvalDataset) -> list[Question]:
     """The dataset's questions that some record answers, in dataset order; ValueError for an unknown id."""
     answered = {record.question_id for record in records}
     known = {question.id for question in dataset.questions}

@@ -1,17 +1,15 @@
 """
-Evaluation records: one JSON line per answered question, free of dataset text, fingerprinted, safe to resume.
+Evaluation records: one JSON line per answered question, fingerprinted, safe to resume.
 
 A run folder holds:
 
 - `results.jsonl`: the records (`QuestionRecord`): question ids, predictions, flags and scores, usage and latency,
-  the ids of the passages shown, and the fingerprint of what produced them. No question, gold answer or passage
-  text (model text that copies 8 or more words of them, in the prediction or the evidence, is cut out:
-  `DatasetText`), so a run can be committed to a repository (`docs/results/<run>/`) and rebuilt by
-  `haystack-fusion report` with the dataset file.
-- `fingerprints.json`: for each fingerprint, the settings it hashes (strategy, k, passage setting, strategy options,
-  prompt hashes, LLM, GGUF hash, retrieval), so a refused resume can say what changed.
+  the ids of the passages shown, and the fingerprint of what produced them (`run_fingerprint`). No question, gold
+  answer or passage text is stored beside the prediction, so `haystack-fusion report` rebuilds the figures from the
+  records and the dataset file.
 - `evidence_text.jsonl`: the model's free text that may quote passages (SuRe's summaries, Chain-of-Note's notes),
-  kept for `--export-notes` and for reading, and listed in the folder's `.gitignore`.
+  kept apart from the records for `--export-notes` and for reading, and listed in the folder's `.gitignore`.
+- `run.json`: the manifest (`write_run_manifest`): the report's title, the dataset, the command, the strategy options.
 
 Writes are appends of whole lines followed by `fsync`; a run killed mid-write (SIGKILL) leaves at most one torn last
 line, which `repair` cuts off before the next append, so resuming neither tears nor duplicates a record.
@@ -20,8 +18,7 @@ A question whose answer could not be made cleanly (its pipeline raised, or one o
 client's retries) still gets a line: a failed record, whose `error` says what failed. Reading a file skips failed
 records (`read_records`), so a report scores only clean answers and re-running the same command asks exactly the
 failed questions again; their new lines follow the old ones, which stay (`read_failures` lists the failures that no
-later record replaced). Records of clean answers carry no `error` key: their lines are what they were before failed
-records existed.
+later record replaced). Records of clean answers carry no `error` key.
 """
 
 from __future__ import annotations
@@ -29,19 +26,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
-from functools import lru_cache
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from haystack import Pipeline
+from haystack.core.errors import SerializationError
+from haystack.core.serialization import component_to_dict
 
 from haystack_fusion.evaluation.metrics import QuestionScore
 from haystack_fusion.prompts import PROMPTS
 
 RESULTS_FILE = "results.jsonl"
 CLOSED_BOOK_FILE = "closed_book.jsonl"
-FINGERPRINTS_FILE = "fingerprints.json"
 EVIDENCE_TEXT_FILE = "evidence_text.jsonl"
 
 TEXT_EVIDENCE_KEYS = ("summaries",)
@@ -51,6 +49,7 @@ NOTE_TEXT_KEY = "note"
 
 RUNTIME_SETTINGS = (
     "max_concurrency",
+    "max_calls_in_flight",
     "n_threads",
     "n_threads_batch",
     "verbose",
@@ -58,9 +57,12 @@ RUNTIME_SETTINGS = (
     "max_retries",
     "logprobs",
     "top_logprobs",
+    "api_base_url",
+    "index",
 )
-"""Settings that change speed or what a reply reports (token log-probabilities), not predictions: left out of
-fingerprints."""
+"""Init parameters that change speed, what a reply reports (token log-probabilities) or where a model or store is
+reached (a server URL, a document store's index name, random by default), not predictions: left out of
+fingerprints, so a run resumes with other values of them."""
 
 
 @dataclass
@@ -78,10 +80,10 @@ class QuestionRecord:
         no free text that may quote passages (see `split_evidence`).
     :param passages: Ids of the passages the strategy was shown, in rank order.
     :param score: The question's scores and costs (EM, F1, flags, tokens, calls, seconds).
-    :param fingerprint: `RunSettings.fingerprint()` of the settings that produced it.
-    :param redacted: Whether `prediction`, or a string of `evidence` (candidates, per-passage answers, a rejected
-        answer), had runs of dataset text cut out (`DatasetText.redact`); its `score` was computed on the whole text
-        and is kept as it is when the record is rescored.
+    :param fingerprint: `run_fingerprint` of the pipeline that produced it.
+    :param redacted: Whether text was cut out of `prediction` or `evidence` after the record was made (by a tool
+        that rewrites records, not by the runner); its `score` was computed on the whole text and is kept as it is
+        when the record is rescored.
     :param error: None for a clean answer; for a failed record, what failed, on one line: the component and
         exception when the pipeline raised (`prediction` is then ""), or how many LLM calls failed and the first
         errors when it answered all the same (`prediction`, and `evidence["failures"]`, are then kept for reading).
@@ -131,136 +133,6 @@ class QuestionRecord:
             raise ValueError(f"not an evaluation record: {line[:80]!r}") from error
 
 
-REDACT_WORDS = 8
-"""A run of this many words or more that a prediction shares with a question or passage (compared as
-`DatasetText` compares words) is cut out."""
-
-
-_ARTICLES = frozenset({"a", "an", "the"})
-
-
-def _compared_words(words: Sequence[str]) -> tuple[tuple[list[int], list[str]], ...]:
-    """
-    The words as `DatasetText` compares them, with their positions in `words`, read twice: case-folded letters and
-    digits with words of punctuation only left out, and the same without the articles "a", "an", "the" (as SQuAD's
-    answer normalization drops them, e.g. in post-fusion's vote keys).
-    """
-    kept = [
-        (i, "".join(character for character in word.casefold() if character.isalnum())) for i, word in enumerate(words)
-    ]
-    readings = ([(i, w) for i, w in kept if w], [(i, w) for i, w in kept if w and w not in _ARTICLES])
-    return tuple(([i for i, _ in reading], [w for _, w in reading]) for reading in readings)
-
-
-class DatasetText:
-    """
-    The word runs of a dataset's questions and passages, to keep them out of records.
-
-    A weak model copies the question or a passage into its reply; the record must still hold no dataset text. Every
-    maximal run of at least `REDACT_WORDS` whitespace-separated words of the prediction that occurs in a question or
-    passage is replaced by `[N words of the dataset]` (N counts the words cut). Words are compared case-folded with
-    their punctuation dropped (words of punctuation only are skipped), once with and once without the articles "a",
-    "an", "the", so near copies are cut too: "France," for "France", "anglosaxon" for "Anglo-Saxon", and answers
-    normalized as SQuAD's evaluation does (post-fusion's vote keys).
-
-    :param texts: The questions and passages.
-    """
-
-    def __init__(self, texts: Iterable[str]) -> None:
-        self._runs = {
-            tuple(words[i : i + REDACT_WORDS])
-            for text in texts
-            for _, words in _compared_words(text.split())
-            for i in range(len(words) - REDACT_WORDS + 1)
-        }
-
-    @classmethod
-    def of(cls, dataset: Any) -> DatasetText:
-        """
-        The word runs of a dataset's questions and passages.
-
-        :param dataset: An `EvalDataset` (anything with `questions`, each with a `question`, and `documents`).
-        :returns: A `DatasetText` of every question's text and every passage's content.
-        """
-        return cls([q.question for q in dataset.questions] + [d.content or "" for d in dataset.documents])
-
-    def redact(self, prediction: str) -> tuple[str, bool]:
-        """
-        Cut the dataset's word runs out of a prediction.
-
-        :param prediction: The prediction.
-        :returns: The prediction (whitespace normalized where a run was cut) and whether anything was cut.
-        """
-        words = prediction.split()
-        copied = [False] * len(words)
-        for at, compared in _compared_words(words):
-            for j in range(len(compared) - REDACT_WORDS + 1):
-                if tuple(compared[j : j + REDACT_WORDS]) in self._runs:
-                    first, last = at[j], at[j + REDACT_WORDS - 1]
-                    copied[first : last + 1] = [True] * (last + 1 - first)
-        if not any(copied):
-            return prediction, False
-        kept: list[str] = []
-        i = 0
-        while i < len(words):
-            if not copied[i]:
-                kept.append(words[i])
-                i += 1
-                continue
-            start = i
-            while i < len(words) and copied[i]:
-                i += 1
-            kept.append(f"[{i - start} words of the dataset]")
-        return " ".join(kept), True
-
-    def redact_value(self, value: Any) -> tuple[Any, bool]:
-        """
-        Cut the dataset's word runs out of every string in a JSON-like value: a record's evidence, whose candidates,
-        per-passage answers and rejected answers are model text like the prediction.
-
-        :param value: A string, or dicts and lists of them (other values are kept as they are).
-        :returns: A copy with every string redacted (`redact`), dict keys included (post-fusion's `votes` are keyed
-            by answer): two keys redacted alike get " (2)", " (3)", ... so that no entry is lost; and whether
-            anything was cut.
-        """
-        if isinstance(value, str):
-            return self.redact(value)
-        if isinstance(value, Mapping):
-            redacted: dict[Any, Any] = {}
-            cut_any = False
-            for key, item in value.items():
-                new_item, cut = self.redact_value(item)
-                new_key, key_cut = self.redact(key) if isinstance(key, str) else (key, False)
-                unique, n = new_key, 2
-                while unique in redacted:
-                    unique, n = f"{new_key} ({n})", n + 1
-                redacted[unique] = new_item
-                cut_any = cut_any or cut or key_cut
-            return redacted, cut_any
-        if isinstance(value, list | tuple):
-            pairs = [self.redact_value(item) for item in value]
-            return [item for item, _ in pairs], any(cut for _, cut in pairs)
-        return value, False
-
-    def redact_record(self, record: QuestionRecord, *, unmark: Callable[[str], str] | None = None) -> QuestionRecord:
-        """
-        A record with the dataset's word runs cut out of its prediction (`redact`) and of every string of its
-        evidence (`redact_value`: candidates, per-passage answers, a rejected answer), marked `redacted` when
-        anything was cut; its score, computed on the whole text, is kept. The runner applies it to every new record,
-        `redact_records` to committed ones.
-
-        :param record: A record as made or read.
-        :param unmark: Applied to the prediction before matching (e.g. removing datamarks, which break up word runs);
-            the prediction is replaced only when something was cut.
-        :returns: The record itself when nothing was cut; otherwise a redacted copy.
-        """
-        prediction, cut = self.redact(unmark(record.prediction) if unmark else record.prediction)
-        evidence, evidence_cut = self.redact_value(record.evidence)
-        if not (cut or evidence_cut):
-            return record
-        return replace(record, prediction=prediction if cut else record.prediction, evidence=evidence, redacted=True)
-
-
 def split_evidence(evidence: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """
     Split a strategy run's evidence into what a record keeps and the free text kept apart.
@@ -291,16 +163,6 @@ def merge_evidence(structured: Mapping[str, Any], text: Mapping[str, Any] | None
     return merged
 
 
-@lru_cache(maxsize=8)
-def file_sha256(path: str) -> str:
-    """The SHA-256 hex digest of a file (e.g. a GGUF model), read in 1 MiB blocks; cached per path."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _without_runtime(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _without_runtime(v) for k, v in value.items() if k not in RUNTIME_SETTINGS}
@@ -309,87 +171,33 @@ def _without_runtime(value: Any) -> Any:
     return value
 
 
-def public_class_path(cls: type) -> str:
+def _component_dict(name: str, instance: Any) -> dict[str, Any]:
+    try:
+        return component_to_dict(instance, name)
+    except SerializationError:
+        return {"type": f"{type(instance).__module__}.{type(instance).__qualname__}"}
+
+
+def run_fingerprint(pipeline: Pipeline) -> str:
     """
-    A class's import path, through the shortest `haystack_fusion` package that exports it, e.g.
-    "haystack_fusion.backends.LocalChatGenerator" for the class defined in `haystack_fusion.backends.local`; other
-    packages' classes keep their defining module. Moving a class between this package's internal modules then
-    changes no fingerprint.
+    What a run's records are fingerprinted with, so that a resumed run never mixes records made with other settings.
+
+    The hash covers the pipeline's `to_dict()` (every component's init parameters: the strategy's options, the LLM
+    and its generation settings, the retriever with its top-k and passage setting), without `RUNTIME_SETTINGS`, and
+    the text, answer pattern and stop sequences of every prompt template (`PROMPTS`). A component that cannot be
+    serialized (a lambda callback) is fingerprinted by its class alone.
+
+    :param pipeline: The pipeline that answers the run's questions.
+    :returns: The first 16 hex digits of the SHA-256 of their canonical JSON.
     """
-    parts = cls.__module__.split(".")
-    if parts[0] == "haystack_fusion":
-        while len(parts) > 1 and getattr(sys.modules.get(".".join(parts[:-1])), cls.__name__, None) is cls:
-            parts = parts[:-1]
-    return f"{'.'.join(parts)}.{cls.__qualname__}"
-
-
-def describe_generator(generator: Any) -> dict[str, Any]:
-    """
-    What identifies an LLM for a fingerprint: its class, model name and generation settings, and for the embedded
-    model the GGUF file's SHA-256. Server URLs are left out (the same model behind another port is the same model).
-
-    :param generator: A Haystack ChatGenerator.
-    :returns: A JSON-serializable dict.
-    """
-    description: dict[str, Any] = {
-        "class": public_class_path(type(generator)),
-        "model": getattr(generator, "model", None),
-        "generation_kwargs": _without_runtime(dict(getattr(generator, "generation_kwargs", None) or {})),
-    }
-    gguf = getattr(generator, "gguf_path", None)
-    if callable(gguf):
-        path = gguf()
-        description["model"] = description["model"] or Path(path).name
-        description["gguf_sha256"] = file_sha256(path)
-    return description
-
-
-def prompt_hashes(names: Iterable[str]) -> dict[str, str]:
-    """
-    SHA-256 (first 16 hex digits) of each named prompt's template text and the pattern text that identifies its
-    parser (`PromptTemplate.fingerprint_pattern`: the answer pattern, or the text a pattern rewritten to extract the
-    same answers replaced), by name.
-    """
-    return {
-        name: hashlib.sha256(f"{PROMPTS[name].text}\n{PROMPTS[name].fingerprint_pattern}".encode()).hexdigest()[:16]
-        for name in sorted(names)
-    }
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """
-    Everything that decides a record's prediction, hashed into its fingerprint.
-
-    :param strategy: The strategy name.
-    :param top_k: Passages retrieved.
-    :param setting: The passage setting's label.
-    :param options: The `StrategyConfig` fields that shape prompts and parsing (runtime settings left out).
-    :param prompts: `prompt_hashes` of the strategy's prompts.
-    :param llm: `describe_generator` of the LLM.
-    :param retrieval: The retriever and document store, e.g. "memory bm25".
-    """
-
-    strategy: str
-    top_k: int
-    setting: str
-    options: dict[str, Any] = field(default_factory=dict)
-    prompts: dict[str, str] = field(default_factory=dict)
-    llm: dict[str, Any] = field(default_factory=dict)
-    retrieval: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        """The settings as JSON-ready data, runtime settings removed."""
-        return _without_runtime(json.loads(json.dumps(asdict(self), default=str, sort_keys=True)))
-
-    def fingerprint(self) -> str:
-        """SHA-256 (first 16 hex digits) of the canonical JSON of `as_dict()`."""
-        canonical = json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
-
-
-class FingerprintMismatchError(ValueError):
-    """Resuming would mix records made with other settings into a run."""
+    try:
+        serialized = pipeline.to_dict()
+    except SerializationError:  # e.g. a lambda callback: each component that cannot be serialized counts by its class
+        serialized = {"components": {name: _component_dict(name, instance) for name, instance in pipeline.walk()}}
+    prompts = {name: [p.text, p.answer_pattern, list(p.stop)] for name, p in PROMPTS.items()}
+    data = {"pipeline": _without_runtime(serialized), "prompts": prompts}
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 def repair(path: Path) -> None:
@@ -412,38 +220,6 @@ def append_line(path: Path, line: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def redact_records(path: Path, text: DatasetText, *, unmark: Callable[[str], str] | None = None) -> int:
-    """
-    Cut dataset text out of the records of a results file made before the runner redacted something it now does
-    (the evidence's candidates and per-passage answers, before 2026-11-24), as the runner would: each record whose
-    prediction or evidence loses a run of words (`DatasetText.redact_record`) is marked `redacted`, and its
-    score (computed on the whole text) is kept. Other lines (failed records, a torn last line) are kept as they are;
-    the file is rewritten atomically, and only when something was cut.
-
-    :param path: A `results.jsonl`.
-    :param text: The dataset's questions and passages.
-    :param unmark: As for `DatasetText.redact_record`.
-    :returns: The number of records redacted here.
-    """
-    lines, count = [], 0
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = QuestionRecord.from_json(line)
-        except ValueError:
-            lines.append(line)
-            continue
-        redacted = text.redact_record(record, unmark=unmark)
-        if redacted is not record:
-            line = redacted.to_json()
-            count += 1
-        lines.append(line)
-    if count:
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        os.replace(temporary, path)
-    return count
 
 
 def _read_lines(path: Path) -> Iterator[QuestionRecord]:
@@ -495,76 +271,9 @@ def read_run_records(folders: Iterable[str | Path]) -> list[QuestionRecord]:
     return [record for folder in folders for record in read_records(Path(folder) / RESULTS_FILE)]
 
 
-def read_fingerprints(folder: Path) -> dict[str, dict[str, Any]]:
-    """The folder's `fingerprints.json` (fingerprint -> settings); empty when there is none."""
-    path = folder / FINGERPRINTS_FILE
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-
-
-def register_fingerprint(folder: Path, settings: RunSettings) -> str:
-    """
-    Add a run's settings to the folder's `fingerprints.json` (rewritten atomically) and return its fingerprint.
-
-    :param folder: The run folder.
-    :param settings: The run's settings.
-    :returns: `settings.fingerprint()`.
-    """
-    fingerprint = settings.fingerprint()
-    known = read_fingerprints(folder)
-    if fingerprint not in known:
-        known[fingerprint] = settings.as_dict()
-        temporary = folder / f"{FINGERPRINTS_FILE}.tmp"
-        temporary.write_text(json.dumps(known, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(temporary, folder / FINGERPRINTS_FILE)
-    return fingerprint
-
-
-def _changes(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[str]:
-    changes = []
-    for key in sorted(set(old) | set(new)):
-        a, b = old.get(key), new.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            changes += _changes(a, b, f"{prefix}{key}.")
-        elif a != b:
-            changes.append(f"{prefix}{key}: {a!r} -> {b!r}")
-    return changes
-
-
-def check_fingerprints(folder: Path, records: Iterable[QuestionRecord], settings: RunSettings) -> None:
-    """
-    Refuse to resume a run whose earlier records of the same strategy, k and setting came from other settings.
-
-    :param folder: The run folder.
-    :param records: Its records so far.
-    :param settings: The settings of the run about to resume.
-    :raises FingerprintMismatchError: When such a record has another fingerprint; the message names the changed
-        settings (from `fingerprints.json`) and what to do.
-    """
-    fingerprint = settings.fingerprint()
-    key = (settings.strategy, settings.top_k, settings.setting)
-    others = {
-        r.fingerprint for r in records if (r.strategy, r.top_k, r.setting) == key and r.fingerprint != fingerprint
-    }
-    if not others:
-        return
-    old = sorted(others)[0]
-    known = read_fingerprints(folder)
-    changed = _changes(known[old], settings.as_dict()) if old in known else ["(no record of the old settings)"]
-    flags = [
-        f"--{name.replace('_', '-')} off"
-        for name in ("answer_checks", "stop_sequences")
-        if any(change.startswith(f"options.{name}: None") for change in changed)
-    ]
-    hint = f" Records made before those options existed resume with `{' '.join(flags)}`." if flags else ""
-    raise FingerprintMismatchError(
-        f"{folder / RESULTS_FILE} already holds {settings.strategy} top-{settings.top_k} records made with other "
-        f"settings (fingerprint {old or 'none'}, now {fingerprint}); changed: {'; '.join(changed[:6])}. "
-        f"Resuming would mix them: use another --out folder, or delete those records to start them again.{hint}"
-    )
-
-
 RUN_FILE = "run.json"
-"""A run folder's manifest: the report title (backend, model, sample), the dataset it answered, the command."""
+"""A run folder's manifest: the report title (backend, model, sample), the dataset it answered, the command and the
+strategy options."""
 
 
 def write_run_manifest(
@@ -575,6 +284,7 @@ def write_run_manifest(
     command: list[str] | None = None,
     runtime: Mapping[str, str] | None = None,
     notes: Sequence[str] = (),
+    strategy_options: Mapping[str, Any] | None = None,
 ) -> None:
     """
     Write the run folder's `run.json`, which `haystack-fusion report` reads for the title and the dataset.
@@ -589,6 +299,9 @@ def write_run_manifest(
         exact within one llama.cpp build only), and the list says so.
     :param notes: What the report should say beside the figures (`Evaluator.notes`); added to those already in
         `run.json` under `notes`, each once.
+    :param strategy_options: The `StrategyConfig` fields the run set (`EvalConfig.strategy_options`), kept as JSON
+        (a component as its text) so that the report knows how the records were made, e.g. a `cascade` run with
+        tau = s = 1 (`calibration.EXHAUSTIVE`); None keeps those already in `run.json`.
     """
     previous = read_run_manifest(folder)
     runtimes = list(previous.get("runtimes") or [])
@@ -601,6 +314,9 @@ def write_run_manifest(
         manifest["runtimes"] = runtimes
     if kept:
         manifest["notes"] = kept
+    options = previous.get("strategy_options") if strategy_options is None else dict(strategy_options)
+    if options is not None:
+        manifest["strategy_options"] = json.loads(json.dumps(options, default=str))
     (Path(folder) / RUN_FILE).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
 
 

@@ -23,10 +23,10 @@ from haystack.components.generators.chat.types import ChatGenerator
 from haystack.core.errors import PipelineRuntimeError
 from tqdm import tqdm
 
-from haystack_fusion.answers import DEFAULT_OVERLAP_THRESHOLD
 from haystack_fusion.backends.errors import exception_chain, queued_timeout_advice
 from haystack_fusion.backends.logprobs import warn_missing_logprobs
-from haystack_fusion.evaluation.datasets import EvalDataset, EvalQuestion
+from haystack_fusion.corpus import Question
+from haystack_fusion.evaluation.datasets import EvalDataset
 from haystack_fusion.evaluation.metrics import (
     QuestionScore,
     accuracy,
@@ -42,23 +42,22 @@ from haystack_fusion.evaluation.records import (
     CLOSED_BOOK_FILE,
     EVIDENCE_TEXT_FILE,
     RESULTS_FILE,
-    DatasetText,
     QuestionRecord,
-    RunSettings,
     append_line,
-    check_fingerprints,
-    describe_generator,
-    prompt_hashes,
     read_failures,
     read_records,
-    register_fingerprint,
     repair,
+    run_fingerprint,
     split_evidence,
 )
-from haystack_fusion.llm_calls import calls_in_flight_limit, check_max_concurrency, limit_calls, max_calls_in_flight
-from haystack_fusion.prompts import STOP_SEQUENCES_VERSION
-from haystack_fusion.strategies import StrategyConfig, build_pipeline, get_strategy, run_strategy
-from haystack_fusion.validation import ANSWER_CHECKS_VERSION
+from haystack_fusion.llm import (
+    CallLimitedChatGenerator,
+    calls_in_flight_limit,
+    check_max_concurrency,
+    max_calls_in_flight,
+    unwrap_call_limit,
+)
+from haystack_fusion.strategies import build_pipeline, get_strategy, run_strategy
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +67,7 @@ __all__ = [
     "BatchStoppedError",
     "EvalConfig",
     "Evaluator",
+    "FingerprintMismatchError",
     "QuestionRecord",
     "read_failures",
     "read_records",
@@ -82,34 +82,9 @@ CONFIGURATION_ERRORS = ("AuthenticationError", "PermissionDeniedError", "NotFoun
 """The openai client's errors that no retry or later question can cure (a refused key, a missing model or route):
 the first one stops the run at once and is raised."""
 
-PREDICTION_OPTIONS = (
-    "samples_per_passage",
-    "max_passage_chars",
-    "unknown_patterns",
-    "num_candidates",
-    "few_shot",
-    "allow_parametric_knowledge",
-    "note_generation_kwargs",
-)
-"""The `StrategyConfig` fields that shape prompts and parsing, hashed into a record's fingerprint."""
 
-LATER_PREDICTION_OPTIONS = ("min_confidence", "min_vote_share", "verifier_scoring")
-"""`StrategyConfig` fields that change predictions, added after runs were committed: hashed only when set (not None)
-or when the strategy has a default for them (`Strategy.defaults`), so the records of earlier runs keep their
-fingerprints."""
-
-LATER_PREDICTION_FLAGS = ("datamark",)
-"""`StrategyConfig` switches that change prompts, added after runs were committed: hashed only when on (off is the
-earlier behaviour, so earlier records keep their fingerprints)."""
-
-LATER_PREDICTION_CHOICES = {"vote": "exact", "overlap_threshold": DEFAULT_OVERLAP_THRESHOLD}
-"""`StrategyConfig` fields that change predictions, added after runs were committed, with their defaults: hashed only
-when set to something else, so the records of earlier runs keep their fingerprints."""
-
-VERSIONED_PREDICTION_FLAGS = {"answer_checks": ANSWER_CHECKS_VERSION, "stop_sequences": STOP_SEQUENCES_VERSION}
-"""`StrategyConfig` switches that change parsing, on by default, added after runs were committed: hashed with the
-version of their rules when on, left out when off (the earlier behaviour, so earlier records keep their fingerprints
-and resume with the switch off, e.g. `eval --answer-checks off --stop-sequences off`)."""
+class FingerprintMismatchError(ValueError):
+    """Resuming would mix records made with other settings (another pipeline or prompt) into a run."""
 
 
 @dataclass(frozen=True)
@@ -122,9 +97,9 @@ class EvalConfig:
     :param setting: The passage setting (gold passage, noise ratio).
     :param concurrency: Questions answered at once.
     :param max_concurrency: LLM calls of one round under way at once within one question; None (default): all of
-        the round's calls, up to the process-wide ceiling (`llm_calls.concurrency_ceiling`).
+        the round's calls, up to the process-wide ceiling (`llm.concurrency_ceiling`).
     :param max_calls_in_flight: LLM calls under way at once in the whole process during the run, shared by the
-        questions answered concurrently and their fan-outs (`llm_calls.max_calls_in_flight`); set it to what a
+        questions answered concurrently and their fan-outs (`llm.max_calls_in_flight`); set it to what a
         rate-limited API allows, so a 429 storm slows the run down instead of failing calls. None (default): the
         `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` environment variable's, or no process-wide limit.
     :param closed_book_filter: Drop answerable questions the LLM answers correctly with no passages (paper 000
@@ -187,7 +162,7 @@ def _configuration_error(error: BaseException) -> bool:
     )
 
 
-def score_run(question: EvalQuestion, prediction: str, evidence: dict[str, Any], passages: list[Document],
+def score_run(question: Question, prediction: str, evidence: dict[str, Any], passages: list[Document],
               usage: dict[str, int], seconds: float) -> QuestionScore:  # fmt: skip
     """
     Score one answered question with the papers' metrics.
@@ -229,9 +204,9 @@ class Evaluator:
     Runs strategies over a dataset and appends one record per answered question to `out/results.jsonl`.
 
     Records already in the file are not asked again, so re-running with the same `out` resumes, after a crash or a
-    SIGKILL too (see `haystack_fusion.evaluation.records`). Every record carries the fingerprint of the settings
-    that produced it; resuming with other settings (a changed prompt, model or option) raises
-    `FingerprintMismatchError` instead of mixing records.
+    SIGKILL too (see `haystack_fusion.evaluation.records`). Every record carries the fingerprint of the pipeline and
+    prompts that produced it (`records.run_fingerprint`); resuming with other settings (a changed prompt, model or
+    option) raises `FingerprintMismatchError` instead of mixing records.
 
     Nothing is lost to a fault: a question whose pipeline raised (a call of the concatenation stage that failed after
     the client's retries, a malformed reply) or one of whose LLM calls failed gets a failed record that says what
@@ -269,10 +244,6 @@ class Evaluator:
     :param out: The output folder.
     :param retriever_factory: Makes a fresh retriever (one per pipeline), e.g. an InMemoryBM25Retriever.
     :param generator_factory: Makes a fresh ChatGenerator (one per pipeline).
-    :param retrieval: A label of the retriever and store for fingerprints and reports, e.g. "memory bm25".
-    :param dataset_text: The text cut out of records (`DatasetText`). Default: `DatasetText.of(dataset)`. When
-        `dataset` is a sample or subset of a dataset, pass the whole dataset's, so that no record holds a copy of a
-        question left out of the run either.
     """
 
     def __init__(
@@ -283,17 +254,13 @@ class Evaluator:
         *,
         retriever_factory: Callable[[], Any],
         generator_factory: Callable[[], ChatGenerator],
-        retrieval: str = "memory bm25",
-        dataset_text: DatasetText | None = None,
     ) -> None:
         self.dataset = dataset
         self.config = config
         self.out = Path(out)
         self.retriever_factory = retriever_factory
         self.generator_factory = generator_factory
-        self.retrieval = retrieval
         self._gold = {d.id: d for d in dataset.documents}
-        self._dataset_text = DatasetText.of(dataset) if dataset_text is None else dataset_text
         self._lock = threading.Lock()
         self.notes: list[str] = []
         """What the report should say about the run beside its figures, e.g. that the LLM server sent no token
@@ -304,46 +271,25 @@ class Evaluator:
         return build_pipeline(
             strategy,
             retriever=retriever,
-            chat_generator=limit_calls(generator),  # every call holds one of the process's slots, when limited
+            # every call holds one of the process's slots, when limited
+            chat_generator=CallLimitedChatGenerator(chat_generator=generator),
             max_concurrency=self.config.max_concurrency,
             **self.config.strategy_options,
         )
 
-    def settings(self, strategy: str, top_k: int, setting: PassageSetting, generator: ChatGenerator) -> RunSettings:
+    def fingerprint(self, strategy: str, top_k: int, setting: PassageSetting) -> str:
         """
-        The settings a run's records are fingerprinted with.
+        The fingerprint a run's records carry: `records.run_fingerprint` of the pipeline the run builds.
 
         :param strategy: The strategy name.
         :param top_k: Passages retrieved.
         :param setting: The passage setting.
-        :param generator: The run's LLM.
-        :returns: A `RunSettings`.
+        :returns: 16 hex digits.
         """
-        defaults = {f.name: f.default for f in dataclasses.fields(StrategyConfig)}
-        options = {**defaults, **self.config.strategy_options}
-        return RunSettings(
-            strategy=strategy,
-            top_k=top_k,
-            setting=setting.label(),
-            options={
-                **{name: options[name] for name in PREDICTION_OPTIONS},
-                **get_strategy(strategy).defaults,
-                **{name: options[name] for name in LATER_PREDICTION_OPTIONS if options.get(name) is not None},
-                **{name: True for name in LATER_PREDICTION_FLAGS if options.get(name)},
-                **{name: version for name, version in VERSIONED_PREDICTION_FLAGS.items() if options.get(name)},
-                **{
-                    name: options[name]
-                    for name, default in LATER_PREDICTION_CHOICES.items()
-                    if options[name] != default
-                },
-            },
-            prompts=prompt_hashes(get_strategy(strategy).prompts),
-            llm=describe_generator(generator),
-            retrieval=self.retrieval,
-        )
+        return run_fingerprint(self._pipeline(strategy, top_k, setting, self.generator_factory()))
 
     def _answer(self, pipeline: Pipeline, strategy: str, top_k: int, setting: PassageSetting,
-                question: EvalQuestion, fingerprint: str,
+                question: Question, fingerprint: str,
                 generator: ChatGenerator | None = None) -> tuple[QuestionRecord, dict[str, Any]]:  # fmt: skip
         gold = self._gold.get(question.gold_document_id) if question.gold_document_id else None
         run = run_strategy(
@@ -389,21 +335,22 @@ class Evaluator:
             fingerprint=fingerprint,
             error=error,
         )
-        # no dataset text in the record: the prediction and the evidence's model text (candidates, a rejected answer)
-        return self._dataset_text.redact_record(record), text
+        return record, text
 
-    def _one_line(self, message: str, limit: int = 500) -> str:
-        """An error message for a record: one line, at most `limit` characters, no dataset text."""
-        line = " ".join(message.split())
-        return self._dataset_text.redact(line[:limit])[0]
+    @staticmethod
+    def _one_line(message: str, limit: int = 500) -> str:
+        """An error message for a record: one line, at most `limit` characters."""
+        return " ".join(message.split())[:limit]
 
-    def _failed(self, strategy: str, top_k: int, setting: PassageSetting, question: EvalQuestion, fingerprint: str,
-                error: Exception, seconds: float) -> QuestionRecord:  # fmt: skip
+    def _failed(self, strategy: str, top_k: int, setting: PassageSetting, question: Question, fingerprint: str,
+                error: Exception, seconds: float, pipeline: Pipeline) -> QuestionRecord:  # fmt: skip
         """The failed record of a question whose pipeline raised `error`: what failed, no prediction."""
         cause = error.__cause__ if isinstance(error, PipelineRuntimeError) and error.__cause__ else error
         where = ""
         if isinstance(error, PipelineRuntimeError) and error.component_name:
             kind = error.component_type.__name__ if error.component_type else "component"
+            if error.component_type is CallLimitedChatGenerator:  # name the LLM, not the call slot around it
+                kind = type(unwrap_call_limit(pipeline.get_component(error.component_name))).__name__
             where = f"component {error.component_name!r} ({kind}) failed: "
         return QuestionRecord(
             strategy=strategy,
@@ -420,7 +367,7 @@ class Evaluator:
         )
 
     def _run_all(self, path: Path, runs: list[tuple[str, int]], setting: PassageSetting,
-                 questions: list[EvalQuestion], label: str) -> list[QuestionRecord]:  # fmt: skip
+                 questions: list[Question], label: str) -> list[QuestionRecord]:  # fmt: skip
         """
         Answer the questions not yet in `path`, question by question: every (strategy, k) of `runs` on a question
         before the next question, `concurrency` questions at a time. A run stopped part-way thus holds every
@@ -434,9 +381,17 @@ class Evaluator:
         existing = read_records(path)
         fingerprints = {}
         for strategy, top_k in runs:
-            settings = self.settings(strategy, top_k, setting, self.generator_factory())
-            check_fingerprints(self.out, existing, settings)
-            fingerprints[(strategy, top_k)] = register_fingerprint(self.out, settings)
+            fingerprint = self.fingerprint(strategy, top_k, setting)
+            others = sorted(
+                {r.fingerprint for r in existing if r.key()[:3] == (strategy, top_k, setting.label())} - {fingerprint}
+            )
+            if others:
+                raise FingerprintMismatchError(
+                    f"{path} already holds {strategy} top-{top_k} records made with other settings (fingerprint "
+                    f"{others[0] or 'none'}, now {fingerprint}: another pipeline, LLM or prompt). Resuming would mix "
+                    "them: use another --out folder, or delete those records to start them again."
+                )
+            fingerprints[(strategy, top_k)] = fingerprint
         done = {(r.strategy, r.top_k, r.question_id): r for r in existing if r.setting == setting.label()}
         todo = [(q, [run for run in runs if (*run, q.id) not in done]) for q in questions]
         todo = [(question, missing) for question, missing in todo if missing]
@@ -444,7 +399,7 @@ class Evaluator:
         stop = threading.Event()  # set when the run must stop: later questions are not started
         in_a_row = [0]  # questions that failed outright since the last answered one
 
-        def answer(task: tuple[EvalQuestion, list[tuple[str, int]]]) -> list[QuestionRecord]:
+        def answer(task: tuple[Question, list[tuple[str, int]]]) -> list[QuestionRecord]:
             question, missing = task
             pipelines: dict[tuple[str, int], tuple[Pipeline, ChatGenerator]] = local.__dict__.setdefault(
                 "pipelines", {}
@@ -466,7 +421,8 @@ class Evaluator:
                         stop.set()
                         raise
                     elapsed = time.perf_counter() - start
-                    record, text = self._failed(strategy, top_k, setting, question, fingerprint, error, elapsed), {}
+                    record = self._failed(strategy, top_k, setting, question, fingerprint, error, elapsed, pipeline)
+                    text = {}
                     logger.warning(
                         "Question {question_id} ({strategy}, top-{top_k}) failed and is recorded as failed: {error}",
                         question_id=question.id,
@@ -528,7 +484,7 @@ class Evaluator:
         """
         return read_failures(self.out / RESULTS_FILE)
 
-    def closed_book_filter(self, questions: list[EvalQuestion]) -> list[EvalQuestion]:
+    def closed_book_filter(self, questions: list[Question]) -> list[Question]:
         """
         Paper 000 section 4 "Dataset Filter": ask concatenation with no passages and drop the answerable questions
         it already answers correctly (EM); unanswerable questions stay.
@@ -543,7 +499,7 @@ class Evaluator:
         known = {r.question_id for r in records if r.score.em == 1.0}
         return [q for q in questions if q.id not in known]
 
-    def run(self, questions: Iterable[EvalQuestion] | None = None) -> list[QuestionRecord]:
+    def run(self, questions: Iterable[Question] | None = None) -> list[QuestionRecord]:
         """
         Evaluate every strategy at every k, question by question (see `_run_all`).
 
@@ -573,7 +529,7 @@ def rescore(records: Iterable[QuestionRecord], dataset: EvalDataset) -> list[Que
     """
     Score records again from their predictions and the dataset's gold answers and passages, as `score_run` does
     during a run; usage and latency are kept. This is how a report is rebuilt from committed records, which hold no
-    gold text. A redacted record (its prediction had dataset text cut out) keeps the score of its whole prediction.
+    gold text. A redacted record (text was cut out of its prediction) keeps the score of its whole prediction.
 
     :param records: Records of runs over `dataset`.
     :param dataset: The dataset they answered.

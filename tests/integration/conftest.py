@@ -9,7 +9,8 @@ from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from haystack_fusion.backends import LlamaCppChatGenerator, local_chat_generator
-from haystack_fusion.corpus import SQUAD_ENV_VAR, SquadQuestion, default_squad_path, load_squad
+from haystack_fusion.corpus import Question, default_squad_path, load_squad
+from haystack_fusion.settings import SQUAD_VARIABLE
 
 TOP_K = 5
 
@@ -21,8 +22,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def squad() -> tuple[list, list[SquadQuestion]]:
-    if not os.environ.get(SQUAD_ENV_VAR):  # tests/conftest.py sets it to ../shared's subset when that is there
+def squad() -> tuple[list, list[Question]]:
+    if not os.environ.get(SQUAD_VARIABLE):  # tests/conftest.py sets it to ../shared's subset when that is there
         pytest.skip("$HAYSTACK_FUSION_SQUAD is unset and ../shared/data/squad2-dev-subset is not there")
     return load_squad(default_squad_path())
 
@@ -48,7 +49,7 @@ def llm():
 
 
 @pytest.fixture(scope="session")
-def questions(squad) -> list[SquadQuestion]:
+def questions(squad) -> list[Question]:
     """The first five questions of the subset: answerable ones from its first article."""
     return squad[1][:5]
 

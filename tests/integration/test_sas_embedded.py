@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from haystack_fusion.evaluation.datasets import EvalDataset, EvalQuestion
+from haystack_fusion.corpus import Question
+from haystack_fusion.evaluation.datasets import EvalDataset
 from haystack_fusion.evaluation.haystack_eval import records_sas, sas_scores, to_evaluation_run_results
 from haystack_fusion.evaluation.metrics import QuestionScore, accuracy, exact_match, f1, is_unknown
 from haystack_fusion.evaluation.runner import QuestionRecord
@@ -71,7 +72,7 @@ def test_sas_tells_a_right_long_answer_from_a_wrong_one_where_em_cannot():
     dataset = EvalDataset(
         name="tiny",
         documents=[],
-        questions=[EvalQuestion(id="q1", question="Where is the Eiffel Tower?", answers=(GOLD,), is_impossible=False)],
+        questions=[Question(id="q1", question="Where is the Eiffel Tower?", answers=(GOLD,), is_impossible=False)],
     )
     records = [record("chain_of_note", LONG_RIGHT), record("sure", LONG_WRONG)]
 

@@ -16,7 +16,8 @@ from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.dataclasses import ChatMessage
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
-from haystack_fusion.evaluation.datasets import EvalDataset, EvalQuestion
+from haystack_fusion.corpus import Question
+from haystack_fusion.evaluation.datasets import EvalDataset
 from haystack_fusion.evaluation.metrics import QuestionScore, outcome_counts, with_answer_outcome
 from haystack_fusion.evaluation.records import QuestionRecord
 from haystack_fusion.evaluation.report import (
@@ -29,7 +30,7 @@ from haystack_fusion.evaluation.report import (
     write_report,
 )
 from haystack_fusion.evaluation.runner import EvalConfig, Evaluator
-from haystack_fusion.llm_calls import reply_truncated, reply_usage, run_chat_calls, sum_usage
+from haystack_fusion.llm import reply_truncated, reply_usage, run_chat_calls, sum_usage
 from haystack_fusion.prompts import PROMPTS
 from haystack_fusion.strategies import build_pipeline, run_strategy
 from haystack_fusion.validation import DEMONSTRATION, PASSAGE_MARKUP, invalid_meta
@@ -40,9 +41,9 @@ DOCUMENTS = [
     Document(content="Madrid is the capital of Spain.", id="madrid"),
 ]
 QUESTIONS = [
-    EvalQuestion("q1", "What is the capital of France?", ("Paris",), False, "paris"),
-    EvalQuestion("q2", "What is the capital of Germany?", ("Berlin",), False, "berlin"),
-    EvalQuestion("q3", "What is the capital of Mars?", (), True, None),
+    Question("q1", "What is the capital of France?", ("Paris",), False, "paris"),
+    Question("q2", "What is the capital of Germany?", ("Berlin",), False, "berlin"),
+    Question("q3", "What is the capital of Mars?", (), True, None),
 ]
 DATASET = EvalDataset(name="capitals", documents=DOCUMENTS, questions=QUESTIONS)
 DEMO = PROMPTS["figure7"].demonstrations[-1]

@@ -66,16 +66,18 @@ def test_uncertainty_options_parse():
     assert report.exclude_sample == 200
 
 
-def test_exhaustive_cascade_is_read_from_the_fingerprints(tmp_path):
+def test_exhaustive_cascade_is_read_from_the_run_manifest(tmp_path):
     from haystack_fusion.cli import _exhaustive_cascade
+    from haystack_fusion.evaluation.records import write_run_manifest
 
     run = tmp_path / "run"
     run.mkdir()
     assert _exhaustive_cascade([str(run)]) is False
-    entry = {"strategy": "cascade", "options": {"min_confidence": 1.0, "min_vote_share": 1.0}}
-    (run / "fingerprints.json").write_text(json.dumps({"a": {**entry, "options": {"min_confidence": 0.25}}}))
+    write_run_manifest(run, title="t", dataset="d.json", strategy_options={"min_confidence": 0.25})
     assert _exhaustive_cascade([str(run)]) is False
-    (run / "fingerprints.json").write_text(json.dumps({"a": entry}))
+    write_run_manifest(
+        run, title="t", dataset="d.json", strategy_options={"min_confidence": 1.0, "min_vote_share": 1.0}
+    )
     assert _exhaustive_cascade([str(run)]) is True
 
 

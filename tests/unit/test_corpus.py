@@ -10,7 +10,7 @@ from haystack import Document
 from haystack_fusion import corpus
 from haystack_fusion.corpus import (
     SQUAD_DEV_FILE,
-    SquadQuestion,
+    Question,
     default_squad_path,
     download,
     load_jsonl_passages,
@@ -109,15 +109,15 @@ class TestLoadSquad:
         ]
         assert all(isinstance(doc, Document) for doc in documents)
         assert [q.id for q in questions] == ["q1", "q2", "q3", "q4"]
-        assert questions[0] == SquadQuestion(
+        assert questions[0] == Question(
             id="q1",
             question="When was the lamp lit?",
-            answers=["at dusk", "every evening"],
+            answers=("at dusk", "every evening"),
             is_impossible=False,
             gold_document_id=documents[0].id,
         )
         assert questions[1].is_impossible
-        assert questions[1].answers == []
+        assert questions[1].answers == ()
         assert questions[2].gold_document_id == documents[1].id
 
     def test_duplicate_context_is_indexed_once(self, tmp_path):
@@ -157,10 +157,10 @@ class TestLoadSquad:
 
         assert len(documents) == 1
         assert questions == [
-            SquadQuestion(
+            Question(
                 id="b1",
                 question="How many times did the bell ring?",
-                answers=["twelve"],
+                answers=("twelve",),
                 is_impossible=False,
                 gold_document_id=documents[0].id,
             )

@@ -6,10 +6,9 @@ from pathlib import Path
 import pytest
 from haystack import Document
 
-from haystack_fusion.corpus import default_squad_path
+from haystack_fusion.corpus import Question, default_squad_path
 from haystack_fusion.evaluation.datasets import (
     EvalDataset,
-    EvalQuestion,
     load_dataset,
     load_dpr_tsv_passages,
     load_nq_open,
@@ -111,9 +110,7 @@ class TestEvalDataset:
     @pytest.fixture
     def dataset(self) -> EvalDataset:
         questions = [
-            EvalQuestion(
-                id=f"q{i}", question=f"question {i}", answers=() if i % 2 else ("a",), is_impossible=i % 2 == 1
-            )
+            Question(id=f"q{i}", question=f"question {i}", answers=() if i % 2 else ("a",), is_impossible=i % 2 == 1)
             for i in range(5)
         ]
         return EvalDataset(name="toy", documents=[Document(content="passage")], questions=questions)
@@ -160,9 +157,9 @@ class TestLoadSquadDataset:
         assert [d.content for d in dataset.documents] == [FIRST_CONTEXT, SECOND_CONTEXT]
         first, second = dataset.documents
         assert dataset.questions == [
-            EvalQuestion("s1", "When did the bakery open?", ("at six", "six"), False, first.id),
-            EvalQuestion("s2", "Who owned the bakery?", (), True, first.id),
-            EvalQuestion("s3", "What wood fired the oven?", ("beech wood",), False, second.id),
+            Question("s1", "When did the bakery open?", ("at six", "six"), False, first.id),
+            Question("s2", "Who owned the bakery?", (), True, first.id),
+            Question("s3", "What wood fired the oven?", ("beech wood",), False, second.id),
         ]
         assert (dataset.answerable, dataset.unanswerable) == (2, 1)
 
@@ -191,9 +188,9 @@ class TestLoadNqOpen:
         dataset = load_nq_open(questions, corpus_jsonl(tmp_path / "passages.jsonl"))
         assert dataset.name == "nq-open-dev"
         assert dataset.questions == [
-            EvalQuestion("n1", "who baked the rye bread", ("the bakery", "bakery"), False, None),
-            EvalQuestion("q3", "what day did the wood arrive", ("Monday",), False, None),
-            EvalQuestion("7", "how many ovens were there", (), True, None),
+            Question("n1", "who baked the rye bread", ("the bakery", "bakery"), False, None),
+            Question("q3", "what day did the wood arrive", ("Monday",), False, None),
+            Question("7", "how many ovens were there", (), True, None),
         ]
         assert [d.content for d in dataset.documents] == [FIRST_CONTEXT, SECOND_CONTEXT]
         assert dataset.documents[0].meta == {"title": "Bakery", "source_id": "1"}

@@ -1,58 +1,58 @@
-"""Evaluation records: no dataset text, fingerprints that refuse mixing, SIGKILL-safe resume, stratified samples."""
+"""Evaluation records: what a line holds, fingerprints that refuse mixing, SIGKILL-safe resume, stratified samples."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
-from haystack import Document
 from haystack.components.generators.chat import MockChatGenerator
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
-from haystack_fusion.evaluation.datasets import EvalDataset, EvalQuestion
-from haystack_fusion.evaluation.metrics import QuestionScore
+from haystack_fusion.corpus import Question
+from haystack_fusion.evaluation.datasets import EvalDataset
+from haystack_fusion.evaluation.passages import PassageSetting
 from haystack_fusion.evaluation.records import (
     EVIDENCE_TEXT_FILE,
-    FINGERPRINTS_FILE,
     RESULTS_FILE,
-    DatasetText,
-    FingerprintMismatchError,
-    QuestionRecord,
-    RunSettings,
     append_line,
     merge_evidence,
     read_records,
     read_run_manifest,
-    redact_records,
     repair,
     split_evidence,
     write_run_manifest,
 )
-from haystack_fusion.evaluation.runner import EvalConfig, Evaluator, rescore
+from haystack_fusion.evaluation.runner import EvalConfig, Evaluator, FingerprintMismatchError, rescore
+from haystack_fusion.prompts import PROMPTS
 from tests.unit.test_eval_runner import DATASET, DOCUMENTS, QUESTIONS, capital_from_prompt
 
 
-def evaluator(tmp_path: Path, **options) -> Evaluator:
+def evaluator(tmp_path: Path, max_concurrency: int | None = None, **options) -> Evaluator:
     store = InMemoryDocumentStore()
     store.write_documents(DOCUMENTS)
     return Evaluator(
         DATASET,
-        EvalConfig(strategies=["concatenation", "post_fusion"], top_ks=[2], strategy_options=options),
+        EvalConfig(
+            strategies=["concatenation", "post_fusion"],
+            top_ks=[2],
+            max_concurrency=max_concurrency,
+            strategy_options=options,
+        ),
         tmp_path,
         retriever_factory=lambda: InMemoryBM25Retriever(document_store=store),
         generator_factory=lambda: MockChatGenerator(response_fn=capital_from_prompt),
     )
 
 
-class TestRecordsHoldNoDatasetText:
+class TestRecords:
     def test_no_question_gold_or_passage_text(self, tmp_path):
         evaluator(tmp_path).run()
         text = (tmp_path / RESULTS_FILE).read_text()
@@ -96,18 +96,26 @@ class TestFingerprints:
         lines = (tmp_path / RESULTS_FILE).read_text().splitlines()
         evaluator(tmp_path).run()
         assert (tmp_path / RESULTS_FILE).read_text().splitlines() == lines
-        assert len(json.loads((tmp_path / FINGERPRINTS_FILE).read_text())) == 2  # one per strategy
+        assert len({r.fingerprint for r in read_records(tmp_path / RESULTS_FILE)}) == 2  # one per strategy
 
-    def test_changed_settings_are_refused_with_what_changed(self, tmp_path):
+    def test_changed_settings_are_refused(self, tmp_path):
         evaluator(tmp_path).run()
-        with pytest.raises(FingerprintMismatchError, match=r"max_passage_chars: .* -> 100"):
+        with pytest.raises(FingerprintMismatchError, match="concatenation top-2 records made with other settings"):
             evaluator(tmp_path, max_passage_chars=100).run()
 
-    def test_runtime_settings_do_not_count(self):
-        a = RunSettings("concatenation", 5, "s", options={"few_shot": True}, llm={"model": "m", "timeout": 3})
-        b = RunSettings("concatenation", 5, "s", options={"few_shot": True}, llm={"model": "m", "timeout": 9})
-        assert a.fingerprint() == b.fingerprint()
-        assert a.fingerprint() != RunSettings("concatenation", 5, "s", llm={"model": "other"}).fingerprint()
+    def test_the_pipeline_and_the_prompts_count_runtime_settings_do_not(self, tmp_path, monkeypatch):
+        def fingerprint(strategy: str = "concatenation", top_k: int = 2, **options) -> str:
+            return evaluator(tmp_path, **options).fingerprint(strategy, top_k, PassageSetting())
+
+        first = fingerprint()
+        assert fingerprint() == first  # the same in every process: no random index name, no object ids
+        assert fingerprint(max_concurrency=1) == first  # speed, not predictions
+        assert fingerprint(max_passage_chars=100) != first
+        assert fingerprint(top_k=3) != first
+        assert fingerprint("post_fusion") != first
+        prompt = PROMPTS["figure7"]
+        monkeypatch.setitem(PROMPTS, "figure7", type(prompt)(prompt.name, prompt.source, prompt.text + " ", r"(.*)"))
+        assert fingerprint() != first
 
 
 class TestKilledRuns:
@@ -125,21 +133,16 @@ class TestKilledRuns:
         """A real process appending records is SIGKILLed; the resumed run has each question exactly once."""
         script = textwrap.dedent(
             f"""
-            import time, sys
-            sys.path.insert(0, {str(Path(__file__).parents[2])!r})
             from haystack.components.generators.chat import MockChatGenerator
-            from haystack_fusion.evaluation.datasets import EvalDataset, EvalQuestion
-            from tests.unit.test_eval_records import many_questions_evaluator
+            from tests.unit.test_eval_records import many_questions_evaluator, slow_paris
 
-            def slow(messages):
-                time.sleep(0.05)
-                return "Paris"
-
-            many_questions_evaluator({str(tmp_path)!r}, lambda: MockChatGenerator(response_fn=slow)).run()
+            many_questions_evaluator({str(tmp_path)!r}, lambda: MockChatGenerator(response_fn=slow_paris)).run()
             """
         )
         process = subprocess.Popen(
-            [sys.executable, "-c", script], env={**os.environ, "HAYSTACK_TELEMETRY_ENABLED": "False"}
+            [sys.executable, "-c", script],
+            env={**os.environ, "HAYSTACK_TELEMETRY_ENABLED": "False"},
+            cwd=Path(__file__).parents[2],  # the checkout, so that `tests` imports
         )
         path = tmp_path / RESULTS_FILE
         try:
@@ -148,26 +151,29 @@ class TestKilledRuns:
                     break
                 if process.poll() is not None:
                     pytest.fail("the run ended before it could be killed")
-                import time
-
                 time.sleep(0.1)
             os.kill(process.pid, signal.SIGKILL)
         finally:
             process.wait(timeout=30)
         before = read_records(path)
         assert 5 <= len(before) < 40
-        many_questions_evaluator(str(tmp_path), lambda: MockChatGenerator(response_fn=lambda m: "Paris")).run()
+        many_questions_evaluator(str(tmp_path), lambda: MockChatGenerator(response_fn=slow_paris)).run()
         lines = path.read_text().splitlines()
         ids = [json.loads(line)["question_id"] for line in lines]  # every line parses: nothing torn
         assert sorted(ids) == sorted(f"q{i}" for i in range(40))  # each question once
         assert [r.prediction for r in read_records(path)][: len(before)] == [r.prediction for r in before]
 
 
+def slow_paris(messages) -> str:
+    """The reply of the SIGKILL test's generator, slow enough to kill the run part-way (the same in both runs, so
+    that their fingerprints match)."""
+    time.sleep(0.05)
+    return "Paris"
+
+
 def many_questions_evaluator(out: str, generator_factory) -> Evaluator:
     """40 questions over the capitals corpus, concatenation only (used by the SIGKILL test's child process)."""
-    questions = [
-        EvalQuestion(f"q{i}", f"What is the capital of France, take {i}?", ("Paris",), False) for i in range(40)
-    ]
+    questions = [Question(f"q{i}", f"What is the capital of France, take {i}?", ("Paris",), False) for i in range(40)]
     dataset = EvalDataset("many", DOCUMENTS, questions)
     store = InMemoryDocumentStore()
     store.write_documents(DOCUMENTS)
@@ -182,8 +188,8 @@ def many_questions_evaluator(out: str, generator_factory) -> Evaluator:
 
 class TestSample:
     def dataset(self) -> EvalDataset:
-        questions = [EvalQuestion(f"a{i}", "q", ("x",), False) for i in range(30)] + [
-            EvalQuestion(f"u{i}", "q", (), True) for i in range(10)
+        questions = [Question(f"a{i}", "q", ("x",), False) for i in range(30)] + [
+            Question(f"u{i}", "q", (), True) for i in range(10)
         ]
         return EvalDataset("d", DOCUMENTS, questions)
 
@@ -207,129 +213,6 @@ class TestSample:
             self.dataset().sample(-1)
 
 
-class TestRedaction:
-    @staticmethod
-    def copied_run(tmp_path: Path, strategy: str) -> tuple[EvalDataset, list[QuestionRecord]]:
-        """A run of `strategy` whose model copies 9 words of a passage into every reply."""
-        long = Document(content="Paris is the capital and the largest city of France by far.", id="long")
-        dataset = EvalDataset("long", [*DOCUMENTS, long], QUESTIONS)
-        store = InMemoryDocumentStore()
-        store.write_documents(dataset.documents)
-        copier = Evaluator(
-            dataset,
-            EvalConfig(strategies=[strategy], top_ks=[2]),
-            tmp_path,
-            retriever_factory=lambda: InMemoryBM25Retriever(document_store=store),
-            generator_factory=lambda: MockChatGenerator(responses="Paris is the capital and the largest city of"),
-        )
-        return dataset, copier.run()
-
-    def test_copied_dataset_text_is_cut_out_and_the_score_kept(self, tmp_path):
-        text = DatasetText(["Paris is the capital and the largest city of France by far."])
-        assert text.redact("Paris") == ("Paris", False)
-        redacted, cut = text.redact("It says: Paris is the capital and the largest city of France, so Paris")
-        assert cut
-        assert redacted == "It says: [10 words of the dataset] so Paris"
-        dataset, records = self.copied_run(tmp_path, "concatenation")
-        assert all(r.redacted and "Paris is the capital" not in r.prediction for r in records)
-        assert rescore(read_records(tmp_path / RESULTS_FILE), dataset) == read_records(tmp_path / RESULTS_FILE)
-
-    def test_a_sample_run_cuts_out_the_questions_it_left_out(self, tmp_path):
-        """`eval --sample` runs a part of the dataset; a copy of a question outside it is cut out all the same."""
-        left_out = EvalQuestion("out", "Which river flows through the old town of Lyon today?", ("Saone",), False)
-        whole = EvalDataset("whole", DOCUMENTS, [*QUESTIONS, left_out])
-        part = EvalDataset("whole", DOCUMENTS, list(QUESTIONS))
-        store = InMemoryDocumentStore()
-        store.write_documents(DOCUMENTS)
-
-        def run(out: Path, **kwargs) -> list[QuestionRecord]:
-            return Evaluator(
-                part,
-                EvalConfig(strategies=["concatenation"], top_ks=[2]),
-                out,
-                retriever_factory=lambda: InMemoryBM25Retriever(document_store=store),
-                generator_factory=lambda: MockChatGenerator(responses=left_out.question),
-                **kwargs,
-            ).run()
-
-        assert not any(r.redacted for r in run(tmp_path / "part"))  # the sample's own text alone misses it
-        records = run(tmp_path / "whole", dataset_text=DatasetText.of(whole))
-        assert records
-        assert all(r.redacted and "Lyon" not in r.prediction for r in records)
-
-    def test_near_copies_are_cut_out_too(self):
-        """Case, punctuation and articles do not hide a copy: SQuAD-normalized text (vote keys) is cut as well."""
-        text = DatasetText(
-            ["The river otters were moved into the Lake-Shore reserve of their keepers, see Old Harbour."]
-        )
-        for near in (
-            "the river otters were moved into the Lakeshore reserve of their keepers",  # case, hyphen
-            "river otters were moved into lakeshore reserve of their keepers",  # SQuAD normalization
-            "The river otters - were moved into the Lake-Shore reserve of their keepers!",  # punctuation-only word
-        ):
-            redacted, cut = text.redact(near)
-            assert cut, near
-            assert redacted.startswith("["), redacted
-            assert redacted.endswith("words of the dataset]"), redacted
-        kept = "The river otters were moved into a reserve"
-        assert text.redact(kept) == (kept, False)
-        assert text.redact("the " * 9) == ("the " * 9, False)
-
-    def test_model_text_in_the_evidence_is_cut_out_too(self, tmp_path):
-        """Post-fusion's candidates (its per-passage answers) are model text like the prediction: same redaction."""
-        text = DatasetText(["Paris is the capital and the largest city of France by far."])
-        evidence = {"candidates": ["Paris", "Paris is the capital and the largest city of"], "votes": {"paris": 1}}
-        redacted, cut = text.redact_value(evidence)
-        assert cut
-        assert redacted == {"candidates": ["Paris", "[9 words of the dataset]"], "votes": {"paris": 1}}
-        copied = "Paris is the capital and the largest city of"
-        other = "is the capital and the largest city of France"
-        votes, cut = text.redact_value({"votes": {copied: 2, other: 1, "paris": 1}})
-        assert cut
-        assert votes == {"votes": {"[9 words of the dataset]": 2, "[9 words of the dataset] (2)": 1, "paris": 1}}
-        assert text.redact_value({"passages": ["1c6071d9"], "k": 5, "x": None}) == (
-            {"passages": ["1c6071d9"], "k": 5, "x": None},
-            False,
-        )
-        self.copied_run(tmp_path, "post_fusion")
-        lines = (tmp_path / RESULTS_FILE).read_text(encoding="utf-8")
-        assert "Paris is the capital" not in lines
-        assert all(r.redacted for r in read_records(tmp_path / RESULTS_FILE))
-
-    def test_committed_records_are_redacted_in_place_and_keep_their_scores(self, tmp_path):
-        text = DatasetText(["Paris is the capital and the largest city of France by far."])
-        copied = "Paris is the capital and the largest city of"
-        score = QuestionScore("q1", True, 1.0, 1.0, 1.0, False, True, True, True, 10, 2, 5, 1.0)
-        copier = QuestionRecord("post_fusion", 5, "retrieved", "q1", True, "Paris", {"candidates": [copied]}, [], score)
-        clean = dataclasses.replace(copier, question_id="q2", evidence={"candidates": ["Paris"]})
-        failed = dataclasses.replace(copier, question_id="q3", error="1 of 5 LLM calls failed: timeout")
-        path = tmp_path / RESULTS_FILE
-        lines = [copier.to_json(), clean.to_json(), failed.to_json(), '{"torn": ']
-        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        assert redact_records(path, text) == 2
-        after = path.read_text(encoding="utf-8").splitlines()
-        assert after[1] == lines[1]
-        assert after[3] == lines[3]
-        first, second = read_records(path)
-        assert first.evidence == {"candidates": ["[9 words of the dataset]"]}
-        assert first.redacted
-        assert first.prediction == "Paris"
-        assert first.score == score
-        assert second == clean
-        assert redact_records(path, text) == 0
-
-
-def test_fingerprints_name_a_class_by_its_public_path():
-    """Moving a class between this package's internal modules changes no fingerprint (committed runs resume)."""
-    from haystack.components.generators.chat import MockChatGenerator
-
-    from haystack_fusion.backends import BackendConfig
-    from haystack_fusion.evaluation.records import public_class_path
-
-    assert public_class_path(BackendConfig) == "haystack_fusion.backends.BackendConfig"
-    assert public_class_path(MockChatGenerator) == f"{MockChatGenerator.__module__}.MockChatGenerator"
-
-
 class TestRunManifest:
     def test_runtimes_accumulate_one_entry_per_distinct_build(self, tmp_path):
         """A run resumed on another llama.cpp build lists both builds; the same build is listed once."""
@@ -343,6 +226,13 @@ class TestRunManifest:
         manifest = read_run_manifest(tmp_path)
         assert manifest["runtimes"] == [first, second]
         assert manifest["title"] == "t3"
+
+    def test_strategy_options_are_kept_until_given_again(self, tmp_path):
+        write_run_manifest(tmp_path, title="t", dataset="d.json", strategy_options={"min_confidence": 1.0})
+        write_run_manifest(tmp_path, title="t", dataset="d.json", notes=["a note"])
+        assert read_run_manifest(tmp_path)["strategy_options"] == {"min_confidence": 1.0}
+        write_run_manifest(tmp_path, title="t", dataset="d.json", strategy_options={})
+        assert read_run_manifest(tmp_path)["strategy_options"] == {}
 
     def test_no_runtime_no_key(self, tmp_path):
         write_run_manifest(tmp_path, title="t", dataset="d.json")

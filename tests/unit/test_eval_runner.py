@@ -13,7 +13,8 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from haystack_fusion.backends import missing_logprobs
 from haystack_fusion.cli import main
-from haystack_fusion.evaluation.datasets import EvalDataset, EvalQuestion
+from haystack_fusion.corpus import Question
+from haystack_fusion.evaluation.datasets import EvalDataset
 from haystack_fusion.evaluation.passages import EvalRetriever, PassageSetting, arrange_passages
 from haystack_fusion.evaluation.records import read_run_manifest, write_run_manifest
 from haystack_fusion.evaluation.report import (
@@ -37,9 +38,9 @@ DOCUMENTS = [
     Document(content="The Danube flows through Vienna.", id="danube"),
 ]
 QUESTIONS = [
-    EvalQuestion("q1", "What is the capital of France?", ("Paris",), False, "paris"),
-    EvalQuestion("q2", "What is the capital of Germany?", ("Berlin",), False, "berlin"),
-    EvalQuestion("q3", "What is the capital of Mars?", (), True, None),
+    Question("q1", "What is the capital of France?", ("Paris",), False, "paris"),
+    Question("q2", "What is the capital of Germany?", ("Berlin",), False, "berlin"),
+    Question("q3", "What is the capital of Mars?", (), True, None),
 ]
 DATASET = EvalDataset(name="capitals", documents=DOCUMENTS, questions=QUESTIONS)
 

@@ -3,7 +3,8 @@ import json
 from haystack import Document
 
 from haystack_fusion.components.note_taker import training_record
-from haystack_fusion.evaluation.datasets import EvalDataset, EvalQuestion
+from haystack_fusion.corpus import Question
+from haystack_fusion.evaluation.datasets import EvalDataset
 from haystack_fusion.evaluation.export import export_notes
 from haystack_fusion.evaluation.metrics import QuestionScore
 from haystack_fusion.evaluation.records import (
@@ -89,9 +90,9 @@ def test_export_skips_records_without_notes_and_filters_correct(tmp_path):
         ],
     )
     questions = [
-        EvalQuestion("q1", "What is the capital of France?", ("Paris",), False, "p"),
-        EvalQuestion("q2", "What is the capital of France, again?", ("Paris",), False, "p"),
-        EvalQuestion("q3", "What is the capital of Mars?", (), True, None),
+        Question("q1", "What is the capital of France?", ("Paris",), False, "p"),
+        Question("q2", "What is the capital of France, again?", ("Paris",), False, "p"),
+        Question("q3", "What is the capital of Mars?", (), True, None),
     ]
     dataset = EvalDataset("capitals", list(DOCUMENTS.values()), questions)
     path = tmp_path / "out" / "notes.jsonl"

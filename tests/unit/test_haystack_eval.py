@@ -11,8 +11,9 @@ import pytest
 from haystack import Document
 from haystack.evaluation import EvaluationRunResult
 
+from haystack_fusion.corpus import Question
 from haystack_fusion.evaluation import haystack_eval
-from haystack_fusion.evaluation.datasets import EvalDataset, EvalQuestion
+from haystack_fusion.evaluation.datasets import EvalDataset
 from haystack_fusion.evaluation.haystack_eval import (
     INPUT_COLUMNS,
     load_evaluation_run_results,
@@ -30,12 +31,12 @@ DATASET = EvalDataset(
     name="tiny",
     documents=[Document(content="Paris is the capital of France."), Document(content="Hastings was fought in 1066.")],
     questions=[
-        EvalQuestion(
+        Question(
             id="q1", question="What is the capital of France?", answers=("Paris", "City of Paris"), is_impossible=False
         ),
-        EvalQuestion(id="q2", question="When was the battle of Hastings?", answers=("1066",), is_impossible=False),
-        EvalQuestion(id="q3", question="Who is the king of France today?", answers=(), is_impossible=True),
-        EvalQuestion(id="q4", question="A question no run answered?", answers=("nothing",), is_impossible=False),
+        Question(id="q2", question="When was the battle of Hastings?", answers=("1066",), is_impossible=False),
+        Question(id="q3", question="Who is the king of France today?", answers=(), is_impossible=True),
+        Question(id="q4", question="A question no run answered?", answers=("nothing",), is_impossible=False),
     ],
 )
 QUESTIONS = {question.id: question for question in DATASET.questions}

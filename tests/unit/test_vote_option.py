@@ -1,4 +1,4 @@
-"""Overlap voting through the strategies, the command line, the fingerprints and %NM (issue 16, item 3)."""
+"""Overlap voting through the strategies, the command line, the fingerprints and %NM."""
 
 from haystack import Document
 from haystack.components.generators.chat import MockChatGenerator
@@ -6,10 +6,11 @@ from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from haystack_fusion.cli import build_parser
-from haystack_fusion.evaluation.datasets import EvalQuestion
-from haystack_fusion.evaluation.runner import score_run
+from haystack_fusion.corpus import Question
+from haystack_fusion.evaluation.datasets import EvalDataset
+from haystack_fusion.evaluation.passages import PassageSetting
+from haystack_fusion.evaluation.runner import EvalConfig, Evaluator, score_run
 from haystack_fusion.strategies import build_pipeline, run_strategy
-from tests.run_settings import run_settings
 
 DOCUMENTS = [Document(content=f"Passage {i} about the acid.") for i in range(3)]
 
@@ -20,16 +21,21 @@ def retriever() -> InMemoryBM25Retriever:
     return InMemoryBM25Retriever(document_store=store, top_k=3)
 
 
-def settings(options: dict):
-    return run_settings("post_fusion", options)
+def fingerprint(options: dict) -> str:
+    evaluator = Evaluator(
+        EvalDataset("d", DOCUMENTS, []),
+        EvalConfig(strategies=["post_fusion"], strategy_options=options),
+        "unused",
+        retriever_factory=retriever,
+        generator_factory=lambda: MockChatGenerator(responses=["a"]),
+    )
+    return evaluator.fingerprint("post_fusion", 3, PassageSetting())
 
 
-def test_overlap_is_fingerprinted_exact_is_not():
-    assert "vote" not in settings({}).options
-    assert "vote" not in settings({"vote": "exact"}).options
-    assert settings({"vote": "overlap"}).options["vote"] == "overlap"
-    assert settings({}).fingerprint() == settings({"vote": "exact"}).fingerprint()
-    assert settings({}).fingerprint() != settings({"vote": "overlap"}).fingerprint()
+def test_overlap_voting_is_fingerprinted():
+    assert fingerprint({}) == fingerprint({"vote": "exact"})
+    assert fingerprint({}) != fingerprint({"vote": "overlap"})
+    assert fingerprint({"vote": "overlap"}) != fingerprint({"vote": "overlap", "overlap_threshold": 0.7})
 
 
 def test_command_line():
@@ -49,7 +55,7 @@ def test_strategy_votes_by_overlap_and_records_it():
 
 
 def test_pool_has_gold_reads_the_voters_rule():
-    question = EvalQuestion(id="q", question="Which acid?", answers=("2-bromopalmitic acid",), is_impossible=False)
+    question = Question(id="q", question="Which acid?", answers=("2-bromopalmitic acid",), is_impossible=False)
     evidence = {"candidates": ["2-bromopalmitic acid (2-BP)"]}
     exact = score_run(question, "x", evidence, [], {}, 0.0)
     overlap = score_run(question, "x", {**evidence, "vote": "overlap", "overlap_threshold": 0.5}, [], {}, 0.0)
