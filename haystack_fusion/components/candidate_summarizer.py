@@ -11,18 +11,18 @@ from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage
 
 from haystack_fusion.components.base import ChatGeneratorWrapper
-from haystack_fusion.llm_calls import (
+from haystack_fusion.llm import (
     FanOutResult,
     check_max_concurrency,
     run_chat_calls,
     run_chat_calls_async,
     sum_usage,
 )
-from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render, validate_query
+from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render
 from haystack_fusion.prompts.passages import strip_delimiters
 from haystack_fusion.prompts.sure import DONE_MARKER, candidate_prompt_variables, few_shot_examples
 from haystack_fusion.sure import parse_candidates
-from haystack_fusion.validation import check_answer
+from haystack_fusion.validation import check_answer, validate_query
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         :param mode: "conditional" (SuRe: K candidates, one summary each), "generic" (one summary, no candidates,
             Listing 11) or "candidates" (candidates only, for the MCQ baseline).
         :param max_concurrency: Largest number of summary calls under way at once (an integer >= 1); None (default):
-            all K at once, up to the process-wide ceiling (`llm_calls.concurrency_ceiling()`).
+            all K at once, up to the process-wide ceiling (`llm.concurrency_ceiling()`).
         :param max_passage_chars: Per-passage context budget in characters (None: no limit); longer passages are
             trimmed, never the instructions.
         :param few_shot: If True (base-model mode), candidates come from Listing 13 (Appendix B.5: Listing 6 with
@@ -138,7 +138,7 @@ class CandidateSummarizer(ChatGeneratorWrapper):
             max_passage_chars=self.max_passage_chars,
             few_shot=self.few_shot,
             raise_on_failure=self.raise_on_failure,
-            **({} if self.answer_checks else {"answer_checks": False}),
+            answer_checks=self.answer_checks,
         )
 
     # Each step below is shared by `run` and `run_async`; only the fan-out call differs.
@@ -288,7 +288,7 @@ class CandidateSummarizer(ChatGeneratorWrapper):
             - `meta`: `source`, `mode`, `candidates_reply` (the raw round-1 reply), `failures` (`round`, `index`,
               `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`, `rounds`, and
               `http_requests` when the generator's HTTP requests are counted, and `cached_tokens` when the provider
-              reports prompt tokens served from its prefix cache: `llm_calls.FanOutResult`), and
+              reports prompt tokens served from its prefix cache: `llm.FanOutResult`), and
               `invalid_candidates` (`candidate`, `reason`) when the answer checks dropped some.
         :raises ValueError: If `query` is empty or only whitespace, `candidates` are given outside the conditional
             mode, or `candidate_documents` has another length than `candidates`.

@@ -13,20 +13,21 @@ from haystack.utils import deserialize_callable, serialize_callable
 
 from haystack_fusion.answers import UNKNOWN, UnknownDetector
 from haystack_fusion.components.base import ChatGeneratorWrapper
-from haystack_fusion.llm_calls import (
+from haystack_fusion.llm import (
     FanOutResult,
     check_max_concurrency,
     run_chat_calls,
     run_chat_calls_async,
     stop_kwargs,
     sum_usage,
+    unwrap_call_limit,
 )
 from haystack_fusion.notes import CONTEXT, DIRECT, classify_note, parse_document_note, parse_single_call
-from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render, validate_query
+from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render
 from haystack_fusion.prompts.chain_of_note import ANSWER_LEAD, RELEVANCE_WORDS, STEP_5_PARAMETRIC, STEP_5_UNKNOWN
 from haystack_fusion.prompts.examples import number_words
 from haystack_fusion.prompts.passages import strip_delimiters
-from haystack_fusion.validation import check_answer, invalid_meta
+from haystack_fusion.validation import check_answer, invalid_meta, validate_query
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ class NoteTaker(ChatGeneratorWrapper):
         :param allow_parametric_knowledge: If True (the paper's step 5), the model answers from its own knowledge
             when no passage is relevant; if False, the answer is then "unknown".
         :param max_concurrency: Largest number of note calls under way at once in per-document mode (an integer
-            >= 1); None (default): all k at once, up to the process-wide ceiling (`llm_calls.concurrency_ceiling()`).
+            >= 1); None (default): all k at once, up to the process-wide ceiling (`llm.concurrency_ceiling()`).
         :param max_passage_chars: Per-passage context budget in characters (None: no limit).
         :param generation_kwargs: `generation_kwargs` for every call, e.g. a larger completion budget for the notes
             of k passages (`{"max_tokens": 400}` for llama.cpp); None keeps the generator's own.
@@ -163,7 +164,7 @@ class NoteTaker(ChatGeneratorWrapper):
             empty answer with `answer_source` "invalid", `invalid_reason` and `rejected_answer` in `meta`. On by
             default (and then left out of `to_dict`).
         :param stop_sequences: End the per-document mode's synthesis reply at its answer line (the prompt's `stop`,
-            added to the generator's own by `llm_calls.stop_kwargs`). On by default (and then left out of
+            added to the generator's own by `llm.stop_kwargs`). On by default (and then left out of
             `to_dict`); the notes are never cut.
         :raises ValueError: If `mode` is unknown, `max_concurrency` is neither None nor an integer >= 1, or
             `max_passage_chars` is not positive.
@@ -198,8 +199,8 @@ class NoteTaker(ChatGeneratorWrapper):
             unknown_patterns=self.unknown_patterns,
             raise_on_failure=self.raise_on_failure,
             streaming_callback=serialize_callable(self.streaming_callback) if self.streaming_callback else None,
-            **({} if self.answer_checks else {"answer_checks": False}),
-            **({} if self.stop_sequences else {"stop_sequences": False}),
+            answer_checks=self.answer_checks,
+            stop_sequences=self.stop_sequences,
         )
 
     @classmethod
@@ -330,7 +331,11 @@ class NoteTaker(ChatGeneratorWrapper):
 
     def _synthesis_generator(self, streaming_callback: StreamingCallbackT | None) -> Any:
         callback = streaming_callback or self.streaming_callback
-        return self._chat_generator if callback is None else _Streaming(self._chat_generator, callback)
+        if callback is None:
+            return self._chat_generator
+        # the fan-out holds the call's slot, and reads the HTTP clients of the generator it calls: give it the
+        # call-limited generator's own
+        return _Streaming(unwrap_call_limit(self._chat_generator), callback)
 
     @component.output_types(answers=list[GeneratedAnswer], notes=list[dict[str, Any]])
     def run(
@@ -350,7 +355,7 @@ class NoteTaker(ChatGeneratorWrapper):
               `failures` (`round`, `index`, `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`,
               `failed_calls`, `rounds`, `http_requests` when the generator's HTTP requests are counted, and
               `cached_tokens` when the provider reports prompt tokens served from its prefix cache:
-              `llm_calls.FanOutResult`).
+              `llm.FanOutResult`).
             - `notes`: k dicts in input order: `document_id`, `relevance` ("direct", "context" or "irrelevant";
               section 2.3.1) and `note` ("" when the model wrote none for that passage).
         :raises ValueError: If `query` is empty or only whitespace.

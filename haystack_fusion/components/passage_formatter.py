@@ -57,9 +57,9 @@ class PassageFormatter:
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize this component to a dictionary."""
-        # `datamark` only when on: pipelines serialized before the option existed stay the same
-        optional = {"datamark": True} if self.datamark else {}
-        return default_to_dict(self, max_passage_chars=self.max_passage_chars, layout=self.layout, **optional)
+        return default_to_dict(
+            self, max_passage_chars=self.max_passage_chars, layout=self.layout, datamark=self.datamark
+        )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PassageFormatter:

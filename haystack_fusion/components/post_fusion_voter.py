@@ -19,7 +19,7 @@ from haystack_fusion.answers import (
     vote_answers,
 )
 from haystack_fusion.components.base import ChatGeneratorWrapper
-from haystack_fusion.llm_calls import (
+from haystack_fusion.llm import (
     FanOutResult,
     check_max_concurrency,
     empty_usage,
@@ -27,8 +27,8 @@ from haystack_fusion.llm_calls import (
     run_chat_calls_async,
     stop_kwargs,
 )
-from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render, validate_query
-from haystack_fusion.validation import check_answer
+from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render
+from haystack_fusion.validation import check_answer, validate_query
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ class PostFusionVoter(ChatGeneratorWrapper):
 
         :param chat_generator: The ChatGenerator that answers each passage.
         :param max_concurrency: Largest number of LLM calls under way at once (an integer >= 1); None (default): all
-            p x k calls at once, up to the process-wide ceiling (`llm_calls.concurrency_ceiling()`).
+            p x k calls at once, up to the process-wide ceiling (`llm.concurrency_ceiling()`).
         :param samples_per_passage: p, the answers sampled per passage (>= 1); p x k answers vote.
         :param sampling_generation_kwargs: `generation_kwargs` for every call when p > 1; default
             `{"temperature": 0.7}` (section 4.4). With p = 1 the generator's own settings apply (greedy in the paper).
@@ -136,7 +136,7 @@ class PostFusionVoter(ChatGeneratorWrapper):
             (default `answers.DEFAULT_OVERLAP_THRESHOLD`, 0.5; one's tokens contained in the other's agree at any
             threshold). In `to_dict` only when not the default.
         :param stop_sequences: End each reply at its answer line (the Figure 7 prompt's `stop`, added to the
-            generator's own stop sequences by `llm_calls.stop_kwargs`): fewer completion tokens per call. On by
+            generator's own stop sequences by `llm.stop_kwargs`): fewer completion tokens per call. On by
             default; False gives the replies of the voter before the option existed, and is the only value `to_dict`
             writes.
         :param answer_checks: Check each passage's answer with `validation.check_answer`; a rejected answer does
@@ -173,16 +173,6 @@ class PostFusionVoter(ChatGeneratorWrapper):
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize this component, with its chat generator, to a dictionary."""
-        # options added later only when not at their defaults: pipelines serialized before they existed stay the same
-        optional: dict[str, Any] = {"datamark": True} if self.datamark else {}
-        if self.vote != "exact":
-            optional["vote"] = self.vote
-        if self.overlap_threshold != DEFAULT_OVERLAP_THRESHOLD:
-            optional["overlap_threshold"] = self.overlap_threshold
-        if not self.answer_checks:
-            optional["answer_checks"] = False
-        if not self.stop_sequences:
-            optional["stop_sequences"] = False
         return default_to_dict(
             self,
             chat_generator=component_to_dict(obj=self._chat_generator, name="chat_generator"),
@@ -194,7 +184,11 @@ class PostFusionVoter(ChatGeneratorWrapper):
             raise_on_failure=self.raise_on_failure,
             min_vote_share=self.min_vote_share,
             split_candidates=self.split_candidates,
-            **optional,
+            datamark=self.datamark,
+            vote=self.vote,
+            overlap_threshold=self.overlap_threshold,
+            answer_checks=self.answer_checks,
+            stop_sequences=self.stop_sequences,
         )
 
     def _plan(
@@ -337,7 +331,7 @@ class PostFusionVoter(ChatGeneratorWrapper):
               (mean answer confidence of its votes, None without log-probabilities), `failures` (`rank`,
               `sample`, `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`,
               `rounds`, `http_requests` when the generator's HTTP requests are counted, and `cached_tokens` when the
-              provider reports prompt tokens served from its prefix cache: `llm_calls.FanOutResult`).
+              provider reports prompt tokens served from its prefix cache: `llm.FanOutResult`).
               With `vote="overlap"`, `votes` is per cluster, keyed by its representative's normalized answer, and
               `clusters` maps each representative to its members' normalized answers (representative first).
               With `answer_checks` on, the meta holds `invalid_answers` (how many answers the validator rejected;

@@ -14,7 +14,7 @@ from haystack.utils import deserialize_chatgenerator_inplace, deserialize_compon
 
 from haystack_fusion.answers import UNKNOWN
 from haystack_fusion.components.base import ChatGeneratorWrapper
-from haystack_fusion.llm_calls import (
+from haystack_fusion.llm import (
     FanOutResult,
     check_max_concurrency,
     empty_usage,
@@ -22,7 +22,7 @@ from haystack_fusion.llm_calls import (
     run_chat_calls,
     run_chat_calls_async,
 )
-from haystack_fusion.prompts import PROMPTS, render, validate_query
+from haystack_fusion.prompts import PROMPTS, render
 from haystack_fusion.prompts.sure import one_line
 from haystack_fusion.sure import (
     PREFERENCE_CHOICES,
@@ -35,6 +35,7 @@ from haystack_fusion.sure import (
     ranking_pairs,
     select,
 )
+from haystack_fusion.validation import validate_query
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ class SummaryVerifier(ChatGeneratorWrapper):
         :param use_validity: If False, candidates are ordered by ranking alone (Table 3, "+ Pair-wise ranking") and
             no validity call is made.
         :param max_concurrency: Largest number of calls under way at once (an integer >= 1); None (default): all
-            K + K(K-1) at once, up to the process-wide ceiling (`llm_calls.concurrency_ceiling()`).
+            K + K(K-1) at once, up to the process-wide ceiling (`llm.concurrency_ceiling()`).
         :param document_ranker: Optional Haystack ranker (`run(query, documents)` -> `{"documents": [...]}`) that
             reorders the passages by the winning summary (Table 4); None keeps retrieval order.
         :param raise_on_failure: If True, a failed call raises; by default it is logged and reported in `meta`.
@@ -280,7 +281,7 @@ class SummaryVerifier(ChatGeneratorWrapper):
             read by "probability" and by "text"), `failures` (`call`, `index`, `error`) and `usage` (`prompt_tokens`,
             `completion_tokens`, `calls`, `failed_calls`, `rounds`, `http_requests` when the generator's HTTP
             requests are counted, and `cached_tokens` when the provider reports prompt tokens served from its prefix
-            cache: `llm_calls.FanOutResult`). With no candidates it is one "unknown" answer and no LLM call is made.
+            cache: `llm.FanOutResult`). With no candidates it is one "unknown" answer and no LLM call is made.
         :raises ValueError: If `query` is empty, or `candidates` and `summaries` differ in length.
         """
         query, candidates, summaries, asks, prompts = self._plan(query, candidates, summaries)

@@ -77,16 +77,13 @@ class UnknownRouter:
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize this component to a dictionary."""
-        # the validator's settings only when not the defaults: pipelines serialized before it stay the same
-        optional: dict[str, Any] = {"answer_checks": False} if not self.answer_checks else {}
-        if self.demonstrations:
-            optional["demonstrations"] = self.demonstrations
         return default_to_dict(
             self,
             answer_pattern=self.answer_pattern,
             unknown_patterns=self.unknown_patterns,
             min_confidence=self.min_confidence,
-            **optional,
+            answer_checks=self.answer_checks,
+            demonstrations=self.demonstrations,
         )
 
     @classmethod

@@ -8,7 +8,8 @@ from haystack.components.generators.chat import MockChatGenerator
 from haystack.dataclasses import ChatMessage, GeneratedAnswer
 
 from haystack_fusion import PostFusionVoter
-from haystack_fusion.components.post_fusion_voter import DEFAULT_SAMPLING_KWARGS, validate_query
+from haystack_fusion.answers import DEFAULT_OVERLAP_THRESHOLD
+from haystack_fusion.components.post_fusion_voter import DEFAULT_SAMPLING_KWARGS
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS
 from haystack_fusion.testing import ScriptedChatGenerator
 from haystack_fusion.validation import validate_query
@@ -287,6 +288,11 @@ class TestPostFusionVoter:
                 "raise_on_failure": False,
                 "min_vote_share": None,
                 "split_candidates": 2,
+                "datamark": False,
+                "vote": "exact",
+                "overlap_threshold": DEFAULT_OVERLAP_THRESHOLD,
+                "answer_checks": True,
+                "stop_sequences": True,
             },
         }
 
@@ -301,6 +307,11 @@ class TestPostFusionVoter:
             raise_on_failure=True,
             min_vote_share=0.6,
             split_candidates=3,
+            datamark=True,
+            vote="overlap",
+            overlap_threshold=0.7,
+            answer_checks=False,
+            stop_sequences=False,
         )
         assert voter.to_dict()["init_parameters"] | {"chat_generator": None} == {
             "chat_generator": None,
@@ -312,6 +323,11 @@ class TestPostFusionVoter:
             "raise_on_failure": True,
             "min_vote_share": 0.6,
             "split_candidates": 3,
+            "datamark": True,
+            "vote": "overlap",
+            "overlap_threshold": 0.7,
+            "answer_checks": False,
+            "stop_sequences": False,
         }
 
     def test_from_dict_round_trip(self):

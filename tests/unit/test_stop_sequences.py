@@ -7,7 +7,7 @@ from haystack import Document
 from haystack.components.generators.chat import MockChatGenerator, OpenAIChatGenerator
 
 from haystack_fusion import NoteTaker, PostFusionVoter
-from haystack_fusion.llm_calls import limit_calls, merge_stop_sequences, stop_kwargs
+from haystack_fusion.llm import CallLimitedChatGenerator, merge_stop_sequences, stop_kwargs
 from haystack_fusion.prompts import ANSWER_LINE_STOP, PROMPTS
 from haystack_fusion.strategies import build_pipeline, chain_generator
 from haystack_fusion.testing import ScriptedChatGenerator
@@ -54,8 +54,14 @@ class TestChainGenerator:
 
     def test_a_limited_generator_gives_a_limited_copy(self, monkeypatch):
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-        copy = chain_generator(limit_calls(OpenAIChatGenerator()), ANSWER_LINE_STOP)
-        assert getattr(copy, "_haystack_fusion_call_slots", False)
+        original = OpenAIChatGenerator(generation_kwargs={"max_completion_tokens": 16})
+        limited = CallLimitedChatGenerator(chat_generator=original)
+        copy = chain_generator(limited, ANSWER_LINE_STOP)
+        assert isinstance(copy, CallLimitedChatGenerator)
+        assert copy is not limited
+        assert copy.chat_generator is not original
+        assert copy.chat_generator.generation_kwargs == {"max_completion_tokens": 16, "stop": ["\n"]}
+        assert original.generation_kwargs == {"max_completion_tokens": 16}
 
     def test_no_copy_without_stops_or_generation_kwargs(self, monkeypatch):
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
@@ -91,7 +97,7 @@ class TestPerCall:
         voter.run(query="Capital?", documents=[Document(content="Paris.")])
         assert generator.kwargs == [None]
         assert voter.to_dict()["init_parameters"]["stop_sequences"] is False
-        assert "stop_sequences" not in PostFusionVoter(chat_generator=generator).to_dict()["init_parameters"]
+        assert PostFusionVoter(chat_generator=generator).to_dict()["init_parameters"]["stop_sequences"] is True
 
     def test_voter_sampling_keeps_its_temperature(self):
         generator = recording_generator()

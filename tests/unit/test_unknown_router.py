@@ -128,6 +128,8 @@ class TestUnknownRouter:
                 "answer_pattern": PROMPTS["figure7"].answer_pattern,
                 "unknown_patterns": None,
                 "min_confidence": None,
+                "answer_checks": True,
+                "demonstrations": None,
             },
         }
 
@@ -139,6 +141,8 @@ class TestUnknownRouter:
                 "answer_pattern": COT_ANSWER_PATTERN,
                 "unknown_patterns": ["^no idea$"],
                 "min_confidence": 0.3,
+                "answer_checks": True,
+                "demonstrations": None,
             },
         }
 

@@ -149,11 +149,13 @@ class TestRouter:
         replies = [ChatMessage.from_assistant("1005dbc6")]
         assert router.run(replies=replies, query="When?", documents=DOCUMENTS) == {"known": replies}
 
-    def test_defaults_serialize_as_before(self):
+    def test_serializes_every_setting(self):
         assert set(UnknownRouter().to_dict()["init_parameters"]) == {
             "answer_pattern",
             "unknown_patterns",
             "min_confidence",
+            "answer_checks",
+            "demonstrations",
         }
         router = UnknownRouter(answer_checks=False, demonstrations=["x"])
         assert UnknownRouter.from_dict(router.to_dict()).to_dict() == router.to_dict()
@@ -172,8 +174,8 @@ class TestNoteTaker:
         reply = "Passage #1 says nothing. Based on the information given in above passages, the answer is 1996"
         taker = NoteTaker(chat_generator=MockChatGenerator(responses=[reply]), answer_checks=False)
         assert taker.run(query="When did he die?", documents=DOCUMENTS[:1])["answers"][0].data == "1996"
-        assert "answer_checks" in taker.to_dict()["init_parameters"]
-        assert "answer_checks" not in NoteTaker(chat_generator=MockChatGenerator()).to_dict()["init_parameters"]
+        assert taker.to_dict()["init_parameters"]["answer_checks"] is False
+        assert NoteTaker(chat_generator=MockChatGenerator()).to_dict()["init_parameters"]["answer_checks"] is True
 
 
 class TestCandidates:
