@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from haystack_fusion.backends.config import BackendConfig
-from haystack_fusion.llm_clients import ERROR_KINDS, exception_chain
+from haystack_fusion.llm import ERROR_KINDS, exception_chain
 
 OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
 """Where the `openai` client goes when neither `--api-base-url` nor `$OPENAI_BASE_URL` is set."""

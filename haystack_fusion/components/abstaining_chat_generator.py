@@ -10,8 +10,7 @@ from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage
 
 from haystack_fusion.components.base import ChatGeneratorWrapper
-from haystack_fusion.llm_calls import FanOutResult, run_chat_calls, run_chat_calls_async
-from haystack_fusion.llm_clients import backend_unusable
+from haystack_fusion.llm import FanOutResult, backend_unusable, run_chat_calls, run_chat_calls_async
 
 
 @component
@@ -20,12 +19,12 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
     Calls a ChatGenerator once per run; a call that fails (after the generator's own retries) gives no reply and a
     report in `meta["failures"]` instead of an exception, so the pipeline goes on and a router behind it can fall back.
     A failure that says the backend itself cannot be used (it refuses the connection or the key:
-    `llm_clients.backend_unusable`) is raised as it is: every other call to that backend would fail the same way.
+    `llm.backend_unusable`) is raised as it is: every other call to that backend would fail the same way.
 
     The fallback strategies (`concat_pf`, `cascade`) make their concatenation call through it: post-fusion is there for
     the question the first round gives no answer to, and a failed call gives none. `UnknownRouter` routes an empty
     `replies` to its `unknown` branch (reason "no reply"). The call is the package's one fan-out with a single prompt
-    (`llm_calls.run_chat_calls`), which logs the failure, traces the call, holds a process-wide call slot when calls
+    (`llm.run_chat_calls`), which logs the failure, traces the call, holds a process-wide call slot when calls
     in flight are limited, and counts the HTTP requests it sends; retries and timeouts stay the generator's.
 
     ### Usage example
@@ -80,7 +79,7 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
             - `replies`: the generator's first reply, or an empty list when the call failed or returned no reply.
             - `meta`: `usage` (`prompt_tokens`, `completion_tokens`, `calls` = 1, `failed_calls`, `rounds` = 1,
               `http_requests` when the generator's HTTP requests are counted, `cached_tokens` when the provider
-              reports them: `llm_calls.FanOutResult`) and `failures` (empty, or one `{"error": "ExceptionType:
+              reports them: `llm.FanOutResult`) and `failures` (empty, or one `{"error": "ExceptionType:
               message"}`).
         :raises Exception: The generator's exception when it says the backend cannot be used (a refused connection
             or key).

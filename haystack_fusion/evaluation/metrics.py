@@ -37,7 +37,7 @@ from haystack_fusion.answers import (
     normalize_answer,
     token_f1,
 )
-from haystack_fusion.llm_calls import TRUNCATED_FINISH_REASON
+from haystack_fusion.llm import TRUNCATED_FINISH_REASON
 from haystack_fusion.validation import is_invalid
 
 __all__ = [
@@ -285,7 +285,7 @@ def with_answer_outcome(
       `validation.is_invalid`). A rejected answer is not an abstention: `unknown` becomes False, so it counts neither
       in %Unk nor as a correct rejection of an unanswerable question, and EM, F1 and accuracy become 0.0 (the
       empty prediction would otherwise match a gold answer that normalizes to the empty string).
-    - `truncated_calls`: the calls the token cap cut, usage `truncated` (`llm_calls.reply_usage`), the larger of
+    - `truncated_calls`: the calls the token cap cut, usage `truncated` (`llm.reply_usage`), the larger of
       `usage`'s and `evidence["usage"]`'s (a run passes the first, a record keeps the second).
     - `truncated`: when the evidence has `finish_reason` (the final answer's own reply, for strategies whose answer
       is one reply read by an answer builder), whether it is "length"; otherwise whether any call of the question
