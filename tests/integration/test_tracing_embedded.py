@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from haystack_fusion.llm_calls import INPUT_TOKENS_TAG, OUTPUT_TOKENS_TAG
+from haystack_fusion.llm import INPUT_TOKENS_TAG, OUTPUT_TOKENS_TAG
 from haystack_fusion.strategies import build_pipeline, run_strategy
 from tests.unit.test_tracing import llm_spans_by_component, span_tree, spans  # noqa: F401  (`spans` is a fixture)
 

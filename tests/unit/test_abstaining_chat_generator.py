@@ -9,8 +9,8 @@ from haystack.components.generators.chat import MockChatGenerator
 from haystack.dataclasses import ChatMessage
 
 from haystack_fusion import AbstainingChatGenerator, UnknownRouter
-from haystack_fusion.llm_clients import backend_unusable
-from tests.scripted import ScriptedChatGenerator
+from haystack_fusion.llm import backend_unusable
+from haystack_fusion.testing import ScriptedChatGenerator
 
 MESSAGES = [ChatMessage.from_user("What is the capital of France?")]
 

@@ -109,7 +109,7 @@ def test_logprob_helpers():
     from haystack.components.generators.chat import MockChatGenerator
 
     from haystack_fusion.backends import LocalChatGenerator
-    from haystack_fusion.llm_calls import logprob_kwargs, supports_logprobs
+    from haystack_fusion.llm import logprob_kwargs, supports_logprobs
 
     assert not supports_logprobs(chat_generator(BackendConfig(llm="openai")))  # not every server returns them
     openai = chat_generator(BackendConfig(llm="openai", logprobs=True))

@@ -17,8 +17,8 @@ from haystack_fusion.components.candidate_summarizer import CandidateSummarizer
 from haystack_fusion.components.note_taker import NoteTaker
 from haystack_fusion.components.post_fusion_voter import PostFusionVoter
 from haystack_fusion.components.summary_verifier import SummaryVerifier
-from haystack_fusion.llm_calls import run_chat_calls, run_chat_calls_async
-from tests.unit.test_llm_calls import prompts_of
+from haystack_fusion.llm import run_chat_calls, run_chat_calls_async
+from tests.unit.test_llm_fanout import prompts_of
 
 DOCUMENTS = [Document(content=f"Passage {i}.") for i in range(5)]
 

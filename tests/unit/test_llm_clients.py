@@ -20,8 +20,8 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 from haystack.utils import Secret
 
 from haystack_fusion import PostFusionVoter
-from haystack_fusion.llm_calls import run_chat_calls, run_chat_calls_async
-from haystack_fusion.llm_clients import bind_async_client, observe_requests
+from haystack_fusion.llm import bind_async_client, run_chat_calls, run_chat_calls_async
+from haystack_fusion.llm.clients import observe_requests
 from haystack_fusion.strategies import build_pipeline, run_strategy
 
 K = 5

@@ -16,8 +16,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from haystack_fusion.llm_calls import INPUT_TOKENS_TAG, OUTPUT_TOKENS_TAG, run_chat_calls, run_chat_calls_async
-from tests.unit.test_llm_calls import FailingSyncGenerator, prompts_of
+from haystack_fusion.llm import INPUT_TOKENS_TAG, OUTPUT_TOKENS_TAG, run_chat_calls, run_chat_calls_async
+from tests.unit.test_llm_fanout import failing_sync_generator, prompts_of
 from tests.unit.test_strategies import QUERY, answer_from_context, make_pipeline
 
 LLM_SPAN = "haystack.chat_generator.run"
@@ -144,7 +144,7 @@ class TestCallSpans:
         assert (span.attributes[INPUT_TOKENS_TAG], span.attributes[OUTPUT_TOKENS_TAG]) == (3, 1)
 
     def test_a_failed_call_is_an_error_span(self, spans):
-        result = run_chat_calls(FailingSyncGenerator(), prompts_of(["a", "boom"]), max_concurrency=2)
+        result = run_chat_calls(failing_sync_generator(), prompts_of(["a", "boom"]), max_concurrency=2)
         assert result.failures[0]["index"] == 1
         statuses = sorted(span.status.status_code.name for span in spans.get_finished_spans())
         assert statuses == ["ERROR", "UNSET"]

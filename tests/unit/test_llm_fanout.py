@@ -1,32 +1,29 @@
+"""The fan-out of independent ChatGenerator calls (`haystack_fusion.llm.fanout`): order, failures, bounds, threads."""
+
 import asyncio
 import os
 import threading
 from typing import Any
 
 import pytest
-from haystack import Document, component
+from haystack import component
 from haystack.components.generators.chat import MockChatGenerator
 from haystack.dataclasses import ChatMessage
 
 from haystack_fusion import CandidateSummarizer, NoteTaker, PostFusionVoter, SummaryVerifier
-from haystack_fusion.llm_calls import (
-    DEFAULT_CONCURRENCY_CEILING,
-    MAX_CONCURRENCY_ENV,
-    USAGE_KEYS,
+from haystack_fusion.llm import (
     FanOutResult,
-    cached_prompt_tokens,
     check_max_concurrency,
     concurrency_ceiling,
     concurrency_limit,
     empty_usage,
-    reply_usage,
     run_chat_calls,
     run_chat_calls_async,
     run_sync,
-    sum_usage,
-    worker_pool,
 )
-from tests.scripted import ScriptedChatGenerator
+from haystack_fusion.llm.fanout import worker_pool
+from haystack_fusion.settings import DEFAULT_CONCURRENCY_CEILING, MAX_CONCURRENCY_ENV
+from haystack_fusion.testing import AsyncScriptedChatGenerator, ScriptedChatGenerator
 
 
 def echo_prompt(messages: list[ChatMessage]) -> str:
@@ -38,32 +35,14 @@ def prompts_of(texts: list[str]) -> list[list[ChatMessage]]:
     return [[ChatMessage.from_user(text)] for text in texts]
 
 
-@component
-class FailingSyncGenerator(ScriptedChatGenerator):
+def failing_sync_generator(fail_on: str = "boom") -> ScriptedChatGenerator:
     """Echoes the prompt, but raises for a prompt containing `fail_on`. Only a sync `run`: the threads path."""
-
-    error = "cannot answer boom"
-
-    def __init__(self, fail_on: str = "boom") -> None:
-        ScriptedChatGenerator.__init__(self, fail_on=fail_on)
-
-    def reply(self, prompt: str) -> str:
-        return f"echo:{prompt}"
+    return ScriptedChatGenerator(lambda prompt: f"echo:{prompt}", fail_on=fail_on, error="cannot answer boom")
 
 
-@component
-class FailingAsyncGenerator(FailingSyncGenerator):
-    """Like FailingSyncGenerator, with a `run_async` (the same reply, after a yield): the event-loop path."""
-
-    def __init__(self, fail_on: str = "boom") -> None:
-        FailingSyncGenerator.__init__(self, fail_on=fail_on)
-
-    @component.output_types(replies=list[ChatMessage])
-    async def run_async(
-        self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
-        await asyncio.sleep(0)
-        return self.run(messages, generation_kwargs)
+def failing_async_generator(fail_on: str = "boom") -> AsyncScriptedChatGenerator:
+    """Like `failing_sync_generator`, with a `run_async` (the same reply, after a yield): the event-loop path."""
+    return AsyncScriptedChatGenerator(lambda prompt: f"echo:{prompt}", fail_on=fail_on, error="cannot answer boom")
 
 
 @component
@@ -172,102 +151,6 @@ class CountingSyncGenerator:
                 self.in_flight -= 1
 
 
-class TestUsageHelpers:
-    def test_empty_usage(self):
-        assert empty_usage() == {"prompt_tokens": 0, "completion_tokens": 0, "calls": 0, "failed_calls": 0}
-        assert tuple(empty_usage()) == USAGE_KEYS
-
-    def test_sum_usage(self):
-        total = sum_usage(
-            [
-                {"prompt_tokens": 3, "completion_tokens": 1, "calls": 1},
-                None,
-                {"prompt_tokens": 2, "failed_calls": 1, "rounds": 1, "flag": True, "model": "x"},
-            ]
-        )
-        assert total == {"prompt_tokens": 5, "completion_tokens": 1, "calls": 1, "failed_calls": 1, "rounds": 1}
-
-    def test_reply_usage(self):
-        reply = ChatMessage.from_assistant("x", meta={"usage": {"prompt_tokens": 7, "completion_tokens": 2}})
-        assert reply_usage(reply) == {"prompt_tokens": 7, "completion_tokens": 2, "calls": 1, "failed_calls": 0}
-        assert reply_usage(ChatMessage.from_assistant("x")) == {
-            "prompt_tokens": 0,
-            "completion_tokens": 0,
-            "calls": 1,
-            "failed_calls": 0,
-        }
-        assert reply_usage(None)["calls"] == 1
-
-
-def openai_usage(prompt: int, cached: Any = "absent") -> dict[str, Any]:
-    """A reply's `meta["usage"]` as Haystack's OpenAIChatGenerator serializes the openai client's CompletionUsage."""
-    usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": 1, "total_tokens": prompt + 1}
-    if cached == "details are null":
-        usage["prompt_tokens_details"] = None
-    elif cached != "absent":
-        usage["prompt_tokens_details"] = {"audio_tokens": 0, "cached_tokens": cached}
-    return usage
-
-
-class TestCachedTokens:
-    @pytest.mark.parametrize(
-        ("usage", "expected"),
-        [
-            (openai_usage(100, 64), 64),
-            (openai_usage(100, 0), 0),  # reported: no cache hit
-            (openai_usage(100), None),  # not reported
-            (openai_usage(100, None), None),
-            (openai_usage(100, "details are null"), None),
-            ({"prompt_tokens": 5, "prompt_tokens_details": {"cached_tokens": True}}, None),
-            (None, None),
-        ],
-    )
-    def test_cached_prompt_tokens(self, usage, expected):
-        assert cached_prompt_tokens(usage) == expected
-
-    def test_reply_usage_reports_them_only_when_given(self):
-        reported = ChatMessage.from_assistant("x", meta={"usage": openai_usage(100, 64)})
-        assert reply_usage(reported) == {
-            "prompt_tokens": 100,
-            "completion_tokens": 1,
-            "calls": 1,
-            "failed_calls": 0,
-            "cached_tokens": 64,
-        }
-        assert reply_usage(ChatMessage.from_assistant("x", meta={"usage": openai_usage(100, 0)}))["cached_tokens"] == 0
-        assert "cached_tokens" not in reply_usage(ChatMessage.from_assistant("x", meta={"usage": openai_usage(100)}))
-        assert "cached_tokens" not in reply_usage(None)
-
-    def test_sum_usage_keeps_absent_absent(self):
-        assert "cached_tokens" not in sum_usage([{"prompt_tokens": 3, "calls": 1}, None])
-        assert sum_usage([{"cached_tokens": 0}, {"prompt_tokens": 3}])["cached_tokens"] == 0
-        assert sum_usage([{"cached_tokens": 5}, {"cached_tokens": 7}, {"prompt_tokens": 3}])["cached_tokens"] == 12
-
-    @pytest.mark.parametrize("cached", [[64, 0, 32], [64, "absent", 32]])
-    def test_fan_out_sums_the_reported_ones(self, cached):
-        replies = [ChatMessage.from_assistant("a", meta={"usage": openai_usage(100, c)}) for c in cached]
-        generator = MockChatGenerator(response_fn=lambda messages: replies[int(messages[-1].text)])
-        result = run_chat_calls(generator, prompts_of(["0", "1", "2"]))
-        assert result.usage["prompt_tokens"] == 300
-        assert result.usage["cached_tokens"] == 96
-
-    def test_fan_out_without_reports_has_no_key(self):
-        result = run_chat_calls(MockChatGenerator(response_fn=echo_prompt), prompts_of(["a", "b"]))
-        assert "cached_tokens" not in result.usage
-
-    def test_components_report_them(self):
-        usage = openai_usage(50, 40)
-        voter = PostFusionVoter(
-            chat_generator=MockChatGenerator(
-                response_fn=lambda messages: ChatMessage.from_assistant("Paris", meta={"usage": usage})
-            )
-        )
-        documents = [Document(content=f"passage {i}") for i in range(3)]
-        answer = voter.run(query="q?", documents=documents)["answers"][0]
-        assert answer.meta["usage"]["cached_tokens"] == 120
-        assert answer.meta["usage"]["prompt_tokens"] == 150
-
-
 class TestRunChatCalls:
     def test_replies_in_input_order(self):
         texts = [f"prompt {i}" for i in range(7)]
@@ -282,7 +165,7 @@ class TestRunChatCalls:
 
     def test_replies_in_input_order_threads_path(self):
         texts = [f"prompt {i}" for i in range(7)]
-        result = run_chat_calls(FailingSyncGenerator(fail_on="never"), prompts_of(texts), max_concurrency=3)
+        result = run_chat_calls(failing_sync_generator(fail_on="never"), prompts_of(texts), max_concurrency=3)
         assert [reply.text for reply in result.replies] == [f"echo:{text}" for text in texts]
 
     def test_empty_prompt_list(self):
@@ -292,10 +175,10 @@ class TestRunChatCalls:
         assert result.usage == empty_usage()
         assert result.max_in_flight == 0
 
-    @pytest.mark.parametrize("generator_class", [FailingSyncGenerator, FailingAsyncGenerator])
-    def test_one_failing_call_is_recorded(self, generator_class):
+    @pytest.mark.parametrize("make_generator", [failing_sync_generator, failing_async_generator])
+    def test_one_failing_call_is_recorded(self, make_generator):
         texts = ["a", "b", "boom", "c"]
-        result = run_chat_calls(generator_class(), prompts_of(texts), max_concurrency=2)
+        result = run_chat_calls(make_generator(), prompts_of(texts), max_concurrency=2)
         assert [None if reply is None else reply.text for reply in result.replies] == [
             "echo:a",
             "echo:b",
@@ -314,10 +197,10 @@ class TestRunChatCalls:
         assert result.failures == [{"index": 1, "error": "RuntimeError: the chat generator returned no reply"}]
         assert result.usage["failed_calls"] == 1
 
-    @pytest.mark.parametrize("generator_class", [FailingSyncGenerator, FailingAsyncGenerator])
-    def test_raise_on_failure(self, generator_class):
+    @pytest.mark.parametrize("make_generator", [failing_sync_generator, failing_async_generator])
+    def test_raise_on_failure(self, make_generator):
         with pytest.raises(RuntimeError, match="cannot answer boom"):
-            run_chat_calls(generator_class(), prompts_of(["a", "boom", "c"]), max_concurrency=2, raise_on_failure=True)
+            run_chat_calls(make_generator(), prompts_of(["a", "boom", "c"]), max_concurrency=2, raise_on_failure=True)
 
     @pytest.mark.parametrize("max_concurrency", [1, 2, 4, 10])
     def test_max_in_flight_async_path(self, max_concurrency):
@@ -359,16 +242,16 @@ class TestRunChatCalls:
         assert result.usage == {"prompt_tokens": 60, "completion_tokens": 6, "calls": 3, "failed_calls": 0}
 
     def test_usage_of_failed_call_counts_no_tokens(self):
-        result = run_chat_calls(FailingSyncGenerator(), prompts_of(["a", "boom"]), max_concurrency=2)
+        result = run_chat_calls(failing_sync_generator(), prompts_of(["a", "boom"]), max_concurrency=2)
         assert result.usage == {"prompt_tokens": 0, "completion_tokens": 0, "calls": 2, "failed_calls": 1}
 
     def test_generation_kwargs_are_passed(self):
-        generator = FailingSyncGenerator(fail_on="never")
+        generator = failing_sync_generator(fail_on="never")
         run_chat_calls(generator, prompts_of(["a", "b"]), max_concurrency=2, generation_kwargs={"temperature": 0.7})
         assert generator.kwargs == [{"temperature": 0.7}, {"temperature": 0.7}]
 
     def test_no_generation_kwargs_by_default(self):
-        generator = FailingSyncGenerator(fail_on="never")
+        generator = failing_sync_generator(fail_on="never")
         run_chat_calls(generator, prompts_of(["a"]), max_concurrency=1)
         assert generator.kwargs == [None]
 
@@ -381,7 +264,7 @@ class TestRunChatCalls:
         assert generator.sync_calls == 6
 
     async def test_async_form_records_a_failing_call(self):
-        result = await run_chat_calls_async(FailingAsyncGenerator(), prompts_of(["a", "boom"]), max_concurrency=2)
+        result = await run_chat_calls_async(failing_async_generator(), prompts_of(["a", "boom"]), max_concurrency=2)
         assert [reply.text if reply else None for reply in result.replies] == ["echo:a", None]
         assert "cannot answer boom" in result.errors[1]
 
