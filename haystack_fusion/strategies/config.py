@@ -126,9 +126,8 @@ class Strategy:
     :param build: Builds the pipeline from a `StrategyConfig`.
     :param stages: Its rounds in the order they can run (`Stage`: a kind and the component that runs it); the one
         place the run's evidence, the stage trace, the serving stream and the CLI learn which component does what.
-    :param prompts: Names of the `PROMPTS` its pipeline can render (an evaluation record's fingerprint hashes their
-        texts, so a changed prompt never mixes with records made before the change).
-    :param defaults: The values its builder uses for `StrategyConfig` fields left at None (fingerprinted too).
+    :param prompts: Names of the `PROMPTS` its pipeline can render (the report reads their demonstration answers to
+        count copies of them).
     :param calls: LLM calls per question, in k (top-k passages) and K (SuRe's answer candidates), e.g. "1 or 1+k"
         for a fallback that runs only when the first answer abstains.
     """
@@ -141,7 +140,6 @@ class Strategy:
     build: Callable[[StrategyConfig], Pipeline] = field(repr=False)
     stages: tuple[Stage, ...] = ()
     prompts: tuple[str, ...] = ()
-    defaults: dict[str, Any] = field(default_factory=dict)
     calls: str = "1"
 
     @property

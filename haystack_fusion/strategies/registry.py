@@ -8,8 +8,6 @@ from haystack import Pipeline
 
 from haystack_fusion.strategies.builders import (
     ANSWER,
-    CASCADE_MIN_CONFIDENCE,
-    CASCADE_MIN_VOTE_SHARE,
     CONCATENATION,
     NOTES,
     POST_FUSION,
@@ -101,11 +99,6 @@ STRATEGIES: dict[str, Strategy] = {
             _cascade,
             stages=(CONCATENATION, POST_FUSION, SUMMARIES, VERIFICATION),
             prompts=("figure7", "sure_summary", "sure_few_shot_summary", "sure_validity", "sure_ranking"),
-            defaults={
-                "min_confidence": CASCADE_MIN_CONFIDENCE,
-                "min_vote_share": CASCADE_MIN_VOTE_SHARE,
-                "verifier_scoring": "probability",
-            },
             calls="1, 1+k or 1+k+2K+K(K-1)",
         ),
         Strategy(
