@@ -29,7 +29,8 @@ from haystack_fusion.prompts import (
     figure7,
     sure,
 )
-from tests.unit.test_parser_fuzzing import ADVERSARIAL_UNITS, FUZZ, HOSTILE_CHARACTERS, VOCABULARY, replies
+from haystack_fusion.testing.fuzzing import ADVERSARIAL_UNITS, HOSTILE_CHARACTERS, VOCABULARY, replies
+from tests.unit.test_parser_fuzzing import FUZZ
 
 REFERENCE: dict[str, str] = {
     "whole_reply": r"^\s*([\s\S]*?)\s*$",
