@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from haystack_fusion.corpus import SQUAD_ENV_VAR
-from tests.openai_server import PromptReplies
+from haystack_fusion.settings import SQUAD_VARIABLE
+from haystack_fusion.testing import PromptReplies
 
 RUNS = 20
 """Fresh `eval` processes."""
@@ -63,11 +63,11 @@ def child_env() -> dict[str, str]:
 def test_eval_with_concurrent_questions_succeeds_in_every_fresh_process(start_openai_server, tmp_path):
     """`haystack-fusion eval --llm openai --concurrency 4` as a user runs it: 4 worker threads build their pipelines."""
     env = child_env()
-    if not env.get(SQUAD_ENV_VAR):
+    if not env.get(SQUAD_VARIABLE):
         pytest.skip("$HAYSTACK_FUSION_SQUAD is unset and ../shared/data/squad2-dev-subset is not there")
     server = start_openai_server(reply=PromptReplies(), max_requests=100_000, lifetime=600)
     args = [sys.executable, "-m", "haystack_fusion.cli", "eval", "--llm", "openai", "--api-base-url", server.base_url]
-    args += ["--model", "m", "--dataset", env[SQUAD_ENV_VAR], "--strategies", "concatenation,cascade"]
+    args += ["--model", "m", "--dataset", env[SQUAD_VARIABLE], "--strategies", "concatenation,cascade"]
     args += ["--sample", "8", "--concurrency", "4"]
     commands = [[*args, "--out", str(tmp_path / f"run{index}")] for index in range(RUNS)]
     results = run_fresh_processes(commands, env)
