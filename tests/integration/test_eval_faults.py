@@ -14,9 +14,11 @@ import os
 import pytest
 
 from haystack_fusion.cli import EXIT_FAILED_QUESTIONS, main
-from haystack_fusion.corpus import SQUAD_ENV_VAR, default_squad_path
+from haystack_fusion.corpus import default_squad_path
 from haystack_fusion.evaluation.records import RESULTS_FILE, read_failures, read_records
-from tests.openai_server import FAULTS, PromptReplies
+from haystack_fusion.settings import SQUAD_VARIABLE
+from haystack_fusion.testing import PromptReplies
+from haystack_fusion.testing.openai_server import FAULTS
 
 STRATEGIES = ("concat_pf", "sure", "chain_of_note", "cascade")
 QUESTIONS = 24
@@ -24,7 +26,7 @@ MAX_RETRIES = 2
 
 
 def eval_args(server, out, *, strategies=STRATEGIES, questions=QUESTIONS, extra=()):
-    if not os.environ.get(SQUAD_ENV_VAR):
+    if not os.environ.get(SQUAD_VARIABLE):
         pytest.skip("$HAYSTACK_FUSION_SQUAD is unset and ../shared/data/squad2-dev-subset is not there")
     dataset = default_squad_path()
     args = ["eval", "--llm", "openai", "--api-base-url", server.base_url, "--model", "m"]

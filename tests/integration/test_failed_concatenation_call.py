@@ -15,8 +15,8 @@ import pytest
 from haystack.components.generators.chat import OpenAIChatGenerator
 
 from haystack_fusion.cli import EXIT_FAILED_QUESTIONS, main
-from haystack_fusion.corpus import SQUAD_ENV_VAR
 from haystack_fusion.evaluation.records import RESULTS_FILE
+from haystack_fusion.settings import SQUAD_VARIABLE
 from haystack_fusion.strategies import build_pipeline, run_strategy
 from haystack_fusion.testing import PromptReplies
 
@@ -56,11 +56,11 @@ def test_the_fallback_answers_when_the_concatenation_call_fails(server, retrieve
 
 
 def test_eval_records_the_failed_call_with_the_fallback_answer(server, tmp_path):
-    if not os.environ.get(SQUAD_ENV_VAR):
+    if not os.environ.get(SQUAD_VARIABLE):
         pytest.skip("$HAYSTACK_FUSION_SQUAD is unset and ../shared/data/squad2-dev-subset is not there")
     out = tmp_path / "run"
     args = ["eval", "--llm", "openai", "--api-base-url", server.base_url, "--model", "m", "--max-retries", "0"]
-    args += ["--dataset", os.environ[SQUAD_ENV_VAR], "--sample", "2", "--strategies", "concat_pf,cascade"]
+    args += ["--dataset", os.environ[SQUAD_VARIABLE], "--sample", "2", "--strategies", "concat_pf,cascade"]
     assert main([*args, "--out", str(out)]) == EXIT_FAILED_QUESTIONS  # a record with a failed call is retried
     lines = [json.loads(line) for line in (out / RESULTS_FILE).read_text().splitlines()]
     assert sorted(line["strategy"] for line in lines) == ["cascade", "cascade", "concat_pf", "concat_pf"]

@@ -20,14 +20,16 @@ SINGLE_REPLY = (
 )
 
 
-@component
-class ScriptedGenerator(ScriptedChatGenerator):
-    """Replies by prompt kind (single call, per-document note, synthesis) and records prompts and kwargs."""
+def _live(prompt: str) -> str:
+    """The live question and its passages: what follows the demonstrations."""
+    return prompt.rsplit("Question: ", 1)[-1]
 
 
-    def fail_on_text(self, prompt: str) -> str:
-        """The live question and its passages: `fail_on` is not looked for in the demonstrations."""
-        return prompt.rsplit("Question: ", 1)[-1]
+def scripted_generator(single: str = SINGLE_REPLY, answer: str = " Paris.", fail_on: str = "") -> ScriptedChatGenerator:
+    """
+    Replies by prompt kind (single call, per-document note, synthesis) and records prompts and kwargs; calls whose
+    live question and passages contain `fail_on` raise (it is not looked for in the demonstrations).
+    """
 
     def reply(prompt: str) -> str:
         live = _live(prompt)
