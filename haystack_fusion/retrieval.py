@@ -2,9 +2,9 @@
 Dense and hybrid retrieval as single retriever components, for any document store.
 
 Every strategy starts at one component named `retriever` with a `query` input, a `top_k` input and a `documents`
-output (see `strategies/builders.py`). BM25 retrievers already are that; dense retrieval needs a text embedder in front of an
-embedding retriever, and hybrid retrieval joins BM25 and dense results. These two Haystack super components wrap
-exactly those library parts (a TextEmbedder, the store's own BM25 and embedding retrievers, Haystack's
+output (see `strategies/builders.py`). BM25 retrievers already are that; dense retrieval needs a text embedder in
+front of an embedding retriever, and hybrid retrieval joins BM25 and dense results. These two Haystack super
+components wrap exactly those library parts (a TextEmbedder, the store's own BM25 and embedding retrievers, Haystack's
 DocumentJoiner with reciprocal rank fusion) behind the `query` / `top_k` -> `documents` interface, for the in-memory
 store and Elasticsearch alike.
 """
