@@ -24,74 +24,15 @@ from haystack_fusion.llm import (
 )
 from haystack_fusion.notes import CONTEXT, DIRECT, classify_note, parse_document_note, parse_single_call
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render
-from haystack_fusion.prompts.chain_of_note import ANSWER_LEAD, RELEVANCE_WORDS, STEP_5_PARAMETRIC, STEP_5_UNKNOWN
-from haystack_fusion.prompts.examples import number_words
+from haystack_fusion.prompts.chain_of_note import RELEVANCE_WORDS, STEP_5_PARAMETRIC, STEP_5_UNKNOWN
 from haystack_fusion.prompts.passages import strip_delimiters
+from haystack_fusion.prompts.rendering import single_call_prompt
 from haystack_fusion.validation import check_answer, invalid_meta, validate_query
 
 logger = logging.getLogger(__name__)
 
 NoteMode = Literal["single_call", "per_document"]
 NOTE_MODES: tuple[str, ...] = ("single_call", "per_document")
-
-
-def single_call_prompt(
-    query: str,
-    documents: list[Document],
-    *,
-    allow_parametric_knowledge: bool = True,
-    max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
-) -> list[ChatMessage]:
-    """
-    The Chain-of-Note prompt over k passages (paper 004, Appendix A.5 with Table 6's first case as demonstration).
-
-    :param query: The question.
-    :param documents: The k passages, best-ranked first (titled layout).
-    :param allow_parametric_knowledge: Step 5 as in the paper (answer without the passages) or "answer unknown".
-    :param max_passage_chars: Per-passage context budget in characters (None: no limit).
-    :returns: One user ChatMessage.
-    """
-    return render(
-        PROMPTS["con_single_call"],
-        query=query,
-        passages=format_passages(documents, max_passage_chars, layout="titled"),
-        k_words=number_words(len(documents)),
-        step_5=STEP_5_PARAMETRIC if allow_parametric_knowledge else STEP_5_UNKNOWN,
-    )
-
-
-def training_record(
-    query: str,
-    documents: list[Document],
-    notes: list[dict[str, Any]],
-    answer: str,
-    *,
-    allow_parametric_knowledge: bool = True,
-    max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
-) -> dict[str, Any]:
-    """
-    One chat fine-tuning example for distilling Chain-of-Note into a smaller model (paper 004, section 2.3.2).
-
-    :param query: The question.
-    :param documents: Its k passages, in the order the notes refer to.
-    :param notes: The k notes (`note` texts, as NoteTaker outputs them; empty ones are left out).
-    :param answer: The final answer ("unknown" included).
-    :param allow_parametric_knowledge: Which step 5 the prompt states.
-    :param max_passage_chars: Per-passage context budget in characters (None: no limit).
-    :returns: `{"messages": [user, assistant]}` in the OpenAI chat fine-tuning JSONL format: the single-call prompt,
-        and the notes ("Passage #i ..." each) followed by "Based on the information given in above passages, the
-        answer is <answer>", Table 6's format.
-    """
-    prompt = single_call_prompt(
-        query, documents, allow_parametric_knowledge=allow_parametric_knowledge, max_passage_chars=max_passage_chars
-    )
-    written = []
-    for index, note in enumerate(notes, start=1):
-        text = " ".join(str(note.get("note") or "").split())
-        if text:
-            written.append(text if f"#{index}" in text else f"Passage #{index}: {text}")
-    target = " ".join([*written, f"{ANSWER_LEAD} {answer}"])
-    return {"messages": [{"role": "user", "content": prompt[0].text}, {"role": "assistant", "content": target}]}
 
 
 @component

@@ -4,11 +4,49 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
-from haystack_fusion.components.note_taker import training_record
+from haystack import Document
+
 from haystack_fusion.evaluation.datasets import EvalDataset
 from haystack_fusion.evaluation.records import RESULTS_FILE, merge_evidence, read_evidence_text, read_records
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS
+from haystack_fusion.prompts.chain_of_note import ANSWER_LEAD
+from haystack_fusion.prompts.rendering import single_call_prompt
+
+
+def training_record(
+    query: str,
+    documents: list[Document],
+    notes: list[dict[str, Any]],
+    answer: str,
+    *,
+    allow_parametric_knowledge: bool = True,
+    max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
+) -> dict[str, Any]:
+    """
+    One chat fine-tuning example for distilling Chain-of-Note into a smaller model (paper 004, section 2.3.2).
+
+    :param query: The question.
+    :param documents: Its k passages, in the order the notes refer to.
+    :param notes: The k notes (`note` texts, as NoteTaker outputs them; empty ones are left out).
+    :param answer: The final answer ("unknown" included).
+    :param allow_parametric_knowledge: Which step 5 the prompt states.
+    :param max_passage_chars: Per-passage context budget in characters (None: no limit).
+    :returns: `{"messages": [user, assistant]}` in the OpenAI chat fine-tuning JSONL format: the single-call prompt,
+        and the notes ("Passage #i ..." each) followed by "Based on the information given in above passages, the
+        answer is <answer>", Table 6's format.
+    """
+    prompt = single_call_prompt(
+        query, documents, allow_parametric_knowledge=allow_parametric_knowledge, max_passage_chars=max_passage_chars
+    )
+    written = []
+    for index, note in enumerate(notes, start=1):
+        text = " ".join(str(note.get("note") or "").split())
+        if text:
+            written.append(text if f"#{index}" in text else f"Passage #{index}: {text}")
+    target = " ".join([*written, f"{ANSWER_LEAD} {answer}"])
+    return {"messages": [{"role": "user", "content": prompt[0].text}, {"role": "assistant", "content": target}]}
 
 
 def export_notes(

@@ -19,11 +19,15 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from haystack import Document
 from haystack.components.builders import ChatPromptBuilder
 from haystack.dataclasses import ChatMessage
 from jinja2 import Template
 
-from haystack_fusion.prompts.registry import PromptTemplate
+from haystack_fusion.prompts.chain_of_note import STEP_5_PARAMETRIC, STEP_5_UNKNOWN
+from haystack_fusion.prompts.examples import number_words
+from haystack_fusion.prompts.passages import DEFAULT_MAX_PASSAGE_CHARS, format_passages
+from haystack_fusion.prompts.registry import PROMPTS, PromptTemplate
 
 
 @dataclass(frozen=True)
@@ -93,3 +97,28 @@ def render(prompt: PromptTemplate, **variables: Any) -> list[ChatMessage]:
             f"Required variables: {list(compiled_prompt.variables)}. Provided variables: {sorted(variables)}."
         )
     return [ChatMessage.from_user(compiled_prompt.template.render(variables))]
+
+
+def single_call_prompt(
+    query: str,
+    documents: list[Document],
+    *,
+    allow_parametric_knowledge: bool = True,
+    max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
+) -> list[ChatMessage]:
+    """
+    The Chain-of-Note prompt over k passages (paper 004, Appendix A.5 with Table 6's first case as demonstration).
+
+    :param query: The question.
+    :param documents: The k passages, best-ranked first (titled layout).
+    :param allow_parametric_knowledge: Step 5 as in the paper (answer without the passages) or "answer unknown".
+    :param max_passage_chars: Per-passage context budget in characters (None: no limit).
+    :returns: One user ChatMessage.
+    """
+    return render(
+        PROMPTS["con_single_call"],
+        query=query,
+        passages=format_passages(documents, max_passage_chars, layout="titled"),
+        k_words=number_words(len(documents)),
+        step_5=STEP_5_PARAMETRIC if allow_parametric_knowledge else STEP_5_UNKNOWN,
+    )
