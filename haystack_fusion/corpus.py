@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import codecs
 import json
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ import pooch
 from haystack import Document, logging
 from haystack.components.preprocessors import DocumentSplitter
 
-from haystack_fusion.settings import CACHE_DIR, SQUAD_VARIABLE
+from haystack_fusion.settings import CACHE_DIR, SQUAD_VARIABLE, squad_file
 
 logger = logging.getLogger(__name__)
 
@@ -434,7 +433,7 @@ def default_squad_path(*, cache_dir: str | Path | None = None) -> Path:
     :raises requests.RequestException: If the download fails (`requests.ConnectionError` when offline).
     :raises ValueError: If the downloaded file fails its checksum.
     """
-    override = os.environ.get(SQUAD_VARIABLE)
+    override = squad_file()
     if override:
         path = Path(override).expanduser().resolve()
         if not path.is_file():
