@@ -12,8 +12,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from haystack import tracing
+from haystack_integrations.tracing.opentelemetry import OpenTelemetryTracer
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
     from haystack_fusion.testing.openai_server import OpenAIServer
 
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
@@ -53,3 +60,20 @@ def start_openai_server() -> Iterator[Callable[..., OpenAIServer]]:
 def openai_server(start_openai_server: Callable[..., OpenAIServer]) -> OpenAIServer:
     """An OpenAI-compatible test server with the default settings (replies "Paris" at once), stopped after the test."""
     return start_openai_server()
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """Haystack traced into a private OpenTelemetry provider whose finished spans stay in memory."""
+    # the OpenTelemetry SDK and Haystack's tracer for it: only for the tests that use them
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.enable_tracing(OpenTelemetryTracer(provider.get_tracer("haystack-fusion-tests")))
+    try:
+        yield exporter
+    finally:
+        tracing.disable_tracing()
+        provider.shutdown()

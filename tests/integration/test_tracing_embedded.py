@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from haystack_fusion.llm import INPUT_TOKENS_TAG, OUTPUT_TOKENS_TAG
 from haystack_fusion.strategies import build_pipeline, run_strategy
-from tests.unit.test_tracing import llm_spans_by_component, span_tree, spans  # noqa: F401  (`spans` is a fixture)
+from tests.spans import llm_spans_by_component, span_tree
 
 
-def test_sure_run_traces_every_llm_call(spans, retriever, llm, questions):  # noqa: F811
+def test_sure_run_traces_every_llm_call(spans, retriever, llm, questions):
     pipeline = build_pipeline("sure", retriever=retriever, chat_generator=llm, few_shot=True)
     run = run_strategy("sure", pipeline, questions[0].question)
     finished = spans.get_finished_spans()

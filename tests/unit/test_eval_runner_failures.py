@@ -18,7 +18,7 @@ from haystack_fusion.corpus import Question
 from haystack_fusion.evaluation.datasets import EvalDataset
 from haystack_fusion.evaluation.records import RESULTS_FILE, QuestionRecord, read_failures, read_records
 from haystack_fusion.evaluation.runner import FAILURES_IN_A_ROW_TO_STOP, BatchStoppedError, EvalConfig, Evaluator
-from tests.unit.test_eval_runner import DOCUMENTS
+from tests.unit.capitals_dataset import DOCUMENTS
 
 QUESTIONS = [Question(f"q{i}", f"What is the capital of France, take {i}?", ("Paris",), False) for i in range(12)]
 

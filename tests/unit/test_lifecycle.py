@@ -18,7 +18,7 @@ from haystack_fusion.components.note_taker import NoteTaker
 from haystack_fusion.components.post_fusion_voter import PostFusionVoter
 from haystack_fusion.components.summary_verifier import SummaryVerifier
 from haystack_fusion.llm import run_chat_calls, run_chat_calls_async
-from tests.unit.test_llm_fanout import prompts_of
+from tests.unit.scripted_calls import prompts_of
 
 DOCUMENTS = [Document(content=f"Passage {i}.") for i in range(5)]
 

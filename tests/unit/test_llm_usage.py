@@ -9,7 +9,7 @@ from haystack.dataclasses import ChatMessage
 
 from haystack_fusion import PostFusionVoter
 from haystack_fusion.llm import USAGE_KEYS, cached_prompt_tokens, empty_usage, reply_usage, run_chat_calls, sum_usage
-from tests.unit.test_llm_fanout import echo_prompt, prompts_of
+from tests.unit.scripted_calls import echo_prompt, prompts_of
 
 
 class TestUsageHelpers:

@@ -15,7 +15,7 @@ from haystack import Document, component
 
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, format_passages
 from haystack_fusion.strategies import STRATEGIES, build_pipeline, run_strategy
-from tests.unit.test_strategies import QUERY, recording_generator
+from tests.unit.scripted_pipelines import QUERY, recording_generator
 
 FILLER = "filler " * 100_000
 """700,000 characters: about 100,000 tokens, beyond any model this package runs (the embedded one reads 8,192)."""

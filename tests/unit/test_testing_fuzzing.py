@@ -13,11 +13,10 @@ by timed tests.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from haystack_fusion import notes, sure
@@ -50,14 +49,9 @@ from haystack_fusion.testing.fuzzing import (
     is_probability,
     replies,
 )
+from tests.unit.fuzz_settings import FUZZ, HUGE
 
-_NO_HEALTH_CHECKS = list(HealthCheck)
-settings.register_profile("fuzz-ci", max_examples=25, deadline=None, suppress_health_check=_NO_HEALTH_CHECKS)
-settings.register_profile("fuzz-10k", max_examples=10_000, deadline=None, suppress_health_check=_NO_HEALTH_CHECKS)
-settings.register_profile("fuzz-50k", max_examples=50_000, deadline=None, suppress_health_check=_NO_HEALTH_CHECKS)
-FUZZ = settings(settings.get_profile(os.environ.get("FUZZ_PROFILE", "fuzz-ci")))
 """The settings of every test here; applied per test, so the other test files keep the default profile."""
-HUGE = settings(FUZZ, max_examples=min(FUZZ.max_examples, 2))
 """Huge inputs: a few per parser, each of 100,000 to 1,000,000 characters."""
 
 

@@ -5,16 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from haystack import Document
 from haystack.components.generators.chat import MockChatGenerator
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
-from haystack.dataclasses import ChatMessage, GeneratedAnswer
+from haystack.dataclasses import GeneratedAnswer
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from haystack_fusion.backends import missing_logprobs
 from haystack_fusion.cli import main
-from haystack_fusion.corpus import Question
-from haystack_fusion.evaluation.datasets import EvalDataset
 from haystack_fusion.evaluation.passages import EvalRetriever, PassageSetting, arrange_passages
 from haystack_fusion.evaluation.records import read_run_manifest, write_run_manifest
 from haystack_fusion.evaluation.report import (
@@ -28,31 +25,7 @@ from haystack_fusion.evaluation.report import (
     write_report,
 )
 from haystack_fusion.evaluation.runner import RESULTS_FILE, EvalConfig, Evaluator, read_records
-
-DOCUMENTS = [
-    Document(content="Paris is the capital of France.", id="paris"),
-    Document(content="Berlin is the capital of Germany.", id="berlin"),
-    Document(content="Madrid is the capital of Spain.", id="madrid"),
-    Document(content="Rome is the capital of Italy.", id="rome"),
-    Document(content="Lisbon is the capital of Portugal.", id="lisbon"),
-    Document(content="The Danube flows through Vienna.", id="danube"),
-]
-QUESTIONS = [
-    Question("q1", "What is the capital of France?", ("Paris",), False, "paris"),
-    Question("q2", "What is the capital of Germany?", ("Berlin",), False, "berlin"),
-    Question("q3", "What is the capital of Mars?", (), True, None),
-]
-DATASET = EvalDataset(name="capitals", documents=DOCUMENTS, questions=QUESTIONS)
-
-
-def capital_from_prompt(messages: list[ChatMessage]) -> str:
-    """Answer the capital named in the prompt's first passage, "unknown" without passages."""
-    text = messages[-1].text or ""
-    context = text.split("Context:")[-1]
-    for city in ("Paris", "Berlin", "Madrid", "Rome", "Lisbon"):
-        if city in context:
-            return city
-    return "unknown"
+from tests.unit.capitals_dataset import DATASET, DOCUMENTS, QUESTIONS, capital_from_prompt
 
 
 def make_evaluator(tmp_path, **config) -> Evaluator:

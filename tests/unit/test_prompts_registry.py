@@ -30,7 +30,7 @@ from haystack_fusion.prompts import (
     sure,
 )
 from haystack_fusion.testing.fuzzing import ADVERSARIAL_UNITS, HOSTILE_CHARACTERS, VOCABULARY, replies
-from tests.unit.test_parser_fuzzing import FUZZ
+from tests.unit.fuzz_settings import FUZZ
 
 REFERENCE: dict[str, str] = {
     "whole_reply": r"^\s*([\s\S]*?)\s*$",

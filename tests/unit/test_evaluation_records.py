@@ -32,7 +32,14 @@ from haystack_fusion.evaluation.records import (
 )
 from haystack_fusion.evaluation.runner import EvalConfig, Evaluator, FingerprintMismatchError, rescore
 from haystack_fusion.prompts import PROMPTS
-from tests.unit.test_eval_runner import DATASET, DOCUMENTS, QUESTIONS, capital_from_prompt
+from tests.unit.capitals_dataset import (
+    DATASET,
+    DOCUMENTS,
+    QUESTIONS,
+    capital_from_prompt,
+    many_questions_evaluator,
+    slow_paris,
+)
 
 
 def evaluator(tmp_path: Path, max_concurrency: int | None = None, **options) -> Evaluator:
@@ -134,7 +141,7 @@ class TestKilledRuns:
         script = textwrap.dedent(
             f"""
             from haystack.components.generators.chat import MockChatGenerator
-            from tests.unit.test_eval_records import many_questions_evaluator, slow_paris
+            from tests.unit.capitals_dataset import many_questions_evaluator, slow_paris
 
             many_questions_evaluator({str(tmp_path)!r}, lambda: MockChatGenerator(response_fn=slow_paris)).run()
             """
@@ -162,28 +169,6 @@ class TestKilledRuns:
         ids = [json.loads(line)["question_id"] for line in lines]  # every line parses: nothing torn
         assert sorted(ids) == sorted(f"q{i}" for i in range(40))  # each question once
         assert [r.prediction for r in read_records(path)][: len(before)] == [r.prediction for r in before]
-
-
-def slow_paris(messages) -> str:
-    """The reply of the SIGKILL test's generator, slow enough to kill the run part-way (the same in both runs, so
-    that their fingerprints match)."""
-    time.sleep(0.05)
-    return "Paris"
-
-
-def many_questions_evaluator(out: str, generator_factory) -> Evaluator:
-    """40 questions over the capitals corpus, concatenation only (used by the SIGKILL test's child process)."""
-    questions = [Question(f"q{i}", f"What is the capital of France, take {i}?", ("Paris",), False) for i in range(40)]
-    dataset = EvalDataset("many", DOCUMENTS, questions)
-    store = InMemoryDocumentStore()
-    store.write_documents(DOCUMENTS)
-    return Evaluator(
-        dataset,
-        EvalConfig(strategies=["concatenation"], top_ks=[2]),
-        out,
-        retriever_factory=lambda: InMemoryBM25Retriever(document_store=store),
-        generator_factory=generator_factory,
-    )
 
 
 class TestSample:

@@ -4,78 +4,23 @@ Haystack's OpenTelemetryTracer into the real OpenTelemetry SDK (an in-memory exp
 """
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from haystack import tracing
 from haystack.components.generators.chat import MockChatGenerator
-from haystack_integrations.tracing.opentelemetry import OpenTelemetryTracer
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
 from haystack_fusion.llm import INPUT_TOKENS_TAG, OUTPUT_TOKENS_TAG, run_chat_calls, run_chat_calls_async
-from tests.unit.test_llm_fanout import failing_sync_generator, prompts_of
-from tests.unit.test_strategies import QUERY, answer_from_context, make_pipeline
-
-LLM_SPAN = "haystack.chat_generator.run"
-COMPONENT_SPAN = "haystack.component.run"
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """Haystack traced into a private OpenTelemetry provider whose finished spans stay in memory."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.enable_tracing(OpenTelemetryTracer(provider.get_tracer("haystack-fusion-tests")))
-    try:
-        yield exporter
-    finally:
-        tracing.disable_tracing()
-        provider.shutdown()
+from tests.spans import LLM_SPAN, llm_spans_by_component, span_tree
+from tests.unit.scripted_calls import failing_sync_generator, prompts_of
+from tests.unit.scripted_pipelines import QUERY, answer_from_context, make_pipeline
 
 
 @pytest.fixture
 def content_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tracing.tracer, "is_content_tracing_enabled", True)
-
-
-def llm_spans_by_component(finished: tuple[ReadableSpan, ...]) -> dict[str, list[ReadableSpan]]:
-    """The LLM spans grouped by the `haystack.component.name` of their parent span."""
-    by_id = {span.context.span_id: span for span in finished}
-    grouped: dict[str, list[ReadableSpan]] = {}
-    for span in finished:
-        if span.name == LLM_SPAN:
-            assert span.parent is not None, "an LLM span without a parent"
-            parent = by_id[span.parent.span_id]
-            assert parent.name == COMPONENT_SPAN
-            grouped.setdefault(str(parent.attributes["haystack.component.name"]), []).append(span)
-    return grouped
-
-
-def span_tree(finished: tuple[ReadableSpan, ...]) -> str:
-    """The spans as an indented tree (name, component name, token tags), children in start order."""
-    children: dict[int | None, list[ReadableSpan]] = {}
-    for span in sorted(finished, key=lambda span: span.start_time or 0):
-        children.setdefault(span.parent.span_id if span.parent else None, []).append(span)
-    lines: list[str] = []
-
-    def walk(parent: int | None, depth: int) -> None:
-        for span in children.get(parent, []):
-            attributes = span.attributes or {}
-            tokens = ""
-            if INPUT_TOKENS_TAG in attributes:
-                tokens = f" in={attributes[INPUT_TOKENS_TAG]} out={attributes[OUTPUT_TOKENS_TAG]}"
-            name = attributes.get("haystack.component.name", "")
-            kind = attributes.get("haystack.component.type", "")
-            lines.append(f"{'  ' * depth}{span.name} [{name}: {kind}]{tokens}")
-            walk(span.context.span_id, depth + 1)
-
-    walk(None, 0)
-    return "\n".join(lines)
 
 
 def sure_inputs() -> dict[str, Any]:
