@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from haystack import Document
+from haystack.components.generators.chat import MockChatGenerator
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.dataclasses import ChatMessage
 from haystack.document_stores.in_memory import InMemoryDocumentStore
@@ -65,3 +66,24 @@ def many_questions_evaluator(out: str, generator_factory) -> Evaluator:
         retriever_factory=lambda: InMemoryBM25Retriever(document_store=store),
         generator_factory=generator_factory,
     )
+
+
+def make_evaluator(tmp_path, **config) -> Evaluator:
+    store = InMemoryDocumentStore()
+    store.write_documents(DOCUMENTS)
+    return Evaluator(
+        DATASET,
+        EvalConfig(**{"strategies": ["concatenation", "post_fusion"], "top_ks": [2], **config}),
+        tmp_path,
+        retriever_factory=lambda: InMemoryBM25Retriever(document_store=store),
+        generator_factory=lambda: MockChatGenerator(response_fn=capital_from_prompt),
+    )
+
+
+THREE_CAPITALS = [
+    Document(content="Paris is the capital of France.", id="paris"),
+    Document(content="Berlin is the capital of Germany.", id="berlin"),
+    Document(content="Madrid is the capital of Spain.", id="madrid"),
+]
+
+THREE_CAPITALS_DATASET = EvalDataset(name="capitals", documents=THREE_CAPITALS, questions=QUESTIONS)

@@ -164,3 +164,32 @@ def test_demo_leaves_the_index_store_alone(tmp_path, monkeypatch, capsys):
     assert user_index.read_text(encoding="utf-8") == "the user's index"
     assert (tmp_path / ".cache/haystack_fusion/demo-index.json").is_file()
     assert f"into {tmp_path / '.cache/haystack_fusion/demo-index.json'}" in capsys.readouterr().out
+
+
+class TestIndexCommand:
+    def test_index_says_what_it_skipped(self, tmp_path, capsys):
+        folder = tmp_path / "docs"
+        folder.mkdir()
+        (folder / "good.txt").write_text("Paris is the capital of France.", encoding="utf-8")
+        (folder / "empty.txt").write_bytes(b"")
+        (folder / "latin1.txt").write_bytes(LATIN1)
+
+        assert main(["index", str(folder), "--store", str(tmp_path / "index.json")]) == 0
+
+        out = capsys.readouterr().out
+        assert "Indexed 1 passages" in out
+        assert out.rstrip().endswith("; skipped 2 files: empty.txt (empty), latin1.txt (not UTF-8)")
+
+    def test_index_of_only_bad_files_exits_2_with_one_line(self, tmp_path, capsys):
+        (tmp_path / "latin1.txt").write_bytes(LATIN1)
+
+        assert main(["index", str(tmp_path), "--store", str(tmp_path / "index.json")]) == 2
+
+        err = capsys.readouterr().err
+        assert (
+            err.strip().splitlines()[-1]
+            == f"haystack-fusion: {tmp_path}: no passages found in .txt or .md files (1 skipped)"
+        )
+
+
+LATIN1 = "Caf\u00e9 na\u00efve fa\u00e7ade".encode("latin-1")

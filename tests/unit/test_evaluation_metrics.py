@@ -12,9 +12,13 @@ from haystack_fusion.evaluation.metrics import (
     f1,
     gold_in_pool,
     is_unknown,
+    outcome_counts,
     retrieval_hit,
     summarize,
+    with_answer_outcome,
 )
+from haystack_fusion.validation import DEMONSTRATION, PASSAGE_MARKUP, invalid_meta
+from tests.unit.scores import DEMO, outcome_score
 
 BASE = QuestionScore(
     id="q",
@@ -367,3 +371,64 @@ class TestSummarize:
         assert min(latencies) <= result["latency_p50"] <= result["latency_p95"] <= max(latencies)  # type: ignore[operator]
         if result["nm_count"] is not None:
             assert 0 <= result["nm_count"] <= result["pool_has_gold_count"] <= result["answerable"]  # type: ignore[operator]
+
+
+class TestWithAnswerOutcome:
+    def test_an_old_record_scores_as_it_did(self):
+        old = outcome_score()
+        assert with_answer_outcome(old, "Paris", {"usage": {"calls": 1}}) == old
+
+    def test_a_blank_abstention_is_empty_and_unknown(self):
+        got = with_answer_outcome(outcome_score(em=0.0, f1=0.0, accuracy=0.0, unknown=True), "  ", {})
+        assert (got.empty, got.unknown, got.invalid, got.truncated) == (True, True, False, False)
+
+    def test_an_invalid_answer_is_not_unknown_and_scores_zero(self):
+        # An empty prediction matches a gold answer that normalizes to "" ("The"): a rejected one must not.
+        before = outcome_score(em=1.0, f1=1.0, accuracy=1.0, unknown=True)
+        got = with_answer_outcome(before, "", invalid_meta(DEMO, DEMONSTRATION))
+        assert (got.invalid, got.empty, got.unknown) == (True, True, False)
+        assert (got.em, got.f1, got.accuracy) == (0.0, 0.0, 0.0)
+
+    @pytest.mark.parametrize(
+        ("evidence", "usage", "truncated", "calls"),
+        [
+            ({"finish_reason": "length"}, None, True, 0),  # the answer's own reply was cut
+            ({"finish_reason": "stop", "usage": {"truncated": 2}}, None, False, 2),  # others were, not the answer's
+            ({"usage": {"truncated": 1}}, None, True, 1),  # no one reply: any cut call
+            ({"usage": {"truncated": 1}}, {"truncated": 3}, True, 3),  # a run's usage and the record's: the larger
+            ({}, {"calls": 4}, False, 0),
+        ],
+    )
+    def test_truncation(self, evidence, usage, truncated, calls):
+        got = with_answer_outcome(outcome_score(), "Paris", evidence, usage)
+        assert (got.truncated, got.truncated_calls) == (truncated, calls)
+
+    def test_applying_it_twice_changes_nothing(self):
+        evidence = {**invalid_meta("<passage", PASSAGE_MARKUP), "usage": {"truncated": 1}}
+        once = with_answer_outcome(outcome_score(unknown=True), "", evidence)
+        assert with_answer_outcome(once, "", evidence) == once
+
+    def test_an_answer_cannot_be_invalid_and_unknown(self):
+        with pytest.raises(ValueError, match="invalid answer is not an abstention"):
+            outcome_score(invalid=True, unknown=True)
+        with pytest.raises(ValueError, match="truncated_calls"):
+            outcome_score(truncated_calls=-1)
+
+
+class TestOutcomeCounts:
+    def test_hand_computed(self):
+        scores = [
+            outcome_score(id="answered"),
+            outcome_score(id="answered-cut", truncated=True, truncated_calls=2),
+            outcome_score(id="unknown", unknown=True),
+            outcome_score(id="blank", unknown=True, empty=True, truncated_calls=1),
+            outcome_score(id="invalid", empty=True, invalid=True, answerable=False),
+        ]
+        assert outcome_counts(scores) == {
+            "answered_count": 2,
+            "unknown_count": 2,
+            "empty_count": 2,
+            "invalid_count": 1,
+            "truncated_count": 1,
+            "truncated_calls": 3,
+        }

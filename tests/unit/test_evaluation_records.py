@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ from haystack_fusion.evaluation.passages import PassageSetting
 from haystack_fusion.evaluation.records import (
     EVIDENCE_TEXT_FILE,
     RESULTS_FILE,
+    QuestionRecord,
     append_line,
     merge_evidence,
     read_records,
@@ -29,6 +31,10 @@ from haystack_fusion.evaluation.records import (
     repair,
     split_evidence,
     write_run_manifest,
+)
+from haystack_fusion.evaluation.report import (
+    outcome_records,
+    summarize_runs,
 )
 from haystack_fusion.evaluation.runner import EvalConfig, Evaluator, FingerprintMismatchError, rescore
 from haystack_fusion.prompts import PROMPTS
@@ -40,6 +46,7 @@ from tests.unit.capitals_dataset import (
     many_questions_evaluator,
     slow_paris,
 )
+from tests.unit.scores import outcome_score
 
 
 def evaluator(tmp_path: Path, max_concurrency: int | None = None, **options) -> Evaluator:
@@ -230,3 +237,55 @@ class TestRunManifest:
         runtime = llama_cpp_runtime()
         assert runtime["llama_cpp_python"]
         assert runtime["system_info"].startswith("CPU")
+
+
+LINE_WITHOUT_FLAGS = {
+    "strategy": "concatenation",
+    "top_k": 5,
+    "setting": "retrieved",
+    "question_id": "q3",
+    "answerable": False,
+    "prediction": "",
+    "evidence": {"votes": None, "candidates": None, "usage": {"prompt_tokens": 9, "completion_tokens": 0, "calls": 1}},
+    "passages": [],
+    "score": {
+        "id": "q3",
+        "answerable": False,
+        "em": 0.0,
+        "f1": 0.0,
+        "accuracy": 0.0,
+        "unknown": True,
+        "pool_has_gold": None,
+        "majority_correct": None,
+        "retrieval_hit": None,
+        "prompt_tokens": 9,
+        "completion_tokens": 0,
+        "calls": 1,
+        "seconds": 1.0,
+    },
+    "fingerprint": "cf62d6279f86714a",
+    "redacted": False,
+}
+
+
+class TestRecordsWithoutOutcomeFlags:
+    def test_a_line_without_the_flags_reads_unflagged_and_scores_the_same(self):
+        old = QuestionRecord.from_json(json.dumps(LINE_WITHOUT_FLAGS))
+        assert (old.score.empty, old.score.invalid, old.score.truncated, old.score.truncated_calls) == (
+            False,
+            False,
+            False,
+            0,
+        )
+        answered = dataclasses.replace(old, question_id="q1", prediction="Paris")
+        records = [old, answered]
+        assert summarize_runs(outcome_records(records)) == summarize_runs(records)
+        (flagged,) = outcome_records([old])
+        assert (flagged.score.empty, flagged.score.unknown) == (True, True)  # a blank answer without flags abstains
+
+    def test_new_flags_round_trip(self):
+        new = dataclasses.replace(
+            QuestionRecord.from_json(json.dumps(LINE_WITHOUT_FLAGS)),
+            score=outcome_score(id="q3", answerable=False, unknown=False, invalid=True, empty=True, truncated_calls=2),
+        )
+        assert QuestionRecord.from_json(new.to_json()) == new

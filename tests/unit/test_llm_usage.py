@@ -5,10 +5,22 @@ from typing import Any
 import pytest
 from haystack import Document
 from haystack.components.generators.chat import MockChatGenerator
+from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.dataclasses import ChatMessage
+from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from haystack_fusion import PostFusionVoter
-from haystack_fusion.llm import USAGE_KEYS, cached_prompt_tokens, empty_usage, reply_usage, run_chat_calls, sum_usage
+from haystack_fusion.llm import (
+    USAGE_KEYS,
+    cached_prompt_tokens,
+    empty_usage,
+    reply_truncated,
+    reply_usage,
+    run_chat_calls,
+    sum_usage,
+)
+from haystack_fusion.strategies import build_pipeline, run_strategy
+from tests.unit.capitals_dataset import THREE_CAPITALS
 from tests.unit.scripted_calls import echo_prompt, prompts_of
 
 
@@ -106,3 +118,53 @@ class TestCachedTokens:
         answer = voter.run(query="q?", documents=documents)["answers"][0]
         assert answer.meta["usage"]["cached_tokens"] == 120
         assert answer.meta["usage"]["prompt_tokens"] == 150
+
+
+def cut(text: str) -> ChatMessage:
+    """A reply the token cap cut."""
+    return ChatMessage.from_assistant(text, meta={"finish_reason": "length", "usage": {"completion_tokens": 4}})
+
+
+class TestTruncatedUsage:
+    def test_a_reply_cut_by_the_cap_counts_one(self):
+        assert reply_truncated(cut("Par"))
+        assert reply_usage(cut("Par"))["truncated"] == 1
+
+    @pytest.mark.parametrize(
+        "reply",
+        [
+            ChatMessage.from_assistant("Paris", meta={"finish_reason": "stop"}),
+            ChatMessage.from_assistant("Paris"),
+            ChatMessage.from_assistant("Paris", meta={"finish_reason": None}),  # ollama-haystack's mapped "length"
+            None,
+        ],
+    )
+    def test_other_replies_have_no_count(self, reply):
+        assert not reply_truncated(reply)
+        assert "truncated" not in reply_usage(reply)
+
+    def test_a_raw_ollama_done_reason_counts(self):
+        assert reply_usage(ChatMessage.from_assistant("Par", meta={"done_reason": "length"}))["truncated"] == 1
+
+    def test_sums_count_the_cut_calls(self):
+        assert sum_usage([reply_usage(cut("a")), reply_usage(None), reply_usage(cut("b"))])["truncated"] == 2
+        assert "truncated" not in sum_usage([reply_usage(ChatMessage.from_assistant("a"))])
+
+    def test_a_fan_out_counts_its_cut_calls(self):
+        generator = MockChatGenerator(responses=[cut("a"), ChatMessage.from_assistant("b"), cut("c")])
+        prompts = [[ChatMessage.from_user(text)] for text in ("x", "y", "z")]
+        result = run_chat_calls(generator, prompts, max_concurrency=1)
+        assert result.usage["truncated"] == 2
+        assert result.usage["calls"] == 3
+
+    def test_a_strategy_counts_it_and_its_answer_keeps_the_finish_reason(self):
+        store = InMemoryDocumentStore()
+        store.write_documents(THREE_CAPITALS)
+        pipeline = build_pipeline(
+            "concatenation",
+            retriever=InMemoryBM25Retriever(store, top_k=2),
+            chat_generator=MockChatGenerator(responses=cut("Paris")),
+        )
+        run = run_strategy("concatenation", pipeline, "What is the capital of France?")
+        assert run.usage["truncated"] == 1
+        assert run.answer.meta["finish_reason"] == "length"  # the answer builder passes the reply's meta on

@@ -3,17 +3,13 @@ from typing import Any
 import pytest
 from haystack import Pipeline
 from haystack.components.generators.chat import MockChatGenerator
-from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.core.errors import PipelineRuntimeError
 from haystack.dataclasses import ChatMessage, GeneratedAnswer
-from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 import haystack_fusion  # noqa: F401  (allowlists the package for deserialization)
 from haystack_fusion.strategies import (
     STRATEGIES,
-    Strategy,
     StrategyRun,
-    build_pipeline,
     get_strategy,
     pipeline_usage,
     run_strategy,
@@ -30,85 +26,6 @@ from tests.unit.scripted_pipelines import (
     sure_reply,
     unknown_for_concatenation,
 )
-
-
-class TestRegistry:
-    def test_names_in_paper_order(self):
-        assert list(STRATEGIES) == [
-            "concatenation",
-            "post_fusion",
-            "pruning",
-            "summary_cot",
-            "concat_pf",
-            "pf_concat",
-            "cascade",
-            "base",
-            "sure",
-            "sure_rank_only",
-            "sure_sum_all",
-            "mcq",
-            "generic_summary",
-            "chain_of_note",
-            "chain_of_note_per_document",
-        ]
-
-    @pytest.mark.parametrize("name", list(STRATEGIES))
-    def test_get_strategy(self, name):
-        strategy = get_strategy(name)
-        assert isinstance(strategy, Strategy)
-        assert strategy.name == name
-        paper_002 = {"base", "sure", "sure_rank_only", "sure_sum_all", "mcq", "generic_summary"}
-        paper = "paper 002" if name in paper_002 else "paper 004" if name.startswith("chain_of_note") else "paper 000"
-        assert strategy.source.startswith(paper)
-
-    def test_unknown_strategy_lists_names(self):
-        with pytest.raises(ValueError, match="nope") as error:
-            get_strategy("nope")
-        for name in STRATEGIES:
-            assert name in str(error.value)
-
-    def test_build_pipeline_unknown_strategy(self):
-        with pytest.raises(ValueError, match="registered strategies"):
-            make_pipeline("nope", MockChatGenerator(responses="Paris"))
-
-
-class TestPipelines:
-    @pytest.mark.parametrize("name", list(STRATEGIES))
-    def test_yaml_round_trip(self, name):
-        pipeline = build_pipeline(
-            name,
-            retriever=InMemoryBM25Retriever(InMemoryDocumentStore()),
-            chat_generator=MockChatGenerator(responses=["Paris"]),
-        )
-        loaded = Pipeline.loads(pipeline.dumps())
-        assert loaded == pipeline
-        # The default concurrency (all of a round's calls at once) serializes as null and loads back as None.
-        assert all(getattr(c, "max_concurrency", None) is None for _, c in loaded.walk())
-
-    @pytest.mark.parametrize("name", list(STRATEGIES))
-    def test_yaml_round_trip_with_config(self, name):
-        pipeline = build_pipeline(
-            name,
-            retriever=InMemoryBM25Retriever(InMemoryDocumentStore(), top_k=7),
-            chat_generator=MockChatGenerator(responses=["Paris", "unknown"]),
-            max_concurrency=2,
-            samples_per_passage=3,
-            max_passage_chars=None,
-        )
-        assert Pipeline.loads(pipeline.dumps()) == pipeline
-
-    @pytest.mark.parametrize("name", list(STRATEGIES))
-    def test_answer_component_and_query_inputs(self, name):
-        pipeline = make_pipeline(name, MockChatGenerator(responses="Paris"))
-        strategy = get_strategy(name)
-        assert strategy.answer_component in dict(pipeline.walk())
-        assert "answers" in pipeline.get_component(strategy.answer_component).__haystack_output__._sockets_dict
-        inputs = pipeline.inputs()
-        assert "query" in inputs["retriever"]
-        # Every unconnected mandatory input is a `query` socket, so {"query": ...} per component runs the pipeline.
-        for sockets in inputs.values():
-            mandatory = {socket for socket, info in sockets.items() if info["is_mandatory"]}
-            assert mandatory <= {"query"}
 
 
 class TestRunStrategy:

@@ -1,0 +1,58 @@
+"""
+The pipelines the builders make for each strategy: YAML round trips, the answer component and the query inputs.
+"""
+
+import pytest
+from haystack import Pipeline
+from haystack.components.generators.chat import MockChatGenerator
+from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
+from haystack.document_stores.in_memory import InMemoryDocumentStore
+
+import haystack_fusion  # noqa: F401  (allowlists the package for deserialization)
+from haystack_fusion.strategies import (
+    STRATEGIES,
+    build_pipeline,
+    get_strategy,
+)
+from tests.unit.scripted_pipelines import (
+    make_pipeline,
+)
+
+
+class TestPipelines:
+    @pytest.mark.parametrize("name", list(STRATEGIES))
+    def test_yaml_round_trip(self, name):
+        pipeline = build_pipeline(
+            name,
+            retriever=InMemoryBM25Retriever(InMemoryDocumentStore()),
+            chat_generator=MockChatGenerator(responses=["Paris"]),
+        )
+        loaded = Pipeline.loads(pipeline.dumps())
+        assert loaded == pipeline
+        # The default concurrency (all of a round's calls at once) serializes as null and loads back as None.
+        assert all(getattr(c, "max_concurrency", None) is None for _, c in loaded.walk())
+
+    @pytest.mark.parametrize("name", list(STRATEGIES))
+    def test_yaml_round_trip_with_config(self, name):
+        pipeline = build_pipeline(
+            name,
+            retriever=InMemoryBM25Retriever(InMemoryDocumentStore(), top_k=7),
+            chat_generator=MockChatGenerator(responses=["Paris", "unknown"]),
+            max_concurrency=2,
+            samples_per_passage=3,
+            max_passage_chars=None,
+        )
+        assert Pipeline.loads(pipeline.dumps()) == pipeline
+
+    @pytest.mark.parametrize("name", list(STRATEGIES))
+    def test_answer_component_and_query_inputs(self, name):
+        pipeline = make_pipeline(name, MockChatGenerator(responses="Paris"))
+        strategy = get_strategy(name)
+        assert strategy.answer_component in dict(pipeline.walk())
+        assert "answers" in pipeline.get_component(strategy.answer_component).__haystack_output__._sockets_dict
+        inputs = pipeline.inputs()
+        assert "query" in inputs["retriever"]
+        # Every unconnected mandatory input is a `query` socket, so {"query": ...} per component runs the pipeline.
+        for sockets in inputs.values():
+            mandatory = {socket for socket, info in sockets.items() if info["is_mandatory"]}
+            assert mandatory <= {"query"}
