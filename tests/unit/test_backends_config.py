@@ -105,24 +105,6 @@ def test_openai_logprobs_on_request(monkeypatch):
     assert BackendConfig.from_env(llm="openai").logprobs is True
 
 
-def test_logprob_helpers():
-    from haystack.components.generators.chat import MockChatGenerator
-
-    from haystack_fusion.backends import LocalChatGenerator
-    from haystack_fusion.llm import logprob_kwargs, supports_logprobs
-
-    assert not supports_logprobs(chat_generator(BackendConfig(llm="openai")))  # not every server returns them
-    openai = chat_generator(BackendConfig(llm="openai", logprobs=True))
-    assert supports_logprobs(openai)
-    assert logprob_kwargs(openai, 5) == {"logprobs": True, "top_logprobs": 5}
-    if LocalChatGenerator is not None:
-        assert supports_logprobs(LocalChatGenerator(generation_kwargs={"temperature": 0.0}))
-    mock = MockChatGenerator(responses=["x"])
-    assert not supports_logprobs(mock)
-    assert logprob_kwargs(mock) == {}
-    assert not supports_logprobs(chat_generator(BackendConfig(llm="ollama")))
-
-
 @pytest.mark.parametrize(
     ("extra", "config", "factory"),
     [

@@ -7,12 +7,16 @@ from haystack import Document, Pipeline
 from haystack.components.generators.chat import MockChatGenerator
 from haystack.dataclasses import ChatMessage, GeneratedAnswer
 
-from haystack_fusion import PostFusionVoter
-from haystack_fusion.answers import DEFAULT_OVERLAP_THRESHOLD
+from haystack_fusion import NoteTaker, PostFusionVoter
+from haystack_fusion.answers import (
+    DEFAULT_OVERLAP_THRESHOLD,
+    normalize_answer,
+)
 from haystack_fusion.components.post_fusion_voter import DEFAULT_SAMPLING_KWARGS
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS
 from haystack_fusion.testing import ScriptedChatGenerator
-from haystack_fusion.validation import validate_query
+from haystack_fusion.validation import DEMONSTRATION, PASSAGE_MARKUP, validate_query
+from tests.unit.scripted_calls import kwargs_recording_generator
 
 QUERY = "What is the capital of France?"
 
@@ -436,3 +440,235 @@ class TestSplitVotes:
     def test_invalid_settings(self, share, k):
         with pytest.raises(ValueError, match=r"min_vote_share|split_candidates"):
             voter_with(["x"], min_vote_share=share, split_candidates=k)
+
+
+MARKUP = '<passage key="1c6071d9">'
+
+DEMO = "1925"
+
+
+def docs(n: int, content: str = "Some passage text {i}.") -> list[Document]:
+    return [Document(id=f"d{i}", content=content.format(i=i)) for i in range(n)]
+
+
+def sequential_voter_with(responses: list[Any], **kwargs: Any) -> PostFusionVoter:
+    return PostFusionVoter(chat_generator=MockChatGenerator(responses=responses), max_concurrency=1, **kwargs)
+
+
+class TestVoterOverlapMode:
+    def test_defaults(self):
+        voter = PostFusionVoter(chat_generator=MockChatGenerator(responses=["x"]))
+        assert (voter.vote, voter.overlap_threshold, voter.answer_checks) == ("exact", DEFAULT_OVERLAP_THRESHOLD, True)
+        params = voter.to_dict()["init_parameters"]
+        assert (params["vote"], params["overlap_threshold"], params["answer_checks"]) == (
+            "exact",
+            DEFAULT_OVERLAP_THRESHOLD,
+            True,
+        )
+
+    def test_to_dict_writes_the_vote_settings(self):
+        params = sequential_voter_with(["x"], vote="overlap", overlap_threshold=0.8, answer_checks=False).to_dict()
+        assert {k: params["init_parameters"][k] for k in ("vote", "overlap_threshold", "answer_checks")} == {
+            "vote": "overlap",
+            "overlap_threshold": 0.8,
+            "answer_checks": False,
+        }
+
+    @pytest.mark.parametrize(
+        "kwargs", [{}, {"vote": "overlap"}, {"vote": "overlap", "overlap_threshold": 0.75, "answer_checks": False}]
+    )
+    def test_from_dict_round_trip(self, kwargs):
+        voter = sequential_voter_with([ACRONYM, LONG_FORM], **kwargs)
+        restored = PostFusionVoter.from_dict(voter.to_dict())
+        assert restored.to_dict() == voter.to_dict()
+        assert (restored.vote, restored.overlap_threshold, restored.answer_checks) == (
+            voter.vote,
+            voter.overlap_threshold,
+            voter.answer_checks,
+        )
+
+    def test_yaml_round_trip_in_pipeline(self):
+        pipeline = Pipeline()
+        pipeline.add_component("voter", sequential_voter_with(["x"], vote="overlap", overlap_threshold=0.6))
+        assert Pipeline.loads(pipeline.dumps()) == pipeline
+
+    @pytest.mark.parametrize(
+        ("kwargs", "match"),
+        [
+            ({"vote": "fuzzy"}, "`vote`"),
+            ({"vote": None}, "`vote`"),
+            ({"overlap_threshold": 0}, "overlap_threshold"),
+            ({"overlap_threshold": 1.5}, "overlap_threshold"),
+        ],
+    )
+    def test_invalid_params(self, kwargs, match):
+        with pytest.raises(ValueError, match=match):
+            sequential_voter_with(["x"], **kwargs)
+
+    def test_overlap_run(self):
+        documents = docs(4)
+        voter = sequential_voter_with([ACRONYM, "palmitate", LONG_FORM, "unknown"], vote="overlap")
+        result = voter.run(query="Q?", documents=documents)
+        winner = result["answers"][0]
+        assert winner.data == ACRONYM
+        assert winner.meta["votes"] == {"2bp": 2, "palmitate": 1}
+        assert winner.meta["clusters"] == {"2bp": ["2bp", "2bromopalmitic acid 2bp"], "palmitate": ["palmitate"]}
+        assert winner.meta["vote_share"] == pytest.approx(2 / 3)
+        assert winner.meta["tie"] is False
+        assert winner.documents == [documents[0], documents[2]]
+        assert result["candidates"] == [ACRONYM, "palmitate"]
+        assert [(a.data, a.meta) for a in result["answers"][1:]] == [("palmitate", {"votes": 1})]
+        assert result["answers"][1].documents == [documents[1]]
+        assert result["documents"] == documents[:3]
+
+    def test_exact_run_has_no_clusters(self):
+        result = sequential_voter_with([ACRONYM, "palmitate", LONG_FORM]).run(query="Q?", documents=docs(3))
+        assert result["answers"][0].meta["votes"] == {"2bp": 1, "palmitate": 1, "2bromopalmitic acid 2bp": 1}
+        assert result["answers"][0].meta["tie"] is True
+        assert "clusters" not in result["answers"][0].meta
+
+    def test_overlap_resolves_a_one_vote_tie(self):
+        exact = sequential_voter_with(["palmitate", ACRONYM, LONG_FORM]).run(query="Q?", documents=docs(3))
+        overlap = sequential_voter_with(["palmitate", ACRONYM, LONG_FORM], vote="overlap").run(
+            query="Q?", documents=docs(3)
+        )
+        assert exact["answers"][0].data == "palmitate"  # 1-1-1: the best-ranked
+        assert overlap["answers"][0].data == ACRONYM
+
+    def test_confidence_counts_the_cluster(self):
+        def reply(text: str, logprob: float) -> ChatMessage:
+            logprobs = {"content": [{"token": text, "logprob": logprob}]}
+            return ChatMessage.from_assistant(text, meta={"logprobs": logprobs})
+
+        replies = [reply(ACRONYM, -0.2), reply(LONG_FORM, -0.4), reply("palmitate", -3.0)]
+        meta = sequential_voter_with(replies, vote="overlap").run(query="Q?", documents=docs(3))["answers"][0].meta
+        assert meta["confidence"] == pytest.approx((math.exp(-0.2) + math.exp(-0.4)) / 2)
+
+    def test_split_outputs_are_per_cluster(self):
+        documents = docs(4)
+        voter = sequential_voter_with([ACRONYM, "palmitate", LONG_FORM, "oleate"], vote="overlap", min_vote_share=0.6)
+        result = voter.run(query="Q?", documents=documents)
+        assert "answers" not in result
+        assert result["split_candidates"] == [ACRONYM, "palmitate"]
+        assert result["split_documents"] == [[documents[0], documents[2]], [documents[1]]]
+        assert result["split"][0].meta["split_reason"] == "vote share 0.50 < 0.6"
+
+    async def test_run_async_same_output(self):
+        responses = [ACRONYM, "palmitate", LONG_FORM]
+        sync = sequential_voter_with(responses, vote="overlap").run(query="Q?", documents=docs(3))
+        result = await sequential_voter_with(responses, vote="overlap").run_async(query="Q?", documents=docs(3))
+        assert result["answers"][0].data == sync["answers"][0].data
+        assert result["answers"][0].meta["clusters"] == sync["answers"][0].meta["clusters"]
+
+
+class TestVoterAnswerChecks:
+    def test_invalid_answers_do_not_vote_and_are_reported(self):
+        documents = docs(4)
+        result = sequential_voter_with([MARKUP, "Lyon", DEMO, "lyon"]).run(query="Q?", documents=documents)
+        winner = result["answers"][0]
+        assert winner.data == "Lyon"
+        assert winner.meta["votes"] == {"lyon": 2}
+        assert winner.meta["invalid_answers"] == 2
+        entries = winner.meta["passage_answers"]
+        assert entries[0] == {"rank": 0, "document_id": "d0", "answers": [MARKUP], "invalid": [PASSAGE_MARKUP]}
+        assert entries[2]["invalid"] == [DEMONSTRATION]
+        assert "invalid" not in entries[1]
+        assert "invalid" not in entries[3]
+        assert result["candidates"] == ["Lyon"]
+        assert result["documents"] == [documents[1], documents[3]]
+
+    def test_a_demonstration_answer_the_passage_holds_votes(self):
+        documents = [Document(id="d0", content=f"It happened in {DEMO}."), *docs(1, "Nothing here.")]
+        result = sequential_voter_with([DEMO, DEMO]).run(query="Q?", documents=documents)
+        winner = result["answers"][0]
+        assert winner.meta["votes"] == {DEMO: 1}  # the second passage does not hold it
+        assert winner.meta["invalid_answers"] == 1
+        assert winner.documents == [documents[0]]
+
+    def test_all_invalid_is_unknown(self):
+        result = sequential_voter_with([MARKUP, "(i) (ii) (iii)"]).run(query="Q?", documents=docs(2))
+        assert result["answers"][0].data == "unknown"
+        assert result["unknown"] == result["answers"]
+        assert result["answers"][0].meta["invalid_answers"] == 2
+
+    def test_samples_are_checked_one_by_one(self):
+        voter = sequential_voter_with(["Lyon", MARKUP, "Oslo", "Oslo"], samples_per_passage=2)
+        meta = voter.run(query="Q?", documents=docs(2))["answers"][0].meta
+        assert meta["passage_answers"][0]["invalid"] == [None, PASSAGE_MARKUP]
+        assert meta["votes"] == {"oslo": 2, "lyon": 1}
+
+    def test_overlap_mode_skips_invalid_answers_too(self):
+        result = sequential_voter_with([MARKUP, ACRONYM, LONG_FORM], vote="overlap").run(query="Q?", documents=docs(3))
+        assert result["answers"][0].data == ACRONYM
+        assert result["answers"][0].meta["votes"] == {"2bp": 2}
+
+    def test_valid_answers_vote_as_without_checks(self):
+        responses = ["Paris", "unknown", "paris.", "Lyon"]
+        on = sequential_voter_with(responses).run(query="Q?", documents=docs(4))
+        off = sequential_voter_with(responses, answer_checks=False).run(query="Q?", documents=docs(4))
+        on_meta = dict(on["answers"][0].meta)
+        assert on_meta.pop("invalid_answers") == 0
+        assert on_meta == off["answers"][0].meta
+        assert [a.data for a in on["answers"]] == [a.data for a in off["answers"]]
+
+    def test_checks_off_is_the_voter_before_the_validator(self):
+        documents = docs(3)
+        result = sequential_voter_with([MARKUP, DEMO, "Lyon"], answer_checks=False).run(query="Q?", documents=documents)
+        winner = result["answers"][0]
+        # every answer votes, as before: the 1-1-1 tie goes to the best-ranked passage
+        assert winner.data == MARKUP
+        assert winner.meta["votes"] == {normalize_answer(MARKUP): 1, DEMO: 1, "lyon": 1}
+        assert set(winner.meta) == {
+            "strategy",
+            "source",
+            "votes",
+            "vote_share",
+            "tie",
+            "confidence",
+            "passage_answers",
+            "failures",
+            "usage",
+        }
+        assert winner.meta["passage_answers"] == [
+            {"rank": 0, "document_id": "d0", "answers": [MARKUP]},
+            {"rank": 1, "document_id": "d1", "answers": [DEMO]},
+            {"rank": 2, "document_id": "d2", "answers": ["Lyon"]},
+        ]
+        assert result["documents"] == documents
+        assert result["candidates"] == [MARKUP, DEMO, "Lyon"]
+
+
+ACRONYM = "2BP"
+
+LONG_FORM = "2-bromopalmitic acid (2-BP)"
+
+LOCAL_STOPS = ["\n\n", "\nQuestion:", "\nContext:"]
+
+
+class TestPerCall:
+    def test_voter(self):
+        generator = kwargs_recording_generator({"stop": LOCAL_STOPS})
+        voter = PostFusionVoter(chat_generator=generator, max_concurrency=1)
+        voter.run(query="Capital?", documents=[Document(content="Paris."), Document(content="Lyon.")])
+        assert generator.kwargs == [{"stop": ["\n"]}, {"stop": ["\n"]}]
+
+    def test_voter_off_calls_as_before(self):
+        generator = kwargs_recording_generator({"stop": LOCAL_STOPS})
+        voter = PostFusionVoter(chat_generator=generator, max_concurrency=1, stop_sequences=False)
+        voter.run(query="Capital?", documents=[Document(content="Paris.")])
+        assert generator.kwargs == [None]
+        assert voter.to_dict()["init_parameters"]["stop_sequences"] is False
+        assert PostFusionVoter(chat_generator=generator).to_dict()["init_parameters"]["stop_sequences"] is True
+
+    def test_voter_sampling_keeps_its_temperature(self):
+        generator = kwargs_recording_generator()
+        voter = PostFusionVoter(chat_generator=generator, max_concurrency=1, samples_per_passage=2)
+        voter.run(query="Capital?", documents=[Document(content="Paris.")])
+        assert generator.kwargs == [{"temperature": 0.7, "stop": ["\n"]}] * 2
+
+    def test_note_synthesis_stops_the_notes_do_not(self):
+        generator = kwargs_recording_generator({"stop": LOCAL_STOPS})
+        taker = NoteTaker(chat_generator=generator, mode="per_document", generation_kwargs={"max_tokens": 400})
+        taker.run(query="Capital?", documents=[Document(content="Paris is the capital.")])
+        assert generator.kwargs[0] == {"max_tokens": 400}
+        assert generator.kwargs[-1] == {"max_tokens": 400, "stop": ["\n"]}

@@ -4,14 +4,17 @@ The pipelines the builders make for each strategy: YAML round trips, the answer 
 
 import pytest
 from haystack import Pipeline
-from haystack.components.generators.chat import MockChatGenerator
+from haystack.components.generators.chat import MockChatGenerator, OpenAIChatGenerator
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 import haystack_fusion  # noqa: F401  (allowlists the package for deserialization)
+from haystack_fusion.llm import CallLimitedChatGenerator
+from haystack_fusion.prompts import ANSWER_LINE_STOP, PROMPTS
 from haystack_fusion.strategies import (
     STRATEGIES,
     build_pipeline,
+    chain_generator,
     get_strategy,
 )
 from tests.unit.scripted_pipelines import (
@@ -56,3 +59,51 @@ class TestPipelines:
         for sockets in inputs.values():
             mandatory = {socket for socket, info in sockets.items() if info["is_mandatory"]}
             assert mandatory <= {"query"}
+
+
+class TestChainGenerator:
+    def test_a_copy_with_the_stops(self, monkeypatch):
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        original = OpenAIChatGenerator(generation_kwargs={"max_completion_tokens": 16})
+        copy = chain_generator(original, ANSWER_LINE_STOP)
+        assert copy is not original
+        assert copy.generation_kwargs == {"max_completion_tokens": 16, "stop": ["\n"]}
+        assert original.generation_kwargs == {"max_completion_tokens": 16}
+
+    def test_a_limited_generator_gives_a_limited_copy(self, monkeypatch):
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        original = OpenAIChatGenerator(generation_kwargs={"max_completion_tokens": 16})
+        limited = CallLimitedChatGenerator(chat_generator=original)
+        copy = chain_generator(limited, ANSWER_LINE_STOP)
+        assert isinstance(copy, CallLimitedChatGenerator)
+        assert copy is not limited
+        assert copy.chat_generator is not original
+        assert copy.chat_generator.generation_kwargs == {"max_completion_tokens": 16, "stop": ["\n"]}
+        assert original.generation_kwargs == {"max_completion_tokens": 16}
+
+    def test_no_copy_without_stops_or_generation_kwargs(self, monkeypatch):
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        generator = OpenAIChatGenerator()
+        assert chain_generator(generator, ()) is generator
+        mock = MockChatGenerator(responses=["a"])
+        assert chain_generator(mock, ANSWER_LINE_STOP) is mock
+
+    def test_the_yaml_shows_the_stops(self, monkeypatch):
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        pipe = build_pipeline("concatenation", retriever=_retriever(), chat_generator=OpenAIChatGenerator())
+        assert pipe.get_component("llm").generation_kwargs == {"stop": ["\n"]}
+        off = build_pipeline(
+            "concatenation", retriever=_retriever(), chat_generator=OpenAIChatGenerator(), stop_sequences=False
+        )
+        assert off.get_component("llm").generation_kwargs == {}
+
+    def test_chain_of_thought_prompts_have_no_answer_line_stop(self):
+        assert PROMPTS["pruning"].stop == ()
+        assert PROMPTS["figure7"].stop == ANSWER_LINE_STOP
+
+
+def _retriever():
+    from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
+    from haystack.document_stores.in_memory import InMemoryDocumentStore
+
+    return InMemoryBM25Retriever(document_store=InMemoryDocumentStore())

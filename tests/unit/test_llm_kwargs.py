@@ -1,0 +1,50 @@
+"""Stop sequences at the answer line (issue 16, item 2): merging, the chain's generator copy, per-call kwargs."""
+
+import pytest
+from haystack.components.generators.chat import MockChatGenerator
+
+from haystack_fusion.backends import BackendConfig, chat_generator
+from haystack_fusion.llm import merge_stop_sequences, stop_kwargs
+from haystack_fusion.prompts import ANSWER_LINE_STOP
+from tests.unit.scripted_calls import kwargs_recording_generator
+
+LOCAL_STOPS = ["\n\n", "\nQuestion:", "\nContext:"]
+
+
+class TestMerge:
+    def test_a_newline_makes_the_local_stops_redundant(self):
+        assert merge_stop_sequences(LOCAL_STOPS, ["\n"]) == ["\n"]
+
+    def test_nothing_new_keeps_the_generators_list(self):
+        assert merge_stop_sequences(LOCAL_STOPS, []) == LOCAL_STOPS
+        assert merge_stop_sequences(LOCAL_STOPS, ["\nContext:"]) == LOCAL_STOPS
+
+    @pytest.mark.parametrize(("own", "expected"), [(None, ["\n"]), ("END", ["END", "\n"]), ([], ["\n"])])
+    def test_shapes_of_the_generators_stop(self, own, expected):
+        assert merge_stop_sequences(own, ["\n"]) == expected
+
+    def test_at_most_four_the_shortest(self):
+        assert merge_stop_sequences(["aaaa", "bbb", "cc", "d"], ["eeeee"]) == ["d", "cc", "bbb", "aaaa"]
+
+    def test_stop_kwargs(self):
+        generator = kwargs_recording_generator({"stop": LOCAL_STOPS, "max_tokens": 128})
+        assert stop_kwargs(generator, ANSWER_LINE_STOP) == {"stop": ["\n"]}
+        assert stop_kwargs(generator, (), {"temperature": 0.7}) == {"temperature": 0.7}
+        assert stop_kwargs(generator, ANSWER_LINE_STOP, {"stop": ["X"]}) == {"stop": ["X", "\n"]}
+
+
+def test_logprob_helpers():
+
+    from haystack_fusion.backends import LocalChatGenerator
+    from haystack_fusion.llm import logprob_kwargs, supports_logprobs
+
+    assert not supports_logprobs(chat_generator(BackendConfig(llm="openai")))  # not every server returns them
+    openai = chat_generator(BackendConfig(llm="openai", logprobs=True))
+    assert supports_logprobs(openai)
+    assert logprob_kwargs(openai, 5) == {"logprobs": True, "top_logprobs": 5}
+    if LocalChatGenerator is not None:
+        assert supports_logprobs(LocalChatGenerator(generation_kwargs={"temperature": 0.0}))
+    mock = MockChatGenerator(responses=["x"])
+    assert not supports_logprobs(mock)
+    assert logprob_kwargs(mock) == {}
+    assert not supports_logprobs(chat_generator(BackendConfig(llm="ollama")))
