@@ -4,6 +4,8 @@ Scripted replies and failures for the fan-out of chat calls, shared by the fan-o
 
 from typing import Any
 
+from haystack import Document
+from haystack.components.generators.chat import MockChatGenerator
 from haystack.dataclasses import ChatMessage
 
 from haystack_fusion.testing import AsyncScriptedChatGenerator, ScriptedChatGenerator
@@ -32,3 +34,19 @@ def kwargs_recording_generator(generation_kwargs: dict[str, Any] | None = None) 
     """A chat generator that answers "Paris" and records each call's `generation_kwargs` (in `kwargs`)."""
     # a generator with settings (a dict, even empty), as a real one: the components add their stops to it
     return ScriptedChatGenerator("Paris", generation_kwargs=generation_kwargs or {})
+
+
+def fake_llm(concatenation_reply: str = "unknown") -> MockChatGenerator:
+    """Replies `concatenation_reply` to a prompt showing both passages, "Paris" to one showing a single passage."""
+
+    def reply(messages: list[ChatMessage]) -> str:
+        text = " ".join(message.text or "" for message in messages)
+        return concatenation_reply if all(d.content in text for d in DOCUMENTS) else "Paris"
+
+    return MockChatGenerator(response_fn=reply)
+
+
+DOCUMENTS = [
+    Document(content="Paris is the capital and largest city of France.", meta={"title": "Paris"}),
+    Document(content="France is a country in Western Europe; its capital is Paris.", meta={"title": "France"}),
+]

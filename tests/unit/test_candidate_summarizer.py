@@ -7,6 +7,9 @@ from haystack.components.generators.chat import MockChatGenerator
 from haystack_fusion import CandidateSummarizer
 from haystack_fusion.components.candidate_summarizer import clean_summary
 from haystack_fusion.testing import ScriptedChatGenerator
+from haystack_fusion.validation import (
+    DEMONSTRATION,
+)
 
 QUERY = "What is the capital of France?"
 DOCUMENTS = [
@@ -232,3 +235,17 @@ class TestGivenCandidates:
         sync = CandidateSummarizer(chat_generator=scripted_generator(), max_concurrency=1).run(**kwargs)
         summarizer = CandidateSummarizer(chat_generator=scripted_generator(), max_concurrency=1)
         assert asyncio.run(summarizer.run_async(**kwargs)) == sync
+
+
+class TestCandidates:
+    def test_invalid_candidates_are_dropped_and_listed(self):
+        llm = MockChatGenerator(responses=["(a) 1925, (b) 1931", "1931 is his birth year. [DONE]"])
+        summarizer = CandidateSummarizer(chat_generator=llm, few_shot=True, max_concurrency=1)
+        result = summarizer.run(query="When was he born?", documents=DOCUMENTS)
+        assert result["candidates"] == ["1931"]
+        assert result["meta"]["invalid_candidates"] == [{"candidate": "1925", "reason": DEMONSTRATION}]
+
+    def test_checks_off(self):
+        llm = MockChatGenerator(responses=["(a) 1925, (b) 1931", "a. [DONE]", "b. [DONE]"])
+        summarizer = CandidateSummarizer(chat_generator=llm, few_shot=True, max_concurrency=1, answer_checks=False)
+        assert summarizer.run(query="When was he born?", documents=DOCUMENTS)["candidates"] == ["1925", "1931"]

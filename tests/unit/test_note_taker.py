@@ -7,6 +7,9 @@ from haystack.components.generators.chat import MockChatGenerator
 from haystack_fusion import NoteTaker
 from haystack_fusion.prompts.chain_of_note import ANSWER_LEAD, STEP_5_PARAMETRIC, STEP_5_UNKNOWN
 from haystack_fusion.testing import ScriptedChatGenerator
+from haystack_fusion.validation import (
+    INVALID,
+)
 
 QUERY = "What is the capital of France?"
 DOCUMENTS = [
@@ -184,3 +187,20 @@ class TestConfiguration:
         llm = scripted_generator()
         NoteTaker(chat_generator=llm).run(query=QUERY, documents=[evil])
         assert "{{ query }}" in llm.prompts[0]
+
+
+class TestNoteTaker:
+    def test_demonstration_answer_is_invalid(self):
+        reply = "Passage #1 says nothing about it. Based on the information given in above passages, the answer is 1996"
+        taker = NoteTaker(chat_generator=MockChatGenerator(responses=[reply]))
+        answer = taker.run(query="When did he die?", documents=DOCUMENTS[:1])["answers"][0]
+        assert answer.data == ""
+        assert answer.meta["answer_source"] == INVALID
+        assert answer.meta["rejected_answer"] == "1996"
+
+    def test_checks_off(self):
+        reply = "Passage #1 says nothing. Based on the information given in above passages, the answer is 1996"
+        taker = NoteTaker(chat_generator=MockChatGenerator(responses=[reply]), answer_checks=False)
+        assert taker.run(query="When did he die?", documents=DOCUMENTS[:1])["answers"][0].data == "1996"
+        assert taker.to_dict()["init_parameters"]["answer_checks"] is False
+        assert NoteTaker(chat_generator=MockChatGenerator()).to_dict()["init_parameters"]["answer_checks"] is True

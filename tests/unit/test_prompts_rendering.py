@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 import haystack_fusion.prompts.registry as registry_module
 import haystack_fusion.prompts.rendering as rendering_module
-from haystack_fusion.components import PassageFormatter
 from haystack_fusion.prompts import (
     COT_ANSWER_PATTERN,
     DEFAULT_MAX_PASSAGE_CHARS,
@@ -327,38 +326,6 @@ class TestFormatPassages:
         for i, text in enumerate(texts, start=1):
             assert f'[{i}] <passage key="{key}">\n{text}\n</passage key="{key}">' in rendered
             assert key not in text
-
-
-class TestPassageFormatter:
-    def test_run(self):
-        documents = [Document(content="Paris is in France."), Document(content="Lyon too.")]
-        assert PassageFormatter().run(documents=documents) == {"passages": format_passages(documents)}
-        assert PassageFormatter(max_passage_chars=5).run(documents=documents) == {
-            "passages": format_passages(documents, max_chars=5)
-        }
-
-    def test_serialization(self):
-        formatter = PassageFormatter(max_passage_chars=None)
-        data = formatter.to_dict()
-        assert data == {
-            "type": "haystack_fusion.components.passage_formatter.PassageFormatter",
-            "init_parameters": {"max_passage_chars": None, "layout": "numbered", "datamark": False},
-        }
-        assert PassageFormatter.from_dict(data).max_passage_chars is None
-        assert PassageFormatter().to_dict()["init_parameters"] == {
-            "max_passage_chars": DEFAULT_MAX_PASSAGE_CHARS,
-            "layout": "numbered",
-            "datamark": False,
-        }
-        assert PassageFormatter.from_dict(PassageFormatter(layout="titled").to_dict()).layout == "titled"
-
-    def test_invalid_layout(self):
-        with pytest.raises(ValueError, match="layout"):
-            PassageFormatter(layout="fancy")  # type: ignore[arg-type]
-
-    def test_invalid(self):
-        with pytest.raises(ValueError, match="max_passage_chars"):
-            PassageFormatter(max_passage_chars=0)
 
 
 class TestExtractAnswer:

@@ -180,3 +180,27 @@ class TestUnknownRouter:
             {"router": {"replies": [ChatMessage.from_assistant("unknown")], "query": "Q?", "documents": DOCUMENTS}}
         )
         assert set(unknown["router"]) == {"unknown", "reason", "fallback_query", "fallback_documents"}
+
+
+class TestRouter:
+    def test_invalid_answer_falls_back(self):
+        router = UnknownRouter(demonstrations=list(PROMPTS["figure7"].demonstrations))
+        result = router.run(replies=[ChatMessage.from_assistant("1925")], query="When?", documents=DOCUMENTS)
+        assert result["reason"] == "invalid answer (demonstration answer)"
+        assert result["fallback_documents"] == DOCUMENTS
+
+    def test_checks_off_keeps_the_answer(self):
+        router = UnknownRouter(answer_checks=False)
+        replies = [ChatMessage.from_assistant("1005dbc6")]
+        assert router.run(replies=replies, query="When?", documents=DOCUMENTS) == {"known": replies}
+
+    def test_serializes_every_setting(self):
+        assert set(UnknownRouter().to_dict()["init_parameters"]) == {
+            "answer_pattern",
+            "unknown_patterns",
+            "min_confidence",
+            "answer_checks",
+            "demonstrations",
+        }
+        router = UnknownRouter(answer_checks=False, demonstrations=["x"])
+        assert UnknownRouter.from_dict(router.to_dict()).to_dict() == router.to_dict()

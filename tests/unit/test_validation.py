@@ -1,15 +1,13 @@
 """The answer validator (issue 16, item 1) and every place that reads an answer from a reply."""
 
 import pytest
-from haystack import Document, Pipeline
+from haystack import Document
 from haystack.components.builders import AnswerBuilder
 from haystack.components.generators.chat import MockChatGenerator
 from haystack.dataclasses import ChatMessage
 from hypothesis import given
 from hypothesis import strategies as st
 
-from haystack_fusion import CandidateSummarizer, NoteTaker, UnknownRouter
-from haystack_fusion.components.checked_answer_builder import CheckedAnswerBuilder
 from haystack_fusion.prompts import PROMPTS, format_passages
 from haystack_fusion.strategies import build_pipeline, run_strategy
 from haystack_fusion.validation import (
@@ -90,106 +88,6 @@ class TestCheckAnswer:
 
     def test_linear_on_a_long_answer(self):
         assert check_answer("(i) " * 50_000 + "x", demonstrations=["1925"], passages=["y " * 50_000]) is None
-
-
-class TestCheckedAnswerBuilder:
-    def run(self, text: str, **init):
-        builder = CheckedAnswerBuilder(pattern=PROMPTS["figure7"].answer_pattern, **init)
-        return builder.run(query="When was he born?", replies=[ChatMessage.from_assistant(text)], documents=DOCUMENTS)
-
-    def test_valid_answer_is_answer_builders(self):
-        ours = self.run("1931\nQuestion: next")["answers"][0]
-        theirs = AnswerBuilder(pattern=PROMPTS["figure7"].answer_pattern).run(
-            query="When was he born?", replies=[ChatMessage.from_assistant("1931\nQuestion: next")], documents=DOCUMENTS
-        )["answers"][0]
-        assert (ours.data, ours.documents) == (theirs.data, theirs.documents)
-        assert "answer_source" not in ours.meta
-
-    def test_rejected_answer_is_empty_and_says_why(self):
-        answer = self.run("1925", demonstrations=["1925"])["answers"][0]
-        assert answer.data == ""
-        assert answer.meta["answer_source"] == INVALID
-        assert answer.meta["invalid_reason"] == DEMONSTRATION
-        assert answer.meta["rejected_answer"] == "1925"
-        assert answer.documents  # the passages stay attached
-
-    @pytest.mark.parametrize(("finish_reason", "truncated"), [("length", True), ("stop", False)])
-    def test_truncated_flag(self, finish_reason, truncated):
-        reply = ChatMessage.from_assistant("A long answer that", meta={"finish_reason": finish_reason})
-        builder = CheckedAnswerBuilder(pattern="(.*)")
-        assert builder.run(query="q", replies=[reply])["answers"][0].meta["truncated"] is truncated
-
-    def test_no_finish_reason_no_flag(self):
-        builder = CheckedAnswerBuilder(pattern="(.*)")
-        assert "truncated" not in builder.run(query="q", replies=["Paris"])["answers"][0].meta
-
-    def test_round_trip(self):
-        builder = CheckedAnswerBuilder(pattern="(.*)", demonstrations=["1925"])
-        again = CheckedAnswerBuilder.from_dict(builder.to_dict())
-        assert again.to_dict() == builder.to_dict()
-        assert again.demonstrations == ["1925"]
-
-    def test_in_a_pipeline(self):
-        pipe = Pipeline()
-        pipe.add_component("answer_builder", CheckedAnswerBuilder(pattern="(.*)"))
-        loaded = Pipeline.loads(pipe.dumps())
-        result = loaded.run({"answer_builder": {"query": "q", "replies": ['<passage key="00ab12cd">']}})
-        assert result["answer_builder"]["answers"][0].meta["invalid_reason"] == PASSAGE_MARKUP
-
-
-class TestRouter:
-    def test_invalid_answer_falls_back(self):
-        router = UnknownRouter(demonstrations=list(PROMPTS["figure7"].demonstrations))
-        result = router.run(replies=[ChatMessage.from_assistant("1925")], query="When?", documents=DOCUMENTS)
-        assert result["reason"] == "invalid answer (demonstration answer)"
-        assert result["fallback_documents"] == DOCUMENTS
-
-    def test_checks_off_keeps_the_answer(self):
-        router = UnknownRouter(answer_checks=False)
-        replies = [ChatMessage.from_assistant("1005dbc6")]
-        assert router.run(replies=replies, query="When?", documents=DOCUMENTS) == {"known": replies}
-
-    def test_serializes_every_setting(self):
-        assert set(UnknownRouter().to_dict()["init_parameters"]) == {
-            "answer_pattern",
-            "unknown_patterns",
-            "min_confidence",
-            "answer_checks",
-            "demonstrations",
-        }
-        router = UnknownRouter(answer_checks=False, demonstrations=["x"])
-        assert UnknownRouter.from_dict(router.to_dict()).to_dict() == router.to_dict()
-
-
-class TestNoteTaker:
-    def test_demonstration_answer_is_invalid(self):
-        reply = "Passage #1 says nothing about it. Based on the information given in above passages, the answer is 1996"
-        taker = NoteTaker(chat_generator=MockChatGenerator(responses=[reply]))
-        answer = taker.run(query="When did he die?", documents=DOCUMENTS[:1])["answers"][0]
-        assert answer.data == ""
-        assert answer.meta["answer_source"] == INVALID
-        assert answer.meta["rejected_answer"] == "1996"
-
-    def test_checks_off(self):
-        reply = "Passage #1 says nothing. Based on the information given in above passages, the answer is 1996"
-        taker = NoteTaker(chat_generator=MockChatGenerator(responses=[reply]), answer_checks=False)
-        assert taker.run(query="When did he die?", documents=DOCUMENTS[:1])["answers"][0].data == "1996"
-        assert taker.to_dict()["init_parameters"]["answer_checks"] is False
-        assert NoteTaker(chat_generator=MockChatGenerator()).to_dict()["init_parameters"]["answer_checks"] is True
-
-
-class TestCandidates:
-    def test_invalid_candidates_are_dropped_and_listed(self):
-        llm = MockChatGenerator(responses=["(a) 1925, (b) 1931", "1931 is his birth year. [DONE]"])
-        summarizer = CandidateSummarizer(chat_generator=llm, few_shot=True, max_concurrency=1)
-        result = summarizer.run(query="When was he born?", documents=DOCUMENTS)
-        assert result["candidates"] == ["1931"]
-        assert result["meta"]["invalid_candidates"] == [{"candidate": "1925", "reason": DEMONSTRATION}]
-
-    def test_checks_off(self):
-        llm = MockChatGenerator(responses=["(a) 1925, (b) 1931", "a. [DONE]", "b. [DONE]"])
-        summarizer = CandidateSummarizer(chat_generator=llm, few_shot=True, max_concurrency=1, answer_checks=False)
-        assert summarizer.run(query="When was he born?", documents=DOCUMENTS)["candidates"] == ["1925", "1931"]
 
 
 class TestStrategies:
