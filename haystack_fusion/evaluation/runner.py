@@ -195,7 +195,7 @@ def score_run(question: Question, prediction: str, evidence: dict[str, Any], pas
         calls=usage.get("calls", 0),
         seconds=seconds,
     )
-    # answers that are not answers (issue 16): an invalid answer is not unknown and scores 0; truncation flags
+    # answers that are not answers: an invalid answer is not unknown and scores 0; truncation flags
     return with_answer_outcome(score, prediction, evidence, usage)
 
 
