@@ -1,5 +1,5 @@
 """
-The `haystack-fusion` command against backends that cannot be used (issue 15, item 6): a closed port for
+The `haystack-fusion` command against backends that cannot be used: a closed port for
 Elasticsearch, Ollama and an OpenAI-compatible server, a wrong API key (the test server of
 `haystack_fusion.testing.openai_server` with `api_key`), and a wrong Elasticsearch index (needs a server: runs when
 `ELASTICSEARCH_URL` is set).

@@ -1,5 +1,5 @@
 """
-Faults in a batch (issue 15 item 2): the real `haystack-fusion eval --llm openai` on the SQuAD 2.0 subset (in-memory
+Faults in a batch: the real `haystack-fusion eval --llm openai` on the SQuAD 2.0 subset (in-memory
 BM25) against the fault-injecting test server (`haystack_fusion.testing.openai_server`), counting requests server-side.
 
 The full run (200 questions x 4 strategies, and a 429 storm) is `research/benchmarks/faults.py`; these are its fast

@@ -12,7 +12,7 @@ The golden file belongs to one llama.cpp build: the llama-cpp-python version and
 builds (x86-64-v3 on x86_64; its system-info line is recorded). A build for the host's own CPU (`LLAMA_NATIVE=1`)
 runs other kernels and is skipped with the reason, except under CI (`CI` set), where any other build fails.
 
-When a prompt template changes on purpose, the prompts' hashes no longer match and the test says so: write the file
+When a prompt template changes on purpose, the prompts' hashes do not match and the test says so: write the file
 again with `HAYSTACK_FUSION_WRITE_GOLDEN=1 .venv/bin/pytest tests/integration/test_golden_replies.py` on the
 Makefile's build, and commit it.
 """

@@ -23,7 +23,7 @@ LONG_WRONG = "The Eiffel Tower stands in Lyon, on the banks of the Rhone."
 
 
 def record(strategy: str, prediction: str) -> QuestionRecord:
-    """A scored record of question q1 (gold "Paris"); fields QuestionRecord no longer has are left out."""
+    """A scored record of question q1 (gold "Paris")."""
     score = QuestionScore(
         id="q1",
         answerable=True,

@@ -1,7 +1,4 @@
-"""
-The components' async lifecycle (`warm_up_async`, `close_async`) and the fan-out's cancellation when
-`raise_on_failure` fires: calls waiting for their turn never start, `run_async` calls under way are cancelled.
-"""
+"""The components' async lifecycle (`warm_up_async`, `close_async`), passed on to their chat generators."""
 
 from typing import Any
 

@@ -1,7 +1,6 @@
 """
-Answers that are not answers (issue 16): replies cut by the token cap in the usage, the per-question outcome flags
-(empty, invalid, truncated, unknown) and their counts per run, records made before the flags existed, and the
-demonstration-copy rate of the report.
+The evaluation report: answers that are not answers (empty, invalid, truncated, unknown) counted per run, and the
+demonstration-copy rate.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The evaluation's passage settings, runner (resume, concurrency) and report, driven by MockChatGenerator."""
+"""The evaluation runner (resume, concurrency, failed records, missing log-probabilities), on MockChatGenerator."""
 
 from __future__ import annotations
 

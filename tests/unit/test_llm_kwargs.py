@@ -1,4 +1,4 @@
-"""Stop sequences at the answer line (issue 16, item 2): merging, the chain's generator copy, per-call kwargs."""
+"""Generation kwargs: stop sequences at the answer line merged with a generator's own, and log-probability kwargs."""
 
 import pytest
 from haystack.components.generators.chat import MockChatGenerator

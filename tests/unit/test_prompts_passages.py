@@ -1,6 +1,6 @@
 """
-Datamarking of passage text (`format_passages(..., datamark=True)`): what it renders, and which components and
-strategies mark their prompts with it.
+The passages block of a prompt: datamarking (`format_passages(..., datamark=True)`), the components and strategies that
+mark their prompts with it, and oversized passages trimmed to the budget.
 """
 
 from __future__ import annotations

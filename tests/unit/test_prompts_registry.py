@@ -7,7 +7,7 @@ such a run. Here both are run on the same replies and must agree on everything a
 matches, the first group as Haystack's AnswerBuilder reads it (`match.group(1)`, unstripped), `extract_answer`'s
 answer, and the answer of a real AnswerBuilder.
 
-The test runs the fuzz profile of `test_parser_fuzzing.py` ("fuzz-ci" in CI); `FUZZ_PROFILE=fuzz-50k` runs 50,000
+The test runs the fuzz profile of `fuzz_settings.py` ("fuzz-ci" in CI); `FUZZ_PROFILE=fuzz-50k` runs 50,000
 replies.
 """
 

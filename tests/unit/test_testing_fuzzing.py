@@ -1,11 +1,11 @@
 """
-Every parser of model output under fuzzing (issue 15, item 5): arbitrary and hostile Unicode, replies built from the
+Every parser of model output under fuzzing: arbitrary and hostile Unicode, replies built from the
 prompts' own vocabulary with nested and unbalanced markers, and huge inputs. A parser must not raise and must return
 the shape its docstring promises.
 
 The tests run the "fuzz-ci" profile (few examples, no deadline: the machine is shared and noisy); set
 `FUZZ_PROFILE=fuzz-10k` for 10,000 examples per test (`fuzz-50k`: 50,000, for the differential test of the answer
-patterns in `test_answer_patterns.py`). Time scaling is measured by `research/benchmarks/fuzz_parsers.py`, which
+patterns in `test_prompts_registry.py`). Time scaling is measured by `research/benchmarks/fuzz_parsers.py`, which
 runs 10,000 replies per parser from the strategies and the `PARSERS` table of `haystack_fusion.testing.fuzzing`, not
 by timed tests.
 """
@@ -214,7 +214,7 @@ class TestRegressions:
         assert parse_candidates(reply, 2) == candidates
 
     def test_nested_choices_echo_is_kept(self):
-        # The one change of behaviour: an echo with "[" inside its brackets is no longer removed.
+        # An echo with "[" inside its brackets is kept, so its answer is read after it.
         assert parse_validity("Choices: [True, False]. False") is False
         assert parse_validity("Choices: [[True], False] False") is True
 

@@ -1,4 +1,4 @@
-"""The answer validator (issue 16, item 1) and every place that reads an answer from a reply."""
+"""The answer checks (`check_answer`) and the strategies that apply them to every answer they read from a reply."""
 
 import pytest
 from haystack import Document
