@@ -147,3 +147,14 @@ def make_store() -> InMemoryDocumentStore:
 def make_pipeline(name: str, chat_generator: Any, top_k: int = 3, **config: Any) -> Pipeline:
     retriever = InMemoryBM25Retriever(make_store(), top_k=top_k)
     return build_pipeline(name, retriever=retriever, chat_generator=chat_generator, **config)
+
+
+ACID_PASSAGES = [Document(content=f"Passage {i} about the acid.") for i in range(3)]
+"""Three passages for overlap voting: the replies, not the passages, carry the answers."""
+
+
+def acid_retriever() -> InMemoryBM25Retriever:
+    """BM25 top-3 over `ACID_PASSAGES`."""
+    store = InMemoryDocumentStore()
+    store.write_documents(ACID_PASSAGES)
+    return InMemoryBM25Retriever(document_store=store, top_k=3)

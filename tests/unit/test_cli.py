@@ -193,3 +193,9 @@ class TestIndexCommand:
 
 
 LATIN1 = "Caf\u00e9 na\u00efve fa\u00e7ade".encode("latin-1")
+
+
+def test_vote_options():
+    args = build_parser().parse_args(["eval", "--dataset", "d", "--out", "o", "--vote", "overlap"])
+    assert (args.vote, args.overlap_threshold) == ("overlap", 0.5)
+    assert build_parser().parse_args(["ask", "Who?"]).vote == "exact"
