@@ -5,6 +5,7 @@ mark their prompts with it, and oversized passages trimmed to the budget.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -12,10 +13,12 @@ from haystack import Document, Pipeline, component
 from haystack.components.generators.chat import MockChatGenerator
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from haystack_fusion.components.passage_formatter import PassageFormatter
 from haystack_fusion.components.post_fusion_voter import PostFusionVoter
-from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, format_passages
+from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render
 from haystack_fusion.prompts.passages import (
     DATAMARK,
     DATAMARK_NOTICE,
@@ -170,3 +173,84 @@ def test_oversized_passages_are_trimmed_with_the_instructions_intact(name):
     budget = len(OVERSIZED) * (DEFAULT_MAX_PASSAGE_CHARS + 100) + 8_000  # passages, delimiters, instructions
     assert max(len(prompt) for prompt in oversized_prompts) < budget
     assert all(FILLER[:50_000] not in prompt for prompt in oversized_prompts)
+
+
+def prompt_texts(documents: list[Document]) -> list[str]:
+    """The passage texts as format_passages shows them (whitespace collapsed, no trimming needed here)."""
+    return [" ".join((document.content or "").split()) for document in documents]
+
+
+class TestFormatPassages:
+    def test_numbering_and_format(self):
+        documents = [Document(content="First."), Document(content="Second.")]
+        key = passage_key(["First.", "Second."])
+        assert re.fullmatch(r"[0-9a-f]{8}", key)
+        assert format_passages(documents) == (
+            f'[1] <passage key="{key}">\nFirst.\n</passage key="{key}">\n'
+            f'[2] <passage key="{key}">\nSecond.\n</passage key="{key}">'
+        )
+
+    def test_empty(self):
+        assert format_passages([]) == ""
+
+    def test_none_content(self):
+        rendered = format_passages([Document(content=None, id="x")])
+        assert count_passage_blocks(rendered, passage_key([""])) == 1
+
+    def test_trimming_to_max_chars(self):
+        words = " ".join(f"word{i}" for i in range(100))
+        rendered = format_passages([Document(content=words), Document(content="short one")], max_chars=30)
+        lines = rendered.splitlines()
+        trimmed = lines[1]
+        key = passage_key([trimmed, "short one"])
+        assert trimmed.endswith(" ...")
+        assert len(trimmed) <= 30  # the budget includes the " ..." marker
+        kept = trimmed[: -len(" ...")]
+        assert words.startswith(kept + " ")  # cut at a word boundary
+        next_word = words[len(kept) + 1 :].split(" ")[0]
+        assert len(f"{kept} {next_word} ...") > 30  # the next whole word would not have fit
+        assert lines[4] == "short one"
+        assert count_passage_blocks(rendered, key) == 2
+
+    def test_trimming_leaves_instructions_untouched(self):
+        long_text = "lorem " * 1000
+        text = render(
+            PROMPTS["figure7"],
+            passages=format_passages([Document(content=long_text)], max_chars=50),
+            query="Where is Paris?",
+        )[0].text
+        full = render(PROMPTS["figure7"], passages="", query="Where is Paris?")[0].text
+        before, after = full.split("Context: ")
+        assert text.startswith(before + "Context: ")
+        assert text.endswith(after)
+        assert text.count("lorem") <= 50 // len("lorem ") + 1
+
+    def test_no_limit(self):
+        long_text = "x " * 5000
+        rendered = format_passages([Document(content=long_text)], max_chars=None)
+        assert rendered.splitlines()[1] == long_text.strip()
+
+    def test_default_budget(self):
+        long_text = "y " * 5000
+        kept = format_passages([Document(content=long_text)]).splitlines()[1]
+        assert len(kept) <= DEFAULT_MAX_PASSAGE_CHARS + len(" ...")
+
+    @pytest.mark.parametrize("max_chars", [0, -5])
+    def test_invalid_max_chars(self, max_chars):
+        with pytest.raises(ValueError, match="max_chars"):
+            format_passages([Document(content="x")], max_chars=max_chars)
+
+    @given(st.lists(st.text(max_size=60), max_size=8))
+    @settings(max_examples=200, deadline=None)
+    def test_property_one_block_per_document(self, contents):
+        documents = [Document(content=content) for content in contents]
+        rendered = format_passages(documents, max_chars=None)
+        texts = prompt_texts(documents)
+        if not documents:
+            assert rendered == ""
+            return
+        key = passage_key(texts)
+        assert count_passage_blocks(rendered, key) == len(documents)
+        for i, text in enumerate(texts, start=1):
+            assert f'[{i}] <passage key="{key}">\n{text}\n</passage key="{key}">' in rendered
+            assert key not in text

@@ -21,6 +21,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from haystack_fusion.prompts import (
+    COT_ANSWER_PATTERN,
     PROMPTS,
     WHOLE_REPLY_PATTERN,
     chain_of_note,
@@ -115,3 +116,67 @@ def test_every_prompt_uses_a_tested_pattern():
     tested = {new for _, new in REWRITTEN.values()}
     untested = {prompt.name for prompt in PROMPTS.values() if prompt.answer_pattern not in tested}
     assert untested == {"pruning", "summary"}  # the chain-of-thought prompts: a plain "Answer:" line
+
+
+class TestExtractAnswer:
+    @pytest.mark.parametrize(
+        ("reply", "expected"),
+        [
+            ("Paris", "Paris"),
+            (" Paris \n", "Paris"),
+            ("Paris\nQuestion: Where is Lyon?\nAnswer: France", "Paris"),
+            ("\n\n Butch Vig\nmore", "Butch Vig"),
+            ("Boston, Massachusetts", "Boston, Massachusetts"),
+            ("", ""),
+            (None, ""),
+        ],
+    )
+    def test_figure7_first_line(self, reply, expected):
+        assert PROMPTS["figure7"].extract_answer(reply) == expected
+
+    @pytest.mark.parametrize("name", ["pruning", "summary"])
+    @pytest.mark.parametrize(
+        ("reply", "expected"),
+        [
+            (" Source 3 mentions it.\nAnswer: Saw VI\n\nContext: more", "Saw VI"),
+            ("Rationale.\nAnswer:  Saw VI  \nAnswer: other", "Saw VI"),
+            ("Step by step.\nAnswer: unknown", "unknown"),
+            ("Step by step. It is Saw VI.", ""),
+            ("", ""),
+            (None, ""),
+        ],
+    )
+    def test_cot_answer_line(self, name, reply, expected):
+        assert PROMPTS[name].answer_pattern == COT_ANSWER_PATTERN
+        assert PROMPTS[name].extract_answer(reply) == expected
+
+    @pytest.mark.parametrize(
+        ("reply", "expected"),
+        [
+            ("(a) Rollo (b) Ragnar", "Rollo"),
+            ("(b) Ragnar", "Ragnar"),
+            ("Rollo", "Rollo"),
+            (" Rollo\nQuestion: next", "Rollo"),
+            ("Boston, Massachusetts", "Boston, Massachusetts"),
+            ("unknown", "unknown"),
+        ],
+    )
+    def test_distiller(self, reply, expected):
+        assert PROMPTS["distiller"].extract_answer(reply) == expected
+
+    def test_pattern_without_group(self):
+        assert extract_answer(r"\d+", "born in 1925 or 1926") == "1925"
+        assert extract_answer(r"\d+", "no digits") == ""
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        (" France (b) Germany", "France"),
+        (" (a) France", "France"),
+        (" Paris.\nQuestion: next", "Paris"),
+        ("", ""),
+    ],
+)
+def test_sure_short_answer_pattern(reply, expected):
+    assert extract_answer(PROMPTS["sure_mcq"].answer_pattern, reply) == expected

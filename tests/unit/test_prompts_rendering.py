@@ -6,18 +6,13 @@ import pytest
 from haystack import Document
 from haystack.components.builders import ChatPromptBuilder
 from haystack.dataclasses import ChatMessage
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import haystack_fusion.prompts.registry as registry_module
 import haystack_fusion.prompts.rendering as rendering_module
 from haystack_fusion.prompts import (
-    COT_ANSWER_PATTERN,
-    DEFAULT_MAX_PASSAGE_CHARS,
     PROMPTS,
     PromptTemplate,
     compiled,
-    extract_answer,
     format_passages,
     passage_key,
     render,
@@ -250,143 +245,3 @@ class TestInjection:
         assert passage_key(tricky) != key
         assert passage_key(tricky) not in tricky[0]
         assert passage_key(texts) == key  # deterministic
-
-
-class TestFormatPassages:
-    def test_numbering_and_format(self):
-        documents = [Document(content="First."), Document(content="Second.")]
-        key = passage_key(["First.", "Second."])
-        assert re.fullmatch(r"[0-9a-f]{8}", key)
-        assert format_passages(documents) == (
-            f'[1] <passage key="{key}">\nFirst.\n</passage key="{key}">\n'
-            f'[2] <passage key="{key}">\nSecond.\n</passage key="{key}">'
-        )
-
-    def test_empty(self):
-        assert format_passages([]) == ""
-
-    def test_none_content(self):
-        rendered = format_passages([Document(content=None, id="x")])
-        assert count_passage_blocks(rendered, passage_key([""])) == 1
-
-    def test_trimming_to_max_chars(self):
-        words = " ".join(f"word{i}" for i in range(100))
-        rendered = format_passages([Document(content=words), Document(content="short one")], max_chars=30)
-        lines = rendered.splitlines()
-        trimmed = lines[1]
-        key = passage_key([trimmed, "short one"])
-        assert trimmed.endswith(" ...")
-        assert len(trimmed) <= 30  # the budget includes the " ..." marker
-        kept = trimmed[: -len(" ...")]
-        assert words.startswith(kept + " ")  # cut at a word boundary
-        next_word = words[len(kept) + 1 :].split(" ")[0]
-        assert len(f"{kept} {next_word} ...") > 30  # the next whole word would not have fit
-        assert lines[4] == "short one"
-        assert count_passage_blocks(rendered, key) == 2
-
-    def test_trimming_leaves_instructions_untouched(self):
-        long_text = "lorem " * 1000
-        text = render(
-            PROMPTS["figure7"],
-            passages=format_passages([Document(content=long_text)], max_chars=50),
-            query="Where is Paris?",
-        )[0].text
-        full = render(PROMPTS["figure7"], passages="", query="Where is Paris?")[0].text
-        before, after = full.split("Context: ")
-        assert text.startswith(before + "Context: ")
-        assert text.endswith(after)
-        assert text.count("lorem") <= 50 // len("lorem ") + 1
-
-    def test_no_limit(self):
-        long_text = "x " * 5000
-        rendered = format_passages([Document(content=long_text)], max_chars=None)
-        assert rendered.splitlines()[1] == long_text.strip()
-
-    def test_default_budget(self):
-        long_text = "y " * 5000
-        kept = format_passages([Document(content=long_text)]).splitlines()[1]
-        assert len(kept) <= DEFAULT_MAX_PASSAGE_CHARS + len(" ...")
-
-    @pytest.mark.parametrize("max_chars", [0, -5])
-    def test_invalid_max_chars(self, max_chars):
-        with pytest.raises(ValueError, match="max_chars"):
-            format_passages([Document(content="x")], max_chars=max_chars)
-
-    @given(st.lists(st.text(max_size=60), max_size=8))
-    @settings(max_examples=200, deadline=None)
-    def test_property_one_block_per_document(self, contents):
-        documents = [Document(content=content) for content in contents]
-        rendered = format_passages(documents, max_chars=None)
-        texts = prompt_texts(documents)
-        if not documents:
-            assert rendered == ""
-            return
-        key = passage_key(texts)
-        assert count_passage_blocks(rendered, key) == len(documents)
-        for i, text in enumerate(texts, start=1):
-            assert f'[{i}] <passage key="{key}">\n{text}\n</passage key="{key}">' in rendered
-            assert key not in text
-
-
-class TestExtractAnswer:
-    @pytest.mark.parametrize(
-        ("reply", "expected"),
-        [
-            ("Paris", "Paris"),
-            (" Paris \n", "Paris"),
-            ("Paris\nQuestion: Where is Lyon?\nAnswer: France", "Paris"),
-            ("\n\n Butch Vig\nmore", "Butch Vig"),
-            ("Boston, Massachusetts", "Boston, Massachusetts"),
-            ("", ""),
-            (None, ""),
-        ],
-    )
-    def test_figure7_first_line(self, reply, expected):
-        assert PROMPTS["figure7"].extract_answer(reply) == expected
-
-    @pytest.mark.parametrize("name", ["pruning", "summary"])
-    @pytest.mark.parametrize(
-        ("reply", "expected"),
-        [
-            (" Source 3 mentions it.\nAnswer: Saw VI\n\nContext: more", "Saw VI"),
-            ("Rationale.\nAnswer:  Saw VI  \nAnswer: other", "Saw VI"),
-            ("Step by step.\nAnswer: unknown", "unknown"),
-            ("Step by step. It is Saw VI.", ""),
-            ("", ""),
-            (None, ""),
-        ],
-    )
-    def test_cot_answer_line(self, name, reply, expected):
-        assert PROMPTS[name].answer_pattern == COT_ANSWER_PATTERN
-        assert PROMPTS[name].extract_answer(reply) == expected
-
-    @pytest.mark.parametrize(
-        ("reply", "expected"),
-        [
-            ("(a) Rollo (b) Ragnar", "Rollo"),
-            ("(b) Ragnar", "Ragnar"),
-            ("Rollo", "Rollo"),
-            (" Rollo\nQuestion: next", "Rollo"),
-            ("Boston, Massachusetts", "Boston, Massachusetts"),
-            ("unknown", "unknown"),
-        ],
-    )
-    def test_distiller(self, reply, expected):
-        assert PROMPTS["distiller"].extract_answer(reply) == expected
-
-    def test_pattern_without_group(self):
-        assert extract_answer(r"\d+", "born in 1925 or 1926") == "1925"
-        assert extract_answer(r"\d+", "no digits") == ""
-
-
-@pytest.mark.parametrize(
-    ("reply", "expected"),
-    [
-        (" France (b) Germany", "France"),
-        (" (a) France", "France"),
-        (" Paris.\nQuestion: next", "Paris"),
-        ("", ""),
-    ],
-)
-def test_sure_short_answer_pattern(reply, expected):
-    assert extract_answer(PROMPTS["sure_mcq"].answer_pattern, reply) == expected
