@@ -1,6 +1,7 @@
 """
-The passages block of a prompt: datamarking (`format_passages(..., datamark=True)`), the components and strategies that
-mark their prompts with it, and oversized passages trimmed to the budget.
+The passages block of a prompt: `format_passages` (delimiters, keys, layouts, budgets), datamarking
+(`format_passages(..., datamark=True)`), the components and strategies that mark their prompts with it, and oversized
+passages trimmed to the budget.
 """
 
 from __future__ import annotations

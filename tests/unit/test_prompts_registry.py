@@ -1,5 +1,5 @@
 """
-The linear-time answer patterns against straightforward reference patterns: a differential test.
+The prompt registry's answer patterns and `extract_answer`, and a differential test of the linear-time patterns.
 
 Five answer patterns of `haystack_fusion/prompts` (the whole reply, figure7, the distiller, SuRe's short answer,
 Chain-of-Note's synthesis) read every run of whitespace once, where the plain reading with a lazy group is quadratic in
