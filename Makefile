@@ -54,8 +54,9 @@ $(LOCAL_STAMP): pyproject.toml $(LLAMA_STAMP)
 
 install-local: $(LOCAL_STAMP)
 
-# torch first, pinned to the CPU build (2.13.0+cpu) our machines hold on disk: left to the resolver, the `dense` extra
-# would pull the newest torch and ~2 GB of CUDA wheels.
+# torch first, pinned to a version (2.13.0), not to a build: pip takes whichever 2.13.0 wheel its indexes offer (from
+# PyPI on Linux, the CUDA build with ~2 GB of NVIDIA wheels; where a CPU wheel is on pip's find-links or extra index,
+# that one). Without the pin, the `dense` extra would pull the newest torch.
 $(DEV_STAMP): pyproject.toml $(LLAMA_STAMP)
 	$(BIN)/pip install --quiet "torch==2.13.0"
 	$(BIN)/pip install --quiet -e ".[local,dev,dense,elasticsearch,ollama,serve]"
