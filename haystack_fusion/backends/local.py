@@ -342,6 +342,7 @@ else:
                 carries the usage of the call it stands for and `meta["cached"] = True`.
             :param kwargs: Passed to `LlamaCppChatGenerator` (e.g. `streaming_callback`).
             """
+            self._default_threads = "n_threads" not in (model_kwargs or {})
             model_kwargs = {
                 "chat_format": COMPLETION_CHAT_FORMAT,
                 "n_threads": os.cpu_count() or 1,
@@ -365,9 +366,16 @@ else:
             self._thread_lock = threading.RLock()  # replaced by the shared model's lock in warm_up
 
         def to_dict(self) -> dict[str, Any]:
-            """Serialize as `LlamaCppChatGenerator` does, plus `prefix_cache` and `reply_cache`."""
+            """
+            Serialize as `LlamaCppChatGenerator` does, plus `prefix_cache` and `reply_cache`; the default `n_threads`
+            (this machine's CPU count) is left out, so the loading machine uses its own.
+            """
             data = LlamaCppChatGenerator.to_dict(self)
             data["init_parameters"].update(prefix_cache=self.prefix_cache, reply_cache=self.reply_cache)
+            if self._default_threads:
+                model_kwargs = dict(data["init_parameters"].get("model_kwargs") or {})
+                model_kwargs.pop("n_threads", None)
+                data["init_parameters"]["model_kwargs"] = model_kwargs
             return data
 
         def gguf_path(self) -> str:

@@ -1,16 +1,22 @@
-"""The saved in-memory index and indexing into any configured store (with embeddings for dense and hybrid)."""
+"""
+The saved in-memory index (and a BM25 retriever that YAML pipelines name by its path) and indexing into any configured
+store (with embeddings for dense and hybrid).
+"""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
-from haystack import Document
+from haystack import Document, component, default_from_dict, default_to_dict
+from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 from haystack.document_stores.types import DuplicatePolicy
 
 from haystack_fusion.backends.config import BackendConfig, document_embedder, document_store
 from haystack_fusion.backends.errors import BackendError, missing_index_message
+from haystack_fusion.settings import DEFAULT_INDEX_PATH
 
 
 def save_store(documents: list[Document], path: str | Path) -> InMemoryDocumentStore:
@@ -40,6 +46,88 @@ def load_store(path: str | Path) -> InMemoryDocumentStore:
     if not Path(path).is_file():
         raise FileNotFoundError(f"No saved index at {path}; create one with `haystack-fusion index`")
     return InMemoryDocumentStore.load_from_disk(str(path))
+
+
+@component
+class SavedInMemoryBM25Retriever:
+    """
+    Haystack's `InMemoryBM25Retriever` over the in-memory index saved at `index_path`, serialized as that path.
+
+    Haystack's `InMemoryDocumentStore` serializes its settings but not its passages, so a YAML pipeline cannot point
+    it at a saved index: this component can. Loading the pipeline reads nothing; `warm_up` (which `Pipeline.run`
+    calls) loads the index with `load_store`. `~` in the path is expanded then, on the machine that runs it.
+
+    ### Usage example
+    ```python
+    from haystack import Document
+    from haystack_fusion.backends import SavedInMemoryBM25Retriever, save_store
+
+    save_store([Document(content="The Loire flows through Orleans.")], "index.json")
+    retriever = SavedInMemoryBM25Retriever(index_path="index.json", top_k=5)
+    print(retriever.run(query="Which river flows through Orleans?")["documents"])
+    ```
+    """
+
+    def __init__(self, index_path: str = DEFAULT_INDEX_PATH, top_k: int = 10, scale_score: bool = False) -> None:
+        """
+        :param index_path: The saved index (`haystack-fusion index --store PATH`, `save_store`); default
+            `~/.cache/haystack_fusion/index.json`, where `haystack-fusion index` saves it.
+        :param top_k: Passages to retrieve.
+        :param scale_score: Scale BM25 scores to [0, 1] (`InMemoryBM25Retriever`'s parameter).
+        :raises ValueError: If `top_k` is below 1.
+        """
+        if top_k < 1:
+            raise ValueError(f"`top_k` must be at least 1, got {top_k}")
+        self.index_path = index_path
+        self.top_k = top_k
+        self.scale_score = scale_score
+        self._retriever: InMemoryBM25Retriever | None = None
+        self._lock = threading.Lock()
+
+    def warm_up(self) -> None:
+        """
+        Load the saved index (once).
+
+        :raises FileNotFoundError: If there is no file at `index_path` (the message says how to make one).
+        """
+        self._loaded()
+
+    def _loaded(self) -> InMemoryBM25Retriever:
+        """The retriever over the saved index, loaded on first use."""
+        with self._lock:
+            if self._retriever is None:
+                store = load_store(Path(self.index_path).expanduser())
+                self._retriever = InMemoryBM25Retriever(store, top_k=self.top_k, scale_score=self.scale_score)
+            return self._retriever
+
+    @component.output_types(documents=list[Document])
+    def run(
+        self,
+        query: str,
+        filters: dict[str, Any] | None = None,
+        top_k: int | None = None,
+        scale_score: bool | None = None,
+    ) -> dict[str, list[Document]]:
+        """
+        Retrieve the passages that match `query` best (BM25), loading the index first if `warm_up` has not.
+
+        :param query: The query.
+        :param filters: Haystack metadata filters.
+        :param top_k: Passages to retrieve; None: this component's `top_k`.
+        :param scale_score: None: this component's `scale_score`.
+        :returns: `documents`, best first.
+        :raises FileNotFoundError: If there is no file at `index_path`.
+        """
+        return self._loaded().run(query=query, filters=filters, top_k=top_k, scale_score=scale_score)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize the index path and settings (not the passages)."""
+        return default_to_dict(self, index_path=self.index_path, top_k=self.top_k, scale_score=self.scale_score)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SavedInMemoryBM25Retriever:
+        """Deserialize; the index is loaded by `warm_up`."""
+        return default_from_dict(cls, data)
 
 
 def check_document_store(config: BackendConfig) -> None:
