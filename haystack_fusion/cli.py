@@ -461,12 +461,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_pipelines(args: argparse.Namespace) -> int:
     """
-    `haystack-fusion pipelines`: write a Hayhooks wrapper folder per strategy and the production YAML (in `yaml/`) to
-    `--out`, generated from the strategy registry.
+    `haystack-fusion pipelines`: write a Hayhooks wrapper folder per strategy and every strategy's YAML on every
+    backend combination (in `yaml/`) to `--out`, generated from the strategy registry, with `--es-url`, `--es-index`
+    and `--store` written into the YAML.
     """
     from haystack_fusion.serving.yaml import YAML_SUBDIR, generate
 
-    written = generate(args.out)
+    written = generate(args.out, es_url=args.es_url, es_index=args.es_index, index_path=args.store)
     wrappers = sum(1 for path in written if path.parent.name != YAML_SUBDIR)
     print(
         f"Wrote {wrappers} wrapper folders and {len(written) - wrappers} YAML pipelines ({YAML_SUBDIR}/) to {args.out}"
@@ -762,10 +763,27 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(func=cmd_report)
 
     pipelines = commands.add_parser(
-        "pipelines", help="write a Hayhooks wrapper per strategy and every strategy's production YAML (in yaml/)"
+        "pipelines", help="write a Hayhooks wrapper per strategy and every strategy's YAML per backend (in yaml/)"
     )
     pipelines.add_argument(
         "--out", default="pipelines", help="output folder (default: ./pipelines, relative to the working directory)"
+    )
+    pipelines.add_argument(
+        "--es-url",
+        default="http://localhost:9200",
+        help="Elasticsearch hosts written into the es_* YAML (default: http://localhost:9200)",
+    )
+    pipelines.add_argument(
+        "--es-index",
+        default="haystack_fusion",
+        help="Elasticsearch index written into the es_* YAML, the one `index --document-store elasticsearch "
+        "--es-index NAME` filled (default: haystack_fusion)",
+    )
+    pipelines.add_argument(
+        "--store",
+        default=DEFAULT_INDEX_PATH,
+        help=f"saved in-memory index written into the memory_* YAML; ~ is expanded where the pipeline runs "
+        f"(default: {DEFAULT_INDEX_PATH})",
     )
     pipelines.set_defaults(func=cmd_pipelines)
 

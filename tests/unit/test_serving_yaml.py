@@ -1,17 +1,23 @@
 """The shipped `pipelines/` folder: generated from the registry, loadable, deployable by Hayhooks, no YAML aliases."""
 
+import os
 from pathlib import Path
 
 import pytest
-from haystack import Pipeline
+import yaml
+from haystack import Document, Pipeline
 
 import haystack_fusion  # noqa: F401  (allowlists the package for deserialization)
+from haystack_fusion.backends import SavedInMemoryBM25Retriever, save_store
+from haystack_fusion.cli import main
 from haystack_fusion.serving.yaml import COMBINATIONS, YAML_SUBDIR, generate, pipeline_name, render
+from haystack_fusion.settings import DEFAULT_INDEX_PATH
 from haystack_fusion.strategies import STRATEGIES, get_strategy
 
 pytest.importorskip("haystack_integrations.document_stores.elasticsearch", reason="the `elasticsearch` extra")
 pytest.importorskip("haystack_integrations.components.generators.ollama", reason="the `ollama` extra")
 pytest.importorskip("haystack_integrations.components.embedders.sentence_transformers", reason="the `dense` extra")
+pytest.importorskip("haystack_integrations.components.generators.llama_cpp", reason="the `local` extra")
 
 PIPELINES_DIR = Path(__file__).resolve().parents[2] / "pipelines"
 SHIPPED_YAML = sorted((PIPELINES_DIR / YAML_SUBDIR).glob("*.yml"))
@@ -81,3 +87,102 @@ def test_hayhooks_deploys_it(path, monkeypatch):
     assert set(wrapper.input_resolutions) == {"query"}
     assert "retriever.query" in wrapper.input_resolutions["query"].targets
     assert set(wrapper.output_resolutions) == {"answers"}
+
+
+def components_of(text: str) -> dict:
+    return yaml.safe_load(text)["components"]
+
+
+def test_every_strategy_has_an_embedded_and_an_openai_compatible_yaml_over_the_saved_index(rendered):
+    for strategy in STRATEGIES:
+        for combination, llm_type in (
+            ("memory_bm25_local", "haystack_fusion.backends.local.LocalChatGenerator"),
+            ("memory_bm25_openai", "haystack.components.generators.chat.openai.OpenAIChatGenerator"),
+        ):
+            text = rendered[f"{YAML_SUBDIR}/{pipeline_name(strategy, combination)}.yml"]
+            components = components_of(text)
+            assert components["retriever"] == {
+                "type": "haystack_fusion.backends.stores.SavedInMemoryBM25Retriever",
+                "init_parameters": {"index_path": DEFAULT_INDEX_PATH, "scale_score": False, "top_k": 5},
+            }
+            assert f"type: {llm_type}" in text, (strategy, combination)  # some strategies nest the LLM
+            if combination == "memory_bm25_openai":  # the openai client reads $OPENAI_BASE_URL when the URL is null
+                assert "api_base_url: null" in text
+                assert "api_base_url: http" not in text
+
+
+def test_the_embedded_yaml_is_machine_independent(rendered):
+    """No CPU count, model path or home folder written in: the loading machine supplies its own."""
+    text = rendered[f"{YAML_SUBDIR}/{pipeline_name('concatenation', 'memory_bm25_local')}.yml"]
+    model_kwargs = components_of(text)["llm"]["init_parameters"]["model_kwargs"]
+    assert "n_threads" not in model_kwargs
+    assert model_kwargs["model_path"] is None
+    assert os.path.expanduser("~") not in text
+
+
+def test_local_generator_keeps_threads_it_was_given():
+    from haystack_fusion.backends import LocalChatGenerator
+
+    assert "n_threads" not in LocalChatGenerator().to_dict()["init_parameters"]["model_kwargs"]
+    given = LocalChatGenerator(model_kwargs={"n_threads": 3}).to_dict()
+    assert given["init_parameters"]["model_kwargs"]["n_threads"] == 3
+    assert LocalChatGenerator.from_dict(given).model_kwargs["n_threads"] == 3
+
+
+def test_elasticsearch_host_and_index_from_the_options(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["pipelines", "--out", str(out), "--es-url", "https://es.example:9200", "--es-index", "passages",
+                 "--store", "/srv/index.json"]) == 0  # fmt: skip
+    assert "90 YAML pipelines" in capsys.readouterr().out
+    for path in sorted((out / YAML_SUBDIR).glob("*.yml")):
+        store = components_of(path.read_text(encoding="utf-8"))["retriever"]["init_parameters"]
+        if "__es_hybrid_" in path.name:
+            store = store["bm25_retriever"]["init_parameters"]
+        if "__es_" in path.name:
+            assert store["document_store"]["init_parameters"]["hosts"] == "https://es.example:9200", path.name
+            assert store["document_store"]["init_parameters"]["index"] == "passages", path.name
+        else:
+            assert store["index_path"] == "/srv/index.json", path.name
+
+
+def test_wrappers_do_not_depend_on_the_options(tmp_path):
+    default, custom = render(), render(es_url="http://other:9200", es_index="other", index_path="other.json")
+    assert [name for name in default if default[name] != custom[name]] == [
+        name for name in default if name.startswith(f"{YAML_SUBDIR}/")
+    ]
+
+
+class TestSavedInMemoryBM25Retriever:
+    @pytest.fixture
+    def index(self, tmp_path):
+        path = tmp_path / "index.json"
+        save_store([Document(content="The Elsa river runs past Oberlinde."), Document(content="Glass is made here.")],
+                   path)  # fmt: skip
+        return path
+
+    def test_retrieves_from_the_saved_index(self, index):
+        retriever = SavedInMemoryBM25Retriever(index_path=str(index), top_k=1)
+        documents = retriever.run(query="Which river runs past Oberlinde?")["documents"]
+        assert [document.content for document in documents] == ["The Elsa river runs past Oberlinde."]
+        assert len(retriever.run(query="glass river", top_k=2)["documents"]) == 2
+
+    def test_serializes_the_path_not_the_passages(self, index):
+        retriever = SavedInMemoryBM25Retriever(index_path=str(index), top_k=3)
+        data = retriever.to_dict()
+        assert data["init_parameters"] == {"index_path": str(index), "top_k": 3, "scale_score": False}
+        assert SavedInMemoryBM25Retriever.from_dict(data).to_dict() == data
+
+    def test_expands_home_where_it_runs(self, index, monkeypatch):
+        monkeypatch.setenv("HOME", str(index.parent))
+        assert SavedInMemoryBM25Retriever(index_path="~/index.json").run(query="glass")["documents"]
+
+    def test_loading_reads_nothing_and_a_missing_index_fails_with_the_command_to_make_one(self, tmp_path):
+        retriever = SavedInMemoryBM25Retriever.from_dict(
+            SavedInMemoryBM25Retriever(str(tmp_path / "no.json")).to_dict()
+        )
+        with pytest.raises(FileNotFoundError, match="haystack-fusion index"):
+            retriever.warm_up()
+
+    def test_top_k_below_one_is_refused(self):
+        with pytest.raises(ValueError, match="top_k"):
+            SavedInMemoryBM25Retriever(top_k=0)
