@@ -469,7 +469,7 @@ def token_logprobs(meta: Mapping[str, Any] | None) -> list[Mapping[str, Any]] | 
 
 
 def answer_confidence(meta: Mapping[str, Any] | None, answer: str | None = None) -> float | None:
-    """
+    r"""
     The model's confidence in an answer: the geometric mean of the probabilities of the answer's tokens.
 
     Which tokens count: the reply is rebuilt from its tokens, and the tokens that overlap the answer's first

@@ -48,7 +48,7 @@ MAX_STOP_SEQUENCES = 4
 
 
 def merge_stop_sequences(own: Iterable[str] | str | None, extra: Iterable[str]) -> list[str]:
-    """
+    r"""
     A generator's own stop sequences plus a prompt's, without the redundant ones.
 
     A sequence that contains another one never ends a reply first (the other occurs at or before it), so it is

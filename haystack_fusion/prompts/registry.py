@@ -1,4 +1,4 @@
-"""
+r"""
 The prompt registry: every prompt template of the package, with its source in the papers and its answer pattern.
 
 Every template reads the passages as one pre-formatted string variable `passages` (see `format_passages`), so

@@ -98,9 +98,9 @@ class FusionAnswerer:
         """
         Answer a question from the given passages.
 
-        :param query: The question (non-blank).
-        :param documents: The passages, best-ranked first (your retriever's `documents`); none gives the strategy's
-            answer without passages ("unknown" for most).
+        :param kwargs: The inputs, by keyword: `query`, the question (non-blank), and `documents`, the passages,
+            best-ranked first (your retriever's `documents`); no passages give the strategy's answer without passages
+            ("unknown" for most).
         :returns: `answers`: the strategy's `GeneratedAnswer` list, best first.
         :raises ValueError: If the question is empty or only whitespace.
         """
