@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test unit lint install-llama-cpp install-local install-dev install-chat-ui
+.PHONY: demo test unit lint docs install-llama-cpp install-local install-dev install-chat-ui install-docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,7 @@ install-llama-cpp: $(LLAMA_STAMP)
 LOCAL_STAMP := $(VENV)/.installed-local
 DEV_STAMP := $(VENV)/.installed-dev
 CHAT_UI_STAMP := $(VENV)/.installed-chat-ui
+DOCS_STAMP := $(VENV)/.installed-docs
 SHARED_SQUAD := ../shared/data/squad2-dev-subset/squad2_dev_subset.json
 
 $(LOCAL_STAMP): pyproject.toml $(LLAMA_STAMP)
@@ -82,6 +83,18 @@ $(CHAT_UI_STAMP): pyproject.toml constraints/chainlit.txt $(DEV_STAMP)
 
 install-chat-ui: $(CHAT_UI_STAMP)
 
+$(DOCS_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e ".[docs]"
+	touch $@
+
+install-docs: $(DOCS_STAMP)
+
+# The documentation site (mkdocs.yml): the guides and the API reference from the docstrings (mkdocstrings reads the
+# source rather than importing it, so no extra is needed), built into site/. --strict: a broken link or a docstring
+# griffe cannot read fails the build. NO_MKDOCS_2_WARNING silences Material's banner about its end of life.
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -92,7 +105,7 @@ lint: install-dev
 unit: lint
 	$(BIN)/pytest tests/unit
 
-# Everything CI runs: lint, then the unit tests and the integration tests (embedded model, local servers, Chromium,
-# the wheel in a fresh environment, the SQuAD 2.0 subset in ../shared).
-test: lint install-chat-ui
+# Everything CI runs: lint, the documentation site, then the unit tests and the integration tests (embedded model,
+# local servers, Chromium, the wheel in a fresh environment, the SQuAD 2.0 subset in ../shared).
+test: lint install-chat-ui docs
 	$(BIN)/pytest
