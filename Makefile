@@ -1,4 +1,5 @@
-# README.md's commands: `make demo` (the main job), `make unit` (lint, unit tests), `make test` (what CI runs), `make docs` (the site).
+# README.md's commands: `make demo` (the main job), `make unit` (lint, unit tests), `make test` (what CI runs),
+# `make docs` (the site).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
