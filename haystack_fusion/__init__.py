@@ -1,8 +1,8 @@
 """
 haystack-fusion: Haystack components that combine retrieved passages with an LLM.
 
-Strategies from three papers: post-fusion as fallback and its relatives (paper 000), SuRe (paper 002) and
-Chain-of-Note (paper 004). Importing the package admits its own modules to Haystack's deserialization allowlist,
+Strategies from three papers: post-fusion as fallback and its relatives (Liu et al.), SuRe (Kim et al.) and
+Chain-of-Note (Yu et al.). Importing the package admits its own modules to Haystack's deserialization allowlist,
 so YAML pipelines that use its components load with `Pipeline.loads`.
 """
 

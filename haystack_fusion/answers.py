@@ -3,7 +3,7 @@ Answer normalization, unknown detection, answer confidence, token F1 and voting 
 shared by every component.
 
 One normalization (the official SQuAD evaluation's) serves voting and evaluation alike, and one unknown detector
-decides what counts as an abstention everywhere (paper 000, section 3.1). One token F1 (the official SQuAD script's)
+decides what counts as an abstention everywhere (Liu et al., section 3.1). One token F1 (the official SQuAD script's)
 serves the F1 metric and overlap voting, and one agreement rule (`answers_agree`) serves overlap voting and the %NM
 test of the evaluation (`evaluation.metrics.gold_in_pool`).
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 UNKNOWN = "unknown"
-"""The literal answer the prompts ask for when the passages do not answer the question (paper 000, section 3.1)."""
+"""The literal answer the prompts ask for when the passages do not answer the question (Liu et al., section 3.1)."""
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = frozenset(string.punctuation)
@@ -45,9 +45,9 @@ DEFAULT_UNKNOWN_PATTERNS: tuple[str, ...] = (
 )
 """Regular expressions (searched in the lowercased answer) that mark an abstention.
 
-The first catches the literal "unknown" that the prompts ask for (paper 000, section 3.1, Figure 7); the others
+The first catches the literal "unknown" that the prompts ask for (Liu et al., section 3.1, Figure 7); the others
 catch the usual paraphrases models produce instead, such as "I don't know", "not enough information" and "the context
-does not contain / provide ..." (paper 000, section 3.1 quotes "The provided input does not contain the context to
+does not contain / provide ..." (Liu et al., section 3.1 quotes "The provided input does not contain the context to
 answer the question.")."""
 
 
@@ -55,7 +55,7 @@ def normalize_answer(text: str) -> str:
     """
     Normalize an answer the way the official SQuAD evaluation script does.
 
-    Lowercase, remove punctuation, remove the articles "a", "an" and "the", and collapse whitespace (paper 000,
+    Lowercase, remove punctuation, remove the articles "a", "an" and "the", and collapse whitespace (Liu et al.,
     section 4 "Evaluation Metrics"; Rajpurkar et al., 2016). Voting and the EM / F1 metrics both use it.
 
     :param text: An answer string.
@@ -180,7 +180,7 @@ class UnknownDetector:
 @dataclass(frozen=True)
 class VoteResult:
     """
-    The outcome of majority voting over per-passage answers (paper 000, Eq. 2).
+    The outcome of majority voting over per-passage answers (Liu et al., Eq. 2).
 
     :param answer: The winning answer as the model wrote it (its first occurrence, from the best-ranked passage that
         gave it), or "unknown" when every answer abstained.
@@ -209,7 +209,7 @@ def majority_vote(
     answers: Sequence[str | None], ranks: Sequence[int] | None = None, detector: UnknownDetector | None = None
 ) -> VoteResult:
     """
-    Majority vote over answers, one per passage (or per sample), as in paper 000, Eq. 2.
+    Majority vote over answers, one per passage (or per sample), as in Liu et al., Eq. 2.
 
     Answers are compared after `normalize_answer`, so "The Eiffel Tower" and "eiffel tower" vote together.
     Abstentions ("unknown" and its paraphrases, as the detector decides) and failed calls (None) do not vote. A tie
@@ -248,7 +248,7 @@ def majority_vote(
 
 
 VoteMode = Literal["exact", "overlap"]
-"""How answers are grouped before they are counted: `"exact"` (equal after `normalize_answer`, paper 000, Eq. 2) or
+"""How answers are grouped before they are counted: `"exact"` (equal after `normalize_answer`, Liu et al., Eq. 2) or
 `"overlap"` (`answers_agree`)."""
 
 VOTE_MODES: tuple[str, ...] = ("exact", "overlap")
@@ -268,7 +268,7 @@ other thresholds on the same replies."""
 
 def token_f1(prediction: str, gold: str) -> float:
     """
-    Official SQuAD token F1 between two answers (paper 000, section 4 "Evaluation Metrics"; Rajpurkar et al., 2016).
+    Official SQuAD token F1 between two answers (Liu et al., section 4 "Evaluation Metrics"; Rajpurkar et al., 2016).
 
     Both sides are normalized with `normalize_answer` and split on whitespace; the overlap is the size of the
     multiset intersection (Counter `&`); precision = overlap / prediction tokens, recall = overlap / gold tokens,
@@ -371,7 +371,7 @@ def overlap_vote(
     threshold: float = DEFAULT_OVERLAP_THRESHOLD,
 ) -> VoteResult:
     """
-    Majority vote over clusters of agreeing answers: paper 000's Eq. 2 with "the same answer" read as agreement
+    Majority vote over clusters of agreeing answers: Liu et al.'s Eq. 2 with "the same answer" read as agreement
     (`answers_agree`) instead of equality after normalization.
 
     Abstentions and failed calls do not vote, as in `majority_vote`. The distinct normalized answers are clustered
@@ -433,7 +433,7 @@ def vote_answers(
     threshold: float = DEFAULT_OVERLAP_THRESHOLD,
 ) -> VoteResult:
     """
-    Vote in the given mode: `majority_vote` for `"exact"` (paper 000, Eq. 2), `overlap_vote` for `"overlap"`.
+    Vote in the given mode: `majority_vote` for `"exact"` (Liu et al., Eq. 2), `overlap_vote` for `"overlap"`.
 
     :param answers: The answers in passage order; None marks a failed call.
     :param ranks: The 0-based retrieval rank of the passage behind each answer; defaults to the position.

@@ -505,7 +505,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `haystack-fusion` command."""
     parser = argparse.ArgumentParser(
-        prog="haystack-fusion", description="Combine retrieved passages with an LLM (papers 000, 002, 004)."
+        prog="haystack-fusion",
+        description="Combine retrieved passages with an LLM (Liu et al., Kim et al., Yu et al.).",
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -624,7 +625,7 @@ def build_parser() -> argparse.ArgumentParser:
             "--vote",
             default="exact",
             choices=["exact", "overlap"],
-            help="post-fusion's vote: exact (normalized match, paper 000's Eq. 2, default) or overlap (answers whose "
+            help="post-fusion's vote: exact (normalized match, Liu et al.'s Eq. 2, default) or overlap (answers whose "
             "token F1 reaches --overlap-threshold, or whose words contain the other's, vote together)",
         )
         sub.add_argument(
@@ -734,7 +735,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--export-notes",
         metavar="PATH",
-        help="write the Chain-of-Note records as chat fine-tuning JSONL (paper 004 section 2.3.2)",
+        help="write the Chain-of-Note records as chat fine-tuning JSONL (Yu et al. section 2.3.2)",
     )
     evaluate.add_argument(
         "--export-correct-only", action="store_true", help="with --export-notes: only correctly answered questions"

@@ -44,7 +44,7 @@ class Question:
     :param answers: Gold answer texts, deduplicated in order of appearance; empty for unanswerable questions.
     :param is_impossible: True when the question has no gold answer (SQuAD 2.0 unanswerable questions, or an
         NQ-open line with an empty `answer` list); always False for SQuAD v1.1 files.
-    :param gold_document_id: The `Document.id` of the question's gold passage (paper 000, section 4, "with gold
+    :param gold_document_id: The `Document.id` of the question's gold passage (Liu et al., section 4, "with gold
         passage" setting): for SQuAD the paragraph the question was asked about, also for unanswerable questions;
         None when the dataset has no gold passages (NQ-open).
     """

@@ -9,7 +9,7 @@ without the extra raises an ImportError that names it.
   components with `model=None` meaning the packaged model. The model's path differs between machines, so they
   serialize it as `model: null` and resolve it again when loaded: a saved pipeline runs wherever the extra is
   installed. Any other `model` behaves exactly as in the base class.
-- `summary_reranker`: paper 002 (SuRe), section 4.3 "Effectiveness for finding important passages" and Table 4,
+- `summary_reranker`: Kim et al. (SuRe), section 4.3 "Effectiveness for finding important passages" and Table 4,
   reranks the retrieved passages by the cosine similarity between the sentence embeddings (Reimers & Gurevych, 2019)
   of the winning summary and of each passage ("Sent-encoder (SuRe)").
 """
@@ -64,7 +64,7 @@ def summary_reranker(model: str | None = None, top_k: int | None = None) -> Sent
     """
     A Haystack ranker that orders passages by the cosine similarity of their sentence embeddings to a query text.
 
-    This is SuRe's reranking of paper 002, section 4.3 and Table 4 ("Sent-encoder (SuRe)"): pass the winning
+    This is SuRe's reranking of Kim et al., section 4.3 and Table 4 ("Sent-encoder (SuRe)"): pass the winning
     summary as the `query`. It is sentence-transformers-haystack's `SentenceTransformersDiversityRanker` with
     `similarity="cosine"`, `strategy="maximum_margin_relevance"` and `lambda_threshold=1.0`: its MMR score is then
     `1.0 * relevance - 0.0 * diversity`, so passages come out in descending cosine similarity to the query (ties
@@ -185,7 +185,7 @@ class PackagedDocumentEmbedder(SentenceTransformersDocumentEmbedder):
 class PackagedDiversityRanker(SentenceTransformersDiversityRanker):
     """
     SentenceTransformersDiversityRanker on the packaged all-MiniLM-L6-v2 model by default (`model=None`), portable in
-    YAML: what `summary_reranker` returns (paper 002, Table 4).
+    YAML: what `summary_reranker` returns (Kim et al., Table 4).
     """
 
     def __init__(self, *, model: str | None = None, **kwargs: Any) -> None:

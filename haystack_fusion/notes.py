@@ -1,5 +1,5 @@
 """
-Chain-of-Note's reply parsers (paper 004, sections 2.3-2.3.1, Appendix A.5-A.6): pure functions, no LLM calls.
+Chain-of-Note's reply parsers (Yu et al., sections 2.3-2.3.1, Appendix A.5-A.6): pure functions, no LLM calls.
 
 Chain-of-Note (CoN) has the model write a reading note y_{d_i} on each of the k retrieved passages, then the final
 answer y (section 2.3). In the single-call mode the notes and the answer come in one reply, in the format of Table 6
@@ -306,7 +306,7 @@ def _assign(region: str, k: int) -> tuple[list[str], list[bool]]:
 @dataclass(frozen=True)
 class ParsedNotes:
     """
-    A single-call Chain-of-Note reply split into its segments [y_{d_1}, ..., y_{d_k}, y] (paper 004, section 2.3).
+    A single-call Chain-of-Note reply split into its segments [y_{d_1}, ..., y_{d_k}, y] (Yu et al., section 2.3).
 
     :param notes: k notes in passage order, each on one line as the model wrote it (its references included, as in
         Table 6's "Wikipedia passage #1 discusses ..."); "" for a passage no note names.
@@ -322,7 +322,7 @@ class ParsedNotes:
 
 def parse_single_call(reply: str | None, k: int) -> ParsedNotes:
     """
-    Read a single-call Chain-of-Note reply: one note per passage and the final answer (paper 004, section 2.3;
+    Read a single-call Chain-of-Note reply: one note per passage and the final answer (Yu et al., section 2.3;
     Appendix A.5 instruction, Table 6 format).
 
     Table 6's notes are one paragraph ("Wikipedia passage #1 discusses ... Wikipedia passage #2 confirms ... Based on
@@ -386,7 +386,7 @@ def _read_label(text: str) -> str | None:
 
 def parse_document_note(reply: str | None) -> tuple[str, str | None]:
     """
-    Read a per-document reply: the reading note on one passage and its relevance label (paper 004, section 2.3.1).
+    Read a per-document reply: the reading note on one passage and its relevance label (Yu et al., section 2.3.1).
 
     The prompt shows "The passage discusses ...\\nRelevance: (b) useful context" and asks for one of the three note
     types of Figure 2: "(a) answers directly", "(b) useful context", "(c) irrelevant". A leading "Reading note:" echo
@@ -449,7 +449,7 @@ def _contains_tokens(text: str, part: str) -> bool:
 
 def classify_note(note: str, answer: str, detector: UnknownDetector | None = None) -> str:
     """
-    The note type of a reading note that carries no label, as in the single-call mode (paper 004, section 2.3.1).
+    The note type of a reading note that carries no label, as in the single-call mode (Yu et al., section 2.3.1).
 
     Passage references ("Passage #2") are not part of the note's content here. The rules, in order:
 

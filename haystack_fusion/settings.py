@@ -126,7 +126,7 @@ def strategy_defaults(llm: str) -> dict[str, Any]:
     """
     Strategy settings that depend on the LLM, for the command line and serving alike.
 
-    The embedded model is a base model that continues text: it gets SuRe's few-shot candidate prompt (paper 002,
+    The embedded model is a base model that continues text: it gets SuRe's few-shot candidate prompt (Kim et al.,
     Listing 13) and a completion budget of 400 tokens for Chain-of-Note's notes. Other LLMs (chat models) get the
     papers' defaults: the zero-shot Listing 6, and their own completion budget.
 
@@ -195,7 +195,7 @@ MAX_CONCURRENCY_ENV = "HAYSTACK_FUSION_MAX_CONCURRENCY"
 DEFAULT_CONCURRENCY_CEILING = 64
 """The process-wide ceiling on calls under way at once in one fan-out when `HAYSTACK_FUSION_MAX_CONCURRENCY` is unset.
 Above every round of the shipped strategies at the papers' settings, so those run at once (post-fusion's k <= 20
-passages, paper 000 Figure 4; SuRe's verification round of K + K(K-1) = 25 calls at K = 5, paper 002), and low
+passages, Liu et al. Figure 4; SuRe's verification round of K + K(K-1) = 25 calls at K = 5, Kim et al.), and low
 enough that one wide round does not open hundreds of connections to a rate-limited API. Lower it with the variable
 for a tight rate limit; raise it for a server that takes more."""
 

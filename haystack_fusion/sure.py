@@ -1,5 +1,5 @@
 """
-SuRe's reply parsers and scoring (paper 002, sections 3.2-3.3, Appendix A.1-A.4): pure functions, no LLM calls.
+SuRe's reply parsers and scoring (Kim et al., sections 3.2-3.3, Appendix A.1-A.4): pure functions, no LLM calls.
 
 SuRe asks the LLM for K answer candidates (Eq. 2, Listing 6), summarizes the passages once per candidate (Eq. 3,
 Listing 7), asks whether each summary supports its candidate (Eq. 4, Listing 8) and which of two summaries is more
@@ -146,7 +146,7 @@ def _clean_candidate(candidate: str) -> str:
 
 def parse_candidates(reply: str | None, k: int) -> list[str]:
     """
-    Read the K answer candidates of SuRe's candidate generation (paper 002, section 3.2, Eq. 2; Listing 6).
+    Read the K answer candidates of SuRe's candidate generation (Kim et al., section 3.2, Eq. 2; Listing 6).
 
     Listing 6 asks for "(a) xx, (b) yy"; models also write other list shapes. The reply is read as follows:
 
@@ -214,7 +214,7 @@ def parse_candidates(reply: str | None, k: int) -> list[str]:
 
 def parse_validity(reply: str | None) -> bool:
     """
-    Read the instance-wise validation reply (paper 002, section 3.3, Eq. 4; Listing 8, "Choices: [True, False].").
+    Read the instance-wise validation reply (Kim et al., section 3.3, Eq. 4; Listing 8, "Choices: [True, False].").
 
     An echo of "Choices: [True, False]." is removed first. The first "true" or "false" word (case-insensitive, whole
     word) decides; "not true" / "isn't true" count as false and "not false" as true. Only when the reply has no
@@ -244,7 +244,7 @@ def _mention_value(match: re.Match[str]) -> int:
 
 def parse_preference(reply: str | None) -> int | None:
     """
-    Read the pair-wise ranking reply (paper 002, section 3.3, Eq. 5; Listing 9, "Choices: [Passage 1, Passage 2].").
+    Read the pair-wise ranking reply (Kim et al., section 3.3, Eq. 5; Listing 9, "Choices: [Passage 1, Passage 2].").
 
     A passage is named by "Passage 1", "passage1", "Passage #1", "Passage No. 1", "Passage one", "the first
     (passage)", "first one" (and likewise for 2); a bare "1" or "2" counts only at the start of the reply. After an
@@ -276,7 +276,7 @@ def parse_preference(reply: str | None) -> int | None:
 
 def ranking_pairs(k: int) -> list[tuple[int, int]]:
     """
-    The pair-wise ranking calls to make for K summaries (paper 002, section 3.3, Eq. 5).
+    The pair-wise ranking calls to make for K summaries (Kim et al., section 3.3, Eq. 5).
 
     Each unordered pair is asked in both orders "to prevent the order bias of LLMs" (section 3.3).
 
@@ -292,7 +292,7 @@ def ranking_pairs(k: int) -> list[tuple[int, int]]:
 
 def pairwise_ranking(preferences: Mapping[tuple[int, int], int | float | None], k: int) -> list[float]:
     """
-    The ranking scores r(s_k, S_K) of paper 002, section 3.3, Eq. 5.
+    The ranking scores r(s_k, S_K) of Kim et al., section 3.3, Eq. 5.
 
     One call (a, b) gives s_a the outcome 1 when the reply prefers Passage 1, 0 when it prefers Passage 2 and 0.5
     otherwise (Eq. 5 "else"); with probability scoring, the outcome is P(Passage 1) itself (`choice_probability`,
@@ -340,7 +340,7 @@ def pairwise_ranking(preferences: Mapping[tuple[int, int], int | float | None], 
 
 def select(validity: Sequence[float], ranking: Sequence[float]) -> list[int]:
     """
-    Order the candidates by SuRe's final score v(s_k) + r(s_k, S_K) (paper 002, section 3.3, Eq. 6).
+    Order the candidates by SuRe's final score v(s_k) + r(s_k, S_K) (Kim et al., section 3.3, Eq. 6).
 
     The first index is Eq. 6's k*. Ties go to the candidate generated earlier in Eq. 2 (section 4.1); scores are
     compared after rounding to 9 decimals so that float noise does not break a tie.
@@ -381,7 +381,7 @@ def choice_probability(meta: Mapping[str, Any] | None, choices: Choices) -> floa
     surrounding whitespace and punctuation): "True" in "True.", "1" in "Passage 1". There P(first) and P(second)
     are the summed probabilities of the position's alternatives (`top_logprobs`, the chosen token included) that
     spell each choice, and the result is P(first) / (P(first) + P(second)): the "P(True)" of self-evaluation, as a
-    continuous validity v(s_k) for Eq. 4 and pair-wise outcome for Eq. 5 (paper 002, section 3.3). When the
+    continuous validity v(s_k) for Eq. 4 and pair-wise outcome for Eq. 5 (Kim et al., section 3.3). When the
     alternatives hold only the chosen side, it is 1.0 or 0.0.
 
     :param meta: The reply's `meta`, with OpenAI-style `meta["logprobs"]` (see `answers.token_logprobs`), asked for

@@ -11,8 +11,8 @@ text that is not an answer although it has an answer's shape:
 
 - passage markup: a delimiter or key of the passage block (`prompts.passages.format_passages`), such as
   `<passage key="1c6071d9">`, a bare key `1005dbc6`, or a label `[2]` / `Passage #2` (small models echo them);
-- a copied demonstration: the answer equals an answer of the prompt's own few-shot demonstrations (paper 000,
-  Figure 7's "1925"; paper 004, Table 6's "1996") and does not occur in the passages, so it came from the prompt's
+- a copied demonstration: the answer equals an answer of the prompt's own few-shot demonstrations (Liu et al.,
+  Figure 7's "1925"; Yu et al., Table 6's "1996") and does not occur in the passages, so it came from the prompt's
   examples, not from the evidence;
 - an enumeration with no content: only list labels, such as `(i) (ii) (iii) ... (xxi)`.
 

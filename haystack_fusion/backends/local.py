@@ -32,7 +32,7 @@ LOCAL_GENERATION_KWARGS: dict[str, Any] = {
     "stop": ["\n\n", "\nQuestion:", "\nContext:"],
     "logprobs": True,
 }
-"""Greedy decoding at temperature 0 as in paper 000 section 4 ("greedy decoding with the temperature parameter set to
+"""Greedy decoding at temperature 0 as in Liu et al. section 4 ("greedy decoding with the temperature parameter set to
 0"); a base model continues a few-shot prompt with the next example, so generation stops where one would start.
 Token log-probabilities come with every reply (`meta["logprobs"]`), so every answer can carry its confidence; they
 cost about one pass over the vocabulary's logits per generated token and change no reply."""

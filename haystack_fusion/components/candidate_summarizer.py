@@ -1,4 +1,4 @@
-"""CandidateSummarizer: SuRe's answer candidates and candidate-conditioned summaries (paper 002, section 3.2)."""
+"""CandidateSummarizer: SuRe's answer candidates and candidate-conditioned summaries (Kim et al., section 3.2)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def clean_summary(reply: str | None) -> str:
 @component
 class CandidateSummarizer(ChatGeneratorWrapper):
     """
-    Proposes K answer candidates, then summarizes the passages once per candidate (SuRe, paper 002, section 3.2).
+    Proposes K answer candidates, then summarizes the passages once per candidate (SuRe, Kim et al., section 3.2).
 
     Round 1 is one LLM call with Listing 6 (p_can, Eq. 2) that asks for K candidates as "(a) xx, (b) yy"; the reply is
     parsed leniently (markers missing, numbered or bulleted lists, one per line, duplicates, more or fewer than K:
@@ -252,7 +252,7 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         usage = sum_usage([first.usage if first else None, second.usage if second else None])
         usage["rounds"] = int(first is not None) + int(second is not None)
         meta = {
-            "source": "paper 002, section 3.2, Eq. 2-3",
+            "source": "Kim et al., section 3.2, Eq. 2-3",
             "mode": self.mode,
             "candidates_reply": text if self.mode != "generic" else None,
             "failures": failures,

@@ -1,4 +1,4 @@
-"""NoteTaker: Chain-of-Note reading notes per retrieved passage, then the answer (paper 004, section 2.3)."""
+"""NoteTaker: Chain-of-Note reading notes per retrieved passage, then the answer (Yu et al., section 2.3)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ NOTE_MODES: tuple[str, ...] = ("single_call", "per_document")
 @component
 class NoteTaker(ChatGeneratorWrapper):
     """
-    Writes a reading note per retrieved passage, judges its relevance, then answers (Chain-of-Note, paper 004).
+    Writes a reading note per retrieved passage, judges its relevance, then answers (Chain-of-Note, Yu et al.).
 
     Each note carries the passage's id and one of the three note types of section 2.3.1: `direct` (the passage
     answers the question), `context` (useful context, no answer) or `irrelevant`. The answer comes from the relevant
@@ -250,7 +250,7 @@ class NoteTaker(ChatGeneratorWrapper):
         ids = {note["document_id"] for note in relevant}
         meta = {
             "strategy": f"chain_of_note ({self.mode})",
-            "source": "paper 004, section 2.3, Appendix A.5",
+            "source": "Yu et al., section 2.3, Appendix A.5",
             "notes": notes,
             "answer_source": source,
             "failures": failures,

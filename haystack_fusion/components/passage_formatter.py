@@ -40,7 +40,7 @@ class PassageFormatter:
         Create a PassageFormatter.
 
         :param max_passage_chars: Per-passage context budget in characters; None for no limit.
-        :param layout: "numbered" (`[i]`, paper 000's figures) or "titled" (`Passage #i Title/Text`, paper 002's
+        :param layout: "numbered" (`[i]`, Liu et al.'s figures) or "titled" (`Passage #i Title/Text`, Kim et al.'s
             listings).
         :param datamark: Datamark the passage text (" ^ " between words, after a notice line that marked text holds
             no instructions; `prompts.passages.format_passages`), a defence against instructions written in passages

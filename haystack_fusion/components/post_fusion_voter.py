@@ -1,4 +1,4 @@
-"""PostFusionVoter: one LLM call per passage, answers voted by majority (paper 000, Eq. 2, sections 3.3, 4.4)."""
+"""PostFusionVoter: one LLM call per passage, answers voted by majority (Liu et al., Eq. 2, sections 3.3, 4.4)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from haystack_fusion.validation import check_answer, validate_query
 logger = logging.getLogger(__name__)
 
 DEFAULT_SAMPLING_KWARGS: dict[str, Any] = {"temperature": 0.7}
-"""Sampling for self-consistency, p > 1 samples per passage (paper 000, section 4.4 and Figure 5: temperature 0.7)."""
+"""Sampling for self-consistency, p > 1 samples per passage (Liu et al., section 4.4 and Figure 5: temperature 0.7)."""
 
 
 _OUTPUT_TYPES: dict[str, Any] = {
@@ -52,9 +52,9 @@ _OUTPUT_TYPES: dict[str, Any] = {
 @component
 class PostFusionVoter(ChatGeneratorWrapper):
     """
-    Answers a question from each passage separately and returns the majority answer (Post-Fusion, paper 000).
+    Answers a question from each passage separately and returns the majority answer (Post-Fusion, Liu et al.).
 
-    Each of the k passages is sent to the LLM on its own with the Figure 7 prompt (paper 000, Eq. 2), all calls
+    Each of the k passages is sent to the LLM on its own with the Figure 7 prompt (Liu et al., Eq. 2), all calls
     concurrently up to `max_concurrency`. With `samples_per_passage` p > 1, each passage is sampled p times at a
     sampling temperature and all p x k answers vote (self-consistency, section 4.4). Answers are normalized before
     voting; "unknown" answers and failed calls do not vote; ties go to the answer from the better-ranked passage;
@@ -72,8 +72,8 @@ class PostFusionVoter(ChatGeneratorWrapper):
     With `vote="overlap"`, answers that agree (`answers.answers_agree`: token F1 >= `overlap_threshold`, or one's
     normalized tokens contained in the other's) vote together: they are clustered greedily by rank, the cluster with
     the most votes wins (ties to the better-ranked passage), and its best-ranked member's surface form is the answer
-    (`answers.overlap_vote`; research/notes/evaluation.md, "Overlap voting"). The default, `vote="exact"`, is paper
-    000's Eq. 2.
+    (`answers.overlap_vote`; research/notes/evaluation.md, "Overlap voting"). The default, `vote="exact"`,
+    is Liu et al.'s Eq. 2.
 
     With `answer_checks` on (default), each passage's answer is checked by the package's answer validator
     (`validation.check_answer`, with the Figure 7 prompt's demonstration answers and that passage's text): an answer
@@ -130,7 +130,7 @@ class PostFusionVoter(ChatGeneratorWrapper):
         :param datamark: Datamark each passage's text (`prompts.passages.format_passages`), a defence against
             instructions written in passages; off by default (and then left out of `to_dict`).
         :param vote: How answers are grouped before counting: `"exact"` (default; equal after SQuAD normalization,
-            paper 000, Eq. 2) or `"overlap"` (answers that agree by `answers.answers_agree` vote together,
+            Liu et al., Eq. 2) or `"overlap"` (answers that agree by `answers.answers_agree` vote together,
             `answers.overlap_vote`). In `to_dict` only when not `"exact"`.
         :param overlap_threshold: With `vote="overlap"`, the token F1 in (0, 1] at or above which two answers agree
             (default `answers.DEFAULT_OVERLAP_THRESHOLD`, 0.5; one's tokens contained in the other's agree at any
@@ -282,7 +282,7 @@ class PostFusionVoter(ChatGeneratorWrapper):
         known = [c for c in confidences if c is not None]
         meta: dict[str, Any] = {
             "strategy": "post_fusion",
-            "source": "paper 000, Eq. 2",
+            "source": "Liu et al., Eq. 2",
             "votes": vote.votes,
             "vote_share": share,
             "tie": tie,

@@ -1,4 +1,4 @@
-"""SummaryVerifier: SuRe's instance-wise validity, pair-wise ranking and selection (paper 002, section 3.3)."""
+"""SummaryVerifier: SuRe's instance-wise validity, pair-wise ranking and selection (Kim et al., section 3.3)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ Scoring = Literal["text", "probability"]
 @component
 class SummaryVerifier(ChatGeneratorWrapper):
     """
-    Picks the answer candidate whose candidate-conditioned summary is valid and ranks best (SuRe, paper 002, 3.3).
+    Picks the answer candidate whose candidate-conditioned summary is valid and ranks best (SuRe, Kim et al., 3.3).
 
     For K candidates and their K summaries it asks, in one round of concurrent calls (up to `max_concurrency`):
     K validity questions (Listing 8, p_val; Eq. 4: v(s_k) = 1 when the model answers True, else 0) and K(K-1)
@@ -95,7 +95,7 @@ class SummaryVerifier(ChatGeneratorWrapper):
         Create a SummaryVerifier.
 
         :param chat_generator: The ChatGenerator that judges validity and ranking (may differ from the one that
-            wrote the summaries, paper 002 Table 10).
+            wrote the summaries, Kim et al. Table 10).
         :param use_validity: If False, candidates are ordered by ranking alone (Table 3, "+ Pair-wise ranking") and
             no validity call is made.
         :param max_concurrency: Largest number of calls under way at once (an integer >= 1); None (default): all
@@ -183,7 +183,7 @@ class SummaryVerifier(ChatGeneratorWrapper):
         """Eq. 4-6 from the replies: the answers best first, without documents."""
         k = len(candidates)
         if k == 0:
-            nothing = {"strategy": "sure", "source": "paper 002, Eq. 6", "usage": dict(empty_usage(), rounds=0)}
+            nothing = {"strategy": "sure", "source": "Kim et al., Eq. 6", "usage": dict(empty_usage(), rounds=0)}
             return [GeneratedAnswer(data=UNKNOWN, query=query, documents=[], meta=nothing)]
         replies = calls.replies if calls else []
         validity = [0.0] * k
@@ -224,7 +224,7 @@ class SummaryVerifier(ChatGeneratorWrapper):
             if position == 0:
                 meta.update(
                     strategy="sure",
-                    source="paper 002, section 3.3, Eq. 4-6",
+                    source="Kim et al., section 3.3, Eq. 4-6",
                     preferences={f"{a},{b}": value for (a, b), value in sorted(preferences.items())},
                     scoring=self.scoring,
                     scored_by=scored_by,

@@ -1,4 +1,4 @@
-"""UnknownRouter: sends a reply that says "unknown" (or is too uncertain) to a fallback branch (paper 000, 3.1, 3.3)."""
+"""UnknownRouter: sends a reply that says "unknown" (or is too uncertain) to a fallback branch (Liu et al. 3.1, 3.3)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class UnknownRouter:
     """
     Routes an LLM reply to a `known` or an `unknown` branch, so a pipeline can fall back when the model abstains.
 
-    Paper 000 (section 3.1) has the model say "unknown" when the passages do not answer the question; Post-Fusion
+    Liu et al. (section 3.1) has the model say "unknown" when the passages do not answer the question; Post-Fusion
     as the Fallback (Concat+PF, section 3.3) then answers again with per-passage post-fusion. The router reads the
     answer out of the first reply (with the prompt's answer pattern), asks the shared `UnknownDetector`, and, when a
     `min_confidence` is set and the generator returned token log-probabilities, also sends answers whose confidence
@@ -56,7 +56,7 @@ class UnknownRouter:
             (`haystack_fusion.answers.DEFAULT_UNKNOWN_PATTERNS`).
         :param min_confidence: Probability in (0, 1]: an answer whose confidence (the geometric mean of its
             tokens' probabilities, `haystack_fusion.answers.answer_confidence`) is below it goes to `unknown`. None
-            disables the check (paper 000's behaviour), and so does a reply without log-probabilities: ask the
+            disables the check (Liu et al.'s behaviour), and so does a reply without log-probabilities: ask the
             generator for them with `generation_kwargs={"logprobs": True}` (OpenAIChatGenerator, the embedded
             `LocalChatGenerator`; ollama-haystack returns none).
         :param answer_checks: Send an answer the validator rejects (`haystack_fusion.validation.check_answer`:

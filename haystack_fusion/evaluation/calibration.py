@@ -72,12 +72,12 @@ def auroc(
     The AUROC of scores against binary labels, with its 95% percentile-bootstrap CI over questions.
 
     The bootstrap is stratified: positives and negatives are resampled apart (`scipy.stats.bootstrap` with two
-    independent samples), so every resample has both classes and an AUROC; 1,000 resamples, as paper 002 Appendix H.
+    independent samples), so every resample has both classes and an AUROC; 1,000 resamples, as Kim et al. Appendix H.
 
     :param scores: One score per question.
     :param labels: One label per question (True: positive).
     :param seed: The bootstrap's seed.
-    :param resamples: Bootstrap resamples (1,000, as paper 002 Appendix H).
+    :param resamples: Bootstrap resamples (1,000, as Kim et al. Appendix H).
     :returns: `auroc` (in [0, 1]), `ci` ([low, high]; None with fewer than two of a class),
         `positives`, `negatives`; None when either class is empty.
     :raises ValueError: If the lengths differ.
@@ -223,7 +223,7 @@ def replay(
 
     Needs, per question, a `concatenation` record with a confidence and a `post_fusion` record at the same k and
     setting (and, for a share, a `cascade` record made with `EXHAUSTIVE` settings, whose answer is read for a split
-    vote); other questions are left out of every row. tau None replays the text-only fallback (paper 000).
+    vote); other questions are left out of every row. tau None replays the text-only fallback (Liu et al.).
 
     :returns: (k, setting) -> question id -> `Replayed`, for the questions that have every record needed.
     """
@@ -341,7 +341,7 @@ def _runs(records: Sequence[QuestionRecord]) -> dict[tuple[str, int, str], list[
 
 def verification_stats(records: Sequence[QuestionRecord]) -> list[dict[str, Any]]:
     """
-    How much SuRe's verification decided, per run with verifier scores (paper 002, Eq. 4-6).
+    How much SuRe's verification decided, per run with verifier scores (Kim et al., Eq. 4-6).
 
     :returns: Per run: `strategy`, `top_k`, `setting`, `verified` (questions with 2+ scored candidates),
         `not_all_valid` (% of them whose validity was not True, or >= 0.5, for every candidate), `first_wins` (% won

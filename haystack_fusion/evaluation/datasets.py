@@ -1,7 +1,7 @@
 """
 Evaluation datasets: a passage corpus plus questions with gold answers and, where known, a gold passage.
 
-Paper 000 (section 4) evaluates on the dev splits of NQ, TriviaQA and SQuAD, over 100-word Wikipedia passages, with
+Liu et al. (section 4) evaluates on the dev splits of NQ, TriviaQA and SQuAD, over 100-word Wikipedia passages, with
 and without the gold passage among the top-k. This module loads the two file formats those experiments need:
 SQuAD JSON (each paragraph is a passage and the gold passage of its questions) and NQ-open JSONL questions over a
 separate passage corpus (JSONL, or a DPR-style `id\\ttext\\ttitle` TSV such as `psgs_w100.tsv`).
@@ -72,7 +72,7 @@ class EvalDataset:
 
     def only(self, kind: str) -> EvalDataset:
         """
-        Keep the answerable or the unanswerable questions (paper 004: noise robustness is measured on answerable
+        Keep the answerable or the unanswerable questions (Yu et al.: noise robustness is measured on answerable
         questions, the reject rate on unanswerable ones).
 
         :param kind: "all", "answerable" or "unanswerable".
@@ -138,7 +138,7 @@ def load_squad_dataset(path: str | Path) -> EvalDataset:
     Load a SQuAD v1.1 or v2.0 JSON file as an evaluation dataset.
 
     Parsing is `haystack_fusion.corpus.load_squad`: every distinct paragraph becomes a Document of the corpus, and
-    each question's own paragraph is its gold passage (paper 000, section 4). SQuAD 2.0 `is_impossible` questions
+    each question's own paragraph is its gold passage (Liu et al., section 4). SQuAD 2.0 `is_impossible` questions
     are unanswerable (no gold answers); they still carry the id of the paragraph they were asked about.
 
     :param path: Path to the SQuAD JSON file.
@@ -191,7 +191,7 @@ def load_dpr_tsv_passages(path: str | Path) -> list[Document]:
     """
     Load passages from a DPR-style TSV file (`id`, `text`, `title`, tab-separated, with that header row).
 
-    This is the format of DPR's Wikipedia passages (`psgs_w100.tsv`, the 100-word passages of paper 000,
+    This is the format of DPR's Wikipedia passages (`psgs_w100.tsv`, the 100-word passages of Liu et al.,
     section 4). Rows are read with the `csv` module (`delimiter="\\t"`), so double-quoted fields may hold tabs,
     quotes (doubled) and newlines. Each row becomes a Document with `content` = `text` and
     `meta` = `{"title": <title>, "source_id": <id>}`; the Document id is Haystack's content-derived hash, as in
@@ -246,7 +246,7 @@ def load_nq_open(questions_path: str | Path, corpus_path: str | Path) -> EvalDat
     The question file is JSON Lines, one object per line: `question` (a non-empty string), `answer` (a list of
     gold answer strings) and an optional `id` (else `q<line number>`); other keys are ignored and blank lines are
     skipped. An empty `answer` list makes the question unanswerable. NQ-open has no gold passage, so every
-    `gold_document_id` is None: only paper 000's setting without an added gold passage (section 4) applies.
+    `gold_document_id` is None: only Liu et al.'s setting without an added gold passage (section 4) applies.
     The corpus is a `.jsonl` file (read by `haystack_fusion.corpus.load_jsonl_passages`) or a DPR-style `.tsv`
     file (read by `load_dpr_tsv_passages`).
 

@@ -1,4 +1,4 @@
-"""Training-data export: a run's Chain-of-Note notes as chat fine-tuning JSONL (paper 004, section 2.3.2)."""
+"""Training-data export: a run's Chain-of-Note notes as chat fine-tuning JSONL (Yu et al., section 2.3.2)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def training_record(
     max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
 ) -> dict[str, Any]:
     """
-    One chat fine-tuning example for distilling Chain-of-Note into a smaller model (paper 004, section 2.3.2).
+    One chat fine-tuning example for distilling Chain-of-Note into a smaller model (Yu et al., section 2.3.2).
 
     :param query: The question.
     :param documents: Its k passages, in the order the notes refer to.

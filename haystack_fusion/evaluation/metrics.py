@@ -1,11 +1,11 @@
 """
 The papers' evaluation metrics as pure functions: per-question scores and their aggregate over a run.
 
-Per question: exact match and token F1 (paper 000, section 4 "Evaluation Metrics"; the official SQuAD evaluation,
-Rajpurkar et al., 2016), substring accuracy (paper 004, section 3.1.3), the unknown test behind %Unk and the reject
-rate (paper 000, section 3.1 and section 4; paper 004, section 3.4), whether the post-fusion candidate pool holds a
-gold answer (behind %NM, paper 000, section 4) and whether retrieval found an answer-bearing passage (answer
-recall@k, paper 000, section 4.3).
+Per question: exact match and token F1 (Liu et al., section 4 "Evaluation Metrics"; the official SQuAD evaluation,
+Rajpurkar et al., 2016), substring accuracy (Yu et al., section 3.1.3), the unknown test behind %Unk and the reject
+rate (Liu et al., section 3.1 and section 4; Yu et al., section 3.4), whether the post-fusion candidate pool holds a
+gold answer (behind %NM, Liu et al., section 4) and whether retrieval found an answer-bearing passage (answer
+recall@k, Liu et al., section 4.3).
 
 Aggregate: `summarize` turns a list of `QuestionScore` into the figures a report prints, as percentages (x100) where
 the papers report percentages, unrounded.
@@ -58,10 +58,10 @@ def exact_match(prediction: str, golds: Sequence[str]) -> float:
     """
     Exact match (EM) of a prediction against the acceptable answers.
 
-    Paper 000, section 4 "Evaluation Metrics": "A generated response is considered correct if, after normalization,
+    Liu et al., section 4 "Evaluation Metrics": "A generated response is considered correct if, after normalization,
     it matches any candidate in a list of acceptable answers. The normalization process entails converting the text
     to lowercase and omitting articles, punctuation, and redundant whitespaces" (the official SQuAD evaluation,
-    Rajpurkar et al., 2016; paper 004, section 3.1.3 uses the same definition). Normalization is
+    Rajpurkar et al., 2016; Yu et al., section 3.1.3 uses the same definition). Normalization is
     `haystack_fusion.answers.normalize_answer`.
 
     Unit: 1.0 (match) or 0.0 per question; `summarize` reports the mean x100.
@@ -82,7 +82,7 @@ def f1(prediction: str, golds: Sequence[str]) -> float:
     """
     Token F1 of a prediction, the best over the acceptable answers.
 
-    Paper 000, section 4 "Evaluation Metrics" (the standard F1 of Rajpurkar et al., 2016); paper 004, section 3.1.3:
+    Liu et al., section 4 "Evaluation Metrics" (the standard F1 of Rajpurkar et al., 2016); Yu et al., section 3.1.3:
     F1 "treats the prediction and ground truth as bags of tokens". As in the official SQuAD script: both sides are
     normalized with `normalize_answer` and split on whitespace; the overlap is the size of the multiset
     intersection (Counter `&`); precision = overlap / prediction tokens, recall = overlap / gold tokens,
@@ -104,7 +104,7 @@ def accuracy(prediction: str, golds: Sequence[str]) -> float:
     """
     Substring accuracy: a gold answer occurs in the prediction.
 
-    Paper 004, section 3.1.3: "Accuracy considers a prediction correct if any substring of the prediction exactly
+    Yu et al., section 3.1.3: "Accuracy considers a prediction correct if any substring of the prediction exactly
     matches any of the provided correct answers" (after Mallen et al., 2023), used there because EM is too strict
     for verbose models. Both sides are normalized with `normalize_answer` first; the test is a character-level
     substring test on the normalized strings (no token boundaries, as in Mallen et al.).
@@ -126,7 +126,7 @@ def is_unknown(prediction: str | None, detector: UnknownDetector | None = None) 
     """
     Whether a prediction abstains ("unknown" or a paraphrase), the test behind %Unk and the reject rate.
 
-    Paper 000, section 3.1 defines the unknown output and section 4 "Evaluation Metrics" counts it (%Unk); paper 004,
+    Liu et al., section 3.1 defines the unknown output and section 4 "Evaluation Metrics" counts it (%Unk); Yu et al.,
     section 3.4 counts rejections (reject rate). Delegates to `haystack_fusion.answers.UnknownDetector`, the one
     abstention rule that voting and routing use too.
 
@@ -149,11 +149,11 @@ def gold_in_pool(
     """
     Whether the post-fusion candidate pool holds a correct answer, the condition of %NM.
 
-    Paper 000, section 4 "Evaluation Metrics": %NM counts "instances where the correct answer is within the generated
+    Liu et al., section 4 "Evaluation Metrics": %NM counts "instances where the correct answer is within the generated
     answer list but isn't the majority selection". "Within" is read with the matching the voter used, so that %NM
     asks whether voting lost an answer that it would itself have counted as the gold one:
 
-    - `vote="exact"` (default, paper 000's voting): some candidate is an exact match (`exact_match`) of some gold
+    - `vote="exact"` (default, Liu et al.'s voting): some candidate is an exact match (`exact_match`) of some gold
       answer;
     - `vote="overlap"` (`PostFusionVoter(vote="overlap")`): some candidate agrees with some gold answer by
       `haystack_fusion.answers.answers_agree` (equal, token F1 >= `overlap_threshold`, or one's tokens contained in
@@ -184,7 +184,7 @@ def retrieval_hit(passages: Sequence[str], golds: Sequence[str]) -> bool:
     """
     Whether one of the retrieved passages contains a gold answer string (answer recall@k for one question).
 
-    Paper 000, section 4.3 relates the results to the "retrieval recall" of the Top-k passages; this is the usual
+    Liu et al., section 4.3 relates the results to the "retrieval recall" of the Top-k passages; this is the usual
     answer recall@k: a question is a hit when a gold answer occurs verbatim in one of its k passages. The test is
     case-insensitive (`str.casefold`) on text whose whitespace runs are collapsed to one space; punctuation and
     articles are kept (passages are not answers, and removing them would create false hits across word boundaries).
@@ -370,13 +370,13 @@ def summarize(scores: Sequence[QuestionScore]) -> dict[str, float | int | None]:
     Keys, in order (percentages are x100; a rate whose denominator is empty is None):
 
     - `questions`, `answerable`, `unanswerable`: counts.
-    - `em`, `f1`, `accuracy`: mean x100 over answerable questions only (paper 000, section 4; paper 004,
+    - `em`, `f1`, `accuracy`: mean x100 over answerable questions only (Liu et al., section 4; Yu et al.,
       section 3.1.3). Unanswerable questions have no gold answer to match and are scored by `reject_rate`.
-    - `unknown_rate` (%Unk): share x100 of answerable questions whose final answer is unknown. Paper 000, section 4
+    - `unknown_rate` (%Unk): share x100 of answerable questions whose final answer is unknown. Liu et al., section 4
       defines %Unk as "the proportion of times the LLM indicates it cannot answer based on the given input" and
       reports it (Tables 1 and 2) on answerable QA data, so it is measured on answerable questions. An answer the
       validator rejected (`invalid`) is not unknown (`with_answer_outcome`).
-    - `nm_rate` (%NM), `nm_count`, `pool_has_gold_count`: paper 000, section 4 defines %NM as "the error rate
+    - `nm_rate` (%NM), `nm_count`, `pool_has_gold_count`: Liu et al., section 4 defines %NM as "the error rate
       through majority vote ... instances where the correct answer is within the generated answer list but isn't
       the majority selection". `pool_has_gold_count` counts answerable questions whose post-fusion pool holds a
       gold answer (`pool_has_gold` True); `nm_count` counts those among them whose majority answer is wrong
@@ -386,14 +386,14 @@ def summarize(scores: Sequence[QuestionScore]) -> dict[str, float | int | None]:
       are not counted. All three are None when no question has a pool (every `pool_has_gold` is None, e.g. the
       concatenation strategy); `nm_rate` is also None when no pool holds a gold answer.
     - `reject_rate`: share x100 of unanswerable questions answered unknown; None when there are no unanswerable
-      questions. Paper 004, section 3.4 evaluates unknown robustness "based on reject rate (RR), i.e., number of
+      questions. Yu et al., section 3.4 evaluates unknown robustness "based on reject rate (RR), i.e., number of
       rejected ..." (the text extraction breaks off there), on questions beyond the model's knowledge; it is read as
       rejected questions / unanswerable questions. What counts as a rejection is the `unknown` flag, i.e.
       `UnknownDetector`, so paraphrases such as "I don't know" count.
     - `recall_at_k`: share x100 of answerable questions with a retrieval hit, over those where it was measured
-      (`retrieval_hit` not None; paper 000, section 4.3); None when never measured.
+      (`retrieval_hit` not None; Liu et al., section 4.3); None when never measured.
     - `calls_per_question`, `prompt_tokens_per_question`, `completion_tokens_per_question`, `tokens_per_question`
-      (prompt + completion): means over all questions (paper 000, section 4.2 compares token usage).
+      (prompt + completion): means over all questions (Liu et al., section 4.2 compares token usage).
     - `latency_p50`, `latency_p95`: percentiles of `seconds`, in seconds, by linear interpolation between order
       statistics (the definition of `statistics.quantiles(n=100, method="inclusive")` and of numpy's default
       `percentile`: position (n - 1) * p / 100 in the sorted values); with a single question, its seconds.

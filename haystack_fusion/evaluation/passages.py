@@ -1,5 +1,5 @@
 """
-The papers' passage settings: gold passage inserted (paper 000), noise ratio (paper 004), closed book.
+The papers' passage settings: gold passage inserted (Liu et al.), noise ratio (Yu et al.), closed book.
 
 `EvalRetriever` wraps the real retriever of a strategy pipeline and rearranges what it returns per question, so the
 strategies run unchanged under each setting.
@@ -20,8 +20,8 @@ from haystack_fusion.evaluation.metrics import retrieval_hit
 GoldPosition = Literal["none", "random", "first", "last"]
 
 NOISE_POOL_FACTOR = 10
-"""With a noise ratio, the retriever is asked for this many times k passages to fill the two lists from (004 §3.1.1
-enumerates the DPR-retrieved list)."""
+"""With a noise ratio, the retriever is asked for this many times k passages to fill the two lists from
+(Yu et al. §3.1.1 enumerates the DPR-retrieved list)."""
 
 
 @dataclass(frozen=True)
@@ -29,13 +29,13 @@ class PassageSetting:
     """
     How the top-k passages of a question are put together for evaluation.
 
-    :param gold_passage: "none" keeps retrieval as it is (paper 000 Table 2, "without gold passage"); "random"
+    :param gold_passage: "none" keeps retrieval as it is (Liu et al. Table 2, "without gold passage"); "random"
         inserts the question's gold passage at a random position when retrieval missed it, dropping the last passage
-        (000 section 4, Table 1 "with gold passage"); "first" / "last" always put the gold passage at the start /
-        end of the list (000 section 4.5, Figure 6).
-    :param noise_ratio: r in [0, 1]: k*r irrelevant and k*(1-r) relevant passages (paper 004 section 3.1.1); None
+        (Liu et al. section 4, Table 1 "with gold passage"); "first" / "last" always put the gold passage at the start /
+        end of the list (Liu et al. section 4.5, Figure 6).
+    :param noise_ratio: r in [0, 1]: k*r irrelevant and k*(1-r) relevant passages (Yu et al. section 3.1.1); None
         for no noise setting. Relevant means containing a gold answer string (or being the gold passage).
-    :param closed_book: No passages at all (paper 000 section 4 "Dataset Filter" asks the LLM with no context).
+    :param closed_book: No passages at all (Liu et al. section 4 "Dataset Filter" asks the LLM with no context).
     :param seed: Seed of the per-question random choices (position, noise passages), in integer units.
     :raises ValueError: For an unknown `gold_passage` value or a `noise_ratio` outside [0, 1].
     """

@@ -1,9 +1,9 @@
 """
-The evaluation report: summary JSON, a markdown table laid out like paper 000's Table 1, and PNG charts.
+The evaluation report: summary JSON, a markdown table laid out like Liu et al.'s Table 1, and PNG charts.
 
 Every rate (EM, F1, accuracy, %Unk, reject rate, recall@k) carries a 95% bootstrap confidence interval over the
 questions it is computed on, and every strategy is compared with a baseline (by default `concatenation`) by the paired
-bootstrap confidence interval of its EM and F1 difference (paper 002, Appendix H; `haystack_fusion.evaluation.stats`).
+bootstrap confidence interval of its EM and F1 difference (Kim et al., Appendix H; `haystack_fusion.evaluation.stats`).
 
 Answers that are not answers (research/notes/evaluation.md, "Answers that are not answers"): every record's score gets
 its flags from the record (`metrics.with_answer_outcome`: empty, invalid, truncated; an invalid answer is not unknown),
@@ -113,8 +113,8 @@ def demonstration_copies(
     records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED
 ) -> dict[_RunKey, dict[str, Any]]:
     """
-    How often a run's final answer is one of its prompts' few-shot demonstration answers (paper 000, Figure 7's
-    examples; paper 004, Table 6's), and how often the answer checks caught one.
+    How often a run's final answer is one of its prompts' few-shot demonstration answers (Liu et al., Figure 7's
+    examples; Yu et al., Table 6's), and how often the answer checks caught one.
 
     A final answer copies a demonstration when, normalized (`answers.normalize_answer`), it equals a demonstration
     answer of any prompt the strategy uses (`demonstration_answers`), whatever the passages say
@@ -175,7 +175,7 @@ def summarize_runs(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEE
     One summary per (strategy, k, setting), in the order the records first name them, with confidence intervals.
 
     Each rate of `RATE_KEYS` is followed by `<key>_ci`: its 95% percentile-bootstrap confidence interval
-    `[low, high]` in percent (`stats.rate_ci`: 1,000 resamples of the questions, paper 002 Appendix H), over the same
+    `[low, high]` in percent (`stats.rate_ci`: 1,000 resamples of the questions, Kim et al. Appendix H), over the same
     questions as the rate: answerable questions for EM, F1, accuracy and %Unk, answerable questions where retrieval
     was measured for recall@k, unanswerable questions for the reject rate. It is None when the rate is computed over
     fewer than two questions.
@@ -223,7 +223,7 @@ def baseline_differences(
     A run (strategy, k, setting) is paired with the baseline's run at the same k and setting, over the answerable
     questions both answered (matched by question id). The differences are percentage points, run minus baseline;
     their intervals are 95% paired percentile-bootstrap intervals (`stats.paired_difference_ci`: the same resampled
-    questions for both, 1,000 resamples, paper 002 Appendix H).
+    questions for both, 1,000 resamples, Kim et al. Appendix H).
 
     Keys per run: `paired_questions` (n), `em_diff`, `em_diff_ci` (`[low, high]`), `f1_diff`, `f1_diff_ci`,
     `em_diff_significant` and `f1_diff_significant` (the interval excludes 0), and `diff_significant` (either does).
@@ -342,9 +342,9 @@ def markdown_table(
     bootstrap: dict[str, Any] | None = None,
 ) -> str:
     """
-    The results as a markdown table laid out like paper 000's Table 1 (EM, F1, %Unk, %NM per strategy), plus
+    The results as a markdown table laid out like Liu et al.'s Table 1 (EM, F1, %Unk, %NM per strategy), plus
     accuracy, reject rate on unanswerable questions, retrieval recall@k, LLM calls and tokens per question, and
-    latency. With several settings (e.g. noise ratios, paper 004 Table 3) a setting column is added.
+    latency. With several settings (e.g. noise ratios, Yu et al. Table 3) a setting column is added.
 
     Rates whose summary has a `<key>_ci` interval are shown with it, `32.5 [28.1, 37.0]`. With a baseline, a second
     table gives every other run's paired EM and F1 difference against it (`baseline_differences`), a `*` marking
@@ -377,7 +377,7 @@ def markdown_table(
             f"questions as the rate, {settings.get('resamples', BOOTSTRAP_RESAMPLES)} resamples of the questions"
             + (f", {settings['method']} method" if "method" in settings else "")
             + (f", seed {settings['seed']}" if "seed" in settings else "")
-            + " (paper 002, Appendix H); none with fewer than two questions."
+            + " (Kim et al., Appendix H); none with fewer than two questions."
         )
     differences = _difference_table(summaries, baseline, with_setting=several) if baseline else ""
     return (f"{title}\n\n" if title else "") + header + "\n" + "\n".join(rows) + notes + differences + "\n"
@@ -404,7 +404,7 @@ def _em_lines(points: Sequence[tuple[str, Any, float]], path: Path, *, xlabel: s
 def draw_charts(summaries: Sequence[dict[str, Any]], out: Path) -> list[Path]:
     """
     EM vs tokens per question (one point per strategy, at the smallest k, first setting), EM vs top-k when k was
-    swept, and EM vs noise ratio when several noise ratios were run (paper 004 Table 3).
+    swept, and EM vs noise ratio when several noise ratios were run (Yu et al. Table 3).
 
     :param summaries: From `summarize_runs`.
     :param out: The folder the PNG files go to.
@@ -427,7 +427,7 @@ def draw_charts(summaries: Sequence[dict[str, Any]], out: Path) -> list[Path]:
         axes.annotate(s["strategy"], (s["tokens_per_question"], s["em"]), textcoords="offset points", xytext=offset)
     axes.set_xlabel("tokens per question (prompt + completion)")
     axes.set_ylabel("EM (answerable questions)")
-    axes.set_title(f"EM vs tokens, top-{smallest} (cf. paper 000 Figure 3)")
+    axes.set_title(f"EM vs tokens, top-{smallest} (cf. Liu et al. Figure 3)")
     figure.tight_layout()
     figure.savefig(out / TOKENS_CHART, dpi=120)
     plt.close(figure)
@@ -435,7 +435,7 @@ def draw_charts(summaries: Sequence[dict[str, Any]], out: Path) -> list[Path]:
     if len({s["top_k"] for s in summaries}) > 1:
         by_k = [(s["strategy"], s["top_k"], s["em"]) for s in summaries if s["em"] is not None]
         written.append(
-            _em_lines(by_k, out / TOPK_CHART, xlabel="top-k passages", title="EM vs top-k (cf. paper 000 Figure 4)")
+            _em_lines(by_k, out / TOPK_CHART, xlabel="top-k passages", title="EM vs top-k (cf. Liu et al. Figure 4)")
         )
     noisy = [(s["strategy"], noise_ratio(s["setting"]), s["em"]) for s in summaries if s["em"] is not None]
     noisy = [(strategy, ratio, em) for strategy, ratio, em in noisy if ratio is not None]
@@ -445,7 +445,7 @@ def draw_charts(summaries: Sequence[dict[str, Any]], out: Path) -> list[Path]:
                 noisy,
                 out / NOISE_CHART,
                 xlabel="noise ratio (share of irrelevant passages in the top-k)",
-                title="EM vs noise ratio (cf. paper 004 Table 3)",
+                title="EM vs noise ratio (cf. Yu et al. Table 3)",
             )
         )
     return written

@@ -1,8 +1,8 @@
 """
 The evaluation runner: strategies x top-k x questions, concurrent, resumable, one JSONL line per answered question.
 
-Paper 000 section 4 is the protocol: top-k BM25 passages (optionally with the gold passage inserted), greedy
-decoding, EM / F1 / %Unk / %NM; paper 004 section 3.1 adds the noise ratio and the reject rate.
+Liu et al. section 4 is the protocol: top-k BM25 passages (optionally with the gold passage inserted), greedy
+decoding, EM / F1 / %Unk / %NM; Yu et al. section 3.1 adds the noise ratio and the reject rate.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ class EvalConfig:
     What to evaluate.
 
     :param strategies: Registered strategy names.
-    :param top_ks: One run per k (paper 000 Figure 4 sweeps 5, 10, 20).
+    :param top_ks: One run per k (Liu et al. Figure 4 sweeps 5, 10, 20).
     :param setting: The passage setting (gold passage, noise ratio).
     :param concurrency: Questions answered at once.
     :param max_concurrency: LLM calls of one round under way at once within one question; None (default): all of
@@ -102,7 +102,7 @@ class EvalConfig:
         questions answered concurrently and their fan-outs (`llm.max_calls_in_flight`); set it to what a
         rate-limited API allows, so a 429 storm slows the run down instead of failing calls. None (default): the
         `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` environment variable's, or no process-wide limit.
-    :param closed_book_filter: Drop answerable questions the LLM answers correctly with no passages (paper 000
+    :param closed_book_filter: Drop answerable questions the LLM answers correctly with no passages (Liu et al.
         section 4 "Dataset Filter").
     :param strategy_options: Further `StrategyConfig` fields for every pipeline (e.g. `num_candidates`,
         `few_shot` for SuRe).
@@ -168,7 +168,7 @@ def score_run(question: Question, prediction: str, evidence: dict[str, Any], pas
     Score one answered question with the papers' metrics.
 
     The post-fusion pool (`evidence["candidates"]`, most votes first) gives %NM's inputs: whether the pool holds a
-    gold answer and whether the majority (its first candidate) is correct (paper 000 section 4). The flags of answers
+    gold answer and whether the majority (its first candidate) is correct (Liu et al. section 4). The flags of answers
     that are not answers (empty, invalid, truncated) are set by `metrics.with_answer_outcome`.
     """
     golds = list(question.answers)
@@ -486,7 +486,7 @@ class Evaluator:
 
     def closed_book_filter(self, questions: list[Question]) -> list[Question]:
         """
-        Paper 000 section 4 "Dataset Filter": ask concatenation with no passages and drop the answerable questions
+        Liu et al. section 4 "Dataset Filter": ask concatenation with no passages and drop the answerable questions
         it already answers correctly (EM); unanswerable questions stay.
         """
         records = self._run_all(

@@ -1,7 +1,7 @@
 """
 Bootstrap confidence intervals for the evaluation's rates, as pure functions on arrays of per-question values.
 
-Paper 002, Appendix H ("Experimental Results with Confidence Interval") reports "95% confidence intervals obtained
+Kim et al., Appendix H ("Experimental Results with Confidence Interval") reports "95% confidence intervals obtained
 through 1,000 iterations of bootstrapping" (Efron & Tibshirani, 1994) for EM and F1. The same is done here for every
 rate of the report: the resampled unit is a question (its 0/1 or [0, 1] score), drawn with replacement as many times
 as there are questions, 1,000 times (`BOOTSTRAP_RESAMPLES`); the interval holds the central 95% (`CONFIDENCE`) of the
@@ -92,7 +92,7 @@ def rate_ci(
     """
     The 95% percentile-bootstrap confidence interval of a rate, the mean of per-question values x100.
 
-    Questions are resampled with replacement (paper 002, Appendix H: 1,000 resamples, 95%), the rate is recomputed
+    Questions are resampled with replacement (Kim et al., Appendix H: 1,000 resamples, 95%), the rate is recomputed
     on each resample, and the bounds are the 2.5th and 97.5th percentiles of those rates (`scipy.stats.bootstrap`,
     method "percentile").
 
@@ -128,7 +128,7 @@ def paired_difference_ci(
     `a[i]` and `b[i]` are the scores of the same question under two strategies. Each resample draws question
     indices with replacement and takes them for both strategies at once (`scipy.stats.bootstrap` with
     `paired=True`), so the interval reflects the per-question difference and not the spread of each rate on its own;
-    the statistic is mean(a) - mean(b). Settings as in `rate_ci` (1,000 resamples, 95%, percentile method; paper 002,
+    the statistic is mean(a) - mean(b). Settings as in `rate_ci` (1,000 resamples, 95%, percentile method; Kim et al.,
     Appendix H). A difference is significant at the 95% level when its interval excludes 0 (`excludes_zero`).
 
     Edge cases: fewer than two pairs have no interval (None). When every per-question difference is the same (e.g.

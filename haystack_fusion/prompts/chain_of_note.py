@@ -1,5 +1,5 @@
 """
-Paper 004 (Chain-of-Note), Appendix A.5 and Table 6: the reading-notes prompts of NoteTaker.
+Yu et al. (Chain-of-Note), Appendix A.5 and Table 6: the reading-notes prompts of NoteTaker.
 
 The single-call prompt is Appendix A.5's five-step task description, followed by a one-shot demonstration built from
 the first case study of Table 6 (its two documents and its Chain-of-Note output), then the live question and

@@ -1,5 +1,5 @@
 """
-Paper 000, section 3.3 and Figure 2 (bottom): the second round of Concatenation as the Distiller (PF+Concat).
+Liu et al., section 3.3 and Figure 2 (bottom): the second round of Concatenation as the Distiller (PF+Concat).
 
 The paper gives no figure for this prompt; it says the LLM "is prompted with the concatenation of the unfiltered
 passages, along with the question and answer candidates generated from the first round". We keep Figure 7's

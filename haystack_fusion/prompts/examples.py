@@ -1,5 +1,5 @@
 """
-Few-shot material shared by the prompts of paper 000 (Appendix A, Figures 7-9), kept in one place.
+Few-shot material shared by the prompts of Liu et al. (Appendix A, Figures 7-9), kept in one place.
 
 The paper's figures are text extractions of a PDF whose right-hand columns were cut; where a demonstration passage
 or rationale is visibly truncated, the missing words are completed here from the visible fragments and marked in
@@ -25,7 +25,7 @@ FORMAT_EXAMPLE_ANSWERS: tuple[str, ...] = ("Butch Vig", "Boston, Massachusetts",
 """The answers of `ANSWER_FORMAT_EXAMPLES`, which the answer validator rejects unless a passage holds them."""
 
 UNKNOWN_INSTRUCTION = "If don't know the answer, just say unknown"
-"""The abstention instruction of paper 000, section 3.1 (Figure 7 wording, kept verbatim)."""
+"""The abstention instruction of Liu et al., section 3.1 (Figure 7 wording, kept verbatim)."""
 
 # Demonstration passages of Figures 8 and 9. The extraction cut each line at the column edge; the completions
 # after the cut ("Canadian actor.", "the sequels", "Costas Mandylor ...") are ours.
@@ -48,7 +48,7 @@ DEMO_ANSWER = "Saw VI"
 
 def one_shot_cot_template(*, rationale_format: str, demo_rationale: str) -> str:
     """
-    The shared layout of the one-shot chain-of-thought prompts (paper 000, Figures 8 and 9).
+    The shared layout of the one-shot chain-of-thought prompts (Liu et al., Figures 8 and 9).
 
     Task line, the three answer-format examples, the "Follow the following format." description, the one-shot
     demonstration over `DEMO_PASSAGES`, then the live `passages` and `query` and "Rationale: Let's think step by
@@ -87,7 +87,7 @@ _NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", 
 
 def number_words(n: int) -> str:
     """
-    A count as the papers' prompts write it: "two" candidates (paper 002, Listing 6), "five" passages (paper 004,
+    A count as the papers' prompts write it: "two" candidates (Kim et al., Listing 6), "five" passages (Yu et al.,
     Appendix A.5).
 
     :param n: A count (>= 0).

@@ -1,4 +1,4 @@
-"""Paper 000, Appendix A, Figure 7: the zero-shot prompt of Concatenation (Eq. 1) and Post-Fusion (Eq. 2)."""
+"""Liu et al., Appendix A, Figure 7: the zero-shot prompt of Concatenation (Eq. 1) and Post-Fusion (Eq. 2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Paper 000, Appendix A, Figure 8: the one-shot chain-of-thought Pruning prompt (section 3.2.2)."""
+"""Liu et al., Appendix A, Figure 8: the one-shot chain-of-thought Pruning prompt (section 3.2.2)."""
 
 from __future__ import annotations
 

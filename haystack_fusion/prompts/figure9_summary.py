@@ -1,4 +1,4 @@
-"""Paper 000, Appendix A, Figure 9: the one-shot chain-of-thought Summary prompt (section 3.2.2)."""
+"""Liu et al., Appendix A, Figure 9: the one-shot chain-of-thought Summary prompt (section 3.2.2)."""
 
 from __future__ import annotations
 

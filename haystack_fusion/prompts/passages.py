@@ -23,8 +23,8 @@ from typing import Literal
 from haystack import Document
 
 PassageLayout = Literal["numbered", "titled"]
-"""How passages are listed: "numbered" as `[i]` (paper 000, Figures 7-9) or "titled" as `Passage #i Title:` /
-`Passage #i Text:` (paper 002, Appendix A, Listings 6, 7, 10-12)."""
+"""How passages are listed: "numbered" as `[i]` (Liu et al., Figures 7-9) or "titled" as `Passage #i Title:` /
+`Passage #i Text:` (Kim et al., Appendix A, Listings 6, 7, 10-12)."""
 
 PASSAGE_LAYOUTS: tuple[str, ...] = ("numbered", "titled")
 
@@ -101,9 +101,9 @@ def format_passages(
     """
     Render passages as numbered, delimited blocks for a prompt's context.
 
-    With the "numbered" layout (paper 000, Figures 7-9: "[1] ...") each passage becomes `[i] <passage key="K">`, its
+    With the "numbered" layout (Liu et al., Figures 7-9: "[1] ...") each passage becomes `[i] <passage key="K">`, its
     text on one line (whitespace collapsed), and `</passage key="K">`, joined by newlines. With the "titled" layout
-    (paper 002, Appendix A: "Passage #1 Title: ... / Passage #1 Text: ...") each passage becomes
+    (Kim et al., Appendix A: "Passage #1 Title: ... / Passage #1 Text: ...") each passage becomes
     `Passage #i Title: <meta["title"]>` (omitted when the passage has no title; one line, at most 200 characters),
     then `Passage #i Text: <passage key="K">`, the text and the closing line, with a blank line between passages.
     Passages stay in the given (retrieval) order, numbered from 1. The `PassageFormatter` component puts this into
@@ -123,7 +123,7 @@ def format_passages(
 
     :param documents: The passages, best-ranked first; may be empty.
     :param max_chars: Per-passage budget in characters, or None for no limit.
-    :param layout: "numbered" (paper 000) or "titled" (paper 002).
+    :param layout: "numbered" (Liu et al.) or "titled" (Kim et al.).
     :param datamark: Datamark the passage text (a defence against instructions in passages); off by
         default.
     :returns: The context block: `len(documents)` passage blocks (after the notice line when datamarking); "" for no

@@ -11,7 +11,7 @@ them (`PROMPTS`).
 from haystack_fusion.prompts import PROMPTS
 
 prompt = PROMPTS["figure7"]
-print(prompt.source)  # paper 000, Appendix A, Figure 7
+print(prompt.source)  # Liu et al., Appendix A, Figure 7
 print(prompt.extract_answer("  Paris\nThe passages say so."))  # Paris
 ```
 """
@@ -46,7 +46,7 @@ class PromptTemplate:
     One prompt of a paper: its Jinja text, where it comes from, and how to read the answer from the reply.
 
     :param name: Registry name, e.g. "figure7".
-    :param source: The paper location it implements, e.g. "paper 000, Appendix A, Figure 7".
+    :param source: The paper location it implements, e.g. "Liu et al., Appendix A, Figure 7".
     :param text: The Jinja template; variables `passages` and `query` (and `candidates` for the distiller).
     :param answer_pattern: A regular expression whose first group is the answer (as Haystack's AnswerBuilder reads
         it); no match gives an empty answer, which counts as unknown.
@@ -102,7 +102,7 @@ PROMPTS: dict[str, PromptTemplate] = {
     for prompt in (
         PromptTemplate(
             "figure7",
-            "paper 000, Appendix A, Figure 7",
+            "Liu et al., Appendix A, Figure 7",
             figure7.TEMPLATE,
             figure7.ANSWER_PATTERN,
             demonstrations=examples.FORMAT_EXAMPLE_ANSWERS,
@@ -110,21 +110,21 @@ PROMPTS: dict[str, PromptTemplate] = {
         ),
         PromptTemplate(
             "pruning",
-            "paper 000, Appendix A, Figure 8",
+            "Liu et al., Appendix A, Figure 8",
             figure8_pruning.TEMPLATE,
             COT_ANSWER_PATTERN,
             demonstrations=(*examples.FORMAT_EXAMPLE_ANSWERS, examples.DEMO_ANSWER),
         ),
         PromptTemplate(
             "summary",
-            "paper 000, Appendix A, Figure 9",
+            "Liu et al., Appendix A, Figure 9",
             figure9_summary.TEMPLATE,
             COT_ANSWER_PATTERN,
             demonstrations=(*examples.FORMAT_EXAMPLE_ANSWERS, examples.DEMO_ANSWER),
         ),
         PromptTemplate(
             "distiller",
-            "paper 000, section 3.3",
+            "Liu et al., section 3.3",
             distiller.TEMPLATE,
             distiller.ANSWER_PATTERN,
             demonstrations=distiller.DEMONSTRATION_ANSWERS,
@@ -132,84 +132,84 @@ PROMPTS: dict[str, PromptTemplate] = {
         ),
         PromptTemplate(
             "sure_candidates",
-            "paper 002, Appendix A.1, Listing 6",
+            "Kim et al., Appendix A.1, Listing 6",
             sure.CANDIDATES,
             WHOLE_REPLY_PATTERN,
         ),
         PromptTemplate(
             "sure_few_shot_candidates",
-            "paper 002, Appendix B.5, Listing 13",
+            "Kim et al., Appendix B.5, Listing 13",
             sure.FEW_SHOT_CANDIDATES,
             WHOLE_REPLY_PATTERN,
             demonstrations=sure.FEW_SHOT_CANDIDATE_ANSWERS,
         ),
         PromptTemplate(
             "sure_summary",
-            "paper 002, Appendix A.2, Listing 7",
+            "Kim et al., Appendix A.2, Listing 7",
             sure.CONDITIONAL_SUMMARY,
             WHOLE_REPLY_PATTERN,
         ),
         PromptTemplate(
             "sure_few_shot_summary",
-            "paper 002, Appendix A.2, Listing 7 (with a demonstration, as Listing 13)",
+            "Kim et al., Appendix A.2, Listing 7 (with a demonstration, as Listing 13)",
             sure.FEW_SHOT_SUMMARY,
             WHOLE_REPLY_PATTERN,
         ),
         PromptTemplate(
             "sure_generic_summary",
-            "paper 002, Appendix A.6, Listing 11",
+            "Kim et al., Appendix A.6, Listing 11",
             sure.GENERIC_SUMMARY,
             WHOLE_REPLY_PATTERN,
         ),
         PromptTemplate(
             "sure_validity",
-            "paper 002, Appendix A.3, Listing 8",
+            "Kim et al., Appendix A.3, Listing 8",
             sure.VALIDITY,
             WHOLE_REPLY_PATTERN,
         ),
         PromptTemplate(
             "sure_ranking",
-            "paper 002, Appendix A.4, Listing 9",
+            "Kim et al., Appendix A.4, Listing 9",
             sure.RANKING,
             WHOLE_REPLY_PATTERN,
         ),
         PromptTemplate(
             "sure_base",
-            "paper 002, Appendix A.5, Listing 10",
+            "Kim et al., Appendix A.5, Listing 10",
             sure.BASE,
             sure.SHORT_ANSWER_PATTERN,
             stop=ANSWER_LINE_STOP,
         ),
         PromptTemplate(
             "sure_mcq",
-            "paper 002, Appendix A.7, Listing 12",
+            "Kim et al., Appendix A.7, Listing 12",
             sure.MCQ,
             sure.SHORT_ANSWER_PATTERN,
             stop=ANSWER_LINE_STOP,
         ),
         PromptTemplate(
             "sure_sum_and_pred",
-            "paper 002, section 4.3, Table 3",
+            "Kim et al., section 4.3, Table 3",
             sure.SUM_AND_PRED,
             sure.SHORT_ANSWER_PATTERN,
             stop=ANSWER_LINE_STOP,
         ),
         PromptTemplate(
             "con_single_call",
-            "paper 004, Appendix A.5, Table 6",
+            "Yu et al., Appendix A.5, Table 6",
             chain_of_note.SINGLE_CALL,
             WHOLE_REPLY_PATTERN,
             demonstrations=chain_of_note.DEMONSTRATION_ANSWERS,
         ),
         PromptTemplate(
             "con_document_note",
-            "paper 004, section 2.3.1, Appendix A.5",
+            "Yu et al., section 2.3.1, Appendix A.5",
             chain_of_note.DOCUMENT_NOTE,
             WHOLE_REPLY_PATTERN,
         ),
         PromptTemplate(
             "con_synthesis",
-            "paper 004, Appendix A.5 (steps 4-5)",
+            "Yu et al., Appendix A.5 (steps 4-5)",
             chain_of_note.SYNTHESIS,
             chain_of_note.ANSWER_PATTERN,
             demonstrations=chain_of_note.DEMONSTRATION_ANSWERS,
@@ -217,7 +217,7 @@ PROMPTS: dict[str, PromptTemplate] = {
         ),
         PromptTemplate(
             "sure_sum_all",
-            "paper 002, section 4.3, Table 3",
+            "Kim et al., section 4.3, Table 3",
             sure.SUM_ALL,
             sure.SHORT_ANSWER_PATTERN,
             stop=ANSWER_LINE_STOP,

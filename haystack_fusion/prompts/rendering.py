@@ -107,7 +107,7 @@ def single_call_prompt(
     max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
 ) -> list[ChatMessage]:
     """
-    The Chain-of-Note prompt over k passages (paper 004, Appendix A.5 with Table 6's first case as demonstration).
+    The Chain-of-Note prompt over k passages (Yu et al., Appendix A.5 with Table 6's first case as demonstration).
 
     :param query: The question.
     :param documents: The k passages, best-ranked first (titled layout).

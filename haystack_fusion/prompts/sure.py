@@ -1,5 +1,5 @@
 """
-Paper 002 (SuRe), Appendix A: the prompts of SuRe and of its baselines, Listings 6-12.
+Kim et al. (SuRe), Appendix A: the prompts of SuRe and of its baselines, Listings 6-12.
 
 The wording and layout follow the listings; passages are listed in the "titled" layout of `format_passages`
 ("Passage #i Title: ..." / "Passage #i Text: ..."), each text inside its delimited block. The listings are written for
@@ -37,7 +37,7 @@ FEW_SHOT_EXAMPLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("What city was the victim of Joseph Druces working in?", ("Boston, Massachusetts", "Salem", "Cambridge")),
     ("In what year was the star of To Hell and Back born?", ("1925", "1955", "1945")),
 )
-"""Demonstrations for Listing 13: paper 000's three answer-format questions (their gold answer first), each with
+"""Demonstrations for Listing 13: Liu et al.'s three answer-format questions (their gold answer first), each with
 further plausible candidates of ours, so that a completion-style model sees the "(a) xx, (b) yy" form filled in."""
 
 FEW_SHOT_CANDIDATE_ANSWERS: tuple[str, ...] = tuple(answer for _, answers in FEW_SHOT_EXAMPLES for answer in answers)

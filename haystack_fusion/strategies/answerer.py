@@ -65,8 +65,8 @@ class FusionAnswerer:
         :param chat_generator: The LLM every component of the strategy calls.
         :param settings: Further `StrategyConfig` fields (JSON values), e.g. `{"num_candidates": 3,
             "few_shot": True, "min_confidence": 0.25}`; unset fields keep the strategy's defaults.
-        :param verifier_chat_generator: SuRe's validity and ranking LLM (paper 002, Table 10); None: `chat_generator`.
-        :param document_ranker: SuRe's summary reranker (paper 002, Table 4); None keeps the given order.
+        :param verifier_chat_generator: SuRe's validity and ranking LLM (Kim et al., Table 10); None: `chat_generator`.
+        :param document_ranker: SuRe's summary reranker (Kim et al., Table 4); None keeps the given order.
         :raises ValueError: If the strategy is not registered, or `settings` holds `retriever`, `chat_generator`,
             a component field or a field `StrategyConfig` does not have.
         """

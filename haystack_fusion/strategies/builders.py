@@ -196,7 +196,7 @@ def _fallback_chain(config: StrategyConfig, min_confidence: float | None, min_vo
 def _concat_pf(config: StrategyConfig) -> Pipeline:
     """
     Concatenation; when its answer is unknown (or, with `min_confidence`, less confident than tau), post-fusion over
-    the same passages (paper 000, section 3.3).
+    the same passages (Liu et al., section 3.3).
     """
     return _assemble(_fallback_chain(config, config.min_confidence, None))
 
@@ -259,7 +259,7 @@ def _pf_concat(config: StrategyConfig) -> Pipeline:
 def _no_datamark(config: StrategyConfig, component: str) -> None:
     """Refuse `datamark` for a component that formats its passages itself without it."""
     if config.datamark:
-        raise ValueError(f"`datamark` is not supported by strategies with a {component} (only paper 000's strategies)")
+        raise ValueError(f"`datamark` is not supported by strategies with a {component} (only Liu et al.'s strategies)")
 
 
 def _summarizer(config: StrategyConfig, mode: SummaryMode) -> CandidateSummarizer:
@@ -286,7 +286,7 @@ def _verifier(config: StrategyConfig, use_validity: bool, scoring: Scoring) -> S
 
 
 def _sure(use_validity: bool) -> Callable[[StrategyConfig], Pipeline]:
-    """Candidates and conditional summaries, then verification (paper 002, Algorithm 1; Table 3 ablation)."""
+    """Candidates and conditional summaries, then verification (Kim et al., Algorithm 1; Table 3 ablation)."""
 
     def build(config: StrategyConfig) -> Pipeline:
         verifier = _verifier(config, use_validity, config.verifier_scoring or "text")
@@ -308,7 +308,7 @@ def _sure(use_validity: bool) -> Callable[[StrategyConfig], Pipeline]:
 
 def _summarize_then_answer(mode: SummaryMode, prompt_name: str, reads: str) -> Callable[[StrategyConfig], Pipeline]:
     """
-    Paper 002's prompting baselines: a CandidateSummarizer round, then one answer prompt that reads its `reads`
+    Kim et al.'s prompting baselines: a CandidateSummarizer round, then one answer prompt that reads its `reads`
     output (`summaries` or `candidates`), with the passages (titled layout) unless the generic summary replaces them.
     """
 
@@ -328,7 +328,7 @@ def _summarize_then_answer(mode: SummaryMode, prompt_name: str, reads: str) -> C
 
 
 def _chain_of_note(mode: NoteMode) -> Callable[[StrategyConfig], Pipeline]:
-    """Reading notes per passage, then the answer (paper 004, section 2.3)."""
+    """Reading notes per passage, then the answer (Yu et al., section 2.3)."""
 
     def build(config: StrategyConfig) -> Pipeline:
         _no_datamark(config, "NoteTaker")

@@ -22,12 +22,12 @@ StageKind = Literal["answer", "concatenation", "post_fusion", "summaries", "veri
 
 - `answer`: one prompt's reply is the answer (the one-prompt strategies, PF+Concat's distiller, the answer call after
   SuRe's summaries);
-- `concatenation`: the concatenation answer, routed on (paper 000, section 3.3): an `UnknownRouter`;
-- `post_fusion`: one call per passage and a vote (paper 000, Eq. 2): a `PostFusionVoter`;
-- `summaries`: answer candidates and a summary per candidate, or one generic summary (paper 002, section 3.2): a
+- `concatenation`: the concatenation answer, routed on (Liu et al., section 3.3): an `UnknownRouter`;
+- `post_fusion`: one call per passage and a vote (Liu et al., Eq. 2): a `PostFusionVoter`;
+- `summaries`: answer candidates and a summary per candidate, or one generic summary (Kim et al., section 3.2): a
   `CandidateSummarizer`;
-- `verification`: validity and pair-wise ranking of the summaries (paper 002, section 3.3): a `SummaryVerifier`;
-- `notes`: reading notes and the answer (paper 004, section 2.3): a `NoteTaker`.
+- `verification`: validity and pair-wise ranking of the summaries (Kim et al., section 3.3): a `SummaryVerifier`;
+- `notes`: reading notes and the answer (Yu et al., section 2.3): a `NoteTaker`.
 """
 
 
@@ -53,29 +53,29 @@ class StrategyConfig:
     :param chat_generator: The LLM. Components of one pipeline share this instance.
     :param max_concurrency: Largest number of LLM calls of one round under way at once (an integer >= 1); None
         (default): all of the round's calls at once, up to the process-wide ceiling (`llm.concurrency_ceiling`).
-    :param samples_per_passage: p for post-fusion self-consistency (paper 000, section 4.4).
+    :param samples_per_passage: p for post-fusion self-consistency (Liu et al., section 4.4).
     :param max_passage_chars: Per-passage context budget in characters (None: no limit).
     :param unknown_patterns: The unknown detector's patterns for the router and the voter (None: the defaults).
-    :param num_candidates: K, SuRe's answer candidates (paper 002, section 4.1: K = 2).
-    :param verifier_chat_generator: The LLM for SuRe's validity and ranking calls (paper 002, Table 10); None uses
+    :param num_candidates: K, SuRe's answer candidates (Kim et al., section 4.1: K = 2).
+    :param verifier_chat_generator: The LLM for SuRe's validity and ranking calls (Kim et al., Table 10); None uses
         `chat_generator`.
-    :param document_ranker: A Haystack ranker that reorders SuRe's passages by the winning summary (paper 002,
+    :param document_ranker: A Haystack ranker that reorders SuRe's passages by the winning summary (Kim et al.,
         Table 4), e.g. `haystack_fusion.embeddings.summary_reranker()`; None keeps retrieval order.
     :param few_shot: SuRe's candidates from the few-shot Listing 13 instead of Listing 6 (for base models).
     :param allow_parametric_knowledge: Chain-of-Note answers from the model's own knowledge when no passage is
-        relevant (paper 004, Appendix A.5 step 5); False answers "unknown" then.
+        relevant (Yu et al., Appendix A.5 step 5); False answers "unknown" then.
     :param note_generation_kwargs: `generation_kwargs` of Chain-of-Note's calls (the notes of k passages need a
         larger completion budget than a short answer); None keeps the generator's own.
     :param min_confidence: tau, a probability: the first (concatenation) answer of `concat_pf` and `cascade` falls
         back to post-fusion when its confidence (`answers.answer_confidence`) is below it, as well as when it says
-        unknown. None: off for `concat_pf` (paper 000's behaviour), `CASCADE_MIN_CONFIDENCE` for `cascade`.
+        unknown. None: off for `concat_pf` (Liu et al.'s behaviour), `CASCADE_MIN_CONFIDENCE` for `cascade`.
     :param min_vote_share: s: `cascade` verifies a post-fusion vote whose winner has a smaller share of the votes
         (or that ties at the top); None: `CASCADE_MIN_VOTE_SHARE`.
-    :param verifier_scoring: SuRe's validity and ranking read from the reply's words ("text", paper 002) or from
+    :param verifier_scoring: SuRe's validity and ranking read from the reply's words ("text", Kim et al.) or from
         token probabilities ("probability"); None: "text" for the SuRe strategies, "probability" for `cascade`.
     :param datamark: Datamark the passage text of every prompt (`prompts.passages.format_passages`), a defence
         against instructions written in passages (research/notes/reliability.md, "Poisoned passages"). Supported by the
-        strategies whose passages go through PassageFormatter and PostFusionVoter (paper 000's); the others raise
+        strategies whose passages go through PassageFormatter and PostFusionVoter (Liu et al.'s); the others raise
         ValueError when it is set. Off by default.
     :param answer_checks: Validate every answer read from a reply (`validation.check_answer`: passage markup, copied
         demonstration answers, empty enumerations); a rejected answer becomes an empty answer with
@@ -86,7 +86,7 @@ class StrategyConfig:
         copy of `chat_generator` with those stops in its `generation_kwargs` (`chain_generator`), and the voter and
         Chain-of-Note's synthesis pass them per call. On by default; off lets the model write past the answer line,
         up to its token budget.
-    :param vote: The post-fusion vote (`PostFusionVoter(vote=...)`): "exact" (paper 000, Eq. 2, the default) or
+    :param vote: The post-fusion vote (`PostFusionVoter(vote=...)`): "exact" (Liu et al., Eq. 2, the default) or
         "overlap" (answers that agree by token F1 >= `overlap_threshold` or containment vote together).
     :param overlap_threshold: Token F1 in (0, 1] at which two answers agree in overlap voting.
     """
@@ -184,37 +184,34 @@ class Paper:
 
 
 PAPERS: dict[str, Paper] = {
-    "000": Paper(
+    "Liu et al.": Paper(
         "Modeling Uncertainty and Using Post-fusion as Fallback Improves Retrieval Augmented Generation with LLMs",
         "Liu et al.",
         "KnowLLM 2024",
         "2308.12574",
     ),
-    "002": Paper(
+    "Kim et al.": Paper(
         "SuRe: Summarizing Retrievals using Answer Candidates for Open-domain QA of LLMs",
         "Kim et al.",
         "ICLR 2024",
         "2404.13081",
     ),
-    "004": Paper(
+    "Yu et al.": Paper(
         "Chain-of-Note: Enhancing Robustness in Retrieval-Augmented Language Models",
         "Yu et al.",
         "arXiv 2023",
         "2311.09210",
     ),
 }
-"""The papers by the number `Strategy.source` cites them with ("paper 000, section 3.3")."""
+"""The papers by the short citation `Strategy.source` names them with ("Liu et al., section 3.3")."""
 
 
 def cite(source: str) -> str:
     """
-    A `Strategy.source` with each "paper NNN" spelled out as authors and arXiv id.
+    A `Strategy.source` with each paper's short citation followed by its arXiv id.
 
-    >>> cite("paper 000, section 3.3")
+    >>> cite("Liu et al., section 3.3")
     'Liu et al. (arXiv:2308.12574), section 3.3'
     """
-    return re.sub(
-        r"paper (\d{3})",
-        lambda match: f"{PAPERS[match[1]].authors} (arXiv:{PAPERS[match[1]].arxiv})",
-        source,
-    )
+    names = "|".join(re.escape(name) for name in PAPERS)
+    return re.sub(f"({names})", lambda match: f"{match[1]} (arXiv:{PAPERS[match[1]].arxiv})", source)

@@ -30,7 +30,7 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy(
             "concatenation",
             "all top-k passages in one prompt, one LLM call",
-            "paper 000, section 3.2.1, Eq. 1, Figure 7",
+            "Liu et al., section 3.2.1, Eq. 1, Figure 7",
             "1",
             "answer_builder",
             _single_prompt("figure7"),
@@ -40,7 +40,7 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy(
             "post_fusion",
             "one LLM call per passage, majority vote over the answers",
-            "paper 000, section 3.2.1, Eq. 2, Figure 7",
+            "Liu et al., section 3.2.1, Eq. 2, Figure 7",
             "1",
             "voter",
             _post_fusion,
@@ -51,7 +51,7 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy(
             "pruning",
             "one-shot chain-of-thought prompt that prunes irrelevant passages",
-            "paper 000, section 3.2.2, Figure 8",
+            "Liu et al., section 3.2.2, Figure 8",
             "1",
             "answer_builder",
             _single_prompt("pruning"),
@@ -61,7 +61,7 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy(
             "summary_cot",
             "one-shot chain-of-thought prompt that summarizes the relevant passages",
-            "paper 000, section 3.2.2, Figure 9",
+            "Liu et al., section 3.2.2, Figure 9",
             "1",
             "answer_builder",
             _single_prompt("summary"),
@@ -71,7 +71,7 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy(
             "concat_pf",
             "concatenation; post-fusion as the fallback when it answers unknown",
-            "paper 000, section 3.3, Figure 2 (top)",
+            "Liu et al., section 3.3, Figure 2 (top)",
             "1-2",
             "joiner",
             _concat_pf,
@@ -82,7 +82,7 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy(
             "pf_concat",
             "post-fusion candidates, then concatenation of the answering passages as the distiller",
-            "paper 000, section 3.3, Figure 2 (bottom)",
+            "Liu et al., section 3.3, Figure 2 (bottom)",
             "1-2",
             "joiner",
             _pf_concat,
@@ -93,7 +93,7 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy(
             "cascade",
             "concatenation; post-fusion when unknown or unsure; SuRe's verification when the vote is split",
-            "paper 000, section 3.3 + paper 002, section 3.3, Eq. 4-6 (this package's combination)",
+            "Liu et al., section 3.3 + Kim et al., section 3.3, Eq. 4-6 (this package's combination)",
             "1-4",
             "joiner",
             _cascade,
@@ -103,8 +103,8 @@ STRATEGIES: dict[str, Strategy] = {
         ),
         Strategy(
             "base",
-            "all top-k passages in one prompt, one LLM call (paper 002's Base)",
-            "paper 002, Appendix A.5, Listing 10, Table 3 (Base)",
+            "all top-k passages in one prompt, one LLM call (Kim et al.'s Base)",
+            "Kim et al., Appendix A.5, Listing 10, Table 3 (Base)",
             "1",
             "answer_builder",
             _single_prompt("sure_base", layout="titled"),
@@ -114,7 +114,7 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy(
             "sure",
             "K answer candidates, a summary per candidate, pick by validity + pair-wise ranking",
-            "paper 002, section 3, Algorithm 1, Eq. 2-6",
+            "Kim et al., section 3, Algorithm 1, Eq. 2-6",
             "3",
             "verifier",
             _sure(use_validity=True),
@@ -132,7 +132,7 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy(
             "sure_rank_only",
             "SuRe without instance-wise validity: pick by pair-wise ranking alone",
-            "paper 002, section 4.3, Table 3 (+ Pair-wise ranking)",
+            "Kim et al., section 4.3, Table 3 (+ Pair-wise ranking)",
             "3",
             "verifier",
             _sure(use_validity=False),
@@ -149,7 +149,7 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy(
             "sure_sum_all",
             "all conditional summaries appended to the passages, one answer call",
-            "paper 002, section 4.3, Table 3 (+ Conditional summarizations)",
+            "Kim et al., section 4.3, Table 3 (+ Conditional summarizations)",
             "3",
             "answer_builder",
             _summarize_then_answer("conditional", "sure_sum_all", "summaries"),
@@ -166,7 +166,7 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy(
             "mcq",
             "the answer candidates as multiple choices next to the passages",
-            "paper 002, Appendix A.7, Listing 12, Table 3 (MCQ prompt)",
+            "Kim et al., Appendix A.7, Listing 12, Table 3 (MCQ prompt)",
             "2",
             "answer_builder",
             _summarize_then_answer("candidates", "sure_mcq", "candidates"),
@@ -177,7 +177,7 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy(
             "generic_summary",
             "one generic summary of the passages, then the answer from the summary",
-            "paper 002, Appendix A.6, Listing 11, Table 3 (Sum-and-pred (Gen))",
+            "Kim et al., Appendix A.6, Listing 11, Table 3 (Sum-and-pred (Gen))",
             "2",
             "answer_builder",
             _summarize_then_answer("generic", "sure_sum_and_pred", "summaries"),
@@ -188,7 +188,7 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy(
             "chain_of_note",
             "one prompt: a reading note per passage with its relevance, then the answer",
-            "paper 004, section 2.3, Appendix A.5",
+            "Yu et al., section 2.3, Appendix A.5",
             "1",
             "note_taker",
             _chain_of_note("single_call"),
@@ -198,7 +198,7 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy(
             "chain_of_note_per_document",
             "a reading note per passage concurrently, then one synthesis call",
-            "paper 004, section 2.3.1 (per-document notes)",
+            "Yu et al., section 2.3.1 (per-document notes)",
             "2",
             "note_taker",
             _chain_of_note("per_document"),
@@ -208,8 +208,8 @@ STRATEGIES: dict[str, Strategy] = {
         ),
     )
 }
-"""Every registered strategy, by name: paper 000's Table 1, paper 002's SuRe with its ablations and baselines, then
-paper 004's Chain-of-Note."""
+"""Every registered strategy, by name: Liu et al.'s Table 1, Kim et al.'s SuRe with its ablations and baselines, then
+Yu et al.'s Chain-of-Note."""
 
 
 def get_strategy(name: str) -> Strategy:

@@ -100,15 +100,15 @@ class PromptReplies:
     per-passage votes differ from passage to passage), or what `choose` returns for the prompt. Anything that is not one
     of our prompts gets the chosen answer.
 
-    - Figure 7 (paper 000, Appendix A) and the distiller: the answer on the first line. A prompt of more than one
+    - Figure 7 (Liu et al., Appendix A) and the distiller: the answer on the first line. A prompt of more than one
       passage (concatenation) says "unknown" for a share `concatenation_unknown` of the questions, so `concat_pf` and
       `cascade` go on to post-fusion, and raises `RuntimeError` for a share `concatenation_fails` (the test server
       answers HTTP 500 to every request of that prompt, retries included: the call fails after its retries).
     - Figures 8 and 9 (chain of thought): a rationale, then "Answer: <answer>".
-    - SuRe (paper 002): Listings 6 and 13 "(a) <answer 1>, (b) <answer 2>" with as many candidates as the prompt
+    - SuRe (Kim et al.): Listings 6 and 13 "(a) <answer 1>, (b) <answer 2>" with as many candidates as the prompt
       asks for; Listings 7 and 11 a summary ending "[DONE]"; Listing 8 "True" (a share `validity_true`) or "False";
       Listing 9 "Passage 1" (a share `prefer_first`) or "Passage 2"; Listings 10, 12 and Table 3's prompts the answer.
-    - Chain-of-Note (paper 004): the single call's reading notes ending "the answer is <answer>."; the per-document
+    - Chain-of-Note (Yu et al.): the single call's reading notes ending "the answer is <answer>."; the per-document
       note with a "Relevance:" line ("(c) irrelevant" when the answer chosen is "unknown"); the synthesis's
       "<answer>." after "the answer is".
 

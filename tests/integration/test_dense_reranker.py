@@ -1,4 +1,4 @@
-"""SuRe's summary reranker (paper 002, Table 4) on the packaged all-MiniLM-L6-v2 model: real embeddings, no mocks."""
+"""SuRe's summary reranker (Kim et al., Table 4) on the packaged all-MiniLM-L6-v2 model: real embeddings, no mocks."""
 
 from __future__ import annotations
 
@@ -147,7 +147,7 @@ def test_a_bad_top_k_is_refused():
 
 
 def test_sure_returns_the_passages_reranked_by_the_winning_summary(ranker):
-    """Paper 002, Table 4 inside the `sure` strategy: the winner's documents are ordered by its summary."""
+    """Kim et al., Table 4 inside the `sure` strategy: the winner's documents are ordered by its summary."""
     from haystack.components.generators.chat import MockChatGenerator
     from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
     from haystack.document_stores.in_memory import InMemoryDocumentStore

@@ -59,7 +59,7 @@ def answer_of(passage: str) -> str:
 
 
 def sure_reply(prompt: str) -> str | None:
-    """Replies to paper 002's prompts (None for paper 000's): candidates, summaries, validity, ranking, answers."""
+    """Replies to Kim et al.'s prompts (None for Liu et al.'s): candidates, summaries, validity, ranking, answers."""
     capital = "Paris is the capital" in prompt
     if prompt.startswith("Below are"):  # Listing 6
         return "(a) Paris, (b) Lyon" if capital else "unknown"
@@ -77,7 +77,7 @@ def sure_reply(prompt: str) -> str | None:
 
 
 def con_reply(prompt: str) -> str | None:
-    """Replies to paper 004's prompts: single-call notes, per-document notes, synthesis."""
+    """Replies to Yu et al.'s prompts: single-call notes, per-document notes, synthesis."""
     live = prompt.rsplit("Question: ", 1)[-1]
     if prompt.endswith("Reading notes:"):
         if "Paris is the capital" in live:

@@ -78,7 +78,7 @@ class TestCandidateSummarizer:
         usage = result["meta"]["usage"]
         assert (usage["calls"], usage["rounds"], usage["failed_calls"]) == (3, 2, 0)
         assert result["meta"]["candidates_reply"] == "(a) Paris, (b) Lyon"
-        assert result["meta"]["source"].startswith("paper 002")
+        assert result["meta"]["source"].startswith("Kim et al.")
 
     def test_candidate_prompt_is_listing_6(self):
         llm = scripted_generator()

@@ -153,7 +153,7 @@ class TestReport:
         assert "recall_at_k_ci" in run
         assert list(run)[list(run).index("em") + 1] == "em_ci"
         table = (tmp_path / TABLE_FILE).read_text()
-        assert "1000 resamples of the questions, percentile method, seed 0 (paper 002, Appendix H)" in table
+        assert "1000 resamples of the questions, percentile method, seed 0 (Kim et al., Appendix H)" in table
 
     def test_paired_difference_against_the_default_baseline(self, tmp_path):
         records = make_evaluator(tmp_path).run()

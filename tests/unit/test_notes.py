@@ -14,7 +14,7 @@ from haystack_fusion.notes import (
     parse_single_call,
 )
 
-# Paper 004, Appendix A.6, Table 6: the two "RALM with CHAIN-OF-NOTE" outputs, verbatim.
+# Yu et al., Appendix A.6, Table 6: the two "RALM with CHAIN-OF-NOTE" outputs, verbatim.
 CASE_1_NOTES = [
     "Wikipedia passage #1 discusses Chicago's bid for the 2016 Summer Olympics, but does not mention whether it is a "
     "successful bid.",

@@ -89,7 +89,7 @@ class TestTemplates:
         for name, prompt in PROMPTS.items():
             assert isinstance(prompt, PromptTemplate)
             assert prompt.name == name
-            paper = {"sure": "paper 002", "con": "paper 004"}.get(name.split("_")[0], "paper 000")
+            paper = {"sure": "Kim et al.", "con": "Yu et al."}.get(name.split("_")[0], "Liu et al.")
             assert prompt.source.startswith(paper)
             re.compile(prompt.answer_pattern)
 

@@ -117,10 +117,10 @@ class TestToolDescriptions:
             assert "arXiv:" in strategy.description
 
     def test_cite_spells_out_each_paper(self):
-        assert cite("paper 000, section 3.3 + paper 002, Eq. 4") == (
+        assert cite("Liu et al., section 3.3 + Kim et al., Eq. 4") == (
             "Liu et al. (arXiv:2308.12574), section 3.3 + Kim et al. (arXiv:2404.13081), Eq. 4"
         )
-        assert PAPERS["004"].url == "https://arxiv.org/abs/2311.09210"
+        assert PAPERS["Yu et al."].url == "https://arxiv.org/abs/2311.09210"
 
     def test_a_wrapper_subclass_describes_its_strategy(self):
         class Wrapper(StrategyPipelineWrapper):

@@ -45,7 +45,7 @@ def test_sure_evidence_line():
     ]
     text = format_run("sure", "q", run_with({"candidates": ["Paris", "Lyon"], "scores": [{}], "votes": None}, answers))
     assert "SuRe scores: 'Paris': v=1.0 r=1.0, 'Lyon': v=0.0 r=0.0" in text
-    assert "Strategy: sure (paper 002" in text
+    assert "Strategy: sure (Kim et al." in text
 
 
 def test_chain_of_note_evidence_line():

@@ -42,7 +42,7 @@ class TestRegistry:
         assert isinstance(strategy, Strategy)
         assert strategy.name == name
         paper_002 = {"base", "sure", "sure_rank_only", "sure_sum_all", "mcq", "generic_summary"}
-        paper = "paper 002" if name in paper_002 else "paper 004" if name.startswith("chain_of_note") else "paper 000"
+        paper = "Kim et al." if name in paper_002 else "Yu et al." if name.startswith("chain_of_note") else "Liu et al."
         assert strategy.source.startswith(paper)
 
     def test_unknown_strategy_lists_names(self):

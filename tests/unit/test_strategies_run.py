@@ -93,7 +93,7 @@ class TestRunStrategy:
 
     @pytest.mark.parametrize("k", [2, 3])
     def test_sure_calls_and_rounds(self, k):
-        """1 + K + K + K(K-1) calls in 3 dependent rounds (paper 002, Algorithm 1)."""
+        """1 + K + K + K(K-1) calls in 3 dependent rounds (Kim et al., Algorithm 1)."""
         generator = recording_generator()
         pipeline = make_pipeline("sure", generator, num_candidates=k)
         run = run_strategy("sure", pipeline, QUERY)
@@ -116,7 +116,7 @@ class TestRunStrategy:
         assert [d.id for d in run.answer.documents] == [d.id for d in run.documents]
 
     def test_sure_with_a_separate_verifier(self):
-        """Paper 002, Table 10: candidates and summaries by one LLM, validity and ranking by another."""
+        """Kim et al., Table 10: candidates and summaries by one LLM, validity and ranking by another."""
         writer, judge = recording_generator(), recording_generator()
         pipeline = make_pipeline("sure", writer, verifier_chat_generator=judge)
         run = run_strategy("sure", pipeline, QUERY)
