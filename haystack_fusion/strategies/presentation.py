@@ -2,8 +2,9 @@
 How a strategy's run reads to a person: its stages as status lines, its evidence and its sources.
 
 One module renders them for every client: the `haystack-fusion ask` output (`format_run`), the served wrappers'
-stream (`round_start`, `narrate`, `streamed_component`), their chat reply (`chat_text`, `evidence_markdown`,
-`source_event_data`) and their API result (`api_result`). What each component does is read from the strategy's
+stream (`round_start`, `narrate`, `streamed_component`), their chat reply (`chat_text`; Open WebUI's
+`evidence_markdown` and `source_event_data`; the embedded chat UI's `evidence_element_props`) and their API result
+(`api_result`). What each component does is read from the strategy's
 declared stages (`Strategy.stages`), never from component names.
 """
 
@@ -39,6 +40,11 @@ def sources_text(run: StrategyRun, *, chars: int = 200) -> str:
     return "\n".join(lines)
 
 
+def source_title(document: Document) -> str:
+    """A passage's title (`meta["title"]`), else "passage " and the first 8 characters of its id."""
+    return (document.meta or {}).get("title") or f"passage {document.id[:8]}"
+
+
 def source_event_data(document: Document, index: int) -> dict[str, Any]:
     """
     One passage in Open WebUI's citation shape (`hayhooks.open_webui.create_source_event`).
@@ -46,8 +52,7 @@ def source_event_data(document: Document, index: int) -> dict[str, Any]:
     :returns: `source` (`name`: "[i] title", `id`), `document` (the passage text, one item), `metadata` (`source`,
         `document_id`, `score`: the retriever's, None when it gives none).
     """
-    title = (document.meta or {}).get("title") or f"passage {document.id[:8]}"
-    name = f"[{index}] {title}"
+    name = f"[{index}] {source_title(document)}"
     return {
         "source": {"name": name, "id": document.id},
         "document": [document.content or ""],
@@ -145,11 +150,7 @@ def evidence_markdown(run: StrategyRun, *, chars: int = 300) -> str:
         parts.append(f"{index}. {'**' + title + '** ' if title else ''}{text}")
     if evidence.get("stages"):
         parts += ["", "**Stages**", ""]
-        parts += [
-            f"- {s['stage']}: {'answered' if s['answered'] else 'passed on'}"
-            + (f" ({s['reason']})" if s.get("reason") else "")
-            for s in evidence["stages"]
-        ]
+        parts += [f"- {stage_text(stage)}" for stage in evidence["stages"]]
     if evidence.get("votes"):
         parts += ["", "**Votes**: " + ", ".join(f"{answer} {count}" for answer, count in evidence["votes"].items())]
     if evidence.get("candidates"):
@@ -166,19 +167,66 @@ def evidence_markdown(run: StrategyRun, *, chars: int = 300) -> str:
         for i, note in enumerate(evidence["notes"], start=1):
             text = textwrap.shorten(note.get("note") or "", width=chars, placeholder=" ...")
             parts.append(f"{i}. ({note.get('relevance')}) {text}")
-    usage = run.usage
-    parts += [
-        "",
-        f"**Usage**: {plural(usage.get('calls', 0), 'LLM call')} in {plural(usage.get('rounds', 0), 'round')}, "
-        f"{usage.get('prompt_tokens', 0)} prompt + {usage.get('completion_tokens', 0)} completion tokens, "
-        f"{run.seconds:.1f} s",
-    ]
+    parts += ["", f"**Usage**: {usage_text(run)}"]
     return "\n".join(parts)
+
+
+def stage_text(stage: dict[str, Any]) -> str:
+    """One stage of a fallback strategy's trace (`evidence["stages"]`): "concatenation: passed on (unknown answer)"."""
+    return f"{stage['stage']}: {'answered' if stage['answered'] else 'passed on'}" + (
+        f" ({stage['reason']})" if stage.get("reason") else ""
+    )
+
+
+def usage_text(run: StrategyRun) -> str:
+    """LLM calls, rounds, tokens and time, e.g. "6 LLM calls in 2 rounds, 900 prompt + 12 completion tokens, 4.2 s"."""
+    usage = run.usage
+    return (
+        f"{plural(usage.get('calls', 0), 'LLM call')} in {plural(usage.get('rounds', 0), 'round')}, "
+        f"{usage.get('prompt_tokens', 0)} prompt + {usage.get('completion_tokens', 0)} completion tokens, "
+        f"{run.seconds:.1f} s"
+    )
 
 
 def evidence_summary(run: StrategyRun) -> str:
     """The title of the evidence block, e.g. "Sources and evidence (1 LLM call)"."""
     return f"Sources and evidence ({plural(run.usage.get('calls', 0), 'LLM call')})"
+
+
+def evidence_element_props(run: StrategyRun, *, chars: int = 300) -> dict[str, Any]:
+    """
+    The sources, stages, evidence and usage of a run as plain values: the props of the embedded chat UI's evidence
+    element (a Chainlit custom element, `hayhooks.chainlit_events.create_custom_element_event`), which renders them.
+
+    :param run: What the strategy run returned.
+    :param chars: How much of each passage to show, in characters.
+    :returns: A JSON-serializable dict: `summary` (`evidence_summary`), `sources` (the retrieved passages in rank
+        order, then any other passage the answer came from; each `index`, `title` (`source_title`), `excerpt` (the
+        text shortened to `chars` characters), `score` (the retriever's, rounded to 2 decimals; None when it gives
+        none) and `supporting` (whether the answer came from it, `GeneratedAnswer.documents`)), `stages` (`stage_text`
+        of each stage, concat_pf and cascade; else empty), `evidence` (`evidence_line`; empty for a single LLM round)
+        and `usage` (`usage_text`).
+    """
+    supporting = {document.id for document in run.answer.documents or []}
+    retrieved = {document.id for document in run.documents}
+    passages = [*run.documents, *(d for d in run.answer.documents or [] if d.id not in retrieved)]
+    line = evidence_line(run)
+    return {
+        "summary": evidence_summary(run),
+        "sources": [
+            {
+                "index": index,
+                "title": source_title(document),
+                "excerpt": textwrap.shorten(document.content or "", width=chars, placeholder=" ..."),
+                "score": None if document.score is None else round(float(document.score), 2),
+                "supporting": document.id in supporting,
+            }
+            for index, document in enumerate(passages, start=1)
+        ],
+        "stages": [stage_text(stage) for stage in run.evidence.get("stages") or []],
+        "evidence": "" if line == "single LLM round" else line,
+        "usage": usage_text(run),
+    }
 
 
 def chat_text(run: StrategyRun) -> str:
