@@ -13,9 +13,12 @@ per strategy). This base class:
 - answers `POST /{name}/run` with the answer, its sources, evidence and usage (`run_api`, `run_api_async`);
 - answers `POST /v1/chat/completions` (model = the wrapper's name, `run_chat_completion_async`). Streaming clients get,
   in order: status events as each round starts and ends, the answer (token by token where the final round is one
-  LLM call whose reply nothing can replace), one source event per supporting passage, then the sources and evidence
-  in a collapsible `<details>` block. Non-streaming clients get the answer, a blank line, "Sources:" and the
-  numbered passages;
+  LLM call whose reply nothing can replace), then the sources and evidence in the client's own form. Open WebUI (and
+  any other streaming client) gets one source event per supporting passage and a collapsible `<details>` block; the
+  embedded Chainlit chat UI, whose requests carry `CHAT_UI_HEADER` (`haystack-fusion serve --with-chainlit` gives
+  them the header), gets one custom element event that its `EVIDENCE_ELEMENT` component (`CHAINLIT_ELEMENTS_DIR`)
+  renders, so its message is the answer alone. Non-streaming clients get the answer, a blank line, "Sources:" and the
+  numbered passages, as plain text;
 - refuses what it should not run, each with one line and no traceback: 400 for a question that is empty, too long
   (`HAYSTACK_FUSION_MAX_QUESTION_CHARS`) or missing from the messages; 503 with `Retry-After` beyond the process's
   admission limit (`serving.limits`); 503 naming the URL and variable when a backend cannot be reached or refuses
@@ -30,13 +33,16 @@ import threading
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 try:
     from fastapi import HTTPException
     from hayhooks import BasePipelineWrapper, get_last_user_message
+    from hayhooks.chainlit_events import create_custom_element_event
     from hayhooks.events import PipelineEvent, create_status_event
     from hayhooks.open_webui import create_details_tag, create_source_event
+    from starlette.datastructures import Headers
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError("Serving with Hayhooks needs the `serve` extra: pip install 'haystack-fusion[serve]'") from error
 
@@ -65,6 +71,7 @@ from haystack_fusion.strategies import StrategyRun, build_pipeline, get_strategy
 from haystack_fusion.strategies.presentation import (
     api_result,
     chat_text,
+    evidence_element_props,
     evidence_markdown,
     evidence_summary,
     narrate,
@@ -76,6 +83,21 @@ from haystack_fusion.strategies.presentation import (
 from haystack_fusion.validation import validate_query
 
 logger = logging.getLogger(__name__)
+
+CHAT_UI_HEADER = "X-Haystack-Fusion-Client"
+"""The request header that marks the embedded Chainlit chat UI's requests (value `CHAT_UI_CLIENT`): with it, a streamed
+reply ends in the `EVIDENCE_ELEMENT` custom element instead of Open WebUI's source events and details block."""
+
+CHAT_UI_CLIENT = "chainlit"
+"""The value of `CHAT_UI_HEADER` on the chat UI's requests."""
+
+EVIDENCE_ELEMENT = "FusionEvidence"
+"""The chat UI's custom element for a reply's sources and evidence: `CHAINLIT_ELEMENTS_DIR/FusionEvidence.jsx`, with
+`evidence_element_props` as its props."""
+
+CHAINLIT_ELEMENTS_DIR = Path(__file__).parent / "chainlit_elements"
+"""The folder of the chat UI's custom elements (`.jsx`), shipped in the package: `HAYHOOKS_CHAINLIT_CUSTOM_ELEMENTS_DIR`
+names it when `haystack-fusion serve --with-chainlit` runs."""
 
 _SETUP_LOCK = threading.Lock()
 """Hayhooks sets wrappers up in parallel threads; Haystack's lazy imports and the model's loading are not meant for
@@ -218,18 +240,27 @@ def _client_error(error: ValueError) -> HTTPException:
 
 
 async def chat_events(
-    strategy: str, pipeline: Pipeline, query: str
+    strategy: str, pipeline: Pipeline, query: str, *, chat_ui: bool = False
 ) -> AsyncIterator[PipelineEvent | StreamingChunk | str]:
     """
-    A strategy's chat reply in Hayhooks' streaming form: status events, the answer, source events, the details.
+    A strategy's chat reply in Hayhooks' streaming form: status events, the answer, then its sources and evidence.
 
     Status events (`hayhooks.events.create_status_event`) come as each round starts (done False) and ends (done
     True). The answer follows: token by token when `streamed_component` names a final call (then, if the answer the
     strategy extracted differs from the streamed reply, "Answer: ..." on a line of its own), else whole once the
-    strategy has decided it. Then one source event per supporting passage
+    strategy has decided it. Then, for Open WebUI, one source event per supporting passage
     (`hayhooks.open_webui.create_source_event`, `source_event_data`) and the sources and evidence in a collapsible
-    block (`create_details_tag`, `evidence_markdown`).
+    block (`create_details_tag`, `evidence_markdown`) after the answer's text; for the embedded Chainlit chat UI
+    (`chat_ui`), which shows every text chunk as it comes and renders no HTML, one custom element event instead
+    (`hayhooks.chainlit_events.create_custom_element_event`, `EVIDENCE_ELEMENT` with `evidence_element_props`), so
+    the message's text is the answer alone.
 
+    :param strategy: The registered strategy the pipeline was built for.
+    :param pipeline: Its pipeline (`build_pipeline`).
+    :param query: The question.
+    :param chat_ui: End in the chat UI's custom element instead of Open WebUI's source events and details block.
+    :returns: An async iterator of status events, `StreamingChunk`s and, last, source events and the details chunk
+        (Open WebUI) or the custom element event (`chat_ui`).
     :raises ValueError: If the question is empty or only whitespace.
     """
     streamed: list[str] = []
@@ -257,6 +288,9 @@ async def chat_events(
                 yield StreamingChunk(content=f"\n\nAnswer: {answer}")
             answered = f"Answered in {run.seconds:.1f} s from {plural(len(sources(run)), 'source')}"
             yield create_status_event(answered, done=True)
+            if chat_ui:
+                yield create_custom_element_event(EVIDENCE_ELEMENT, evidence_element_props(run))
+                return
             for index, document in enumerate(sources(run), start=1):
                 yield create_source_event(source_event_data(document, index))
             details = create_details_tag("evidence", evidence_summary(run), evidence_markdown(run))
@@ -434,15 +468,21 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         return chat_text(self._run(_last_user_message(messages)))
 
     async def run_chat_completion_async(
-        self, model: str, messages: list[dict], body: dict
+        self, model: str, messages: list[dict], body: dict, headers: Headers | None = None
     ) -> str | AsyncIterator[PipelineEvent | StreamingChunk | str]:
         """
         Answer the last user message for `/v1/chat/completions`, under the process's admission limit.
 
+        :param model: The wrapper's name.
+        :param messages: The chat's messages; the last user message is the question.
+        :param body: The request's JSON body; `"stream": true` asks for a streamed reply.
+        :param headers: The request's headers (Hayhooks passes them): `CHAT_UI_HEADER` set to `CHAT_UI_CLIENT` marks
+            the embedded Chainlit chat UI.
         :returns: With `"stream": true` in the request, an async generator (`chat_events`): status events, the
-            answer (token by token where the final round is one call), a source event per supporting passage, then
-            the sources and evidence in a `<details>` block. A backend failure while streaming ends the stream with
-            a status event and the one-line message. Otherwise the text of `run_chat_completion`.
+            answer (token by token where the final round is one call), then, for Open WebUI, a source event per
+            supporting passage and the sources and evidence in a `<details>` block, or, for the chat UI, one custom
+            element event with them. A backend failure while streaming ends the stream with a status event and the
+            one-line message. Otherwise the text of `run_chat_completion`.
         :raises HTTPException: Before anything streams: 400 for no user message, an empty or too long question;
             503 when the server is busy (with `Retry-After`) or, without streaming, when the backend cannot be
             reached or refuses (naming its URL and variable).
@@ -451,14 +491,17 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         if not body.get("stream"):
             return chat_text(await self._run_async(question))
         question = self._check(question)
+        chat_ui = headers is not None and headers.get(CHAT_UI_HEADER) == CHAT_UI_CLIENT
         slot = await self._slot()
-        events = self._guarded_events(question, slot)
+        events = self._guarded_events(question, slot, chat_ui=chat_ui)
         weakref.finalize(events, slot.release)  # a stream never started (client gone) still gives its slot back
         return events
 
-    async def _guarded_events(self, question: str, slot: Slot) -> AsyncIterator[PipelineEvent | StreamingChunk | str]:
+    async def _guarded_events(
+        self, question: str, slot: Slot, *, chat_ui: bool = False
+    ) -> AsyncIterator[PipelineEvent | StreamingChunk | str]:
         try:
-            async for event in chat_events(self.strategy, self.pipeline, question):
+            async for event in chat_events(self.strategy, self.pipeline, question, chat_ui=chat_ui):
                 yield event
         except Exception as error:
             message = backend_error_message(error, self.config)

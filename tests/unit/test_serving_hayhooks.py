@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from haystack.components.generators.chat import MockChatGenerator
@@ -15,7 +16,19 @@ from haystack_fusion.strategies import build_pipeline
 
 pytest.importorskip("hayhooks", reason="the `serve` extra")
 
-from haystack_fusion.serving.hayhooks import chat_events, stream_strategy
+from hayhooks.server.utils.request_headers import accepts_request_headers
+from starlette.datastructures import Headers
+
+from haystack_fusion.serving.hayhooks import (
+    CHAINLIT_ELEMENTS_DIR,
+    CHAT_UI_CLIENT,
+    CHAT_UI_HEADER,
+    EVIDENCE_ELEMENT,
+    StrategyPipelineWrapper,
+    chat_events,
+    stream_strategy,
+)
+from haystack_fusion.serving.limits import ServingLimits, admission_limit
 from haystack_fusion.strategies.presentation import streamed_component
 from tests.unit.scripted_calls import DOCUMENTS, fake_llm
 
@@ -122,6 +135,73 @@ class TestChatEvents:
         events = asyncio.run(collect(chat_events("concatenation", pipeline, QUERY)))
         text = "".join(event.content for event in events if isinstance(event, StreamingChunk))
         assert text.startswith("Paris\nQuestion: what else?\n\nAnswer: Paris\n\n<details")
+
+
+class TestChatUiEvents:
+    """The embedded Chainlit chat UI: its message is the answer, its sources and evidence one custom element."""
+
+    def test_the_message_is_the_answer_and_the_evidence_one_custom_element(self):
+        pipeline = pipeline_for("concat_pf", fake_llm("unknown"))
+        events = asyncio.run(collect(chat_events("concat_pf", pipeline, QUERY, chat_ui=True)))
+        text = "".join(event.content for event in events if isinstance(event, StreamingChunk))
+        assert text == "Paris"
+        types = [event.type for event in events if not isinstance(event, StreamingChunk)]
+        assert "source" not in types
+        assert types[-1] == "custom_element"
+        element = events[-1]
+        assert element.data["name"] == EVIDENCE_ELEMENT
+        assert (CHAINLIT_ELEMENTS_DIR / f"{EVIDENCE_ELEMENT}.jsx").is_file()
+        props = element.data["props"]
+        assert props["summary"] == "Sources and evidence (3 LLM calls)"
+        assert [(s["index"], s["title"], s["supporting"]) for s in props["sources"]] == [
+            (1, "Paris", True),
+            (2, "France", True),
+        ]
+        assert props["sources"][0]["excerpt"] == DOCUMENTS[0].content
+        assert props["stages"] == ["concatenation: passed on (unknown answer)", "post_fusion: answered"]
+        assert "votes: {'paris': 2}" in props["evidence"]
+        assert props["usage"].startswith("3 LLM calls in 2 rounds, ")
+        assert json.loads(json.dumps(props)) == props
+
+    def test_a_passage_the_answer_did_not_come_from_is_listed_as_retrieved(self):
+        def reply(messages: list[ChatMessage]) -> str:
+            text = messages[-1].text or ""
+            return "unknown" if DOCUMENTS[1].content in text and DOCUMENTS[0].content not in text else "Paris"
+
+        pipeline = pipeline_for("post_fusion", MockChatGenerator(response_fn=reply))
+        events = asyncio.run(collect(chat_events("post_fusion", pipeline, QUERY, chat_ui=True)))
+        sources = events[-1].data["props"]["sources"]
+        assert [(s["title"], s["supporting"]) for s in sources] == [("Paris", True), ("France", False)]
+        assert events[-1].data["props"]["stages"] == []
+
+    def test_open_webui_gets_no_custom_element(self):
+        pipeline = pipeline_for("concat_pf", fake_llm("unknown"))
+        events = asyncio.run(collect(chat_events("concat_pf", pipeline, QUERY)))
+        assert "custom_element" not in [getattr(event, "type", None) for event in events]
+
+    def test_the_wrapper_takes_the_request_headers_and_tells_the_chat_ui_by_its_header(self):
+        class Wrapper(StrategyPipelineWrapper):
+            strategy = "concat_pf"
+
+        assert accepts_request_headers(Wrapper().run_chat_completion_async)
+
+        def reply_for(headers: Headers | None) -> list:
+            wrapper = Wrapper()
+            wrapper.pipeline = pipeline_for("concat_pf", fake_llm("unknown"))
+            wrapper.limits = ServingLimits()
+            wrapper.admission = admission_limit(wrapper.limits)
+
+            async def ask() -> list:
+                messages = [{"role": "user", "content": QUERY}]
+                stream = await wrapper.run_chat_completion_async("concat_pf", messages, {"stream": True}, headers)
+                return await collect(stream)
+
+            return asyncio.run(ask())
+
+        chat_ui = reply_for(Headers({CHAT_UI_HEADER: CHAT_UI_CLIENT}))
+        assert chat_ui[-1].type == "custom_element"
+        for headers in (None, Headers({"User-Agent": "open-webui"})):
+            assert "<details" in reply_for(headers)[-1].content
 
 
 class TestNoteTakerStreaming:
