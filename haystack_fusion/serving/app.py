@@ -16,6 +16,10 @@ The served app: Hayhooks' app with a fixed set of strategies, CORS pinned and an
   OpenAI-compatible `/v1/...` routes, the MCP endpoints, the chat UI, the OpenAPI pages and Hayhooks' traces. The chat
   UI also takes the key as the password of HTTP Basic authentication (any user name), so a browser asks for it.
   Anything else gets HTTP 401 with one line (`ApiKeyMiddleware`).
+- **A chat UI that shows the answer and its sources.** With `with_chainlit`, Hayhooks' Chainlit app gets this
+  package's custom elements (`CHAINLIT_ELEMENTS_DIR` as `HAYHOOKS_CHAINLIT_CUSTOM_ELEMENTS_DIR`) and its requests
+  carry `CHAT_UI_HEADER`: the wrappers answer it with the answer as the message and the sources, stages and usage in
+  a custom element, where Open WebUI gets source events and a `<details>` block (`serving.hayhooks.chat_events`).
 - **A status that says only that the server is up**: `GET /status` answers `{"status": "Up!"}` (the strategies are
   listed by `GET /v1/models`, behind the key).
 
@@ -52,6 +56,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 from haystack import logging
 
 from haystack_fusion.backends.checks import check_backend
+from haystack_fusion.serving.hayhooks import CHAINLIT_ELEMENTS_DIR, CHAT_UI_CLIENT, CHAT_UI_HEADER
 from haystack_fusion.serving.yaml import wrapper_source
 from haystack_fusion.settings import API_KEY_VARIABLE, AccessSettings
 from haystack_fusion.strategies import STRATEGIES, get_strategy
@@ -181,7 +186,10 @@ def _wrappers_dir(strategies: Sequence[str] | None, pipelines_dir: str | Path | 
 
 
 def _pin_hayhooks_settings(pipelines_dir: str, access: AccessSettings, *, with_chainlit: bool) -> None:
-    """Hayhooks reads its settings when it builds an app: fixed pipelines, the pinned CORS policy, the chat UI."""
+    """
+    Hayhooks reads its settings when it builds an app: fixed pipelines, the pinned CORS policy, the chat UI and its
+    custom elements (this package's, in place of any `HAYHOOKS_CHAINLIT_CUSTOM_ELEMENTS_DIR` of the environment).
+    """
     hayhooks_settings.durable_mode = True
     hayhooks_settings.pipelines_dir = pipelines_dir
     hayhooks_settings.cors_allow_origins = list(access.cors_origins)
@@ -190,39 +198,54 @@ def _pin_hayhooks_settings(pipelines_dir: str, access: AccessSettings, *, with_c
     hayhooks_settings.cors_allow_headers = ["Authorization", "Content-Type"]
     hayhooks_settings.cors_allow_credentials = False
     hayhooks_settings.chainlit_enabled = with_chainlit
+    if with_chainlit:
+        hayhooks_settings.chainlit_custom_elements_dir = str(CHAINLIT_ELEMENTS_DIR)
 
 
-class _HttpxWithKey:
-    """`httpx` for the chat UI's calls to its own server: every `AsyncClient` it makes sends the API key."""
+class _ChatUiHttpx:
+    """
+    `httpx` for the chat UI's calls to its own server: every `AsyncClient` it makes sends `headers`.
 
-    def __init__(self, api_key: str) -> None:
-        self._authorization = f"Bearer {api_key}"
+    :param headers: Sent on every request: `CHAT_UI_HEADER`, and the API key as `Authorization` when one is set.
+    """
+
+    def __init__(self, headers: dict[str, str]) -> None:
+        self._headers = headers
 
     def __getattr__(self, name: str) -> Any:
         return getattr(httpx, name)
 
     def AsyncClient(self, *args: Any, **kwargs: Any) -> httpx.AsyncClient:  # noqa: N802 - httpx's name
-        kwargs["headers"] = {**(kwargs.get("headers") or {}), "Authorization": self._authorization}
+        kwargs["headers"] = {**(kwargs.get("headers") or {}), **self._headers}
         return httpx.AsyncClient(*args, **kwargs)
 
 
-def _give_chat_ui_the_key(api_key: str) -> None:
+def _equip_chat_ui(api_key: str | None) -> None:
     """
     Hayhooks' Chainlit app calls this server's `/status`, `/v1/models` and `/v1/chat/completions` with clients it
-    makes from its modules' `httpx`; those modules get `_HttpxWithKey` instead, so the UI's calls carry the key.
+    makes from its modules' `httpx`; those modules get `_ChatUiHttpx` instead, so the UI's calls say they are the
+    chat UI's (`CHAT_UI_HEADER`) and carry the key when one is set.
 
-    :raises RuntimeError: If the chat UI's modules are not loaded (a Hayhooks version that builds it otherwise).
+    :param api_key: The server's API key, None when it has none.
+    :raises RuntimeError: If the chat UI's modules are not loaded (a Hayhooks version that builds it otherwise) and an
+        API key is set. Without a key the UI still works, logged as a warning, showing Open WebUI's reply form.
     """
     from hayhooks.server.utils.chainlit_utils import DEFAULT_CHAINLIT_APP
 
     modules = [sys.modules.get(str(DEFAULT_CHAINLIT_APP)), sys.modules.get("hayhooks.server.chainlit_app.utils")]
     if any(module is None or not hasattr(module, "httpx") for module in modules):
-        raise RuntimeError(
-            f"The chat UI cannot be served with {API_KEY_VARIABLE} set: Hayhooks' Chainlit app was not found where "
-            "this package expects it"
-        )
+        if api_key is not None:
+            raise RuntimeError(
+                f"The chat UI cannot be served with {API_KEY_VARIABLE} set: Hayhooks' Chainlit app was not found "
+                "where this package expects it"
+            )
+        logger.warning("Hayhooks' Chainlit app was not found where expected: the chat UI gets Open WebUI's replies")
+        return
+    headers = {CHAT_UI_HEADER: CHAT_UI_CLIENT}
+    if api_key is not None:
+        headers["Authorization"] = f"Bearer {api_key}"
     for module in modules:
-        module.httpx = _HttpxWithKey(api_key)  # type: ignore[union-attr]
+        module.httpx = _ChatUiHttpx(headers)  # type: ignore[union-attr]
 
 
 def create_app(
@@ -244,7 +267,8 @@ def create_app(
         temporary folder that lives as long as the app.
     :param pipelines_dir: Instead of `strategies`, a folder of your own wrapper folders (each with a
         `pipeline_wrapper.py`) and YAML pipelines, loaded once.
-    :param with_chainlit: Mount Hayhooks' Chainlit chat UI at `/chat` (the `chainlit` extra).
+    :param with_chainlit: Mount Hayhooks' Chainlit chat UI at `/chat` (the `chainlit` extra), with this package's
+        custom elements.
     :param access: The API key and CORS origins (None: `AccessSettings.from_env()`).
     :returns: The FastAPI app; run it with uvicorn (one worker: the embedded model is loaded per process).
     :raises ValueError: If a strategy is not registered, both `strategies` and `pipelines_dir` are given, or the
@@ -276,9 +300,9 @@ def create_app(
     app.state.wrappers_dir = keep_alive
     # Hayhooks' /status lists the pipelines and the server's state: this one, matched first, says only "up"
     app.router.routes.insert(0, Route("/status", _status, methods=["GET"]))
+    if with_chainlit:
+        _equip_chat_ui(access.api_key)
     if access.api_key is not None:
-        if with_chainlit:
-            _give_chat_ui_the_key(access.api_key)
         app.add_middleware(
             ApiKeyMiddleware,
             api_key=access.api_key,

@@ -165,3 +165,34 @@ def test_the_chat_ui_without_chainlit_says_what_to_install(monkeypatch):
     )
     with pytest.raises(ImportError, match=r"The chat UI needs Chainlit: pip install -c constraints/chainlit.txt"):
         app.create_app(["concatenation"], with_chainlit=True, access=AccessSettings())
+
+
+def test_the_chat_ui_gets_the_elements_and_its_requests_say_whose_they_are(monkeypatch, tmp_path):
+    import sys
+    import types
+
+    from hayhooks.server.utils.chainlit_utils import DEFAULT_CHAINLIT_APP
+    from hayhooks.settings import settings
+
+    from haystack_fusion.serving import app
+    from haystack_fusion.serving.hayhooks import CHAINLIT_ELEMENTS_DIR, CHAT_UI_CLIENT, CHAT_UI_HEADER
+
+    for name in ("durable_mode", "pipelines_dir", "cors_allow_origins", "cors_allow_origin_regex"):
+        monkeypatch.setattr(settings, name, getattr(settings, name))
+    for name in ("cors_allow_methods", "cors_allow_headers", "cors_allow_credentials", "chainlit_enabled"):
+        monkeypatch.setattr(settings, name, getattr(settings, name))
+    monkeypatch.setattr(settings, "chainlit_custom_elements_dir", "")
+    app._pin_hayhooks_settings(str(tmp_path), AccessSettings(), with_chainlit=True)
+    assert settings.chainlit_custom_elements_dir == str(CHAINLIT_ELEMENTS_DIR)
+
+    chainlit_app, chainlit_utils = types.ModuleType("app"), types.ModuleType("utils")
+    chainlit_app.httpx = chainlit_utils.httpx = app.httpx  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, str(DEFAULT_CHAINLIT_APP), chainlit_app)
+    monkeypatch.setitem(sys.modules, "hayhooks.server.chainlit_app.utils", chainlit_utils)
+    app._equip_chat_ui(None)
+    headers = chainlit_utils.httpx.AsyncClient(headers={"Accept": "text/event-stream"}).headers
+    assert (headers[CHAT_UI_HEADER], headers["Accept"]) == (CHAT_UI_CLIENT, "text/event-stream")
+    assert "Authorization" not in headers
+    app._equip_chat_ui(KEY)
+    headers = chainlit_app.httpx.AsyncClient().headers
+    assert (headers[CHAT_UI_HEADER], headers["Authorization"]) == (CHAT_UI_CLIENT, f"Bearer {KEY}")
