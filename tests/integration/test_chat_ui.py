@@ -1,7 +1,8 @@
 """
 Hayhooks' embedded Chainlit chat UI in a real browser: `haystack-fusion serve --with-chainlit` on 127.0.0.1 serves
-`cascade` over the embedded model behind an API key, and headless Chromium (Debian's, driven by Playwright) gives the
-key when asked and asks one question.
+`cascade` over the embedded model behind an API key, over the project's own guides (docs/*.md, each passage titled by
+its file), and headless Chromium (Debian's, driven by Playwright) gives the key when asked and asks one question about
+the project. The test reads what a person sees: the page's visible text (`document.body.innerText`).
 
 The browser reaches nothing but 127.0.0.1: Chromium's background services are switched off by flags, its resolver
 maps every other host to nothing, and the page's requests elsewhere are aborted and listed. Chainlit's page asks for
@@ -15,12 +16,18 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import time
+from pathlib import Path
 
 import pytest
+from haystack import Document
+from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
+from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from haystack_fusion.backends import save_store
+from haystack_fusion.corpus import load_text_folder
 from haystack_fusion.testing.serve_process import HayhooksProcess
 
 from .conftest import local_serving_env
@@ -32,6 +39,11 @@ if importlib.util.find_spec("chainlit") is None:  # not imported here: importing
 sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright's Python driver (the `dev` extra)")
 
 KEY = "hf-chat-ui-key-2b9d"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+QUESTION = "Which strategy falls back to post-fusion when concatenation says unknown?"
+TOP_K = 5  # the served retriever's (BackendConfig.top_k)
+MARKUP = ("<details", "</details>", "<summary", "</summary>", "**Sources**")  # the details block Open WebUI renders
+TAG = re.compile(r"</?[A-Za-z][^<>]*>")
 CHROMIUM = os.environ.get("HAYSTACK_FUSION_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 ANSWER_SECONDS = 600  # a cascade question on the embedded model: 30-120 s here, more when every round runs
 
@@ -56,17 +68,37 @@ SCROLL_TO_TOP = "for (const e of document.querySelectorAll('*')) if (e.scrollHei
 LOCAL_PREFIXES = ("http://127.0.0.1", "ws://127.0.0.1", "data:", "blob:")
 
 
+def guides() -> list[Document]:
+    """The passages of the project's guides (docs/*.md), each titled by its file name."""
+    passages = [passage for passage in load_text_folder(DOCS) if "/" not in passage.meta["file"]]
+    for passage in passages:
+        passage.meta["title"] = passage.meta["file"]
+    return passages
+
+
+def retrieved_titles(passages: list[Document], question: str) -> list[str]:
+    """The titles of the passages the served BM25 retriever returns for the question, in rank order."""
+    store = InMemoryDocumentStore()
+    store.write_documents(passages)
+    return [d.meta["title"] for d in InMemoryBM25Retriever(store, top_k=TOP_K).run(query=question)["documents"]]
+
+
 @pytest.fixture(scope="module")
-def chat_ui(tmp_path_factory, squad):
+def corpus() -> list[Document]:
+    return guides()
+
+
+@pytest.fixture(scope="module")
+def chat_ui(tmp_path_factory, corpus):
     """
-    `haystack-fusion serve --with-chainlit --strategy cascade` with an API key: the UI at /chat, cascade auto-selected
-    as the chat's model.
+    `haystack-fusion serve --with-chainlit --strategy cascade` with an API key over the guides: the UI at /chat,
+    cascade auto-selected as the chat's model.
     """
     if CHROMIUM is None:
         pytest.skip("no Chromium: apt-get install chromium (make install-chat-ui), or set HAYSTACK_FUSION_CHROMIUM")
     root = tmp_path_factory.mktemp("chat_ui")
     index = root / "index.json"
-    save_store(squad[0], index)
+    save_store(corpus, index)
     env = {
         **local_serving_env(index),
         "HAYSTACK_FUSION_API_KEY": KEY,
@@ -84,8 +116,8 @@ def test_the_chat_ui_asks_for_the_key(chat_ui):
     assert httpx.get(f"{chat_ui}/chat/", auth=("reader", KEY), timeout=10).status_code == 200
 
 
-def test_chat_ui_shows_status_answer_and_sources(chat_ui, tmp_path, questions):
-    question = questions[0].question  # read from ../shared at run time
+def test_chat_ui_shows_status_answer_and_sources(chat_ui, tmp_path, corpus):
+    titles = retrieved_titles(corpus, QUESTION)
     blocked: list[str] = []
 
     def local_only(route) -> None:
@@ -108,14 +140,14 @@ def test_chat_ui_shows_status_answer_and_sources(chat_ui, tmp_path, questions):
             page.get_by_text("Connected to").wait_for(timeout=60_000)
             assert "cascade" in page.inner_text("body")
 
-            page.locator("#chat-input").fill(question)
+            page.locator("#chat-input").fill(QUESTION)
             page.locator("#chat-submit").click()
             started = time.monotonic()
-            page.get_by_text(question).wait_for(timeout=30_000)
-            # The steps appear as the status events arrive; the details block closes the stream.
+            page.get_by_text(QUESTION).wait_for(timeout=30_000)
+            # The steps appear as the status events arrive; the evidence element closes the reply.
             page.locator("[data-step-type='run']").first.wait_for(timeout=ANSWER_SECONDS * 1000)
-            reply = page.locator("[data-step-type='assistant_message']").last
-            reply.get_by_text("</details>").wait_for(timeout=ANSWER_SECONDS * 1000)
+            page.get_by_text("Sources and evidence (").wait_for(timeout=ANSWER_SECONDS * 1000)
+            page.wait_for_timeout(500)
             seconds = time.monotonic() - started
 
             # Status: one collapsed step per round; opened, each shows its status event's description.
@@ -124,8 +156,12 @@ def test_chat_ui_shows_status_answer_and_sources(chat_ui, tmp_path, questions):
                 steps.nth(index).click()
             page.wait_for_timeout(500)
             statuses = page.locator("[data-step-type='run']").all_inner_texts()
-            answer = reply.locator("[role='article']").first.inner_text().split("<details")[0].strip()
-            sources = reply.locator("ol > li").all_inner_texts()
+            replies = page.locator("[data-step-type='assistant_message']")
+            texts = [text.strip() for text in replies.all_inner_texts()]
+            answer_at = next(i for i, text in enumerate(texts) if "Sources and evidence (" in text) - 1
+            answer = texts[answer_at]
+            evidence = texts[answer_at + 1]
+            visible = page.evaluate("document.body.innerText")
 
             page.evaluate(SCROLL_TO_TOP)  # the question at the top of the picture
             shot = tmp_path / "chat_ui.png"
@@ -135,11 +171,21 @@ def test_chat_ui_shows_status_answer_and_sources(chat_ui, tmp_path, questions):
         finally:
             browser.close()
 
-    print(f"answered in {seconds:.0f} s: {answer!r}; {len(sources)} sources; steps {statuses}; blocked {blocked}")
+    print(f"answered in {seconds:.0f} s: {answer!r}; sources {titles}; steps {statuses}; blocked {blocked}")
+    print(f"evidence element: {evidence!r}")
     assert len(statuses) >= 2, statuses
     assert "✅ Retrieved" in statuses[0], statuses  # "Retrieving passages", then done: "Retrieved 5 passages"
     assert any("✅ Concatenation" in status for status in statuses[1:]), statuses  # cascade's first round
-    assert answer, "an answer before the details block"
-    assert sources, "the numbered sources in the details block"
-    assert all(source.strip() for source in sources)
+    # The message is the answer, as text; the sources, stages and usage are the evidence element below it.
+    assert answer, "an answer"
+    assert answer in visible
+    assert not TAG.search(answer), answer
+    assert "Sources" not in answer, answer
+    for rank, title in enumerate(titles, start=1):
+        assert f"[{rank}] {title}" in evidence, (rank, title, evidence)
+        assert title in visible
+    assert "supported the answer" in evidence
+    assert "LLM call" in evidence  # the usage line
+    for markup in MARKUP:
+        assert markup not in visible, markup
     assert all(not url.startswith(LOCAL_PREFIXES) for url in blocked)
