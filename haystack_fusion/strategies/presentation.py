@@ -41,8 +41,12 @@ def sources_text(run: StrategyRun, *, chars: int = 200) -> str:
 
 
 def source_title(document: Document) -> str:
-    """A passage's title (`meta["title"]`), else "passage " and the first 8 characters of its id."""
-    return (document.meta or {}).get("title") or f"passage {document.id[:8]}"
+    """
+    A passage's title (`meta["title"]`), else the file it was read from (`meta["file"]`, set by `haystack-fusion index
+    FOLDER`), else "passage " and the first 8 characters of its id.
+    """
+    meta = document.meta or {}
+    return meta.get("title") or meta.get("file") or f"passage {document.id[:8]}"
 
 
 def source_event_data(document: Document, index: int) -> dict[str, Any]:

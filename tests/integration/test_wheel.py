@@ -213,6 +213,7 @@ def test_wheel_holds_the_package_typed_and_licensed(wheel):
     records = [name for name in names if name.endswith((".jsonl", ".png")) or "/results/" in name]
     assert not records, records[:5]  # the run records and charts of research/results
     assert "haystack_fusion/testing/__init__.py" in names  # the test doubles ship: users test with them too
+    assert "haystack_fusion/serving/chainlit_elements/FusionEvidence.jsx" in names  # the chat UI's evidence card
     assert "License-Expression: Apache-2.0" in metadata
     for label in ("Documentation", "Issues", "Source", "Changelog"):
         assert f"Project-URL: {label}, " in metadata, label

@@ -16,6 +16,7 @@ from haystack_fusion.strategies.presentation import (
     narrate,
     plural,
     round_start,
+    source_title,
     streamed_component,
 )
 
@@ -91,6 +92,13 @@ def test_counts_read_as_english():
     assert evidence_summary(run) == "Sources and evidence (1 LLM call)"
     assert "**Usage**: 1 LLM call in 1 round, 10 prompt + 2 completion tokens" in evidence_markdown(run)
     assert "LLM: 1 call (0 failed) in 1 round, 10 prompt + 2 completion tokens" in format_run("concatenation", "q", run)
+
+
+def test_a_source_is_named_by_its_title_else_its_file_else_its_id():
+    assert source_title(Document(content="x", meta={"title": "SuRe", "file": "sure.md"})) == "SuRe"
+    assert source_title(Document(content="x", meta={"file": "sure.md"})) == "sure.md"
+    untitled = Document(content="x")
+    assert source_title(untitled) == f"passage {untitled.id[:8]}"
 
 
 def test_chat_text_and_api_result_show_the_answer_and_its_sources():
