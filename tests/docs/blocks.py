@@ -317,11 +317,12 @@ def docs_page(
             "HAYSTACK_TELEMETRY_ENABLED": "False",
             # `~/.cache/haystack_fusion` (the default index, the YAML files' `index_path`) in the temp directory
             "HOME": str(workdir.parent / "home"),
-            SQUAD_VARIABLE: os.environ.get(SQUAD_VARIABLE) or str(SHARED_SQUAD),
             "XDG_CACHE_HOME": str(cache),
             "HF_HOME": str(cache / "huggingface"),
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         }
+        if not os.environ.get(SQUAD_VARIABLE) and SHARED_SQUAD.is_file():
+            env[SQUAD_VARIABLE] = str(SHARED_SQUAD)
         page.docs_session = PageSession(workdir=workdir, env=env)
     for name, value in page.docs_session.env.items():
         monkeypatch.setenv(name, value)
