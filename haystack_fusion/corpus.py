@@ -206,14 +206,43 @@ piece beyond its passages."""
 _READ_BYTES = 1 << 20
 
 
+def _without_html_comments(parts: list[str], in_comment: bool) -> tuple[list[str], bool]:
+    """
+    Words with Markdown's HTML comments (`<!-- ... -->`, which a rendered page does not show) cut out.
+
+    :param parts: Consecutive words of a file.
+    :param in_comment: Whether the first word starts inside a comment that earlier words opened.
+    :returns: The words outside comments (a word a comment splits gives its two sides as two words), and whether
+        the last word ends inside a comment.
+    """
+    kept: list[str] = []
+    for word in parts:
+        while word:
+            if in_comment:
+                end = word.find("-->")
+                word, in_comment = ("", True) if end < 0 else (word[end + 3 :], False)
+            else:
+                start = word.find("<!--")
+                if start < 0:
+                    kept.append(word)
+                    break
+                if start:
+                    kept.append(word[:start])
+                word, in_comment = word[start + 4 :], True
+    return kept, in_comment
+
+
 def _file_pieces(file: Path, piece_words: int) -> Iterator[str]:
     """
     The words of a UTF-8 file (BOM dropped), whitespace collapsed, joined by single spaces in pieces of
-    `piece_words` words (the last one shorter), read 1 MiB at a time.
+    `piece_words` words (the last one shorter), read 1 MiB at a time. In a `.md` file, HTML comments are left out:
+    they are not part of the page a reader sees.
 
     :raises UnicodeDecodeError: With `start` as the byte offset in the file of the first invalid byte.
     """
     decoder = codecs.getincrementaldecoder("utf-8-sig")()
+    markdown = file.suffix.lower() == ".md"
+    in_comment = False
     words: list[str] = []
     carry = ""
     offset = 0
@@ -229,6 +258,8 @@ def _file_pieces(file: Path, piece_words: int) -> Iterator[str]:
             offset += len(data)
             parts = text.split()
             carry = parts.pop() if data and parts and not text[-1].isspace() else ""
+            if markdown:
+                parts, in_comment = _without_html_comments(parts, in_comment)
             words.extend(parts)
             while len(words) >= piece_words:
                 yield " ".join(words[:piece_words])
@@ -264,6 +295,7 @@ def load_text_folder(
     Splitting uses Haystack's `DocumentSplitter(split_by="word", split_length=words_per_passage, split_overlap=0)`.
     That splitter counts only spaces as word breaks, so each file's whitespace (newlines, tabs, runs of spaces) is
     first collapsed to single spaces; otherwise hard-wrapped lines would yield passages far above the word limit.
+    HTML comments in `.md` files (`<!-- ... -->`) are left out, as a rendered page does not show them.
     A file is read 1 MiB at a time and given to the splitter in pieces of `PIECE_PASSAGES` whole passages, so memory
     holds the passages and one piece, never a whole large file or its list of words.
     Each passage's `meta` holds `file` (the path relative to the folder, with `/` separators) plus what the

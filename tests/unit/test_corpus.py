@@ -270,6 +270,25 @@ class TestLoadTextFolder:
         assert [len(doc.content.split()) for doc in documents] == [100, 100, 100]
         assert all("\n" not in doc.content for doc in documents)
 
+    def test_markdown_comments_are_left_out(self, tmp_path):
+        text = (
+            "Before <!-- one word --> between\n<!-- a comment\nover lines -->after x<!--glued-->y "
+            "<!--unclosed until the end"
+        )
+        (tmp_path / "page.md").write_text(text, encoding="utf-8")
+        (tmp_path / "plain.txt").write_text("kept <!-- as written -->", encoding="utf-8")
+
+        documents = load_text_folder(tmp_path)
+
+        assert [doc.content for doc in documents] == ["Before between after x y", "kept <!-- as written -->"]
+
+    @pytest.mark.parametrize("read_bytes", [1, 3, 7])
+    def test_a_comment_across_reads_is_left_out(self, tmp_path, monkeypatch, read_bytes):
+        monkeypatch.setattr(corpus, "_READ_BYTES", read_bytes)
+        (tmp_path / "page.md").write_text("a <!-- hidden words --> b <!--x-->c", encoding="utf-8")
+
+        assert [doc.content for doc in load_text_folder(tmp_path)] == ["a b c"]
+
     def test_words_per_passage(self, folder):
         documents = load_text_folder(folder, words_per_passage=50)
 
