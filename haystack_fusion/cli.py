@@ -529,7 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
             help="where passages live (default: memory; elasticsearch at $ELASTICSEARCH_URL, key from "
             "$ELASTIC_API_KEY)",
         )
-        es_index = DEMO_ES_INDEX if demo else "haystack_fusion"
+        es_index = DEMO_ES_INDEX if demo else BackendConfig.elasticsearch_index
         sub.add_argument("--es-index", default=es_index, help=f"Elasticsearch index (default: {es_index})")
         sub.add_argument(
             "--retriever",
@@ -771,14 +771,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pipelines.add_argument(
         "--es-url",
-        default="http://localhost:9200",
-        help="Elasticsearch hosts written into the es_* YAML (default: http://localhost:9200)",
+        default=BackendConfig.elasticsearch_url,
+        help=f"Elasticsearch hosts written into the es_* YAML (default: {BackendConfig.elasticsearch_url})",
     )
     pipelines.add_argument(
         "--es-index",
-        default="haystack_fusion",
+        default=BackendConfig.elasticsearch_index,
         help="Elasticsearch index written into the es_* YAML, the one `index --document-store elasticsearch "
-        "--es-index NAME` filled (default: haystack_fusion)",
+        f"--es-index NAME` filled (default: {BackendConfig.elasticsearch_index})",
     )
     pipelines.add_argument(
         "--store",

@@ -25,6 +25,11 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
+def excerpt(text: str | None, chars: int) -> str:
+    """`text` with its whitespace collapsed, shortened at a word boundary to at most `chars` characters (" ...")."""
+    return textwrap.shorten(text or "", width=chars, placeholder=" ...")
+
+
 def sources(run: StrategyRun) -> list[Document]:
     """The passages that supported the answer (`GeneratedAnswer.documents`), else the retrieved ones, in rank order."""
     return list(run.answer.documents or run.documents)
@@ -35,7 +40,7 @@ def sources_text(run: StrategyRun, *, chars: int = 200) -> str:
     lines = []
     for index, document in enumerate(sources(run), start=1):
         title = (document.meta or {}).get("title")
-        text = textwrap.shorten(document.content or "", width=chars, placeholder=" ...")
+        text = excerpt(document.content, chars)
         lines.append(f"[{index}] {title}: {text}" if title else f"[{index}] {text}")
     return "\n".join(lines)
 
@@ -131,7 +136,7 @@ def format_run(strategy: str, question: str, run: StrategyRun, *, passage_chars:
     for rank, document in enumerate(run.documents, start=1):
         title = (document.meta or {}).get("title", "")
         score = f"{document.score:.2f}" if document.score is not None else "-"
-        text = textwrap.shorten(document.content or "", width=passage_chars, placeholder=" ...")
+        text = excerpt(document.content, passage_chars)
         lines.append(f"  [{rank}] {title} (score {score}) {text}")
     lines.append(usage_line(run))
     lines.append(f"Time: {run.seconds:.2f} s")
@@ -150,7 +155,7 @@ def evidence_markdown(run: StrategyRun, *, chars: int = 300) -> str:
     parts = ["**Sources**", ""]
     for index, document in enumerate(sources(run), start=1):
         title = (document.meta or {}).get("title")
-        text = textwrap.shorten(document.content or "", width=chars, placeholder=" ...")
+        text = excerpt(document.content, chars)
         parts.append(f"{index}. {'**' + title + '** ' if title else ''}{text}")
     if evidence.get("stages"):
         parts += ["", "**Stages**", ""]
@@ -169,7 +174,7 @@ def evidence_markdown(run: StrategyRun, *, chars: int = 300) -> str:
     if evidence.get("notes"):
         parts += ["", "**Notes**", ""]
         for i, note in enumerate(evidence["notes"], start=1):
-            text = textwrap.shorten(note.get("note") or "", width=chars, placeholder=" ...")
+            text = excerpt(note.get("note"), chars)
             parts.append(f"{i}. ({note.get('relevance')}) {text}")
     parts += ["", f"**Usage**: {usage_text(run)}"]
     return "\n".join(parts)
@@ -221,7 +226,7 @@ def evidence_element_props(run: StrategyRun, *, chars: int = 300) -> dict[str, A
             {
                 "index": index,
                 "title": source_title(document),
-                "excerpt": textwrap.shorten(document.content or "", width=chars, placeholder=" ..."),
+                "excerpt": excerpt(document.content, chars),
                 "score": None if document.score is None else round(float(document.score), 2),
                 "supporting": document.id in supporting,
             }

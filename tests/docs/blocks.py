@@ -34,12 +34,13 @@ from markdown_it import MarkdownIt
 from pytest_markdown_docs.definitions import FenceTestDefinition
 from pytest_markdown_docs.plugin import MarkdownInlinePythonItem, MarkdownTextFile
 
+from haystack_fusion.settings import SQUAD_VARIABLE
+
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON_LANGUAGES = frozenset({"py", "python", "python3"})
 SHELL_LANGUAGES = frozenset({"bash", "sh", "shell", "console"})
 SERVERS = {"elasticsearch": "ELASTICSEARCH_URL", "ollama": "OLLAMA_HOST"}
 """`needs NAME` for a server the tests do not start: the variable that must point at it."""
-SQUAD_VARIABLE = "HAYSTACK_FUSION_SQUAD"
 SHARED_SQUAD = ROOT.parent / "shared/data/squad2-dev-subset/squad2_dev_subset.json"
 """`needs squad`: a SQuAD 2.0 file at $HAYSTACK_FUSION_SQUAD, else this subset beside the checkout."""
 DEFAULT_TIMEOUT = 120.0
@@ -126,10 +127,11 @@ def fences(text: str) -> list[Fence]:
         if token.type != "fence" or not token.map:
             continue
         info = token.info.split()
-        directives: dict[str, Any] = {"skip": None, "needs": (), "timeout": DEFAULT_TIMEOUT}
         before = tokens[index - 1] if index else None
+        comment = ""  # the HTML block on the line right before the fence, if any
         if before is not None and before.type == "html_block" and before.map and before.map[1] == token.map[0]:
-            directives = parse_directives(before.content)
+            comment = before.content
+        directives = parse_directives(comment)
         fence = Fence(
             language=info[0].lower() if info else "",
             words=tuple(info[1:]),
@@ -199,13 +201,12 @@ class DocsPage(MarkdownTextFile):
             mark(item, fence)
             items.append((fence.line, item))
         for number, fence in enumerate((fence for fence in page_fences if fence.is_shell), start=1):
-            if fence.is_shell:
-                fixtures = ("docs_page", *(["docs_openai_server"] if "openai-server" in fence.needs else []))
-                definition = FenceTestDefinition(shell_commands(fence), fixtures, fence.line, self.path, None)
-                name = f"[ShellFence#{number}][line:{fence.line}]"
-                shell = ShellBlock.from_parent(self, name=name, test_definition=definition, fence=fence)
-                mark(shell, fence)
-                items.append((fence.line, shell))
+            fixtures = ("docs_page", *(["docs_openai_server"] if "openai-server" in fence.needs else []))
+            definition = FenceTestDefinition(shell_commands(fence), fixtures, fence.line, self.path, None)
+            name = f"[ShellFence#{number}][line:{fence.line}]"
+            shell = ShellBlock.from_parent(self, name=name, test_definition=definition, fence=fence)
+            mark(shell, fence)
+            items.append((fence.line, shell))
         for _, item in sorted(items, key=lambda pair: pair[0]):
             yield item
 
