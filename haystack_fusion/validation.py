@@ -159,10 +159,16 @@ def validate_query(query: str) -> str:
 
     :param query: The question.
     :returns: The question, stripped.
-    :raises ValueError: If the question is not a string, or is empty or only whitespace.
+    :raises ValueError: If the question is not a string, is empty or only whitespace, or is not valid Unicode text
+        (a lone surrogate such as `\\ud800`, which no UTF-8 encoder, tokenizer or HTTP client accepts), naming the
+        position of the first bad character.
     """
     if not isinstance(query, str) or not query.strip():
         raise ValueError(f"`query` must be a non-empty question, got {query!r}")
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"`query` is not valid Unicode text: a lone surrogate at character {error.start}") from None
     return query.strip()
 
 

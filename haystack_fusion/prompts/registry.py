@@ -24,7 +24,16 @@ from dataclasses import dataclass
 from haystack.components.builders import ChatPromptBuilder
 from haystack.dataclasses import ChatMessage
 
-from haystack_fusion.prompts import chain_of_note, distiller, examples, figure7, figure8_pruning, figure9_summary, sure
+from haystack_fusion.prompts import (
+    chain_of_note,
+    conversation,
+    distiller,
+    examples,
+    figure7,
+    figure8_pruning,
+    figure9_summary,
+    sure,
+)
 
 WHOLE_REPLY_PATTERN = r"^\s*((?:\S(?:[\s\S]*\S)?)?)"
 """Prompts whose reply a component parses itself (SuRe's candidates, summaries, validity, ranking): the whole reply,
@@ -220,6 +229,13 @@ PROMPTS: dict[str, PromptTemplate] = {
             "Kim et al., section 4.3, Table 3",
             sure.SUM_ALL,
             sure.SHORT_ANSWER_PATTERN,
+            stop=ANSWER_LINE_STOP,
+        ),
+        PromptTemplate(
+            "standalone_question",
+            "this package: a follow-up in a chat rewritten as a standalone question (no paper has a chat)",
+            conversation.TEMPLATE,
+            conversation.ANSWER_PATTERN,
             stop=ANSWER_LINE_STOP,
         ),
     )

@@ -237,6 +237,10 @@ class PromptReplies:
     def _synthesis(self, text: str, answer: str) -> str:
         return f" {answer}."
 
+    def _standalone_question(self, text: str, answer: str) -> str:
+        asked = re.findall(r"\nLast question: ([^\n]*)\nStandalone question:", text)
+        return f" {asked[-1]}" if asked else ""  # the question as asked: it already stands alone
+
 
 REPLY_FORMS: dict[str, Callable[[PromptReplies, str, str], str]] = {
     "figure7": PromptReplies._answer_line,
@@ -257,6 +261,7 @@ REPLY_FORMS: dict[str, Callable[[PromptReplies, str, str], str]] = {
     "con_single_call": PromptReplies._reading_notes,
     "con_document_note": PromptReplies._document_note,
     "con_synthesis": PromptReplies._synthesis,
+    "standalone_question": PromptReplies._standalone_question,
 }
 """How `PromptReplies` answers each template of `PROMPTS`, by name: one entry per registered template (a unit test
 checks that every one has an entry and that its parser reads the reply)."""

@@ -57,8 +57,10 @@ NO_PASSAGES = {
     "sure_validity": {"prediction": "Paris", "summary": "Paris is in France."},
     "sure_ranking": {"summary_1": "Paris is in France.", "summary_2": "Lyon is a city."},
     "sure_sum_and_pred": {"summaries": ["Paris is in France."]},
+    "standalone_question": {"history": "User: Paris is in France.\nAssistant: Yes"},
 }
-"""SuRe templates that show summaries instead of passages (Listings 8, 9; Sum-and-pred), with their variables."""
+"""Templates that show no passages, with their variables: SuRe's on summaries (Listings 8, 9; Sum-and-pred) and the
+standalone question of a follow-up, on the chat."""
 
 WITH_PASSAGES = [name for name in PROMPTS if name not in NO_PASSAGES]
 
@@ -89,7 +91,9 @@ class TestTemplates:
         for name, prompt in PROMPTS.items():
             assert isinstance(prompt, PromptTemplate)
             assert prompt.name == name
-            paper = {"sure": "Kim et al.", "con": "Yu et al."}.get(name.split("_")[0], "Liu et al.")
+            paper = {"sure": "Kim et al.", "con": "Yu et al.", "standalone": "this package"}.get(
+                name.split("_")[0], "Liu et al."
+            )
             assert prompt.source.startswith(paper)
             re.compile(prompt.answer_pattern)
 

@@ -61,6 +61,8 @@ def variables(name: str, documents: list[Document] = DOCUMENTS) -> dict[str, Any
     }
     if name == "con_single_call":
         values["k_words"] = "three"
+    if name == "standalone_question":
+        values["history"] = "User: Paris is the capital of France, the first passage says.\nAssistant: Yes."
     return values
 
 
@@ -106,6 +108,8 @@ class TestPromptReplies:
             note, label = parse_document_note(reply)
             assert note
             assert label is not None
+        elif name == "standalone_question":
+            assert PROMPTS[name].extract_answer(reply) == QUERY
         else:  # the prompts whose answer the template's own pattern reads
             assert PROMPTS[name].extract_answer(reply) in ANSWERS
 

@@ -1,0 +1,242 @@
+"""
+What a chat client sends, read for the strategies: the question, the chat before it, and the client's own background
+tasks; and the one LLM call that turns a follow-up into a standalone question. Needs no extra.
+
+Chat clients send the whole chat with every request (OpenAI's chat-completions contract), message `content` as a
+string or a list of parts (`[{"type": "text", "text": ...}]`). Open WebUI also sends its background tasks to the
+chat's own model: the chat's title, its tags, follow-up suggestions, each a user message that starts with
+`TASK_PREFIX` and quotes the chat in `<chat_history>`. These are not questions about the passages: the wrappers answer
+them with one plain LLM call (`answer_task`), no retrieval and no strategy.
+
+A follow-up ("How many LLM calls does it make?") names its subject only in an earlier turn. When the chat has earlier
+turns, `standalone_question` rewrites the last user message from them with one LLM call (the `standalone_question`
+prompt of `prompts.PROMPTS`); retrieval and the strategy run on the rewrite.
+
+### Usage example
+```python
+from haystack_fusion.serving.chat import read_chat
+
+chat = read_chat(
+    [
+        {"role": "user", "content": "What is Chain-of-Note?"},
+        {"role": "assistant", "content": "A strategy that writes a reading note per passage."},
+        {"role": "user", "content": [{"type": "text", "text": "How many LLM calls does it make?"}]},
+    ]
+)
+print(chat.question, chat.history, chat.task)
+```
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from haystack.dataclasses import ChatMessage
+
+from haystack_fusion.llm import empty_usage, reply_usage, stop_kwargs
+from haystack_fusion.prompts import PROMPTS, render
+
+TASK_PREFIX = "### Task:"
+"""How Open WebUI's background task prompts start (title, tags, follow-up suggestions, query generation)."""
+
+MAX_HISTORY_CHARS = 2000
+"""The most of the chat, in characters, that the standalone-question prompt quotes: the latest turns, whole ones
+first; an older turn that does not fit is cut at its start."""
+
+MAX_TURN_CHARS = 500
+"""The most of one earlier turn that the standalone-question prompt quotes, in characters (an answer's sources and
+evidence are dropped before: `turn_text`)."""
+
+_EVIDENCE_BLOCK = re.compile(r"<details\b[^>]*>.*?</details>", re.DOTALL | re.IGNORECASE)
+"""The collapsible sources-and-evidence block of a streamed reply (`presentation.evidence_markdown`)."""
+
+_SOURCES_TAIL = re.compile(r"\n\s*Sources:\n.*\Z", re.DOTALL)
+"""The sources of a reply that was not streamed (`presentation.chat_text`): a "Sources:" line and everything after."""
+
+
+class ChatRequestError(ValueError):
+    """A chat request the wrappers cannot answer as sent: the message says what to change (HTTP 400)."""
+
+
+@dataclass(frozen=True)
+class Chat:
+    """
+    A chat request as the wrappers read it.
+
+    :param question: The last message's text (a user message; text parts joined with newlines).
+    :param history: The earlier user and assistant turns as (role, text) pairs, oldest first, each text with the
+        sources and evidence this server appended to its replies removed (`turn_text`); empty for the first turn.
+        System and tool messages are left out.
+    :param task: Whether the last message is a chat client's background task (`TASK_PREFIX`), not a question.
+    """
+
+    question: str
+    history: tuple[tuple[str, str], ...] = field(default=())
+    task: bool = False
+
+    @property
+    def follow_up(self) -> bool:
+        """Whether the question follows earlier turns of the chat (so it may need `standalone_question`)."""
+        return bool(self.history) and not self.task
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    """
+    A message's text: its `content` string, or its text parts joined with newlines.
+
+    :param message: One OpenAI chat message (`role`, `content`).
+    :returns: The text ("" for a message with no content).
+    :raises ChatRequestError: If `content` is a list holding a part that is not text (an image, audio, a file), naming
+        the part types, or is neither a string, a list nor null.
+    """
+    content = message.get("content")
+    if content is None or isinstance(content, str):
+        return content or ""
+    if not isinstance(content, list):
+        raise ChatRequestError(
+            f"a message's `content` must be a string or a list of text parts, got {type(content).__name__}"
+        )
+    texts, others = [], []
+    for part in content:
+        kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
+        if kind == "text" and isinstance(part.get("text"), str):  # type: ignore[union-attr]
+            texts.append(part["text"])  # type: ignore[index]
+        else:
+            others.append(str(kind))
+    if others:
+        raise ChatRequestError(
+            f"this server reads text only: message content parts of type {', '.join(sorted(set(others)))} "
+            "are not supported"
+        )
+    return "\n".join(texts)
+
+
+def turn_text(text: str) -> str:
+    """
+    An earlier turn's text as the standalone-question prompt quotes it: without the sources-and-evidence block or the
+    "Sources:" list this server appends to a reply, whitespace collapsed, at most `MAX_TURN_CHARS` characters.
+    """
+    text = _SOURCES_TAIL.sub("", _EVIDENCE_BLOCK.sub("", text))
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_TURN_CHARS else text[: MAX_TURN_CHARS - 4].rstrip() + " ..."
+
+
+def read_chat(messages: Sequence[Mapping[str, Any]]) -> Chat:
+    """
+    Read a chat request's messages.
+
+    :param messages: The request's `messages`, oldest first.
+    :returns: The `Chat`: the last message's text as the question, the earlier user and assistant turns, and
+        whether it is a background task.
+    :raises ChatRequestError: If there are no messages, the last one is not a user message or has no text, or a
+        message holds content parts that are not text.
+    """
+    if not messages or not isinstance(messages[-1], Mapping) or messages[-1].get("role") != "user":
+        raise ChatRequestError("`messages` must end with a user message holding the question")
+    question = message_text(messages[-1])
+    if not question.strip():
+        raise ChatRequestError("the last user message holds no text: send the question as its content")
+    if question.lstrip().startswith(TASK_PREFIX):
+        return Chat(question=question, task=True)
+    history = []
+    for message in messages[:-1]:
+        role = message.get("role") if isinstance(message, Mapping) else None
+        if role in ("user", "assistant"):
+            text = turn_text(message_text(message))
+            if text:
+                history.append((str(role), text))
+    return Chat(question=question, history=tuple(history))
+
+
+def history_text(history: Sequence[tuple[str, str]], *, max_chars: int = MAX_HISTORY_CHARS) -> str:
+    """
+    The chat's earlier turns as the standalone-question prompt quotes them: one "User: ..." or "Assistant: ..." line
+    per turn, the latest turns that fit in `max_chars` characters (an older turn cut at its start).
+
+    :param history: (role, text) pairs, oldest first (`Chat.history`).
+    :param max_chars: The most characters of the result.
+    :returns: The lines joined with newlines; "" for no history.
+    """
+    lines: list[str] = []
+    size = 0
+    for role, text in reversed(history):
+        line = f"{'User' if role == 'user' else 'Assistant'}: {' '.join(text.split())}"
+        if size + len(line) > max_chars:
+            room = max_chars - size
+            if room > 20:
+                lines.append("... " + line[len(line) - room + 4 :])
+            break
+        lines.append(line)
+        size += len(line) + 1
+    return "\n".join(reversed(lines))
+
+
+def digest(text: str) -> str:
+    """
+    What a log line says of a user's text instead of the text: its length and a short hash, e.g. "412 characters,
+    sha256 1a2b3c4d5e6f". Any text is accepted (lone surrogates included).
+    """
+    data = text.encode("utf-8", "surrogatepass")
+    return f"{len(text)} characters, sha256 {hashlib.sha256(data).hexdigest()[:12]}"
+
+
+def standalone_question_prompt(history: Sequence[tuple[str, str]], question: str) -> list[ChatMessage]:
+    """The `standalone_question` prompt for a follow-up: the chat's earlier turns (`history_text`) and the question."""
+    return render(PROMPTS["standalone_question"], history=history_text(history), query=" ".join(question.split()))
+
+
+async def standalone_question(
+    chat_generator: Any, history: Sequence[tuple[str, str]], question: str, *, max_chars: int | None = None
+) -> tuple[str, dict[str, int]]:
+    """
+    Rewrite a follow-up as a standalone question with one LLM call (`standalone_question_prompt`).
+
+    The reply's first line is the rewrite. An empty reply, or one longer than `max_chars`, keeps the question as
+    asked; a failed call raises (the caller reports it as the backend's failure, as any other call's).
+
+    :param chat_generator: Any Haystack ChatGenerator (`run_async` when it has one, else `run`).
+    :param history: The chat's earlier turns (`Chat.history`); empty keeps the question as asked without a call.
+    :param question: The last user message.
+    :param max_chars: The longest rewrite taken, in characters (None: no bound).
+    :returns: The standalone question and the call's usage (`llm.reply_usage`, with `rounds` 1; all zeros when no
+        call was made).
+    """
+    if not history:
+        return question, empty_usage()
+    messages = standalone_question_prompt(history, question)
+    kwargs = stop_kwargs(chat_generator, PROMPTS["standalone_question"].stop)
+    call_kwargs = {} if kwargs is None else {"generation_kwargs": kwargs}
+    if hasattr(chat_generator, "run_async"):
+        result = await chat_generator.run_async(messages=messages, **call_kwargs)
+    else:  # pragma: no cover - every generator the backends build has run_async
+        result = chat_generator.run(messages=messages, **call_kwargs)
+    replies = result.get("replies") or []
+    reply = replies[0] if replies else None
+    usage = {**reply_usage(reply), "rounds": 1}
+    rewrite = PROMPTS["standalone_question"].extract_answer(reply.text if reply is not None else None)
+    if not rewrite or (max_chars is not None and len(rewrite) > max_chars):
+        return question, usage
+    return rewrite, usage
+
+
+async def answer_task(chat_generator: Any, prompt: str) -> tuple[str, dict[str, int]]:
+    """
+    Answer a chat client's background task (a title, tags, follow-up suggestions) with one plain LLM call: the task
+    prompt as the one user message, the generator's own settings.
+
+    :param chat_generator: Any Haystack ChatGenerator.
+    :param prompt: The task message's text, as the client wrote it.
+    :returns: The reply's text ("" when the model wrote none) and the call's usage.
+    """
+    messages = [ChatMessage.from_user(prompt)]
+    if hasattr(chat_generator, "run_async"):
+        result = await chat_generator.run_async(messages=messages)
+    else:  # pragma: no cover - every generator the backends build has run_async
+        result = chat_generator.run(messages=messages)
+    replies = result.get("replies") or []
+    reply = replies[0] if replies else None
+    return (reply.text or "") if reply is not None else "", reply_usage(reply)
