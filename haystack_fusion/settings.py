@@ -12,10 +12,12 @@ Every setting the environment gives, and the defaults that depend on the LLM: th
 | `HAYSTACK_FUSION_SQUAD` | unset: the official SQuAD 2.0 dev set, downloaded once | the demo's SQuAD file |
 | `HAYSTACK_FUSION_MAX_IN_FLIGHT` | 1 local, 32 openai, 4 ollama | served requests that run at once |
 | `HAYSTACK_FUSION_MAX_WAITING` | 64 | served requests that may wait for a slot |
-| `HAYSTACK_FUSION_QUEUE_TIMEOUT` | 30 | seconds a served request waits for a slot |
+| `HAYSTACK_FUSION_QUEUE_TIMEOUT` | 300 local, 30 openai, 120 ollama | seconds a served request waits for a slot |
 | `HAYSTACK_FUSION_MAX_QUESTION_CHARS` | 2000 | the longest question served, in characters |
 | `HAYSTACK_FUSION_API_KEY` | unset: no key | every route but `GET /status` needs `Authorization: Bearer <key>` |
 | `HAYSTACK_FUSION_CORS_ORIGINS` | unset: none | comma-separated origins (`https://app.example.com`) allowed by CORS |
+| `HAYSTACK_FUSION_ALLOWED_HOSTS` | unset: loopback and the bound address | comma-separated `Host` names also answered |
+| `HAYSTACK_FUSION_MAX_BODY_BYTES` | 1048576 (1 MiB) | the largest request body served, in bytes |
 | `HAYSTACK_FUSION_MAX_CONCURRENCY` | 64 | LLM calls under way at once in one fan-out |
 | `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` | unset: no limit | LLM calls under way at once in the whole process |
 
@@ -33,6 +35,8 @@ from typing import Any
 
 API_KEY_VARIABLE = "HAYSTACK_FUSION_API_KEY"
 CORS_ORIGINS_VARIABLE = "HAYSTACK_FUSION_CORS_ORIGINS"
+ALLOWED_HOSTS_VARIABLE = "HAYSTACK_FUSION_ALLOWED_HOSTS"
+MAX_BODY_BYTES_VARIABLE = "HAYSTACK_FUSION_MAX_BODY_BYTES"
 LLM_VARIABLE = "HAYSTACK_FUSION_LLM"
 DOCUMENT_STORE_VARIABLE = "HAYSTACK_FUSION_DOCUMENT_STORE"
 STORE_VARIABLE = "HAYSTACK_FUSION_STORE"
@@ -142,20 +146,34 @@ _ORIGIN = re.compile(r"https?://[^/\s*]+")
 """A web origin: scheme, host and optional port, no path and no wildcard."""
 
 
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+"""The largest request body a served app reads by default, in bytes (1 MiB): a chat with a long history fits many
+times over; the longest question served is 2,000 characters."""
+
+_HOST = re.compile(r"(?:\*\.)?[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
+"""A `Host` name as `HAYSTACK_FUSION_ALLOWED_HOSTS` gives it: a DNS name or IPv4 address (`*.` for every subdomain),
+or an IPv6 address in brackets; no port."""
+
+
 @dataclass(frozen=True)
 class AccessSettings:
     """
-    Who may reach a served app.
+    Who may reach a served app, and what a request may hold.
 
     :param api_key: The key every route but `GET /status` requires (`Authorization: Bearer <key>`); None: no key.
     :param cors_origins: Web origins whose pages may call the app from a browser (CORS), each `scheme://host[:port]`;
         empty: none (the embedded chat UI is the app's own origin and needs none).
-    :raises ValueError: If the key is empty or holds whitespace, or an origin is not `scheme://host[:port]` (a
-        wildcard `*` included).
+    :param allowed_hosts: `Host` names answered besides the loopback names and the bound address (the names a proxy
+        or other machines reach the server by); empty: none.
+    :param max_body_bytes: The largest request body, in bytes (>= 1); larger ones get HTTP 413 unread.
+    :raises ValueError: If the key is empty or holds whitespace, an origin is not `scheme://host[:port]` (a wildcard
+        `*` included), a host is not a name or address (no port, no path), or `max_body_bytes` is below 1.
     """
 
     api_key: str | None = None
     cors_origins: tuple[str, ...] = ()
+    allowed_hosts: tuple[str, ...] = ()
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
     def __post_init__(self) -> None:
         if self.api_key is not None and (not self.api_key or any(char.isspace() for char in self.api_key)):
@@ -166,12 +184,21 @@ class AccessSettings:
                     f"{origin!r} is not a web origin: give scheme, host and optional port, e.g. "
                     "https://app.example.com (no path, no wildcard)"
                 )
+        for host in self.allowed_hosts:
+            if not _HOST.fullmatch(host):
+                raise ValueError(
+                    f"{host!r} is not a host name: give a name or address without port or path, e.g. "
+                    "fusion.example.com, *.example.com or [2001:db8::1]"
+                )
+        if self.max_body_bytes < 1:
+            raise ValueError(f"The body limit must be at least 1 byte, got {self.max_body_bytes}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AccessSettings:
         """
-        The settings `HAYSTACK_FUSION_API_KEY` and `HAYSTACK_FUSION_CORS_ORIGINS` give (an empty value counts as
-        unset; surrounding whitespace is dropped).
+        The settings `HAYSTACK_FUSION_API_KEY`, `HAYSTACK_FUSION_CORS_ORIGINS`, `HAYSTACK_FUSION_ALLOWED_HOSTS`
+        (comma-separated) and `HAYSTACK_FUSION_MAX_BODY_BYTES` give (an empty value counts as unset; surrounding
+        whitespace is dropped).
 
         :param env: The environment (default `os.environ`).
         :raises ValueError: As the constructor, naming the variable.
@@ -181,11 +208,23 @@ class AccessSettings:
         origins = tuple(
             origin.strip().rstrip("/") for origin in env.get(CORS_ORIGINS_VARIABLE, "").split(",") if origin.strip()
         )
-        try:
-            return cls(api_key=key, cors_origins=origins)
-        except ValueError as error:
-            variable = API_KEY_VARIABLE if "key" in str(error) else CORS_ORIGINS_VARIABLE
-            raise ValueError(f"{variable}: {error}") from None
+        hosts = tuple(host.strip() for host in env.get(ALLOWED_HOSTS_VARIABLE, "").split(",") if host.strip())
+        raw_limit = env.get(MAX_BODY_BYTES_VARIABLE, "").strip()
+        if raw_limit and not raw_limit.isdigit():
+            raise ValueError(f"{MAX_BODY_BYTES_VARIABLE} must be a whole number of bytes, got {raw_limit!r}")
+        limit = int(raw_limit) if raw_limit else DEFAULT_MAX_BODY_BYTES
+        checks = (
+            (API_KEY_VARIABLE, {"api_key": key}),
+            (CORS_ORIGINS_VARIABLE, {"cors_origins": origins}),
+            (ALLOWED_HOSTS_VARIABLE, {"allowed_hosts": hosts}),
+            (MAX_BODY_BYTES_VARIABLE, {"max_body_bytes": limit}),
+        )
+        for variable, values in checks:
+            try:
+                cls(**values)  # type: ignore[arg-type]
+            except ValueError as error:
+                raise ValueError(f"{variable}: {error}") from None
+        return cls(api_key=key, cors_origins=origins, allowed_hosts=hosts, max_body_bytes=limit)
 
 
 MAX_CONCURRENCY_ENV = "HAYSTACK_FUSION_MAX_CONCURRENCY"

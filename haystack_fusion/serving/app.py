@@ -22,6 +22,14 @@ The served app: Hayhooks' app with a fixed set of strategies, CORS pinned and an
   a custom element, where Open WebUI gets source events and a `<details>` block (`serving.hayhooks.chat_events`).
 - **A status that says only that the server is up**: `GET /status` answers `{"status": "Up!"}` (the strategies are
   listed by `GET /v1/models`, behind the key).
+- **Only its own user** (`serving.guards`): a `Host` other than the loopback names, the bound address and
+  `HAYSTACK_FUSION_ALLOWED_HOSTS` gets HTTP 400 (a web page that rebinds its DNS name to 127.0.0.1 reads nothing); a
+  WebSocket (the chat UI's) or MCP request from a web page of another origin gets 403; a body over
+  `HAYSTACK_FUSION_MAX_BODY_BYTES` (1 MiB) gets 413 unread; a client that disconnects cancels its request's work.
+- **OpenAI's contract** on `/v1/...`: errors as `{"error": {"message", "type", "code"}}` (an invalid body is a 400, as
+  OpenAI answers it), streams that end with `data: [DONE]`. Hayhooks' routes that this server does not serve
+  (`UNSERVED_PATHS`) answer 404, and the OpenAPI spec lists what is served and the errors each route answers.
+- **Logs without the user's text**: the parameters Hayhooks logs for a run are logged by length and hash.
 
 Hayhooks' own `hayhooks run` (developer mode) serves the deploy routes and tools beside the strategies and allows
 every origin: see docs/serving.md before using it anywhere but on your own machine.
@@ -32,6 +40,7 @@ from __future__ import annotations
 import hmac
 import importlib.util
 import ipaddress
+import json
 import sys
 import tempfile
 from base64 import b64decode
@@ -42,12 +51,16 @@ from typing import Any
 try:
     import httpx
     from fastapi import FastAPI
+    from fastapi.exception_handlers import http_exception_handler, request_validation_exception_handler
+    from fastapi.exceptions import RequestValidationError
     from hayhooks.server.app import create_app as create_hayhooks_app
     from hayhooks.server.app import run_app
     from hayhooks.server.pipelines.loader import build_immutable_host
     from hayhooks.settings import settings as hayhooks_settings
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
     from starlette.requests import Request
-    from starlette.responses import JSONResponse
+    from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
     from starlette.types import ASGIApp, Receive, Scope, Send
 except ImportError as error:  # pragma: no cover - exercised only without the extra
@@ -56,6 +69,17 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 from haystack import logging
 
 from haystack_fusion.backends.checks import check_backend
+from haystack_fusion.serving.chat import digest
+from haystack_fusion.serving.guards import (
+    BodyLimitMiddleware,
+    OriginMiddleware,
+    StreamEndMiddleware,
+    allowed_hosts,
+    is_openai_path,
+    openai_error,
+    route_path,
+    send_json,
+)
 from haystack_fusion.serving.hayhooks import CHAINLIT_ELEMENTS_DIR, CHAT_UI_CLIENT, CHAT_UI_HEADER
 from haystack_fusion.serving.yaml import wrapper_source
 from haystack_fusion.settings import API_KEY_VARIABLE, AccessSettings
@@ -80,7 +104,8 @@ class ApiKeyMiddleware:
     A request is let through when it carries `Authorization: Bearer <key>`, or `Authorization: Basic` with the key as
     the password (any user name, for browsers), or is a CORS preflight (`OPTIONS` with `Origin` and
     `Access-Control-Request-Method`; the CORS middleware behind this one answers it), or its path (without the app's
-    root path) is one of `open_paths`. Anything else gets HTTP 401 with the one-line `UNAUTHORIZED` body and a
+    root path) is one of `open_paths`. Anything else gets HTTP 401 with the one-line `UNAUTHORIZED` body (in OpenAI's
+    error shape on the OpenAI-compatible routes, `guards.openai_error`, code "invalid_api_key") and a
     `WWW-Authenticate` challenge: `Basic` under `browser_paths` (so a browser asks for the key), `Bearer` elsewhere;
     a WebSocket is closed before it opens (code 1008, which the server sends as HTTP 403). Keys are compared in
     constant time.
@@ -122,10 +147,7 @@ class ApiKeyMiddleware:
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
-        path = scope["path"]
-        root = scope.get("root_path", "")
-        if root and path.startswith(root):
-            path = path[len(root) :] or "/"
+        path = route_path(scope)
         preflight = (
             scope["type"] == "http"
             and scope["method"] == "OPTIONS"
@@ -140,22 +162,124 @@ class ApiKeyMiddleware:
             return
         browser = any(path == prefix or path.startswith(f"{prefix}/") for prefix in self.browser_paths)
         challenge = b'Basic realm="haystack-fusion", charset="UTF-8"' if browser else b"Bearer"
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(UNAUTHORIZED)).encode()),
-                    (b"www-authenticate", challenge),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": UNAUTHORIZED})
+        body: dict[str, Any] | bytes = UNAUTHORIZED
+        if is_openai_path(path):
+            body = openai_error(json.loads(UNAUTHORIZED)["detail"], status=401, code="invalid_api_key")
+        await send_json(send, 401, body, headers=[(b"www-authenticate", challenge)])
 
 
 async def _status(_: Request) -> JSONResponse:
     return JSONResponse({"status": "Up!"})
+
+
+UNSERVED_PATHS = ("/responses", "/v1/responses", "/files", "/v1/files", "/traces", "/draw/", "/status/")
+"""Path prefixes of Hayhooks' routes this server does not serve: the Responses API and file uploads (the wrappers
+implement neither: one answers 501, the other takes a file and stores nothing), the trace buffer, pipeline drawings
+(drawn by a web service) and the per-pipeline status. They answer 404 and are left out of the OpenAPI spec."""
+
+_ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "code"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "code": {"type": "string"},
+                "param": {"type": "string", "nullable": True},
+            },
+        }
+    },
+}
+_DETAIL_SCHEMA = {"type": "object", "required": ["detail"], "properties": {"detail": {}}}
+_ERRORS = {
+    "400": "The request cannot be answered as sent: no user message, content parts that are not text, an empty or too "
+    "long question, or text that is not valid Unicode.",
+    "401": "The API key is missing or wrong.",
+    "404": "No strategy of that name is served.",
+    "413": "The request body is over the server's limit (HAYSTACK_FUSION_MAX_BODY_BYTES).",
+    "500": "An internal error; the server log has the details.",
+    "502": "An LLM or document store server refused a call (e.g. a prompt over the model's context).",
+    "503": "The server is busy (with Retry-After), a backend cannot be reached or refuses, or every LLM call failed.",
+}
+
+
+class UnservedPathsMiddleware:
+    """ASGI middleware: HTTP 404 for the paths of `UNSERVED_PATHS` (without the app's root path)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = route_path(scope)
+        if scope["type"] == "http" and _unserved(path):
+            body = {"detail": "Not Found"}
+            if is_openai_path(path):
+                body = openai_error("No such route on this server", status=404, code="not_found")
+            await send_json(send, 404, body)
+            return
+        await self.app(scope, receive, send)
+
+
+def _unserved(path: str) -> bool:
+    return any(path == prefix.rstrip("/") or path.startswith(prefix) for prefix in UNSERVED_PATHS)
+
+
+def served_openapi(schema: dict[str, Any], *, api_key: bool) -> dict[str, Any]:
+    """
+    The OpenAPI spec of what the server does: Hayhooks' spec without `UNSERVED_PATHS`, `/status` as this server
+    answers it, and the errors each route can answer (in OpenAI's shape on the OpenAI-compatible routes; 401 only
+    with an API key; FastAPI's 422 replaced by 400 there, as OpenAI answers an invalid body).
+
+    :param schema: FastAPI's spec of the app (changed in place, and returned).
+    :param api_key: Whether the server requires an API key.
+    """
+    paths = schema.get("paths", {})
+    for path in list(paths):
+        if _unserved(path):
+            del paths[path]
+    if "/status" in paths:
+        paths["/status"] = {
+            "get": {
+                "summary": "Whether the server is up",
+                "operationId": "status",
+                "responses": {
+                    "200": {
+                        "description": "The server is up.",
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["status"],
+                                    "properties": {"status": {"type": "string", "enum": ["Up!"]}},
+                                }
+                            }
+                        },
+                    }
+                },
+            }
+        }
+    for path, operations in paths.items():
+        if path == "/status":
+            continue
+        openai = is_openai_path(path)
+        error_schema = _ERROR_SCHEMA if openai else _DETAIL_SCHEMA
+        for method, operation in operations.items():
+            responses = operation.setdefault("responses", {})
+            codes = ["401"] if api_key else []
+            if method == "post":
+                codes += ["400", "413", "500", "502", "503"]
+                if openai:
+                    codes.append("404")
+                    responses.pop("422", None)
+            for code in codes:
+                responses[code] = {
+                    "description": _ERRORS[code],
+                    "content": {"application/json": {"schema": error_schema}},
+                }
+    return schema
 
 
 def write_wrappers(strategies: Sequence[str], out_dir: str | Path) -> Path:
@@ -254,6 +378,7 @@ def create_app(
     pipelines_dir: str | Path | None = None,
     with_chainlit: bool = False,
     access: AccessSettings | None = None,
+    host: str | None = None,
 ) -> FastAPI:
     """
     Build the served HTTP app: `/{name}/run` and the OpenAI-compatible `/v1/chat/completions` for each strategy,
@@ -269,7 +394,9 @@ def create_app(
         `pipeline_wrapper.py`) and YAML pipelines, loaded once.
     :param with_chainlit: Mount Hayhooks' Chainlit chat UI at `/chat` (the `chainlit` extra), with this package's
         custom elements.
-    :param access: The API key and CORS origins (None: `AccessSettings.from_env()`).
+    :param access: The API key, CORS origins, allowed hosts and body limit (None: `AccessSettings.from_env()`).
+    :param host: The address the app is bound to (its `Host` is answered besides the loopback names and
+        `access.allowed_hosts`); None: only those.
     :returns: The FastAPI app; run it with uvicorn (one worker: the embedded model is loaded per process).
     :raises ValueError: If a strategy is not registered, both `strategies` and `pipelines_dir` are given, or the
         environment's access settings are invalid (naming the variable).
@@ -300,15 +427,72 @@ def create_app(
     app.state.wrappers_dir = keep_alive
     # Hayhooks' /status lists the pipelines and the server's state: this one, matched first, says only "up"
     app.router.routes.insert(0, Route("/status", _status, methods=["GET"]))
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    spec = app.openapi
+    app.openapi = lambda: served_openapi(spec(), api_key=access.api_key is not None)  # type: ignore[method-assign]
     if with_chainlit:
         _equip_chat_ui(access.api_key)
+    # Added innermost first: a request meets the Host check, the Origin check, the key, the body limit, then the rest.
+    app.add_middleware(StreamEndMiddleware)
+    app.add_middleware(UnservedPathsMiddleware)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=access.max_body_bytes)
     if access.api_key is not None:
         app.add_middleware(
             ApiKeyMiddleware,
             api_key=access.api_key,
             browser_paths=(hayhooks_settings.chainlit_path, "/public", "/docs", "/redoc") if with_chainlit else (),
         )
+    app.add_middleware(OriginMiddleware, allowed_origins=access.cors_origins)
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(host, access.allowed_hosts))
+    _summarize_logged_params()
     return app
+
+
+async def _http_error(request: Request, error: Exception) -> Response:
+    """An HTTP error: in OpenAI's shape on the OpenAI-compatible routes (`ServingError`'s code), else FastAPI's."""
+    assert isinstance(error, StarletteHTTPException)
+    if not is_openai_path(route_path(request.scope)):
+        return await http_exception_handler(request, error)
+    code = getattr(error, "code", None) or {404: "model_not_found"}.get(error.status_code)
+    return JSONResponse(
+        openai_error(str(error.detail), status=error.status_code, code=code),
+        status_code=error.status_code,
+        headers=getattr(error, "headers", None),
+    )
+
+
+async def _validation_error(request: Request, error: Exception) -> Response:
+    """A body that does not validate: OpenAI's 400 on the OpenAI-compatible routes (naming the first bad field), else
+    FastAPI's 422."""
+    assert isinstance(error, RequestValidationError)
+    if not is_openai_path(route_path(request.scope)):
+        return await request_validation_exception_handler(request, error)
+    first = (error.errors() or [{}])[0]
+    where = ".".join(str(part) for part in first.get("loc", ()) if part != "body") or "body"
+    message = f"Invalid request body: {where}: {first.get('msg', 'invalid')}"
+    return JSONResponse(openai_error(message, status=400, code="invalid_request"), status_code=400)
+
+
+def _summarize_params(record: dict[str, Any]) -> None:
+    """
+    A log record as this server writes it: the request parameters Hayhooks logs for a run (`params`) as each value's
+    length and hash (`chat.digest`), never the user's text; and no `<` in any other bound value, which Hayhooks' log
+    format would read as colour markup (a question holding `</passage>` would break the log line).
+    """
+    extra = record["extra"]
+    for key, value in list(extra.items()):
+        if key == "params" and isinstance(value, dict):
+            extra[key] = {name: digest(str(item)) for name, item in value.items()}
+        elif not isinstance(value, (int, float, bool)) and value is not None:
+            extra[key] = str(value).replace("<", "‹")[:200]
+
+
+def _summarize_logged_params() -> None:
+    """Install `_summarize_params` as the patcher of the process's loguru logger, which Hayhooks logs with."""
+    from loguru import logger as loguru_logger
+
+    loguru_logger.configure(patcher=_summarize_params)  # type: ignore[arg-type]
 
 
 def create_mcp_app(
@@ -316,15 +500,19 @@ def create_mcp_app(
     *,
     pipelines_dir: str | Path | None = None,
     access: AccessSettings | None = None,
+    host: str | None = None,
 ) -> ASGIApp:
     """
     Build the served MCP app (Hayhooks' MCP server, `mcp` extra of Hayhooks): one tool per strategy, named after it
     and described by `Strategy.description`, over Streamable HTTP at `/mcp` and SSE at `/sse`, plus Hayhooks' two
     read-only status tools; no deploy or undeploy tool. With an API key set, every route but `GET /status` needs it.
+    A request from a web page of another origin is refused (HTTP 403; MCP's specification asks servers to check
+    `Origin`), as is a `Host` the server does not answer (HTTP 400) and a body over the limit (HTTP 413).
 
     :param strategies: As `create_app`.
     :param pipelines_dir: As `create_app`.
-    :param access: As `create_app` (CORS does not apply: MCP clients are not web pages).
+    :param access: As `create_app` (the CORS origins are the only other origins allowed).
+    :param host: As `create_app`.
     :returns: The Starlette app; run it with uvicorn.
     :raises ValueError: As `create_app`.
     :raises hayhooks.server.exceptions.PipelineModuleLoadError: As `create_app`.
@@ -336,9 +524,12 @@ def create_mcp_app(
     _pin_hayhooks_settings(folder, access, with_chainlit=False)
     app = build_immutable_host(folder, lambda registry: create_starlette_app(create_mcp_server(registry=registry)))
     app.state.wrappers_dir = keep_alive
-    if access.api_key is None:
-        return app
-    return ApiKeyMiddleware(app, api_key=access.api_key)
+    _summarize_logged_params()
+    guarded: ASGIApp = BodyLimitMiddleware(app, max_bytes=access.max_body_bytes)
+    if access.api_key is not None:
+        guarded = ApiKeyMiddleware(guarded, api_key=access.api_key)
+    guarded = OriginMiddleware(guarded, allowed_origins=access.cors_origins, check_http=True)
+    return TrustedHostMiddleware(guarded, allowed_hosts=allowed_hosts(host, access.allowed_hosts))
 
 
 def _is_loopback(host: str) -> bool:
@@ -387,7 +578,8 @@ def serve(
         )
     hayhooks_settings.host, hayhooks_settings.port = host, port  # where the chat UI reaches the app
     if mcp:
-        run_app(create_mcp_app(strategies, pipelines_dir=pipelines_dir, access=access), host=host, port=port)  # type: ignore[arg-type]
+        mcp_app = create_mcp_app(strategies, pipelines_dir=pipelines_dir, access=access, host=host)
+        run_app(mcp_app, host=host, port=port)  # type: ignore[arg-type]
     else:
-        app = create_app(strategies, pipelines_dir=pipelines_dir, with_chainlit=with_chainlit, access=access)
+        app = create_app(strategies, pipelines_dir=pipelines_dir, with_chainlit=with_chainlit, access=access, host=host)
         run_app(app, host=host, port=port)

@@ -66,9 +66,19 @@ class TestApiKeyMiddleware:
         ],
     )
     def test_without_the_key_401_one_line(self, client, headers):
-        response = client.get("/v1/models", headers=headers)
+        response = client.get("/chat/page", headers=headers)
         assert response.status_code == 401
         assert response.content == UNAUTHORIZED
+        response = client.get("/v1/models", headers=headers)
+        assert response.status_code == 401
+        assert response.json() == {  # OpenAI's shape on the OpenAI-compatible routes
+            "error": {
+                "message": "Unauthorized: send the API key as Authorization: Bearer <key>",
+                "type": "authentication_error",
+                "code": "invalid_api_key",
+                "param": None,
+            }
+        }
         assert response.headers["www-authenticate"] == "Bearer"
 
     @pytest.mark.parametrize("headers", [{"Authorization": f"Bearer {KEY}"}, {"Authorization": f"bearer {KEY}"}])

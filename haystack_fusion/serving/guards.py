@@ -1,0 +1,292 @@
+"""
+Who may reach a served app, and what a request may hold: the ASGI middleware `serving.app` puts in front of Hayhooks'
+apps (`serve` extra).
+
+A server on 127.0.0.1 is still reachable from the user's browser: any web page can send it requests, and a page whose
+DNS name is rebound to 127.0.0.1 reads the answers as its own origin's. So every app checks, before anything runs:
+
+- **Host** (Starlette's `TrustedHostMiddleware`, `allowed_hosts`): the loopback names, the bound address and the
+  names of `HAYSTACK_FUSION_ALLOWED_HOSTS`; any other `Host` gets HTTP 400. A rebound DNS name is not among them.
+- **Origin** (`OriginMiddleware`): a WebSocket (the chat UI's) or an MCP request that a web page of another origin
+  opens is refused with HTTP 403; clients that are not web pages send no `Origin` and pass. MCP's specification asks
+  servers to validate `Origin`.
+- **Body size** (`BodyLimitMiddleware`): a body over `HAYSTACK_FUSION_MAX_BODY_BYTES` (1 MiB by default) gets HTTP 413
+  before it is read (from `Content-Length`), or as soon as a streamed body passes the limit.
+- **The client's disconnect** (`BodyLimitMiddleware` too): once the body is read, a client that goes away (a chat
+  client's Stop) cancels the request's work, so a streamed answer's pending LLM calls are not made.
+- **OpenAI's stream end** (`StreamEndMiddleware`): a server-sent event stream of the OpenAI-compatible routes ends
+  with `data: [DONE]`, as OpenAI's does and its clients expect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from fastapi import HTTPException
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from haystack_fusion.settings import DEFAULT_MAX_BODY_BYTES
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+"""The `Host` names every served app answers."""
+
+OPENAI_PATHS = ("/v1/", "/chat/completions", "/models")
+"""The path prefixes of the OpenAI-compatible routes, whose errors take OpenAI's shape."""
+
+
+def openai_error(message: str, *, status: int, code: str | None = None) -> dict[str, Any]:
+    """
+    An error in OpenAI's shape, as OpenAI clients read it: `{"error": {"message", "type", "code", "param"}}`.
+
+    :param message: One line saying what went wrong and what to change.
+    :param status: The HTTP status: it gives the `type` ("invalid_request_error" for 4xx but 401 and 429,
+        "authentication_error" for 401, "rate_limit_error" for 429, "server_error" for 5xx).
+    :param code: A short machine-readable code ("invalid_api_key", "server_busy", ...); None: "http_<status>".
+    """
+    if status == 401:
+        kind = "authentication_error"
+    elif status == 429:
+        kind = "rate_limit_error"
+    elif status < 500:
+        kind = "invalid_request_error"
+    else:
+        kind = "server_error"
+    one_line = " ".join(str(message).split())
+    return {"error": {"message": one_line, "type": kind, "code": code or f"http_{status}", "param": None}}
+
+
+def is_openai_path(path: str) -> bool:
+    """Whether a request path (without the app's root path) is one of the OpenAI-compatible routes."""
+    return any(path == prefix.rstrip("/") or path.startswith(prefix) for prefix in OPENAI_PATHS)
+
+
+def route_path(scope: Scope) -> str:
+    """The request's path without the app's root path."""
+    path, root = scope.get("path", "/"), scope.get("root_path", "")
+    return (path[len(root) :] or "/") if root and path.startswith(root) else path
+
+
+async def send_json(
+    send: Send, status: int, body: dict[str, Any] | bytes, headers: Iterable[tuple[bytes, bytes]] = ()
+) -> None:
+    """Send a whole JSON response from middleware (no app behind it runs); `body` as a dict, or as JSON bytes."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    start_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()), *headers]
+    await send({"type": "http.response.start", "status": status, "headers": start_headers})
+    await send({"type": "http.response.body", "body": data})
+
+
+async def refuse(scope: Scope, send: Send, status: int, message: str, *, code: str) -> None:
+    """
+    Refuse a request from middleware: a WebSocket is closed before it opens (the server answers HTTP 403); an HTTP
+    request gets `status` with the message, in OpenAI's shape on the OpenAI-compatible routes, else as `{"detail"}`.
+    """
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    body = openai_error(message, status=status, code=code) if is_openai_path(route_path(scope)) else {"detail": message}
+    await send_json(send, status, body)
+
+
+def allowed_hosts(bind_host: str | None, extra: Sequence[str] = ()) -> list[str]:
+    """
+    The `Host` names a served app answers: `LOOPBACK_HOSTS`, the address it is bound to (unless a wildcard such as
+    0.0.0.0, which names no host) and `extra` (`HAYSTACK_FUSION_ALLOWED_HOSTS`: the names a proxy or other machines
+    use; `*.example.com` takes every subdomain).
+
+    :param bind_host: The bound address or name (`--host`), or None.
+    :param extra: More names.
+    :returns: Lower-cased names, an IPv6 address in brackets, each once.
+    """
+    hosts = list(LOOPBACK_HOSTS)
+    candidates = list(extra)
+    if bind_host:
+        try:
+            address = ipaddress.ip_address(bind_host.strip("[]"))
+        except ValueError:
+            candidates.append(bind_host)
+        else:
+            if not address.is_unspecified:
+                candidates.append(f"[{address}]" if address.version == 6 else str(address))
+    for host in candidates:
+        host = host.strip().lower()
+        if host and host not in hosts:
+            hosts.append(host)
+    return hosts
+
+
+def _origin_host(origin: str) -> str:
+    """`host[:port]` of an origin (`scheme://host[:port]`), lower-cased; "" when it does not parse."""
+    try:
+        return urlsplit(origin).netloc.lower()
+    except ValueError:
+        return ""
+
+
+class OriginMiddleware:
+    """
+    ASGI middleware: refuse requests that a web page of another origin sends.
+
+    A request with an `Origin` header passes when the origin is the app's own (its `host[:port]` equals the request's
+    `Host`) or one of `allowed_origins`; any other is refused (HTTP 403, a WebSocket closed before it opens). A request
+    without `Origin` (an API client, an MCP client that is not a web page) passes. Which requests are checked:
+    WebSockets always, HTTP requests when `check_http` (the MCP app: all of them; the HTTP app leaves HTTP to CORS,
+    which keeps a foreign page from reading the answers).
+
+    :param app: The ASGI app to protect.
+    :param allowed_origins: Other origins allowed (`HAYSTACK_FUSION_CORS_ORIGINS`), each `scheme://host[:port]`.
+    :param check_http: Check HTTP requests too, not only WebSockets.
+    """
+
+    def __init__(self, app: ASGIApp, *, allowed_origins: Iterable[str] = (), check_http: bool = False) -> None:
+        self.app = app
+        self.allowed_origins = frozenset(origin.rstrip("/").lower() for origin in allowed_origins)
+        self.check_http = check_http
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        checked = scope["type"] == "websocket" or (scope["type"] == "http" and self.check_http)
+        if checked:
+            headers = Headers(scope=scope)
+            origin = headers.get("origin")
+            if origin is not None:
+                own = _origin_host(origin) == (headers.get("host") or "").lower()
+                if not own and origin.rstrip("/").lower() not in self.allowed_origins:
+                    await refuse(
+                        scope, send, 403, "Forbidden: requests from other web origins are refused", code="bad_origin"
+                    )
+                    return
+        await self.app(scope, receive, send)
+
+
+class BodyLimitMiddleware:
+    """
+    ASGI middleware: bound the request body, and cancel the request's work when the client goes away.
+
+    An HTTP request whose `Content-Length` is over `max_bytes` gets HTTP 413 before its body is read; one whose
+    streamed body passes `max_bytes` gets 413 as soon as it does. The body is read whole before the app runs (it is
+    at most `max_bytes`), then handed to the app, and the connection is watched: a client that disconnects while the
+    app is still working (a chat client's Stop during a streamed answer) cancels the app's task, so the question's
+    pending LLM calls are never made. A call already under way in a thread runs to its end; its reply is dropped.
+
+    :param app: The ASGI app.
+    :param max_bytes: The largest body, in bytes (>= 1).
+    :raises ValueError: If `max_bytes` is below 1.
+    """
+
+    def __init__(self, app: ASGIApp, *, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+        if max_bytes < 1:
+            raise ValueError(f"`max_bytes` must be at least 1, got {max_bytes}")
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _too_large(self, scope: Scope, send: Send) -> Any:
+        message = f"Request body too large: this server takes at most {self.max_bytes} bytes"
+        return refuse(scope, send, 413, message, code="request_too_large")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = Headers(scope=scope).get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            await self._too_large(scope, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._too_large(scope, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        await self._run(scope, b"".join(chunks), receive, send)
+
+    async def _run(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> None:
+        disconnected = asyncio.Event()
+        delivered = False
+
+        async def replay() -> Message:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await disconnected.wait()
+            return {"type": "http.disconnect"}
+
+        app_task = asyncio.ensure_future(self.app(scope, replay, send))
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            disconnected.set()
+            app_task.cancel()
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await app_task
+        except asyncio.CancelledError:
+            if not disconnected.is_set():
+                raise  # the server itself is cancelling this request
+        finally:
+            watcher.cancel()
+
+
+class StreamEndMiddleware:
+    """
+    ASGI middleware: a server-sent event stream (`text/event-stream`) of the OpenAI-compatible routes ends with
+    `data: [DONE]`, the marker OpenAI's streams end with and its clients wait for.
+
+    :param app: The ASGI app.
+    """
+
+    DONE = b"data: [DONE]\n\n"
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not is_openai_path(route_path(scope)):
+            await self.app(scope, receive, send)
+            return
+        streaming = False
+
+        async def send_with_end(message: Message) -> None:
+            nonlocal streaming
+            if message["type"] == "http.response.start":
+                content_type = Headers(raw=message.get("headers", [])).get("content-type", "")
+                streaming = content_type.startswith("text/event-stream")
+            elif streaming and message["type"] == "http.response.body" and not message.get("more_body", False):
+                await send({"type": "http.response.body", "body": message.get("body", b""), "more_body": True})
+                message = {"type": "http.response.body", "body": self.DONE, "more_body": False}
+            await send(message)
+
+        await self.app(scope, receive, send_with_end)
+
+
+class ServingError(HTTPException):
+    """
+    A request the served app answers with an error: the HTTP status, one line for the client and a short code. On the
+    OpenAI-compatible routes it is sent in OpenAI's shape (`openai_error`), in a stream as an error chunk.
+
+    :param status: The HTTP status (400, 413, 502, 503, ...).
+    :param message: One line: what failed and what to change; never a secret, never the user's text.
+    :param code: A short machine-readable code: "invalid_request", "server_busy", "backend_unavailable",
+        "llm_error", "internal_error", ...
+    :param headers: Response headers (`Retry-After` for a busy server).
+    """
+
+    def __init__(self, status: int, message: str, *, code: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(status_code=status, detail=" ".join(message.split()), headers=headers)
+        self.code = code
