@@ -28,17 +28,19 @@ per strategy). This base class:
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import dataclasses
+import functools
 import threading
-import weakref
-from collections.abc import AsyncIterator, Callable, Iterator
+import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 try:
     from fastapi import HTTPException
-    from hayhooks import BasePipelineWrapper, get_last_user_message
+    from fastapi_openai_compat import ChatCompletion
+    from hayhooks import BasePipelineWrapper
     from hayhooks.chainlit_events import create_custom_element_event
     from hayhooks.events import PipelineEvent, create_status_event
     from hayhooks.open_webui import create_details_tag, create_source_event
@@ -58,7 +60,9 @@ from haystack_fusion.backends import (
     warn_missing_logprobs,
 )
 from haystack_fusion.backends.checks import BackendSetupError, check_backend, reachability_problems, setup_message
-from haystack_fusion.llm import CallLimitedChatGenerator, unwrap_call_limit
+from haystack_fusion.llm import CallLimitedChatGenerator, exception_chain, sum_usage, unwrap_call_limit
+from haystack_fusion.serving.chat import Chat, ChatRequestError, answer_task, digest, read_chat, standalone_question
+from haystack_fusion.serving.guards import ServingError, openai_error
 from haystack_fusion.serving.limits import (
     AdmissionLimit,
     ServerBusyError,
@@ -235,12 +239,13 @@ def _token_callback(
     return async_callback
 
 
-def _client_error(error: ValueError) -> HTTPException:
-    return HTTPException(status_code=400, detail=str(error))
-
-
 async def chat_events(
-    strategy: str, pipeline: Pipeline, query: str, *, chat_ui: bool = False
+    strategy: str,
+    pipeline: Pipeline,
+    query: str,
+    *,
+    chat_ui: bool = False,
+    finish: Callable[[StrategyRun], StrategyRun] | None = None,
 ) -> AsyncIterator[PipelineEvent | StreamingChunk | str]:
     """
     A strategy's chat reply in Hayhooks' streaming form: status events, the answer, then its sources and evidence.
@@ -259,6 +264,8 @@ async def chat_events(
     :param pipeline: Its pipeline (`build_pipeline`).
     :param query: The question.
     :param chat_ui: End in the chat UI's custom element instead of Open WebUI's source events and details block.
+    :param finish: Applied to the finished run before anything of it is shown: it may add to the run (a follow-up's
+        standalone question) or raise to report a failure instead of an answer (every LLM call failed).
     :returns: An async iterator of status events, `StreamingChunk`s and, last, source events and the details chunk
         (Open WebUI) or the custom element event (`chat_ui`).
     :raises ValueError: If the question is empty or only whitespace.
@@ -279,15 +286,14 @@ async def chat_events(
                 yield StreamingChunk(content=item.text)
         else:
             assert item.run is not None
-            run = item.run
+            run = item.run if finish is None else finish(item.run)
             answer = run.answer_text()
             reply = "".join(streamed).strip()
             if not reply:
                 yield StreamingChunk(content=answer)
             elif reply != answer.strip():
                 yield StreamingChunk(content=f"\n\nAnswer: {answer}")
-            answered = f"Answered in {run.seconds:.1f} s from {plural(len(sources(run)), 'source')}"
-            yield create_status_event(answered, done=True)
+            yield create_status_event(answered_text(run), done=True)
             if chat_ui:
                 yield create_custom_element_event(EVIDENCE_ELEMENT, evidence_element_props(run))
                 return
@@ -370,71 +376,120 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
             self.config = config
             self.admission: AdmissionLimit = admission_limit(self.limits)
             self.generator = chat_generator(config)
+            # each call holds a slot of HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT, when set, as the fan-outs' calls do: the
+            # strategy's, a follow-up's rewrite and a chat client's background task
+            self.llm = CallLimitedChatGenerator(chat_generator=self.generator)
             self.pipeline = build_pipeline(
-                self.strategy,
-                retriever=retriever(config),
-                # each call holds a slot of HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT, when set, as the fan-outs' calls do
-                chat_generator=CallLimitedChatGenerator(chat_generator=self.generator),
-                **strategy_defaults(config.llm),
+                self.strategy, retriever=retriever(config), chat_generator=self.llm, **strategy_defaults(config.llm)
             )
             self.pipeline.warm_up()
 
     def _check(self, question: str) -> str:
-        """The question, checked: HTTPException 400 when it is empty or longer than the limit."""
+        """The question, checked: `ServingError` 400 when it is empty, too long or not valid Unicode text."""
         try:
             self.limits.check_question(question)
             return validate_query(question)
         except ValueError as error:
-            raise _client_error(error) from error
+            raise self._failure(error) from None
 
-    def _checked_run(self, run: StrategyRun) -> StrategyRun:
-        """The run, unless every LLM call of it failed (each recorded as an abstention): then HTTPException 503."""
+    def _failure(self, error: BaseException) -> ServingError:
+        """
+        What a failed request answers, whatever failed: the same `ServingError` streamed or not.
+
+        - 400 (`invalid_request`) for what the client sent: a `ValueError` raised before the strategy ran (no user
+          message, content parts that are not text, an empty, too long or invalid question);
+        - 503 (`server_busy`, with `Retry-After`) when no request slot came free;
+        - 503 (`backend_unavailable`) for a backend that cannot be reached or refuses, naming its URL and variable
+          (`backend_error_message`);
+        - 502 (`llm_error`) for any other error an LLM or store server answered with an HTTP status (a 400 for a
+          prompt over the model's context, a content filter, ...), naming the error's type and status;
+        - 500 (`internal_error`) for anything else, logged with its traceback.
+        """
+        if isinstance(error, ServingError):
+            return error
+        if isinstance(error, HTTPException):
+            return ServingError(error.status_code, str(error.detail), code=f"http_{error.status_code}")
+        if isinstance(error, ServerBusyError):
+            return ServingError(503, str(error), code="server_busy", headers={"Retry-After": str(error.retry_after)})
+        if isinstance(error, ValueError):
+            return ServingError(400, str(error), code="invalid_request")
+        message = backend_error_message(error, self.config)
+        if message is not None:
+            return ServingError(503, message, code="backend_unavailable")
+        for link in exception_chain(error):
+            status = getattr(link, "status_code", None)
+            if isinstance(status, int):
+                return ServingError(
+                    502,
+                    f"the LLM or document store server refused a call: {type(link).__name__} (HTTP {status}); the "
+                    "server log has the details",
+                    code="llm_error",
+                )
+        logger.exception("Failed to answer a request: {error_type}", error_type=type(error).__name__)
+        return ServingError(
+            500, f"internal error ({type(error).__name__}): the server log has the details", code="internal_error"
+        )
+
+    def _finish(
+        self, run: StrategyRun, *, asked: str | None = None, rewrite: dict[str, int] | None = None
+    ) -> StrategyRun:
+        """
+        The run as served: a follow-up's standalone question in its evidence and the rewrite's call in its usage; a
+        run whose every LLM call failed (each recorded as an abstention) is a failure, not the answer "unknown".
+
+        :raises ServingError: 503 when every LLM call failed, naming the backend.
+        """
+        if asked is not None and rewrite is not None:
+            run = with_standalone_question(run, asked, rewrite)
         message = every_call_failed_message(run.usage, run.evidence, self.config)
         if message is not None:
-            raise _unavailable(message)
+            raise ServingError(503, message, code="backend_unavailable")
         warn_missing_logprobs(self.generator, run.answers)  # logged once per process
         return run
-
-    @contextlib.contextmanager
-    def _http_errors(self) -> Iterator[None]:
-        """Raise what the block raised as HTTP: a ValueError as 400, a backend's failure as 503 naming it."""
-        try:
-            yield
-        except ValueError as error:
-            raise _client_error(error) from error
-        except HTTPException:
-            raise
-        except Exception as error:
-            message = backend_error_message(error, self.config)
-            if message is None:
-                raise
-            raise _unavailable(message) from None
 
     async def _slot(self) -> Slot:
         try:
             return await self.admission.acquire()
         except ServerBusyError as error:
-            raise HTTPException(
-                status_code=503, detail=str(error), headers={"Retry-After": str(error.retry_after)}
-            ) from error
+            raise self._failure(error) from None
+
+    async def _standalone(self, chat: Chat, question: str) -> tuple[str, dict[str, int]]:
+        """A follow-up's standalone question and the rewrite's usage (the question as asked for a first turn)."""
+        return await standalone_question(self.llm, chat.history, question, max_chars=self.limits.max_question_chars)
 
     def _run(self, query: str) -> StrategyRun:
         query = self._check(query)
-        with self._http_errors():
+        try:
             run = run_strategy(self.strategy, self.pipeline, query)
-        return self._checked_run(run)
+            return self._finish(run)
+        except Exception as error:
+            raise self._failure(error) from None
 
-    async def _run_async(self, query: str) -> StrategyRun:
+    async def _run_async(self, query: str, chat: Chat | None = None) -> StrategyRun:
         query = self._check(query)
         slot = await self._slot()
         try:
-            with self._http_errors():
-                async for item in stream_strategy(self.strategy, self.pipeline, query, stream_tokens=False):
-                    if item.run is not None:
-                        return self._checked_run(item.run)
+            asked, rewrite = None, None
+            if chat is not None and chat.follow_up:
+                asked = query
+                query, rewrite = await self._standalone(chat, query)
+            async for item in stream_strategy(self.strategy, self.pipeline, query, stream_tokens=False):
+                if item.run is not None:
+                    return self._finish(item.run, asked=asked, rewrite=rewrite)
+        except Exception as error:
+            raise self._failure(error) from None
         finally:
             slot.release()
         raise RuntimeError("the strategy run ended without a result")  # pragma: no cover
+
+    async def _answer_task(self, prompt: str) -> str:
+        """A chat client's background task: one plain LLM call, no retrieval, no strategy, no request slot."""
+        logger.info("Answering a chat client's background task ({size})", size=digest(prompt))
+        try:
+            text, _ = await answer_task(self.llm, prompt)
+        except Exception as error:
+            raise self._failure(error) from None
+        return text
 
     def run_api(self, query: str) -> dict:
         """
@@ -444,8 +499,8 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         :returns: `answer` (text), `sources` (id, title, content, score of the answer's passages, else the retrieved
             ones), `evidence` (the strategy's own: votes, candidates, notes, stages, ...) and `usage` (LLM calls,
             tokens).
-        :raises HTTPException: 400 for an empty or too long question; 503 naming the backend when it cannot be
-            reached or refuses.
+        :raises ServingError: 400 for an empty, too long or invalid question; 503 naming the backend when it cannot
+            be reached or refuses, or every LLM call failed; 502 when an LLM server refused a call.
         """
         return api_result(self._run(query))
 
@@ -458,72 +513,128 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
 
         :param query: The question.
         :returns: As `run_api`.
-        :raises HTTPException: 400 for an empty or too long question; 503 when the server is busy (with
-            `Retry-After`) or the backend cannot be reached or refuses (naming its URL and variable).
+        :raises ServingError: 400 for an empty, too long or invalid question; 503 when the server is busy (with
+            `Retry-After`), the backend cannot be reached or refuses (naming its URL and variable) or every LLM call
+            failed; 502 when an LLM server refused a call.
         """
         return api_result(await self._run_async(query))
 
     def run_chat_completion(self, model: str, messages: list[dict], body: dict) -> str:
         """Answer the last user message: the answer, a blank line, "Sources:" and the numbered passages."""
-        return chat_text(self._run(_last_user_message(messages)))
+        return chat_text(self._run(self._chat(messages).question))
+
+    def _chat(self, messages: list[dict]) -> Chat:
+        try:
+            return read_chat(messages)
+        except ChatRequestError as error:
+            raise self._failure(error) from None
 
     async def run_chat_completion_async(
         self, model: str, messages: list[dict], body: dict, headers: Headers | None = None
     ) -> str | AsyncIterator[PipelineEvent | StreamingChunk | str]:
         """
-        Answer the last user message for `/v1/chat/completions`, under the process's admission limit.
+        Answer a chat for `/v1/chat/completions`: its last user message, read in the chat's context.
+
+        A chat client's background task (Open WebUI's title, tags and follow-up suggestions: `chat.TASK_PREFIX`) is
+        answered with one plain LLM call, outside the admission limit. A question is answered by the strategy under
+        the process's admission limit; when the chat has earlier turns, the question is first rewritten into a
+        standalone question from them (`chat.standalone_question`, one LLM call, in the usage).
 
         :param model: The wrapper's name.
-        :param messages: The chat's messages; the last user message is the question.
+        :param messages: The chat's messages; the last one, a user message, is the question (text, or text parts).
         :param body: The request's JSON body; `"stream": true` asks for a streamed reply.
         :param headers: The request's headers (Hayhooks passes them): `CHAT_UI_HEADER` set to `CHAT_UI_CLIENT` marks
             the embedded Chainlit chat UI.
-        :returns: With `"stream": true` in the request, an async generator (`chat_events`): status events, the
-            answer (token by token where the final round is one call), then, for Open WebUI, a source event per
-            supporting passage and the sources and evidence in a `<details>` block, or, for the chat UI, one custom
-            element event with them. A backend failure while streaming ends the stream with a status event and the
-            one-line message. Otherwise the text of `run_chat_completion`.
-        :raises HTTPException: Before anything streams: 400 for no user message, an empty or too long question;
-            503 when the server is busy (with `Retry-After`) or, without streaming, when the backend cannot be
-            reached or refuses (naming its URL and variable).
+        :returns: For a task, the model's reply. For a question with `"stream": true`, an async generator: a
+            "waiting" status while the request waits for a slot, the standalone question of a follow-up, then
+            `chat_events` (status events, the answer, its sources and evidence); a failure after the stream started
+            ends it with a status saying what failed and an error chunk (`error_chunk`), never with an answer.
+            Otherwise the text of `run_chat_completion`.
+        :raises ServingError: Before anything streams: 400 for no user message, content parts that are not text, or
+            an empty, too long or invalid question; 503 when the server is busy (with `Retry-After`); without
+            streaming, as `run_api_async`.
         """
-        question = _last_user_message(messages)
+        chat = self._chat(messages)
+        if chat.task:
+            return await self._answer_task(chat.question)
+        question = self._check(chat.question)
         if not body.get("stream"):
-            return chat_text(await self._run_async(question))
-        question = self._check(question)
+            return chat_text(await self._run_async(question, chat))
+        if self.admission.full:
+            await self._slot()  # refused at once: 503 with Retry-After
         chat_ui = headers is not None and headers.get(CHAT_UI_HEADER) == CHAT_UI_CLIENT
-        slot = await self._slot()
-        events = self._guarded_events(question, slot, chat_ui=chat_ui)
-        weakref.finalize(events, slot.release)  # a stream never started (client gone) still gives its slot back
-        return events
+        return self._guarded_events(question, chat, model=model, chat_ui=chat_ui)
 
     async def _guarded_events(
-        self, question: str, slot: Slot, *, chat_ui: bool = False
-    ) -> AsyncIterator[PipelineEvent | StreamingChunk | str]:
+        self, question: str, chat: Chat, *, model: str, chat_ui: bool = False
+    ) -> AsyncIterator[PipelineEvent | StreamingChunk | str | ChatCompletion]:
+        slot: Slot | None = None
         try:
-            async for event in chat_events(self.strategy, self.pipeline, question, chat_ui=chat_ui):
+            if self.admission.busy:
+                ahead = self.admission.in_flight + self.admission.waiting
+                yield create_status_event(f"Waiting for the server: {plural(ahead, 'question')} ahead", done=False)
+            slot = await self._slot()
+            asked, rewrite = None, None
+            if chat.follow_up:
+                yield create_status_event("Reading the chat: rewriting the follow-up as a standalone question")
+                asked = question
+                question, rewrite = await self._standalone(chat, question)
+                yield create_status_event(f"Standalone question: {question}", done=True)
+            finish = functools.partial(self._finish, asked=asked, rewrite=rewrite)
+            async for event in chat_events(self.strategy, self.pipeline, question, chat_ui=chat_ui, finish=finish):
                 yield event
         except Exception as error:
-            message = backend_error_message(error, self.config)
-            if message is None:
-                raise
-            logger.warning("Ended a streamed reply (backend failure): {reason}", reason=message)
-            yield create_status_event(message, done=True)
-            yield StreamingChunk(content=f"Error (HTTP 503): {message}")
+            failure = self._failure(error)
+            logger.warning(
+                "Ended a streamed reply with HTTP {status}: {reason}", status=failure.status_code, reason=failure.detail
+            )
+            yield create_status_event(f"Failed: {failure.detail}", done=True)
+            yield error_chunk(failure, model=model)
         finally:
-            slot.release()
+            if slot is not None:
+                slot.release()
 
 
-def _last_user_message(messages: list[dict]) -> str:
-    """The last user message's text: HTTPException 400 when there is none."""
-    question = get_last_user_message(messages) if messages else None
-    if not isinstance(question, str) or not question.strip():
-        raise HTTPException(
-            status_code=400, detail="`messages` must end with a user message holding the question (non-empty text)"
-        )
-    return question
+def error_chunk(error: ServingError, *, model: str) -> ChatCompletion:
+    """
+    A failure in a stream, as OpenAI-compatible servers send one: a chunk with no choices and OpenAI's `error` object
+    (`guards.openai_error`). The `openai` client raises it as an `APIError`; Open WebUI shows it as the reply's error
+    (it reads `error` from a chunk without choices).
+    """
+    return ChatCompletion(
+        id=f"{model}-error",
+        object="chat.completion.chunk",
+        created=int(time.time()),
+        model=model,
+        choices=[],
+        **openai_error(str(error.detail), status=error.status_code, code=error.code),
+    )
 
 
-def _unavailable(message: str) -> HTTPException:
-    logger.warning("Answered HTTP 503: {reason}", reason=message)
-    return HTTPException(status_code=503, detail=message)
+def answered_text(run: StrategyRun) -> str:
+    """
+    The status that ends a streamed reply: how long it took and from how many passages, e.g. "Answered in 4.2 s from
+    2 sources", or, for a reply the embedded model's reply cache gave, "Answered from the cache (no LLM call made)".
+    """
+    usage = run.usage
+    if usage.get("calls") and usage.get("cached_calls", 0) >= usage["calls"]:
+        return "Answered from the cache (no LLM call made)"
+    return f"Answered in {run.seconds:.1f} s from {plural(len(sources(run)), 'source')}"
+
+
+def with_standalone_question(run: StrategyRun, asked: str, rewrite: dict[str, int]) -> StrategyRun:
+    """
+    A follow-up's run with its standalone question: `evidence["asked"]` (the last user message as sent) and
+    `evidence["standalone_question"]` (what retrieval and the strategy read), and the rewrite's LLM call added to
+    `usage` (its tokens, one call, one round).
+
+    :param run: The strategy's run on the standalone question.
+    :param asked: The question as the user asked it.
+    :param rewrite: The usage of the rewrite's call (`chat.standalone_question`).
+    :returns: A new `StrategyRun`.
+    """
+    usage = sum_usage([run.usage, rewrite])
+    if "http_requests" in run.usage and "http_requests" not in rewrite:
+        usage.pop("http_requests", None)  # a partial count is left out, as `pipeline_usage` does
+    evidence = {**run.evidence, "asked": asked, "standalone_question": run.answer.query or asked}
+    return dataclasses.replace(run, usage=usage, evidence=evidence)

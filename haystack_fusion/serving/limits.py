@@ -35,8 +35,10 @@ and the others queue; a hosted API takes many; an Ollama server on one machine, 
 DEFAULT_MAX_WAITING = 64
 """Requests that may wait for a slot by default; the next ones are refused at once."""
 
-DEFAULT_QUEUE_TIMEOUT = 30.0
-"""Seconds a request waits for a slot by default before it is refused."""
+DEFAULT_QUEUE_TIMEOUT = {"local": 300.0, "openai": 30.0, "ollama": 120.0}
+"""Seconds a request waits for a slot by default before it is refused, per LLM kind: a question on the embedded model
+takes 30-140 s on two cores, so the next one waits for it (a streamed reply shows it waiting); a hosted API's slots
+free up in seconds."""
 
 DEFAULT_MAX_QUESTION_CHARS = 2000
 """The longest question served by default, in characters (the SQuAD 2.0 dev questions have at most a few hundred)."""
@@ -69,7 +71,7 @@ class ServingLimits:
 
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT["openai"]
     max_waiting: int = DEFAULT_MAX_WAITING
-    queue_timeout: float = DEFAULT_QUEUE_TIMEOUT
+    queue_timeout: float = DEFAULT_QUEUE_TIMEOUT["openai"]
     max_question_chars: int = DEFAULT_MAX_QUESTION_CHARS
 
     def __post_init__(self) -> None:
@@ -88,8 +90,9 @@ class ServingLimits:
         The limits the environment sets, else the defaults for the LLM kind.
 
         Reads `HAYSTACK_FUSION_MAX_IN_FLIGHT` (default `DEFAULT_MAX_IN_FLIGHT[llm]`: 1 for the embedded model, 32
-        for OpenAI, 4 for Ollama), `HAYSTACK_FUSION_MAX_WAITING` (64), `HAYSTACK_FUSION_QUEUE_TIMEOUT` (seconds, 30)
-        and `HAYSTACK_FUSION_MAX_QUESTION_CHARS` (2000).
+        for OpenAI, 4 for Ollama), `HAYSTACK_FUSION_MAX_WAITING` (64), `HAYSTACK_FUSION_QUEUE_TIMEOUT` (seconds,
+        `DEFAULT_QUEUE_TIMEOUT[llm]`: 300 for the embedded model, 30 for OpenAI, 120 for Ollama) and
+        `HAYSTACK_FUSION_MAX_QUESTION_CHARS` (2000).
 
         :param llm: "local", "openai" or "ollama" (`BackendConfig.llm`).
         :param env: The environment (default `os.environ`).
@@ -97,6 +100,7 @@ class ServingLimits:
         """
         values = serving_limit_values(env)
         values.setdefault("max_in_flight", DEFAULT_MAX_IN_FLIGHT.get(llm, DEFAULT_MAX_IN_FLIGHT["openai"]))
+        values.setdefault("queue_timeout", DEFAULT_QUEUE_TIMEOUT.get(llm, DEFAULT_QUEUE_TIMEOUT["openai"]))
         for name, value in values.items():
             try:
                 cls(**{name: value})  # type: ignore[arg-type]
@@ -186,6 +190,16 @@ class AdmissionLimit:
         """Requests waiting for a slot now."""
         return self._slots.waiting
 
+    @property
+    def busy(self) -> bool:
+        """Whether a request that arrives now has to wait: every slot is taken, or others wait already."""
+        return self._slots.taken >= self._slots.limit or self._slots.waiting > 0
+
+    @property
+    def full(self) -> bool:
+        """Whether a request that arrives now is refused at once: it would wait, and `max_waiting` already do."""
+        return self.busy and self._slots.waiting >= self.max_waiting
+
     def _busy(self, message: str) -> ServerBusyError:
         self.refused += 1
         logger.warning("Refused a request (503): {reason}", reason=message)
@@ -200,7 +214,7 @@ class AdmissionLimit:
             `queue_timeout` seconds.
         """
         slots = self._slots
-        if (slots.taken >= slots.limit or slots.waiting) and slots.waiting >= self.max_waiting:
+        if self.full:
             raise self._busy(
                 f"The server is busy: {self.in_flight} requests are running and {self.waiting} waiting (the limits: "
                 f"{self.max_in_flight} and {self.max_waiting}); retry later"
@@ -211,7 +225,7 @@ class AdmissionLimit:
         except asyncio.TimeoutError:
             raise self._busy(
                 f"The server is busy: no request slot came free within {self.queue_timeout:g} s (the limit: "
-                f"{self.max_in_flight} requests at once); retry later"
+                f"{self.max_in_flight} {'request' if self.max_in_flight == 1 else 'requests'} at once); retry later"
             ) from None
         self.admitted += 1
         return Slot(slots)

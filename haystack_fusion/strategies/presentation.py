@@ -10,14 +10,18 @@ declared stages (`Strategy.stages`), never from component names.
 
 from __future__ import annotations
 
+import html
+import re
 import textwrap
 from typing import Any
 
 from haystack import Document, Pipeline
 
+from haystack_fusion.answers import UnknownDetector, normalize_answer
 from haystack_fusion.strategies.config import RETRIEVER, Stage, Strategy
 from haystack_fusion.strategies.registry import get_strategy
 from haystack_fusion.strategies.run import StrategyRun
+from haystack_fusion.validation import is_invalid
 
 
 def plural(count: int, noun: str) -> str:
@@ -30,9 +34,52 @@ def excerpt(text: str | None, chars: int) -> str:
     return textwrap.shorten(text or "", width=chars, placeholder=" ...")
 
 
+_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]#+\-!|~$=^])")
+"""ASCII punctuation that starts Markdown structure (emphasis, code, headings, lists, tables, links, math): each is
+written with a backslash, which CommonMark reads as the character itself."""
+
+
+def plain_markdown(text: str | None) -> str:
+    """
+    Text that a Markdown renderer shows as it is: `&`, `<` and `>` as HTML entities (so no tag, and no `</details>`
+    that would close the block it stands in, reaches the page), Markdown punctuation backslash-escaped (a passage that
+    starts with `#` or a code fence is no heading or code block) and leading indentation dropped (no indented code
+    block). For Open WebUI's details block and citation modal, which render Markdown.
+    """
+    escaped = html.escape(text or "", quote=False)
+    escaped = _MARKDOWN_PUNCTUATION.sub(r"\\\1", escaped)
+    return "\n".join(line.lstrip() for line in escaped.splitlines())
+
+
+_DETECTOR = UnknownDetector()
+
+
+def supporting_ids(run: StrategyRun) -> set[str]:
+    """
+    The ids of the passages that supported the answer: those whose own answer agreed with it (a post-fusion vote's
+    winning voters, `GeneratedAnswer.documents` of a voted answer) and those whose text contains it (after SQuAD
+    normalization, `answers.normalize_answer`). None for an unknown, empty or rejected answer.
+
+    :returns: A set of `Document.id`s of retrieved passages and of the answer's own passages.
+    """
+    answer = run.answer
+    text = normalize_answer(answer.data or "")
+    if not text or _DETECTOR.is_unknown(answer.data) or is_invalid(answer.meta):
+        return set()
+    voters = {document.id for document in answer.documents or []} if answer.meta.get("votes") is not None else set()
+    passages = [*run.documents, *(answer.documents or [])]
+    return voters | {d.id for d in passages if f" {text} " in f" {normalize_answer(d.content or '')} "}
+
+
 def sources(run: StrategyRun) -> list[Document]:
-    """The passages that supported the answer (`GeneratedAnswer.documents`), else the retrieved ones, in rank order."""
-    return list(run.answer.documents or run.documents)
+    """
+    The passages a reply cites: those that supported the answer (`supporting_ids`), else every retrieved one, in rank
+    order (retrieved passages first, then any other passage the answer came from).
+    """
+    retrieved = {document.id for document in run.documents}
+    passages = [*run.documents, *(d for d in run.answer.documents or [] if d.id not in retrieved)]
+    supporting = supporting_ids(run)
+    return [d for d in passages if d.id in supporting] or list(run.documents)
 
 
 def sources_text(run: StrategyRun, *, chars: int = 200) -> str:
@@ -54,18 +101,29 @@ def source_title(document: Document) -> str:
     return meta.get("title") or meta.get("file") or f"passage {document.id[:8]}"
 
 
+def display_score(score: float | None) -> float | None:
+    """A score as it is shown: rounded to 2 decimals (None stays None)."""
+    return None if score is None else round(float(score), 2)
+
+
 def source_event_data(document: Document, index: int) -> dict[str, Any]:
     """
-    One passage in Open WebUI's citation shape (`hayhooks.open_webui.create_source_event`).
+    One passage in Open WebUI's citation shape (`hayhooks.open_webui.create_source_event`). Open WebUI numbers the
+    sources itself, so the name is the passage's title alone; it renders the text as Markdown, so the text is
+    `plain_markdown`.
 
-    :returns: `source` (`name`: "[i] title", `id`), `document` (the passage text, one item), `metadata` (`source`,
-        `document_id`, `score`: the retriever's, None when it gives none).
+    :param document: The passage.
+    :param index: Its place among the reply's sources, from 1 (kept in the metadata).
+    :returns: `source` (`name`: `source_title`, `id`), `document` (the passage text, one item), `metadata` (`source`,
+        `document_id`, `index`, `score`: the retriever's rounded to 2 decimals, None when it gives none).
     """
-    name = f"[{index}] {source_title(document)}"
+    name = source_title(document)
     return {
         "source": {"name": name, "id": document.id},
-        "document": [document.content or ""],
-        "metadata": [{"source": name, "document_id": document.id, "score": document.score}],
+        "document": [plain_markdown(document.content)],
+        "metadata": [
+            {"source": name, "document_id": document.id, "index": index, "score": display_score(document.score)}
+        ],
     }
 
 
@@ -83,7 +141,8 @@ def evidence_line(run: StrategyRun) -> str:
         parts.append(f"votes: {{{votes}}}" if votes else "votes: none (every passage said unknown)")
     if run.evidence.get("scores"):
         scores = ", ".join(
-            f"{answer.data!r}: v={answer.meta.get('validity')} r={answer.meta.get('ranking')}" for answer in run.answers
+            f"{answer.data!r}: v={_number(answer.meta.get('validity'))} r={_number(answer.meta.get('ranking'))}"
+            for answer in run.answers
         )
         parts.append(f"SuRe scores: {scores}")
     elif run.evidence.get("candidates") is not None and run.evidence.get("votes") is None:
@@ -92,6 +151,11 @@ def evidence_line(run: StrategyRun) -> str:
         relevance = ", ".join(f"[{i}] {note['relevance']}" for i, note in enumerate(run.evidence["notes"], start=1))
         parts.append(f"notes: {relevance or 'none'}; answer from {run.evidence.get('answer_source')}")
     return " | ".join(parts) or "single LLM round"
+
+
+def _number(value: Any) -> Any:
+    """A score as shown: a float rounded to 2 decimals; anything else as it is."""
+    return round(value, 2) if isinstance(value, float) else value
 
 
 def stages_line(stages: list[dict[str, Any]]) -> str:
@@ -152,29 +216,34 @@ def evidence_markdown(run: StrategyRun, *, chars: int = 300) -> str:
         usage (LLM calls, prompt / completion tokens, seconds).
     """
     evidence = run.evidence
-    parts = ["**Sources**", ""]
+    parts = []
+    if evidence.get("standalone_question"):
+        parts += [f"**Question** (from the chat): {plain_markdown(evidence['standalone_question'])}", ""]
+    parts += ["**Sources**", ""]
+    supporting = supporting_ids(run)
     for index, document in enumerate(sources(run), start=1):
-        title = (document.meta or {}).get("title")
-        text = excerpt(document.content, chars)
-        parts.append(f"{index}. {'**' + title + '** ' if title else ''}{text}")
+        label = "supported the answer" if document.id in supporting else "retrieved"
+        text = plain_markdown(excerpt(document.content, chars))
+        parts.append(f"{index}. **{plain_markdown(source_title(document))}** ({label}) {text}")
     if evidence.get("stages"):
         parts += ["", "**Stages**", ""]
         parts += [f"- {stage_text(stage)}" for stage in evidence["stages"]]
     if evidence.get("votes"):
-        parts += ["", "**Votes**: " + ", ".join(f"{answer} {count}" for answer, count in evidence["votes"].items())]
+        votes = ", ".join(f"{plain_markdown(answer)} {count}" for answer, count in evidence["votes"].items())
+        parts += ["", "**Votes**: " + votes]
     if evidence.get("candidates"):
-        parts += ["", "**Candidates**: " + ", ".join(str(candidate) for candidate in evidence["candidates"])]
+        parts += ["", "**Candidates**: " + ", ".join(plain_markdown(str(c)) for c in evidence["candidates"])]
     if evidence.get("scores"):
         parts += ["", "**Scores** (validity + ranking)", ""]
         parts += [
-            f"- candidate {s.get('candidate_index')}: validity {s.get('validity')}, ranking {s.get('ranking')}, "
-            f"score {s.get('score')}"
+            f"- candidate {s.get('candidate_index')}: validity {_number(s.get('validity'))}, ranking "
+            f"{_number(s.get('ranking'))}, score {_number(s.get('score'))}"
             for s in evidence["scores"]
         ]
     if evidence.get("notes"):
         parts += ["", "**Notes**", ""]
         for i, note in enumerate(evidence["notes"], start=1):
-            text = excerpt(note.get("note"), chars)
+            text = plain_markdown(excerpt(note.get("note"), chars))
             parts.append(f"{i}. ({note.get('relevance')}) {text}")
     parts += ["", f"**Usage**: {usage_text(run)}"]
     return "\n".join(parts)
@@ -190,8 +259,13 @@ def stage_text(stage: dict[str, Any]) -> str:
 def usage_text(run: StrategyRun) -> str:
     """LLM calls, rounds, tokens and time, e.g. "6 LLM calls in 2 rounds, 900 prompt + 12 completion tokens, 4.2 s"."""
     usage = run.usage
+    calls = usage.get("calls", 0)
+    cached = usage.get("cached_calls", 0)
+    if calls and cached >= calls:
+        return f"answered from the cache: {plural(calls, 'earlier LLM call')} reused, no LLM call made"
     return (
-        f"{plural(usage.get('calls', 0), 'LLM call')} in {plural(usage.get('rounds', 0), 'round')}, "
+        f"{plural(calls, 'LLM call')}{f' ({cached} from the cache)' if cached else ''} in "
+        f"{plural(usage.get('rounds', 0), 'round')}, "
         f"{usage.get('prompt_tokens', 0)} prompt + {usage.get('completion_tokens', 0)} completion tokens, "
         f"{run.seconds:.1f} s"
     )
@@ -212,11 +286,11 @@ def evidence_element_props(run: StrategyRun, *, chars: int = 300) -> dict[str, A
     :returns: A JSON-serializable dict: `summary` (`evidence_summary`), `sources` (the retrieved passages in rank
         order, then any other passage the answer came from; each `index`, `title` (`source_title`), `excerpt` (the
         text shortened to `chars` characters), `score` (the retriever's, rounded to 2 decimals; None when it gives
-        none) and `supporting` (whether the answer came from it, `GeneratedAnswer.documents`)), `stages` (`stage_text`
+        none) and `supporting` (whether it supported the answer, `supporting_ids`)), `stages` (`stage_text`
         of each stage, concat_pf and cascade; else empty), `evidence` (`evidence_line`; empty for a single LLM round)
         and `usage` (`usage_text`).
     """
-    supporting = {document.id for document in run.answer.documents or []}
+    supporting = supporting_ids(run)
     retrieved = {document.id for document in run.documents}
     passages = [*run.documents, *(d for d in run.answer.documents or [] if d.id not in retrieved)]
     line = evidence_line(run)
@@ -227,7 +301,7 @@ def evidence_element_props(run: StrategyRun, *, chars: int = 300) -> dict[str, A
                 "index": index,
                 "title": source_title(document),
                 "excerpt": excerpt(document.content, chars),
-                "score": None if document.score is None else round(float(document.score), 2),
+                "score": display_score(document.score),
                 "supporting": document.id in supporting,
             }
             for index, document in enumerate(passages, start=1)

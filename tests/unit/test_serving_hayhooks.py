@@ -6,16 +6,19 @@ import asyncio
 import json
 
 import pytest
+from haystack import Document, component
 from haystack.components.generators.chat import MockChatGenerator
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.dataclasses import ChatMessage, StreamingChunk
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
+from haystack_fusion.backends.config import BackendConfig
 from haystack_fusion.components.note_taker import NoteTaker
 from haystack_fusion.strategies import build_pipeline
 
 pytest.importorskip("hayhooks", reason="the `serve` extra")
 
+from fastapi import HTTPException
 from hayhooks.server.utils.request_headers import accepts_request_headers
 from starlette.datastructures import Headers
 
@@ -28,7 +31,7 @@ from haystack_fusion.serving.hayhooks import (
     chat_events,
     stream_strategy,
 )
-from haystack_fusion.serving.limits import ServingLimits, admission_limit
+from haystack_fusion.serving.limits import AdmissionLimit, ServingLimits
 from haystack_fusion.strategies.presentation import streamed_component
 from tests.unit.scripted_calls import DOCUMENTS, fake_llm
 
@@ -43,6 +46,22 @@ def pipeline_for(strategy: str, llm: MockChatGenerator):
 
 async def collect(iterator) -> list:
     return [item async for item in iterator]
+
+
+def wrapper_for(strategy: str, llm, *, limits: ServingLimits | None = None) -> StrategyPipelineWrapper:
+    """A wrapper of `strategy` set up as `setup` does, on `llm` over `DOCUMENTS` (no backend check, no model)."""
+    wrapper_class = type("Wrapper", (StrategyPipelineWrapper,), {"strategy": strategy})
+    wrapper = wrapper_class()
+    wrapper.config = BackendConfig(llm="openai", api_base_url="http://127.0.0.1:9/v1")
+    wrapper.generator = wrapper.llm = llm
+    wrapper.pipeline = pipeline_for(strategy, llm)
+    wrapper.limits = limits or ServingLimits()
+    wrapper.admission = AdmissionLimit(
+        max_in_flight=wrapper.limits.max_in_flight,
+        max_waiting=wrapper.limits.max_waiting,
+        queue_timeout=wrapper.limits.queue_timeout,
+    )
+    return wrapper
 
 
 class TestStreamStrategy:
@@ -121,7 +140,7 @@ class TestChatEvents:
         assert set(kinds[:first_text]) == {"status"}
         assert events[first_text].content == "Paris"
         sources = [event for event in events if getattr(event, "type", None) == "source"]
-        assert [event.data["source"]["name"] for event in sources] == ["[1] Paris", "[2] France"]
+        assert [event.data["source"]["name"] for event in sources] == ["Paris", "France"]  # Open WebUI numbers them
         assert sources[0].data["document"] == [DOCUMENTS[0].content]
         assert kinds[-1] == "details"
         details = events[-1].content
@@ -163,15 +182,23 @@ class TestChatUiEvents:
         assert props["usage"].startswith("3 LLM calls in 2 rounds, ")
         assert json.loads(json.dumps(props)) == props
 
-    def test_a_passage_the_answer_did_not_come_from_is_listed_as_retrieved(self):
-        def reply(messages: list[ChatMessage]) -> str:
-            text = messages[-1].text or ""
-            return "unknown" if DOCUMENTS[1].content in text and DOCUMENTS[0].content not in text else "Paris"
+    def test_a_passage_that_neither_voted_for_the_answer_nor_holds_it_is_listed_as_retrieved(self):
+        documents = [
+            *DOCUMENTS,
+            Document(content="Lyon is a city in France, known for its food.", meta={"title": "Lyon"}),
+        ]
 
-        pipeline = pipeline_for("post_fusion", MockChatGenerator(response_fn=reply))
-        events = asyncio.run(collect(chat_events("post_fusion", pipeline, QUERY, chat_ui=True)))
-        sources = events[-1].data["props"]["sources"]
-        assert [(s["title"], s["supporting"]) for s in sources] == [("Paris", True), ("France", False)]
+        def reply(messages: list[ChatMessage]) -> str:
+            return "unknown" if "Lyon" in (messages[-1].text or "") else "Paris"
+
+        store = InMemoryDocumentStore()
+        store.write_documents(documents)
+        retriever = InMemoryBM25Retriever(store, top_k=3)
+        llm = MockChatGenerator(response_fn=reply)
+        pipeline = build_pipeline("post_fusion", retriever=retriever, chat_generator=llm)
+        events = asyncio.run(collect(chat_events("post_fusion", pipeline, "Which city in France?", chat_ui=True)))
+        sources = {s["title"]: s["supporting"] for s in events[-1].data["props"]["sources"]}
+        assert sources == {"Paris": True, "France": True, "Lyon": False}
         assert events[-1].data["props"]["stages"] == []
 
     def test_open_webui_gets_no_custom_element(self):
@@ -186,10 +213,7 @@ class TestChatUiEvents:
         assert accepts_request_headers(Wrapper().run_chat_completion_async)
 
         def reply_for(headers: Headers | None) -> list:
-            wrapper = Wrapper()
-            wrapper.pipeline = pipeline_for("concat_pf", fake_llm("unknown"))
-            wrapper.limits = ServingLimits()
-            wrapper.admission = admission_limit(wrapper.limits)
+            wrapper = wrapper_for("concat_pf", fake_llm("unknown"))
 
             async def ask() -> list:
                 messages = [{"role": "user", "content": QUERY}]
@@ -230,3 +254,196 @@ class TestNoteTakerStreaming:
         assert streamed_component("chain_of_note", pipeline_for("chain_of_note", fake_llm())) is None
         items = asyncio.run(collect(stream_strategy("chain_of_note_per_document", pipeline, QUERY)))
         assert [item.text for item in items if item.kind == "token"] == ["Paris"]
+
+
+@component
+class FailingGenerator:
+    """A chat generator whose every call fails with `error`."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    @component.output_types(replies=list[ChatMessage])
+    def run(self, messages: list[ChatMessage], generation_kwargs: dict | None = None) -> dict:
+        raise self.error
+
+    @component.output_types(replies=list[ChatMessage])
+    async def run_async(self, messages: list[ChatMessage], generation_kwargs: dict | None = None) -> dict:
+        raise self.error
+
+
+class UpstreamError(RuntimeError):
+    """What an HTTP client raises for an error status (as `openai.BadRequestError` carries `status_code`)."""
+
+    status_code = 400
+
+
+def stream(wrapper: StrategyPipelineWrapper, messages: list[dict], headers=None) -> list:
+    async def ask() -> list:
+        events = await wrapper.run_chat_completion_async(wrapper.strategy, messages, {"stream": True}, headers)
+        return await collect(events)
+
+    return asyncio.run(ask())
+
+
+def statuses(events: list) -> list[str]:
+    return [event.data.description for event in events if getattr(event, "type", None) == "status"]
+
+
+def text_of(events: list) -> str:
+    return "".join(event.content for event in events if isinstance(event, StreamingChunk))
+
+
+class TestChatCompletions:
+    def test_a_background_task_is_one_plain_call_outside_the_admission_limit(self):
+        prompts: list[str] = []
+
+        def reply(messages: list[ChatMessage]) -> str:
+            prompts.append(messages[-1].text or "")
+            return '{"title": "Capitals"}'
+
+        wrapper = wrapper_for("cascade", MockChatGenerator(response_fn=reply), limits=ServingLimits(max_in_flight=1))
+        task = "### Task:\nGenerate a concise title.\n<chat_history>\nUSER: What is the capital of France?"
+
+        async def ask() -> str:
+            slot = await wrapper.admission.acquire()  # another question holds the one slot
+            try:
+                return await wrapper.run_chat_completion_async("cascade", [{"role": "user", "content": task}], {})
+            finally:
+                slot.release()
+
+        assert asyncio.run(ask()) == '{"title": "Capitals"}'
+        assert prompts == [task]  # no retrieval, no strategy prompt
+
+    def test_a_follow_up_is_read_as_a_standalone_question(self):
+        prompts: list[str] = []
+
+        def reply(messages: list[ChatMessage]) -> str:
+            text = messages[-1].text or ""
+            prompts.append(text)
+            if text.endswith("Standalone question:"):
+                return " What is the capital of France?"
+            return "Paris"
+
+        wrapper = wrapper_for("concatenation", MockChatGenerator(response_fn=reply))
+        messages = [
+            {"role": "user", "content": "Tell me about France."},
+            {"role": "assistant", "content": "A country in Western Europe."},
+            {"role": "user", "content": [{"type": "text", "text": "And its capital?"}]},
+        ]
+        events = stream(wrapper, messages)
+        assert "Standalone question: What is the capital of France?" in statuses(events)
+        assert text_of(events).startswith("Paris")
+        assert "**Question** (from the chat): What is the capital of France?" in text_of(events)
+        assert "2 LLM calls in 2 rounds" in text_of(events)  # the rewrite is counted
+        assert "Question: What is the capital of France?" in prompts[-1]
+
+        plain = asyncio.run(wrapper.run_chat_completion_async("concatenation", messages, {}))
+        assert plain.startswith("Paris\n\nSources:")
+
+    def test_no_rewrite_for_the_first_turn(self):
+        prompts: list[str] = []
+
+        def reply(messages: list[ChatMessage]) -> str:
+            prompts.append(messages[-1].text or "")
+            return "Paris"
+
+        events = stream(
+            wrapper_for("concatenation", MockChatGenerator(response_fn=reply)), [{"role": "user", "content": QUERY}]
+        )
+        assert len(prompts) == 1
+        assert not [status for status in statuses(events) if status.startswith("Standalone")]
+
+    def test_when_every_call_fails_the_stream_ends_in_an_error_not_an_answer(self):
+        openai = pytest.importorskip("openai")
+        httpx = pytest.importorskip("httpx")
+        refused = openai.APIConnectionError(request=httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions"))
+        wrapper = wrapper_for("cascade", FailingGenerator(refused))
+        events = stream(wrapper, [{"role": "user", "content": QUERY}])
+        assert "unknown" not in text_of(events).lower()
+        assert statuses(events)[-1].startswith("Failed: ")
+        chunk = events[-1]
+        assert chunk.choices == []
+        error = chunk.model_dump()["error"]
+        assert (error["type"], error["code"]) == ("server_error", "backend_unavailable")
+        assert error["message"].startswith("cannot connect to the OpenAI-compatible server at http://127.0.0.1:9/v1")
+        with pytest.raises(HTTPException) as unstreamed:
+            asyncio.run(wrapper.run_chat_completion_async("cascade", [{"role": "user", "content": QUERY}], {}))
+        assert unstreamed.value.status_code == 503
+        assert unstreamed.value.detail == error["message"]  # the same failure, streamed or not
+
+    def test_an_error_the_backend_answered_with_a_status_is_a_502_streamed_or_not(self):
+        wrapper = wrapper_for("concatenation", FailingGenerator(UpstreamError("context length exceeded")))
+        events = stream(wrapper, [{"role": "user", "content": QUERY}])
+        error = events[-1].model_dump()["error"]
+        assert error["code"] == "llm_error"
+        assert "UpstreamError (HTTP 400)" in error["message"]
+        assert "context length" not in error["message"]  # the server's text stays in the log
+        with pytest.raises(HTTPException) as refused:
+            asyncio.run(wrapper.run_chat_completion_async("concatenation", [{"role": "user", "content": QUERY}], {}))
+        assert (refused.value.status_code, refused.value.detail) == (502, error["message"])
+
+    @pytest.mark.parametrize(
+        ("content", "message"),
+        [
+            ("Who is \ud800?", "not valid Unicode text"),
+            ([{"type": "image_url", "image_url": {"url": "data:,"}}], "content parts of type image_url"),
+            ("x" * 2001, "this server answers questions of at most 2000 characters"),
+        ],
+    )
+    def test_what_cannot_be_answered_is_a_400_before_anything_runs(self, content, message):
+        wrapper = wrapper_for("concatenation", FailingGenerator(AssertionError("no call expected")))
+        for body in ({"stream": True}, {}):
+            with pytest.raises(HTTPException, match=message) as refused:
+                asyncio.run(
+                    wrapper.run_chat_completion_async("concatenation", [{"role": "user", "content": content}], body)
+                )
+            assert refused.value.status_code == 400
+
+    def test_a_queued_question_streams_that_it_waits(self):
+        wrapper = wrapper_for("concatenation", fake_llm("Paris"), limits=ServingLimits(max_in_flight=1))
+
+        async def ask() -> list:
+            slot = await wrapper.admission.acquire()
+            events = await wrapper.run_chat_completion_async(
+                "concatenation", [{"role": "user", "content": QUERY}], {"stream": True}
+            )
+            first = await anext(events)
+            slot.release()
+            return [first, *(await collect(events))]
+
+        events = asyncio.run(ask())
+        assert statuses(events)[0] == "Waiting for the server: 1 question ahead"
+        assert text_of(events).startswith("Paris")
+
+    def test_a_full_queue_is_refused_before_anything_streams(self):
+        wrapper = wrapper_for("concatenation", fake_llm("Paris"), limits=ServingLimits(max_in_flight=1, max_waiting=0))
+
+        async def ask() -> None:
+            slot = await wrapper.admission.acquire()
+            try:
+                await wrapper.run_chat_completion_async(
+                    "concatenation", [{"role": "user", "content": QUERY}], {"stream": True}
+                )
+            finally:
+                slot.release()
+
+        with pytest.raises(HTTPException) as refused:
+            asyncio.run(ask())
+        assert refused.value.status_code == 503
+        assert refused.value.headers["Retry-After"] == "30"
+
+    def test_passages_are_shown_as_plain_text(self):
+        hostile = Document(content="# Paris\n```\n<img src=x onerror=alert(1)></details>", meta={"title": "<b>x</b>"})
+        store = InMemoryDocumentStore()
+        store.write_documents([hostile])
+        llm = MockChatGenerator(response_fn=lambda messages: "Paris")
+        pipeline = build_pipeline("concatenation", retriever=InMemoryBM25Retriever(store, top_k=1), chat_generator=llm)
+        events = asyncio.run(collect(chat_events("concatenation", pipeline, "Where is Paris?")))
+        details = events[-1].content
+        assert "<img" not in details
+        assert "<b>" not in details
+        assert details.count("</details>") == 1
+        assert "&lt;img src\\=x onerror\\=alert(1)&gt;&lt;/details&gt;" in details
+        source = next(event for event in events if getattr(event, "type", None) == "source")
+        assert source.data["document"][0].startswith("\\# Paris\n\\`\\`\\`\n&lt;img")

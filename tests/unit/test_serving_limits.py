@@ -11,13 +11,15 @@ from haystack_fusion.serving.limits import AdmissionLimit, ServerBusyError, Serv
 
 class TestServingLimits:
     def test_defaults_per_llm(self):
-        assert ServingLimits.from_env("local", {}).max_in_flight == 1
-        assert ServingLimits.from_env("openai", {}).max_in_flight == 32
+        local = ServingLimits.from_env("local", {})
+        assert (local.max_in_flight, local.queue_timeout) == (1, 300.0)  # one question at a time; the next waits
+        hosted = ServingLimits.from_env("openai", {})
+        assert (hosted.max_in_flight, hosted.queue_timeout) == (32, 30.0)
         limits = ServingLimits.from_env("ollama", {})
         assert (limits.max_in_flight, limits.max_waiting, limits.queue_timeout, limits.max_question_chars) == (
             4,
             64,
-            30.0,
+            120.0,
             2000,
         )
 
