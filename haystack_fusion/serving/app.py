@@ -173,9 +173,11 @@ async def _status(_: Request) -> JSONResponse:
 
 
 UNSERVED_PATHS = ("/responses", "/v1/responses", "/files", "/v1/files", "/traces", "/draw/", "/status/")
-"""Path prefixes of Hayhooks' routes this server does not serve: the Responses API and file uploads (the wrappers
-implement neither: one answers 501, the other takes a file and stores nothing), the trace buffer, pipeline drawings
-(drawn by a web service) and the per-pipeline status. They answer 404 and are left out of the OpenAPI spec."""
+"""Hayhooks' routes this server does not serve: the Responses API and file uploads (the wrappers implement neither:
+one answers 501, the other takes a file and stores nothing), the trace buffer, pipeline drawings (drawn by a web
+service) and the per-pipeline status. A path is unserved when it is one of these or lies below one; an entry that ends
+in "/" covers only what lies below it (`/status` itself is served). They answer 404 and are left out of the OpenAPI
+spec."""
 
 _ERROR_SCHEMA = {
     "type": "object",
@@ -224,7 +226,10 @@ class UnservedPathsMiddleware:
 
 
 def _unserved(path: str) -> bool:
-    return any(path == prefix.rstrip("/") or path.startswith(prefix) for prefix in UNSERVED_PATHS)
+    return any(
+        path.startswith(entry) if entry.endswith("/") else path == entry or path.startswith(f"{entry}/")
+        for entry in UNSERVED_PATHS
+    )
 
 
 def served_openapi(schema: dict[str, Any], *, api_key: bool) -> dict[str, Any]:

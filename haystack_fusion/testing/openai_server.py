@@ -75,8 +75,12 @@ Reply = str | Callable[[dict[str, Any]], str]
 """A fixed reply text, or a function of the request body (the parsed JSON) that returns the reply text."""
 
 FAULTS = ("rate_limit", "server_error", "reset", "hang", "malformed", "garbage", "empty")
-"""The faults the server injects: 429 with Retry-After, 500, a connection reset, a response that never ends,
-malformed JSON, a completion of noise, an empty completion."""
+"""The faults the server injects by default: 429 with Retry-After, 500, a connection reset, a response that never
+ends, malformed JSON, a completion of noise, an empty completion."""
+
+FAULT_KINDS = (*FAULTS, "bad_request")
+"""Every fault the server can inject when asked (`faults`): `FAULTS` and `bad_request`, HTTP 400 as a server answers a
+prompt over the model's context (no client retries it, and no message of this package names it)."""
 
 
 @dataclass
@@ -135,7 +139,7 @@ class OpenAIServer:
     :param api_key: The key requests must send (`Authorization: Bearer <api_key>`); others get HTTP 401. `None`
         (the default) accepts any key.
     :param fault_rate: Share of requests (0-1) that get an injected fault instead of their reply.
-    :param faults: The kinds drawn from (uniformly), a subset of `FAULTS`.
+    :param faults: The kinds drawn from (uniformly), a subset of `FAULT_KINDS`.
     :param seed: Seeds the fault draws (see the module docstring: reproducible whatever the arrival order).
     :param retry_after: Seconds a 429 asks the client to wait (`Retry-After`, and `retry-after-ms` in milliseconds).
     :param hang_seconds: Seconds a `hang` response stays open before the connection is dropped; None: until the client
@@ -167,9 +171,9 @@ class OpenAIServer:
             raise ValueError("`max_requests` must be at least 1 and `lifetime` positive")
         if not 0.0 <= fault_rate <= 1.0:
             raise ValueError(f"`fault_rate` must be in [0, 1], got {fault_rate}")
-        unknown = [kind for kind in faults if kind not in FAULTS]
+        unknown = [kind for kind in faults if kind not in FAULT_KINDS]
         if unknown or (fault_rate > 0 and not faults):
-            raise ValueError(f"`faults` must be kinds of {FAULTS}, got {list(faults)}")
+            raise ValueError(f"`faults` must be kinds of {FAULT_KINDS}, got {list(faults)}")
         if capacity is not None and capacity < 1:
             raise ValueError(f"`capacity` must be None or at least 1, got {capacity}")
         self.reply = reply
@@ -248,6 +252,8 @@ class OpenAIServer:
                     return self._rate_limited("injected fault: rate limit")
                 if fault == "server_error":
                     return _error(500, "injected fault: server error")
+                if fault == "bad_request":
+                    return _error(400, "injected fault: this model's maximum context length is 2048 tokens")
                 if fault == "reset":
                     _reset(request.scope)
                     return Response(status_code=500)  # never sent: the connection is gone
