@@ -618,8 +618,8 @@ def build_parser() -> argparse.ArgumentParser:
             default="on",
             choices=["on", "off"],
             help="reject answers that are not answers: passage markup, a copied demonstration answer, an empty "
-            'enumeration (on, default: counted as "invalid", apart from "unknown"); off takes every reply\'s '
-            "answer as it reads",
+            'enumeration, a repeat of the question (on, default: counted as "invalid", apart from "unknown"); off '
+            "takes every reply's answer as it reads",
         )
         sub.add_argument(
             "--vote",
