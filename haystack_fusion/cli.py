@@ -106,6 +106,7 @@ def _backends(args: argparse.Namespace) -> BackendConfig:
         max_retries=getattr(args, "max_retries", None),
         max_tokens=getattr(args, "max_tokens", None),
         logprobs=getattr(args, "logprobs", None) or None,
+        llama_log=getattr(args, "llama_log", None) or None,
     )
 
 
@@ -573,6 +574,12 @@ def build_parser() -> argparse.ArgumentParser:
             action="store_true",
             help="ask an openai server for token log-probabilities, so answers carry a confidence (the embedded "
             "model always returns them; ollama returns none)",
+        )
+        sub.add_argument(
+            "--llama-log",
+            action="store_true",
+            help="print the embedded model's llama.cpp log lines (model loading, cache sizes) on stderr; without it, "
+            "only llama.cpp's errors (also $HAYSTACK_FUSION_LLAMA_LOG=1)",
         )
 
     def strategy_options(sub: argparse.ArgumentParser) -> None:

@@ -199,3 +199,12 @@ def test_vote_options():
     args = build_parser().parse_args(["eval", "--dataset", "d", "--out", "o", "--vote", "overlap"])
     assert (args.vote, args.overlap_threshold) == ("overlap", 0.5)
     assert build_parser().parse_args(["ask", "Who?"]).vote == "exact"
+
+
+def test_llama_log_is_asked_for(monkeypatch):
+    from haystack_fusion.cli import _backends
+
+    monkeypatch.delenv("HAYSTACK_FUSION_LLAMA_LOG", raising=False)
+    assert _backends(build_parser().parse_args(["ask", "Who?"])).llama_log is False
+    assert _backends(build_parser().parse_args(["ask", "Who?", "--llama-log"])).llama_log is True
+    assert _backends(build_parser().parse_args(["demo", "--llama-log"])).llama_log is True
