@@ -212,11 +212,17 @@ def _download_failure(error: requests.RequestException) -> str:
     return type(error).__name__
 
 
+LOCAL_DATASET_HINT = (
+    "pass a local SQuAD JSON file: haystack-fusion demo --dataset PATH (in a checkout: make demo DATASET=PATH)"
+)
+"""What the demo's message on a failed download suggests instead."""
+
+
 def _demo_dataset(args: argparse.Namespace) -> Path | None:
     """
     The demo's SQuAD file: `--dataset` (a path, or a URL downloaded once), else `$HAYSTACK_FUSION_SQUAD`, else the
     official SQuAD 2.0 dev set (downloaded once, checksum-verified). A failed download (offline, an HTTP error) is
-    told in one line on stderr that says what to pass instead.
+    told in one line on stderr that says what to pass instead (`LOCAL_DATASET_HINT`).
 
     :returns: The local file, or None after the line on stderr.
     """
@@ -226,9 +232,7 @@ def _demo_dataset(args: argparse.Namespace) -> Path | None:
         return default_squad_path(cache_dir=args.cache_dir)
     except requests.RequestException as error:
         what = args.dataset or f"the SQuAD 2.0 dev set from {corpus.SQUAD_DEV_URL}"
-        instead = "pass --dataset PATH of a local SQuAD JSON file" + (
-            "" if args.dataset else f", or set ${SQUAD_VARIABLE} to one"
-        )
+        instead = LOCAL_DATASET_HINT + ("" if args.dataset else f", or set ${SQUAD_VARIABLE} to one")
         print(f"haystack-fusion: cannot download {what} ({_download_failure(error)}): {instead}", file=sys.stderr)
         return None
 

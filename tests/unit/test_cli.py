@@ -112,12 +112,15 @@ def test_demo_offline_says_what_to_pass_in_one_line(tmp_path, monkeypatch, capfd
     assert out == ""
     assert len(err.splitlines()) == 1, err
     assert err.startswith(f"haystack-fusion: cannot download the SQuAD 2.0 dev set from {corpus.SQUAD_DEV_URL} (")
-    assert "--dataset PATH" in err
+    assert "haystack-fusion demo --dataset PATH" in err
+    assert "make demo DATASET=PATH" in err
     assert "$HAYSTACK_FUSION_SQUAD" in err
     assert not (tmp_path / "demo.json").exists()
 
 
-LOCAL_PATH_HINT = "pass --dataset PATH of a local SQuAD JSON file"
+LOCAL_PATH_HINT = (
+    "pass a local SQuAD JSON file: haystack-fusion demo --dataset PATH (in a checkout: make demo DATASET=PATH)"
+)
 
 
 def test_demo_with_an_unreachable_dataset_url_names_a_local_path(tmp_path, capfd):
