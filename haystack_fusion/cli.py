@@ -46,7 +46,14 @@ from haystack_fusion.settings import (
     index_path,
     strategy_defaults,
 )
-from haystack_fusion.strategies import STRATEGIES, StrategyRun, build_pipeline, run_strategy
+from haystack_fusion.strategies import (
+    CASCADE_MIN_CONFIDENCE,
+    CASCADE_MIN_VOTE_SHARE,
+    STRATEGIES,
+    StrategyRun,
+    build_pipeline,
+    run_strategy,
+)
 from haystack_fusion.strategies.presentation import format_run
 
 DEFAULT_STORE = Path(DEFAULT_INDEX_PATH)
@@ -564,7 +571,12 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument(
             "--api-base-url", help="an OpenAI-compatible server's URL (default: $OPENAI_BASE_URL or OpenAI)"
         )
-        sub.add_argument("--timeout", type=float, help="seconds before an openai or ollama call gives up")
+        sub.add_argument(
+            "--timeout",
+            type=float,
+            help="seconds before an openai or ollama call gives up (default: the client's own, 30 for openai or "
+            "$OPENAI_TIMEOUT, 120 for ollama)",
+        )
         sub.add_argument(
             "--max-tokens",
             type=int,
@@ -599,7 +611,7 @@ def build_parser() -> argparse.ArgumentParser:
             default="on",
             choices=["on", "off"],
             help="Chain-of-Note: answer from the model's own knowledge when no passage is relevant (on, the paper's "
-            'step 5) or say "unknown" (off)',
+            'step 5, default) or say "unknown" (off)',
         )
         sub.add_argument(
             "--note-max-tokens",
@@ -611,18 +623,19 @@ def build_parser() -> argparse.ArgumentParser:
             "--min-confidence",
             type=float,
             help="tau: concat_pf and cascade fall back to post-fusion when the concatenation answer's confidence is "
-            "below it (default: off for concat_pf, the paper's; the documented default for cascade)",
+            f"below it (default: off for concat_pf, as in the paper; {CASCADE_MIN_CONFIDENCE} for cascade)",
         )
         sub.add_argument(
             "--min-vote-share",
             type=float,
-            help="s: cascade verifies a post-fusion vote whose winner has a smaller share (default: documented)",
+            help="s: cascade verifies a post-fusion vote whose winner has a smaller share of the votes (default: "
+            f"{CASCADE_MIN_VOTE_SHARE})",
         )
         sub.add_argument(
             "--verifier-scoring",
             choices=["text", "probability"],
-            help="SuRe's validity and ranking from the reply's words (text, the paper's default for the sure "
-            "strategies) or from token probabilities (probability, cascade's default)",
+            help="SuRe's validity and ranking from the reply's words (text, as in the paper) or from token "
+            "probabilities (default: text for the sure strategies, probability for cascade)",
         )
         sub.add_argument(
             "--answer-checks",
@@ -671,7 +684,14 @@ def build_parser() -> argparse.ArgumentParser:
         )
 
     def answer_options(sub: argparse.ArgumentParser, default_strategy: str) -> None:
-        sub.add_argument("--strategy", default=default_strategy, choices=list(STRATEGIES))
+        sub.add_argument(
+            "--strategy",
+            default=default_strategy,
+            choices=list(STRATEGIES),
+            metavar="NAME",
+            help=f"the strategy: %(choices)s (default: {default_strategy}; `haystack-fusion strategies` tells what "
+            "each does)",
+        )
         sub.add_argument("--top-k", type=int, default=5, help="passages to retrieve (default: 5)")
         sub.add_argument("--max-concurrency", type=int, help=MAX_CONCURRENCY_HELP)
         strategy_options(sub)
@@ -684,7 +704,7 @@ def build_parser() -> argparse.ArgumentParser:
     index.set_defaults(func=cmd_index)
 
     ask = commands.add_parser("ask", help="answer a question with a strategy")
-    ask.add_argument("question")
+    ask.add_argument("question", help="the question, answered from the indexed passages")
     answer_options(ask, "concat_pf")
     ask.add_argument("--json", action="store_true", help="print the answer, evidence and usage as JSON")
     store_option(ask)
@@ -696,15 +716,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluate = commands.add_parser("eval", help="evaluate strategies on a dataset (EM, F1, %%Unk, %%NM, ...)")
     evaluate.add_argument("--dataset", required=True, help="SQuAD JSON, or NQ-open JSONL with --corpus; path or URL")
-    evaluate.add_argument("--corpus", help="passage corpus for an NQ-open dataset: JSONL or DPR-style TSV")
+    evaluate.add_argument(
+        "--corpus",
+        help="passage corpus for an NQ-open dataset: JSONL or DPR-style TSV (default: none; a SQuAD file holds its "
+        "passages)",
+    )
     evaluate.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated (default: all)")
-    evaluate.add_argument("--top-k", default="5", help="k, or a comma-separated sweep such as 5,10,20")
-    evaluate.add_argument("--limit", type=int, help="only the first N questions (after --questions and --sample)")
+    evaluate.add_argument("--top-k", default="5", help="k, or a comma-separated sweep such as 5,10,20 (default: 5)")
+    evaluate.add_argument(
+        "--limit", type=int, help="only the first N questions, after --questions and --sample (default: all)"
+    )
     evaluate.add_argument(
         "--sample",
         type=int,
         help="a fixed stratified random sample of N questions, half answerable and half unanswerable (drawn with "
-        "--seed): the same questions for every strategy and every run",
+        "--seed): the same questions for every strategy and every run (default: no sample, every question)",
     )
     evaluate.add_argument(
         "--questions",
@@ -727,15 +753,28 @@ def build_parser() -> argparse.ArgumentParser:
         "of 429s slows the run down instead of failing calls. Failed questions are recorded as failed, left out of "
         f"the report, and asked again by the same command (exit status {EXIT_FAILED_QUESTIONS} while some remain)",
     )
-    evaluate.add_argument("--gold-passage", default="none", choices=["none", "random", "first", "last"])
-    evaluate.add_argument("--noise-ratio", type=float, help="share of irrelevant passages in the top-k (0-1)")
+    evaluate.add_argument(
+        "--gold-passage",
+        default="none",
+        choices=["none", "random", "first", "last"],
+        help="the question's gold passage in the top-k: none keeps retrieval as it is (default); random puts it at a "
+        "random position when retrieval missed it; first / last always put it there (Liu et al. section 4.5)",
+    )
+    evaluate.add_argument(
+        "--noise-ratio",
+        type=float,
+        help="share of irrelevant passages in the top-k, 0-1 (Yu et al. section 3.1.1; default: none, the top-k as "
+        "retrieved)",
+    )
     evaluate.add_argument("--closed-book-filter", action="store_true", help="drop questions answered with no context")
-    evaluate.add_argument("--seed", type=int, default=0, help="seed of --sample and of the settings' random choices")
+    evaluate.add_argument(
+        "--seed", type=int, default=0, help="seed of --sample and of the settings' random choices (default: 0)"
+    )
     evaluate.add_argument(
         "--exclude-sample",
         type=int,
         help="leave out the questions of `--sample N` drawn with --seed (a development split kept apart from a "
-        "reported sample); applied before --sample and --limit",
+        "reported sample); applied before --sample and --limit (default: none left out)",
     )
     evaluate.add_argument("--out", required=True, help="output folder; re-running with it resumes")
     evaluate.add_argument("--cache-dir", help="where downloads are cached (default: ~/.cache/haystack_fusion)")
@@ -746,7 +785,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--export-notes",
         metavar="PATH",
-        help="write the Chain-of-Note records as chat fine-tuning JSONL (Yu et al. section 2.3.2)",
+        help="write the Chain-of-Note records as chat fine-tuning JSONL (Yu et al. section 2.3.2; default: none "
+        "written)",
     )
     evaluate.add_argument(
         "--export-correct-only", action="store_true", help="with --export-notes: only correctly answered questions"
@@ -762,15 +802,17 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--dataset", help="the dataset file the runs answered, to rescore them (default: the one the run names)"
     )
-    report.add_argument("--corpus", help="passage corpus for an NQ-open dataset")
+    report.add_argument(
+        "--corpus", help="passage corpus for an NQ-open dataset (default: none; a SQuAD file holds its passages)"
+    )
     report.add_argument("--cache-dir", help="where downloads are cached (default: ~/.cache/haystack_fusion)")
     report.add_argument(
         "--exclude-sample",
         type=int,
         help="leave out the questions of `eval --sample N --seed S` (with --seed): report on a development split kept "
-        "apart from a reported sample, e.g. to choose tau",
+        "apart from a reported sample, e.g. to choose tau (default: none left out)",
     )
-    report.add_argument("--seed", type=int, default=0, help="the seed of --exclude-sample's sample (default 0)")
+    report.add_argument("--seed", type=int, default=0, help="the seed of --exclude-sample's sample (default: 0)")
     report_options(report)
     report.set_defaults(func=cmd_report)
 
@@ -814,7 +856,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="a strategy to serve, repeatable (default: all of them)",
     )
     serve.add_argument(
-        "--pipelines-dir", help="serve the wrapper folders and YAML pipelines of this folder instead of --strategy"
+        "--pipelines-dir",
+        help="serve the wrapper folders and YAML pipelines of this folder instead of --strategy (default: none, "
+        "the strategies)",
     )
     serve.add_argument("--host", default="127.0.0.1", help="the address to bind (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, help="the port (default: 1416; 1417 with --mcp)")

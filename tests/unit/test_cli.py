@@ -1,3 +1,4 @@
+import argparse
 import json
 
 import pytest
@@ -202,6 +203,37 @@ def test_vote_options():
     args = build_parser().parse_args(["eval", "--dataset", "d", "--out", "o", "--vote", "overlap"])
     assert (args.vote, args.overlap_threshold) == ("overlap", 0.5)
     assert build_parser().parse_args(["ask", "Who?"]).vote == "exact"
+
+
+def subcommand_parsers() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    (commands,) = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    return dict(commands.choices)
+
+
+STATED_DEFAULTS = {"--strategies": "all"}
+"""Options whose help states their default in words other than its value."""
+
+
+@pytest.mark.parametrize("command", sorted(subcommand_parsers()))
+def test_every_option_states_its_default(command):
+    for action in subcommand_parsers()[command]._actions:
+        if not action.option_strings or action.required or action.nargs == 0:  # positional, required, a flag
+            continue
+        option = action.option_strings[-1]
+        assert action.help, f"{command} {option} has no help"
+        assert "default" in action.help, f"{command} {option}: its help states no default"
+        if action.default is not None:
+            stated = STATED_DEFAULTS.get(option, str(action.default))
+            assert stated in action.help, f"{command} {option}: its help does not name its default {stated!r}"
+
+
+def test_ask_help_names_the_strategy_and_its_default(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["ask", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--strategy NAME the strategy: concatenation, post_fusion," in text
+    assert "(default: concat_pf;" in text
 
 
 def test_llama_log_is_asked_for(monkeypatch):
