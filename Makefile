@@ -67,10 +67,12 @@ $(DEV_STAMP): pyproject.toml $(LLAMA_STAMP)
 install-dev: $(DEV_STAMP)
 
 # Index a SQuAD 2.0 file and answer a handful of its questions with cascade on the embedded model, in the demo's own
-# store. The file: ../shared's SQuAD 2.0 dev subset where it is there, else $$HAYSTACK_FUSION_SQUAD, else the official
-# SQuAD 2.0 dev set, downloaded once into ~/.cache/haystack_fusion.
+# store. The file: `make demo DATASET=PATH` (a path or URL of a SQuAD JSON file), else ../shared's SQuAD 2.0 dev subset
+# where it is there, else $$HAYSTACK_FUSION_SQUAD, else the official SQuAD 2.0 dev set, downloaded once into
+# ~/.cache/haystack_fusion.
+DATASET ?= $(wildcard $(SHARED_SQUAD))
 demo: install-local
-	$(BIN)/haystack-fusion demo --strategy cascade --questions 6 $(if $(wildcard $(SHARED_SQUAD)),--dataset $(SHARED_SQUAD))
+	$(BIN)/haystack-fusion demo --strategy cascade --questions 6 $(if $(DATASET),--dataset "$(DATASET)")
 
 # The chat UI test (tests/integration/test_chat_ui.py): Debian's Chromium, driven headless by Playwright's Python driver
 # (the `dev` extra; no browser download), and Hayhooks' Chainlit UI pinned by constraints/chainlit.txt, without which

@@ -46,7 +46,14 @@ from haystack_fusion.settings import (
     index_path,
     strategy_defaults,
 )
-from haystack_fusion.strategies import STRATEGIES, StrategyRun, build_pipeline, run_strategy
+from haystack_fusion.strategies import (
+    CASCADE_MIN_CONFIDENCE,
+    CASCADE_MIN_VOTE_SHARE,
+    STRATEGIES,
+    StrategyRun,
+    build_pipeline,
+    run_strategy,
+)
 from haystack_fusion.strategies.presentation import format_run
 
 DEFAULT_STORE = Path(DEFAULT_INDEX_PATH)
@@ -106,6 +113,7 @@ def _backends(args: argparse.Namespace) -> BackendConfig:
         max_retries=getattr(args, "max_retries", None),
         max_tokens=getattr(args, "max_tokens", None),
         logprobs=getattr(args, "logprobs", None) or None,
+        llama_log=getattr(args, "llama_log", None) or None,
     )
 
 
@@ -211,11 +219,17 @@ def _download_failure(error: requests.RequestException) -> str:
     return type(error).__name__
 
 
+LOCAL_DATASET_HINT = (
+    "pass a local SQuAD JSON file: haystack-fusion demo --dataset PATH (in a checkout: make demo DATASET=PATH)"
+)
+"""What the demo's message on a failed download suggests instead."""
+
+
 def _demo_dataset(args: argparse.Namespace) -> Path | None:
     """
     The demo's SQuAD file: `--dataset` (a path, or a URL downloaded once), else `$HAYSTACK_FUSION_SQUAD`, else the
     official SQuAD 2.0 dev set (downloaded once, checksum-verified). A failed download (offline, an HTTP error) is
-    told in one line on stderr that says what to pass instead.
+    told in one line on stderr that says what to pass instead (`LOCAL_DATASET_HINT`).
 
     :returns: The local file, or None after the line on stderr.
     """
@@ -225,9 +239,7 @@ def _demo_dataset(args: argparse.Namespace) -> Path | None:
         return default_squad_path(cache_dir=args.cache_dir)
     except requests.RequestException as error:
         what = args.dataset or f"the SQuAD 2.0 dev set from {corpus.SQUAD_DEV_URL}"
-        instead = "pass --dataset PATH of a local SQuAD JSON file" + (
-            "" if args.dataset else f", or set ${SQUAD_VARIABLE} to one"
-        )
+        instead = LOCAL_DATASET_HINT + ("" if args.dataset else f", or set ${SQUAD_VARIABLE} to one")
         print(f"haystack-fusion: cannot download {what} ({_download_failure(error)}): {instead}", file=sys.stderr)
         return None
 
@@ -559,7 +571,12 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument(
             "--api-base-url", help="an OpenAI-compatible server's URL (default: $OPENAI_BASE_URL or OpenAI)"
         )
-        sub.add_argument("--timeout", type=float, help="seconds before an openai or ollama call gives up")
+        sub.add_argument(
+            "--timeout",
+            type=float,
+            help="seconds before an openai or ollama call gives up (default: the client's own, 30 for openai or "
+            "$OPENAI_TIMEOUT, 120 for ollama)",
+        )
         sub.add_argument(
             "--max-tokens",
             type=int,
@@ -573,6 +590,12 @@ def build_parser() -> argparse.ArgumentParser:
             action="store_true",
             help="ask an openai server for token log-probabilities, so answers carry a confidence (the embedded "
             "model always returns them; ollama returns none)",
+        )
+        sub.add_argument(
+            "--llama-log",
+            action="store_true",
+            help="print the embedded model's llama.cpp log lines (model loading, cache sizes) on stderr; without it, "
+            "only llama.cpp's errors (also $HAYSTACK_FUSION_LLAMA_LOG=1)",
         )
 
     def strategy_options(sub: argparse.ArgumentParser) -> None:
@@ -588,7 +611,7 @@ def build_parser() -> argparse.ArgumentParser:
             default="on",
             choices=["on", "off"],
             help="Chain-of-Note: answer from the model's own knowledge when no passage is relevant (on, the paper's "
-            'step 5) or say "unknown" (off)',
+            'step 5, default) or say "unknown" (off)',
         )
         sub.add_argument(
             "--note-max-tokens",
@@ -600,26 +623,27 @@ def build_parser() -> argparse.ArgumentParser:
             "--min-confidence",
             type=float,
             help="tau: concat_pf and cascade fall back to post-fusion when the concatenation answer's confidence is "
-            "below it (default: off for concat_pf, the paper's; the documented default for cascade)",
+            f"below it (default: off for concat_pf, as in the paper; {CASCADE_MIN_CONFIDENCE} for cascade)",
         )
         sub.add_argument(
             "--min-vote-share",
             type=float,
-            help="s: cascade verifies a post-fusion vote whose winner has a smaller share (default: documented)",
+            help="s: cascade verifies a post-fusion vote whose winner has a smaller share of the votes (default: "
+            f"{CASCADE_MIN_VOTE_SHARE})",
         )
         sub.add_argument(
             "--verifier-scoring",
             choices=["text", "probability"],
-            help="SuRe's validity and ranking from the reply's words (text, the paper's default for the sure "
-            "strategies) or from token probabilities (probability, cascade's default)",
+            help="SuRe's validity and ranking from the reply's words (text, as in the paper) or from token "
+            "probabilities (default: text for the sure strategies, probability for cascade)",
         )
         sub.add_argument(
             "--answer-checks",
             default="on",
             choices=["on", "off"],
             help="reject answers that are not answers: passage markup, a copied demonstration answer, an empty "
-            'enumeration (on, default: counted as "invalid", apart from "unknown"); off takes every reply\'s '
-            "answer as it reads",
+            'enumeration, a repeat of the question (on, default: counted as "invalid", apart from "unknown"); off '
+            "takes every reply's answer as it reads",
         )
         sub.add_argument(
             "--vote",
@@ -660,7 +684,14 @@ def build_parser() -> argparse.ArgumentParser:
         )
 
     def answer_options(sub: argparse.ArgumentParser, default_strategy: str) -> None:
-        sub.add_argument("--strategy", default=default_strategy, choices=list(STRATEGIES))
+        sub.add_argument(
+            "--strategy",
+            default=default_strategy,
+            choices=list(STRATEGIES),
+            metavar="NAME",
+            help=f"the strategy: %(choices)s (default: {default_strategy}; `haystack-fusion strategies` tells what "
+            "each does)",
+        )
         sub.add_argument("--top-k", type=int, default=5, help="passages to retrieve (default: 5)")
         sub.add_argument("--max-concurrency", type=int, help=MAX_CONCURRENCY_HELP)
         strategy_options(sub)
@@ -673,7 +704,7 @@ def build_parser() -> argparse.ArgumentParser:
     index.set_defaults(func=cmd_index)
 
     ask = commands.add_parser("ask", help="answer a question with a strategy")
-    ask.add_argument("question")
+    ask.add_argument("question", help="the question, answered from the indexed passages")
     answer_options(ask, "concat_pf")
     ask.add_argument("--json", action="store_true", help="print the answer, evidence and usage as JSON")
     store_option(ask)
@@ -685,15 +716,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluate = commands.add_parser("eval", help="evaluate strategies on a dataset (EM, F1, %%Unk, %%NM, ...)")
     evaluate.add_argument("--dataset", required=True, help="SQuAD JSON, or NQ-open JSONL with --corpus; path or URL")
-    evaluate.add_argument("--corpus", help="passage corpus for an NQ-open dataset: JSONL or DPR-style TSV")
+    evaluate.add_argument(
+        "--corpus",
+        help="passage corpus for an NQ-open dataset: JSONL or DPR-style TSV (default: none; a SQuAD file holds its "
+        "passages)",
+    )
     evaluate.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated (default: all)")
-    evaluate.add_argument("--top-k", default="5", help="k, or a comma-separated sweep such as 5,10,20")
-    evaluate.add_argument("--limit", type=int, help="only the first N questions (after --questions and --sample)")
+    evaluate.add_argument("--top-k", default="5", help="k, or a comma-separated sweep such as 5,10,20 (default: 5)")
+    evaluate.add_argument(
+        "--limit", type=int, help="only the first N questions, after --questions and --sample (default: all)"
+    )
     evaluate.add_argument(
         "--sample",
         type=int,
         help="a fixed stratified random sample of N questions, half answerable and half unanswerable (drawn with "
-        "--seed): the same questions for every strategy and every run",
+        "--seed): the same questions for every strategy and every run (default: no sample, every question)",
     )
     evaluate.add_argument(
         "--questions",
@@ -716,15 +753,28 @@ def build_parser() -> argparse.ArgumentParser:
         "of 429s slows the run down instead of failing calls. Failed questions are recorded as failed, left out of "
         f"the report, and asked again by the same command (exit status {EXIT_FAILED_QUESTIONS} while some remain)",
     )
-    evaluate.add_argument("--gold-passage", default="none", choices=["none", "random", "first", "last"])
-    evaluate.add_argument("--noise-ratio", type=float, help="share of irrelevant passages in the top-k (0-1)")
+    evaluate.add_argument(
+        "--gold-passage",
+        default="none",
+        choices=["none", "random", "first", "last"],
+        help="the question's gold passage in the top-k: none keeps retrieval as it is (default); random puts it at a "
+        "random position when retrieval missed it; first / last always put it there (Liu et al. section 4.5)",
+    )
+    evaluate.add_argument(
+        "--noise-ratio",
+        type=float,
+        help="share of irrelevant passages in the top-k, 0-1 (Yu et al. section 3.1.1; default: none, the top-k as "
+        "retrieved)",
+    )
     evaluate.add_argument("--closed-book-filter", action="store_true", help="drop questions answered with no context")
-    evaluate.add_argument("--seed", type=int, default=0, help="seed of --sample and of the settings' random choices")
+    evaluate.add_argument(
+        "--seed", type=int, default=0, help="seed of --sample and of the settings' random choices (default: 0)"
+    )
     evaluate.add_argument(
         "--exclude-sample",
         type=int,
         help="leave out the questions of `--sample N` drawn with --seed (a development split kept apart from a "
-        "reported sample); applied before --sample and --limit",
+        "reported sample); applied before --sample and --limit (default: none left out)",
     )
     evaluate.add_argument("--out", required=True, help="output folder; re-running with it resumes")
     evaluate.add_argument("--cache-dir", help="where downloads are cached (default: ~/.cache/haystack_fusion)")
@@ -735,7 +785,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--export-notes",
         metavar="PATH",
-        help="write the Chain-of-Note records as chat fine-tuning JSONL (Yu et al. section 2.3.2)",
+        help="write the Chain-of-Note records as chat fine-tuning JSONL (Yu et al. section 2.3.2; default: none "
+        "written)",
     )
     evaluate.add_argument(
         "--export-correct-only", action="store_true", help="with --export-notes: only correctly answered questions"
@@ -751,15 +802,17 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--dataset", help="the dataset file the runs answered, to rescore them (default: the one the run names)"
     )
-    report.add_argument("--corpus", help="passage corpus for an NQ-open dataset")
+    report.add_argument(
+        "--corpus", help="passage corpus for an NQ-open dataset (default: none; a SQuAD file holds its passages)"
+    )
     report.add_argument("--cache-dir", help="where downloads are cached (default: ~/.cache/haystack_fusion)")
     report.add_argument(
         "--exclude-sample",
         type=int,
         help="leave out the questions of `eval --sample N --seed S` (with --seed): report on a development split kept "
-        "apart from a reported sample, e.g. to choose tau",
+        "apart from a reported sample, e.g. to choose tau (default: none left out)",
     )
-    report.add_argument("--seed", type=int, default=0, help="the seed of --exclude-sample's sample (default 0)")
+    report.add_argument("--seed", type=int, default=0, help="the seed of --exclude-sample's sample (default: 0)")
     report_options(report)
     report.set_defaults(func=cmd_report)
 
@@ -803,7 +856,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="a strategy to serve, repeatable (default: all of them)",
     )
     serve.add_argument(
-        "--pipelines-dir", help="serve the wrapper folders and YAML pipelines of this folder instead of --strategy"
+        "--pipelines-dir",
+        help="serve the wrapper folders and YAML pipelines of this folder instead of --strategy (default: none, "
+        "the strategies)",
     )
     serve.add_argument("--host", default="127.0.0.1", help="the address to bind (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, help="the port (default: 1416; 1417 with --mcp)")

@@ -9,6 +9,7 @@ Every setting the environment gives, and the defaults that depend on the LLM: th
 | `HAYSTACK_FUSION_DOCUMENT_STORE` | memory (the CLI); required when serving | memory or elasticsearch |
 | `HAYSTACK_FUSION_STORE` | `~/.cache/haystack_fusion/index.json` | the saved in-memory index |
 | `HAYSTACK_FUSION_<FIELD>` | `BackendConfig`'s | any other `BackendConfig` field: `RETRIEVER`, `TOP_K`, ... |
+| `HAYSTACK_FUSION_LLAMA_LOG` | unset: only llama.cpp's errors | 1: the embedded model's llama.cpp log lines on stderr |
 | `HAYSTACK_FUSION_SQUAD` | unset: the official SQuAD 2.0 dev set, downloaded once | the demo's SQuAD file |
 | `HAYSTACK_FUSION_MAX_IN_FLIGHT` | 1 local, 32 openai, 4 ollama | served requests that run at once |
 | `HAYSTACK_FUSION_MAX_WAITING` | 64 | served requests that may wait for a slot |
@@ -57,12 +58,19 @@ BACKEND_VARIABLES = {
 }
 """`BackendConfig` fields read from variables of their own; every other field `f` from `HAYSTACK_FUSION_<F>`."""
 
+
+def _is_on(value: str) -> bool:
+    """A boolean variable's value: 1, true, yes or on (any case) is True, anything else False."""
+    return value.lower() in ("1", "true", "yes", "on")
+
+
 _BACKEND_CASTS: dict[str, Callable[[str], Any]] = {
     "top_k": int,
     "max_retries": int,
     "max_tokens": int,
     "timeout": float,
-    "logprobs": lambda value: value.lower() in ("1", "true", "yes", "on"),
+    "logprobs": _is_on,
+    "llama_log": _is_on,
 }
 
 SERVING_LIMIT_VARIABLES = {
@@ -81,7 +89,7 @@ def backend_values(fields: Iterable[str], env: Mapping[str, str] | None = None) 
     :param fields: The field names.
     :param env: The environment (default `os.environ`).
     :returns: Field -> value for each variable that is set and not empty: `top_k`, `max_retries`, `max_tokens` as
-        int, `timeout` as float (seconds), `logprobs` as bool (1, true, yes, on), the rest as str.
+        int, `timeout` as float (seconds), `logprobs` and `llama_log` as bool (1, true, yes, on), the rest as str.
     :raises ValueError: If a number variable does not hold a number.
     """
     env = os.environ if env is None else env

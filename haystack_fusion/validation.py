@@ -14,7 +14,10 @@ text that is not an answer although it has an answer's shape:
 - a copied demonstration: the answer equals an answer of the prompt's own few-shot demonstrations (Liu et al.,
   Figure 7's "1925"; Yu et al., Table 6's "1996") and does not occur in the passages, so it came from the prompt's
   examples, not from the evidence;
-- an enumeration with no content: only list labels, such as `(i) (ii) (iii) ... (xxi)`.
+- an enumeration with no content: only list labels, such as `(i) (ii) (iii) ... (xxi)`;
+- a repeat of the question: words of the question and nothing else, such as "post-fusion answer with" for "What
+  does post-fusion answer with?" (`repeats_question` has the rule, which keeps a choice between the question's
+  alternatives, "Paris" for "Is the capital Paris or Lyon?").
 
 A rejected answer is not an abstention: components return it as an empty answer whose `meta` says
 `answer_source="invalid"`, with the reason and the rejected text (`invalid_answer`), and the evaluation counts it
@@ -40,8 +43,10 @@ DEMONSTRATION = "demonstration answer"
 """Reason: the answer is a demonstration's answer that the passages do not contain."""
 EMPTY_ENUMERATION = "empty enumeration"
 """Reason: the answer is only list labels."""
+REPEATS_QUESTION = "repeats the question"
+"""Reason: the answer is only words of the question (`repeats_question`)."""
 
-REASONS: tuple[str, ...] = (PASSAGE_MARKUP, DEMONSTRATION, EMPTY_ENUMERATION)
+REASONS: tuple[str, ...] = (PASSAGE_MARKUP, DEMONSTRATION, EMPTY_ENUMERATION, REPEATS_QUESTION)
 """Every reason `check_answer` gives, in the order it checks them."""
 
 _MARKUP = re.compile(r"</?\s*passage\b|\bpassage\s+key\b|\bkey\s*=\s*[\"']|^\[\d{1,3}\]$|^passage\s*#\s*\d{1,3}\b")
@@ -109,7 +114,54 @@ def copies_demonstration(answer: str, demonstrations: Iterable[str], passages: I
     return not any(f" {key} " in f" {normalize_answer(text)} " for text in passages)
 
 
-def check_answer(answer: str | None, *, demonstrations: Sequence[str] = (), passages: Iterable[str] = ()) -> str | None:
+def repeats_question(answer: str, question: str) -> bool:
+    """
+    Whether an answer only repeats words of the question, so it says nothing the question did not.
+
+    Both are compared after `answers.normalize_answer` (the SQuAD normalization: lowercase, no punctuation, no
+    articles), word by word. The answer repeats the question when
+
+    1. it has at least two words: a one-word answer that occurs in the question is often the answer (a choice,
+       "Paris" for "Is the capital Paris or Lyon?"; a name the question spells out), so "yes", "no" and "unknown"
+       never count;
+    2. every one of its words occurs in the question, in any order; and
+    3. it is not one of the question's alternatives: when the question holds "or", an answer without "or" that
+       holds a word next to an "or" of the question is a choice ("Jane Austen" for "Was it written by Jane Austen
+       or Charlotte Bronte?").
+
+    "post-fusion answer with" for "What does post-fusion answer with?" repeats the question (three words, all in the
+    question, no alternatives); so does "Barack Obama" for "Who is Barack Obama?". "answers with the majority vote"
+    does not ("majority", "vote" are new), nor "Paris" (one word). What the rule cannot tell: an answer that is
+    rightly made of the question's words ("polynomial time" for "What measurement of time is used in polynomial time
+    reduction?", 2 of the 467 gold answers of our SQuAD 2.0 subset), and the first of three or more alternatives
+    answered with two or more words ("Rome Italy" for "Which is oldest: Rome Italy, Athens or Cairo?"), which is not
+    next to an "or"; both count as repeats (research/notes/evaluation.md, "Answers that repeat the question").
+
+    :param answer: The answer as read from the reply.
+    :param question: The question it answers.
+    :returns: True when the answer repeats the question by the rule above.
+    """
+    words = normalize_answer(answer).split()
+    if len(words) < 2:
+        return False
+    asked = normalize_answer(question).split()
+    if not set(words) <= set(asked):
+        return False
+    if "or" in words:
+        return True
+    beside_or = {
+        asked[j] for i, word in enumerate(asked) if word == "or" for j in (i - 1, i + 1) if 0 <= j < len(asked)
+    }
+    return not beside_or & set(words)
+
+
+def check_answer(
+    answer: str | None,
+    *,
+    question: str | None = None,
+    demonstrations: Sequence[str] = (),
+    passages: Iterable[str] = (),
+) -> str | None:
     """
     Check one answer read from a reply: the package's one validator (module docstring).
 
@@ -120,16 +172,19 @@ def check_answer(answer: str | None, *, demonstrations: Sequence[str] = (), pass
     check_answer('<passage key="1c6071d9">')  # 'passage markup'
     check_answer("1925", demonstrations=["1925"], passages=["Tom was born in 1931."])  # 'demonstration answer'
     check_answer("(i) (ii) (iii)")  # 'empty enumeration'
+    check_answer("post-fusion answer with", question="What does post-fusion answer with?")  # 'repeats the question'
+    check_answer("Paris", question="Is the capital Paris or Lyon?")  # None
     check_answer("Paris")  # None
     ```
 
     :param answer: The answer text; None or an empty answer is not checked (it is an abstention or a failed call,
         counted as such).
+    :param question: The question the answer answers; None or empty skips the repeat rule (`repeats_question`).
     :param demonstrations: The answers of the few-shot demonstrations in the prompt that produced the answer
         (`PromptTemplate.demonstrations`); empty skips that rule.
     :param passages: The passage texts that prompt showed; a demonstration answer that occurs in one is valid.
-    :returns: The reason (`PASSAGE_MARKUP`, `DEMONSTRATION` or `EMPTY_ENUMERATION`) the answer is rejected, or None
-        when it is valid.
+    :returns: The reason (`PASSAGE_MARKUP`, `DEMONSTRATION`, `EMPTY_ENUMERATION` or `REPEATS_QUESTION`) the answer is
+        rejected, or None when it is valid.
     """
     if not answer or not answer.strip():
         return None
@@ -139,6 +194,8 @@ def check_answer(answer: str | None, *, demonstrations: Sequence[str] = (), pass
         return DEMONSTRATION
     if is_empty_enumeration(answer):
         return EMPTY_ENUMERATION
+    if question and repeats_question(answer, question):
+        return REPEATS_QUESTION
     return None
 
 
@@ -195,6 +252,7 @@ __all__ = [
     "INVALID",
     "PASSAGE_MARKUP",
     "REASONS",
+    "REPEATS_QUESTION",
     "check_answer",
     "copies_demonstration",
     "invalid_answer",
@@ -202,5 +260,6 @@ __all__ = [
     "is_empty_enumeration",
     "is_invalid",
     "is_passage_markup",
+    "repeats_question",
     "validate_query",
 ]

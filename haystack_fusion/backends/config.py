@@ -84,6 +84,8 @@ class BackendConfig:
     :param logprobs: Ask an OpenAI-compatible LLM for token log-probabilities with every call, so answers carry a
         confidence (the server must support them: llama.cpp's needs `logits_all`). The embedded model returns them
         always; ollama-haystack returns none, so True is an error there.
+    :param llama_log: Print the embedded model's llama.cpp log lines (model loading, cache sizes) on stderr; by
+        default only its errors (`backends.local.LlamaLog`). The other LLMs ignore it.
     :raises ValueError: If a kind is unknown, `top_k` or `max_tokens` is below 1, or `timeout` / `max_retries` /
         `logprobs` is set for an LLM that does not take it.
     """
@@ -104,6 +106,7 @@ class BackendConfig:
     max_retries: int | None = None
     max_tokens: int | None = None
     logprobs: bool = False
+    llama_log: bool = False
 
     def __post_init__(self) -> None:
         for name, allowed in (
@@ -281,6 +284,8 @@ def chat_generator(config: BackendConfig) -> Any:
     budget = {} if config.max_tokens is None else {"max_tokens": config.max_tokens}
     if config.llm == "local":
         kwargs: dict[str, Any] = {} if config.model is None else {"model": config.model}
+        if config.llama_log:
+            kwargs["model_kwargs"] = {"verbose": True}
         if budget:
             kwargs["generation_kwargs"] = {**LOCAL_GENERATION_KWARGS, **budget}
         return local_chat_generator(**kwargs)

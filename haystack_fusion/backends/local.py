@@ -6,10 +6,12 @@ llama-cpp-haystack's ChatGenerator, with its prefix and reply caches, token log-
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
 import math
 import os
 import re
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -64,6 +66,46 @@ def use_extra_buffer_types(system_info: str) -> bool:
     """
     features = (part.strip().rsplit(":", 1)[-1].strip() for part in system_info.split("|"))
     return not any(re.fullmatch(r"AMX\w*\s*=\s*1", feature) for feature in features)
+
+
+LLAMA_LOG_ERROR = 4
+"""llama.cpp's level of an error line (`ggml_log_level`: 1 debug, 2 info, 3 warning, 4 error, 5 the previous line
+continued)."""
+LLAMA_LOG_CONTINUED = 5
+
+
+@dataclass
+class LlamaLog:
+    """
+    Which of llama.cpp's own log lines reach stderr: its errors always, the rest only when asked for.
+
+    llama.cpp logs through one process-wide callback. llama-cpp-python's prints a line at a level it reads one step
+    off, so with `verbose=False` warnings still reach stderr (every load of the packaged model prints
+    `llama_kv_cache_iswa: using full-size SWA cache (ref: ...)`) and errors do not. `LocalChatGenerator` sets this
+    callback instead (`llama_cpp.llama_log_set`), when the module loads: a line is printed when `verbose` is on or
+    the line is an error (or continues one). Loading a model with `verbose=True` in its `model_kwargs` turns
+    `verbose` on for the process (the `haystack-fusion` commands' `--llama-log`, `HAYSTACK_FUSION_LLAMA_LOG=1`).
+
+    :param verbose: Print every line.
+    """
+
+    verbose: bool = False
+    _level: int = 0
+
+    def shows(self, level: int) -> bool:
+        """Whether a line of this `ggml_log_level` is printed; a continued line goes as the line it continues."""
+        if level != LLAMA_LOG_CONTINUED:
+            self._level = level
+        return self.verbose or self._level >= LLAMA_LOG_ERROR
+
+    def write(self, level: int, text: bytes | None) -> None:
+        """Print one log line of llama.cpp's to stderr, as it is (it ends with its own newline), if it `shows`."""
+        if self.shows(level) and text:
+            print(text.decode("utf-8", errors="replace"), end="", file=sys.stderr, flush=True)
+
+
+LLAMA_LOG = LlamaLog()
+"""The process's `LlamaLog`: llama.cpp has one log callback per process."""
 
 
 def packaged_model_path() -> str:
@@ -251,6 +293,12 @@ else:
                 self.reused_prompt_tokens = self.n_tokens
             super().eval(tokens)
 
+    @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator,misc]
+    def _llama_log(level: int, text: bytes | None, _: Any) -> None:
+        LLAMA_LOG.write(level, text)
+
+    llama_cpp.llama_log_set(_llama_log, ctypes.c_void_p(0))
+
     if COMPLETION_CHAT_FORMAT not in llama_chat_format.LlamaChatCompletionHandlerRegistry()._chat_handlers:
 
         @llama_chat_format.register_chat_format(COMPLETION_CHAT_FORMAT)
@@ -324,7 +372,8 @@ else:
             :param n_ctx: Context window in tokens.
             :param n_batch: Prompt processing batch size in tokens.
             :param model_kwargs: Extra `llama_cpp.Llama` arguments; defaults add the completion chat format,
-                `n_threads` = the machine's CPU count and `verbose=False`. `use_extra_bufts` (bool) sets llama.cpp's
+                `n_threads` = the machine's CPU count and `verbose=False` (llama.cpp's log lines on stderr: only its
+                errors; `verbose=True` prints them all, `LlamaLog`). `use_extra_bufts` (bool) sets llama.cpp's
                 model parameter of that name; unset, it is decided from the build (`use_extra_buffer_types`: off
                 on a build with AMX kernels, which crash on the packaged model).
             :param generation_kwargs: `create_chat_completion` arguments; default `LOCAL_GENERATION_KWARGS`.
@@ -396,6 +445,7 @@ else:
             key = repr(sorted(kwargs.items()))
             with _LOADED_LOCK:
                 if key not in _LOADED:
+                    LLAMA_LOG.verbose = LLAMA_LOG.verbose or bool(kwargs.get("verbose"))
                     _LOADED[key] = _SharedModel(PrefixCachingLlama(**kwargs))
                 self._shared = _LOADED[key]
                 self._model, self._thread_lock = self._shared.model, self._shared.lock

@@ -107,8 +107,9 @@ class CandidateSummarizer(ChatGeneratorWrapper):
             `meta["failures"]`, and gives no candidates (round 1) or an empty summary (round 2).
         :param answer_checks: Drop the round-1 candidates that the answer validator rejects
             (`haystack_fusion.validation.check_answer`: passage markup, a demonstration's candidate that no passage
-            holds, an empty enumeration), listed in `meta["invalid_candidates"]`; fewer than K candidates may then
-            remain. Given `candidates` are not checked. On by default (and then left out of `to_dict`).
+            holds, an empty enumeration, a repeat of the question), listed in `meta["invalid_candidates"]`; fewer
+            than K candidates may then remain. Given `candidates` are not checked. On by default (and then left out
+            of `to_dict`).
         :raises ValueError: If `num_candidates` is below 1, `max_concurrency` is neither None nor an integer >= 1,
             `mode` is unknown, or `max_passage_chars` is not positive.
         """
@@ -209,7 +210,9 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         reply = first.replies[0] if first else None
         return reply.text if reply is not None else None
 
-    def _candidates(self, first: FanOutResult | None, passages: str) -> tuple[list[str], list[dict[str, str]]]:
+    def _candidates(
+        self, first: FanOutResult | None, passages: str, query: str
+    ) -> tuple[list[str], list[dict[str, str]]]:
         """
         The candidates of round 1 (none in generic mode, or when round 1 did not run or failed) and, with
         `answer_checks`, the ones the validator rejected (`candidate`, `reason`), dropped from the first list.
@@ -220,7 +223,10 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         if not self.answer_checks:
             return candidates, []
         prompt = PROMPTS["sure_few_shot_candidates" if self.few_shot else "sure_candidates"]
-        reasons = [check_answer(c, demonstrations=prompt.demonstrations, passages=[passages]) for c in candidates]
+        reasons = [
+            check_answer(c, question=query, demonstrations=prompt.demonstrations, passages=[passages])
+            for c in candidates
+        ]
         kept = [candidate for candidate, reason in zip(candidates, reasons, strict=True) if reason is None]
         rejected = [
             {"candidate": candidate, "reason": reason}
@@ -295,7 +301,7 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         """
         query, passages, given, prompts = self._start(query, documents, candidates)
         first = run_chat_calls(self._chat_generator, prompts, **self._fan_out()) if prompts else None
-        candidates, rejected = self._candidates(first, passages) if given is None else (given, [])
+        candidates, rejected = self._candidates(first, passages, query) if given is None else (given, [])
         summary_prompts = self._second_round(query, passages, candidates, candidate_documents)
         second = run_chat_calls(self._chat_generator, summary_prompts, **self._fan_out()) if summary_prompts else None
         return self._outputs(first, second, candidates, rejected)
@@ -311,7 +317,7 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         """Async form of `run`, with the same inputs, outputs and errors; calls the generator's `run_async`."""
         query, passages, given, prompts = self._start(query, documents, candidates)
         first = await run_chat_calls_async(self._chat_generator, prompts, **self._fan_out()) if prompts else None
-        candidates, rejected = self._candidates(first, passages) if given is None else (given, [])
+        candidates, rejected = self._candidates(first, passages, query) if given is None else (given, [])
         summary_prompts = self._second_round(query, passages, candidates, candidate_documents)
         second = (
             await run_chat_calls_async(self._chat_generator, summary_prompts, **self._fan_out())

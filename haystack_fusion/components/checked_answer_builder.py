@@ -18,8 +18,9 @@ class CheckedAnswerBuilder(AnswerBuilder):
     Reads answers from replies as Haystack's `AnswerBuilder` does, then rejects what is not an answer.
 
     Each answer goes through `haystack_fusion.validation.check_answer`: passage markup (`<passage key="...">`, a bare
-    key, `[2]`), a copy of one of the prompt's demonstration answers that the passages do not contain, or an
-    enumeration with no content (`(i) (ii) (iii)`) becomes an empty answer whose `meta` says
+    key, `[2]`), a copy of one of the prompt's demonstration answers that the passages do not contain, an
+    enumeration with no content (`(i) (ii) (iii)`) or a repeat of the question (`validation.repeats_question`)
+    becomes an empty answer whose `meta` says
     `answer_source="invalid"`, with `invalid_reason` and `rejected_answer` (the evaluation counts it apart from
     "unknown"). Valid answers pass through unchanged, so its output is AnswerBuilder's whenever nothing is
     rejected. The passages an answer is checked against are the `documents` given to `run` (all of them: with no
@@ -94,7 +95,7 @@ class CheckedAnswerBuilder(AnswerBuilder):
 
     def check(self, answer: GeneratedAnswer) -> GeneratedAnswer:
         """
-        Validate one answer against the demonstrations and its documents.
+        Validate one answer against its question, the demonstrations and its documents.
 
         :param answer: An answer as AnswerBuilder made it.
         :returns: The answer itself when valid; else the empty replacement (`validation.invalid_answer`). Either
@@ -105,7 +106,9 @@ class CheckedAnswerBuilder(AnswerBuilder):
         if (truncated := meta_truncated(answer.meta)) is not None:
             answer.meta["truncated"] = truncated
         passages = [document.content or "" for document in answer.documents or []]
-        reason = check_answer(answer.data, demonstrations=self.demonstrations or (), passages=passages)
+        reason = check_answer(
+            answer.data, question=answer.query, demonstrations=self.demonstrations or (), passages=passages
+        )
         return answer if reason is None else invalid_answer(answer, reason)
 
     @component.output_types(answers=list[GeneratedAnswer])

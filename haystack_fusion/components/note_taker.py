@@ -101,9 +101,9 @@ class NoteTaker(ChatGeneratorWrapper):
             calls and the single-call mode's reply (notes before the answer) are not streamed. Sync for `run`; for
             `run_async`, whatever the generator's `run_async` takes (async for OpenAI, sync for the embedded model).
         :param answer_checks: Validate the answer (`haystack_fusion.validation.check_answer`): a passage key, the
-            demonstration's answer (Table 6's "1996") when no passage holds it, or an empty enumeration becomes an
-            empty answer with `answer_source` "invalid", `invalid_reason` and `rejected_answer` in `meta`. On by
-            default (and then left out of `to_dict`).
+            demonstration's answer (Table 6's "1996") when no passage holds it, an empty enumeration or a repeat of
+            the question becomes an empty answer with `answer_source` "invalid", `invalid_reason` and
+            `rejected_answer` in `meta`. On by default (and then left out of `to_dict`).
         :param stop_sequences: End the per-document mode's synthesis reply at its answer line (the prompt's `stop`,
             added to the generator's own by `llm.stop_kwargs`). On by default (and then left out of
             `to_dict`); the notes are never cut.
@@ -259,7 +259,7 @@ class NoteTaker(ChatGeneratorWrapper):
         if self.answer_checks and source != "none":
             prompt = PROMPTS["con_single_call" if self.mode == "single_call" else "con_synthesis"]
             passages = [document.content or "" for document in documents]
-            reason = check_answer(answer, demonstrations=prompt.demonstrations, passages=passages)
+            reason = check_answer(answer, question=query, demonstrations=prompt.demonstrations, passages=passages)
             if reason is not None:
                 meta.update(invalid_meta(answer, reason))
                 answer = ""

@@ -77,7 +77,8 @@ class PostFusionVoter(ChatGeneratorWrapper):
 
     With `answer_checks` on (default), each passage's answer is checked by the package's answer validator
     (`validation.check_answer`, with the Figure 7 prompt's demonstration answers and that passage's text): an answer
-    that is passage markup, a demonstration answer the passage does not hold, or an empty enumeration does not vote
+    that is passage markup, a demonstration answer the passage does not hold, an empty enumeration or a repeat of the
+    question does not vote
     (like an abstention) and is reported (`invalid` per passage, `invalid_answers` in the winner's `meta`).
 
     ### Usage example
@@ -234,6 +235,7 @@ class PostFusionVoter(ChatGeneratorWrapper):
                 if answer is None
                 else check_answer(
                     answer,
+                    question=query,
                     demonstrations=self._prompt.demonstrations,
                     passages=[documents[index // p].content or ""],
                 )

@@ -60,8 +60,9 @@ class UnknownRouter:
             generator for them with `generation_kwargs={"logprobs": True}` (OpenAIChatGenerator, the embedded
             `LocalChatGenerator`; ollama-haystack returns none).
         :param answer_checks: Send an answer the validator rejects (`haystack_fusion.validation.check_answer`:
-            passage markup, a copied demonstration answer, an empty enumeration) to `unknown` too, with the reason
-            "invalid answer (<reason>)": it is not an answer, so the fallback should answer instead. On by default.
+            passage markup, a copied demonstration answer, an empty enumeration, a repeat of the `query`) to
+            `unknown` too, with the reason "invalid answer (<reason>)": it is not an answer, so the fallback should
+            answer instead. On by default.
         :param demonstrations: The demonstration answers of the prompt behind the replies
             (`PromptTemplate.demonstrations`), checked against the `documents` given to `run`; None skips that rule.
         :raises ValueError: If `min_confidence` is outside (0, 1] or a pattern is not a valid regular expression.
@@ -95,12 +96,15 @@ class UnknownRouter:
         """The answer in a reply: the `answer_pattern` match, or the whole text when the pattern is None."""
         return extract_answer(self.answer_pattern, reply.text) if self.answer_pattern else (reply.text or "").strip()
 
-    def reason(self, reply: ChatMessage | None, documents: list[Document] | None = None) -> str | None:
+    def reason(
+        self, reply: ChatMessage | None, documents: list[Document] | None = None, query: str | None = None
+    ) -> str | None:
         """
         Why one reply goes to the fallback, or None when it answers.
 
         :param reply: The reply; None (no reply) goes to the fallback.
         :param documents: The passages the prompt showed (for the demonstration rule of the answer checks).
+        :param query: The question (for the repeat rule of the answer checks); None skips that rule.
         :returns: "no reply", "unknown answer", "invalid answer (passage markup)" (with `answer_checks`, the
             validator's reason), "confidence 0.31 < 0.5" (answer confidence below `min_confidence`), or None.
         """
@@ -111,7 +115,7 @@ class UnknownRouter:
             return "unknown answer"
         if self.answer_checks:
             passages = [document.content or "" for document in documents or []]
-            invalid = check_answer(answer, demonstrations=self.demonstrations or (), passages=passages)
+            invalid = check_answer(answer, question=query, demonstrations=self.demonstrations or (), passages=passages)
             if invalid is not None:
                 return f"invalid answer ({invalid})"
         if self.min_confidence is not None:
@@ -120,15 +124,18 @@ class UnknownRouter:
                 return f"confidence {confidence:.2f} < {self.min_confidence}"
         return None
 
-    def is_unknown(self, reply: ChatMessage | None, documents: list[Document] | None = None) -> bool:
+    def is_unknown(
+        self, reply: ChatMessage | None, documents: list[Document] | None = None, query: str | None = None
+    ) -> bool:
         """
         Decide one reply: True when it abstains, is rejected by the answer checks or is less confident than
         `min_confidence` (see `reason`).
 
         :param reply: The reply; None (no reply) counts as unknown.
         :param documents: The passages the prompt showed.
+        :param query: The question.
         """
-        return self.reason(reply, documents) is not None
+        return self.reason(reply, documents, query) is not None
 
     @component.output_types(
         known=list[ChatMessage],
@@ -144,7 +151,8 @@ class UnknownRouter:
         Route the replies by their first reply.
 
         :param replies: The generator's replies; only the first is judged. An empty list is routed to `unknown`.
-        :param query: The question, passed on as `fallback_query` on the unknown branch.
+        :param query: The question: the answer checks reject an answer that repeats it, and it is passed on as
+            `fallback_query` on the unknown branch.
         :param documents: The retrieved passages, passed on as `fallback_documents` on the unknown branch.
         :returns: Exactly one branch:
             - `known`: the replies, when the first reply answers;
@@ -153,7 +161,7 @@ class UnknownRouter:
         """
         if not replies:
             logger.warning("UnknownRouter received no reply; routing to the unknown branch.")
-        reason = self.reason(replies[0] if replies else None, documents)
+        reason = self.reason(replies[0] if replies else None, documents, query)
         if reason is None:
             return {"known": replies}
         output: dict[str, Any] = {"unknown": replies, "reason": reason}

@@ -502,12 +502,12 @@ def _outcome_table(summaries: Sequence[dict[str, Any]], *, with_setting: bool) -
         "Counts over all questions (answerable and unanswerable). answered: neither empty, invalid nor unknown. "
         "unknown: abstentions (%Unk and the reject rate count these). empty: blank answers, the rejected ones "
         "included. invalid: answers the answer checks rejected (passage markup, a demonstration answer no passage "
-        "holds, an empty enumeration); they are not unknown and score 0. truncated: answers whose reply the token "
-        "cap cut (the answer's own reply where the records keep its finish reason, else any call of the question); "
-        "cut calls: LLM calls the cap cut (both 0 for records that keep no finish reason). demo copies: final "
-        "answers equal, after normalization, to a few-shot demonstration answer of the strategy's prompts (rate "
-        "over all questions, brackets as above; - for a strategy without demonstrations); demo rejected: answers "
-        "the checks rejected as a demonstration answer."
+        "holds, an empty enumeration, a repeat of the question); they are not unknown and score 0. truncated: "
+        "answers whose reply the token cap cut (the answer's own reply where the records keep its finish reason, "
+        "else any call of the question); cut calls: LLM calls the cap cut (both 0 for records that keep no finish "
+        "reason). demo copies: final answers equal, after normalization, to a few-shot demonstration answer of the "
+        "strategy's prompts (rate over all questions, brackets as above; - for a strategy without demonstrations); "
+        "demo rejected: answers the checks rejected as a demonstration answer."
     )
     return f"\n\nAnswer outcomes\n\n{header}\n" + "\n".join(rows) + f"\n\n{note}"
 

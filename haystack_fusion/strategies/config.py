@@ -78,9 +78,9 @@ class StrategyConfig:
         strategies whose passages go through PassageFormatter and PostFusionVoter (Liu et al.'s); the others raise
         ValueError when it is set. Off by default.
     :param answer_checks: Validate every answer read from a reply (`validation.check_answer`: passage markup, copied
-        demonstration answers, empty enumerations); a rejected answer becomes an empty answer with
-        `meta["answer_source"] == "invalid"`, and concat_pf / cascade fall back on it as on "unknown". On by default;
-        off takes every answer as its pattern reads it.
+        demonstration answers, empty enumerations, repeats of the question); a rejected answer becomes an empty
+        answer with `meta["answer_source"] == "invalid"`, and concat_pf / cascade fall back on it as on "unknown". On
+        by default; off takes every answer as its pattern reads it.
     :param stop_sequences: End the replies of short-answer prompts at their answer line (`PromptTemplate.stop`,
         added to the generator's own stop sequences by `llm.stop_kwargs`): the one-prompt chains get their own
         copy of `chat_generator` with those stops in its `generation_kwargs` (`chain_generator`), and the voter and

@@ -184,7 +184,7 @@ def format_run(strategy: str, question: str, run: StrategyRun, *, passage_chars:
     :param run: What `run_strategy` returned.
     :param passage_chars: How much of each source passage to show, in characters.
     :returns: Several lines: question, strategy, answer, evidence, confidence and stages (when there are any),
-        sources, LLM calls and tokens, time.
+        sources (each named by `source_title`: its title, else its file, else its id), LLM calls and tokens, time.
     """
     lines = [
         f"Question: {question}",
@@ -198,7 +198,7 @@ def format_run(strategy: str, question: str, run: StrategyRun, *, passage_chars:
         lines.append(f"Stages:   {stages_line(run.evidence['stages'])}")
     lines.append(f"Sources (top-{len(run.documents)}):")
     for rank, document in enumerate(run.documents, start=1):
-        title = (document.meta or {}).get("title", "")
+        title = source_title(document)
         score = f"{document.score:.2f}" if document.score is not None else "-"
         text = excerpt(document.content, passage_chars)
         lines.append(f"  [{rank}] {title} (score {score}) {text}")

@@ -1,8 +1,9 @@
 """
 How many final answers of a committed run the answer checks (issue 16) would reject, replayed from its records.
 
-Each record's prediction is checked with `validation.check_answer`, with the demonstration answers of the
-strategy's prompts and the text of the record's passages (read from the dataset, as `haystack-fusion report` does).
+Each record's prediction is checked with `validation.check_answer`, with its question, the demonstration answers of
+the strategy's prompts and the text of the record's passages (read from the dataset, as `haystack-fusion report`
+does).
 For a strategy whose answer is one reply read by the answer builder (concatenation, pruning, summary_cot, base,
 chain_of_note), this is exactly what the checks change: the same reply, now an invalid answer. For the others
 (post-fusion's vote, the fallbacks, SuRe's candidates) the checks act earlier, on each per-passage answer or
@@ -35,6 +36,7 @@ def replay(run: Path, limit: int | None = None) -> str:
     dataset = load_dataset(manifest["dataset"])
     first = {question.id for question in dataset.questions[:limit]} if limit else None
     texts = {document.id: document.content or "" for document in dataset.documents}
+    asked = {question.id: question.question for question in dataset.questions}
     counts: dict[str, Counter[str]] = {}
     examples: dict[str, str] = {}
     for record in read_records(run / "results.jsonl"):
@@ -43,7 +45,12 @@ def replay(run: Path, limit: int | None = None) -> str:
         prompts = get_strategy(record.strategy).prompts
         demonstrations = sorted({answer for name in prompts for answer in PROMPTS[name].demonstrations})
         passages = [texts[passage] for passage in record.passages]
-        reason = check_answer(record.prediction, demonstrations=demonstrations, passages=passages)
+        reason = check_answer(
+            record.prediction,
+            question=asked.get(record.question_id),
+            demonstrations=demonstrations,
+            passages=passages,
+        )
         counts.setdefault(record.strategy, Counter())["records"] += 1
         if reason is not None:
             counts[record.strategy][reason] += 1

@@ -11,8 +11,15 @@ Directives go in an HTML comment on the line right before a fence (`<!-- docs-te
 separated by `;`: `skip REASON`, `needs openai-server` (a local `haystack_fusion.testing.openai_server`, no model,
 with `OPENAI_BASE_URL`, `OPENAI_API_KEY` and `HAYSTACK_FUSION_LLM=openai` set), `needs elasticsearch` (runs when
 `ELASTICSEARCH_URL` is set), `needs ollama` (runs when `OLLAMA_HOST` is set), `needs squad` (a SQuAD 2.0 file:
-$HAYSTACK_FUSION_SQUAD, else the subset in ../shared), `timeout SECONDS` (a shell block's
-limit, default 120). docs/design.md ("Testing") describes the convention for docs authors.
+$HAYSTACK_FUSION_SQUAD, else the subset in ../shared), `model-commands N` and `timeout SECONDS` (below).
+docs/design.md ("Testing") describes the convention for docs authors.
+
+A shell block that runs past its hang guard is stopped and fails. The guard catches a block that hangs; it is no
+budget, so it sits far above any normal run, on a busy machine too: `HANG_GUARD` (10 minutes) plus
+`MODEL_COMMAND_GUARD` (10 minutes) for each command that calls an LLM, which the embedded model answers in 5 to 60 s
+a call. Those commands are counted in the block's text (`haystack-fusion ask|demo|eval`, `make demo`:
+`count_model_commands`); `model-commands N` gives the number instead, for commands the text does not show (a loop, a
+script). `timeout SECONDS` raises the guard of a block that needs more still (a long evaluation); it never lowers it.
 """
 
 from __future__ import annotations
@@ -43,7 +50,12 @@ SERVERS = {"elasticsearch": "ELASTICSEARCH_URL", "ollama": "OLLAMA_HOST"}
 """`needs NAME` for a server the tests do not start: the variable that must point at it."""
 SHARED_SQUAD = ROOT.parent / "shared/data/squad2-dev-subset/squad2_dev_subset.json"
 """`needs squad`: a SQuAD 2.0 file at $HAYSTACK_FUSION_SQUAD, else this subset beside the checkout."""
-DEFAULT_TIMEOUT = 120.0
+HANG_GUARD = 600.0
+"""Seconds any shell block may run before it counts as hung (`Fence.hang_guard`)."""
+MODEL_COMMAND_GUARD = 600.0
+"""Seconds more per command of the block that calls an LLM (`count_model_commands`)."""
+MODEL_COMMAND = re.compile(r"(?<![\w.-])(?:haystack-fusion\s+(?:ask|demo|eval)|make\s+demo)\b")
+"""A command that calls an LLM: `haystack-fusion ask|demo|eval` (any path before it, `.venv/bin/...`) or `make demo`."""
 COPIED = ("docs", "pipelines", "README.md")
 """What each page's working directory holds, copied from the repository (blocks use `docs`, `pipelines/yaml/...`);
 `.venv` is a link to the repository's (blocks run `.venv/bin/haystack-fusion` as a checkout would)."""
@@ -63,7 +75,8 @@ class Fence:
     :param source: The block's text.
     :param skip: The reason of a `skip` directive, else None.
     :param needs: The servers of `needs` directives (`openai-server`, `elasticsearch`, `ollama`).
-    :param timeout: Seconds a shell block may take.
+    :param timeout: A `timeout` directive's seconds, else None.
+    :param model_commands: A `model-commands` directive's number, else None (counted from the text).
     """
 
     language: str
@@ -72,7 +85,20 @@ class Fence:
     source: str
     skip: str | None = None
     needs: tuple[str, ...] = ()
-    timeout: float = DEFAULT_TIMEOUT
+    timeout: float | None = None
+    model_commands: int | None = None
+
+    @property
+    def hang_guard(self) -> float:
+        """
+        Seconds a shell block may run before it counts as hung: `HANG_GUARD` plus `MODEL_COMMAND_GUARD` per command
+        that calls an LLM (`model_commands`, else `count_model_commands`), or the `timeout` directive's seconds when
+        that is more.
+        """
+        commands = self.model_commands
+        if commands is None:
+            commands = count_model_commands(shell_commands(self))
+        return max(HANG_GUARD + MODEL_COMMAND_GUARD * commands, self.timeout or 0.0)
 
     @property
     def is_python(self) -> bool:
@@ -88,14 +114,17 @@ def parse_directives(comment: str) -> dict[str, Any]:
     The directives of a `<!-- docs-test: ... -->` comment.
 
     :param comment: The comment's text (an HTML block).
-    :returns: `{"skip": str | None, "needs": tuple[str, ...], "timeout": float}`.
-    :raises ValueError: For an unknown directive, an unknown server, a `skip` without a reason or a bad timeout.
+    :returns: `{"skip": str | None, "needs": tuple[str, ...], "timeout": float | None, "model_commands": int |
+        None}`.
+    :raises ValueError: For an unknown directive, an unknown server, a `skip` without a reason, a bad timeout or a
+        bad number of model commands.
     """
-    found: dict[str, Any] = {"skip": None, "needs": (), "timeout": DEFAULT_TIMEOUT}
+    found: dict[str, Any] = {"skip": None, "needs": (), "timeout": None, "model_commands": None}
     match = DIRECTIVE.search(comment)
     if match is None:
         return found
-    for part in re.split(r";\s*(?=(?:skip|needs|timeout)\b)", match.group("body")):  # a reason may hold ";"
+    parts = re.split(r";\s*(?=(?:skip|needs|timeout|model-commands)\b)", match.group("body"))  # a reason may hold ";"
+    for part in parts:
         name, _, value = part.strip().partition(" ")
         value = " ".join(value.split())
         if name == "skip" and value:
@@ -104,6 +133,8 @@ def parse_directives(comment: str) -> dict[str, Any]:
             found["needs"] = (*found["needs"], value)
         elif name == "timeout" and value.replace(".", "", 1).isdigit() and float(value) > 0:
             found["timeout"] = float(value)
+        elif name == "model-commands" and value.isdigit():
+            found["model_commands"] = int(value)
         else:
             raise ValueError(f"unknown docs-test directive {part.strip()!r} in {comment.strip()!r}")
     return found
@@ -169,6 +200,12 @@ def shell_commands(fence: Fence) -> str:
     return "\n".join(lines) + "\n"
 
 
+def count_model_commands(script: str) -> int:
+    """The commands of a shell script that call an LLM (`MODEL_COMMAND`), comment lines left out."""
+    lines = (line for line in script.splitlines() if not line.lstrip().startswith("#"))
+    return sum(len(MODEL_COMMAND.findall(line)) for line in lines)
+
+
 def is_docs_page(path: Path, root: Path) -> bool:
     """README.md at the repository's root and every .md file under docs/."""
     if path.suffix != ".md":
@@ -230,7 +267,7 @@ def mark(item: pytest.Item, fence: Fence) -> None:
 
 
 class ShellBlockError(Exception):
-    """A shell block exited with a status other than 0, or ran out of time."""
+    """A shell block exited with a status other than 0, or ran past its hang guard."""
 
 
 class ShellBlock(MarkdownInlinePythonItem):
@@ -262,11 +299,13 @@ class ShellBlock(MarkdownInlinePythonItem):
             start_new_session=True,  # its own process group: whatever it left running is stopped below
         )
         try:
-            output, _ = process.communicate(timeout=self.fence.timeout)
+            output, _ = process.communicate(timeout=self.fence.hang_guard)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             output, _ = process.communicate()
-            raise ShellBlockError(f"timed out after {self.fence.timeout:g} s\n{output}") from None
+            raise ShellBlockError(
+                f"hung: still running after {self.fence.hang_guard:g} s (its hang guard)\n{output}"
+            ) from None
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGTERM)

@@ -105,6 +105,17 @@ def test_openai_logprobs_on_request(monkeypatch):
     assert BackendConfig.from_env(llm="openai").logprobs is True
 
 
+def test_llama_log_on_request(monkeypatch):
+    pytest.importorskip("llama_cpp", reason="the `local` extra")
+    assert chat_generator(BackendConfig()).model_kwargs["verbose"] is False
+    assert chat_generator(BackendConfig(llama_log=True)).model_kwargs["verbose"] is True
+    assert "verbose" not in (chat_generator(BackendConfig(llm="openai", llama_log=True)).generation_kwargs or {})
+    monkeypatch.setenv("HAYSTACK_FUSION_LLAMA_LOG", "1")
+    assert BackendConfig.from_env().llama_log is True
+    monkeypatch.setenv("HAYSTACK_FUSION_LLAMA_LOG", "0")
+    assert BackendConfig.from_env().llama_log is False
+
+
 @pytest.mark.parametrize(
     ("extra", "config", "factory"),
     [

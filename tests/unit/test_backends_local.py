@@ -6,7 +6,9 @@ import pytest
 from haystack.dataclasses import ChatMessage
 
 from haystack_fusion.backends.local import (
+    LLAMA_LOG,
     LlamaCppChatGenerator,
+    LlamaLog,
     LocalChatGenerator,
     TokenLogprob,
     _is_greedy,
@@ -29,6 +31,57 @@ NATIVE_AMX_BUILD = (
     "AVX512_VBMI = 1 | AVX512_VNNI = 1 | AVX512_BF16 = 1 | AMX_INT8 = 1 | LLAMAFILE = 1 | OPENMP = 1 | REPACK = 1 |"
 )
 """A native build (`GGML_NATIVE`) of the same version on an Intel Xeon with AMX."""
+
+
+class TestLlamaLog:
+    """llama.cpp's log lines: its errors on stderr, the rest only when asked for (`verbose`)."""
+
+    @pytest.mark.parametrize(
+        ("levels", "shown"),
+        [
+            ([1, 2, 3], [False, False, False]),  # debug, info, warning
+            ([4, 5, 5], [True, True, True]),  # an error and its continued lines
+            ([3, 5, 4, 2, 5], [False, False, True, False, False]),
+        ],
+    )
+    def test_only_errors_by_default(self, levels, shown):
+        log = LlamaLog()
+        assert [log.shows(level) for level in levels] == shown
+
+    def test_verbose_shows_every_line(self):
+        log = LlamaLog(verbose=True)
+        assert all(log.shows(level) for level in (1, 2, 3, 4, 5))
+
+    def test_a_warning_goes_nowhere_and_an_error_to_stderr(self, capfd):
+        log = LlamaLog()
+        log.write(3, b"llama_kv_cache_iswa: using full-size SWA cache (ref: ...)\n")
+        log.write(4, b"llama_model_load: error loading model\n")
+        log.write(2, None)
+        assert capfd.readouterr() == ("", "llama_model_load: error loading model\n")
+
+    def test_llama_cpp_logs_through_it(self, capfd, monkeypatch):
+        import ctypes
+
+        import llama_cpp
+
+        callback, data = llama_cpp.llama_log_callback(), ctypes.c_void_p()
+        llama_cpp.llama_log_get(ctypes.byref(callback), ctypes.byref(data))
+        monkeypatch.setattr(LLAMA_LOG, "verbose", False)
+        callback(3, b"a warning\n", None)
+        callback(4, b"an error\n", None)
+        assert capfd.readouterr().err == "an error\n"
+
+    def test_loading_a_verbose_model_turns_the_log_on(self, monkeypatch):
+        import haystack_fusion.backends.local as local
+
+        monkeypatch.setattr(local, "PrefixCachingLlama", lambda **kwargs: object())  # no model is loaded
+        monkeypatch.setattr(local, "_LOADED", {})
+        monkeypatch.setattr(LLAMA_LOG, "verbose", False)
+        assert LocalChatGenerator().model_kwargs["verbose"] is False
+        LocalChatGenerator(model="quiet.gguf").warm_up()
+        assert LLAMA_LOG.verbose is False
+        LocalChatGenerator(model="loud.gguf", model_kwargs={"verbose": True}).warm_up()
+        assert LLAMA_LOG.verbose is True
 
 
 class TestExtraBufferTypes:

@@ -1,3 +1,4 @@
+import argparse
 import json
 
 import pytest
@@ -112,12 +113,15 @@ def test_demo_offline_says_what_to_pass_in_one_line(tmp_path, monkeypatch, capfd
     assert out == ""
     assert len(err.splitlines()) == 1, err
     assert err.startswith(f"haystack-fusion: cannot download the SQuAD 2.0 dev set from {corpus.SQUAD_DEV_URL} (")
-    assert "--dataset PATH" in err
+    assert "haystack-fusion demo --dataset PATH" in err
+    assert "make demo DATASET=PATH" in err
     assert "$HAYSTACK_FUSION_SQUAD" in err
     assert not (tmp_path / "demo.json").exists()
 
 
-LOCAL_PATH_HINT = "pass --dataset PATH of a local SQuAD JSON file"
+LOCAL_PATH_HINT = (
+    "pass a local SQuAD JSON file: haystack-fusion demo --dataset PATH (in a checkout: make demo DATASET=PATH)"
+)
 
 
 def test_demo_with_an_unreachable_dataset_url_names_a_local_path(tmp_path, capfd):
@@ -199,3 +203,43 @@ def test_vote_options():
     args = build_parser().parse_args(["eval", "--dataset", "d", "--out", "o", "--vote", "overlap"])
     assert (args.vote, args.overlap_threshold) == ("overlap", 0.5)
     assert build_parser().parse_args(["ask", "Who?"]).vote == "exact"
+
+
+def subcommand_parsers() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    (commands,) = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    return dict(commands.choices)
+
+
+STATED_DEFAULTS = {"--strategies": "all"}
+"""Options whose help states their default in words other than its value."""
+
+
+@pytest.mark.parametrize("command", sorted(subcommand_parsers()))
+def test_every_option_states_its_default(command):
+    for action in subcommand_parsers()[command]._actions:
+        if not action.option_strings or action.required or action.nargs == 0:  # positional, required, a flag
+            continue
+        option = action.option_strings[-1]
+        assert action.help, f"{command} {option} has no help"
+        assert "default" in action.help, f"{command} {option}: its help states no default"
+        if action.default is not None:
+            stated = STATED_DEFAULTS.get(option, str(action.default))
+            assert stated in action.help, f"{command} {option}: its help does not name its default {stated!r}"
+
+
+def test_ask_help_names_the_strategy_and_its_default(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["ask", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--strategy NAME the strategy: concatenation, post_fusion," in text
+    assert "(default: concat_pf;" in text
+
+
+def test_llama_log_is_asked_for(monkeypatch):
+    from haystack_fusion.cli import _backends
+
+    monkeypatch.delenv("HAYSTACK_FUSION_LLAMA_LOG", raising=False)
+    assert _backends(build_parser().parse_args(["ask", "Who?"])).llama_log is False
+    assert _backends(build_parser().parse_args(["ask", "Who?", "--llama-log"])).llama_log is True
+    assert _backends(build_parser().parse_args(["demo", "--llama-log"])).llama_log is True

@@ -157,3 +157,17 @@ def test_only_a_final_reply_that_nothing_replaces_is_streamed():
     assert streamed["concatenation"] == streamed["pf_concat"] == streamed["sure_sum_all"] == "llm"
     assert streamed["concat_pf"] is streamed["cascade"] is streamed["post_fusion"] is streamed["sure"] is None
     assert (streamed["chain_of_note"], streamed["chain_of_note_per_document"]) == (None, "note_taker")
+
+
+def test_the_cli_names_each_source_by_its_title_else_its_file_else_its_id():
+    answer = GeneratedAnswer(data="Paris", query="q", documents=[], meta={})
+    documents = [
+        Document(id="d1", content="Paris is the capital.", meta={"title": "Paris", "file": "paris.md"}, score=2.0),
+        Document(id="d2", content="Post-fusion votes.", meta={"file": "docs/post-fusion.md"}, score=1.5),
+        Document(id="0123456789abcdef", content="Untitled text."),
+    ]
+    run = StrategyRun(answer=answer, answers=[answer], documents=documents, evidence={}, usage=USAGE, seconds=0.5)
+    lines = format_run("concatenation", "q", run).splitlines()
+    assert "  [1] Paris (score 2.00) Paris is the capital." in lines
+    assert "  [2] docs/post-fusion.md (score 1.50) Post-fusion votes." in lines
+    assert "  [3] passage 01234567 (score -) Untitled text." in lines
