@@ -232,16 +232,22 @@ def _unserved(path: str) -> bool:
     )
 
 
-def served_openapi(schema: dict[str, Any], *, api_key: bool) -> dict[str, Any]:
+def served_openapi(schema: dict[str, Any], *, api_key: bool, models: Sequence[str] = ()) -> dict[str, Any]:
     """
-    The OpenAPI spec of what the server does: Hayhooks' spec without `UNSERVED_PATHS`, `/status` as this server
-    answers it, and the errors each route can answer (in OpenAI's shape on the OpenAI-compatible routes; 401 only
-    with an API key; FastAPI's 422 replaced by 400 there, as OpenAI answers an invalid body).
+    The OpenAPI spec of what the server does: Hayhooks' spec without `UNSERVED_PATHS` (and the schemas only they
+    used), `/status` as this server answers it, the chat request's `model` as one of the served names, and the errors
+    each route can answer (in OpenAI's shape on the OpenAI-compatible routes; 401 only with an API key; FastAPI's 422
+    replaced by 400 there, as OpenAI answers an invalid body).
 
     :param schema: FastAPI's spec of the app (changed in place, and returned).
     :param api_key: Whether the server requires an API key.
+    :param models: The served strategy (wrapper) names: the values of the chat request's `model`; empty leaves it
+        any string.
     """
     paths = schema.get("paths", {})
+    chat_request = schema.get("components", {}).get("schemas", {}).get("ChatRequest", {})
+    if models and "model" in chat_request.get("properties", {}):
+        chat_request["properties"]["model"]["enum"] = sorted(models)
     for path in list(paths):
         if _unserved(path):
             del paths[path]
@@ -284,7 +290,31 @@ def served_openapi(schema: dict[str, Any], *, api_key: bool) -> dict[str, Any]:
                     "description": _ERRORS[code],
                     "content": {"application/json": {"schema": error_schema}},
                 }
+    _drop_unused_schemas(schema)
     return schema
+
+
+def _drop_unused_schemas(schema: dict[str, Any]) -> None:
+    """Remove the component schemas that no remaining path refers to, directly or through other schemas."""
+    schemas = schema.get("components", {}).get("schemas")
+    if not schemas:
+        return
+    prefix = "#/components/schemas/"
+    used: set[str] = set()
+    pending: list[Any] = [schema.get("paths", {})]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith(prefix) and ref[len(prefix) :] not in used:
+                used.add(ref[len(prefix) :])
+                pending.append(schemas.get(ref[len(prefix) :], {}))
+            pending.extend(node.values())
+        elif isinstance(node, list):
+            pending.extend(node)
+    for name in list(schemas):
+        if name not in used:
+            del schemas[name]
 
 
 def write_wrappers(strategies: Sequence[str], out_dir: str | Path) -> Path:
@@ -312,6 +342,15 @@ def _wrappers_dir(strategies: Sequence[str] | None, pipelines_dir: str | Path | 
     folder = tempfile.TemporaryDirectory(prefix="haystack-fusion-wrappers-")
     write_wrappers(list(strategies or STRATEGIES), folder.name)
     return folder.name, folder
+
+
+def _served_names(folder: str) -> list[str]:
+    """The names a pipelines folder serves: its wrapper folders (with a `pipeline_wrapper.py`) and YAML files."""
+    root = Path(folder)
+    wrappers = [path.parent.name for path in root.glob("*/pipeline_wrapper.py")]
+    return sorted(
+        {*wrappers, *(path.stem for path in root.glob("*.yml")), *(path.stem for path in root.glob("*.yaml"))}
+    )
 
 
 def _pin_hayhooks_settings(pipelines_dir: str, access: AccessSettings, *, with_chainlit: bool) -> None:
@@ -434,8 +473,8 @@ def create_app(
     app.router.routes.insert(0, Route("/status", _status, methods=["GET"]))
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
-    spec = app.openapi
-    app.openapi = lambda: served_openapi(spec(), api_key=access.api_key is not None)  # type: ignore[method-assign]
+    spec, models = app.openapi, _served_names(folder)
+    app.openapi = lambda: served_openapi(spec(), api_key=access.api_key is not None, models=models)  # type: ignore[method-assign]
     if with_chainlit:
         _equip_chat_ui(access.api_key)
     # Added innermost first: a request meets the Host check, the Origin check, the key, the body limit, then the rest.

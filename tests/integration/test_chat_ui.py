@@ -14,12 +14,15 @@ Set HAYSTACK_FUSION_SCREENSHOT=docs/images/chat_ui.png to refresh the screenshot
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import os
 import re
 import shutil
+import socket
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from haystack import Document
@@ -114,6 +117,33 @@ def test_the_chat_ui_asks_for_the_key(chat_ui):
     assert response.status_code == 401
     assert response.headers["www-authenticate"].startswith("Basic ")
     assert httpx.get(f"{chat_ui}/chat/", auth=("reader", KEY), timeout=10).status_code == 200
+
+
+def websocket_status(url: str, path: str, headers: dict[str, str]) -> int:
+    """The HTTP status a WebSocket handshake to `path` gets (101 when it opens), sent by hand over a socket."""
+    parts = urlsplit(url)
+    request = [
+        f"GET {path} HTTP/1.1",
+        f"Host: {parts.netloc}",
+        "Upgrade: websocket",
+        "Connection: Upgrade",
+        f"Sec-WebSocket-Key: {base64.b64encode(os.urandom(16)).decode()}",
+        "Sec-WebSocket-Version: 13",
+        *(f"{name}: {value}" for name, value in headers.items()),
+    ]
+    with socket.create_connection((parts.hostname, parts.port), timeout=30) as connection:
+        connection.sendall(("\r\n".join(request) + "\r\n\r\n").encode())
+        status_line = connection.recv(4096).split(b"\r\n", 1)[0]
+    return int(status_line.split()[1])
+
+
+def test_the_chat_uis_websocket_refuses_other_origins(chat_ui):
+    """A page of another origin cannot drive the UI, even in a browser that holds the key (DNS rebinding aside)."""
+    path = "/chat/ws/socket.io/?EIO=4&transport=websocket"
+    key = {"Authorization": "Basic " + base64.b64encode(f"reader:{KEY}".encode()).decode()}
+    own = chat_ui.replace("http://", "")
+    assert websocket_status(chat_ui, path, {**key, "Origin": "http://evil.example"}) == 403
+    assert websocket_status(chat_ui, path, {**key, "Origin": f"http://{own}"}) != 403
 
 
 def test_chat_ui_shows_status_answer_and_sources(chat_ui, tmp_path, corpus):

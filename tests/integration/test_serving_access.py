@@ -199,7 +199,8 @@ class TestKey:
                     model="concatenation", messages=[{"role": "user", "content": questions[2].question}]
                 )
             assert error.value.status_code == 401
-            assert error.value.response.content == UNAUTHORIZED
+            assert error.value.body["code"] == "invalid_api_key"  # OpenAI's error shape: the client reads it
+            assert "send the API key as Authorization: Bearer <key>" in error.value.message
             assert b"\n" not in error.value.response.content
 
     def test_openai_client_with_the_key_is_answered(self, keyed_server, questions):
@@ -223,7 +224,10 @@ class TestKey:
             *deploy_attempts(url, tmp_path / "deployed.txt"),
         ]
         assert [response.status_code for response in refused] == [401] * len(refused)
-        assert all(response.content == UNAUTHORIZED for response in refused)
+        openai_routes = [response for response in refused if response.url.path.startswith("/v1/")]
+        assert len(openai_routes) == 3
+        assert all(response.json()["error"]["code"] == "invalid_api_key" for response in openai_routes)
+        assert all(response.content == UNAUTHORIZED for response in refused if response not in openai_routes)
         assert all(response.headers["www-authenticate"] == "Bearer" for response in refused)
         assert not (tmp_path / "deployed.txt").exists()
 
@@ -260,3 +264,11 @@ class TestKey:
 
         names = asyncio.run(mcp_session(keyed_mcp_server.url, work, {"Authorization": f"Bearer {KEY}"}))
         assert "concatenation" in names
+
+    def test_mcp_refuses_other_web_origins_and_hosts(self, keyed_mcp_server):
+        initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+        headers = {"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {KEY}"}
+        url = f"{keyed_mcp_server.url}/mcp/"
+        assert httpx.post(url, json=initialize, headers={**headers, "Origin": EVIL_ORIGIN}).status_code == 403
+        assert httpx.post(url, json=initialize, headers={**headers, "Host": "evil.example"}).status_code == 400
+        assert httpx.post(url, json=initialize, headers=headers).status_code == 200  # an MCP client sends no Origin
