@@ -5,7 +5,7 @@ tasks; and the one LLM call that turns a follow-up into a standalone question. N
 Chat clients send the whole chat with every request (OpenAI's chat-completions contract), message `content` as a
 string or a list of parts (`[{"type": "text", "text": ...}]`). Open WebUI also sends its background tasks to the
 chat's own model: the chat's title, its tags, follow-up suggestions, each a user message that starts with
-`TASK_PREFIX` and quotes the chat in `<chat_history>`. These are not questions about the passages: the wrappers answer
+`TASK_PREFIX` and quotes the chat in `TASK_HISTORY_TAG`. These are not questions about the passages: the wrappers answer
 them with one plain LLM call (`answer_task`), no retrieval and no strategy.
 
 A follow-up ("How many LLM calls does it make?") names its subject only in an earlier turn. When the chat has earlier
@@ -42,6 +42,14 @@ from haystack_fusion.prompts import PROMPTS, render
 
 TASK_PREFIX = "### Task:"
 """How Open WebUI's background task prompts start (title, tags, follow-up suggestions, query generation)."""
+
+TASK_HISTORY_TAG = "<chat_history>"
+"""What every Open WebUI background task quotes the chat in. Open WebUI's RAG template also starts with `TASK_PREFIX`
+(it wraps a question in the context Open WebUI retrieved itself) but quotes no chat: that one is a question."""
+
+_ATTACHED_FILES = re.compile(r"<attached_files>.*?</attached_files>\s*", re.DOTALL)
+"""The list of files a chat client attached to a message (Open WebUI writes it before the question). The files
+themselves are not sent to this server, which answers from its own index; the list is no part of the question."""
 
 MAX_HISTORY_CHARS = 2000
 """The most of the chat, in characters, that the standalone-question prompt quotes: the latest turns, whole ones
@@ -130,17 +138,18 @@ def read_chat(messages: Sequence[Mapping[str, Any]]) -> Chat:
     Read a chat request's messages.
 
     :param messages: The request's `messages`, oldest first.
-    :returns: The `Chat`: the last message's text as the question, the earlier user and assistant turns, and
-        whether it is a background task.
+    :returns: The `Chat`: the last message's text as the question (without a list of attached files, which this
+        server does not receive), the earlier user and assistant turns, and whether it is a background task (it
+        starts with `TASK_PREFIX` and quotes the chat in `TASK_HISTORY_TAG`).
     :raises ChatRequestError: If there are no messages, the last one is not a user message or has no text, or a
         message holds content parts that are not text.
     """
     if not messages or not isinstance(messages[-1], Mapping) or messages[-1].get("role") != "user":
         raise ChatRequestError("`messages` must end with a user message holding the question")
-    question = message_text(messages[-1])
+    question = _ATTACHED_FILES.sub("", message_text(messages[-1]))
     if not question.strip():
         raise ChatRequestError("the last user message holds no text: send the question as its content")
-    if question.lstrip().startswith(TASK_PREFIX):
+    if question.lstrip().startswith(TASK_PREFIX) and TASK_HISTORY_TAG in question:
         return Chat(question=question, task=True)
     history = []
     for message in messages[:-1]:

@@ -171,3 +171,33 @@ class TestFailuresAreNeverAnswers:
             client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
             with pytest.raises(openai.APIError, match=re.escape(error["message"][:40])):
                 list(client.chat.completions.create(**body, stream=True))
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+def test_a_client_that_goes_away_cancels_its_question(tmp_path, index, streamed):
+    """A client that goes away (Open WebUI's Stop closes the stream; an API client gives up): the question's pending
+    LLM calls are never made."""
+    import http.client
+    import time
+    from urllib.parse import urlsplit
+
+    with (
+        OpenAIServer(reply="unknown", latency=3.0) as llm,
+        HayhooksProcess(["cascade"], env=env_for(index, llm.base_url), workdir=tmp_path) as server,
+    ):
+        body = {"model": "cascade", "messages": [{"role": "user", "content": QUESTION}], "stream": streamed}
+        url = urlsplit(server.url)
+        connection = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+        connection.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+        if streamed:
+            response = connection.getresponse()
+            while b"Concatenation: reading" not in response.readline():
+                pass
+        deadline = time.monotonic() + 60
+        while llm.stats.requests < 1 and time.monotonic() < deadline:  # concatenation's call is under way
+            time.sleep(0.1)
+        assert llm.stats.requests == 1
+        connection.close()  # Stop
+        time.sleep(8)  # concatenation's call ends (3 s): its "unknown" would send post-fusion's 2 calls at once
+        assert llm.stats.requests == 1
+        assert "Traceback" not in server.log()

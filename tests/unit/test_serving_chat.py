@@ -98,6 +98,16 @@ class TestReadChat:
         assert chat.task
         assert not chat.follow_up
 
+    def test_a_task_prompt_that_quotes_no_chat_is_a_question(self):
+        """Open WebUI's RAG template starts as a task does, but wraps a question."""
+        assert not read_chat([{"role": "user", "content": f"{TASK_PREFIX}\nRespond to the user query."}]).task
+
+    def test_the_list_of_attached_files_is_no_part_of_the_question(self):
+        files = '<attached_files>\n<file type="file" id="1" name="notes.txt"/>\n</attached_files>\n\n'
+        assert read_chat([{"role": "user", "content": files + "What does this say?"}]).question == "What does this say?"
+        with pytest.raises(ChatRequestError, match="holds no text"):
+            read_chat([{"role": "user", "content": files}])
+
     @pytest.mark.parametrize(
         ("messages", "message"),
         [
