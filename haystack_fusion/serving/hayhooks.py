@@ -560,8 +560,10 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         question = self._check(chat.question)
         if not body.get("stream"):
             return chat_text(await self._run_async(question, chat))
-        if self.admission.full:
-            await self._slot()  # refused at once: 503 with Retry-After
+        try:
+            self.admission.check_room()  # refused at once, before anything streams: 503 with Retry-After
+        except ServerBusyError as error:
+            raise self._failure(error) from None
         chat_ui = headers is not None and headers.get(CHAT_UI_HEADER) == CHAT_UI_CLIENT
         return self._guarded_events(question, chat, model=model, chat_ui=chat_ui)
 

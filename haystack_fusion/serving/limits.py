@@ -200,6 +200,18 @@ class AdmissionLimit:
         """Whether a request that arrives now is refused at once: it would wait, and `max_waiting` already do."""
         return self.busy and self._slots.waiting >= self.max_waiting
 
+    def check_room(self) -> None:
+        """
+        Refuse at once what `acquire` would refuse at once, without taking a slot.
+
+        :raises ServerBusyError: If a request that arrives now would have to wait and `max_waiting` already do.
+        """
+        if self.full:
+            raise self._busy(
+                f"The server is busy: {self.in_flight} requests are running and {self.waiting} waiting (the limits: "
+                f"{self.max_in_flight} and {self.max_waiting}); retry later"
+            )
+
     def _busy(self, message: str) -> ServerBusyError:
         self.refused += 1
         logger.warning("Refused a request (503): {reason}", reason=message)
@@ -214,11 +226,7 @@ class AdmissionLimit:
             `queue_timeout` seconds.
         """
         slots = self._slots
-        if self.full:
-            raise self._busy(
-                f"The server is busy: {self.in_flight} requests are running and {self.waiting} waiting (the limits: "
-                f"{self.max_in_flight} and {self.max_waiting}); retry later"
-            )
+        self.check_room()
         try:
             # On the timeout, wait_for cancels the wait: CallSlots drops the waiter, or gives back a slot handed over.
             await asyncio.wait_for(slots.acquire_async(), self.queue_timeout)
