@@ -8,7 +8,7 @@ chat with every message, and a follow-up such as "How many LLM calls does it mak
 earlier turn, so a retriever given the last message alone finds passages about something else. One LLM call rewrites
 it first; the strategy then runs on the rewrite as on any question.
 
-The prompt is completion-style (a base model continues it) with two demonstrations, and the reply's first line is the
+The prompt is completion-style (a base model continues it) with four demonstrations, and the reply's first line is the
 question. The chat's turns come in as one pre-formatted string variable `history` (`serving.chat.history_text`), so
 chat text is never evaluated as template syntax.
 """
@@ -22,10 +22,22 @@ the conversation. Keep its meaning, replace words such as "it", "he" or "there" 
 the question.
 
 Conversation:
+User: What is a transistor?
+Assistant: A semiconductor device that switches signals.
+Last question: Who invented it?
+Standalone question: Who invented the transistor?
+
+Conversation:
 User: Who wrote the play Hamlet?
 Assistant: William Shakespeare
 Last question: When was he born?
 Standalone question: When was William Shakespeare born?
+
+Conversation:
+User: What is photosynthesis?
+Assistant: The process by which plants turn light into chemical energy.
+Last question: How many steps does it have?
+Standalone question: How many steps does photosynthesis have?
 
 Conversation:
 User: What is the capital of Norway?

@@ -205,7 +205,11 @@ async def standalone_question(
     Rewrite a follow-up as a standalone question with one LLM call (`standalone_question_prompt`).
 
     The reply's first line is the rewrite. An empty reply, or one longer than `max_chars`, keeps the question as
-    asked; a failed call raises (the caller reports it as the backend's failure, as any other call's).
+    asked. A rewrite that still refers back to the chat without naming what it refers to (`refers_back`: small models
+    often return "How many LLM calls does it make?" unchanged) gets the chat's previous user question put before it,
+    "What is Chain-of-Note? How many LLM calls does it make?", which retrieval and the strategy can read on their own
+    (as conversational search's baseline of prepending the earlier question). A failed call raises (the caller reports
+    it as the backend's failure, as any other call's).
 
     :param chat_generator: Any Haystack ChatGenerator (`run_async` when it has one, else `run`).
     :param history: The chat's earlier turns (`Chat.history`); empty keeps the question as asked without a call.
@@ -228,8 +232,57 @@ async def standalone_question(
     usage = {**reply_usage(reply), "rounds": 1}
     rewrite = PROMPTS["standalone_question"].extract_answer(reply.text if reply is not None else None)
     if not rewrite or (max_chars is not None and len(rewrite) > max_chars):
-        return question, usage
+        rewrite = question
+    if refers_back(rewrite, question, history):
+        previous = next((text for role, text in reversed(history) if role == "user"), "")
+        with_context = f"{previous} {rewrite}".strip()
+        if max_chars is None or len(with_context) <= max_chars:
+            return with_context, usage
     return rewrite, usage
+
+
+REFERRING_WORDS = frozenset(
+    {
+        "it",
+        "its",
+        "itself",
+        "they",
+        "them",
+        "their",
+        "he",
+        "him",
+        "his",
+        "she",
+        "her",
+        "this",
+        "these",
+        "those",
+        "there",
+    }
+)
+"""Words by which a question refers back to the chat instead of naming its subject."""
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def refers_back(rewrite: str, asked: str, history: Sequence[tuple[str, str]]) -> bool:
+    """
+    Whether a rewrite still leans on the chat: it holds a `REFERRING_WORDS` word ("How many LLM calls does it make?")
+    and brings in no word of the chat that the question as asked lacked (a rewrite that named the subject, "How many
+    LLM calls does Chain-of-Note make?", brings "chain" and "note"). A small model often returns the question
+    unchanged; `standalone_question` then puts the chat's previous user question before it.
+
+    :param rewrite: The model's standalone question.
+    :param asked: The question as asked.
+    :param history: The chat's earlier turns.
+    """
+    words = _words(rewrite)
+    if not words & REFERRING_WORDS:
+        return False
+    chat_words = set().union(*(_words(text) for _, text in history)) if history else set()
+    return not (words - _words(asked)) & chat_words
 
 
 async def answer_task(chat_generator: Any, prompt: str) -> tuple[str, dict[str, int]]:

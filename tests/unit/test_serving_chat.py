@@ -24,6 +24,7 @@ from haystack_fusion.serving.chat import (
     history_text,
     message_text,
     read_chat,
+    refers_back,
     standalone_question,
     standalone_question_prompt,
     turn_text,
@@ -168,6 +169,24 @@ class TestStandaloneQuestion:
         assert len(llm.prompts) == 1
         assert "User: What is Chain-of-Note?\nAssistant: A strategy" in llm.prompts[0]
         assert llm.prompts[0].endswith("Last question: How many LLM calls does it make?\nStandalone question:")
+
+    def test_a_rewrite_that_still_refers_back_gets_the_previous_question(self):
+        llm = RecordingGenerator("How many LLM calls does it make?")  # a small model's unchanged question
+        question, usage = asyncio.run(standalone_question(llm, self.HISTORY, "How many LLM calls does it make?"))
+        assert question == "What is Chain-of-Note? How many LLM calls does it make?"
+        assert usage["calls"] == 1
+
+    @pytest.mark.parametrize(
+        ("rewrite", "expected"),
+        [
+            ("How many LLM calls does it make?", True),
+            ("How many LLM calls does Chain-of-Note make?", False),  # named the subject
+            ("How many LLM calls are made?", False),  # nothing refers back
+            ("Does Chain-of-Note write a note per passage? Is it slow?", False),
+        ],
+    )
+    def test_refers_back(self, rewrite, expected):
+        assert refers_back(rewrite, "How many LLM calls does it make?", self.HISTORY) is expected
 
     def test_no_history_no_call(self):
         llm = RecordingGenerator("unused")
