@@ -16,6 +16,7 @@ The browser reaches nothing but 127.0.0.1 (`CHROMIUM_FLAGS`, `local_only`), as i
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -218,13 +219,24 @@ def local_only(blocked: list[str]):
     return route
 
 
+@dataclass
+class Reply:
+    """One assistant message as a person reads it."""
+
+    text: str  # everything in the message
+    status: list[str]  # the status lines (Open WebUI's status history), in order
+    answer: str  # the Markdown text: the answer and the details block's summary line; "" for an error box
+    sources: list[str]  # the citations' names, e.g. "chain-of-note.md" for "[1] chain-of-note.md"
+
+
 class ChatPage:
     """
     Open WebUI's chat page in a Playwright page, used as a person does: new chat, pick a model, type, send, stop.
 
     The selectors are Open WebUI 0.12's: `#chat-input` (the message box), `#send-message-button`,
-    `#stop-response-button`, `#new-chat-button`, the model selector's `Selected model: ...` button, and one
-    `#message-<id>` element per message (the assistant's reply in `#response-content-container`).
+    the Stop button (`aria-label="Stop"`), the model selector's `Selected model: ...` button, one `#message-<id>`
+    element per message (the assistant's hold a `.chat-assistant`), whose action bar (Copy, Regenerate, ...) shows
+    once the reply has ended.
     """
 
     def __init__(self, page: Any, url: str) -> None:
@@ -267,28 +279,47 @@ class ChatPage:
         )
 
     def replies(self) -> Any:
-        """The locator of the assistant's replies, in order."""
-        return self.page.locator("#response-content-container")
+        """The assistant's messages, in order (`#message-<id>` elements holding a `.chat-assistant`)."""
+        return self.page.locator("div[id^='message-']:has(.chat-assistant)")
 
     def ask(self, question: str) -> None:
         """Type the question into the message box and send it."""
-        box = self.page.locator("#chat-input")
-        box.click()
+        self.page.locator("#chat-input").click()
         self.page.keyboard.type(question)
         self.page.locator("#send-message-button").click()
 
-    def wait_for_reply(self, count: int, seconds: float) -> str:
+    def wait_for_reply(self, count: int, seconds: float) -> Reply:
         """
-        Wait until the `count`-th reply has finished (its Regenerate button shows) and return its visible text.
+        Wait until the chat's `count`-th reply has finished (its action bar, with Copy, shows: after the answer, an
+        error or Stop) and read it.
         """
-        self.page.locator("#response-content-container").nth(count - 1).wait_for(timeout=seconds * 1000)
-        self.page.wait_for_function(
-            "n => document.querySelectorAll('button[aria-label=\"Regenerate\"]').length >= n",
-            arg=count,
-            timeout=seconds * 1000,
-            polling=1000,
+        reply = self.replies().nth(count - 1)
+        reply.wait_for(timeout=seconds * 1000)
+        reply.locator("button[aria-label='Copy']").wait_for(timeout=seconds * 1000)
+        return self.read_reply(count)
+
+    def read_reply(self, count: int) -> Reply:
+        """
+        The `count`-th reply as a person sees it once its status history and its sources are opened: the status
+        lines, the answer (the Markdown text, with the details block's summary line), the sources' names and the
+        whole text.
+        """
+        reply = self.replies().nth(count - 1)
+        toggles = ("button[aria-label='Toggle status history']", "button[aria-label^='Toggle '][aria-label*=' source']")
+        for toggle in toggles:
+            button = reply.locator(toggle)
+            if button.count() and button.first.get_attribute("aria-expanded") == "false":
+                button.first.click()
+        self.page.wait_for_timeout(500)
+        text = str(reply.inner_text())
+        status = reply.locator(".status-description")
+        prose = reply.locator(".markdown-prose")
+        return Reply(
+            text=text,
+            status=[line.strip() for line in status.all_inner_texts() if line.strip()],
+            answer=prose.first.inner_text().strip() if prose.count() else "",
+            sources=re.findall(r"^\[\d+\] (.+)$", text, flags=re.MULTILINE),
         )
-        return str(self.replies().nth(count - 1).inner_text())
 
     def stop(self) -> None:
         """Click the Stop button shown while a reply is under way."""
