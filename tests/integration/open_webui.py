@@ -219,6 +219,20 @@ def local_only(blocked: list[str]):
     return route
 
 
+def source_names(text: str) -> list[str]:
+    """
+    The citations' names in a reply's text, once its sources are opened: after the "N Sources" button, a number and
+    a name per source (the name without a leading "[i] ").
+    """
+    lines = [line.strip() for line in text.splitlines()]
+    start = next((i + 1 for i, line in enumerate(lines) if re.fullmatch(r"\d+ Sources?", line)), len(lines))
+    names = []
+    while start + 1 < len(lines) and lines[start].isdigit():
+        names.append(re.sub(r"^\[\d+\] ", "", lines[start + 1]))
+        start += 2
+    return names
+
+
 @dataclass
 class Reply:
     """One assistant message as a person reads it."""
@@ -318,7 +332,7 @@ class ChatPage:
             text=text,
             status=[line.strip() for line in status.all_inner_texts() if line.strip()],
             answer=prose.first.inner_text().strip() if prose.count() else "",
-            sources=re.findall(r"^\[\d+\] (.+)$", text, flags=re.MULTILINE),
+            sources=source_names(text),
         )
 
     def stop(self) -> None:
