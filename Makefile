@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test unit lint docs install-llama-cpp install-local install-dev install-chat-ui install-docs
+.PHONY: demo test unit lint docs install-llama-cpp install-local install-dev install-chat-ui install-docs \
+	install-open-webui test-open-webui
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +86,27 @@ $(CHAT_UI_STAMP): pyproject.toml constraints/chainlit.txt $(DEV_STAMP)
 	touch $@
 
 install-chat-ui: $(CHAT_UI_STAMP)
+
+# The Open WebUI test (tests/integration/test_open_webui.py): the real Open WebUI, pinned, in an environment of its own
+# (its dependencies clash with the project's), driven in Debian's Chromium. torch first, pinned as for install-dev, so
+# pip takes a CPU wheel where one is on its find-links instead of the CUDA build. Not part of `make test`.
+OPEN_WEBUI ?= 0.12.4
+OPEN_WEBUI_VENV := .venv-open-webui
+OPEN_WEBUI_STAMP := $(OPEN_WEBUI_VENV)/.installed-open-webui-$(OPEN_WEBUI)
+
+$(OPEN_WEBUI_STAMP):
+	@dpkg -s chromium fonts-liberation fonts-noto-color-emoji >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
+		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+		chromium fonts-liberation fonts-noto-color-emoji; }
+	$(PYTHON) -m venv $(OPEN_WEBUI_VENV)
+	$(OPEN_WEBUI_VENV)/bin/pip install --quiet "torch==2.13.0"
+	$(OPEN_WEBUI_VENV)/bin/pip install --quiet "open-webui==$(OPEN_WEBUI)"
+	touch $@
+
+install-open-webui: $(OPEN_WEBUI_STAMP)
+
+test-open-webui: install-dev install-open-webui
+	$(BIN)/pytest tests/integration/test_open_webui.py -v
 
 $(DOCS_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[docs]"
