@@ -89,7 +89,8 @@ install-chat-ui: $(CHAT_UI_STAMP)
 
 # The Open WebUI test (tests/integration/test_open_webui.py): the real Open WebUI, pinned, in an environment of its own
 # (its dependencies clash with the project's), driven in Debian's Chromium. torch first, pinned as for install-dev, so
-# pip takes a CPU wheel where one is on its find-links instead of the CUDA build. Not part of `make test`.
+# pip takes a CPU wheel where one is on its find-links instead of the CUDA build. `make test` installs it (about 2-3
+# minutes, 2.9 GB) and runs the test with the rest; `make test-open-webui` runs it alone.
 OPEN_WEBUI ?= 0.12.4
 OPEN_WEBUI_VENV := .venv-open-webui
 OPEN_WEBUI_STAMP := $(OPEN_WEBUI_VENV)/.installed-open-webui-$(OPEN_WEBUI)
@@ -131,6 +132,7 @@ unit: lint
 	$(BIN)/pytest tests/unit
 
 # Everything CI runs: lint, the documentation site, then the unit tests and the integration tests (embedded model,
-# local servers, Chromium, the wheel in a fresh environment, the SQuAD 2.0 subset in ../shared).
-test: lint install-chat-ui docs
+# local servers, Chromium with the chat UI and Open WebUI, the wheel in a fresh environment, the SQuAD 2.0 subset in
+# ../shared).
+test: lint install-chat-ui install-open-webui docs
 	$(BIN)/pytest

@@ -125,14 +125,18 @@ class TestReadChat:
     @pytest.mark.skipif(not FIXTURES.is_dir(), reason="the Open WebUI request fixtures")
     def test_the_requests_open_webui_sends(self):
         """Open WebUI's own requests (tests/fixtures/open_webui): tasks are tasks, questions are questions."""
-        bodies = {path.stem: json.loads(path.read_text()) for path in FIXTURES.glob("*.json")}
-        assert bodies, "no fixture"
+        bodies = {path.stem: json.loads(path.read_text())["body"] for path in FIXTURES.glob("*.json")}
+        assert len(bodies) >= 10
+        with pytest.raises(ChatRequestError, match="content parts of type image_url"):
+            read_chat(bodies.pop("image_question")["messages"])
         for name, body in bodies.items():
-            body = body.get("body", body)
             chat = read_chat(body["messages"])
             assert chat.task == ("task" in name), name
+            assert chat.follow_up == (name == "follow_up"), name
             if not chat.task:
-                assert chat.question.strip()
+                assert "<attached_files>" not in chat.question
+                assert "<details" not in " ".join(text for _, text in chat.history)
+        assert read_chat(bodies["file_question"]["messages"]).question == "What does this say?"
 
 
 class TestHistoryText:
