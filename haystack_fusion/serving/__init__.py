@@ -11,6 +11,10 @@ Serving the strategies with Hayhooks.
   `serve` extra).
 - `haystack_fusion.serving.limits`: what a served wrapper admits (the question's length, a process-wide admission
   limit with a bounded queue; overload is refused with HTTP 503); needs no extra.
+- `haystack_fusion.serving.chat`: what a chat client sends (content parts, background tasks, the chat before a
+  follow-up) and the one LLM call that rewrites a follow-up into a standalone question; needs no extra.
+- `haystack_fusion.serving.guards`: the ASGI middleware in front of the served apps (Host, Origin, body size, the
+  client's disconnect, OpenAI's error shape and stream end; the `serve` extra).
 
 None is imported here, so importing the package needs no extra.
 """
