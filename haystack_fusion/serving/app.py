@@ -513,8 +513,11 @@ async def _validation_error(request: Request, error: Exception) -> Response:
     if not is_openai_path(route_path(request.scope)):
         return await request_validation_exception_handler(request, error)
     first = (error.errors() or [{}])[0]
-    where = ".".join(str(part) for part in first.get("loc", ()) if part != "body") or "body"
-    message = f"Invalid request body: {where}: {first.get('msg', 'invalid')}"
+    if first.get("type") == "json_invalid":
+        message = f"Invalid request body: not valid JSON ({first.get('msg', 'JSON decode error')})"
+    else:
+        where = ".".join(str(part) for part in first.get("loc", ()) if part != "body") or "body"
+        message = f"Invalid request body: {where}: {first.get('msg', 'invalid')}"
     return JSONResponse(openai_error(message, status=400, code="invalid_request"), status_code=400)
 
 

@@ -28,11 +28,12 @@ per strategy). This base class:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -491,6 +492,17 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
             raise self._failure(error) from None
         return text
 
+    @contextlib.contextmanager
+    def _answering(self) -> Iterator[None]:
+        """Log a failure the block answers with (5xx, once, as a warning, its one line); refusals of the admission
+        limit are logged by the limit itself."""
+        try:
+            yield
+        except ServingError as failure:
+            if failure.status_code >= 500 and failure.code != "server_busy":
+                logger.warning("Answered HTTP {status}: {reason}", status=failure.status_code, reason=failure.detail)
+            raise
+
     def run_api(self, query: str) -> dict:
         """
         Answer a question (not admission-limited: Hayhooks calls `run_api_async`).
@@ -502,7 +514,8 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         :raises ServingError: 400 for an empty, too long or invalid question; 503 naming the backend when it cannot
             be reached or refuses, or every LLM call failed; 502 when an LLM server refused a call.
         """
-        return api_result(self._run(query))
+        with self._answering():
+            return api_result(self._run(query))
 
     async def run_api_async(self, query: str) -> dict:
         """
@@ -517,11 +530,13 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
             `Retry-After`), the backend cannot be reached or refuses (naming its URL and variable) or every LLM call
             failed; 502 when an LLM server refused a call.
         """
-        return api_result(await self._run_async(query))
+        with self._answering():
+            return api_result(await self._run_async(query))
 
     def run_chat_completion(self, model: str, messages: list[dict], body: dict) -> str:
         """Answer the last user message: the answer, a blank line, "Sources:" and the numbered passages."""
-        return chat_text(self._run(self._chat(messages).question))
+        with self._answering():
+            return chat_text(self._run(self._chat(messages).question))
 
     def _chat(self, messages: list[dict]) -> Chat:
         try:
@@ -554,16 +569,17 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
             an empty, too long or invalid question; 503 when the server is busy (with `Retry-After`); without
             streaming, as `run_api_async`.
         """
-        chat = self._chat(messages)
-        if chat.task:
-            return await self._answer_task(chat.question)
-        question = self._check(chat.question)
-        if not body.get("stream"):
-            return chat_text(await self._run_async(question, chat))
-        try:
-            self.admission.check_room()  # refused at once, before anything streams: 503 with Retry-After
-        except ServerBusyError as error:
-            raise self._failure(error) from None
+        with self._answering():
+            chat = self._chat(messages)
+            if chat.task:
+                return await self._answer_task(chat.question)
+            question = self._check(chat.question)
+            if not body.get("stream"):
+                return chat_text(await self._run_async(question, chat))
+            try:
+                self.admission.check_room()  # refused at once, before anything streams: 503 with Retry-After
+            except ServerBusyError as error:
+                raise self._failure(error) from None
         chat_ui = headers is not None and headers.get(CHAT_UI_HEADER) == CHAT_UI_CLIENT
         return self._guarded_events(question, chat, model=model, chat_ui=chat_ui)
 

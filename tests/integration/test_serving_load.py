@@ -103,7 +103,7 @@ async def _load(url: str, requests: int, clients: int) -> dict[str, list]:
                 outcomes["answered"].append((time.monotonic() - start, completion.choices[0].message.content))
             except openai.APIStatusError as error:
                 kind = "refused" if error.status_code in (429, 503) else "other"
-                detail = error.response.json().get("detail")
+                detail = (error.response.json().get("error") or {}).get("message")
                 outcomes[kind].append((error.status_code, error.response.headers.get("retry-after"), detail))
             except Exception as error:  # a timeout would be a hang: reported, not raised
                 outcomes["other"].append((type(error).__name__, str(error)))
@@ -217,8 +217,8 @@ class TestLimits:
 
     def test_not_json(self, hayhooks):
         response = self.post(hayhooks, content=b"{not json", headers={"Content-Type": "application/json"})
-        assert response.status_code == 422
-        assert "json_invalid" in response.text
+        assert response.status_code == 400  # as OpenAI answers an invalid body
+        assert response.json()["error"]["message"].startswith("Invalid request body: not valid JSON")
 
     def test_wrong_model(self, hayhooks):
         response = self.post(hayhooks, json={"model": "gpt-4o", "messages": [{"role": "user", "content": QUESTION}]})
@@ -249,7 +249,7 @@ class TestUnreachableBackends:
             chat = {"model": "concat_pf", "messages": [{"role": "user", "content": QUESTION}]}
             response = httpx.post(f"{process.url}/v1/chat/completions", json=chat, timeout=60)
             assert response.status_code == 503
-            detail = response.json()["detail"]
+            detail = response.json()["error"]["message"]
             # the reason is the OS's words, as the async client got them ("Connect call failed ('127.0.0.1', port)")
             assert re.fullmatch(
                 rf"cannot connect to Elasticsearch at http://127\.0\.0\.1:{es_port} \([^\n]+\): check "
@@ -261,7 +261,8 @@ class TestUnreachableBackends:
             assert response.json()["detail"] == detail
             streamed = httpx.post(f"{process.url}/v1/chat/completions", json={**chat, "stream": True}, timeout=60)
             assert streamed.status_code == 200
-            assert f"Error (HTTP 503): {detail}" in streamed.text
+            assert f"Failed: {detail}" in streamed.text  # the last status, then the error chunk
+            assert '"code":"backend_unavailable"' in streamed.text
             log = process.log()
         assert f"Elasticsearch is not reachable at ELASTICSEARCH_URL=http://127.0.0.1:{es_port}: [Errno 111]" in log
         assert "deployed anyway" in log
@@ -279,8 +280,11 @@ class TestUnreachableBackends:
             log = process.log()
         assert error.value.status_code == 503
         assert error.value.body == {
-            "detail": f"cannot connect to the OpenAI-compatible server at http://127.0.0.1:{port}/v1 (Connection "
-            "refused): check --api-base-url or $OPENAI_BASE_URL, and that the server is running"
+            "message": f"cannot connect to the OpenAI-compatible server at http://127.0.0.1:{port}/v1 (Connection "
+            "refused): check --api-base-url or $OPENAI_BASE_URL, and that the server is running",
+            "type": "server_error",
+            "code": "backend_unavailable",
+            "param": None,
         }
         assert "Traceback" not in log
         assert SECRET not in log
@@ -291,7 +295,7 @@ class TestUnreachableBackends:
             env = openai_env(index, base_url)
             response, log = ask_once(env, tmp_path)
         assert response.status_code == 503
-        assert response.json()["detail"] == (
+        assert response.json()["error"]["message"] == (
             f"the OpenAI-compatible server at {base_url} refused the API key in $OPENAI_API_KEY (HTTP 401): "
             "set $OPENAI_API_KEY to a valid key"
         )
@@ -309,7 +313,7 @@ class TestUnreachableBackends:
         }
         response, log = ask_once(env, tmp_path)
         assert response.status_code == 503
-        assert response.json()["detail"] == (
+        assert response.json()["error"]["message"] == (
             f"cannot connect to Ollama at http://127.0.0.1:{port}: check $OLLAMA_HOST, and that `ollama serve` is "
             "running"
         )
