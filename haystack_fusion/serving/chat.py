@@ -30,6 +30,7 @@ print(chat.question, chat.history, chat.task)
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -290,9 +291,14 @@ async def answer_task(chat_generator: Any, prompt: str) -> tuple[str, dict[str, 
     Answer a chat client's background task (a title, tags, follow-up suggestions) with one plain LLM call: the task
     prompt as the one user message, the generator's own settings.
 
+    Open WebUI's tasks each ask for one JSON object (`{"title": ...}`, `{"tags": [...]}`, `{"follow_ups": [...]}`) and
+    fail on a reply with no text. The answer is the first JSON object of the reply (from its first `{` to its last
+    `}`); a reply that holds none, as a small model's often does, is answered `{}`, with which each task falls back to
+    its default (the user's message as the chat's title, no tags, no suggestions).
+
     :param chat_generator: Any Haystack ChatGenerator.
     :param prompt: The task message's text, as the client wrote it.
-    :returns: The reply's text ("" when the model wrote none) and the call's usage.
+    :returns: The JSON object's text (`{}` when the reply holds none) and the call's usage.
     """
     messages = [ChatMessage.from_user(prompt)]
     if hasattr(chat_generator, "run_async"):
@@ -301,4 +307,10 @@ async def answer_task(chat_generator: Any, prompt: str) -> tuple[str, dict[str, 
         result = chat_generator.run(messages=messages)
     replies = result.get("replies") or []
     reply = replies[0] if replies else None
-    return (reply.text or "") if reply is not None else "", reply_usage(reply)
+    text = (reply.text or "") if reply is not None else ""
+    candidate = text[text.find("{") : text.rfind("}") + 1] if "{" in text else ""
+    try:
+        answer = candidate if isinstance(json.loads(candidate), dict) else "{}"
+    except ValueError:
+        answer = "{}"
+    return answer, reply_usage(reply)

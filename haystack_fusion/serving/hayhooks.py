@@ -74,15 +74,16 @@ from haystack_fusion.serving.limits import (
 from haystack_fusion.settings import strategy_defaults
 from haystack_fusion.strategies import StrategyRun, build_pipeline, get_strategy, run_strategy, strategy_run
 from haystack_fusion.strategies.presentation import (
+    answered_text,
     api_result,
     chat_text,
     evidence_element_props,
     evidence_markdown,
     evidence_summary,
     narrate,
+    passages,
     plural,
     source_event_data,
-    sources,
     streamed_component,
 )
 from haystack_fusion.validation import validate_query
@@ -254,8 +255,8 @@ async def chat_events(
     Status events (`hayhooks.events.create_status_event`) come as each round starts (done False) and ends (done
     True). The answer follows: token by token when `streamed_component` names a final call (then, if the answer the
     strategy extracted differs from the streamed reply, "Answer: ..." on a line of its own), else whole once the
-    strategy has decided it. Then, for Open WebUI, one source event per supporting passage
-    (`hayhooks.open_webui.create_source_event`, `source_event_data`) and the sources and evidence in a collapsible
+    strategy has decided it. Then, for Open WebUI, one source event per passage read (`presentation.passages`:
+    `hayhooks.open_webui.create_source_event`, `source_event_data`) and the sources and evidence in a collapsible
     block (`create_details_tag`, `evidence_markdown`) after the answer's text; for the embedded Chainlit chat UI
     (`chat_ui`), which shows every text chunk as it comes and renders no HTML, one custom element event instead
     (`hayhooks.chainlit_events.create_custom_element_event`, `EVIDENCE_ELEMENT` with `evidence_element_props`), so
@@ -298,7 +299,7 @@ async def chat_events(
             if chat_ui:
                 yield create_custom_element_event(EVIDENCE_ELEMENT, evidence_element_props(run))
                 return
-            for index, document in enumerate(sources(run), start=1):
+            for index, document in enumerate(passages(run), start=1):
                 yield create_source_event(source_event_data(document, index))
             details = create_details_tag("evidence", evidence_summary(run), evidence_markdown(run))
             yield StreamingChunk(content="\n\n" + details)
@@ -627,17 +628,6 @@ def error_chunk(error: ServingError, *, model: str) -> ChatCompletion:
         choices=[],
         **openai_error(str(error.detail), status=error.status_code, code=error.code),
     )
-
-
-def answered_text(run: StrategyRun) -> str:
-    """
-    The status that ends a streamed reply: how long it took and from how many passages, e.g. "Answered in 4.2 s from
-    2 sources", or, for a reply the embedded model's reply cache gave, "Answered from the cache (no LLM call made)".
-    """
-    usage = run.usage
-    if usage.get("calls") and usage.get("cached_calls", 0) >= usage["calls"]:
-        return "Answered from the cache (no LLM call made)"
-    return f"Answered in {run.seconds:.1f} s from {plural(len(sources(run)), 'source')}"
 
 
 def with_standalone_question(run: StrategyRun, asked: str, rewrite: dict[str, int]) -> StrategyRun:

@@ -71,15 +71,19 @@ def supporting_ids(run: StrategyRun) -> set[str]:
     return voters | {d.id for d in passages if f" {text} " in f" {normalize_answer(d.content or '')} "}
 
 
+def passages(run: StrategyRun) -> list[Document]:
+    """Every passage the run read: the retrieved ones in rank order, then any other passage the answer came from."""
+    retrieved = {document.id for document in run.documents}
+    return [*run.documents, *(d for d in run.answer.documents or [] if d.id not in retrieved)]
+
+
 def sources(run: StrategyRun) -> list[Document]:
     """
     The passages a reply cites: those that supported the answer (`supporting_ids`), else every retrieved one, in rank
     order (retrieved passages first, then any other passage the answer came from).
     """
-    retrieved = {document.id for document in run.documents}
-    passages = [*run.documents, *(d for d in run.answer.documents or [] if d.id not in retrieved)]
     supporting = supporting_ids(run)
-    return [d for d in passages if d.id in supporting] or list(run.documents)
+    return [d for d in passages(run) if d.id in supporting] or list(run.documents)
 
 
 def sources_text(run: StrategyRun, *, chars: int = 200) -> str:
@@ -211,7 +215,8 @@ def evidence_markdown(run: StrategyRun, *, chars: int = 300) -> str:
     """
     The sources and the strategy's evidence as markdown, for the chat reply's collapsible details block.
 
-    :returns: Sections present only when the run has them: sources (numbered, shortened to `chars` characters),
+    :returns: Sections present only when the run has them: the passages read (numbered, each "supported the answer"
+        or "retrieved", shortened to `chars` characters),
         stages (concat_pf, cascade), votes (post-fusion), candidates and scores (SuRe), notes (Chain-of-Note), and
         usage (LLM calls, prompt / completion tokens, seconds).
     """
@@ -221,7 +226,7 @@ def evidence_markdown(run: StrategyRun, *, chars: int = 300) -> str:
         parts += [f"**Question** (from the chat): {plain_markdown(evidence['standalone_question'])}", ""]
     parts += ["**Sources**", ""]
     supporting = supporting_ids(run)
-    for index, document in enumerate(sources(run), start=1):
+    for index, document in enumerate(passages(run), start=1):
         label = "supported the answer" if document.id in supporting else "retrieved"
         text = plain_markdown(excerpt(document.content, chars))
         parts.append(f"{index}. **{plain_markdown(source_title(document))}** ({label}) {text}")
@@ -272,8 +277,25 @@ def usage_text(run: StrategyRun) -> str:
 
 
 def evidence_summary(run: StrategyRun) -> str:
-    """The title of the evidence block, e.g. "Sources and evidence (1 LLM call)"."""
-    return f"Sources and evidence ({plural(run.usage.get('calls', 0), 'LLM call')})"
+    """The title of the evidence block, e.g. "Sources and evidence (1 LLM call)", or "... (from the cache)"."""
+    calls = run.usage.get("calls", 0)
+    if calls and run.usage.get("cached_calls", 0) >= calls:
+        return "Sources and evidence (from the cache)"
+    return f"Sources and evidence ({plural(calls, 'LLM call')})"
+
+
+def answered_text(run: StrategyRun) -> str:
+    """
+    The line that ends a streamed reply: how long it took and how many of the passages it read support the answer
+    (`supporting_ids`), e.g. "Answered in 4.2 s: 2 of 5 passages support it"; for a reply the embedded model's reply
+    cache gave, "Answered from the cache (no LLM call made)".
+    """
+    usage = run.usage
+    if usage.get("calls") and usage.get("cached_calls", 0) >= usage["calls"]:
+        return "Answered from the cache (no LLM call made)"
+    read = passages(run)
+    supporting = sum(document.id in supporting_ids(run) for document in read)
+    return f"Answered in {run.seconds:.1f} s: {supporting} of {plural(len(read), 'passage')} support it"
 
 
 def evidence_element_props(run: StrategyRun, *, chars: int = 300) -> dict[str, Any]:
@@ -291,8 +313,6 @@ def evidence_element_props(run: StrategyRun, *, chars: int = 300) -> dict[str, A
         and `usage` (`usage_text`).
     """
     supporting = supporting_ids(run)
-    retrieved = {document.id for document in run.documents}
-    passages = [*run.documents, *(d for d in run.answer.documents or [] if d.id not in retrieved)]
     line = evidence_line(run)
     return {
         "summary": evidence_summary(run),
@@ -304,7 +324,7 @@ def evidence_element_props(run: StrategyRun, *, chars: int = 300) -> dict[str, A
                 "score": display_score(document.score),
                 "supporting": document.id in supporting,
             }
-            for index, document in enumerate(passages, start=1)
+            for index, document in enumerate(passages(run), start=1)
         ],
         "stages": [stage_text(stage) for stage in run.evidence.get("stages") or []],
         "evidence": "" if line == "single LLM round" else line,

@@ -1,6 +1,7 @@
 """
 The real Open WebUI (0.12.4, `make install-open-webui`) in headless Chromium against `haystack-fusion serve`: a person
-chats with `cascade` on the embedded model over the project's guides (docs/*.md, each passage titled by its file).
+chats with `cascade` on the embedded model over six short passages about the strategies (`CORPUS`), each titled by a
+guide's file name.
 
 `haystack-fusion serve --strategy cascade` runs on 127.0.0.1 behind an API key; Open WebUI runs offline with its
 default settings (background tasks included: title, tags, follow-up suggestions) and two connections to it: the right
@@ -31,7 +32,6 @@ import pytest
 from haystack import Document
 
 from haystack_fusion.backends import LlamaCppChatGenerator, save_store
-from haystack_fusion.corpus import load_text_folder
 from haystack_fusion.testing.serve_process import HayhooksProcess
 
 from .conftest import local_serving_env
@@ -74,25 +74,44 @@ STOPPED_QUESTION = "How does SuRe pick its answer?"
 AFTER_STOP = "What does post-fusion answer with?"
 ANSWER_SECONDS = 900  # a hang guard: a cascade question on the embedded model takes 30-120 s here
 # What Open WebUI shows when the request failed: the server's refusals and Open WebUI's own words for a failed call
-FAILURES = ("busy", "503", "Network Problem", "Error (HTTP", "Unauthorized", "no request slot", "Internal Server Error")
+FAILURES = (
+    *("busy", "503", "Network Problem", "Error (HTTP", "Unauthorized", "no request slot", "Internal Server Error"),
+    "has no attribute",  # Open WebUI's own error box when a background task's reply holds no text
+)
 SCREENSHOTS = os.environ.get("HAYSTACK_FUSION_SCREENSHOTS") == "1"
 
 
+CORPUS = {
+    "chain-of-note.md": "Chain-of-Note (Yu et al.) writes a reading note on each retrieved passage, judges whether the "
+    "passage is relevant, and answers from the notes, or says unknown when no passage is relevant.",
+    "costs.md": "How many LLM calls does a strategy make? Concatenation makes one LLM call. Post-fusion makes one LLM "
+    "call per passage, so the number of calls grows with top-k. Cascade makes one call when concatenation answers.",
+    "post-fusion.md": "Post-fusion asks the LLM once per retrieved passage and answers with the majority vote of the "
+    "replies.",
+    "sure.md": "SuRe proposes answer candidates, writes a summary for each candidate, and picks the candidate whose "
+    "summary is judged valid and ranked best.",
+    "cascade.md": "Cascade reads the passages together first and falls back to post-fusion when the answer is "
+    "unknown; a split vote goes to SuRe's verification.",
+    "install.md": "Install the package with make install-local; the embedded model needs no server and no key.",
+}
+"""The served passages, each titled by a guide's file name: fixed here, so that what BM25 retrieves does not move with
+the project's guides. At top-2, the follow-up as asked ("How many LLM calls does it make?") retrieves costs.md and
+install.md; read in the chat's context, it retrieves chain-of-note.md too."""
+TOP_K = 2
+
+
 def guides() -> list[Document]:
-    """The passages of the project's guides (docs/*.md), each titled by its file name (as test_chat_ui.py)."""
-    passages = [passage for passage in load_text_folder(ROOT / "docs") if "/" not in passage.meta["file"]]
-    for passage in passages:
-        passage.meta["title"] = passage.meta["file"]
-    return passages
+    """`CORPUS` as passages."""
+    return [Document(content=text, meta={"title": title, "file": title}) for title, text in CORPUS.items()]
 
 
 @pytest.fixture(scope="module")
 def fusion(tmp_path_factory):
-    """`haystack-fusion serve --strategy cascade` with an API key, on the embedded model over the guides."""
+    """`haystack-fusion serve --strategy cascade` with an API key, on the embedded model over `CORPUS`, top-2."""
     root = tmp_path_factory.mktemp("fusion")
     index = root / "index.json"
     save_store(guides(), index)
-    env = {**local_serving_env(index), "HAYSTACK_FUSION_API_KEY": KEY}
+    env = {**local_serving_env(index), "HAYSTACK_FUSION_API_KEY": KEY, "HAYSTACK_FUSION_TOP_K": str(TOP_K)}
     with HayhooksProcess([MODEL], env=env, workdir=root) as process:
         yield process
 
@@ -181,7 +200,10 @@ def test_b_a_follow_up_is_answered_about_the_chat_subject(chat, session, tmp_pat
     reply, _ = ask(chat, FOLLOW_UP, 2)
     screenshot(chat, tmp_path, "follow_up")
     assert failure(reply) is None, failure(reply)
+    first = chat.read_reply(1)  # the chat's title, tags and follow-up suggestions were generated meanwhile
+    assert failure(first) is None, f"the first reply, after the chat's background tasks: {failure(first)}"
     # "it" is Chain-of-Note: the question the server retrieves for is about the chat's subject
+    assert any(line.startswith("Standalone question:") and "Chain-of-Note" in line for line in reply.status), reply
     assert SUBJECT_GUIDE in reply.sources, reply.sources
 
 

@@ -215,11 +215,17 @@ class TestStandaloneQuestion:
 
 
 def test_a_task_is_one_plain_call():
-    llm = RecordingGenerator('{"title": "Chain-of-Note"}')
+    llm = RecordingGenerator('Here it is: {"title": "Chain-of-Note"} as asked')
     text, usage = asyncio.run(answer_task(llm, f"{TASK_PREFIX}\nGenerate a title."))
     assert text == '{"title": "Chain-of-Note"}'
     assert usage["calls"] == 1
     assert llm.prompts == [f"{TASK_PREFIX}\nGenerate a title."]
+
+
+@pytest.mark.parametrize("reply", ["", "Chain-of-Note", "{not json}", "[1, 2]", "} {"])
+def test_a_task_reply_without_a_json_object_is_an_empty_object(reply):
+    """Open WebUI's tasks fail on a reply with no text; `{}` makes each fall back to its default."""
+    assert asyncio.run(answer_task(RecordingGenerator(reply), f"{TASK_PREFIX}\nGenerate tags."))[0] == "{}"
 
 
 def _zero() -> dict[str, int]:
