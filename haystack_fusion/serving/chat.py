@@ -221,15 +221,8 @@ async def standalone_question(
     """
     if not history:
         return question, empty_usage()
-    messages = standalone_question_prompt(history, question)
     kwargs = stop_kwargs(chat_generator, PROMPTS["standalone_question"].stop)
-    call_kwargs = {} if kwargs is None else {"generation_kwargs": kwargs}
-    if hasattr(chat_generator, "run_async"):
-        result = await chat_generator.run_async(messages=messages, **call_kwargs)
-    else:  # pragma: no cover - every generator the backends build has run_async
-        result = chat_generator.run(messages=messages, **call_kwargs)
-    replies = result.get("replies") or []
-    reply = replies[0] if replies else None
+    reply = await _one_call(chat_generator, standalone_question_prompt(history, question), kwargs)
     usage = {**reply_usage(reply), "rounds": 1}
     rewrite = PROMPTS["standalone_question"].extract_answer(reply.text if reply is not None else None)
     if not rewrite or (max_chars is not None and len(rewrite) > max_chars):
@@ -286,6 +279,19 @@ def refers_back(rewrite: str, asked: str, history: Sequence[tuple[str, str]]) ->
     return not (words - _words(asked)) & chat_words
 
 
+async def _one_call(
+    chat_generator: Any, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None
+) -> ChatMessage | None:
+    """One LLM call (`run_async` when the generator has one, else `run`); its first reply, None when it gave none."""
+    kwargs = {} if generation_kwargs is None else {"generation_kwargs": generation_kwargs}
+    if hasattr(chat_generator, "run_async"):
+        result = await chat_generator.run_async(messages=messages, **kwargs)
+    else:  # pragma: no cover - every generator the backends build has run_async
+        result = chat_generator.run(messages=messages, **kwargs)
+    replies = result.get("replies") or []
+    return replies[0] if replies else None
+
+
 async def answer_task(chat_generator: Any, prompt: str) -> tuple[str, dict[str, int]]:
     """
     Answer a chat client's background task (a title, tags, follow-up suggestions) with one plain LLM call: the task
@@ -300,13 +306,7 @@ async def answer_task(chat_generator: Any, prompt: str) -> tuple[str, dict[str, 
     :param prompt: The task message's text, as the client wrote it.
     :returns: The JSON object's text (`{}` when the reply holds none) and the call's usage.
     """
-    messages = [ChatMessage.from_user(prompt)]
-    if hasattr(chat_generator, "run_async"):
-        result = await chat_generator.run_async(messages=messages)
-    else:  # pragma: no cover - every generator the backends build has run_async
-        result = chat_generator.run(messages=messages)
-    replies = result.get("replies") or []
-    reply = replies[0] if replies else None
+    reply = await _one_call(chat_generator, [ChatMessage.from_user(prompt)])
     text = (reply.text or "") if reply is not None else ""
     candidate = text[text.find("{") : text.rfind("}") + 1] if "{" in text else ""
     try:

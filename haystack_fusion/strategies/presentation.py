@@ -293,9 +293,9 @@ def answered_text(run: StrategyRun) -> str:
     usage = run.usage
     if usage.get("calls") and usage.get("cached_calls", 0) >= usage["calls"]:
         return "Answered from the cache (no LLM call made)"
-    read = passages(run)
-    supporting = sum(document.id in supporting_ids(run) for document in read)
-    return f"Answered in {run.seconds:.1f} s: {supporting} of {plural(len(read), 'passage')} support it"
+    read, supporting = passages(run), supporting_ids(run)
+    held = sum(document.id in supporting for document in read)
+    return f"Answered in {run.seconds:.1f} s: {held} of {plural(len(read), 'passage')} support it"
 
 
 def evidence_element_props(run: StrategyRun, *, chars: int = 300) -> dict[str, Any]:

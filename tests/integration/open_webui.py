@@ -36,7 +36,7 @@ DEFAULT_EXECUTABLE = ROOT / ".venv-open-webui" / "bin" / "open-webui"
 CHROMIUM = os.environ.get("HAYSTACK_FUSION_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 
 # Headless and quiet: no component updates, sync, metrics, field trials or other background requests, and no name
-# but 127.0.0.1 resolves (test_chat_ui.py's flags).
+# but 127.0.0.1 resolves. The browser tests' one set (test_chat_ui.py's too).
 CHROMIUM_FLAGS = [
     "--disable-background-networking",
     "--disable-component-update",

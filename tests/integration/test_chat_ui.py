@@ -34,6 +34,7 @@ from haystack_fusion.corpus import load_text_folder
 from haystack_fusion.testing.serve_process import HayhooksProcess
 
 from .conftest import local_serving_env
+from .open_webui import CHROMIUM, CHROMIUM_FLAGS, LOCAL_PREFIXES, local_only
 
 httpx = pytest.importorskip("httpx", reason="the `serve` extra")
 pytest.importorskip("hayhooks", reason="the `serve` extra (pip install 'haystack-fusion[serve]')")
@@ -47,28 +48,9 @@ QUESTION = "Which strategy falls back to post-fusion when concatenation says unk
 TOP_K = 5  # the served retriever's (BackendConfig.top_k)
 MARKUP = ("<details", "</details>", "<summary", "</summary>", "**Sources**")  # the details block Open WebUI renders
 TAG = re.compile(r"</?[A-Za-z][^<>]*>")
-CHROMIUM = os.environ.get("HAYSTACK_FUSION_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 ANSWER_SECONDS = 600  # a cascade question on the embedded model: 30-120 s here, more when every round runs
 
-# Headless and quiet: no component updates, sync, metrics, field trials or other background requests, and no name
-# but 127.0.0.1 resolves.
-CHROMIUM_FLAGS = [
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-default-apps",
-    "--disable-domain-reliability",
-    "--disable-sync",
-    "--disable-breakpad",
-    "--disable-client-side-phishing-detection",
-    "--disable-features=OptimizationHints,MediaRouter,Translate,AutofillServerCommunication",
-    "--metrics-recording-only",
-    "--no-default-browser-check",
-    "--no-first-run",
-    "--no-pings",
-    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-]
 SCROLL_TO_TOP = "for (const e of document.querySelectorAll('*')) if (e.scrollHeight > e.clientHeight) e.scrollTop = 0"
-LOCAL_PREFIXES = ("http://127.0.0.1", "ws://127.0.0.1", "data:", "blob:")
 
 
 def guides() -> list[Document]:
@@ -150,13 +132,6 @@ def test_chat_ui_shows_status_answer_and_sources(chat_ui, tmp_path, corpus):
     titles = retrieved_titles(corpus, QUESTION)
     blocked: list[str] = []
 
-    def local_only(route) -> None:
-        if route.request.url.startswith(LOCAL_PREFIXES):
-            route.continue_()
-        else:
-            blocked.append(route.request.url)
-            route.abort()
-
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS)
         try:
@@ -165,7 +140,7 @@ def test_chat_ui_shows_status_answer_and_sources(chat_ui, tmp_path, corpus):
                 viewport={"width": 1100, "height": 1500}, http_credentials={"username": "reader", "password": KEY}
             )
             page = context.new_page()
-            page.route("**/*", local_only)
+            page.route("**/*", local_only(blocked))
             page.goto(f"{chat_ui}/chat/", wait_until="domcontentloaded")
             page.get_by_text("Connected to").wait_for(timeout=60_000)
             assert "cascade" in page.inner_text("body")

@@ -13,6 +13,7 @@ from haystack.dataclasses import ChatMessage
 from hypothesis import given
 from hypothesis import strategies as st
 
+from haystack_fusion.llm import empty_usage
 from haystack_fusion.prompts import PROMPTS
 from haystack_fusion.serving.chat import (
     MAX_TURN_CHARS,
@@ -194,7 +195,7 @@ class TestStandaloneQuestion:
 
     def test_no_history_no_call(self):
         llm = RecordingGenerator("unused")
-        assert asyncio.run(standalone_question(llm, (), "Who?")) == ("Who?", {**_zero()})
+        assert asyncio.run(standalone_question(llm, (), "Who?")) == ("Who?", empty_usage())
         assert llm.prompts == []
 
     @pytest.mark.parametrize("reply", ["", "\n\n", "x" * 50])
@@ -226,7 +227,3 @@ def test_a_task_is_one_plain_call():
 def test_a_task_reply_without_a_json_object_is_an_empty_object(reply):
     """Open WebUI's tasks fail on a reply with no text; `{}` makes each fall back to its default."""
     assert asyncio.run(answer_task(RecordingGenerator(reply), f"{TASK_PREFIX}\nGenerate tags."))[0] == "{}"
-
-
-def _zero() -> dict[str, int]:
-    return {"prompt_tokens": 0, "completion_tokens": 0, "calls": 0, "failed_calls": 0}
