@@ -139,9 +139,9 @@ def _retriever_problems(config: BackendConfig, env: Mapping[str, str]) -> list[s
     ]
 
 
-def check_backend(*, probe: bool = True) -> BackendConfig:
+def check_backend(*, probe: bool = True, env: Mapping[str, str] | None = None) -> BackendConfig:
     """
-    The backend the environment (`os.environ`) configures, checked before anything is built: never a default one.
+    The backend the environment configures, checked before anything is built: never a default one.
 
     `HAYSTACK_FUSION_LLM` (local, openai, ollama) and `HAYSTACK_FUSION_DOCUMENT_STORE` (memory, elasticsearch) must
     be set, and then each backend's own needs: its extra installed (`local`, `ollama`, `elasticsearch`, `dense` for
@@ -152,22 +152,20 @@ def check_backend(*, probe: bool = True) -> BackendConfig:
 
     ### Usage example
     ```python
-    import os
-
     from haystack_fusion.backends.checks import BackendSetupError, check_backend
 
-    os.environ.update(HAYSTACK_FUSION_LLM="openai", HAYSTACK_FUSION_DOCUMENT_STORE="memory")
     try:
-        config = check_backend()
+        config = check_backend(env={"HAYSTACK_FUSION_LLM": "openai", "HAYSTACK_FUSION_DOCUMENT_STORE": "memory"})
     except BackendSetupError as error:
         print(error)  # names OPENAI_API_KEY and HAYSTACK_FUSION_STORE unless both are set
     ```
 
     :param probe: Check that the Elasticsearch and Ollama servers answer (False: presence checks only).
+    :param env: The variables to read (default `os.environ`).
     :returns: The `BackendConfig` (`BackendConfig.from_env` of the same variables).
     :raises BackendSetupError: Listing every problem found, one per line, each naming the variable or extra.
     """
-    env = os.environ
+    env = os.environ if env is None else env
     missing = []
     if not env.get(LLM_VARIABLE):
         missing.append(
@@ -182,7 +180,7 @@ def check_backend(*, probe: bool = True) -> BackendConfig:
     if missing:
         raise BackendSetupError(setup_message(missing))
     try:
-        config = BackendConfig.from_env()
+        config = BackendConfig.from_env(env)
     except ValueError as error:
         raise BackendSetupError(setup_message([str(error)])) from error
     problems = [*_llm_problems(config, env), *_store_problems(config, env), *_retriever_problems(config, env)]

@@ -6,6 +6,7 @@ document store, embedders, retriever and chat generator.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -148,7 +149,7 @@ class BackendConfig:
         return f"{kind} over {where}"
 
     @classmethod
-    def from_env(cls, **overrides: Any) -> BackendConfig:
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> BackendConfig:
         """
         A configuration from the environment, then `overrides` (None values are ignored).
 
@@ -156,8 +157,10 @@ class BackendConfig:
         `HAYSTACK_FUSION_<FIELD>` for the other fields (`HAYSTACK_FUSION_DOCUMENT_STORE` for `store`,
         `HAYSTACK_FUSION_RETRIEVER`, `HAYSTACK_FUSION_LLM`, `HAYSTACK_FUSION_MODEL`, `HAYSTACK_FUSION_TOP_K`, ...):
         what the Hayhooks wrappers are configured with.
+
+        :param env: The variables to read (default `os.environ`).
         """
-        values = backend_values(cls.__dataclass_fields__)
+        values = backend_values(cls.__dataclass_fields__, env)
         values.update({key: value for key, value in overrides.items() if value is not None})
         return cls(**values)
 
