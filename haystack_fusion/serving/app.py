@@ -17,8 +17,8 @@ The served app: Hayhooks' app with a fixed set of strategies, CORS pinned and an
   UI also takes the key as the password of HTTP Basic authentication (any user name), so a browser asks for it.
   Anything else gets HTTP 401 with one line (`ApiKeyMiddleware`).
 - **A chat UI that shows the answer and its sources.** With `with_chainlit`, Hayhooks' Chainlit app gets this
-  package's custom elements (`CHAINLIT_ELEMENTS_DIR` as `HAYHOOKS_CHAINLIT_CUSTOM_ELEMENTS_DIR`) and its requests
-  carry `CHAT_UI_HEADER`: the wrappers answer it with the answer as the message and the sources, stages and usage in
+  package's custom elements (`CHAINLIT_ELEMENTS_DIR` as `HAYHOOKS_CHAINLIT_CUSTOM_ELEMENTS_DIR`) and its calls to the
+  server are marked with `CHAT_UI_HEADER` (`ChatUiMiddleware`): the wrappers answer it with the answer as the message and the sources, stages and usage in
   a custom element, where Open WebUI gets source events and a `<details>` block (`serving.hayhooks.chat_events`).
 - **A status that says only that the server is up**: `GET /status` answers `{"status": "Up!"}` (the strategies are
   listed by `GET /v1/models`, behind the key).
@@ -41,15 +41,14 @@ import hmac
 import importlib.util
 import ipaddress
 import json
-import sys
+import secrets
 import tempfile
-from base64 import b64decode
+from base64 import b64decode, b64encode
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 try:
-    import httpx
     from fastapi import FastAPI
     from fastapi.exception_handlers import http_exception_handler, request_validation_exception_handler
     from fastapi.exceptions import RequestValidationError
@@ -358,6 +357,7 @@ def _pin_hayhooks_settings(pipelines_dir: str, access: AccessSettings, *, with_c
     Hayhooks reads its settings when it builds an app: fixed pipelines, the pinned CORS policy, the chat UI and its
     custom elements (this package's, in place of any `HAYHOOKS_CHAINLIT_CUSTOM_ELEMENTS_DIR` of the environment).
     """
+    hayhooks_settings.host = hayhooks_settings.host.rpartition("@")[2]  # without an earlier app's chat UI user
     hayhooks_settings.durable_mode = True
     hayhooks_settings.pipelines_dir = pipelines_dir
     hayhooks_settings.cors_allow_origins = list(access.cors_origins)
@@ -370,50 +370,34 @@ def _pin_hayhooks_settings(pipelines_dir: str, access: AccessSettings, *, with_c
         hayhooks_settings.chainlit_custom_elements_dir = str(CHAINLIT_ELEMENTS_DIR)
 
 
-class _ChatUiHttpx:
+class ChatUiMiddleware:
     """
-    `httpx` for the chat UI's calls to its own server: every `AsyncClient` it makes sends `headers`.
+    ASGI middleware: the embedded chat UI's own calls to this server pass as the chat UI's, with the key.
 
-    :param headers: Sent on every request: `CHAT_UI_HEADER`, and the API key as `Authorization` when one is set.
-    """
+    Hayhooks' Chainlit app calls the server at Hayhooks' `chainlit_base_url`, built from its `host` setting:
+    `create_app` puts `CHAT_UI_CLIENT` and `token` (random, per app) there as the URL's user and password, which httpx
+    sends as HTTP Basic credentials. A request carrying exactly those gets `CHAT_UI_HEADER` (the wrappers answer it
+    with the chat UI's custom element) and, when the server has a key, `Authorization: Bearer <key>` in their place.
 
-    def __init__(self, headers: dict[str, str]) -> None:
-        self._headers = headers
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(httpx, name)
-
-    def AsyncClient(self, *args: Any, **kwargs: Any) -> httpx.AsyncClient:  # noqa: N802 - httpx's name
-        kwargs["headers"] = {**(kwargs.get("headers") or {}), **self._headers}
-        return httpx.AsyncClient(*args, **kwargs)
-
-
-def _equip_chat_ui(api_key: str | None) -> None:
-    """
-    Hayhooks' Chainlit app calls this server's `/status`, `/v1/models` and `/v1/chat/completions` with clients it
-    makes from its modules' `httpx`; those modules get `_ChatUiHttpx` instead, so the UI's calls say they are the
-    chat UI's (`CHAT_UI_HEADER`) and carry the key when one is set.
-
+    :param app: The ASGI app.
+    :param token: The chat UI's password.
     :param api_key: The server's API key, None when it has none.
-    :raises RuntimeError: If the chat UI's modules are not loaded (a Hayhooks version that builds it otherwise) and an
-        API key is set. Without a key the UI still works, logged as a warning, showing Open WebUI's reply form.
     """
-    from hayhooks.server.utils.chainlit_utils import DEFAULT_CHAINLIT_APP
 
-    modules = [sys.modules.get(str(DEFAULT_CHAINLIT_APP)), sys.modules.get("hayhooks.server.chainlit_app.utils")]
-    if any(module is None or not hasattr(module, "httpx") for module in modules):
+    def __init__(self, app: ASGIApp, *, token: str, api_key: str | None) -> None:
+        self.app = app
+        self._credentials = b"Basic " + b64encode(f"{CHAT_UI_CLIENT}:{token}".encode())
+        self._headers = [(CHAT_UI_HEADER.lower().encode(), CHAT_UI_CLIENT.encode())]
         if api_key is not None:
-            raise RuntimeError(
-                f"The chat UI cannot be served with {API_KEY_VARIABLE} set: Hayhooks' Chainlit app was not found "
-                "where this package expects it"
-            )
-        logger.warning("Hayhooks' Chainlit app was not found where expected: the chat UI gets Open WebUI's replies")
-        return
-    headers = {CHAT_UI_HEADER: CHAT_UI_CLIENT}
-    if api_key is not None:
-        headers["Authorization"] = f"Bearer {api_key}"
-    for module in modules:
-        module.httpx = _ChatUiHttpx(headers)  # type: ignore[union-attr]
+            self._headers.append((b"authorization", f"Bearer {api_key}".encode()))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if hmac.compare_digest(given, self._credentials):
+                others = [(name, value) for name, value in scope["headers"] if name != b"authorization"]
+                scope = {**scope, "headers": [*others, *self._headers]}
+        await self.app(scope, receive, send)
 
 
 def create_app(
@@ -475,8 +459,6 @@ def create_app(
     app.add_exception_handler(RequestValidationError, _validation_error)
     spec, models = app.openapi, _served_names(folder)
     app.openapi = lambda: served_openapi(spec(), api_key=access.api_key is not None, models=models)  # type: ignore[method-assign]
-    if with_chainlit:
-        _equip_chat_ui(access.api_key)
     # Added innermost first: a request meets the Host check, the Origin check, the key, the body limit, then the rest.
     app.add_middleware(StreamEndMiddleware)
     app.add_middleware(UnservedPathsMiddleware)
@@ -487,6 +469,12 @@ def create_app(
             api_key=access.api_key,
             browser_paths=(hayhooks_settings.chainlit_path, "/public", "/docs", "/redoc") if with_chainlit else (),
         )
+    if with_chainlit:
+        token = secrets.token_urlsafe(32)
+        app.add_middleware(ChatUiMiddleware, token=token, api_key=access.api_key)
+        # read by the chat UI at each call, after Hayhooks has logged the chat UI's address without it
+        reached = "127.0.0.1" if hayhooks_settings.host in ("0.0.0.0", "::") else hayhooks_settings.host
+        hayhooks_settings.host = f"{CHAT_UI_CLIENT}:{token}@{reached}"
     app.add_middleware(OriginMiddleware, allowed_origins=access.cors_origins)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(host, access.allowed_hosts))
     _summarize_logged_params()

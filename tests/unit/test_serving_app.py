@@ -177,17 +177,13 @@ def test_the_chat_ui_without_chainlit_says_what_to_install(monkeypatch):
         app.create_app(["concatenation"], with_chainlit=True, access=AccessSettings())
 
 
-def test_the_chat_ui_gets_the_elements_and_its_requests_say_whose_they_are(monkeypatch, tmp_path):
-    import sys
-    import types
-
-    from hayhooks.server.utils.chainlit_utils import DEFAULT_CHAINLIT_APP
+def test_the_chat_ui_gets_the_elements(monkeypatch, tmp_path):
     from hayhooks.settings import settings
 
     from haystack_fusion.serving import app
-    from haystack_fusion.serving.hayhooks import CHAINLIT_ELEMENTS_DIR, CHAT_UI_CLIENT, CHAT_UI_HEADER
+    from haystack_fusion.serving.hayhooks import CHAINLIT_ELEMENTS_DIR
 
-    for name in ("durable_mode", "pipelines_dir", "cors_allow_origins", "cors_allow_origin_regex"):
+    for name in ("durable_mode", "pipelines_dir", "cors_allow_origins", "cors_allow_origin_regex", "host"):
         monkeypatch.setattr(settings, name, getattr(settings, name))
     for name in ("cors_allow_methods", "cors_allow_headers", "cors_allow_credentials", "chainlit_enabled"):
         monkeypatch.setattr(settings, name, getattr(settings, name))
@@ -195,14 +191,20 @@ def test_the_chat_ui_gets_the_elements_and_its_requests_say_whose_they_are(monke
     app._pin_hayhooks_settings(str(tmp_path), AccessSettings(), with_chainlit=True)
     assert settings.chainlit_custom_elements_dir == str(CHAINLIT_ELEMENTS_DIR)
 
-    chainlit_app, chainlit_utils = types.ModuleType("app"), types.ModuleType("utils")
-    chainlit_app.httpx = chainlit_utils.httpx = app.httpx  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, str(DEFAULT_CHAINLIT_APP), chainlit_app)
-    monkeypatch.setitem(sys.modules, "hayhooks.server.chainlit_app.utils", chainlit_utils)
-    app._equip_chat_ui(None)
-    headers = chainlit_utils.httpx.AsyncClient(headers={"Accept": "text/event-stream"}).headers
-    assert (headers[CHAT_UI_HEADER], headers["Accept"]) == (CHAT_UI_CLIENT, "text/event-stream")
-    assert "Authorization" not in headers
-    app._equip_chat_ui(KEY)
-    headers = chainlit_app.httpx.AsyncClient().headers
-    assert (headers[CHAT_UI_HEADER], headers["Authorization"]) == (CHAT_UI_CLIENT, f"Bearer {KEY}")
+
+@pytest.mark.parametrize("api_key", [None, KEY])
+def test_the_chat_uis_calls_say_whose_they_are_and_carry_the_key(api_key):
+    from haystack_fusion.serving.app import ChatUiMiddleware
+    from haystack_fusion.serving.hayhooks import CHAT_UI_CLIENT, CHAT_UI_HEADER
+
+    async def headers(request):
+        return PlainTextResponse(f"{request.headers.get(CHAT_UI_HEADER)} {request.headers.get('authorization')}")
+
+    inner = Starlette(routes=[Route("/v1/models", headers)])
+    client = TestClient(ChatUiMiddleware(inner, token="t0ken", api_key=api_key))
+    bearer = None if api_key is None else f"Bearer {api_key}"
+    # as httpx sends the chat UI's calls to Hayhooks' chainlit_base_url: http://chainlit:<token>@host:port
+    assert client.get("/v1/models", headers=basic(CHAT_UI_CLIENT, "t0ken")).text == f"{CHAT_UI_CLIENT} {bearer}"
+    wrong = basic(CHAT_UI_CLIENT, "guess")
+    assert client.get("/v1/models", headers=wrong).text == f"None {wrong['Authorization']}"
+    assert client.get("/v1/models").text == "None None"
