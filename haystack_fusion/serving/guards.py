@@ -1,21 +1,10 @@
 """
-Who may reach a served app, and what a request may hold: the ASGI middleware `serving.app` puts in front of Hayhooks'
-apps (`serve` extra).
-
-A server on 127.0.0.1 is still reachable from the user's browser: any web page can send it requests, and a page whose
-DNS name is rebound to 127.0.0.1 reads the answers as its own origin's. So every app checks, before anything runs:
-
-- **Host** (Starlette's `TrustedHostMiddleware`, `allowed_hosts`): the loopback names, the bound address and the
-  names of `HAYSTACK_FUSION_ALLOWED_HOSTS`; any other `Host` gets HTTP 400. A rebound DNS name is not among them.
-- **Origin** (`OriginMiddleware`): a WebSocket (the chat UI's) or an MCP request that a web page of another origin
-  opens is refused with HTTP 403; clients that are not web pages send no `Origin` and pass. MCP's specification asks
-  servers to validate `Origin`.
-- **Body size** (`BodyLimitMiddleware`): a body over `HAYSTACK_FUSION_MAX_BODY_BYTES` (1 MiB by default) gets HTTP 413
-  before it is read (from `Content-Length`), or as soon as a streamed body passes the limit.
-- **The client's disconnect** (`BodyLimitMiddleware` too): once the body is read, a client that goes away (a chat
-  client's Stop) cancels the request's work, so a streamed answer's pending LLM calls are not made.
-- **OpenAI's stream end** (`StreamEndMiddleware`): a server-sent event stream of the OpenAI-compatible routes ends
-  with `data: [DONE]`, as OpenAI's does and its clients expect.
+The ASGI middleware `serving.app` puts in front of Hayhooks' apps (`serve` extra). A server on 127.0.0.1 is still
+reachable from the user's browser: any page can send it requests, and a page whose DNS name is rebound to 127.0.0.1
+reads the answers as its own. So every app checks `Host` (Starlette's `TrustedHostMiddleware` with `allowed_hosts`:
+HTTP 400), `Origin` of WebSockets and MCP requests (`OriginMiddleware`: HTTP 403, as MCP's specification asks) and the
+body size (`BodyLimitMiddleware`: HTTP 413), cancels a request's work when its client goes away, and ends OpenAI
+streams with `data: [DONE]` (`StreamEndMiddleware`).
 """
 
 from __future__ import annotations
@@ -42,21 +31,15 @@ OPENAI_PATHS = ("/v1/", "/chat/completions", "/models")
 
 def openai_error(message: str, *, status: int, code: str | None = None) -> dict[str, Any]:
     """
-    An error in OpenAI's shape, as OpenAI clients read it: `{"error": {"message", "type", "code", "param"}}`.
+    An error in OpenAI's shape: `{"error": {"message", "type", "code", "param"}}`.
 
     :param message: One line saying what went wrong and what to change.
-    :param status: The HTTP status: it gives the `type` ("invalid_request_error" for 4xx but 401 and 429,
-        "authentication_error" for 401, "rate_limit_error" for 429, "server_error" for 5xx).
+    :param status: The HTTP status, which gives the `type`.
     :param code: A short machine-readable code ("invalid_api_key", "server_busy", ...); None: "http_<status>".
     """
-    if status == 401:
-        kind = "authentication_error"
-    elif status == 429:
-        kind = "rate_limit_error"
-    elif status < 500:
-        kind = "invalid_request_error"
-    else:
-        kind = "server_error"
+    kind = {401: "authentication_error", 429: "rate_limit_error"}.get(status) or (
+        "invalid_request_error" if status < 500 else "server_error"
+    )
     one_line = " ".join(str(message).split())
     return {"error": {"message": one_line, "type": kind, "code": code or f"http_{status}", "param": None}}
 
@@ -75,7 +58,7 @@ def route_path(scope: Scope) -> str:
 async def send_json(
     send: Send, status: int, body: dict[str, Any] | bytes, headers: Iterable[tuple[bytes, bytes]] = ()
 ) -> None:
-    """Send a whole JSON response from middleware (no app behind it runs); `body` as a dict, or as JSON bytes."""
+    """Send a whole JSON response from middleware; `body` as a dict, or as JSON bytes."""
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     start_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()), *headers]
     await send({"type": "http.response.start", "status": status, "headers": start_headers})
@@ -83,10 +66,8 @@ async def send_json(
 
 
 async def refuse(scope: Scope, send: Send, status: int, message: str, *, code: str) -> None:
-    """
-    Refuse a request from middleware: a WebSocket is closed before it opens (the server answers HTTP 403); an HTTP
-    request gets `status` with the message, in OpenAI's shape on the OpenAI-compatible routes, else as `{"detail"}`.
-    """
+    """Refuse a request: a WebSocket is closed before it opens (HTTP 403), an HTTP request gets `status` with the
+    message (in OpenAI's shape on the OpenAI-compatible routes)."""
     if scope["type"] == "websocket":
         await send({"type": "websocket.close", "code": 1008})
         return
@@ -96,12 +77,9 @@ async def refuse(scope: Scope, send: Send, status: int, message: str, *, code: s
 
 def allowed_hosts(bind_host: str | None, extra: Sequence[str] = ()) -> list[str]:
     """
-    The `Host` names a served app answers: `LOOPBACK_HOSTS`, the address it is bound to (unless a wildcard such as
-    0.0.0.0, which names no host) and `extra` (`HAYSTACK_FUSION_ALLOWED_HOSTS`: the names a proxy or other machines
-    use; `*.example.com` takes every subdomain).
+    The `Host` names a served app answers: `LOOPBACK_HOSTS`, the bound address (unless a wildcard such as 0.0.0.0) and
+    `extra` (`HAYSTACK_FUSION_ALLOWED_HOSTS`; `*.example.com` takes every subdomain).
 
-    :param bind_host: The bound address or name (`--host`), or None.
-    :param extra: More names.
     :returns: Lower-cased names, an IPv6 address in brackets, each once.
     """
     hosts = list(LOOPBACK_HOSTS)
@@ -131,13 +109,9 @@ def _origin_host(origin: str) -> str:
 
 class OriginMiddleware:
     """
-    ASGI middleware: refuse requests that a web page of another origin sends.
-
-    A request with an `Origin` header passes when the origin is the app's own (its `host[:port]` equals the request's
-    `Host`) or one of `allowed_origins`; any other is refused (HTTP 403, a WebSocket closed before it opens). A request
-    without `Origin` (an API client, an MCP client that is not a web page) passes. Which requests are checked:
-    WebSockets always, HTTP requests when `check_http` (the MCP app: all of them; the HTTP app leaves HTTP to CORS,
-    which keeps a foreign page from reading the answers).
+    ASGI middleware: refuse (HTTP 403) a request whose `Origin` is neither the app's own (`host[:port]` equal to the
+    request's `Host`) nor one of `allowed_origins`; a request without `Origin` (not a web page) passes. WebSockets are
+    always checked, HTTP requests with `check_http` (the MCP app; the HTTP app leaves HTTP to CORS).
 
     :param app: The ASGI app to protect.
     :param allowed_origins: Other origins allowed (`HAYSTACK_FUSION_CORS_ORIGINS`), each `scheme://host[:port]`.
@@ -168,11 +142,10 @@ class BodyLimitMiddleware:
     """
     ASGI middleware: bound the request body, and cancel the request's work when the client goes away.
 
-    An HTTP request whose `Content-Length` is over `max_bytes` gets HTTP 413 before its body is read; one whose
-    streamed body passes `max_bytes` gets 413 as soon as it does. The body is read whole before the app runs (it is
-    at most `max_bytes`), then handed to the app, and the connection is watched: a client that disconnects while the
-    app is still working (a chat client's Stop during a streamed answer) cancels the app's task, so the question's
-    pending LLM calls are never made. A call already under way in a thread runs to its end; its reply is dropped.
+    A body over `max_bytes` gets HTTP 413, unread when `Content-Length` says so, else as soon as it passes the limit.
+    The body is read whole, handed to the app, and the connection watched: a client that disconnects while the app
+    works (a chat client's Stop) cancels the app's task, so pending LLM calls are never made (a call already under way
+    in a thread runs to its end; its reply is dropped).
 
     :param app: The ASGI app.
     :param max_bytes: The largest body, in bytes (>= 1).
@@ -244,12 +217,8 @@ class BodyLimitMiddleware:
 
 
 class StreamEndMiddleware:
-    """
-    ASGI middleware: a server-sent event stream (`text/event-stream`) of the OpenAI-compatible routes ends with
-    `data: [DONE]`, the marker OpenAI's streams end with and its clients wait for.
-
-    :param app: The ASGI app.
-    """
+    """ASGI middleware: a server-sent event stream of the OpenAI-compatible routes ends with `data: [DONE]`, as
+    OpenAI's do and its clients expect."""
 
     DONE = b"data: [DONE]\n\n"
 
@@ -277,8 +246,7 @@ class StreamEndMiddleware:
 
 class ServingError(HTTPException):
     """
-    A request the served app answers with an error: the HTTP status, one line for the client and a short code. On the
-    OpenAI-compatible routes it is sent in OpenAI's shape (`openai_error`), in a stream as an error chunk.
+    An error answer: HTTP status, one line and a short code; in OpenAI's shape on the OpenAI-compatible routes.
 
     :param status: The HTTP status (400, 413, 502, 503, ...).
     :param message: One line: what failed and what to change; never a secret, never the user's text.
