@@ -4,35 +4,22 @@ The served app: Hayhooks' app with a fixed set of strategies, CORS pinned and an
 `haystack-fusion serve` runs it (`serve`); `create_app` and `create_mcp_app` build it for a process of your own
 (`uvicorn --factory haystack_fusion.serving.app:create_app`). Either way:
 
-- **Nothing deploys at run time.** The app is built in Hayhooks' durable mode, which loads the pipeline set once at
-  startup: there are no `/deploy_files`, `/deploy-yaml` or `/undeploy/{name}` routes and no `deploy_pipeline` or
-  `undeploy_pipeline` MCP tools, with or without Redis (the shipped wrappers are not durable ones, so none is used).
-  A strategy wrapper that cannot set up (no backend configured) stops the server with its message.
-- **CORS pinned.** Only the origins of `HAYSTACK_FUSION_CORS_ORIGINS` (none by default) may call the app from a web
-  page, with GET and POST and the `Authorization` and `Content-Type` headers; the embedded chat UI is the app's own
-  origin and needs none.
-- **A key when asked.** With `HAYSTACK_FUSION_API_KEY` set, every HTTP route and WebSocket but `GET /status` (and CORS
-  preflights, which browsers send without credentials) needs `Authorization: Bearer <key>`: the run routes, the
-  OpenAI-compatible `/v1/...` routes, the MCP endpoints, the chat UI, the OpenAPI pages and Hayhooks' traces. The chat
-  UI also takes the key as the password of HTTP Basic authentication (any user name), so a browser asks for it.
-  Anything else gets HTTP 401 with one line (`ApiKeyMiddleware`).
-- **A chat UI that shows the answer and its sources.** With `with_chainlit`, Hayhooks' Chainlit app gets this
-  package's custom elements (`CHAINLIT_ELEMENTS_DIR` as `HAYHOOKS_CHAINLIT_CUSTOM_ELEMENTS_DIR`) and its calls to the
-  server are marked with `CHAT_UI_HEADER` (`ChatUiMiddleware`): the wrappers answer it with the answer as the message and the sources, stages and usage in
-  a custom element, where Open WebUI gets source events and a `<details>` block (`serving.hayhooks.chat_events`).
-- **A status that says only that the server is up**: `GET /status` answers `{"status": "Up!"}` (the strategies are
-  listed by `GET /v1/models`, behind the key).
-- **Only its own user** (`serving.guards`): a `Host` other than the loopback names, the bound address and
-  `HAYSTACK_FUSION_ALLOWED_HOSTS` gets HTTP 400 (a web page that rebinds its DNS name to 127.0.0.1 reads nothing); a
-  WebSocket (the chat UI's) or MCP request from a web page of another origin gets 403; a body over
-  `HAYSTACK_FUSION_MAX_BODY_BYTES` (1 MiB) gets 413 unread; a client that disconnects cancels its request's work.
-- **OpenAI's contract** on `/v1/...`: errors as `{"error": {"message", "type", "code"}}` (an invalid body is a 400, as
-  OpenAI answers it), streams that end with `data: [DONE]`. Hayhooks' routes that this server does not serve
-  (`UNSERVED_PATHS`) answer 404, and the OpenAPI spec lists what is served and the errors each route answers.
+- **Nothing deploys at run time**: Hayhooks' durable mode loads the pipeline set once (no deploy or undeploy routes
+  or MCP tools); a wrapper that cannot set up (no backend configured) stops the server with its message.
+- **CORS pinned** to `HAYSTACK_FUSION_CORS_ORIGINS` (none by default), GET and POST, `Authorization` and
+  `Content-Type`.
+- **A key when asked**: with `HAYSTACK_FUSION_API_KEY`, everything but `GET /status` and CORS preflights needs
+  `Authorization: Bearer <key>` (or the key as HTTP Basic password, so a browser asks for it), else HTTP 401.
+- **A chat UI that shows the answer and its sources** (`with_chainlit`): Hayhooks' Chainlit app with this package's
+  custom elements; its calls are marked as the chat UI's (`ChatUiMiddleware`) and answered with a custom element
+  where Open WebUI gets source events and a `<details>` block.
+- **`GET /status`** answers only `{"status": "Up!"}`; `GET /v1/models` lists the strategies, behind the key.
+- **Only its own user** (`serving.guards`): `Host`, `Origin` and body size are checked, and a disconnect cancels work.
+- **OpenAI's contract** on `/v1/...`: errors as `{"error": {...}}` (an invalid body is a 400), streams end with
+  `data: [DONE]`; the routes of `UNSERVED_PATHS` answer 404 and the OpenAPI spec lists what is served.
 - **Logs without the user's text**: the parameters Hayhooks logs for a run are logged by length and hash.
 
-Hayhooks' own `hayhooks run` (developer mode) serves the deploy routes and tools beside the strategies and allows
-every origin: see docs/serving.md before using it anywhere but on your own machine.
+Hayhooks' own `hayhooks run` serves the deploy routes and allows every origin: see docs/serving.md.
 """
 
 from __future__ import annotations
@@ -100,14 +87,10 @@ class ApiKeyMiddleware:
     """
     ASGI middleware: a request needs the API key unless its path is open.
 
-    A request is let through when it carries `Authorization: Bearer <key>`, or `Authorization: Basic` with the key as
-    the password (any user name, for browsers), or is a CORS preflight (`OPTIONS` with `Origin` and
-    `Access-Control-Request-Method`; the CORS middleware behind this one answers it), or its path (without the app's
-    root path) is one of `open_paths`. Anything else gets HTTP 401 with the one-line `UNAUTHORIZED` body (in OpenAI's
-    error shape on the OpenAI-compatible routes, `guards.openai_error`, code "invalid_api_key") and a
-    `WWW-Authenticate` challenge: `Basic` under `browser_paths` (so a browser asks for the key), `Bearer` elsewhere;
-    a WebSocket is closed before it opens (code 1008, which the server sends as HTTP 403). Keys are compared in
-    constant time.
+    Let through: `Authorization: Bearer <key>`, `Authorization: Basic` with the key as password (any user name), a
+    CORS preflight, a path of `open_paths`. Anything else gets HTTP 401 with `UNAUTHORIZED` (OpenAI's shape on the
+    OpenAI-compatible routes, code "invalid_api_key") and a `Basic` challenge under `browser_paths`, `Bearer`
+    elsewhere; a WebSocket is closed before it opens (HTTP 403). Keys are compared in constant time.
 
     :param app: The ASGI app to protect.
     :param api_key: The key.
@@ -172,11 +155,9 @@ async def _status(_: Request) -> JSONResponse:
 
 
 UNSERVED_PATHS = ("/responses", "/v1/responses", "/files", "/v1/files", "/traces", "/draw/", "/status/")
-"""Hayhooks' routes this server does not serve: the Responses API and file uploads (the wrappers implement neither:
-one answers 501, the other takes a file and stores nothing), the trace buffer, pipeline drawings (drawn by a web
-service) and the per-pipeline status. A path is unserved when it is one of these or lies below one; an entry that ends
-in "/" covers only what lies below it (`/status` itself is served). They answer 404 and are left out of the OpenAPI
-spec."""
+"""Hayhooks' routes this server does not serve (the wrappers implement neither the Responses API nor file uploads;
+traces, drawings by a web service, per-pipeline status): each path and what lies below it, only below for an entry
+ending in "/". They answer 404 and are not in the OpenAPI spec."""
 
 _ERROR_SCHEMA = {
     "type": "object",
@@ -233,10 +214,8 @@ def _unserved(path: str) -> bool:
 
 def served_openapi(schema: dict[str, Any], *, api_key: bool, models: Sequence[str] = ()) -> dict[str, Any]:
     """
-    The OpenAPI spec of what the server does: Hayhooks' spec without `UNSERVED_PATHS` (and the schemas only they
-    used), `/status` as this server answers it, the chat request's `model` as one of the served names, and the errors
-    each route can answer (in OpenAI's shape on the OpenAI-compatible routes; 401 only with an API key; FastAPI's 422
-    replaced by 400 there, as OpenAI answers an invalid body).
+    Hayhooks' spec without `UNSERVED_PATHS` and the schemas only they used, `/status` as served, the chat request's
+    `model` as one of the served names, and each route's errors (OpenAI's shape and 400 for 422 on its routes).
 
     :param schema: FastAPI's spec of the app (changed in place, and returned).
     :param api_key: Whether the server requires an API key.
@@ -251,25 +230,10 @@ def served_openapi(schema: dict[str, Any], *, api_key: bool, models: Sequence[st
         if _unserved(path):
             del paths[path]
     if "/status" in paths:
+        up = {"type": "object", "required": ["status"], "properties": {"status": {"type": "string", "enum": ["Up!"]}}}
+        ok = {"description": "The server is up.", "content": {"application/json": {"schema": up}}}
         paths["/status"] = {
-            "get": {
-                "summary": "Whether the server is up",
-                "operationId": "status",
-                "responses": {
-                    "200": {
-                        "description": "The server is up.",
-                        "content": {
-                            "application/json": {
-                                "schema": {
-                                    "type": "object",
-                                    "required": ["status"],
-                                    "properties": {"status": {"type": "string", "enum": ["Up!"]}},
-                                }
-                            }
-                        },
-                    }
-                },
-            }
+            "get": {"summary": "Whether the server is up", "operationId": "status", "responses": {"200": ok}}
         }
     for path, operations in paths.items():
         if path == "/status":
@@ -318,7 +282,7 @@ def _drop_unused_schemas(schema: dict[str, Any]) -> None:
 
 def write_wrappers(strategies: Sequence[str], out_dir: str | Path) -> Path:
     """
-    Write a Hayhooks wrapper folder per strategy into `out_dir` (as `haystack-fusion pipelines` does, without YAML).
+    Write a Hayhooks wrapper folder per strategy into `out_dir`.
 
     :param strategies: Registered strategy names.
     :returns: `out_dir`.
@@ -353,10 +317,7 @@ def _served_names(folder: str) -> list[str]:
 
 
 def _pin_hayhooks_settings(pipelines_dir: str, access: AccessSettings, *, with_chainlit: bool) -> None:
-    """
-    Hayhooks reads its settings when it builds an app: fixed pipelines, the pinned CORS policy, the chat UI and its
-    custom elements (this package's, in place of any `HAYHOOKS_CHAINLIT_CUSTOM_ELEMENTS_DIR` of the environment).
-    """
+    """Hayhooks' settings for the next app it builds: fixed pipelines, pinned CORS, the chat UI and its elements."""
     hayhooks_settings.host = hayhooks_settings.host.rpartition("@")[2]  # without an earlier app's chat UI user
     hayhooks_settings.durable_mode = True
     hayhooks_settings.pipelines_dir = pipelines_dir
@@ -412,9 +373,8 @@ def create_app(
     Build the served HTTP app: `/{name}/run` and the OpenAI-compatible `/v1/chat/completions` for each strategy,
     optionally Hayhooks' chat UI at `/chat`, with no deploy routes, CORS pinned and the API key when one is set.
 
-    The backend comes from the environment (`HAYSTACK_FUSION_LLM`, `HAYSTACK_FUSION_DOCUMENT_STORE`, ...;
-    docs/serving.md). The chat UI reaches the app at Hayhooks' `HAYHOOKS_HOST` and `HAYHOOKS_PORT` (`serve` sets
-    them); Hayhooks' other settings (root path, tracing) apply as usual.
+    The backend comes from the environment (`HAYSTACK_FUSION_LLM`, ...; docs/serving.md). The chat UI reaches the app
+    at Hayhooks' `HAYHOOKS_HOST` and `HAYHOOKS_PORT` (`serve` sets them); Hayhooks' other settings apply as usual.
 
     :param strategies: Registered strategy names to serve (None: all of them); their wrappers are written to a
         temporary folder that lives as long as the app.
@@ -510,11 +470,8 @@ async def _validation_error(request: Request, error: Exception) -> Response:
 
 
 def _summarize_params(record: dict[str, Any]) -> None:
-    """
-    A log record as this server writes it: the request parameters Hayhooks logs for a run (`params`) as each value's
-    length and hash (`chat.digest`), never the user's text; and no `<` in any other bound value, which Hayhooks' log
-    format would read as colour markup (a question holding `</passage>` would break the log line).
-    """
+    """A log record without the user's text: Hayhooks' logged run `params` by length and hash (`chat.digest`), and no
+    `<` in other bound values, which Hayhooks' log format reads as colour markup."""
     extra = record["extra"]
     for key, value in list(extra.items()):
         if key == "params" and isinstance(value, dict):
@@ -538,11 +495,9 @@ def create_mcp_app(
     host: str | None = None,
 ) -> ASGIApp:
     """
-    Build the served MCP app (Hayhooks' MCP server, `mcp` extra of Hayhooks): one tool per strategy, named after it
-    and described by `Strategy.description`, over Streamable HTTP at `/mcp` and SSE at `/sse`, plus Hayhooks' two
-    read-only status tools; no deploy or undeploy tool. With an API key set, every route but `GET /status` needs it.
-    A request from a web page of another origin is refused (HTTP 403; MCP's specification asks servers to check
-    `Origin`), as is a `Host` the server does not answer (HTTP 400) and a body over the limit (HTTP 413).
+    Build the served MCP app (Hayhooks' `mcp` extra): one tool per strategy, described by `Strategy.description`, over
+    Streamable HTTP at `/mcp` and SSE at `/sse`, plus Hayhooks' read-only status tools; no deploy tool. The key, Host,
+    Origin (of every request) and body checks apply as in `create_app`.
 
     :param strategies: As `create_app`.
     :param pipelines_dir: As `create_app`.

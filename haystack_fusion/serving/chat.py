@@ -2,15 +2,11 @@
 What a chat client sends, read for the strategies: the question, the chat before it, and the client's own background
 tasks; and the one LLM call that turns a follow-up into a standalone question. Needs no extra.
 
-Chat clients send the whole chat with every request (OpenAI's chat-completions contract), message `content` as a
-string or a list of parts (`[{"type": "text", "text": ...}]`). Open WebUI also sends its background tasks to the
-chat's own model: the chat's title, its tags, follow-up suggestions, each a user message that starts with
-`TASK_PREFIX` and quotes the chat in `TASK_HISTORY_TAG`. These are not questions about the passages: the wrappers answer
-them with one plain LLM call (`answer_task`), no retrieval and no strategy.
-
-A follow-up ("How many LLM calls does it make?") names its subject only in an earlier turn. When the chat has earlier
-turns, `standalone_question` rewrites the last user message from them with one LLM call (the `standalone_question`
-prompt of `prompts.PROMPTS`); retrieval and the strategy run on the rewrite.
+Chat clients send the whole chat each time, `content` as a string or a list of text parts. Open WebUI also sends its
+background tasks (title, tags, follow-ups: a user message starting with `TASK_PREFIX` that quotes the chat in
+`TASK_HISTORY_TAG`): the wrappers answer them with one plain LLM call (`answer_task`). A follow-up ("How many LLM
+calls does it make?") is rewritten from the earlier turns with one LLM call (`standalone_question`); retrieval and the
+strategy run on the rewrite.
 
 ### Usage example
 ```python
@@ -49,16 +45,14 @@ TASK_HISTORY_TAG = "<chat_history>"
 (it wraps a question in the context Open WebUI retrieved itself) but quotes no chat: that one is a question."""
 
 _ATTACHED_FILES = re.compile(r"<attached_files>.*?</attached_files>\s*", re.DOTALL)
-"""The list of files a chat client attached to a message (Open WebUI writes it before the question). The files
-themselves are not sent to this server, which answers from its own index; the list is no part of the question."""
+"""The list of files Open WebUI attached to a message: not sent here (the server answers from its index), and no part of
+the question."""
 
 MAX_HISTORY_CHARS = 2000
-"""The most of the chat, in characters, that the standalone-question prompt quotes: the latest turns, whole ones
-first; an older turn that does not fit is cut at its start."""
+"""The most of the chat the standalone-question prompt quotes, in characters (the latest turns)."""
 
 MAX_TURN_CHARS = 500
-"""The most of one earlier turn that the standalone-question prompt quotes, in characters (an answer's sources and
-evidence are dropped before: `turn_text`)."""
+"""The most of one earlier turn the standalone-question prompt quotes, in characters (`turn_text`)."""
 
 _EVIDENCE_BLOCK = re.compile(r"<details\b[^>]*>.*?</details>", re.DOTALL | re.IGNORECASE)
 """The collapsible sources-and-evidence block of a streamed reply (`presentation.evidence_markdown`)."""
@@ -95,12 +89,10 @@ class Chat:
 
 def message_text(message: Mapping[str, Any]) -> str:
     """
-    A message's text: its `content` string, or its text parts joined with newlines.
+    A message's text: its `content` string, or its text parts joined with newlines ("" for no content).
 
-    :param message: One OpenAI chat message (`role`, `content`).
-    :returns: The text ("" for a message with no content).
-    :raises ChatRequestError: If `content` is a list holding a part that is not text (an image, audio, a file), naming
-        the part types, or is neither a string, a list nor null.
+    :raises ChatRequestError: If `content` holds a part that is not text (naming the types), or is neither a string,
+        a list nor null.
     """
     content = message.get("content")
     if content is None or isinstance(content, str):
@@ -136,12 +128,8 @@ def turn_text(text: str) -> str:
 
 def read_chat(messages: Sequence[Mapping[str, Any]]) -> Chat:
     """
-    Read a chat request's messages.
+    Read a chat request's messages (oldest first) as a `Chat`.
 
-    :param messages: The request's `messages`, oldest first.
-    :returns: The `Chat`: the last message's text as the question (without a list of attached files, which this
-        server does not receive), the earlier user and assistant turns, and whether it is a background task (it
-        starts with `TASK_PREFIX` and quotes the chat in `TASK_HISTORY_TAG`).
     :raises ChatRequestError: If there are no messages, the last one is not a user message or has no text, or a
         message holds content parts that are not text.
     """
@@ -163,14 +151,8 @@ def read_chat(messages: Sequence[Mapping[str, Any]]) -> Chat:
 
 
 def history_text(history: Sequence[tuple[str, str]], *, max_chars: int = MAX_HISTORY_CHARS) -> str:
-    """
-    The chat's earlier turns as the standalone-question prompt quotes them: one "User: ..." or "Assistant: ..." line
-    per turn, the latest turns that fit in `max_chars` characters (an older turn cut at its start).
-
-    :param history: (role, text) pairs, oldest first (`Chat.history`).
-    :param max_chars: The most characters of the result.
-    :returns: The lines joined with newlines; "" for no history.
-    """
+    """The chat's earlier turns (`Chat.history`) as the standalone-question prompt quotes them: a "User: ..." or
+    "Assistant: ..." line per turn, the latest that fit in `max_chars` characters (an older turn cut at its start)."""
     lines: list[str] = []
     size = 0
     for role, text in reversed(history):
@@ -186,10 +168,7 @@ def history_text(history: Sequence[tuple[str, str]], *, max_chars: int = MAX_HIS
 
 
 def digest(text: str) -> str:
-    """
-    What a log line says of a user's text instead of the text: its length and a short hash, e.g. "412 characters,
-    sha256 1a2b3c4d5e6f". Any text is accepted (lone surrogates included).
-    """
+    """What a log line says of a user's text: its length and a short hash ("412 characters, sha256 1a2b3c4d5e6f")."""
     data = text.encode("utf-8", "surrogatepass")
     return f"{len(text)} characters, sha256 {hashlib.sha256(data).hexdigest()[:12]}"
 
@@ -205,12 +184,9 @@ async def standalone_question(
     """
     Rewrite a follow-up as a standalone question with one LLM call (`standalone_question_prompt`).
 
-    The reply's first line is the rewrite. An empty reply, or one longer than `max_chars`, keeps the question as
-    asked. A rewrite that still refers back to the chat without naming what it refers to (`refers_back`: small models
-    often return "How many LLM calls does it make?" unchanged) gets the chat's previous user question put before it,
-    "What is Chain-of-Note? How many LLM calls does it make?", which retrieval and the strategy can read on their own
-    (as conversational search's baseline of prepending the earlier question). A failed call raises (the caller reports
-    it as the backend's failure, as any other call's).
+    The reply's first line is the rewrite; an empty reply, or one over `max_chars`, keeps the question as asked. A
+    rewrite that still refers back (`refers_back`) gets the chat's previous user question put before it, as
+    conversational search's baseline of prepending the earlier question. A failed call raises.
 
     :param chat_generator: Any Haystack ChatGenerator (`run_async` when it has one, else `run`).
     :param history: The chat's earlier turns (`Chat.history`); empty keeps the question as asked without a call.
@@ -235,25 +211,7 @@ async def standalone_question(
     return rewrite, usage
 
 
-REFERRING_WORDS = frozenset(
-    {
-        "it",
-        "its",
-        "itself",
-        "they",
-        "them",
-        "their",
-        "he",
-        "him",
-        "his",
-        "she",
-        "her",
-        "this",
-        "these",
-        "those",
-        "there",
-    }
-)
+REFERRING_WORDS = frozenset("it its itself they them their he him his she her this these those there".split())  # noqa: SIM905
 """Words by which a question refers back to the chat instead of naming its subject."""
 
 
@@ -262,16 +220,8 @@ def _words(text: str) -> set[str]:
 
 
 def refers_back(rewrite: str, asked: str, history: Sequence[tuple[str, str]]) -> bool:
-    """
-    Whether a rewrite still leans on the chat: it holds a `REFERRING_WORDS` word ("How many LLM calls does it make?")
-    and brings in no word of the chat that the question as asked lacked (a rewrite that named the subject, "How many
-    LLM calls does Chain-of-Note make?", brings "chain" and "note"). A small model often returns the question
-    unchanged; `standalone_question` then puts the chat's previous user question before it.
-
-    :param rewrite: The model's standalone question.
-    :param asked: The question as asked.
-    :param history: The chat's earlier turns.
-    """
+    """Whether a rewrite still leans on the chat: it holds a `REFERRING_WORDS` word and brings in no word of the chat
+    that the question as asked lacked ("How many LLM calls does Chain-of-Note make?" brings "chain" and "note")."""
     words = _words(rewrite)
     if not words & REFERRING_WORDS:
         return False
@@ -294,13 +244,10 @@ async def _one_call(
 
 async def answer_task(chat_generator: Any, prompt: str) -> tuple[str, dict[str, int]]:
     """
-    Answer a chat client's background task (a title, tags, follow-up suggestions) with one plain LLM call: the task
-    prompt as the one user message, the generator's own settings.
+    Answer a chat client's background task with one plain LLM call, the task prompt as the one user message.
 
-    Open WebUI's tasks each ask for one JSON object (`{"title": ...}`, `{"tags": [...]}`, `{"follow_ups": [...]}`) and
-    fail on a reply with no text. The answer is the first JSON object of the reply (from its first `{` to its last
-    `}`); a reply that holds none, as a small model's often does, is answered `{}`, with which each task falls back to
-    its default (the user's message as the chat's title, no tags, no suggestions).
+    Open WebUI's tasks each ask for one JSON object and fail on a reply with no text: the answer is the reply from its
+    first `{` to its last `}`, or `{}` (each task's default) when that is no JSON object.
 
     :param chat_generator: Any Haystack ChatGenerator.
     :param prompt: The task message's text, as the client wrote it.
