@@ -11,12 +11,7 @@ llama-cpp-haystack's ChatGenerator. One home per concern: `local` (the embedded 
 from haystack_fusion.backends.config import (
     DEFAULT_INDEX_PATH,
     DEFAULT_MODELS,
-    DEFAULT_OPENAI_EMBEDDING_MODEL,
     BackendConfig,
-    EmbedderKind,
-    LLMKind,
-    RetrieverKind,
-    StoreKind,
     chat_generator,
     document_embedder,
     document_store,
@@ -29,15 +24,10 @@ from haystack_fusion.backends.errors import (
     every_call_failed_message,
     exception_chain,
     failed_calls_message,
-    missing_index_message,
     safe_url,
 )
 from haystack_fusion.backends.local import (
-    COMPLETION_CHAT_FORMAT,
-    DEFAULT_BATCH_TOKENS,
-    DEFAULT_CONTEXT_TOKENS,
     LOCAL_GENERATION_KWARGS,
-    REPLY_CACHE_SIZE,
     LlamaCppChatGenerator,
     LocalChatGenerator,
     TokenLogprob,
@@ -46,7 +36,7 @@ from haystack_fusion.backends.local import (
     openai_logprobs,
     packaged_model_path,
 )
-from haystack_fusion.backends.logprobs import OPENAI_LOGPROBS_KWARGS, missing_logprobs, warn_missing_logprobs
+from haystack_fusion.backends.logprobs import missing_logprobs, warn_missing_logprobs
 from haystack_fusion.backends.stores import (
     SavedInMemoryBM25Retriever,
     check_document_store,
@@ -57,24 +47,14 @@ from haystack_fusion.backends.stores import (
 )
 
 __all__ = [
-    "COMPLETION_CHAT_FORMAT",
-    "DEFAULT_BATCH_TOKENS",
-    "DEFAULT_CONTEXT_TOKENS",
     "DEFAULT_INDEX_PATH",
     "DEFAULT_MODELS",
-    "DEFAULT_OPENAI_EMBEDDING_MODEL",
     "LOCAL_GENERATION_KWARGS",
-    "OPENAI_LOGPROBS_KWARGS",
-    "REPLY_CACHE_SIZE",
     "BackendConfig",
     "BackendError",
-    "EmbedderKind",
-    "LLMKind",
     "LlamaCppChatGenerator",
     "LocalChatGenerator",
-    "RetrieverKind",
     "SavedInMemoryBM25Retriever",
-    "StoreKind",
     "TokenLogprob",
     "backend_error_message",
     "chat_generator",
@@ -88,7 +68,6 @@ __all__ = [
     "llama_cpp_runtime",
     "load_store",
     "local_chat_generator",
-    "missing_index_message",
     "missing_logprobs",
     "openai_logprobs",
     "packaged_model_path",

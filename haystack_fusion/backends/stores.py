@@ -13,6 +13,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 from haystack.document_stores.types import DuplicatePolicy
+from haystack.utils import Secret
 
 from haystack_fusion.backends.config import BackendConfig, document_embedder, document_store
 from haystack_fusion.backends.errors import BackendError, missing_index_message
@@ -51,11 +52,8 @@ def load_store(path: str | Path) -> InMemoryDocumentStore:
 @component
 class SavedInMemoryBM25Retriever:
     """
-    Haystack's `InMemoryBM25Retriever` over the in-memory index saved at `index_path`, serialized as that path.
-
-    Haystack's `InMemoryDocumentStore` serializes its settings but not its passages, so a YAML pipeline cannot point
-    it at a saved index: this component can. Loading the pipeline reads nothing; `warm_up` (which `Pipeline.run`
-    calls) loads the index with `load_store`. `~` in the path is expanded then, on the machine that runs it.
+    Haystack's `InMemoryBM25Retriever` over the in-memory index saved at `index_path`, serialized as that path (the
+    in-memory store serializes no passages). `warm_up` loads the index; `~` is expanded on the machine that runs it.
 
     ### Usage example
     ```python
@@ -93,7 +91,6 @@ class SavedInMemoryBM25Retriever:
         self._loaded()
 
     def _loaded(self) -> InMemoryBM25Retriever:
-        """The retriever over the saved index, loaded on first use."""
         with self._lock:
             if self._retriever is None:
                 store = load_store(Path(self.index_path).expanduser())
@@ -111,8 +108,6 @@ class SavedInMemoryBM25Retriever:
         """
         Retrieve the passages that match `query` best (BM25), loading the index first if `warm_up` has not.
 
-        :param query: The query.
-        :param filters: Haystack metadata filters.
         :param top_k: Passages to retrieve; None: this component's `top_k`.
         :param scale_score: None: this component's `scale_score`.
         :returns: `documents`, best first.
@@ -132,13 +127,9 @@ class SavedInMemoryBM25Retriever:
 
 def check_document_store(config: BackendConfig) -> None:
     """
-    Fail before a question is asked when the configured store has no passages to retrieve.
+    Fail before a question is asked when the configured store has no passages to retrieve. Elasticsearch's index is
+    checked with the official client (the integration's store would create a missing index on first use).
 
-    Elasticsearch's index is checked with the official client and left as it is: the integration's document store
-    creates a missing index on first use, so a mistyped `--es-index` would otherwise answer every question from an
-    empty new index.
-
-    :param config: The backends (store, index path, Elasticsearch URL and index).
     :raises FileNotFoundError: If the in-memory store has no saved index at `index_path` (the message says how to
         make one).
     :raises BackendError: If the Elasticsearch index does not exist or holds no passages (the message gives the
@@ -150,11 +141,13 @@ def check_document_store(config: BackendConfig) -> None:
         if not Path(config.index_path).expanduser().is_file():
             raise FileNotFoundError(f"No saved index at {config.index_path}; create one with `haystack-fusion index`")
         return
-    store = document_store(config)  # ImportError naming the extra first; building it makes no connection
+    document_store(config)  # ImportError naming the extra first; building it makes no connection
     from elasticsearch import Elasticsearch
 
-    # The store's own credentials ($ELASTIC_API_KEY / $ELASTIC_API_KEY_ID), as elasticsearch-haystack resolves them.
-    client = Elasticsearch(hosts=config.elasticsearch_url, api_key=store._handle_auth())
+    # the store's credentials, as elasticsearch-haystack reads them: an id and a key, or one encoded key, or none
+    key = Secret.from_env_var("ELASTIC_API_KEY", strict=False).resolve_value()
+    key_id = Secret.from_env_var("ELASTIC_API_KEY_ID", strict=False).resolve_value()
+    client = Elasticsearch(hosts=config.elasticsearch_url, api_key=(key_id, key) if key_id and key else key or None)
     try:
         index = config.elasticsearch_index
         if not client.indices.exists(index=index) or not client.count(index=index)["count"]:
@@ -167,17 +160,10 @@ def index_documents(
     config: BackendConfig, documents: list[Document], *, batch_size: int = 64, fresh: bool = False
 ) -> int:
     """
-    Write passages to the configured store, with embeddings when the retriever is dense or hybrid.
+    Write passages to the configured store (`write_documents`), then save the in-memory store to `index_path`.
+    Re-running is idempotent: ids derive from the content, and a passage already there is overwritten.
 
-    Re-running is idempotent: document ids derive from the content, and a document already there is overwritten.
-    Batches go through the document embedder and the store's `write_documents` with a progress bar; the in-memory
-    store is then saved to `index_path`.
-
-    :param config: The backends (store, retriever, embedder).
-    :param documents: The passages.
-    :param batch_size: Passages per batch (>= 1).
-    :param fresh: In-memory store only: start from an empty store instead of the saved one, so the saved index
-        holds exactly `documents`.
+    :param fresh: In-memory store only: start from an empty store, so the saved index holds exactly `documents`.
     :returns: The number of passages in the store afterwards.
     :raises ValueError: If `batch_size` is below 1.
     """
@@ -193,12 +179,8 @@ def index_documents(
 def write_documents(config: BackendConfig, store: Any, documents: list[Document], *, batch_size: int = 64) -> None:
     """
     Write passages to `store` in batches with a progress bar, through the document embedder when the retriever is
-    dense or hybrid; existing passages with the same id are overwritten. Nothing is saved to disk.
+    dense or hybrid; passages with the same id are overwritten. Nothing is saved to disk.
 
-    :param config: The backends (retriever, embedder).
-    :param store: A document store.
-    :param documents: The passages.
-    :param batch_size: Passages per batch (>= 1).
     :raises ValueError: If `batch_size` is below 1.
     """
     from tqdm import tqdm
