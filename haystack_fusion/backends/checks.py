@@ -1,8 +1,5 @@
-"""
-Whether the backend the environment names can run, checked before anything is built: the extras installed, the
-variables set, the servers reachable. `haystack-fusion serve` and the Hayhooks wrappers refuse to start on a backend
-that fails these checks, naming what is missing, rather than fall back to another one.
-"""
+"""Whether the backend the environment names can run: extras installed, variables set, servers reachable. Serving
+refuses to start on a backend that fails, naming what is missing, rather than fall back to another one."""
 
 from __future__ import annotations
 
@@ -98,9 +95,8 @@ def _store_problems(config: BackendConfig, env: Mapping[str, str]) -> list[str]:
 
 def reachability_problems(config: BackendConfig) -> list[str]:
     """
-    Whether the configured servers answer now: Elasticsearch (any HTTP status counts) and Ollama, which must also
-    have the model pulled, each within `PROBE_TIMEOUT_SECONDS`. The embedded model, the in-memory store and OpenAI
-    are not probed (OpenAI is not called: a wrong key or URL shows on the first request, as a 503).
+    Whether Elasticsearch (any HTTP status counts) and Ollama (with the model pulled) answer within
+    `PROBE_TIMEOUT_SECONDS`; OpenAI is not called (a wrong key or URL shows on the first request).
 
     :returns: One line per problem, naming the variable and the URL (without credentials); empty when all answer.
     """
@@ -143,12 +139,9 @@ def check_backend(*, probe: bool = True, env: Mapping[str, str] | None = None) -
     """
     The backend the environment configures, checked before anything is built: never a default one.
 
-    `HAYSTACK_FUSION_LLM` (local, openai, ollama) and `HAYSTACK_FUSION_DOCUMENT_STORE` (memory, elasticsearch) must
-    be set, and then each backend's own needs: its extra installed (`local`, `ollama`, `elasticsearch`, `dense` for
-    dense or hybrid retrieval with the packaged embedder) and its variables (`OPENAI_API_KEY`; `OLLAMA_HOST`;
-    `ELASTICSEARCH_URL`; `HAYSTACK_FUSION_STORE`, a saved index that exists). With `probe`, the Elasticsearch and
-    Ollama servers must answer within `PROBE_TIMEOUT_SECONDS` (any HTTP status counts), and Ollama must have the
-    model pulled. OpenAI is not called: a wrong key shows on the first request.
+    `HAYSTACK_FUSION_LLM` and `HAYSTACK_FUSION_DOCUMENT_STORE` must be set, then each backend's extra and variables
+    (`OPENAI_API_KEY`, `OLLAMA_HOST`, `ELASTICSEARCH_URL`, `HAYSTACK_FUSION_STORE` naming a saved index); with
+    `probe`, `reachability_problems` too.
 
     ### Usage example
     ```python

@@ -12,10 +12,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
-# Every Haystack class a factory builds is imported here, when the module loads, not inside the factories: the
-# evaluation calls them from its worker threads, and Haystack's packages load their classes lazily (`LazyImporter`),
-# so two threads importing the same class for the first time can race, one of them getting
-# "ImportError: cannot import name ...".
+# Imported when the module loads, not in the factories: Haystack loads classes lazily, and two of the evaluation's
+# worker threads importing one for the first time can race ("ImportError: cannot import name ...").
 from haystack.components.embedders import OpenAIDocumentEmbedder, OpenAITextEmbedder
 from haystack.components.generators.chat import OpenAIChatGenerator
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMemoryEmbeddingRetriever
@@ -57,12 +55,8 @@ DEFAULT_OPENAI_EMBEDDING_MODEL = "text-embedding-3-small"
 @dataclass(frozen=True)
 class BackendConfig:
     """
-    Which document store, retriever, embedder and LLM a pipeline uses: the one small configuration of the package.
-
-    Every part is a Haystack integration's own component (InMemoryDocumentStore or elasticsearch-haystack's
-    ElasticsearchDocumentStore and retrievers, sentence-transformers-haystack or OpenAI embedders, the embedded
-    llama.cpp model, OpenAIChatGenerator, ollama-haystack's OllamaChatGenerator). Secrets never appear here: the
-    integrations read them from the environment (`OPENAI_API_KEY`, `ELASTIC_API_KEY` / `ELASTIC_API_KEY_ID`).
+    Which document store, retriever, embedder and LLM a pipeline uses, each a Haystack integration's own component.
+    Secrets never appear here: the integrations read them from the environment (`OPENAI_API_KEY`, `ELASTIC_API_KEY`).
 
     :param store: "memory" (Haystack's in-memory store, saved at `index_path`) or "elasticsearch".
     :param index_path: The saved in-memory index file.
@@ -76,17 +70,12 @@ class BackendConfig:
     :param api_base_url: An OpenAI-compatible server's URL (`OPENAI_BASE_URL` in `from_env`); None: OpenAI.
     :param ollama_url: The Ollama server (`OLLAMA_HOST` in `from_env`).
     :param top_k: Passages to retrieve.
-    :param timeout: Seconds an OpenAI or Ollama call may take before the client gives up (None: the integration's
-        default); the embedded model takes none.
-    :param max_retries: Retries of a failed OpenAI call, done by the `openai` client (None: its default); the
-        embedded model and Ollama's client take none.
-    :param max_tokens: Completion budget of a call, in tokens (None: the LLM's own; the embedded model's is 128). A
-        base model behind a server's chat template does not stop by itself: bound it.
-    :param logprobs: Ask an OpenAI-compatible LLM for token log-probabilities with every call, so answers carry a
-        confidence (the server must support them: llama.cpp's needs `logits_all`). The embedded model returns them
-        always; ollama-haystack returns none, so True is an error there.
-    :param llama_log: Print the embedded model's llama.cpp log lines (model loading, cache sizes) on stderr; by
-        default only its errors (`backends.local.LlamaLog`). The other LLMs ignore it.
+    :param timeout: Seconds an OpenAI or Ollama call may take (None: the integration's default); not for "local".
+    :param max_retries: Retries of a failed OpenAI call, done by the `openai` client (None: its default).
+    :param max_tokens: Completion budget of a call, in tokens (None: the LLM's own; the embedded model's is 128).
+    :param logprobs: Ask an OpenAI-compatible LLM for token log-probabilities, so answers carry a confidence (the
+        embedded model returns them always; ollama-haystack none, so True is an error there).
+    :param llama_log: Print the embedded model's llama.cpp log lines on stderr (by default only its errors).
     :raises ValueError: If a kind is unknown, `top_k` or `max_tokens` is below 1, or `timeout` / `max_retries` /
         `logprobs` is set for an LLM that does not take it.
     """
@@ -134,8 +123,7 @@ class BackendConfig:
             raise ValueError(f"`max_retries` must be at least 0, got {self.max_retries}")
 
     def llm_label(self) -> str:
-        """The LLM as a report names it, e.g. "embedded llama.cpp gemma3-270m-q4_k_m.gguf" or "openai gpt-4o-mini
-        at http://127.0.0.1:8000/v1"."""
+        """The LLM as a report names it, e.g. "openai gpt-4o-mini at http://127.0.0.1:8000/v1"."""
         if self.llm == "local":
             return f"embedded llama.cpp {Path(self.model).name if self.model else 'packaged gemma3 270M (Q4_K_M)'}"
         model = self.model or DEFAULT_MODELS[self.llm]
@@ -151,12 +139,7 @@ class BackendConfig:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> BackendConfig:
         """
-        A configuration from the environment, then `overrides` (None values are ignored).
-
-        Reads `HAYSTACK_FUSION_STORE` (index file), `ELASTICSEARCH_URL`, `OPENAI_BASE_URL`, `OLLAMA_HOST`, and
-        `HAYSTACK_FUSION_<FIELD>` for the other fields (`HAYSTACK_FUSION_DOCUMENT_STORE` for `store`,
-        `HAYSTACK_FUSION_RETRIEVER`, `HAYSTACK_FUSION_LLM`, `HAYSTACK_FUSION_MODEL`, `HAYSTACK_FUSION_TOP_K`, ...):
-        what the Hayhooks wrappers are configured with.
+        A configuration from the environment (`settings.backend_values`), then `overrides` (None values are ignored).
 
         :param env: The variables to read (default `os.environ`).
         """
@@ -184,10 +167,7 @@ def _require_extra(extra: str, what: str) -> None:
     """
     Refuse a backend whose optional extra is not installed.
 
-    :param extra: The extra's name (`pyproject.toml`), a key of `_MISSING_EXTRAS`.
-    :param what: The backend, as the message names it.
-    :raises ImportError: If the extra's integration failed to import; the message says how to install it, the cause is
-        the original ImportError.
+    :raises ImportError: If the extra's integration failed to import, saying how to install it.
     """
     if extra in _MISSING_EXTRAS:
         raise ImportError(
@@ -200,9 +180,8 @@ _EMBEDDINGS_IMPORT_LOCK = threading.Lock()
 
 def _packaged_embeddings() -> ModuleType:
     """
-    `haystack_fusion.embeddings`, imported on first use rather than with this module: it loads sentence-transformers
-    and torch (seconds), which only dense and hybrid retrieval on the packaged model need. One thread at a time
-    imports it (a lock), so worker threads that ask for it together do not race in the lazy imports beneath it.
+    `haystack_fusion.embeddings`, imported on first use (it loads torch, seconds) by one thread at a time, so worker
+    threads do not race in the lazy imports beneath it.
 
     :raises ImportError: Without the `dense` extra (the message names it).
     """
@@ -235,13 +214,11 @@ def document_embedder(config: BackendConfig) -> Any:
 
 def retriever(config: BackendConfig, store: Any | None = None) -> Any:
     """
-    The configured retriever over `store` (default: `document_store(config)`): one component with `query` and
-    `top_k` inputs and a `documents` output, as every strategy expects.
+    The configured retriever over `store` (default: `document_store(config)`), with `query` and `top_k` inputs and a
+    `documents` output.
 
-    :returns: A BM25 retriever of the store's kind, or a `DenseRetriever` / `HybridRetriever`
-        (`haystack_fusion.retrieval`) around the store's embedding retriever.
-    :raises ValueError: For dense or hybrid retrieval over an in-memory store whose passages have no embeddings
-        (indexed for BM25 only: re-index with the dense or hybrid retriever).
+    :returns: A BM25 retriever of the store's kind, or a `DenseRetriever` / `HybridRetriever`.
+    :raises ValueError: For dense or hybrid retrieval over an in-memory store whose passages have no embeddings.
     :raises ImportError: For Elasticsearch without the `elasticsearch` extra, or the packaged embedder without the
         `dense` extra.
     """
