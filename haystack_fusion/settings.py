@@ -84,10 +84,9 @@ SERVING_LIMIT_VARIABLES = {
 
 def backend_values(fields: Iterable[str], env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """
-    The `BackendConfig` fields the environment sets (`BACKEND_VARIABLES`, else `HAYSTACK_FUSION_<FIELD>`).
+    The `BackendConfig` fields the environment (default `os.environ`) sets: `BACKEND_VARIABLES`, else
+    `HAYSTACK_FUSION_<FIELD>`.
 
-    :param fields: The field names.
-    :param env: The environment (default `os.environ`).
     :returns: Field -> value for each variable that is set and not empty: `top_k`, `max_retries`, `max_tokens` as
         int, `timeout` as float (seconds), `logprobs` and `llama_log` as bool (1, true, yes, on), the rest as str.
     :raises ValueError: If a number variable does not hold a number.
@@ -103,9 +102,8 @@ def backend_values(fields: Iterable[str], env: Mapping[str, str] | None = None) 
 
 def serving_limit_values(env: Mapping[str, str] | None = None) -> dict[str, float | int]:
     """
-    The serving limits the environment sets (`SERVING_LIMIT_VARIABLES`).
+    The serving limits the environment (default `os.environ`) sets (`SERVING_LIMIT_VARIABLES`).
 
-    :param env: The environment (default `os.environ`).
     :returns: Field -> value for each variable that is set: `queue_timeout` as float (seconds), the rest as int.
     :raises ValueError: If a variable is not a number, naming it.
     """
@@ -136,14 +134,10 @@ def squad_file(env: Mapping[str, str] | None = None) -> str | None:
 
 def strategy_defaults(llm: str) -> dict[str, Any]:
     """
-    Strategy settings that depend on the LLM, for the command line and serving alike.
+    Strategy settings that depend on the LLM (`BackendConfig.llm`), as `StrategyConfig` fields.
 
     The embedded model is a base model that continues text: it gets SuRe's few-shot candidate prompt (Kim et al.,
-    Listing 13) and a completion budget of 400 tokens for Chain-of-Note's notes. Other LLMs (chat models) get the
-    papers' defaults: the zero-shot Listing 6, and their own completion budget.
-
-    :param llm: "local", "openai" or "ollama" (`BackendConfig.llm`).
-    :returns: `StrategyConfig` fields (empty for chat models).
+    Listing 13) and 400 tokens for Chain-of-Note's notes. Chat models get the papers' defaults (zero-shot Listing 6).
     """
     if llm == "local":
         return {"few_shot": True, "note_generation_kwargs": {"max_tokens": 400}}
@@ -155,12 +149,11 @@ _ORIGIN = re.compile(r"https?://[^/\s*]+")
 
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
-"""The largest request body a served app reads by default, in bytes (1 MiB): a chat with a long history fits many
-times over; the longest question served is 2,000 characters."""
+"""The largest request body a served app reads by default, in bytes (1 MiB; the longest question: 2,000 characters)."""
 
 _HOST = re.compile(r"(?:\*\.)?[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
-"""A `Host` name as `HAYSTACK_FUSION_ALLOWED_HOSTS` gives it: a DNS name or IPv4 address (`*.` for every subdomain),
-or an IPv6 address in brackets; no port."""
+"""A `Host` name of `HAYSTACK_FUSION_ALLOWED_HOSTS`: a DNS name or IPv4 address (`*.` prefix allowed), or an IPv6
+address in brackets; no port."""
 
 
 @dataclass(frozen=True)
@@ -204,11 +197,9 @@ class AccessSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AccessSettings:
         """
-        The settings `HAYSTACK_FUSION_API_KEY`, `HAYSTACK_FUSION_CORS_ORIGINS`, `HAYSTACK_FUSION_ALLOWED_HOSTS`
-        (comma-separated) and `HAYSTACK_FUSION_MAX_BODY_BYTES` give (an empty value counts as unset; surrounding
-        whitespace is dropped).
+        The settings of `HAYSTACK_FUSION_API_KEY`, `..._CORS_ORIGINS`, `..._ALLOWED_HOSTS` (comma-separated) and
+        `..._MAX_BODY_BYTES` in `env` (default `os.environ`); an empty value counts as unset.
 
-        :param env: The environment (default `os.environ`).
         :raises ValueError: As the constructor, naming the variable.
         """
         env = os.environ if env is None else env

@@ -310,10 +310,8 @@ def _wrappers_dir(strategies: Sequence[str] | None, pipelines_dir: str | Path | 
 def _served_names(folder: str) -> list[str]:
     """The names a pipelines folder serves: its wrapper folders (with a `pipeline_wrapper.py`) and YAML files."""
     root = Path(folder)
-    wrappers = [path.parent.name for path in root.glob("*/pipeline_wrapper.py")]
-    return sorted(
-        {*wrappers, *(path.stem for path in root.glob("*.yml")), *(path.stem for path in root.glob("*.yaml"))}
-    )
+    wrappers = {path.parent.name for path in root.glob("*/pipeline_wrapper.py")}
+    return sorted(wrappers | {path.stem for pattern in ("*.yml", "*.yaml") for path in root.glob(pattern)})
 
 
 def _pin_hayhooks_settings(pipelines_dir: str, access: AccessSettings, *, with_chainlit: bool) -> None:
