@@ -10,10 +10,10 @@ recall@k, Liu et al., section 4.3).
 Aggregate: `summarize` turns a list of `QuestionScore` into the figures a report prints, as percentages (x100) where
 the papers report percentages, unrounded.
 
-Answers that are not answers (research/notes/evaluation.md, "Answers that are not answers"): `with_answer_outcome` sets
-a score's flags from the record: `empty` (a blank prediction), `invalid` (the answer validator rejected it,
-`validation.is_invalid`; such an answer is not an abstention, so it is never `unknown`, and it scores 0 on answerable
-questions) and `truncated` (the token cap cut the reply); `outcome_counts` counts them over a run.
+Answers that are not answers: `with_answer_outcome` sets a score's flags from the record: `empty` (a blank prediction),
+`invalid` (the answer validator rejected it, `validation.is_invalid`; such an answer is not an abstention, so it is
+never `unknown`, and it scores 0 on answerable questions) and `truncated` (the token cap cut the reply);
+`outcome_counts` counts them over a run.
 
 Normalization and the unknown test are not redefined here: they come from `haystack_fusion.answers`
 (`normalize_answer`, the official SQuAD normalization, and `UnknownDetector`, the one abstention rule), so voting
@@ -28,15 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from haystack_fusion.answers import (
-    DEFAULT_OVERLAP_THRESHOLD,
-    UnknownDetector,
-    answers_agree,
-    check_overlap_threshold,
-    check_vote_mode,
-    normalize_answer,
-    token_f1,
-)
+from haystack_fusion.answers import UnknownDetector, normalize_answer, token_f1
 from haystack_fusion.llm import TRUNCATED_FINISH_REASON
 from haystack_fusion.validation import is_invalid
 
@@ -139,40 +131,17 @@ def is_unknown(prediction: str | None, detector: UnknownDetector | None = None) 
     return (detector or UnknownDetector()).is_unknown(prediction)
 
 
-def gold_in_pool(
-    candidates: Sequence[str],
-    golds: Sequence[str],
-    *,
-    vote: str = "exact",
-    overlap_threshold: float = DEFAULT_OVERLAP_THRESHOLD,
-) -> bool:
+def gold_in_pool(candidates: Sequence[str], golds: Sequence[str]) -> bool:
     """
     Whether the post-fusion candidate pool holds a correct answer, the condition of %NM.
 
     Liu et al., section 4 "Evaluation Metrics": %NM counts "instances where the correct answer is within the generated
-    answer list but isn't the majority selection". "Within" is read with the matching the voter used, so that %NM
-    asks whether voting lost an answer that it would itself have counted as the gold one:
+    answer list but isn't the majority selection"; "within" is an exact match (`exact_match`) of some gold answer.
 
-    - `vote="exact"` (default, Liu et al.'s voting): some candidate is an exact match (`exact_match`) of some gold
-      answer;
-    - `vote="overlap"` (`PostFusionVoter(vote="overlap")`): some candidate agrees with some gold answer by
-      `haystack_fusion.answers.answers_agree` (equal, token F1 >= `overlap_threshold`, or one's tokens contained in
-      the other's), the rule the overlap vote clusters with. Whether the majority answer is correct is then read
-      the same way: `gold_in_pool(candidates[:1], golds, vote="overlap")`.
-
-    Edge cases: an empty pool or no gold answers -> False.
-
-    :param candidates: The candidate answers (e.g. `VoteResult.candidates`: with overlap voting, one representative
-        per cluster).
+    :param candidates: The candidate answers (e.g. `VoteResult.candidates`).
     :param golds: The acceptable answers.
-    :param vote: `"exact"` or `"overlap"`.
-    :param overlap_threshold: The token F1 in (0, 1] of `answers_agree` (overlap only).
-    :returns: True when a candidate matches a gold answer.
-    :raises ValueError: For an unknown `vote`, or an `overlap_threshold` outside (0, 1] with `vote="overlap"`.
+    :returns: True when a candidate matches a gold answer; False for an empty pool or no gold answers.
     """
-    if check_vote_mode(vote) == "overlap":
-        check_overlap_threshold(overlap_threshold)
-        return any(answers_agree(candidate, gold, overlap_threshold) for candidate in candidates for gold in golds)
     return any(exact_match(candidate, golds) == 1.0 for candidate in candidates)
 
 

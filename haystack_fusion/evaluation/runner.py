@@ -174,8 +174,6 @@ def score_run(question: Question, prediction: str, evidence: dict[str, Any], pas
     golds = list(question.answers)
     candidates: list[str] = evidence.get("candidates") or []
     has_pool = evidence.get("candidates") is not None and bool(question.answers)
-    # with overlap voting (`evidence["vote"]`), "the pool holds a gold answer" uses the voter's agreement rule
-    vote = {"vote": evidence["vote"], "overlap_threshold": evidence["overlap_threshold"]} if "vote" in evidence else {}
     score = QuestionScore(
         id=question.id,
         answerable=not question.is_impossible,
@@ -183,12 +181,8 @@ def score_run(question: Question, prediction: str, evidence: dict[str, Any], pas
         f1=f1(prediction, golds),
         accuracy=accuracy(prediction, golds),
         unknown=is_unknown(prediction),
-        pool_has_gold=gold_in_pool(candidates, golds, **vote) if has_pool else None,
-        majority_correct=(
-            (gold_in_pool(candidates[:1], golds, **vote) if vote else bool(exact_match(candidates[0], golds)))
-            if has_pool and candidates
-            else None
-        ),
+        pool_has_gold=gold_in_pool(candidates, golds) if has_pool else None,
+        majority_correct=bool(exact_match(candidates[0], golds)) if has_pool and candidates else None,
         retrieval_hit=retrieval_hit([d.content or "" for d in passages], golds) if golds else None,
         prompt_tokens=usage.get("prompt_tokens", 0),
         completion_tokens=usage.get("completion_tokens", 0),

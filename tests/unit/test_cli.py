@@ -9,14 +9,6 @@ from haystack_fusion.testing import ScriptedChatGenerator
 from tests.file_server import closed_port_url
 
 
-def test_answer_checks_flag():
-    assert build_parser().parse_args(["ask", "Who?"]).answer_checks == "on"
-    assert (
-        build_parser().parse_args(["eval", "--dataset", "d", "--out", "o", "--answer-checks", "off"]).answer_checks
-        == "off"
-    )
-
-
 def test_strategy_options_parse():
     args = build_parser().parse_args(
         ["ask", "Who?", "--strategy", "sure", "--num-candidates", "3", "--candidate-prompt", "zero-shot"]
@@ -63,8 +55,6 @@ def test_uncertainty_options_parse():
     options = _strategy_options(args, "openai")
     assert (options["min_confidence"], options["min_vote_share"], options["verifier_scoring"]) == (0.3, 0.6, "text")
     assert _backends(args).logprobs is True
-    report = build_parser().parse_args(["report", "run", "--out", "o", "--exclude-sample", "200", "--seed", "0"])
-    assert report.exclude_sample == 200
 
 
 def test_exhaustive_cascade_is_read_from_the_run_manifest(tmp_path):
@@ -197,12 +187,6 @@ class TestIndexCommand:
 
 
 LATIN1 = "Caf\u00e9 na\u00efve fa\u00e7ade".encode("latin-1")
-
-
-def test_vote_options():
-    args = build_parser().parse_args(["eval", "--dataset", "d", "--out", "o", "--vote", "overlap"])
-    assert (args.vote, args.overlap_threshold) == ("overlap", 0.5)
-    assert build_parser().parse_args(["ask", "Who?"]).vote == "exact"
 
 
 def subcommand_parsers() -> dict[str, argparse.ArgumentParser]:
