@@ -262,8 +262,7 @@ and the F1 of a one-word answer against a three-word answer that holds it ("Gaul
 one gives 0.67). What it costs: two two-word answers that share one word also reach 0.5 and agree ("New York" / "New
 Jersey"), as do longer answers that share most of their words ("Battle of Trafalgar" / "Battle of Britain": 0.67);
 below 0.5, a two-word and a three-word answer sharing one word (0.4) would agree too. Answers held inside another
-agree by containment whatever the threshold (`answers_agree`). research/notes/evaluation.md, "Overlap voting", reports
-other thresholds on the same replies."""
+agree by containment whatever the threshold (`answers_agree`)."""
 
 
 def token_f1(prediction: str, gold: str) -> float:

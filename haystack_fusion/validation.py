@@ -21,7 +21,7 @@ text that is not an answer although it has an answer's shape:
 
 A rejected answer is not an abstention: components return it as an empty answer whose `meta` says
 `answer_source="invalid"`, with the reason and the rejected text (`invalid_answer`), and the evaluation counts it
-apart from "unknown" (research/notes/evaluation.md, "Answers that are not answers").
+apart from "unknown".
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def repeats_question(answer: str, question: str) -> bool:
     rightly made of the question's words ("polynomial time" for "What measurement of time is used in polynomial time
     reduction?", 2 of the 467 gold answers of our SQuAD 2.0 subset), and the first of three or more alternatives
     answered with two or more words ("Rome Italy" for "Which is oldest: Rome Italy, Athens or Cairo?"), which is not
-    next to an "or"; both count as repeats (research/notes/evaluation.md, "Answers that repeat the question").
+    next to an "or"; both count as repeats.
 
     :param answer: The answer as read from the reply.
     :param question: The question it answers.

@@ -223,7 +223,7 @@ def replay(
 
     Needs, per question, a `concatenation` record with a confidence and a `post_fusion` record at the same k and
     setting (and, for a share, a `cascade` record made with `EXHAUSTIVE` settings, whose answer is read for a split
-    vote); other questions are left out of every row. tau None replays the text-only fallback (Liu et al.).
+    vote); other questions are in no row. tau None replays the text-only fallback (Liu et al.).
 
     :returns: (k, setting) -> question id -> `Replayed`, for the questions that have every record needed.
     """

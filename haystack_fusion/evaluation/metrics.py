@@ -260,8 +260,8 @@ def with_answer_outcome(
       is one reply read by an answer builder), whether it is "length"; otherwise whether any call of the question
       was cut (`truncated_calls > 0`): an answer voted from several replies or chosen by SuRe has no one reply.
 
-    Records made before these flags existed have no `answer_source == "invalid"` and no `truncated` count: their
-    scores come back as they were, with `empty` set and `truncated` False. Applying it twice changes nothing.
+    A record with no `answer_source == "invalid"` and no `truncated` count scores as it is, with `empty` set and
+    `truncated` False. Applying it twice changes nothing.
 
     :param score: The question's score (`unknown` as `is_unknown` gave it).
     :param prediction: The final answer as recorded.

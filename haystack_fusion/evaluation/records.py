@@ -61,7 +61,7 @@ RUNTIME_SETTINGS = (
     "index",
 )
 """Init parameters that change speed, what a reply reports (token log-probabilities) or where a model or store is
-reached (a server URL, a document store's index name, random by default), not predictions: left out of
+reached (a server URL, a document store's index name, random by default), not predictions: not part of
 fingerprints, so a run resumes with other values of them."""
 
 

@@ -5,7 +5,7 @@ Every rate (EM, F1, accuracy, %Unk, reject rate, recall@k) carries a 95% bootstr
 questions it is computed on, and every strategy is compared with a baseline (by default `concatenation`) by the paired
 bootstrap confidence interval of its EM and F1 difference (Kim et al., Appendix H; `haystack_fusion.evaluation.stats`).
 
-Answers that are not answers (research/notes/evaluation.md, "Answers that are not answers"): every record's score gets
+Answers that are not answers: every record's score gets
 its flags from the record (`metrics.with_answer_outcome`: empty, invalid, truncated; an invalid answer is not unknown),
 and an "Answer outcomes" table counts them per run, with the share of final answers that copy a demonstration answer of
 the strategy's few-shot prompts (`demonstration_copies`).
@@ -77,8 +77,8 @@ def _interval(interval: Sequence[float] | None) -> list[float] | None:
 
 def outcome_records(records: Sequence[QuestionRecord]) -> list[QuestionRecord]:
     """
-    The records with their scores' answer-outcome flags set from the records (`metrics.with_answer_outcome`): a
-    record made before the flags existed scores as it did; an invalid answer is not unknown and scores 0.
+    The records with their scores' answer-outcome flags set from the records (`metrics.with_answer_outcome`): an
+    invalid answer is not unknown and scores 0.
 
     :param records: Question records, as read or rescored.
     :returns: New records, in the same order.
