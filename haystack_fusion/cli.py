@@ -293,19 +293,6 @@ def _eval_retriever_factory(config: BackendConfig, documents: list[Any]) -> Any:
     return lambda: backend_retriever(config, store)
 
 
-def _exhaustive_cascade(runs: list[str]) -> bool:
-    """Whether a run folder's cascade records were made with tau = s = 1 (`calibration.EXHAUSTIVE`), so the report
-    can replay cascade at every (tau, s)."""
-    from haystack_fusion.evaluation.calibration import EXHAUSTIVE
-    from haystack_fusion.evaluation.records import read_run_manifest
-
-    for run in runs:
-        options = read_run_manifest(run).get("strategy_options") or {}
-        if all(options.get(k) == v for k, v in EXHAUSTIVE.items()):
-            return True
-    return False
-
-
 def cmd_eval(args: argparse.Namespace) -> int:
     """`haystack-fusion eval`: strategies over a dataset on any backend, with the papers' metrics and settings."""
     from haystack_fusion.evaluation.datasets import load_dataset
@@ -398,8 +385,7 @@ def _write_report(
     records: list[Any], out: str, *, title: str, dataset: Any, args: argparse.Namespace, notes: list[str]
 ) -> None:
     """
-    The report of `eval` and `report`, with their `--baseline`, `--sas` and `--confidence-threshold`, and the run
-    folder's notes (`run.json`).
+    The report of `eval` and `report`, with their `--baseline` and `--sas`, and the run folder's notes (`run.json`).
     """
     from haystack_fusion.evaluation.report import write_report
 
@@ -408,22 +394,7 @@ def _write_report(
         from haystack_fusion.evaluation.haystack_eval import records_sas
 
         sas_scores = records_sas(records, dataset)
-    thresholds = None
-    if args.confidence_threshold:
-        thresholds = [float(value) for value in str(args.confidence_threshold).split(",") if value.strip()]
-        if not all(0.0 < value <= 1.0 for value in thresholds):
-            raise ValueError(f"--confidence-threshold values must be in (0, 1], got {args.confidence_threshold}")
-    runs = list(getattr(args, "runs", None) or [out])
-    write_report(
-        records,
-        out,
-        title=title,
-        baseline=args.baseline,
-        sas=sas_scores,
-        thresholds=thresholds,
-        exhaustive=_exhaustive_cascade(runs),
-        notes=notes,
-    )
+    write_report(records, out, title=title, baseline=args.baseline, sas=sas_scores, notes=notes)
     print((Path(out) / "results.md").read_text(encoding="utf-8"))
 
 
@@ -621,11 +592,6 @@ def build_parser() -> argparse.ArgumentParser:
         )
 
     def report_options(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument(
-            "--confidence-threshold",
-            help="tau values of the report's replayed concat_pf / cascade sweep, comma-separated (default: 0.05, "
-            "0.10, ..., 0.95); replayed exactly from the concatenation and post_fusion records of the run",
-        )
         sub.add_argument(
             "--baseline",
             help="strategy the others are compared with: paired bootstrap CI of the EM and F1 difference over the "

@@ -300,8 +300,8 @@ def write_run_manifest(
     :param notes: What the report should say beside the figures (`Evaluator.notes`); added to those already in
         `run.json` under `notes`, each once.
     :param strategy_options: The `StrategyConfig` fields the run set (`EvalConfig.strategy_options`), kept as JSON
-        (a component as its text) so that the report knows how the records were made, e.g. a `cascade` run with
-        tau = s = 1 (`calibration.EXHAUSTIVE`); None keeps those already in `run.json`.
+        (a component as its text), so the folder says how its records were made; None keeps those already in
+        `run.json`.
     """
     previous = read_run_manifest(folder)
     runtimes = list(previous.get("runtimes") or [])

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from haystack_fusion.evaluation.calibration import DEFAULT_THRESHOLDS, calibration_report
+from haystack_fusion.evaluation.calibration import calibration_report
 from haystack_fusion.evaluation.metrics import QuestionScore, outcome_counts, summarize, with_answer_outcome
 from haystack_fusion.evaluation.runner import QuestionRecord
 from haystack_fusion.evaluation.stats import (
@@ -540,8 +540,6 @@ def write_report(
     baseline: str | None = None,
     seed: int = DEFAULT_SEED,
     sas: Mapping[tuple[str, int, str, str], float | None] | None = None,
-    thresholds: Sequence[float] | None = None,
-    exhaustive: bool = False,
     notes: Sequence[str] = (),
 ) -> dict[str, Any]:
     """
@@ -561,10 +559,6 @@ def write_report(
     :param seed: The seed of the bootstrap's random generator, reported in both files.
     :param sas: Semantic answer similarity per record key (`haystack_eval.records_sas`); adds `sas` and `sas_ci` to
         the summaries and a SAS table (`add_sas`).
-    :param thresholds: The tau grid of the replayed fallback sweep (`calibration.calibration_report`); None: 0.05
-        to 0.95. The calibration sections go to `summary.json` under `calibration`.
-    :param exhaustive: The cascade records were made with tau = s = 1 (`calibration.EXHAUSTIVE`): replay cascade
-        at every (tau, s) too.
     :param notes: What the run's figures do not show, one line each (`Evaluator.notes`, kept in the run folder's
         `run.json`): `summary.json` lists them under `notes`, and `results.md` puts each under the title as "Note: ...".
     :returns: The summary that was written.
@@ -586,8 +580,7 @@ def write_report(
     if sas is not None:
         add_sas(summaries, records, sas, seed=seed)
     bootstrap = bootstrap_settings(seed)
-    grid = DEFAULT_THRESHOLDS if thresholds is None else tuple(thresholds)
-    calibrated, calibration = calibration_report(records, out, thresholds=grid, seed=seed, exhaustive=exhaustive)
+    calibrated, calibration = calibration_report(records, out, seed=seed)
     summary = {
         "title": title,
         "baseline": resolved,

@@ -57,21 +57,6 @@ def test_uncertainty_options_parse():
     assert _backends(args).logprobs is True
 
 
-def test_exhaustive_cascade_is_read_from_the_run_manifest(tmp_path):
-    from haystack_fusion.cli import _exhaustive_cascade
-    from haystack_fusion.evaluation.records import write_run_manifest
-
-    run = tmp_path / "run"
-    run.mkdir()
-    assert _exhaustive_cascade([str(run)]) is False
-    write_run_manifest(run, title="t", dataset="d.json", strategy_options={"min_confidence": 0.25})
-    assert _exhaustive_cascade([str(run)]) is False
-    write_run_manifest(
-        run, title="t", dataset="d.json", strategy_options={"min_confidence": 1.0, "min_vote_share": 1.0}
-    )
-    assert _exhaustive_cascade([str(run)]) is True
-
-
 DEMO_SQUAD = {
     "version": "v2.0",
     "data": [
