@@ -19,7 +19,7 @@ import dataclasses
 import json
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -281,15 +281,15 @@ def _rate(s: dict[str, Any], key: str, percent: bool = False) -> str:
     return f"{cell} [{interval[0]:.1f}, {interval[1]:.1f}]" if s[key] is not None and interval else cell
 
 
-def _row(s: dict[str, Any], *, with_setting: bool) -> str:
-    setting = f" {s['setting']} |" if with_setting else ""
-    return (
-        f"| {s['strategy']} |{setting} {s['top_k']} | {_rate(s, 'em')} | {_rate(s, 'f1')} "
-        f"| {_rate(s, 'unknown_rate', True)} | {_cell(s['nm_rate'], True)} | {_rate(s, 'accuracy')} "
-        f"| {_rate(s, 'reject_rate', True)} | {_rate(s, 'recall_at_k', True)} "
-        f"| {_cell(s['calls_per_question'], digits=2)} | {_cell(s['tokens_per_question'], digits=0)} "
-        f"| {_cell(s['latency_p50'], digits=2)} | {_cell(s['latency_p95'], digits=2)} |"
-    )
+def _table(runs: Sequence[dict[str, Any]], columns: dict[str, Callable[[dict[str, Any]], Any]], setting: bool) -> str:
+    """A markdown table of one row per run: strategy, (setting,) top-k, then `columns` (header -> cell of a run)."""
+    names = ["strategy", *(["setting"] if setting else []), "top-k", *columns]
+    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
+    for s in runs:
+        cells = [s["strategy"], *([s["setting"]] if setting else []), s["top_k"]]
+        cells += [cell(s) for cell in columns.values()]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    return "\n".join(lines)
 
 
 def _signed(value: float) -> str:
@@ -314,24 +314,18 @@ def _difference_table(summaries: Sequence[dict[str, Any]], baseline: str, *, wit
     compared = [s for s in summaries if s["strategy"] != baseline and "em_diff" in s]
     if not compared:
         return ""
-    header = (
-        f"| strategy |{' setting |' if with_setting else ''} top-k | ΔEM | ΔF1 | n |\n"
-        f"|---|{'---|' if with_setting else ''}---|---|---|---|"
-    )
-    rows = []
-    for s in compared:
-        setting = f" {s['setting']} |" if with_setting else ""
-        rows.append(
-            f"| {s['strategy']} |{setting} {s['top_k']} | {_difference(s, 'em')} | {_difference(s, 'f1')} "
-            f"| {s.get('paired_questions', 0)} |"
-        )
+    columns = {
+        "ΔEM": lambda s: _difference(s, "em"),
+        "ΔF1": lambda s: _difference(s, "f1"),
+        "n": lambda s: s.get("paired_questions", 0),
+    }
+    table = _table(compared, columns, with_setting)
     note = (
         f"ΔEM and ΔF1: percentage points, strategy minus {baseline} at the same top-k and setting, over the n "
         "answerable questions both answered; brackets: paired 95% bootstrap confidence interval (the same resampled "
         "questions for both strategies). * marks a difference whose interval excludes 0."
     )
-    title = f"Paired difference vs {baseline} (answerable questions)"
-    return f"\n\n{title}\n\n{header}\n" + "\n".join(rows) + f"\n\n{note}"
+    return f"\n\nPaired difference vs {baseline} (answerable questions)\n\n{table}\n\n{note}"
 
 
 def markdown_table(
@@ -357,12 +351,19 @@ def markdown_table(
     :returns: Markdown text.
     """
     several = len({s["setting"] for s in summaries}) > 1
-    header = (
-        f"| strategy |{' setting |' if several else ''} top-k | EM | F1 | %Unk | %NM | accuracy | reject rate "
-        f"| recall@k | calls/q | tokens/q | p50 s | p95 s |\n|---|{'---|' if several else ''}---|---|---|---|---|"
-        "---|---|---|---|---|---|---|"
-    )
-    rows = [_row(s, with_setting=several) for s in summaries]
+    columns: dict[str, Callable[[dict[str, Any]], Any]] = {
+        "EM": lambda s: _rate(s, "em"),
+        "F1": lambda s: _rate(s, "f1"),
+        "%Unk": lambda s: _rate(s, "unknown_rate", True),
+        "%NM": lambda s: _cell(s["nm_rate"], True),
+        "accuracy": lambda s: _rate(s, "accuracy"),
+        "reject rate": lambda s: _rate(s, "reject_rate", True),
+        "recall@k": lambda s: _rate(s, "recall_at_k", True),
+        "calls/q": lambda s: _cell(s["calls_per_question"], digits=2),
+        "tokens/q": lambda s: _cell(s["tokens_per_question"], digits=0),
+        "p50 s": lambda s: _cell(s["latency_p50"], digits=2),
+        "p95 s": lambda s: _cell(s["latency_p95"], digits=2),
+    }
     first = summaries[0] if summaries else {}
     notes = (
         f"\n\n{first.get('answerable', 0)} answerable and {first.get('unanswerable', 0)} unanswerable questions; "
@@ -380,7 +381,7 @@ def markdown_table(
             + " (Kim et al., Appendix H); none with fewer than two questions."
         )
     differences = _difference_table(summaries, baseline, with_setting=several) if baseline else ""
-    return (f"{title}\n\n" if title else "") + header + "\n" + "\n".join(rows) + notes + differences + "\n"
+    return (f"{title}\n\n" if title else "") + _table(summaries, columns, several) + notes + differences + "\n"
 
 
 def _em_lines(points: Sequence[tuple[str, Any, float]], path: Path, *, xlabel: str, title: str) -> Path:
@@ -484,20 +485,21 @@ def _outcome_table(summaries: Sequence[dict[str, Any]], *, with_setting: bool) -
     runs = [s for s in summaries if "answered_count" in s]
     if not runs:
         return ""
-    header = (
-        f"| strategy |{' setting |' if with_setting else ''} top-k | questions | answered | unknown | empty | invalid "
-        "| truncated | cut calls | demo copies | demo copy rate | demo rejected |\n"
-        f"|---|{'---|' if with_setting else ''}---|---|---|---|---|---|---|---|---|---|---|"
-    )
-    rows = []
-    for s in runs:
-        setting = f" {s['setting']} |" if with_setting else ""
-        rows.append(
-            f"| {s['strategy']} |{setting} {s['top_k']} | {s['questions']} | {s['answered_count']} "
-            f"| {s['unknown_count']} | {s['empty_count']} | {s['invalid_count']} | {s['truncated_count']} "
-            f"| {s['truncated_calls']} | {s['demo_copy_count']} | {_rate(s, 'demo_copy_rate', True)} "
-            f"| {s['demo_rejected_count']} |"
+    columns: dict[str, Callable[[dict[str, Any]], Any]] = {
+        name: (lambda s, key=key: s[key])
+        for name, key in (
+            ("questions", "questions"),
+            ("answered", "answered_count"),
+            ("unknown", "unknown_count"),
+            ("empty", "empty_count"),
+            ("invalid", "invalid_count"),
+            ("truncated", "truncated_count"),
+            ("cut calls", "truncated_calls"),
+            ("demo copies", "demo_copy_count"),
         )
+    }
+    columns["demo copy rate"] = lambda s: _rate(s, "demo_copy_rate", True)
+    columns["demo rejected"] = lambda s: s["demo_rejected_count"]
     note = (
         "Counts over all questions (answerable and unanswerable). answered: neither empty, invalid nor unknown. "
         "unknown: abstentions (%Unk and the reject rate count these). empty: blank answers, the rejected ones "
@@ -509,27 +511,21 @@ def _outcome_table(summaries: Sequence[dict[str, Any]], *, with_setting: bool) -
         "strategy's prompts (rate over all questions, brackets as above; - for a strategy without demonstrations); "
         "demo rejected: answers the checks rejected as a demonstration answer."
     )
-    return f"\n\nAnswer outcomes\n\n{header}\n" + "\n".join(rows) + f"\n\n{note}"
+    return f"\n\nAnswer outcomes\n\n{_table(runs, columns, with_setting)}\n\n{note}"
 
 
 def _sas_table(summaries: Sequence[dict[str, Any]], *, with_setting: bool) -> str:
     """The SAS of each run with its interval, when `add_sas` gave one."""
     if not any(s.get("sas") is not None for s in summaries):
         return ""
-    setting_header = " setting |" if with_setting else ""
-    header = f"| strategy |{setting_header} top-k | SAS |\n|---|{'---|' if with_setting else ''}---|---|"
-    rows = []
-    for s in summaries:
-        setting = f" {s['setting']} |" if with_setting else ""
-        rows.append(f"| {s['strategy']} |{setting} {s['top_k']} | {_rate(s, 'sas')} |")
+    table = _table(summaries, {"SAS": lambda s: _rate(s, "sas")}, with_setting)
     note = (
         "SAS: semantic answer similarity x100, the cosine similarity of the prediction's and the best gold answer's "
         "all-MiniLM-L6-v2 embeddings (Haystack's SASEvaluator), mean over the answerable questions; brackets as "
         "above. It credits long answers that EM misses, but a long right answer can score below a short wrong one: "
         "read it with accuracy (docs/evaluation-haystack.md)."
     )
-    title = "Semantic answer similarity (answerable questions)"
-    return f"\n\n{title}\n\n{header}\n" + "\n".join(rows) + f"\n\n{note}\n"
+    return f"\n\nSemantic answer similarity (answerable questions)\n\n{table}\n\n{note}\n"
 
 
 def write_report(
