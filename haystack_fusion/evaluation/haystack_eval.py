@@ -89,7 +89,7 @@ def _questions_in_order(records: Sequence[QuestionRecord], dataset: EvalDataset)
 
 
 def _group(records: Sequence[QuestionRecord]) -> dict[tuple[str, int, str], dict[str, QuestionRecord]]:
-    """Records by (strategy, k, setting), then question id, in first-appearance order; a repeated key keeps one."""
+    """Records by (strategy, k, setting), then question id, in first-appearance order (a repeated key: its first)."""
     groups: dict[tuple[str, int, str], dict[str, QuestionRecord]] = {}
     duplicates = 0
     for record in records:

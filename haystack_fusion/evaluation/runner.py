@@ -197,19 +197,14 @@ class Evaluator:
     """
     Runs strategies over a dataset and appends one record per answered question to `out/results.jsonl`.
 
-    Records already in the file are not asked again, so re-running with the same `out` resumes, after a crash or a
-    SIGKILL too (see `haystack_fusion.evaluation.records`). Every record carries the fingerprint of the pipeline and
-    prompts that produced it (`records.run_fingerprint`); resuming with other settings (a changed prompt, model or
-    option) raises `FingerprintMismatchError` instead of mixing records.
+    Records already in the file are not asked again, so re-running with the same `out` resumes, after a SIGKILL too
+    (`records`). Each record carries its pipeline's and prompts' fingerprint (`records.run_fingerprint`); resuming
+    with other settings raises `FingerprintMismatchError` instead of mixing records.
 
-    Nothing is lost to a fault: a question whose pipeline raised (a call of the concatenation stage that failed after
-    the client's retries, a malformed reply) or one of whose LLM calls failed gets a failed record that says what
-    failed (`QuestionRecord.error`), and the run goes on; reports leave failed records out, and re-running the same
-    command asks those questions again, and only those. Retries and timeouts stay the generator's (`max_retries`,
-    `timeout`). Two kinds of failure stop the run instead, raising the error: one no retry can cure (a refused API
-    key, a missing model: `CONFIGURATION_ERRORS`), and `FAILURES_IN_A_ROW_TO_STOP` questions in a row failing
-    outright (the backend is down). `EvalConfig.max_calls_in_flight` bounds the LLM calls in flight in the whole
-    process.
+    A question whose pipeline raised, or one of whose LLM calls failed after the client's retries, gets a failed
+    record that says what failed (`QuestionRecord.error`) and the run goes on; reports leave it out and re-running the
+    same command asks it again. The run stops, raising, on an error no retry can cure (`CONFIGURATION_ERRORS`) or
+    after `FAILURES_IN_A_ROW_TO_STOP` questions in a row failed outright.
 
     ### Usage example
     ```python
@@ -233,10 +228,7 @@ class Evaluator:
     ).run()
     ```
 
-    :param dataset: The questions and the passage corpus.
-    :param config: The `EvalConfig`.
-    :param out: The output folder.
-    :param retriever_factory: Makes a fresh retriever (one per pipeline), e.g. an InMemoryBM25Retriever.
+    :param retriever_factory: Makes a fresh retriever (one per pipeline).
     :param generator_factory: Makes a fresh ChatGenerator (one per pipeline).
     """
 
@@ -272,14 +264,7 @@ class Evaluator:
         )
 
     def fingerprint(self, strategy: str, top_k: int, setting: PassageSetting) -> str:
-        """
-        The fingerprint a run's records carry: `records.run_fingerprint` of the pipeline the run builds.
-
-        :param strategy: The strategy name.
-        :param top_k: Passages retrieved.
-        :param setting: The passage setting.
-        :returns: 16 hex digits.
-        """
+        """The fingerprint a run's records carry: `records.run_fingerprint` of the pipeline the run builds."""
         return run_fingerprint(self._pipeline(strategy, top_k, setting, self.generator_factory()))
 
     def _answer(self, pipeline: Pipeline, strategy: str, top_k: int, setting: PassageSetting,
@@ -470,12 +455,7 @@ class Evaluator:
         return [done[(*run, q.id)] for run in runs for q in questions if (*run, q.id) in done]
 
     def failures(self) -> list[QuestionRecord]:
-        """
-        The failed records of the output folder's results that no later run replaced: the questions re-running the
-        same command will ask again.
-
-        :returns: Failed records (`QuestionRecord.error` says what failed), in the order they first failed.
-        """
+        """The failed records that no later record replaced (`read_failures`): what re-running will ask again."""
         return read_failures(self.out / RESULTS_FILE)
 
     def closed_book_filter(self, questions: list[Question]) -> list[Question]:
