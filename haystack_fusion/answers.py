@@ -275,8 +275,7 @@ def check_vote_mode(vote: str) -> VoteMode:
 
 def answers_agree(first: str, second: str, threshold: float = DEFAULT_OVERLAP_THRESHOLD) -> bool:
     """
-    Whether two answers say the same thing for overlap voting: the rule `overlap_vote` clusters with and %NM's
-    overlap reading (`evaluation.metrics.gold_in_pool(vote="overlap")`) matches with.
+    Whether two answers say the same thing for overlap voting: the rule `overlap_vote` clusters with.
 
     They agree when their normalized tokens are equal, their token F1 reaches `threshold`, or one's tokens occur as a
     contiguous run in the other's (containment: "2BP" in "2-bromopalmitic acid (2-BP)"). Symmetric.
