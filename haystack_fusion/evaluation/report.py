@@ -14,6 +14,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -416,7 +417,7 @@ def _outcome_table(summaries: Sequence[dict[str, Any]], *, with_setting: bool) -
     if not runs:
         return ""
     columns: dict[str, Callable[[dict[str, Any]], Any]] = {
-        name: (lambda s, key=key: s[key])
+        name: itemgetter(key)
         for name, key in (
             ("questions", "questions"),
             ("answered", "answered_count"),
