@@ -1,19 +1,12 @@
 """
-Calibration of answer confidence, from evaluation records: AUROC, selective answering, and the fallback thresholds.
+Calibration of answer confidence, from evaluation records: AUROC, selective answering, and `concat_pf`'s threshold.
 
-A record's confidence is `evidence["confidence"]`, the geometric mean of its answer tokens' probabilities
-(`haystack_fusion.answers.answer_confidence`), recorded when the LLM returned token log-probabilities. For an answer
-that abstains ("unknown") it is the confidence in abstaining, so the confidence that the system *answers* is
-`answering_confidence`: the confidence of a real answer, 1 minus it for an abstention.
-
-Two readings of its AUROC (the probability that a random positive question gets a higher answering confidence than
-a random negative one; `scipy.stats.mannwhitneyu`'s U over n+ x n-, ties counting half):
-- `correct`: among answerable questions, positives are those answered exactly right (EM = 1);
-- `answerable`: over all questions, positives are the answerable ones (can confidence tell a question the passages
-  answer from one they cannot; SQuAD 2.0's unanswerable questions).
-
-SQuAD 2.0 EM (`squad2_em`) is the official overall exact match: an answerable question counts when its answer matches
-a gold answer, an unanswerable one when the system abstains. It is what the thresholds are chosen for.
+A record's confidence is `evidence["confidence"]` (`answers.answer_confidence`, the geometric mean of the answer tokens'
+probabilities), recorded when the LLM returned log-probabilities; for an abstention it is the confidence in abstaining,
+so the confidence that the system *answers* is `answering_confidence`. Its AUROC (`scipy.stats.mannwhitneyu`'s U over n+
+x n-, ties counting half) is read two ways: `correct` (answered exactly right, among answerable questions) and
+`answerable` (answerable against unanswerable questions). SQuAD 2.0 EM (`squad2_em`) counts an answerable question when
+its answer matches and an unanswerable one when the system abstains.
 
 `concat_pf`'s threshold tau is replayed from records, exactly: decoding is greedy, so `concat_pf` at tau answers with
 the concatenation record's answer unless it abstains or its confidence is below tau, and then with the post_fusion

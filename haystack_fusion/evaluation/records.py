@@ -1,24 +1,15 @@
 """
 Evaluation records: one JSON line per answered question, fingerprinted, safe to resume.
 
-A run folder holds:
+A run folder holds `results.jsonl` (the `QuestionRecord`s: ids, predictions, evidence, scores, usage, the ids of the
+passages shown and the fingerprint of what produced them; no question, gold or passage text, so `haystack-fusion
+report` rebuilds the figures from the records and the dataset), `evidence_text.jsonl` (model text that may quote
+passages: SuRe's summaries, Chain-of-Note's notes; git-ignored) and `run.json` (`write_run_manifest`).
 
-- `results.jsonl`: the records (`QuestionRecord`): question ids, predictions, flags and scores, usage and latency,
-  the ids of the passages shown, and the fingerprint of what produced them (`run_fingerprint`). No question, gold
-  answer or passage text is stored beside the prediction, so `haystack-fusion report` rebuilds the figures from the
-  records and the dataset file.
-- `evidence_text.jsonl`: the model's free text that may quote passages (SuRe's summaries, Chain-of-Note's notes),
-  kept apart from the records for `--export-notes` and for reading, and listed in the folder's `.gitignore`.
-- `run.json`: the manifest (`write_run_manifest`): the report's title, the dataset, the command, the strategy options.
-
-Writes are appends of whole lines followed by `fsync`; a run killed mid-write (SIGKILL) leaves at most one torn last
-line, which `repair` cuts off before the next append, so resuming neither tears nor duplicates a record.
-
-A question whose answer could not be made cleanly (its pipeline raised, or one of its LLM calls failed after the
-client's retries) still gets a line: a failed record, whose `error` says what failed. Reading a file skips failed
-records (`read_records`), so a report scores only clean answers and re-running the same command asks exactly the
-failed questions again; their new lines follow the old ones, which stay (`read_failures` lists the failures that no
-later record replaced). Records of clean answers carry no `error` key.
+Writes are whole-line appends followed by `fsync`; a run killed mid-write leaves at most one torn last line, which
+`repair` cuts off before the next append. A question whose pipeline raised or one of whose LLM calls failed gets a
+failed record whose `error` says what failed; `read_records` skips failed records, so a report scores only clean
+answers and re-running asks exactly the failed questions again (`read_failures`).
 """
 
 from __future__ import annotations
