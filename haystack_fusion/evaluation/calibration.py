@@ -90,10 +90,8 @@ def auroc(
 
 def calibration(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED) -> list[dict[str, Any]]:
     """
-    Both AUROC readings for every run (strategy, k, setting) whose records carry confidences.
-
-    :returns: Per run: `strategy`, `top_k`, `setting`, `n` (records with a confidence), `correct` and `answerable`
-        (each an `auroc` result, or None when a class is missing).
+    Both AUROC readings for every run with confidences: `strategy`, `top_k`, `setting`, `n` (records with a
+    confidence), `correct` and `answerable` (each an `auroc` result, or None when a class is missing).
     """
     rows = []
     for (strategy, top_k, setting), group in _runs(records).items():
@@ -116,14 +114,11 @@ def calibration(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED) 
 
 def selective_curve(records: Sequence[QuestionRecord]) -> list[tuple[float, float]]:
     """
-    Accuracy against coverage as the confidence threshold varies (selective answering).
+    Accuracy against coverage as the confidence threshold varies (selective answering): at threshold t the system
+    answers the non-unknown answers with confidence >= t. Coverage: answered share of all questions; accuracy: share
+    of the answered ones exactly right (an answered unanswerable question is wrong).
 
-    At each threshold t the system answers the questions whose answer is not "unknown" and whose confidence is at
-    least t, and abstains on the rest. Coverage is the share of all questions answered; accuracy is the share of
-    answered questions answered exactly right (an answered unanswerable question is wrong).
-
-    :param records: One run's records with confidences.
-    :returns: (coverage, accuracy) points in percent, from the highest threshold down; none when nothing answers.
+    :returns: (coverage, accuracy) points in percent, from the highest threshold down.
     """
     answered = sorted(
         (float(r.evidence["confidence"]), r.answerable and r.score.em == 1.0)
@@ -285,12 +280,10 @@ def _runs(records: Sequence[QuestionRecord]) -> dict[tuple[str, int, str], list[
 
 def verification_stats(records: Sequence[QuestionRecord]) -> list[dict[str, Any]]:
     """
-    How much SuRe's verification decided, per run with verifier scores (Kim et al., Eq. 4-6).
-
-    :returns: Per run: `strategy`, `top_k`, `setting`, `verified` (questions with 2+ scored candidates),
-        `not_all_valid` (% of them whose validity was not True, or >= 0.5, for every candidate), `first_wins` (% won
-        by candidate (a), the first proposed) and `label_summaries` (% of summaries that are only a candidate's label,
-        over the records that counted them).
+    How much SuRe's verification decided, per run with verifier scores (Kim et al., Eq. 4-6): `strategy`, `top_k`,
+    `setting`, `verified` (questions with 2+ scored candidates), and in % of them `not_all_valid` (some validity not
+    True, or below 0.5), `first_wins` (won by candidate (a)), and `label_summaries` (% of the summaries, over the
+    records that counted them, that are only a candidate's label).
     """
     rows = []
     for (strategy, top_k, setting), group in _runs(records).items():
@@ -331,13 +324,9 @@ def _reason_kind(reason: str | None) -> str:
 
 def stage_stats(records: Sequence[QuestionRecord]) -> list[dict[str, Any]]:
     """
-    Which stage of a fallback strategy answered, per run whose records carry a stage trace (`concat_pf`, `cascade`;
-    `strategies.stage_trace`).
-
-    :returns: Per run: `strategy`, `top_k`, `setting`, `n` (questions with a trace), `answered_at` (stage name ->
-        % of the n questions whose answer came from that stage, in pipeline order: concatenation, post_fusion,
-        sure) and `reasons` (stage name -> {reason -> number of questions that left that stage for it}: "unknown
-        answer", "low confidence", "split vote", "tie at the top").
+    Which stage of a fallback strategy answered, per run with stage traces (`concat_pf`, `cascade`): `strategy`,
+    `top_k`, `setting`, `n`, `answered_at` (stage -> % of the n questions, in pipeline order) and `reasons` (stage ->
+    {"unknown answer" | "low confidence" | "split vote" | "tie at the top" -> questions that left it for that}).
     """
     rows = []
     for (strategy, top_k, setting), group in _runs(records).items():
