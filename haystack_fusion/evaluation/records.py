@@ -72,12 +72,10 @@ class QuestionRecord:
     :param passages: Ids of the passages the strategy was shown, in rank order.
     :param score: The question's scores and costs (EM, F1, flags, tokens, calls, seconds).
     :param fingerprint: `run_fingerprint` of the pipeline that produced it.
-    :param redacted: Whether text was cut out of `prediction` or `evidence` after the record was made (by a tool
-        that rewrites records, not by the runner); its `score` was computed on the whole text and is kept as it is
-        when the record is rescored.
-    :param error: None for a clean answer; for a failed record, what failed, on one line: the component and
-        exception when the pipeline raised (`prediction` is then ""), or how many LLM calls failed and the first
-        errors when it answered all the same (`prediction`, and `evidence["failures"]`, are then kept for reading).
+    :param redacted: Whether a tool cut text out of `prediction` or `evidence` after the record was made; its
+        `score`, computed on the whole text, is kept when the record is rescored.
+    :param error: None for a clean answer; for a failed record, what failed on one line: the component and
+        exception when the pipeline raised (`prediction` ""), or how many LLM calls failed and the first errors.
     """
 
     strategy: str
@@ -284,15 +282,10 @@ def write_run_manifest(
     :param title: The report title (names the backend and model).
     :param dataset: The dataset path or URL the run answered.
     :param command: The `haystack-fusion` arguments of the run, if any.
-    :param runtime: The runtime that answers this time, e.g. the embedded model's llama.cpp build
-        (`backends.local.llama_cpp_runtime`). `run.json` keeps a list, `runtimes`, of every distinct runtime that
-        wrote to the folder, in order: a run resumed on another build holds records of each (greedy replies are
-        exact within one llama.cpp build only), and the list says so.
-    :param notes: What the report should say beside the figures (`Evaluator.notes`); added to those already in
-        `run.json` under `notes`, each once.
-    :param strategy_options: The `StrategyConfig` fields the run set (`EvalConfig.strategy_options`), kept as JSON
-        (a component as its text), so the folder says how its records were made; None keeps those already in
-        `run.json`.
+    :param runtime: The runtime that answers this time (the embedded model's llama.cpp build); `run.json` lists every
+        distinct one under `runtimes` (greedy replies are exact within one build only).
+    :param notes: What the report should say beside the figures (`Evaluator.notes`), added to those kept, each once.
+    :param strategy_options: The `StrategyConfig` fields the run set, as JSON; None keeps those in `run.json`.
     """
     previous = read_run_manifest(folder)
     runtimes = list(previous.get("runtimes") or [])
