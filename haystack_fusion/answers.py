@@ -1,11 +1,7 @@
 """
-Answer normalization, unknown detection, answer confidence, token F1 and voting (exact or overlap): pure functions
-shared by every component.
-
-One normalization (the official SQuAD evaluation's) serves voting and evaluation alike, and one unknown detector
-decides what counts as an abstention everywhere (Liu et al., section 3.1). One token F1 (the official SQuAD script's)
-serves the F1 metric and overlap voting, and one agreement rule (`answers_agree`) serves overlap voting and the %NM
-test of the evaluation (`evaluation.metrics.gold_in_pool`).
+Answer normalization, unknown detection, answer confidence, token F1 and voting: pure functions shared by every
+component, so voting, routing and evaluation agree on what "the same answer" (the official SQuAD normalization) and
+"unknown" (Liu et al., section 3.1) mean.
 """
 
 from __future__ import annotations
@@ -43,23 +39,15 @@ DEFAULT_UNKNOWN_PATTERNS: tuple[str, ...] = (
     r"\b(not|never) (mentioned|specified|provided|stated|given) in the\b",
     r"\bno (information|mention|answer) (is |was )?(given|provided|available|about|on|of)\b",
 )
-"""Regular expressions (searched in the lowercased answer) that mark an abstention.
-
-The first catches the literal "unknown" that the prompts ask for (Liu et al., section 3.1, Figure 7); the others
-catch the usual paraphrases models produce instead, such as "I don't know", "not enough information" and "the context
-does not contain / provide ..." (Liu et al., section 3.1 quotes "The provided input does not contain the context to
-answer the question.")."""
+"""Regular expressions (searched in the cleaned answer) that mark an abstention: the literal "unknown" the prompts ask
+for (Liu et al., section 3.1, Figure 7) and the usual paraphrases ("I don't know", "not enough information", "the
+context does not contain ...", which section 3.1 quotes)."""
 
 
 def normalize_answer(text: str) -> str:
     """
-    Normalize an answer the way the official SQuAD evaluation script does.
-
-    Lowercase, remove punctuation, remove the articles "a", "an" and "the", and collapse whitespace (Liu et al.,
-    section 4 "Evaluation Metrics"; Rajpurkar et al., 2016). Voting and the EM / F1 metrics both use it.
-
-    :param text: An answer string.
-    :returns: The normalized string; empty when the answer had only punctuation, articles or whitespace.
+    Normalize an answer as the official SQuAD evaluation does (Liu et al., section 4; Rajpurkar et al., 2016):
+    lowercase, no punctuation, no articles "a", "an", "the", whitespace collapsed; "" when nothing else is left.
     """
     text = text.lower()
     text = "".join(ch for ch in text if ch not in _PUNCTUATION)
@@ -68,12 +56,8 @@ def normalize_answer(text: str) -> str:
 
 
 def clean_answer(answer: str) -> str:
-    """
-    The form of an answer that the unknown patterns are searched in.
-
-    :param answer: An extracted answer.
-    :returns: The answer lowercased, without surrounding whitespace, quotes, asterisks and trailing punctuation.
-    """
+    """The answer the unknown patterns are searched in: lowercased, without surrounding whitespace, quotes, asterisks
+    and trailing punctuation."""
     return answer.strip().strip("\"'`*").rstrip(".!;: ").strip().lower()
 
 
@@ -84,14 +68,9 @@ _ASCII_LETTERS = frozenset(string.ascii_letters)
 
 def trim_answer(text: str) -> str:
     """
-    An answer or candidate read from a reply, trimmed: surrounding whitespace, quotes and markdown emphasis, and
-    trailing ".", ",", ";", ":" removed, repeatedly; a trailing abbreviation such as "D.C." keeps its period (SuRe's
-    candidates, Chain-of-Note's answers).
-
-    Works on indices, so a tail of thousands of "." or ",'" costs linear time, not a copy per character removed.
-
-    :param text: The text, whitespace already collapsed.
-    :returns: The trimmed text ("" when nothing is left).
+    An answer or candidate read from a reply (whitespace already collapsed), trimmed of surrounding whitespace, quotes,
+    markdown emphasis and trailing ".,;:", repeatedly; a trailing abbreviation such as "D.C." keeps its period. Linear
+    time in the text's length.
     """
     start, end = 0, len(text)
     previous = None
@@ -123,10 +102,8 @@ def _ends_with_abbreviation(text: str, start: int, end: int) -> bool:
 @dataclass(frozen=True)
 class UnknownDetector:
     """
-    Decides whether an answer is an abstention ("unknown"), the one rule every component shares.
-
-    An empty answer is unknown; otherwise the answer as `clean_answer` leaves it (lowercased, without surrounding
-    whitespace, quotes and trailing punctuation) is searched with each pattern.
+    Decides whether an answer is an abstention ("unknown"), the one rule every component shares: an empty answer is
+    unknown, else `clean_answer` of it is searched with each pattern.
 
     ### Usage example
     ```python
@@ -163,12 +140,7 @@ class UnknownDetector:
         return cls() if patterns is None else cls(tuple(patterns))
 
     def is_unknown(self, answer: str | None) -> bool:
-        """
-        Tell whether an answer abstains.
-
-        :param answer: The extracted answer text, or None for a failed call (which abstains).
-        :returns: True when the answer is empty or matches one of the patterns.
-        """
+        """Whether an answer abstains: None (a failed call), empty, or matching a pattern."""
         if answer is None:
             return True
         cleaned = clean_answer(answer)
@@ -182,15 +154,13 @@ class VoteResult:
     """
     The outcome of majority voting over per-passage answers (Liu et al., Eq. 2).
 
-    :param answer: The winning answer as the model wrote it (its first occurrence, from the best-ranked passage that
-        gave it), or "unknown" when every answer abstained.
-    :param votes: Normalized answer -> number of votes, winner first, then by votes (descending) and best passage
-        rank; abstentions are not in it.
+    :param answer: The winning answer as the model wrote it (from the best-ranked passage that gave it), or "unknown"
+        when nothing voted.
+    :param votes: Normalized answer -> votes, winner first, then by votes and best passage rank; no abstentions.
     :param candidates: The candidate pool: one surface form per normalized answer, in the order of `votes`.
     :param best_rank: Normalized answer -> 0-based rank of the best-ranked passage that gave it.
-    :param clusters: Overlap voting only (`overlap_vote`): representative's normalized answer -> the normalized answers
-        of its cluster, the representative first, in the order they joined; None for exact voting, where every
-        normalized answer is its own cluster.
+    :param clusters: With `overlap_vote`: representative -> the normalized answers of its cluster, representative
+        first; None for exact voting.
     """
 
     answer: str
@@ -211,16 +181,14 @@ def majority_vote(
     """
     Majority vote over answers, one per passage (or per sample), as in Liu et al., Eq. 2.
 
-    Answers are compared after `normalize_answer`, so "The Eiffel Tower" and "eiffel tower" vote together.
-    Abstentions ("unknown" and its paraphrases, as the detector decides) and failed calls (None) do not vote. A tie
-    goes to the answer given by the better-ranked passage (lower rank). When nothing votes, the answer is "unknown".
+    Answers are compared after `normalize_answer`; abstentions (by the detector, default `UnknownDetector()`) and failed
+    calls (None) do not vote; a tie goes to the better-ranked passage; with no vote the answer is "unknown".
 
     :param answers: The answers in passage order; None marks a failed call.
-    :param ranks: The 0-based retrieval rank of the passage behind each answer (same length as `answers`); defaults
-        to the position in `answers`. With p samples per passage, the p answers of one passage share its rank.
-    :param detector: The unknown detector; defaults to `UnknownDetector()`.
+    :param ranks: The 0-based retrieval rank of each answer's passage (p samples of a passage share it); defaults to
+        the position.
     :returns: A `VoteResult`.
-    :raises ValueError: If `ranks` is given with a different length than `answers`.
+    :raises ValueError: If `ranks` and `answers` differ in length.
     """
     detector = detector or UnknownDetector()
     if ranks is None:
@@ -262,22 +230,14 @@ and the F1 of a one-word answer against a three-word answer that holds it ("Gaul
 one gives 0.67). What it costs: two two-word answers that share one word also reach 0.5 and agree ("New York" / "New
 Jersey"), as do longer answers that share most of their words ("Battle of Trafalgar" / "Battle of Britain": 0.67);
 below 0.5, a two-word and a three-word answer sharing one word (0.4) would agree too. Answers held inside another
-agree by containment whatever the threshold (`answers_agree`). research/notes/evaluation.md, "Overlap voting", reports
-other thresholds on the same replies."""
+agree by containment whatever the threshold (`answers_agree`)."""
 
 
 def token_f1(prediction: str, gold: str) -> float:
     """
-    Official SQuAD token F1 between two answers (Liu et al., section 4 "Evaluation Metrics"; Rajpurkar et al., 2016).
-
-    Both sides are normalized with `normalize_answer` and split on whitespace; the overlap is the size of the
-    multiset intersection (Counter `&`); precision = overlap / prediction tokens, recall = overlap / gold tokens,
-    F1 = 2PR / (P + R). When either side has no tokens, F1 is 1.0 if both are empty and 0.0 otherwise. Symmetric in
-    its two arguments. `evaluation.metrics.f1` (best over the gold answers) and `answers_agree` use it.
-
-    :param prediction: One answer.
-    :param gold: The other answer.
-    :returns: A fraction in [0, 1].
+    Official SQuAD token F1 between two answers (Liu et al., section 4; Rajpurkar et al., 2016): tokens of
+    `normalize_answer`, overlap = multiset intersection, F1 = 2PR / (P + R); 1.0 if both have no tokens, 0.0 if one
+    has none. Symmetric; a fraction in [0, 1].
     """
     prediction_tokens = normalize_answer(prediction).split()
     gold_tokens = normalize_answer(gold).split()
@@ -300,26 +260,14 @@ def _contains(longer: Sequence[str], shorter: Sequence[str]) -> bool:
 
 
 def check_overlap_threshold(threshold: float) -> float:
-    """
-    Validate an overlap threshold.
-
-    :param threshold: A token F1 in (0, 1].
-    :returns: The threshold, as a float.
-    :raises ValueError: If it is not a number in (0, 1].
-    """
+    """The threshold as a float; ValueError unless it is a number in (0, 1]."""
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold <= 1:
         raise ValueError(f"`overlap_threshold` must be a number in (0, 1], got {threshold!r}")
     return float(threshold)
 
 
 def check_vote_mode(vote: str) -> VoteMode:
-    """
-    Validate a vote mode.
-
-    :param vote: `"exact"` or `"overlap"`.
-    :returns: The mode.
-    :raises ValueError: For any other value.
-    """
+    """The mode; ValueError unless it is "exact" or "overlap"."""
     if vote not in VOTE_MODES:
         raise ValueError(f"`vote` must be one of {', '.join(map(repr, VOTE_MODES))}, got {vote!r}")
     return vote  # type: ignore[return-value]
@@ -327,13 +275,10 @@ def check_vote_mode(vote: str) -> VoteMode:
 
 def answers_agree(first: str, second: str, threshold: float = DEFAULT_OVERLAP_THRESHOLD) -> bool:
     """
-    Whether two answers say the same thing for overlap voting: the rule `overlap_vote` clusters with and %NM's
-    overlap reading (`evaluation.metrics.gold_in_pool(vote="overlap")`) matches with.
+    Whether two answers say the same thing for overlap voting: the rule `overlap_vote` clusters with.
 
-    Both answers are normalized (`normalize_answer`) and split into tokens. They agree when their normalized forms
-    are equal, when their token F1 (`token_f1`) is at least `threshold`, or when one's token sequence occurs as a
-    contiguous run in the other's (containment: "2BP" and "2-bromopalmitic acid (2-BP)", whose normalized tokens are
-    `2bp` and `2bromopalmitic acid 2bp`). An answer with no tokens agrees only with another with none. Symmetric.
+    They agree when their normalized tokens are equal, their token F1 reaches `threshold`, or one's tokens occur as a
+    contiguous run in the other's (containment: "2BP" in "2-bromopalmitic acid (2-BP)"). Symmetric.
 
     ### Usage example
     ```python
@@ -344,10 +289,6 @@ def answers_agree(first: str, second: str, threshold: float = DEFAULT_OVERLAP_TH
     answers_agree("north Atlantic", "south Pacific coast")  # False (F1 0)
     ```
 
-    :param first: One answer.
-    :param second: The other.
-    :param threshold: The token F1 in (0, 1] at or above which they agree (`DEFAULT_OVERLAP_THRESHOLD`).
-    :returns: True when they agree.
     :raises ValueError: If `threshold` is not in (0, 1].
     """
     check_overlap_threshold(threshold)
@@ -374,14 +315,10 @@ def overlap_vote(
     Majority vote over clusters of agreeing answers: Liu et al.'s Eq. 2 with "the same answer" read as agreement
     (`answers_agree`) instead of equality after normalization.
 
-    Abstentions and failed calls do not vote, as in `majority_vote`. The distinct normalized answers are clustered
-    greedily by rank: taken in order of their best passage rank (then most votes, then first occurrence), each joins
-    the first cluster whose representative it agrees with, or starts a new cluster of which it is the
-    representative. The representative is thus the cluster's best-ranked member, and every member agrees with it
-    (clusters do not chain: A may agree with B and B with C without A and C in one cluster). A cluster's votes are
-    its members' votes; the cluster with the most votes wins, a tie going to the better-ranked representative; the
-    answer is the representative's surface form (as the best-ranked passage that gave it wrote it). The result is
-    the same for the same answers and ranks, whatever the order of equal-ranked passages' calls finishing.
+    Abstentions and failed calls do not vote. The distinct normalized answers, by best passage rank, each join the
+    first cluster whose representative (its best-ranked member) they agree with, or start one; clusters do not
+    chain. The cluster with the most votes wins (ties: the better-ranked representative), answered by its
+    representative's surface form. Deterministic for the same answers and ranks.
 
     ### Usage example
     ```python
@@ -393,10 +330,6 @@ def overlap_vote(
     result.clusters  # {'2bp': ['2bp', '2bromopalmitic acid 2bp'], 'palmitate': ['palmitate'], ...}
     ```
 
-    :param answers: The answers in passage order; None marks a failed call.
-    :param ranks: The 0-based retrieval rank of the passage behind each answer; defaults to the position.
-    :param detector: The unknown detector; defaults to `UnknownDetector()`.
-    :param threshold: Token F1 in (0, 1] at or above which answers agree (`DEFAULT_OVERLAP_THRESHOLD`).
     :returns: A `VoteResult` whose `votes`, `candidates` and `best_rank` are per cluster, keyed by the
         representative's normalized answer, and whose `clusters` lists each cluster's members.
     :raises ValueError: If `ranks` has a different length than `answers`, or `threshold` is not in (0, 1].
@@ -435,12 +368,6 @@ def vote_answers(
     """
     Vote in the given mode: `majority_vote` for `"exact"` (Liu et al., Eq. 2), `overlap_vote` for `"overlap"`.
 
-    :param answers: The answers in passage order; None marks a failed call.
-    :param ranks: The 0-based retrieval rank of the passage behind each answer; defaults to the position.
-    :param detector: The unknown detector; defaults to `UnknownDetector()`.
-    :param vote: `"exact"` or `"overlap"`.
-    :param threshold: The overlap threshold (ignored by exact voting).
-    :returns: A `VoteResult`.
     :raises ValueError: For an unknown mode, mismatched `ranks`, or a threshold outside (0, 1].
     """
     if check_vote_mode(vote) == "overlap":
@@ -450,15 +377,9 @@ def vote_answers(
 
 def token_logprobs(meta: Mapping[str, Any] | None) -> list[Mapping[str, Any]] | None:
     """
-    The per-token log-probabilities of a reply, as OpenAI-style generators put them in `meta["logprobs"]`.
-
-    Reads `meta["logprobs"]["content"]`: OpenAIChatGenerator's shape with `generation_kwargs={"logprobs": True}`,
-    and the embedded `LocalChatGenerator`'s. A `GeneratedAnswer` made by Haystack's AnswerBuilder carries its reply's
-    `meta`, so its `meta` works too.
-
-    :param meta: A reply's (or an AnswerBuilder answer's) `meta`.
-    :returns: The list of `{"token": str, "logprob": float, ...}` entries, in generation order; None when the meta
-        holds no log-probabilities (the generator returns none, or was not asked for them).
+    The per-token log-probabilities in a reply's (or an AnswerBuilder answer's) `meta["logprobs"]["content"]`, as
+    OpenAIChatGenerator (with `logprobs`) and the embedded generator write them: `{"token", "logprob", ...}` entries
+    in generation order, or None when there are none.
     """
     logprobs = (meta or {}).get("logprobs")
     tokens = logprobs.get("content") if isinstance(logprobs, Mapping) else logprobs
@@ -472,17 +393,10 @@ def answer_confidence(meta: Mapping[str, Any] | None, answer: str | None = None)
     r"""
     The model's confidence in an answer: the geometric mean of the probabilities of the answer's tokens.
 
-    Which tokens count: the reply is rebuilt from its tokens, and the tokens that overlap the answer's first
-    occurrence in it (by character span) count. An answer extracted from a longer reply (the first line of "Paris\n
-    Question: ...", or "Paris" out of "Answer: Paris.") is thus judged on its own tokens, not on the label, the
-    trailing period or the text after it. When the answer is not found verbatim (it was cleaned or rewritten), or
-    `answer` is None, the tokens of the reply's first non-blank line count. Tokens that are only whitespace do not
-    count.
-
-    How they are aggregated: exp(mean log p) over the counted tokens, the length-normalized sequence probability,
-    in [0, 1]. A one-token answer's confidence is that token's probability; a longer answer is not penalized for
-    its length, as the plain product would be. For an answer that abstains ("unknown"), it is the confidence in
-    abstaining.
+    The tokens that overlap the answer's first occurrence in the reply (by character span) count, so an answer read
+    from a longer reply is judged on its own tokens; when it is not found verbatim, or `answer` is None, the reply's
+    first non-blank line counts. Whitespace-only tokens do not count. The aggregate is exp(mean log p), the
+    length-normalized sequence probability; for an abstention it is the confidence in abstaining.
 
     ### Usage example
     ```python
@@ -492,8 +406,7 @@ def answer_confidence(meta: Mapping[str, Any] | None, answer: str | None = None)
     answer_confidence(meta, "Paris")  # exp(-0.1) = 0.905
     ```
 
-    :param meta: The reply's `meta` (or an AnswerBuilder answer's, which copies it), with `meta["logprobs"]` as
-        `token_logprobs` reads it.
+    :param meta: The reply's `meta` (or an AnswerBuilder answer's), read by `token_logprobs`.
     :param answer: The answer as extracted from the reply; None counts the first line.
     :returns: A probability in [0, 1]; None when the meta carries no log-probabilities or no token counts.
     """

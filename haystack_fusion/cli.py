@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -12,7 +11,6 @@ from typing import Any
 import requests
 
 from haystack_fusion import corpus
-from haystack_fusion.answers import DEFAULT_OVERLAP_THRESHOLD
 from haystack_fusion.backends import (
     BackendConfig,
     BackendError,
@@ -90,10 +88,6 @@ def _strategy_options(args: argparse.Namespace, llm: str) -> dict[str, Any]:
         "min_confidence": args.min_confidence,
         "min_vote_share": args.min_vote_share,
         "verifier_scoring": args.verifier_scoring,
-        "answer_checks": args.answer_checks == "on",
-        "stop_sequences": args.stop_sequences == "on",
-        "vote": args.vote,
-        "overlap_threshold": args.overlap_threshold,
     }
 
 
@@ -299,24 +293,6 @@ def _eval_retriever_factory(config: BackendConfig, documents: list[Any]) -> Any:
     return lambda: backend_retriever(config, store)
 
 
-def _held_out(dataset: Any, args: argparse.Namespace) -> set[str]:
-    """The ids of `--exclude-sample N` (drawn with `--seed`): a reported sample that a development split avoids."""
-    return {question.id for question in dataset.sample(args.exclude_sample, seed=args.seed).questions}
-
-
-def _exhaustive_cascade(runs: list[str]) -> bool:
-    """Whether a run folder's cascade records were made with tau = s = 1 (`calibration.EXHAUSTIVE`), so the report
-    can replay cascade at every (tau, s)."""
-    from haystack_fusion.evaluation.calibration import EXHAUSTIVE
-    from haystack_fusion.evaluation.records import read_run_manifest
-
-    for run in runs:
-        options = read_run_manifest(run).get("strategy_options") or {}
-        if all(options.get(k) == v for k, v in EXHAUSTIVE.items()):
-            return True
-    return False
-
-
 def cmd_eval(args: argparse.Namespace) -> int:
     """`haystack-fusion eval`: strategies over a dataset on any backend, with the papers' metrics and settings."""
     from haystack_fusion.evaluation.datasets import load_dataset
@@ -324,11 +300,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from haystack_fusion.evaluation.records import write_run_manifest
     from haystack_fusion.evaluation.runner import EvalConfig, Evaluator
 
-    whole = load_dataset(args.dataset, corpus=args.corpus, cache_dir=args.cache_dir)
-    dataset = whole.only(args.questions)
-    if args.exclude_sample:
-        held_out = _held_out(dataset, args)
-        dataset = dataclasses.replace(dataset, questions=[q for q in dataset.questions if q.id not in held_out])
+    dataset = load_dataset(args.dataset, corpus=args.corpus, cache_dir=args.cache_dir).only(args.questions)
     dataset = dataset.sample(args.sample, seed=args.seed).limit(args.limit)
     backends = _backends(args)
     concurrency = args.concurrency or (1 if backends.llm == "local" else SERVER_CONCURRENCY)
@@ -400,7 +372,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             else "Run the same command again to retry them, and only them"
         )
         print(
-            f"haystack-fusion: {len(failures)} question records failed (left out of the report; each says what "
+            f"haystack-fusion: {len(failures)} question records failed (not in the report; each says what "
             f"failed in {Path(args.out) / 'results.jsonl'}), the first: {failures[0].strategy} top-{failures[0].top_k} "
             f"{failures[0].question_id}: {failures[0].error}. {again}",
             file=sys.stderr,
@@ -413,8 +385,7 @@ def _write_report(
     records: list[Any], out: str, *, title: str, dataset: Any, args: argparse.Namespace, notes: list[str]
 ) -> None:
     """
-    The report of `eval` and `report`, with their `--baseline`, `--sas` and `--confidence-threshold`, and the run
-    folder's notes (`run.json`).
+    The report of `eval` and `report`, with their `--baseline` and `--sas`, and the run folder's notes (`run.json`).
     """
     from haystack_fusion.evaluation.report import write_report
 
@@ -423,22 +394,7 @@ def _write_report(
         from haystack_fusion.evaluation.haystack_eval import records_sas
 
         sas_scores = records_sas(records, dataset)
-    thresholds = None
-    if args.confidence_threshold:
-        thresholds = [float(value) for value in str(args.confidence_threshold).split(",") if value.strip()]
-        if not all(0.0 < value <= 1.0 for value in thresholds):
-            raise ValueError(f"--confidence-threshold values must be in (0, 1], got {args.confidence_threshold}")
-    runs = list(getattr(args, "runs", None) or [out])
-    write_report(
-        records,
-        out,
-        title=title,
-        baseline=args.baseline,
-        sas=sas_scores,
-        thresholds=thresholds,
-        exhaustive=_exhaustive_cascade(runs),
-        notes=notes,
-    )
+    write_report(records, out, title=title, baseline=args.baseline, sas=sas_scores, notes=notes)
     print((Path(out) / "results.md").read_text(encoding="utf-8"))
 
 
@@ -459,9 +415,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     if source:
         dataset = load_dataset(source, corpus=args.corpus, cache_dir=args.cache_dir)
         records = rescore(records, dataset)
-        if args.exclude_sample:
-            held_out = _held_out(dataset, args)
-            records = [record for record in records if record.question_id not in held_out]
     elif args.sas:
         raise ValueError("--sas needs the dataset's gold answers: pass --dataset")
     Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -637,41 +590,8 @@ def build_parser() -> argparse.ArgumentParser:
             help="SuRe's validity and ranking from the reply's words (text, as in the paper) or from token "
             "probabilities (default: text for the sure strategies, probability for cascade)",
         )
-        sub.add_argument(
-            "--answer-checks",
-            default="on",
-            choices=["on", "off"],
-            help="reject answers that are not answers: passage markup, a copied demonstration answer, an empty "
-            'enumeration, a repeat of the question (on, default: counted as "invalid", apart from "unknown"); off '
-            "takes every reply's answer as it reads",
-        )
-        sub.add_argument(
-            "--vote",
-            default="exact",
-            choices=["exact", "overlap"],
-            help="post-fusion's vote: exact (normalized match, Liu et al.'s Eq. 2, default) or overlap (answers whose "
-            "token F1 reaches --overlap-threshold, or whose words contain the other's, vote together)",
-        )
-        sub.add_argument(
-            "--overlap-threshold",
-            type=float,
-            default=DEFAULT_OVERLAP_THRESHOLD,
-            help=f"token F1 at which two answers agree in overlap voting (default {DEFAULT_OVERLAP_THRESHOLD})",
-        )
-        sub.add_argument(
-            "--stop-sequences",
-            default="on",
-            choices=["on", "off"],
-            help="end the replies of short-answer prompts at their answer line with a stop sequence (on, default: "
-            "fewer completion tokens); off lets the model write past it, up to its token budget",
-        )
 
     def report_options(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument(
-            "--confidence-threshold",
-            help="tau values of the report's replayed concat_pf / cascade sweep, comma-separated (default: 0.05, "
-            "0.10, ..., 0.95); replayed exactly from the concatenation and post_fusion records of the run",
-        )
         sub.add_argument(
             "--baseline",
             help="strategy the others are compared with: paired bootstrap CI of the EM and F1 difference over the "
@@ -750,7 +670,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="LLM calls under way at once in the whole run, shared by the --concurrency questions and their rounds "
         f"(default: ${MAX_CALLS_IN_FLIGHT_ENV}, else no limit): set it to what a rate-limited API allows, so a storm "
-        "of 429s slows the run down instead of failing calls. Failed questions are recorded as failed, left out of "
+        "of 429s slows the run down instead of failing calls. Failed questions are recorded as failed, kept out of "
         f"the report, and asked again by the same command (exit status {EXIT_FAILED_QUESTIONS} while some remain)",
     )
     evaluate.add_argument(
@@ -769,12 +689,6 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--closed-book-filter", action="store_true", help="drop questions answered with no context")
     evaluate.add_argument(
         "--seed", type=int, default=0, help="seed of --sample and of the settings' random choices (default: 0)"
-    )
-    evaluate.add_argument(
-        "--exclude-sample",
-        type=int,
-        help="leave out the questions of `--sample N` drawn with --seed (a development split kept apart from a "
-        "reported sample); applied before --sample and --limit (default: none left out)",
     )
     evaluate.add_argument("--out", required=True, help="output folder; re-running with it resumes")
     evaluate.add_argument("--cache-dir", help="where downloads are cached (default: ~/.cache/haystack_fusion)")
@@ -806,13 +720,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--corpus", help="passage corpus for an NQ-open dataset (default: none; a SQuAD file holds its passages)"
     )
     report.add_argument("--cache-dir", help="where downloads are cached (default: ~/.cache/haystack_fusion)")
-    report.add_argument(
-        "--exclude-sample",
-        type=int,
-        help="leave out the questions of `eval --sample N --seed S` (with --seed): report on a development split kept "
-        "apart from a reported sample, e.g. to choose tau (default: none left out)",
-    )
-    report.add_argument("--seed", type=int, default=0, help="the seed of --exclude-sample's sample (default: 0)")
     report_options(report)
     report.set_defaults(func=cmd_report)
 

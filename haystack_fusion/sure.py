@@ -162,10 +162,8 @@ def parse_candidates(reply: str | None, k: int) -> list[str]:
        with k = 1 it is one candidate. A one-line "Boston, Massachusetts" therefore gives two candidates when k > 1:
        without markers the reply cannot tell them apart, and the later steps of SuRe judge each candidate anyway.
 
-    Each item is cleaned (`_clean_candidate`: whitespace collapsed, never truncated; surrounding quotes and trailing
-    ".", ",", ";", ":" stripped), items whose `normalize_answer` form is empty, or that are nothing but list markers
-    ("(a) (b) (c) ... (q", as small models loop), are dropped, duplicates under
-    `normalize_answer` keep their first spelling, and the first k distinct items are returned.
+    Items are cleaned (`_clean_candidate`); empty ones, ones that are only list markers ("(a) (b) (c) ... (q", as small
+    models loop) and duplicates under `normalize_answer` (the first spelling kept) are dropped; the first k remain.
 
     :param reply: The LLM's reply to the candidate prompt; None for a failed call.
     :param k: K, the number of candidates asked for.
@@ -276,13 +274,10 @@ def parse_preference(reply: str | None) -> int | None:
 
 def ranking_pairs(k: int) -> list[tuple[int, int]]:
     """
-    The pair-wise ranking calls to make for K summaries (Kim et al., section 3.3, Eq. 5).
+    The pair-wise ranking calls for K summaries (Kim et al., section 3.3, Eq. 5): each unordered pair in both orders
+    "to prevent the order bias of LLMs". Returns k * (k - 1) pairs (a, b), "s_a as Passage 1, s_b as Passage 2":
+    for each a < b, (a, b) then (b, a).
 
-    Each unordered pair is asked in both orders "to prevent the order bias of LLMs" (section 3.3).
-
-    :param k: K, the number of summaries.
-    :returns: k * (k - 1) pairs (a, b) of 0-based indices, a != b, meaning "s_a as Passage 1, s_b as Passage 2":
-        for each a < b (in lexicographic order), first (a, b) then (b, a).
     :raises ValueError: If k < 0.
     """
     if k < 0:
@@ -294,17 +289,14 @@ def pairwise_ranking(preferences: Mapping[tuple[int, int], int | float | None], 
     """
     The ranking scores r(s_k, S_K) of Kim et al., section 3.3, Eq. 5.
 
-    One call (a, b) gives s_a the outcome 1 when the reply prefers Passage 1, 0 when it prefers Passage 2 and 0.5
-    otherwise (Eq. 5 "else"); with probability scoring, the outcome is P(Passage 1) itself (`choice_probability`,
-    Eq. 5 made continuous). s_b gets 1 minus that. r_pair(s_k, s_i) is the mean outcome of s_k over the calls made
-    for the unordered pair {k, i} (normally both orders, which cancels order bias: a reply that always prefers the
-    passage shown first gives 0.5 each); a pair with no call gives 0.5. r(s_k, S_K) is the sum of r_pair(s_k, s_i)
-    over i != k, so each unordered pair hands out exactly one point and the scores sum to k * (k - 1) / 2.
+    A call (a, b) gives s_a 1 when the reply prefers Passage 1, 0 for Passage 2, 0.5 otherwise (Eq. 5 "else"), or with
+    probability scoring P(Passage 1) (`choice_probability`); s_b gets 1 minus that. r_pair(s_k, s_i) is the mean
+    outcome of s_k over the calls for {k, i} (both orders cancel order bias), 0.5 for a pair with no call; r(s_k, S_K)
+    sums r_pair over i != k, so the scores sum to k * (k - 1) / 2.
 
-    :param preferences: (a, b) -> `parse_preference` of the call that showed s_a as Passage 1 and s_b as Passage 2
-        (0-based indices: the int 1 or 2), None when the reply had no preference or the call failed, or a float in
-        [0, 1]: the probability that the reply prefers Passage 1. Usually keyed by `ranking_pairs(k)`; missing pairs
-        are allowed.
+    :param preferences: (a, b) -> the call that showed s_a as Passage 1 and s_b as Passage 2 (0-based): 1 or 2
+        (`parse_preference`), None (no preference, or a failed call) or a float in [0, 1], P(Passage 1). Usually
+        keyed by `ranking_pairs(k)`; pairs may be missing.
     :param k: K, the number of summaries.
     :returns: A list of k scores, each in [0, k - 1], in candidate order.
     :raises ValueError: If k < 0, an index is out of range, a == b, or a value is not 1, 2, None or a float in
@@ -377,12 +369,11 @@ def choice_probability(meta: Mapping[str, Any] | None, choices: Choices) -> floa
     """
     The probability of the first of two choices at the reply's decision position, against the second.
 
-    The decision position is the first generated token that is one of the choice words (case-insensitive, without
-    surrounding whitespace and punctuation): "True" in "True.", "1" in "Passage 1". There P(first) and P(second)
-    are the summed probabilities of the position's alternatives (`top_logprobs`, the chosen token included) that
-    spell each choice, and the result is P(first) / (P(first) + P(second)): the "P(True)" of self-evaluation, as a
-    continuous validity v(s_k) for Eq. 4 and pair-wise outcome for Eq. 5 (Kim et al., section 3.3). When the
-    alternatives hold only the chosen side, it is 1.0 or 0.0.
+    The decision position is the first generated token that is a choice word (case-insensitive, without surrounding
+    whitespace and punctuation). There P(first) and P(second) sum the probabilities of the position's alternatives
+    (`top_logprobs`, the chosen token included) that spell each choice, and the result is P(first) / (P(first) +
+    P(second)): the "P(True)" of self-evaluation, a continuous validity v(s_k) for Eq. 4 and pair-wise outcome for
+    Eq. 5 (Kim et al., section 3.3); 1.0 or 0.0 when only the chosen side is among the alternatives.
 
     :param meta: The reply's `meta`, with OpenAI-style `meta["logprobs"]` (see `answers.token_logprobs`), asked for
         with `top_logprobs` (`SCORING_TOP_LOGPROBS`).
@@ -428,8 +419,8 @@ def summary_is_label(summary: str | None, candidates: Sequence[str]) -> bool:
     """
     Whether a conditional summary (Listing 7) is no summary: empty, or only a candidate's label and name.
 
-    Base models often continue Listing 7's list pattern instead of writing a passage, giving "(b) Lyon" or "Lyon"
-    as the "summary"; such a summary cannot support its prediction (Eq. 4) or be ranked on its content (Eq. 5).
+    Base models often continue Listing 7's list pattern ("(b) Lyon"); such a summary cannot support its prediction
+    (Eq. 4) or be ranked on its content (Eq. 5).
 
     :param summary: The cleaned summary (`clean_summary`).
     :param candidates: The K candidates the summaries were written for.

@@ -1,27 +1,19 @@
 """
-Validation of what goes in and what comes out: the question (`validate_query`) and the answers.
-
-`validate_query` checks a question before any LLM call (every component and strategy that takes a `query`, and the
-serving wrappers, call it). The answer validator decides what the package never returns as an answer, whatever the
-prompt or strategy.
-
-Answers are read from replies in a few places (Haystack's AnswerBuilder with a prompt's pattern, the voter, the
-router, SuRe's candidate parser, Chain-of-Note's answer line); every one of them asks `check_answer`. A reply can hold
-text that is not an answer although it has an answer's shape:
+Validation of what goes in and what comes out: the question (`validate_query`, before any LLM call) and the answers
+(`check_answer`, asked wherever an answer is read from a reply: AnswerBuilder, the voter, the router, SuRe's candidate
+parser, Chain-of-Note's answer line). A reply can hold text with an answer's shape that is not an answer:
 
 - passage markup: a delimiter or key of the passage block (`prompts.passages.format_passages`), such as
   `<passage key="1c6071d9">`, a bare key `1005dbc6`, or a label `[2]` / `Passage #2` (small models echo them);
-- a copied demonstration: the answer equals an answer of the prompt's own few-shot demonstrations (Liu et al.,
-  Figure 7's "1925"; Yu et al., Table 6's "1996") and does not occur in the passages, so it came from the prompt's
-  examples, not from the evidence;
+- a copied demonstration: an answer of the prompt's own few-shot demonstrations (Liu et al., Figure 7's "1925"; Yu et
+  al., Table 6's "1996") that no passage contains;
 - an enumeration with no content: only list labels, such as `(i) (ii) (iii) ... (xxi)`;
-- a repeat of the question: words of the question and nothing else, such as "post-fusion answer with" for "What
-  does post-fusion answer with?" (`repeats_question` has the rule, which keeps a choice between the question's
-  alternatives, "Paris" for "Is the capital Paris or Lyon?").
+- a repeat of the question: only words of the question ("post-fusion answer with" for "What does post-fusion answer
+  with?"; `repeats_question` keeps a choice between the question's alternatives).
 
-A rejected answer is not an abstention: components return it as an empty answer whose `meta` says
-`answer_source="invalid"`, with the reason and the rejected text (`invalid_answer`), and the evaluation counts it
-apart from "unknown" (research/notes/evaluation.md, "Answers that are not answers").
+A rejected answer is not an abstention: components return an empty answer whose `meta` says
+`answer_source="invalid"` with the reason and the rejected text (`invalid_answer`), and the evaluation counts it apart
+from "unknown".
 """
 
 from __future__ import annotations
@@ -65,13 +57,8 @@ _FILLER = frozenset({"…", "...", "..", "-", "–", "—", ",", ";", "and", "et
 
 
 def is_passage_markup(answer: str) -> bool:
-    """
-    Whether an answer is or holds passage block markup (see the module docstring).
-
-    :param answer: The answer as read from the reply.
-    :returns: True for a delimiter tag or a fragment of one, a bare 8-hex-digit key with a letter in it, `[i]` or
-        `Passage #i ...`.
-    """
+    """Whether an answer is or holds passage markup: a delimiter tag or fragment, a bare 8-hex-digit key with a letter,
+    `[i]` or `Passage #i ...`."""
     text = answer.strip().lower()
     if _MARKUP.search(text):
         return True
@@ -80,13 +67,8 @@ def is_passage_markup(answer: str) -> bool:
 
 
 def is_empty_enumeration(answer: str) -> bool:
-    """
-    Whether an answer is only list labels such as `(i) (ii) (iii)` or `(a) (b)`.
-
-    :param answer: The answer as read from the reply.
-    :returns: True when every whitespace-separated token is a label (`_ENUMERATOR`) or filler ("…", ",", "and")
-        and at least one is a label.
-    """
+    """Whether an answer is only list labels (`(i) (ii)`, `(a) (b)`) and filler ("…", ",", "and"), with one label at
+    least."""
     labels = 0
     for token in answer.lower().replace(",", " , ").split():
         if _ENUMERATOR.fullmatch(token.rstrip(".,;:")):
@@ -100,13 +82,8 @@ def copies_demonstration(answer: str, demonstrations: Iterable[str], passages: I
     """
     Whether an answer is a demonstration's answer that the passages do not contain.
 
-    Both sides are compared after `answers.normalize_answer` (the SQuAD normalization); the passages are searched
-    for the normalized answer as a whole-word phrase of their normalized text.
-
-    :param answer: The answer as read from the reply.
-    :param demonstrations: The answers of the prompt's few-shot demonstrations.
-    :param passages: The text of the passages the prompt showed (any number; empty means none).
-    :returns: True when the normalized answer equals a normalized demonstration answer and occurs in no passage.
+    Compared after `answers.normalize_answer`; a passage contains the answer when its normalized text holds it as a
+    whole-word phrase.
     """
     key = normalize_answer(answer)
     if not key or key not in {normalize_answer(demo) for demo in demonstrations}:
@@ -118,24 +95,17 @@ def repeats_question(answer: str, question: str) -> bool:
     """
     Whether an answer only repeats words of the question, so it says nothing the question did not.
 
-    Both are compared after `answers.normalize_answer` (the SQuAD normalization: lowercase, no punctuation, no
-    articles), word by word. The answer repeats the question when
+    Compared word by word after `answers.normalize_answer`. The answer repeats the question when
 
-    1. it has at least two words: a one-word answer that occurs in the question is often the answer (a choice,
-       "Paris" for "Is the capital Paris or Lyon?"; a name the question spells out), so "yes", "no" and "unknown"
-       never count;
+    1. it has at least two words (a one-word answer found in the question is often the answer: "Paris" for "Is the
+       capital Paris or Lyon?"; "yes", "no" and "unknown" never count);
     2. every one of its words occurs in the question, in any order; and
-    3. it is not one of the question's alternatives: when the question holds "or", an answer without "or" that
-       holds a word next to an "or" of the question is a choice ("Jane Austen" for "Was it written by Jane Austen
-       or Charlotte Bronte?").
+    3. it is not one of the question's alternatives: an answer without "or" that holds a word next to an "or" of the
+       question is a choice ("Jane Austen" for "Was it written by Jane Austen or Charlotte Bronte?").
 
-    "post-fusion answer with" for "What does post-fusion answer with?" repeats the question (three words, all in the
-    question, no alternatives); so does "Barack Obama" for "Who is Barack Obama?". "answers with the majority vote"
-    does not ("majority", "vote" are new), nor "Paris" (one word). What the rule cannot tell: an answer that is
-    rightly made of the question's words ("polynomial time" for "What measurement of time is used in polynomial time
-    reduction?", 2 of the 467 gold answers of our SQuAD 2.0 subset), and the first of three or more alternatives
-    answered with two or more words ("Rome Italy" for "Which is oldest: Rome Italy, Athens or Cairo?"), which is not
-    next to an "or"; both count as repeats (research/notes/evaluation.md, "Answers that repeat the question").
+    What the rule cannot tell: an answer rightly made of the question's words ("polynomial time" for "What
+    measurement of time is used in polynomial time reduction?", 2 of the 467 gold answers of our SQuAD 2.0 subset),
+    and the first of three or more alternatives answered with two or more words; both count as repeats.
 
     :param answer: The answer as read from the reply.
     :param question: The question it answers.
@@ -177,12 +147,10 @@ def check_answer(
     check_answer("Paris")  # None
     ```
 
-    :param answer: The answer text; None or an empty answer is not checked (it is an abstention or a failed call,
-        counted as such).
-    :param question: The question the answer answers; None or empty skips the repeat rule (`repeats_question`).
-    :param demonstrations: The answers of the few-shot demonstrations in the prompt that produced the answer
-        (`PromptTemplate.demonstrations`); empty skips that rule.
-    :param passages: The passage texts that prompt showed; a demonstration answer that occurs in one is valid.
+    :param answer: The answer text; None or empty is not checked (an abstention or a failed call).
+    :param question: The question; None or empty skips the repeat rule.
+    :param demonstrations: The few-shot answers of the prompt that produced the answer; empty skips that rule.
+    :param passages: The passage texts that prompt showed.
     :returns: The reason (`PASSAGE_MARKUP`, `DEMONSTRATION`, `EMPTY_ENUMERATION` or `REPEATS_QUESTION`) the answer is
         rejected, or None when it is valid.
     """
@@ -200,13 +168,7 @@ def check_answer(
 
 
 def invalid_meta(answer: str, reason: str) -> dict[str, Any]:
-    """
-    The `meta` entries of a rejected answer.
-
-    :param answer: The rejected text.
-    :param reason: Why (`REASONS`).
-    :returns: `{"answer_source": "invalid", "invalid_reason": reason, "rejected_answer": answer}`.
-    """
+    """The `meta` of a rejected answer: `{"answer_source": "invalid", "invalid_reason", "rejected_answer"}`."""
     return {"answer_source": INVALID, "invalid_reason": reason, "rejected_answer": answer}
 
 
@@ -230,13 +192,7 @@ def validate_query(query: str) -> str:
 
 
 def invalid_answer(answer: GeneratedAnswer, reason: str) -> GeneratedAnswer:
-    """
-    The empty answer that replaces a rejected one, its `meta` saying why (`invalid_meta`).
-
-    :param answer: The rejected answer.
-    :param reason: Why it was rejected (`REASONS`).
-    :returns: A `GeneratedAnswer` with `data=""`, the same query and documents, and `meta` extended by `invalid_meta`.
-    """
+    """The empty answer (same query and documents) replacing a rejected one, its `meta` extended by `invalid_meta`."""
     meta = {**answer.meta, **invalid_meta(answer.data or "", reason)}
     return GeneratedAnswer(data="", query=answer.query, documents=answer.documents, meta=meta)
 

@@ -60,6 +60,10 @@ class CandidateSummarizer(ChatGeneratorWrapper):
     summary with no candidates (Listing 11, Sum-and-pred baseline of section 4.3); the `candidates` mode stops after
     round 1 (the MCQ baseline of Appendix A.7).
 
+    Round-1 candidates that the answer validator rejects (`validation.check_answer`: passage markup, a
+    demonstration's candidate that no passage holds, an empty enumeration, a repeat of the question) are dropped and
+    listed in `meta["invalid_candidates"]`, so fewer than K may remain; given `candidates` are not checked.
+
     Given `candidates` (from another stage, such as the split post-fusion vote of the `cascade` strategy), round 1
     is skipped and each candidate's summary reads `candidate_documents[k]`, the passages that produced it, when
     those are given (else all `documents`).
@@ -87,7 +91,6 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
         few_shot: bool = False,
         raise_on_failure: bool = False,
-        answer_checks: bool = True,
     ) -> None:
         """
         Create a CandidateSummarizer.
@@ -105,11 +108,6 @@ class CandidateSummarizer(ChatGeneratorWrapper):
             Listing 7 with one demonstration (`prompts.sure.FEW_SHOT_SUMMARY`); for base models that continue text.
         :param raise_on_failure: If True, a failed call raises; by default it is logged, reported in
             `meta["failures"]`, and gives no candidates (round 1) or an empty summary (round 2).
-        :param answer_checks: Drop the round-1 candidates that the answer validator rejects
-            (`haystack_fusion.validation.check_answer`: passage markup, a demonstration's candidate that no passage
-            holds, an empty enumeration, a repeat of the question), listed in `meta["invalid_candidates"]`; fewer
-            than K candidates may then remain. Given `candidates` are not checked. On by default (and then left out
-            of `to_dict`).
         :raises ValueError: If `num_candidates` is below 1, `max_concurrency` is neither None nor an integer >= 1,
             `mode` is unknown, or `max_passage_chars` is not positive.
         """
@@ -126,7 +124,6 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         self.max_passage_chars = max_passage_chars
         self.few_shot = few_shot
         self.raise_on_failure = raise_on_failure
-        self.answer_checks = answer_checks
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize this component, with its chat generator, to a dictionary."""
@@ -139,7 +136,6 @@ class CandidateSummarizer(ChatGeneratorWrapper):
             max_passage_chars=self.max_passage_chars,
             few_shot=self.few_shot,
             raise_on_failure=self.raise_on_failure,
-            answer_checks=self.answer_checks,
         )
 
     # Each step below is shared by `run` and `run_async`; only the fan-out call differs.
@@ -214,14 +210,12 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         self, first: FanOutResult | None, passages: str, query: str
     ) -> tuple[list[str], list[dict[str, str]]]:
         """
-        The candidates of round 1 (none in generic mode, or when round 1 did not run or failed) and, with
-        `answer_checks`, the ones the validator rejected (`candidate`, `reason`), dropped from the first list.
+        The candidates of round 1 (none in generic mode, or when round 1 did not run or failed) and the ones the
+        validator rejected (`candidate`, `reason`), dropped from the first list.
         """
         if self.mode == "generic":
             return [], []
         candidates = parse_candidates(self._first_reply(first), self.num_candidates)
-        if not self.answer_checks:
-            return candidates, []
         prompt = PROMPTS["sure_few_shot_candidates" if self.few_shot else "sure_candidates"]
         reasons = [
             check_answer(c, question=query, demonstrations=prompt.demonstrations, passages=[passages])

@@ -78,8 +78,6 @@ class NoteTaker(ChatGeneratorWrapper):
         unknown_patterns: list[str] | None = None,
         raise_on_failure: bool = False,
         streaming_callback: StreamingCallbackT | None = None,
-        answer_checks: bool = True,
-        stop_sequences: bool = True,
     ) -> None:
         """
         Create a NoteTaker.
@@ -100,13 +98,6 @@ class NoteTaker(ChatGeneratorWrapper):
             one call that writes the answer), passed to the generator as its own `streaming_callback`; the note
             calls and the single-call mode's reply (notes before the answer) are not streamed. Sync for `run`; for
             `run_async`, whatever the generator's `run_async` takes (async for OpenAI, sync for the embedded model).
-        :param answer_checks: Validate the answer (`haystack_fusion.validation.check_answer`): a passage key, the
-            demonstration's answer (Table 6's "1996") when no passage holds it, an empty enumeration or a repeat of
-            the question becomes an empty answer with `answer_source` "invalid", `invalid_reason` and
-            `rejected_answer` in `meta`. On by default (and then left out of `to_dict`).
-        :param stop_sequences: End the per-document mode's synthesis reply at its answer line (the prompt's `stop`,
-            added to the generator's own by `llm.stop_kwargs`). On by default (and then left out of
-            `to_dict`); the notes are never cut.
         :raises ValueError: If `mode` is unknown, `max_concurrency` is neither None nor an integer >= 1, or
             `max_passage_chars` is not positive.
         """
@@ -123,8 +114,6 @@ class NoteTaker(ChatGeneratorWrapper):
         self.unknown_patterns = unknown_patterns
         self.raise_on_failure = raise_on_failure
         self.streaming_callback = streaming_callback
-        self.answer_checks = answer_checks
-        self.stop_sequences = stop_sequences
         self._detector = UnknownDetector.from_patterns(unknown_patterns)
 
     def to_dict(self) -> dict[str, Any]:
@@ -140,8 +129,6 @@ class NoteTaker(ChatGeneratorWrapper):
             unknown_patterns=self.unknown_patterns,
             raise_on_failure=self.raise_on_failure,
             streaming_callback=serialize_callable(self.streaming_callback) if self.streaming_callback else None,
-            answer_checks=self.answer_checks,
-            stop_sequences=self.stop_sequences,
         )
 
     @classmethod
@@ -162,7 +149,7 @@ class NoteTaker(ChatGeneratorWrapper):
     def _fan_out(self, synthesis: bool = False) -> dict[str, Any]:
         """The fan-out settings; the synthesis call (its answer is on the answer lead's line) also stops there."""
         generation_kwargs = self.generation_kwargs
-        if synthesis and self.stop_sequences:
+        if synthesis:
             generation_kwargs = stop_kwargs(self._chat_generator, PROMPTS["con_synthesis"].stop, generation_kwargs)
         return {
             "max_concurrency": self.max_concurrency,
@@ -256,7 +243,7 @@ class NoteTaker(ChatGeneratorWrapper):
             "failures": failures,
             "usage": usage,
         }
-        if self.answer_checks and source != "none":
+        if source != "none":
             prompt = PROMPTS["con_single_call" if self.mode == "single_call" else "con_synthesis"]
             passages = [document.content or "" for document in documents]
             reason = check_answer(answer, question=query, demonstrations=prompt.demonstrations, passages=passages)

@@ -44,7 +44,7 @@ class PassageFormatter:
             listings).
         :param datamark: Datamark the passage text (" ^ " between words, after a notice line that marked text holds
             no instructions; `prompts.passages.format_passages`), a defence against instructions written in passages
-            ("spotlighting"). Off by default, and then the output and `to_dict` are what they were before the option.
+            ("spotlighting"). Off by default.
         :raises ValueError: If `max_passage_chars` is not positive or `layout` is unknown.
         """
         if max_passage_chars is not None and max_passage_chars <= 0:

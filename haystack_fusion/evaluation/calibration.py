@@ -1,25 +1,16 @@
 """
-Calibration of answer confidence, from evaluation records: AUROC, selective answering, and the fallback thresholds.
+Calibration of answer confidence, from evaluation records: AUROC, selective answering, and `concat_pf`'s threshold.
 
-A record's confidence is `evidence["confidence"]`, the geometric mean of its answer tokens' probabilities
-(`haystack_fusion.answers.answer_confidence`), recorded when the LLM returned token log-probabilities. For an answer
-that abstains ("unknown") it is the confidence in abstaining, so the confidence that the system *answers* is
-`answering_confidence`: the confidence of a real answer, 1 minus it for an abstention.
+A record's confidence is `evidence["confidence"]` (`answers.answer_confidence`, the geometric mean of the answer tokens'
+probabilities), recorded when the LLM returned log-probabilities; for an abstention it is the confidence in abstaining,
+so the confidence that the system *answers* is `answering_confidence`. Its AUROC (`scipy.stats.mannwhitneyu`'s U over n+
+x n-, ties counting half) is read two ways: `correct` (answered exactly right, among answerable questions) and
+`answerable` (answerable against unanswerable questions). SQuAD 2.0 EM (`squad2_em`) counts an answerable question when
+its answer matches and an unanswerable one when the system abstains.
 
-Two readings of its AUROC (the probability that a random positive question gets a higher answering confidence than
-a random negative one; `scipy.stats.mannwhitneyu`'s U over n+ x n-, ties counting half):
-- `correct`: among answerable questions, positives are those answered exactly right (EM = 1);
-- `answerable`: over all questions, positives are the answerable ones (can confidence tell a question the passages
-  answer from one they cannot; SQuAD 2.0's unanswerable questions).
-
-SQuAD 2.0 EM (`squad2_em`) is the official overall exact match: an answerable question counts when its answer matches
-a gold answer, an unanswerable one when the system abstains. It is what the thresholds are chosen for.
-
-The thresholds of the fallback strategies are replayed from records, exactly: decoding is greedy, so `concat_pf` at
-tau answers with the concatenation record's answer unless it abstains or its confidence is below tau, and then with
-the post_fusion record's answer (the same k single-passage calls); `cascade` at (tau, s) further answers a split vote
-(the winner's share below s, or a tie) with the answer of a `cascade` record made with tau = s = 1 (`EXHAUSTIVE`),
-which verified every vote that was not unanimous.
+`concat_pf`'s threshold tau is replayed from records, exactly: decoding is greedy, so `concat_pf` at tau answers with
+the concatenation record's answer unless it abstains or its confidence is below tau, and then with the post_fusion
+record's answer (the same k single-passage calls).
 """
 
 from __future__ import annotations
@@ -41,13 +32,6 @@ SELECTIVE_CHART = "selective_answering.png"
 
 DEFAULT_THRESHOLDS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(1, 20))
 """The tau grid of a sweep: 0.05, 0.10, ..., 0.95."""
-
-DEFAULT_SHARES: tuple[float, ...] = (0.4, 0.5, 0.6, 0.7, 0.8, 1.0)
-"""The s grid of a sweep (with k = 5 passages, shares move in steps of 1/5 of the votes cast)."""
-
-EXHAUSTIVE = {"min_confidence": 1.0, "min_vote_share": 1.0}
-"""The `cascade` settings whose records can replay every (tau, s): every answer falls back, every vote that is not
-unanimous is verified."""
 
 
 def answering_confidence(record: QuestionRecord) -> float | None:
@@ -72,12 +56,10 @@ def auroc(
     The AUROC of scores against binary labels, with its 95% percentile-bootstrap CI over questions.
 
     The bootstrap is stratified: positives and negatives are resampled apart (`scipy.stats.bootstrap` with two
-    independent samples), so every resample has both classes and an AUROC; 1,000 resamples, as Kim et al. Appendix H.
+    independent samples), so every resample has both classes; 1,000 resamples, as Kim et al. Appendix H.
 
     :param scores: One score per question.
     :param labels: One label per question (True: positive).
-    :param seed: The bootstrap's seed.
-    :param resamples: Bootstrap resamples (1,000, as Kim et al. Appendix H).
     :returns: `auroc` (in [0, 1]), `ci` ([low, high]; None with fewer than two of a class),
         `positives`, `negatives`; None when either class is empty.
     :raises ValueError: If the lengths differ.
@@ -108,10 +90,8 @@ def auroc(
 
 def calibration(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED) -> list[dict[str, Any]]:
     """
-    Both AUROC readings for every run (strategy, k, setting) whose records carry confidences.
-
-    :returns: Per run: `strategy`, `top_k`, `setting`, `n` (records with a confidence), `correct` and `answerable`
-        (each an `auroc` result, or None when a class is missing).
+    Both AUROC readings for every run with confidences: `strategy`, `top_k`, `setting`, `n` (records with a
+    confidence), `correct` and `answerable` (each an `auroc` result, or None when a class is missing).
     """
     rows = []
     for (strategy, top_k, setting), group in _runs(records).items():
@@ -134,14 +114,11 @@ def calibration(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED) 
 
 def selective_curve(records: Sequence[QuestionRecord]) -> list[tuple[float, float]]:
     """
-    Accuracy against coverage as the confidence threshold varies (selective answering).
+    Accuracy against coverage as the confidence threshold varies (selective answering): at threshold t the system
+    answers the non-unknown answers with confidence >= t. Coverage: answered share of all questions; accuracy: share
+    of the answered ones exactly right (an answered unanswerable question is wrong).
 
-    At each threshold t the system answers the questions whose answer is not "unknown" and whose confidence is at
-    least t, and abstains on the rest. Coverage is the share of all questions answered; accuracy is the share of
-    answered questions answered exactly right (an answered unanswerable question is wrong).
-
-    :param records: One run's records with confidences.
-    :returns: (coverage, accuracy) points in percent, from the highest threshold down; none when nothing answers.
+    :returns: (coverage, accuracy) points in percent, from the highest threshold down.
     """
     answered = sorted(
         (float(r.evidence["confidence"]), r.answerable and r.score.em == 1.0)
@@ -190,7 +167,7 @@ def draw_selective_chart(records: Sequence[QuestionRecord], out: Path) -> Path |
 
 @dataclass(frozen=True)
 class Replayed:
-    """One question's scores under a replayed setting: `correct` (SQuAD 2.0 EM), `em`, `f1`, `unknown`, `stage`."""
+    """One question's scores under a replayed tau: `correct` (SQuAD 2.0 EM), `em`, `f1`, `unknown`, `stage`."""
 
     answerable: bool
     em: float
@@ -203,51 +180,29 @@ class Replayed:
         return bool(self.em == 1.0) if self.answerable else self.unknown
 
 
-def _vote_split(record: QuestionRecord, share: float) -> bool:
-    """Whether a post-fusion record's vote is split at s: winner's share below s, or a tie at the top."""
-    counts = sorted((record.evidence.get("votes") or {}).values(), reverse=True)
-    if not counts:
-        return False
-    return (len(counts) > 1 and counts[0] == counts[1]) or counts[0] / sum(counts) < share
-
-
 def _replayed(record: QuestionRecord, stage: str) -> Replayed:
     return Replayed(record.answerable, record.score.em, record.score.f1, record.score.unknown, stage)
 
 
-def replay(
-    records: Sequence[QuestionRecord], tau: float | None, share: float | None = None
-) -> dict[tuple[int, str], dict[str, Replayed]]:
+def replay(records: Sequence[QuestionRecord], tau: float | None) -> dict[tuple[int, str], dict[str, Replayed]]:
     """
-    Replay `concat_pf` at tau (share None) or `cascade` at (tau, s) from the records of one evaluation.
+    Replay `concat_pf` at tau from the records of one evaluation; tau None replays the text-only fallback (Liu et al.).
 
     Needs, per question, a `concatenation` record with a confidence and a `post_fusion` record at the same k and
-    setting (and, for a share, a `cascade` record made with `EXHAUSTIVE` settings, whose answer is read for a split
-    vote); other questions are left out of every row. tau None replays the text-only fallback (Liu et al.).
+    setting; other questions are in no row.
 
-    :returns: (k, setting) -> question id -> `Replayed`, for the questions that have every record needed.
+    :returns: (k, setting) -> question id -> `Replayed`.
     """
     index = {(r.strategy, r.top_k, r.setting, r.question_id): r for r in records}
     replayed: dict[tuple[int, str], dict[str, Replayed]] = {}
     for (strategy, top_k, setting, question_id), first in index.items():
-        if strategy != "concatenation":
-            continue
         fused = index.get(("post_fusion", top_k, setting, question_id))
-        verified = index.get(("cascade", top_k, setting, question_id))
-        if fused is None or (share is not None and verified is None):
-            continue
         confidence = first.evidence.get("confidence")
-        if confidence is None:  # made without log-probabilities: every row replays the same questions
+        if strategy != "concatenation" or fused is None or confidence is None:
             continue
-        unsure = tau is not None and confidence is not None and not first.score.unknown and confidence < tau
-        if not (first.score.unknown or unsure):
-            outcome = _replayed(first, "concatenation")
-        elif share is None or fused.score.unknown or not _vote_split(fused, share):
-            outcome = _replayed(fused, "post_fusion")
-        elif verified is not None and (verified.evidence.get("stages") or [{}])[-1].get("stage") == "sure":
-            outcome = _replayed(verified, "sure")
-        else:
-            continue  # a split vote the exhaustive cascade record did not verify: not replayable
+        unsure = tau is not None and not first.score.unknown and confidence < tau
+        fell_back = first.score.unknown or unsure
+        outcome = _replayed(fused, "post_fusion") if fell_back else _replayed(first, "concatenation")
         replayed.setdefault((top_k, setting), {})[question_id] = outcome
     return replayed
 
@@ -255,8 +210,7 @@ def replay(
 def replay_summary(outcomes: Iterable[Replayed], *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
     """
     The rates of replayed outcomes, in percent with 95% bootstrap CIs: `squad2_em`, `em`, `f1` (answerable),
-    `reject_rate` (unanswerable answered "unknown"), `fallback_rate` (answered after the concatenation stage) and
-    `verified_rate` (answered by SuRe's verification).
+    `reject_rate` (unanswerable answered "unknown") and `fallback_rate` (answered by post-fusion).
     """
     items = list(outcomes)
     answerable = [o for o in items if o.answerable]
@@ -267,7 +221,6 @@ def replay_summary(outcomes: Iterable[Replayed], *, seed: int = DEFAULT_SEED) ->
         "f1": [o.f1 for o in answerable],
         "reject_rate": [o.unknown for o in unanswerable],
         "fallback_rate": [o.stage != "concatenation" for o in items],
-        "verified_rate": [o.stage == "sure" for o in items],
     }
     summary: dict[str, Any] = {"n": len(items)}
     for name, flags in values.items():
@@ -277,41 +230,27 @@ def replay_summary(outcomes: Iterable[Replayed], *, seed: int = DEFAULT_SEED) ->
 
 
 def sweep(
-    records: Sequence[QuestionRecord],
-    thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
-    shares: Sequence[float] | None = None,
-    *,
-    seed: int = DEFAULT_SEED,
+    records: Sequence[QuestionRecord], thresholds: Sequence[float] = DEFAULT_THRESHOLDS, *, seed: int = DEFAULT_SEED
 ) -> list[dict[str, Any]]:
     """
-    Replay the fallback over a grid: `concat_pf` at each tau (and tau None, text only), or `cascade` at each
-    (tau, s) when `shares` is given.
+    Replay `concat_pf` at each tau of a grid and at tau None (text only).
 
-    :returns: One row per (k, setting, tau[, s]): those keys plus `replay_summary`'s rates.
+    :returns: One row per (k, setting, tau): those keys plus `replay_summary`'s rates.
     """
-    rows = []
-    taus: list[float | None] = [None, *thresholds]
-    share_grid: list[float | None] = list(shares) if shares else [None]
-    for tau in taus:
-        for share in share_grid:
-            for (top_k, setting), outcomes in replay(records, tau, share).items():
-                row = {"top_k": top_k, "setting": setting, "tau": tau, "share": share}
-                rows.append({**row, **replay_summary(outcomes.values(), seed=seed)})
-    return rows
+    return [
+        {"top_k": top_k, "setting": setting, "tau": tau, **replay_summary(outcomes.values(), seed=seed)}
+        for tau in [None, *thresholds]
+        for (top_k, setting), outcomes in replay(records, tau).items()
+    ]
 
 
 def choose(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """
     The sweep row with the highest SQuAD 2.0 EM; ties to the smaller fallback rate (fewer LLM calls), then to the
-    smaller tau and s. None for no rows.
+    smaller tau. None for no rows.
     """
     candidates = [row for row in rows if row.get("squad2_em") is not None and row.get("tau") is not None]
-    if not candidates:
-        return None
-    return max(
-        candidates,
-        key=lambda row: (row["squad2_em"], -row["fallback_rate"], -row["tau"], -(row.get("share") or 0.0)),
-    )
+    return max(candidates, key=lambda row: (row["squad2_em"], -row["fallback_rate"], -row["tau"]), default=None)
 
 
 def consistency(records: Sequence[QuestionRecord]) -> tuple[int, int]:
@@ -341,12 +280,10 @@ def _runs(records: Sequence[QuestionRecord]) -> dict[tuple[str, int, str], list[
 
 def verification_stats(records: Sequence[QuestionRecord]) -> list[dict[str, Any]]:
     """
-    How much SuRe's verification decided, per run with verifier scores (Kim et al., Eq. 4-6).
-
-    :returns: Per run: `strategy`, `top_k`, `setting`, `verified` (questions with 2+ scored candidates),
-        `not_all_valid` (% of them whose validity was not True, or >= 0.5, for every candidate), `first_wins` (% won
-        by candidate (a), the first proposed) and `label_summaries` (% of summaries that are only a candidate's label,
-        over the records that counted them).
+    How much SuRe's verification decided, per run with verifier scores (Kim et al., Eq. 4-6): `strategy`, `top_k`,
+    `setting`, `verified` (questions with 2+ scored candidates), and in % of them `not_all_valid` (some validity not
+    True, or below 0.5), `first_wins` (won by candidate (a)), and `label_summaries` (% of the summaries, over the
+    records that counted them, that are only a candidate's label).
     """
     rows = []
     for (strategy, top_k, setting), group in _runs(records).items():
@@ -387,13 +324,9 @@ def _reason_kind(reason: str | None) -> str:
 
 def stage_stats(records: Sequence[QuestionRecord]) -> list[dict[str, Any]]:
     """
-    Which stage of a fallback strategy answered, per run whose records carry a stage trace (`concat_pf`, `cascade`;
-    `strategies.stage_trace`).
-
-    :returns: Per run: `strategy`, `top_k`, `setting`, `n` (questions with a trace), `answered_at` (stage name ->
-        % of the n questions whose answer came from that stage, in pipeline order: concatenation, post_fusion,
-        sure) and `reasons` (stage name -> {reason -> number of questions that left that stage for it}: "unknown
-        answer", "low confidence", "split vote", "tie at the top").
+    Which stage of a fallback strategy answered, per run with stage traces (`concat_pf`, `cascade`): `strategy`,
+    `top_k`, `setting`, `n`, `answered_at` (stage -> % of the n questions, in pipeline order) and `reasons` (stage ->
+    {"unknown answer" | "low confidence" | "split vote" | "tie at the top" -> questions that left it for that}).
     """
     rows = []
     for (strategy, top_k, setting), group in _runs(records).items():
@@ -437,38 +370,27 @@ def _auc(result: dict[str, Any] | None) -> str:
     return f"{result['auroc']:.2f}{interval} ({result['positives']}/{result['negatives']})"
 
 
-def _shown(row: dict[str, Any], rows: Sequence[dict[str, Any]], best: dict[str, Any] | None) -> bool:
-    """The rows a report's table shows (summary.json has them all): text only, tau = 0.2, 0.4, 0.6, 0.8 (with
-    s = 0.6 for cascade), the best row for each s, and the overall best."""
-    if row is best or (row["tau"] is None and row["share"] in (None, 0.6)):
-        return True
-    if row["share"] is not None and row is choose([other for other in rows if other["share"] == row["share"]]):
-        return True
-    return row["share"] in (None, 0.6) and row["tau"] is not None and round(row["tau"] * 100) in (20, 40, 60, 80)
+def _shown(row: dict[str, Any], best: dict[str, Any] | None) -> bool:
+    """The rows a report's table shows (summary.json has them all): text only, tau = 0.2, 0.4, 0.6, 0.8, the best."""
+    return row is best or row["tau"] is None or round(row["tau"] * 100) in (20, 40, 60, 80)
 
 
 def calibration_report(
     records: Sequence[QuestionRecord],
     out: Path,
     *,
-    thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
     seed: int = DEFAULT_SEED,
-    exhaustive: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """
     The calibration sections of a report: AUROC per run, the selective-answering chart, the replayed `concat_pf`
-    tau sweep (and, with `exhaustive`, the `cascade` (tau, s) sweep: say so only when the run's cascade records
-    were made with `EXHAUSTIVE` settings, which records do not show), SuRe's verification figures and the fallback
-    strategies' stage shares (`stage_stats`); each part only
+    tau sweep, SuRe's verification figures and the fallback strategies' stage shares (`stage_stats`); each part only
     when its records are there.
 
-    :returns: (markdown, summary dict with `auroc`, `concat_pf_sweep`, `cascade_sweep`, `consistency`,
-        `verification`, `stages`).
+    :returns: (markdown, summary dict with `auroc`, `concat_pf_sweep`, `consistency`, `verification`, `stages`).
     """
     summary: dict[str, Any] = {
         "auroc": calibration(records, seed=seed),
-        "concat_pf_sweep": sweep(records, thresholds, seed=seed),
-        "cascade_sweep": sweep(records, thresholds, DEFAULT_SHARES, seed=seed) if exhaustive else [],
+        "concat_pf_sweep": sweep(records, seed=seed),
         "consistency": consistency(records),
         "verification": verification_stats(records),
         "stages": stage_stats(records),
@@ -491,31 +413,25 @@ def calibration_report(
         if chart is not None:
             lines.append(f"\n![selective answering]({chart.name})\n")
         parts.append("\n".join(lines))
-    for key, title in (("concat_pf_sweep", "concat_pf"), ("cascade_sweep", "cascade")):
-        rows = summary[key]
-        if not rows or (key == "cascade_sweep" and all(row["share"] is None for row in rows)):
-            continue
+    rows = summary["concat_pf_sweep"]
+    if rows:
         best = choose(rows)
         lines = [
-            f"\n## {title} replayed at each threshold\n",
-            "Replayed exactly from the concatenation, post_fusion"
-            + (" and exhaustive cascade" if key == "cascade_sweep" else "")
-            + " records (tau `–`: text only, the paper's); a selection of the grid, all of it in summary.json. SQuAD "
-            "2.0 EM counts an unanswerable question right when the answer is unknown.\n",
-            "| top-k | tau | s | questions | SQuAD 2.0 EM | EM | F1 | reject rate | fallback % | verified % |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "\n## concat_pf replayed at each threshold\n",
+            "Replayed exactly from the concatenation and post_fusion records (tau `–`: text only, the paper's); a "
+            "selection of the grid, all of it in summary.json. SQuAD 2.0 EM counts an unanswerable question right "
+            "when the answer is unknown.\n",
+            "| top-k | tau | questions | SQuAD 2.0 EM | EM | F1 | reject rate | fallback % |",
+            "|---|---|---|---|---|---|---|---|",
         ]
-        shown = [row for row in rows if _shown(row, rows, best)]
-        for row in shown:
-            mark = " **best**" if row is best else ""
+        for row in (row for row in rows if _shown(row, best)):
             lines.append(
-                f"| {row['top_k']} | {'–' if row['tau'] is None else row['tau']} | "
-                f"{'–' if row['share'] is None else row['share']} | {row['n']} | "
-                f"{_pct(row['squad2_em'], row['squad2_em_ci'])}{mark} | {_pct(row['em'], row['em_ci'])} | "
-                f"{_pct(row['f1'], row['f1_ci'])} | {_pct(row['reject_rate'], row['reject_rate_ci'])} | "
-                f"{_pct(row['fallback_rate'])} | {_pct(row['verified_rate'])} |"
+                f"| {row['top_k']} | {'–' if row['tau'] is None else row['tau']} | {row['n']} | "
+                f"{_pct(row['squad2_em'], row['squad2_em_ci'])}{' **best**' if row is best else ''} | "
+                f"{_pct(row['em'], row['em_ci'])} | {_pct(row['f1'], row['f1_ci'])} | "
+                f"{_pct(row['reject_rate'], row['reject_rate_ci'])} | {_pct(row['fallback_rate'])} |"
             )
-        if key == "concat_pf_sweep" and summary["consistency"][1]:
+        if summary["consistency"][1]:
             same, compared = summary["consistency"]
             lines.append(f"\nThe text-only replay reproduces {same} of {compared} concat_pf records.")
         parts.append("\n".join(lines))

@@ -54,20 +54,12 @@ class EvalDataset:
 
     @property
     def answerable(self) -> int:
-        """
-        Count the questions that have at least one gold answer.
-
-        :returns: The number of questions whose `is_impossible` is False.
-        """
+        """The number of questions with a gold answer."""
         return sum(not q.is_impossible for q in self.questions)
 
     @property
     def unanswerable(self) -> int:
-        """
-        Count the questions without a gold answer.
-
-        :returns: The number of questions whose `is_impossible` is True.
-        """
+        """The number of questions without a gold answer (`is_impossible`)."""
         return sum(q.is_impossible for q in self.questions)
 
     def only(self, kind: str) -> EvalDataset:
@@ -88,12 +80,8 @@ class EvalDataset:
 
     def limit(self, n: int | None) -> EvalDataset:
         """
-        Keep only the first `n` questions, for quick runs.
+        The first `n` questions (None: all), over the whole corpus, so retrieval difficulty does not change with `n`.
 
-        The corpus is kept whole, so retrieval difficulty does not change with `n`.
-
-        :param n: How many questions to keep, from the start of the list; None keeps all of them.
-        :returns: A new `EvalDataset` with the same name and documents and at most `n` questions.
         :raises ValueError: If `n` is negative.
         """
         if n is None:
@@ -104,17 +92,11 @@ class EvalDataset:
 
     def sample(self, n: int | None, *, seed: int = 0) -> EvalDataset:
         """
-        A fixed stratified random sample: half answerable, half unanswerable questions, in file order.
+        A fixed stratified random sample of `n` questions (None: all), half answerable and half unanswerable, in file
+        order: the same `n` and `seed` give the same questions on every machine. Each stratum is drawn with
+        `random.Random(seed).sample`; a short stratum is taken whole and the other fills the rest; an odd `n` gives
+        the extra question to the answerable stratum.
 
-        The same `n` and `seed` give the same questions on every machine and for every strategy, so runs made at
-        different times (or resumed after a reset) compare question by question. Each stratum is drawn with
-        `random.Random(seed).sample` over the question ids in file order; when a stratum has fewer questions than
-        its share, all of them are taken and the other stratum fills the rest. An odd `n` gives the extra question to
-        the answerable stratum.
-
-        :param n: How many questions to keep; None keeps all of them.
-        :param seed: Seed of the draw.
-        :returns: A new `EvalDataset` with the same name and documents and `min(n, len(questions))` questions.
         :raises ValueError: If `n` is negative.
         """
         if n is None:
@@ -135,16 +117,11 @@ class EvalDataset:
 
 def load_squad_dataset(path: str | Path) -> EvalDataset:
     """
-    Load a SQuAD v1.1 or v2.0 JSON file as an evaluation dataset.
+    Load a SQuAD v1.1 or v2.0 JSON file (`corpus.load_squad`): every distinct paragraph is a passage and the gold
+    passage of its questions (Liu et al., section 4); SQuAD 2.0's `is_impossible` questions are unanswerable.
 
-    Parsing is `haystack_fusion.corpus.load_squad`: every distinct paragraph becomes a Document of the corpus, and
-    each question's own paragraph is its gold passage (Liu et al., section 4). SQuAD 2.0 `is_impossible` questions
-    are unanswerable (no gold answers); they still carry the id of the paragraph they were asked about.
-
-    :param path: Path to the SQuAD JSON file.
-    :returns: An `EvalDataset` named after the file stem.
     :raises FileNotFoundError: If `path` does not exist.
-    :raises ValueError: If the file is malformed (see `load_squad`).
+    :raises ValueError: If the file is malformed.
     """
     path = Path(path).expanduser()
     documents, questions = _corpus.load_squad(path)
@@ -189,20 +166,13 @@ def _load_nq_questions(path: Path) -> list[Question]:
 
 def load_dpr_tsv_passages(path: str | Path) -> list[Document]:
     """
-    Load passages from a DPR-style TSV file (`id`, `text`, `title`, tab-separated, with that header row).
+    Load a DPR-style passage TSV (`id`, `text`, `title` with that header row; DPR's `psgs_w100.tsv`, the 100-word
+    passages of Liu et al., section 4), read with `csv` so quoted fields may hold tabs and newlines. Each row is a
+    Document with `meta` `{"title", "source_id"}` and Haystack's content-derived id.
 
-    This is the format of DPR's Wikipedia passages (`psgs_w100.tsv`, the 100-word passages of Liu et al.,
-    section 4). Rows are read with the `csv` module (`delimiter="\\t"`), so double-quoted fields may hold tabs,
-    quotes (doubled) and newlines. Each row becomes a Document with `content` = `text` and
-    `meta` = `{"title": <title>, "source_id": <id>}`; the Document id is Haystack's content-derived hash, as in
-    `haystack_fusion.corpus.load_jsonl_passages`. Blank lines are skipped.
-
-    :param path: Path to the `.tsv` file (UTF-8).
-    :returns: One Document per data row, in file order.
     :raises FileNotFoundError: If `path` does not exist.
-    :raises ValueError: If the first row is not the header `id, text, title`, a row does not have exactly three
-        columns or has an empty `text` (the message names the file and the 1-based line number), or the file
-        holds no passages.
+    :raises ValueError: If the header is missing, a row has not three columns or an empty `text` (the message names
+        the line), or there are no passages.
     """
     path = _corpus.local_path(path)
     documents: list[Document] = []
@@ -241,22 +211,13 @@ def _load_corpus(path: Path) -> list[Document]:
 
 def load_nq_open(questions_path: str | Path, corpus_path: str | Path) -> EvalDataset:
     """
-    Load NQ-open style questions and the passage corpus to answer them from.
+    Load NQ-open JSONL questions (`question`, `answer`: a list of strings, empty for an unanswerable question, an
+    optional `id`, else `q<line>`) over a `.jsonl` or DPR-style `.tsv` corpus. NQ-open has no gold passage, so only
+    Liu et al.'s setting without an added gold passage applies.
 
-    The question file is JSON Lines, one object per line: `question` (a non-empty string), `answer` (a list of
-    gold answer strings) and an optional `id` (else `q<line number>`); other keys are ignored and blank lines are
-    skipped. An empty `answer` list makes the question unanswerable. NQ-open has no gold passage, so every
-    `gold_document_id` is None: only Liu et al.'s setting without an added gold passage (section 4) applies.
-    The corpus is a `.jsonl` file (read by `haystack_fusion.corpus.load_jsonl_passages`) or a DPR-style `.tsv`
-    file (read by `load_dpr_tsv_passages`).
-
-    :param questions_path: Path to the NQ-open `.jsonl` question file (UTF-8).
-    :param corpus_path: Path to the passage corpus, `.jsonl` or `.tsv`.
-    :returns: An `EvalDataset` named after the question file's stem.
     :raises FileNotFoundError: If either file does not exist.
-    :raises ValueError: If a question line is not valid JSON, is not an object, lacks `question`, has an `answer`
-        that is not a list of strings, or repeats an earlier id (the message names the file and the 1-based line
-        number); if the question file is empty; or if the corpus has an unsupported suffix or is malformed.
+    :raises ValueError: If a question line is not a valid object with `question` and `answer`, repeats an id (the
+        message names the line), the file is empty, or the corpus has another suffix or is malformed.
     """
     questions_file = _corpus.local_path(questions_path)
     corpus_file = _corpus.local_path(corpus_path)
@@ -275,20 +236,11 @@ def load_dataset(
     dataset: str | Path, *, corpus: str | Path | None = None, cache_dir: str | Path | None = None
 ) -> EvalDataset:
     """
-    Load an evaluation dataset from a local file or an http(s) URL, choosing the loader by file suffix.
+    Load an evaluation dataset from a path or an http(s) URL (downloaded once into `cache_dir`): a SQuAD `.json`
+    (`load_squad_dataset`) or an NQ-open `.jsonl` with its `corpus` (`load_nq_open`).
 
-    URLs (for the dataset and for the corpus) are first downloaded with `haystack_fusion.corpus.download`
-    (cached). Then a `.json` file goes to `load_squad_dataset` (its paragraphs are the corpus) and a `.jsonl` file
-    to `load_nq_open`, which needs the separate passage corpus given as `corpus`.
-
-    :param dataset: A SQuAD `.json` or NQ-open `.jsonl` question file, as a local path or an http(s) URL.
-    :param corpus: The passage corpus (`.jsonl` or DPR-style `.tsv`, path or URL); required for `.jsonl` datasets
-        and not accepted for SQuAD, which carries its own.
-    :param cache_dir: Where downloaded files are kept; defaults to `~/.cache/haystack_fusion`.
-    :returns: The `EvalDataset`, named after the dataset file's stem.
     :raises FileNotFoundError: If a local path does not exist.
-    :raises ValueError: If the suffix is neither `.json` nor `.jsonl`, a `.jsonl` dataset comes without `corpus`,
-        a `.json` dataset comes with one, or the loader raises `ValueError`.
+    :raises ValueError: For another suffix, a `.jsonl` without `corpus`, a `.json` with one, or a malformed file.
     :raises requests.RequestException: If a download fails.
     """
     path = _corpus.local_path(dataset, cache_dir=cache_dir)

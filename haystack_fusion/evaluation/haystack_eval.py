@@ -1,13 +1,10 @@
 """
 An evaluation run as Haystack's evaluation types, and an optional semantic-answer-similarity (SAS) score.
 
-`to_evaluation_run_results` turns the records of a run (`results.jsonl`) into one
-`haystack.evaluation.EvaluationRunResult` per (strategy, k, setting), so Haystack's `aggregated_report`,
-`detailed_report` and `comparative_detailed_report` work on them. The scores are ours (`metrics.py`: SQuAD-normalized
-EM and F1, substring accuracy, the reject rate), as fractions in [0, 1] the way Haystack's evaluators report them, not
-x100 as `summary.json` does. `sas_scores` adds Haystack's `SASEvaluator` on the packaged all-MiniLM-L6-v2 model (the
-`dense` extra): a graded similarity that EM cannot give the long answers of SuRe and Chain-of-Note.
-See `docs/evaluation-haystack.md`.
+`to_evaluation_run_results` turns a run's records into one `haystack.evaluation.EvaluationRunResult` per (strategy,
+k, setting), so Haystack's `aggregated_report`, `detailed_report` and `comparative_detailed_report` work on them, with
+our scores (`metrics`) as fractions in [0, 1] as Haystack's evaluators report them. `sas_scores` adds Haystack's
+`SASEvaluator` on the packaged all-MiniLM-L6-v2 model (the `dense` extra). See `docs/evaluation-haystack.md`.
 """
 
 from __future__ import annotations
@@ -56,25 +53,13 @@ _SAS_EXTRA = (
 
 
 def record_key(record: QuestionRecord) -> RecordKey:
-    """
-    The key of a record in the `sas` mapping of `to_evaluation_run_results`.
-
-    :param record: A question record.
-    :returns: (strategy, top_k, setting, question_id).
-    """
+    """The key of a record in the `sas` mapping: (strategy, top_k, setting, question_id)."""
     return (record.strategy, record.top_k, record.setting, record.question_id)
 
 
 def run_name(strategy: str, top_k: int, setting: str, *, single: bool) -> str:
-    """
-    The name of one run's `EvaluationRunResult` (its key in `to_evaluation_run_results`).
-
-    :param strategy: The strategy name.
-    :param top_k: The run's k.
-    :param setting: The run's passage setting label (`PassageSetting.label()`).
-    :param single: Whether the records hold a single k and a single setting.
-    :returns: The strategy name when `single`, else "<strategy> top-<k> <setting>", e.g. "concat_pf top-5 retrieved".
-    """
+    """The name of a run's `EvaluationRunResult`: the strategy when `single` (one k, one setting), else
+    "<strategy> top-<k> <setting>"."""
     return strategy if single else f"{strategy} top-{top_k} {setting}"
 
 
@@ -104,12 +89,7 @@ def _questions_in_order(records: Sequence[QuestionRecord], dataset: EvalDataset)
 
 
 def _group(records: Sequence[QuestionRecord]) -> dict[tuple[str, int, str], dict[str, QuestionRecord]]:
-    """
-    Records by (strategy, k, setting), then by question id, in first-appearance order.
-
-    A repeated (strategy, k, setting, question id), e.g. the same run folder passed twice, keeps its first record,
-    as `read_records` does within one file.
-    """
+    """Records by (strategy, k, setting), then question id, in first-appearance order (a repeated key: its first)."""
     groups: dict[tuple[str, int, str], dict[str, QuestionRecord]] = {}
     duplicates = 0
     for record in records:
@@ -136,26 +116,15 @@ def to_evaluation_run_results(
     """
     Convert the records of an evaluation run into one Haystack `EvaluationRunResult` per (strategy, k, setting).
 
-    Every result lists the same questions in the same order, so any two can be compared row by row with
-    `comparative_detailed_report` (which pairs rows by position and checks nothing): the questions that at least one
-    record answers, in dataset order. A question a run did not answer (e.g. an interrupted run) is still a row of it,
-    with `predicted_answer` None and NaN scores. Question texts and gold answers come from `dataset`, joined by
-    question id.
+    Every result lists the same questions in the same order (those some record answers, in dataset order), so any two
+    compare row by row with `comparative_detailed_report`; a question a run did not answer has `predicted_answer` None
+    and NaN scores. Question texts and gold answers come from `dataset`.
 
-    `inputs` (columns `INPUT_COLUMNS`, one list entry per question):
-    - `question_id`, `question`: str.
-    - `ground_truth_answers`: list[str], the dataset's gold answers; `[]` for an unanswerable question (no
-      "unknown" gold string: abstaining is scored by the `reject` metric instead).
-    - `answerable`: bool.
-    - `predicted_answer`: str, the strategy's final answer; None when the run did not answer the question.
-
-    `results` (`{"score": float | None, "individual_scores": list[float]}` per metric, scores are fractions in
-    [0, 1], not x100): `exact_match`, `f1`, `accuracy` (`metrics.py`, from the records' `QuestionScore`) on answerable
-    questions; `reject` (1.0 when the answer abstains, by `UnknownDetector`) on unanswerable ones; and `sas` (cosine
-    similarity, see `sas_scores`) on answerable ones when `sas` is given. A row a metric does not apply to has
-    `float("nan")` (not None: `detailed_report` converts a column holding floats with `float()`), and `score` is the
-    mean over the other rows, so it equals `summary.json`'s figure / 100; None when no row applies (e.g. `reject`
-    without unanswerable questions).
+    `inputs` (`INPUT_COLUMNS`): `question_id`, `question`, `ground_truth_answers` (`[]` for an unanswerable question),
+    `answerable`, `predicted_answer`. `results`, fractions in [0, 1] (`{"score", "individual_scores"}`):
+    `exact_match`, `f1`, `accuracy` on answerable questions, `reject` (1.0 for an abstention) on unanswerable ones,
+    and `sas` on answerable ones when given. A row a metric does not apply to holds NaN, and `score` is the mean of
+    the others (`summary.json`'s figure / 100), None when none applies.
 
     ### Usage example
     ```python
@@ -172,16 +141,12 @@ def to_evaluation_run_results(
     print(results["concatenation"].comparative_detailed_report(results["concat_pf"], keep_columns=["predicted_answer"]))
     ```
 
-    :param records: The question records of one run or of several (`read_records`), in any order; of records with
-        the same (strategy, k, setting, question id) the first is kept.
-    :param dataset: The dataset the run was made with (its questions may be a superset of the answered ones).
-    :param sas: SAS score by `record_key`, e.g. from `records_sas`; None leaves the `sas` metric out. A missing key or
-        None value gives NaN for an unanswerable question.
-    :returns: `EvaluationRunResult` by run name, in the order the records first name each run: the strategy name when
-        the records hold a single k and a single setting, else "<strategy> top-<k> <setting>" (`run_name`).
-    :raises ValueError: If there are no records; a record's question id is not in `dataset`; a record's `answerable`
-        disagrees with the dataset's question (a different dataset with the same ids); or `sas` is given and has no
-        score for an answered answerable question.
+    :param records: The records of one run or several, in any order; of repeated keys the first is kept.
+    :param dataset: The dataset the run was made with.
+    :param sas: SAS score by `record_key` (`records_sas`); None leaves the `sas` metric out.
+    :returns: `EvaluationRunResult` by `run_name`, in the order the records first name each run.
+    :raises ValueError: If there are no records, a record's question id is not in `dataset` or its `answerable`
+        disagrees with it, or `sas` has no score for an answered answerable question.
     """
     records = list(records)
     if not records:
@@ -273,20 +238,12 @@ def sas_scores(
     """
     Semantic answer similarity (SAS) of each prediction to its gold answers, with Haystack's `SASEvaluator`.
 
-    `SASEvaluator` compares one ground truth per prediction; a question with several gold answers scores the best of
-    them (every (prediction, gold) pair is scored once, duplicates only once, and the maximum is kept), like our EM
-    and F1 take the best gold answer. A question without gold answers (unanswerable) is not scored: None.
-
-    Unit: with a bi-encoder such as the packaged all-MiniLM-L6-v2 (a `BertModel`), `SASEvaluator` returns the cosine
-    similarity of the two sentence embeddings, in [-1, 1] and in practice about 0.0 (unrelated) to 1.0 (same meaning),
-    not calibrated: "Paris, France" vs "Paris" scores about 0.93, "banana" vs "Paris" about 0.17. With a cross-encoder
-    model it is the model's score, squashed by a sigmoid when above 1. Texts longer than the model's
-    `max_seq_length` (256 word pieces for all-MiniLM-L6-v2) are truncated.
-
-    A bi-encoder embeds the whole answer, so the other words of a sentence-long answer dilute it: "The Eiffel Tower
-    stands in Paris, the capital of France, ..." scores about 0.50 against "Paris", below the wrong "London" (0.58)
-    but well above "The Eiffel Tower stands in Lyon, ..." (0.34). Compare strategies whose answers have a similar
-    length and form (see `docs/evaluation-haystack.md`).
+    A question with several gold answers scores the best of them (each distinct pair is scored once); an
+    unanswerable question is not scored (None). Unit: with a bi-encoder such as all-MiniLM-L6-v2, the cosine similarity
+    of the two embeddings, about 0.0 (unrelated) to 1.0 (same meaning), not calibrated ("Paris, France" vs "Paris"
+    about 0.93, "banana" vs "Paris" about 0.17); a cross-encoder's score, squashed by a sigmoid when above 1. Texts
+    beyond the model's `max_seq_length` (256 word pieces) are truncated. The other words of a long answer dilute it:
+    compare strategies whose answers have a similar length (`docs/evaluation-haystack.md`).
 
     ### Usage example
     ```python
@@ -297,13 +254,12 @@ def sas_scores(
     ```
 
     :param predictions: The predicted answers, one per question.
-    :param golds: The gold answers of each question (same length as `predictions`); empty for unanswerable ones.
-    :param model: A sentence-transformers model folder or Hugging Face name (downloaded if not local); None uses the
-        packaged all-MiniLM-L6-v2 (`haystack_fusion.embeddings.packaged_embedding_model_path`), nothing downloaded.
+    :param golds: The gold answers of each question; empty for unanswerable ones.
+    :param model: A sentence-transformers model folder or name; None: the packaged all-MiniLM-L6-v2, nothing downloaded.
     :param batch_size: Texts encoded at once.
     :returns: One score per question, in order; None for a question without gold answers.
     :raises ValueError: If `predictions` and `golds` differ in length.
-    :raises ImportError: If sentence-transformers or the packaged model (the `dense` extra) is not installed.
+    :raises ImportError: If the `dense` extra is not installed.
     :raises FileNotFoundError: If `model` is None and the packaged model folder is missing.
     """
     if len(predictions) != len(golds):
@@ -336,30 +292,9 @@ def records_sas(
     batch_size: int = 32,
 ) -> dict[RecordKey, float | None]:
     """
-    The SAS score of every record, for the `sas` parameter of `to_evaluation_run_results`.
+    The SAS of every record (`sas_scores` against the dataset's gold answers, one model load), for the `sas`
+    parameter of `to_evaluation_run_results`; None for unanswerable questions.
 
-    Gold answers come from `dataset` (joined by question id); the model is loaded once for all records. Unanswerable
-    questions get None (see `sas_scores`).
-
-    ### Usage example
-    ```python
-    from pathlib import Path
-
-    from haystack_fusion.evaluation.datasets import load_dataset
-    from haystack_fusion.evaluation.haystack_eval import records_sas, to_evaluation_run_results
-    from haystack_fusion.evaluation.runner import RESULTS_FILE, read_records
-
-    dataset = load_dataset("squad2-dev-subset.json")
-    records = read_records(Path("runs/squad") / RESULTS_FILE)
-    results = to_evaluation_run_results(records, dataset, sas=records_sas(records, dataset))
-    print(results["sure"].aggregated_report())
-    ```
-
-    :param records: The question records.
-    :param dataset: The dataset the run was made with.
-    :param model: As in `sas_scores` (None: the packaged all-MiniLM-L6-v2).
-    :param batch_size: Texts encoded at once.
-    :returns: SAS score (cosine similarity, about 0 to 1) by `record_key`; None for unanswerable questions.
     :raises ValueError: If a record's question id is not in `dataset`.
     :raises ImportError: If the `dense` extra is not installed (only when some question has a gold answer).
     """
@@ -394,14 +329,10 @@ def load_evaluation_run_results(
         print(name, result.aggregated_report())
     ```
 
-    :param runs: One run folder or several (e.g. one per noise ratio), each holding `results.jsonl`.
-    :param dataset: The dataset the runs were made with.
-    :param sas: Whether to add the `sas` metric (`records_sas`; needs the `dense` extra).
-    :param sas_model: The SAS model (None: the packaged all-MiniLM-L6-v2).
-    :returns: `EvaluationRunResult` by run name, as `to_evaluation_run_results`.
+    :param runs: One run folder or several (e.g. one per noise ratio).
+    :param sas: Whether to add the `sas` metric (`records_sas`, the `dense` extra), with `sas_model`.
     :raises FileNotFoundError: If the folders hold no records.
     :raises ValueError: As `to_evaluation_run_results`.
-    :raises ImportError: If `sas` is True and the `dense` extra is not installed.
     """
     folders = [Path(runs)] if isinstance(runs, str | Path) else [Path(run) for run in runs]
     records = [record for folder in folders for record in read_records(folder / RESULTS_FILE)]

@@ -1,23 +1,12 @@
 """
 The papers' evaluation metrics as pure functions: per-question scores and their aggregate over a run.
 
-Per question: exact match and token F1 (Liu et al., section 4 "Evaluation Metrics"; the official SQuAD evaluation,
-Rajpurkar et al., 2016), substring accuracy (Yu et al., section 3.1.3), the unknown test behind %Unk and the reject
-rate (Liu et al., section 3.1 and section 4; Yu et al., section 3.4), whether the post-fusion candidate pool holds a
-gold answer (behind %NM, Liu et al., section 4) and whether retrieval found an answer-bearing passage (answer
-recall@k, Liu et al., section 4.3).
-
-Aggregate: `summarize` turns a list of `QuestionScore` into the figures a report prints, as percentages (x100) where
-the papers report percentages, unrounded.
-
-Answers that are not answers (research/notes/evaluation.md, "Answers that are not answers"): `with_answer_outcome` sets
-a score's flags from the record: `empty` (a blank prediction), `invalid` (the answer validator rejected it,
-`validation.is_invalid`; such an answer is not an abstention, so it is never `unknown`, and it scores 0 on answerable
-questions) and `truncated` (the token cap cut the reply); `outcome_counts` counts them over a run.
-
-Normalization and the unknown test are not redefined here: they come from `haystack_fusion.answers`
-(`normalize_answer`, the official SQuAD normalization, and `UnknownDetector`, the one abstention rule), so voting
-and evaluation always agree on what "the same answer" and "unknown" mean.
+Per question: exact match and token F1 (Liu et al., section 4; the official SQuAD evaluation, Rajpurkar et al., 2016),
+substring accuracy (Yu et al., section 3.1.3), the unknown test behind %Unk and the reject rate (Liu et al., sections
+3.1 and 4; Yu et al., section 3.4), whether the post-fusion pool holds a gold answer (%NM, Liu et al., section 4) and
+whether retrieval found an answer-bearing passage (answer recall@k, Liu et al., section 4.3). `summarize` aggregates
+them as the report prints them (percentages x100, unrounded). Normalization and the unknown test come from
+`haystack_fusion.answers`, so voting and evaluation agree on what "the same answer" and "unknown" mean.
 """
 
 from __future__ import annotations
@@ -28,15 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from haystack_fusion.answers import (
-    DEFAULT_OVERLAP_THRESHOLD,
-    UnknownDetector,
-    answers_agree,
-    check_overlap_threshold,
-    check_vote_mode,
-    normalize_answer,
-    token_f1,
-)
+from haystack_fusion.answers import UnknownDetector, normalize_answer, token_f1
 from haystack_fusion.llm import TRUNCATED_FINISH_REASON
 from haystack_fusion.validation import is_invalid
 
@@ -56,23 +37,11 @@ __all__ = [
 
 def exact_match(prediction: str, golds: Sequence[str]) -> float:
     """
-    Exact match (EM) of a prediction against the acceptable answers.
+    Exact match (EM) against the acceptable answers, after `answers.normalize_answer` (Liu et al., section 4: lowercase,
+    no articles, punctuation or redundant whitespace; the official SQuAD script; Yu et al., section 3.1.3).
 
-    Liu et al., section 4 "Evaluation Metrics": "A generated response is considered correct if, after normalization,
-    it matches any candidate in a list of acceptable answers. The normalization process entails converting the text
-    to lowercase and omitting articles, punctuation, and redundant whitespaces" (the official SQuAD evaluation,
-    Rajpurkar et al., 2016; Yu et al., section 3.1.3 uses the same definition). Normalization is
-    `haystack_fusion.answers.normalize_answer`.
-
-    Unit: 1.0 (match) or 0.0 per question; `summarize` reports the mean x100.
-
-    Edge cases: no gold answers -> 0.0 (nothing is acceptable). As in the official script, normalized strings are
-    compared as they are, so an empty prediction matches a gold answer that normalizes to the empty string
-    (e.g. "The").
-
-    :param prediction: The predicted answer.
-    :param golds: The acceptable answers.
-    :returns: 1.0 when the normalized prediction equals one normalized gold answer, else 0.0.
+    :returns: 1.0 or 0.0 per question (`summarize` reports the mean x100); 0.0 without gold answers. As in the
+        official script, an empty prediction matches a gold answer that normalizes to "" (e.g. "The").
     """
     normalized = normalize_answer(prediction)
     return float(any(normalized == normalize_answer(gold) for gold in golds))
@@ -80,43 +49,20 @@ def exact_match(prediction: str, golds: Sequence[str]) -> float:
 
 def f1(prediction: str, golds: Sequence[str]) -> float:
     """
-    Token F1 of a prediction, the best over the acceptable answers.
+    Token F1, the best over the acceptable answers (Liu et al., section 4; Yu et al., section 3.1.3: "bags of tokens"),
+    computed by `answers.token_f1` as the official SQuAD script does.
 
-    Liu et al., section 4 "Evaluation Metrics" (the standard F1 of Rajpurkar et al., 2016); Yu et al., section 3.1.3:
-    F1 "treats the prediction and ground truth as bags of tokens". As in the official SQuAD script: both sides are
-    normalized with `normalize_answer` and split on whitespace; the overlap is the size of the multiset
-    intersection (Counter `&`); precision = overlap / prediction tokens, recall = overlap / gold tokens,
-    F1 = 2PR / (P + R) (`haystack_fusion.answers.token_f1`, the one copy, which overlap voting uses too).
-
-    Unit: a fraction in [0, 1] per question; `summarize` reports the mean x100.
-
-    Edge cases: when either side has no tokens after normalization, F1 is 1.0 if both are empty and 0.0 otherwise
-    (official script); no gold answers -> 0.0. F1 is never below EM for the same gold answers.
-
-    :param prediction: The predicted answer.
-    :param golds: The acceptable answers.
-    :returns: The maximum token F1 over `golds`.
+    :returns: A fraction in [0, 1] per question (`summarize` reports the mean x100); 0.0 without gold answers.
     """
     return max((token_f1(prediction, gold) for gold in golds), default=0.0)
 
 
 def accuracy(prediction: str, golds: Sequence[str]) -> float:
     """
-    Substring accuracy: a gold answer occurs in the prediction.
+    Substring accuracy (Yu et al., section 3.1.3, after Mallen et al., 2023): a normalized gold answer occurs in the
+    normalized prediction, as characters. Gold answers that normalize to "" are ignored.
 
-    Yu et al., section 3.1.3: "Accuracy considers a prediction correct if any substring of the prediction exactly
-    matches any of the provided correct answers" (after Mallen et al., 2023), used there because EM is too strict
-    for verbose models. Both sides are normalized with `normalize_answer` first; the test is a character-level
-    substring test on the normalized strings (no token boundaries, as in Mallen et al.).
-
-    Unit: 1.0 or 0.0 per question; `summarize` reports the mean x100.
-
-    Edge cases: gold answers that normalize to the empty string are ignored (the empty string is a substring of
-    everything); no usable gold answer -> 0.0. An exact match is always accurate.
-
-    :param prediction: The predicted answer.
-    :param golds: The acceptable answers.
-    :returns: 1.0 when a non-empty normalized gold answer is a substring of the normalized prediction, else 0.0.
+    :returns: 1.0 or 0.0 per question (`summarize` reports the mean x100); 0.0 without a usable gold answer.
     """
     normalized = normalize_answer(prediction)
     return float(any(gold_norm and gold_norm in normalized for gold_norm in map(normalize_answer, golds)))
@@ -124,55 +70,24 @@ def accuracy(prediction: str, golds: Sequence[str]) -> float:
 
 def is_unknown(prediction: str | None, detector: UnknownDetector | None = None) -> bool:
     """
-    Whether a prediction abstains ("unknown" or a paraphrase), the test behind %Unk and the reject rate.
-
-    Liu et al., section 3.1 defines the unknown output and section 4 "Evaluation Metrics" counts it (%Unk); Yu et al.,
-    section 3.4 counts rejections (reject rate). Delegates to `haystack_fusion.answers.UnknownDetector`, the one
-    abstention rule that voting and routing use too.
-
-    Edge cases: an empty answer and None (a failed call) are unknown.
-
-    :param prediction: The predicted answer, or None for a failed call.
-    :param detector: The detector to use; defaults to `UnknownDetector()` (the default patterns).
-    :returns: True when the prediction abstains.
+    Whether a prediction abstains ("unknown" or a paraphrase, by `answers.UnknownDetector`), the test behind %Unk
+    (Liu et al., sections 3.1 and 4) and the reject rate (Yu et al., section 3.4). An empty answer and None (a failed
+    call) are unknown.
     """
     return (detector or UnknownDetector()).is_unknown(prediction)
 
 
-def gold_in_pool(
-    candidates: Sequence[str],
-    golds: Sequence[str],
-    *,
-    vote: str = "exact",
-    overlap_threshold: float = DEFAULT_OVERLAP_THRESHOLD,
-) -> bool:
+def gold_in_pool(candidates: Sequence[str], golds: Sequence[str]) -> bool:
     """
     Whether the post-fusion candidate pool holds a correct answer, the condition of %NM.
 
     Liu et al., section 4 "Evaluation Metrics": %NM counts "instances where the correct answer is within the generated
-    answer list but isn't the majority selection". "Within" is read with the matching the voter used, so that %NM
-    asks whether voting lost an answer that it would itself have counted as the gold one:
+    answer list but isn't the majority selection"; "within" is an exact match (`exact_match`) of some gold answer.
 
-    - `vote="exact"` (default, Liu et al.'s voting): some candidate is an exact match (`exact_match`) of some gold
-      answer;
-    - `vote="overlap"` (`PostFusionVoter(vote="overlap")`): some candidate agrees with some gold answer by
-      `haystack_fusion.answers.answers_agree` (equal, token F1 >= `overlap_threshold`, or one's tokens contained in
-      the other's), the rule the overlap vote clusters with. Whether the majority answer is correct is then read
-      the same way: `gold_in_pool(candidates[:1], golds, vote="overlap")`.
-
-    Edge cases: an empty pool or no gold answers -> False.
-
-    :param candidates: The candidate answers (e.g. `VoteResult.candidates`: with overlap voting, one representative
-        per cluster).
+    :param candidates: The candidate answers (e.g. `VoteResult.candidates`).
     :param golds: The acceptable answers.
-    :param vote: `"exact"` or `"overlap"`.
-    :param overlap_threshold: The token F1 in (0, 1] of `answers_agree` (overlap only).
-    :returns: True when a candidate matches a gold answer.
-    :raises ValueError: For an unknown `vote`, or an `overlap_threshold` outside (0, 1] with `vote="overlap"`.
+    :returns: True when a candidate matches a gold answer; False for an empty pool or no gold answers.
     """
-    if check_vote_mode(vote) == "overlap":
-        check_overlap_threshold(overlap_threshold)
-        return any(answers_agree(candidate, gold, overlap_threshold) for candidate in candidates for gold in golds)
     return any(exact_match(candidate, golds) == 1.0 for candidate in candidates)
 
 
@@ -182,19 +97,10 @@ def _casefold_collapsed(text: str) -> str:
 
 def retrieval_hit(passages: Sequence[str], golds: Sequence[str]) -> bool:
     """
-    Whether one of the retrieved passages contains a gold answer string (answer recall@k for one question).
+    Answer recall@k for one question (Liu et al., section 4.3): a gold answer occurs verbatim in one of the passages,
+    compared case-folded with whitespace runs collapsed (punctuation and articles kept; not DPR's token match).
 
-    Liu et al., section 4.3 relates the results to the "retrieval recall" of the Top-k passages; this is the usual
-    answer recall@k: a question is a hit when a gold answer occurs verbatim in one of its k passages. The test is
-    case-insensitive (`str.casefold`) on text whose whitespace runs are collapsed to one space; punctuation and
-    articles are kept (passages are not answers, and removing them would create false hits across word boundaries).
-    It is a plain substring test, not the token-level match of DPR's `has_answer`.
-
-    Edge cases: gold answers that are empty after stripping are ignored; no passages or no usable gold -> False.
-
-    :param passages: The texts of the retrieved passages (the top-k).
-    :param golds: The acceptable answers.
-    :returns: True when a gold answer occurs in one of the passages.
+    :returns: False without passages or without a non-empty gold answer.
     """
     needles = [needle for needle in map(_casefold_collapsed, golds) if needle]
     if not needles:
@@ -208,28 +114,13 @@ class QuestionScore:
     """
     The scores and costs of one question under one strategy, the input of `summarize`.
 
-    :param id: The question id.
-    :param answerable: Whether the question has a gold answer (False for questions the system should reject).
-    :param em: `exact_match` of the final answer, 0.0 or 1.0.
-    :param f1: `f1` of the final answer, in [0, 1].
-    :param accuracy: `accuracy` of the final answer, 0.0 or 1.0.
-    :param unknown: Whether the final answer abstains (`is_unknown`).
-    :param pool_has_gold: Whether the post-fusion candidate pool holds a gold answer (`gold_in_pool`); None when
-        the strategy has no post-fusion pool.
-    :param majority_correct: Whether the majority answer of that pool is correct (EM); None when there is no pool.
-    :param retrieval_hit: Whether a retrieved passage contains a gold answer (`retrieval_hit`); None when not
-        measured (e.g. the passages were given, not retrieved).
-    :param prompt_tokens: Prompt tokens spent on the question, over all LLM calls.
-    :param completion_tokens: Completion tokens spent on the question, over all LLM calls.
-    :param calls: Number of LLM calls made for the question.
-    :param seconds: Wall-clock seconds spent answering the question.
-    :param empty: Whether the final answer is blank (a rejected answer, a failed call, an empty reply).
-    :param invalid: Whether the answer validator rejected the final answer (`validation.is_invalid` of the record's
-        evidence): not an abstention, so never `unknown` too.
-    :param truncated: Whether the token cap cut the reply the final answer was read from (see `with_answer_outcome`).
-    :param truncated_calls: How many of the question's LLM calls the token cap cut (usage `truncated`).
-    :raises ValueError: If a score is outside [0, 1], a cost is negative or not finite, the pool says it holds a
-        gold answer without saying whether the majority answer is correct, or an answer is both invalid and unknown.
+    `em`, `f1`, `accuracy` are in [0, 1]; `unknown` is `is_unknown` of the answer; `pool_has_gold` (`gold_in_pool`)
+    and `majority_correct` (EM of the pool's majority) are None without a post-fusion pool; `retrieval_hit` is None
+    when not measured. Costs: `prompt_tokens`, `completion_tokens` and `calls` over all LLM calls, `seconds` of wall
+    time. `empty`, `invalid`, `truncated` and `truncated_calls` are set by `with_answer_outcome`.
+
+    :raises ValueError: If a score is outside [0, 1], a cost is negative or not finite, the pool holds a gold answer
+        without saying whether the majority answer is correct, or an answer is both invalid and unknown.
     """
 
     id: str
@@ -280,26 +171,15 @@ def with_answer_outcome(
     """
     A question's score with the flags of answers that are not answers set from its record.
 
-    - `empty`: the prediction is blank after stripping whitespace.
-    - `invalid`: the evidence says the answer validator rejected the answer (`answer_source == "invalid"`,
-      `validation.is_invalid`). A rejected answer is not an abstention: `unknown` becomes False, so it counts neither
-      in %Unk nor as a correct rejection of an unanswerable question, and EM, F1 and accuracy become 0.0 (the
-      empty prediction would otherwise match a gold answer that normalizes to the empty string).
-    - `truncated_calls`: the calls the token cap cut, usage `truncated` (`llm.reply_usage`), the larger of
-      `usage`'s and `evidence["usage"]`'s (a run passes the first, a record keeps the second).
-    - `truncated`: when the evidence has `finish_reason` (the final answer's own reply, for strategies whose answer
-      is one reply read by an answer builder), whether it is "length"; otherwise whether any call of the question
-      was cut (`truncated_calls > 0`): an answer voted from several replies or chosen by SuRe has no one reply.
+    - `empty`: the prediction is blank.
+    - `invalid`: the validator rejected the answer (`validation.is_invalid`); it is then not unknown (neither %Unk nor
+      a correct rejection) and EM, F1 and accuracy are 0.0.
+    - `truncated_calls`: the calls the token cap cut, the larger of `usage["truncated"]` and
+      `evidence["usage"]["truncated"]`.
+    - `truncated`: with `evidence["finish_reason"]` (a one-reply answer), whether it is "length"; else whether any
+      call was cut.
 
-    Records made before these flags existed have no `answer_source == "invalid"` and no `truncated` count: their
-    scores come back as they were, with `empty` set and `truncated` False. Applying it twice changes nothing.
-
-    :param score: The question's score (`unknown` as `is_unknown` gave it).
-    :param prediction: The final answer as recorded.
-    :param evidence: The record's evidence (`QuestionRecord.evidence`, or a strategy run's), or None.
-    :param usage: The question's summed usage, when it is not in `evidence["usage"]`.
-    :returns: The score with `empty`, `invalid`, `truncated` and `truncated_calls` set, and `unknown`, `em`, `f1`,
-        `accuracy` as above.
+    :returns: The updated score (applying it twice changes nothing).
     """
     evidence = evidence or {}
     recorded = evidence.get("usage") if isinstance(evidence.get("usage"), Mapping) else {}
@@ -322,15 +202,9 @@ def with_answer_outcome(
 
 def outcome_counts(scores: Sequence[QuestionScore]) -> dict[str, int]:
     """
-    How many of a run's final answers were not answers, over all its questions (answerable or not).
-
-    The kinds overlap: a rejected answer is blank, so it counts as `empty` and `invalid`; a blank answer that was
-    not rejected (a failed call, an empty reply) is `empty` and `unknown` (`is_unknown` of a blank answer).
-
-    :param scores: The per-question scores of one run (with `with_answer_outcome` applied).
-    :returns: `answered_count` (answers neither empty, invalid nor unknown), `unknown_count` (abstentions),
-        `empty_count`, `invalid_count`, `truncated_count` (answers whose reply the token cap cut) and
-        `truncated_calls` (LLM calls the cap cut, summed over the questions).
+    How many of a run's final answers were not answers: `answered_count` (neither empty, invalid nor unknown),
+    `unknown_count`, `empty_count`, `invalid_count` (a rejected answer is also empty), `truncated_count` and
+    `truncated_calls` (summed).
     """
     return {
         "answered_count": sum(not (s.empty or s.invalid or s.unknown) for s in scores),
@@ -349,11 +223,8 @@ def _percent(flags: Sequence[float | bool]) -> float | None:
 
 def _percentile(values: Sequence[float], percent: float) -> float:
     """
-    Percentile by linear interpolation between order statistics.
-
-    The same definition as `statistics.quantiles(values, n=100, method="inclusive")` and numpy's default
-    `percentile`: position (n - 1) * percent / 100 in the sorted values. Computed directly so the result stays
-    between its two neighbours (the stdlib formula can overshoot the maximum by one ulp when they are equal).
+    Percentile by linear interpolation at position (n - 1) * percent / 100 of the sorted values (numpy's default),
+    clamped between its two neighbours.
     """
     ordered = sorted(values)
     position = (len(ordered) - 1) * percent / 100
@@ -365,41 +236,23 @@ def _percentile(values: Sequence[float], percent: float) -> float:
 
 def summarize(scores: Sequence[QuestionScore]) -> dict[str, float | int | None]:
     """
-    Aggregate per-question scores into the figures of a report; nothing is rounded.
-
-    Keys, in order (percentages are x100; a rate whose denominator is empty is None):
+    Aggregate per-question scores into the figures of a report, unrounded; percentages x100, None for a rate whose
+    denominator is empty.
 
     - `questions`, `answerable`, `unanswerable`: counts.
-    - `em`, `f1`, `accuracy`: mean x100 over answerable questions only (Liu et al., section 4; Yu et al.,
-      section 3.1.3). Unanswerable questions have no gold answer to match and are scored by `reject_rate`.
-    - `unknown_rate` (%Unk): share x100 of answerable questions whose final answer is unknown. Liu et al., section 4
-      defines %Unk as "the proportion of times the LLM indicates it cannot answer based on the given input" and
-      reports it (Tables 1 and 2) on answerable QA data, so it is measured on answerable questions. An answer the
-      validator rejected (`invalid`) is not unknown (`with_answer_outcome`).
-    - `nm_rate` (%NM), `nm_count`, `pool_has_gold_count`: Liu et al., section 4 defines %NM as "the error rate
-      through majority vote ... instances where the correct answer is within the generated answer list but isn't
-      the majority selection". `pool_has_gold_count` counts answerable questions whose post-fusion pool holds a
-      gold answer (`pool_has_gold` True); `nm_count` counts those among them whose majority answer is wrong
-      (`majority_correct` False). The paper does not give the denominator, so `nm_rate` is the conditional reading,
-      100 * nm_count / pool_has_gold_count (how often voting loses a correct answer it had); the other reading, a
-      share of all answerable questions, is 100 * nm_count / answerable. Questions whose pool has no gold answer
-      are not counted. All three are None when no question has a pool (every `pool_has_gold` is None, e.g. the
-      concatenation strategy); `nm_rate` is also None when no pool holds a gold answer.
-    - `reject_rate`: share x100 of unanswerable questions answered unknown; None when there are no unanswerable
-      questions. Yu et al., section 3.4 evaluates unknown robustness "based on reject rate (RR), i.e., number of
-      rejected ..." (the text extraction breaks off there), on questions beyond the model's knowledge; it is read as
-      rejected questions / unanswerable questions. What counts as a rejection is the `unknown` flag, i.e.
-      `UnknownDetector`, so paraphrases such as "I don't know" count.
-    - `recall_at_k`: share x100 of answerable questions with a retrieval hit, over those where it was measured
-      (`retrieval_hit` not None; Liu et al., section 4.3); None when never measured.
-    - `calls_per_question`, `prompt_tokens_per_question`, `completion_tokens_per_question`, `tokens_per_question`
-      (prompt + completion): means over all questions (Liu et al., section 4.2 compares token usage).
-    - `latency_p50`, `latency_p95`: percentiles of `seconds`, in seconds, by linear interpolation between order
-      statistics (the definition of `statistics.quantiles(n=100, method="inclusive")` and of numpy's default
-      `percentile`: position (n - 1) * p / 100 in the sorted values); with a single question, its seconds.
+    - `em`, `f1`, `accuracy`: means over answerable questions (Liu et al., section 4; Yu et al., section 3.1.3).
+    - `unknown_rate` (%Unk, Liu et al., section 4, reported on answerable QA data): answerable questions answered
+      unknown.
+    - `nm_rate` (%NM, Liu et al., section 4: "the correct answer is within the generated answer list but isn't the
+      majority selection"), `nm_count`, `pool_has_gold_count`: the paper gives no denominator, so `nm_rate` is
+      nm_count / pool_has_gold_count (how often voting loses a correct answer it had); all None when no question
+      has a pool.
+    - `reject_rate` (Yu et al., section 3.4): unanswerable questions answered unknown.
+    - `recall_at_k`: answerable questions with a retrieval hit, over those measured (Liu et al., section 4.3).
+    - `calls_per_question`, `prompt_tokens_per_question`, `completion_tokens_per_question`, `tokens_per_question`:
+      means over all questions (Liu et al., section 4.2).
+    - `latency_p50`, `latency_p95`: percentiles of `seconds` (`_percentile`).
 
-    :param scores: The per-question scores of one run.
-    :returns: The figures, keyed as above.
     :raises ValueError: If `scores` is empty.
     """
     if not scores:

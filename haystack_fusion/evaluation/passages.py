@@ -166,13 +166,9 @@ class EvalRetriever:
         gold: Document | None = None,
     ) -> dict[str, Any]:
         """
-        Retrieve and rearrange.
+        Retrieve (k x `NOISE_POOL_FACTOR` passages with a noise ratio) and rearrange (`arrange_passages`); `question_id`
+        seeds the setting's random choices, `answers` and `gold` are the question's gold data.
 
-        :param query: The question.
-        :param top_k: k; None uses the init value.
-        :param question_id: Seeds the setting's random choices.
-        :param answers: The gold answers.
-        :param gold: The gold passage, when known.
         :returns: `documents`: at most k passages.
         """
         k = top_k or self.top_k

@@ -1,24 +1,15 @@
 """
 Evaluation records: one JSON line per answered question, fingerprinted, safe to resume.
 
-A run folder holds:
+A run folder holds `results.jsonl` (the `QuestionRecord`s: ids, predictions, evidence, scores, usage, the ids of the
+passages shown and the fingerprint of what produced them; no question, gold or passage text, so `haystack-fusion
+report` rebuilds the figures from the records and the dataset), `evidence_text.jsonl` (model text that may quote
+passages: SuRe's summaries, Chain-of-Note's notes; git-ignored) and `run.json` (`write_run_manifest`).
 
-- `results.jsonl`: the records (`QuestionRecord`): question ids, predictions, flags and scores, usage and latency,
-  the ids of the passages shown, and the fingerprint of what produced them (`run_fingerprint`). No question, gold
-  answer or passage text is stored beside the prediction, so `haystack-fusion report` rebuilds the figures from the
-  records and the dataset file.
-- `evidence_text.jsonl`: the model's free text that may quote passages (SuRe's summaries, Chain-of-Note's notes),
-  kept apart from the records for `--export-notes` and for reading, and listed in the folder's `.gitignore`.
-- `run.json`: the manifest (`write_run_manifest`): the report's title, the dataset, the command, the strategy options.
-
-Writes are appends of whole lines followed by `fsync`; a run killed mid-write (SIGKILL) leaves at most one torn last
-line, which `repair` cuts off before the next append, so resuming neither tears nor duplicates a record.
-
-A question whose answer could not be made cleanly (its pipeline raised, or one of its LLM calls failed after the
-client's retries) still gets a line: a failed record, whose `error` says what failed. Reading a file skips failed
-records (`read_records`), so a report scores only clean answers and re-running the same command asks exactly the
-failed questions again; their new lines follow the old ones, which stay (`read_failures` lists the failures that no
-later record replaced). Records of clean answers carry no `error` key.
+Writes are whole-line appends followed by `fsync`; a run killed mid-write leaves at most one torn last line, which
+`repair` cuts off before the next append. A question whose pipeline raised or one of whose LLM calls failed gets a
+failed record whose `error` says what failed; `read_records` skips failed records, so a report scores only clean
+answers and re-running asks exactly the failed questions again (`read_failures`).
 """
 
 from __future__ import annotations
@@ -61,7 +52,7 @@ RUNTIME_SETTINGS = (
     "index",
 )
 """Init parameters that change speed, what a reply reports (token log-probabilities) or where a model or store is
-reached (a server URL, a document store's index name, random by default), not predictions: left out of
+reached (a server URL, a document store's index name, random by default), not predictions: not part of
 fingerprints, so a run resumes with other values of them."""
 
 
@@ -81,12 +72,10 @@ class QuestionRecord:
     :param passages: Ids of the passages the strategy was shown, in rank order.
     :param score: The question's scores and costs (EM, F1, flags, tokens, calls, seconds).
     :param fingerprint: `run_fingerprint` of the pipeline that produced it.
-    :param redacted: Whether text was cut out of `prediction` or `evidence` after the record was made (by a tool
-        that rewrites records, not by the runner); its `score` was computed on the whole text and is kept as it is
-        when the record is rescored.
-    :param error: None for a clean answer; for a failed record, what failed, on one line: the component and
-        exception when the pipeline raised (`prediction` is then ""), or how many LLM calls failed and the first
-        errors when it answered all the same (`prediction`, and `evidence["failures"]`, are then kept for reading).
+    :param redacted: Whether a tool cut text out of `prediction` or `evidence` after the record was made; its
+        `score`, computed on the whole text, is kept when the record is rescored.
+    :param error: None for a clean answer; for a failed record, what failed on one line: the component and
+        exception when the pipeline raised (`prediction` ""), or how many LLM calls failed and the first errors.
     """
 
     strategy: str
@@ -293,15 +282,10 @@ def write_run_manifest(
     :param title: The report title (names the backend and model).
     :param dataset: The dataset path or URL the run answered.
     :param command: The `haystack-fusion` arguments of the run, if any.
-    :param runtime: The runtime that answers this time, e.g. the embedded model's llama.cpp build
-        (`backends.local.llama_cpp_runtime`). `run.json` keeps a list, `runtimes`, of every distinct runtime that
-        wrote to the folder, in order: a run resumed on another build holds records of each (greedy replies are
-        exact within one llama.cpp build only), and the list says so.
-    :param notes: What the report should say beside the figures (`Evaluator.notes`); added to those already in
-        `run.json` under `notes`, each once.
-    :param strategy_options: The `StrategyConfig` fields the run set (`EvalConfig.strategy_options`), kept as JSON
-        (a component as its text) so that the report knows how the records were made, e.g. a `cascade` run with
-        tau = s = 1 (`calibration.EXHAUSTIVE`); None keeps those already in `run.json`.
+    :param runtime: The runtime that answers this time (the embedded model's llama.cpp build); `run.json` lists every
+        distinct one under `runtimes` (greedy replies are exact within one build only).
+    :param notes: What the report should say beside the figures (`Evaluator.notes`), added to those kept, each once.
+    :param strategy_options: The `StrategyConfig` fields the run set, as JSON; None keeps those in `run.json`.
     """
     previous = read_run_manifest(folder)
     runtimes = list(previous.get("runtimes") or [])

@@ -1,16 +1,10 @@
 """
 The evaluation report: summary JSON, a markdown table laid out like Liu et al.'s Table 1, and PNG charts.
 
-Every rate (EM, F1, accuracy, %Unk, reject rate, recall@k) carries a 95% bootstrap confidence interval over the
-questions it is computed on, and every strategy is compared with a baseline (by default `concatenation`) by the paired
-bootstrap confidence interval of its EM and F1 difference (Kim et al., Appendix H; `haystack_fusion.evaluation.stats`).
-
-Answers that are not answers (research/notes/evaluation.md, "Answers that are not answers"): every record's score gets
-its flags from the record (`metrics.with_answer_outcome`: empty, invalid, truncated; an invalid answer is not unknown),
-and an "Answer outcomes" table counts them per run, with the share of final answers that copy a demonstration answer of
-the strategy's few-shot prompts (`demonstration_copies`).
-
-Charts are drawn with matplotlib's headless Agg backend (the `eval` extra).
+Every rate carries a 95% bootstrap confidence interval over its questions, and every strategy is compared with a
+baseline (default `concatenation`) by the paired bootstrap interval of its EM and F1 difference (Kim et al.,
+Appendix H; `stats`). An "Answer outcomes" table counts the answers that are not answers (`metrics.with_answer_outcome`)
+and the final answers that copy a few-shot demonstration answer. Charts use matplotlib's Agg backend (`eval` extra).
 """
 
 from __future__ import annotations
@@ -19,11 +13,12 @@ import dataclasses
 import json
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from haystack_fusion.evaluation.calibration import DEFAULT_THRESHOLDS, calibration_report
+from haystack_fusion.evaluation.calibration import calibration_report
 from haystack_fusion.evaluation.metrics import QuestionScore, outcome_counts, summarize, with_answer_outcome
 from haystack_fusion.evaluation.runner import QuestionRecord
 from haystack_fusion.evaluation.stats import (
@@ -76,13 +71,7 @@ def _interval(interval: Sequence[float] | None) -> list[float] | None:
 
 
 def outcome_records(records: Sequence[QuestionRecord]) -> list[QuestionRecord]:
-    """
-    The records with their scores' answer-outcome flags set from the records (`metrics.with_answer_outcome`): a
-    record made before the flags existed scores as it did; an invalid answer is not unknown and scores 0.
-
-    :param records: Question records, as read or rescored.
-    :returns: New records, in the same order.
-    """
+    """The records (same order) with their scores' answer-outcome flags set (`metrics.with_answer_outcome`)."""
     return [
         dataclasses.replace(record, score=with_answer_outcome(record.score, record.prediction, record.evidence))
         for record in records
@@ -90,13 +79,7 @@ def outcome_records(records: Sequence[QuestionRecord]) -> list[QuestionRecord]:
 
 
 def demonstration_answers(strategy: str) -> dict[str, tuple[str, ...]]:
-    """
-    The few-shot demonstration answers of the prompts a strategy uses (`PromptTemplate.demonstrations`).
-
-    :param strategy: A strategy name.
-    :returns: Prompt name -> its demonstration answers, for the prompts that have any; empty for a strategy that is
-        not registered or uses no few-shot prompt.
-    """
+    """Prompt name -> few-shot demonstration answers, for the prompts of a strategy that have any (none if unknown)."""
     spec = STRATEGIES.get(strategy)
     prompts = spec.prompts if spec is not None else ()
     return {name: PROMPTS[name].demonstrations for name in prompts if PROMPTS[name].demonstrations}
@@ -113,21 +96,12 @@ def demonstration_copies(
     records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED
 ) -> dict[_RunKey, dict[str, Any]]:
     """
-    How often a run's final answer is one of its prompts' few-shot demonstration answers (Liu et al., Figure 7's
-    examples; Yu et al., Table 6's), and how often the answer checks caught one.
+    How often a run's final answer is, normalized, one of its prompts' few-shot demonstration answers (Liu et al.,
+    Figure 7's examples; Yu et al., Table 6's) whatever the passages say, and how often the answer checks caught one.
 
-    A final answer copies a demonstration when, normalized (`answers.normalize_answer`), it equals a demonstration
-    answer of any prompt the strategy uses (`demonstration_answers`), whatever the passages say
-    (`validation.copies_demonstration` with no passages). With the answer checks on, such an answer survives only
-    when a passage contains it; the copies the checks rejected are counted apart.
-
-    :param records: Question records.
-    :param seed: The seed of the bootstrap's random generator.
-    :returns: Per (strategy, k, setting): `demo_copy_count` and `demo_copy_rate` (x100, over all the run's
-        questions; None for a strategy without demonstrations), `demo_copy_rate_ci` (its 95% bootstrap interval,
-        `stats.rate_ci`), `demo_copy_prompts` (prompt name -> copies of its demonstrations), and
-        `demo_rejected_count` (questions whose final answer, or a fallback stage's answer, was rejected as a
-        demonstration answer: `invalid_reason` "demonstration answer").
+    :returns: Per (strategy, k, setting): `demo_copy_count`, `demo_copy_rate` (x100 over all questions; None without
+        demonstrations) and its `demo_copy_rate_ci`, `demo_copy_prompts` (prompt name -> copies) and
+        `demo_rejected_count` (final or fallback-stage answers rejected as a demonstration answer).
     """
     copies: dict[_RunKey, dict[str, Any]] = {}
     for (strategy, top_k, setting), group in _group(records).items():
@@ -150,13 +124,8 @@ def demonstration_copies(
 
 def answer_outcomes(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED) -> dict[_RunKey, dict[str, Any]]:
     """
-    The answers that are not answers, per run: `metrics.outcome_counts` of the records' scores (flags set by
-    `outcome_records`), `invalid_reasons` (the validator's reason -> count) and `demonstration_copies`.
-
-    :param records: Question records.
-    :param seed: The seed of the bootstrap's random generator.
-    :returns: Per (strategy, k, setting): the keys of `outcome_counts`, `invalid_reasons` and the keys of
-        `demonstration_copies`.
+    The answers that are not answers, per (strategy, k, setting): the keys of `metrics.outcome_counts`,
+    `invalid_reasons` (reason -> count) and the keys of `demonstration_copies`.
     """
     copies = demonstration_copies(records, seed=seed)
     outcomes: dict[_RunKey, dict[str, Any]] = {}
@@ -172,17 +141,9 @@ def answer_outcomes(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SE
 
 def summarize_runs(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED) -> list[dict[str, Any]]:
     """
-    One summary per (strategy, k, setting), in the order the records first name them, with confidence intervals.
-
-    Each rate of `RATE_KEYS` is followed by `<key>_ci`: its 95% percentile-bootstrap confidence interval
-    `[low, high]` in percent (`stats.rate_ci`: 1,000 resamples of the questions, Kim et al. Appendix H), over the same
-    questions as the rate: answerable questions for EM, F1, accuracy and %Unk, answerable questions where retrieval
-    was measured for recall@k, unanswerable questions for the reject rate. It is None when the rate is computed over
-    fewer than two questions.
-
-    :param records: Question records of one evaluation, or of several (e.g. one per noise ratio).
-    :param seed: The seed of the bootstrap's random generator.
-    :returns: Dicts with `strategy`, `top_k`, `setting`, every key of `metrics.summarize` and the `<key>_ci` keys.
+    One summary per (strategy, k, setting), in the order the records first name them: `strategy`, `top_k`,
+    `setting`, the keys of `metrics.summarize`, and `<key>_ci` after each rate of `RATE_KEYS`: its 95% bootstrap
+    interval in percent over the same questions (`stats.rate_ci`), None over fewer than two.
     """
     summaries = []
     for (strategy, top_k, setting), group in _group(records).items():
@@ -199,11 +160,8 @@ def summarize_runs(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEE
 
 def resolve_baseline(records: Sequence[QuestionRecord], baseline: str | None = None) -> str | None:
     """
-    The strategy the others are compared with.
+    The strategy the others are compared with: `baseline`, else `concatenation` when it ran, else None.
 
-    :param records: The question records of the evaluation.
-    :param baseline: A strategy name, or None for `DEFAULT_BASELINE` (`concatenation`) when it ran.
-    :returns: The baseline's name, or None when no baseline was asked for and `concatenation` did not run.
     :raises ValueError: If `baseline` names a strategy that has no records.
     """
     present = list(dict.fromkeys(record.strategy for record in records))
@@ -218,22 +176,13 @@ def baseline_differences(
     records: Sequence[QuestionRecord], baseline: str, *, seed: int = DEFAULT_SEED
 ) -> dict[tuple[str, int, str], dict[str, Any]]:
     """
-    The EM and F1 difference of every other run against the baseline, with paired bootstrap confidence intervals.
+    The EM and F1 difference of every other run against the baseline's run at the same k and setting, over the
+    answerable questions both answered, in percentage points (run minus baseline) with 95% paired bootstrap intervals
+    (`stats.paired_difference_ci`).
 
-    A run (strategy, k, setting) is paired with the baseline's run at the same k and setting, over the answerable
-    questions both answered (matched by question id). The differences are percentage points, run minus baseline;
-    their intervals are 95% paired percentile-bootstrap intervals (`stats.paired_difference_ci`: the same resampled
-    questions for both, 1,000 resamples, Kim et al. Appendix H).
-
-    Keys per run: `paired_questions` (n), `em_diff`, `em_diff_ci` (`[low, high]`), `f1_diff`, `f1_diff_ci`,
-    `em_diff_significant` and `f1_diff_significant` (the interval excludes 0), and `diff_significant` (either does).
-    A difference is None without a paired question, and its interval is None with fewer than two; a run without a
-    baseline run at its k and setting has `paired_questions` 0.
-
-    :param records: The question records of the evaluation.
-    :param baseline: The baseline strategy's name.
-    :param seed: The seed of the bootstrap's random generator.
-    :returns: The keys above per (strategy, k, setting) of every run whose strategy is not the baseline.
+    :returns: Per (strategy, k, setting): `paired_questions`, `em_diff`, `em_diff_ci`, `f1_diff`, `f1_diff_ci`,
+        `em_diff_significant`, `f1_diff_significant` (the interval excludes 0) and `diff_significant` (either). A
+        difference is None without a pair; an interval is None with fewer than two.
     """
     groups = _group(records)
     differences = {}
@@ -281,15 +230,15 @@ def _rate(s: dict[str, Any], key: str, percent: bool = False) -> str:
     return f"{cell} [{interval[0]:.1f}, {interval[1]:.1f}]" if s[key] is not None and interval else cell
 
 
-def _row(s: dict[str, Any], *, with_setting: bool) -> str:
-    setting = f" {s['setting']} |" if with_setting else ""
-    return (
-        f"| {s['strategy']} |{setting} {s['top_k']} | {_rate(s, 'em')} | {_rate(s, 'f1')} "
-        f"| {_rate(s, 'unknown_rate', True)} | {_cell(s['nm_rate'], True)} | {_rate(s, 'accuracy')} "
-        f"| {_rate(s, 'reject_rate', True)} | {_rate(s, 'recall_at_k', True)} "
-        f"| {_cell(s['calls_per_question'], digits=2)} | {_cell(s['tokens_per_question'], digits=0)} "
-        f"| {_cell(s['latency_p50'], digits=2)} | {_cell(s['latency_p95'], digits=2)} |"
-    )
+def _table(runs: Sequence[dict[str, Any]], columns: dict[str, Callable[[dict[str, Any]], Any]], setting: bool) -> str:
+    """A markdown table of one row per run: strategy, (setting,) top-k, then `columns` (header -> cell of a run)."""
+    names = ["strategy", *(["setting"] if setting else []), "top-k", *columns]
+    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
+    for s in runs:
+        cells = [s["strategy"], *([s["setting"]] if setting else []), s["top_k"]]
+        cells += [cell(s) for cell in columns.values()]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    return "\n".join(lines)
 
 
 def _signed(value: float) -> str:
@@ -314,24 +263,18 @@ def _difference_table(summaries: Sequence[dict[str, Any]], baseline: str, *, wit
     compared = [s for s in summaries if s["strategy"] != baseline and "em_diff" in s]
     if not compared:
         return ""
-    header = (
-        f"| strategy |{' setting |' if with_setting else ''} top-k | ΔEM | ΔF1 | n |\n"
-        f"|---|{'---|' if with_setting else ''}---|---|---|---|"
-    )
-    rows = []
-    for s in compared:
-        setting = f" {s['setting']} |" if with_setting else ""
-        rows.append(
-            f"| {s['strategy']} |{setting} {s['top_k']} | {_difference(s, 'em')} | {_difference(s, 'f1')} "
-            f"| {s.get('paired_questions', 0)} |"
-        )
+    columns = {
+        "ΔEM": lambda s: _difference(s, "em"),
+        "ΔF1": lambda s: _difference(s, "f1"),
+        "n": lambda s: s.get("paired_questions", 0),
+    }
+    table = _table(compared, columns, with_setting)
     note = (
         f"ΔEM and ΔF1: percentage points, strategy minus {baseline} at the same top-k and setting, over the n "
         "answerable questions both answered; brackets: paired 95% bootstrap confidence interval (the same resampled "
         "questions for both strategies). * marks a difference whose interval excludes 0."
     )
-    title = f"Paired difference vs {baseline} (answerable questions)"
-    return f"\n\n{title}\n\n{header}\n" + "\n".join(rows) + f"\n\n{note}"
+    return f"\n\nPaired difference vs {baseline} (answerable questions)\n\n{table}\n\n{note}"
 
 
 def markdown_table(
@@ -342,27 +285,24 @@ def markdown_table(
     bootstrap: dict[str, Any] | None = None,
 ) -> str:
     """
-    The results as a markdown table laid out like Liu et al.'s Table 1 (EM, F1, %Unk, %NM per strategy), plus
-    accuracy, reject rate on unanswerable questions, retrieval recall@k, LLM calls and tokens per question, and
-    latency. With several settings (e.g. noise ratios, Yu et al. Table 3) a setting column is added.
-
-    Rates whose summary has a `<key>_ci` interval are shown with it, `32.5 [28.1, 37.0]`. With a baseline, a second
-    table gives every other run's paired EM and F1 difference against it (`baseline_differences`), a `*` marking
-    those whose interval excludes 0.
-
-    :param summaries: From `summarize_runs` (with `baseline_differences` merged in for the second table).
-    :param title: A line above the table.
-    :param baseline: The baseline strategy of the differences; None for no second table.
-    :param bootstrap: The bootstrap's settings (`stats.bootstrap_settings`), stated in a note under the table.
-    :returns: Markdown text.
+    The results as a markdown table laid out like Liu et al.'s Table 1 (EM, F1, %Unk, %NM), plus accuracy, reject
+    rate, recall@k, calls, tokens and latency, with a setting column when there are several (e.g. noise ratios, Yu
+    et al. Table 3), rates with their intervals, and with a baseline a second table of paired differences.
     """
     several = len({s["setting"] for s in summaries}) > 1
-    header = (
-        f"| strategy |{' setting |' if several else ''} top-k | EM | F1 | %Unk | %NM | accuracy | reject rate "
-        f"| recall@k | calls/q | tokens/q | p50 s | p95 s |\n|---|{'---|' if several else ''}---|---|---|---|---|"
-        "---|---|---|---|---|---|---|"
-    )
-    rows = [_row(s, with_setting=several) for s in summaries]
+    columns: dict[str, Callable[[dict[str, Any]], Any]] = {
+        "EM": lambda s: _rate(s, "em"),
+        "F1": lambda s: _rate(s, "f1"),
+        "%Unk": lambda s: _rate(s, "unknown_rate", True),
+        "%NM": lambda s: _cell(s["nm_rate"], True),
+        "accuracy": lambda s: _rate(s, "accuracy"),
+        "reject rate": lambda s: _rate(s, "reject_rate", True),
+        "recall@k": lambda s: _rate(s, "recall_at_k", True),
+        "calls/q": lambda s: _cell(s["calls_per_question"], digits=2),
+        "tokens/q": lambda s: _cell(s["tokens_per_question"], digits=0),
+        "p50 s": lambda s: _cell(s["latency_p50"], digits=2),
+        "p95 s": lambda s: _cell(s["latency_p95"], digits=2),
+    }
     first = summaries[0] if summaries else {}
     notes = (
         f"\n\n{first.get('answerable', 0)} answerable and {first.get('unanswerable', 0)} unanswerable questions; "
@@ -380,7 +320,7 @@ def markdown_table(
             + " (Kim et al., Appendix H); none with fewer than two questions."
         )
     differences = _difference_table(summaries, baseline, with_setting=several) if baseline else ""
-    return (f"{title}\n\n" if title else "") + header + "\n" + "\n".join(rows) + notes + differences + "\n"
+    return (f"{title}\n\n" if title else "") + _table(summaries, columns, several) + notes + differences + "\n"
 
 
 def _em_lines(points: Sequence[tuple[str, Any, float]], path: Path, *, xlabel: str, title: str) -> Path:
@@ -403,13 +343,10 @@ def _em_lines(points: Sequence[tuple[str, Any, float]], path: Path, *, xlabel: s
 
 def draw_charts(summaries: Sequence[dict[str, Any]], out: Path) -> list[Path]:
     """
-    EM vs tokens per question (one point per strategy, at the smallest k, first setting), EM vs top-k when k was
-    swept, and EM vs noise ratio when several noise ratios were run (Yu et al. Table 3).
+    Draw EM vs tokens per question (smallest k, first setting; Liu et al. Figure 3), EM vs top-k when k was swept
+    (Figure 4), and EM vs noise ratio with several ratios (Yu et al. Table 3); returns the paths written.
 
-    :param summaries: From `summarize_runs`.
-    :param out: The folder the PNG files go to.
-    :returns: The paths written.
-    :raises ImportError: Without matplotlib (`pip install "haystack-fusion[eval]"`).
+    :raises ImportError: Without matplotlib (the `eval` extra).
     """
     import matplotlib
 
@@ -459,13 +396,8 @@ def add_sas(
     seed: int = DEFAULT_SEED,
 ) -> None:
     """
-    Add `sas` (mean semantic answer similarity x100 over the answerable questions that have a score) and `sas_ci`
-    (its bootstrap interval, as the rates') to each summary, in place.
-
-    :param summaries: From `summarize_runs(records)`.
-    :param records: The same records.
-    :param sas: Per record key, its SAS in [-1, 1] (`haystack_eval.records_sas`); None for unanswerable questions.
-    :param seed: The seed of the bootstrap's random generator.
+    Add `sas` (mean SAS x100 over the answerable questions with a score; `sas` maps record keys to
+    `haystack_eval.records_sas` values in [-1, 1]) and its bootstrap interval `sas_ci` to each summary, in place.
     """
     for s in summaries:
         values = [
@@ -484,20 +416,21 @@ def _outcome_table(summaries: Sequence[dict[str, Any]], *, with_setting: bool) -
     runs = [s for s in summaries if "answered_count" in s]
     if not runs:
         return ""
-    header = (
-        f"| strategy |{' setting |' if with_setting else ''} top-k | questions | answered | unknown | empty | invalid "
-        "| truncated | cut calls | demo copies | demo copy rate | demo rejected |\n"
-        f"|---|{'---|' if with_setting else ''}---|---|---|---|---|---|---|---|---|---|---|"
-    )
-    rows = []
-    for s in runs:
-        setting = f" {s['setting']} |" if with_setting else ""
-        rows.append(
-            f"| {s['strategy']} |{setting} {s['top_k']} | {s['questions']} | {s['answered_count']} "
-            f"| {s['unknown_count']} | {s['empty_count']} | {s['invalid_count']} | {s['truncated_count']} "
-            f"| {s['truncated_calls']} | {s['demo_copy_count']} | {_rate(s, 'demo_copy_rate', True)} "
-            f"| {s['demo_rejected_count']} |"
+    columns: dict[str, Callable[[dict[str, Any]], Any]] = {
+        name: itemgetter(key)
+        for name, key in (
+            ("questions", "questions"),
+            ("answered", "answered_count"),
+            ("unknown", "unknown_count"),
+            ("empty", "empty_count"),
+            ("invalid", "invalid_count"),
+            ("truncated", "truncated_count"),
+            ("cut calls", "truncated_calls"),
+            ("demo copies", "demo_copy_count"),
         )
+    }
+    columns["demo copy rate"] = lambda s: _rate(s, "demo_copy_rate", True)
+    columns["demo rejected"] = lambda s: s["demo_rejected_count"]
     note = (
         "Counts over all questions (answerable and unanswerable). answered: neither empty, invalid nor unknown. "
         "unknown: abstentions (%Unk and the reject rate count these). empty: blank answers, the rejected ones "
@@ -509,27 +442,21 @@ def _outcome_table(summaries: Sequence[dict[str, Any]], *, with_setting: bool) -
         "strategy's prompts (rate over all questions, brackets as above; - for a strategy without demonstrations); "
         "demo rejected: answers the checks rejected as a demonstration answer."
     )
-    return f"\n\nAnswer outcomes\n\n{header}\n" + "\n".join(rows) + f"\n\n{note}"
+    return f"\n\nAnswer outcomes\n\n{_table(runs, columns, with_setting)}\n\n{note}"
 
 
 def _sas_table(summaries: Sequence[dict[str, Any]], *, with_setting: bool) -> str:
     """The SAS of each run with its interval, when `add_sas` gave one."""
     if not any(s.get("sas") is not None for s in summaries):
         return ""
-    setting_header = " setting |" if with_setting else ""
-    header = f"| strategy |{setting_header} top-k | SAS |\n|---|{'---|' if with_setting else ''}---|---|"
-    rows = []
-    for s in summaries:
-        setting = f" {s['setting']} |" if with_setting else ""
-        rows.append(f"| {s['strategy']} |{setting} {s['top_k']} | {_rate(s, 'sas')} |")
+    table = _table(summaries, {"SAS": lambda s: _rate(s, "sas")}, with_setting)
     note = (
         "SAS: semantic answer similarity x100, the cosine similarity of the prediction's and the best gold answer's "
         "all-MiniLM-L6-v2 embeddings (Haystack's SASEvaluator), mean over the answerable questions; brackets as "
         "above. It credits long answers that EM misses, but a long right answer can score below a short wrong one: "
         "read it with accuracy (docs/evaluation-haystack.md)."
     )
-    title = "Semantic answer similarity (answerable questions)"
-    return f"\n\n{title}\n\n{header}\n" + "\n".join(rows) + f"\n\n{note}\n"
+    return f"\n\nSemantic answer similarity (answerable questions)\n\n{table}\n\n{note}\n"
 
 
 def write_report(
@@ -540,34 +467,20 @@ def write_report(
     baseline: str | None = None,
     seed: int = DEFAULT_SEED,
     sas: Mapping[tuple[str, int, str, str], float | None] | None = None,
-    thresholds: Sequence[float] | None = None,
-    exhaustive: bool = False,
     notes: Sequence[str] = (),
 ) -> dict[str, Any]:
     """
-    Write `summary.json`, `results.md` and the charts into `out`.
+    Write `summary.json`, `results.md` and the charts into `out`; records are scored with their answer-outcome flags
+    first (`outcome_records`).
 
-    `summary.json` holds `title`, `baseline` (the strategy compared with, or None), `bootstrap` (`resamples`,
-    `confidence`, `seed`, `method`) and `runs`: the summaries of `summarize_runs` with their confidence intervals,
-    the keys of `answer_outcomes`, and for every run of another strategy the keys of `baseline_differences`. The
-    records are scored with their answer-outcome flags first (`outcome_records`), so every figure counts an invalid
-    answer as such and never as unknown.
+    `summary.json` holds `title`, `baseline`, `bootstrap` (`stats.bootstrap_settings`), `runs` (`summarize_runs` with
+    `answer_outcomes`, `baseline_differences` and, with `sas`, `add_sas`), `calibration`
+    (`calibration.calibration_report`) and `notes` (`Evaluator.notes`, also written under the title of `results.md`).
 
-    :param records: The question records of the evaluation.
-    :param out: The output folder.
-    :param title: The heading of the markdown table.
-    :param baseline: The strategy the others are compared with; None for `concatenation` when it ran, else no
-        comparison.
-    :param seed: The seed of the bootstrap's random generator, reported in both files.
-    :param sas: Semantic answer similarity per record key (`haystack_eval.records_sas`); adds `sas` and `sas_ci` to
-        the summaries and a SAS table (`add_sas`).
-    :param thresholds: The tau grid of the replayed fallback sweep (`calibration.calibration_report`); None: 0.05
-        to 0.95. The calibration sections go to `summary.json` under `calibration`.
-    :param exhaustive: The cascade records were made with tau = s = 1 (`calibration.EXHAUSTIVE`): replay cascade
-        at every (tau, s) too.
-    :param notes: What the run's figures do not show, one line each (`Evaluator.notes`, kept in the run folder's
-        `run.json`): `summary.json` lists them under `notes`, and `results.md` puts each under the title as "Note: ...".
-    :returns: The summary that was written.
+    :param baseline: The strategy the others are compared with; None for `concatenation` when it ran.
+    :param seed: The bootstrap's seed, reported in both files.
+    :param sas: SAS per record key (`haystack_eval.records_sas`).
+    :returns: The summary written.
     :raises ValueError: If there are no records, or `baseline` names a strategy that has no records.
     """
     if not records:
@@ -586,8 +499,7 @@ def write_report(
     if sas is not None:
         add_sas(summaries, records, sas, seed=seed)
     bootstrap = bootstrap_settings(seed)
-    grid = DEFAULT_THRESHOLDS if thresholds is None else tuple(thresholds)
-    calibrated, calibration = calibration_report(records, out, thresholds=grid, seed=seed, exhaustive=exhaustive)
+    calibrated, calibration = calibration_report(records, out, seed=seed)
     summary = {
         "title": title,
         "baseline": resolved,

@@ -96,12 +96,11 @@ class EvalConfig:
     :param top_ks: One run per k (Liu et al. Figure 4 sweeps 5, 10, 20).
     :param setting: The passage setting (gold passage, noise ratio).
     :param concurrency: Questions answered at once.
-    :param max_concurrency: LLM calls of one round under way at once within one question; None (default): all of
-        the round's calls, up to the process-wide ceiling (`llm.concurrency_ceiling`).
-    :param max_calls_in_flight: LLM calls under way at once in the whole process during the run, shared by the
-        questions answered concurrently and their fan-outs (`llm.max_calls_in_flight`); set it to what a
-        rate-limited API allows, so a 429 storm slows the run down instead of failing calls. None (default): the
-        `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` environment variable's, or no process-wide limit.
+    :param max_concurrency: LLM calls of one round under way at once within a question; None: all of the round's,
+        up to the process-wide ceiling (`llm.concurrency_ceiling`).
+    :param max_calls_in_flight: LLM calls under way at once in the whole process during the run
+        (`llm.max_calls_in_flight`), e.g. what a rate-limited API allows; None: `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT`,
+        else no limit.
     :param closed_book_filter: Drop answerable questions the LLM answers correctly with no passages (Liu et al.
         section 4 "Dataset Filter").
     :param strategy_options: Further `StrategyConfig` fields for every pipeline (e.g. `num_candidates`,
@@ -174,8 +173,6 @@ def score_run(question: Question, prediction: str, evidence: dict[str, Any], pas
     golds = list(question.answers)
     candidates: list[str] = evidence.get("candidates") or []
     has_pool = evidence.get("candidates") is not None and bool(question.answers)
-    # with overlap voting (`evidence["vote"]`), "the pool holds a gold answer" uses the voter's agreement rule
-    vote = {"vote": evidence["vote"], "overlap_threshold": evidence["overlap_threshold"]} if "vote" in evidence else {}
     score = QuestionScore(
         id=question.id,
         answerable=not question.is_impossible,
@@ -183,12 +180,8 @@ def score_run(question: Question, prediction: str, evidence: dict[str, Any], pas
         f1=f1(prediction, golds),
         accuracy=accuracy(prediction, golds),
         unknown=is_unknown(prediction),
-        pool_has_gold=gold_in_pool(candidates, golds, **vote) if has_pool else None,
-        majority_correct=(
-            (gold_in_pool(candidates[:1], golds, **vote) if vote else bool(exact_match(candidates[0], golds)))
-            if has_pool and candidates
-            else None
-        ),
+        pool_has_gold=gold_in_pool(candidates, golds) if has_pool else None,
+        majority_correct=bool(exact_match(candidates[0], golds)) if has_pool and candidates else None,
         retrieval_hit=retrieval_hit([d.content or "" for d in passages], golds) if golds else None,
         prompt_tokens=usage.get("prompt_tokens", 0),
         completion_tokens=usage.get("completion_tokens", 0),
@@ -203,19 +196,14 @@ class Evaluator:
     """
     Runs strategies over a dataset and appends one record per answered question to `out/results.jsonl`.
 
-    Records already in the file are not asked again, so re-running with the same `out` resumes, after a crash or a
-    SIGKILL too (see `haystack_fusion.evaluation.records`). Every record carries the fingerprint of the pipeline and
-    prompts that produced it (`records.run_fingerprint`); resuming with other settings (a changed prompt, model or
-    option) raises `FingerprintMismatchError` instead of mixing records.
+    Records already in the file are not asked again, so re-running with the same `out` resumes, after a SIGKILL too
+    (`records`). Each record carries its pipeline's and prompts' fingerprint (`records.run_fingerprint`); resuming
+    with other settings raises `FingerprintMismatchError` instead of mixing records.
 
-    Nothing is lost to a fault: a question whose pipeline raised (a call of the concatenation stage that failed after
-    the client's retries, a malformed reply) or one of whose LLM calls failed gets a failed record that says what
-    failed (`QuestionRecord.error`), and the run goes on; reports leave failed records out, and re-running the same
-    command asks those questions again, and only those. Retries and timeouts stay the generator's (`max_retries`,
-    `timeout`). Two kinds of failure stop the run instead, raising the error: one no retry can cure (a refused API
-    key, a missing model: `CONFIGURATION_ERRORS`), and `FAILURES_IN_A_ROW_TO_STOP` questions in a row failing
-    outright (the backend is down). `EvalConfig.max_calls_in_flight` bounds the LLM calls in flight in the whole
-    process.
+    A question whose pipeline raised, or one of whose LLM calls failed after the client's retries, gets a failed
+    record that says what failed (`QuestionRecord.error`) and the run goes on; reports leave it out and re-running the
+    same command asks it again. The run stops, raising, on an error no retry can cure (`CONFIGURATION_ERRORS`) or
+    after `FAILURES_IN_A_ROW_TO_STOP` questions in a row failed outright.
 
     ### Usage example
     ```python
@@ -239,10 +227,7 @@ class Evaluator:
     ).run()
     ```
 
-    :param dataset: The questions and the passage corpus.
-    :param config: The `EvalConfig`.
-    :param out: The output folder.
-    :param retriever_factory: Makes a fresh retriever (one per pipeline), e.g. an InMemoryBM25Retriever.
+    :param retriever_factory: Makes a fresh retriever (one per pipeline).
     :param generator_factory: Makes a fresh ChatGenerator (one per pipeline).
     """
 
@@ -278,14 +263,7 @@ class Evaluator:
         )
 
     def fingerprint(self, strategy: str, top_k: int, setting: PassageSetting) -> str:
-        """
-        The fingerprint a run's records carry: `records.run_fingerprint` of the pipeline the run builds.
-
-        :param strategy: The strategy name.
-        :param top_k: Passages retrieved.
-        :param setting: The passage setting.
-        :returns: 16 hex digits.
-        """
+        """The fingerprint a run's records carry: `records.run_fingerprint` of the pipeline the run builds."""
         return run_fingerprint(self._pipeline(strategy, top_k, setting, self.generator_factory()))
 
     def _answer(self, pipeline: Pipeline, strategy: str, top_k: int, setting: PassageSetting,
@@ -476,12 +454,7 @@ class Evaluator:
         return [done[(*run, q.id)] for run in runs for q in questions if (*run, q.id) in done]
 
     def failures(self) -> list[QuestionRecord]:
-        """
-        The failed records of the output folder's results that no later run replaced: the questions re-running the
-        same command will ask again.
-
-        :returns: Failed records (`QuestionRecord.error` says what failed), in the order they first failed.
-        """
+        """The failed records that no later record replaced (`read_failures`): what re-running will ask again."""
         return read_failures(self.out / RESULTS_FILE)
 
     def closed_book_filter(self, questions: list[Question]) -> list[Question]:

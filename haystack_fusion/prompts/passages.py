@@ -8,9 +8,8 @@ literally and still sits inside its own block. The rendered block is handed to t
 variable, so Jinja never evaluates passage text.
 
 Datamarking (off by default) is a defence against instructions hidden in passages ("spotlighting", Hines et al.,
-2024, "Defending Against Indirect Prompt Injection Attacks With Spotlighting", arXiv:2403.14720): every word of the
-passage text is separated by a marker, and one line before the passages says that marked text is data and never
-instructions. With it off, the rendered block is the same, byte for byte, as without the option.
+2024, arXiv:2403.14720): the words of passage text are separated by a marker, after one line that says marked text is
+data and never instructions.
 """
 
 from __future__ import annotations
@@ -101,17 +100,11 @@ def format_passages(
     """
     Render passages as numbered, delimited blocks for a prompt's context.
 
-    With the "numbered" layout (Liu et al., Figures 7-9: "[1] ...") each passage becomes `[i] <passage key="K">`, its
-    text on one line (whitespace collapsed), and `</passage key="K">`, joined by newlines. With the "titled" layout
-    (Kim et al., Appendix A: "Passage #1 Title: ... / Passage #1 Text: ...") each passage becomes
-    `Passage #i Title: <meta["title"]>` (omitted when the passage has no title; one line, at most 200 characters),
-    then `Passage #i Text: <passage key="K">`, the text and the closing line, with a blank line between passages.
-    Passages stay in the given (retrieval) order, numbered from 1. The `PassageFormatter` component puts this into
-    pipelines.
-
-    With `datamark`, every passage's text (and title) is datamarked (`datamark_text`: " ^ " between words, after
-    trimming to `max_chars`) and the block starts with the line `DATAMARK_NOTICE`; without it, nothing of this
-    appears.
+    "numbered" (Liu et al., Figures 7-9): `[i] <passage key="K">`, the text on one line (whitespace collapsed) and
+    `</passage key="K">`, joined by newlines. "titled" (Kim et al., Appendix A): `Passage #i Title: <meta["title"]>`
+    (omitted without a title; at most 200 characters), then `Passage #i Text: <passage key="K">`, the text and the
+    closing line, with a blank line between passages. Passages keep their order, numbered from 1. With `datamark`,
+    texts and titles are datamarked (`datamark_text`, after trimming) and the block starts with `DATAMARK_NOTICE`.
 
     ### Usage example
     ```python
@@ -124,8 +117,6 @@ def format_passages(
     :param documents: The passages, best-ranked first; may be empty.
     :param max_chars: Per-passage budget in characters, or None for no limit.
     :param layout: "numbered" (Liu et al.) or "titled" (Kim et al.).
-    :param datamark: Datamark the passage text (a defence against instructions in passages); off by
-        default.
     :returns: The context block: `len(documents)` passage blocks (after the notice line when datamarking); "" for no
         documents.
     :raises ValueError: If `max_chars` is not positive or `layout` is unknown.

@@ -81,7 +81,7 @@ def render(prompt: PromptTemplate, **variables: Any) -> list[ChatMessage]:
 
     The messages equal `prompt.builder().run(**variables)["prompt"]` (same text, role and meta), without building a
     builder and compiling the Jinja text for every prompt (1-3 ms each on a 2-core machine, against about 0.06 ms
-    rendered from the compiled template: `research/benchmarks/fan_out.py`). Safe to call from many threads at once.
+    rendered from the compiled template). Safe to call from many threads at once.
 
     :param prompt: The template.
     :param variables: Its variables (`passages` as a `format_passages` string, `query`, ...); every variable the

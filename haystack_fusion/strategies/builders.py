@@ -271,7 +271,6 @@ def _summarizer(config: StrategyConfig, mode: SummaryMode) -> CandidateSummarize
         max_concurrency=config.max_concurrency,
         max_passage_chars=config.max_passage_chars,
         few_shot=config.few_shot,
-        answer_checks=config.answer_checks,
     )
 
 
@@ -340,8 +339,6 @@ def _chain_of_note(mode: NoteMode) -> Callable[[StrategyConfig], Pipeline]:
             max_passage_chars=config.max_passage_chars,
             generation_kwargs=config.note_generation_kwargs,
             unknown_patterns=config.unknown_patterns,
-            answer_checks=config.answer_checks,
-            stop_sequences=config.stop_sequences,
         )
         components = {"retriever": config.retriever, "note_taker": note_taker}
         return _assemble((components, [("retriever.documents", "note_taker.documents")]))

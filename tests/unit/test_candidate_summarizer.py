@@ -244,8 +244,3 @@ class TestCandidates:
         result = summarizer.run(query="When was he born?", documents=DOCUMENTS)
         assert result["candidates"] == ["1931"]
         assert result["meta"]["invalid_candidates"] == [{"candidate": "1925", "reason": DEMONSTRATION}]
-
-    def test_checks_off(self):
-        llm = MockChatGenerator(responses=["(a) 1925, (b) 1931", "a. [DONE]", "b. [DONE]"])
-        summarizer = CandidateSummarizer(chat_generator=llm, few_shot=True, max_concurrency=1, answer_checks=False)
-        assert summarizer.run(query="When was he born?", documents=DOCUMENTS)["candidates"] == ["1925", "1931"]

@@ -9,14 +9,6 @@ from haystack_fusion.testing import ScriptedChatGenerator
 from tests.file_server import closed_port_url
 
 
-def test_answer_checks_flag():
-    assert build_parser().parse_args(["ask", "Who?"]).answer_checks == "on"
-    assert (
-        build_parser().parse_args(["eval", "--dataset", "d", "--out", "o", "--answer-checks", "off"]).answer_checks
-        == "off"
-    )
-
-
 def test_strategy_options_parse():
     args = build_parser().parse_args(
         ["ask", "Who?", "--strategy", "sure", "--num-candidates", "3", "--candidate-prompt", "zero-shot"]
@@ -63,23 +55,6 @@ def test_uncertainty_options_parse():
     options = _strategy_options(args, "openai")
     assert (options["min_confidence"], options["min_vote_share"], options["verifier_scoring"]) == (0.3, 0.6, "text")
     assert _backends(args).logprobs is True
-    report = build_parser().parse_args(["report", "run", "--out", "o", "--exclude-sample", "200", "--seed", "0"])
-    assert report.exclude_sample == 200
-
-
-def test_exhaustive_cascade_is_read_from_the_run_manifest(tmp_path):
-    from haystack_fusion.cli import _exhaustive_cascade
-    from haystack_fusion.evaluation.records import write_run_manifest
-
-    run = tmp_path / "run"
-    run.mkdir()
-    assert _exhaustive_cascade([str(run)]) is False
-    write_run_manifest(run, title="t", dataset="d.json", strategy_options={"min_confidence": 0.25})
-    assert _exhaustive_cascade([str(run)]) is False
-    write_run_manifest(
-        run, title="t", dataset="d.json", strategy_options={"min_confidence": 1.0, "min_vote_share": 1.0}
-    )
-    assert _exhaustive_cascade([str(run)]) is True
 
 
 DEMO_SQUAD = {
@@ -197,12 +172,6 @@ class TestIndexCommand:
 
 
 LATIN1 = "Caf\u00e9 na\u00efve fa\u00e7ade".encode("latin-1")
-
-
-def test_vote_options():
-    args = build_parser().parse_args(["eval", "--dataset", "d", "--out", "o", "--vote", "overlap"])
-    assert (args.vote, args.overlap_threshold) == ("overlap", 0.5)
-    assert build_parser().parse_args(["ask", "Who?"]).vote == "exact"
 
 
 def subcommand_parsers() -> dict[str, argparse.ArgumentParser]:

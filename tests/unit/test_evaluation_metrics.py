@@ -435,28 +435,3 @@ class TestOutcomeCounts:
             "truncated_count": 1,
             "truncated_calls": 3,
         }
-
-
-ACRONYM = "2BP"
-
-LONG_FORM = "2-bromopalmitic acid (2-BP)"
-
-
-class TestGoldInPoolByOverlap:
-    def test_exact_is_the_default(self):
-        assert gold_in_pool(["Paris"], ["the paris"]) is True
-        assert gold_in_pool([ACRONYM], [LONG_FORM]) is False
-        assert gold_in_pool([ACRONYM], [LONG_FORM], vote="exact") is False
-
-    def test_overlap_uses_the_voters_rule(self):
-        assert gold_in_pool(["Lyon", ACRONYM], [LONG_FORM], vote="overlap") is True
-        assert gold_in_pool(["New York"], ["New Jersey"], vote="overlap") is True
-        assert gold_in_pool(["New York"], ["New Jersey"], vote="overlap", overlap_threshold=0.6) is False
-        assert gold_in_pool([], [LONG_FORM], vote="overlap") is False
-        assert gold_in_pool([ACRONYM], [], vote="overlap") is False
-
-    def test_invalid_arguments(self):
-        with pytest.raises(ValueError, match="`vote`"):
-            gold_in_pool(["a"], ["a"], vote="fuzzy")
-        with pytest.raises(ValueError, match="overlap_threshold"):
-            gold_in_pool([], ["a"], vote="overlap", overlap_threshold=0)

@@ -18,7 +18,6 @@ from haystack_fusion.backends import missing_logprobs
 from haystack_fusion.backends.errors import QUEUED_TIMEOUT_ADVICE
 from haystack_fusion.corpus import Question
 from haystack_fusion.evaluation.datasets import EvalDataset
-from haystack_fusion.evaluation.passages import PassageSetting
 from haystack_fusion.evaluation.records import (
     RESULTS_FILE,
     QuestionRecord,
@@ -36,10 +35,8 @@ from haystack_fusion.evaluation.runner import (
     BatchStoppedError,
     EvalConfig,
     Evaluator,
-    score_run,
 )
 from tests.unit.capitals_dataset import DOCUMENTS, QUESTIONS, capital_from_prompt, make_evaluator
-from tests.unit.scripted_pipelines import ACID_PASSAGES, acid_retriever
 
 
 class TestEvaluator:
@@ -238,29 +235,3 @@ class TestFailedRecords:
         with pytest.raises(BatchStoppedError, match=f"stopped after {FAILURES_IN_A_ROW_TO_STOP} questions in a row"):
             down.run()
         assert len(read_failures(tmp_path / RESULTS_FILE)) == FAILURES_IN_A_ROW_TO_STOP
-
-
-class TestOverlapVoting:
-    @staticmethod
-    def fingerprint(options: dict) -> str:
-        evaluator = Evaluator(
-            EvalDataset("d", ACID_PASSAGES, []),
-            EvalConfig(strategies=["post_fusion"], strategy_options=options),
-            "unused",
-            retriever_factory=acid_retriever,
-            generator_factory=lambda: MockChatGenerator(responses=["a"]),
-        )
-        return evaluator.fingerprint("post_fusion", 3, PassageSetting())
-
-    def test_the_vote_is_part_of_the_fingerprint(self):
-        assert self.fingerprint({}) == self.fingerprint({"vote": "exact"})
-        assert self.fingerprint({}) != self.fingerprint({"vote": "overlap"})
-        assert self.fingerprint({"vote": "overlap"}) != self.fingerprint({"vote": "overlap", "overlap_threshold": 0.7})
-
-    def test_pool_has_gold_reads_the_voters_rule(self):
-        question = Question(id="q", question="Which acid?", answers=("2-bromopalmitic acid",), is_impossible=False)
-        evidence = {"candidates": ["2-bromopalmitic acid (2-BP)"]}
-        exact = score_run(question, "x", evidence, [], {}, 0.0)
-        overlap = score_run(question, "x", {**evidence, "vote": "overlap", "overlap_threshold": 0.5}, [], {}, 0.0)
-        assert (exact.pool_has_gold, exact.majority_correct) == (False, False)
-        assert (overlap.pool_has_gold, overlap.majority_correct) == (True, True)

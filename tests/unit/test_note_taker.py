@@ -197,10 +197,3 @@ class TestNoteTaker:
         assert answer.data == ""
         assert answer.meta["answer_source"] == INVALID
         assert answer.meta["rejected_answer"] == "1996"
-
-    def test_checks_off(self):
-        reply = "Passage #1 says nothing. Based on the information given in above passages, the answer is 1996"
-        taker = NoteTaker(chat_generator=MockChatGenerator(responses=[reply]), answer_checks=False)
-        assert taker.run(query="When did he die?", documents=DOCUMENTS[:1])["answers"][0].data == "1996"
-        assert taker.to_dict()["init_parameters"]["answer_checks"] is False
-        assert NoteTaker(chat_generator=MockChatGenerator()).to_dict()["init_parameters"]["answer_checks"] is True
