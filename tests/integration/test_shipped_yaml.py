@@ -61,7 +61,7 @@ def test_embedded_default_yaml_runs_on_a_saved_index(strategy, shipped_index):
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_openai_compatible_yaml_runs_against_a_local_server(strategy, shipped_index, start_openai_server, monkeypatch):
-    from haystack_fusion.testing import PromptReplies
+    from tests.support import PromptReplies
 
     replies = PromptReplies(["Mira Tennant"], concatenation_unknown=0.0)
     server = start_openai_server(reply=replies, api_key="sk-test-local")

@@ -212,7 +212,6 @@ def test_wheel_holds_the_package_typed_and_licensed(wheel):
     assert not [name for name in names if name.startswith(("tests/", "docs/", "pipelines/", "research/"))]
     records = [name for name in names if name.endswith((".jsonl", ".png")) or "/results/" in name]
     assert not records, records[:5]  # the run records and charts of research/results
-    assert "haystack_fusion/testing/__init__.py" in names  # the test doubles ship: users test with them too
     assert "haystack_fusion/serving/chainlit_elements/FusionEvidence.jsx" in names  # the chat UI's evidence card
     assert "License-Expression: Apache-2.0" in metadata
     for label in ("Documentation", "Issues", "Source", "Changelog"):
@@ -225,7 +224,8 @@ def test_sdist_holds_the_project_without_the_research_bench(sdist):
     with tarfile.open(sdist) as archive:
         names = {name.removeprefix(top) for name in archive.getnames()}
     for required in ("LICENSE", "CHANGELOG.md", "README.md", "pyproject.toml", "Makefile", "haystack_fusion/py.typed",
-                     "docs/design.md", "tests/conftest.py", "tests/integration/test_wheel.py"):  # fmt: skip
+                     "docs/design.md", "tests/conftest.py", "tests/support/__init__.py",
+                     "tests/integration/test_wheel.py"):  # fmt: skip
         assert required in names, required
     assert any(name.startswith("pipelines/") for name in names)
     bulk = [name for name in names if name.startswith(("research/", ".venv", ".cache", ".git/", "dist/"))]
