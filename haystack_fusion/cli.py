@@ -426,16 +426,24 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_pipelines(args: argparse.Namespace) -> int:
     """
-    `haystack-fusion pipelines`: write a Hayhooks wrapper folder per strategy and every strategy's YAML on every
-    backend combination (in `yaml/`) to `--out`, generated from the strategy registry, with `--es-url`, `--es-index`
-    and `--store` written into the YAML.
+    `haystack-fusion pipelines`: write a Hayhooks wrapper folder per strategy and every strategy's YAML on the backend
+    the flags name (in `yaml/`) to `--out`, generated from the strategy registry.
     """
-    from haystack_fusion.serving.yaml import YAML_SUBDIR, generate
+    from haystack_fusion.serving.yaml import YAML_SUBDIR, backend_name, generate
 
-    written = generate(args.out, es_url=args.es_url, es_index=args.es_index, index_path=args.store)
+    config = BackendConfig(
+        store=args.document_store,
+        retriever=args.retriever,
+        llm=args.llm,
+        index_path=args.store,
+        elasticsearch_url=args.es_url,
+        elasticsearch_index=args.es_index,
+    )
+    written = generate(args.out, config)
     wrappers = sum(1 for path in written if path.parent.name != YAML_SUBDIR)
     print(
-        f"Wrote {wrappers} wrapper folders and {len(written) - wrappers} YAML pipelines ({YAML_SUBDIR}/) to {args.out}"
+        f"Wrote {wrappers} wrapper folders and {len(written) - wrappers} YAML pipelines on {backend_name(config)} "
+        f"({YAML_SUBDIR}/) to {args.out}"
     )
     return 0
 
@@ -724,26 +732,51 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(func=cmd_report)
 
     pipelines = commands.add_parser(
-        "pipelines", help="write a Hayhooks wrapper per strategy and every strategy's YAML per backend (in yaml/)"
+        "pipelines",
+        help="write a Hayhooks wrapper per strategy and every strategy's YAML on one backend (in yaml/)",
+        description="Write a Hayhooks wrapper folder per strategy and every strategy's YAML pipeline on the backend "
+        "the flags name, in yaml/<strategy>__<store>_<retriever>_<llm>.yml. The defaults write what the repository's "
+        "pipelines/ holds: the embedded model over the saved in-memory index (memory_bm25_local).",
     )
     pipelines.add_argument(
         "--out", default="pipelines", help="output folder (default: ./pipelines, relative to the working directory)"
     )
     pipelines.add_argument(
+        "--document-store",
+        default="memory",
+        choices=["memory", "elasticsearch"],
+        help="where the pipelines find the passages: memory (the saved index of --store, default) or elasticsearch "
+        "(--es-url, --es-index)",
+    )
+    pipelines.add_argument(
+        "--retriever",
+        default="bm25",
+        choices=["bm25", "dense", "hybrid"],
+        help="bm25 (default), dense or hybrid (both, reciprocal rank fusion) on the packaged MiniLM embeddings; "
+        "dense and hybrid need --document-store elasticsearch",
+    )
+    pipelines.add_argument(
+        "--llm",
+        default="local",
+        choices=["local", "openai", "ollama"],
+        help="local (the embedded model, default), openai (gpt-4o-mini; $OPENAI_API_KEY and $OPENAI_BASE_URL read "
+        "when the pipeline runs) or ollama (qwen3:0.6b at http://localhost:11434); edit a file's `model:` for another",
+    )
+    pipelines.add_argument(
         "--es-url",
         default=BackendConfig.elasticsearch_url,
-        help=f"Elasticsearch hosts written into the es_* YAML (default: {BackendConfig.elasticsearch_url})",
+        help=f"Elasticsearch hosts written into the YAML (default: {BackendConfig.elasticsearch_url})",
     )
     pipelines.add_argument(
         "--es-index",
         default=BackendConfig.elasticsearch_index,
-        help="Elasticsearch index written into the es_* YAML, the one `index --document-store elasticsearch "
+        help="Elasticsearch index written into the YAML, the one `index --document-store elasticsearch "
         f"--es-index NAME` filled (default: {BackendConfig.elasticsearch_index})",
     )
     pipelines.add_argument(
         "--store",
         default=DEFAULT_INDEX_PATH,
-        help=f"saved in-memory index written into the memory_* YAML; ~ is expanded where the pipeline runs "
+        help=f"saved in-memory index written into the YAML; ~ is expanded where the pipeline runs "
         f"(default: {DEFAULT_INDEX_PATH})",
     )
     pipelines.set_defaults(func=cmd_pipelines)

@@ -1,7 +1,7 @@
 """
 Shared test settings: no telemetry from Haystack's test runs (the machines have no internet anyway), the SQuAD 2.0 dev
 subset beside the checkout as `$HAYSTACK_FUSION_SQUAD`, and the OpenAI-compatible test server
-(`haystack_fusion.testing.openai_server`) as fixtures.
+(`tests.support.openai_server`) as fixtures.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from haystack_fusion.testing.openai_server import OpenAIServer
+    from tests.support.openai_server import OpenAIServer
 
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
@@ -41,8 +41,8 @@ def start_openai_server() -> Iterator[Callable[..., OpenAIServer]]:
     Start OpenAI-compatible test servers on 127.0.0.1: `start_openai_server(reply=..., latency=...)` takes
     `OpenAIServer`'s settings and returns the started server. Every server it started is stopped after the test.
     """
-    # fastapi and uvicorn (the testing extra): only for the tests that use it
-    from haystack_fusion.testing.openai_server import OpenAIServer
+    # fastapi and uvicorn (the dev extra): only for the tests that use it
+    from tests.support.openai_server import OpenAIServer
 
     servers: list[OpenAIServer] = []
 

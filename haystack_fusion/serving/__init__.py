@@ -4,8 +4,8 @@ Serving the strategies with Hayhooks.
 - `haystack_fusion.serving.app`: the served app (`haystack-fusion serve`): Hayhooks' app with the strategy set fixed
   at startup (no deploy routes or tools), CORS pinned and `HAYSTACK_FUSION_API_KEY` on every route but `/status`
   (the `serve` extra).
-- `haystack_fusion.serving.yaml`: generates `pipelines/` (a wrapper folder per strategy, the production YAML in
-  `pipelines/yaml/`) from the strategy registry; needs no extra.
+- `haystack_fusion.serving.yaml`: generates `pipelines/` (a wrapper folder per strategy, every strategy's YAML on
+  the backend you name in `pipelines/yaml/`) from the strategy registry; needs no extra.
 - `haystack_fusion.serving.hayhooks`: `StrategyPipelineWrapper`, the wrappers' base class: backend checks at setup,
   `/{name}/run`, and the OpenAI-compatible chat endpoint with streamed status, answer, sources and evidence (the
   `serve` extra).

@@ -1,42 +1,49 @@
 """
-The `pipelines/` folder, generated from the registry: a Hayhooks wrapper per strategy and YAML per backend combination.
+The `pipelines/` folder, generated from the registry: a Hayhooks wrapper per strategy and every strategy's YAML on the
+backend you name.
 
 - `pipelines/<strategy>/pipeline_wrapper.py`, for every registered strategy: the wrapper `haystack-fusion serve`
   writes for each strategy it serves (`serving.app.write_wrappers`), and what Hayhooks' own `hayhooks run
   --pipelines-dir pipelines` deploys. Each only names its strategy; `serving.hayhooks.StrategyPipelineWrapper` builds
   the pipeline from the environment and refuses to set up when the backend is not configured (it never picks one).
-- `pipelines/yaml/<strategy>__<combination>.yml`: every strategy on every combination of `COMBINATIONS`,
-  `Pipeline.dumps()` plus the `inputs` / `outputs` sections Hayhooks reads to serve it at `/{name}/run`:
-  - `memory_bm25_local`: the embedded default, BM25 over the saved in-memory index (`SavedInMemoryBM25Retriever`,
-    `index_path: ~/.cache/haystack_fusion/index.json`, where `haystack-fusion index` saves it) and the packaged
-    model. Needs no server.
-  - `memory_bm25_openai`: the same index and OpenAI's `OpenAIChatGenerator` (`gpt-4o-mini`); the key comes from
-    `OPENAI_API_KEY` and, with `api_base_url: null`, the openai client reads an OpenAI-compatible server's URL from
-    `OPENAI_BASE_URL` when the pipeline runs.
-  - `es_<bm25|hybrid>_<openai|ollama>`: Elasticsearch at `hosts: http://localhost:9200`, index `haystack_fusion`
-    (`--es-url` / `--es-index` when generating), with OpenAI or Ollama (`url: http://localhost:11434`).
+- `pipelines/yaml/<strategy>__<backend>.yml`: every strategy on one backend, named `<store>_<retriever>_<llm>`
+  (`backend_name`), `Pipeline.dumps()` plus the `inputs` / `outputs` sections Hayhooks reads to serve it at
+  `/{name}/run`:
+  - `memory_bm25_local`, the default and the one the repository keeps: BM25 over the saved in-memory index
+    (`SavedInMemoryBM25Retriever`, `index_path: ~/.cache/haystack_fusion/index.json`, where `haystack-fusion index`
+    saves it) and the packaged model. Needs no server.
+  - `memory_bm25_<openai|ollama>`: the same index with OpenAI's `OpenAIChatGenerator` (`gpt-4o-mini`; the key comes
+    from `OPENAI_API_KEY` and, with `api_base_url: null`, the openai client reads an OpenAI-compatible server's URL
+    from `OPENAI_BASE_URL` when the pipeline runs) or Ollama (`url: http://localhost:11434`).
+  - `es_<bm25|dense|hybrid>_<local|openai|ollama>`: Elasticsearch at `hosts: http://localhost:9200`, index
+    `haystack_fusion` (`--es-url` / `--es-index` when generating); dense and hybrid embed the question with the
+    packaged model.
   They sit in a sub-folder because `hayhooks run` deploys every `*.yml` at the top of its folder, and a YAML
   pipeline on a backend that is not there fails on every request: copy the ones you can run to a folder of their
   own and serve it (`haystack-fusion serve --pipelines-dir FOLDER`). Secrets appear only as environment-variable
   references (`OPENAI_API_KEY`, `ELASTIC_API_KEY`), and the YAML has no anchors or aliases, so each component reads
   on its own.
 
-`haystack-fusion pipelines --out DIR [--es-url URL] [--es-index NAME] [--store PATH]` writes the folder (default
-`./pipelines`, relative to the working directory); a test fails when the repository's `pipelines/` differs from what
-`render()` generates with the defaults.
+`haystack-fusion pipelines [--out DIR] [--document-store memory|elasticsearch] [--retriever bm25|dense|hybrid]
+[--llm local|openai|ollama] [--es-url URL] [--es-index NAME] [--store PATH]` writes the folder (default `./pipelines`,
+relative to the working directory, with `memory_bm25_local`); a test fails when the repository's `pipelines/`
+differs from what `render()` generates with the defaults.
 
 ### Usage example
 ```python
+from haystack_fusion.backends import BackendConfig
 from haystack_fusion.serving.yaml import generate
 
-# a wrapper folder per strategy and 6 YAML files per strategy, as paths
-written = generate("my_pipelines", es_url="http://es.internal:9200", es_index="passages")
+config = BackendConfig(
+    store="elasticsearch", llm="openai", elasticsearch_url="http://es.internal:9200", elasticsearch_index="passages"
+)
+# a wrapper folder per strategy and yaml/<strategy>__es_bm25_openai.yml for every strategy, as paths
+written = generate("my_pipelines", config)
 ```
 """
 
 from __future__ import annotations
 
-import dataclasses
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -46,24 +53,7 @@ from haystack import Pipeline
 from haystack.marshal.yaml import YamlDumper, YamlMarshaller
 
 from haystack_fusion.backends import BackendConfig, SavedInMemoryBM25Retriever, chat_generator, retriever
-from haystack_fusion.settings import DEFAULT_INDEX_PATH
 from haystack_fusion.strategies import STRATEGIES, build_pipeline, get_strategy
-
-DEFAULT_ES_URL = BackendConfig.elasticsearch_url
-"""The Elasticsearch hosts written into the YAML unless `--es-url` names others."""
-DEFAULT_ES_INDEX = BackendConfig.elasticsearch_index
-"""The Elasticsearch index written into the YAML unless `--es-index` names another (`haystack-fusion index`'s)."""
-
-COMBINATIONS: dict[str, BackendConfig] = {
-    "memory_bm25_local": BackendConfig(store="memory", retriever="bm25", llm="local"),
-    "memory_bm25_openai": BackendConfig(store="memory", retriever="bm25", llm="openai"),
-    "es_bm25_openai": BackendConfig(store="elasticsearch", retriever="bm25", llm="openai"),
-    "es_bm25_ollama": BackendConfig(store="elasticsearch", retriever="bm25", llm="ollama"),
-    "es_hybrid_openai": BackendConfig(store="elasticsearch", retriever="hybrid", llm="openai"),
-    "es_hybrid_ollama": BackendConfig(store="elasticsearch", retriever="hybrid", llm="ollama"),
-}
-"""The backends of the shipped files, by the suffix of their names, with the default index path, Elasticsearch
-hosts and index (`render`'s arguments replace them) and the default models (edit the file's `model:` line)."""
 
 YAML_SUBDIR = "yaml"
 """The sub-folder of `pipelines/` holding the YAML files (`hayhooks run` deploys only top-level `*.yml`)."""
@@ -101,9 +91,15 @@ class _NoAliasMarshaller:
         return YamlMarshaller().unmarshal(data_)
 
 
-def pipeline_name(strategy: str, combination: str) -> str:
-    """The file stem (and Hayhooks pipeline name) of a strategy on a combination, e.g. `concat_pf__es_bm25_openai`."""
-    return f"{strategy}__{combination}"
+def backend_name(config: BackendConfig) -> str:
+    """The backend part of a YAML file's name, `<store>_<retriever>_<llm>`: `memory_bm25_local`, `es_hybrid_openai`."""
+    store = "es" if config.store == "elasticsearch" else config.store
+    return f"{store}_{config.retriever}_{config.llm}"
+
+
+def pipeline_name(strategy: str, backend: str) -> str:
+    """The file stem (and Hayhooks pipeline name) of a strategy on a backend, e.g. `concat_pf__es_bm25_openai`."""
+    return f"{strategy}__{backend}"
 
 
 def hayhooks_sections(pipeline: Pipeline, strategy: str) -> dict[str, dict[str, object]]:
@@ -130,7 +126,10 @@ def yaml_retriever(config: BackendConfig) -> Any:
     """
     if config.store == "memory":
         if config.retriever != "bm25":
-            raise ValueError(f"YAML over the in-memory store retrieves with BM25, not {config.retriever}")
+            raise ValueError(
+                f"YAML over the in-memory store retrieves with BM25, not {config.retriever}: dense and hybrid YAML "
+                "reads Elasticsearch (`--document-store elasticsearch`)"
+            )
         return SavedInMemoryBM25Retriever(index_path=config.index_path, top_k=config.top_k)
     return retriever(config)
 
@@ -162,65 +161,39 @@ def wrapper_source(strategy: str) -> str:
     return _WRAPPER_TEMPLATE.format(strategy=strategy, paragraph=textwrap.fill(paragraph, width=116))
 
 
-def combinations(
-    *, es_url: str = DEFAULT_ES_URL, es_index: str = DEFAULT_ES_INDEX, index_path: str = DEFAULT_INDEX_PATH
-) -> dict[str, BackendConfig]:
-    """
-    `COMBINATIONS` with the given Elasticsearch hosts and index and saved in-memory index path.
-
-    :param es_url: Elasticsearch hosts, e.g. `https://es.example.com:9200`.
-    :param es_index: The Elasticsearch index the passages were indexed into.
-    :param index_path: The saved in-memory index; `~` is expanded where the pipeline runs.
-    """
-    return {
-        name: dataclasses.replace(config, elasticsearch_url=es_url, elasticsearch_index=es_index, index_path=index_path)
-        for name, config in COMBINATIONS.items()
-    }
-
-
-def render(
-    *, es_url: str = DEFAULT_ES_URL, es_index: str = DEFAULT_ES_INDEX, index_path: str = DEFAULT_INDEX_PATH
-) -> dict[str, str]:
+def render(config: BackendConfig | None = None) -> dict[str, str]:
     """
     Everything `generate` writes, without writing it.
 
-    :param es_url: Elasticsearch hosts written into the `es_*` YAML.
-    :param es_index: The Elasticsearch index written into the `es_*` YAML.
-    :param index_path: The saved in-memory index written into the `memory_*` YAML.
+    :param config: The backend of the YAML (`store`, `retriever`, `llm`, `index_path`, `elasticsearch_url`,
+        `elasticsearch_index`, ...); None: `BackendConfig()`, the embedded model over the saved in-memory index.
     :returns: File contents by path relative to the output folder (POSIX separators):
-        `<strategy>/pipeline_wrapper.py` for every strategy and `yaml/<strategy>__<combination>.yml` for every
-        strategy and combination, sorted by path.
-    :raises ImportError: If an extra a combination needs is not installed (`local`, `elasticsearch`, `ollama`,
-        `dense`).
+        `<strategy>/pipeline_wrapper.py` and `yaml/<strategy>__<backend_name(config)>.yml` for every strategy,
+        sorted by path.
+    :raises ValueError: For dense or hybrid retrieval over the in-memory store.
+    :raises ImportError: If an extra the backend needs is not installed (`local`, `elasticsearch`, `ollama`, `dense`).
     """
-    configs = combinations(es_url=es_url, es_index=es_index, index_path=index_path)
+    config = BackendConfig() if config is None else config
     files = {f"{strategy}/{WRAPPER_FILE}": wrapper_source(strategy) for strategy in STRATEGIES}
     for strategy in STRATEGIES:
-        for combination, config in configs.items():
-            files[f"{YAML_SUBDIR}/{pipeline_name(strategy, combination)}.yml"] = pipeline_yaml(strategy, config)
+        files[f"{YAML_SUBDIR}/{pipeline_name(strategy, backend_name(config))}.yml"] = pipeline_yaml(strategy, config)
     return dict(sorted(files.items()))
 
 
-def generate(
-    out_dir: str | Path,
-    *,
-    es_url: str = DEFAULT_ES_URL,
-    es_index: str = DEFAULT_ES_INDEX,
-    index_path: str = DEFAULT_INDEX_PATH,
-) -> list[Path]:
+def generate(out_dir: str | Path, config: BackendConfig | None = None) -> list[Path]:
     """
     Write the wrapper folders and the YAML sub-folder to `out_dir` (created if missing; files there are overwritten,
     other files are left alone).
 
     :param out_dir: The output folder, e.g. `pipelines` (the CLI's default, relative to the working directory).
-    :param es_url: Elasticsearch hosts written into the `es_*` YAML.
-    :param es_index: The Elasticsearch index written into the `es_*` YAML.
-    :param index_path: The saved in-memory index written into the `memory_*` YAML.
+    :param config: The backend of the YAML, as `render`'s.
     :returns: The files written, sorted.
+    :raises ValueError: For dense or hybrid retrieval over the in-memory store (nothing is written).
+    :raises ImportError: If an extra the backend needs is not installed (nothing is written).
     """
     out = Path(out_dir)
     written = []
-    for relative, text in render(es_url=es_url, es_index=es_index, index_path=index_path).items():
+    for relative, text in render(config).items():
         path = out / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")

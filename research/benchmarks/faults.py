@@ -2,7 +2,7 @@
 Benchmark: faults in a batch (issue 15 item 2). The real `haystack-fusion eval --llm openai` against the
 fault-injecting test server, and a 429 storm.
 
-The script starts `haystack_fusion.testing.openai_server` on 127.0.0.1 in a thread (replies shaped by each prompt,
+The script starts `tests.support.openai_server` on 127.0.0.1 in a thread (replies shaped by each prompt,
 `PromptReplies`) and runs the CLI as a child process, in-memory BM25 over the SQuAD 2.0 dev subset that
 `$HAYSTACK_FUSION_SQUAD` names (`SUBSET`):
 
@@ -42,8 +42,8 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
 from haystack_fusion.corpus import default_squad_path
 from haystack_fusion.settings import SQUAD_VARIABLE
-from haystack_fusion.testing import PromptReplies
-from haystack_fusion.testing.openai_server import OpenAIServer
+from tests.support import PromptReplies
+from tests.support.openai_server import OpenAIServer
 
 SUBSET = "../shared/data/squad2-dev-subset/squad2_dev_subset.json"
 """The file `$HAYSTACK_FUSION_SQUAD` names for this benchmark: the SQuAD 2.0 dev subset its numbers are made on."""

@@ -3,7 +3,7 @@ Every parser of model output on hypothesis-generated replies, and how its time g
 
 Usage: `.venv/bin/python -m research.benchmarks.fuzz_parsers [--examples 10000]`
 
-The parsers and the reply strategies are those of the unit tests (`haystack_fusion.testing.fuzzing`: `PARSERS`,
+The parsers and the reply strategies are those of the unit tests (`tests.support.fuzzing`: `PARSERS`,
 `replies`): arbitrary and hostile Unicode, the prompts' vocabulary with nested and unbalanced markers. One set of
 `--examples` replies is drawn once and given to every parser; the script counts exceptions and wrong shapes and keeps
 the slowest reply. Scaling: each parser runs on adversarial repetitions ("a" + " " * n + "b", "(a) " * n, "*" * n + "x",
@@ -24,7 +24,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, settings
 
-from haystack_fusion.testing.fuzzing import PARSERS, replies
+from tests.support.fuzzing import PARSERS, replies
 
 FAMILIES: tuple[tuple[str, str, str], ...] = (
     ("", " ", "x"),

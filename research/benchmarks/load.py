@@ -4,7 +4,7 @@ Load on the chat endpoint: `haystack-fusion serve` with `concat_pf`, many concur
 
 Two modes:
 
-- default: the OpenAI backend against the project's test server (`haystack_fusion.testing.openai_server`, `--latency`
+- default: the OpenAI backend against the project's test server (`tests.support.openai_server`, `--latency`
   seconds per call, replying "Paris", so concatenation answers and each request makes one LLM call) over a saved
   in-memory index of three made-up passages. `--clients` workers send `--requests` chat completions in all, each the
   next as soon as its last one returns. Prints requests, answered, refused (503/429), other outcomes (timeouts, other
@@ -48,8 +48,8 @@ import openai
 from haystack import Document
 
 from haystack_fusion.backends import save_store
-from haystack_fusion.testing.openai_server import OpenAIServer
-from haystack_fusion.testing.serve_process import HayhooksProcess
+from tests.support.openai_server import OpenAIServer
+from tests.support.serve_process import HayhooksProcess
 
 SUBSET = "../shared/data/squad2-dev-subset/squad2_dev_subset.json"
 """The file `$HAYSTACK_FUSION_SQUAD` names for this benchmark: the SQuAD 2.0 dev subset its numbers are made on."""

@@ -2,7 +2,7 @@
 Benchmark: our orchestration overhead over real HTTP, against the openai client alone making the same calls
 (issue 14 item 2: at most 2% of the wall at 200 ms per call for post-fusion k = 5, async and sync, in one run).
 
-The server is `peers.py`'s: `haystack_fusion.testing.openai_server` in a child process on 127.0.0.1 (a free port; it
+The server is `peers.py`'s: `tests.support.openai_server` in a child process on 127.0.0.1 (a free port; it
 stops by itself), waiting `--latency` seconds before each reply. Per round it runs, in a shuffled order, one question
 of:
 - `bare async`: the k prompts `PostFusionVoter` sends (the same messages, rendered by `prompts.render`), as k

@@ -2,7 +2,7 @@
 Benchmark: our fan-outs side by side with their peers' in one run, against one latency-injecting OpenAI-compatible
 server (issue 14 item 5).
 
-The script starts `haystack_fusion.testing.openai_server` on 127.0.0.1 in a child process (a free port; it stops by
+The script starts `tests.support.openai_server` on 127.0.0.1 in a child process (a free port; it stops by
 itself after `--lifetime` seconds, or when this script ends) with a fixed latency per request and replies shaped by the
 prompt's closing words, so every system parses what it gets (post-fusion and the peers: "Paris"; SuRe: "(a) Paris, (b)
 Lyon", a summary, "True", "Passage 1"; LangChain's map_rerank: "Paris" and a "Score:" line). For k = 5, 10, 20, 50
@@ -65,7 +65,7 @@ from haystack.utils import Secret
 from haystack_fusion import CandidateSummarizer, PostFusionVoter, SummaryVerifier
 from haystack_fusion.prompts import PROMPTS, format_passages, render
 from haystack_fusion.prompts.sure import candidate_prompt_variables
-from haystack_fusion.testing.openai_server import OpenAIServer
+from tests.support.openai_server import OpenAIServer
 
 MODEL = "bench-model"
 QUERY = "What is the capital of France?"
@@ -139,7 +139,7 @@ def serve(pipe: Connection, latency: float, lifetime: float) -> None:
 
 class ServerProcess:
     """
-    `haystack_fusion.testing.openai_server`'s server in a child process of its own, so that answering requests does
+    `tests.support.openai_server`'s server in a child process of its own, so that answering requests does
     not take the interpreter lock from the clients being measured; its counters are read and reset over a pipe.
 
     :param latency: Seconds the server waits before each reply.

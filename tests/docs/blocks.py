@@ -8,7 +8,7 @@ Each page runs, in document order, in a temp directory holding copies of the rep
 `README.md`, with its own `HOME` (so `~/.cache/haystack_fusion`) and caches, so no block touches `~/.cache`.
 
 Directives go in an HTML comment on the line right before a fence (`<!-- docs-test: skip starts a server -->`),
-separated by `;`: `skip REASON`, `needs openai-server` (a local `haystack_fusion.testing.openai_server`, no model,
+separated by `;`: `skip REASON`, `needs openai-server` (a local `tests.support.openai_server`, no model,
 with `OPENAI_BASE_URL`, `OPENAI_API_KEY` and `HAYSTACK_FUSION_LLM=openai` set), `needs elasticsearch` (runs when
 `ELASTICSEARCH_URL` is set), `needs ollama` (runs when `OLLAMA_HOST` is set), `needs squad` (a SQuAD 2.0 file:
 $HAYSTACK_FUSION_SQUAD, else the subset in ../shared), `model-commands N` and `timeout SECONDS` (below).
@@ -374,8 +374,8 @@ def docs_page(
 
 @pytest.fixture(scope="session")
 def docs_openai_server_process() -> Iterator[Any]:
-    """One OpenAI-compatible test server (`haystack_fusion.testing.openai_server`, no model) for all blocks."""
-    from haystack_fusion.testing.openai_server import OpenAIServer
+    """One OpenAI-compatible test server (`tests.support.openai_server`, no model) for all blocks."""
+    from tests.support.openai_server import OpenAIServer
 
     server = OpenAIServer(lifetime=3600, max_requests=100_000).start()
     yield server

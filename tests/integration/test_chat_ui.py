@@ -31,7 +31,7 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from haystack_fusion.backends import save_store
 from haystack_fusion.corpus import load_text_folder
-from haystack_fusion.testing.serve_process import HayhooksProcess
+from tests.support.serve_process import HayhooksProcess
 
 from .conftest import local_serving_env
 from .open_webui import CHROMIUM, CHROMIUM_FLAGS, LOCAL_PREFIXES, local_only

@@ -1,7 +1,7 @@
 """
 The `haystack-fusion` command against backends that cannot be used: a closed port for
 Elasticsearch, Ollama and an OpenAI-compatible server, a wrong API key (the test server of
-`haystack_fusion.testing.openai_server` with `api_key`), and a wrong Elasticsearch index (needs a server: runs when
+`tests.support.openai_server` with `api_key`), and a wrong Elasticsearch index (needs a server: runs when
 `ELASTICSEARCH_URL` is set).
 
 Each must end with one line on stderr that names the URL or the environment variable, a non-zero exit status, no

@@ -1,6 +1,6 @@
 """
 Faults in a batch: the real `haystack-fusion eval --llm openai` on the SQuAD 2.0 subset (in-memory
-BM25) against the fault-injecting test server (`haystack_fusion.testing.openai_server`), counting requests server-side.
+BM25) against the fault-injecting test server (`tests.support.openai_server`), counting requests server-side.
 
 The full run (200 questions x 4 strategies, and a 429 storm) is `research/benchmarks/faults.py`; these are its fast
 forms.
@@ -17,8 +17,8 @@ from haystack_fusion.cli import EXIT_FAILED_QUESTIONS, main
 from haystack_fusion.corpus import default_squad_path
 from haystack_fusion.evaluation.records import RESULTS_FILE, read_failures, read_records
 from haystack_fusion.settings import SQUAD_VARIABLE
-from haystack_fusion.testing import PromptReplies
-from haystack_fusion.testing.openai_server import FAULTS
+from tests.support import PromptReplies
+from tests.support.openai_server import FAULTS
 
 STRATEGIES = ("concat_pf", "sure", "chain_of_note", "cascade")
 QUESTIONS = 24

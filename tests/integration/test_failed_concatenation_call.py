@@ -1,7 +1,7 @@
 """
 A concatenation call that fails after its retries falls back to post-fusion in `concat_pf` and `cascade`.
 
-The real OpenAIChatGenerator against the test server (`haystack_fusion.testing.openai_server`), which answers every
+The real OpenAIChatGenerator against the test server (`tests.support.openai_server`), which answers every
 request of a concatenation prompt with HTTP 500 (`PromptReplies(concatenation_fails=1.0)`: the openai client retries,
 then raises InternalServerError), over the SQuAD 2.0 dev subset with in-memory BM25.
 """
@@ -18,7 +18,7 @@ from haystack_fusion.cli import EXIT_FAILED_QUESTIONS, main
 from haystack_fusion.evaluation.records import RESULTS_FILE
 from haystack_fusion.settings import SQUAD_VARIABLE
 from haystack_fusion.strategies import build_pipeline, run_strategy
-from haystack_fusion.testing import PromptReplies
+from tests.support import PromptReplies
 
 MAX_RETRIES = 1
 ANSWERS = ("Paris", "Lyon", "Marseille")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from haystack_fusion.backends import save_store
-from haystack_fusion.testing.serve_process import HayhooksProcess, free_port
+from tests.support.serve_process import HayhooksProcess, free_port
 
 from .conftest import local_serving_env
 

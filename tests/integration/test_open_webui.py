@@ -32,7 +32,7 @@ import pytest
 from haystack import Document
 
 from haystack_fusion.backends import LlamaCppChatGenerator, save_store
-from haystack_fusion.testing.serve_process import HayhooksProcess
+from tests.support.serve_process import HayhooksProcess
 
 from .conftest import local_serving_env
 from .open_webui import (

@@ -22,7 +22,7 @@ import pytest
 from haystack_fusion.backends import save_store
 from haystack_fusion.serving.app import UNAUTHORIZED
 from haystack_fusion.strategies import STRATEGIES
-from haystack_fusion.testing.serve_process import HayhooksProcess
+from tests.support.serve_process import HayhooksProcess
 
 from .conftest import local_serving_env
 

@@ -22,8 +22,8 @@ import pytest
 from haystack import Document
 
 from haystack_fusion.backends import save_store
-from haystack_fusion.testing.openai_server import OpenAIServer
-from haystack_fusion.testing.serve_process import HayhooksProcess
+from tests.support.openai_server import OpenAIServer
+from tests.support.serve_process import HayhooksProcess
 
 httpx = pytest.importorskip("httpx", reason="the `serve` extra")
 pytest.importorskip("hayhooks", reason="the `serve` extra (pip install 'haystack-fusion[serve]')")

@@ -1,6 +1,6 @@
 """
 The chat endpoint under load and abuse, for real: `haystack-fusion serve` with `concat_pf` on the OpenAI backend
-against the project's test server (`haystack_fusion.testing.openai_server`, 200 ms per call), driven by the `openai`
+against the project's test server (`tests.support.openai_server`, 200 ms per call), driven by the `openai`
 client and httpx.
 
 - Load: 100 requests from 50 concurrent clients with a tight admission limit; each is answered or refused with 503
@@ -22,8 +22,8 @@ import pytest
 from haystack import Document
 
 from haystack_fusion.backends import save_store
-from haystack_fusion.testing.openai_server import OpenAIServer
-from haystack_fusion.testing.serve_process import HayhooksProcess, free_port
+from tests.support.openai_server import OpenAIServer
+from tests.support.serve_process import HayhooksProcess, free_port
 
 httpx = pytest.importorskip("httpx", reason="the `serve` extra")
 pytest.importorskip("hayhooks", reason="the `serve` extra (pip install 'haystack-fusion[serve]')")

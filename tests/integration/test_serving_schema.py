@@ -15,9 +15,9 @@ import pytest
 from haystack import Document
 
 from haystack_fusion.backends import save_store
-from haystack_fusion.testing import PromptReplies
-from haystack_fusion.testing.openai_server import OpenAIServer
-from haystack_fusion.testing.serve_process import HayhooksProcess
+from tests.support import PromptReplies
+from tests.support.openai_server import OpenAIServer
+from tests.support.serve_process import HayhooksProcess
 
 pytest.importorskip("hayhooks", reason="the `serve` extra (pip install 'haystack-fusion[serve]')")
 pytest.importorskip("schemathesis", reason="schemathesis (the `dev` extra)")

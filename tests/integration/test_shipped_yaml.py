@@ -1,8 +1,9 @@
 """
-The shipped YAML pipelines run as shipped: `Pipeline.loads` on the file's text, then `run({"query": ...})`, over a
+The YAML pipelines run as a user runs them: `Pipeline.loads` on the file's text, then `run({"query": ...})`, over a
 saved in-memory index this test writes at the files' `index_path` (`~/.cache/haystack_fusion/index.json`, with
-`$HOME` pointed at a temporary folder) with the packaged model, or with an OpenAI-compatible server on 127.0.0.1
-(`OPENAI_BASE_URL`, `OPENAI_API_KEY`).
+`$HOME` pointed at a temporary folder): the repository's files with the packaged model, and the files
+`haystack-fusion pipelines --llm openai` writes with an OpenAI-compatible server on 127.0.0.1 (`OPENAI_BASE_URL`,
+`OPENAI_API_KEY`).
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ import pytest
 from haystack import Document, Pipeline
 
 import haystack_fusion  # noqa: F401  (allowlists the package for deserialization)
-from haystack_fusion.backends import LlamaCppChatGenerator, save_store
-from haystack_fusion.serving.yaml import YAML_SUBDIR, pipeline_name
+from haystack_fusion.backends import BackendConfig, LlamaCppChatGenerator, save_store
+from haystack_fusion.serving.yaml import YAML_SUBDIR, generate, pipeline_name
 from haystack_fusion.strategies import STRATEGIES, get_strategy
 
-YAML_DIR = Path(__file__).resolve().parents[2] / "pipelines" / YAML_SUBDIR
+SHIPPED_DIR = Path(__file__).resolve().parents[2] / "pipelines" / YAML_SUBDIR
 
 PASSAGES = [
     "The Varnholt Bridge crosses the Elsa river and was opened to traffic in 1911.",
@@ -38,18 +39,25 @@ def shipped_index(tmp_path, monkeypatch) -> Path:
     return path
 
 
-def run_shipped(strategy: str, combination: str) -> tuple[dict, list]:
-    """Load the shipped file as a user does and ask the question; returns the outputs and the strategy's answers."""
-    pipeline = Pipeline.loads((YAML_DIR / f"{pipeline_name(strategy, combination)}.yml").read_text(encoding="utf-8"))
-    outputs = pipeline.run({"query": QUESTION})
-    return outputs, outputs[get_strategy(strategy).answer_component]["answers"]
+@pytest.fixture(scope="module")
+def openai_yaml(tmp_path_factory) -> Path:
+    """The folder of YAML `haystack-fusion pipelines --llm openai` writes."""
+    out = tmp_path_factory.mktemp("pipelines")
+    generate(out, BackendConfig(llm="openai"))
+    return out / YAML_SUBDIR
+
+
+def run_yaml(folder: Path, strategy: str, backend: str) -> list:
+    """Load the file as a user does and ask the question; returns the strategy's answers."""
+    pipeline = Pipeline.loads((folder / f"{pipeline_name(strategy, backend)}.yml").read_text(encoding="utf-8"))
+    return pipeline.run({"query": QUESTION})[get_strategy(strategy).answer_component]["answers"]
 
 
 @pytest.mark.parametrize("strategy", ["concatenation", "concat_pf"])
 def test_embedded_default_yaml_runs_on_a_saved_index(strategy, shipped_index):
     if LlamaCppChatGenerator is None:
         pytest.skip("the `local` extra (llama-cpp-haystack, llama-cpp-python, the packaged model) is not installed")
-    _, answers = run_shipped(strategy, "memory_bm25_local")
+    answers = run_yaml(SHIPPED_DIR, strategy, "memory_bm25_local")
     assert len(answers) == 1
     answer = answers[0]
     assert isinstance(answer.data, str)
@@ -60,24 +68,26 @@ def test_embedded_default_yaml_runs_on_a_saved_index(strategy, shipped_index):
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_openai_compatible_yaml_runs_against_a_local_server(strategy, shipped_index, start_openai_server, monkeypatch):
-    from haystack_fusion.testing import PromptReplies
+def test_openai_compatible_yaml_runs_against_a_local_server(
+    strategy, openai_yaml, shipped_index, start_openai_server, monkeypatch
+):
+    from tests.support import PromptReplies
 
     replies = PromptReplies(["Mira Tennant"], concatenation_unknown=0.0)
     server = start_openai_server(reply=replies, api_key="sk-test-local")
     monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-local")  # the server refuses any other key
-    _, answers = run_shipped(strategy, "memory_bm25_openai")
+    answers = run_yaml(openai_yaml, strategy, "memory_bm25_openai")
     assert server.stats.first_attempts >= 1
     assert server.stats.refused == 0
     assert answers, f"{strategy} gave no answer"
     assert answers[0].data.startswith("Mira Tennant")  # SuRe numbers the candidates it asks for
 
 
-def test_a_missing_index_fails_when_run_not_when_loaded(tmp_path, monkeypatch):
+def test_a_missing_index_fails_when_run_not_when_loaded(openai_yaml, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))  # no index saved there
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-local")
-    text = (YAML_DIR / f"{pipeline_name('concatenation', 'memory_bm25_openai')}.yml").read_text(encoding="utf-8")
+    text = (openai_yaml / f"{pipeline_name('concatenation', 'memory_bm25_openai')}.yml").read_text(encoding="utf-8")
     pipeline = Pipeline.loads(text)
     with pytest.raises(Exception, match="haystack-fusion index") as caught:
         pipeline.run({"query": QUESTION})

@@ -4,7 +4,8 @@ virtual environment, and run what a user of the wheel runs.
 
 In the fresh environment (no access to this checkout: it runs in a temporary folder with a clean `PYTHONPATH`):
 
-- `haystack-fusion pipelines --out DIR` writes exactly the shipped `pipelines/` folder (wrappers and YAML);
+- `haystack-fusion pipelines --out DIR` writes exactly the repository's `pipelines/` folder (the wrappers and the
+  embedded default's YAML), and `--document-store elasticsearch --llm openai` adds the Elasticsearch + OpenAI YAML;
 - every generated YAML loads with `Pipeline.loads`, so each component it names resolves from the wheel and its
   extras, and every generated Hayhooks wrapper imports;
 - one generated YAML runs end to end: `concat_pf__es_bm25_openai.yml` with two edits that are stated, not hidden.
@@ -50,8 +51,8 @@ pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python[server] (th
 
 ROOT = Path(__file__).resolve().parents[2]
 EXTRAS = "local,dense,elasticsearch,ollama,serve"
-"""Every runtime extra a shipped file needs: the YAML name Elasticsearch, OpenAI, Ollama and the packaged MiniLM
-embedder; the wrappers need Hayhooks; `ask` the embedded model."""
+"""Every runtime extra a generated file needs: the YAML name the embedded model, Elasticsearch, OpenAI, Ollama and the
+packaged MiniLM embedder; the wrappers need Hayhooks; `ask` the embedded model."""
 
 LLAMA_CPP_WHEELS = ROOT / ".cache" / "llama-cpp-python"
 """Where the Makefile leaves the llama-cpp-python wheel it built and installed into `.venv`."""
@@ -212,7 +213,6 @@ def test_wheel_holds_the_package_typed_and_licensed(wheel):
     assert not [name for name in names if name.startswith(("tests/", "docs/", "pipelines/", "research/"))]
     records = [name for name in names if name.endswith((".jsonl", ".png")) or "/results/" in name]
     assert not records, records[:5]  # the run records and charts of research/results
-    assert "haystack_fusion/testing/__init__.py" in names  # the test doubles ship: users test with them too
     assert "haystack_fusion/serving/chainlit_elements/FusionEvidence.jsx" in names  # the chat UI's evidence card
     assert "License-Expression: Apache-2.0" in metadata
     for label in ("Documentation", "Issues", "Source", "Changelog"):
@@ -225,7 +225,8 @@ def test_sdist_holds_the_project_without_the_research_bench(sdist):
     with tarfile.open(sdist) as archive:
         names = {name.removeprefix(top) for name in archive.getnames()}
     for required in ("LICENSE", "CHANGELOG.md", "README.md", "pyproject.toml", "Makefile", "haystack_fusion/py.typed",
-                     "docs/design.md", "tests/conftest.py", "tests/integration/test_wheel.py"):  # fmt: skip
+                     "docs/design.md", "tests/conftest.py", "tests/support/__init__.py",
+                     "tests/integration/test_wheel.py"):  # fmt: skip
         assert required in names, required
     assert any(name.startswith("pipelines/") for name in names)
     bulk = [name for name in names if name.startswith(("research/", ".venv", ".cache", ".git/", "dist/"))]
@@ -241,21 +242,27 @@ def shipped_files(folder: Path) -> dict[str, str]:
     }
 
 
+ES_OPENAI = ("--document-store", "elasticsearch", "--llm", "openai")
+"""The flags of the Elasticsearch + OpenAI YAML (`es_bm25_openai`), generated beside the default's."""
+
+
 @pytest.fixture(scope="module")
 def generated(fresh) -> Path:
-    """`haystack-fusion pipelines --out DIR` run from the wheel."""
+    """`haystack-fusion pipelines --out DIR` run from the wheel: the defaults, then with `ES_OPENAI`."""
     out = fresh["cwd"] / "pipelines"
-    print(
-        run([str(fresh["bin"] / "haystack-fusion"), "pipelines", "--out", str(out)], env=fresh["env"], cwd=fresh["cwd"])
-    )
+    for flags in ((), ES_OPENAI):
+        command = [str(fresh["bin"] / "haystack-fusion"), "pipelines", "--out", str(out), *flags]
+        print(run(command, env=fresh["env"], cwd=fresh["cwd"]))
     return out
 
 
-def test_the_wheel_generates_the_shipped_pipelines(generated):
+def test_the_wheel_generates_the_repository_pipelines(generated):
     files = shipped_files(generated)
-    assert any(name.endswith(".yml") for name in files)
-    assert any(name.endswith("/pipeline_wrapper.py") for name in files)
-    assert files == shipped_files(ROOT / "pipelines")
+    wrappers = [name for name in files if name.endswith("/pipeline_wrapper.py")]
+    es_openai = [name for name in files if name.endswith("__es_bm25_openai.yml")]
+    assert wrappers
+    assert len(es_openai) == len(wrappers)  # one per strategy
+    assert {name: text for name, text in files.items() if name not in es_openai} == shipped_files(ROOT / "pipelines")
 
 
 def test_every_generated_yaml_loads_and_every_wrapper_imports_from_the_wheel(fresh, generated):

@@ -16,7 +16,7 @@ from haystack_fusion.prompts.chain_of_note import ANSWER_LEAD
 from haystack_fusion.strategies import (
     build_pipeline,
 )
-from haystack_fusion.testing import ScriptedChatGenerator
+from tests.support import ScriptedChatGenerator
 
 QUERY = "What is the capital of France?"
 

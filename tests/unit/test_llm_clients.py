@@ -1,6 +1,6 @@
 """
 HTTP accounting and event loops, against a real OpenAI-compatible server on 127.0.0.1
-(`haystack_fusion.testing.openai_server`).
+(`tests.support.openai_server`).
 
 The client side is the real one: Haystack's OpenAIChatGenerator pointed at the server. Assertions are on request
 counts the server saw and the usage our components report, never on timings.

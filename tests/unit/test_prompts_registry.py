@@ -30,7 +30,7 @@ from haystack_fusion.prompts import (
     figure7,
     sure,
 )
-from haystack_fusion.testing.fuzzing import ADVERSARIAL_UNITS, HOSTILE_CHARACTERS, VOCABULARY, replies
+from tests.support.fuzzing import ADVERSARIAL_UNITS, HOSTILE_CHARACTERS, VOCABULARY, replies
 from tests.unit.fuzz_settings import FUZZ
 
 REFERENCE: dict[str, str] = {

@@ -1,4 +1,7 @@
-"""The shipped `pipelines/` folder: generated from the registry, loadable, deployable by Hayhooks, no YAML aliases."""
+"""
+The `pipelines/` folder: generated from the registry (the repository keeps the embedded default's YAML), and the YAML
+of every backend, generated into a temporary folder: loadable, deployable by Hayhooks, no YAML aliases.
+"""
 
 import os
 from pathlib import Path
@@ -8,9 +11,9 @@ import yaml
 from haystack import Document, Pipeline
 
 import haystack_fusion  # noqa: F401  (allowlists the package for deserialization)
-from haystack_fusion.backends import SavedInMemoryBM25Retriever, save_store
+from haystack_fusion.backends import BackendConfig, SavedInMemoryBM25Retriever, save_store
 from haystack_fusion.cli import main
-from haystack_fusion.serving.yaml import COMBINATIONS, YAML_SUBDIR, generate, pipeline_name, render
+from haystack_fusion.serving.yaml import YAML_SUBDIR, backend_name, generate, pipeline_name, render
 from haystack_fusion.settings import DEFAULT_INDEX_PATH
 from haystack_fusion.strategies import STRATEGIES, get_strategy
 
@@ -20,8 +23,22 @@ pytest.importorskip("haystack_integrations.components.embedders.sentence_transfo
 pytest.importorskip("haystack_integrations.components.generators.llama_cpp", reason="the `local` extra")
 
 PIPELINES_DIR = Path(__file__).resolve().parents[2] / "pipelines"
-SHIPPED_YAML = sorted((PIPELINES_DIR / YAML_SUBDIR).glob("*.yml"))
-CASES = [(strategy, combination) for strategy in STRATEGIES for combination in COMBINATIONS]
+EMBEDDED = "memory_bm25_local"
+"""The backend of the YAML the repository keeps: `haystack-fusion pipelines`' default."""
+BACKENDS = {
+    backend_name(config): config
+    for config in (
+        BackendConfig(),
+        BackendConfig(store="memory", retriever="bm25", llm="openai"),
+        BackendConfig(store="elasticsearch", retriever="bm25", llm="openai"),
+        BackendConfig(store="elasticsearch", retriever="bm25", llm="ollama"),
+        BackendConfig(store="elasticsearch", retriever="dense", llm="openai"),
+        BackendConfig(store="elasticsearch", retriever="hybrid", llm="openai"),
+        BackendConfig(store="elasticsearch", retriever="hybrid", llm="ollama"),
+    )
+}
+"""The backends whose YAML the tests generate: each store, retriever and LLM at least once."""
+CASES = [pipeline_name(strategy, backend) for backend in BACKENDS for strategy in STRATEGIES]
 
 
 @pytest.fixture(autouse=True)
@@ -34,6 +51,15 @@ def rendered():
     return render()
 
 
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> Path:
+    """The YAML folder of `generate` on every backend of `BACKENDS`, as `haystack-fusion pipelines` writes it."""
+    out = tmp_path_factory.mktemp("pipelines")
+    for config in BACKENDS.values():
+        generate(out, config)
+    return out / YAML_SUBDIR
+
+
 def shipped_files() -> list[str]:
     return sorted(
         path.relative_to(PIPELINES_DIR).as_posix()
@@ -43,46 +69,50 @@ def shipped_files() -> list[str]:
 
 
 def test_the_folder_is_exactly_what_the_registry_generates(rendered):
-    assert shipped_files() == list(rendered), "run `haystack-fusion pipelines`"
+    regenerate = "run `haystack-fusion pipelines` from the repository's root"
+    assert shipped_files() == list(rendered), regenerate
     stale = [name for name, text in rendered.items() if (PIPELINES_DIR / name).read_text(encoding="utf-8") != text]
-    assert not stale, f"stale: {stale}; run `haystack-fusion pipelines`"
+    assert not stale, f"stale: {stale}; {regenerate}"
 
 
-def test_a_wrapper_per_strategy_and_yaml_only_in_the_sub_folder():
+def test_a_wrapper_per_strategy_and_the_embedded_yaml_in_the_sub_folder():
     top_level = sorted(path.name for path in PIPELINES_DIR.iterdir())
     assert top_level == sorted([*STRATEGIES, YAML_SUBDIR]), "hayhooks run deploys every top-level *.yml"
-    assert [path.stem for path in SHIPPED_YAML] == sorted(pipeline_name(s, c) for s, c in CASES)
+    shipped_yaml = sorted(path.stem for path in (PIPELINES_DIR / YAML_SUBDIR).glob("*.yml"))
+    assert shipped_yaml == sorted(pipeline_name(strategy, EMBEDDED) for strategy in STRATEGIES)
 
 
-def test_no_yaml_anchors_or_aliases(rendered):
-    for name, text in rendered.items():
-        assert "&id" not in text, name
-        assert "*id" not in text, name
+def test_no_yaml_anchors_or_aliases(generated):
+    for path in generated.glob("*.yml"):
+        text = path.read_text(encoding="utf-8")
+        assert "&id" not in text, path.name
+        assert "*id" not in text, path.name
 
 
-def test_generate_writes_anywhere(tmp_path, rendered):
+def test_generate_writes_anywhere(tmp_path, rendered, generated):
     written = generate(tmp_path / "out")
     assert sorted(path.relative_to(tmp_path / "out").as_posix() for path in written) == list(rendered)
+    assert sorted(path.stem for path in generated.glob("*.yml")) == sorted(CASES)
 
 
-@pytest.mark.parametrize("path", SHIPPED_YAML, ids=lambda path: path.stem)
-def test_loads_round_trips_and_keeps_secrets_out(path, monkeypatch):
+@pytest.mark.parametrize("name", CASES)
+def test_loads_round_trips_and_keeps_secrets_out(name, generated, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
-    text = path.read_text(encoding="utf-8")
+    text = (generated / f"{name}.yml").read_text(encoding="utf-8")
     assert "sk-" not in text
     assert "placeholder-key" not in text
     pipeline = Pipeline.loads(text)
     assert Pipeline.loads(pipeline.dumps()) == pipeline
-    strategy = path.stem.split("__")[0]
+    strategy = name.split("__")[0]
     assert get_strategy(strategy).answer_component in dict(pipeline.walk())
 
 
-@pytest.mark.parametrize("path", SHIPPED_YAML, ids=lambda path: path.stem)
-def test_hayhooks_deploys_it(path, monkeypatch):
+@pytest.mark.parametrize("name", CASES)
+def test_hayhooks_deploys_it(name, generated, monkeypatch):
     """As `hayhooks pipeline deploy-yaml` does: resolve the declared inputs/outputs, load the pipeline."""
     hayhooks_yaml = pytest.importorskip("hayhooks.server.utils.yaml_pipeline_wrapper", reason="the `serve` extra")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
-    wrapper = hayhooks_yaml.YAMLPipelineWrapper.from_yaml(path.read_text(encoding="utf-8"))
+    wrapper = hayhooks_yaml.YAMLPipelineWrapper.from_yaml((generated / f"{name}.yml").read_text(encoding="utf-8"))
     wrapper.setup()
     assert set(wrapper.input_resolutions) == {"query"}
     assert "retriever.query" in wrapper.input_resolutions["query"].targets
@@ -93,27 +123,27 @@ def components_of(text: str) -> dict:
     return yaml.safe_load(text)["components"]
 
 
-def test_every_strategy_has_an_embedded_and_an_openai_compatible_yaml_over_the_saved_index(rendered):
+def test_every_strategy_has_an_embedded_and_an_openai_compatible_yaml_over_the_saved_index(generated):
     for strategy in STRATEGIES:
-        for combination, llm_type in (
-            ("memory_bm25_local", "haystack_fusion.backends.local.LocalChatGenerator"),
+        for backend, llm_type in (
+            (EMBEDDED, "haystack_fusion.backends.local.LocalChatGenerator"),
             ("memory_bm25_openai", "haystack.components.generators.chat.openai.OpenAIChatGenerator"),
         ):
-            text = rendered[f"{YAML_SUBDIR}/{pipeline_name(strategy, combination)}.yml"]
+            text = (generated / f"{pipeline_name(strategy, backend)}.yml").read_text(encoding="utf-8")
             components = components_of(text)
             assert components["retriever"] == {
                 "type": "haystack_fusion.backends.stores.SavedInMemoryBM25Retriever",
                 "init_parameters": {"index_path": DEFAULT_INDEX_PATH, "scale_score": False, "top_k": 5},
             }
-            assert f"type: {llm_type}" in text, (strategy, combination)  # some strategies nest the LLM
-            if combination == "memory_bm25_openai":  # the openai client reads $OPENAI_BASE_URL when the URL is null
+            assert f"type: {llm_type}" in text, (strategy, backend)  # some strategies nest the LLM
+            if backend == "memory_bm25_openai":  # the openai client reads $OPENAI_BASE_URL when the URL is null
                 assert "api_base_url: null" in text
                 assert "api_base_url: http" not in text
 
 
 def test_the_embedded_yaml_is_machine_independent(rendered):
     """No CPU count, model path or home folder written in: the loading machine supplies its own."""
-    text = rendered[f"{YAML_SUBDIR}/{pipeline_name('concatenation', 'memory_bm25_local')}.yml"]
+    text = rendered[f"{YAML_SUBDIR}/{pipeline_name('concatenation', EMBEDDED)}.yml"]
     model_kwargs = components_of(text)["llm"]["init_parameters"]["model_kwargs"]
     assert "n_threads" not in model_kwargs
     assert model_kwargs["model_path"] is None
@@ -129,27 +159,39 @@ def test_local_generator_keeps_threads_it_was_given():
     assert LocalChatGenerator.from_dict(given).model_kwargs["n_threads"] == 3
 
 
-def test_elasticsearch_host_and_index_from_the_options(tmp_path, capsys):
+def test_the_command_writes_the_backend_it_is_given(tmp_path, capsys):
     out = tmp_path / "out"
-    assert main(["pipelines", "--out", str(out), "--es-url", "https://es.example:9200", "--es-index", "passages",
-                 "--store", "/srv/index.json"]) == 0  # fmt: skip
-    assert "90 YAML pipelines" in capsys.readouterr().out
+    assert main(["pipelines", "--out", str(out), "--document-store", "elasticsearch", "--retriever", "hybrid",
+                 "--llm", "openai", "--es-url", "https://es.example:9200", "--es-index", "passages"]) == 0  # fmt: skip
+    assert "15 wrapper folders and 15 YAML pipelines on es_hybrid_openai" in capsys.readouterr().out
+    assert sorted(path.stem for path in (out / YAML_SUBDIR).glob("*.yml")) == sorted(
+        pipeline_name(strategy, "es_hybrid_openai") for strategy in STRATEGIES
+    )
     for path in sorted((out / YAML_SUBDIR).glob("*.yml")):
-        store = components_of(path.read_text(encoding="utf-8"))["retriever"]["init_parameters"]
-        if "__es_hybrid_" in path.name:
-            store = store["bm25_retriever"]["init_parameters"]
-        if "__es_" in path.name:
-            assert store["document_store"]["init_parameters"]["hosts"] == "https://es.example:9200", path.name
-            assert store["document_store"]["init_parameters"]["index"] == "passages", path.name
-        else:
-            assert store["index_path"] == "/srv/index.json", path.name
+        bm25 = components_of(path.read_text(encoding="utf-8"))["retriever"]["init_parameters"]["bm25_retriever"]
+        store = bm25["init_parameters"]["document_store"]["init_parameters"]
+        assert store["hosts"] == "https://es.example:9200", path.name
+        assert store["index"] == "passages", path.name
+    assert main(["pipelines", "--out", str(out), "--store", "/srv/index.json"]) == 0
+    for path in sorted((out / YAML_SUBDIR).glob(f"*__{EMBEDDED}.yml")):
+        assert components_of(path.read_text(encoding="utf-8"))["retriever"]["init_parameters"]["index_path"] == (
+            "/srv/index.json"
+        ), path.name
 
 
-def test_wrappers_do_not_depend_on_the_options(tmp_path):
-    default, custom = render(), render(es_url="http://other:9200", es_index="other", index_path="other.json")
-    assert [name for name in default if default[name] != custom[name]] == [
-        name for name in default if name.startswith(f"{YAML_SUBDIR}/")
-    ]
+@pytest.mark.parametrize("retriever", ["dense", "hybrid"])
+def test_dense_yaml_over_the_in_memory_store_is_refused_before_writing(retriever, tmp_path, capsys):
+    assert main(["pipelines", "--out", str(tmp_path / "out"), "--retriever", retriever]) == 2
+    assert "--document-store elasticsearch" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_wrappers_do_not_depend_on_the_backend():
+    default = render()
+    other = render(BackendConfig(store="elasticsearch", llm="ollama", elasticsearch_url="http://other:9200"))
+    wrappers = {name: text for name, text in default.items() if not name.startswith(f"{YAML_SUBDIR}/")}
+    assert wrappers == {name: text for name, text in other.items() if not name.startswith(f"{YAML_SUBDIR}/")}
+    assert len(wrappers) == len(STRATEGIES)
 
 
 class TestSavedInMemoryBM25Retriever:

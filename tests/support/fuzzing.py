@@ -9,7 +9,7 @@ The unit tests and the parser benchmark run the same table. Needs hypothesis (th
 ### Usage example
 ```python
 from hypothesis import given
-from haystack_fusion.testing.fuzzing import PARSERS, replies
+from tests.support.fuzzing import PARSERS, replies
 
 
 @given(reply=replies)

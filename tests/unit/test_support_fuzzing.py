@@ -6,7 +6,7 @@ the shape its docstring promises.
 The tests run the "fuzz-ci" profile (few examples, no deadline: the machine is shared and noisy); set
 `FUZZ_PROFILE=fuzz-10k` for 10,000 examples per test (`fuzz-50k`: 50,000, for the differential test of the answer
 patterns in `test_prompts_registry.py`). Time scaling is measured by `research/benchmarks/fuzz_parsers.py`, which
-runs 10,000 replies per parser from the strategies and the `PARSERS` table of `haystack_fusion.testing.fuzzing`, not
+runs 10,000 replies per parser from the strategies and the `PARSERS` table of `tests.support.fuzzing`, not
 by timed tests.
 """
 
@@ -39,7 +39,7 @@ from haystack_fusion.sure import (
     parse_validity,
     ranking_pairs,
 )
-from haystack_fusion.testing.fuzzing import (
+from tests.support.fuzzing import (
     DETECTOR,
     PARSERS,
     check_candidates,

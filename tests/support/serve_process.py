@@ -9,7 +9,7 @@ then kill after 10 s) when done. `rss_bytes` reads the process's resident memory
 
 ### Usage example
 ```python
-from haystack_fusion.testing.serve_process import HayhooksProcess
+from tests.support.serve_process import HayhooksProcess
 
 env = {"HAYSTACK_FUSION_LLM": "openai", "OPENAI_API_KEY": "x", "OPENAI_BASE_URL": server.base_url, ...}
 with HayhooksProcess(["concat_pf"], env=env, workdir=tmp_path) as hayhooks:

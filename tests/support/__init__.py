@@ -1,22 +1,25 @@
 """
-Test doubles for pipelines built on haystack-fusion, as `haystack.testing` is for Haystack: no model, no network.
+Test doubles of the test suite and the research benchmarks: no model, no network.
 
 - `ScriptedChatGenerator` (and `AsyncScriptedChatGenerator`, with `run_async`): replies from a script (a text, a
   list of texts, or a function of the prompt), fails on chosen prompts, records every call and its kwargs.
 - `PromptAwareChatGenerator`: answers each of our prompts in the form its parser reads (`PromptReplies`, keyed on the
   prompt registry `haystack_fusion.prompts.PROMPTS`), so every strategy runs end to end; `identify_prompt` tells which
   registered template a prompt was rendered from.
-- `haystack_fusion.testing.openai_server.OpenAIServer`: a local OpenAI-compatible server with latency, fault
-  injection and request counters (FastAPI and uvicorn: the `testing` extra); imported from its own module, so this
+- `tests.support.openai_server.OpenAIServer`: a local OpenAI-compatible server with latency, fault
+  injection and request counters (FastAPI and uvicorn, in the `dev` extra); imported from its own module, so this
   one imports without them.
-- `haystack_fusion.testing.serve_process.HayhooksProcess`: `haystack-fusion serve` in a child process.
-- `haystack_fusion.testing.fuzzing`: hypothesis strategies of hostile model replies and the table of every parser of
+- `tests.support.serve_process.HayhooksProcess`: `haystack-fusion serve` in a child process.
+- `tests.support.fuzzing`: hypothesis strategies of hostile model replies and the table of every parser of
   model output (`PARSERS`), for fuzzing (hypothesis: the `dev` extra).
+
+Importing it admits its modules to Haystack's deserialization allowlist, so pipelines holding its generators load
+with `Pipeline.loads`.
 
 ### Usage example
 ```python
 from haystack_fusion.strategies import build_pipeline, run_strategy
-from haystack_fusion.testing import PromptAwareChatGenerator, ScriptedChatGenerator
+from tests.support import PromptAwareChatGenerator, ScriptedChatGenerator
 
 llm = ScriptedChatGenerator(reply="Paris", fail_on="boom")
 pipeline = build_pipeline("post_fusion", retriever=retriever, chat_generator=llm)
@@ -25,14 +28,18 @@ assert llm.calls == 5  # one call per passage of the top 5
 ```
 """
 
-from haystack_fusion.testing.prompt_replies import (
+from haystack.core.serialization_security import allow_deserialization_module
+
+from tests.support.prompt_replies import (
     REPLY_FORMS,
     PromptAwareChatGenerator,
     PromptReplies,
     identify_prompt,
     request_text,
 )
-from haystack_fusion.testing.scripted import AsyncScriptedChatGenerator, ScriptedChatGenerator
+from tests.support.scripted import AsyncScriptedChatGenerator, ScriptedChatGenerator
+
+allow_deserialization_module("tests.support")
 
 __all__ = [
     "REPLY_FORMS",

@@ -5,8 +5,8 @@ Point the real client at it (Haystack's `OpenAIChatGenerator(api_base_url=server
 api_key=Secret.from_token("x"))`) and assert on what the server saw: how many requests arrived, how many were
 retries (the openai client's `x-stainless-retry-count` header), how many were under way at once. It needs no
 model: each reply is a fixed text or what a callable returns for the request; `PromptReplies`
-(`haystack_fusion.testing`) answers each of our prompts in the form its parser reads, so every strategy runs end to
-end against the server. It needs FastAPI and uvicorn (`pip install "haystack-fusion[testing]"`).
+(`tests.support`) answers each of our prompts in the form its parser reads, so every strategy runs end to
+end against the server. It needs FastAPI and uvicorn (the `dev` extra).
 
 - `POST /v1/chat/completions` with `stream: false` (the default) answers a `chat.completion` object; `stream: true`
   is refused with HTTP 400 (not supported).
@@ -36,8 +36,8 @@ end against the server. It needs FastAPI and uvicorn (`pip install "haystack-fus
 from haystack.components.generators.chat import OpenAIChatGenerator
 from haystack.dataclasses import ChatMessage
 from haystack.utils import Secret
-from haystack_fusion.testing import PromptReplies
-from haystack_fusion.testing.openai_server import OpenAIServer
+from tests.support import PromptReplies
+from tests.support.openai_server import OpenAIServer
 
 with OpenAIServer(reply="Paris", latency=0.05) as server:
     llm = OpenAIChatGenerator(api_base_url=server.base_url, api_key=Secret.from_token("x"), model="test")

@@ -1,5 +1,5 @@
 """
-The test server itself (`haystack_fusion.testing.openai_server`): what it answers, checked with the real openai client.
+The test server itself (`tests.support.openai_server`): what it answers, checked with the real openai client.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 from haystack.utils import Secret
 
 from haystack_fusion.strategies import build_pipeline, run_strategy
-from haystack_fusion.testing import PromptReplies
+from tests.support import PromptReplies
 
 
 class TestApiKey:
