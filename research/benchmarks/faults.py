@@ -42,7 +42,7 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
 from haystack_fusion.corpus import default_squad_path
 from haystack_fusion.settings import SQUAD_VARIABLE
-from tests.support import PromptReplies
+from haystack_fusion.testing import PromptReplies
 from tests.support.openai_server import OpenAIServer
 
 SUBSET = "../shared/data/squad2-dev-subset/squad2_dev_subset.json"

@@ -5,7 +5,7 @@ Hosted providers cache prompt prefixes (OpenAI reports the hits as `usage.prompt
 our usage sums as `cached_tokens`), and the embedded model reuses the prefix it shares with the previous prompt, cut
 back to a multiple of its 512-token batch (`backends.local.PrefixCachingLlama`). Every registered strategy
 (`haystack_fusion.strategies.STRATEGIES`) answers one question over k synthetic passages with
-`tests.support.PromptAwareChatGenerator`, which replies to each prompt in its form, so that every stage runs:
+`haystack_fusion.testing.PromptAwareChatGenerator`, which replies to each prompt in its form, so that every stage runs:
 concatenation says "unknown" (concat_pf and cascade fall back), post-fusion's vote ties (cascade verifies it with SuRe),
 SuRe gets two candidates. Calls are made one at a time (`max_concurrency=1`), in the order the strategy sends them. No
 model runs; the prompts are the real ones.
@@ -35,7 +35,7 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 from haystack import Document, component
 
 from haystack_fusion.strategies import STRATEGIES, build_pipeline, run_strategy
-from tests.support import PromptAwareChatGenerator, PromptReplies, identify_prompt
+from haystack_fusion.testing import PromptAwareChatGenerator, PromptReplies, identify_prompt
 
 QUERY = "Which city is the seat of the regional government?"
 TOPICS = ["Paris", "Paris", "Lyon", "Lyon", None]
@@ -110,7 +110,7 @@ KINDS: dict[str, str] = {
 
 
 def prompt_kind(prompt: str) -> str:
-    """The paper figure or listing a prompt renders (`tests.support.identify_prompt`)."""
+    """The paper figure or listing a prompt renders (`haystack_fusion.testing.identify_prompt`)."""
     name = identify_prompt(prompt)
     if name == "figure7":
         live = prompt.rsplit("Context:", 1)[-1]

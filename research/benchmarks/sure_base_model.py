@@ -47,7 +47,7 @@ from haystack_fusion.evaluation.datasets import load_dataset
 from haystack_fusion.evaluation.metrics import exact_match, f1, is_unknown
 from haystack_fusion.settings import SQUAD_VARIABLE
 from haystack_fusion.sure import parse_preference, summary_is_label
-from tests.support import identify_prompt
+from haystack_fusion.testing import identify_prompt
 
 SUBSET = "../shared/data/squad2-dev-subset/squad2_dev_subset.json"
 """The file `$HAYSTACK_FUSION_SQUAD` names for this benchmark: the SQuAD 2.0 dev subset its numbers are made on."""
@@ -73,7 +73,7 @@ KINDS = {
 
 
 def prompt_kind(prompt: str) -> str | None:
-    """Which structured SuRe prompt this is (`tests.support.identify_prompt`); None for free text."""
+    """Which structured SuRe prompt this is (`haystack_fusion.testing.identify_prompt`); None for free text."""
     return KINDS.get(identify_prompt(prompt) or "")
 
 

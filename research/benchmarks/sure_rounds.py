@@ -3,7 +3,7 @@ Benchmark: SuRe's 1 + K + K + K(K-1) calls, one after another (as the official c
 
 CandidateSummarizer and SummaryVerifier send independent calls concurrently, so a question takes 3 dependent rounds
 (candidates; summaries; validity and ranking) instead of 1 + K + K + K(K-1) sequential calls. The generator waits a
-fixed latency per call (as a hosted API would) and answers each prompt in its form (`tests.support`), so
+fixed latency per call (as a hosted API would) and answers each prompt in its form (`haystack_fusion.testing`), so
 the figures measure the call structure, not a model. Prints seconds per question and the speed-up, measured in one run.
 Run: `.venv/bin/python -m research.benchmarks.sure_rounds [--latency 0.2] [--k 2] [--questions 3]`.
 """
@@ -16,7 +16,7 @@ import time
 from haystack import Document
 
 from haystack_fusion import CandidateSummarizer, SummaryVerifier
-from tests.support import AsyncScriptedChatGenerator, PromptReplies
+from haystack_fusion.testing import AsyncScriptedChatGenerator, PromptReplies
 
 
 def remote_like_generator(latency: float, k: int) -> AsyncScriptedChatGenerator:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from haystack_fusion.settings import SQUAD_VARIABLE
-from tests.support import PromptReplies
+from haystack_fusion.testing import PromptReplies
 
 RUNS = 20
 """Fresh `eval` processes."""

@@ -17,7 +17,7 @@ from haystack_fusion.cli import EXIT_FAILED_QUESTIONS, main
 from haystack_fusion.corpus import default_squad_path
 from haystack_fusion.evaluation.records import RESULTS_FILE, read_failures, read_records
 from haystack_fusion.settings import SQUAD_VARIABLE
-from tests.support import PromptReplies
+from haystack_fusion.testing import PromptReplies
 from tests.support.openai_server import FAULTS
 
 STRATEGIES = ("concat_pf", "sure", "chain_of_note", "cascade")

@@ -18,7 +18,7 @@ from haystack_fusion.cli import EXIT_FAILED_QUESTIONS, main
 from haystack_fusion.evaluation.records import RESULTS_FILE
 from haystack_fusion.settings import SQUAD_VARIABLE
 from haystack_fusion.strategies import build_pipeline, run_strategy
-from tests.support import PromptReplies
+from haystack_fusion.testing import PromptReplies
 
 MAX_RETRIES = 1
 ANSWERS = ("Paris", "Lyon", "Marseille")

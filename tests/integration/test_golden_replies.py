@@ -40,7 +40,7 @@ from haystack_fusion.backends.local import (
     use_extra_buffer_types,
 )
 from haystack_fusion.strategies import build_pipeline, run_strategy
-from tests.support import ScriptedChatGenerator
+from haystack_fusion.testing import ScriptedChatGenerator
 
 pytestmark = pytest.mark.skipif(LlamaCppChatGenerator is None, reason="the `local` extra is not installed")
 

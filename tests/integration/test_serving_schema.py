@@ -15,7 +15,7 @@ import pytest
 from haystack import Document
 
 from haystack_fusion.backends import save_store
-from tests.support import PromptReplies
+from haystack_fusion.testing import PromptReplies
 from tests.support.openai_server import OpenAIServer
 from tests.support.serve_process import HayhooksProcess
 

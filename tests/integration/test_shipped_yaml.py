@@ -71,7 +71,7 @@ def test_embedded_default_yaml_runs_on_a_saved_index(strategy, shipped_index):
 def test_openai_compatible_yaml_runs_against_a_local_server(
     strategy, openai_yaml, shipped_index, start_openai_server, monkeypatch
 ):
-    from tests.support import PromptReplies
+    from haystack_fusion.testing import PromptReplies
 
     replies = PromptReplies(["Mira Tennant"], concatenation_unknown=0.0)
     server = start_openai_server(reply=replies, api_key="sk-test-local")

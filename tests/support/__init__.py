@@ -1,52 +1,6 @@
 """
-Test doubles of the test suite and the research benchmarks: no model, no network.
-
-- `ScriptedChatGenerator` (and `AsyncScriptedChatGenerator`, with `run_async`): replies from a script (a text, a
-  list of texts, or a function of the prompt), fails on chosen prompts, records every call and its kwargs.
-- `PromptAwareChatGenerator`: answers each of our prompts in the form its parser reads (`PromptReplies`, keyed on the
-  prompt registry `haystack_fusion.prompts.PROMPTS`), so every strategy runs end to end; `identify_prompt` tells which
-  registered template a prompt was rendered from.
-- `tests.support.openai_server.OpenAIServer`: a local OpenAI-compatible server with latency, fault
-  injection and request counters (FastAPI and uvicorn, in the `dev` extra); imported from its own module, so this
-  one imports without them.
-- `tests.support.serve_process.HayhooksProcess`: `haystack-fusion serve` in a child process.
-- `tests.support.fuzzing`: hypothesis strategies of hostile model replies and the table of every parser of
-  model output (`PARSERS`), for fuzzing (hypothesis: the `dev` extra).
-
-Importing it admits its modules to Haystack's deserialization allowlist, so pipelines holding its generators load
-with `Pipeline.loads`.
-
-### Usage example
-```python
-from haystack_fusion.strategies import build_pipeline, run_strategy
-from tests.support import PromptAwareChatGenerator, ScriptedChatGenerator
-
-llm = ScriptedChatGenerator(reply="Paris", fail_on="boom")
-pipeline = build_pipeline("post_fusion", retriever=retriever, chat_generator=llm)
-assert run_strategy("post_fusion", pipeline, "Capital of France?").answer.data == "Paris"
-assert llm.calls == 5  # one call per passage of the top 5
-```
+The test suite's and research benchmarks' own helpers, not shipped: `openai_server` (a local OpenAI-compatible server
+with latency, fault injection and request counters; FastAPI and uvicorn, the `dev` extra), `serve_process`
+(`haystack-fusion serve` in a child process) and `fuzzing` (hypothesis strategies of hostile model replies and the
+table of every parser of model output). The test doubles users can reuse are in `haystack_fusion.testing`.
 """
-
-from haystack.core.serialization_security import allow_deserialization_module
-
-from tests.support.prompt_replies import (
-    REPLY_FORMS,
-    PromptAwareChatGenerator,
-    PromptReplies,
-    identify_prompt,
-    request_text,
-)
-from tests.support.scripted import AsyncScriptedChatGenerator, ScriptedChatGenerator
-
-allow_deserialization_module("tests.support")
-
-__all__ = [
-    "REPLY_FORMS",
-    "AsyncScriptedChatGenerator",
-    "PromptAwareChatGenerator",
-    "PromptReplies",
-    "ScriptedChatGenerator",
-    "identify_prompt",
-    "request_text",
-]

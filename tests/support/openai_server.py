@@ -36,7 +36,7 @@ end against the server. It needs FastAPI and uvicorn (the `dev` extra).
 from haystack.components.generators.chat import OpenAIChatGenerator
 from haystack.dataclasses import ChatMessage
 from haystack.utils import Secret
-from tests.support import PromptReplies
+from haystack_fusion.testing import PromptReplies
 from tests.support.openai_server import OpenAIServer
 
 with OpenAIServer(reply="Paris", latency=0.05) as server:

@@ -8,7 +8,7 @@ from haystack import Document
 from haystack.components.generators.chat import MockChatGenerator
 from haystack.dataclasses import ChatMessage
 
-from tests.support import AsyncScriptedChatGenerator, ScriptedChatGenerator
+from haystack_fusion.testing import AsyncScriptedChatGenerator, ScriptedChatGenerator
 
 
 def echo_prompt(messages: list[ChatMessage]) -> str:

@@ -16,7 +16,7 @@ from haystack_fusion.prompts.chain_of_note import ANSWER_LEAD
 from haystack_fusion.strategies import (
     build_pipeline,
 )
-from tests.support import ScriptedChatGenerator
+from haystack_fusion.testing import ScriptedChatGenerator
 
 QUERY = "What is the capital of France?"
 

@@ -10,7 +10,7 @@ from haystack.dataclasses import ChatMessage
 
 from haystack_fusion import AbstainingChatGenerator, UnknownRouter
 from haystack_fusion.llm import backend_unusable
-from tests.support import ScriptedChatGenerator
+from haystack_fusion.testing import ScriptedChatGenerator
 
 MESSAGES = [ChatMessage.from_user("What is the capital of France?")]
 

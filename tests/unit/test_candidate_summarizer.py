@@ -6,10 +6,10 @@ from haystack.components.generators.chat import MockChatGenerator
 
 from haystack_fusion import CandidateSummarizer
 from haystack_fusion.components.candidate_summarizer import clean_summary
+from haystack_fusion.testing import ScriptedChatGenerator
 from haystack_fusion.validation import (
     DEMONSTRATION,
 )
-from tests.support import ScriptedChatGenerator
 
 QUERY = "What is the capital of France?"
 DOCUMENTS = [

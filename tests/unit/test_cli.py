@@ -5,8 +5,8 @@ import pytest
 
 from haystack_fusion import corpus
 from haystack_fusion.cli import build_parser, main
+from haystack_fusion.testing import ScriptedChatGenerator
 from tests.file_server import closed_port_url
-from tests.support import ScriptedChatGenerator
 
 
 def test_strategy_options_parse():

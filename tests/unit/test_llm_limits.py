@@ -28,7 +28,7 @@ from haystack_fusion.llm import (
     unwrap_call_limit,
 )
 from haystack_fusion.settings import MAX_CALLS_IN_FLIGHT_ENV
-from tests.support import ScriptedChatGenerator
+from haystack_fusion.testing import ScriptedChatGenerator
 
 
 class Gauge:

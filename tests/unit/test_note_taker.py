@@ -6,10 +6,10 @@ from haystack.components.generators.chat import MockChatGenerator
 
 from haystack_fusion import NoteTaker
 from haystack_fusion.prompts.chain_of_note import ANSWER_LEAD, STEP_5_PARAMETRIC, STEP_5_UNKNOWN
+from haystack_fusion.testing import ScriptedChatGenerator
 from haystack_fusion.validation import (
     INVALID,
 )
-from tests.support import ScriptedChatGenerator
 
 QUERY = "What is the capital of France?"
 DOCUMENTS = [

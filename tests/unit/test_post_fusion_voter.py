@@ -14,8 +14,8 @@ from haystack_fusion.answers import (
 )
 from haystack_fusion.components.post_fusion_voter import DEFAULT_SAMPLING_KWARGS
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS
+from haystack_fusion.testing import ScriptedChatGenerator
 from haystack_fusion.validation import DEMONSTRATION, PASSAGE_MARKUP, validate_query
-from tests.support import ScriptedChatGenerator
 from tests.unit.scripted_calls import kwargs_recording_generator
 
 QUERY = "What is the capital of France?"

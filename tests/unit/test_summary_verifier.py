@@ -7,7 +7,7 @@ from haystack.components.generators.chat import MockChatGenerator
 from haystack.dataclasses import ChatMessage
 
 from haystack_fusion import SummaryVerifier
-from tests.support import ScriptedChatGenerator
+from haystack_fusion.testing import ScriptedChatGenerator
 
 QUERY = "What is the capital of France?"
 CANDIDATES = ["Paris", "Lyon", "Nice"]

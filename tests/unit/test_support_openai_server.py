@@ -16,7 +16,7 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 from haystack.utils import Secret
 
 from haystack_fusion.strategies import build_pipeline, run_strategy
-from tests.support import PromptReplies
+from haystack_fusion.testing import PromptReplies
 
 
 class TestApiKey:

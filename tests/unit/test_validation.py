@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from haystack_fusion.prompts import PROMPTS, format_passages
 from haystack_fusion.strategies import build_pipeline, run_strategy
+from haystack_fusion.testing import ScriptedChatGenerator
 from haystack_fusion.validation import (
     DEMONSTRATION,
     EMPTY_ENUMERATION,
@@ -22,7 +23,6 @@ from haystack_fusion.validation import (
     is_passage_markup,
     repeats_question,
 )
-from tests.support import ScriptedChatGenerator
 
 WORD = st.from_regex(r"[a-z0-9]{1,8}", fullmatch=True).filter(lambda word: word not in {"a", "an", "the", "or"})
 """A word the SQuAD normalization leaves as it is (no article), other than "or"."""

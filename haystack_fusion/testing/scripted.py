@@ -37,7 +37,7 @@ class ScriptedChatGenerator:
     ### Usage example
     ```python
     from haystack.dataclasses import ChatMessage
-    from tests.support import ScriptedChatGenerator
+    from haystack_fusion.testing import ScriptedChatGenerator
 
     llm = ScriptedChatGenerator(reply=lambda prompt: prompt.upper(), fail_on="boom")
     llm.run([ChatMessage.from_user("hi")])  # {"replies": [ChatMessage.from_assistant("HI")]}
@@ -173,7 +173,7 @@ class AsyncScriptedChatGenerator(ScriptedChatGenerator):
     ### Usage example
     ```python
     from haystack_fusion import PostFusionVoter
-    from tests.support import AsyncScriptedChatGenerator
+    from haystack_fusion.testing import AsyncScriptedChatGenerator
 
     llm = AsyncScriptedChatGenerator(reply="Paris", latency=0.2)  # 200 ms per call, overlapping on the loop
     voter = PostFusionVoter(chat_generator=llm)

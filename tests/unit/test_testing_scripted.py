@@ -14,7 +14,7 @@ from haystack.dataclasses import ChatMessage
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from haystack_fusion.strategies import build_pipeline, run_strategy
-from tests.support import (
+from haystack_fusion.testing import (
     AsyncScriptedChatGenerator,
     ScriptedChatGenerator,
     identify_prompt,
@@ -62,7 +62,9 @@ class TestScriptedChatGenerator:
     def test_to_dict_round_trip_with_an_importable_reply_function(self):
         llm = ScriptedChatGenerator(identify_prompt, fail_on="boom", generation_kwargs={"stop": ["\n"]})
         data = llm.to_dict()
-        assert data["init_parameters"]["reply"] == {"callable": "tests.support.prompt_replies.identify_prompt"}
+        assert data["init_parameters"]["reply"] == {
+            "callable": "haystack_fusion.testing.prompt_replies.identify_prompt"
+        }
         copy = ScriptedChatGenerator.from_dict(data)
         assert (copy.reply, copy.fail_on, copy.generation_kwargs) == (identify_prompt, "boom", {"stop": ["\n"]})
 

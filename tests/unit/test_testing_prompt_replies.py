@@ -1,5 +1,5 @@
 """
-The test doubles of `tests.support`: the scripted generator, the prompt-aware replies (keyed on the prompt
+The test doubles of `haystack_fusion.testing`: the scripted generator, the prompt-aware replies (keyed on the prompt
 registry, so every registered prompt is answered in a form its parser reads), and that the module imports without the
 test server's dependencies.
 """
@@ -21,13 +21,13 @@ from haystack_fusion.prompts import PROMPTS, format_passages, render
 from haystack_fusion.prompts.sure import candidate_prompt_variables, few_shot_examples
 from haystack_fusion.strategies import STRATEGIES, build_pipeline, run_strategy
 from haystack_fusion.sure import parse_candidates, parse_preference, parse_validity
-from tests.support import (
+from haystack_fusion.testing import (
     REPLY_FORMS,
     PromptAwareChatGenerator,
     PromptReplies,
     identify_prompt,
 )
-from tests.support.prompt_replies import _fixed_text
+from haystack_fusion.testing.prompt_replies import _fixed_text
 
 QUERY = "Which city is the capital of France?"
 DOCUMENTS = [
@@ -154,7 +154,7 @@ def test_every_strategy_runs_end_to_end_on_the_prompt_aware_generator(strategy):
 def test_the_testing_module_imports_without_the_servers_dependencies():
     code = (
         "import sys; sys.modules['fastapi'] = None; sys.modules['uvicorn'] = None\n"
-        "import tests.support as testing\n"
+        "import haystack_fusion.testing as testing\n"
         "assert testing.ScriptedChatGenerator and testing.PromptReplies\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

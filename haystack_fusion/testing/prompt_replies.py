@@ -20,7 +20,7 @@ from haystack import component
 from jinja2 import nodes
 
 from haystack_fusion.prompts import PROMPTS
-from tests.support.scripted import ScriptedChatGenerator
+from haystack_fusion.testing.scripted import ScriptedChatGenerator
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
@@ -59,7 +59,7 @@ def identify_prompt(text: str) -> str | None:
     ### Usage example
     ```python
     from haystack_fusion.prompts import PROMPTS, format_passages, render
-    from tests.support import identify_prompt
+    from haystack_fusion.testing import identify_prompt
 
     prompt = render(PROMPTS["figure7"], passages=format_passages([]), query="Who?")[0].text
     assert identify_prompt(prompt) == "figure7"
@@ -114,7 +114,7 @@ class PromptReplies:
 
     ### Usage example
     ```python
-    from tests.support import PromptAwareChatGenerator, PromptReplies
+    from haystack_fusion.testing import PromptAwareChatGenerator, PromptReplies
 
     replies = PromptReplies(["Paris", "Lyon"], concatenation_unknown=1.0)
     replies("Who?")  # "Paris" or "Lyon": not one of our prompts
@@ -278,7 +278,7 @@ class PromptAwareChatGenerator(ScriptedChatGenerator):
     ### Usage example
     ```python
     from haystack_fusion.strategies import build_pipeline, run_strategy
-    from tests.support import PromptAwareChatGenerator, PromptReplies
+    from haystack_fusion.testing import PromptAwareChatGenerator, PromptReplies
 
     llm = PromptAwareChatGenerator(PromptReplies(["Paris", "Lyon"], concatenation_unknown=1.0))
     pipeline = build_pipeline("cascade", retriever=retriever, chat_generator=llm)
