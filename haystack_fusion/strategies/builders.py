@@ -1,9 +1,11 @@
 """
-The pipeline builders: one function per strategy, from a `StrategyConfig` to a Haystack `Pipeline`.
+The pipeline builders: one function per strategy, from a `StrategyConfig` to its components and connections,
+and `assemble`, which makes them a Haystack `Pipeline`.
 
-Every strategy is a `Pipeline` from a retriever (component `retriever`) to one list of `GeneratedAnswer` (the output
-of the component named by `Strategy.answer_component`). Every question socket is named `query`, so
-`pipeline.run({"query": ...})` style inputs reach the retriever, the prompt builders and the answer builders alike.
+Every strategy is a `Pipeline` from the passages (a `documents` input, or a retriever's `documents`) to one list of
+`GeneratedAnswer` (the output of the component named by `Strategy.answer_component`). Every question socket is named
+`query`, so `pipeline.run({"query": ..., "documents": ...})` reaches the prompt builders, the answer builders (and a
+retriever) alike.
 Strategies that need no component of their own are this package's PassageFormatter plus Haystack's
 ChatPromptBuilder, the ChatGenerator and AnswerBuilder.
 """
@@ -30,7 +32,7 @@ from haystack_fusion.components.unknown_router import UnknownRouter
 from haystack_fusion.llm import CallLimitedChatGenerator, stop_kwargs, unwrap_call_limit
 from haystack_fusion.prompts import PROMPTS, PromptTemplate
 from haystack_fusion.prompts.passages import PassageLayout
-from haystack_fusion.strategies.config import Stage, StrategyConfig
+from haystack_fusion.strategies.config import DOCUMENTS, RETRIEVER, Parts, Stage, StrategyConfig
 
 logger = logging.getLogger(__name__)
 
@@ -42,19 +44,26 @@ VERIFICATION = Stage("verification", "verifier")
 NOTES = Stage("notes", "note_taker")
 """The stages the builders below wire, by the component that runs each (`Strategy.stages` lists them)."""
 
-Parts = tuple[dict[str, Any], list[tuple[str, str]]]
-"""A pipeline under construction: components by name, and (sender, receiver) connections."""
 
-
-def _assemble(parts: Parts) -> Pipeline:
+def assemble(parts: Parts, *, strategy: str, retriever: Any | None = None) -> Pipeline:
     """
     Build the Pipeline with components added by name and connections grouped by sender in that order.
 
     This is the order `Pipeline.loads(pipeline.dumps())` rebuilds a pipeline in, so the round trip gives an equal
     pipeline (Haystack compares pipelines by their serialized form, connection order included).
+
+    :param parts: The strategy's components and connections.
+    :param strategy: The strategy's name, kept in `Pipeline.metadata["strategy"]`.
+    :param retriever: The component named `retriever` whose `documents` feed every passage socket; None leaves those
+        sockets as the pipeline's `documents` input.
     """
     components, connections = parts
-    pipe = Pipeline()
+    if retriever is not None:
+        components = {**components, RETRIEVER: retriever}
+        connections = [(f"{RETRIEVER}.documents" if s == DOCUMENTS else s, r) for s, r in connections]
+    else:
+        connections = [(s, r) for s, r in connections if s != DOCUMENTS]
+    pipe = Pipeline(metadata={"strategy": strategy})
     for name in sorted(components):
         pipe.add_component(name, components[name])
     for sender, receiver in sorted(connections, key=lambda connection: connection[0].split(".")[0]):
@@ -143,20 +152,17 @@ def _voter(config: StrategyConfig, min_vote_share: float | None = None) -> PostF
     )
 
 
-def _single_prompt(prompt_name: str, layout: PassageLayout = "numbered") -> Callable[[StrategyConfig], Pipeline]:
-    def build(config: StrategyConfig) -> Pipeline:
-        components, connections = _prompt_chain(config, prompt_name, "retriever.documents", layout)
-        components["retriever"] = config.retriever
+def _single_prompt(prompt_name: str, layout: PassageLayout = "numbered") -> Callable[[StrategyConfig], Parts]:
+    def build(config: StrategyConfig) -> Parts:
+        components, connections = _prompt_chain(config, prompt_name, DOCUMENTS, layout)
         connections.append(("llm.replies", "answer_builder.replies"))
-        return _assemble((components, connections))
+        return components, connections
 
     return build
 
 
-def _post_fusion(config: StrategyConfig) -> Pipeline:
-    return _assemble(
-        ({"retriever": config.retriever, "voter": _voter(config)}, [("retriever.documents", "voter.documents")])
-    )
+def _post_fusion(config: StrategyConfig) -> Parts:
+    return {"voter": _voter(config)}, [(DOCUMENTS, "voter.documents")]
 
 
 def _fallback_chain(config: StrategyConfig, min_confidence: float | None, min_vote_share: float | None) -> Parts:
@@ -167,10 +173,9 @@ def _fallback_chain(config: StrategyConfig, min_confidence: float | None, min_vo
     fails (after the generator's retries) gives no answer either, so it goes to post-fusion too ("no reply"): its
     generator is wrapped in an `AbstainingChatGenerator`, which reports the failure instead of raising it.
     """
-    components, connections = _prompt_chain(config, "figure7", "retriever.documents")
+    components, connections = _prompt_chain(config, "figure7", DOCUMENTS)
     components.update(
         llm=AbstainingChatGenerator(chat_generator=components["llm"]),
-        retriever=config.retriever,
         router=UnknownRouter(
             answer_pattern=PROMPTS["figure7"].answer_pattern,
             unknown_patterns=config.unknown_patterns,
@@ -183,7 +188,7 @@ def _fallback_chain(config: StrategyConfig, min_confidence: float | None, min_vo
     )
     connections += [
         ("llm.replies", "router.replies"),
-        ("retriever.documents", "router.documents"),
+        (DOCUMENTS, "router.documents"),
         ("router.known", "answer_builder.replies"),
         ("router.fallback_query", "voter.query"),
         ("router.fallback_documents", "voter.documents"),
@@ -193,12 +198,12 @@ def _fallback_chain(config: StrategyConfig, min_confidence: float | None, min_vo
     return components, connections
 
 
-def _concat_pf(config: StrategyConfig) -> Pipeline:
+def _concat_pf(config: StrategyConfig) -> Parts:
     """
     Concatenation; when its answer is unknown (or, with `min_confidence`, less confident than tau), post-fusion over
     the same passages (Liu et al., section 3.3).
     """
-    return _assemble(_fallback_chain(config, config.min_confidence, None))
+    return _fallback_chain(config, config.min_confidence, None)
 
 
 CASCADE_MIN_CONFIDENCE = 0.25
@@ -211,7 +216,7 @@ CASCADE_MIN_VOTE_SHARE = 0.5
 is verified by SuRe. Not yet chosen on data (research/notes/evaluation.md, "Choosing tau and s")."""
 
 
-def _cascade(config: StrategyConfig) -> Pipeline:
+def _cascade(config: StrategyConfig) -> Parts:
     """
     Concatenation -> post-fusion when it says unknown or is unsure -> SuRe's verification of the top-K post-fusion
     candidates when the vote is split, each candidate summarized from the passages that produced it.
@@ -225,19 +230,19 @@ def _cascade(config: StrategyConfig) -> Pipeline:
     )
     connections += [
         ("voter.split_query", "summarizer.query"),
-        ("retriever.documents", "summarizer.documents"),
+        (DOCUMENTS, "summarizer.documents"),
         ("voter.split_candidates", "summarizer.candidates"),
         ("voter.split_documents", "summarizer.candidate_documents"),
         ("voter.split_query", "verifier.query"),
-        ("retriever.documents", "verifier.documents"),
+        (DOCUMENTS, "verifier.documents"),
         ("summarizer.candidates", "verifier.candidates"),
         ("summarizer.summaries", "verifier.summaries"),
         ("verifier.answers", "joiner.answers"),
     ]
-    return _assemble((components, connections))
+    return components, connections
 
 
-def _pf_concat(config: StrategyConfig) -> Pipeline:
+def _pf_concat(config: StrategyConfig) -> Parts:
     """
     Post-fusion candidates, then one concatenation over the passages that did not say unknown (section 3.3).
 
@@ -245,15 +250,15 @@ def _pf_concat(config: StrategyConfig) -> Pipeline:
     voter's "unknown" answer reaches the joiner instead.
     """
     components, connections = _prompt_chain(config, "distiller", "voter.documents")
-    components.update(retriever=config.retriever, voter=_voter(config), joiner=AnswerJoiner())
+    components.update(voter=_voter(config), joiner=AnswerJoiner())
     connections += [
-        ("retriever.documents", "voter.documents"),
+        (DOCUMENTS, "voter.documents"),
         ("voter.candidates", "prompt_builder.candidates"),
         ("llm.replies", "answer_builder.replies"),
         ("answer_builder.answers", "joiner.answers"),
         ("voter.unknown", "joiner.answers"),
     ]
-    return _assemble((components, connections))
+    return components, connections
 
 
 def _no_datamark(config: StrategyConfig, component: str) -> None:
@@ -285,52 +290,51 @@ def _verifier(config: StrategyConfig, use_validity: bool, scoring: Scoring) -> S
     )
 
 
-def _sure(use_validity: bool) -> Callable[[StrategyConfig], Pipeline]:
+def _sure(use_validity: bool) -> Callable[[StrategyConfig], Parts]:
     """Candidates and conditional summaries, then verification (Kim et al., Algorithm 1; Table 3 ablation)."""
 
-    def build(config: StrategyConfig) -> Pipeline:
+    def build(config: StrategyConfig) -> Parts:
         verifier = _verifier(config, use_validity, config.verifier_scoring or "text")
         components = {
-            "retriever": config.retriever,
             "summarizer": _summarizer(config, "conditional"),
             "verifier": verifier,
         }
         connections = [
-            ("retriever.documents", "summarizer.documents"),
-            ("retriever.documents", "verifier.documents"),
+            (DOCUMENTS, "summarizer.documents"),
+            (DOCUMENTS, "verifier.documents"),
             ("summarizer.candidates", "verifier.candidates"),
             ("summarizer.summaries", "verifier.summaries"),
         ]
-        return _assemble((components, connections))
+        return components, connections
 
     return build
 
 
-def _summarize_then_answer(mode: SummaryMode, prompt_name: str, reads: str) -> Callable[[StrategyConfig], Pipeline]:
+def _summarize_then_answer(mode: SummaryMode, prompt_name: str, reads: str) -> Callable[[StrategyConfig], Parts]:
     """
     Kim et al.'s prompting baselines: a CandidateSummarizer round, then one answer prompt that reads its `reads`
     output (`summaries` or `candidates`), with the passages (titled layout) unless the generic summary replaces them.
     """
 
-    def build(config: StrategyConfig) -> Pipeline:
+    def build(config: StrategyConfig) -> Parts:
         # Sum-and-pred (Gen): the generic summary stands in for the passages
         layout: PassageLayout | None = None if mode == "generic" else "titled"
-        components, connections = _prompt_chain(config, prompt_name, "retriever.documents", layout=layout)
-        components.update(retriever=config.retriever, summarizer=_summarizer(config, mode))
+        components, connections = _prompt_chain(config, prompt_name, DOCUMENTS, layout=layout)
+        components.update(summarizer=_summarizer(config, mode))
         connections += [
-            ("retriever.documents", "summarizer.documents"),
+            (DOCUMENTS, "summarizer.documents"),
             (f"summarizer.{reads}", f"prompt_builder.{reads}"),
             ("llm.replies", "answer_builder.replies"),
         ]
-        return _assemble((components, connections))
+        return components, connections
 
     return build
 
 
-def _chain_of_note(mode: NoteMode) -> Callable[[StrategyConfig], Pipeline]:
+def _chain_of_note(mode: NoteMode) -> Callable[[StrategyConfig], Parts]:
     """Reading notes per passage, then the answer (Yu et al., section 2.3)."""
 
-    def build(config: StrategyConfig) -> Pipeline:
+    def build(config: StrategyConfig) -> Parts:
         _no_datamark(config, "NoteTaker")
         note_taker = NoteTaker(
             chat_generator=config.chat_generator,
@@ -343,7 +347,6 @@ def _chain_of_note(mode: NoteMode) -> Callable[[StrategyConfig], Pipeline]:
             answer_checks=config.answer_checks,
             stop_sequences=config.stop_sequences,
         )
-        components = {"retriever": config.retriever, "note_taker": note_taker}
-        return _assemble((components, [("retriever.documents", "note_taker.documents")]))
+        return {"note_taker": note_taker}, [(DOCUMENTS, "note_taker.documents")]
 
     return build
