@@ -224,6 +224,16 @@ def get_strategy(name: str) -> Strategy:
     return STRATEGIES[name]
 
 
+def strategy_of(pipeline: Pipeline) -> Strategy:
+    """
+    The strategy a pipeline was built for, from its `metadata["strategy"]` (written by `build_pipeline`, kept in its
+    YAML).
+
+    :raises ValueError: If the pipeline names no registered strategy.
+    """
+    return get_strategy(pipeline.metadata.get("strategy", "(none)"))
+
+
 def build_pipeline(name: str, *, retriever: Any | None = None, **config: Any) -> Pipeline:
     """
     Build the pipeline of a registered strategy: the passages in (`documents`), the answers out; with a retriever,

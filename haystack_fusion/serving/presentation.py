@@ -18,9 +18,7 @@ from typing import Any
 from haystack import Document, Pipeline
 
 from haystack_fusion.answers import UnknownDetector, normalize_answer
-from haystack_fusion.strategies.config import RETRIEVER, Stage, Strategy
-from haystack_fusion.strategies.registry import get_strategy
-from haystack_fusion.strategies.run import StrategyRun
+from haystack_fusion.strategies import RETRIEVER, Stage, Strategy, StrategyRun, get_strategy, strategy_of
 from haystack_fusion.validation import is_invalid
 
 
@@ -179,11 +177,10 @@ def usage_line(run: StrategyRun) -> str:
     )
 
 
-def format_run(strategy: str, question: str, run: StrategyRun, *, passage_chars: int = 160) -> str:
+def format_run(question: str, run: StrategyRun, *, passage_chars: int = 160) -> str:
     """
     Render one answered question for the terminal (`haystack-fusion ask`).
 
-    :param strategy: The strategy name.
     :param question: The question asked.
     :param run: What `run_strategy` returned.
     :param passage_chars: How much of each source passage to show, in characters.
@@ -192,7 +189,7 @@ def format_run(strategy: str, question: str, run: StrategyRun, *, passage_chars:
     """
     lines = [
         f"Question: {question}",
-        f"Strategy: {strategy} ({get_strategy(strategy).source})",
+        f"Strategy: {run.strategy} ({get_strategy(run.strategy).source})",
         f"Answer:   {run.answer_text()}",
         f"Evidence: {evidence_line(run)}",
     ]
@@ -363,7 +360,7 @@ def _stage_of(strategy: Strategy, component: str) -> tuple[Stage | None, Stage |
     return None, None
 
 
-def streamed_component(strategy: str, pipeline: Pipeline) -> str | None:
+def streamed_component(pipeline: Pipeline) -> str | None:
     """
     The component whose tokens are the answer, streamed as they come; None when no single final call writes it.
 
@@ -375,7 +372,7 @@ def streamed_component(strategy: str, pipeline: Pipeline) -> str | None:
       the notes before the answer, so it is not streamed.
     - None for post-fusion and SuRe, whose answer is a vote or a selection, not a reply.
     """
-    stages = get_strategy(strategy).stages
+    stages = strategy_of(pipeline).stages
     if not stages or any(stage.kind == "concatenation" for stage in stages):
         return None
     last = stages[-1]
@@ -387,9 +384,9 @@ def streamed_component(strategy: str, pipeline: Pipeline) -> str | None:
     return None
 
 
-def round_start(strategy: str, pipeline: Pipeline, k: int) -> str:
-    """The status line of the strategy's first round, which starts once `k` passages are retrieved."""
-    stages = get_strategy(strategy).stages
+def round_start(pipeline: Pipeline, k: int) -> str:
+    """The status line of the first round of the pipeline's strategy, which starts once `k` passages are retrieved."""
+    stages = strategy_of(pipeline).stages
     first = stages[0] if stages else None
     if first is None or first.kind == "answer":
         return f"Reading the {k} passages together"
@@ -405,24 +402,23 @@ def round_start(strategy: str, pipeline: Pipeline, k: int) -> str:
 
 
 def narrate(
-    strategy: str, component: str, output: dict[str, Any], pipeline: Pipeline, state: dict[str, Any]
+    component: str, output: dict[str, Any], pipeline: Pipeline, state: dict[str, Any]
 ) -> list[tuple[str, bool]]:
     """
     Status lines for one component's output while a strategy runs: the round it ends and the round it starts.
 
-    :param strategy: The registered strategy the pipeline was built for.
     :param component: The name of the component that just finished.
     :param output: Its outputs.
-    :param pipeline: The pipeline (read for its components' settings, not run).
+    :param pipeline: The strategy's pipeline (read for its strategy and its components' settings, not run).
     :param state: Kept between calls of one run (the number of retrieved passages).
     :returns: (text, done) pairs: done True for a round that ended, False for one that starts; empty for a
         component that is no stage of the strategy.
     """
     if component == RETRIEVER:
         state["k"] = k = len(output.get("documents") or [])
-        return [(f"Retrieved {plural(k, 'passage')}", True), (round_start(strategy, pipeline, k), False)]
+        return [(f"Retrieved {plural(k, 'passage')}", True), (round_start(pipeline, k), False)]
     k = state.get("k", 0)
-    stage, following = _stage_of(get_strategy(strategy), component)
+    stage, following = _stage_of(strategy_of(pipeline), component)
     if stage is None:
         return []
     if stage.kind == "concatenation":
