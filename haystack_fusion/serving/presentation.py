@@ -18,7 +18,7 @@ from typing import Any
 from haystack import Document, Pipeline
 
 from haystack_fusion.answers import UnknownDetector, normalize_answer
-from haystack_fusion.strategies import RETRIEVER, Stage, Strategy, StrategyRun, get_strategy, strategy_of
+from haystack_fusion.strategies import RETRIEVER, SPLIT_ROUTER, Stage, Strategy, StrategyRun, get_strategy, strategy_of
 from haystack_fusion.validation import is_invalid
 
 
@@ -418,7 +418,18 @@ def narrate(
         state["k"] = k = len(output.get("documents") or [])
         return [(f"Retrieved {plural(k, 'passage')}", True), (round_start(pipeline, k), False)]
     k = state.get("k", 0)
-    stage, following = _stage_of(strategy_of(pipeline), component)
+    if "split_reason" in output:  # cascade's SplitVoteRouter sent the vote on
+        return [
+            (f"Post-fusion vote split ({output['split_reason']})", True),
+            (f"SuRe: verifying the top {len(output['split_candidates'])} candidates with a summary each", False),
+        ]
+    strategy = strategy_of(pipeline)
+    routed = SPLIT_ROUTER in dict(pipeline.walk())
+    if component == SPLIT_ROUTER:  # its decided vote is the voter's, told once the router has let it through
+        component = next(stage.component for stage in strategy.stages if stage.kind == "post_fusion")
+    elif routed and any(stage.kind == "post_fusion" and stage.component == component for stage in strategy.stages):
+        return []
+    stage, following = _stage_of(strategy, component)
     if stage is None:
         return []
     if stage.kind == "concatenation":
@@ -428,23 +439,16 @@ def narrate(
         why = {"unknown answer": "answered unknown", "no reply": "failed"}.get(reason, f"was unsure ({reason})")
         return [(f"Concatenation {why}: reading the {k} passages one by one", False)]
     if stage.kind == "post_fusion":
-        if output.get("split"):
-            first = output["split"][0]
-            candidates = output.get("split_candidates") or []
-            return [
-                (f"Post-fusion vote split ({first.meta.get('split_reason')})", True),
-                (f"SuRe: verifying the top {len(candidates)} candidates with a summary each", False),
-            ]
-        if output.get("unknown"):
-            return [("Post-fusion: every passage answered unknown", True)]
         answers = output.get("answers") or []
         votes = answers[0].meta.get("votes") or {} if answers else {}
+        if output.get("unknown") or not votes:
+            return [("Post-fusion: every passage answered unknown", True)]
         ended = f"Post-fusion: {answers[0].data if answers else 'unknown'} won {next(iter(votes.values()), 0)} of "
         ended += plural(sum(votes.values()), "vote")
         if following is not None and following.kind == "answer":  # PF+Concat: the distiller round follows
             answering = len(output.get("documents") or [])
-            candidates = plural(len(output.get("candidates") or []), "candidate")
-            return [(ended, True), (f"Distilling {candidates} from {plural(answering, 'passage')}", False)]
+            pool = plural(len(output.get("candidates") or []), "candidate")
+            return [(ended, True), (f"Distilling {pool} from {plural(answering, 'passage')}", False)]
         return [(ended, True)]
     if stage.kind == "summaries":
         candidates = output.get("candidates") or []

@@ -12,7 +12,17 @@ The strategies: each one's settings, pipeline, stages and sources, and how its r
 
 from haystack_fusion.strategies.answerer import FusionAnswerer
 from haystack_fusion.strategies.builders import CASCADE_MIN_CONFIDENCE, CASCADE_MIN_VOTE_SHARE, chain_generator
-from haystack_fusion.strategies.config import PAPERS, RETRIEVER, Paper, Stage, StageKind, Strategy, StrategyConfig, cite
+from haystack_fusion.strategies.config import (
+    PAPERS,
+    RETRIEVER,
+    SPLIT_ROUTER,
+    Paper,
+    Stage,
+    StageKind,
+    Strategy,
+    StrategyConfig,
+    cite,
+)
 from haystack_fusion.strategies.registry import STRATEGIES, build_pipeline, get_strategy, strategy_of
 from haystack_fusion.strategies.run import (
     StrategyRun,
@@ -28,6 +38,7 @@ __all__ = [
     "CASCADE_MIN_VOTE_SHARE",
     "PAPERS",
     "RETRIEVER",
+    "SPLIT_ROUTER",
     "STRATEGIES",
     "FusionAnswerer",
     "Paper",

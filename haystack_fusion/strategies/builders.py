@@ -27,12 +27,13 @@ from haystack_fusion.components.checked_answer_builder import CheckedAnswerBuild
 from haystack_fusion.components.note_taker import NoteMode, NoteTaker
 from haystack_fusion.components.passage_formatter import PassageFormatter
 from haystack_fusion.components.post_fusion_voter import PostFusionVoter
+from haystack_fusion.components.split_vote_router import SplitVoteRouter
 from haystack_fusion.components.summary_verifier import Scoring, SummaryVerifier
 from haystack_fusion.components.unknown_router import UnknownRouter
 from haystack_fusion.llm import CallLimitedChatGenerator, stop_kwargs, unwrap_call_limit
 from haystack_fusion.prompts import PROMPTS, PromptTemplate
 from haystack_fusion.prompts.passages import PassageLayout
-from haystack_fusion.strategies.config import DOCUMENTS, RETRIEVER, Parts, Stage, StrategyConfig
+from haystack_fusion.strategies.config import DOCUMENTS, RETRIEVER, SPLIT_ROUTER, Parts, Stage, StrategyConfig
 
 logger = logging.getLogger(__name__)
 
@@ -135,15 +136,13 @@ def _answer_builder(config: StrategyConfig, prompt: PromptTemplate) -> AnswerBui
     return CheckedAnswerBuilder(pattern=prompt.answer_pattern, demonstrations=list(prompt.demonstrations) or None)
 
 
-def _voter(config: StrategyConfig, min_vote_share: float | None = None) -> PostFusionVoter:
+def _voter(config: StrategyConfig) -> PostFusionVoter:
     return PostFusionVoter(
         chat_generator=config.chat_generator,
         max_concurrency=config.max_concurrency,
         samples_per_passage=config.samples_per_passage,
         max_passage_chars=config.max_passage_chars,
         unknown_patterns=config.unknown_patterns,
-        min_vote_share=min_vote_share,
-        split_candidates=max(2, config.num_candidates),
         datamark=config.datamark,
         answer_checks=config.answer_checks,
         stop_sequences=config.stop_sequences,
@@ -165,13 +164,14 @@ def _post_fusion(config: StrategyConfig) -> Parts:
     return {"voter": _voter(config)}, [(DOCUMENTS, "voter.documents")]
 
 
-def _fallback_chain(config: StrategyConfig, min_confidence: float | None, min_vote_share: float | None) -> Parts:
+def _fallback_chain(config: StrategyConfig, min_confidence: float | None) -> Parts:
     """
     Concatenation, routed on its answer (unknown, or confidence below `min_confidence`) to post-fusion over the same
-    passages; both answers go to the joiner. The confidence needs a generator that returns token log-probabilities
-    (`llm.supports_logprobs`); with one that does not, the text signal alone decides. A concatenation call that
-    fails (after the generator's retries) gives no answer either, so it goes to post-fusion too ("no reply"): its
-    generator is wrapped in an `AbstainingChatGenerator`, which reports the failure instead of raising it.
+    passages; the concatenation answer goes to the joiner, the caller connects the voter's. The confidence needs a
+    generator that returns token log-probabilities (`llm.supports_logprobs`); with one that does not, the text signal
+    alone decides. A concatenation call that fails (after the generator's retries) gives no answer either, so it goes
+    to post-fusion too ("no reply"): its generator is wrapped in an `AbstainingChatGenerator`, which reports the
+    failure instead of raising it.
     """
     components, connections = _prompt_chain(config, "figure7", DOCUMENTS)
     components.update(
@@ -183,7 +183,7 @@ def _fallback_chain(config: StrategyConfig, min_confidence: float | None, min_vo
             answer_checks=config.answer_checks,
             demonstrations=list(PROMPTS["figure7"].demonstrations),
         ),
-        voter=_voter(config, min_vote_share),
+        voter=_voter(config),
         joiner=AnswerJoiner(),
     )
     connections += [
@@ -193,7 +193,6 @@ def _fallback_chain(config: StrategyConfig, min_confidence: float | None, min_vo
         ("router.fallback_query", "voter.query"),
         ("router.fallback_documents", "voter.documents"),
         ("answer_builder.answers", "joiner.answers"),
-        ("voter.answers", "joiner.answers"),
     ]
     return components, connections
 
@@ -203,17 +202,17 @@ def _concat_pf(config: StrategyConfig) -> Parts:
     Concatenation; when its answer is unknown (or, with `min_confidence`, less confident than tau), post-fusion over
     the same passages (Liu et al., section 3.3).
     """
-    return _fallback_chain(config, config.min_confidence, None)
+    components, connections = _fallback_chain(config, config.min_confidence)
+    return components, [*connections, ("voter.answers", "joiner.answers")]
 
 
 CASCADE_MIN_CONFIDENCE = 0.25
 """tau, the `cascade` strategy's default confidence floor for the concatenation answer: the replayed concat_pf sweep's
-best SQuAD 2.0 EM on a development split kept apart from the reported sample (research/notes/evaluation.md, "Choosing
-tau and s")."""
+best SQuAD 2.0 EM on a development split kept apart from the reported sample."""
 
 CASCADE_MIN_VOTE_SHARE = 0.5
 """s, the `cascade` strategy's default: a post-fusion winner with less than half of the votes (or a tie at the top)
-is verified by SuRe. Not yet chosen on data (research/notes/evaluation.md, "Choosing tau and s")."""
+is verified by SuRe (`SplitVoteRouter`). Not yet chosen on data."""
 
 
 def _cascade(config: StrategyConfig) -> Parts:
@@ -223,17 +222,20 @@ def _cascade(config: StrategyConfig) -> Parts:
     """
     tau = CASCADE_MIN_CONFIDENCE if config.min_confidence is None else config.min_confidence
     share = CASCADE_MIN_VOTE_SHARE if config.min_vote_share is None else config.min_vote_share
-    components, connections = _fallback_chain(config, tau, share)
+    components, connections = _fallback_chain(config, tau)
     components.update(
+        {SPLIT_ROUTER: SplitVoteRouter(min_vote_share=share, max_candidates=max(2, config.num_candidates))},
         summarizer=_summarizer(config, "conditional"),
         verifier=_verifier(config, use_validity=True, scoring=config.verifier_scoring or "probability"),
     )
     connections += [
-        ("voter.split_query", "summarizer.query"),
+        ("voter.answers", f"{SPLIT_ROUTER}.answers"),
+        (f"{SPLIT_ROUTER}.answers", "joiner.answers"),
+        (f"{SPLIT_ROUTER}.split_query", "summarizer.query"),
         (DOCUMENTS, "summarizer.documents"),
-        ("voter.split_candidates", "summarizer.candidates"),
-        ("voter.split_documents", "summarizer.candidate_documents"),
-        ("voter.split_query", "verifier.query"),
+        (f"{SPLIT_ROUTER}.split_candidates", "summarizer.candidates"),
+        (f"{SPLIT_ROUTER}.split_documents", "summarizer.candidate_documents"),
+        (f"{SPLIT_ROUTER}.split_query", "verifier.query"),
         (DOCUMENTS, "verifier.documents"),
         ("summarizer.candidates", "verifier.candidates"),
         ("summarizer.summaries", "verifier.summaries"),

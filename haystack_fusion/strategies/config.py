@@ -17,6 +17,9 @@ RETRIEVER = "retriever"
 """The name of the retriever component of a full pipeline (`build_pipeline(..., retriever=...)`): its `documents` are
 the top-k passages."""
 
+SPLIT_ROUTER = "split_router"
+"""The name of `cascade`'s `SplitVoteRouter`, which sends a split post-fusion vote on to SuRe's verification."""
+
 DOCUMENTS = "documents"
 """The sender that stands for the passages in `Parts`: the retriever's `documents`, or without one the pipeline's
 `documents` input."""

@@ -14,7 +14,7 @@ from haystack.dataclasses import GeneratedAnswer
 from haystack_fusion.answers import UNKNOWN, answer_confidence
 from haystack_fusion.components.base import ChatGeneratorWrapper
 from haystack_fusion.llm import reply_usage, sum_usage
-from haystack_fusion.strategies.config import RETRIEVER, Stage, StageKind, Strategy
+from haystack_fusion.strategies.config import RETRIEVER, SPLIT_ROUTER, Stage, StageKind, Strategy
 from haystack_fusion.strategies.registry import strategy_of
 from haystack_fusion.sure import summary_is_label
 from haystack_fusion.validation import is_invalid, validate_query
@@ -101,7 +101,7 @@ def pipeline_usage(pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) -> di
 def _own_meta(pipeline: Pipeline, name: str, output: dict[str, Any]) -> dict[str, Any] | None:
     """
     What one of this package's LLM components (a `ChatGeneratorWrapper`) reports about its own calls: its `meta`
-    output, or its first answer's `meta` (a split vote emits `split`, not `answers`).
+    output, or its first answer's `meta`.
 
     :returns: That `meta` (empty when the component emitted neither), or None for any other component.
     """
@@ -109,7 +109,7 @@ def _own_meta(pipeline: Pipeline, name: str, output: dict[str, Any]) -> dict[str
         return None
     if isinstance(output.get("meta"), dict):
         return output["meta"]
-    answers = output.get("answers") or output.get("split") or []
+    answers = output.get("answers") or []
     return answers[0].meta if answers else {}
 
 
@@ -153,8 +153,8 @@ def stage_trace(stages: Sequence[Stage], outputs: dict[str, dict[str, Any]]) -> 
         name, output = TRACE_NAMES[stage.kind], outputs.get(stage.component, {})
         if stage.kind == "concatenation" and "unknown" in output:
             trace.append({"stage": name, "answered": False, "reason": output.get("reason")})
-        elif stage.kind == "post_fusion" and output.get("split"):
-            trace.append({"stage": name, "answered": False, "reason": output["split"][0].meta.get("split_reason")})
+        elif stage.kind == "post_fusion" and (reason := outputs.get(SPLIT_ROUTER, {}).get("split_reason")):
+            trace.append({"stage": name, "answered": False, "reason": reason})
         else:
             answered = stage.component in outputs if stage.kind == "verification" else True
             return [*trace, {"stage": name, "answered": answered}]
@@ -224,12 +224,12 @@ def strategy_run(
     answers = outputs.get(strategy.answer_component, {}).get("answers") or []
     answer = answers[0] if answers else GeneratedAnswer(data=UNKNOWN, query=query, documents=[], meta={})
     voter = _outputs_of(strategy, "post_fusion", outputs) or {}
-    voter_answers = voter.get("answers") or voter.get("split") or []
+    voter_answers = voter.get("answers") or []
     summarizer = _outputs_of(strategy, "summaries", outputs) or {}
     evidence: dict[str, Any] = {
         "components_run": [component for component in components if component in outputs],
         "votes": voter_answers[0].meta.get("votes") if voter_answers else None,
-        "candidates": voter.get("candidates") or summarizer.get("candidates"),
+        "candidates": summarizer.get("candidates") if summarizer else voter.get("candidates"),
     }
     if summarizer:
         evidence["summaries"] = summarizer.get("summaries")
