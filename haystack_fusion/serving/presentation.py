@@ -258,12 +258,17 @@ def stage_text(stage: dict[str, Any]) -> str:
     )
 
 
+def _from_cache(usage: dict[str, int]) -> bool:
+    """Whether every LLM call of a run was answered from the embedded model's reply cache."""
+    return bool(usage.get("calls")) and usage.get("cached_calls", 0) >= usage["calls"]
+
+
 def usage_text(run: StrategyRun) -> str:
     """LLM calls, rounds, tokens and time, e.g. "6 LLM calls in 2 rounds, 900 prompt + 12 completion tokens, 4.2 s"."""
     usage = run.usage
     calls = usage.get("calls", 0)
     cached = usage.get("cached_calls", 0)
-    if calls and cached >= calls:
+    if _from_cache(usage):
         return f"answered from the cache: {plural(calls, 'earlier LLM call')} reused, no LLM call made"
     return (
         f"{plural(calls, 'LLM call')}{f' ({cached} from the cache)' if cached else ''} in "
@@ -275,10 +280,9 @@ def usage_text(run: StrategyRun) -> str:
 
 def evidence_summary(run: StrategyRun) -> str:
     """The title of the evidence block, e.g. "Sources and evidence (1 LLM call)", or "... (from the cache)"."""
-    calls = run.usage.get("calls", 0)
-    if calls and run.usage.get("cached_calls", 0) >= calls:
+    if _from_cache(run.usage):
         return "Sources and evidence (from the cache)"
-    return f"Sources and evidence ({plural(calls, 'LLM call')})"
+    return f"Sources and evidence ({plural(run.usage.get('calls', 0), 'LLM call')})"
 
 
 def answered_text(run: StrategyRun) -> str:
@@ -287,8 +291,7 @@ def answered_text(run: StrategyRun) -> str:
     (`supporting_ids`), e.g. "Answered in 4.2 s: 2 of 5 passages support it"; for a reply the embedded model's reply
     cache gave, "Answered from the cache (no LLM call made)".
     """
-    usage = run.usage
-    if usage.get("calls") and usage.get("cached_calls", 0) >= usage["calls"]:
+    if _from_cache(run.usage):
         return "Answered from the cache (no LLM call made)"
     read, supporting = passages(run), supporting_ids(run)
     held = sum(document.id in supporting for document in read)
