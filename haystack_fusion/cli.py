@@ -33,6 +33,7 @@ from haystack_fusion.corpus import (
     load_squad,
     local_path,
 )
+from haystack_fusion.serving.presentation import format_run
 from haystack_fusion.settings import (
     CACHE_DIR,
     DEFAULT_CONCURRENCY_CEILING,
@@ -52,7 +53,6 @@ from haystack_fusion.strategies import (
     build_pipeline,
     run_strategy,
 )
-from haystack_fusion.strategies.presentation import format_run
 
 DEFAULT_STORE = Path(DEFAULT_INDEX_PATH)
 DEMO_STORE = CACHE_DIR / "demo-index.json"
@@ -172,13 +172,13 @@ def cmd_ask(args: argparse.Namespace) -> int:
     config = _backends(args)
     generator = backend_chat_generator(config)
     pipeline = _pipeline(args.strategy, config, args.max_concurrency, _strategy_options(args, config.llm), generator)
-    run = run_strategy(args.strategy, pipeline, args.question, top_k=args.top_k)
+    run = run_strategy(pipeline, args.question, top_k=args.top_k)
     _require_a_call_answered(run, config)
     warn_missing_logprobs(generator, run.answers)  # a warning on stderr, once
     if args.json:
         print(json.dumps(_run_json(args.question, run), indent=2, default=str))
     else:
-        print(format_run(args.strategy, args.question, run))
+        print(format_run(args.question, run))
     return 0
 
 
@@ -260,10 +260,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     n_unanswerable = min(args.questions // 2, len(unanswerable))
     chosen = answerable[: args.questions - n_unanswerable] + unanswerable[:n_unanswerable]
     for question in chosen:
-        run = run_strategy(args.strategy, pipeline, question.question, top_k=args.top_k)
+        run = run_strategy(pipeline, question.question, top_k=args.top_k)
         _require_a_call_answered(run, config)
         gold = " | ".join(question.answers) if question.answers else "(unanswerable: 'unknown' is right)"
-        print(format_run(args.strategy, question.question, run, passage_chars=100))
+        print(format_run(question.question, run, passage_chars=100))
         print(f"Gold:     {gold}\n")
     return 0
 

@@ -6,6 +6,7 @@ from haystack_fusion.components.checked_answer_builder import CheckedAnswerBuild
 from haystack_fusion.components.note_taker import NoteTaker
 from haystack_fusion.components.passage_formatter import PassageFormatter
 from haystack_fusion.components.post_fusion_voter import PostFusionVoter
+from haystack_fusion.components.split_vote_router import SplitVoteRouter
 from haystack_fusion.components.summary_verifier import SummaryVerifier
 from haystack_fusion.components.unknown_router import UnknownRouter
 
@@ -16,6 +17,7 @@ __all__ = [
     "NoteTaker",
     "PassageFormatter",
     "PostFusionVoter",
+    "SplitVoteRouter",
     "SummaryVerifier",
     "UnknownRouter",
 ]

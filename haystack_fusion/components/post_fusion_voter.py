@@ -41,10 +41,6 @@ _OUTPUT_TYPES: dict[str, Any] = {
     "candidates": list[str],
     "documents": list[Document],
     "unknown": list[GeneratedAnswer],
-    "split": list[GeneratedAnswer],
-    "split_query": str,
-    "split_candidates": list[str],
-    "split_documents": list[list[Document]],
 }
 """The voter's output sockets (of `run` and `run_async`)."""
 
@@ -60,20 +56,14 @@ class PostFusionVoter(ChatGeneratorWrapper):
     voting; "unknown" answers and failed calls do not vote; ties go to the answer from the better-ranked passage;
     when nothing votes the answer is "unknown". Besides the answer it outputs the candidate pool and the passages
     whose answer was not unknown, which is what PF+Concat's distiller round reads (section 3.3, Figure 2 bottom);
-    when no passage answered it emits `unknown` instead of those two, like a router, so that round is skipped.
-
-    With `min_vote_share` s set, a split vote is routed on instead of answered (the `cascade` strategy's stage 3):
-    when the winner's share of the votes is below s, or two answers tie at the top, the voter emits the top
-    `split_candidates` candidates with the passages that gave each (`split_candidates`, `split_documents`,
-    `split_query`), for SuRe's verification, and no `answers`. The winner's `meta` always holds `vote_share`, `tie`
-    and, when the replies carried token log-probabilities, `confidence` (the mean `answer_confidence` of the
-    answers that voted for it).
+    when no passage answered it emits `unknown` instead of those two, so that round is skipped. The winner's `meta`
+    holds `vote_share`, `tie` and, when the replies carried token log-probabilities, `confidence` (the mean
+    `answer_confidence` of the answers that voted for it): what `SplitVoteRouter` reads to send a split vote on.
 
     With `vote="overlap"`, answers that agree (`answers.answers_agree`: token F1 >= `overlap_threshold`, or one's
     normalized tokens contained in the other's) vote together: they are clustered greedily by rank, the cluster with
     the most votes wins (ties to the better-ranked passage), and its best-ranked member's surface form is the answer
-    (`answers.overlap_vote`; research/notes/evaluation.md, "Overlap voting"). The default, `vote="exact"`,
-    is Liu et al.'s Eq. 2.
+    (`answers.overlap_vote`). The default, `vote="exact"`, is Liu et al.'s Eq. 2.
 
     With `answer_checks` on (default), each passage's answer is checked by the package's answer validator
     (`validation.check_answer`, with the Figure 7 prompt's demonstration answers and that passage's text): an answer
@@ -103,8 +93,6 @@ class PostFusionVoter(ChatGeneratorWrapper):
         max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
         unknown_patterns: list[str] | None = None,
         raise_on_failure: bool = False,
-        min_vote_share: float | None = None,
-        split_candidates: int = 2,
         datamark: bool = False,
         vote: str = "exact",
         overlap_threshold: float = DEFAULT_OVERLAP_THRESHOLD,
@@ -125,34 +113,23 @@ class PostFusionVoter(ChatGeneratorWrapper):
         :param unknown_patterns: Regular expressions that mark an abstention; None uses the shared defaults.
         :param raise_on_failure: If True, the first failed call raises; by default a failed call is logged,
             counts as an abstention and is reported in `meta["failures"]`.
-        :param min_vote_share: s in (0, 1]: a vote whose winner has a smaller share of the votes, or that ties at
-            the top, is emitted on the `split_*` outputs instead of `answers`. None (default) always answers.
-        :param split_candidates: K, the candidates a split vote passes on, most votes first (>= 2).
         :param datamark: Datamark each passage's text (`prompts.passages.format_passages`), a defence against
-            instructions written in passages; off by default (and then left out of `to_dict`).
+            instructions written in passages; off by default.
         :param vote: How answers are grouped before counting: `"exact"` (default; equal after SQuAD normalization,
             Liu et al., Eq. 2) or `"overlap"` (answers that agree by `answers.answers_agree` vote together,
-            `answers.overlap_vote`). In `to_dict` only when not `"exact"`.
+            `answers.overlap_vote`).
         :param overlap_threshold: With `vote="overlap"`, the token F1 in (0, 1] at or above which two answers agree
             (default `answers.DEFAULT_OVERLAP_THRESHOLD`, 0.5; one's tokens contained in the other's agree at any
-            threshold). In `to_dict` only when not the default.
+            threshold).
         :param stop_sequences: End each reply at its answer line (the Figure 7 prompt's `stop`, added to the
             generator's own stop sequences by `llm.stop_kwargs`): fewer completion tokens per call. On by
-            default; False gives the replies of the voter before the option existed, and is the only value `to_dict`
-            writes.
+            default; off lets the model write past the answer line.
         :param answer_checks: Check each passage's answer with `validation.check_answer`; a rejected answer does
-            not vote and is reported. On by default; False gives the outputs of the voter before the validator
-            existed, and is the only value `to_dict` writes.
+            not vote and is reported. On by default.
         :raises ValueError: If `max_concurrency` is neither None nor an integer >= 1, `samples_per_passage` is below
-            1, `max_passage_chars` is not positive, `min_vote_share` is outside (0, 1], `split_candidates` is below 2,
-            `vote` is neither "exact" nor "overlap", or `overlap_threshold` is outside (0, 1].
+            1, `max_passage_chars` is not positive, `vote` is neither "exact" nor "overlap", or `overlap_threshold` is
+            outside (0, 1].
         """
-        if min_vote_share is not None and not 0 < min_vote_share <= 1:
-            raise ValueError(f"`min_vote_share` must be in (0, 1], got {min_vote_share}")
-        if split_candidates < 2:
-            raise ValueError(f"`split_candidates` must be at least 2, got {split_candidates}")
-        self.min_vote_share = min_vote_share
-        self.split_candidates = split_candidates
         self.vote = check_vote_mode(vote)
         self.overlap_threshold = check_overlap_threshold(overlap_threshold)
         self.answer_checks = answer_checks
@@ -183,8 +160,6 @@ class PostFusionVoter(ChatGeneratorWrapper):
             max_passage_chars=self.max_passage_chars,
             unknown_patterns=self.unknown_patterns,
             raise_on_failure=self.raise_on_failure,
-            min_vote_share=self.min_vote_share,
-            split_candidates=self.split_candidates,
             datamark=self.datamark,
             vote=self.vote,
             overlap_threshold=self.overlap_threshold,
@@ -306,15 +281,6 @@ class PostFusionVoter(ChatGeneratorWrapper):
         ]
         if vote.is_unknown:
             return {"answers": [winner], "unknown": [winner]}
-        if self.min_vote_share is not None and (tie or share < self.min_vote_share):
-            meta["split_reason"] = "tie at the top" if tie else f"vote share {share:.2f} < {self.min_vote_share}"
-            top = list(vote.votes)[: self.split_candidates]
-            return {
-                "split": [winner, *runners_up],
-                "split_query": query,
-                "split_candidates": vote.candidates[: self.split_candidates],
-                "split_documents": [supporting(key) for key in top],
-            }
         return {"answers": [winner, *runners_up], "candidates": vote.candidates, "documents": answered}
 
     @component.output_types(**_OUTPUT_TYPES)
@@ -345,9 +311,6 @@ class PostFusionVoter(ChatGeneratorWrapper):
               rank order.
             - `unknown`: the "unknown" answer alone, emitted instead of `candidates` and `documents` when no
               passage answered (so that a distiller round connected to them does not run, as in PF+Concat).
-            - With `min_vote_share` set and a split vote, instead of all the above: `split` (the answers, the first
-              with `split_reason`), `split_query`, `split_candidates` (the top K candidates, most votes first) and
-              `split_documents` (K lists: the passages that gave each candidate, in rank order).
         :raises ValueError: If `query` is empty or only whitespace.
         """
         query, documents, prompts = self._plan(query, documents)

@@ -271,7 +271,6 @@ class Evaluator:
                 generator: ChatGenerator | None = None) -> tuple[QuestionRecord, dict[str, Any]]:  # fmt: skip
         gold = self._gold.get(question.gold_document_id) if question.gold_document_id else None
         run = run_strategy(
-            strategy,
             pipeline,
             question.question,
             top_k=top_k,

@@ -13,6 +13,8 @@ Serving the strategies with Hayhooks.
   limit with a bounded queue; overload is refused with HTTP 503); needs no extra.
 - `haystack_fusion.serving.chat`: what a chat client sends (content parts, background tasks, the chat before a
   follow-up) and the one LLM call that rewrites a follow-up into a standalone question; needs no extra.
+- `haystack_fusion.serving.presentation`: a run's stages, evidence and sources as `haystack-fusion ask` and the
+  served stream show them; needs no extra.
 - `haystack_fusion.serving.guards`: the ASGI middleware in front of the served apps (Host, Origin, body size, the
   client's disconnect, OpenAI's error shape and stream end; the `serve` extra).
 

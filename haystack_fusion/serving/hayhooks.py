@@ -71,9 +71,7 @@ from haystack_fusion.serving.limits import (
     Slot,
     admission_limit,
 )
-from haystack_fusion.settings import strategy_defaults
-from haystack_fusion.strategies import StrategyRun, build_pipeline, get_strategy, run_strategy, strategy_run
-from haystack_fusion.strategies.presentation import (
+from haystack_fusion.serving.presentation import (
     answered_text,
     api_result,
     chat_text,
@@ -86,6 +84,8 @@ from haystack_fusion.strategies.presentation import (
     source_event_data,
     streamed_component,
 )
+from haystack_fusion.settings import strategy_defaults
+from haystack_fusion.strategies import StrategyRun, build_pipeline, get_strategy, run_strategy, strategy_run
 from haystack_fusion.validation import validate_query
 
 logger = logging.getLogger(__name__)
@@ -140,9 +140,7 @@ def _needs_sync_callback(instance: Any) -> bool:
     return not hasattr(generator, "run_async")
 
 
-async def stream_strategy(
-    strategy: str, pipeline: Pipeline, query: str, *, stream_tokens: bool = True
-) -> AsyncIterator[StreamItem]:
+async def stream_strategy(pipeline: Pipeline, query: str, *, stream_tokens: bool = True) -> AsyncIterator[StreamItem]:
     """
     Run a strategy pipeline asynchronously and report its rounds as they start and end, then its result.
 
@@ -153,7 +151,7 @@ async def stream_strategy(
 
     ### Usage example
     ```python
-    async for item in stream_strategy("sure", pipeline, "Who was Rollo?"):
+    async for item in stream_strategy(pipeline, "Who was Rollo?"):
         if item.kind == "status":
             print("..." if not item.done else "done:", item.text)
         elif item.kind == "token":
@@ -162,8 +160,7 @@ async def stream_strategy(
             print(item.run.answer.data)
     ```
 
-    :param strategy: The registered strategy the pipeline was built for.
-    :param pipeline: Its pipeline (`build_pipeline`).
+    :param pipeline: The strategy's pipeline (`build_pipeline`).
     :param query: The question.
     :param stream_tokens: Stream the final call's tokens where there is one.
     :returns: An async iterator of `StreamItem`: "status" and "token" items while it runs, one "result" last.
@@ -177,7 +174,7 @@ async def stream_strategy(
     names = {name for name, _ in pipeline.walk()}
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
     loop = asyncio.get_running_loop()
-    target = streamed_component(strategy, pipeline) if stream_tokens else None
+    target = streamed_component(pipeline) if stream_tokens else None
     if target is not None and "streaming_callback" in pipeline.inputs().get(target, {}):
         data.setdefault(target, {})["streaming_callback"] = _token_callback(
             queue, loop, sync=_needs_sync_callback(pipeline.get_component(target))
@@ -209,12 +206,12 @@ async def stream_strategy(
                     if name in narrated:
                         continue
                     narrated.add(name)
-                    for text, done in narrate(strategy, name, output, pipeline, state):
+                    for text, done in narrate(name, output, pipeline, state):
                         yield StreamItem("status", text, done=done)
             elif kind == "error":
                 raise value
             else:
-                run = strategy_run(strategy, pipeline, query, value, seconds=loop.time() - start)
+                run = strategy_run(pipeline, query, value, seconds=loop.time() - start)
                 yield StreamItem("result", run=run)
                 return
     finally:
@@ -242,7 +239,6 @@ def _token_callback(
 
 
 async def chat_events(
-    strategy: str,
     pipeline: Pipeline,
     query: str,
     *,
@@ -262,8 +258,7 @@ async def chat_events(
     (`hayhooks.chainlit_events.create_custom_element_event`, `EVIDENCE_ELEMENT` with `evidence_element_props`), so
     the message's text is the answer alone.
 
-    :param strategy: The registered strategy the pipeline was built for.
-    :param pipeline: Its pipeline (`build_pipeline`).
+    :param pipeline: The strategy's pipeline (`build_pipeline`).
     :param query: The question.
     :param chat_ui: End in the chat UI's custom element instead of Open WebUI's source events and details block.
     :param finish: Applied to the finished run before anything of it is shown: it may add to the run (a follow-up's
@@ -273,7 +268,7 @@ async def chat_events(
     :raises ValueError: If the question is empty or only whitespace.
     """
     streamed: list[str] = []
-    async for item in stream_strategy(strategy, pipeline, query):
+    async for item in stream_strategy(pipeline, query):
         if item.kind == "status":
             yield create_status_event(item.text, done=item.done)
         elif item.kind == "token":
@@ -462,7 +457,7 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
     def _run(self, query: str) -> StrategyRun:
         query = self._check(query)
         try:
-            run = run_strategy(self.strategy, self.pipeline, query)
+            run = run_strategy(self.pipeline, query)
             return self._finish(run)
         except Exception as error:
             raise self._failure(error) from None
@@ -475,7 +470,7 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
             if chat is not None and chat.follow_up:
                 asked = query
                 query, rewrite = await self._standalone(chat, query)
-            async for item in stream_strategy(self.strategy, self.pipeline, query, stream_tokens=False):
+            async for item in stream_strategy(self.pipeline, query, stream_tokens=False):
                 if item.run is not None:
                     return self._finish(item.run, asked=asked, rewrite=rewrite)
         except Exception as error:
@@ -600,7 +595,7 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
                 question, rewrite = await self._standalone(chat, question)
                 yield create_status_event(f"Standalone question: {question}", done=True)
             finish = functools.partial(self._finish, asked=asked, rewrite=rewrite)
-            async for event in chat_events(self.strategy, self.pipeline, question, chat_ui=chat_ui, finish=finish):
+            async for event in chat_events(self.pipeline, question, chat_ui=chat_ui, finish=finish):
                 yield event
         except Exception as error:
             failure = self._failure(error)

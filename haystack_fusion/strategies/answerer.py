@@ -6,11 +6,10 @@ from typing import Any
 
 from haystack import SuperComponent, default_from_dict, default_to_dict, super_component
 from haystack.components.generators.chat.types import ChatGenerator
-from haystack.components.joiners import DocumentJoiner
 from haystack.core.serialization import component_to_dict
 from haystack.utils.deserialization import deserialize_component_inplace
 
-from haystack_fusion.strategies.config import RETRIEVER, StrategyConfig
+from haystack_fusion.strategies.config import StrategyConfig
 from haystack_fusion.strategies.registry import build_pipeline, get_strategy
 from haystack_fusion.validation import validate_query
 
@@ -23,11 +22,11 @@ class FusionAnswerer:
     """
     Any registered strategy (`haystack-fusion strategies`) after your own retriever, as one component.
 
-    It builds the strategy's pipeline from the registry (`strategies.build_pipeline`, the same builders as the
-    shipped YAML and `haystack-fusion ask`) and feeds the given passages in where that pipeline's retriever would:
-    a `DocumentJoiner(sort_by_score=False)` passes them on in the order given (best-ranked first, as the papers
-    assume; duplicates by id are dropped). The answer list is the strategy's (`Strategy.answer_component`), each
-    `GeneratedAnswer.meta` carrying the strategy's evidence (votes, candidates, notes, stages, confidence, usage).
+    It wraps the strategy's pipeline from the registry (`strategies.build_pipeline` without a retriever, the same
+    builders as the shipped YAML and `haystack-fusion ask`): the given passages reach the sockets a retriever's
+    would, in the order given (best-ranked first, as the papers assume). The answer list is the strategy's
+    (`Strategy.answer_component`), each `GeneratedAnswer.meta` carrying the strategy's evidence (votes, candidates,
+    notes, stages, confidence, usage).
 
     ### Usage example
     ```python
@@ -67,8 +66,8 @@ class FusionAnswerer:
             "few_shot": True, "min_confidence": 0.25}`; unset fields keep the strategy's defaults.
         :param verifier_chat_generator: SuRe's validity and ranking LLM (Kim et al., Table 10); None: `chat_generator`.
         :param document_ranker: SuRe's summary reranker (Kim et al., Table 4); None keeps the given order.
-        :raises ValueError: If the strategy is not registered, or `settings` holds `retriever`, `chat_generator`,
-            a component field or a field `StrategyConfig` does not have.
+        :raises ValueError: If the strategy is not registered, or `settings` holds `chat_generator`, a component field
+            or a field `StrategyConfig` does not have.
         """
         self.strategy = strategy
         self.chat_generator = chat_generator
@@ -76,22 +75,22 @@ class FusionAnswerer:
         self.verifier_chat_generator = verifier_chat_generator
         self.document_ranker = document_ranker
         answer_component = get_strategy(strategy).answer_component
-        allowed = set(StrategyConfig.__dataclass_fields__) - {"retriever", "chat_generator", *_COMPONENT_SETTINGS}
+        allowed = set(StrategyConfig.__dataclass_fields__) - {"chat_generator", *_COMPONENT_SETTINGS}
         unknown = sorted(set(self.settings) - allowed)
         if unknown:
             raise ValueError(f"FusionAnswerer `settings` has no field(s) {unknown}; allowed: {sorted(allowed)}")
         self.pipeline = build_pipeline(
             strategy,
-            retriever=DocumentJoiner(sort_by_score=False),
             chat_generator=chat_generator,
             verifier_chat_generator=verifier_chat_generator,
             document_ranker=document_ranker,
             **self.settings,
         )
-        query_sockets = sorted(
-            f"{name}.query" for name, sockets in self.pipeline.inputs().items() if "query" in sockets
-        )
-        self.input_mapping = {"query": query_sockets, "documents": [f"{RETRIEVER}.documents"]}
+        inputs = self.pipeline.inputs()
+        self.input_mapping = {
+            socket: sorted(f"{name}.{socket}" for name, sockets in inputs.items() if socket in sockets)
+            for socket in ("query", "documents")
+        }
         self.output_mapping = {f"{answer_component}.answers": "answers"}
 
     def run(self, **kwargs: Any) -> dict[str, Any]:

@@ -1,9 +1,11 @@
 """
-The pipeline builders: one function per strategy, from a `StrategyConfig` to a Haystack `Pipeline`.
+The pipeline builders: one function per strategy, from a `StrategyConfig` to its components and connections,
+and `assemble`, which makes them a Haystack `Pipeline`.
 
-Every strategy is a `Pipeline` from a retriever (component `retriever`) to one list of `GeneratedAnswer` (the output
-of the component named by `Strategy.answer_component`). Every question socket is named `query`, so
-`pipeline.run({"query": ...})` style inputs reach the retriever, the prompt builders and the answer builders alike.
+Every strategy is a `Pipeline` from the passages (a `documents` input, or a retriever's `documents`) to one list of
+`GeneratedAnswer` (the output of the component named by `Strategy.answer_component`). Every question socket is named
+`query`, so `pipeline.run({"query": ..., "documents": ...})` reaches the prompt builders, the answer builders (and a
+retriever) alike.
 Strategies that need no component of their own are this package's PassageFormatter plus Haystack's
 ChatPromptBuilder, the ChatGenerator and AnswerBuilder.
 """
@@ -25,12 +27,13 @@ from haystack_fusion.components.checked_answer_builder import CheckedAnswerBuild
 from haystack_fusion.components.note_taker import NoteMode, NoteTaker
 from haystack_fusion.components.passage_formatter import PassageFormatter
 from haystack_fusion.components.post_fusion_voter import PostFusionVoter
+from haystack_fusion.components.split_vote_router import SplitVoteRouter
 from haystack_fusion.components.summary_verifier import Scoring, SummaryVerifier
 from haystack_fusion.components.unknown_router import UnknownRouter
 from haystack_fusion.llm import CallLimitedChatGenerator, stop_kwargs, unwrap_call_limit
 from haystack_fusion.prompts import PROMPTS, PromptTemplate
 from haystack_fusion.prompts.passages import PassageLayout
-from haystack_fusion.strategies.config import Stage, StrategyConfig
+from haystack_fusion.strategies.config import DOCUMENTS, RETRIEVER, SPLIT_ROUTER, Parts, Stage, StrategyConfig
 
 logger = logging.getLogger(__name__)
 
@@ -42,19 +45,26 @@ VERIFICATION = Stage("verification", "verifier")
 NOTES = Stage("notes", "note_taker")
 """The stages the builders below wire, by the component that runs each (`Strategy.stages` lists them)."""
 
-Parts = tuple[dict[str, Any], list[tuple[str, str]]]
-"""A pipeline under construction: components by name, and (sender, receiver) connections."""
 
-
-def _assemble(parts: Parts) -> Pipeline:
+def assemble(parts: Parts, *, strategy: str, retriever: Any | None = None) -> Pipeline:
     """
     Build the Pipeline with components added by name and connections grouped by sender in that order.
 
     This is the order `Pipeline.loads(pipeline.dumps())` rebuilds a pipeline in, so the round trip gives an equal
     pipeline (Haystack compares pipelines by their serialized form, connection order included).
+
+    :param parts: The strategy's components and connections.
+    :param strategy: The strategy's name, kept in `Pipeline.metadata["strategy"]`.
+    :param retriever: The component named `retriever` whose `documents` feed every passage socket; None leaves those
+        sockets as the pipeline's `documents` input.
     """
     components, connections = parts
-    pipe = Pipeline()
+    if retriever is not None:
+        components = {**components, RETRIEVER: retriever}
+        connections = [(f"{RETRIEVER}.documents" if s == DOCUMENTS else s, r) for s, r in connections]
+    else:
+        connections = [(s, r) for s, r in connections if s != DOCUMENTS]
+    pipe = Pipeline(metadata={"strategy": strategy})
     for name in sorted(components):
         pipe.add_component(name, components[name])
     for sender, receiver in sorted(connections, key=lambda connection: connection[0].split(".")[0]):
@@ -126,15 +136,13 @@ def _answer_builder(config: StrategyConfig, prompt: PromptTemplate) -> AnswerBui
     return CheckedAnswerBuilder(pattern=prompt.answer_pattern, demonstrations=list(prompt.demonstrations) or None)
 
 
-def _voter(config: StrategyConfig, min_vote_share: float | None = None) -> PostFusionVoter:
+def _voter(config: StrategyConfig) -> PostFusionVoter:
     return PostFusionVoter(
         chat_generator=config.chat_generator,
         max_concurrency=config.max_concurrency,
         samples_per_passage=config.samples_per_passage,
         max_passage_chars=config.max_passage_chars,
         unknown_patterns=config.unknown_patterns,
-        min_vote_share=min_vote_share,
-        split_candidates=max(2, config.num_candidates),
         datamark=config.datamark,
         answer_checks=config.answer_checks,
         stop_sequences=config.stop_sequences,
@@ -143,34 +151,31 @@ def _voter(config: StrategyConfig, min_vote_share: float | None = None) -> PostF
     )
 
 
-def _single_prompt(prompt_name: str, layout: PassageLayout = "numbered") -> Callable[[StrategyConfig], Pipeline]:
-    def build(config: StrategyConfig) -> Pipeline:
-        components, connections = _prompt_chain(config, prompt_name, "retriever.documents", layout)
-        components["retriever"] = config.retriever
+def _single_prompt(prompt_name: str, layout: PassageLayout = "numbered") -> Callable[[StrategyConfig], Parts]:
+    def build(config: StrategyConfig) -> Parts:
+        components, connections = _prompt_chain(config, prompt_name, DOCUMENTS, layout)
         connections.append(("llm.replies", "answer_builder.replies"))
-        return _assemble((components, connections))
+        return components, connections
 
     return build
 
 
-def _post_fusion(config: StrategyConfig) -> Pipeline:
-    return _assemble(
-        ({"retriever": config.retriever, "voter": _voter(config)}, [("retriever.documents", "voter.documents")])
-    )
+def _post_fusion(config: StrategyConfig) -> Parts:
+    return {"voter": _voter(config)}, [(DOCUMENTS, "voter.documents")]
 
 
-def _fallback_chain(config: StrategyConfig, min_confidence: float | None, min_vote_share: float | None) -> Parts:
+def _fallback_chain(config: StrategyConfig, min_confidence: float | None) -> Parts:
     """
     Concatenation, routed on its answer (unknown, or confidence below `min_confidence`) to post-fusion over the same
-    passages; both answers go to the joiner. The confidence needs a generator that returns token log-probabilities
-    (`llm.supports_logprobs`); with one that does not, the text signal alone decides. A concatenation call that
-    fails (after the generator's retries) gives no answer either, so it goes to post-fusion too ("no reply"): its
-    generator is wrapped in an `AbstainingChatGenerator`, which reports the failure instead of raising it.
+    passages; the concatenation answer goes to the joiner, the caller connects the voter's. The confidence needs a
+    generator that returns token log-probabilities (`llm.supports_logprobs`); with one that does not, the text signal
+    alone decides. A concatenation call that fails (after the generator's retries) gives no answer either, so it goes
+    to post-fusion too ("no reply"): its generator is wrapped in an `AbstainingChatGenerator`, which reports the
+    failure instead of raising it.
     """
-    components, connections = _prompt_chain(config, "figure7", "retriever.documents")
+    components, connections = _prompt_chain(config, "figure7", DOCUMENTS)
     components.update(
         llm=AbstainingChatGenerator(chat_generator=components["llm"]),
-        retriever=config.retriever,
         router=UnknownRouter(
             answer_pattern=PROMPTS["figure7"].answer_pattern,
             unknown_patterns=config.unknown_patterns,
@@ -178,66 +183,68 @@ def _fallback_chain(config: StrategyConfig, min_confidence: float | None, min_vo
             answer_checks=config.answer_checks,
             demonstrations=list(PROMPTS["figure7"].demonstrations),
         ),
-        voter=_voter(config, min_vote_share),
+        voter=_voter(config),
         joiner=AnswerJoiner(),
     )
     connections += [
         ("llm.replies", "router.replies"),
-        ("retriever.documents", "router.documents"),
+        (DOCUMENTS, "router.documents"),
         ("router.known", "answer_builder.replies"),
         ("router.fallback_query", "voter.query"),
         ("router.fallback_documents", "voter.documents"),
         ("answer_builder.answers", "joiner.answers"),
-        ("voter.answers", "joiner.answers"),
     ]
     return components, connections
 
 
-def _concat_pf(config: StrategyConfig) -> Pipeline:
+def _concat_pf(config: StrategyConfig) -> Parts:
     """
     Concatenation; when its answer is unknown (or, with `min_confidence`, less confident than tau), post-fusion over
     the same passages (Liu et al., section 3.3).
     """
-    return _assemble(_fallback_chain(config, config.min_confidence, None))
+    components, connections = _fallback_chain(config, config.min_confidence)
+    return components, [*connections, ("voter.answers", "joiner.answers")]
 
 
 CASCADE_MIN_CONFIDENCE = 0.25
 """tau, the `cascade` strategy's default confidence floor for the concatenation answer: the replayed concat_pf sweep's
-best SQuAD 2.0 EM on a development split kept apart from the reported sample (research/notes/evaluation.md, "Choosing
-tau and s")."""
+best SQuAD 2.0 EM on a development split kept apart from the reported sample."""
 
 CASCADE_MIN_VOTE_SHARE = 0.5
 """s, the `cascade` strategy's default: a post-fusion winner with less than half of the votes (or a tie at the top)
-is verified by SuRe. Not yet chosen on data (research/notes/evaluation.md, "Choosing tau and s")."""
+is verified by SuRe (`SplitVoteRouter`). Not yet chosen on data."""
 
 
-def _cascade(config: StrategyConfig) -> Pipeline:
+def _cascade(config: StrategyConfig) -> Parts:
     """
     Concatenation -> post-fusion when it says unknown or is unsure -> SuRe's verification of the top-K post-fusion
     candidates when the vote is split, each candidate summarized from the passages that produced it.
     """
     tau = CASCADE_MIN_CONFIDENCE if config.min_confidence is None else config.min_confidence
     share = CASCADE_MIN_VOTE_SHARE if config.min_vote_share is None else config.min_vote_share
-    components, connections = _fallback_chain(config, tau, share)
+    components, connections = _fallback_chain(config, tau)
     components.update(
+        {SPLIT_ROUTER: SplitVoteRouter(min_vote_share=share, max_candidates=max(2, config.num_candidates))},
         summarizer=_summarizer(config, "conditional"),
         verifier=_verifier(config, use_validity=True, scoring=config.verifier_scoring or "probability"),
     )
     connections += [
-        ("voter.split_query", "summarizer.query"),
-        ("retriever.documents", "summarizer.documents"),
-        ("voter.split_candidates", "summarizer.candidates"),
-        ("voter.split_documents", "summarizer.candidate_documents"),
-        ("voter.split_query", "verifier.query"),
-        ("retriever.documents", "verifier.documents"),
+        ("voter.answers", f"{SPLIT_ROUTER}.answers"),
+        (f"{SPLIT_ROUTER}.answers", "joiner.answers"),
+        (f"{SPLIT_ROUTER}.split_query", "summarizer.query"),
+        (DOCUMENTS, "summarizer.documents"),
+        (f"{SPLIT_ROUTER}.split_candidates", "summarizer.candidates"),
+        (f"{SPLIT_ROUTER}.split_documents", "summarizer.candidate_documents"),
+        (f"{SPLIT_ROUTER}.split_query", "verifier.query"),
+        (DOCUMENTS, "verifier.documents"),
         ("summarizer.candidates", "verifier.candidates"),
         ("summarizer.summaries", "verifier.summaries"),
         ("verifier.answers", "joiner.answers"),
     ]
-    return _assemble((components, connections))
+    return components, connections
 
 
-def _pf_concat(config: StrategyConfig) -> Pipeline:
+def _pf_concat(config: StrategyConfig) -> Parts:
     """
     Post-fusion candidates, then one concatenation over the passages that did not say unknown (section 3.3).
 
@@ -245,15 +252,15 @@ def _pf_concat(config: StrategyConfig) -> Pipeline:
     voter's "unknown" answer reaches the joiner instead.
     """
     components, connections = _prompt_chain(config, "distiller", "voter.documents")
-    components.update(retriever=config.retriever, voter=_voter(config), joiner=AnswerJoiner())
+    components.update(voter=_voter(config), joiner=AnswerJoiner())
     connections += [
-        ("retriever.documents", "voter.documents"),
+        (DOCUMENTS, "voter.documents"),
         ("voter.candidates", "prompt_builder.candidates"),
         ("llm.replies", "answer_builder.replies"),
         ("answer_builder.answers", "joiner.answers"),
         ("voter.unknown", "joiner.answers"),
     ]
-    return _assemble((components, connections))
+    return components, connections
 
 
 def _no_datamark(config: StrategyConfig, component: str) -> None:
@@ -284,52 +291,51 @@ def _verifier(config: StrategyConfig, use_validity: bool, scoring: Scoring) -> S
     )
 
 
-def _sure(use_validity: bool) -> Callable[[StrategyConfig], Pipeline]:
+def _sure(use_validity: bool) -> Callable[[StrategyConfig], Parts]:
     """Candidates and conditional summaries, then verification (Kim et al., Algorithm 1; Table 3 ablation)."""
 
-    def build(config: StrategyConfig) -> Pipeline:
+    def build(config: StrategyConfig) -> Parts:
         verifier = _verifier(config, use_validity, config.verifier_scoring or "text")
         components = {
-            "retriever": config.retriever,
             "summarizer": _summarizer(config, "conditional"),
             "verifier": verifier,
         }
         connections = [
-            ("retriever.documents", "summarizer.documents"),
-            ("retriever.documents", "verifier.documents"),
+            (DOCUMENTS, "summarizer.documents"),
+            (DOCUMENTS, "verifier.documents"),
             ("summarizer.candidates", "verifier.candidates"),
             ("summarizer.summaries", "verifier.summaries"),
         ]
-        return _assemble((components, connections))
+        return components, connections
 
     return build
 
 
-def _summarize_then_answer(mode: SummaryMode, prompt_name: str, reads: str) -> Callable[[StrategyConfig], Pipeline]:
+def _summarize_then_answer(mode: SummaryMode, prompt_name: str, reads: str) -> Callable[[StrategyConfig], Parts]:
     """
     Kim et al.'s prompting baselines: a CandidateSummarizer round, then one answer prompt that reads its `reads`
     output (`summaries` or `candidates`), with the passages (titled layout) unless the generic summary replaces them.
     """
 
-    def build(config: StrategyConfig) -> Pipeline:
+    def build(config: StrategyConfig) -> Parts:
         # Sum-and-pred (Gen): the generic summary stands in for the passages
         layout: PassageLayout | None = None if mode == "generic" else "titled"
-        components, connections = _prompt_chain(config, prompt_name, "retriever.documents", layout=layout)
-        components.update(retriever=config.retriever, summarizer=_summarizer(config, mode))
+        components, connections = _prompt_chain(config, prompt_name, DOCUMENTS, layout=layout)
+        components.update(summarizer=_summarizer(config, mode))
         connections += [
-            ("retriever.documents", "summarizer.documents"),
+            (DOCUMENTS, "summarizer.documents"),
             (f"summarizer.{reads}", f"prompt_builder.{reads}"),
             ("llm.replies", "answer_builder.replies"),
         ]
-        return _assemble((components, connections))
+        return components, connections
 
     return build
 
 
-def _chain_of_note(mode: NoteMode) -> Callable[[StrategyConfig], Pipeline]:
+def _chain_of_note(mode: NoteMode) -> Callable[[StrategyConfig], Parts]:
     """Reading notes per passage, then the answer (Yu et al., section 2.3)."""
 
-    def build(config: StrategyConfig) -> Pipeline:
+    def build(config: StrategyConfig) -> Parts:
         _no_datamark(config, "NoteTaker")
         note_taker = NoteTaker(
             chat_generator=config.chat_generator,
@@ -340,7 +346,6 @@ def _chain_of_note(mode: NoteMode) -> Callable[[StrategyConfig], Pipeline]:
             generation_kwargs=config.note_generation_kwargs,
             unknown_patterns=config.unknown_patterns,
         )
-        components = {"retriever": config.retriever, "note_taker": note_taker}
-        return _assemble((components, [("retriever.documents", "note_taker.documents")]))
+        return {"note_taker": note_taker}, [(DOCUMENTS, "note_taker.documents")]
 
     return build

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from haystack import Pipeline
 from haystack.components.generators.chat.types import ChatGenerator
 
 from haystack_fusion.answers import DEFAULT_OVERLAP_THRESHOLD, VoteMode
@@ -15,7 +14,18 @@ from haystack_fusion.components.summary_verifier import Scoring
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS
 
 RETRIEVER = "retriever"
-"""The name of every strategy pipeline's retriever component: its `documents` are the top-k passages."""
+"""The name of the retriever component of a full pipeline (`build_pipeline(..., retriever=...)`): its `documents` are
+the top-k passages."""
+
+SPLIT_ROUTER = "split_router"
+"""The name of `cascade`'s `SplitVoteRouter`, which sends a split post-fusion vote on to SuRe's verification."""
+
+DOCUMENTS = "documents"
+"""The sender that stands for the passages in `Parts`: the retriever's `documents`, or without one the pipeline's
+`documents` input."""
+
+Parts = tuple[dict[str, Any], list[tuple[str, str]]]
+"""A strategy's pipeline under construction: components by name, and (sender, receiver) connections."""
 
 StageKind = Literal["answer", "concatenation", "post_fusion", "summaries", "verification", "notes"]
 """What a round does:
@@ -49,7 +59,6 @@ class StrategyConfig:
     """
     What every strategy builder takes.
 
-    :param retriever: The retriever component (any Haystack retriever with `query` and `top_k` inputs).
     :param chat_generator: The LLM. Components of one pipeline share this instance.
     :param max_concurrency: Largest number of LLM calls of one round under way at once (an integer >= 1); None
         (default): all of the round's calls at once, up to the process-wide ceiling (`llm.concurrency_ceiling`).
@@ -91,7 +100,6 @@ class StrategyConfig:
     :param overlap_threshold: Token F1 in (0, 1] at which two answers agree in overlap voting.
     """
 
-    retriever: Any
     chat_generator: ChatGenerator
     max_concurrency: int | None = None
     samples_per_passage: int = 1
@@ -123,7 +131,7 @@ class Strategy:
     :param source: Paper location it implements.
     :param rounds: Dependent LLM rounds on the critical path (at most).
     :param answer_component: The component whose `answers` output is the strategy's answer list.
-    :param build: Builds the pipeline from a `StrategyConfig`.
+    :param build: Builds the pipeline's components and connections from a `StrategyConfig`.
     :param stages: Its rounds in the order they can run (`Stage`: a kind and the component that runs it); the one
         place the run's evidence, the stage trace, the serving stream and the CLI learn which component does what.
     :param prompts: Names of the `PROMPTS` its pipeline can render (the report reads their demonstration answers to
@@ -137,7 +145,7 @@ class Strategy:
     source: str
     rounds: str
     answer_component: str
-    build: Callable[[StrategyConfig], Pipeline] = field(repr=False)
+    build: Callable[[StrategyConfig], Parts] = field(repr=False)
     stages: tuple[Stage, ...] = ()
     prompts: tuple[str, ...] = ()
     calls: str = "1"

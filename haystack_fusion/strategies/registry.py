@@ -21,6 +21,7 @@ from haystack_fusion.strategies.builders import (
     _single_prompt,
     _summarize_then_answer,
     _sure,
+    assemble,
 )
 from haystack_fusion.strategies.config import Strategy, StrategyConfig
 
@@ -223,9 +224,20 @@ def get_strategy(name: str) -> Strategy:
     return STRATEGIES[name]
 
 
-def build_pipeline(name: str, **config: Any) -> Pipeline:
+def strategy_of(pipeline: Pipeline) -> Strategy:
     """
-    Build the pipeline of a registered strategy.
+    The strategy a pipeline was built for, from its `metadata["strategy"]` (written by `build_pipeline`, kept in its
+    YAML).
+
+    :raises ValueError: If the pipeline names no registered strategy.
+    """
+    return get_strategy(pipeline.metadata.get("strategy", "(none)"))
+
+
+def build_pipeline(name: str, *, retriever: Any | None = None, **config: Any) -> Pipeline:
+    """
+    Build the pipeline of a registered strategy: the passages in (`documents`), the answers out; with a retriever,
+    your retriever followed by the strategy.
 
     ### Usage example
     ```python
@@ -236,12 +248,14 @@ def build_pipeline(name: str, **config: Any) -> Pipeline:
     # the index made by `haystack-fusion index passages.jsonl --store index.json`
     retriever = InMemoryBM25Retriever(load_store("index.json"), top_k=5)
     pipe = build_pipeline("concat_pf", retriever=retriever, chat_generator=local_chat_generator())
-    print(run_strategy("concat_pf", pipe, "Which river flows through the capital?").answer.data)
+    print(run_strategy(pipe, "Which river flows through the capital?").answer.data)
     ```
 
-    :param name: A registered strategy name.
-    :param config: The fields of `StrategyConfig` (`retriever` and `chat_generator` are required).
+    :param name: A registered strategy name, kept in the pipeline's `metadata["strategy"]`.
+    :param retriever: A retriever component (`query` and `top_k` inputs, a `documents` output), added as
+        `retriever`; None: the pipeline takes the passages as its `documents` input.
+    :param config: The fields of `StrategyConfig` (`chat_generator` is required).
     :returns: A new Pipeline.
     :raises ValueError: If the strategy is not registered.
     """
-    return get_strategy(name).build(StrategyConfig(**config))
+    return assemble(get_strategy(name).build(StrategyConfig(**config)), strategy=name, retriever=retriever)

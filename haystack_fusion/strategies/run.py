@@ -12,9 +12,10 @@ from haystack import Document, Pipeline
 from haystack.dataclasses import GeneratedAnswer
 
 from haystack_fusion.answers import UNKNOWN, answer_confidence
+from haystack_fusion.components.base import ChatGeneratorWrapper
 from haystack_fusion.llm import reply_usage, sum_usage
-from haystack_fusion.strategies.config import RETRIEVER, Stage, StageKind, Strategy
-from haystack_fusion.strategies.registry import get_strategy
+from haystack_fusion.strategies.config import RETRIEVER, SPLIT_ROUTER, Stage, StageKind, Strategy
+from haystack_fusion.strategies.registry import strategy_of
 from haystack_fusion.sure import summary_is_label
 from haystack_fusion.validation import is_invalid, validate_query
 
@@ -39,6 +40,7 @@ class StrategyRun:
         `http_requests` when every call's requests were counted, and `cached_tokens` when any call's provider
         reported them (`pipeline_usage`).
     :param seconds: Wall-clock time of the pipeline run, in seconds.
+    :param strategy: The registered strategy that ran (the pipeline's `metadata["strategy"]`).
     """
 
     answer: GeneratedAnswer
@@ -47,6 +49,7 @@ class StrategyRun:
     evidence: dict[str, Any]
     usage: dict[str, int]
     seconds: float
+    strategy: str
 
     def answer_text(self) -> str:
         """
@@ -65,7 +68,7 @@ def pipeline_usage(pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) -> di
     Sum the usage of every LLM call in a pipeline run's outputs (run with every component in include_outputs_from).
 
     Counts each ChatGenerator reply in a `replies` output once (and each such generator run as one round), plus
-    the usage that this package's LLM components (those wrapping a `chat_generator`) report in their `meta` output
+    the usage that this package's LLM components (`ChatGeneratorWrapper`s) report in their `meta` output
     (CandidateSummarizer, AbstainingChatGenerator) or on their first answer's `meta` (PostFusionVoter,
     SummaryVerifier): that usage counts their calls, so the `replies` of such a component (AbstainingChatGenerator's)
     are not counted again. Answers passed on by joiners are not counted again either.
@@ -97,16 +100,16 @@ def pipeline_usage(pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) -> di
 
 def _own_meta(pipeline: Pipeline, name: str, output: dict[str, Any]) -> dict[str, Any] | None:
     """
-    What one of this package's LLM components (those wrapping a `chat_generator`) reports about its own calls: its
-    `meta` output, or its first answer's `meta` (a split vote emits `split`, not `answers`).
+    What one of this package's LLM components (a `ChatGeneratorWrapper`) reports about its own calls: its `meta`
+    output, or its first answer's `meta`.
 
     :returns: That `meta` (empty when the component emitted neither), or None for any other component.
     """
-    if not hasattr(pipeline.get_component(name), "_chat_generator"):
+    if not isinstance(pipeline.get_component(name), ChatGeneratorWrapper):
         return None
     if isinstance(output.get("meta"), dict):
         return output["meta"]
-    answers = output.get("answers") or output.get("split") or []
+    answers = output.get("answers") or []
     return answers[0].meta if answers else {}
 
 
@@ -150,8 +153,8 @@ def stage_trace(stages: Sequence[Stage], outputs: dict[str, dict[str, Any]]) -> 
         name, output = TRACE_NAMES[stage.kind], outputs.get(stage.component, {})
         if stage.kind == "concatenation" and "unknown" in output:
             trace.append({"stage": name, "answered": False, "reason": output.get("reason")})
-        elif stage.kind == "post_fusion" and output.get("split"):
-            trace.append({"stage": name, "answered": False, "reason": output["split"][0].meta.get("split_reason")})
+        elif stage.kind == "post_fusion" and (reason := outputs.get(SPLIT_ROUTER, {}).get("split_reason")):
+            trace.append({"stage": name, "answered": False, "reason": reason})
         else:
             answered = stage.component in outputs if stage.kind == "verification" else True
             return [*trace, {"stage": name, "answered": answered}]
@@ -164,7 +167,6 @@ def _outputs_of(strategy: Strategy, kind: StageKind, outputs: dict[str, dict[str
 
 
 def run_strategy(
-    name: str,
     pipeline: Pipeline,
     query: str,
     *,
@@ -174,8 +176,8 @@ def run_strategy(
     """
     Ask one question through a strategy pipeline and gather its answer, evidence and usage.
 
-    :param name: The registered strategy the pipeline was built for.
-    :param pipeline: A pipeline from `build_pipeline(name, ...)` (or loaded from its YAML).
+    :param pipeline: A pipeline from `build_pipeline(name, retriever=...)` (or loaded from its YAML): its
+        `metadata["strategy"]` names the strategy.
     :param query: The question.
     :param top_k: Passages to retrieve; None keeps the retriever's own `top_k`.
     :param retriever_inputs: Further run inputs of the `retriever` component (the evaluation's per-question gold
@@ -184,9 +186,9 @@ def run_strategy(
         (`answers.answer_confidence`); the answer of a fallback strategy gets `meta["stage"]` and `meta["stages"]`
         (`stage_trace`) and, when an LLM call of any stage failed, `meta["failures"]` (`pipeline_failures`: a failed
         concatenation call, which sent the question on to post-fusion, included).
-    :raises ValueError: If the question is empty or only whitespace, or the strategy is not registered.
+    :raises ValueError: If the question is empty or only whitespace, or the pipeline names no registered strategy.
     """
-    get_strategy(name)  # ValueError for an unregistered strategy, before anything runs
+    strategy_of(pipeline)  # ValueError for an unregistered strategy, before anything runs
     query = validate_query(query)
     data: dict[str, dict[str, Any]] = {
         component: {"query": query} for component, sockets in pipeline.inputs().items() if "query" in sockets
@@ -198,37 +200,36 @@ def run_strategy(
     components = [component for component, _ in pipeline.walk()]
     start = time.perf_counter()
     outputs = pipeline.run(data=data, include_outputs_from=set(components))
-    return strategy_run(name, pipeline, query, outputs, seconds=time.perf_counter() - start)
+    return strategy_run(pipeline, query, outputs, seconds=time.perf_counter() - start)
 
 
 def strategy_run(
-    name: str, pipeline: Pipeline, query: str, outputs: dict[str, dict[str, Any]], *, seconds: float = 0.0
+    pipeline: Pipeline, query: str, outputs: dict[str, dict[str, Any]], *, seconds: float = 0.0
 ) -> StrategyRun:
     """
     Gather a `StrategyRun` from a strategy pipeline's outputs: what `run_strategy` returns, for a run made another way
     (e.g. `Pipeline.run_async_generator` while streaming, as the Hayhooks wrappers do).
 
-    :param name: The registered strategy the pipeline was built for.
-    :param pipeline: Its pipeline (read for its component names and usage, not run).
+    :param pipeline: The strategy's pipeline (read for its strategy, component names and usage, not run).
     :param query: The question asked (the answer's query when the strategy gave no answer).
     :param outputs: Component name -> that component's outputs, for every component that ran (a run with every
         component in `include_outputs_from`).
     :param seconds: Wall-clock time of the run, in seconds.
     :returns: The `StrategyRun`, with answer meta (`confidence`, `stage`, `stages`, `failures`) as `run_strategy`
         adds it.
-    :raises ValueError: If the strategy is not registered.
+    :raises ValueError: If the pipeline names no registered strategy.
     """
-    strategy = get_strategy(name)
+    strategy = strategy_of(pipeline)
     components = [component for component, _ in pipeline.walk()]
     answers = outputs.get(strategy.answer_component, {}).get("answers") or []
     answer = answers[0] if answers else GeneratedAnswer(data=UNKNOWN, query=query, documents=[], meta={})
     voter = _outputs_of(strategy, "post_fusion", outputs) or {}
-    voter_answers = voter.get("answers") or voter.get("split") or []
+    voter_answers = voter.get("answers") or []
     summarizer = _outputs_of(strategy, "summaries", outputs) or {}
     evidence: dict[str, Any] = {
         "components_run": [component for component in components if component in outputs],
         "votes": voter_answers[0].meta.get("votes") if voter_answers else None,
-        "candidates": voter.get("candidates") or summarizer.get("candidates"),
+        "candidates": summarizer.get("candidates") if summarizer else voter.get("candidates"),
     }
     if summarizer:
         evidence["summaries"] = summarizer.get("summaries")
@@ -275,4 +276,5 @@ def strategy_run(
         evidence=evidence,
         usage=pipeline_usage(pipeline, outputs),
         seconds=seconds,
+        strategy=strategy.name,
     )

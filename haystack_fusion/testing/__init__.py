@@ -17,7 +17,7 @@ from haystack_fusion.testing import PromptAwareChatGenerator, ScriptedChatGenera
 
 llm = ScriptedChatGenerator(reply="Paris", fail_on="boom")
 pipeline = build_pipeline("post_fusion", retriever=retriever, chat_generator=llm)
-assert run_strategy("post_fusion", pipeline, "Capital of France?").answer.data == "Paris"
+assert run_strategy(pipeline, "Capital of France?").answer.data == "Paris"
 assert llm.calls == 5  # one call per passage of the top 5
 ```
 """

@@ -282,7 +282,7 @@ class PromptAwareChatGenerator(ScriptedChatGenerator):
 
     llm = PromptAwareChatGenerator(PromptReplies(["Paris", "Lyon"], concatenation_unknown=1.0))
     pipeline = build_pipeline("cascade", retriever=retriever, chat_generator=llm)
-    run_strategy("cascade", pipeline, "Which city is the capital of France?")
+    run_strategy(pipeline, "Which city is the capital of France?")
     print(llm.calls, llm.prompts[0])
     ```
     """

@@ -229,7 +229,7 @@ def main() -> None:
     for name in STRATEGIES:
         llm = PromptAwareChatGenerator(REPLIES)
         pipeline = build_pipeline(name, retriever=FixedRetriever(documents), chat_generator=llm, max_concurrency=1)
-        run = run_strategy(name, pipeline, QUERY)
+        run = run_strategy(pipeline, QUERY)
         prompts = llm.prompts
         kinds = [prompt_kind(prompt) for prompt in prompts]
         chars, char_kinds, char_within = measure(prompts, kinds, None)

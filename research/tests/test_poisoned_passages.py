@@ -138,7 +138,7 @@ class TestFormattingUnderAttack:
             pipe = build_pipeline(
                 strategy, retriever=retriever, chat_generator=MockChatGenerator(response_fn=obedient), max_concurrency=1
             )
-            answers[strategy] = run_strategy(strategy, pipe, QUESTION.question, top_k=5).answer.data
+            answers[strategy] = run_strategy(pipe, QUESTION.question, top_k=5).answer.data
         assert answers == {"concatenation": "Atlantis", "post_fusion": "Paris", "concat_pf": "Atlantis"}
 
 

@@ -173,7 +173,7 @@ def test_sure_returns_the_passages_reranked_by_the_winning_summary(ranker):
         chat_generator=MockChatGenerator(response_fn=reply),
         document_ranker=ranker,
     )
-    run = run_strategy("sure", pipeline, "Which Paris museum holds the Mona Lisa, and when was the tower built?")
+    run = run_strategy(pipeline, "Which Paris museum holds the Mona Lisa, and when was the tower built?")
     assert run.answer.data == "1889"
     assert run.documents[0].id != "eiffel"  # BM25 ranks another passage first ...
     assert run.answer.documents[0].id == "eiffel"  # ... the winning summary's passage leads the answer's documents

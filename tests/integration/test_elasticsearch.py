@@ -37,7 +37,7 @@ def test_answers_with_each_retriever(kind, index_name, llm, questions):
     pipeline = build_pipeline("concat_pf", retriever=retriever(config), chat_generator=llm)
     hits = 0
     for question in questions:
-        run = run_strategy("concat_pf", pipeline, question.question)
+        run = run_strategy(pipeline, question.question)
         assert len(run.documents) == config.top_k
         assert run.answer_text().strip()  # an answer, or what the answer checks rejected and why
         hits += question.gold_document_id in [d.id for d in run.documents]

@@ -35,7 +35,7 @@ def server(start_openai_server, monkeypatch):
 def test_the_fallback_answers_when_the_concatenation_call_fails(server, retriever, questions, strategy):
     llm = OpenAIChatGenerator(api_base_url=server.base_url, model="m", max_retries=MAX_RETRIES)
     pipeline = build_pipeline(strategy, retriever=retriever, chat_generator=llm)
-    run = run_strategy(strategy, pipeline, questions[0].question)
+    run = run_strategy(pipeline, questions[0].question)
 
     assert run.answer.data in ANSWERS
     (failure,) = run.evidence["failures"]

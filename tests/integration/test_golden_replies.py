@@ -132,7 +132,7 @@ def first_round_calls() -> list[dict[str, Any]]:
             # "unknown" to every call, so each strategy stops after its first round
             recorder = ScriptedChatGenerator("unknown", generation_kwargs=dict(LOCAL_GENERATION_KWARGS))
             pipeline = build_pipeline(strategy, retriever=_retriever(), chat_generator=recorder, few_shot=True)
-            run_strategy(strategy, pipeline, question)
+            run_strategy(pipeline, question)
             # a one-prompt chain calls a copy of the generator, with the prompt's stop sequences added
             copies = [part for _, part in pipeline.walk() if isinstance(part, ScriptedChatGenerator)]
             (llm,) = (generator for generator in (recorder, *copies) if generator.calls)

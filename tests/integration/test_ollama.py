@@ -25,6 +25,6 @@ def test_strategy_answers_through_ollama(name, retriever, questions):
     config = BackendConfig.from_env(llm="ollama", model=os.environ.get("OLLAMA_MODEL"))
     pipeline = build_pipeline(name, retriever=retriever, chat_generator=chat_generator(config))
     for question in questions[:2]:
-        run = run_strategy(name, pipeline, question.question)
+        run = run_strategy(pipeline, question.question)
         assert run.answer_text().strip()  # an answer, or what the answer checks rejected and why
         assert run.usage["failed_calls"] == 0

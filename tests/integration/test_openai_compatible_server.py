@@ -59,7 +59,7 @@ def test_strategy_through_openai_chat_generator(name, server_url, retriever, que
     # the base model behind a chat template does not stop by itself: bound each completion
     generator.generation_kwargs.update(max_tokens=48, stop=["\n\n"])
     pipeline = build_pipeline(name, retriever=retriever, chat_generator=generator, max_concurrency=1)
-    run = run_strategy(name, pipeline, questions[0].question)
+    run = run_strategy(pipeline, questions[0].question)
     assert run.answer_text().strip()  # an answer, or what the answer checks rejected and why
     assert len(run.documents) == TOP_K
     assert run.usage["failed_calls"] == 0
@@ -120,7 +120,7 @@ class TestConfidence:
         generator.generation_kwargs.update(max_tokens=16)
         pipeline = build_pipeline("concatenation", retriever=InMemoryBM25Retriever(load_store(index)),
                                   chat_generator=generator)  # fmt: skip
-        run = run_strategy("concatenation", pipeline, questions[0].question)
+        run = run_strategy(pipeline, questions[0].question)
         assert run.evidence["confidence"] is None
         message = missing_logprobs(generator, run.answers)
         assert message == (

@@ -67,7 +67,7 @@ def test_strategy_pipeline_with_dense_retrieval_round_trips_and_runs(make, embed
     )
     assert Pipeline.loads(pipeline.dumps()) == pipeline
     assert "model: null" in pipeline.dumps()  # the packaged model, portable
-    run = run_strategy("concatenation", pipeline, questions[0].question, top_k=3)
+    run = run_strategy(pipeline, questions[0].question, top_k=3)
     assert len(run.documents) == 3
     assert run.answer.data == "France"
 

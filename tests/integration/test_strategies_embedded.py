@@ -42,7 +42,7 @@ def test_paper_002_strategy_answers_real_questions(name, retriever, llm, questio
     """SuRe, its ablations and baselines with the few-shot candidate prompt (Listing 13) the base model needs."""
     pipeline = build_pipeline(name, retriever=retriever, chat_generator=llm, few_shot=True)
     for question in questions[:2]:
-        run = run_strategy(name, pipeline, question.question)
+        run = run_strategy(pipeline, question.question)
         assert run.answer_text().strip()  # an answer, or what the answer checks rejected and why
         assert len(run.documents) == TOP_K
         assert run.usage["calls"] in PAPER_002[name]
@@ -61,7 +61,7 @@ def test_chain_of_note_answers_real_questions(name, retriever, llm, questions):
     """Both NoteTaker modes: one note per retrieved passage with a relevance label, and an answer."""
     pipeline = build_pipeline(name, retriever=retriever, chat_generator=llm, note_generation_kwargs={"max_tokens": 400})
     for question in questions[:2]:
-        run = run_strategy(name, pipeline, question.question)
+        run = run_strategy(pipeline, question.question)
         assert run.answer_text().strip()  # an answer, or what the answer checks rejected (e.g. the demo's "1996")
         assert run.usage["calls"] in PAPER_004[name]
         assert run.usage["failed_calls"] == 0
@@ -78,7 +78,7 @@ def test_chain_of_note_answers_real_questions(name, retriever, llm, questions):
 def test_strategy_answers_five_real_questions(name, retriever, llm, questions):
     pipeline = build_pipeline(name, retriever=retriever, chat_generator=llm)
     for question in questions:
-        run = run_strategy(name, pipeline, question.question)
+        run = run_strategy(pipeline, question.question)
         assert isinstance(run.answer.data, str)
         assert run.answer_text().strip()  # an answer, or what the answer checks rejected and why
         assert len(run.documents) == TOP_K
@@ -97,7 +97,7 @@ def test_yaml_round_trip_with_the_embedded_generator(name, retriever, llm):
 
 def test_concat_pf_makes_one_call_when_the_first_answer_is_known(retriever, llm, questions):
     pipeline = build_pipeline("concat_pf", retriever=retriever, chat_generator=llm)
-    run = run_strategy("concat_pf", pipeline, questions[0].question)
+    run = run_strategy(pipeline, questions[0].question)
     assert run.evidence["fallback"] is False
     assert run.usage["calls"] == 1
     assert run.usage["rounds"] == 1
@@ -107,12 +107,12 @@ def test_concat_pf_makes_one_plus_k_calls_when_the_first_answer_is_unknown(retri
     """The embedded base model rarely abstains (8 of 626 concatenation answers on the subset), so here the detector
     is configured to count the model's real first answer as unknown: the 1 + k path, independent of model numerics."""
     question = next(q for q in squad[1] if q.is_impossible).question
-    first = run_strategy("concatenation", build_pipeline("concatenation", retriever=retriever, chat_generator=llm),
+    first = run_strategy(build_pipeline("concatenation", retriever=retriever, chat_generator=llm),
                          question)  # fmt: skip
     patterns = [*DEFAULT_UNKNOWN_PATTERNS, "^" + re.escape(clean_answer(first.answer.data)) + "$"]
     pipeline = build_pipeline("concat_pf", retriever=InMemoryBM25Retriever(document_store=store, top_k=TOP_K),
                               chat_generator=local_chat_generator(), unknown_patterns=patterns)  # fmt: skip
-    run = run_strategy("concat_pf", pipeline, question)
+    run = run_strategy(pipeline, question)
     assert run.evidence["fallback"] is True
     assert run.usage["calls"] == 1 + TOP_K
     assert run.usage["rounds"] == 2
@@ -124,10 +124,10 @@ def test_greedy_answers_do_not_depend_on_what_was_asked_before(retriever, llm, s
     """Temperature 0 and every prompt evaluated from scratch: the same question gives the same answer."""
     pipeline = build_pipeline("concatenation", retriever=retriever, chat_generator=llm)
     question, *others = [q.question for q in squad[1][5:8]]
-    first = run_strategy("concatenation", pipeline, question).answer.data
+    first = run_strategy(pipeline, question).answer.data
     for other in others:
-        run_strategy("concatenation", pipeline, other)
-    assert run_strategy("concatenation", pipeline, question).answer.data == first
+        run_strategy(pipeline, other)
+    assert run_strategy(pipeline, question).answer.data == first
 
 
 async def test_post_fusion_voter_runs_concurrent_calls_on_the_embedded_model(retriever, llm, questions):
@@ -146,7 +146,7 @@ def test_concat_pf_falls_back_on_a_real_empty_first_answer(retriever, llm, squad
     """On this question the embedded model's concatenation reply has an empty answer line, which abstains (found in
     the full concatenation run over the subset: 8 of 626 answers were unknown, 6 of them empty)."""
     question = next(q for q in squad[1] if q.id == "56e19724cd28a01900c679f8").question
-    run = run_strategy("concat_pf", build_pipeline("concat_pf", retriever=retriever, chat_generator=llm), question)
+    run = run_strategy(build_pipeline("concat_pf", retriever=retriever, chat_generator=llm), question)
     assert run.evidence["fallback"] is True, f"the first answer was not unknown this time: {run.answer.data!r}"
     assert run.usage["calls"] == 1 + TOP_K
     assert run.usage["rounds"] == 2

@@ -9,7 +9,7 @@ from tests.spans import llm_spans_by_component, span_tree
 
 def test_sure_run_traces_every_llm_call(spans, retriever, llm, questions):
     pipeline = build_pipeline("sure", retriever=retriever, chat_generator=llm, few_shot=True)
-    run = run_strategy("sure", pipeline, questions[0].question)
+    run = run_strategy(pipeline, questions[0].question)
     finished = spans.get_finished_spans()
     print(span_tree(finished))
     grouped = llm_spans_by_component(finished)

@@ -132,14 +132,14 @@ class TestStrategyUsage:
         pipeline = build_pipeline(
             "post_fusion", retriever=self.retriever(), chat_generator=generator_for(openai_server)
         )
-        usage = run_strategy("post_fusion", pipeline, QUERY).usage
+        usage = run_strategy(pipeline, QUERY).usage
         assert usage["calls"] == usage["http_requests"] == openai_server.stats.requests == K
 
     def test_a_partial_count_is_left_out(self, start_openai_server):
         # PF+Concat: post-fusion's calls are the voter's own (counted), the distiller's is a plain generator call (not)
         server = start_openai_server(reply=lambda body: "Paris")
         pipeline = build_pipeline("pf_concat", retriever=self.retriever(), chat_generator=generator_for(server))
-        run = run_strategy("pf_concat", pipeline, QUERY)
+        run = run_strategy(pipeline, QUERY)
         assert run.usage["calls"] == server.stats.requests == K + 1
         assert "http_requests" not in run.usage
 

@@ -165,6 +165,6 @@ class TestTruncatedUsage:
             retriever=InMemoryBM25Retriever(store, top_k=2),
             chat_generator=MockChatGenerator(responses=cut("Paris")),
         )
-        run = run_strategy("concatenation", pipeline, "What is the capital of France?")
+        run = run_strategy(pipeline, "What is the capital of France?")
         assert run.usage["truncated"] == 1
         assert run.answer.meta["finish_reason"] == "length"  # the answer builder passes the reply's meta on

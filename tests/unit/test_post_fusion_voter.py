@@ -5,6 +5,7 @@ from typing import Any
 import pytest
 from haystack import Document, Pipeline
 from haystack.components.generators.chat import MockChatGenerator
+from haystack.core.serialization import component_from_dict, component_to_dict
 from haystack.dataclasses import ChatMessage, GeneratedAnswer
 
 from haystack_fusion import NoteTaker, PostFusionVoter
@@ -13,6 +14,7 @@ from haystack_fusion.answers import (
     normalize_answer,
 )
 from haystack_fusion.components.post_fusion_voter import DEFAULT_SAMPLING_KWARGS
+from haystack_fusion.components.split_vote_router import SplitVoteRouter
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS
 from haystack_fusion.testing import ScriptedChatGenerator
 from haystack_fusion.validation import DEMONSTRATION, PASSAGE_MARKUP, validate_query
@@ -290,8 +292,6 @@ class TestPostFusionVoter:
                 "max_passage_chars": DEFAULT_MAX_PASSAGE_CHARS,
                 "unknown_patterns": None,
                 "raise_on_failure": False,
-                "min_vote_share": None,
-                "split_candidates": 2,
                 "datamark": False,
                 "vote": "exact",
                 "overlap_threshold": DEFAULT_OVERLAP_THRESHOLD,
@@ -309,8 +309,6 @@ class TestPostFusionVoter:
             max_passage_chars=None,
             unknown_patterns=["^no idea$"],
             raise_on_failure=True,
-            min_vote_share=0.6,
-            split_candidates=3,
             datamark=True,
             vote="overlap",
             overlap_threshold=0.7,
@@ -325,8 +323,6 @@ class TestPostFusionVoter:
             "max_passage_chars": None,
             "unknown_patterns": ["^no idea$"],
             "raise_on_failure": True,
-            "min_vote_share": 0.6,
-            "split_candidates": 3,
             "datamark": True,
             "vote": "overlap",
             "overlap_threshold": 0.7,
@@ -409,37 +405,50 @@ class TestSplitVotes:
         assert winner["tie"] is False
         assert winner["confidence"] == pytest.approx(math.exp(-0.5))  # the only vote with log-probabilities
 
+
+def routed(voter: PostFusionVoter, documents: list[Document], min_vote_share: float, **kwargs: Any) -> dict[str, Any]:
+    """The voter's answers through a SplitVoteRouter, as `cascade` wires them."""
+    answers = voter.run(query="Q?", documents=documents)["answers"]
+    return SplitVoteRouter(min_vote_share=min_vote_share, **kwargs).run(query="Q?", answers=answers)
+
+
+class TestSplitVoteRouter:
     def test_clear_vote_answers(self):
-        voter = voter_with(["Paris", "Paris", "Lyon"], min_vote_share=0.5, max_concurrency=1)
-        result = voter.run(query="Q?", documents=_docs(3))
+        result = routed(voter_with(["Paris", "Paris", "Lyon"], max_concurrency=1), _docs(3), 0.5)
         assert result["answers"][0].data == "Paris"
-        assert "split" not in result
+        assert "split_reason" not in result
 
     def test_tie_is_split_with_each_candidates_passages(self):
         documents = _docs(4)
-        voter = voter_with(["Lyon", "Paris", "paris", "Lyon"], min_vote_share=0.3, max_concurrency=1)
-        result = voter.run(query="Q?", documents=documents)
+        result = routed(voter_with(["Lyon", "Paris", "paris", "Lyon"], max_concurrency=1), documents, 0.3)
         assert "answers" not in result
         assert result["split_query"] == "Q?"
         assert result["split_candidates"] == ["Lyon", "Paris"]
         assert result["split_documents"] == [[documents[0], documents[3]], [documents[1], documents[2]]]
-        assert result["split"][0].meta["split_reason"] == "tie at the top"
+        assert result["split_reason"] == "tie at the top"
 
     def test_low_share_is_split_top_k(self):
-        voter = voter_with(["Rome", "Oslo", "Bern", "Rome", "Riga"], min_vote_share=0.5, max_concurrency=1)
-        result = voter.run(query="Q?", documents=_docs(5))
+        result = routed(voter_with(["Rome", "Oslo", "Bern", "Rome", "Riga"], max_concurrency=1), _docs(5), 0.5)
         assert result["split_candidates"] == ["Rome", "Oslo"]
-        assert result["split"][0].meta["split_reason"] == "vote share 0.40 < 0.5"
+        assert result["split_reason"] == "vote share 0.40 < 0.5"
+        wider = routed(
+            voter_with(["Rome", "Oslo", "Bern", "Rome", "Riga"], max_concurrency=1), _docs(5), 0.5, max_candidates=3
+        )
+        assert wider["split_candidates"] == ["Rome", "Oslo", "Bern"]
 
     def test_all_unknown_is_answered_not_split(self):
-        voter = voter_with(["unknown", "unknown"], min_vote_share=0.9, max_concurrency=1)
-        result = voter.run(query="Q?", documents=_docs(2))
+        result = routed(voter_with(["unknown", "unknown"], max_concurrency=1), _docs(2), 0.9)
         assert result["answers"][0].data == "unknown"
 
     @pytest.mark.parametrize(("share", "k"), [(0.0, 2), (1.5, 2), (0.5, 1)])
     def test_invalid_settings(self, share, k):
-        with pytest.raises(ValueError, match=r"min_vote_share|split_candidates"):
-            voter_with(["x"], min_vote_share=share, split_candidates=k)
+        with pytest.raises(ValueError, match=r"min_vote_share|max_candidates"):
+            SplitVoteRouter(min_vote_share=share, max_candidates=k)
+
+    def test_serialization_round_trip(self):
+        data = component_to_dict(SplitVoteRouter(min_vote_share=0.6, max_candidates=3), "split_router")
+        assert data["init_parameters"] == {"min_vote_share": 0.6, "max_candidates": 3}
+        assert component_to_dict(component_from_dict(SplitVoteRouter, data, "split_router"), "split_router") == data
 
 
 MARKUP = '<passage key="1c6071d9">'
@@ -546,12 +555,12 @@ class TestVoterOverlapMode:
 
     def test_split_outputs_are_per_cluster(self):
         documents = docs(4)
-        voter = sequential_voter_with([ACRONYM, "palmitate", LONG_FORM, "oleate"], vote="overlap", min_vote_share=0.6)
-        result = voter.run(query="Q?", documents=documents)
+        voter = sequential_voter_with([ACRONYM, "palmitate", LONG_FORM, "oleate"], vote="overlap")
+        result = routed(voter, documents, 0.6)
         assert "answers" not in result
         assert result["split_candidates"] == [ACRONYM, "palmitate"]
         assert result["split_documents"] == [[documents[0], documents[2]], [documents[1]]]
-        assert result["split"][0].meta["split_reason"] == "vote share 0.50 < 0.6"
+        assert result["split_reason"] == "vote share 0.50 < 0.6"
 
     async def test_run_async_same_output(self):
         responses = [ACRONYM, "palmitate", LONG_FORM]

@@ -108,7 +108,7 @@ class TestDatamarking:
             strategy, retriever=InMemoryBM25Retriever(store), chat_generator=generator, max_concurrency=1, datamark=True
         )
         assert isinstance(pipe, Pipeline)
-        run = run_strategy(strategy, pipe, "What is the capital of France?", top_k=2)
+        run = run_strategy(pipe, "What is the capital of France?", top_k=2)
         assert run.answer.data == "Paris"
         assert seen
         assert all(DATAMARK_NOTICE in prompt and f" {DATAMARK} " in prompt for prompt in seen)
@@ -158,7 +158,7 @@ class FixedRetriever:
 def prompts_of(name: str, documents: list[Document]) -> list[str]:
     generator = recording_generator()
     pipeline = build_pipeline(name, retriever=FixedRetriever(documents), chat_generator=generator)
-    run_strategy(name, pipeline, QUERY)
+    run_strategy(pipeline, QUERY)
     return sorted(generator.prompts)  # fan-out calls may arrive in any order
 
 

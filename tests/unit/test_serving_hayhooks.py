@@ -32,7 +32,7 @@ from haystack_fusion.serving.hayhooks import (
     stream_strategy,
 )
 from haystack_fusion.serving.limits import AdmissionLimit, ServingLimits
-from haystack_fusion.strategies.presentation import streamed_component
+from haystack_fusion.serving.presentation import streamed_component
 from tests.unit.scripted_calls import DOCUMENTS, fake_llm
 
 QUERY = "What is the capital of France?"
@@ -67,7 +67,7 @@ def wrapper_for(strategy: str, llm, *, limits: ServingLimits | None = None) -> S
 class TestStreamStrategy:
     def test_concat_pf_falls_back_with_a_status_and_streams_no_replaced_tokens(self):
         pipeline = pipeline_for("concat_pf", fake_llm("unknown"))
-        items = asyncio.run(collect(stream_strategy("concat_pf", pipeline, QUERY)))
+        items = asyncio.run(collect(stream_strategy(pipeline, QUERY)))
         statuses = [(item.text, item.done) for item in items if item.kind == "status"]
         assert ("Retrieved 2 passages", True) in statuses
         assert ("Concatenation: reading the 2 passages together", False) in statuses
@@ -88,7 +88,7 @@ class TestStreamStrategy:
             return "Paris"
 
         pipeline = pipeline_for("concat_pf", MockChatGenerator(response_fn=reply))
-        items = asyncio.run(collect(stream_strategy("concat_pf", pipeline, QUERY)))
+        items = asyncio.run(collect(stream_strategy(pipeline, QUERY)))
         statuses = [(item.text, item.done) for item in items if item.kind == "status"]
         assert ("Concatenation failed: reading the 2 passages one by one", False) in statuses
         run = items[-1].run
@@ -101,16 +101,16 @@ class TestStreamStrategy:
         from haystack_fusion.strategies import run_strategy
 
         pipeline = pipeline_for("concat_pf", fake_llm("unknown"))
-        streamed = asyncio.run(collect(stream_strategy("concat_pf", pipeline, QUERY)))[-1].run
-        direct = run_strategy("concat_pf", pipeline_for("concat_pf", fake_llm("unknown")), QUERY)
+        streamed = asyncio.run(collect(stream_strategy(pipeline, QUERY)))[-1].run
+        direct = run_strategy(pipeline_for("concat_pf", fake_llm("unknown")), QUERY)
         assert streamed.answer.data == direct.answer.data
         assert streamed.evidence == direct.evidence
         assert streamed.usage == direct.usage
 
     def test_concatenation_streams_its_answer_token_by_token(self):
         pipeline = pipeline_for("concatenation", fake_llm("Paris is the capital"))
-        assert streamed_component("concatenation", pipeline) == "llm"
-        items = asyncio.run(collect(stream_strategy("concatenation", pipeline, QUERY)))
+        assert streamed_component(pipeline) == "llm"
+        items = asyncio.run(collect(stream_strategy(pipeline, QUERY)))
         tokens = [item.text for item in items if item.kind == "token"]
         assert tokens == ["Paris ", "is ", "the ", "capital"]
         kinds = [item.kind for item in items]
@@ -118,20 +118,20 @@ class TestStreamStrategy:
         assert items[-1].run.answer.data == "Paris is the capital"
 
     def test_no_token_streaming_where_the_answer_is_a_vote_or_a_selection(self):
-        assert streamed_component("post_fusion", pipeline_for("post_fusion", fake_llm())) is None
-        assert streamed_component("cascade", pipeline_for("cascade", fake_llm())) is None
-        assert streamed_component("pf_concat", pipeline_for("pf_concat", fake_llm())) == "llm"
+        assert streamed_component(pipeline_for("post_fusion", fake_llm())) is None
+        assert streamed_component(pipeline_for("cascade", fake_llm())) is None
+        assert streamed_component(pipeline_for("pf_concat", fake_llm())) == "llm"
 
     def test_empty_question_is_refused_before_anything_runs(self):
         pipeline = pipeline_for("concat_pf", fake_llm())
         with pytest.raises(ValueError, match="non-empty question"):
-            asyncio.run(collect(stream_strategy("concat_pf", pipeline, "  ")))
+            asyncio.run(collect(stream_strategy(pipeline, "  ")))
 
 
 class TestChatEvents:
     def test_order_status_answer_sources_details(self):
         pipeline = pipeline_for("concat_pf", fake_llm("unknown"))
-        events = asyncio.run(collect(chat_events("concat_pf", pipeline, QUERY)))
+        events = asyncio.run(collect(chat_events(pipeline, QUERY)))
         kinds = [
             getattr(event, "type", None) or ("details" if "<details" in event.content else "text") for event in events
         ]
@@ -151,7 +151,7 @@ class TestChatEvents:
 
     def test_a_streamed_reply_that_differs_from_the_extracted_answer_is_followed_by_it(self):
         pipeline = pipeline_for("concatenation", fake_llm("Paris\nQuestion: what else?"))
-        events = asyncio.run(collect(chat_events("concatenation", pipeline, QUERY)))
+        events = asyncio.run(collect(chat_events(pipeline, QUERY)))
         text = "".join(event.content for event in events if isinstance(event, StreamingChunk))
         assert text.startswith("Paris\nQuestion: what else?\n\nAnswer: Paris\n\n<details")
 
@@ -161,7 +161,7 @@ class TestChatUiEvents:
 
     def test_the_message_is_the_answer_and_the_evidence_one_custom_element(self):
         pipeline = pipeline_for("concat_pf", fake_llm("unknown"))
-        events = asyncio.run(collect(chat_events("concat_pf", pipeline, QUERY, chat_ui=True)))
+        events = asyncio.run(collect(chat_events(pipeline, QUERY, chat_ui=True)))
         text = "".join(event.content for event in events if isinstance(event, StreamingChunk))
         assert text == "Paris"
         types = [event.type for event in events if not isinstance(event, StreamingChunk)]
@@ -196,14 +196,14 @@ class TestChatUiEvents:
         retriever = InMemoryBM25Retriever(store, top_k=3)
         llm = MockChatGenerator(response_fn=reply)
         pipeline = build_pipeline("post_fusion", retriever=retriever, chat_generator=llm)
-        events = asyncio.run(collect(chat_events("post_fusion", pipeline, "Which city in France?", chat_ui=True)))
+        events = asyncio.run(collect(chat_events(pipeline, "Which city in France?", chat_ui=True)))
         sources = {s["title"]: s["supporting"] for s in events[-1].data["props"]["sources"]}
         assert sources == {"Paris": True, "France": True, "Lyon": False}
         assert events[-1].data["props"]["stages"] == []
 
     def test_open_webui_gets_no_custom_element(self):
         pipeline = pipeline_for("concat_pf", fake_llm("unknown"))
-        events = asyncio.run(collect(chat_events("concat_pf", pipeline, QUERY)))
+        events = asyncio.run(collect(chat_events(pipeline, QUERY)))
         assert "custom_element" not in [getattr(event, "type", None) for event in events]
 
     def test_the_wrapper_takes_the_request_headers_and_tells_the_chat_ui_by_its_header(self):
@@ -250,9 +250,9 @@ class TestNoteTakerStreaming:
 
     def test_chain_of_note_per_document_streams_through_the_pipeline(self):
         pipeline = pipeline_for("chain_of_note_per_document", fake_llm())
-        assert streamed_component("chain_of_note_per_document", pipeline) == "note_taker"
-        assert streamed_component("chain_of_note", pipeline_for("chain_of_note", fake_llm())) is None
-        items = asyncio.run(collect(stream_strategy("chain_of_note_per_document", pipeline, QUERY)))
+        assert streamed_component(pipeline) == "note_taker"
+        assert streamed_component(pipeline_for("chain_of_note", fake_llm())) is None
+        items = asyncio.run(collect(stream_strategy(pipeline, QUERY)))
         assert [item.text for item in items if item.kind == "token"] == ["Paris"]
 
 
@@ -439,7 +439,7 @@ class TestChatCompletions:
         store.write_documents([hostile])
         llm = MockChatGenerator(response_fn=lambda messages: "Paris")
         pipeline = build_pipeline("concatenation", retriever=InMemoryBM25Retriever(store, top_k=1), chat_generator=llm)
-        events = asyncio.run(collect(chat_events("concatenation", pipeline, "Where is Paris?")))
+        events = asyncio.run(collect(chat_events(pipeline, "Where is Paris?")))
         details = events[-1].content
         assert "<img" not in details
         assert "<b>" not in details

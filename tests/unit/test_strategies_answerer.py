@@ -28,7 +28,7 @@ def test_answers_as_the_strategy_pipeline_does(strategy):
         retriever=InMemoryBM25Retriever(document_store=store, top_k=2),
         chat_generator=MockChatGenerator(responses=["Paris"]),
     )
-    expected = run_strategy(strategy, pipeline, QUERY).answers
+    expected = run_strategy(pipeline, QUERY).answers
     assert [answer.data for answer in got] == [answer.data for answer in expected]
     assert set(answerer.output_mapping.values()) == {"answers"}
     assert answerer.output_mapping == {f"{get_strategy(strategy).answer_component}.answers": "answers"}

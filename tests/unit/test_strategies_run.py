@@ -53,7 +53,7 @@ class TestRunStrategy:
     )
     def test_end_to_end(self, name, calls):
         pipeline = make_pipeline(name, MockChatGenerator(response_fn=answer_from_context))
-        run = run_strategy(name, pipeline, QUERY)
+        run = run_strategy(pipeline, QUERY)
         assert isinstance(run, StrategyRun)
         assert isinstance(run.answer, GeneratedAnswer)
         assert run.answer.data == "Paris"
@@ -71,20 +71,20 @@ class TestRunStrategy:
     @pytest.mark.parametrize("name", list(STRATEGIES))
     def test_top_k_override(self, name):
         pipeline = make_pipeline(name, MockChatGenerator(response_fn=answer_from_context))
-        run = run_strategy(name, pipeline, QUERY, top_k=5)
+        run = run_strategy(pipeline, QUERY, top_k=5)
         assert len(run.documents) == 5
         assert run.answer.data == "Paris"
 
     @pytest.mark.parametrize("name", list(STRATEGIES))
     def test_no_answer_in_passages(self, name):
         pipeline = make_pipeline(name, MockChatGenerator(response_fn=answer_from_context))
-        run = run_strategy(name, pipeline, "How high is Mount Everest?", top_k=1)
+        run = run_strategy(pipeline, "How high is Mount Everest?", top_k=1)
         assert [document.id for document in run.documents] == ["everest"]
         assert run.answer.data == "unknown"
 
     def test_post_fusion_evidence(self):
         pipeline = make_pipeline("post_fusion", MockChatGenerator(response_fn=answer_from_context), top_k=5)
-        run = run_strategy("post_fusion", pipeline, QUERY)
+        run = run_strategy(pipeline, QUERY)
         assert run.evidence["votes"] == {"paris": 2, "lyon": 1}
         assert run.evidence["candidates"] == ["Paris", "Lyon"]
         assert "fallback" not in run.evidence
@@ -96,7 +96,7 @@ class TestRunStrategy:
         """1 + K + K + K(K-1) calls in 3 dependent rounds (Kim et al., Algorithm 1)."""
         generator = recording_generator()
         pipeline = make_pipeline("sure", generator, num_candidates=k)
-        run = run_strategy("sure", pipeline, QUERY)
+        run = run_strategy(pipeline, QUERY)
         assert run.usage["calls"] == len(generator.prompts)
         # the mock gives two candidates whatever K is asked for
         candidates = len(run.evidence["candidates"])
@@ -107,7 +107,7 @@ class TestRunStrategy:
 
     def test_sure_evidence_and_rationale(self):
         pipeline = make_pipeline("sure", MockChatGenerator(response_fn=answer_from_context))
-        run = run_strategy("sure", pipeline, QUERY)
+        run = run_strategy(pipeline, QUERY)
         assert run.answer.data == "Paris"
         assert run.answer.meta["rationale"] == "Paris is the capital of France."
         assert run.evidence["candidates"] == ["Paris", "Lyon"]
@@ -119,7 +119,7 @@ class TestRunStrategy:
         """Kim et al., Table 10: candidates and summaries by one LLM, validity and ranking by another."""
         writer, judge = recording_generator(), recording_generator()
         pipeline = make_pipeline("sure", writer, verifier_chat_generator=judge)
-        run = run_strategy("sure", pipeline, QUERY)
+        run = run_strategy(pipeline, QUERY)
         assert (len(writer.prompts), len(judge.prompts)) == (3, 4)
         assert all("Target Question:" in p or p.endswith("[True, False]. Answer:") for p in judge.prompts)
         assert run.usage["calls"] == 7
@@ -128,7 +128,7 @@ class TestRunStrategy:
     @pytest.mark.parametrize(("name", "rounds"), [("chain_of_note", 1), ("chain_of_note_per_document", 2)])
     def test_chain_of_note_evidence(self, name, rounds):
         pipeline = make_pipeline(name, MockChatGenerator(response_fn=answer_from_context))
-        run = run_strategy(name, pipeline, QUERY)
+        run = run_strategy(pipeline, QUERY)
         assert run.answer.data == "Paris"
         assert run.evidence["answer_source"] == "passages"
         assert [note["document_id"] for note in run.evidence["notes"]] == [d.id for d in run.documents]
@@ -140,7 +140,7 @@ class TestRunStrategy:
         pipeline = make_pipeline(
             "post_fusion", MockChatGenerator(response_fn=answer_from_context), samples_per_passage=2
         )
-        run = run_strategy("post_fusion", pipeline, QUERY)
+        run = run_strategy(pipeline, QUERY)
         assert run.usage["calls"] == 6
         expected: dict[str, int] = {}
         for document in run.documents:
@@ -152,7 +152,7 @@ class TestRunStrategy:
 
     def test_concat_pf_known_needs_one_call(self):
         pipeline = make_pipeline("concat_pf", MockChatGenerator(response_fn=answer_from_context))
-        run = run_strategy("concat_pf", pipeline, QUERY)
+        run = run_strategy(pipeline, QUERY)
         assert run.answer.data == "Paris"
         assert run.evidence["fallback"] is False
         assert run.usage["calls"] == 1
@@ -162,7 +162,7 @@ class TestRunStrategy:
 
     def test_concat_pf_unknown_falls_back_to_post_fusion(self):
         pipeline = make_pipeline("concat_pf", MockChatGenerator(response_fn=unknown_for_concatenation), top_k=5)
-        run = run_strategy("concat_pf", pipeline, QUERY)
+        run = run_strategy(pipeline, QUERY)
         assert run.evidence["fallback"] is True
         assert "voter" in run.evidence["components_run"]
         assert "answer_builder" not in run.evidence["components_run"]
@@ -175,27 +175,27 @@ class TestRunStrategy:
     def test_concat_pf_fallback_usage(self):
         k = 5
         pipeline = make_pipeline("concat_pf", MockChatGenerator(response_fn=unknown_for_concatenation), top_k=k)
-        run = run_strategy("concat_pf", pipeline, QUERY)
+        run = run_strategy(pipeline, QUERY)
         assert run.evidence["fallback"] is True
         assert run.usage["calls"] == 1 + k
         assert run.usage["rounds"] == 2
 
     def test_concat_pf_fallback_with_unknown_everywhere(self):
         pipeline = make_pipeline("concat_pf", MockChatGenerator(responses="unknown"))
-        run = run_strategy("concat_pf", pipeline, QUERY)
+        run = run_strategy(pipeline, QUERY)
         assert run.evidence["fallback"] is True
         assert run.answer.data == "unknown"
 
     def test_cascade_concatenation_answers(self):
         pipeline = make_pipeline("cascade", MockChatGenerator(response_fn=answer_from_context))
-        run = run_strategy("cascade", pipeline, QUERY)
+        run = run_strategy(pipeline, QUERY)
         assert run.answer.data == "Paris"
         assert run.answer.meta["stage"] == "concatenation"
         assert run.evidence["stages"] == [{"stage": "concatenation", "answered": True}]
 
     def test_cascade_clear_vote_answers_at_post_fusion(self):
         pipeline = make_pipeline("cascade", MockChatGenerator(response_fn=unknown_for_concatenation), top_k=5)
-        run = run_strategy("cascade", pipeline, QUERY)
+        run = run_strategy(pipeline, QUERY)
         assert run.answer.data == "Paris"
         assert run.answer.meta["stages"] == [
             {"stage": "concatenation", "answered": False, "reason": "unknown answer"},
@@ -211,7 +211,7 @@ class TestRunStrategy:
 
         llm = MockChatGenerator(response_fn=respond)
         pipeline = make_pipeline("cascade", llm, top_k=3, min_vote_share=0.9)
-        run = run_strategy("cascade", pipeline, QUERY)
+        run = run_strategy(pipeline, QUERY)
         assert run.answer.data == "Paris"
         assert run.answer.meta["stage"] == "sure"
         assert run.answer.meta["stages"][1] == {
@@ -232,7 +232,7 @@ class TestRunStrategy:
             return unsure if messages[-1].text.count("<passage ") > 1 else unknown_for_concatenation(messages)
 
         pipeline = make_pipeline("concat_pf", MockChatGenerator(response_fn=respond), top_k=3, min_confidence=0.2)
-        run = run_strategy("concat_pf", pipeline, QUERY)
+        run = run_strategy(pipeline, QUERY)
         assert run.answer.data == "Paris"
         assert run.answer.meta["stages"][0] == {
             "stage": "concatenation",
@@ -240,7 +240,7 @@ class TestRunStrategy:
             "reason": "confidence 0.05 < 0.2",
         }
         # off by default: the paper's concat_pf keeps the unsure answer
-        default = run_strategy("concat_pf", make_pipeline("concat_pf", MockChatGenerator(response_fn=respond)), QUERY)
+        default = run_strategy(make_pipeline("concat_pf", MockChatGenerator(response_fn=respond)), QUERY)
         assert default.answer.data == "Lyon"
         assert default.answer.meta["confidence"] == pytest.approx(0.0498, abs=1e-3)
         assert default.evidence["confidence"] == default.answer.meta["confidence"]
@@ -248,7 +248,7 @@ class TestRunStrategy:
     @pytest.mark.parametrize("name", ["concat_pf", "cascade"])
     def test_a_failed_concatenation_call_falls_back_to_post_fusion(self, name):
         generator = concatenation_fails()
-        run = run_strategy(name, make_pipeline(name, generator, top_k=5), QUERY)
+        run = run_strategy(make_pipeline(name, generator, top_k=5), QUERY)
         assert run.answer.data == "Paris"
         assert run.answer.meta["votes"] == {"paris": 2, "lyon": 1}
         failure = {"component": "llm", "error": "RuntimeError: backend exploded"}
@@ -267,7 +267,7 @@ class TestRunStrategy:
 
     def test_the_answer_lists_the_failed_calls_of_every_stage(self):
         generator = concatenation_fails(passages=("Lyon is the third-largest city",))
-        run = run_strategy("concat_pf", make_pipeline("concat_pf", generator), QUERY)
+        run = run_strategy(make_pipeline("concat_pf", generator), QUERY)
         assert run.answer.data == "Paris"
         assert [(failure["component"], failure.get("rank")) for failure in run.answer.meta["failures"]] == [
             ("llm", None),
@@ -279,12 +279,12 @@ class TestRunStrategy:
     def test_a_failed_concatenation_call_fails_the_concatenation_strategy(self):
         pipeline = make_pipeline("concatenation", concatenation_fails())
         with pytest.raises(PipelineRuntimeError, match="backend exploded"):
-            run_strategy("concatenation", pipeline, QUERY)
+            run_strategy(pipeline, QUERY)
 
     def test_pf_concat_distiller_prompt(self):
         generator = recording_generator()
         pipeline = make_pipeline("pf_concat", generator, top_k=5)
-        run = run_strategy("pf_concat", pipeline, QUERY)
+        run = run_strategy(pipeline, QUERY)
         distiller_prompts = [prompt for prompt in generator.prompts if prompt.startswith(DISTILLER_START)]
         assert len(distiller_prompts) == 1
         assert len(generator.prompts) == 6  # 5 post-fusion calls, then the distiller
@@ -308,7 +308,7 @@ class TestRunStrategy:
         pipeline = make_pipeline("pf_concat", generator, top_k=1)
         # Only the Everest passage is retrieved; post-fusion says unknown. A distiller call with an empty context
         # would get "unknown" from `answer_from_context` too, so also check that no such call was made.
-        run = run_strategy("pf_concat", pipeline, "How high is Mount Everest?")
+        run = run_strategy(pipeline, "How high is Mount Everest?")
         assert run.answer.data == "unknown"
         assert [prompt for prompt in generator.prompts if prompt.startswith(DISTILLER_START)] == []
         assert run.usage["calls"] == 1
@@ -342,31 +342,33 @@ class TestRunStrategy:
             usage = {"prompt_tokens": 100, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 60}}
             return ChatMessage.from_assistant(answer_from_context(messages), meta={"usage": usage})
 
-        run = run_strategy(name, make_pipeline(name, MockChatGenerator(response_fn=respond)), QUERY)
+        run = run_strategy(make_pipeline(name, MockChatGenerator(response_fn=respond)), QUERY)
         assert run.usage["calls"] == calls
         assert run.usage["prompt_tokens"] == 100 * calls
         assert run.usage["cached_tokens"] == 60 * calls
 
     def test_cached_tokens_absent_when_not_reported(self):
-        run = run_strategy("sure", make_pipeline("sure", MockChatGenerator(response_fn=answer_from_context)), QUERY)
+        run = run_strategy(make_pipeline("sure", MockChatGenerator(response_fn=answer_from_context)), QUERY)
         assert "cached_tokens" not in run.usage
 
     @pytest.mark.parametrize("query", ["  ", ""])
     def test_empty_query_raises(self, query):
         pipeline = make_pipeline("concatenation", MockChatGenerator(responses="Paris"))
         with pytest.raises(ValueError, match="query"):
-            run_strategy("concatenation", pipeline, query)
+            run_strategy(pipeline, query)
 
-    def test_unknown_strategy_name_raises(self):
+    @pytest.mark.parametrize("metadata", [{}, {"strategy": "no_such_strategy"}])
+    def test_a_pipeline_naming_no_registered_strategy_raises(self, metadata):
         pipeline = make_pipeline("concatenation", MockChatGenerator(responses="Paris"))
+        pipeline.metadata = metadata
         with pytest.raises(ValueError, match="registered strategies"):
-            run_strategy("nope", pipeline, QUERY)
+            run_strategy(pipeline, QUERY)
 
     def test_loaded_pipeline_runs(self):
         pipeline = make_pipeline("pf_concat", MockChatGenerator(response_fn=answer_from_context))
         loaded = Pipeline.loads(pipeline.dumps(), allowed_modules=[answer_from_context.__module__])
         # InMemoryDocumentStore instances with the same index share their documents.
-        run = run_strategy("pf_concat", loaded, QUERY)
+        run = run_strategy(loaded, QUERY)
         assert len(run.documents) == 3
         assert run.answer.data == "Paris"
 
@@ -377,7 +379,7 @@ def test_post_fusion_votes_by_overlap_and_records_it():
     pipe = build_pipeline(
         "post_fusion", retriever=acid_retriever(), chat_generator=llm, max_concurrency=1, vote="overlap"
     )
-    run = run_strategy("post_fusion", pipe, "Which acid?")
+    run = run_strategy(pipe, "Which acid?")
     assert run.answer.data == "2-bromopalmitic acid (2-BP)"
     assert run.evidence["vote"] == "overlap"
     assert run.evidence["overlap_threshold"] == 0.5

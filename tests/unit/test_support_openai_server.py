@@ -127,7 +127,7 @@ class TestPromptReplies:
         for strategy in ("concatenation", "post_fusion", "concat_pf", "sure", "chain_of_note", "cascade"):
             llm = OpenAIChatGenerator(api_base_url=server.base_url, api_key=Secret.from_token("x"), model="m")
             pipeline = build_pipeline(strategy, retriever=InMemoryBM25Retriever(store), chat_generator=llm)
-            run = run_strategy(strategy, pipeline, "What is the capital of France?", top_k=5)
+            run = run_strategy(pipeline, "What is the capital of France?", top_k=5)
             assert run.usage["failed_calls"] == 0, strategy
             if strategy == "concatenation":
                 assert run.answer.data == "unknown"

@@ -146,7 +146,7 @@ def test_every_strategy_runs_end_to_end_on_the_prompt_aware_generator(strategy):
     store.write_documents(DOCUMENTS)
     llm = PromptAwareChatGenerator(PromptReplies(ANSWERS, concatenation_unknown=1.0))
     pipeline = build_pipeline(strategy, retriever=InMemoryBM25Retriever(store, top_k=3), chat_generator=llm)
-    run = run_strategy(strategy, pipeline, QUERY)
+    run = run_strategy(pipeline, QUERY)
     assert run.answer.data in (*ANSWERS, "unknown")
     assert llm.calls >= 1
 

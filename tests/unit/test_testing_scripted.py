@@ -78,7 +78,7 @@ class TestScriptedChatGenerator:
         store.write_documents(DOCUMENTS)
         llm = ScriptedChatGenerator("Paris", generation_kwargs={})
         pipeline = build_pipeline("concatenation", retriever=InMemoryBM25Retriever(store), chat_generator=llm)
-        assert run_strategy("concatenation", pipeline, QUERY).answer.data == "Paris"
+        assert run_strategy(pipeline, QUERY).answer.data == "Paris"
 
 
 QUERY = "Which city is the capital of France?"

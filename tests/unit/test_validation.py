@@ -154,7 +154,7 @@ class TestStrategies:
         pipe = build_pipeline(
             "concatenation", retriever=self.retriever(), chat_generator=MockChatGenerator(responses=["Butch Vig"])
         )
-        run = run_strategy("concatenation", pipe, "Who was born in Dayton?")
+        run = run_strategy(pipe, "Who was born in Dayton?")
         assert run.answer.data == ""
         assert run.evidence["answer_source"] == INVALID
         assert run.evidence["invalid_reason"] == DEMONSTRATION
@@ -163,7 +163,7 @@ class TestStrategies:
     def test_the_answer_replys_finish_reason_is_evidence(self):
         reply = ChatMessage.from_assistant("Tom Hale", meta={"finish_reason": "length"})
         pipe = build_pipeline("concatenation", retriever=self.retriever(), chat_generator=MockChatGenerator([reply]))
-        run = run_strategy("concatenation", pipe, "Who was born in Dayton?")
+        run = run_strategy(pipe, "Who was born in Dayton?")
         assert run.evidence["finish_reason"] == "length"
         assert run.answer.meta["truncated"] is True
 
@@ -175,12 +175,12 @@ class TestStrategies:
             answer_checks=False,
         )
         assert type(pipe.get_component("answer_builder")) is AnswerBuilder
-        assert run_strategy("concatenation", pipe, "Who was born in Dayton?").answer.data == "Butch Vig"
+        assert run_strategy(pipe, "Who was born in Dayton?").answer.data == "Butch Vig"
 
     def test_concat_pf_falls_back_on_an_invalid_answer(self):
         llm = MockChatGenerator(responses=['<passage key="0a1b2c3d">', "Tom Hale", "unknown"])
         pipe = build_pipeline("concat_pf", retriever=self.retriever(), chat_generator=llm, max_concurrency=1)
-        run = run_strategy("concat_pf", pipe, "Who was born in Dayton?")
+        run = run_strategy(pipe, "Who was born in Dayton?")
         assert run.evidence["fallback"] is True
         assert run.evidence["stages"][0]["reason"] == "invalid answer (passage markup)"
         assert run.answer.data == "Tom Hale"
@@ -198,7 +198,7 @@ class TestStrategies:
 
         llm = ScriptedChatGenerator(reply=reply)
         pipe = build_pipeline("concat_pf", retriever=self.retriever(documents), chat_generator=llm, max_concurrency=1)
-        run = run_strategy("concat_pf", pipe, "What does post-fusion answer with?")
+        run = run_strategy(pipe, "What does post-fusion answer with?")
         assert run.evidence["fallback"] is True
         assert run.evidence["stages"][0]["reason"] == f"invalid answer ({REPEATS_QUESTION})"
         assert run.answer.data == "the majority vote"
@@ -208,7 +208,7 @@ class TestStrategies:
         llm = MockChatGenerator(responses=["Tom Hale", "born in Dayton", "born in Dayton"])
         documents = [*DOCUMENTS, Document(content="Dayton is in Ohio.")]
         pipe = build_pipeline("post_fusion", retriever=self.retriever(documents), chat_generator=llm, max_concurrency=1)
-        run = run_strategy("post_fusion", pipe, "Who was born in Dayton?")
+        run = run_strategy(pipe, "Who was born in Dayton?")
         assert run.answer.data == "Tom Hale"
         assert run.answer.meta["votes"] == {"tom hale": 1}
         assert run.answer.meta["invalid_answers"] == 2
@@ -216,7 +216,7 @@ class TestStrategies:
     def test_concatenation_rejects_a_repeat_of_the_question(self):
         llm = MockChatGenerator(responses=["born in Dayton"])
         pipe = build_pipeline("concatenation", retriever=self.retriever(), chat_generator=llm)
-        run = run_strategy("concatenation", pipe, "Who was born in Dayton?")
+        run = run_strategy(pipe, "Who was born in Dayton?")
         assert run.answer.data == ""
         assert run.evidence["invalid_reason"] == REPEATS_QUESTION
         assert run.evidence["rejected_answer"] == "born in Dayton"

@@ -1,5 +1,5 @@
 // The sources, stages, evidence and usage of one answer in Hayhooks' embedded Chainlit chat UI.
-// Props (injected by Chainlit, not passed as arguments): haystack_fusion.strategies.presentation.evidence_element_props.
+// Props (injected by Chainlit, not passed as arguments): haystack_fusion.serving.presentation.evidence_element_props.
 import { Card, CardHeader, CardTitle, CardContent } from "@/components/ui/card";
 import { Badge } from "@/components/ui/badge";
 

@@ -18,9 +18,7 @@ from typing import Any
 from haystack import Document, Pipeline
 
 from haystack_fusion.answers import UnknownDetector, normalize_answer
-from haystack_fusion.strategies.config import RETRIEVER, Stage, Strategy
-from haystack_fusion.strategies.registry import get_strategy
-from haystack_fusion.strategies.run import StrategyRun
+from haystack_fusion.strategies import RETRIEVER, SPLIT_ROUTER, Stage, Strategy, StrategyRun, get_strategy, strategy_of
 from haystack_fusion.validation import is_invalid
 
 
@@ -179,11 +177,10 @@ def usage_line(run: StrategyRun) -> str:
     )
 
 
-def format_run(strategy: str, question: str, run: StrategyRun, *, passage_chars: int = 160) -> str:
+def format_run(question: str, run: StrategyRun, *, passage_chars: int = 160) -> str:
     """
     Render one answered question for the terminal (`haystack-fusion ask`).
 
-    :param strategy: The strategy name.
     :param question: The question asked.
     :param run: What `run_strategy` returned.
     :param passage_chars: How much of each source passage to show, in characters.
@@ -192,7 +189,7 @@ def format_run(strategy: str, question: str, run: StrategyRun, *, passage_chars:
     """
     lines = [
         f"Question: {question}",
-        f"Strategy: {strategy} ({get_strategy(strategy).source})",
+        f"Strategy: {run.strategy} ({get_strategy(run.strategy).source})",
         f"Answer:   {run.answer_text()}",
         f"Evidence: {evidence_line(run)}",
     ]
@@ -261,12 +258,17 @@ def stage_text(stage: dict[str, Any]) -> str:
     )
 
 
+def _from_cache(usage: dict[str, int]) -> bool:
+    """Whether every LLM call of a run was answered from the embedded model's reply cache."""
+    return bool(usage.get("calls")) and usage.get("cached_calls", 0) >= usage["calls"]
+
+
 def usage_text(run: StrategyRun) -> str:
     """LLM calls, rounds, tokens and time, e.g. "6 LLM calls in 2 rounds, 900 prompt + 12 completion tokens, 4.2 s"."""
     usage = run.usage
     calls = usage.get("calls", 0)
     cached = usage.get("cached_calls", 0)
-    if calls and cached >= calls:
+    if _from_cache(usage):
         return f"answered from the cache: {plural(calls, 'earlier LLM call')} reused, no LLM call made"
     return (
         f"{plural(calls, 'LLM call')}{f' ({cached} from the cache)' if cached else ''} in "
@@ -278,10 +280,9 @@ def usage_text(run: StrategyRun) -> str:
 
 def evidence_summary(run: StrategyRun) -> str:
     """The title of the evidence block, e.g. "Sources and evidence (1 LLM call)", or "... (from the cache)"."""
-    calls = run.usage.get("calls", 0)
-    if calls and run.usage.get("cached_calls", 0) >= calls:
+    if _from_cache(run.usage):
         return "Sources and evidence (from the cache)"
-    return f"Sources and evidence ({plural(calls, 'LLM call')})"
+    return f"Sources and evidence ({plural(run.usage.get('calls', 0), 'LLM call')})"
 
 
 def answered_text(run: StrategyRun) -> str:
@@ -290,8 +291,7 @@ def answered_text(run: StrategyRun) -> str:
     (`supporting_ids`), e.g. "Answered in 4.2 s: 2 of 5 passages support it"; for a reply the embedded model's reply
     cache gave, "Answered from the cache (no LLM call made)".
     """
-    usage = run.usage
-    if usage.get("calls") and usage.get("cached_calls", 0) >= usage["calls"]:
+    if _from_cache(run.usage):
         return "Answered from the cache (no LLM call made)"
     read, supporting = passages(run), supporting_ids(run)
     held = sum(document.id in supporting for document in read)
@@ -363,7 +363,7 @@ def _stage_of(strategy: Strategy, component: str) -> tuple[Stage | None, Stage |
     return None, None
 
 
-def streamed_component(strategy: str, pipeline: Pipeline) -> str | None:
+def streamed_component(pipeline: Pipeline) -> str | None:
     """
     The component whose tokens are the answer, streamed as they come; None when no single final call writes it.
 
@@ -375,7 +375,7 @@ def streamed_component(strategy: str, pipeline: Pipeline) -> str | None:
       the notes before the answer, so it is not streamed.
     - None for post-fusion and SuRe, whose answer is a vote or a selection, not a reply.
     """
-    stages = get_strategy(strategy).stages
+    stages = strategy_of(pipeline).stages
     if not stages or any(stage.kind == "concatenation" for stage in stages):
         return None
     last = stages[-1]
@@ -387,9 +387,9 @@ def streamed_component(strategy: str, pipeline: Pipeline) -> str | None:
     return None
 
 
-def round_start(strategy: str, pipeline: Pipeline, k: int) -> str:
-    """The status line of the strategy's first round, which starts once `k` passages are retrieved."""
-    stages = get_strategy(strategy).stages
+def round_start(pipeline: Pipeline, k: int) -> str:
+    """The status line of the first round of the pipeline's strategy, which starts once `k` passages are retrieved."""
+    stages = strategy_of(pipeline).stages
     first = stages[0] if stages else None
     if first is None or first.kind == "answer":
         return f"Reading the {k} passages together"
@@ -405,24 +405,34 @@ def round_start(strategy: str, pipeline: Pipeline, k: int) -> str:
 
 
 def narrate(
-    strategy: str, component: str, output: dict[str, Any], pipeline: Pipeline, state: dict[str, Any]
+    component: str, output: dict[str, Any], pipeline: Pipeline, state: dict[str, Any]
 ) -> list[tuple[str, bool]]:
     """
     Status lines for one component's output while a strategy runs: the round it ends and the round it starts.
 
-    :param strategy: The registered strategy the pipeline was built for.
     :param component: The name of the component that just finished.
     :param output: Its outputs.
-    :param pipeline: The pipeline (read for its components' settings, not run).
+    :param pipeline: The strategy's pipeline (read for its strategy and its components' settings, not run).
     :param state: Kept between calls of one run (the number of retrieved passages).
     :returns: (text, done) pairs: done True for a round that ended, False for one that starts; empty for a
         component that is no stage of the strategy.
     """
     if component == RETRIEVER:
         state["k"] = k = len(output.get("documents") or [])
-        return [(f"Retrieved {plural(k, 'passage')}", True), (round_start(strategy, pipeline, k), False)]
+        return [(f"Retrieved {plural(k, 'passage')}", True), (round_start(pipeline, k), False)]
     k = state.get("k", 0)
-    stage, following = _stage_of(get_strategy(strategy), component)
+    if "split_reason" in output:  # cascade's SplitVoteRouter sent the vote on
+        return [
+            (f"Post-fusion vote split ({output['split_reason']})", True),
+            (f"SuRe: verifying the top {len(output['split_candidates'])} candidates with a summary each", False),
+        ]
+    strategy = strategy_of(pipeline)
+    routed = SPLIT_ROUTER in dict(pipeline.walk())
+    if component == SPLIT_ROUTER:  # its decided vote is the voter's, told once the router has let it through
+        component = next(stage.component for stage in strategy.stages if stage.kind == "post_fusion")
+    elif routed and any(stage.kind == "post_fusion" and stage.component == component for stage in strategy.stages):
+        return []
+    stage, following = _stage_of(strategy, component)
     if stage is None:
         return []
     if stage.kind == "concatenation":
@@ -432,23 +442,16 @@ def narrate(
         why = {"unknown answer": "answered unknown", "no reply": "failed"}.get(reason, f"was unsure ({reason})")
         return [(f"Concatenation {why}: reading the {k} passages one by one", False)]
     if stage.kind == "post_fusion":
-        if output.get("split"):
-            first = output["split"][0]
-            candidates = output.get("split_candidates") or []
-            return [
-                (f"Post-fusion vote split ({first.meta.get('split_reason')})", True),
-                (f"SuRe: verifying the top {len(candidates)} candidates with a summary each", False),
-            ]
-        if output.get("unknown"):
-            return [("Post-fusion: every passage answered unknown", True)]
         answers = output.get("answers") or []
         votes = answers[0].meta.get("votes") or {} if answers else {}
+        if output.get("unknown") or not votes:
+            return [("Post-fusion: every passage answered unknown", True)]
         ended = f"Post-fusion: {answers[0].data if answers else 'unknown'} won {next(iter(votes.values()), 0)} of "
         ended += plural(sum(votes.values()), "vote")
         if following is not None and following.kind == "answer":  # PF+Concat: the distiller round follows
             answering = len(output.get("documents") or [])
-            candidates = plural(len(output.get("candidates") or []), "candidate")
-            return [(ended, True), (f"Distilling {candidates} from {plural(answering, 'passage')}", False)]
+            pool = plural(len(output.get("candidates") or []), "candidate")
+            return [(ended, True), (f"Distilling {pool} from {plural(answering, 'passage')}", False)]
         return [(ended, True)]
     if stage.kind == "summaries":
         candidates = output.get("candidates") or []
