@@ -42,13 +42,7 @@ from haystack_fusion.backends.local import (
     local_chat_generator,
     packaged_model_path,
 )
-from haystack_fusion.backends.logprobs import (
-    OPENAI_LOGPROBS_KWARGS,
-    TokenLogprob,
-    missing_logprobs,
-    openai_logprobs,
-    warn_missing_logprobs,
-)
+from haystack_fusion.backends.logprobs import OPENAI_LOGPROBS_KWARGS, missing_logprobs, warn_missing_logprobs
 from haystack_fusion.backends.stores import (
     SavedInMemoryBM25Retriever,
     check_document_store,
@@ -75,7 +69,6 @@ __all__ = [
     "RetrieverKind",
     "SavedInMemoryBM25Retriever",
     "StoreKind",
-    "TokenLogprob",
     "backend_error_message",
     "chat_generator",
     "check_document_store",
@@ -90,7 +83,6 @@ __all__ = [
     "local_chat_generator",
     "missing_index_message",
     "missing_logprobs",
-    "openai_logprobs",
     "packaged_model_path",
     "retriever",
     "safe_url",

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from haystack import component, default_from_dict, default_to_dict, logging
+from haystack import component, default_from_dict, default_to_dict
 from haystack.dataclasses import (
     ChatMessage,
     ComponentInfo,
@@ -29,9 +29,7 @@ from haystack.dataclasses import (
 from haystack.utils import deserialize_callable, serialize_callable
 
 from haystack_fusion.backends import pinned
-from haystack_fusion.backends.logprobs import LogprobRecorder, openai_logprobs
-
-logger = logging.getLogger(__name__)
+from haystack_fusion.backends.logprobs import LogprobRecorder
 
 LOCAL_GENERATION_KWARGS: dict[str, Any] = {
     "temperature": 0.0,
@@ -88,11 +86,9 @@ class LlamaLog:
     """
     Which of llama.cpp's own log lines reach stderr: its errors always, the rest only when asked for.
 
-    llama.cpp logs through one process-wide callback. llama-cpp-python's prints a line at a level it reads one step
-    off, so with `verbose=False` warnings still reach stderr (every load of the packaged model prints
-    `llama_kv_cache_iswa: using full-size SWA cache (ref: ...)`) and errors do not. This module sets this callback
-    instead (`llama_cpp.llama_log_set`) when it loads: a line is printed when `verbose` is on or the line is an
-    error (or continues one). Loading a model with `verbose=True` in its `model_kwargs` turns `verbose` on for the
+    llama.cpp logs through one process-wide callback; llama-cpp-python's reads a line's level one step off (with
+    `verbose=False` warnings reach stderr and errors do not), so this module sets its own when it loads
+    (`llama_cpp.llama_log_set`). Loading a model with `verbose=True` in its `model_kwargs` turns `verbose` on for the
     process (the `haystack-fusion` commands' `--llama-log`, `HAYSTACK_FUSION_LLAMA_LOG=1`).
 
     :param verbose: Print every line.
@@ -187,16 +183,13 @@ else:
     @component
     class LocalChatGenerator:  # type: ignore[no-redef]
         """
-        The embedded LLM: a ChatGenerator on llama-cpp-python's `Llama`, completion-style and safe to call from many
+        The embedded LLM: a ChatGenerator on llama-cpp-python's `Llama.create_completion`, safe to call from many
         threads.
 
-        `model=None` means the packaged model (found when warmed up, so serialized pipelines stay
-        machine-independent). The messages' texts are sent as they are, joined by blank lines, to
-        `Llama.create_completion`: the packaged model is a base model, prompted with the papers' few-shot prompts, not
-        with a chat template. Calls are serialized with a lock, because a llama.cpp model must not run two calls at
-        once, whichever threads or event loops they come from. Generators with the same settings share one loaded
-        model (its lock and its reply cache), so every pipeline of a process can have its own generator without
-        loading the model again.
+        The messages' texts are sent as they are, joined by blank lines: the packaged model is a base model, prompted
+        with the papers' few-shot prompts, not with a chat template. A llama.cpp model must not run two calls at once,
+        so calls are serialized by a lock; generators with the same settings share one loaded model, its lock and
+        its reply cache.
 
         ### Usage example
         ```python
@@ -223,7 +216,8 @@ else:
             """
             Create the embedded generator; nothing is loaded until `warm_up`.
 
-            :param model: Path of a GGUF file; None uses the packaged model.
+            :param model: Path of a GGUF file; None uses the packaged model (found when warmed up, so serialized
+                pipelines stay machine-independent).
             :param n_ctx: Context window in tokens.
             :param n_batch: Prompt processing batch size in tokens.
             :param model_kwargs: Extra `llama_cpp.Llama` arguments, over the defaults `n_threads` = the machine's CPU
@@ -240,10 +234,8 @@ else:
                 when nothing was reused or `prefix_cache=False`; a reply from the reply cache carries that of the
                 call it stands for).
             :param reply_cache: Remember greedy replies (temperature 0 or top-k 1, no streaming) by prompt and
-                settings, shared by every generator of the same loaded model, and answer a repeated prompt from
-                memory (`REPLY_CACHE_SIZE` replies, least recently used out). Strategies repeat each other's calls
-                (concat_pf's first call is concatenation's, pf_concat's are post-fusion's, SuRe's ablations share
-                its candidates and summaries), so an evaluation pays for each distinct call once. A cached reply
+                settings and answer a repeated prompt from memory (`REPLY_CACHE_SIZE` replies, least recently used
+                out): strategies repeat each other's calls (concat_pf's first call is concatenation's). A cached reply
                 carries the usage of the call it stands for and `meta["cached"] = True`.
             """
             self.model = model
@@ -279,22 +271,18 @@ else:
                 data["init_parameters"]["streaming_callback"] = deserialize_callable(callback)
             return default_from_dict(cls, data)
 
-        def gguf_path(self) -> str:
+        def warm_up(self) -> None:
             """
-            The GGUF file this generator runs: `model_kwargs["model_path"]`, `model`, else the packaged model
-            (assembled on first use).
+            Load the model (`model_kwargs["model_path"]`, `model`, else the packaged one), or reuse it if loaded
+            already; idempotent.
 
-            :returns: A file path.
             :raises ImportError: For the packaged model without the `local` extra.
             """
-            return str(self.model_kwargs.get("model_path") or self.model or packaged_model_path())
-
-        def warm_up(self) -> None:
-            """Load the model (the packaged one when `model` is None), or reuse it if loaded already; idempotent."""
             if self._shared is not None:
                 return
             kwargs = {"n_threads": os.cpu_count() or 1, "verbose": False, **self.model_kwargs}
-            kwargs.update(model_path=self.gguf_path(), n_ctx=self.n_ctx, n_batch=self.n_batch)
+            model_path = kwargs.get("model_path") or self.model or packaged_model_path()
+            kwargs.update(model_path=model_path, n_ctx=self.n_ctx, n_batch=self.n_batch)
             key = repr(sorted(kwargs.items()))
             with _LOADED_LOCK:
                 if key not in _LOADED:
@@ -321,22 +309,14 @@ else:
             streaming_callback: StreamingCallbackT | None = None,
         ) -> dict[str, list[ChatMessage]]:
             """
-            Generate one reply to the messages' texts, joined by blank lines, one call at a time (or from the reply
-            cache).
-
-            With `generation_kwargs` `logprobs=True` (and optionally `top_logprobs=N`, N alternatives per token), as
-            OpenAIChatGenerator takes them, the reply's `meta["logprobs"]` holds each generated token's
-            log-probability in OpenAI's shape (`openai_logprobs`), recorded by a logits processor
-            (`LogprobRecorder`): the model needs no `logits_all=True`, memory does not grow with the vocabulary
-            times the prompt length, and greedy replies are the same with or without them.
-
-            `generation_kwargs={"grammar": "<GBNF>"}` constrains the reply to a llama.cpp GBNF grammar (compiled
-            once per text, `llama_cpp.LlamaGrammar`); the text keeps the settings serializable and cacheable.
-            The log-probabilities recorded are the model's own, before the grammar masks any token.
+            Generate one reply, one call at a time (or from the reply cache).
 
             :param messages: The prompt, as chat messages or one string.
-            :param generation_kwargs: `Llama.create_completion` arguments over the init ones, plus `logprobs`,
-                `top_logprobs` and a `grammar` text.
+            :param generation_kwargs: `Llama.create_completion` arguments over the init ones; `logprobs=True` (and
+                `top_logprobs=N` alternatives per token), as OpenAIChatGenerator takes them, put each generated
+                token's log-probability in `meta["logprobs"]` in OpenAI's shape (`LogprobRecorder`: no
+                `logits_all=True`, the same greedy replies); `grammar` as a GBNF text constrains the reply (checked
+                and compiled once per text; the log-probabilities stay the model's own, before the grammar).
             :param streaming_callback: Overrides the one given at init; a streamed call is never served from or
                 stored in the reply cache.
             :returns: `replies`: one assistant `ChatMessage` (none for no messages) whose `meta` holds `model`,
@@ -387,7 +367,7 @@ else:
                 else:
                     text, meta = self._stream(llama.create_completion(tokens, stream=True, **settings), callback)
                 if recorder is not None:
-                    meta["logprobs"] = openai_logprobs(recorder.trace(text, llama.detokenize), text, llama.detokenize)
+                    meta["logprobs"] = recorder.openai(text, llama.detokenize)
                 reply = ChatMessage.from_assistant(text or None, meta=meta)
                 if key is not None:
                     replies[key] = reply

@@ -16,7 +16,6 @@ import json
 import math
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,107 +28,79 @@ OPENAI_LOGPROBS_KWARGS: dict[str, Any] = {"logprobs": True, "top_logprobs": 0}
 """The `generation_kwargs` that ask an OpenAI-compatible server for each generated token's log-probability."""
 
 
-@dataclass(frozen=True)
-class TokenLogprob:
-    """
-    One generated token's log-probability, read from the logits of the position that produced it.
-
-    :param token: The token id.
-    :param logprob: Natural log of the token's probability under the model's softmax (before any sampling
-        transformation: temperature, top-k, grammar), <= 0.
-    :param top: Up to `top_logprobs` (token id, log-probability) pairs, most probable first.
-    """
-
-    token: int
-    logprob: float
-    top: tuple[tuple[int, float], ...] = ()
-
-    @classmethod
-    def from_logits(cls, token: int, logits: Any, top_logprobs: int = 0) -> TokenLogprob:
-        """
-        Log-softmax of one row of logits at `token` (and its `top_logprobs` best tokens), in O(vocabulary) memory
-        that is freed at once: only the scalars are kept, so a reply's trace grows with its length, not with the
-        vocabulary.
-        """
-        highest = float(logits.max())
-        log_total = highest + math.log(float(np.exp(logits - highest).sum(dtype=np.float64)))
-        top: tuple[tuple[int, float], ...] = ()
-        if top_logprobs > 0:
-            best = np.argpartition(-logits, min(top_logprobs, len(logits) - 1))[:top_logprobs]
-            best = best[np.argsort(-logits[best], kind="stable")]
-            top = tuple((int(i), float(logits[i]) - log_total) for i in best)
-        return cls(token, float(logits[token]) - log_total, top)
+Step = tuple[int, float, list[tuple[int, float]]]
+"""One generated token: (token id, log-probability, its alternatives as (token id, log-probability), best first)."""
 
 
 class LogprobRecorder:
     """
     A llama-cpp-python logits processor (`create_completion(logits_processor=...)`) that records each generated
-    token's `TokenLogprob` and changes no logit, so the model needs no `logits_all=True`.
+    token's log-probability and changes no logit, so the model needs no `logits_all=True`.
 
-    At each decoding step it sees the model's logits for the next token (before penalties, temperature, top-k or a
-    grammar) and the tokens so far, whose last is the one the previous step chose: the step's row is kept until then.
-    The last step's token is never seen that way; `trace` finds it from the reply's text.
+    At each decoding step it sees the logits for the next token (before penalties, temperature, top-k or a grammar)
+    and the tokens so far, whose last is the one the previous step chose: a step's row is kept until then. The last
+    step's token is never seen that way; `openai` takes the most probable token of the last row whose bytes end the
+    reply (for greedy decoding, with or without a grammar, the one chosen).
 
     :param top_logprobs: Alternatives to record per token.
     """
 
     def __init__(self, top_logprobs: int = 0) -> None:
         self.top_logprobs = top_logprobs
-        self.steps: list[TokenLogprob] = []
-        self._prompt_tokens: int | None = None
-        self._last: Any = None
+        self.steps: list[Step] = []
+        self._row: Any = None
 
     def __call__(self, input_ids: Any, logits: Any) -> Any:
-        """Record the previous step's token against its row; keep this step's row. Returns `logits` as they are."""
-        if self._prompt_tokens is not None and self._last is not None:
-            self.steps.append(TokenLogprob.from_logits(int(input_ids[-1]), self._last, self.top_logprobs))
-        self._prompt_tokens = len(input_ids)
-        self._last = np.array(logits, dtype=np.float32)
+        """Record the previous step's token against its row and keep this one; `logits` are returned as they are."""
+        if self._row is not None:
+            self.steps.append(self.step(int(input_ids[-1]), self._row))
+        self._row = np.array(logits, dtype=np.float32)
         return logits
 
-    def trace(self, text: str | None, detokenize: Callable[[list[int]], bytes]) -> list[TokenLogprob]:
+    def step(self, token: int, logits: Any) -> Step:
         """
-        The generated tokens' log-probabilities, the last step's included when its token ends the reply (a reply cut
-        at `max_tokens`): the most probable token of the last row whose bytes are the reply's remaining ones (for
-        greedy decoding, with or without a grammar, the token chosen).
+        The log-softmax of one row of logits at `token` and at its `top_logprobs` best tokens (natural logs, <= 0);
+        only these scalars are kept, so a reply's record grows with its length, not with the vocabulary.
         """
-        rest = (text or "").encode("utf-8")[len(b"".join(detokenize([step.token]) for step in self.steps)) :]
-        if not rest or self._last is None:
-            return self.steps
-        best = np.argpartition(-self._last, min(64, len(self._last) - 1))[:64]
-        for token in best[np.argsort(-self._last[best], kind="stable")]:
-            if detokenize([int(token)]) == rest:
-                return [*self.steps, TokenLogprob.from_logits(int(token), self._last, self.top_logprobs)]
-        return self.steps
+        highest = float(logits.max())
+        log_total = highest + math.log(float(np.exp(logits - highest).sum(dtype=np.float64)))
+        top: list[tuple[int, float]] = []
+        if self.top_logprobs > 0:
+            best = np.argpartition(-logits, min(self.top_logprobs, len(logits) - 1))[: self.top_logprobs]
+            top = [(int(i), float(logits[i]) - log_total) for i in best[np.argsort(-logits[best], kind="stable")]]
+        return token, float(logits[token]) - log_total, top
 
+    def openai(self, text: str | None, detokenize: Callable[[list[int]], bytes]) -> dict[str, Any]:
+        """
+        The reply's tokens in the OpenAI shape that Haystack's OpenAIChatGenerator puts in `meta["logprobs"]`:
+        `{"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}`. Only the
+        tokens whose bytes lie inside the reply's text are listed: those of a stop sequence that cut the reply and the
+        end-of-generation token are left out, as OpenAI does.
 
-def openai_logprobs(trace: list[TokenLogprob], text: str | None, detokenize: Callable[[list[int]], bytes]) -> dict:
-    """
-    A reply's token trace in the OpenAI shape that Haystack's OpenAIChatGenerator puts in `meta["logprobs"]`:
-    `{"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}`.
+        :param text: The reply's text.
+        :param detokenize: Token ids -> bytes (the model's detokenizer).
+        """
+        budget = (text or "").encode("utf-8")
+        steps = self.steps
+        rest = budget[len(b"".join(detokenize([token]) for token, _, _ in steps)) :]
+        if rest and self._row is not None:
+            best = np.argpartition(-self._row, min(64, len(self._row) - 1))[:64]
+            last = next((int(i) for i in best[np.argsort(-self._row[best])] if detokenize([int(i)]) == rest), None)
+            steps = steps if last is None else [*steps, self.step(last, self._row)]
 
-    Only the tokens whose bytes lie inside the reply's text are listed: the tokens of a stop sequence that cut the
-    reply, and the end-of-generation token, are left out, as OpenAI does.
+        def entry(token: int, logprob: float) -> dict[str, Any]:
+            piece = detokenize([token])
+            return {"token": piece.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(piece)}
 
-    :param trace: One `TokenLogprob` per sampled token, in order.
-    :param text: The reply's text.
-    :param detokenize: Token ids -> bytes (the model's detokenizer).
-    """
-
-    def entry(token: int, logprob: float) -> dict[str, Any]:
-        piece = detokenize([token])
-        return {"token": piece.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(piece)}
-
-    budget = len((text or "").encode("utf-8"))
-    content: list[dict[str, Any]] = []
-    used = 0
-    for step in trace:
-        shown = entry(step.token, step.logprob)
-        used += len(shown["bytes"])
-        if used > budget or not shown["bytes"]:
-            break
-        content.append({**shown, "top_logprobs": [entry(token, logprob) for token, logprob in step.top]})
-    return {"content": content}
+        content: list[dict[str, Any]] = []
+        used = 0
+        for token, logprob, top in steps:
+            shown = entry(token, logprob)
+            used += len(shown["bytes"])
+            if used > len(budget) or not shown["bytes"]:
+                break
+            content.append({**shown, "top_logprobs": [entry(*alternative) for alternative in top]})
+        return {"content": content}
 
 
 _warned: set[str] = set()

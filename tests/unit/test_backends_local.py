@@ -14,7 +14,7 @@ from haystack_fusion.backends.local import (
     _is_greedy,
     use_extra_buffer_types,
 )
-from haystack_fusion.backends.logprobs import LogprobRecorder, TokenLogprob, openai_logprobs
+from haystack_fusion.backends.logprobs import LogprobRecorder
 
 pytestmark = pytest.mark.skipif(LocalChatGenerator is None, reason="the `local` extra is not installed")
 
@@ -133,22 +133,43 @@ class TestLocalChatGenerator:
         assert not _is_greedy({"temperature": 0.2})
 
 
+PIECES = {0: b" Par", 1: b"is", 2: b"\n\n", 3: b"Question"}
+
+
 class TestLogprobs:
-    def test_from_logits_is_the_log_softmax(self):
+    def detokenize(self, ids):
+        return b"".join(PIECES[i] for i in ids)
+
+    def test_a_step_is_the_log_softmax(self):
         import numpy as np
 
         logits = np.array([2.0, 1.0, 0.0, -1.0], dtype=np.float32)
         expected = logits - np.log(np.exp(logits).sum())
-        step = TokenLogprob.from_logits(1, logits, top_logprobs=2)
-        assert step.logprob == pytest.approx(float(expected[1]), abs=1e-6)
-        assert [token for token, _ in step.top] == [0, 1]
-        assert [lp for _, lp in step.top] == pytest.approx([float(expected[0]), float(expected[1])], abs=1e-6)
-        assert TokenLogprob.from_logits(3, logits).top == ()
+        token, logprob, top = LogprobRecorder(top_logprobs=2).step(1, logits)
+        assert token == 1
+        assert logprob == pytest.approx(float(expected[1]), abs=1e-6)
+        assert [t for t, _ in top] == [0, 1]
+        assert [lp for _, lp in top] == pytest.approx([float(expected[0]), float(expected[1])], abs=1e-6)
+        assert LogprobRecorder().step(3, logits)[2] == []
+
+    def test_each_row_goes_with_the_token_chosen_from_it(self):
+        import numpy as np
+
+        rows = [np.array([3.0, 1.0, 0.0, 0.0], dtype=np.float32), np.array([0.0, 2.0, 1.0, 0.0], dtype=np.float32)]
+        recorder = LogprobRecorder(top_logprobs=1)
+        assert recorder([5, 6], rows[0]) is rows[0]  # the logits are returned as they are
+        recorder([5, 6, 0], rows[1])  # token 0 was chosen from the first row
+        assert recorder.steps == [recorder.step(0, rows[0])]
+        assert [entry["token"] for entry in recorder.openai(" Par", self.detokenize)["content"]] == [" Par"]
+        # cut at max_tokens: the last row's token is the one that ends the reply
+        shaped = recorder.openai(" Paris", self.detokenize)["content"]
+        assert [entry["token"] for entry in shaped] == [" Par", "is"]
+        assert shaped[1]["logprob"] == recorder.step(1, rows[1])[1]
 
     def test_openai_shape_keeps_only_the_reply_tokens(self):
-        pieces = {1: b" Par", 2: b"is", 3: b"\n\n", 4: b"Question"}
-        trace = [TokenLogprob(1, -0.1, ((1, -0.1), (4, -3.0))), TokenLogprob(2, -0.2), TokenLogprob(3, -0.5)]
-        shaped = openai_logprobs(trace, " Paris", lambda ids: b"".join(pieces[i] for i in ids))
+        recorder = LogprobRecorder()
+        recorder.steps = [(0, -0.1, [(0, -0.1), (3, -3.0)]), (1, -0.2, []), (2, -0.5, [])]
+        shaped = recorder.openai(" Paris", self.detokenize)
         assert [entry["token"] for entry in shaped["content"]] == [" Par", "is"]
         assert shaped["content"][0]["top_logprobs"][1] == {
             "token": "Question",
@@ -156,21 +177,7 @@ class TestLogprobs:
             "bytes": list(b"Question"),
         }
         assert shaped["content"][1]["bytes"] == list(b"is")
-        assert openai_logprobs(trace, "", lambda ids: b"x") == {"content": []}
-
-    def test_the_recorder_pairs_each_row_with_the_token_chosen_from_it(self):
-        import numpy as np
-
-        pieces = {0: b" Par", 1: b"is", 2: b"\n", 3: b"x"}
-        rows = [np.array([3.0, 1.0, 0.0, 0.0], dtype=np.float32), np.array([0.0, 2.0, 1.0, 0.0], dtype=np.float32)]
-        recorder = LogprobRecorder(top_logprobs=1)
-        assert recorder([5, 6], rows[0]) is rows[0]  # the prompt; the logits are returned as they are
-        recorder([5, 6, 0], rows[1])  # token 0 chosen from the first row
-        detokenize = lambda ids: b"".join(pieces[i] for i in ids)  # noqa: E731
-        assert [step.token for step in recorder.trace(" Par", detokenize)] == [0]  # the last step's token: not text
-        trace = recorder.trace(" Paris", detokenize)  # cut at max_tokens: the last token is the reply's end
-        assert [step.token for step in trace] == [0, 1]
-        assert trace[1] == TokenLogprob.from_logits(1, rows[1], top_logprobs=1)
+        assert recorder.openai("", self.detokenize) == {"content": []}
 
     def test_default_settings_ask_for_logprobs(self):
         assert LocalChatGenerator().generation_kwargs["logprobs"] is True
