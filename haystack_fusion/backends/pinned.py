@@ -1,16 +1,13 @@
 """
-The uses of another library's internals that have no public equivalent, each pinned to the version it was tested on.
+The uses of another library's internals that have no public equivalent, pinned to the version they were tested on:
+llama-cpp-python 0.3.36 (`LLAMA_CPP_VERSION`), for the embedded model. On another version each raises
+`PinnedVersionError` (and `test_pinned_llama_cpp_version` fails by name).
 
-llama-cpp-python 0.3.36 (`LLAMA_CPP_VERSION`), for the embedded model:
-
-- `reuse_prefix`: llama-cpp-python reuses the KV cache of the prefix a prompt shares with the previous one, but
-  starts the rest at the first differing token, and llama.cpp's results depend on where a batch starts: the reply
-  would depend on the previous call. Cutting the reused prefix back to a batch boundary takes setting `Llama.n_tokens`.
-- `load_llama`: llama.cpp's `use_extra_bufts` model parameter, which `Llama(...)` does not take; it is set on the
+- `reuse_prefix`: llama-cpp-python reuses the KV cache of the prefix a prompt shares with the previous one from the
+  first differing token, and llama.cpp's results depend on where a batch starts, so the reply would depend on the
+  previous call. Cutting the reused prefix back to a batch boundary takes setting `Llama.n_tokens`.
+- `load_llama`: llama.cpp's `use_extra_bufts` model parameter, which `Llama(...)` does not take, set on the
   parameters `Llama.__init__` assigns to `model_params` before it loads the model.
-
-On another version both raise `PinnedVersionError`, naming what to check (`tests/unit/test_backends_pinned.py`
-fails by name first).
 """
 
 from __future__ import annotations
@@ -40,11 +37,9 @@ def _check_llama_cpp() -> Any:
 
 def reuse_prefix(llama: Any, tokens: Sequence[int], n_batch: int) -> int:
     """
-    Keep the KV cache of the prefix `tokens` share with the loaded context, cut back to a multiple of `n_batch`.
-
-    The next `create_completion(tokens)` then evaluates the rest in batches that start where a fresh evaluation's
-    start, so every logit is the same bit for bit. A prompt is never reused whole (its last token is evaluated
-    again for the logits to sample from).
+    Keep the KV cache of the prefix `tokens` share with the loaded context, cut back to a multiple of `n_batch`, so
+    that the next `create_completion(tokens)` evaluates the rest in the batches of a fresh evaluation: the same
+    logits bit for bit. The last token is always evaluated again (its logits are sampled from).
 
     :param llama: A loaded `llama_cpp.Llama`.
     :param tokens: The prompt's tokens.
