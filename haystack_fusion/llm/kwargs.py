@@ -16,14 +16,14 @@ from haystack_fusion.llm.limits import unwrap_call_limit
 
 def supports_logprobs(chat_generator: Any) -> bool:
     """
-    Whether this generator returns token log-probabilities when asked: the embedded model (a LlamaCppChatGenerator
-    subclass, which reads them at no memory cost), or a generator whose own `generation_kwargs` already ask for them
+    Whether this generator returns token log-probabilities when asked: the embedded model (`LocalChatGenerator`,
+    which records them at no memory cost), or a generator whose own `generation_kwargs` already ask for them
     (OpenAIChatGenerator made with `logprobs=True`, `--logprobs` on the command line). An OpenAI-compatible server
     is not asked unless told to: not every server returns them (llama.cpp's needs `logits_all`, whose memory grows
     with the context times the vocabulary) and one that refuses fails the call. ollama-haystack returns none (7.x).
     """
     chat_generator = unwrap_call_limit(chat_generator)
-    if any(cls.__name__ == "LlamaCppChatGenerator" for cls in type(chat_generator).__mro__):
+    if any(cls.__name__ == "LocalChatGenerator" for cls in type(chat_generator).__mro__):
         return True
     return bool((getattr(chat_generator, "generation_kwargs", None) or {}).get("logprobs"))
 

@@ -23,7 +23,7 @@ class ScriptedChatGenerator:
     """
     Replies to the last message's text from a script and records every call, failed ones included.
 
-    It takes the place of a real ChatGenerator (`OpenAIChatGenerator`, `LlamaCppChatGenerator`, ...) in a pipeline or
+    It takes the place of a real ChatGenerator (`OpenAIChatGenerator`, `LocalChatGenerator`, ...) in a pipeline or
     a component, without a model or a network. Calls may come from several threads at once (the components fan calls
     out): recording is done under a lock. A call fails with `RuntimeError(error)` when `fail_on` matches its prompt, as
     a backend error would.

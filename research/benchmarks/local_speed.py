@@ -3,8 +3,9 @@ Benchmark: the embedded model's speed before and after the prefix cache, with id
 
 "before" is the runtime as it was (every prompt evaluated from scratch, `n_batch=512`, no reply cache); "after" is
 `LocalChatGenerator`'s default at the `--batch` sizes given: the reply cache (a repeated greedy prompt, e.g.
-concat_pf's first call after concatenation's, is answered from memory) and `PrefixCachingLlama` (the KV cache of the
-prefix shared with the previous prompt is reused, cut back to a batch boundary). For each configuration it prints:
+concat_pf's first call after concatenation's, is answered from memory) and the prefix cache
+(`backends.pinned.reuse_prefix`: the KV cache of the prefix shared with the previous prompt is reused, cut back to a
+batch boundary). For each configuration it prints:
 
 - prefill tokens/s: one ~1,000-token concatenation prompt evaluated from scratch (1 completion token);
 - decode tokens/s: the same prompt with 64 forced completion tokens, minus the prefill;
@@ -56,9 +57,8 @@ def token_rates(batch: int, prefix_cache: bool, prompt: list[ChatMessage]) -> tu
     llm.run(prompt, generation_kwargs={"max_tokens": 1})  # load pages, warm caches
     timings = []
     for max_tokens in (1, 65):
-        assert llm._model is not None
         assert llm._shared is not None
-        llm._model.reset()
+        llm._shared.llama.reset()
         llm._shared.replies.clear()
         start = time.perf_counter()
         reply = llm.run(prompt, generation_kwargs={"max_tokens": max_tokens, "stop": []})["replies"][0]

@@ -3,7 +3,7 @@ Benchmark: how much of each strategy's prompts a prefix cache could reuse, for o
 
 Hosted providers cache prompt prefixes (OpenAI reports the hits as `usage.prompt_tokens_details.cached_tokens`, which
 our usage sums as `cached_tokens`), and the embedded model reuses the prefix it shares with the previous prompt, cut
-back to a multiple of its 512-token batch (`backends.local.PrefixCachingLlama`). Every registered strategy
+back to a multiple of its 512-token batch (`backends.pinned.reuse_prefix`). Every registered strategy
 (`haystack_fusion.strategies.STRATEGIES`) answers one question over k synthetic passages with
 `haystack_fusion.testing.PromptAwareChatGenerator`, which replies to each prompt in its form, so that every stage runs:
 concatenation says "unknown" (concat_pf and cascade fall back), post-fusion's vote ties (cascade verifies it with SuRe),

@@ -8,7 +8,7 @@ import pytest
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
-from haystack_fusion.backends import LlamaCppChatGenerator, local_chat_generator
+from haystack_fusion.backends import LocalChatGenerator, local_chat_generator
 from haystack_fusion.corpus import Question, default_squad_path, load_squad
 from haystack_fusion.settings import SQUAD_VARIABLE
 
@@ -43,8 +43,8 @@ def retriever(store) -> InMemoryBM25Retriever:
 @pytest.fixture
 def llm():
     """A fresh embedded generator (they share one loaded model per process)."""
-    if LlamaCppChatGenerator is None:
-        pytest.skip("the `local` extra (llama-cpp-haystack, llama-cpp-python, the packaged model) is not installed")
+    if LocalChatGenerator is None:
+        pytest.skip("the `local` extra (llama-cpp-python, the packaged model) is not installed")
     return local_chat_generator()
 
 

@@ -34,7 +34,6 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 from haystack_fusion.backends.local import (
     _LOADED,
     LOCAL_GENERATION_KWARGS,
-    LlamaCppChatGenerator,
     LocalChatGenerator,
     llama_cpp_runtime,
     use_extra_buffer_types,
@@ -42,7 +41,7 @@ from haystack_fusion.backends.local import (
 from haystack_fusion.strategies import build_pipeline, run_strategy
 from haystack_fusion.testing import ScriptedChatGenerator
 
-pytestmark = pytest.mark.skipif(LlamaCppChatGenerator is None, reason="the `local` extra is not installed")
+pytestmark = pytest.mark.skipif(LocalChatGenerator is None, reason="the `local` extra is not installed")
 
 GOLDEN = Path(__file__).parent / "golden" / "embedded_replies.json"
 WRITE_ENV = "HAYSTACK_FUSION_WRITE_GOLDEN"
@@ -192,7 +191,8 @@ def test_the_prompts_cover_the_strategies(calls):
 def test_the_model_loads_without_the_amx_kernels_on_an_amx_build(build):
     llm = LocalChatGenerator(reply_cache=False)
     llm.warm_up()
-    assert llm._model.model_params.use_extra_bufts is use_extra_buffer_types(build["system_info"])
+    assert llm._shared is not None
+    assert llm._shared.llama.model_params.use_extra_bufts is use_extra_buffer_types(build["system_info"])
 
 
 @pytest.mark.parametrize("threads", [1, 2])

@@ -92,3 +92,13 @@ def test_usage_reports_the_reused_prefix_as_cached_tokens(llm):
         "replies"
     ][0].meta["usage"]
     assert usage["prompt_tokens_details"]["cached_tokens"] == 0
+
+
+def test_extra_buffer_types_can_be_turned_off(llm):
+    """`use_extra_bufts=False` reaches llama.cpp's model parameters (`pinned.load_llama`), and the model answers."""
+    generator = local_chat_generator(reply_cache=False, model_kwargs={"use_extra_bufts": False})
+    generator.warm_up()
+    assert generator._shared is not None
+    assert generator._shared.llama.model_params.use_extra_bufts is False
+    prompt = [ChatMessage.from_user("Question: What is the capital of France?\nAnswer:")]
+    assert generator.run(prompt, generation_kwargs={"max_tokens": 4})["replies"][0].text

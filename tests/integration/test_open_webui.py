@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 from haystack import Document
 
-from haystack_fusion.backends import LlamaCppChatGenerator, save_store
+from haystack_fusion.backends import LocalChatGenerator, save_store
 from tests.support.serve_process import HayhooksProcess
 
 from .conftest import local_serving_env
@@ -60,7 +60,7 @@ if EXECUTABLE is None:
     )
 if CHROMIUM is None:
     pytest.skip("no Chromium: apt-get install chromium, or set HAYSTACK_FUSION_CHROMIUM", allow_module_level=True)
-if LlamaCppChatGenerator is None:
+if LocalChatGenerator is None:
     pytest.skip("the `local` extra (the embedded model)", allow_module_level=True)
 
 KEY = "hf-open-webui-key-5e07"

@@ -14,7 +14,7 @@ import pytest
 from haystack import Document, Pipeline
 
 import haystack_fusion  # noqa: F401  (allowlists the package for deserialization)
-from haystack_fusion.backends import BackendConfig, LlamaCppChatGenerator, save_store
+from haystack_fusion.backends import BackendConfig, LocalChatGenerator, save_store
 from haystack_fusion.serving.yaml import YAML_SUBDIR, generate, pipeline_name
 from haystack_fusion.strategies import STRATEGIES, get_strategy
 
@@ -55,8 +55,8 @@ def run_yaml(folder: Path, strategy: str, backend: str) -> list:
 
 @pytest.mark.parametrize("strategy", ["concatenation", "concat_pf"])
 def test_embedded_default_yaml_runs_on_a_saved_index(strategy, shipped_index):
-    if LlamaCppChatGenerator is None:
-        pytest.skip("the `local` extra (llama-cpp-haystack, llama-cpp-python, the packaged model) is not installed")
+    if LocalChatGenerator is None:
+        pytest.skip("the `local` extra (llama-cpp-python, the packaged model) is not installed")
     answers = run_yaml(SHIPPED_DIR, strategy, "memory_bm25_local")
     assert len(answers) == 1
     answer = answers[0]

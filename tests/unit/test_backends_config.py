@@ -107,7 +107,7 @@ def test_openai_logprobs_on_request(monkeypatch):
 
 def test_llama_log_on_request(monkeypatch):
     pytest.importorskip("llama_cpp", reason="the `local` extra")
-    assert chat_generator(BackendConfig()).model_kwargs["verbose"] is False
+    assert not chat_generator(BackendConfig()).model_kwargs.get("verbose")
     assert chat_generator(BackendConfig(llama_log=True)).model_kwargs["verbose"] is True
     assert "verbose" not in (chat_generator(BackendConfig(llm="openai", llama_log=True)).generation_kwargs or {})
     monkeypatch.setenv("HAYSTACK_FUSION_LLAMA_LOG", "1")

@@ -1,25 +1,22 @@
-"""The embedded generator's settings, serialization and reply-cache keys (no model is loaded here)."""
+"""The embedded generator's settings, serialization, log-probabilities and llama.cpp log (no model is loaded here)."""
 
 from __future__ import annotations
 
-import pytest
-from haystack.dataclasses import ChatMessage
+import copy
 
+import pytest
+
+from haystack_fusion.backends import LOCAL_GENERATION_KWARGS, pinned
 from haystack_fusion.backends.local import (
     LLAMA_LOG,
-    LlamaCppChatGenerator,
     LlamaLog,
     LocalChatGenerator,
-    TokenLogprob,
     _is_greedy,
-    openai_logprobs,
     use_extra_buffer_types,
 )
+from haystack_fusion.backends.logprobs import LogprobRecorder
 
-pytestmark = pytest.mark.skipif(LlamaCppChatGenerator is None, reason="the `local` extra is not installed")
-
-PROMPT = [ChatMessage.from_user("Question: What is the capital of France?\nAnswer:")]
-
+pytestmark = pytest.mark.skipif(LocalChatGenerator is None, reason="the `local` extra is not installed")
 
 PORTABLE_BUILD = (
     "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | LLAMAFILE = 1 | OPENMP = 1 | "
@@ -74,10 +71,9 @@ class TestLlamaLog:
     def test_loading_a_verbose_model_turns_the_log_on(self, monkeypatch):
         import haystack_fusion.backends.local as local
 
-        monkeypatch.setattr(local, "PrefixCachingLlama", lambda **kwargs: object())  # no model is loaded
+        monkeypatch.setattr(local.llama_cpp, "Llama", lambda **kwargs: object())  # no model is loaded
         monkeypatch.setattr(local, "_LOADED", {})
         monkeypatch.setattr(LLAMA_LOG, "verbose", False)
-        assert LocalChatGenerator().model_kwargs["verbose"] is False
         LocalChatGenerator(model="quiet.gguf").warm_up()
         assert LLAMA_LOG.verbose is False
         LocalChatGenerator(model="loud.gguf", model_kwargs={"verbose": True}).warm_up()
@@ -109,33 +105,26 @@ class TestExtraBufferTypes:
 
 
 class TestLocalChatGenerator:
-    def test_round_trip_keeps_the_cache_settings(self):
-        generator = LocalChatGenerator(prefix_cache=False, reply_cache=False)
+    def test_to_dict(self):
+        generator = LocalChatGenerator(prefix_cache=False, reply_cache=False, streaming_callback=print)
         data = generator.to_dict()
-        assert data["init_parameters"]["prefix_cache"] is False
-        assert data["init_parameters"]["reply_cache"] is False
-        assert data["init_parameters"]["n_batch"] == 512
-        assert LocalChatGenerator.from_dict(data).to_dict() == data
+        assert data == {
+            "type": "haystack_fusion.backends.local.LocalChatGenerator",
+            "init_parameters": {
+                "model": None,
+                "n_ctx": 8192,
+                "n_batch": 512,
+                "model_kwargs": {},
+                "generation_kwargs": LOCAL_GENERATION_KWARGS,
+                "streaming_callback": "builtins.print",
+                "prefix_cache": False,
+                "reply_cache": False,
+            },
+        }
+        assert LocalChatGenerator.from_dict(copy.deepcopy(data)).to_dict() == data
 
-    def test_greedy_calls_have_a_cache_key(self):
-        generator = LocalChatGenerator()
-        key = generator._cache_key(PROMPT, None, {})
-        assert key is not None
-        assert key == LocalChatGenerator()._cache_key(PROMPT, None, {})  # shared by every generator
-        assert generator._cache_key(PROMPT, {"max_tokens": 8}, {}) != key  # the settings are part of the key
-        assert generator._cache_key("plain text prompt", None, {}) is not None
-
-    @pytest.mark.parametrize(
-        ("init", "generation_kwargs", "kwargs"),
-        [
-            ({}, {"temperature": 0.7}, {}),  # sampling
-            ({}, None, {"streaming_callback": print}),  # streaming
-            ({"reply_cache": False}, None, {}),
-            ({"generation_kwargs": {"temperature": 0.8}}, None, {}),
-        ],
-    )
-    def test_calls_that_are_never_cached(self, init, generation_kwargs, kwargs):
-        assert LocalChatGenerator(**init)._cache_key(PROMPT, generation_kwargs, kwargs) is None
+    def test_no_messages_no_reply(self):
+        assert LocalChatGenerator().run([]) == {"replies": []}  # nothing is loaded
 
     def test_greedy(self):
         assert _is_greedy({"temperature": 0.0})
@@ -144,22 +133,43 @@ class TestLocalChatGenerator:
         assert not _is_greedy({"temperature": 0.2})
 
 
+PIECES = {0: b" Par", 1: b"is", 2: b"\n\n", 3: b"Question"}
+
+
 class TestLogprobs:
-    def test_from_logits_is_the_log_softmax(self):
+    def detokenize(self, ids):
+        return b"".join(PIECES[i] for i in ids)
+
+    def test_a_step_is_the_log_softmax(self):
         import numpy as np
 
         logits = np.array([2.0, 1.0, 0.0, -1.0], dtype=np.float32)
         expected = logits - np.log(np.exp(logits).sum())
-        step = TokenLogprob.from_logits(1, logits, top_logprobs=2)
-        assert step.logprob == pytest.approx(float(expected[1]), abs=1e-6)
-        assert [token for token, _ in step.top] == [0, 1]
-        assert [lp for _, lp in step.top] == pytest.approx([float(expected[0]), float(expected[1])], abs=1e-6)
-        assert TokenLogprob.from_logits(3, logits).top == ()
+        token, logprob, top = LogprobRecorder(top_logprobs=2).step(1, logits)
+        assert token == 1
+        assert logprob == pytest.approx(float(expected[1]), abs=1e-6)
+        assert [t for t, _ in top] == [0, 1]
+        assert [lp for _, lp in top] == pytest.approx([float(expected[0]), float(expected[1])], abs=1e-6)
+        assert LogprobRecorder().step(3, logits)[2] == []
+
+    def test_each_row_goes_with_the_token_chosen_from_it(self):
+        import numpy as np
+
+        rows = [np.array([3.0, 1.0, 0.0, 0.0], dtype=np.float32), np.array([0.0, 2.0, 1.0, 0.0], dtype=np.float32)]
+        recorder = LogprobRecorder(top_logprobs=1)
+        assert recorder([5, 6], rows[0]) is rows[0]  # the logits are returned as they are
+        recorder([5, 6, 0], rows[1])  # token 0 was chosen from the first row
+        assert recorder.steps == [recorder.step(0, rows[0])]
+        assert [entry["token"] for entry in recorder.openai(" Par", self.detokenize)["content"]] == [" Par"]
+        # cut at max_tokens: the last row's token is the one that ends the reply
+        shaped = recorder.openai(" Paris", self.detokenize)["content"]
+        assert [entry["token"] for entry in shaped] == [" Par", "is"]
+        assert shaped[1]["logprob"] == recorder.step(1, rows[1])[1]
 
     def test_openai_shape_keeps_only_the_reply_tokens(self):
-        pieces = {1: b" Par", 2: b"is", 3: b"\n\n", 4: b"Question"}
-        trace = [TokenLogprob(1, -0.1, ((1, -0.1), (4, -3.0))), TokenLogprob(2, -0.2), TokenLogprob(3, -0.5)]
-        shaped = openai_logprobs(trace, " Paris", lambda ids: b"".join(pieces[i] for i in ids))
+        recorder = LogprobRecorder()
+        recorder.steps = [(0, -0.1, [(0, -0.1), (3, -3.0)]), (1, -0.2, []), (2, -0.5, [])]
+        shaped = recorder.openai(" Paris", self.detokenize)
         assert [entry["token"] for entry in shaped["content"]] == [" Par", "is"]
         assert shaped["content"][0]["top_logprobs"][1] == {
             "token": "Question",
@@ -167,9 +177,22 @@ class TestLogprobs:
             "bytes": list(b"Question"),
         }
         assert shaped["content"][1]["bytes"] == list(b"is")
-        assert openai_logprobs(trace, "", lambda ids: b"x") == {"content": []}
+        assert recorder.openai("", self.detokenize) == {"content": []}
 
-    def test_default_settings_ask_for_logprobs_and_the_cache_key_keeps_them_apart(self):
-        generator = LocalChatGenerator()
-        assert generator.generation_kwargs["logprobs"] is True
-        assert generator._cache_key(PROMPT, {"logprobs": False}, {}) != generator._cache_key(PROMPT, None, {})
+    def test_default_settings_ask_for_logprobs(self):
+        assert LocalChatGenerator().generation_kwargs["logprobs"] is True
+
+
+def test_pinned_llama_cpp_version():
+    """`backends.pinned` uses llama-cpp-python internals tested on one version: another must be checked first."""
+    import llama_cpp
+
+    assert llama_cpp.__version__ == pinned.LLAMA_CPP_VERSION
+
+
+def test_the_pinned_uses_refuse_another_version(monkeypatch):
+    import llama_cpp
+
+    monkeypatch.setattr(llama_cpp, "__version__", "0.0.1")
+    with pytest.raises(pinned.PinnedVersionError, match=r"llama-cpp-python 0\.3\.36, and 0\.0\.1 is installed"):
+        pinned.reuse_prefix(object(), [1, 2], 512)

@@ -20,7 +20,7 @@ from haystack_fusion.strategies import STRATEGIES, get_strategy
 pytest.importorskip("haystack_integrations.document_stores.elasticsearch", reason="the `elasticsearch` extra")
 pytest.importorskip("haystack_integrations.components.generators.ollama", reason="the `ollama` extra")
 pytest.importorskip("haystack_integrations.components.embedders.sentence_transformers", reason="the `dense` extra")
-pytest.importorskip("haystack_integrations.components.generators.llama_cpp", reason="the `local` extra")
+pytest.importorskip("llama_cpp", reason="the `local` extra")
 
 PIPELINES_DIR = Path(__file__).resolve().parents[2] / "pipelines"
 EMBEDDED = "memory_bm25_local"
@@ -144,9 +144,10 @@ def test_every_strategy_has_an_embedded_and_an_openai_compatible_yaml_over_the_s
 def test_the_embedded_yaml_is_machine_independent(rendered):
     """No CPU count, model path or home folder written in: the loading machine supplies its own."""
     text = rendered[f"{YAML_SUBDIR}/{pipeline_name('concatenation', EMBEDDED)}.yml"]
-    model_kwargs = components_of(text)["llm"]["init_parameters"]["model_kwargs"]
-    assert "n_threads" not in model_kwargs
-    assert model_kwargs["model_path"] is None
+    init = components_of(text)["llm"]["init_parameters"]
+    assert "n_threads" not in init["model_kwargs"]
+    assert init["model"] is None
+    assert "model_path" not in init["model_kwargs"]
     assert os.path.expanduser("~") not in text
 
 

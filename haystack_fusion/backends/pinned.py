@@ -1,0 +1,81 @@
+"""
+The uses of another library's internals that have no public equivalent, pinned to the version they were tested on:
+llama-cpp-python 0.3.36 (`LLAMA_CPP_VERSION`), for the embedded model. On another version each raises
+`PinnedVersionError` (and `test_pinned_llama_cpp_version` fails by name).
+
+- `reuse_prefix`: llama-cpp-python reuses the KV cache of the prefix a prompt shares with the previous one from the
+  first differing token, and llama.cpp's results depend on where a batch starts, so the reply would depend on the
+  previous call. Cutting the reused prefix back to a batch boundary takes setting `Llama.n_tokens`.
+- `load_llama`: llama.cpp's `use_extra_bufts` model parameter, which `Llama(...)` does not take, set on the
+  parameters `Llama.__init__` assigns to `model_params` before it loads the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+LLAMA_CPP_VERSION = "0.3.36"
+"""The llama-cpp-python version whose internals this module was tested on."""
+
+
+class PinnedVersionError(RuntimeError):
+    """An installed library is not the version this module's uses of its internals were tested on."""
+
+
+def _check_llama_cpp() -> Any:
+    import llama_cpp
+
+    if llama_cpp.__version__ != LLAMA_CPP_VERSION:
+        raise PinnedVersionError(
+            f"haystack_fusion.backends.pinned was tested on llama-cpp-python {LLAMA_CPP_VERSION}, and "
+            f"{llama_cpp.__version__} is installed: check `Llama.generate`'s prefix reuse (`n_tokens`) and "
+            "`Llama.__init__`'s `model_params`, then update LLAMA_CPP_VERSION; or use `prefix_cache=False`"
+        )
+    return llama_cpp
+
+
+def reuse_prefix(llama: Any, tokens: Sequence[int], n_batch: int) -> int:
+    """
+    Keep the KV cache of the prefix `tokens` share with the loaded context, cut back to a multiple of `n_batch`, so
+    that the next `create_completion(tokens)` evaluates the rest in the batches of a fresh evaluation: the same
+    logits bit for bit. The last token is always evaluated again (its logits are sampled from).
+
+    :param llama: A loaded `llama_cpp.Llama`.
+    :param tokens: The prompt's tokens.
+    :param n_batch: The context's batch size, in tokens.
+    :returns: The prompt tokens kept, a multiple of `n_batch` (0: the context starts from scratch).
+    :raises PinnedVersionError: On another llama-cpp-python version.
+    """
+    _check_llama_cpp()
+    shared = llama.longest_token_prefix(llama.input_ids[: llama.n_tokens], tokens[:-1])
+    kept = shared - shared % n_batch
+    if kept == 0:
+        llama.reset()
+    else:
+        llama.n_tokens = kept  # `generate` then reuses exactly these and drops the KV cache after them
+    return kept
+
+
+def load_llama(*, use_extra_bufts: bool, **kwargs: Any) -> Any:
+    """
+    `llama_cpp.Llama(**kwargs)` with llama.cpp's `use_extra_bufts` model parameter set.
+
+    :param use_extra_bufts: Load the weights into llama.cpp's extra CPU buffer types (repacked kernels).
+    :param kwargs: `Llama` arguments.
+    :returns: The loaded `llama_cpp.Llama`.
+    :raises PinnedVersionError: On another llama-cpp-python version.
+    """
+    llama_cpp = _check_llama_cpp()
+
+    class _Llama(llama_cpp.Llama):  # type: ignore[misc,name-defined]
+        @property
+        def model_params(self) -> Any:
+            return self.__dict__["model_params"]
+
+        @model_params.setter
+        def model_params(self, params: Any) -> None:
+            params.use_extra_bufts = use_extra_bufts
+            self.__dict__["model_params"] = params
+
+    return _Llama(**kwargs)
