@@ -97,7 +97,7 @@ class EvalConfig:
     :param setting: The passage setting (gold passage, noise ratio).
     :param concurrency: Questions answered at once.
     :param max_concurrency: LLM calls of one round under way at once within one question; None (default): all of
-        the round's calls, up to the process-wide ceiling (`llm.concurrency_ceiling`).
+        the round's calls.
     :param max_calls_in_flight: LLM calls under way at once in the whole process during the run, shared by the
         questions answered concurrently and their fan-outs (`llm.max_calls_in_flight`); set it to what a
         rate-limited API allows, so a 429 storm slows the run down instead of failing calls. None (default): the
