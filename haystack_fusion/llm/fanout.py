@@ -1,7 +1,7 @@
 """
 The one fan-out of independent ChatGenerator calls (one per passage, per sample, per candidate ...), as Haystack's
 `LLMMetadataExtractor` does it: threads for `run`, a semaphore and `gather` for `run_async`. A failed call is an
-abstention, recorded and logged, while the other calls go on. Retries and timeouts belong to the generator.
+abstention, logged and recorded, while the other calls go on. Retries and timeouts belong to the generator.
 """
 
 from __future__ import annotations
@@ -22,9 +22,11 @@ from haystack_fusion.llm.usage import empty_usage, reply_usage, sum_usage
 
 logger = logging.getLogger(__name__)
 
-# A call's token counts on its span, named as OpenTelemetry's semantic conventions for generative AI name them.
 INPUT_TOKENS_TAG = "gen_ai.usage.input_tokens"
 OUTPUT_TOKENS_TAG = "gen_ai.usage.output_tokens"
+"""A call's token counts on its span, as OpenTelemetry's semantic conventions for generative AI name them."""
+
+Outcome = tuple[ChatMessage | None, str | None]
 
 
 def check_max_concurrency(max_concurrency: int | None) -> int | None:
@@ -46,10 +48,10 @@ class FanOutResult:
     """
     What a fan-out of n independent calls returned, in input order.
 
-    :param replies: n entries: the first reply of each call, or None where the call failed or returned no reply.
+    :param replies: n entries: each call's first reply, or None where it failed or returned no reply.
     :param errors: n entries: None, or `"ExceptionType: message"` for a failed call.
-    :param usage: Summed usage (`llm.usage`): `prompt_tokens`, `completion_tokens` (tokens), `calls` and
-        `failed_calls`, plus `cached_tokens` and `truncated` when any reply reported them.
+    :param usage: Summed usage (`llm.usage`): `prompt_tokens`, `completion_tokens` (tokens), `calls`,
+        `failed_calls`, and `cached_tokens` / `truncated` when any reply reported them.
     """
 
     replies: list[ChatMessage | None]
@@ -63,21 +65,19 @@ class FanOutResult:
 
 
 class _Call:
-    """One call of a fan-out: its span, its failure handling."""
+    """One call of a fan-out, in a `haystack.chat_generator.run` span (a child of the caller's), as Haystack's own
+    components trace their generator calls; the span is tagged with the reply's token counts."""
 
     def __init__(self, generator: Any, kwargs: dict[str, Any], raise_if: Callable[[Exception], bool] | None) -> None:
         self.generator, self.kwargs, self.raise_if = generator, kwargs, raise_if
         self.parent = tracing.tracer.current_span()
+        self.tags = {"haystack.component.name": "chat_generator"}
+        self.tags["haystack.component.type"] = type(unwrap_call_limit(generator)).__name__
 
-    def span(self) -> Any:
-        """The call's span, named and tagged as Haystack's own components trace their generator calls."""
-        tags = {
-            "haystack.component.name": "chat_generator",
-            "haystack.component.type": type(unwrap_call_limit(self.generator)).__name__,
-        }
-        return tracing.tracer.trace("haystack.chat_generator.run", tags=tags, parent_span=self.parent)
+    def _span(self) -> Any:
+        return tracing.tracer.trace("haystack.chat_generator.run", tags=self.tags, parent_span=self.parent)
 
-    def done(self, span: tracing.Span, result: dict[str, Any]) -> tuple[ChatMessage | None, str | None]:
+    def _outcome(self, span: tracing.Span, result: dict[str, Any]) -> Outcome:
         span.set_content_tag("haystack.component.output", result)
         reply = (result.get("replies") or [None])[0]
         usage = reply_usage(reply)
@@ -86,43 +86,38 @@ class _Call:
             raise RuntimeError("the chat generator returned no reply")
         return reply, None
 
-    def failed(self, error: Exception) -> tuple[None, str]:
+    def _failed(self, error: Exception) -> Outcome:
         if self.raise_if is not None and self.raise_if(error):
             raise error
         logger.warning("An LLM call failed and counts as an abstention: {error}", error=error)
         return None, f"{type(error).__name__}: {error}"
 
-    def run(self, messages: list[ChatMessage]) -> tuple[ChatMessage | None, str | None]:
+    def run(self, messages: list[ChatMessage]) -> Outcome:
         try:
-            with self.span() as span:
+            with self._span() as span:
                 span.set_content_tag("haystack.component.input", {"messages": messages, **self.kwargs})
-                return self.done(span, self.generator.run(messages=messages, **self.kwargs))
+                return self._outcome(span, self.generator.run(messages=messages, **self.kwargs))
         except Exception as error:
-            return self.failed(error)
+            return self._failed(error)
 
-    async def run_async(self, messages: list[ChatMessage]) -> tuple[ChatMessage | None, str | None]:
+    async def run_async(self, messages: list[ChatMessage]) -> Outcome:
         try:
-            with self.span() as span:
+            with self._span() as span:
                 span.set_content_tag("haystack.component.input", {"messages": messages, **self.kwargs})
                 if hasattr(self.generator, "run_async"):
                     result = await self.generator.run_async(messages=messages, **self.kwargs)
                 else:
                     result = await asyncio.to_thread(self.generator.run, messages=messages, **self.kwargs)
-                return self.done(span, result)
+                return self._outcome(span, result)
         except Exception as error:
-            return self.failed(error)
+            return self._failed(error)
 
 
-def _result(outcomes: list[tuple[ChatMessage | None, str | None]]) -> FanOutResult:
-    replies = [reply for reply, _ in outcomes]
-    errors = [error for _, error in outcomes]
+def _result(outcomes: list[Outcome]) -> FanOutResult:
+    replies, errors = [reply for reply, _ in outcomes], [error for _, error in outcomes]
     usage = sum_usage(reply_usage(reply) for reply in replies)
     usage["failed_calls"] = sum(error is not None for error in errors)
     return FanOutResult(replies=replies, errors=errors, usage=usage)
-
-
-def _raise_if(raise_on_failure: bool, raise_if: Callable[[Exception], bool] | None) -> Any:
-    return (lambda _: True) if raise_on_failure else raise_if
 
 
 def run_chat_calls(
@@ -135,29 +130,25 @@ def run_chat_calls(
     raise_if: Callable[[Exception], bool] | None = None,
 ) -> FanOutResult:
     """
-    Call the generator's `run` once per prompt, in threads of a `ThreadPoolExecutor` made for this fan-out.
+    Call the generator's `run` once per prompt, in a `ThreadPoolExecutor` of this fan-out's own; each call runs in a
+    copy of the caller's context, so its span nests under the caller's.
 
-    Each call runs in a copy of the caller's context inside a `haystack.chat_generator.run` span (a child of the
-    caller's), tagged with its token counts (`INPUT_TOKENS_TAG`, `OUTPUT_TOKENS_TAG`). A call that raises or returns
-    no reply is logged and recorded in `errors`.
-
-    :param chat_generator: Any Haystack ChatGenerator (a `CallLimitedChatGenerator` holds a process-wide slot per
-        call).
+    :param chat_generator: Any Haystack ChatGenerator (through a `CallLimitedChatGenerator`, each call holds one of
+        the process-wide slots).
     :param prompts: n prompts, each a list of ChatMessage.
     :param max_concurrency: None: all n calls at once; an integer >= 1: at most that many under way at once.
     :param generation_kwargs: Passed to every call when given.
     :param raise_on_failure: Re-raise the first failure (calls not yet started never start) instead of recording it.
-    :param raise_if: Re-raise a failure for which `raise_if(error)` is true (e.g. `llm.backend_unusable`), record
-        the others.
+    :param raise_if: Re-raise a failure for which `raise_if(error)` is true (`llm.backend_unusable`), record others.
     :returns: A `FanOutResult` with n replies and n errors in input order.
     :raises ValueError: If `max_concurrency` is not None or an integer >= 1.
-    :raises Exception: The failure re-raised by `raise_on_failure` or `raise_if` (`RuntimeError` for no reply).
+    :raises Exception: A failure re-raised by `raise_on_failure` or `raise_if` (`RuntimeError` for no reply).
     """
     check_max_concurrency(max_concurrency)
     if not prompts:
         return _result([])
     kwargs = {"generation_kwargs": generation_kwargs} if generation_kwargs else {}
-    call = _Call(chat_generator, kwargs, _raise_if(raise_on_failure, raise_if))
+    call = _Call(chat_generator, kwargs, (lambda _: True) if raise_on_failure else raise_if)
     pool = ThreadPoolExecutor(max_workers=min(max_concurrency or len(prompts), len(prompts)))
     try:
         futures = [pool.submit(contextvars.copy_context().run, call.run, messages) for messages in prompts]
@@ -186,10 +177,10 @@ async def run_chat_calls_async(
     """
     check_max_concurrency(max_concurrency)
     kwargs = {"generation_kwargs": generation_kwargs} if generation_kwargs else {}
-    call = _Call(chat_generator, kwargs, _raise_if(raise_on_failure, raise_if))
+    call = _Call(chat_generator, kwargs, (lambda _: True) if raise_on_failure else raise_if)
     semaphore = asyncio.Semaphore(max_concurrency or max(1, len(prompts)))
 
-    async def bounded(messages: list[ChatMessage]) -> tuple[ChatMessage | None, str | None]:
+    async def bounded(messages: list[ChatMessage]) -> Outcome:
         async with semaphore:
             try:
                 return await call.run_async(messages)

@@ -1,9 +1,9 @@
 """
-The process-wide limit on LLM calls in flight, and `CallLimitedChatGenerator`, the ChatGenerator wrapper whose every
-call holds one of its N slots: a `threading.BoundedSemaphore` per limit, shared by every thread and event loop.
+The process-wide limit on LLM calls in flight: `CallLimitedChatGenerator`, whose every call holds one of N slots of a
+`threading.BoundedSemaphore` shared by every thread and event loop.
 
-N is `max_calls_in_flight` inside such a block (as the evaluation runner sets it for `eval --max-calls-in-flight`),
-else `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` (read at every call), else no limit. With a limit, a rate-limited API's 429
+N is `max_calls_in_flight` inside such a block (`eval --max-calls-in-flight`), else
+`HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` (read at every call), else no limit. With a limit, a rate-limited API's 429
 storm slows a batch down instead of failing its calls.
 """
 
@@ -28,8 +28,7 @@ _LOCK = threading.Lock()
 _OVERRIDES: list[int | None] = []  # the `max_calls_in_flight` blocks under way, innermost last
 _SEMAPHORES: dict[int, threading.BoundedSemaphore] = {}
 _ASYNC_POLL = 0.05
-"""Seconds a coroutine's waiting thread blocks on the semaphore before it gives its worker thread back to the loop's
-executor, so that waiters never hold every worker a running call may need."""
+"""Seconds a coroutine's wait blocks a worker thread at a time: waiters never hold every thread a call may need."""
 
 
 def calls_in_flight_limit() -> int | None:
@@ -47,9 +46,8 @@ def calls_in_flight_limit() -> int | None:
 @contextlib.contextmanager
 def max_calls_in_flight(limit: int | None) -> Iterator[None]:
     """
-    Limit the LLM calls in flight in the whole process to `limit` while the block runs.
+    Limit the calls in flight of the whole process to `limit` (None: no limit) while the block runs.
 
-    :param limit: An integer >= 1, or None for no limit inside the block.
     :raises ValueError: If `limit` is not None or an integer >= 1.
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
@@ -65,12 +63,8 @@ def max_calls_in_flight(limit: int | None) -> Iterator[None]:
 
 def _semaphore() -> threading.BoundedSemaphore | None:
     limit = calls_in_flight_limit()
-    if limit is None:
-        return None
     with _LOCK:
-        if limit not in _SEMAPHORES:
-            _SEMAPHORES[limit] = threading.BoundedSemaphore(limit)
-        return _SEMAPHORES[limit]
+        return None if limit is None else _SEMAPHORES.setdefault(limit, threading.BoundedSemaphore(limit))
 
 
 async def _acquire_async(semaphore: threading.BoundedSemaphore) -> None:
@@ -90,10 +84,10 @@ class CallLimitedChatGenerator:
     """
     Wraps a ChatGenerator so that each of its calls holds one of the process-wide call slots while it runs.
 
-    With no limit (`max_calls_in_flight`, `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT`) it only passes calls on. With a
-    limit of N, at most N calls through such wrappers are under way in the process at once, across threads and
-    event loops; the others wait. Retries and timeouts stay the wrapped generator's. The wrapper has the wrapped
-    generator's inputs (`messages`, and `generation_kwargs`, `tools` ... with their defaults) and its `replies`.
+    With no limit it only passes calls on. With a limit of N, at most N calls through such wrappers are under way in
+    the process at once, from any thread or event loop; the others wait. Retries and timeouts stay the wrapped
+    generator's. Its inputs are the wrapped generator's (`messages`, `generation_kwargs`, `tools` ...); its output
+    is `replies`.
 
     ### Usage example
     ```python
@@ -109,12 +103,8 @@ class CallLimitedChatGenerator:
     """
 
     def __init__(self, *, chat_generator: ChatGenerator) -> None:
-        """
-        Create a CallLimitedChatGenerator.
-
-        :param chat_generator: The ChatGenerator to call (any component with a `run(messages=...)` that returns
-            `replies`).
-        """
+        """:param chat_generator: The ChatGenerator to call (any component whose `run(messages=...)` returns
+        `replies`)."""
         self.chat_generator = chat_generator
         for parameter in inspect.signature(chat_generator.run).parameters.values():
             if parameter.name != "messages" and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
@@ -128,10 +118,7 @@ class CallLimitedChatGenerator:
 
     async def warm_up_async(self) -> None:
         """Warm up the wrapped generator on the running loop: its `warm_up_async`, else its `warm_up`."""
-        if hasattr(self.chat_generator, "warm_up_async"):
-            await self.chat_generator.warm_up_async()
-        else:
-            self.warm_up()
+        await self.chat_generator.warm_up_async() if hasattr(self.chat_generator, "warm_up_async") else self.warm_up()
 
     def close(self) -> None:
         """Release the wrapped generator's resources."""
@@ -140,10 +127,7 @@ class CallLimitedChatGenerator:
 
     async def close_async(self) -> None:
         """Release the wrapped generator's async resources: its `close_async`, else its `close`."""
-        if hasattr(self.chat_generator, "close_async"):
-            await self.chat_generator.close_async()
-        else:
-            self.close()
+        await self.chat_generator.close_async() if hasattr(self.chat_generator, "close_async") else self.close()
 
     def to_dict(self) -> dict[str, Any]:
         """:returns: `type` and `init_parameters` (`chat_generator`, the wrapped generator's own dictionary)."""
@@ -165,18 +149,12 @@ class CallLimitedChatGenerator:
         :raises ValueError: If `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` is set to anything but an integer >= 1.
         :raises Exception: What the wrapped generator raised.
         """
-        semaphore = _semaphore()
-        if semaphore is None:
-            return self.chat_generator.run(messages=messages, **kwargs)
-        with semaphore:
+        with _semaphore() or contextlib.nullcontext():
             return self.chat_generator.run(messages=messages, **kwargs)
 
     async def run_async(self, messages: list[ChatMessage], **kwargs: Any) -> dict[str, Any]:
-        """
-        Async form of `run`, with the same inputs, outputs and errors; waits for its slot without blocking the loop.
-
-        Calls the wrapped generator's `run_async`, or its `run` in a worker thread when it has none.
-        """
+        """Async form of `run` (same inputs, outputs, errors): waits for its slot without blocking the loop, then
+        calls the wrapped generator's `run_async`, or its `run` in a worker thread."""
         semaphore = _semaphore()
         if semaphore is not None:
             await _acquire_async(semaphore)
