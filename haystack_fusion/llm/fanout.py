@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -150,8 +151,23 @@ def run_chat_calls(
     kwargs = {"generation_kwargs": generation_kwargs} if generation_kwargs else {}
     call = _Call(chat_generator, kwargs, (lambda _: True) if raise_on_failure else raise_if)
     pool = ThreadPoolExecutor(max_workers=min(max_concurrency or len(prompts), len(prompts)))
+    # Every thread is started before any call runs: a thread's start waits for the GIL, which a running call's
+    # request building holds for up to the 5 ms switch interval, so k calls started one by one begin k x that late.
+    started, failed = threading.Event(), threading.Event()
+
+    def start(messages: list[ChatMessage]) -> Outcome:
+        started.wait()
+        if failed.is_set():  # a call re-raised its failure: the queued ones never start
+            return None, "CancelledError: another call failed"
+        try:
+            return call.run(messages)
+        except Exception:
+            failed.set()
+            raise
+
     try:
-        futures = [pool.submit(contextvars.copy_context().run, call.run, messages) for messages in prompts]
+        futures = [pool.submit(contextvars.copy_context().run, start, messages) for messages in prompts]
+        started.set()
         wait(futures, return_when=FIRST_EXCEPTION)
         for future in futures:
             if future.done() and future.exception() is not None:
