@@ -151,12 +151,9 @@ def run_chat_calls(
     kwargs = {"generation_kwargs": generation_kwargs} if generation_kwargs else {}
     call = _Call(chat_generator, kwargs, (lambda _: True) if raise_on_failure else raise_if)
     pool = ThreadPoolExecutor(max_workers=min(max_concurrency or len(prompts), len(prompts)))
-    # Every thread is started before any call runs: a thread's start waits for the GIL, which a running call's
-    # request building holds for up to the 5 ms switch interval, so k calls started one by one begin k x that late.
-    started, failed = threading.Event(), threading.Event()
+    failed = threading.Event()
 
     def start(messages: list[ChatMessage]) -> Outcome:
-        started.wait()
         if failed.is_set():  # a call re-raised its failure: the queued ones never start
             return None, "CancelledError: another call failed"
         try:
@@ -167,7 +164,6 @@ def run_chat_calls(
 
     try:
         futures = [pool.submit(contextvars.copy_context().run, start, messages) for messages in prompts]
-        started.set()
         wait(futures, return_when=FIRST_EXCEPTION)
         for future in futures:
             if future.done() and future.exception() is not None:
