@@ -36,10 +36,8 @@ from haystack_fusion.corpus import (
 from haystack_fusion.serving.presentation import format_run
 from haystack_fusion.settings import (
     CACHE_DIR,
-    DEFAULT_CONCURRENCY_CEILING,
     DEFAULT_INDEX_PATH,
     MAX_CALLS_IN_FLIGHT_ENV,
-    MAX_CONCURRENCY_ENV,
     SQUAD_VARIABLE,
     STORE_VARIABLE,
     index_path,
@@ -67,7 +65,7 @@ EXIT_FAILED_QUESTIONS = 3
 
 MAX_CONCURRENCY_HELP = (
     "LLM calls of one round under way at once, per question (default: all of the round's calls: k for post-fusion, "
-    f"K + K(K-1) for SuRe's verification; capped at ${MAX_CONCURRENCY_ENV}, {DEFAULT_CONCURRENCY_CEILING} when unset)"
+    "K + K(K-1) for SuRe's verification)"
 )
 
 

@@ -19,7 +19,6 @@ Every setting the environment gives, and the defaults that depend on the LLM: th
 | `HAYSTACK_FUSION_CORS_ORIGINS` | unset: none | comma-separated origins (`https://app.example.com`) allowed by CORS |
 | `HAYSTACK_FUSION_ALLOWED_HOSTS` | unset: loopback and the bound address | comma-separated `Host` names also answered |
 | `HAYSTACK_FUSION_MAX_BODY_BYTES` | 1048576 (1 MiB) | the largest request body served, in bytes |
-| `HAYSTACK_FUSION_MAX_CONCURRENCY` | 64 | LLM calls under way at once in one fan-out |
 | `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` | unset: no limit | LLM calls under way at once in the whole process |
 
 `ELASTICSEARCH_URL`, `OPENAI_BASE_URL` and `OLLAMA_HOST` are read here too, for `BackendConfig`. Needs no extra.
@@ -226,32 +225,9 @@ class AccessSettings:
         return cls(api_key=key, cors_origins=origins, allowed_hosts=hosts, max_body_bytes=limit)
 
 
-MAX_CONCURRENCY_ENV = "HAYSTACK_FUSION_MAX_CONCURRENCY"
-"""The environment variable that sets the process-wide ceiling on calls under way at once in one fan-out (an integer
->= 1), read at every fan-out; unset: `DEFAULT_CONCURRENCY_CEILING`."""
-
-DEFAULT_CONCURRENCY_CEILING = 64
-"""The process-wide ceiling on calls under way at once in one fan-out when `HAYSTACK_FUSION_MAX_CONCURRENCY` is unset.
-Above every round of the shipped strategies at the papers' settings, so those run at once (post-fusion's k <= 20
-passages, Liu et al. Figure 4; SuRe's verification round of K + K(K-1) = 25 calls at K = 5, Kim et al.), and low
-enough that one wide round does not open hundreds of connections to a rate-limited API. Lower it with the variable
-for a tight rate limit; raise it for a server that takes more."""
-
 MAX_CALLS_IN_FLIGHT_ENV = "HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT"
 """The environment variable that sets the process-wide limit on LLM calls in flight (an integer >= 1), read at every
 call; unset: no process-wide limit. `llm.max_calls_in_flight` overrides it for a block of code."""
-
-
-def concurrency_ceiling_from_env(env: Mapping[str, str] | None = None) -> int:
-    """
-    The process-wide ceiling on LLM calls under way at once in one fan-out, read now.
-
-    :param env: The environment (default `os.environ`).
-    :returns: `HAYSTACK_FUSION_MAX_CONCURRENCY` when set (calls), else `DEFAULT_CONCURRENCY_CEILING`.
-    :raises ValueError: If the variable is set to anything but an integer >= 1.
-    """
-    ceiling = _positive_int(env, MAX_CONCURRENCY_ENV, "calls under way at once")
-    return DEFAULT_CONCURRENCY_CEILING if ceiling is None else ceiling
 
 
 def calls_in_flight_limit_from_env(env: Mapping[str, str] | None = None) -> int | None:

@@ -24,8 +24,7 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
     The fallback strategies (`concat_pf`, `cascade`) make their concatenation call through it: post-fusion is there for
     the question the first round gives no answer to, and a failed call gives none. `UnknownRouter` routes an empty
     `replies` to its `unknown` branch (reason "no reply"). The call is the package's one fan-out with a single prompt
-    (`llm.run_chat_calls`), which logs the failure, traces the call, holds a process-wide call slot when calls
-    in flight are limited, and counts the HTTP requests it sends; retries and timeouts stay the generator's.
+    (`llm.run_chat_calls`), which logs the failure and traces the call; retries and timeouts stay the generator's.
 
     ### Usage example
     ```python
@@ -78,9 +77,8 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
         :returns: A dictionary with:
             - `replies`: the generator's first reply, or an empty list when the call failed or returned no reply.
             - `meta`: `usage` (`prompt_tokens`, `completion_tokens`, `calls` = 1, `failed_calls`, `rounds` = 1,
-              `http_requests` when the generator's HTTP requests are counted, `cached_tokens` when the provider
-              reports them: `llm.FanOutResult`) and `failures` (empty, or one `{"error": "ExceptionType:
-              message"}`).
+              `cached_tokens` when the provider reports them: `llm.FanOutResult`) and `failures` (empty, or one
+              `{"error": "ExceptionType: message"}`).
         :raises Exception: The generator's exception when it says the backend cannot be used (a refused connection
             or key).
         """

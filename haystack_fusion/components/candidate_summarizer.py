@@ -100,7 +100,7 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         :param mode: "conditional" (SuRe: K candidates, one summary each), "generic" (one summary, no candidates,
             Listing 11) or "candidates" (candidates only, for the MCQ baseline).
         :param max_concurrency: Largest number of summary calls under way at once (an integer >= 1); None (default):
-            all K at once, up to the process-wide ceiling (`llm.concurrency_ceiling()`).
+            all K at once.
         :param max_passage_chars: Per-passage context budget in characters (None: no limit); longer passages are
             trimmed, never the instructions.
         :param few_shot: If True (base-model mode), candidates come from Listing 13 (Appendix B.5: Listing 6 with
@@ -287,7 +287,7 @@ class CandidateSummarizer(ChatGeneratorWrapper):
               call); generic mode: the one generic summary; candidates mode: empty.
             - `meta`: `source`, `mode`, `candidates_reply` (the raw round-1 reply), `failures` (`round`, `index`,
               `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`, `rounds`, and
-              `http_requests` when the generator's HTTP requests are counted, and `cached_tokens` when the provider
+              `cached_tokens` when the provider
               reports prompt tokens served from its prefix cache: `llm.FanOutResult`), and
               `invalid_candidates` (`candidate`, `reason`) when the answer checks dropped some.
         :raises ValueError: If `query` is empty or only whitespace, `candidates` are given outside the conditional

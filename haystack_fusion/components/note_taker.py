@@ -20,7 +20,6 @@ from haystack_fusion.llm import (
     run_chat_calls_async,
     stop_kwargs,
     sum_usage,
-    unwrap_call_limit,
 )
 from haystack_fusion.notes import CONTEXT, DIRECT, classify_note, parse_document_note, parse_single_call
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render
@@ -87,7 +86,7 @@ class NoteTaker(ChatGeneratorWrapper):
         :param allow_parametric_knowledge: If True (the paper's step 5), the model answers from its own knowledge
             when no passage is relevant; if False, the answer is then "unknown".
         :param max_concurrency: Largest number of note calls under way at once in per-document mode (an integer
-            >= 1); None (default): all k at once, up to the process-wide ceiling (`llm.concurrency_ceiling()`).
+            >= 1); None (default): all k at once.
         :param max_passage_chars: Per-passage context budget in characters (None: no limit).
         :param generation_kwargs: `generation_kwargs` for every call, e.g. a larger completion budget for the notes
             of k passages (`{"max_tokens": 400}` for llama.cpp); None keeps the generator's own.
@@ -261,9 +260,7 @@ class NoteTaker(ChatGeneratorWrapper):
         callback = streaming_callback or self.streaming_callback
         if callback is None:
             return self._chat_generator
-        # the fan-out holds the call's slot, and reads the HTTP clients of the generator it calls: give it the
-        # call-limited generator's own
-        return _Streaming(unwrap_call_limit(self._chat_generator), callback)
+        return _Streaming(self._chat_generator, callback)
 
     @component.output_types(answers=list[GeneratedAnswer], notes=list[dict[str, Any]])
     def run(
@@ -281,9 +278,8 @@ class NoteTaker(ChatGeneratorWrapper):
               its `meta` holds `notes`, `answer_source` ("passages", "parametric", "none", or "invalid" with
               `invalid_reason` and `rejected_answer` when the answer checks rejected it, its `data` then empty),
               `failures` (`round`, `index`, `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`,
-              `failed_calls`, `rounds`, `http_requests` when the generator's HTTP requests are counted, and
-              `cached_tokens` when the provider reports prompt tokens served from its prefix cache:
-              `llm.FanOutResult`).
+              `failed_calls`, `rounds`, and `cached_tokens` when the provider reports prompt tokens served from its
+              prefix cache: `llm.FanOutResult`).
             - `notes`: k dicts in input order: `document_id`, `relevance` ("direct", "context" or "irrelevant";
               section 2.3.1) and `note` ("" when the model wrote none for that passage).
         :raises ValueError: If `query` is empty or only whitespace.

@@ -104,7 +104,7 @@ class PostFusionVoter(ChatGeneratorWrapper):
 
         :param chat_generator: The ChatGenerator that answers each passage.
         :param max_concurrency: Largest number of LLM calls under way at once (an integer >= 1); None (default): all
-            p x k calls at once, up to the process-wide ceiling (`llm.concurrency_ceiling()`).
+            p x k calls at once.
         :param samples_per_passage: p, the answers sampled per passage (>= 1); p x k answers vote.
         :param sampling_generation_kwargs: `generation_kwargs` for every call when p > 1; default
             `{"temperature": 0.7}` (section 4.4). With p = 1 the generator's own settings apply (greedy in the paper).
@@ -298,7 +298,7 @@ class PostFusionVoter(ChatGeneratorWrapper):
               winner's votes / all votes, 0 when nothing voted), `tie` (the top two have equal votes), `confidence`
               (mean answer confidence of its votes, None without log-probabilities), `failures` (`rank`,
               `sample`, `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`,
-              `rounds`, `http_requests` when the generator's HTTP requests are counted, and `cached_tokens` when the
+              `rounds`, and `cached_tokens` when the
               provider reports prompt tokens served from its prefix cache: `llm.FanOutResult`).
               With `vote="overlap"`, `votes` is per cluster, keyed by its representative's normalized answer, and
               `clusters` maps each representative to its members' normalized answers (representative first).

@@ -99,7 +99,7 @@ class SummaryVerifier(ChatGeneratorWrapper):
         :param use_validity: If False, candidates are ordered by ranking alone (Table 3, "+ Pair-wise ranking") and
             no validity call is made.
         :param max_concurrency: Largest number of calls under way at once (an integer >= 1); None (default): all
-            K + K(K-1) at once, up to the process-wide ceiling (`llm.concurrency_ceiling()`).
+            K + K(K-1) at once.
         :param document_ranker: Optional Haystack ranker (`run(query, documents)` -> `{"documents": [...]}`) that
             reorders the passages by the winning summary (Table 4); None keeps retrieval order.
         :param raise_on_failure: If True, a failed call raises; by default it is logged and reported in `meta`.
@@ -279,9 +279,9 @@ class SummaryVerifier(ChatGeneratorWrapper):
             The first also has `preferences` ("a,b" -> 1 / 2 / None, the parsed reply when summary a was Passage 1
             and b Passage 2, or P(Passage 1) by probability scoring), `scoring` (the setting), `scored_by` (calls
             read by "probability" and by "text"), `failures` (`call`, `index`, `error`) and `usage` (`prompt_tokens`,
-            `completion_tokens`, `calls`, `failed_calls`, `rounds`, `http_requests` when the generator's HTTP
-            requests are counted, and `cached_tokens` when the provider reports prompt tokens served from its prefix
-            cache: `llm.FanOutResult`). With no candidates it is one "unknown" answer and no LLM call is made.
+            `completion_tokens`, `calls`, `failed_calls`, `rounds`, and `cached_tokens` when the provider reports
+            prompt tokens served from its prefix cache: `llm.FanOutResult`). With no candidates it is one "unknown"
+            answer and no LLM call is made.
         :raises ValueError: If `query` is empty, or `candidates` and `summaries` differ in length.
         """
         query, candidates, summaries, asks, prompts = self._plan(query, candidates, summaries)

@@ -96,11 +96,12 @@ class EvalConfig:
     :param top_ks: One run per k (Liu et al. Figure 4 sweeps 5, 10, 20).
     :param setting: The passage setting (gold passage, noise ratio).
     :param concurrency: Questions answered at once.
-    :param max_concurrency: LLM calls of one round under way at once within a question; None: all of the round's,
-        up to the process-wide ceiling (`llm.concurrency_ceiling`).
-    :param max_calls_in_flight: LLM calls under way at once in the whole process during the run
-        (`llm.max_calls_in_flight`), e.g. what a rate-limited API allows; None: `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT`,
-        else no limit.
+    :param max_concurrency: LLM calls of one round under way at once within one question; None (default): all of
+        the round's calls.
+    :param max_calls_in_flight: LLM calls under way at once in the whole process during the run, shared by the
+        questions answered concurrently and their fan-outs (`llm.max_calls_in_flight`); set it to what a
+        rate-limited API allows, so a 429 storm slows the run down instead of failing calls. None (default): the
+        `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` environment variable's, or no process-wide limit.
     :param closed_book_filter: Drop answerable questions the LLM answers correctly with no passages (Liu et al.
         section 4 "Dataset Filter").
     :param strategy_options: Further `StrategyConfig` fields for every pipeline (e.g. `num_candidates`,

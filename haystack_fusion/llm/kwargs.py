@@ -1,10 +1,4 @@
-"""
-The `generation_kwargs` our components add to a call: token log-probabilities where the generator returns them, and
-the prompt's stop sequences on top of the generator's own.
-
-Each function reads the generator's own settings (`generation_kwargs`, its class) through a
-`CallLimitedChatGenerator`, which only adds a call slot to the generator it wraps.
-"""
+"""The `generation_kwargs` our components add to a call: token log-probabilities, and a prompt's stop sequences."""
 
 from __future__ import annotations
 
@@ -13,14 +7,16 @@ from typing import Any
 
 from haystack_fusion.llm.limits import unwrap_call_limit
 
+MAX_STOP_SEQUENCES = 4
+"""OpenAI's limit on `stop` sequences per request."""
+
 
 def supports_logprobs(chat_generator: Any) -> bool:
     """
     Whether this generator returns token log-probabilities when asked: the embedded model (`LocalChatGenerator`,
-    which records them at no memory cost), or a generator whose own `generation_kwargs` already ask for them
-    (OpenAIChatGenerator made with `logprobs=True`, `--logprobs` on the command line). An OpenAI-compatible server
-    is not asked unless told to: not every server returns them (llama.cpp's needs `logits_all`, whose memory grows
-    with the context times the vocabulary) and one that refuses fails the call. ollama-haystack returns none (7.x).
+    which records them at no memory cost), or one whose own `generation_kwargs` ask for them (`--logprobs`). Other
+    OpenAI-compatible servers are not asked: one that refuses fails the call (llama.cpp's server needs `logits_all`);
+    ollama-haystack returns none.
     """
     chat_generator = unwrap_call_limit(chat_generator)
     if any(cls.__name__ == "LocalChatGenerator" for cls in type(chat_generator).__mro__):
@@ -30,61 +26,39 @@ def supports_logprobs(chat_generator: Any) -> bool:
 
 def logprob_kwargs(chat_generator: Any, top_logprobs: int = 0) -> dict[str, Any]:
     """
-    The `generation_kwargs` that ask this generator for token log-probabilities, or {} when it is not to be asked.
-
-    :param chat_generator: Any ChatGenerator.
     :param top_logprobs: Alternatives per token to return as well (0: none; OpenAI allows up to 20).
-    :returns: `{"logprobs": True, "top_logprobs": n}` for `supports_logprobs` generators, else {}: `top_logprobs`
-        even at 0, because some OpenAI-compatible servers send log-probabilities only with it
-        (`backends.logprobs.OPENAI_LOGPROBS_KWARGS`).
+    :returns: `{"logprobs": True, "top_logprobs": n}` for a `supports_logprobs` generator (`top_logprobs` even at 0:
+        some OpenAI-compatible servers send log-probabilities only with it), else {}.
     """
-    if not supports_logprobs(chat_generator):
-        return {}
-    return {"logprobs": True, "top_logprobs": top_logprobs}
-
-
-MAX_STOP_SEQUENCES = 4
-"""OpenAI's limit on `stop` sequences per request."""
+    return {"logprobs": True, "top_logprobs": top_logprobs} if supports_logprobs(chat_generator) else {}
 
 
 def merge_stop_sequences(own: Iterable[str] | str | None, extra: Iterable[str]) -> list[str]:
     r"""
-    A generator's own stop sequences plus a prompt's, without the redundant ones.
+    A generator's own stop sequences (first, in order) plus a prompt's, without the redundant ones: a sequence that
+    contains another never ends a reply first (with `"\n"` added, `"\n\n"` and `"\nQuestion:"` go).
 
-    A sequence that contains another one never ends a reply first (the other occurs at or before it), so it is
-    dropped: with `"\n"` added, the embedded model's `"\n\n"`, `"\nQuestion:"` and `"\nContext:"` all go. The
-    generator's own sequences keep their order and come first, so adding nothing new returns them unchanged.
-
-    :param own: The generator's `generation_kwargs["stop"]` (a list, one string, or None).
-    :param extra: The prompt's stop sequences (`PromptTemplate.stop`).
-    :returns: The merged list (at most `MAX_STOP_SEQUENCES` when the inputs allow it: the shortest are kept).
+    :returns: The merged list; the `MAX_STOP_SEQUENCES` shortest when there are more.
     """
-    listed = [own] if isinstance(own, str) else list(own or [])
     merged: list[str] = []
-    for sequence in [*listed, *extra]:
+    for sequence in [*([own] if isinstance(own, str) else list(own or [])), *extra]:
         if sequence and sequence not in merged:
             merged.append(sequence)
     kept = [s for s in merged if not any(other != s and other in s for other in merged)]
-    if len(kept) > MAX_STOP_SEQUENCES:
-        kept = sorted(kept, key=len)[:MAX_STOP_SEQUENCES]
-    return kept
+    return sorted(kept, key=len)[:MAX_STOP_SEQUENCES] if len(kept) > MAX_STOP_SEQUENCES else kept
 
 
 def stop_kwargs(
     chat_generator: Any, stop: Sequence[str], generation_kwargs: dict[str, Any] | None = None
 ) -> dict[str, Any] | None:
     """
-    The `generation_kwargs` of a call whose reply should end at any of `stop` (a short-answer prompt ends at its
-    answer line), on top of the generator's own stop sequences.
+    The `generation_kwargs` of a call whose reply should end at any of `stop`, on top of the generator's own stops.
 
-    :param chat_generator: Any ChatGenerator. One with `generation_kwargs` settings (OpenAI, Ollama, llama.cpp,
-        the embedded model) gets the stops, its own `generation_kwargs["stop"]` kept; one without (mocks, custom
-        generators whose `run` may not take `generation_kwargs`) gets `generation_kwargs` unchanged.
-    :param stop: The prompt's stop sequences (`PromptTemplate.stop`); empty returns `generation_kwargs` unchanged.
-    :param generation_kwargs: The call's other `generation_kwargs`, or None (their `stop`, when set, replaces the
-        generator's, as a call's own settings do).
-    :returns: `generation_kwargs` with `stop` set to `merge_stop_sequences` of the stops in force and `stop`; the
-        given `generation_kwargs` itself (None included) when nothing is added.
+    :param chat_generator: Any ChatGenerator; one without `generation_kwargs` settings (a mock) gets none added.
+    :param stop: The prompt's stop sequences (`PromptTemplate.stop`).
+    :param generation_kwargs: The call's other `generation_kwargs` (their `stop` replaces the generator's).
+    :returns: `generation_kwargs` with `stop` merged (`merge_stop_sequences`), or `generation_kwargs` itself (None
+        included) when nothing is added.
     """
     settings = getattr(unwrap_call_limit(chat_generator), "generation_kwargs", None)
     if not stop or not isinstance(settings, dict):

@@ -1,9 +1,8 @@
 """
-Token usage of LLM calls: one reply's usage as the generator reports it, and usage records summed key by key.
+Token usage of LLM calls, read from the replies' `meta`: one reply's, and records summed key by key.
 
-A usage record is a dict of counts: `prompt_tokens` and `completion_tokens` (tokens), `calls` and `failed_calls`
-(`USAGE_KEYS`, always present), and the optional `rounds`, `cached_tokens`, `cached_calls`, `http_requests` and
-`truncated`, present only when something reported them.
+A usage record counts `prompt_tokens` and `completion_tokens` (tokens), `calls` and `failed_calls` (always present),
+and `rounds`, `cached_tokens`, `cached_calls` and `truncated` only when something reported them.
 """
 
 from __future__ import annotations
@@ -13,24 +12,20 @@ from typing import Any
 
 from haystack.dataclasses import ChatMessage
 
-USAGE_KEYS = ("prompt_tokens", "completion_tokens", "calls", "failed_calls")
-"""The counters every usage record has."""
+TRUNCATED_FINISH_REASON = "length"
+"""The `meta["finish_reason"]` of a reply the token cap (`max_tokens`) cut (OpenAI, the embedded model)."""
 
 
 def empty_usage() -> dict[str, int]:
     """A usage record with every counter at zero: prompt / completion tokens, calls made and calls failed."""
-    return dict.fromkeys(USAGE_KEYS, 0)
+    return dict.fromkeys(("prompt_tokens", "completion_tokens", "calls", "failed_calls"), 0)
 
 
 def sum_usage(usages: Iterable[Mapping[str, Any] | None]) -> dict[str, int]:
     """
-    Add usage records key by key.
+    Add usage records key by key (None entries skipped).
 
-    :param usages: Records with any of `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls` (and `rounds`,
-        `cached_tokens`, `cached_calls`, `http_requests`, `truncated`, summed too when present); None entries are
-        skipped.
-    :returns: A dict with every key of `USAGE_KEYS` (counts of tokens and calls), plus each optional key that any
-        input had (absent from all inputs: absent here too, never 0).
+    :returns: The four counters of `empty_usage`, plus each optional key any input had (never 0 for one none had).
     """
     total = empty_usage()
     for usage in usages:
@@ -42,14 +37,11 @@ def sum_usage(usages: Iterable[Mapping[str, Any] | None]) -> dict[str, int]:
 
 def cached_prompt_tokens(usage: Mapping[str, Any] | None) -> int | None:
     """
-    The prompt tokens a provider served from its prompt (prefix) cache, as one reply's usage reports them.
-
-    Read from OpenAI's `usage.prompt_tokens_details.cached_tokens` (a nested dict in the `meta["usage"]` of Haystack's
-    OpenAIChatGenerator replies; the embedded `LocalChatGenerator` reports its reused prefix in the same place).
+    The prompt tokens a provider served from its prefix cache: OpenAI's `usage.prompt_tokens_details.cached_tokens`
+    (the embedded model reports its reused prefix there too).
 
     :param usage: A reply's `meta["usage"]`, or None.
-    :returns: The cached prompt tokens (an integer >= 0; 0 is a reported miss), or None when the provider reported
-        none (no `prompt_tokens_details`, or its `cached_tokens` is missing or null): not reported is not a miss.
+    :returns: The cached prompt tokens (>= 0; 0 is a reported miss), or None when the provider reported none.
     """
     details = (usage or {}).get("prompt_tokens_details")
     value = details.get("cached_tokens") if isinstance(details, Mapping) else None
@@ -58,33 +50,14 @@ def cached_prompt_tokens(usage: Mapping[str, Any] | None) -> int | None:
     return int(value)
 
 
-TRUNCATED_FINISH_REASON = "length"
-"""The finish reason of a reply cut by the token cap (`max_tokens`), as OpenAIChatGenerator and the embedded
-`LocalChatGenerator` (llama.cpp's `finish_reason`) put it in `meta["finish_reason"]`."""
-
-
-def reply_truncated(reply: ChatMessage | None) -> bool:
-    """
-    Whether a reply was cut by the token cap rather than ended by the model or a stop sequence.
-
-    Read from `meta["finish_reason"] == "length"` (OpenAIChatGenerator, the embedded `LocalChatGenerator`, any
-    OpenAI-compatible server), or a raw Ollama `meta["done_reason"] == "length"`. ollama-haystack (7.x) maps Ollama's
-    `done_reason` to `finish_reason` and drops "length" (it becomes None), so an Ollama reply is never seen as cut.
-
-    :param reply: A generator reply, or None for a failed call.
-    :returns: True for a reply cut by the cap; False otherwise (a failed call and a reply that says nothing too).
-    """
-    return reply is not None and bool(meta_truncated(reply.meta))
-
-
 def meta_truncated(meta: Mapping[str, Any]) -> bool | None:
     """
-    Whether the reply behind this `meta` (a reply's, or an AnswerBuilder answer's, which copies it) was cut by the
-    token cap, as `reply_truncated` reads it.
+    Whether the reply behind this `meta` (a reply's, or an answer's that copies it) was cut by the token cap.
 
-    :param meta: A reply's or an answer's `meta`.
-    :returns: True or False when it says how the reply finished (`finish_reason` or Ollama's `done_reason`); None
-        when it does not.
+    Read from `finish_reason` (OpenAI-compatible servers, the embedded model) or a raw Ollama `done_reason`;
+    ollama-haystack (7.x) maps a "length" `done_reason` to None, so an Ollama reply is never seen as cut.
+
+    :returns: True or False when the meta says how the reply finished; None when it does not.
     """
     reasons = (meta.get("finish_reason"), meta.get("done_reason"))
     if reasons == (None, None):
@@ -94,15 +67,12 @@ def meta_truncated(meta: Mapping[str, Any]) -> bool | None:
 
 def reply_usage(reply: ChatMessage | None) -> dict[str, int]:
     """
-    The token usage of one reply, read from `reply.meta["usage"]` as OpenAI-style generators report it.
+    The usage of one call, read from its reply's `meta["usage"]` as OpenAI-style generators report it.
 
     :param reply: A generator reply, or None for a failed call.
-    :returns: `prompt_tokens` and `completion_tokens` (0 when the generator reported none) and `calls` = 1, plus
-        `cached_tokens` (prompt tokens the provider's prefix cache served, `cached_prompt_tokens`) only when the
-        reply reports them, `cached_calls` = 1 for a reply the embedded model's reply cache gave
-        (`meta["cached"]`): it still counts the tokens of the call it stands for, and `truncated` = 1 for a reply
-        cut by the token cap (`reply_truncated`). `truncated` is absent, not 0, for a reply that was not cut, as every
-        optional key is; summed, it is the number of calls cut.
+    :returns: `prompt_tokens` and `completion_tokens` (0 when not reported), `calls` = 1, `failed_calls` = 0, plus
+        `cached_tokens` (`cached_prompt_tokens`) when reported, `cached_calls` = 1 for a reply the embedded model's
+        reply cache gave (`meta["cached"]`), and `truncated` = 1 for a reply the token cap cut.
     """
     usage = (reply.meta.get("usage") if reply is not None else None) or {}
     counted = {
@@ -116,6 +86,6 @@ def reply_usage(reply: ChatMessage | None) -> dict[str, int]:
         counted["cached_tokens"] = cached_tokens
     if reply is not None and reply.meta.get("cached"):
         counted["cached_calls"] = 1
-    if reply_truncated(reply):
+    if reply is not None and meta_truncated(reply.meta):
         counted["truncated"] = 1
     return counted

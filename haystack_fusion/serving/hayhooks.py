@@ -637,7 +637,5 @@ def with_standalone_question(run: StrategyRun, asked: str, rewrite: dict[str, in
     :returns: A new `StrategyRun`.
     """
     usage = sum_usage([run.usage, rewrite])
-    if "http_requests" in run.usage and "http_requests" not in rewrite:
-        usage.pop("http_requests", None)  # a partial count is left out, as `pipeline_usage` does
     evidence = {**run.evidence, "asked": asked, "standalone_question": run.answer.query or asked}
     return dataclasses.replace(run, usage=usage, evidence=evidence)

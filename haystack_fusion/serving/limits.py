@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 from haystack import logging
 
-from haystack_fusion.llm import CallSlots
 from haystack_fusion.settings import SERVING_LIMIT_VARIABLES, serving_limit_values
 
 logger = logging.getLogger(__name__)
@@ -122,27 +121,24 @@ class ServingLimits:
 
 
 class Slot:
-    """A place taken in an `AdmissionLimit`; `release` gives it back (it may be called more than once, from any
-    thread)."""
+    """A place taken in an `AdmissionLimit`; `release` gives it back (idempotent)."""
 
-    def __init__(self, slots: CallSlots) -> None:
-        self._slots: CallSlots | None = slots
+    def __init__(self, limit: AdmissionLimit) -> None:
+        self._limit: AdmissionLimit | None = limit
 
     def release(self) -> None:
-        """Give the place back: to the longest-waiting request, else to the pool. Idempotent."""
-        slots, self._slots = self._slots, None
-        if slots is not None:
-            slots.release()
+        """Give the place back, to the longest-waiting request if any."""
+        limit, self._limit = self._limit, None
+        if limit is not None:
+            limit.in_flight -= 1
+            limit._semaphore.release()
 
 
 class AdmissionLimit:
     """
-    At most `max_in_flight` requests at once; up to `max_waiting` more wait in arrival order, each at most
-    `queue_timeout` seconds; the others are refused with `ServerBusyError` (HTTP 503 from the wrappers).
-
-    The slots are `llm.CallSlots` (first come, first served; a freed slot goes straight to the longest-waiting
-    request, so a request that arrives later cannot overtake the queue); this class adds the bound on the queue, the
-    timeout and the counters.
+    At most `max_in_flight` requests at once; up to `max_waiting` more wait in arrival order (an `asyncio.Semaphore`
+    wakes its waiters first come, first served), each at most `queue_timeout` seconds; the others are refused with
+    `ServerBusyError` (HTTP 503 from the wrappers). Used from the server's one event loop.
 
     ### Usage example
     ```python
@@ -178,27 +174,16 @@ class AdmissionLimit:
         self.queue_timeout = queue_timeout
         self.admitted = 0
         self.refused = 0
-        self._slots = CallSlots(max_in_flight)
-
-    @property
-    def in_flight(self) -> int:
+        self.in_flight = 0
         """Requests holding a slot now."""
-        return self._slots.taken
-
-    @property
-    def waiting(self) -> int:
+        self.waiting = 0
         """Requests waiting for a slot now."""
-        return self._slots.waiting
+        self._semaphore = asyncio.Semaphore(max_in_flight)
 
     @property
     def busy(self) -> bool:
         """Whether a request that arrives now has to wait: every slot is taken, or others wait already."""
-        return self._slots.taken >= self._slots.limit or self._slots.waiting > 0
-
-    @property
-    def full(self) -> bool:
-        """Whether a request that arrives now is refused at once: it would wait, and `max_waiting` already do."""
-        return self.busy and self._slots.waiting >= self.max_waiting
+        return self.in_flight >= self.max_in_flight or self.waiting > 0
 
     def check_room(self) -> None:
         """
@@ -206,7 +191,7 @@ class AdmissionLimit:
 
         :raises ServerBusyError: If a request that arrives now would have to wait and `max_waiting` already do.
         """
-        if self.full:
+        if self.busy and self.waiting >= self.max_waiting:
             raise self._busy(
                 f"The server is busy: {self.in_flight} requests are running and {self.waiting} waiting (the limits: "
                 f"{self.max_in_flight} and {self.max_waiting}); retry later"
@@ -225,18 +210,23 @@ class AdmissionLimit:
         :raises ServerBusyError: If `max_waiting` requests are already waiting, or no slot came within
             `queue_timeout` seconds.
         """
-        slots = self._slots
         self.check_room()
-        try:
-            # On the timeout, wait_for cancels the wait: CallSlots drops the waiter, or gives back a slot handed over.
-            await asyncio.wait_for(slots.acquire_async(), self.queue_timeout)
-        except asyncio.TimeoutError:
-            raise self._busy(
-                f"The server is busy: no request slot came free within {self.queue_timeout:g} s (the limit: "
-                f"{self.max_in_flight} {'request' if self.max_in_flight == 1 else 'requests'} at once); retry later"
-            ) from None
+        if not self.busy:
+            await self._semaphore.acquire()  # free: taken at once, without yielding to the loop
+        else:
+            self.waiting += 1
+            try:
+                await asyncio.wait_for(self._semaphore.acquire(), self.queue_timeout)
+            except TimeoutError:
+                raise self._busy(
+                    f"The server is busy: no request slot came free within {self.queue_timeout:g} s (the limit: "
+                    f"{self.max_in_flight} {'request' if self.max_in_flight == 1 else 'requests'} at once); retry later"
+                ) from None
+            finally:
+                self.waiting -= 1
+        self.in_flight += 1
         self.admitted += 1
-        return Slot(slots)
+        return Slot(self)
 
 
 _LIMIT: AdmissionLimit | None = None

@@ -167,12 +167,11 @@ def stages_line(stages: list[dict[str, Any]]) -> str:
 
 
 def usage_line(run: StrategyRun) -> str:
-    """LLM calls (failed, HTTP requests), rounds and tokens, e.g. "LLM: 6 calls (0 failed) in 2 rounds, ..."."""
+    """LLM calls (failed), rounds and tokens, e.g. "LLM: 6 calls (0 failed) in 2 rounds, ..."."""
     usage = run.usage
     return (
-        f"LLM: {plural(usage['calls'], 'call')} ({usage['failed_calls']} failed"
-        + (f", {usage['http_requests']} HTTP requests" if "http_requests" in usage else "")
-        + f") in {plural(usage.get('rounds', 0), 'round')}, "
+        f"LLM: {plural(usage['calls'], 'call')} ({usage['failed_calls']} failed) in "
+        f"{plural(usage.get('rounds', 0), 'round')}, "
         f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens"
     )
 

@@ -61,7 +61,7 @@ class StrategyConfig:
 
     :param chat_generator: The LLM. Components of one pipeline share this instance.
     :param max_concurrency: Largest number of LLM calls of one round under way at once (an integer >= 1); None
-        (default): all of the round's calls at once, up to the process-wide ceiling (`llm.concurrency_ceiling`).
+        (default): all of the round's calls at once.
     :param samples_per_passage: p for post-fusion self-consistency (Liu et al., section 4.4).
     :param max_passage_chars: Per-passage context budget in characters (None: no limit).
     :param unknown_patterns: The unknown detector's patterns for the router and the voter (None: the defaults).

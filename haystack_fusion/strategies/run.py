@@ -37,8 +37,7 @@ class StrategyRun:
         (concat_pf, cascade: `stage_trace`), `confidence` (the answer's, in [0, 1], None when unavailable) and, only
         when an LLM call failed, `failures` (`pipeline_failures`: which component's call, and the error).
     :param usage: Summed usage of every LLM call: `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`,
-        `http_requests` when every call's requests were counted, and `cached_tokens` when any call's provider
-        reported them (`pipeline_usage`).
+        and `cached_tokens` when any call's provider reported them (`pipeline_usage`).
     :param seconds: Wall-clock time of the pipeline run, in seconds.
     :param strategy: The registered strategy that ran (the pipeline's `metadata["strategy"]`).
     """
@@ -76,10 +75,9 @@ def pipeline_usage(pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) -> di
     :param pipeline: The pipeline that ran.
     :param outputs: `Pipeline.run(..., include_outputs_from=<all components>)` result.
     :returns: Summed `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls` and `rounds` (dependent LLM
-        rounds that ran), and `http_requests` (retries included) when every counted call reported its requests: a
-        generator component's own calls (plain `replies`) do not, so a partial count is left out rather than shown.
-        `cached_tokens` (prompt tokens served from the provider's prefix cache, `llm.cached_prompt_tokens`) is
-        the sum over the calls whose provider reported it, and absent when none did: not reported is not a miss.
+        rounds that ran). `cached_tokens` (prompt tokens served from the provider's prefix cache,
+        `llm.cached_prompt_tokens`) is the sum over the calls whose provider reported it, and absent when none did: not
+        reported is not a miss.
     """
     usages: list[dict[str, Any] | None] = []
     for name, output in outputs.items():
@@ -91,11 +89,7 @@ def pipeline_usage(pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) -> di
         usages.extend(reply_usage(reply) for reply in replies)
         if replies:
             usages.append({"rounds": 1})
-    total = sum_usage(usages)
-    counted = sum(int(usage.get("calls") or 0) for usage in usages if usage and "http_requests" in usage)
-    if counted != total["calls"]:
-        total.pop("http_requests", None)
-    return total
+    return sum_usage(usages)
 
 
 def _own_meta(pipeline: Pipeline, name: str, output: dict[str, Any]) -> dict[str, Any] | None:

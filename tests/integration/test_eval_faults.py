@@ -70,10 +70,6 @@ def test_twenty_percent_faults_lose_nothing_and_a_rerun_retries_only_the_failed(
     assert set(stats["faults"]) == set(FAULTS)  # every kind was injected
     assert stats["requests"] <= stats["first_attempts"] * (1 + MAX_RETRIES)
     assert stats["max_retry_count"] <= MAX_RETRIES
-    for line in first:  # client-side too, where the calls' requests were counted
-        usage = line["evidence"].get("usage", {})
-        if "http_requests" in usage:
-            assert usage["http_requests"] <= usage["calls"] * (1 + MAX_RETRIES)
 
     # The same command again, on the same server (whose next draws differ): only the failed questions are asked.
     server.reset()

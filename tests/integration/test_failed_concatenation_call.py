@@ -50,9 +50,8 @@ def test_the_fallback_answers_when_the_concatenation_call_fails(server, retrieve
     assert run.evidence["votes"]  # post-fusion ran and voted
     assert run.usage["failed_calls"] == 1
     assert run.usage["calls"] >= 1 + len(run.documents)
-    # the server refused the concatenation call's request and each retry; every request was counted client-side
+    # the server refused the concatenation call's request and each retry
     assert server.stats.refused == 1 + MAX_RETRIES
-    assert run.usage["http_requests"] == server.stats.requests
 
 
 def test_eval_records_the_failed_call_with_the_fallback_answer(server, tmp_path):

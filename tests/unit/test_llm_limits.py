@@ -1,6 +1,7 @@
 """
-The process-wide limit on LLM calls in flight (`haystack_fusion.llm.limits`): `CallSlots`, `max_calls_in_flight`,
-the environment's limit, and `CallLimitedChatGenerator`, the wrapper whose every call holds a slot.
+The process-wide limit on LLM calls in flight (`haystack_fusion.llm.limits`): `max_calls_in_flight`, the
+environment's limit, and `CallLimitedChatGenerator`, the wrapper whose every call holds a slot across threads and
+event loops.
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from haystack.dataclasses import ChatMessage
 
 from haystack_fusion.llm import (
     CallLimitedChatGenerator,
-    CallSlots,
-    call_slot,
     calls_in_flight_limit,
     max_calls_in_flight,
     run_chat_calls,
@@ -48,64 +47,49 @@ class Gauge:
             self.now -= 1
 
 
-class TestCallSlots:
-    def test_threads_share_the_slots(self):
-        slots, gauge = CallSlots(2), Gauge()
+def slow_llm(gauge: Gauge, seconds: float = 0.02) -> CallLimitedChatGenerator:
+    def slow(_messages):
+        with gauge:
+            time.sleep(seconds)
+        return "Paris"
 
-        def work():
-            slots.acquire()
-            try:
-                with gauge:
-                    time.sleep(0.02)
-            finally:
-                slots.release()
+    return CallLimitedChatGenerator(chat_generator=MockChatGenerator(response_fn=slow))
 
-        threads = [threading.Thread(target=work) for _ in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert gauge.most <= 2
-        assert slots.taken == 0
 
-    def test_event_loops_in_threads_share_the_slots(self):
-        slots, gauge = CallSlots(3), Gauge()
-
-        async def work():
-            await slots.acquire_async()
-            try:
-                with gauge:
-                    await asyncio.sleep(0.02)
-            finally:
-                slots.release()
+class TestSlotsAcrossThreadsAndLoops:
+    def test_threads_and_event_loops_share_the_slots(self):
+        gauge = Gauge()
+        llm = slow_llm(gauge)
 
         async def many():
-            await asyncio.gather(*(work() for _ in range(6)))
+            await asyncio.gather(*(llm.run_async(messages=messages()) for _ in range(4)))
 
-        threads = [threading.Thread(target=asyncio.run, args=(many(),)) for _ in range(3)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert gauge.most <= 3
-        assert slots.taken == 0
+        with max_calls_in_flight(2):
+            threads = [threading.Thread(target=llm.run, args=(messages(),)) for _ in range(4)]
+            threads += [threading.Thread(target=asyncio.run, args=(many(),)) for _ in range(2)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        assert gauge.most == 2
 
-    def test_a_cancelled_waiter_gives_its_turn_back(self):
-        slots = CallSlots(1)
-        slots.acquire()
+    def test_a_cancelled_waiter_leaves_no_slot_taken(self):
+        gauge = Gauge()
+        llm = slow_llm(gauge, seconds=0.2)
 
-        async def cancelled_waiter():
-            task = asyncio.create_task(slots.acquire_async())
-            await asyncio.sleep(0.01)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
+        async def main():
+            holder = asyncio.create_task(llm.run_async(messages=messages()))
+            await asyncio.sleep(0.05)
+            waiter = asyncio.create_task(llm.run_async(messages=messages()))
+            await asyncio.sleep(0.05)
+            waiter.cancel()
+            await asyncio.gather(holder, waiter, return_exceptions=True)
+            await asyncio.sleep(0.1)  # the cancelled wait's thread gives back what it took
+            return await asyncio.wait_for(llm.run_async(messages=messages()), 1)
 
-        asyncio.run(cancelled_waiter())
-        slots.release()
-        assert slots.taken == 0
-        asyncio.run(asyncio.wait_for(slots.acquire_async(), timeout=1))  # free at once
-        assert slots.taken == 1
+        with max_calls_in_flight(1):
+            assert asyncio.run(main())["replies"][0].text == "Paris"
+        assert gauge.most == 1
 
 
 class TestProcessWideLimit:
@@ -126,13 +110,7 @@ class TestProcessWideLimit:
 
     def test_fan_outs_from_many_threads_keep_within_the_limit(self):
         gauge = Gauge()
-
-        def slow(messages):
-            with gauge:
-                time.sleep(0.02)
-            return "Paris"
-
-        generator = MockChatGenerator(response_fn=slow)
+        generator = slow_llm(gauge)
         prompts = [[ChatMessage.from_user(f"question {i}")] for i in range(5)]
         with max_calls_in_flight(3):
             threads = [threading.Thread(target=run_chat_calls, args=(generator, prompts)) for _ in range(4)]
@@ -142,7 +120,7 @@ class TestProcessWideLimit:
                 thread.join()
         assert gauge.most <= 3
 
-    def test_a_wrapped_generator_takes_one_slot_per_call_even_inside_a_fan_out(self):
+    def test_a_fan_out_of_a_wrapped_generator_takes_one_slot_per_call(self):
         gauge = Gauge()
 
         def slow(messages):
@@ -157,8 +135,6 @@ class TestProcessWideLimit:
             threads = [threading.Thread(target=generator.run, args=(prompts[0],)) for _ in range(3)]
             for thread in threads:
                 thread.start()
-            with call_slot():
-                pass
             for thread in threads:
                 thread.join()
         assert [reply.text for reply in result.replies] == ["Paris"] * 4
@@ -231,10 +207,9 @@ class TestCallLimitedChatGenerator:
         mock = CallLimitedChatGenerator(chat_generator=MockChatGenerator())
         scripted = CallLimitedChatGenerator(chat_generator=ScriptedChatGenerator(reply="Paris"))
         for llm, wrapped in [(mock, MockChatGenerator()), (scripted, ScriptedChatGenerator(reply="Paris"))]:
-            sockets = {name: (s.type, s.default_value) for name, s in llm.__haystack_input__._sockets_dict.items()}
-            own = {name: (s.type, s.default_value) for name, s in wrapped.__haystack_input__._sockets_dict.items()}
-            assert sockets.pop("messages")[0] == list[ChatMessage]
-            own.pop("messages")
+            sockets = {name: s.default_value for name, s in llm.__haystack_input__._sockets_dict.items()}
+            own = {name: s.default_value for name, s in wrapped.__haystack_input__._sockets_dict.items()}
+            assert llm.__haystack_input__._sockets_dict["messages"].type == list[ChatMessage]
             assert sockets == own
             assert llm.__haystack_output__._sockets_dict.keys() == {"replies"}
         assert "streaming_callback" in mock.__haystack_input__._sockets_dict

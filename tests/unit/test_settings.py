@@ -9,14 +9,11 @@ from pathlib import Path
 import pytest
 
 from haystack_fusion.settings import (
-    DEFAULT_CONCURRENCY_CEILING,
     DEFAULT_INDEX_PATH,
     MAX_CALLS_IN_FLIGHT_ENV,
-    MAX_CONCURRENCY_ENV,
     AccessSettings,
     backend_values,
     calls_in_flight_limit_from_env,
-    concurrency_ceiling_from_env,
     index_path,
     serving_limit_values,
     squad_file,
@@ -113,17 +110,11 @@ class TestStrategyDefaults:
 
 
 class TestConcurrencyLimits:
-    def test_concurrency_ceiling(self):
-        assert concurrency_ceiling_from_env({}) == DEFAULT_CONCURRENCY_CEILING
-        assert concurrency_ceiling_from_env({MAX_CONCURRENCY_ENV: " 8 "}) == 8
-
     def test_calls_in_flight_limit(self):
         assert calls_in_flight_limit_from_env({}) is None
         assert calls_in_flight_limit_from_env({MAX_CALLS_IN_FLIGHT_ENV: "3"}) == 3
 
     @pytest.mark.parametrize("value", ["0", "-1", "two", "1.5"])
     def test_anything_but_a_positive_integer_is_refused_naming_the_variable(self, value):
-        with pytest.raises(ValueError, match=MAX_CONCURRENCY_ENV):
-            concurrency_ceiling_from_env({MAX_CONCURRENCY_ENV: value})
         with pytest.raises(ValueError, match=MAX_CALLS_IN_FLIGHT_ENV):
             calls_in_flight_limit_from_env({MAX_CALLS_IN_FLIGHT_ENV: value})
