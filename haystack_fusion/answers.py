@@ -12,7 +12,7 @@ import string
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 UNKNOWN = "unknown"
 """The literal answer the prompts ask for when the passages do not answer the question (Liu et al., section 3.1)."""
@@ -159,15 +159,12 @@ class VoteResult:
     :param votes: Normalized answer -> votes, winner first, then by votes and best passage rank; no abstentions.
     :param candidates: The candidate pool: one surface form per normalized answer, in the order of `votes`.
     :param best_rank: Normalized answer -> 0-based rank of the best-ranked passage that gave it.
-    :param clusters: With `overlap_vote`: representative -> the normalized answers of its cluster, representative
-        first; None for exact voting.
     """
 
     answer: str
     votes: dict[str, int]
     candidates: list[str]
     best_rank: dict[str, int]
-    clusters: dict[str, list[str]] | None = None
 
     @property
     def is_unknown(self) -> bool:
@@ -215,24 +212,6 @@ def majority_vote(
     )
 
 
-VoteMode = Literal["exact", "overlap"]
-"""How answers are grouped before they are counted: `"exact"` (equal after `normalize_answer`, Liu et al., Eq. 2) or
-`"overlap"` (`answers_agree`)."""
-
-VOTE_MODES: tuple[str, ...] = ("exact", "overlap")
-"""The vote modes, the default first."""
-
-DEFAULT_OVERLAP_THRESHOLD = 0.5
-"""Token F1 at or above which two answers agree in overlap voting (`answers_agree`).
-
-Why 0.5: it is the F1 at which the SQuAD F1 metric gives each answer half credit when the other is the gold answer,
-and the F1 of a one-word answer against a three-word answer that holds it ("Gaul" / "province of Gaul"; a two-word
-one gives 0.67). What it costs: two two-word answers that share one word also reach 0.5 and agree ("New York" / "New
-Jersey"), as do longer answers that share most of their words ("Battle of Trafalgar" / "Battle of Britain": 0.67);
-below 0.5, a two-word and a three-word answer sharing one word (0.4) would agree too. Answers held inside another
-agree by containment whatever the threshold (`answers_agree`)."""
-
-
 def token_f1(prediction: str, gold: str) -> float:
     """
     Official SQuAD token F1 between two answers (Liu et al., section 4; Rajpurkar et al., 2016): tokens of
@@ -249,130 +228,6 @@ def token_f1(prediction: str, gold: str) -> float:
     precision = common / len(prediction_tokens)
     recall = common / len(gold_tokens)
     return 2 * precision * recall / (precision + recall)
-
-
-def _contains(longer: Sequence[str], shorter: Sequence[str]) -> bool:
-    """Whether `shorter` (non-empty) occurs as a contiguous run of `longer`."""
-    size = len(shorter)
-    return 0 < size <= len(longer) and any(
-        list(longer[i : i + size]) == list(shorter) for i in range(len(longer) - size + 1)
-    )
-
-
-def check_overlap_threshold(threshold: float) -> float:
-    """The threshold as a float; ValueError unless it is a number in (0, 1]."""
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold <= 1:
-        raise ValueError(f"`overlap_threshold` must be a number in (0, 1], got {threshold!r}")
-    return float(threshold)
-
-
-def check_vote_mode(vote: str) -> VoteMode:
-    """The mode; ValueError unless it is "exact" or "overlap"."""
-    if vote not in VOTE_MODES:
-        raise ValueError(f"`vote` must be one of {', '.join(map(repr, VOTE_MODES))}, got {vote!r}")
-    return vote  # type: ignore[return-value]
-
-
-def answers_agree(first: str, second: str, threshold: float = DEFAULT_OVERLAP_THRESHOLD) -> bool:
-    """
-    Whether two answers say the same thing for overlap voting: the rule `overlap_vote` clusters with.
-
-    They agree when their normalized tokens are equal, their token F1 reaches `threshold`, or one's tokens occur as a
-    contiguous run in the other's (containment: "2BP" in "2-bromopalmitic acid (2-BP)"). Symmetric.
-
-    ### Usage example
-    ```python
-    from haystack_fusion.answers import answers_agree
-
-    answers_agree("2BP", "2-bromopalmitic acid (2-BP)")  # True (containment; F1 0.5)
-    answers_agree("Roman Gaul", "Gaul")  # True (F1 0.67)
-    answers_agree("north Atlantic", "south Pacific coast")  # False (F1 0)
-    ```
-
-    :raises ValueError: If `threshold` is not in (0, 1].
-    """
-    check_overlap_threshold(threshold)
-    first_tokens, second_tokens = normalize_answer(first).split(), normalize_answer(second).split()
-    if first_tokens == second_tokens:
-        return True
-    if not first_tokens or not second_tokens:
-        return False
-    return (
-        token_f1(first, second) >= threshold
-        or _contains(first_tokens, second_tokens)
-        or _contains(second_tokens, first_tokens)
-    )
-
-
-def overlap_vote(
-    answers: Sequence[str | None],
-    ranks: Sequence[int] | None = None,
-    detector: UnknownDetector | None = None,
-    *,
-    threshold: float = DEFAULT_OVERLAP_THRESHOLD,
-) -> VoteResult:
-    """
-    Majority vote over clusters of agreeing answers: Liu et al.'s Eq. 2 with "the same answer" read as agreement
-    (`answers_agree`) instead of equality after normalization.
-
-    Abstentions and failed calls do not vote. The distinct normalized answers, by best passage rank, each join the
-    first cluster whose representative (its best-ranked member) they agree with, or start one; clusters do not
-    chain. The cluster with the most votes wins (ties: the better-ranked representative), answered by its
-    representative's surface form. Deterministic for the same answers and ranks.
-
-    ### Usage example
-    ```python
-    from haystack_fusion.answers import overlap_vote
-
-    result = overlap_vote(["2BP", "2-bromopalmitic acid (2-BP)", "palmitate", "2-bromopalmitate"])
-    result.answer  # '2BP'
-    result.votes  # {'2bp': 2, 'palmitate': 1, '2bromopalmitate': 1}
-    result.clusters  # {'2bp': ['2bp', '2bromopalmitic acid 2bp'], 'palmitate': ['palmitate'], ...}
-    ```
-
-    :returns: A `VoteResult` whose `votes`, `candidates` and `best_rank` are per cluster, keyed by the
-        representative's normalized answer, and whose `clusters` lists each cluster's members.
-    :raises ValueError: If `ranks` has a different length than `answers`, or `threshold` is not in (0, 1].
-    """
-    check_overlap_threshold(threshold)
-    exact = majority_vote(answers, ranks, detector)
-    surface = dict(zip(exact.votes, exact.candidates, strict=True))
-    order = {key: index for index, key in enumerate(exact.votes)}
-    by_rank = sorted(exact.votes, key=lambda key: (exact.best_rank[key], order[key]))
-    clusters: list[list[str]] = []
-    for key in by_rank:
-        home = next((cluster for cluster in clusters if answers_agree(cluster[0], key, threshold)), None)
-        if home is None:
-            clusters.append([key])
-        else:
-            home.append(key)
-    counts = {cluster[0]: sum(exact.votes[member] for member in cluster) for cluster in clusters}
-    ranked = sorted(clusters, key=lambda cluster: (-counts[cluster[0]], exact.best_rank[cluster[0]], order[cluster[0]]))
-    return VoteResult(
-        answer=surface[ranked[0][0]] if ranked else UNKNOWN,
-        votes={cluster[0]: counts[cluster[0]] for cluster in ranked},
-        candidates=[surface[cluster[0]] for cluster in ranked],
-        best_rank={cluster[0]: exact.best_rank[cluster[0]] for cluster in ranked},
-        clusters={cluster[0]: list(cluster) for cluster in ranked},
-    )
-
-
-def vote_answers(
-    answers: Sequence[str | None],
-    ranks: Sequence[int] | None = None,
-    detector: UnknownDetector | None = None,
-    *,
-    vote: str = "exact",
-    threshold: float = DEFAULT_OVERLAP_THRESHOLD,
-) -> VoteResult:
-    """
-    Vote in the given mode: `majority_vote` for `"exact"` (Liu et al., Eq. 2), `overlap_vote` for `"overlap"`.
-
-    :raises ValueError: For an unknown mode, mismatched `ranks`, or a threshold outside (0, 1].
-    """
-    if check_vote_mode(vote) == "overlap":
-        return overlap_vote(answers, ranks, detector, threshold=threshold)
-    return majority_vote(answers, ranks, detector)
 
 
 def token_logprobs(meta: Mapping[str, Any] | None) -> list[Mapping[str, Any]] | None:

@@ -9,15 +9,7 @@ from haystack.components.generators.chat.types import ChatGenerator
 from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage, GeneratedAnswer
 
-from haystack_fusion.answers import (
-    DEFAULT_OVERLAP_THRESHOLD,
-    UnknownDetector,
-    answer_confidence,
-    check_overlap_threshold,
-    check_vote_mode,
-    normalize_answer,
-    vote_answers,
-)
+from haystack_fusion.answers import UnknownDetector, answer_confidence, majority_vote, normalize_answer
 from haystack_fusion.components.base import ChatGeneratorWrapper
 from haystack_fusion.llm import (
     FanOutResult,
@@ -60,16 +52,11 @@ class PostFusionVoter(ChatGeneratorWrapper):
     holds `vote_share`, `tie` and, when the replies carried token log-probabilities, `confidence` (the mean
     `answer_confidence` of the answers that voted for it): what `SplitVoteRouter` reads to send a split vote on.
 
-    With `vote="overlap"`, answers that agree (`answers.answers_agree`: token F1 >= `overlap_threshold`, or one's
-    normalized tokens contained in the other's) vote together: they are clustered greedily by rank, the cluster with
-    the most votes wins (ties to the better-ranked passage), and its best-ranked member's surface form is the answer
-    (`answers.overlap_vote`). The default, `vote="exact"`, is Liu et al.'s Eq. 2.
-
-    With `answer_checks` on (default), each passage's answer is checked by the package's answer validator
-    (`validation.check_answer`, with the Figure 7 prompt's demonstration answers and that passage's text): an answer
-    that is passage markup, a demonstration answer the passage does not hold, an empty enumeration or a repeat of the
-    question does not vote
-    (like an abstention) and is reported (`invalid` per passage, `invalid_answers` in the winner's `meta`).
+    Each reply ends at its answer line (the Figure 7 prompt's stop sequences), and each passage's answer is checked
+    by the package's answer validator (`validation.check_answer`, with the Figure 7 prompt's demonstration answers and
+    that passage's text): an answer that is passage markup, a demonstration answer the passage does not hold, an
+    empty enumeration or a repeat of the question does not vote (like an abstention) and is reported (`invalid` per
+    passage, `invalid_answers` in the winner's `meta`).
 
     ### Usage example
     ```python
@@ -94,10 +81,6 @@ class PostFusionVoter(ChatGeneratorWrapper):
         unknown_patterns: list[str] | None = None,
         raise_on_failure: bool = False,
         datamark: bool = False,
-        vote: str = "exact",
-        overlap_threshold: float = DEFAULT_OVERLAP_THRESHOLD,
-        answer_checks: bool = True,
-        stop_sequences: bool = True,
     ) -> None:
         """
         Create a PostFusionVoter.
@@ -115,25 +98,9 @@ class PostFusionVoter(ChatGeneratorWrapper):
             counts as an abstention and is reported in `meta["failures"]`.
         :param datamark: Datamark each passage's text (`prompts.passages.format_passages`), a defence against
             instructions written in passages; off by default.
-        :param vote: How answers are grouped before counting: `"exact"` (default; equal after SQuAD normalization,
-            Liu et al., Eq. 2) or `"overlap"` (answers that agree by `answers.answers_agree` vote together,
-            `answers.overlap_vote`).
-        :param overlap_threshold: With `vote="overlap"`, the token F1 in (0, 1] at or above which two answers agree
-            (default `answers.DEFAULT_OVERLAP_THRESHOLD`, 0.5; one's tokens contained in the other's agree at any
-            threshold).
-        :param stop_sequences: End each reply at its answer line (the Figure 7 prompt's `stop`, added to the
-            generator's own stop sequences by `llm.stop_kwargs`): fewer completion tokens per call. On by
-            default; off lets the model write past the answer line.
-        :param answer_checks: Check each passage's answer with `validation.check_answer`; a rejected answer does
-            not vote and is reported. On by default.
         :raises ValueError: If `max_concurrency` is neither None nor an integer >= 1, `samples_per_passage` is below
-            1, `max_passage_chars` is not positive, `vote` is neither "exact" nor "overlap", or `overlap_threshold` is
-            outside (0, 1].
+            1, or `max_passage_chars` is not positive.
         """
-        self.vote = check_vote_mode(vote)
-        self.overlap_threshold = check_overlap_threshold(overlap_threshold)
-        self.answer_checks = answer_checks
-        self.stop_sequences = stop_sequences
         if samples_per_passage < 1:
             raise ValueError(f"`samples_per_passage` must be at least 1, got {samples_per_passage}")
         if max_passage_chars is not None and max_passage_chars <= 0:
@@ -161,10 +128,6 @@ class PostFusionVoter(ChatGeneratorWrapper):
             unknown_patterns=self.unknown_patterns,
             raise_on_failure=self.raise_on_failure,
             datamark=self.datamark,
-            vote=self.vote,
-            overlap_threshold=self.overlap_threshold,
-            answer_checks=self.answer_checks,
-            stop_sequences=self.stop_sequences,
         )
 
     def _plan(
@@ -184,13 +147,13 @@ class PostFusionVoter(ChatGeneratorWrapper):
         return query, documents, prompts
 
     def _fan_out_settings(self) -> dict[str, Any]:
-        """The fan-out's keyword arguments: concurrency, sampling for p > 1 (section 4.4), failure policy."""
+        """The fan-out's keyword arguments: concurrency, sampling for p > 1 (section 4.4) with the prompt's stop
+        sequences (the answer is the reply's first line: end the reply there), failure policy."""
         sampling = None
         if self.samples_per_passage > 1:
             sampling = self.sampling_generation_kwargs
             sampling = DEFAULT_SAMPLING_KWARGS if sampling is None else sampling
-        if self.stop_sequences:  # the answer is the reply's first line: end the reply there
-            sampling = stop_kwargs(self._chat_generator, self._prompt.stop, sampling)
+        sampling = stop_kwargs(self._chat_generator, self._prompt.stop, sampling)
         return {
             "max_concurrency": self.max_concurrency,
             "generation_kwargs": sampling,
@@ -203,28 +166,25 @@ class PostFusionVoter(ChatGeneratorWrapper):
         replies = calls.replies if calls else []
         answers = [None if reply is None else self._prompt.extract_answer(reply.text) for reply in replies]
         ranks = [index // p for index in range(len(answers))]
-        invalid: list[str | None] = [None] * len(answers)
-        if self.answer_checks:
-            invalid = [
-                None
-                if answer is None
-                else check_answer(
-                    answer,
-                    question=query,
-                    demonstrations=self._prompt.demonstrations,
-                    passages=[documents[index // p].content or ""],
-                )
-                for index, answer in enumerate(answers)
-            ]
+        invalid = [
+            None
+            if answer is None
+            else check_answer(
+                answer,
+                question=query,
+                demonstrations=self._prompt.demonstrations,
+                passages=[documents[index // p].content or ""],
+            )
+            for index, answer in enumerate(answers)
+        ]
         voting = [None if reason else answer for answer, reason in zip(answers, invalid, strict=True)]
-        vote = vote_answers(voting, ranks, self._detector, vote=self.vote, threshold=self.overlap_threshold)
-        members = vote.clusters or {key: [key] for key in vote.votes}
+        vote = majority_vote(voting, ranks, self._detector)
         usage = dict(calls.usage if calls else empty_usage(), rounds=1 if calls else 0)
         passage_answers: list[dict[str, Any]] = [
             {"rank": rank, "document_id": document.id, "answers": answers[rank * p : (rank + 1) * p]}
             for rank, document in enumerate(documents)
         ]
-        for entry in passage_answers:  # only on passages with a rejected answer: the others read as before
+        for entry in passage_answers:  # only on passages with a rejected answer
             reasons = invalid[entry["rank"] * p : (entry["rank"] + 1) * p]
             if any(reasons):
                 entry["invalid"] = reasons
@@ -239,22 +199,20 @@ class PostFusionVoter(ChatGeneratorWrapper):
         ]
 
         def supporting(key: str) -> list[Document]:
-            cluster = set(members[key])
             return [
                 document
                 for rank, document in enumerate(documents)
-                if any(a is not None and normalize_answer(a) in cluster for a in voting[rank * p : (rank + 1) * p])
+                if any(a is not None and normalize_answer(a) == key for a in voting[rank * p : (rank + 1) * p])
             ]
 
         winner_key = next(iter(vote.votes), None)
         counts = list(vote.votes.values())
         share = counts[0] / sum(counts) if counts else 0.0
         tie = len(counts) > 1 and counts[0] == counts[1]
-        winners = set(members[winner_key]) if winner_key is not None else set()
         confidences = [
             answer_confidence(reply.meta, answer)
             for reply, answer in zip(replies, voting, strict=True)
-            if reply is not None and answer is not None and normalize_answer(answer) in winners
+            if reply is not None and answer is not None and normalize_answer(answer) == winner_key
         ]
         known = [c for c in confidences if c is not None]
         meta: dict[str, Any] = {
@@ -267,11 +225,8 @@ class PostFusionVoter(ChatGeneratorWrapper):
             "passage_answers": passage_answers,
             "failures": failures,
             "usage": usage,
+            "invalid_answers": sum(reason is not None for reason in invalid),
         }
-        if vote.clusters is not None:
-            meta.update(clusters=vote.clusters, vote=self.vote, overlap_threshold=self.overlap_threshold)
-        if self.answer_checks:
-            meta["invalid_answers"] = sum(reason is not None for reason in invalid)
         winner = GeneratedAnswer(
             data=vote.answer, query=query, documents=supporting(winner_key) if winner_key else [], meta=meta
         )
@@ -300,12 +255,9 @@ class PostFusionVoter(ChatGeneratorWrapper):
               `sample`, `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`,
               `rounds`, and `cached_tokens` when the
               provider reports prompt tokens served from its prefix cache: `llm.FanOutResult`).
-              With `vote="overlap"`, `votes` is per cluster, keyed by its representative's normalized answer, and
-              `clusters` maps each representative to its members' normalized answers (representative first).
-              With `answer_checks` on, the meta holds `invalid_answers` (how many answers the validator rejected;
-              they did not vote), and the `passage_answers` entry of a passage with a rejected answer holds
-              `invalid` (per answer, aligned with `answers`: the validator's reason or None). Each answer's
-              `documents` are the passages that gave it (or a member of its cluster).
+              It also holds `invalid_answers` (how many answers the validator rejected; they did not vote), and the
+              `passage_answers` entry of a passage with a rejected answer holds `invalid` (per answer, aligned with
+              `answers`: the validator's reason or None). Each answer's `documents` are the passages that gave it.
             - `candidates`: the candidate pool, distinct non-unknown answers, most votes first.
             - `documents`: the passages at least one of whose answers voted (neither unknown nor rejected), in
               rank order.

@@ -23,7 +23,9 @@ class UnknownRouter:
     as the Fallback (Concat+PF, section 3.3) then answers again with per-passage post-fusion. The router reads the
     answer out of the first reply (with the prompt's answer pattern), asks the shared `UnknownDetector`, and, when a
     `min_confidence` is set and the generator returned token log-probabilities, also sends answers whose confidence
-    is below it to the fallback ("modeling uncertainty"). Only the chosen branch is emitted. The `unknown` branch
+    is below it to the fallback ("modeling uncertainty"). An answer the validator rejects (`validation.check_answer`:
+    passage markup, a copied demonstration answer, an empty enumeration, a repeat of the `query`) goes to the fallback
+    too, with the reason "invalid answer (<reason>)". Only the chosen branch is emitted. The `unknown` branch
     also passes on `query` and `documents` (as `fallback_query` and `fallback_documents`), which is what the
     fallback component needs to run.
 
@@ -44,7 +46,6 @@ class UnknownRouter:
         answer_pattern: str | None = PROMPTS["figure7"].answer_pattern,
         unknown_patterns: list[str] | None = None,
         min_confidence: float | None = None,
-        answer_checks: bool = True,
         demonstrations: list[str] | None = None,
     ) -> None:
         """
@@ -59,10 +60,6 @@ class UnknownRouter:
             disables the check (Liu et al.'s behaviour), and so does a reply without log-probabilities: ask the
             generator for them with `generation_kwargs={"logprobs": True}` (OpenAIChatGenerator, the embedded
             `LocalChatGenerator`; ollama-haystack returns none).
-        :param answer_checks: Send an answer the validator rejects (`haystack_fusion.validation.check_answer`:
-            passage markup, a copied demonstration answer, an empty enumeration, a repeat of the `query`) to
-            `unknown` too, with the reason "invalid answer (<reason>)": it is not an answer, so the fallback should
-            answer instead. On by default.
         :param demonstrations: The demonstration answers of the prompt behind the replies
             (`PromptTemplate.demonstrations`), checked against the `documents` given to `run`; None skips that rule.
         :raises ValueError: If `min_confidence` is outside (0, 1] or a pattern is not a valid regular expression.
@@ -72,7 +69,6 @@ class UnknownRouter:
         self.answer_pattern = answer_pattern
         self.unknown_patterns = unknown_patterns
         self.min_confidence = min_confidence
-        self.answer_checks = answer_checks
         self.demonstrations = list(demonstrations) if demonstrations else None
         self._detector = UnknownDetector.from_patterns(unknown_patterns)
 
@@ -83,7 +79,6 @@ class UnknownRouter:
             answer_pattern=self.answer_pattern,
             unknown_patterns=self.unknown_patterns,
             min_confidence=self.min_confidence,
-            answer_checks=self.answer_checks,
             demonstrations=self.demonstrations,
         )
 
@@ -105,19 +100,18 @@ class UnknownRouter:
         :param reply: The reply; None (no reply) goes to the fallback.
         :param documents: The passages the prompt showed (for the demonstration rule of the answer checks).
         :param query: The question (for the repeat rule of the answer checks); None skips that rule.
-        :returns: "no reply", "unknown answer", "invalid answer (passage markup)" (with `answer_checks`, the
-            validator's reason), "confidence 0.31 < 0.5" (answer confidence below `min_confidence`), or None.
+        :returns: "no reply", "unknown answer", "invalid answer (passage markup)" (the validator's
+            reason), "confidence 0.31 < 0.5" (answer confidence below `min_confidence`), or None.
         """
         if reply is None:
             return "no reply"
         answer = self.read_answer(reply)
         if self._detector.is_unknown(answer):
             return "unknown answer"
-        if self.answer_checks:
-            passages = [document.content or "" for document in documents or []]
-            invalid = check_answer(answer, question=query, demonstrations=self.demonstrations or (), passages=passages)
-            if invalid is not None:
-                return f"invalid answer ({invalid})"
+        passages = [document.content or "" for document in documents or []]
+        invalid = check_answer(answer, question=query, demonstrations=self.demonstrations or (), passages=passages)
+        if invalid is not None:
+            return f"invalid answer ({invalid})"
         if self.min_confidence is not None:
             confidence = answer_confidence(reply.meta, answer)
             if confidence is not None and confidence < self.min_confidence:

@@ -63,8 +63,8 @@ class PromptTemplate:
         rejects when the passages do not contain them (`validation.check_answer`); empty for a prompt without
         demonstrations or whose reply is not an answer.
     :param stop: Stop sequences that end the reply once the answer is written (`ANSWER_LINE_STOP` for a prompt
-        whose answer is the reply's first line), added to the generator's own with `stop_sequences` on; empty for a
-        prompt whose reply runs over several lines.
+        whose answer is the reply's first line), added to the generator's own; empty for a prompt whose reply runs
+        over several lines.
     """
 
     name: str

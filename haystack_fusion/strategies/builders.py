@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any
 
 from haystack import Pipeline, logging
-from haystack.components.builders import AnswerBuilder
 from haystack.components.generators.chat.types import ChatGenerator
 from haystack.components.joiners import AnswerJoiner
 from haystack.core.serialization import component_from_dict, component_to_dict
@@ -31,7 +30,7 @@ from haystack_fusion.components.split_vote_router import SplitVoteRouter
 from haystack_fusion.components.summary_verifier import Scoring, SummaryVerifier
 from haystack_fusion.components.unknown_router import UnknownRouter
 from haystack_fusion.llm import CallLimitedChatGenerator, stop_kwargs, unwrap_call_limit
-from haystack_fusion.prompts import PROMPTS, PromptTemplate
+from haystack_fusion.prompts import PROMPTS
 from haystack_fusion.prompts.passages import PassageLayout
 from haystack_fusion.strategies.config import DOCUMENTS, RETRIEVER, SPLIT_ROUTER, Parts, Stage, StrategyConfig
 
@@ -82,8 +81,10 @@ def _prompt_chain(
     prompt = PROMPTS[prompt_name]
     components: dict[str, Any] = {
         "prompt_builder": prompt.builder(),
-        "llm": chain_generator(config.chat_generator, prompt.stop if config.stop_sequences else ()),
-        "answer_builder": _answer_builder(config, prompt),
+        "llm": chain_generator(config.chat_generator, prompt.stop),
+        "answer_builder": CheckedAnswerBuilder(
+            pattern=prompt.answer_pattern, demonstrations=list(prompt.demonstrations) or None
+        ),
     }
     connections = [("prompt_builder.prompt", "llm.messages"), (documents_from, "answer_builder.documents")]
     if layout is not None:
@@ -129,13 +130,6 @@ def chain_generator(chat_generator: ChatGenerator, stop: tuple[str, ...]) -> Cha
     return copy
 
 
-def _answer_builder(config: StrategyConfig, prompt: PromptTemplate) -> AnswerBuilder:
-    """The prompt's answer reader: Haystack's AnswerBuilder, with the answer validator unless `answer_checks` is off."""
-    if not config.answer_checks:
-        return AnswerBuilder(pattern=prompt.answer_pattern)
-    return CheckedAnswerBuilder(pattern=prompt.answer_pattern, demonstrations=list(prompt.demonstrations) or None)
-
-
 def _voter(config: StrategyConfig) -> PostFusionVoter:
     return PostFusionVoter(
         chat_generator=config.chat_generator,
@@ -144,10 +138,6 @@ def _voter(config: StrategyConfig) -> PostFusionVoter:
         max_passage_chars=config.max_passage_chars,
         unknown_patterns=config.unknown_patterns,
         datamark=config.datamark,
-        answer_checks=config.answer_checks,
-        stop_sequences=config.stop_sequences,
-        vote=config.vote,
-        overlap_threshold=config.overlap_threshold,
     )
 
 
@@ -180,7 +170,6 @@ def _fallback_chain(config: StrategyConfig, min_confidence: float | None) -> Par
             answer_pattern=PROMPTS["figure7"].answer_pattern,
             unknown_patterns=config.unknown_patterns,
             min_confidence=min_confidence,
-            answer_checks=config.answer_checks,
             demonstrations=list(PROMPTS["figure7"].demonstrations),
         ),
         voter=_voter(config),

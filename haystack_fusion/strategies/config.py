@@ -9,7 +9,6 @@ from typing import Any, Literal
 
 from haystack.components.generators.chat.types import ChatGenerator
 
-from haystack_fusion.answers import DEFAULT_OVERLAP_THRESHOLD, VoteMode
 from haystack_fusion.components.summary_verifier import Scoring
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS
 
@@ -86,18 +85,6 @@ class StrategyConfig:
         against instructions written in passages (research/notes/reliability.md, "Poisoned passages"). Supported by the
         strategies whose passages go through PassageFormatter and PostFusionVoter (Liu et al.'s); the others raise
         ValueError when it is set. Off by default.
-    :param answer_checks: Validate every answer read from a reply (`validation.check_answer`: passage markup, copied
-        demonstration answers, empty enumerations, repeats of the question); a rejected answer becomes an empty
-        answer with `meta["answer_source"] == "invalid"`, and concat_pf / cascade fall back on it as on "unknown". On
-        by default; off takes every answer as its pattern reads it.
-    :param stop_sequences: End the replies of short-answer prompts at their answer line (`PromptTemplate.stop`,
-        added to the generator's own stop sequences by `llm.stop_kwargs`): the one-prompt chains get their own
-        copy of `chat_generator` with those stops in its `generation_kwargs` (`chain_generator`), and the voter and
-        Chain-of-Note's synthesis pass them per call. On by default; off lets the model write past the answer line,
-        up to its token budget.
-    :param vote: The post-fusion vote (`PostFusionVoter(vote=...)`): "exact" (Liu et al., Eq. 2, the default) or
-        "overlap" (answers that agree by token F1 >= `overlap_threshold` or containment vote together).
-    :param overlap_threshold: Token F1 in (0, 1] at which two answers agree in overlap voting.
     """
 
     chat_generator: ChatGenerator
@@ -115,10 +102,6 @@ class StrategyConfig:
     min_vote_share: float | None = None
     verifier_scoring: Scoring | None = None
     datamark: bool = False
-    answer_checks: bool = True
-    stop_sequences: bool = True
-    vote: VoteMode = "exact"
-    overlap_threshold: float = DEFAULT_OVERLAP_THRESHOLD
 
 
 @dataclass(frozen=True)

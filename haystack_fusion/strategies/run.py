@@ -256,8 +256,6 @@ def strategy_run(
         evidence.update({key: answer.meta.get(key) for key in ("answer_source", "invalid_reason", "rejected_answer")})
     if voter_answers and voter_answers[0].meta.get("invalid_answers"):
         evidence["invalid_answers"] = voter_answers[0].meta["invalid_answers"]
-    if voter_answers and voter_answers[0].meta.get("vote"):  # overlap voting: %NM reads the pool the same way
-        evidence.update({key: voter_answers[0].meta[key] for key in ("vote", "overlap_threshold")})
     if failures := pipeline_failures(pipeline, outputs):
         evidence["failures"] = failures
         if fallback is not None:  # the answer of a later stage says which calls failed, the earlier stages' included

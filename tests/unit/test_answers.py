@@ -5,20 +5,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from haystack_fusion.answers import (
-    DEFAULT_OVERLAP_THRESHOLD,
     DEFAULT_UNKNOWN_PATTERNS,
     UNKNOWN,
-    VOTE_MODES,
     UnknownDetector,
     VoteResult,
     answer_confidence,
-    answers_agree,
     majority_vote,
     normalize_answer,
-    overlap_vote,
     token_f1,
     token_logprobs,
-    vote_answers,
 )
 from haystack_fusion.evaluation import metrics
 
@@ -304,11 +299,6 @@ class TestAnswerConfidence:
         assert 0.0 <= confidence <= 1.0
 
 
-ACRONYM = "2BP"
-
-LONG_FORM = "2-bromopalmitic acid (2-BP)"
-
-
 class TestTokenF1:
     def test_one_copy_shared_with_the_metrics(self):
         assert metrics.token_f1 is token_f1
@@ -332,151 +322,3 @@ class TestTokenF1:
 
     def test_metric_f1_is_the_best_over_golds(self):
         assert metrics.f1("New York", ["New Jersey", "York"]) == pytest.approx(2 / 3)
-
-
-class TestAnswersAgree:
-    def test_containment_of_an_acronym_in_its_long_form(self):
-        assert normalize_answer(LONG_FORM).split() == ["2bromopalmitic", "acid", "2bp"]
-        assert answers_agree(ACRONYM, LONG_FORM)
-        assert answers_agree(LONG_FORM, ACRONYM)
-        # containment agrees at any threshold, F1 alone would not
-        assert token_f1(ACRONYM, LONG_FORM) == pytest.approx(0.5)
-        assert answers_agree(ACRONYM, LONG_FORM, threshold=1.0)
-
-    def test_containment_is_contiguous(self):
-        # "new york" is not a run of "new jersey york" (F1 0.8), "jersey york" is
-        assert not answers_agree("New York", "New Jersey York", threshold=0.9)
-        assert answers_agree("Jersey York", "New Jersey York", threshold=0.9)
-
-    @pytest.mark.parametrize(("a", "b"), [("New York", "New Jersey"), ("Battle of Trafalgar", "Battle of Britain")])
-    def test_f1_threshold_edge(self, a, b):
-        score = token_f1(a, b)
-        assert answers_agree(a, b, threshold=score)
-        assert not answers_agree(a, b, threshold=math.nextafter(score, 2.0))
-
-    def test_default_threshold(self):
-        assert DEFAULT_OVERLAP_THRESHOLD == 0.5
-        assert answers_agree("New York", "New Jersey")  # F1 0.5, the documented cost of 0.5
-        assert not answers_agree("New York", "York Minster cathedral")  # F1 0.4
-
-    def test_equal_after_normalization_and_empty(self):
-        assert answers_agree("The Paris.", "paris", threshold=1.0)
-        assert answers_agree("", "the")
-        assert not answers_agree("", "Rome")
-
-    @pytest.mark.parametrize("threshold", [0, -0.1, 1.01, float("nan"), "0.5", True])
-    def test_invalid_threshold(self, threshold):
-        with pytest.raises(ValueError, match="overlap_threshold"):
-            answers_agree("a", "b", threshold=threshold)
-
-
-class TestOverlapVote:
-    def test_containment_clusters_and_best_ranked_representative(self):
-        result = overlap_vote([ACRONYM, LONG_FORM, "palmitate"])
-        assert result.answer == ACRONYM
-        assert result.votes == {"2bp": 2, "palmitate": 1}
-        assert result.candidates == [ACRONYM, "palmitate"]
-        assert result.clusters == {"2bp": ["2bp", "2bromopalmitic acid 2bp"], "palmitate": ["palmitate"]}
-        assert result.best_rank == {"2bp": 0, "palmitate": 2}
-
-    def test_representative_is_best_ranked_not_most_voted_member(self):
-        result = overlap_vote(["Roman Gaul", "Gaul", "gaul.", "Lyon"])
-        assert majority_vote(["Roman Gaul", "Gaul", "gaul.", "Lyon"]).answer == "Gaul"
-        assert result.answer == "Roman Gaul"
-        assert result.votes == {"roman gaul": 3, "lyon": 1}
-        assert result.clusters == {"roman gaul": ["roman gaul", "gaul"], "lyon": ["lyon"]}
-
-    def test_tie_goes_to_the_better_ranked_cluster(self):
-        result = overlap_vote(["Lyon", "Gaul", "Roman Gaul", "Lyon city"])
-        assert result.votes == {"lyon": 2, "gaul": 2}
-        assert result.answer == "Lyon"
-
-    def test_clusters_do_not_chain(self):
-        # "red apple" ~ "apple pie" ~ "pie crust", but "red apple" and "pie crust" share nothing: greedy by rank
-        # joins each answer to the first representative it agrees with, so the third starts its own cluster
-        assert answers_agree("red apple", "apple pie")
-        assert answers_agree("apple pie", "pie crust")
-        result = overlap_vote(["red apple", "apple pie", "pie crust"])
-        assert result.clusters == {"red apple": ["red apple", "apple pie"], "pie crust": ["pie crust"]}
-        assert result.answer == "red apple"
-
-    def test_abstentions_and_failures_do_not_vote(self):
-        result = overlap_vote(["unknown", None, "I don't know", ACRONYM])
-        assert result.votes == {"2bp": 1}
-        assert result.answer == ACRONYM
-        nothing = overlap_vote(["unknown", None])
-        assert nothing.is_unknown
-        assert nothing.answer == "unknown"
-        assert nothing.clusters == {}
-
-    def test_samples_share_a_rank(self):
-        result = overlap_vote(["Oslo", "Roman Gaul", "Gaul", "Oslo"], ranks=[0, 0, 1, 1])
-        assert result.votes == {"oslo": 2, "roman gaul": 2}
-        assert result.answer == "Oslo"  # equal votes and ranks: the exact vote's order (first given)
-
-    def test_deterministic(self):
-        answers = ["Gaul", ACRONYM, "Roman Gaul", LONG_FORM, "unknown"]
-        assert overlap_vote(answers) == overlap_vote(list(answers))
-
-    def test_vote_answers_dispatches(self):
-        answers = [ACRONYM, LONG_FORM]
-        assert vote_answers(answers) == majority_vote(answers)
-        assert vote_answers(answers, vote="overlap") == overlap_vote(answers)
-        assert vote_answers(answers, vote="overlap", threshold=0.9) == overlap_vote(answers, threshold=0.9)
-        assert VOTE_MODES == ("exact", "overlap")
-        with pytest.raises(ValueError, match="`vote`"):
-            vote_answers(answers, vote="fuzzy")
-
-    def test_ranks_length_is_checked(self):
-        with pytest.raises(ValueError, match="ranks"):
-            overlap_vote(["a", "b"], ranks=[0])
-
-
-WORDS = ["paris", "lyon", "gaul", "roman", "new", "york", "of", "2bp", "acid"]
-
-PHRASES = st.lists(st.sampled_from(WORDS), min_size=1, max_size=3).map(" ".join)
-
-ANSWERS = st.lists(st.one_of(PHRASES, st.just("unknown"), st.none()), max_size=8)
-
-
-class TestOverlapVoteProperties:
-    @settings(max_examples=200, deadline=None)
-    @given(ANSWERS, st.sampled_from([0.3, 0.5, 0.8, 1.0]))
-    def test_clusters_partition_the_exact_vote(self, answers, threshold):
-        exact = majority_vote(answers)
-        result = overlap_vote(answers, threshold=threshold)
-        assert result.clusters is not None
-        members = [member for cluster in result.clusters.values() for member in cluster]
-        assert sorted(members) == sorted(exact.votes)  # every exact key in exactly one cluster
-        assert len(result.votes) <= len(exact.votes)  # never more clusters than exact keys
-        assert sum(result.votes.values()) == sum(exact.votes.values())
-        for representative, cluster in result.clusters.items():
-            assert cluster[0] == representative
-            assert result.votes[representative] == sum(exact.votes[m] for m in cluster)
-            assert all(answers_agree(representative, member, threshold) for member in cluster)
-            assert all(exact.best_rank[representative] <= exact.best_rank[member] for member in cluster)
-        if exact.votes:
-            assert max(result.votes.values()) >= max(exact.votes.values())
-            assert normalize_answer(result.answer) == next(iter(result.votes))
-
-    @settings(max_examples=200, deadline=None)
-    @given(st.lists(st.one_of(st.sampled_from(WORDS), st.just("unknown"), st.none()), max_size=8))
-    def test_single_distinct_words_vote_as_exact(self, answers):
-        # two different one-token answers have F1 0 and neither contains the other: overlap changes nothing
-        exact = majority_vote(answers)
-        result = overlap_vote(answers, threshold=1.0)
-        assert (result.answer, result.votes, result.candidates, result.best_rank) == (
-            exact.answer,
-            exact.votes,
-            exact.candidates,
-            exact.best_rank,
-        )
-
-    @settings(max_examples=200, deadline=None)
-    @given(ANSWERS, st.randoms(use_true_random=False))
-    def test_passage_order_does_not_matter_given_ranks(self, answers, random):
-        ranks = list(range(len(answers)))
-        pairs = list(zip(answers, ranks, strict=True))
-        random.shuffle(pairs)
-        shuffled = overlap_vote([a for a, _ in pairs], [r for _, r in pairs])
-        assert shuffled == overlap_vote(answers, ranks)

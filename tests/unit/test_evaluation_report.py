@@ -114,11 +114,6 @@ class TestAnswerOutcomes:
         assert "Answer outcomes" in table
         assert "| concatenation | 2 | 3 | 1 | 0 | 2 | 2 | 0 | 0 | 0 | 0.0% [0.0, 0.0] | 2 |" in table
 
-    def test_without_checks_the_copies_are_answers(self, tmp_path):
-        (run,) = write_report(evaluate(tmp_path, answer_checks=False), tmp_path)["runs"]
-        assert (run["invalid_count"], run["answered_count"], run["demo_copy_count"]) == (0, 3, 2)
-        assert run["demo_copy_rate"] == pytest.approx(200 / 3)
-
 
 class TestReport:
     def test_writes_summary_table_and_charts(self, tmp_path):

@@ -101,7 +101,8 @@ class TestEvaluator:
 def NoLogprobsServer() -> MockChatGenerator:  # noqa: N802 - stands for a class
     """An OpenAI-compatible server asked for token log-probabilities that sends none (its replies: finish_reason)."""
     generator = MockChatGenerator(response_fn=capital_from_prompt)
-    generator.generation_kwargs = {"logprobs": True, "top_logprobs": 0}  # type: ignore[attr-defined]
+    # the answer line's stop already in its settings: the strategy uses it as it is, not a copy from its to_dict
+    generator.generation_kwargs = {"logprobs": True, "top_logprobs": 0, "stop": ["\n"]}  # type: ignore[attr-defined]
     generator.api_base_url = "http://user:secret@127.0.0.1:8080/v1"  # type: ignore[attr-defined]
     return generator
 
@@ -114,8 +115,7 @@ class TestMissingLogprobs:
     )
 
     def test_named_once_and_noted_in_the_report(self, tmp_path, caplog):
-        # without stop sequences: adding them copies the generator through to_dict / from_dict
-        evaluator = make_evaluator(tmp_path, strategies=["concatenation"], strategy_options={"stop_sequences": False})
+        evaluator = make_evaluator(tmp_path, strategies=["concatenation"])
         evaluator.generator_factory = NoLogprobsServer
         records = evaluator.run()
         assert evaluator.notes == [self.MESSAGE]

@@ -9,10 +9,6 @@ from haystack.core.serialization import component_from_dict, component_to_dict
 from haystack.dataclasses import ChatMessage, GeneratedAnswer
 
 from haystack_fusion import NoteTaker, PostFusionVoter
-from haystack_fusion.answers import (
-    DEFAULT_OVERLAP_THRESHOLD,
-    normalize_answer,
-)
 from haystack_fusion.components.post_fusion_voter import DEFAULT_SAMPLING_KWARGS
 from haystack_fusion.components.split_vote_router import SplitVoteRouter
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS
@@ -293,10 +289,6 @@ class TestPostFusionVoter:
                 "unknown_patterns": None,
                 "raise_on_failure": False,
                 "datamark": False,
-                "vote": "exact",
-                "overlap_threshold": DEFAULT_OVERLAP_THRESHOLD,
-                "answer_checks": True,
-                "stop_sequences": True,
             },
         }
 
@@ -310,10 +302,6 @@ class TestPostFusionVoter:
             unknown_patterns=["^no idea$"],
             raise_on_failure=True,
             datamark=True,
-            vote="overlap",
-            overlap_threshold=0.7,
-            answer_checks=False,
-            stop_sequences=False,
         )
         assert voter.to_dict()["init_parameters"] | {"chat_generator": None} == {
             "chat_generator": None,
@@ -324,10 +312,6 @@ class TestPostFusionVoter:
             "unknown_patterns": ["^no idea$"],
             "raise_on_failure": True,
             "datamark": True,
-            "vote": "overlap",
-            "overlap_threshold": 0.7,
-            "answer_checks": False,
-            "stop_sequences": False,
         }
 
     def test_from_dict_round_trip(self):
@@ -464,110 +448,17 @@ def sequential_voter_with(responses: list[Any], **kwargs: Any) -> PostFusionVote
     return PostFusionVoter(chat_generator=MockChatGenerator(responses=responses), max_concurrency=1, **kwargs)
 
 
-class TestVoterOverlapMode:
-    def test_defaults(self):
-        voter = PostFusionVoter(chat_generator=MockChatGenerator(responses=["x"]))
-        assert (voter.vote, voter.overlap_threshold, voter.answer_checks) == ("exact", DEFAULT_OVERLAP_THRESHOLD, True)
-        params = voter.to_dict()["init_parameters"]
-        assert (params["vote"], params["overlap_threshold"], params["answer_checks"]) == (
-            "exact",
-            DEFAULT_OVERLAP_THRESHOLD,
-            True,
-        )
-
-    def test_to_dict_writes_the_vote_settings(self):
-        params = sequential_voter_with(["x"], vote="overlap", overlap_threshold=0.8, answer_checks=False).to_dict()
-        assert {k: params["init_parameters"][k] for k in ("vote", "overlap_threshold", "answer_checks")} == {
-            "vote": "overlap",
-            "overlap_threshold": 0.8,
-            "answer_checks": False,
-        }
-
-    @pytest.mark.parametrize(
-        "kwargs", [{}, {"vote": "overlap"}, {"vote": "overlap", "overlap_threshold": 0.75, "answer_checks": False}]
-    )
-    def test_from_dict_round_trip(self, kwargs):
-        voter = sequential_voter_with([ACRONYM, LONG_FORM], **kwargs)
-        restored = PostFusionVoter.from_dict(voter.to_dict())
-        assert restored.to_dict() == voter.to_dict()
-        assert (restored.vote, restored.overlap_threshold, restored.answer_checks) == (
-            voter.vote,
-            voter.overlap_threshold,
-            voter.answer_checks,
-        )
-
+class TestVoterExactVote:
     def test_yaml_round_trip_in_pipeline(self):
         pipeline = Pipeline()
-        pipeline.add_component("voter", sequential_voter_with(["x"], vote="overlap", overlap_threshold=0.6))
+        pipeline.add_component("voter", sequential_voter_with(["x"]))
         assert Pipeline.loads(pipeline.dumps()) == pipeline
 
-    @pytest.mark.parametrize(
-        ("kwargs", "match"),
-        [
-            ({"vote": "fuzzy"}, "`vote`"),
-            ({"vote": None}, "`vote`"),
-            ({"overlap_threshold": 0}, "overlap_threshold"),
-            ({"overlap_threshold": 1.5}, "overlap_threshold"),
-        ],
-    )
-    def test_invalid_params(self, kwargs, match):
-        with pytest.raises(ValueError, match=match):
-            sequential_voter_with(["x"], **kwargs)
-
-    def test_overlap_run(self):
-        documents = docs(4)
-        voter = sequential_voter_with([ACRONYM, "palmitate", LONG_FORM, "unknown"], vote="overlap")
-        result = voter.run(query="Q?", documents=documents)
-        winner = result["answers"][0]
-        assert winner.data == ACRONYM
-        assert winner.meta["votes"] == {"2bp": 2, "palmitate": 1}
-        assert winner.meta["clusters"] == {"2bp": ["2bp", "2bromopalmitic acid 2bp"], "palmitate": ["palmitate"]}
-        assert winner.meta["vote_share"] == pytest.approx(2 / 3)
-        assert winner.meta["tie"] is False
-        assert winner.documents == [documents[0], documents[2]]
-        assert result["candidates"] == [ACRONYM, "palmitate"]
-        assert [(a.data, a.meta) for a in result["answers"][1:]] == [("palmitate", {"votes": 1})]
-        assert result["answers"][1].documents == [documents[1]]
-        assert result["documents"] == documents[:3]
-
-    def test_exact_run_has_no_clusters(self):
+    def test_answers_vote_apart_unless_equal_after_normalization(self):
         result = sequential_voter_with([ACRONYM, "palmitate", LONG_FORM]).run(query="Q?", documents=docs(3))
         assert result["answers"][0].meta["votes"] == {"2bp": 1, "palmitate": 1, "2bromopalmitic acid 2bp": 1}
         assert result["answers"][0].meta["tie"] is True
-        assert "clusters" not in result["answers"][0].meta
-
-    def test_overlap_resolves_a_one_vote_tie(self):
-        exact = sequential_voter_with(["palmitate", ACRONYM, LONG_FORM]).run(query="Q?", documents=docs(3))
-        overlap = sequential_voter_with(["palmitate", ACRONYM, LONG_FORM], vote="overlap").run(
-            query="Q?", documents=docs(3)
-        )
-        assert exact["answers"][0].data == "palmitate"  # 1-1-1: the best-ranked
-        assert overlap["answers"][0].data == ACRONYM
-
-    def test_confidence_counts_the_cluster(self):
-        def reply(text: str, logprob: float) -> ChatMessage:
-            logprobs = {"content": [{"token": text, "logprob": logprob}]}
-            return ChatMessage.from_assistant(text, meta={"logprobs": logprobs})
-
-        replies = [reply(ACRONYM, -0.2), reply(LONG_FORM, -0.4), reply("palmitate", -3.0)]
-        meta = sequential_voter_with(replies, vote="overlap").run(query="Q?", documents=docs(3))["answers"][0].meta
-        assert meta["confidence"] == pytest.approx((math.exp(-0.2) + math.exp(-0.4)) / 2)
-
-    def test_split_outputs_are_per_cluster(self):
-        documents = docs(4)
-        voter = sequential_voter_with([ACRONYM, "palmitate", LONG_FORM, "oleate"], vote="overlap")
-        result = routed(voter, documents, 0.6)
-        assert "answers" not in result
-        assert result["split_candidates"] == [ACRONYM, "palmitate"]
-        assert result["split_documents"] == [[documents[0], documents[2]], [documents[1]]]
-        assert result["split_reason"] == "vote share 0.50 < 0.6"
-
-    async def test_run_async_same_output(self):
-        responses = [ACRONYM, "palmitate", LONG_FORM]
-        sync = sequential_voter_with(responses, vote="overlap").run(query="Q?", documents=docs(3))
-        result = await sequential_voter_with(responses, vote="overlap").run_async(query="Q?", documents=docs(3))
-        assert result["answers"][0].data == sync["answers"][0].data
-        assert result["answers"][0].meta["clusters"] == sync["answers"][0].meta["clusters"]
+        assert result["answers"][0].data == ACRONYM  # 1-1-1: the best-ranked
 
 
 class TestVoterAnswerChecks:
@@ -606,27 +497,12 @@ class TestVoterAnswerChecks:
         assert meta["passage_answers"][0]["invalid"] == [None, PASSAGE_MARKUP]
         assert meta["votes"] == {"oslo": 2, "lyon": 1}
 
-    def test_overlap_mode_skips_invalid_answers_too(self):
-        result = sequential_voter_with([MARKUP, ACRONYM, LONG_FORM], vote="overlap").run(query="Q?", documents=docs(3))
-        assert result["answers"][0].data == ACRONYM
-        assert result["answers"][0].meta["votes"] == {"2bp": 2}
-
-    def test_valid_answers_vote_as_without_checks(self):
-        responses = ["Paris", "unknown", "paris.", "Lyon"]
-        on = sequential_voter_with(responses).run(query="Q?", documents=docs(4))
-        off = sequential_voter_with(responses, answer_checks=False).run(query="Q?", documents=docs(4))
-        on_meta = dict(on["answers"][0].meta)
-        assert on_meta.pop("invalid_answers") == 0
-        assert on_meta == off["answers"][0].meta
-        assert [a.data for a in on["answers"]] == [a.data for a in off["answers"]]
-
-    def test_checks_off_is_the_voter_before_the_validator(self):
-        documents = docs(3)
-        result = sequential_voter_with([MARKUP, DEMO, "Lyon"], answer_checks=False).run(query="Q?", documents=documents)
+    def test_valid_answers_are_all_counted(self):
+        result = sequential_voter_with(["Paris", "unknown", "paris.", "Lyon"]).run(query="Q?", documents=docs(4))
         winner = result["answers"][0]
-        # every answer votes, as before: the 1-1-1 tie goes to the best-ranked passage
-        assert winner.data == MARKUP
-        assert winner.meta["votes"] == {normalize_answer(MARKUP): 1, DEMO: 1, "lyon": 1}
+        assert winner.data == "Paris"
+        assert winner.meta["votes"] == {"paris": 2, "lyon": 1}
+        assert winner.meta["invalid_answers"] == 0
         assert set(winner.meta) == {
             "strategy",
             "source",
@@ -637,14 +513,9 @@ class TestVoterAnswerChecks:
             "passage_answers",
             "failures",
             "usage",
+            "invalid_answers",
         }
-        assert winner.meta["passage_answers"] == [
-            {"rank": 0, "document_id": "d0", "answers": [MARKUP]},
-            {"rank": 1, "document_id": "d1", "answers": [DEMO]},
-            {"rank": 2, "document_id": "d2", "answers": ["Lyon"]},
-        ]
-        assert result["documents"] == documents
-        assert result["candidates"] == [MARKUP, DEMO, "Lyon"]
+        assert all("invalid" not in entry for entry in winner.meta["passage_answers"])
 
 
 ACRONYM = "2BP"
@@ -660,14 +531,6 @@ class TestPerCall:
         voter = PostFusionVoter(chat_generator=generator, max_concurrency=1)
         voter.run(query="Capital?", documents=[Document(content="Paris."), Document(content="Lyon.")])
         assert generator.kwargs == [{"stop": ["\n"]}, {"stop": ["\n"]}]
-
-    def test_voter_off_calls_as_before(self):
-        generator = kwargs_recording_generator({"stop": LOCAL_STOPS})
-        voter = PostFusionVoter(chat_generator=generator, max_concurrency=1, stop_sequences=False)
-        voter.run(query="Capital?", documents=[Document(content="Paris.")])
-        assert generator.kwargs == [None]
-        assert voter.to_dict()["init_parameters"]["stop_sequences"] is False
-        assert PostFusionVoter(chat_generator=generator).to_dict()["init_parameters"]["stop_sequences"] is True
 
     def test_voter_sampling_keeps_its_temperature(self):
         generator = kwargs_recording_generator()

@@ -92,10 +92,6 @@ class TestChainGenerator:
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
         pipe = build_pipeline("concatenation", retriever=_retriever(), chat_generator=OpenAIChatGenerator())
         assert pipe.get_component("llm").generation_kwargs == {"stop": ["\n"]}
-        off = build_pipeline(
-            "concatenation", retriever=_retriever(), chat_generator=OpenAIChatGenerator(), stop_sequences=False
-        )
-        assert off.get_component("llm").generation_kwargs == {}
 
     def test_chain_of_thought_prompts_have_no_answer_line_stop(self):
         assert PROMPTS["pruning"].stop == ()

@@ -10,7 +10,6 @@ import haystack_fusion  # noqa: F401  (allowlists the package for deserializatio
 from haystack_fusion.strategies import (
     STRATEGIES,
     StrategyRun,
-    build_pipeline,
     get_strategy,
     pipeline_usage,
     run_strategy,
@@ -18,7 +17,6 @@ from haystack_fusion.strategies import (
 from tests.unit.scripted_pipelines import (
     DISTILLER_START,
     QUERY,
-    acid_retriever,
     answer_from_context,
     answer_of,
     concatenation_fails,
@@ -371,15 +369,3 @@ class TestRunStrategy:
         run = run_strategy(loaded, QUERY)
         assert len(run.documents) == 3
         assert run.answer.data == "Paris"
-
-
-def test_post_fusion_votes_by_overlap_and_records_it():
-    replies = ["2-bromopalmitic acid (2-BP)", "2BP", "2-bromopalmitic acid"]
-    llm = MockChatGenerator(responses=replies)
-    pipe = build_pipeline(
-        "post_fusion", retriever=acid_retriever(), chat_generator=llm, max_concurrency=1, vote="overlap"
-    )
-    run = run_strategy(pipe, "Which acid?")
-    assert run.answer.data == "2-bromopalmitic acid (2-BP)"
-    assert run.evidence["vote"] == "overlap"
-    assert run.evidence["overlap_threshold"] == 0.5

@@ -128,7 +128,6 @@ class TestUnknownRouter:
                 "answer_pattern": PROMPTS["figure7"].answer_pattern,
                 "unknown_patterns": None,
                 "min_confidence": None,
-                "answer_checks": True,
                 "demonstrations": None,
             },
         }
@@ -141,7 +140,6 @@ class TestUnknownRouter:
                 "answer_pattern": COT_ANSWER_PATTERN,
                 "unknown_patterns": ["^no idea$"],
                 "min_confidence": 0.3,
-                "answer_checks": True,
                 "demonstrations": None,
             },
         }
@@ -189,18 +187,12 @@ class TestRouter:
         assert result["reason"] == "invalid answer (demonstration answer)"
         assert result["fallback_documents"] == DOCUMENTS
 
-    def test_checks_off_keeps_the_answer(self):
-        router = UnknownRouter(answer_checks=False)
-        replies = [ChatMessage.from_assistant("1005dbc6")]
-        assert router.run(replies=replies, query="When?", documents=DOCUMENTS) == {"known": replies}
-
     def test_serializes_every_setting(self):
         assert set(UnknownRouter().to_dict()["init_parameters"]) == {
             "answer_pattern",
             "unknown_patterns",
             "min_confidence",
-            "answer_checks",
             "demonstrations",
         }
-        router = UnknownRouter(answer_checks=False, demonstrations=["x"])
+        router = UnknownRouter(demonstrations=["x"])
         assert UnknownRouter.from_dict(router.to_dict()).to_dict() == router.to_dict()

@@ -2,7 +2,6 @@
 
 import pytest
 from haystack import Document
-from haystack.components.builders import AnswerBuilder
 from haystack.components.generators.chat import MockChatGenerator
 from haystack.dataclasses import ChatMessage
 from hypothesis import given
@@ -166,16 +165,6 @@ class TestStrategies:
         run = run_strategy(pipe, "Who was born in Dayton?")
         assert run.evidence["finish_reason"] == "length"
         assert run.answer.meta["truncated"] is True
-
-    def test_concatenation_without_checks_uses_haystacks_answer_builder(self):
-        pipe = build_pipeline(
-            "concatenation",
-            retriever=self.retriever(),
-            chat_generator=MockChatGenerator(responses=["Butch Vig"]),
-            answer_checks=False,
-        )
-        assert type(pipe.get_component("answer_builder")) is AnswerBuilder
-        assert run_strategy(pipe, "Who was born in Dayton?").answer.data == "Butch Vig"
 
     def test_concat_pf_falls_back_on_an_invalid_answer(self):
         llm = MockChatGenerator(responses=['<passage key="0a1b2c3d">', "Tom Hale", "unknown"])
