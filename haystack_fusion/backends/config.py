@@ -25,8 +25,7 @@ from haystack_fusion.retrieval import DenseRetriever, HybridRetriever
 from haystack_fusion.settings import DEFAULT_INDEX_PATH, backend_values
 
 _MISSING_EXTRAS: dict[str, ImportError] = {}
-"""The optional extras whose integration failed to import, by extra name: the factories raise the error that names
-the extra when asked for one of them."""
+"""The optional extras whose integration failed to import, by extra name (`_require_extra`)."""
 
 try:
     from haystack_integrations.components.retrievers.elasticsearch import (
@@ -164,11 +163,7 @@ def document_store(config: BackendConfig) -> Any:
 
 
 def _require_extra(extra: str, what: str) -> None:
-    """
-    Refuse a backend whose optional extra is not installed.
-
-    :raises ImportError: If the extra's integration failed to import, saying how to install it.
-    """
+    """:raises ImportError: If the extra's integration failed to import, saying how to install it."""
     if extra in _MISSING_EXTRAS:
         raise ImportError(
             f"{what} needs the `{extra}` extra: pip install 'haystack-fusion[{extra}]'"
@@ -180,8 +175,7 @@ _EMBEDDINGS_IMPORT_LOCK = threading.Lock()
 
 def _packaged_embeddings() -> ModuleType:
     """
-    `haystack_fusion.embeddings`, imported on first use (it loads torch, seconds) by one thread at a time, so worker
-    threads do not race in the lazy imports beneath it.
+    `haystack_fusion.embeddings`, imported on first use (it loads torch) by one thread at a time.
 
     :raises ImportError: Without the `dense` extra (the message names it).
     """
