@@ -317,14 +317,9 @@ def parse_single_call(reply: str | None, k: int) -> ParsedNotes:
 
 def _read_label(text: str) -> str | None:
     """
-    The note type a label names.
+    The note type a label names: one distinct letter "(a)"/"(b)"/"(c)" decides ("(b) irrelevant" is CONTEXT; several
+    name none); otherwise words, in order: irrelevant, not direct (CONTEXT), direct, context.
 
-    A letter decides first: one distinct "(a)" / "(b)" / "(c)" anywhere, or "a)", "b.", "c" at the start ("(b)
-    irrelevant" is CONTEXT); several distinct letters (an echo of the three choices) name none. Otherwise words decide,
-    in this order: "irrelevant" / "not relevant" / "unrelated" / "none" -> IRRELEVANT; "not directly" / "does not
-    answer" -> CONTEXT; "directly" / "answers" -> DIRECT; "context" / "useful" / "partially" / "relevant" -> CONTEXT.
-
-    :param text: The label, e.g. "(b) useful context".
     :returns: DIRECT, CONTEXT, IRRELEVANT or None.
     """
     letters = {letter.lower() for letter in _LABEL_PAREN_LETTER.findall(text)}

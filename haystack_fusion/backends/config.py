@@ -137,11 +137,7 @@ class BackendConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> BackendConfig:
-        """
-        A configuration from the environment (`settings.backend_values`), then `overrides` (None values are ignored).
-
-        :param env: The variables to read (default `os.environ`).
-        """
+        """A configuration from `env` (default `os.environ`; `settings.backend_values`), then non-None `overrides`."""
         values = backend_values(cls.__dataclass_fields__, env)
         values.update({key: value for key, value in overrides.items() if value is not None})
         return cls(**values)
@@ -163,7 +159,11 @@ def document_store(config: BackendConfig) -> Any:
 
 
 def _require_extra(extra: str, what: str) -> None:
-    """:raises ImportError: If the extra's integration failed to import, saying how to install it."""
+    """
+    Refuse a backend whose optional extra is not installed.
+
+    :raises ImportError: If the extra's integration failed to import, saying how to install it.
+    """
     if extra in _MISSING_EXTRAS:
         raise ImportError(
             f"{what} needs the `{extra}` extra: pip install 'haystack-fusion[{extra}]'"

@@ -21,13 +21,7 @@ from haystack_fusion.settings import DEFAULT_INDEX_PATH
 
 
 def save_store(documents: list[Document], path: str | Path) -> InMemoryDocumentStore:
-    """
-    Write passages to a new in-memory document store saved at `path` (a JSON file).
-
-    :param documents: The passages; duplicates (same id) are written once.
-    :param path: Where to save; parent folders are created.
-    :returns: The store.
-    """
+    """Write passages (duplicate ids once) to a new in-memory store saved at `path` (JSON; parents created)."""
     store = InMemoryDocumentStore()
     store.write_documents(documents, policy=DuplicatePolicy.SKIP)
     path = Path(path)
@@ -40,8 +34,6 @@ def load_store(path: str | Path) -> InMemoryDocumentStore:
     """
     Load an in-memory document store saved by `save_store` (or `haystack-fusion index`).
 
-    :param path: The saved JSON file.
-    :returns: The store, ready for InMemoryBM25Retriever.
     :raises FileNotFoundError: If there is no such file; the message says how to make one.
     """
     if not Path(path).is_file():
@@ -88,6 +80,7 @@ class SavedInMemoryBM25Retriever:
 
         :raises FileNotFoundError: If there is no file at `index_path` (the message says how to make one).
         """
+
         self._loaded()
 
     def _loaded(self) -> InMemoryBM25Retriever:
