@@ -413,7 +413,6 @@ def default_squad_path(*, cache_dir: str | Path | None = None) -> Path:
 
     :param cache_dir: Where the official dev set is cached; defaults to `~/.cache/haystack_fusion`.
     :returns: The resolved path of the file.
-
     :raises FileNotFoundError: If `HAYSTACK_FUSION_SQUAD` names a file that does not exist.
     :raises requests.RequestException: If the download fails (`requests.ConnectionError` when offline).
     :raises ValueError: If the downloaded file fails its checksum.

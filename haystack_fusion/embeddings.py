@@ -172,7 +172,6 @@ class PackagedDiversityRanker(SentenceTransformersDiversityRanker):
         :param kwargs: SentenceTransformersDiversityRanker's other parameters.
         :raises FileNotFoundError: If `model` is None and the packaged model is missing.
         """
-
         SentenceTransformersDiversityRanker.__init__(
             self, model=packaged_embedding_model_path() if model is None else model, **kwargs
         )

@@ -403,7 +403,6 @@ def classify_note(note: str, answer: str, detector: UnknownDetector | None = Non
        passage is about, is type (b)).
     4. CONTEXT (type (b)) otherwise.
 
-
     :param note: One reading note, e.g. from `parse_single_call`.
     :param answer: The final answer of the reply; "" (or an abstention) when there is none, which rules out DIRECT.
     :param detector: The unknown detector; defaults to `UnknownDetector.from_patterns(None)`.

@@ -42,7 +42,6 @@ class DenseRetriever:
         :param text_embedder: A Haystack text embedder, with the model the documents were embedded with.
         :param embedding_retriever: A Haystack embedding retriever (`run(query_embedding, top_k)`).
         """
-
         self.text_embedder = text_embedder
         self.embedding_retriever = embedding_retriever
         pipeline = Pipeline()

@@ -80,7 +80,6 @@ class SavedInMemoryBM25Retriever:
 
         :raises FileNotFoundError: If there is no file at `index_path` (the message says how to make one).
         """
-
         self._loaded()
 
     def _loaded(self) -> InMemoryBM25Retriever:

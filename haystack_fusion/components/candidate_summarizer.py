@@ -93,7 +93,6 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         :param max_passage_chars: Per-passage context budget in characters (None: no limit).
         :param few_shot: If True (base models), candidates come from Listing 13 (Appendix B.5) and summaries from
             Listing 7 with one demonstration (`prompts.sure.FEW_SHOT_SUMMARY`).
-
         :param raise_on_failure: If True, a failed call raises; by default it is logged, reported in
             `meta["failures"]`, and gives no candidates (round 1) or an empty summary (round 2).
         :raises ValueError: If `num_candidates` is below 1, `max_concurrency` is neither None nor an integer >= 1,

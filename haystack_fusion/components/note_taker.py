@@ -273,7 +273,6 @@ class NoteTaker(ChatGeneratorWrapper):
               its `meta` holds `notes`, `answer_source` ("passages", "parametric", "none", or "invalid" with
               `invalid_reason` and `rejected_answer` when the answer checks rejected it, its `data` then empty),
               `failures` (`round`, `index`, `error`) and `usage` (`llm.FanOutResult`'s).
-
             - `notes`: k dicts in input order: `document_id`, `relevance` ("direct", "context" or "irrelevant";
               section 2.3.1) and `note` ("" when the model wrote none for that passage).
         :raises ValueError: If `query` is empty or only whitespace.

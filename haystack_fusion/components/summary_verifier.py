@@ -94,7 +94,6 @@ class SummaryVerifier(ChatGeneratorWrapper):
         :param max_concurrency: Largest number of calls under way at once (>= 1); None (default): all K + K(K-1).
         :param document_ranker: Optional Haystack ranker that reorders the passages by the winning summary (Table 4);
             None keeps retrieval order.
-
         :param raise_on_failure: If True, a failed call raises; by default it is logged and reported in `meta`.
         :param scoring: "text" (the paper's: parse the reply's words, v in {0, 1}) or "probability" (read
             P(True) and P(choice) from token log-probabilities, falling back to the text per reply).
@@ -271,10 +270,8 @@ class SummaryVerifier(ChatGeneratorWrapper):
             None without validity), `ranking` (0 to K-1), `score` (validity + ranking) and `rationale` (its summary).
             The first also has `preferences` ("a,b" -> 1 / 2 / None, the parsed reply when summary a was Passage 1
             and b Passage 2, or P(Passage 1) by probability scoring), `scoring` (the setting), `scored_by` (calls
-            read by "probability" and by "text"), `failures` (`call`, `index`, `error`) and `usage` (`prompt_tokens`,
-            `completion_tokens`, `calls`, `failed_calls`, `rounds`, and `cached_tokens` when the provider reports
-            prompt tokens served from its prefix cache: `llm.FanOutResult`). With no candidates it is one "unknown"
-            answer and no LLM call is made.
+            read by "probability" and by "text"), `failures` (`call`, `index`, `error`) and `usage`
+            (`llm.FanOutResult`'s). With no candidates: one "unknown" answer, no LLM call.
         :raises ValueError: If `query` is empty, or `candidates` and `summaries` differ in length.
         """
         query, candidates, summaries, asks, prompts = self._plan(query, candidates, summaries)

@@ -166,7 +166,6 @@ def score_run(question: Question, prediction: str, evidence: dict[str, Any], pas
     Score one answered question with the papers' metrics; the post-fusion pool (`evidence["candidates"]`) gives
     %NM's inputs (Liu et al. section 4).
     """
-
     golds = list(question.answers)
     candidates: list[str] = evidence.get("candidates") or []
     has_pool = evidence.get("candidates") is not None and bool(question.answers)

@@ -186,7 +186,6 @@ def strategy_run(
     :param outputs: Component name -> its outputs, for every component that ran.
     :param seconds: Wall-clock time of the run, in seconds.
     :raises ValueError: If the pipeline names no registered strategy.
-
     """
     strategy = strategy_of(pipeline)
     components = [component for component, _ in pipeline.walk()]
