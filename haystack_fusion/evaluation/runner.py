@@ -75,12 +75,11 @@ __all__ = [
 ]
 
 FAILURES_IN_A_ROW_TO_STOP = 10
-"""A run stops when this many questions in a row failed outright (the pipeline raised, or every LLM call failed)
-with none answered in between: the backend is down, not flaky. The last error is raised."""
+"""A run stops, raising the last error, when this many questions in a row failed outright (the pipeline raised, or
+every LLM call failed)."""
 
 CONFIGURATION_ERRORS = ("AuthenticationError", "PermissionDeniedError", "NotFoundError")
-"""The openai client's errors that no retry or later question can cure (a refused key, a missing model or route):
-the first one stops the run at once and is raised."""
+"""The openai client's errors no retry can cure (a refused key, a missing model or route): the first stops the run."""
 
 
 class FingerprintMismatchError(ValueError):
@@ -239,8 +238,7 @@ class Evaluator:
         self._gold = {d.id: d for d in dataset.documents}
         self._lock = threading.Lock()
         self.notes: list[str] = []
-        """What the report should say about the run beside its figures, e.g. that the LLM server sent no token
-        log-probabilities although they were asked for (`backends.logprobs.missing_logprobs`)."""
+        """What the report should say beside its figures (e.g. `backends.logprobs.missing_logprobs`)."""
 
     def _pipeline(self, strategy: str, top_k: int, setting: PassageSetting, generator: ChatGenerator) -> Pipeline:
         retriever = EvalRetriever(self.retriever_factory(), setting=setting, corpus=self.dataset.documents, top_k=top_k)
