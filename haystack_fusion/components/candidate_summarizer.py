@@ -273,10 +273,8 @@ class CandidateSummarizer(ChatGeneratorWrapper):
             - `summaries`: conditional mode: one summary per candidate, same order and length ("" for a failed
               call); generic mode: the one generic summary; candidates mode: empty.
             - `meta`: `source`, `mode`, `candidates_reply` (the raw round-1 reply), `failures` (`round`, `index`,
-              `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`, `rounds`, and
-              `cached_tokens` when the provider
-              reports prompt tokens served from its prefix cache: `llm.FanOutResult`), and
-              `invalid_candidates` (`candidate`, `reason`) when the answer checks dropped some.
+              `error`), `usage` (`llm.FanOutResult`'s) and `invalid_candidates` (`candidate`, `reason`) when the
+              answer checks dropped some.
         :raises ValueError: If `query` is empty or only whitespace, `candidates` are given outside the conditional
             mode, or `candidate_documents` has another length than `candidates`.
         """
