@@ -117,8 +117,6 @@ class HybridRetriever:
         top_k: int = 10,
     ) -> None:
         """
-        Create a HybridRetriever.
-
         :param bm25_retriever: A Haystack keyword retriever (`run(query, top_k)`).
         :param text_embedder: A Haystack text embedder for the query (the documents' embedding model).
         :param embedding_retriever: A Haystack embedding retriever (`run(query_embedding, top_k)`).
