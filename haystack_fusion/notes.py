@@ -1,15 +1,9 @@
 """
 Chain-of-Note's reply parsers (Yu et al., sections 2.3-2.3.1, Appendix A.5-A.6): pure functions, no LLM calls.
 
-Chain-of-Note (CoN) has the model write a reading note y_{d_i} on each of the k retrieved passages, then the final
-answer y (section 2.3). In the single-call mode the notes and the answer come in one reply, in the format of Table 6
-("Passage #1 discusses ... Passage #2 confirms ... Based on the information given in above passages, the answer is
-1996"); `parse_single_call` splits such a reply into one note per passage and the answer. In the per-document mode
-each passage gets its own call, whose reply is a note and a "Relevance:" line naming one of the three note types of
-section 2.3.1 (Figure 2); `parse_document_note` reads it. `classify_note` assigns a note type to a note that carries
-no label, as the single-call notes do.
-
-Passages are numbered from 1 here, as in the prompts: note i of a `ParsedNotes` (0-based) is about "Passage #i+1".
+`parse_single_call` splits a single-call reply (Table 6 format) into one note per passage and the answer;
+`parse_document_note` reads a per-document note and its "Relevance:" label (section 2.3.1, Figure 2);
+`classify_note` gives an unlabelled note its type. Passages are numbered from 1, as in the prompts.
 """
 
 from __future__ import annotations
@@ -69,14 +63,9 @@ _ANSWER_MARKER = re.compile(
     rf"|(?:(?<![^\s>#(\[.!?;:,])|{_AFTER_EMPHASIS})[*_]*(?:(?:final|short|correct)\s+)?answer\s*(?:[*_]+\s*)?:[*_]*)",
     re.IGNORECASE,
 )
-"""The start of a final-answer statement: "the answer is" (also "the final answer is", "the answer would be"), with
-the lead-in of Table 6 ("Based on the information given in above passages, ...") or a connective (", so",
-"therefore", a comma) before it, or a label "Answer:" / "Final answer:" / "**Answer:**". "the answer is" matches even
-inside a word ("...isn't"), so no text that contains it is ever taken for a note. A lead-in never spans a passage
-reference, so "Passage #2 confirms 1996, so the answer is 1996" keeps "Passage #2 confirms 1996" as a note.
-
-In linear time: a match never starts inside a run of whitespace (where it would have started at the run's first
-character) or of "*" / "_" (`_AFTER_EMPHASIS`), and no two whitespace quantifiers share one run."""
+"""The start of a final-answer statement: "the answer is" (optionally after Table 6's "Based on ..." lead-in or a
+connective) or a label "Answer:" / "Final answer:" / "**Answer:**". A lead-in never spans a passage reference. Linear
+time: no match starts inside a run of whitespace or of "*" / "_"."""
 
 _CONTINUATION = re.compile(
     r"^[ \t*_#>]*(?:(?:question|task\s+description|reading\s+notes?)\s*(?:[*_]+\s*)?:|</?passage\b)",
@@ -157,10 +146,7 @@ def _collapse(text: str) -> str:
 
 
 def _clean_answer(text: str) -> str:
-    """
-    An answer as it is returned: whitespace collapsed; surrounding quotes, markdown emphasis and trailing ".", ",",
-    ";", ":" removed (a trailing abbreviation such as "D.C." keeps its period).
-    """
+    """An answer as returned: whitespace collapsed, then `answers.trim_answer`."""
     return trim_answer(_collapse(text))
 
 
@@ -187,14 +173,10 @@ def _non_blank(text: str, position: int) -> int:
 
 def _split_answer(text: str) -> tuple[str, str]:
     """
-    Take the answer statements out of a single-call reply.
+    Take the answer statements (`_ANSWER_MARKER` to the end of its line, or the next non-blank line when that is
+    empty) out of a reply; the last non-empty answer wins.
 
-    Each `_ANSWER_MARKER` starts an answer statement that runs to the end of its line; when the rest of that line is
-    blank ("Answer:" then a line break) the next non-blank line is the answer, unless it names a passage or holds
-    another marker. The answer of the last statement with a non-empty answer wins.
-
-    :param text: The reply, without a continuation.
-    :returns: (answer, the reply with every answer statement replaced by a line break); answer is "" when none.
+    :returns: (answer or "", the reply with every answer statement replaced by a line break).
     """
     # The span of the last non-empty answer, cleaned only at the end: on a line of many markers, cleaning the rest of
     # the line at each would take quadratic time.
@@ -229,14 +211,8 @@ def _split_answer(text: str) -> tuple[str, str]:
 
 def _referenced(match: re.Match[str], k: int) -> set[int]:
     """
-    The passage numbers in 1..k that one `_REFERENCE` match names.
-
-    Numbers joined by "-", "–", "to" or "through" are a range when it runs upwards and ends within 1..k
-    ("#2-#4" names 2, 3 and 4); otherwise (as in "Passage #2 - 1996 Summer Olympics") each end counts on its own.
-
-    :param match: A `_REFERENCE` match.
-    :param k: The number of passages.
-    :returns: The named passage numbers in 1..k; empty when all are out of range.
+    The passage numbers in 1..k that one `_REFERENCE` match names; "#2-#4" is a range when it runs upwards within
+    1..k, else each end counts on its own.
     """
     listed = match.group("numbers") or match.group("bracket") or ""
     numbers = list(re.finditer(r"\d+", listed))
@@ -255,16 +231,9 @@ def _referenced(match: re.Match[str], k: int) -> set[int]:
 
 def _assign(region: str, k: int) -> tuple[list[str], list[bool]]:
     """
-    Split the note part of a single-call reply into one note per passage.
+    Split the note part of a reply into one note per passage: each sentence or line goes to the passages its
+    references name, or to those of the sentence before it; a preamble is dropped.
 
-    The text is cut into units at line breaks and sentence ends (".", "!", "?", ";" followed by whitespace), never
-    inside a reference ("Passage No. 2"). A unit that holds references belongs to every passage they name within
-    1..k; a unit without references continues the unit before it ("Passage #1 says X. It also says Y."); units before
-    the first reference (a preamble) and after a reference only to passages outside 1..k are dropped. A passage's note
-    is its units joined by a space, cut before any answer marker the joining might have formed.
-
-    :param region: The reply without continuation and answer statements.
-    :param k: The number of passages.
     :returns: (k notes, "" for a passage never named; k flags, True for a passage some reference names).
     """
     units: dict[int, list[str]] = {number: [] for number in range(1, k + 1)}
@@ -325,18 +294,10 @@ def parse_single_call(reply: str | None, k: int) -> ParsedNotes:
     Read a single-call Chain-of-Note reply: one note per passage and the final answer (Yu et al., section 2.3;
     Appendix A.5 instruction, Table 6 format).
 
-    Table 6's notes are one paragraph ("Wikipedia passage #1 discusses ... Wikipedia passage #2 confirms ... Based on
-    the information given in above passages, the answer is 1996"); models also write one note per line, other
-    reference shapes and other answer leads. The reply is read as follows:
-
-    1. A leading "Reading notes:" echo is removed, and the reply is cut at the first line, after some text, that
-       starts a new prompt block ("Question:", "Task Description:", "Reading notes:", a passage delimiter).
-    2. Answer statements (`_ANSWER_MARKER`: "[Based on ..., ]the answer is X", "Answer: X", "Final answer: X") run
-       to the end of their line and are never part of a note. The last statement that gives a non-empty answer wins;
-       its text is cleaned (quotes, markdown, trailing period removed), so "the answer is unknown" gives "unknown".
-    3. The rest is cut into sentences and lines; each goes to the passages its references name (`_REFERENCE`:
-       "Passage #1", "passage 1", "Document #2", "[1]", "Passages #1 and #3", "Passages #2-#4") or, without a
-       reference, to those of the sentence before it. References to numbers outside 1..k are ignored.
+    1. A leading "Reading notes:" echo is removed, and the reply is cut at a line that starts a new prompt block.
+    2. Answer statements ("the answer is X", "Answer: X") are never part of a note; the last non-empty one wins.
+    3. The rest goes, sentence by sentence, to the passages its references name ("Passage #1", "[1]", "#2-#4") or
+       to those of the sentence before; numbers outside 1..k are ignored.
 
     :param reply: The model's reply to the single-call prompt; None for a failed call.
     :param k: The number of passages in the prompt; 0 is allowed (no notes, the answer is still read).
@@ -356,14 +317,9 @@ def parse_single_call(reply: str | None, k: int) -> ParsedNotes:
 
 def _read_label(text: str) -> str | None:
     """
-    The note type a label names.
+    The note type a label names: one distinct letter "(a)"/"(b)"/"(c)" decides ("(b) irrelevant" is CONTEXT; several
+    name none); otherwise words, in order: irrelevant, not direct (CONTEXT), direct, context.
 
-    A letter decides first: one distinct "(a)" / "(b)" / "(c)" anywhere, or "a)", "b.", "c" at the start ("(b)
-    irrelevant" is CONTEXT); several distinct letters (an echo of the three choices) name none. Otherwise words decide,
-    in this order: "irrelevant" / "not relevant" / "unrelated" / "none" -> IRRELEVANT; "not directly" / "does not
-    answer" -> CONTEXT; "directly" / "answers" -> DIRECT; "context" / "useful" / "partially" / "relevant" -> CONTEXT.
-
-    :param text: The label, e.g. "(b) useful context".
     :returns: DIRECT, CONTEXT, IRRELEVANT or None.
     """
     letters = {letter.lower() for letter in _LABEL_PAREN_LETTER.findall(text)}
@@ -388,13 +344,8 @@ def parse_document_note(reply: str | None) -> tuple[str, str | None]:
     """
     Read a per-document reply: the reading note on one passage and its relevance label (Yu et al., section 2.3.1).
 
-    The prompt shows "The passage discusses ...\\nRelevance: (b) useful context" and asks for one of the three note
-    types of Figure 2: "(a) answers directly", "(b) useful context", "(c) irrelevant". A leading "Reading note:" echo
-    is removed and the reply is cut at a new prompt block ("Question:", ...). The label is the first "Relevance:"
-    line (`_RELEVANCE_LINE`) or a line that is only a label ("(b) useful context", "Irrelevant."); it is read by
-    `_read_label`, which accepts "(a)", "a)", "(a) answers directly", "answers the question directly", "directly",
-    "(b) useful context", "context", "(c) irrelevant", "not relevant", in any case. The note is the text before the
-    label line (after it, when nothing comes before), on one line.
+    The label (Figure 2's "(a) answers directly", "(b) useful context", "(c) irrelevant") is the first "Relevance:"
+    line or a line that is only a label; the note is the text before it (after it, when nothing comes before).
 
     :param reply: The model's reply to the per-document prompt; None for a failed call.
     :returns: (note, label): label is DIRECT, CONTEXT or IRRELEVANT, or None when the reply has no label line or its
@@ -421,15 +372,7 @@ def parse_document_note(reply: str | None) -> tuple[str, str | None]:
 
 
 def _negative_only(note: str) -> bool:
-    """
-    Tell whether a note only reports what its passage lacks.
-
-    The note, without its passage references, is cut into statements at sentence ends and contrast words ("but",
-    "however", "although", "while", ...). It is negative-only when some statement holds a negation ("not", "n't",
-    "no", "never", "without", "lacks", ...) and no statement with words is free of one. Table 6's "discusses Chicago's
-    bid for the 2016 Summer Olympics, but does not mention whether it is a successful bid" has a free statement
-    before "but", so it is not.
-    """
+    """Whether every statement of a note (cut at sentence ends and "but", "however", ...) holds a negation."""
     negative = positive = False
     for statement in _SEGMENT_BREAK.split(_REFERENCE.sub(" ", note)):
         if _NEGATION.search(statement):
@@ -451,19 +394,13 @@ def classify_note(note: str, answer: str, detector: UnknownDetector | None = Non
     """
     The note type of a reading note that carries no label, as in the single-call mode (Yu et al., section 2.3.1).
 
-    Passage references ("Passage #2") are not part of the note's content here. The rules, in order:
+    Rules, in order, passage references left out:
 
-    1. IRRELEVANT (type (c)) when the note is empty (the model wrote nothing on the passage) or gives an explicit
-       verdict (`_IRRELEVANT_NOTE`: "irrelevant", "not relevant", "unrelated", "no relevant information", "nothing
-       to do with", "no information about the question").
-    2. DIRECT (type (a)) when the answer is not an abstention (per `detector`) and its `normalize_answer` tokens occur
-       consecutively, as whole tokens, in the normalized note: the note states the answer (Table 6, note #2 of both
-       cases: "... the 1996 Summer Olympics were the most recent ...", "... for his work in Malayalam").
-    3. IRRELEVANT when the note only reports what the passage lacks (`_negative_only`: "Passage #3 does not mention
-       the Olympics"). Negative phrases alone do not decide: a note that also says what the passage is about is type
-       (b), as Table 6's note #1 "discusses Chicago's bid for the 2016 Summer Olympics, but does not mention whether
-       it is a successful bid". Without the question the rule cannot tell whether that topic is the question's, so
-       "is about a football club, but does not mention the Olympics" is CONTEXT too.
+    1. IRRELEVANT (type (c)) for an empty note or an explicit verdict ("not relevant", "no relevant information").
+    2. DIRECT (type (a)) when the answer is no abstention and its normalized tokens occur in the note (Table 6's
+       notes #2).
+    3. IRRELEVANT when the note only reports what the passage lacks (Table 6's note #1, which also says what the
+       passage is about, is type (b)).
     4. CONTEXT (type (b)) otherwise.
 
     :param note: One reading note, e.g. from `parse_single_call`.

@@ -1,12 +1,9 @@
 """
 Dense and hybrid retrieval as single retriever components, for any document store.
 
-Every strategy starts at one component named `retriever` with a `query` input, a `top_k` input and a `documents`
-output (see `strategies/builders.py`). BM25 retrievers already are that; dense retrieval needs a text embedder in
-front of an embedding retriever, and hybrid retrieval joins BM25 and dense results. These two Haystack super
-components wrap exactly those library parts (a TextEmbedder, the store's own BM25 and embedding retrievers, Haystack's
-DocumentJoiner with reciprocal rank fusion) behind the `query` / `top_k` -> `documents` interface, for the in-memory
-store and Elasticsearch alike.
+Every strategy starts at a `retriever` with `query` / `top_k` inputs and a `documents` output; these super components
+give dense retrieval (text embedder + embedding retriever) and hybrid retrieval (BM25 + dense, Haystack's
+DocumentJoiner) that interface, for the in-memory store and Elasticsearch alike.
 """
 
 from __future__ import annotations
@@ -42,12 +39,8 @@ class DenseRetriever:
 
     def __init__(self, *, text_embedder: Any, embedding_retriever: Any) -> None:
         """
-        Create a DenseRetriever.
-
-        :param text_embedder: A Haystack text embedder (`run(text)` -> `{"embedding": [...]}`); it must embed the
-            query with the same model the documents were embedded with.
-        :param embedding_retriever: A Haystack embedding retriever (`run(query_embedding, top_k)`), e.g.
-            `InMemoryEmbeddingRetriever` or elasticsearch-haystack's `ElasticsearchEmbeddingRetriever`.
+        :param text_embedder: A Haystack text embedder, with the model the documents were embedded with.
+        :param embedding_retriever: A Haystack embedding retriever (`run(query_embedding, top_k)`).
         """
         self.text_embedder = text_embedder
         self.embedding_retriever = embedding_retriever
@@ -124,8 +117,6 @@ class HybridRetriever:
         top_k: int = 10,
     ) -> None:
         """
-        Create a HybridRetriever.
-
         :param bm25_retriever: A Haystack keyword retriever (`run(query, top_k)`).
         :param text_embedder: A Haystack text embedder for the query (the documents' embedding model).
         :param embedding_retriever: A Haystack embedding retriever (`run(query_embedding, top_k)`).

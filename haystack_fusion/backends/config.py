@@ -25,8 +25,7 @@ from haystack_fusion.retrieval import DenseRetriever, HybridRetriever
 from haystack_fusion.settings import DEFAULT_INDEX_PATH, backend_values
 
 _MISSING_EXTRAS: dict[str, ImportError] = {}
-"""The optional extras whose integration failed to import, by extra name: the factories raise the error that names
-the extra when asked for one of them."""
+"""The optional extras whose integration failed to import, by extra name (`_require_extra`)."""
 
 try:
     from haystack_integrations.components.retrievers.elasticsearch import (
@@ -138,11 +137,7 @@ class BackendConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> BackendConfig:
-        """
-        A configuration from the environment (`settings.backend_values`), then `overrides` (None values are ignored).
-
-        :param env: The variables to read (default `os.environ`).
-        """
+        """A configuration from `env` (default `os.environ`; `settings.backend_values`), then non-None `overrides`."""
         values = backend_values(cls.__dataclass_fields__, env)
         values.update({key: value for key, value in overrides.items() if value is not None})
         return cls(**values)
@@ -180,8 +175,7 @@ _EMBEDDINGS_IMPORT_LOCK = threading.Lock()
 
 def _packaged_embeddings() -> ModuleType:
     """
-    `haystack_fusion.embeddings`, imported on first use (it loads torch, seconds) by one thread at a time, so worker
-    threads do not race in the lazy imports beneath it.
+    `haystack_fusion.embeddings`, imported on first use (it loads torch) by one thread at a time.
 
     :raises ImportError: Without the `dense` extra (the message names it).
     """

@@ -21,13 +21,7 @@ from haystack_fusion.settings import DEFAULT_INDEX_PATH
 
 
 def save_store(documents: list[Document], path: str | Path) -> InMemoryDocumentStore:
-    """
-    Write passages to a new in-memory document store saved at `path` (a JSON file).
-
-    :param documents: The passages; duplicates (same id) are written once.
-    :param path: Where to save; parent folders are created.
-    :returns: The store.
-    """
+    """Write passages (duplicate ids once) to a new in-memory store saved at `path` (JSON; parents created)."""
     store = InMemoryDocumentStore()
     store.write_documents(documents, policy=DuplicatePolicy.SKIP)
     path = Path(path)
@@ -40,8 +34,6 @@ def load_store(path: str | Path) -> InMemoryDocumentStore:
     """
     Load an in-memory document store saved by `save_store` (or `haystack-fusion index`).
 
-    :param path: The saved JSON file.
-    :returns: The store, ready for InMemoryBM25Retriever.
     :raises FileNotFoundError: If there is no such file; the message says how to make one.
     """
     if not Path(path).is_file():
@@ -127,8 +119,8 @@ class SavedInMemoryBM25Retriever:
 
 def check_document_store(config: BackendConfig) -> None:
     """
-    Fail before a question is asked when the configured store has no passages to retrieve. Elasticsearch's index is
-    checked with the official client (the integration's store would create a missing index on first use).
+    Fail before a question is asked when the configured store has no passages (Elasticsearch's index checked with the
+    official client, since the integration's store would create a missing one).
 
     :raises FileNotFoundError: If the in-memory store has no saved index at `index_path` (the message says how to
         make one).
@@ -160,8 +152,7 @@ def index_documents(
     config: BackendConfig, documents: list[Document], *, batch_size: int = 64, fresh: bool = False
 ) -> int:
     """
-    Write passages to the configured store (`write_documents`), then save the in-memory store to `index_path`.
-    Re-running is idempotent: ids derive from the content, and a passage already there is overwritten.
+    Write passages to the configured store (`write_documents`, idempotent), then save an in-memory store.
 
     :param fresh: In-memory store only: start from an empty store, so the saved index holds exactly `documents`.
     :returns: The number of passages in the store afterwards.

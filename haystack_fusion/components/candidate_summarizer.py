@@ -38,10 +38,8 @@ _NEXT_FIELD = re.compile(r"\n[^\S\n]*(?:passage|question|prediction|choices|answ
 
 def clean_summary(reply: str | None) -> str:
     """
-    A summary as SuRe uses it: the reply up to the "[DONE]" marker (Listings 7 and 11), or up to a line where the
-    model starts another prompt field ("Passage:", "Question:", "Prediction:", ...) as base models do, without a
-    choice label "(b) " or a "Passage:" / "Response:" prefix the model wrote although told not to, and without the
-    passage delimiters a model copied from its context, stripped. None (a failed call) gives "".
+    A summary as SuRe uses it: the reply up to "[DONE]" (Listings 7 and 11) or a line starting another prompt field,
+    without a choice label, "Passage:" / "Response:" prefix or passage delimiters, stripped. None gives "".
     """
     text = _PREFIX.sub("", strip_delimiters((reply or "").split(DONE_MARKER, 1)[0]))
     return _NEXT_FIELD.split(text, 1)[0].strip()
@@ -52,21 +50,14 @@ class CandidateSummarizer(ChatGeneratorWrapper):
     """
     Proposes K answer candidates, then summarizes the passages once per candidate (SuRe, Kim et al., section 3.2).
 
-    Round 1 is one LLM call with Listing 6 (p_can, Eq. 2) that asks for K candidates as "(a) xx, (b) yy"; the reply is
-    parsed leniently (markers missing, numbered or bulleted lists, one per line, duplicates, more or fewer than K:
-    see `haystack_fusion.sure.parse_candidates`). Round 2 is one call per candidate with Listing 7 (p_sum, Eq. 3),
-    all concurrently up to `max_concurrency`; each prompt shows the passages, the question, all candidates as
-    choices and the target prediction, and the summary is the reply up to "[DONE]". The `generic` mode writes one
-    summary with no candidates (Listing 11, Sum-and-pred baseline of section 4.3); the `candidates` mode stops after
-    round 1 (the MCQ baseline of Appendix A.7).
+    Round 1 is one call with Listing 6 (p_can, Eq. 2) asking for K candidates as "(a) xx, (b) yy", parsed leniently
+    (`sure.parse_candidates`). Round 2 is one call per candidate with Listing 7 (p_sum, Eq. 3), up to
+    `max_concurrency` at once; the summary is the reply up to "[DONE]". `generic` writes one summary without
+    candidates (Listing 11, section 4.3); `candidates` stops after round 1 (MCQ baseline, Appendix A.7).
 
-    Round-1 candidates that the answer validator rejects (`validation.check_answer`: passage markup, a
-    demonstration's candidate that no passage holds, an empty enumeration, a repeat of the question) are dropped and
-    listed in `meta["invalid_candidates"]`, so fewer than K may remain; given `candidates` are not checked.
-
-    Given `candidates` (from another stage, such as the split post-fusion vote of the `cascade` strategy), round 1
-    is skipped and each candidate's summary reads `candidate_documents[k]`, the passages that produced it, when
-    those are given (else all `documents`).
+    Candidates that `validation.check_answer` rejects are dropped and listed in `meta["invalid_candidates"]`, so fewer
+    than K may remain. Given `candidates` (e.g. the `cascade` strategy's split vote) skip round 1, and each summary
+    then reads `candidate_documents[k]` when given (else all `documents`).
 
     ### Usage example
     ```python
@@ -97,15 +88,11 @@ class CandidateSummarizer(ChatGeneratorWrapper):
 
         :param chat_generator: The ChatGenerator that proposes the candidates and writes the summaries.
         :param num_candidates: K, the answer candidates asked for (>= 1; the paper uses K = 2, section 4.1).
-        :param mode: "conditional" (SuRe: K candidates, one summary each), "generic" (one summary, no candidates,
-            Listing 11) or "candidates" (candidates only, for the MCQ baseline).
-        :param max_concurrency: Largest number of summary calls under way at once (an integer >= 1); None (default):
-            all K at once.
-        :param max_passage_chars: Per-passage context budget in characters (None: no limit); longer passages are
-            trimmed, never the instructions.
-        :param few_shot: If True (base-model mode), candidates come from Listing 13 (Appendix B.5: Listing 6 with
-            question-answer demonstrations, here in the candidate form) instead of Listing 6, and summaries from
-            Listing 7 with one demonstration (`prompts.sure.FEW_SHOT_SUMMARY`); for base models that continue text.
+        :param mode: "conditional" (SuRe), "generic" (one summary, Listing 11) or "candidates" (MCQ baseline).
+        :param max_concurrency: Largest number of summary calls under way at once (>= 1); None (default): all K.
+        :param max_passage_chars: Per-passage context budget in characters (None: no limit).
+        :param few_shot: If True (base models), candidates come from Listing 13 (Appendix B.5) and summaries from
+            Listing 7 with one demonstration (`prompts.sure.FEW_SHOT_SUMMARY`).
         :param raise_on_failure: If True, a failed call raises; by default it is logged, reported in
             `meta["failures"]`, and gives no candidates (round 1) or an empty summary (round 2).
         :raises ValueError: If `num_candidates` is below 1, `max_concurrency` is neither None nor an integer >= 1,
@@ -286,10 +273,8 @@ class CandidateSummarizer(ChatGeneratorWrapper):
             - `summaries`: conditional mode: one summary per candidate, same order and length ("" for a failed
               call); generic mode: the one generic summary; candidates mode: empty.
             - `meta`: `source`, `mode`, `candidates_reply` (the raw round-1 reply), `failures` (`round`, `index`,
-              `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`, `rounds`, and
-              `cached_tokens` when the provider
-              reports prompt tokens served from its prefix cache: `llm.FanOutResult`), and
-              `invalid_candidates` (`candidate`, `reason`) when the answer checks dropped some.
+              `error`), `usage` (`llm.FanOutResult`'s) and `invalid_candidates` (`candidate`, `reason`) when the
+              answer checks dropped some.
         :raises ValueError: If `query` is empty or only whitespace, `candidates` are given outside the conditional
             mode, or `candidate_documents` has another length than `candidates`.
         """

@@ -39,18 +39,14 @@ class NoteTaker(ChatGeneratorWrapper):
     """
     Writes a reading note per retrieved passage, judges its relevance, then answers (Chain-of-Note, Yu et al.).
 
-    Each note carries the passage's id and one of the three note types of section 2.3.1: `direct` (the passage
-    answers the question), `context` (useful context, no answer) or `irrelevant`. The answer comes from the relevant
-    passages; when none is relevant it comes from the model's own knowledge if `allow_parametric_knowledge` (step 5
-    of Appendix A.5, the paper's behaviour), else it is "unknown" (Figure 2 (c)).
+    Each note carries the passage's id and a note type of section 2.3.1: `direct`, `context` or `irrelevant`. With no
+    relevant passage the model answers from its own knowledge if `allow_parametric_knowledge` (Appendix A.5 step 5),
+    else the answer is "unknown" (Figure 2 (c)).
 
-    - `mode="single_call"` (the paper's): one call with Appendix A.5's five-step instruction, shown once on Table 6's
-      first case, over all passages; the reply is split into one note per passage and the final answer (notes that
-      merge passages, skip some or number differently are handled by `haystack_fusion.notes.parse_single_call`).
-      The note types are read from each note against the answer (`classify_note`).
-    - `mode="per_document"`: one call per passage, concurrently, that writes its note and labels its relevance, then
-      one synthesis call over the notes (steps 4-5): k + 1 calls in 2 rounds, for models that lose track across
-      long contexts. Without parametric knowledge and with no relevant note, the synthesis call is skipped.
+    - `mode="single_call"` (the paper's): one call with Appendix A.5's instruction and Table 6's first case; the
+      reply is split by `notes.parse_single_call` and each note typed by `notes.classify_note`.
+    - `mode="per_document"`: one labelled note call per passage, concurrently, then one synthesis call (steps 4-5):
+      k + 1 calls in 2 rounds; the synthesis is skipped without parametric knowledge and relevant notes.
 
     ### Usage example
     ```python
@@ -85,18 +81,17 @@ class NoteTaker(ChatGeneratorWrapper):
         :param mode: "single_call" (one prompt, the paper's) or "per_document" (a note per passage, then synthesis).
         :param allow_parametric_knowledge: If True (the paper's step 5), the model answers from its own knowledge
             when no passage is relevant; if False, the answer is then "unknown".
-        :param max_concurrency: Largest number of note calls under way at once in per-document mode (an integer
-            >= 1); None (default): all k at once.
+        :param max_concurrency: Largest number of note calls under way at once in per-document mode (>= 1); None
+            (default): all k.
         :param max_passage_chars: Per-passage context budget in characters (None: no limit).
-        :param generation_kwargs: `generation_kwargs` for every call, e.g. a larger completion budget for the notes
-            of k passages (`{"max_tokens": 400}` for llama.cpp); None keeps the generator's own.
+        :param generation_kwargs: `generation_kwargs` for every call (e.g. `{"max_tokens": 400}`); None keeps the
+            generator's own.
         :param unknown_patterns: Regular expressions that mark an abstention; None uses the shared defaults.
         :param raise_on_failure: If True, a failed call raises; by default it is logged and reported in `meta`: a
             failed note counts as irrelevant, a failed answer call gives "unknown".
         :param streaming_callback: Called with each `StreamingChunk` of the per-document mode's synthesis call (the
-            one call that writes the answer), passed to the generator as its own `streaming_callback`; the note
-            calls and the single-call mode's reply (notes before the answer) are not streamed. Sync for `run`; for
-            `run_async`, whatever the generator's `run_async` takes (async for OpenAI, sync for the embedded model).
+            note calls and the single-call reply are not streamed); for `run_async`, what the generator's
+            `run_async` takes.
         :raises ValueError: If `mode` is unknown, `max_concurrency` is neither None nor an integer >= 1, or
             `max_passage_chars` is not positive.
         """
@@ -277,9 +272,7 @@ class NoteTaker(ChatGeneratorWrapper):
             - `answers`: one GeneratedAnswer: the answer, or "unknown"; its `documents` are the relevant passages;
               its `meta` holds `notes`, `answer_source` ("passages", "parametric", "none", or "invalid" with
               `invalid_reason` and `rejected_answer` when the answer checks rejected it, its `data` then empty),
-              `failures` (`round`, `index`, `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`,
-              `failed_calls`, `rounds`, and `cached_tokens` when the provider reports prompt tokens served from its
-              prefix cache: `llm.FanOutResult`).
+              `failures` (`round`, `index`, `error`) and `usage` (`llm.FanOutResult`'s).
             - `notes`: k dicts in input order: `document_id`, `relevance` ("direct", "context" or "irrelevant";
               section 2.3.1) and `note` ("" when the model wrote none for that passage).
         :raises ValueError: If `query` is empty or only whitespace.

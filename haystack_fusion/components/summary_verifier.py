@@ -48,25 +48,18 @@ class SummaryVerifier(ChatGeneratorWrapper):
     """
     Picks the answer candidate whose candidate-conditioned summary is valid and ranks best (SuRe, Kim et al., 3.3).
 
-    For K candidates and their K summaries it asks, in one round of concurrent calls (up to `max_concurrency`):
-    K validity questions (Listing 8, p_val; Eq. 4: v(s_k) = 1 when the model answers True, else 0) and K(K-1)
-    pair-wise rankings (Listing 9, p_rank; Eq. 5), every pair in both orders against the LLM's order bias. A pair's
-    r_pair is 1 / 0 / 0.5 per call (this summary preferred / the other / unreadable) averaged over its two orders, so
-    a split by order bias gives 0.5; r(s_k) sums r_pair over the other summaries. Answers are ordered by
-    v(s_k) + r(s_k) (Eq. 6), ties to the candidate proposed earlier (section 4.1). The winning summary is the
-    answer's rationale. A `chat_generator` of its own lets a cheaper LLM verify (Table 10). With a `document_ranker`
-    (e.g. `haystack_fusion.embeddings.summary_reranker()`), the winner's documents are the passages reordered by
-    similarity to its summary (Table 4).
+    In one round of up to `max_concurrency` calls: K validity questions (Listing 8; Eq. 4: v(s_k) = 1 for True, else
+    0) and K(K-1) pair-wise rankings (Listing 9; Eq. 5), each pair in both orders; r_pair is 1 / 0 / 0.5 per call
+    (preferred / other / unreadable) averaged over both orders, r(s_k) sums it. Answers are ordered by v + r (Eq. 6),
+    ties to the earlier candidate (section 4.1). A cheaper `chat_generator` may verify (Table 10); a
+    `document_ranker` (e.g. `embeddings.summary_reranker()`) reorders the winner's passages by its summary (Table 4).
 
-    With `scoring="probability"` the decisions are read from token log-probabilities instead of the reply's words:
-    v(s_k) = P(True) / (P(True) + P(False)) at the answer position (Eq. 4 made continuous, the "P(True)" of
-    self-evaluation), and each ranking call's outcome is P(Passage 1) / (P(Passage 1) + P(Passage 2)), averaged
-    over both orders as Eq. 5 does (`haystack_fusion.sure.choice_probability`). The calls then ask the generator for
-    `logprobs` and `top_logprobs` through `generation_kwargs`; a reply that carries none (ollama-haystack, or a
-    server that ignores them) is read by the text parse, and `meta["scoring"]` says which reading was used.
+    `scoring="probability"` reads v(s_k) = P(True) / (P(True) + P(False)) and each ranking as
+    P(Passage 1) / (P(Passage 1) + P(Passage 2)) from token log-probabilities (`sure.choice_probability`), falling
+    back to the text per reply; `meta["scoring"]` says which was used.
 
-    An empty summary (its summarization call failed) is not sent: it is invalid and loses every pair. A failed
-    verification call counts as False (validity) or as unreadable (ranking, 0.5) and is listed in `meta["failures"]`.
+    An empty summary is not sent: it is invalid and loses every pair. A failed call counts as False (validity) or 0.5
+    (ranking) and is listed in `meta["failures"]`.
 
     ### Usage example
     ```python
@@ -98,10 +91,9 @@ class SummaryVerifier(ChatGeneratorWrapper):
             wrote the summaries, Kim et al. Table 10).
         :param use_validity: If False, candidates are ordered by ranking alone (Table 3, "+ Pair-wise ranking") and
             no validity call is made.
-        :param max_concurrency: Largest number of calls under way at once (an integer >= 1); None (default): all
-            K + K(K-1) at once.
-        :param document_ranker: Optional Haystack ranker (`run(query, documents)` -> `{"documents": [...]}`) that
-            reorders the passages by the winning summary (Table 4); None keeps retrieval order.
+        :param max_concurrency: Largest number of calls under way at once (>= 1); None (default): all K + K(K-1).
+        :param document_ranker: Optional Haystack ranker that reorders the passages by the winning summary (Table 4);
+            None keeps retrieval order.
         :param raise_on_failure: If True, a failed call raises; by default it is logged and reported in `meta`.
         :param scoring: "text" (the paper's: parse the reply's words, v in {0, 1}) or "probability" (read
             P(True) and P(choice) from token log-probabilities, falling back to the text per reply).
@@ -278,10 +270,8 @@ class SummaryVerifier(ChatGeneratorWrapper):
             None without validity), `ranking` (0 to K-1), `score` (validity + ranking) and `rationale` (its summary).
             The first also has `preferences` ("a,b" -> 1 / 2 / None, the parsed reply when summary a was Passage 1
             and b Passage 2, or P(Passage 1) by probability scoring), `scoring` (the setting), `scored_by` (calls
-            read by "probability" and by "text"), `failures` (`call`, `index`, `error`) and `usage` (`prompt_tokens`,
-            `completion_tokens`, `calls`, `failed_calls`, `rounds`, and `cached_tokens` when the provider reports
-            prompt tokens served from its prefix cache: `llm.FanOutResult`). With no candidates it is one "unknown"
-            answer and no LLM call is made.
+            read by "probability" and by "text"), `failures` (`call`, `index`, `error`) and `usage`
+            (`llm.FanOutResult`'s). With no candidates: one "unknown" answer, no LLM call.
         :raises ValueError: If `query` is empty, or `candidates` and `summaries` differ in length.
         """
         query, candidates, summaries, asks, prompts = self._plan(query, candidates, summaries)

@@ -1,10 +1,8 @@
 """
 The evaluation report: summary JSON, a markdown table laid out like Liu et al.'s Table 1, and PNG charts.
 
-Every rate carries a 95% bootstrap confidence interval over its questions, and every strategy is compared with a
-baseline (default `concatenation`) by the paired bootstrap interval of its EM and F1 difference (Kim et al.,
-Appendix H; `stats`). An "Answer outcomes" table counts the answers that are not answers (`metrics.with_answer_outcome`)
-and the final answers that copy a few-shot demonstration answer. Charts use matplotlib's Agg backend (`eval` extra).
+Rates carry 95% bootstrap intervals; strategies are compared with a baseline by paired bootstrap intervals of their EM
+and F1 difference (Kim et al., Appendix H; `stats`). Charts need matplotlib (`eval` extra).
 """
 
 from __future__ import annotations
@@ -96,8 +94,8 @@ def demonstration_copies(
     records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED
 ) -> dict[_RunKey, dict[str, Any]]:
     """
-    How often a run's final answer is, normalized, one of its prompts' few-shot demonstration answers (Liu et al.,
-    Figure 7's examples; Yu et al., Table 6's) whatever the passages say, and how often the answer checks caught one.
+    How often a run's final answer is one of its prompts' few-shot demonstration answers, and how often the answer
+    checks caught one.
 
     :returns: Per (strategy, k, setting): `demo_copy_count`, `demo_copy_rate` (x100 over all questions; None without
         demonstrations) and its `demo_copy_rate_ci`, `demo_copy_prompts` (prompt name -> copies) and
@@ -176,9 +174,8 @@ def baseline_differences(
     records: Sequence[QuestionRecord], baseline: str, *, seed: int = DEFAULT_SEED
 ) -> dict[tuple[str, int, str], dict[str, Any]]:
     """
-    The EM and F1 difference of every other run against the baseline's run at the same k and setting, over the
-    answerable questions both answered, in percentage points (run minus baseline) with 95% paired bootstrap intervals
-    (`stats.paired_difference_ci`).
+    The EM and F1 difference of every other run against the baseline's at the same k and setting, over the answerable
+    questions both answered, in percentage points with 95% paired bootstrap intervals (`stats.paired_difference_ci`).
 
     :returns: Per (strategy, k, setting): `paired_questions`, `em_diff`, `em_diff_ci`, `f1_diff`, `f1_diff_ci`,
         `em_diff_significant`, `f1_diff_significant` (the interval excludes 0) and `diff_significant` (either). A
@@ -470,12 +467,9 @@ def write_report(
     notes: Sequence[str] = (),
 ) -> dict[str, Any]:
     """
-    Write `summary.json`, `results.md` and the charts into `out`; records are scored with their answer-outcome flags
-    first (`outcome_records`).
+    Write `summary.json` (`title`, `baseline`, `bootstrap`, `runs`, `calibration`, `notes`), `results.md` and the
+    charts into `out`.
 
-    `summary.json` holds `title`, `baseline`, `bootstrap` (`stats.bootstrap_settings`), `runs` (`summarize_runs` with
-    `answer_outcomes`, `baseline_differences` and, with `sas`, `add_sas`), `calibration`
-    (`calibration.calibration_report`) and `notes` (`Evaluator.notes`, also written under the title of `results.md`).
 
     :param baseline: The strategy the others are compared with; None for `concatenation` when it ran.
     :param seed: The bootstrap's seed, reported in both files.

@@ -75,12 +75,11 @@ __all__ = [
 ]
 
 FAILURES_IN_A_ROW_TO_STOP = 10
-"""A run stops when this many questions in a row failed outright (the pipeline raised, or every LLM call failed)
-with none answered in between: the backend is down, not flaky. The last error is raised."""
+"""A run stops, raising the last error, when this many questions in a row failed outright (the pipeline raised, or
+every LLM call failed)."""
 
 CONFIGURATION_ERRORS = ("AuthenticationError", "PermissionDeniedError", "NotFoundError")
-"""The openai client's errors that no retry or later question can cure (a refused key, a missing model or route):
-the first one stops the run at once and is raised."""
+"""The openai client's errors no retry can cure (a refused key, a missing model or route): the first stops the run."""
 
 
 class FingerprintMismatchError(ValueError):
@@ -98,10 +97,8 @@ class EvalConfig:
     :param concurrency: Questions answered at once.
     :param max_concurrency: LLM calls of one round under way at once within one question; None (default): all of
         the round's calls.
-    :param max_calls_in_flight: LLM calls under way at once in the whole process during the run, shared by the
-        questions answered concurrently and their fan-outs (`llm.max_calls_in_flight`); set it to what a
-        rate-limited API allows, so a 429 storm slows the run down instead of failing calls. None (default): the
-        `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` environment variable's, or no process-wide limit.
+    :param max_calls_in_flight: LLM calls under way at once in the whole process (`llm.max_calls_in_flight`), e.g.
+        what a rate-limited API allows. None (default): `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT`, or no limit.
     :param closed_book_filter: Drop answerable questions the LLM answers correctly with no passages (Liu et al.
         section 4 "Dataset Filter").
     :param strategy_options: Further `StrategyConfig` fields for every pipeline (e.g. `num_candidates`,
@@ -165,11 +162,8 @@ def _configuration_error(error: BaseException) -> bool:
 def score_run(question: Question, prediction: str, evidence: dict[str, Any], passages: list[Document],
               usage: dict[str, int], seconds: float) -> QuestionScore:  # fmt: skip
     """
-    Score one answered question with the papers' metrics.
-
-    The post-fusion pool (`evidence["candidates"]`, most votes first) gives %NM's inputs: whether the pool holds a
-    gold answer and whether the majority (its first candidate) is correct (Liu et al. section 4). The flags of answers
-    that are not answers (empty, invalid, truncated) are set by `metrics.with_answer_outcome`.
+    Score one answered question with the papers' metrics; the post-fusion pool (`evidence["candidates"]`) gives
+    %NM's inputs (Liu et al. section 4).
     """
     golds = list(question.answers)
     candidates: list[str] = evidence.get("candidates") or []
@@ -197,14 +191,9 @@ class Evaluator:
     """
     Runs strategies over a dataset and appends one record per answered question to `out/results.jsonl`.
 
-    Records already in the file are not asked again, so re-running with the same `out` resumes, after a SIGKILL too
-    (`records`). Each record carries its pipeline's and prompts' fingerprint (`records.run_fingerprint`); resuming
-    with other settings raises `FingerprintMismatchError` instead of mixing records.
-
-    A question whose pipeline raised, or one of whose LLM calls failed after the client's retries, gets a failed
-    record that says what failed (`QuestionRecord.error`) and the run goes on; reports leave it out and re-running the
-    same command asks it again. The run stops, raising, on an error no retry can cure (`CONFIGURATION_ERRORS`) or
-    after `FAILURES_IN_A_ROW_TO_STOP` questions in a row failed outright.
+    Re-running with the same `out` resumes; resuming with other settings (`records.run_fingerprint`) raises
+    `FingerprintMismatchError`. A question that failed gets a failed record (`QuestionRecord.error`), asked again on
+    the next run; the run stops on `CONFIGURATION_ERRORS` or after `FAILURES_IN_A_ROW_TO_STOP` outright failures.
 
     ### Usage example
     ```python
@@ -249,8 +238,7 @@ class Evaluator:
         self._gold = {d.id: d for d in dataset.documents}
         self._lock = threading.Lock()
         self.notes: list[str] = []
-        """What the report should say about the run beside its figures, e.g. that the LLM server sent no token
-        log-probabilities although they were asked for (`backends.logprobs.missing_logprobs`)."""
+        """What the report should say beside its figures (e.g. `backends.logprobs.missing_logprobs`)."""
 
     def _pipeline(self, strategy: str, top_k: int, setting: PassageSetting, generator: ChatGenerator) -> Pipeline:
         retriever = EvalRetriever(self.retriever_factory(), setting=setting, corpus=self.dataset.documents, top_k=top_k)
@@ -347,10 +335,8 @@ class Evaluator:
     def _run_all(self, path: Path, runs: list[tuple[str, int]], setting: PassageSetting,
                  questions: list[Question], label: str) -> list[QuestionRecord]:  # fmt: skip
         """
-        Answer the questions not yet in `path`, question by question: every (strategy, k) of `runs` on a question
-        before the next question, `concurrency` questions at a time. A run stopped part-way thus holds every
-        strategy on the same first questions, comparable pair by pair, and the strategies' shared calls follow each
-        other (the embedded model's reply cache answers the repeats).
+        Answer the questions not yet in `path`: every (strategy, k) of `runs` on a question before the next, so a
+        stopped run holds every strategy on the same questions; `concurrency` questions at a time.
 
         :returns: All records of these runs on `questions`, in run, question order.
         """
@@ -500,12 +486,9 @@ class Evaluator:
 
 def rescore(records: Iterable[QuestionRecord], dataset: EvalDataset) -> list[QuestionRecord]:
     """
-    Score records again from their predictions and the dataset's gold answers and passages, as `score_run` does
-    during a run; usage and latency are kept. This is how a report is rebuilt from committed records, which hold no
-    gold text. A redacted record (text was cut out of its prediction) keeps the score of its whole prediction.
+    Score records again (`score_run`) from their predictions and the dataset's gold answers and passages; usage and
+    latency are kept, and a redacted record keeps its score.
 
-    :param records: Records of runs over `dataset`.
-    :param dataset: The dataset they answered.
     :returns: New records, in the same order.
     :raises ValueError: If a record's question id or passage id is not in the dataset.
     """

@@ -25,6 +25,8 @@ from haystack_fusion.strategies.builders import (
 )
 from haystack_fusion.strategies.config import Strategy, StrategyConfig
 
+_SURE_SUMMARIES = ("sure_candidates", "sure_few_shot_candidates", "sure_summary", "sure_few_shot_summary")
+
 STRATEGIES: dict[str, Strategy] = {
     strategy.name: strategy
     for strategy in (
@@ -120,14 +122,7 @@ STRATEGIES: dict[str, Strategy] = {
             "verifier",
             _sure(use_validity=True),
             stages=(SUMMARIES, VERIFICATION),
-            prompts=(
-                "sure_candidates",
-                "sure_few_shot_candidates",
-                "sure_summary",
-                "sure_few_shot_summary",
-                "sure_validity",
-                "sure_ranking",
-            ),
+            prompts=(*_SURE_SUMMARIES, "sure_validity", "sure_ranking"),
             calls="1+2K+K(K-1)",
         ),
         Strategy(
@@ -138,13 +133,7 @@ STRATEGIES: dict[str, Strategy] = {
             "verifier",
             _sure(use_validity=False),
             stages=(SUMMARIES, VERIFICATION),
-            prompts=(
-                "sure_candidates",
-                "sure_few_shot_candidates",
-                "sure_summary",
-                "sure_few_shot_summary",
-                "sure_ranking",
-            ),
+            prompts=(*_SURE_SUMMARIES, "sure_ranking"),
             calls="1+K+K(K-1)",
         ),
         Strategy(
@@ -155,13 +144,7 @@ STRATEGIES: dict[str, Strategy] = {
             "answer_builder",
             _summarize_then_answer("conditional", "sure_sum_all", "summaries"),
             stages=(SUMMARIES, ANSWER),
-            prompts=(
-                "sure_candidates",
-                "sure_few_shot_candidates",
-                "sure_summary",
-                "sure_few_shot_summary",
-                "sure_sum_all",
-            ),
+            prompts=(*_SURE_SUMMARIES, "sure_sum_all"),
             calls="1+K+1",
         ),
         Strategy(
@@ -226,8 +209,7 @@ def get_strategy(name: str) -> Strategy:
 
 def strategy_of(pipeline: Pipeline) -> Strategy:
     """
-    The strategy a pipeline was built for, from its `metadata["strategy"]` (written by `build_pipeline`, kept in its
-    YAML).
+    The strategy a pipeline was built for, from its `metadata["strategy"]` (written by `build_pipeline`).
 
     :raises ValueError: If the pipeline names no registered strategy.
     """

@@ -66,18 +66,11 @@ def pipeline_usage(pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) -> di
     """
     Sum the usage of every LLM call in a pipeline run's outputs (run with every component in include_outputs_from).
 
-    Counts each ChatGenerator reply in a `replies` output once (and each such generator run as one round), plus
-    the usage that this package's LLM components (`ChatGeneratorWrapper`s) report in their `meta` output
-    (CandidateSummarizer, AbstainingChatGenerator) or on their first answer's `meta` (PostFusionVoter,
-    SummaryVerifier): that usage counts their calls, so the `replies` of such a component (AbstainingChatGenerator's)
-    are not counted again. Answers passed on by joiners are not counted again either.
+    Counts each ChatGenerator reply once (each generator run as one round), and for this package's LLM components
+    (`ChatGeneratorWrapper`s) the usage they report in their `meta` (`_own_meta`) instead of their replies.
 
-    :param pipeline: The pipeline that ran.
-    :param outputs: `Pipeline.run(..., include_outputs_from=<all components>)` result.
-    :returns: Summed `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls` and `rounds` (dependent LLM
-        rounds that ran). `cached_tokens` (prompt tokens served from the provider's prefix cache,
-        `llm.cached_prompt_tokens`) is the sum over the calls whose provider reported it, and absent when none did: not
-        reported is not a miss.
+    :returns: Summed `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls` and `rounds`; `cached_tokens` only
+        when some provider reported it (`llm.cached_prompt_tokens`).
     """
     usages: list[dict[str, Any] | None] = []
     for name, output in outputs.items():
@@ -93,12 +86,7 @@ def pipeline_usage(pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) -> di
 
 
 def _own_meta(pipeline: Pipeline, name: str, output: dict[str, Any]) -> dict[str, Any] | None:
-    """
-    What one of this package's LLM components (a `ChatGeneratorWrapper`) reports about its own calls: its `meta`
-    output, or its first answer's `meta`.
-
-    :returns: That `meta` (empty when the component emitted neither), or None for any other component.
-    """
+    """A `ChatGeneratorWrapper`'s `meta` output or first answer's `meta` ({} without either); None for others."""
     if not isinstance(pipeline.get_component(name), ChatGeneratorWrapper):
         return None
     if isinstance(output.get("meta"), dict):
@@ -109,12 +97,8 @@ def _own_meta(pipeline: Pipeline, name: str, output: dict[str, Any]) -> dict[str
 
 def pipeline_failures(pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """
-    The failed LLM calls of a pipeline run: what this package's LLM components report in `meta["failures"]` (their
-    `meta` output, or their first answer's `meta`, as `pipeline_usage` reads their usage), each tagged with the
-    component's name. A call that failed counted as an abstention (or a False / unreadable score); this says which.
+    The failed LLM calls of a pipeline run, as this package's LLM components report them in `meta["failures"]`.
 
-    :param pipeline: The pipeline that ran.
-    :param outputs: `Pipeline.run(..., include_outputs_from=<all components>)` result.
     :returns: One dict per failed call: `component` (its name in the pipeline), the component's own keys (`index`,
         `round`, `rank`, `sample`, `call`) and `error` ("ExceptionType: message"); empty when none failed.
     """
@@ -126,16 +110,13 @@ def pipeline_failures(pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) ->
 
 
 TRACE_NAMES = {"concatenation": "concatenation", "post_fusion": "post_fusion", "verification": "sure"}
-"""The name a stage trace gives each stage kind of a fallback strategy (`concat_pf`, `cascade`); SuRe's summaries
-belong to its "sure" stage."""
+"""The name a stage trace gives each stage kind of a fallback strategy (`concat_pf`, `cascade`)."""
 
 
 def stage_trace(stages: Sequence[Stage], outputs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """
     Which stage of a fallback strategy (`concat_pf`, `cascade`) answered, and why the earlier ones did not.
 
-    :param stages: The strategy's `Strategy.stages`.
-    :param outputs: The pipeline run's outputs, with every component in `include_outputs_from`.
     :returns: One entry per stage that ran, in order: `stage` ("concatenation", "post_fusion", "sure"), `answered`
         (bool) and, for a stage that passed the question on, `reason` (the router's: "unknown answer", "confidence
         0.31 < 0.5"; the voter's: "tie at the top", "vote share 0.40 < 0.5"). The last entry answered.
@@ -170,9 +151,7 @@ def run_strategy(
     """
     Ask one question through a strategy pipeline and gather its answer, evidence and usage.
 
-    :param pipeline: A pipeline from `build_pipeline(name, retriever=...)` (or loaded from its YAML): its
-        `metadata["strategy"]` names the strategy.
-    :param query: The question.
+    :param pipeline: A pipeline from `build_pipeline` or its YAML (`metadata["strategy"]` names the strategy).
     :param top_k: Passages to retrieve; None keeps the retriever's own `top_k`.
     :param retriever_inputs: Further run inputs of the `retriever` component (the evaluation's per-question gold
         data for `EvalRetriever`).
@@ -204,13 +183,8 @@ def strategy_run(
     Gather a `StrategyRun` from a strategy pipeline's outputs: what `run_strategy` returns, for a run made another way
     (e.g. `Pipeline.run_async_generator` while streaming, as the Hayhooks wrappers do).
 
-    :param pipeline: The strategy's pipeline (read for its strategy, component names and usage, not run).
-    :param query: The question asked (the answer's query when the strategy gave no answer).
-    :param outputs: Component name -> that component's outputs, for every component that ran (a run with every
-        component in `include_outputs_from`).
+    :param outputs: Component name -> its outputs, for every component that ran.
     :param seconds: Wall-clock time of the run, in seconds.
-    :returns: The `StrategyRun`, with answer meta (`confidence`, `stage`, `stages`, `failures`) as `run_strategy`
-        adds it.
     :raises ValueError: If the pipeline names no registered strategy.
     """
     strategy = strategy_of(pipeline)
