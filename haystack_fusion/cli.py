@@ -282,8 +282,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """`haystack-fusion eval`: strategies over a dataset on any backend, with the papers' metrics and settings."""
     from haystack_fusion.evaluation.datasets import load_dataset
     from haystack_fusion.evaluation.passages import PassageSetting
-    from haystack_fusion.evaluation.records import write_run_manifest
-    from haystack_fusion.evaluation.runner import EvalConfig, Evaluator
+    from haystack_fusion.evaluation.records import read_run_manifest, write_run_manifest
+    from haystack_fusion.evaluation.runner import BatchStoppedError, EvalConfig, Evaluator
 
     dataset = load_dataset(args.dataset, corpus=args.corpus, cache_dir=args.cache_dir).only(args.questions)
     dataset = dataset.sample(args.sample, seed=args.seed).limit(args.limit)
@@ -321,9 +321,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "strategy_options": config.strategy_options,
     }
     write_run_manifest(args.out, **manifest)
-    from haystack_fusion.evaluation.records import read_run_manifest
-    from haystack_fusion.evaluation.runner import BatchStoppedError
-
     try:
         records = evaluator.run()
     except BatchStoppedError as error:

@@ -100,13 +100,9 @@ class StreamItem:
     run: StrategyRun | None = None
 
 
-def _generator_of(instance: Any) -> Any:
-    return unwrap_call_limit(getattr(instance, "_chat_generator", instance))
-
-
 def _needs_sync_callback(instance: Any) -> bool:
     """Whether the generator calls its callback from a worker thread: the embedded model, or no `run_async`."""
-    generator = _generator_of(instance)
+    generator = unwrap_call_limit(getattr(instance, "_chat_generator", instance))
     if LocalChatGenerator is not None and isinstance(generator, LocalChatGenerator):
         return True
     return not hasattr(generator, "run_async")
