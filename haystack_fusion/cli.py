@@ -54,8 +54,7 @@ from haystack_fusion.strategies import (
 
 DEFAULT_STORE = Path(DEFAULT_INDEX_PATH)
 DEMO_STORE = CACHE_DIR / "demo-index.json"
-"""Where `demo` saves its in-memory index (unless `--store`): not `DEFAULT_STORE` nor `$HAYSTACK_FUSION_STORE`, so
-the demo never overwrites an index built with `haystack-fusion index`."""
+"""Where `demo` saves its in-memory index (unless `--store`), so it never overwrites `index`'s."""
 DEMO_ES_INDEX = "haystack_fusion_demo"
 """The Elasticsearch index `demo` writes (unless `--es-index`), apart from `index`'s default `haystack_fusion`."""
 
@@ -70,10 +69,7 @@ MAX_CONCURRENCY_HELP = (
 
 
 def _strategy_options(args: argparse.Namespace, llm: str) -> dict[str, Any]:
-    """
-    The strategy options of `ask`, `eval` and `demo` as `StrategyConfig` fields: the flags given, else the defaults
-    for the LLM (`settings.strategy_defaults`).
-    """
+    """`StrategyConfig` fields from the flags given, else `settings.strategy_defaults(llm)`."""
     options = strategy_defaults(llm)
     if args.candidate_prompt is not None:
         options["few_shot"] = args.candidate_prompt == "few-shot"
@@ -182,10 +178,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 def _require_a_call_answered(run: StrategyRun, config: BackendConfig) -> None:
     """
-    Refuse a run whose every LLM call failed: each failure is an abstention, so the answer would be a plain "unknown"
-    that hides an unreachable server or a refused key.
+    Refuse a run whose every LLM call failed, rather than show an "unknown" that hides the failure.
 
-    :raises BackendError: If the run made LLM calls and all of them failed (`every_call_failed_message`).
+    :raises BackendError: If the run made LLM calls and all of them failed.
     """
     message = every_call_failed_message(run.usage, run.evidence, config)
     if message is not None:
@@ -219,11 +214,9 @@ LOCAL_DATASET_HINT = (
 
 def _demo_dataset(args: argparse.Namespace) -> Path | None:
     """
-    The demo's SQuAD file: `--dataset` (a path, or a URL downloaded once), else `$HAYSTACK_FUSION_SQUAD`, else the
-    official SQuAD 2.0 dev set (downloaded once, checksum-verified). A failed download (offline, an HTTP error) is
-    told in one line on stderr that says what to pass instead (`LOCAL_DATASET_HINT`).
+    The demo's SQuAD file: `--dataset`, else `$HAYSTACK_FUSION_SQUAD`, else the official SQuAD 2.0 dev set.
 
-    :returns: The local file, or None after the line on stderr.
+    :returns: The local file, or None after a failed download is told on stderr (`LOCAL_DATASET_HINT`).
     """
     try:
         if args.dataset:
@@ -237,13 +230,9 @@ def _demo_dataset(args: argparse.Namespace) -> Path | None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """`haystack-fusion demo`: index a SQuAD 2.0 file into the demo's own store and answer a handful of its questions.
-
-    The file is `--dataset`, else `$HAYSTACK_FUSION_SQUAD`, else the official SQuAD 2.0 dev set, downloaded once. The
-    store is `--store`, else `DEMO_STORE` (`--es-index`, else `DEMO_ES_INDEX`, on Elasticsearch): never the `index`
-    command's. The questions are the first of the file in order, about half answerable and half unanswerable
-    (SQuAD 2.0's `is_impossible`, where "unknown" is the right answer and post-fusion as the fallback can be seen at
-    work).
+    """
+    `haystack-fusion demo`: index a SQuAD 2.0 file into the demo's own store (`DEMO_STORE`, `DEMO_ES_INDEX`) and
+    answer its first questions, about half of them unanswerable (`is_impossible`: "unknown" is right).
     """
     source = _demo_dataset(args)
     if source is None:
@@ -272,11 +261,9 @@ SERVER_CONCURRENCY = 4
 
 def _eval_retriever_factory(config: BackendConfig, documents: list[Any]) -> Any:
     """
-    Retrievers for `eval`: over a new in-memory store of the dataset's passages (embedded when the retriever is
-    dense or hybrid), or over the Elasticsearch index as it is (no re-indexing).
+    Retrievers for `eval`: over a new in-memory store of the dataset's passages, or the Elasticsearch index as it is.
 
-    :raises BackendError: If the Elasticsearch index does not exist or is empty (the message gives the `index`
-        command).
+    :raises BackendError: If the Elasticsearch index does not exist or is empty.
     """
     from haystack.document_stores.in_memory import InMemoryDocumentStore
 
@@ -295,8 +282,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """`haystack-fusion eval`: strategies over a dataset on any backend, with the papers' metrics and settings."""
     from haystack_fusion.evaluation.datasets import load_dataset
     from haystack_fusion.evaluation.passages import PassageSetting
-    from haystack_fusion.evaluation.records import write_run_manifest
-    from haystack_fusion.evaluation.runner import EvalConfig, Evaluator
+    from haystack_fusion.evaluation.records import read_run_manifest, write_run_manifest
+    from haystack_fusion.evaluation.runner import BatchStoppedError, EvalConfig, Evaluator
 
     dataset = load_dataset(args.dataset, corpus=args.corpus, cache_dir=args.cache_dir).only(args.questions)
     dataset = dataset.sample(args.sample, seed=args.seed).limit(args.limit)
@@ -334,9 +321,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "strategy_options": config.strategy_options,
     }
     write_run_manifest(args.out, **manifest)
-    from haystack_fusion.evaluation.records import read_run_manifest
-    from haystack_fusion.evaluation.runner import BatchStoppedError
-
     try:
         records = evaluator.run()
     except BatchStoppedError as error:
@@ -382,9 +366,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def _write_report(
     records: list[Any], out: str, *, title: str, dataset: Any, args: argparse.Namespace, notes: list[str]
 ) -> None:
-    """
-    The report of `eval` and `report`, with their `--baseline` and `--sas`, and the run folder's notes (`run.json`).
-    """
+    """The report of `eval` and `report`, with `--baseline`, `--sas` and the run folders' notes."""
     from haystack_fusion.evaluation.report import write_report
 
     sas_scores = None
@@ -397,9 +379,7 @@ def _write_report(
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """
-    `haystack-fusion report`: rebuild tables and charts from run folders' records, rescored against the dataset.
-    """
+    """`haystack-fusion report`: rebuild tables and charts from run folders' records, rescored against the dataset."""
     from haystack_fusion.evaluation.datasets import load_dataset
     from haystack_fusion.evaluation.records import RESULTS_FILE, read_run_manifest, read_run_records
     from haystack_fusion.evaluation.runner import rescore
@@ -423,10 +403,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_pipelines(args: argparse.Namespace) -> int:
-    """
-    `haystack-fusion pipelines`: write a Hayhooks wrapper folder per strategy and every strategy's YAML on the backend
-    the flags name (in `yaml/`) to `--out`, generated from the strategy registry.
-    """
+    """`haystack-fusion pipelines`: a Hayhooks wrapper folder per strategy and every strategy's YAML (in `yaml/`)."""
     from haystack_fusion.serving.yaml import YAML_SUBDIR, backend_name, generate
 
     config = BackendConfig(
@@ -447,10 +424,7 @@ def cmd_pipelines(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    """
-    `haystack-fusion serve`: serve strategies over HTTP (or MCP) with the backend the environment names; nothing
-    deploys at run time, CORS is pinned and `HAYSTACK_FUSION_API_KEY` is required when set (`serving.app`).
-    """
+    """`haystack-fusion serve`: serve strategies over HTTP (or MCP) on the environment's backend (`serving.app`)."""
     try:
         from hayhooks.server.exceptions import PipelineModeError, PipelineModuleLoadError
 

@@ -1,25 +1,7 @@
 """
-The served app: Hayhooks' app with a fixed set of strategies, CORS pinned and an optional API key (`serve` extra).
-
-`haystack-fusion serve` runs it (`serve`); `create_app` and `create_mcp_app` build it for a process of your own
-(`uvicorn --factory haystack_fusion.serving.app:create_app`). Either way:
-
-- **Nothing deploys at run time**: Hayhooks' durable mode loads the pipeline set once (no deploy or undeploy routes
-  or MCP tools); a wrapper that cannot set up (no backend configured) stops the server with its message.
-- **CORS pinned** to `HAYSTACK_FUSION_CORS_ORIGINS` (none by default), GET and POST, `Authorization` and
-  `Content-Type`.
-- **A key when asked**: with `HAYSTACK_FUSION_API_KEY`, everything but `GET /status` and CORS preflights needs
-  `Authorization: Bearer <key>` (or the key as HTTP Basic password, so a browser asks for it), else HTTP 401.
-- **A chat UI that shows the answer and its sources** (`with_chainlit`): Hayhooks' Chainlit app with this package's
-  custom elements; its calls are marked as the chat UI's (`ChatUiMiddleware`) and answered with a custom element
-  where Open WebUI gets source events and a `<details>` block.
-- **`GET /status`** answers only `{"status": "Up!"}`; `GET /v1/models` lists the strategies, behind the key.
-- **Only its own user** (`serving.guards`): `Host`, `Origin` and body size are checked, and a disconnect cancels work.
-- **OpenAI's contract** on `/v1/...`: errors as `{"error": {...}}` (an invalid body is a 400), streams end with
-  `data: [DONE]`; the routes of `UNSERVED_PATHS` answer 404 and the OpenAPI spec lists what is served.
-- **Logs without the user's text**: the parameters Hayhooks logs for a run are logged by length and hash.
-
-Hayhooks' own `hayhooks run` serves the deploy routes and allows every origin: see docs/serving.md.
+The served app (`serve` extra): Hayhooks' app in durable mode (no deploy routes or tools) with a fixed set of
+strategies, CORS pinned to `HAYSTACK_FUSION_CORS_ORIGINS`, an optional API key (`HAYSTACK_FUSION_API_KEY`), `Host`,
+`Origin` and body checks (`serving.guards`), OpenAI-shaped errors on `/v1/...`, and logs without the user's text.
 """
 
 from __future__ import annotations
@@ -87,13 +69,9 @@ class ApiKeyMiddleware:
     """
     ASGI middleware: a request needs the API key unless its path is open.
 
-    Let through: `Authorization: Bearer <key>`, `Authorization: Basic` with the key as password (any user name), a
-    CORS preflight, a path of `open_paths`. Anything else gets HTTP 401 with `UNAUTHORIZED` (OpenAI's shape on the
-    OpenAI-compatible routes, code "invalid_api_key") and a `Basic` challenge under `browser_paths`, `Bearer`
-    elsewhere; a WebSocket is closed before it opens (HTTP 403). Keys are compared in constant time.
+    Let through: `Authorization: Bearer <key>`, Basic with the key as password, a CORS preflight, `open_paths`.
+    Anything else gets HTTP 401 (`Basic` challenge under `browser_paths`, else `Bearer`); a WebSocket is closed.
 
-    :param app: The ASGI app to protect.
-    :param api_key: The key.
     :param open_paths: Paths served without the key (exact match).
     :param browser_paths: Path prefixes a browser opens (the chat UI): their 401 asks for Basic credentials.
     """
@@ -155,9 +133,7 @@ async def _status(_: Request) -> JSONResponse:
 
 
 UNSERVED_PATHS = ("/responses", "/v1/responses", "/files", "/v1/files", "/traces", "/draw/", "/status/")
-"""Hayhooks' routes this server does not serve (the wrappers implement neither the Responses API nor file uploads;
-traces, drawings by a web service, per-pipeline status): each path and what lies below it, only below for an entry
-ending in "/". They answer 404 and are not in the OpenAPI spec."""
+"""Hayhooks' routes not served (404, not in the spec): each path and below it, only below for an entry ending "/"."""
 
 _ERROR_SCHEMA = {
     "type": "object",
@@ -218,9 +194,7 @@ def served_openapi(schema: dict[str, Any], *, api_key: bool, models: Sequence[st
     `model` as one of the served names, and each route's errors (OpenAI's shape and 400 for 422 on its routes).
 
     :param schema: FastAPI's spec of the app (changed in place, and returned).
-    :param api_key: Whether the server requires an API key.
-    :param models: The served strategy (wrapper) names: the values of the chat request's `model`; empty leaves it
-        any string.
+    :param models: The served names: the values of the chat request's `model` (empty: any string).
     """
     paths = schema.get("paths", {})
     chat_request = schema.get("components", {}).get("schemas", {}).get("ChatRequest", {})
@@ -284,7 +258,6 @@ def write_wrappers(strategies: Sequence[str], out_dir: str | Path) -> Path:
     """
     Write a Hayhooks wrapper folder per strategy into `out_dir`.
 
-    :param strategies: Registered strategy names.
     :returns: `out_dir`.
     :raises ValueError: If a name is not a registered strategy.
     """
@@ -333,14 +306,8 @@ class ChatUiMiddleware:
     """
     ASGI middleware: the embedded chat UI's own calls to this server pass as the chat UI's, with the key.
 
-    Hayhooks' Chainlit app calls the server at Hayhooks' `chainlit_base_url`, built from its `host` setting:
-    `create_app` puts `CHAT_UI_CLIENT` and `token` (random, per app) there as the URL's user and password, which httpx
-    sends as HTTP Basic credentials. A request carrying exactly those gets `CHAT_UI_HEADER` (the wrappers answer it
-    with the chat UI's custom element) and, when the server has a key, `Authorization: Bearer <key>` in their place.
-
-    :param app: The ASGI app.
-    :param token: The chat UI's password.
-    :param api_key: The server's API key, None when it has none.
+    `create_app` puts `CHAT_UI_CLIENT:token` as user and password in Hayhooks' `host`, so the chat UI sends them as
+    Basic credentials; a request carrying exactly those gets `CHAT_UI_HEADER` and, with a key, `Bearer <key>` instead.
     """
 
     def __init__(self, app: ASGIApp, *, token: str, api_key: str | None) -> None:
@@ -371,24 +338,19 @@ def create_app(
     Build the served HTTP app: `/{name}/run` and the OpenAI-compatible `/v1/chat/completions` for each strategy,
     optionally Hayhooks' chat UI at `/chat`, with no deploy routes, CORS pinned and the API key when one is set.
 
-    The backend comes from the environment (`HAYSTACK_FUSION_LLM`, ...; docs/serving.md). The chat UI reaches the app
-    at Hayhooks' `HAYHOOKS_HOST` and `HAYHOOKS_PORT` (`serve` sets them); Hayhooks' other settings apply as usual.
+    The backend comes from the environment (`HAYSTACK_FUSION_LLM`, ...). The chat UI reaches the app at
+    `HAYHOOKS_HOST` and `HAYHOOKS_PORT` (`serve` sets them).
 
-    :param strategies: Registered strategy names to serve (None: all of them); their wrappers are written to a
-        temporary folder that lives as long as the app.
-    :param pipelines_dir: Instead of `strategies`, a folder of your own wrapper folders (each with a
-        `pipeline_wrapper.py`) and YAML pipelines, loaded once.
-    :param with_chainlit: Mount Hayhooks' Chainlit chat UI at `/chat` (the `chainlit` extra), with this package's
-        custom elements.
+    :param strategies: Registered strategy names to serve (None: all of them).
+    :param pipelines_dir: Instead of `strategies`, a folder of wrapper folders and YAML pipelines, loaded once.
+    :param with_chainlit: Mount Hayhooks' Chainlit chat UI at `/chat` (the `chainlit` extra).
     :param access: The API key, CORS origins, allowed hosts and body limit (None: `AccessSettings.from_env()`).
-    :param host: The address the app is bound to (its `Host` is answered besides the loopback names and
-        `access.allowed_hosts`); None: only those.
+    :param host: The address the app is bound to; its `Host` is answered besides loopback and `access.allowed_hosts`.
     :returns: The FastAPI app; run it with uvicorn (one worker: the embedded model is loaded per process).
     :raises ValueError: If a strategy is not registered, both `strategies` and `pipelines_dir` are given, or the
         environment's access settings are invalid (naming the variable).
     :raises ImportError: For `with_chainlit` without Chainlit installed.
-    :raises hayhooks.server.exceptions.PipelineModuleLoadError: If a pipeline fails to load or set up (its message says
-        why, e.g. the backend variable that is missing, or a folder without `pipeline_wrapper.py`).
+    :raises hayhooks.server.exceptions.PipelineModuleLoadError: If a pipeline fails to load or set up, saying why.
 
     ### Usage example
     ```python
@@ -468,8 +430,7 @@ async def _validation_error(request: Request, error: Exception) -> Response:
 
 
 def _summarize_params(record: dict[str, Any]) -> None:
-    """A log record without the user's text: Hayhooks' logged run `params` by length and hash (`chat.digest`), and no
-    `<` in other bound values, which Hayhooks' log format reads as colour markup."""
+    """A log record without the user's text (`params` by length and hash) and no `<` (loguru colour markup)."""
     extra = record["extra"]
     for key, value in list(extra.items()):
         if key == "params" and isinstance(value, dict):
@@ -493,14 +454,9 @@ def create_mcp_app(
     host: str | None = None,
 ) -> ASGIApp:
     """
-    Build the served MCP app (Hayhooks' `mcp` extra): one tool per strategy, described by `Strategy.description`, over
-    Streamable HTTP at `/mcp` and SSE at `/sse`, plus Hayhooks' read-only status tools; no deploy tool. The key, Host,
-    Origin (of every request) and body checks apply as in `create_app`.
+    Build the served MCP app (Hayhooks' `mcp` extra): one tool per strategy at `/mcp` (Streamable HTTP) and `/sse`,
+    no deploy tool; parameters and checks as `create_app` (Origin checked on every request).
 
-    :param strategies: As `create_app`.
-    :param pipelines_dir: As `create_app`.
-    :param access: As `create_app` (the CORS origins are the only other origins allowed).
-    :param host: As `create_app`.
     :returns: The Starlette app; run it with uvicorn.
     :raises ValueError: As `create_app`.
     :raises hayhooks.server.exceptions.PipelineModuleLoadError: As `create_app`.
@@ -541,16 +497,11 @@ def serve(
     """
     Run the served app with uvicorn until interrupted (`haystack-fusion serve`).
 
-    :param strategies: As `create_app`.
-    :param host: The address to bind; a non-loopback address without `HAYSTACK_FUSION_API_KEY` is logged as a
-        warning (anyone who reaches the port can spend the LLM budget).
+    :param host: The address to bind; non-loopback without `HAYSTACK_FUSION_API_KEY` is logged as a warning.
     :param port: The port (None: `DEFAULT_PORT`, or `DEFAULT_MCP_PORT` with `mcp`).
-    :param pipelines_dir: As `create_app`.
-    :param with_chainlit: As `create_app` (not with `mcp`).
-    :param mcp: Serve the MCP app instead of the HTTP one.
+    :param mcp: Serve the MCP app instead of the HTTP one (not with `with_chainlit`).
     :raises ValueError: As `create_app`, or for `with_chainlit` with `mcp`.
-    :raises BackendSetupError: If the environment configures no backend (before anything loads), listing what is
-        missing.
+    :raises BackendSetupError: If the environment configures no backend, listing what is missing.
     """
     if mcp and with_chainlit:
         raise ValueError("The chat UI is part of the HTTP app, not of the MCP one")

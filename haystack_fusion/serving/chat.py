@@ -1,12 +1,6 @@
 """
-What a chat client sends, read for the strategies: the question, the chat before it, and the client's own background
-tasks; and the one LLM call that turns a follow-up into a standalone question. Needs no extra.
-
-Chat clients send the whole chat each time, `content` as a string or a list of text parts. Open WebUI also sends its
-background tasks (title, tags, follow-ups: a user message starting with `TASK_PREFIX` that quotes the chat in
-`TASK_HISTORY_TAG`): the wrappers answer them with one plain LLM call (`answer_task`). A follow-up ("How many LLM
-calls does it make?") is rewritten from the earlier turns with one LLM call (`standalone_question`); retrieval and the
-strategy run on the rewrite.
+What a chat client sends, read for the strategies: the question, the earlier turns and the client's background tasks
+(`answer_task`); and the one LLM call that turns a follow-up into a standalone question (`standalone_question`).
 
 ### Usage example
 ```python
@@ -41,12 +35,10 @@ TASK_PREFIX = "### Task:"
 """How Open WebUI's background task prompts start (title, tags, follow-up suggestions, query generation)."""
 
 TASK_HISTORY_TAG = "<chat_history>"
-"""What every Open WebUI background task quotes the chat in. Open WebUI's RAG template also starts with `TASK_PREFIX`
-(it wraps a question in the context Open WebUI retrieved itself) but quotes no chat: that one is a question."""
+"""What every Open WebUI background task quotes the chat in; its RAG template (a question) quotes none."""
 
 _ATTACHED_FILES = re.compile(r"<attached_files>.*?</attached_files>\s*", re.DOTALL)
-"""The list of files Open WebUI attached to a message: not sent here (the server answers from its index), and no part of
-the question."""
+"""Open WebUI's list of attached files: no part of the question (the server answers from its index)."""
 
 MAX_HISTORY_CHARS = 2000
 """The most of the chat the standalone-question prompt quotes, in characters (the latest turns)."""
@@ -70,10 +62,8 @@ class Chat:
     """
     A chat request as the wrappers read it.
 
-    :param question: The last message's text (a user message; text parts joined with newlines).
-    :param history: The earlier user and assistant turns as (role, text) pairs, oldest first, each text with the
-        sources and evidence this server appended to its replies removed (`turn_text`); empty for the first turn.
-        System and tool messages are left out.
+    :param question: The last (user) message's text, text parts joined with newlines.
+    :param history: The earlier user and assistant turns as (role, `turn_text`) pairs, oldest first.
     :param task: Whether the last message is a chat client's background task (`TASK_PREFIX`), not a question.
     """
 
@@ -117,10 +107,7 @@ def message_text(message: Mapping[str, Any]) -> str:
 
 
 def turn_text(text: str) -> str:
-    """
-    An earlier turn's text as the standalone-question prompt quotes it: without the sources-and-evidence block or the
-    "Sources:" list this server appends to a reply, whitespace collapsed, at most `MAX_TURN_CHARS` characters.
-    """
+    """An earlier turn without the sources this server appends, whitespace collapsed, at most `MAX_TURN_CHARS`."""
     text = _SOURCES_TAIL.sub("", _EVIDENCE_BLOCK.sub("", text))
     text = " ".join(text.split())
     return text if len(text) <= MAX_TURN_CHARS else text[: MAX_TURN_CHARS - 4].rstrip() + " ..."
@@ -151,8 +138,7 @@ def read_chat(messages: Sequence[Mapping[str, Any]]) -> Chat:
 
 
 def history_text(history: Sequence[tuple[str, str]], *, max_chars: int = MAX_HISTORY_CHARS) -> str:
-    """The chat's earlier turns (`Chat.history`) as the standalone-question prompt quotes them: a "User: ..." or
-    "Assistant: ..." line per turn, the latest that fit in `max_chars` characters (an older turn cut at its start)."""
+    """A "User: ..." or "Assistant: ..." line per turn, the latest that fit in `max_chars` characters."""
     lines: list[str] = []
     size = 0
     for role, text in reversed(history):
@@ -184,16 +170,11 @@ async def standalone_question(
     """
     Rewrite a follow-up as a standalone question with one LLM call (`standalone_question_prompt`).
 
-    The reply's first line is the rewrite; an empty reply, or one over `max_chars`, keeps the question as asked. A
-    rewrite that still refers back (`refers_back`) gets the chat's previous user question put before it, as
-    conversational search's baseline of prepending the earlier question. A failed call raises.
+    An empty reply, or one over `max_chars` characters, keeps the question as asked; a rewrite that still
+    `refers_back` gets the previous user question prepended (conversational search's baseline). A failed call raises.
 
-    :param chat_generator: Any Haystack ChatGenerator (`run_async` when it has one, else `run`).
-    :param history: The chat's earlier turns (`Chat.history`); empty keeps the question as asked without a call.
-    :param question: The last user message.
-    :param max_chars: The longest rewrite taken, in characters (None: no bound).
-    :returns: The standalone question and the call's usage (`llm.reply_usage`, with `rounds` 1; all zeros when no
-        call was made).
+    :param history: `Chat.history`; empty keeps the question as asked without a call.
+    :returns: The standalone question and the call's usage (`rounds` 1; all zeros when no call was made).
     """
     if not history:
         return question, empty_usage()
@@ -220,8 +201,7 @@ def _words(text: str) -> set[str]:
 
 
 def refers_back(rewrite: str, asked: str, history: Sequence[tuple[str, str]]) -> bool:
-    """Whether a rewrite still leans on the chat: it holds a `REFERRING_WORDS` word and brings in no word of the chat
-    that the question as asked lacked ("How many LLM calls does Chain-of-Note make?" brings "chain" and "note")."""
+    """Whether a rewrite holds a `REFERRING_WORDS` word and brings in no chat word the question as asked lacked."""
     words = _words(rewrite)
     if not words & REFERRING_WORDS:
         return False
@@ -246,11 +226,6 @@ async def answer_task(chat_generator: Any, prompt: str) -> tuple[str, dict[str, 
     """
     Answer a chat client's background task with one plain LLM call, the task prompt as the one user message.
 
-    Open WebUI's tasks each ask for one JSON object and fail on a reply with no text: the answer is the reply from its
-    first `{` to its last `}`, or `{}` (each task's default) when that is no JSON object.
-
-    :param chat_generator: Any Haystack ChatGenerator.
-    :param prompt: The task message's text, as the client wrote it.
     :returns: The JSON object's text (`{}` when the reply holds none) and the call's usage.
     """
     reply = await _one_call(chat_generator, [ChatMessage.from_user(prompt)])

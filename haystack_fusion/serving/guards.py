@@ -1,10 +1,6 @@
 """
-The ASGI middleware `serving.app` puts in front of Hayhooks' apps (`serve` extra). A server on 127.0.0.1 is still
-reachable from the user's browser: any page can send it requests, and a page whose DNS name is rebound to 127.0.0.1
-reads the answers as its own. So every app checks `Host` (Starlette's `TrustedHostMiddleware` with `allowed_hosts`:
-HTTP 400), `Origin` of WebSockets and MCP requests (`OriginMiddleware`: HTTP 403, as MCP's specification asks) and the
-body size (`BodyLimitMiddleware`: HTTP 413), cancels a request's work when its client goes away, and ends OpenAI
-streams with `data: [DONE]` (`StreamEndMiddleware`).
+The ASGI middleware `serving.app` puts in front of Hayhooks' apps (`serve` extra): a server on 127.0.0.1 is still
+reachable from web pages (DNS rebinding), so `Host` (`allowed_hosts`), `Origin` and body size are checked.
 """
 
 from __future__ import annotations
@@ -30,13 +26,7 @@ OPENAI_PATHS = ("/v1/", "/chat/completions", "/models")
 
 
 def openai_error(message: str, *, status: int, code: str | None = None) -> dict[str, Any]:
-    """
-    An error in OpenAI's shape: `{"error": {"message", "type", "code", "param"}}`.
-
-    :param message: One line saying what went wrong and what to change.
-    :param status: The HTTP status, which gives the `type`.
-    :param code: A short machine-readable code ("invalid_api_key", "server_busy", ...); None: "http_<status>".
-    """
+    """An error in OpenAI's shape, `{"error": {"message", "type", "code", "param"}}`; `code` None: "http_<status>"."""
     kind = {401: "authentication_error", 429: "rate_limit_error"}.get(status) or (
         "invalid_request_error" if status < 500 else "server_error"
     )
@@ -66,8 +56,7 @@ async def send_json(
 
 
 async def refuse(scope: Scope, send: Send, status: int, message: str, *, code: str) -> None:
-    """Refuse a request: a WebSocket is closed before it opens (HTTP 403), an HTTP request gets `status` with the
-    message (in OpenAI's shape on the OpenAI-compatible routes)."""
+    """Refuse a request: a WebSocket is closed before it opens, an HTTP request gets `status` and the message."""
     if scope["type"] == "websocket":
         await send({"type": "websocket.close", "code": 1008})
         return
@@ -77,8 +66,7 @@ async def refuse(scope: Scope, send: Send, status: int, message: str, *, code: s
 
 def allowed_hosts(bind_host: str | None, extra: Sequence[str] = ()) -> list[str]:
     """
-    The `Host` names a served app answers: `LOOPBACK_HOSTS`, the bound address (unless a wildcard such as 0.0.0.0) and
-    `extra` (`HAYSTACK_FUSION_ALLOWED_HOSTS`; `*.example.com` takes every subdomain).
+    The `Host` names a served app answers: `LOOPBACK_HOSTS`, the bound address (unless a wildcard) and `extra`.
 
     :returns: Lower-cased names, an IPv6 address in brackets, each once.
     """
@@ -109,13 +97,10 @@ def _origin_host(origin: str) -> str:
 
 class OriginMiddleware:
     """
-    ASGI middleware: refuse (HTTP 403) a request whose `Origin` is neither the app's own (`host[:port]` equal to the
-    request's `Host`) nor one of `allowed_origins`; a request without `Origin` (not a web page) passes. WebSockets are
-    always checked, HTTP requests with `check_http` (the MCP app; the HTTP app leaves HTTP to CORS).
+    ASGI middleware: HTTP 403 for an `Origin` that is neither the request's `Host` nor in `allowed_origins`; no `Origin`
+    passes. WebSockets are always checked, HTTP requests with `check_http` (MCP's specification asks for it).
 
-    :param app: The ASGI app to protect.
-    :param allowed_origins: Other origins allowed (`HAYSTACK_FUSION_CORS_ORIGINS`), each `scheme://host[:port]`.
-    :param check_http: Check HTTP requests too, not only WebSockets.
+    :param allowed_origins: Other origins allowed, each `scheme://host[:port]`.
     """
 
     def __init__(self, app: ASGIApp, *, allowed_origins: Iterable[str] = (), check_http: bool = False) -> None:
@@ -142,12 +127,9 @@ class BodyLimitMiddleware:
     """
     ASGI middleware: bound the request body, and cancel the request's work when the client goes away.
 
-    A body over `max_bytes` gets HTTP 413, unread when `Content-Length` says so, else as soon as it passes the limit.
-    The body is read whole, handed to the app, and the connection watched: a client that disconnects while the app
-    works (a chat client's Stop) cancels the app's task, so pending LLM calls are never made (a call already under way
-    in a thread runs to its end; its reply is dropped).
+    A body over `max_bytes` gets HTTP 413. A client that disconnects while the app works (a chat client's Stop)
+    cancels the app's task, so pending LLM calls are never made.
 
-    :param app: The ASGI app.
     :param max_bytes: The largest body, in bytes (>= 1).
     :raises ValueError: If `max_bytes` is below 1.
     """
@@ -217,8 +199,7 @@ class BodyLimitMiddleware:
 
 
 class StreamEndMiddleware:
-    """ASGI middleware: a server-sent event stream of the OpenAI-compatible routes ends with `data: [DONE]`, as
-    OpenAI's do and its clients expect."""
+    """ASGI middleware: an event stream of the OpenAI-compatible routes ends with `data: [DONE]`, as clients expect."""
 
     DONE = b"data: [DONE]\n\n"
 
@@ -248,11 +229,8 @@ class ServingError(HTTPException):
     """
     An error answer: HTTP status, one line and a short code; in OpenAI's shape on the OpenAI-compatible routes.
 
-    :param status: The HTTP status (400, 413, 502, 503, ...).
     :param message: One line: what failed and what to change; never a secret, never the user's text.
-    :param code: A short machine-readable code: "invalid_request", "server_busy", "backend_unavailable",
-        "llm_error", "internal_error", ...
-    :param headers: Response headers (`Retry-After` for a busy server).
+    :param code: A short machine-readable code: "invalid_request", "server_busy", "backend_unavailable", ...
     """
 
     def __init__(self, status: int, message: str, *, code: str, headers: dict[str, str] | None = None) -> None:

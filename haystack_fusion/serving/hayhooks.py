@@ -1,28 +1,7 @@
 """
-Hayhooks pipeline wrappers for the strategies: backend checks, `/{name}/run`, and the OpenAI-compatible chat endpoint
-with streamed status, answer, sources and evidence (`serve` extra).
-
-A wrapper in `pipelines/<name>/pipeline_wrapper.py` only names its strategy (`haystack-fusion pipelines` writes one
-per strategy). This base class:
-
-- checks the backend the environment names at setup (`check_backend`) and refuses to deploy, naming the missing
-  extra or variable, rather than fall back to another backend: `HAYSTACK_FUSION_LLM` and
-  `HAYSTACK_FUSION_DOCUMENT_STORE` must be set, and each backend's own variables with them;
-- builds the strategy's pipeline on that backend (`BackendConfig.from_env`);
-- describes itself by its strategy (`Strategy.description`): the MCP tool's and the run route's description;
-- answers `POST /{name}/run` with the answer, its sources, evidence and usage (`run_api`, `run_api_async`);
-- answers `POST /v1/chat/completions` (model = the wrapper's name, `run_chat_completion_async`). Streaming clients get,
-  in order: status events as each round starts and ends, the answer (token by token where the final round is one
-  LLM call whose reply nothing can replace), then the sources and evidence in the client's own form. Open WebUI (and
-  any other streaming client) gets one source event per supporting passage and a collapsible `<details>` block; the
-  embedded Chainlit chat UI, whose requests carry `CHAT_UI_HEADER` (`haystack-fusion serve --with-chainlit` gives
-  them the header), gets one custom element event that its `EVIDENCE_ELEMENT` component (`CHAINLIT_ELEMENTS_DIR`)
-  renders, so its message is the answer alone. Non-streaming clients get the answer, a blank line, "Sources:" and the
-  numbered passages, as plain text;
-- refuses what it should not run, each with one line and no traceback: 400 for a question that is empty, too long
-  (`HAYSTACK_FUSION_MAX_QUESTION_CHARS`) or missing from the messages; 503 with `Retry-After` beyond the process's
-  admission limit (`serving.limits`); 503 naming the URL and variable when a backend cannot be reached or refuses
-  (`backends.errors`), including a configured Elasticsearch or Ollama server that did not answer at setup.
+Hayhooks pipeline wrappers for the strategies (`serve` extra): backend checks at setup, `POST /{name}/run`, and the
+OpenAI-compatible chat endpoint streaming status, answer, sources and evidence (Open WebUI source events and a
+`<details>` block, or one custom element for the embedded Chainlit chat UI).
 """
 
 from __future__ import annotations
@@ -91,23 +70,19 @@ from haystack_fusion.validation import validate_query
 logger = logging.getLogger(__name__)
 
 CHAT_UI_HEADER = "X-Haystack-Fusion-Client"
-"""The request header that marks the embedded Chainlit chat UI's requests (value `CHAT_UI_CLIENT`): with it, a streamed
-reply ends in the `EVIDENCE_ELEMENT` custom element instead of Open WebUI's source events and details block."""
+"""Marks the embedded Chainlit chat UI's requests (value `CHAT_UI_CLIENT`): their stream ends in `EVIDENCE_ELEMENT`."""
 
 CHAT_UI_CLIENT = "chainlit"
 """The value of `CHAT_UI_HEADER` on the chat UI's requests."""
 
 EVIDENCE_ELEMENT = "FusionEvidence"
-"""The chat UI's custom element for a reply's sources and evidence: `CHAINLIT_ELEMENTS_DIR/FusionEvidence.jsx`, with
-`evidence_element_props` as its props."""
+"""The chat UI's custom element (`CHAINLIT_ELEMENTS_DIR/FusionEvidence.jsx`, props: `evidence_element_props`)."""
 
 CHAINLIT_ELEMENTS_DIR = Path(__file__).parent / "chainlit_elements"
-"""The folder of the chat UI's custom elements (`.jsx`), shipped in the package: `HAYHOOKS_CHAINLIT_CUSTOM_ELEMENTS_DIR`
-names it when `haystack-fusion serve --with-chainlit` runs."""
+"""The chat UI's custom elements (`.jsx`), for `HAYHOOKS_CHAINLIT_CUSTOM_ELEMENTS_DIR`."""
 
 _SETUP_LOCK = threading.Lock()
-"""Hayhooks sets wrappers up in parallel threads; Haystack's lazy imports and the model's loading are not meant for
-that, so one wrapper is set up at a time."""
+"""Hayhooks sets wrappers up in parallel threads; lazy imports and model loading are not thread-safe."""
 
 
 @dataclass(frozen=True)
@@ -125,16 +100,9 @@ class StreamItem:
     run: StrategyRun | None = None
 
 
-def _generator_of(instance: Any) -> Any:
-    return unwrap_call_limit(getattr(instance, "_chat_generator", instance))
-
-
 def _needs_sync_callback(instance: Any) -> bool:
-    """
-    Whether the streaming component's generator calls its callback from a worker thread (a sync callback): the
-    embedded model (its `run_async` runs `run` in a thread) and generators without `run_async`.
-    """
-    generator = _generator_of(instance)
+    """Whether the generator calls its callback from a worker thread: the embedded model, or no `run_async`."""
+    generator = unwrap_call_limit(getattr(instance, "_chat_generator", instance))
     if LocalChatGenerator is not None and isinstance(generator, LocalChatGenerator):
         return True
     return not hasattr(generator, "run_async")
@@ -144,10 +112,8 @@ async def stream_strategy(pipeline: Pipeline, query: str, *, stream_tokens: bool
     """
     Run a strategy pipeline asynchronously and report its rounds as they start and end, then its result.
 
-    The pipeline runs with `Pipeline.run_async_generator`, which yields each component's output as it finishes;
-    the status lines are read from those outputs (the components are not changed). When `stream_tokens` is set and
-    `streamed_component` names a component, its tokens are yielded as they are generated (through its
-    `streaming_callback`).
+    Status lines are read from `Pipeline.run_async_generator`'s outputs; tokens come through the
+    `streaming_callback` of the component `streamed_component` names.
 
     ### Usage example
     ```python
@@ -160,9 +126,6 @@ async def stream_strategy(pipeline: Pipeline, query: str, *, stream_tokens: bool
             print(item.run.answer.data)
     ```
 
-    :param pipeline: The strategy's pipeline (`build_pipeline`).
-    :param query: The question.
-    :param stream_tokens: Stream the final call's tokens where there is one.
     :returns: An async iterator of `StreamItem`: "status" and "token" items while it runs, one "result" last.
     :raises ValueError: If the question is empty or only whitespace (before anything runs).
     :raises PipelineRuntimeError: If a component fails.
@@ -222,7 +185,7 @@ async def stream_strategy(pipeline: Pipeline, query: str, *, stream_tokens: bool
 def _token_callback(
     queue: asyncio.Queue[tuple[str, Any]], loop: asyncio.AbstractEventLoop, *, sync: bool
 ) -> Callable[[StreamingChunk], Any]:
-    """A streaming callback that queues each chunk's text: thread-safe sync, or async, as the generator needs."""
+    """A streaming callback queueing each chunk's text: thread-safe sync, or async."""
     if sync:
 
         def sync_callback(chunk: StreamingChunk) -> None:
@@ -248,21 +211,12 @@ async def chat_events(
     """
     A strategy's chat reply in Hayhooks' streaming form: status events, the answer, then its sources and evidence.
 
-    Status events (`hayhooks.events.create_status_event`) come as each round starts (done False) and ends (done
-    True). The answer follows: token by token when `streamed_component` names a final call (then, if the answer the
-    strategy extracted differs from the streamed reply, "Answer: ..." on a line of its own), else whole once the
-    strategy has decided it. Then, for Open WebUI, one source event per passage read (`presentation.passages`:
-    `hayhooks.open_webui.create_source_event`, `source_event_data`) and the sources and evidence in a collapsible
-    block (`create_details_tag`, `evidence_markdown`) after the answer's text; for the embedded Chainlit chat UI
-    (`chat_ui`), which shows every text chunk as it comes and renders no HTML, one custom element event instead
-    (`hayhooks.chainlit_events.create_custom_element_event`, `EVIDENCE_ELEMENT` with `evidence_element_props`), so
-    the message's text is the answer alone.
+    The answer streams token by token when `streamed_component` names a final call (followed by "Answer: ..." when
+    the extracted answer differs), else whole. Open WebUI then gets one source event per passage and a `<details>`
+    block; the Chainlit chat UI (`chat_ui`), which renders no HTML, gets one `EVIDENCE_ELEMENT` event instead.
 
-    :param pipeline: The strategy's pipeline (`build_pipeline`).
-    :param query: The question.
-    :param chat_ui: End in the chat UI's custom element instead of Open WebUI's source events and details block.
-    :param finish: Applied to the finished run before anything of it is shown: it may add to the run (a follow-up's
-        standalone question) or raise to report a failure instead of an answer (every LLM call failed).
+    :param chat_ui: End in the chat UI's custom element instead of source events and the details block.
+    :param finish: Applied to the finished run before it is shown; may add to it or raise to report a failure.
     :returns: An async iterator of status events, `StreamingChunk`s and, last, source events and the details chunk
         (Open WebUI) or the custom element event (`chat_ui`).
     :raises ValueError: If the question is empty or only whitespace.
@@ -272,15 +226,10 @@ async def chat_events(
         if item.kind == "status":
             yield create_status_event(item.text, done=item.done)
         elif item.kind == "token":
-            if not streamed:
-                item_text = item.text.lstrip()
-                if not item_text:
-                    continue
-                streamed.append(item_text)
-                yield StreamingChunk(content=item_text)
-            else:
-                streamed.append(item.text)
-                yield StreamingChunk(content=item.text)
+            text = item.text if streamed else item.text.lstrip()
+            if text:
+                streamed.append(text)
+                yield StreamingChunk(content=text)
         else:
             assert item.run is not None
             run = item.run if finish is None else finish(item.run)
@@ -304,18 +253,10 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
     """
     Base of the shipped Hayhooks wrappers: set `strategy` to a registered strategy name.
 
-    `setup` checks the backend (`check_backend`: `HAYSTACK_FUSION_LLM`, `HAYSTACK_FUSION_DOCUMENT_STORE` and the
-    chosen backend's variables and extras) and raises `BackendSetupError` naming what is missing, so the server does
-    not start (`haystack-fusion serve`; Hayhooks' developer mode skips the wrapper) instead of serving it on a backend
-    nobody chose; then it builds the pipeline and warms it up (the embedded model loads once per process). A
-    configured server that does not answer yet (Elasticsearch, Ollama) is logged as a warning and the wrapper deploys:
-    its requests get HTTP 503 naming the URL until the server answers.
-
-    Every request is checked before it runs (`ServingLimits.from_env`): a question longer than
-    `HAYSTACK_FUSION_MAX_QUESTION_CHARS` or with no user message gets HTTP 400, and the process-wide admission limit
-    (`HAYSTACK_FUSION_MAX_IN_FLIGHT` running, `HAYSTACK_FUSION_MAX_WAITING` waiting at most
-    `HAYSTACK_FUSION_QUEUE_TIMEOUT` seconds) refuses the rest with HTTP 503 and `Retry-After`. A backend that cannot be
-    reached, or refuses, gives HTTP 503 with one line naming its URL and variable (`backend_error_message`).
+    `setup` raises `BackendSetupError` naming what is missing (`check_backend`) rather than fall back to another
+    backend; a configured server that does not answer yet is logged and its requests get HTTP 503 until it does.
+    Requests get 400 for an empty, too long (`HAYSTACK_FUSION_MAX_QUESTION_CHARS`) or missing question, and 503 with
+    `Retry-After` beyond the admission limit (`serving.limits`) or naming the URL and variable of a failing backend.
 
     ### Usage example
     ```python
@@ -332,9 +273,8 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """
-        Give a subclass that sets `strategy` a `run_api_async` whose docstring's first line is the strategy's
-        `Strategy.description`: Hayhooks makes that line the MCP tool's and the `/{name}/run` route's description,
-        so an agent can tell the strategies apart.
+        Give `run_api_async` the strategy's `Strategy.description` as first line: the MCP tool's and route's
+        description.
 
         :raises ValueError: If `strategy` names no registered strategy.
         """
@@ -373,8 +313,7 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
             self.config = config
             self.admission: AdmissionLimit = admission_limit(self.limits)
             self.generator = chat_generator(config)
-            # each call holds a slot of HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT, when set, as the fan-outs' calls do: the
-            # strategy's, a follow-up's rewrite and a chat client's background task
+            # every call (strategy, rewrite, background task) holds a HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT slot
             self.llm = CallLimitedChatGenerator(chat_generator=self.generator)
             self.pipeline = build_pipeline(
                 self.strategy, retriever=retriever(config), chat_generator=self.llm, **strategy_defaults(config.llm)
@@ -391,16 +330,9 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
 
     def _failure(self, error: BaseException) -> ServingError:
         """
-        What a failed request answers, whatever failed: the same `ServingError` streamed or not.
-
-        - 400 (`invalid_request`) for what the client sent: a `ValueError` raised before the strategy ran (no user
-          message, content parts that are not text, an empty, too long or invalid question);
-        - 503 (`server_busy`, with `Retry-After`) when no request slot came free;
-        - 503 (`backend_unavailable`) for a backend that cannot be reached or refuses, naming its URL and variable
-          (`backend_error_message`);
-        - 502 (`llm_error`) for any other error an LLM or store server answered with an HTTP status (a 400 for a
-          prompt over the model's context, a content filter, ...), naming the error's type and status;
-        - 500 (`internal_error`) for anything else, logged with its traceback.
+        The `ServingError` a failure answers, streamed or not: 400 `invalid_request` (a `ValueError`), 503
+        `server_busy` (with `Retry-After`), 503 `backend_unavailable`, 502 `llm_error` (a server's HTTP status),
+        else 500 `internal_error` (logged with its traceback).
         """
         if isinstance(error, ServingError):
             return error
@@ -431,8 +363,7 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         self, run: StrategyRun, *, asked: str | None = None, rewrite: dict[str, int] | None = None
     ) -> StrategyRun:
         """
-        The run as served: a follow-up's standalone question in its evidence and the rewrite's call in its usage; a
-        run whose every LLM call failed (each recorded as an abstention) is a failure, not the answer "unknown".
+        The run as served, with a follow-up's rewrite; a run whose every LLM call failed is a failure, not "unknown".
 
         :raises ServingError: 503 when every LLM call failed, naming the backend.
         """
@@ -490,8 +421,7 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
 
     @contextlib.contextmanager
     def _answering(self) -> Iterator[None]:
-        """Log a failure the block answers with (5xx, once, as a warning, its one line); refusals of the admission
-        limit are logged by the limit itself."""
+        """Log a 5xx failure once as a warning (the admission limit logs its own refusals)."""
         try:
             yield
         except ServingError as failure:
@@ -546,16 +476,12 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         """
         Answer a chat for `/v1/chat/completions`: its last user message, read in the chat's context.
 
-        A chat client's background task (Open WebUI's title, tags and follow-up suggestions: `chat.TASK_PREFIX`) is
-        answered with one plain LLM call, outside the admission limit. A question is answered by the strategy under
-        the process's admission limit; when the chat has earlier turns, the question is first rewritten into a
-        standalone question from them (`chat.standalone_question`, one LLM call, in the usage).
+        A client's background task (`chat.TASK_PREFIX`) gets one plain LLM call outside the admission limit; a
+        follow-up is first rewritten into a standalone question (`chat.standalone_question`, one call, in the usage).
 
-        :param model: The wrapper's name.
         :param messages: The chat's messages; the last one, a user message, is the question (text, or text parts).
         :param body: The request's JSON body; `"stream": true` asks for a streamed reply.
-        :param headers: The request's headers (Hayhooks passes them): `CHAT_UI_HEADER` set to `CHAT_UI_CLIENT` marks
-            the embedded Chainlit chat UI.
+        :param headers: `CHAT_UI_HEADER` set to `CHAT_UI_CLIENT` marks the embedded Chainlit chat UI.
         :returns: For a task, the model's reply. For a question with `"stream": true`, an async generator: a
             "waiting" status while the request waits for a slot, the standalone question of a follow-up, then
             `chat_events` (status events, the answer, its sources and evidence); a failure after the stream started
@@ -610,11 +536,7 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
 
 
 def error_chunk(error: ServingError, *, model: str) -> ChatCompletion:
-    """
-    A failure in a stream, as OpenAI-compatible servers send one: a chunk with no choices and OpenAI's `error` object
-    (`guards.openai_error`). The `openai` client raises it as an `APIError`; Open WebUI shows it as the reply's error
-    (it reads `error` from a chunk without choices).
-    """
+    """A failure in a stream as OpenAI-compatible servers send one: a chunk with no choices and an `error` object."""
     return ChatCompletion(
         id=f"{model}-error",
         object="chat.completion.chunk",
@@ -627,14 +549,8 @@ def error_chunk(error: ServingError, *, model: str) -> ChatCompletion:
 
 def with_standalone_question(run: StrategyRun, asked: str, rewrite: dict[str, int]) -> StrategyRun:
     """
-    A follow-up's run with its standalone question: `evidence["asked"]` (the last user message as sent) and
-    `evidence["standalone_question"]` (what retrieval and the strategy read), and the rewrite's LLM call added to
-    `usage` (its tokens, one call, one round).
-
-    :param run: The strategy's run on the standalone question.
-    :param asked: The question as the user asked it.
-    :param rewrite: The usage of the rewrite's call (`chat.standalone_question`).
-    :returns: A new `StrategyRun`.
+    A follow-up's run with `evidence["asked"]` (as sent), `evidence["standalone_question"]` (as run) and the
+    rewrite's call added to `usage`.
     """
     usage = sum_usage([run.usage, rewrite])
     evidence = {**run.evidence, "asked": asked, "standalone_question": run.answer.query or asked}

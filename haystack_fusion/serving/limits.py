@@ -1,16 +1,6 @@
 """
-What a served wrapper admits: a bound on the question's length and a process-wide admission limit with a bounded
-queue, so that overload is refused at once with HTTP 503 instead of piling up until clients time out.
-
-- `ServingLimits`: the settings, read from the environment by the Hayhooks wrappers at setup
-  (`HAYSTACK_FUSION_MAX_IN_FLIGHT`, `HAYSTACK_FUSION_MAX_WAITING`, `HAYSTACK_FUSION_QUEUE_TIMEOUT`,
-  `HAYSTACK_FUSION_MAX_QUESTION_CHARS`).
-- `AdmissionLimit`: at most `max_in_flight` requests run at once; up to `max_waiting` more wait for a slot in arrival
-  order, each for at most `queue_timeout` seconds; any other request is refused with `ServerBusyError`. One per
-  process (`admission_limit`), shared by every wrapper, because they share the backend (the embedded model runs one
-  call at a time).
-
-Needs no extra: `serving.hayhooks` turns `ServerBusyError` into HTTP 503 with a `Retry-After` header.
+What a served wrapper admits: a bound on the question's length and one process-wide admission limit with a bounded
+queue, so overload is refused at once (`ServerBusyError`, HTTP 503 with `Retry-After`) instead of piling up.
 """
 
 from __future__ import annotations
@@ -28,19 +18,16 @@ from haystack_fusion.settings import SERVING_LIMIT_VARIABLES, serving_limit_valu
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_IN_FLIGHT = {"local": 1, "openai": 32, "ollama": 4}
-"""Requests run at once by default, per LLM kind: the embedded model answers one call at a time, so one request runs
-and the others queue; a hosted API takes many; an Ollama server on one machine, a few."""
+"""Requests run at once by default, per LLM kind (the embedded model answers one call at a time)."""
 
 DEFAULT_MAX_WAITING = 64
 """Requests that may wait for a slot by default; the next ones are refused at once."""
 
 DEFAULT_QUEUE_TIMEOUT = {"local": 300.0, "openai": 30.0, "ollama": 120.0}
-"""Seconds a request waits for a slot by default before it is refused, per LLM kind: a question on the embedded model
-takes 30-140 s on two cores, so the next one waits for it (a streamed reply shows it waiting); a hosted API's slots
-free up in seconds."""
+"""Seconds a request waits for a slot by default, per LLM kind (an embedded-model question takes 30-140 s)."""
 
 DEFAULT_MAX_QUESTION_CHARS = 2000
-"""The longest question served by default, in characters (the SQuAD 2.0 dev questions have at most a few hundred)."""
+"""The longest question served by default, in characters (SQuAD 2.0 dev questions have at most a few hundred)."""
 
 
 class ServerBusyError(RuntimeError):
@@ -86,12 +73,8 @@ class ServingLimits:
     @classmethod
     def from_env(cls, llm: str, env: Mapping[str, str] | None = None) -> ServingLimits:
         """
-        The limits the environment sets, else the defaults for the LLM kind.
-
-        Reads `HAYSTACK_FUSION_MAX_IN_FLIGHT` (default `DEFAULT_MAX_IN_FLIGHT[llm]`: 1 for the embedded model, 32
-        for OpenAI, 4 for Ollama), `HAYSTACK_FUSION_MAX_WAITING` (64), `HAYSTACK_FUSION_QUEUE_TIMEOUT` (seconds,
-        `DEFAULT_QUEUE_TIMEOUT[llm]`: 300 for the embedded model, 30 for OpenAI, 120 for Ollama) and
-        `HAYSTACK_FUSION_MAX_QUESTION_CHARS` (2000).
+        The limits `HAYSTACK_FUSION_MAX_IN_FLIGHT`, `_MAX_WAITING`, `_QUEUE_TIMEOUT` (seconds) and
+        `_MAX_QUESTION_CHARS` set, else the defaults above for the LLM kind.
 
         :param llm: "local", "openai" or "ollama" (`BackendConfig.llm`).
         :param env: The environment (default `os.environ`).
@@ -136,9 +119,8 @@ class Slot:
 
 class AdmissionLimit:
     """
-    At most `max_in_flight` requests at once; up to `max_waiting` more wait in arrival order (an `asyncio.Semaphore`
-    wakes its waiters first come, first served), each at most `queue_timeout` seconds; the others are refused with
-    `ServerBusyError` (HTTP 503 from the wrappers). Used from the server's one event loop.
+    At most `max_in_flight` requests at once; up to `max_waiting` more wait in arrival order, each at most
+    `queue_timeout` seconds; the others are refused with `ServerBusyError`. Used from the server's one event loop.
 
     ### Usage example
     ```python
@@ -161,10 +143,7 @@ class AdmissionLimit:
     asyncio.run(main())
     ```
 
-    :param max_in_flight: Requests that run at once (>= 1).
-    :param max_waiting: Requests that may wait for a slot (>= 0).
-    :param queue_timeout: Seconds a request may wait (> 0).
-    :raises ValueError: If a value is out of its range.
+    :raises ValueError: If a value is out of its range (as `ServingLimits`).
     """
 
     def __init__(self, *, max_in_flight: int, max_waiting: int, queue_timeout: float) -> None:
@@ -172,8 +151,6 @@ class AdmissionLimit:
         self.max_in_flight = max_in_flight
         self.max_waiting = max_waiting
         self.queue_timeout = queue_timeout
-        self.admitted = 0
-        self.refused = 0
         self.in_flight = 0
         """Requests holding a slot now."""
         self.waiting = 0
@@ -198,7 +175,6 @@ class AdmissionLimit:
             )
 
     def _busy(self, message: str) -> ServerBusyError:
-        self.refused += 1
         logger.warning("Refused a request (503): {reason}", reason=message)
         return ServerBusyError(message, retry_after=max(1, math.ceil(self.queue_timeout)))
 
@@ -225,7 +201,6 @@ class AdmissionLimit:
             finally:
                 self.waiting -= 1
         self.in_flight += 1
-        self.admitted += 1
         return Slot(self)
 
 
@@ -234,12 +209,7 @@ _LIMIT_LOCK = threading.Lock()
 
 
 def admission_limit(limits: ServingLimits) -> AdmissionLimit:
-    """
-    The process's admission limit, made from the first `limits` it is given (every wrapper of a Hayhooks process
-    reads the same environment, and shares the backend).
-
-    :returns: The one `AdmissionLimit` of the process.
-    """
+    """The process's one `AdmissionLimit`, made from the first `limits` given (every wrapper shares the backend)."""
     global _LIMIT
     with _LIMIT_LOCK:
         if _LIMIT is None:

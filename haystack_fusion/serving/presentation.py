@@ -1,11 +1,7 @@
 """
 How a strategy's run reads to a person: its stages as status lines, its evidence and its sources.
 
-One module renders them for every client: the `haystack-fusion ask` output (`format_run`), the served wrappers'
-stream (`round_start`, `narrate`, `streamed_component`), their chat reply (`chat_text`; Open WebUI's
-`evidence_markdown` and `source_event_data`; the embedded chat UI's `evidence_element_props`) and their API result
-(`api_result`). What each component does is read from the strategy's
-declared stages (`Strategy.stages`), never from component names.
+Used by `haystack-fusion ask` and the served wrappers; components are read from `Strategy.stages`, never by name.
 """
 
 from __future__ import annotations
@@ -33,16 +29,13 @@ def excerpt(text: str | None, chars: int) -> str:
 
 
 _MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]#+\-!|~$=^])")
-"""ASCII punctuation that starts Markdown structure (emphasis, code, headings, lists, tables, links, math): each is
-written with a backslash, which CommonMark reads as the character itself."""
+"""ASCII punctuation that starts Markdown structure; CommonMark reads it backslash-escaped as itself."""
 
 
 def plain_markdown(text: str | None) -> str:
     """
-    Text that a Markdown renderer shows as it is: `&`, `<` and `>` as HTML entities (so no tag, and no `</details>`
-    that would close the block it stands in, reaches the page), Markdown punctuation backslash-escaped (a passage that
-    starts with `#` or a code fence is no heading or code block) and leading indentation dropped (no indented code
-    block). For Open WebUI's details block and citation modal, which render Markdown.
+    Text a Markdown renderer shows as it is: HTML escaped (no `</details>` can close the block), Markdown punctuation
+    backslash-escaped, leading indentation dropped (no indented code block).
     """
     escaped = html.escape(text or "", quote=False)
     escaped = _MARKDOWN_PUNCTUATION.sub(r"\\\1", escaped)
@@ -54,11 +47,8 @@ _DETECTOR = UnknownDetector()
 
 def supporting_ids(run: StrategyRun) -> set[str]:
     """
-    The ids of the passages that supported the answer: those whose own answer agreed with it (a post-fusion vote's
-    winning voters, `GeneratedAnswer.documents` of a voted answer) and those whose text contains it (after SQuAD
-    normalization, `answers.normalize_answer`). None for an unknown, empty or rejected answer.
-
-    :returns: A set of `Document.id`s of retrieved passages and of the answer's own passages.
+    The ids of the passages that supported the answer: a post-fusion vote's winning voters and those whose text
+    contains it (SQuAD-normalized). Empty for an unknown, empty or rejected answer.
     """
     answer = run.answer
     text = normalize_answer(answer.data or "")
@@ -76,10 +66,7 @@ def passages(run: StrategyRun) -> list[Document]:
 
 
 def sources(run: StrategyRun) -> list[Document]:
-    """
-    The passages a reply cites: those that supported the answer (`supporting_ids`), else every retrieved one, in rank
-    order (retrieved passages first, then any other passage the answer came from).
-    """
+    """The passages a reply cites, in `passages` order: the supporting ones, else every retrieved one."""
     supporting = supporting_ids(run)
     return [d for d in passages(run) if d.id in supporting] or list(run.documents)
 
@@ -95,10 +82,7 @@ def sources_text(run: StrategyRun, *, chars: int = 200) -> str:
 
 
 def source_title(document: Document) -> str:
-    """
-    A passage's title (`meta["title"]`), else the file it was read from (`meta["file"]`, set by `haystack-fusion index
-    FOLDER`), else "passage " and the first 8 characters of its id.
-    """
+    """`meta["title"]`, else `meta["file"]`, else "passage " and the first 8 characters of the id."""
     meta = document.meta or {}
     return meta.get("title") or meta.get("file") or f"passage {document.id[:8]}"
 
@@ -110,12 +94,9 @@ def display_score(score: float | None) -> float | None:
 
 def source_event_data(document: Document, index: int) -> dict[str, Any]:
     """
-    One passage in Open WebUI's citation shape (`hayhooks.open_webui.create_source_event`). Open WebUI numbers the
-    sources itself, so the name is the passage's title alone; it renders the text as Markdown, so the text is
-    `plain_markdown`.
+    One passage in Open WebUI's citation shape (`hayhooks.open_webui.create_source_event`).
 
-    :param document: The passage.
-    :param index: Its place among the reply's sources, from 1 (kept in the metadata).
+    :param index: Its place among the reply's sources, from 1.
     :returns: `source` (`name`: `source_title`, `id`), `document` (the passage text, one item), `metadata` (`source`,
         `document_id`, `index`, `score`: the retriever's rounded to 2 decimals, None when it gives none).
     """
@@ -130,11 +111,7 @@ def source_event_data(document: Document, index: int) -> dict[str, Any]:
 
 
 def evidence_line(run: StrategyRun) -> str:
-    """
-    The strategy's evidence on one line: did the fallback fire, the votes, SuRe's scores or candidates, the notes.
-
-    :returns: The parts joined by " | ", or "single LLM round" when the strategy has none.
-    """
+    """The evidence (fallback, votes, SuRe scores or candidates, notes) joined by " | ", else "single LLM round"."""
     parts = []
     if "fallback" in run.evidence:
         parts.append(f"fallback fired: {'yes' if run.evidence['fallback'] else 'no'}")
@@ -180,11 +157,8 @@ def format_run(question: str, run: StrategyRun, *, passage_chars: int = 160) -> 
     """
     Render one answered question for the terminal (`haystack-fusion ask`).
 
-    :param question: The question asked.
-    :param run: What `run_strategy` returned.
     :param passage_chars: How much of each source passage to show, in characters.
-    :returns: Several lines: question, strategy, answer, evidence, confidence and stages (when there are any),
-        sources (each named by `source_title`: its title, else its file, else its id), LLM calls and tokens, time.
+    :returns: Lines: question, strategy, answer, evidence, confidence and stages (when any), sources, usage, time.
     """
     lines = [
         f"Question: {question}",
@@ -211,10 +185,8 @@ def evidence_markdown(run: StrategyRun, *, chars: int = 300) -> str:
     """
     The sources and the strategy's evidence as markdown, for the chat reply's collapsible details block.
 
-    :returns: Sections present only when the run has them: the passages read (numbered, each "supported the answer"
-        or "retrieved", shortened to `chars` characters),
-        stages (concat_pf, cascade), votes (post-fusion), candidates and scores (SuRe), notes (Chain-of-Note), and
-        usage (LLM calls, prompt / completion tokens, seconds).
+    :returns: The passages read (each shortened to `chars` characters), then stages, votes, candidates, scores and
+        notes when the run has them, and usage.
     """
     evidence = run.evidence
     parts = []
@@ -285,11 +257,7 @@ def evidence_summary(run: StrategyRun) -> str:
 
 
 def answered_text(run: StrategyRun) -> str:
-    """
-    The line that ends a streamed reply: how long it took and how many of the passages it read support the answer
-    (`supporting_ids`), e.g. "Answered in 4.2 s: 2 of 5 passages support it"; for a reply the embedded model's reply
-    cache gave, "Answered from the cache (no LLM call made)".
-    """
+    """The line ending a streamed reply, e.g. "Answered in 4.2 s: 2 of 5 passages support it"."""
     if _from_cache(run.usage):
         return "Answered from the cache (no LLM call made)"
     read, supporting = passages(run), supporting_ids(run)
@@ -299,17 +267,12 @@ def answered_text(run: StrategyRun) -> str:
 
 def evidence_element_props(run: StrategyRun, *, chars: int = 300) -> dict[str, Any]:
     """
-    The sources, stages, evidence and usage of a run as plain values: the props of the embedded chat UI's evidence
-    element (a Chainlit custom element, `hayhooks.chainlit_events.create_custom_element_event`), which renders them.
+    The props of the chat UI's `FusionEvidence` element.
 
-    :param run: What the strategy run returned.
     :param chars: How much of each passage to show, in characters.
-    :returns: A JSON-serializable dict: `summary` (`evidence_summary`), `sources` (the retrieved passages in rank
-        order, then any other passage the answer came from; each `index`, `title` (`source_title`), `excerpt` (the
-        text shortened to `chars` characters), `score` (the retriever's, rounded to 2 decimals; None when it gives
-        none) and `supporting` (whether it supported the answer, `supporting_ids`)), `stages` (`stage_text`
-        of each stage, concat_pf and cascade; else empty), `evidence` (`evidence_line`; empty for a single LLM round)
-        and `usage` (`usage_text`).
+    :returns: A JSON-serializable dict: `summary`, `sources` (one per passage of `passages`: `index`, `title`,
+        `excerpt`, `score` rounded to 2 decimals or None, `supporting`), `stages`, `evidence` (empty for a single LLM
+        round) and `usage`.
     """
     supporting = supporting_ids(run)
     line = evidence_line(run)
@@ -366,13 +329,8 @@ def streamed_component(pipeline: Pipeline) -> str | None:
     """
     The component whose tokens are the answer, streamed as they come; None when no single final call writes it.
 
-    - The `answer` stage's component when it is the last stage and nothing can replace its reply: the one-prompt
-      strategies (concatenation, pruning, summary_cot, base), the answer call after SuRe's summaries (sure_sum_all,
-      mcq, generic_summary) and PF+Concat's distiller. Not in concat_pf and cascade: their `concatenation` stage may
-      still pass the question on to post-fusion, so the answer is shown only once decided.
-    - The `notes` stage's component in per-document mode (its synthesis call). The single-call mode's one reply is
-      the notes before the answer, so it is not streamed.
-    - None for post-fusion and SuRe, whose answer is a vote or a selection, not a reply.
+    That is the last stage when it is `answer` (and no `concatenation` stage may still pass the question on) or
+    per-document `notes` (its synthesis call); None for votes and selections (post-fusion, SuRe).
     """
     stages = strategy_of(pipeline).stages
     if not stages or any(stage.kind == "concatenation" for stage in stages):
@@ -409,12 +367,8 @@ def narrate(
     """
     Status lines for one component's output while a strategy runs: the round it ends and the round it starts.
 
-    :param component: The name of the component that just finished.
-    :param output: Its outputs.
-    :param pipeline: The strategy's pipeline (read for its strategy and its components' settings, not run).
     :param state: Kept between calls of one run (the number of retrieved passages).
-    :returns: (text, done) pairs: done True for a round that ended, False for one that starts; empty for a
-        component that is no stage of the strategy.
+    :returns: (text, done) pairs, done True for a round that ended; empty for a component that is no stage.
     """
     if component == RETRIEVER:
         state["k"] = k = len(output.get("documents") or [])
