@@ -17,7 +17,6 @@ from haystack_fusion.evaluation.datasets import EvalDataset
 from haystack_fusion.evaluation.haystack_eval import (
     INPUT_COLUMNS,
     load_evaluation_run_results,
-    record_key,
     records_sas,
     sas_scores,
     to_evaluation_run_results,
@@ -226,7 +225,7 @@ def test_no_unanswerable_question_gives_reject_score_none():
 
 def test_sas_mapping_adds_the_sas_metric_on_answerable_questions():
     records = two_strategies()
-    sas = {record_key(r): (None if r.question_id == "q3" else 0.25 * len(r.prediction) / 100) for r in records}
+    sas = {r.key(): (None if r.question_id == "q3" else 0.25 * len(r.prediction) / 100) for r in records}
 
     results = to_evaluation_run_results(records, DATASET, sas=sas)
 
@@ -238,7 +237,7 @@ def test_sas_mapping_adds_the_sas_metric_on_answerable_questions():
 
 def test_sas_mapping_without_a_score_for_an_answerable_record_raises():
     records = two_strategies()
-    sas = {record_key(r): 0.5 for r in records if r.question_id != "q2"}
+    sas = {r.key(): 0.5 for r in records if r.question_id != "q2"}
 
     with pytest.raises(ValueError, match="no score for the answerable record"):
         to_evaluation_run_results(records, DATASET, sas=sas)
@@ -303,7 +302,7 @@ def test_records_sas_keys_every_record_and_feeds_the_conversion(fake_sas):
 
     sas = records_sas(records, DATASET)
 
-    assert set(sas) == {record_key(r) for r in records}
+    assert set(sas) == {r.key() for r in records}
     assert sas[("concat_pf", 5, SETTING, "q2")] == 1.0
     assert sas[("concat_pf", 5, SETTING, "q3")] is None
     results = to_evaluation_run_results(records, DATASET, sas=sas)
