@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from scipy import stats
 
-from haystack_fusion.evaluation.records import QuestionRecord
+from haystack_fusion.evaluation.records import QuestionRecord, group_runs
 from haystack_fusion.evaluation.stats import _RNG_KEYWORD, BOOTSTRAP_RESAMPLES, CONFIDENCE, DEFAULT_SEED, rate_ci
 
 SELECTIVE_CHART = "selective_answering.png"
@@ -53,15 +53,12 @@ def auroc(
     scores: Sequence[float], labels: Sequence[bool], *, seed: int = DEFAULT_SEED, resamples: int = BOOTSTRAP_RESAMPLES
 ) -> dict[str, Any] | None:
     """
-    The AUROC of scores against binary labels, with its 95% percentile-bootstrap CI over questions.
+    The AUROC of scores against binary labels, with its 95% percentile-bootstrap CI over questions, stratified
+    (`scipy.stats.bootstrap` with positives and negatives as two independent samples); 1,000 resamples, as Kim et al.
+    Appendix H.
 
-    The bootstrap is stratified: positives and negatives are resampled apart (`scipy.stats.bootstrap` with two
-    independent samples), so every resample has both classes; 1,000 resamples, as Kim et al. Appendix H.
-
-    :param scores: One score per question.
-    :param labels: One label per question (True: positive).
-    :returns: `auroc` (in [0, 1]), `ci` ([low, high]; None with fewer than two of a class),
-        `positives`, `negatives`; None when either class is empty.
+    :returns: `auroc` (in [0, 1]), `ci` ([low, high]; None with fewer than two of a class), `positives`,
+        `negatives`; None when either class is empty.
     :raises ValueError: If the lengths differ.
     """
     if len(scores) != len(labels):
@@ -71,8 +68,9 @@ def auroc(
     if math.isnan(value):
         return None
     positives, negatives = values[flags], values[~flags]
+    result = {"auroc": value, "ci": None, "positives": len(positives), "negatives": len(negatives)}
     if len(positives) < 2 or len(negatives) < 2:
-        return {"auroc": value, "ci": None, "positives": len(positives), "negatives": len(negatives)}
+        return result
     with warnings.catch_warnings():  # a constant statistic (perfect separation) is a point interval, not a problem
         warnings.simplefilter("ignore", stats.DegenerateDataWarning)
         interval = stats.bootstrap(
@@ -84,8 +82,9 @@ def auroc(
             method="percentile",
             **{_RNG_KEYWORD: np.random.default_rng(seed)},
         ).confidence_interval
-    ci = None if math.isnan(interval.low) or math.isnan(interval.high) else [interval.low, interval.high]
-    return {"auroc": value, "ci": ci, "positives": int(flags.sum()), "negatives": int((~flags).sum())}
+    if not (math.isnan(interval.low) or math.isnan(interval.high)):
+        result["ci"] = [interval.low, interval.high]
+    return result
 
 
 def calibration(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED) -> list[dict[str, Any]]:
@@ -94,21 +93,14 @@ def calibration(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED) 
     confidence), `correct` and `answerable` (each an `auroc` result, or None when a class is missing).
     """
     rows = []
-    for (strategy, top_k, setting), group in _runs(records).items():
+    for (strategy, top_k, setting), group in group_runs(records).items():
         scored = [(record, value) for record in group if (value := answering_confidence(record)) is not None]
-        if not scored:
-            continue
         answerable = [(record, value) for record, value in scored if record.answerable]
-        rows.append(
-            {
-                "strategy": strategy,
-                "top_k": top_k,
-                "setting": setting,
-                "n": len(scored),
-                "correct": auroc([v for _, v in answerable], [r.score.em == 1.0 for r, _ in answerable], seed=seed),
-                "answerable": auroc([v for _, v in scored], [r.answerable for r, _ in scored], seed=seed),
-            }
-        )
+        if scored:
+            correct = auroc([v for _, v in answerable], [r.score.em == 1.0 for r, _ in answerable], seed=seed)
+            versus = auroc([v for _, v in scored], [r.answerable for r, _ in scored], seed=seed)
+            rows.append({"strategy": strategy, "top_k": top_k, "setting": setting, "n": len(scored),
+                         "correct": correct, "answerable": versus})  # fmt: skip
     return rows
 
 
@@ -121,24 +113,19 @@ def selective_curve(records: Sequence[QuestionRecord]) -> list[tuple[float, floa
     :returns: (coverage, accuracy) points in percent, from the highest threshold down.
     """
     answered = sorted(
-        (float(r.evidence["confidence"]), r.answerable and r.score.em == 1.0)
-        for r in records
-        if r.evidence.get("confidence") is not None and not r.score.unknown
-    )[::-1]
-    total = len(records)
-    points: list[tuple[float, float]] = []
-    right = 0
-    for index, (_, correct) in enumerate(answered, start=1):
-        right += correct
-        points.append((100.0 * index / total, 100.0 * right / index))
-    return points
+        ((float(r.evidence["confidence"]), r.answerable and r.score.em == 1.0) for r in records
+         if r.evidence.get("confidence") is not None and not r.score.unknown),
+        reverse=True,
+    )  # fmt: skip
+    right = np.cumsum([correct for _, correct in answered])
+    return [(100.0 * i / len(records), 100.0 * float(right[i - 1]) / i) for i in range(1, len(answered) + 1)]
 
 
 def draw_selective_chart(records: Sequence[QuestionRecord], out: Path) -> Path | None:
     """Draw `selective_answering.png` (one line per run with confidences); None when no run has them."""
     curves = {
         f"{strategy} (top-{top_k})": curve
-        for (strategy, top_k, _), group in _runs(records).items()
+        for (strategy, top_k, _), group in group_runs(records).items()
         if (curve := selective_curve(group))
     }
     if not curves:
@@ -151,23 +138,18 @@ def draw_selective_chart(records: Sequence[QuestionRecord], out: Path) -> Path |
     figure, axes = plt.subplots(figsize=(6.4, 4.4))
     for label, curve in curves.items():
         axes.plot([c for c, _ in curve], [a for _, a in curve], label=label)
-    axes.set_xlabel("coverage (% of questions answered)")
-    axes.set_ylabel("accuracy of the answered questions (EM %)")
-    axes.set_title("Selective answering: threshold on answer confidence")
-    axes.set_xlim(0, 100)
-    axes.set_ylim(0, 100)
+    axes.set(xlabel="coverage (% of questions answered)", ylabel="accuracy of the answered questions (EM %)",
+             title="Selective answering: threshold on answer confidence", xlim=(0, 100), ylim=(0, 100))  # fmt: skip
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)
-    path = out / SELECTIVE_CHART
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    figure.savefig(out / SELECTIVE_CHART, dpi=120)
     plt.close(figure)
-    return path
+    return out / SELECTIVE_CHART
 
 
-@dataclass(frozen=True)
-class Replayed:
-    """One question's scores under a replayed tau: `correct` (SQuAD 2.0 EM), `em`, `f1`, `unknown`, `stage`."""
+class Replayed(NamedTuple):
+    """One question's scores under a replayed tau, and the stage that answered it."""
 
     answerable: bool
     em: float
@@ -177,11 +159,8 @@ class Replayed:
 
     @property
     def correct(self) -> bool:
+        """SQuAD 2.0 EM: exactly right on an answerable question, an abstention on an unanswerable one."""
         return bool(self.em == 1.0) if self.answerable else self.unknown
-
-
-def _replayed(record: QuestionRecord, stage: str) -> Replayed:
-    return Replayed(record.answerable, record.score.em, record.score.f1, record.score.unknown, stage)
 
 
 def replay(records: Sequence[QuestionRecord], tau: float | None) -> dict[tuple[int, str], dict[str, Replayed]]:
@@ -193,16 +172,16 @@ def replay(records: Sequence[QuestionRecord], tau: float | None) -> dict[tuple[i
 
     :returns: (k, setting) -> question id -> `Replayed`.
     """
-    index = {(r.strategy, r.top_k, r.setting, r.question_id): r for r in records}
+    index = {record.key(): record for record in records}
     replayed: dict[tuple[int, str], dict[str, Replayed]] = {}
     for (strategy, top_k, setting, question_id), first in index.items():
         fused = index.get(("post_fusion", top_k, setting, question_id))
         confidence = first.evidence.get("confidence")
         if strategy != "concatenation" or fused is None or confidence is None:
             continue
-        unsure = tau is not None and not first.score.unknown and confidence < tau
-        fell_back = first.score.unknown or unsure
-        outcome = _replayed(fused, "post_fusion") if fell_back else _replayed(first, "concatenation")
+        fell_back = first.score.unknown or (tau is not None and confidence < tau)
+        chosen, stage = (fused, "post_fusion") if fell_back else (first, "concatenation")
+        outcome = Replayed(chosen.answerable, chosen.score.em, chosen.score.f1, chosen.score.unknown, stage)
         replayed.setdefault((top_k, setting), {})[question_id] = outcome
     return replayed
 
@@ -213,13 +192,11 @@ def replay_summary(outcomes: Iterable[Replayed], *, seed: int = DEFAULT_SEED) ->
     `reject_rate` (unanswerable answered "unknown") and `fallback_rate` (answered by post-fusion).
     """
     items = list(outcomes)
-    answerable = [o for o in items if o.answerable]
-    unanswerable = [o for o in items if not o.answerable]
     values: dict[str, list[Any]] = {
         "squad2_em": [o.correct for o in items],
-        "em": [o.em for o in answerable],
-        "f1": [o.f1 for o in answerable],
-        "reject_rate": [o.unknown for o in unanswerable],
+        "em": [o.em for o in items if o.answerable],
+        "f1": [o.f1 for o in items if o.answerable],
+        "reject_rate": [o.unknown for o in items if not o.answerable],
         "fallback_rate": [o.stage != "concatenation" for o in items],
     }
     summary: dict[str, Any] = {"n": len(items)}
@@ -232,11 +209,8 @@ def replay_summary(outcomes: Iterable[Replayed], *, seed: int = DEFAULT_SEED) ->
 def sweep(
     records: Sequence[QuestionRecord], thresholds: Sequence[float] = DEFAULT_THRESHOLDS, *, seed: int = DEFAULT_SEED
 ) -> list[dict[str, Any]]:
-    """
-    Replay `concat_pf` at each tau of a grid and at tau None (text only).
-
-    :returns: One row per (k, setting, tau): those keys plus `replay_summary`'s rates.
-    """
+    """Replay `concat_pf` at each tau of a grid and at tau None (text only): one row per (k, setting, tau), those keys
+    plus `replay_summary`'s rates."""
     return [
         {"top_k": top_k, "setting": setting, "tau": tau, **replay_summary(outcomes.values(), seed=seed)}
         for tau in [None, *thresholds]
@@ -245,37 +219,28 @@ def sweep(
 
 
 def choose(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """
-    The sweep row with the highest SQuAD 2.0 EM; ties to the smaller fallback rate (fewer LLM calls), then to the
-    smaller tau. None for no rows.
-    """
+    """The sweep row with the highest SQuAD 2.0 EM; ties to the smaller fallback rate (fewer LLM calls), then to the
+    smaller tau. None for no rows."""
     candidates = [row for row in rows if row.get("squad2_em") is not None and row.get("tau") is not None]
     return max(candidates, key=lambda row: (row["squad2_em"], -row["fallback_rate"], -row["tau"]), default=None)
 
 
 def consistency(records: Sequence[QuestionRecord]) -> tuple[int, int]:
-    """
-    How many `concat_pf` records the text-only replay reproduces: (same prediction outcome, compared), a check that
-    the replay is exact on this run.
-    """
+    """How many `concat_pf` records the text-only replay reproduces: (same prediction outcome, compared), a check that
+    the replay is exact on this run."""
     replayed = replay(records, None)
-    same = compared = 0
-    for record in records:
-        if record.strategy != "concat_pf":
-            continue
-        outcome = replayed.get((record.top_k, record.setting), {}).get(record.question_id)
-        if outcome is None:
-            continue
-        compared += 1
-        same += (outcome.em, outcome.f1, outcome.unknown) == (record.score.em, record.score.f1, record.score.unknown)
-    return same, compared
+    pairs = [
+        (outcome, record.score)
+        for record in records
+        if record.strategy == "concat_pf"
+        and (outcome := replayed.get((record.top_k, record.setting), {}).get(record.question_id)) is not None
+    ]
+    same = sum((o.em, o.f1, o.unknown) == (score.em, score.f1, score.unknown) for o, score in pairs)
+    return same, len(pairs)
 
 
-def _runs(records: Sequence[QuestionRecord]) -> dict[tuple[str, int, str], list[QuestionRecord]]:
-    groups: dict[tuple[str, int, str], list[QuestionRecord]] = {}
-    for record in records:
-        groups.setdefault((record.strategy, record.top_k, record.setting), []).append(record)
-    return groups
+def _percent(count: float, total: int) -> float | None:
+    return 100.0 * count / total if total else None
 
 
 def verification_stats(records: Sequence[QuestionRecord]) -> list[dict[str, Any]]:
@@ -286,40 +251,28 @@ def verification_stats(records: Sequence[QuestionRecord]) -> list[dict[str, Any]
     records that counted them, that are only a candidate's label).
     """
     rows = []
-    for (strategy, top_k, setting), group in _runs(records).items():
-        scored = [r.evidence.get("scores") or [] for r in group]
-        scored = [scores for scores in scored if len(scores) > 1]
-        labels = [r.evidence.get("label_summaries") for r in group]
-        summaries = sum(
-            len(r.evidence.get("candidates") or []) for r in group if r.evidence.get("label_summaries") is not None
-        )
-        if not scored:
-            continue
-        validities = [[s.get("validity") for s in scores] for scores in scored]
-        judged = [v for v in validities if all(x is not None for x in v)]
-        rows.append(
-            {
-                "strategy": strategy,
-                "top_k": top_k,
-                "setting": setting,
-                "verified": len(scored),
-                "not_all_valid": 100.0 * sum(any(x < 0.5 for x in v) for v in judged) / len(judged) if judged else None,
-                "first_wins": 100.0 * sum(scores[0].get("candidate_index") == 0 for scores in scored) / len(scored),
-                "label_summaries": 100.0 * sum(x for x in labels if x is not None) / summaries if summaries else None,
-            }
-        )
+    for (strategy, top_k, setting), group in group_runs(records).items():
+        scored = [scores for r in group if len(scores := r.evidence.get("scores") or []) > 1]
+        counted = [r.evidence for r in group if r.evidence.get("label_summaries") is not None]
+        judged = [v for scores in scored if None not in (v := [s.get("validity") for s in scores])]
+        if scored:
+            rows.append({
+                "strategy": strategy, "top_k": top_k, "setting": setting, "verified": len(scored),
+                "not_all_valid": _percent(sum(any(x < 0.5 for x in v) for v in judged), len(judged)),
+                "first_wins": _percent(sum(scores[0].get("candidate_index") == 0 for scores in scored), len(scored)),
+                "label_summaries": _percent(sum(e["label_summaries"] for e in counted),
+                                            sum(len(e.get("candidates") or []) for e in counted)),
+            })  # fmt: skip
     return rows
 
 
 def _reason_kind(reason: str | None) -> str:
-    """A stage trace's reason without its figures: "confidence 0.18 < 0.25" -> "confidence"."""
+    """A stage trace's reason without its figures: "confidence 0.18 < 0.25" -> "low confidence"."""
     if not reason:
         return "none"
     if reason.startswith("confidence"):
         return "low confidence"
-    if reason.startswith("vote share"):
-        return "split vote"
-    return reason
+    return "split vote" if reason.startswith("vote share") else reason
 
 
 def stage_stats(records: Sequence[QuestionRecord]) -> list[dict[str, Any]]:
@@ -328,31 +281,22 @@ def stage_stats(records: Sequence[QuestionRecord]) -> list[dict[str, Any]]:
     `top_k`, `setting`, `n`, `answered_at` (stage -> % of the n questions, in pipeline order) and `reasons` (stage ->
     {"unknown answer" | "low confidence" | "split vote" | "tie at the top" -> questions that left it for that}).
     """
+    order = ["concatenation", "post_fusion", "sure"]
     rows = []
-    for (strategy, top_k, setting), group in _runs(records).items():
+    for (strategy, top_k, setting), group in group_runs(records).items():
         traces: list[list[dict[str, Any]]] = [trace for r in group if (trace := r.evidence.get("stages"))]
         if not traces:
             continue
-        answered: dict[str, int] = {}
+        answered = Counter(trace[-1]["stage"] for trace in traces)
         reasons: dict[str, dict[str, int]] = {}
-        for trace in traces:
-            answered[trace[-1]["stage"]] = answered.get(trace[-1]["stage"], 0) + 1
-            for step in trace[:-1]:
-                kinds = reasons.setdefault(step["stage"], {})
-                kind = _reason_kind(step.get("reason"))
-                kinds[kind] = kinds.get(kind, 0) + 1
-        order = ["concatenation", "post_fusion", "sure"]
+        for step in (step for trace in traces for step in trace[:-1]):
+            kinds = reasons.setdefault(step["stage"], {})
+            kind = _reason_kind(step.get("reason"))
+            kinds[kind] = kinds.get(kind, 0) + 1
         stages = sorted(answered, key=lambda stage: order.index(stage) if stage in order else len(order))
-        rows.append(
-            {
-                "strategy": strategy,
-                "top_k": top_k,
-                "setting": setting,
-                "n": len(traces),
-                "answered_at": {stage: 100.0 * answered[stage] / len(traces) for stage in stages},
-                "reasons": reasons,
-            }
-        )
+        shares = {stage: 100.0 * answered[stage] / len(traces) for stage in stages}
+        rows.append({"strategy": strategy, "top_k": top_k, "setting": setting, "n": len(traces),
+                     "answered_at": shares, "reasons": reasons})  # fmt: skip
     return rows
 
 
@@ -365,21 +309,18 @@ def _pct(value: float | None, ci: Sequence[float] | None = None) -> str:
 def _auc(result: dict[str, Any] | None) -> str:
     if result is None:
         return "–"
-    ci = result["ci"]
-    interval = f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""
+    interval = f" [{result['ci'][0]:.2f}, {result['ci'][1]:.2f}]" if result["ci"] else ""
     return f"{result['auroc']:.2f}{interval} ({result['positives']}/{result['negatives']})"
 
 
-def _shown(row: dict[str, Any], best: dict[str, Any] | None) -> bool:
-    """The rows a report's table shows (summary.json has them all): text only, tau = 0.2, 0.4, 0.6, 0.8, the best."""
-    return row is best or row["tau"] is None or round(row["tau"] * 100) in (20, 40, 60, 80)
+def markdown(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A markdown table: the header, then one line per row of cells."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
 
 
 def calibration_report(
-    records: Sequence[QuestionRecord],
-    out: Path,
-    *,
-    seed: int = DEFAULT_SEED,
+    records: Sequence[QuestionRecord], out: Path, *, seed: int = DEFAULT_SEED
 ) -> tuple[str, dict[str, Any]]:
     """
     The calibration sections of a report: AUROC per run, the selective-answering chart, the replayed `concat_pf`
@@ -398,69 +339,53 @@ def calibration_report(
     parts = []
     if summary["auroc"]:
         chart = draw_selective_chart(records, out)
-        lines = [
-            "\n## Answer confidence\n",
-            "AUROC of the answering confidence with its 95% bootstrap CI and (positives/negatives): `correct` = "
-            "answered exactly right among answerable questions; `answerable` = answerable against unanswerable.\n",
-            "| strategy | top-k | questions | AUROC correct | AUROC answerable |",
-            "|---|---|---|---|---|",
-        ]
-        for row in summary["auroc"]:
-            lines.append(
-                f"| {row['strategy']} | {row['top_k']} | {row['n']} | {_auc(row['correct'])} | "
-                f"{_auc(row['answerable'])} |"
-            )
-        if chart is not None:
-            lines.append(f"\n![selective answering]({chart.name})\n")
-        parts.append("\n".join(lines))
-    rows = summary["concat_pf_sweep"]
-    if rows:
+        table = markdown(
+            ["strategy", "top-k", "questions", "AUROC correct", "AUROC answerable"],
+            ([r["strategy"], r["top_k"], r["n"], _auc(r["correct"]), _auc(r["answerable"])] for r in summary["auroc"]),
+        )
+        parts.append(
+            "\n## Answer confidence\n\nAUROC of the answering confidence with its 95% bootstrap CI and "
+            "(positives/negatives): `correct` = answered exactly right among answerable questions; `answerable` = "
+            f"answerable against unanswerable.\n\n{table}"
+            + (f"\n\n![selective answering]({chart.name})\n" if chart else "")
+        )
+    if rows := summary["concat_pf_sweep"]:
         best = choose(rows)
-        lines = [
-            "\n## concat_pf replayed at each threshold\n",
-            "Replayed exactly from the concatenation and post_fusion records (tau `–`: text only, the paper's); a "
-            "selection of the grid, all of it in summary.json. SQuAD 2.0 EM counts an unanswerable question right "
-            "when the answer is unknown.\n",
-            "| top-k | tau | questions | SQuAD 2.0 EM | EM | F1 | reject rate | fallback % |",
-            "|---|---|---|---|---|---|---|---|",
+        shown = [
+            row for row in rows if row is best or row["tau"] is None or round(row["tau"] * 100) in (20, 40, 60, 80)
         ]
-        for row in (row for row in rows if _shown(row, best)):
-            lines.append(
-                f"| {row['top_k']} | {'–' if row['tau'] is None else row['tau']} | {row['n']} | "
-                f"{_pct(row['squad2_em'], row['squad2_em_ci'])}{' **best**' if row is best else ''} | "
-                f"{_pct(row['em'], row['em_ci'])} | {_pct(row['f1'], row['f1_ci'])} | "
-                f"{_pct(row['reject_rate'], row['reject_rate_ci'])} | {_pct(row['fallback_rate'])} |"
-            )
-        if summary["consistency"][1]:
-            same, compared = summary["consistency"]
-            lines.append(f"\nThe text-only replay reproduces {same} of {compared} concat_pf records.")
-        parts.append("\n".join(lines))
+        table = markdown(
+            ["top-k", "tau", "questions", "SQuAD 2.0 EM", "EM", "F1", "reject rate", "fallback %"],
+            ([r["top_k"], "–" if r["tau"] is None else r["tau"], r["n"],
+              _pct(r["squad2_em"], r["squad2_em_ci"]) + (" **best**" if r is best else ""), _pct(r["em"], r["em_ci"]),
+              _pct(r["f1"], r["f1_ci"]), _pct(r["reject_rate"], r["reject_rate_ci"]), _pct(r["fallback_rate"])]
+             for r in shown),
+        )  # fmt: skip
+        same, compared = summary["consistency"]
+        parts.append(
+            "\n## concat_pf replayed at each threshold\n\nReplayed exactly from the concatenation and post_fusion "
+            "records (tau `–`: text only, the paper's); a selection of the grid, all of it in summary.json. SQuAD 2.0 "
+            f"EM counts an unanswerable question right when the answer is unknown.\n\n{table}"
+            + (f"\n\nThe text-only replay reproduces {same} of {compared} concat_pf records." if compared else "")
+        )
     if summary["verification"]:
-        lines = [
-            "\n## SuRe's verification\n",
-            "| strategy | top-k | verified | validity not all True % | candidate (a) wins % | label-only summaries % |",
-            "|---|---|---|---|---|---|",
-        ]
-        for row in summary["verification"]:
-            lines.append(
-                f"| {row['strategy']} | {row['top_k']} | {row['verified']} | {_pct(row['not_all_valid'])} | "
-                f"{_pct(row['first_wins'])} | {_pct(row['label_summaries'])} |"
-            )
-        parts.append("\n".join(lines))
+        table = markdown(
+            ["strategy", "top-k", "verified", "validity not all True %", "candidate (a) wins %",
+             "label-only summaries %"],
+            ([r["strategy"], r["top_k"], r["verified"], _pct(r["not_all_valid"]), _pct(r["first_wins"]),
+              _pct(r["label_summaries"])] for r in summary["verification"]),
+        )  # fmt: skip
+        parts.append(f"\n## SuRe's verification\n\n{table}")
     if summary["stages"]:
-        lines = [
-            "\n## Which stage answered\n",
-            "The fallback strategies' stage traces: the share of questions answered at each stage, and why questions "
-            "left a stage (number of questions).\n",
-            "| strategy | top-k | questions | answered at | left a stage because |",
-            "|---|---|---|---|---|",
-        ]
-        for row in summary["stages"]:
-            answered = ", ".join(f"{stage} {share:.1f}%" for stage, share in row["answered_at"].items())
-            reasons = "; ".join(
-                f"{stage}: " + ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
-                for stage, kinds in row["reasons"].items()
-            )
-            lines.append(f"| {row['strategy']} | {row['top_k']} | {row['n']} | {answered} | {reasons or '–'} |")
-        parts.append("\n".join(lines))
+        table = markdown(
+            ["strategy", "top-k", "questions", "answered at", "left a stage because"],
+            ([r["strategy"], r["top_k"], r["n"],
+              ", ".join(f"{stage} {share:.1f}%" for stage, share in r["answered_at"].items()),
+              "; ".join(f"{stage}: " + ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
+                        for stage, kinds in r["reasons"].items()) or "–"] for r in summary["stages"]),
+        )  # fmt: skip
+        parts.append(
+            "\n## Which stage answered\n\nThe fallback strategies' stage traces: the share of questions answered at "
+            f"each stage, and why questions left a stage (number of questions).\n\n{table}"
+        )
     return "\n".join(parts) + ("\n" if parts else ""), summary

@@ -122,6 +122,14 @@ class QuestionRecord:
             raise ValueError(f"not an evaluation record: {line[:80]!r}") from error
 
 
+def group_runs(records: Iterable[QuestionRecord]) -> dict[tuple[str, int, str], list[QuestionRecord]]:
+    """The records per run (strategy, k, setting), in the order the records first name them."""
+    groups: dict[tuple[str, int, str], list[QuestionRecord]] = {}
+    for record in records:
+        groups.setdefault((record.strategy, record.top_k, record.setting), []).append(record)
+    return groups
+
+
 def split_evidence(evidence: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """
     Split a strategy run's evidence into what a record keeps and the free text kept apart.
