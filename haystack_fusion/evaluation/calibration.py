@@ -68,7 +68,7 @@ def auroc(
     if math.isnan(value):
         return None
     positives, negatives = values[flags], values[~flags]
-    result = {"auroc": value, "ci": None, "positives": len(positives), "negatives": len(negatives)}
+    result: dict[str, Any] = {"auroc": value, "ci": None, "positives": len(positives), "negatives": len(negatives)}
     if len(positives) < 2 or len(negatives) < 2:
         return result
     with warnings.catch_warnings():  # a constant statistic (perfect separation) is a point interval, not a problem
