@@ -25,8 +25,8 @@ from typing import Any, NamedTuple
 import numpy as np
 from scipy import stats
 
+from haystack_fusion.evaluation.metrics import _RNG_KEYWORD, BOOTSTRAP_RESAMPLES, CONFIDENCE, DEFAULT_SEED, rate_ci
 from haystack_fusion.evaluation.records import QuestionRecord, group_runs
-from haystack_fusion.evaluation.stats import _RNG_KEYWORD, BOOTSTRAP_RESAMPLES, CONFIDENCE, DEFAULT_SEED, rate_ci
 
 SELECTIVE_CHART = "selective_answering.png"
 

@@ -7,32 +7,36 @@ substring accuracy (Yu et al., section 3.1.3), the unknown test behind %Unk and 
 whether retrieval found an answer-bearing passage (answer recall@k, Liu et al., section 4.3). `summarize` aggregates
 them as the report prints them (percentages x100, unrounded). Normalization and the unknown test come from
 `haystack_fusion.answers`, so voting and evaluation agree on what "the same answer" and "unknown" mean.
+
+Rates carry bootstrap confidence intervals: Kim et al., Appendix H reports "95% confidence intervals obtained through
+1,000 iterations of bootstrapping" for EM and F1; the report does the same for every rate. The resampled unit is a
+question; `scipy.stats.bootstrap` resamples with the "percentile" method (Appendix H names no correction, and scipy's
+default BCa can return nan on small 0/1 samples), its generator seeded afresh for every interval.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+from scipy import stats
+
 from haystack_fusion.answers import UnknownDetector, normalize_answer, token_f1
 from haystack_fusion.llm import TRUNCATED_FINISH_REASON
 from haystack_fusion.validation import is_invalid
 
-__all__ = [
-    "QuestionScore",
-    "accuracy",
-    "exact_match",
-    "f1",
-    "gold_in_pool",
-    "is_unknown",
-    "outcome_counts",
-    "retrieval_hit",
-    "summarize",
-    "with_answer_outcome",
-]
+BOOTSTRAP_RESAMPLES = 1000
+CONFIDENCE = 0.95
+DEFAULT_SEED = 0
+BOOTSTRAP_METHOD = "percentile"
+
+# scipy 1.15 renamed `random_state` to `rng`; scipy>=1.11 is supported, so the keyword is picked from the signature.
+_RNG_KEYWORD = "rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "random_state"
 
 
 def exact_match(prediction: str, golds: Sequence[str]) -> float:
@@ -289,3 +293,85 @@ def summarize(scores: Sequence[QuestionScore]) -> dict[str, float | int | None]:
         "latency_p50": _percentile(seconds, 50),
         "latency_p95": _percentile(seconds, 95),
     }
+
+
+def bootstrap_settings(seed: int = DEFAULT_SEED, resamples: int = BOOTSTRAP_RESAMPLES) -> dict[str, Any]:
+    """The bootstrap's settings as a report states them: `resamples`, `confidence`, `seed` and `method`."""
+    return {"resamples": resamples, "confidence": CONFIDENCE, "seed": seed, "method": BOOTSTRAP_METHOD}
+
+
+def _percentages(values: Sequence[float | bool] | np.ndarray) -> np.ndarray:
+    array = 100.0 * np.asarray(values, dtype=float)
+    if array.ndim != 1:
+        raise ValueError(f"expected one value per question (a 1-D sequence), got shape {array.shape}")
+    return array
+
+
+def _bootstrap(data: tuple[np.ndarray, ...], statistic: Any, *, paired: bool, seed: int, resamples: int) -> Any:
+    interval = stats.bootstrap(
+        data,
+        statistic,
+        n_resamples=resamples,
+        vectorized=True,
+        paired=paired,
+        confidence_level=CONFIDENCE,
+        method=BOOTSTRAP_METHOD,
+        **{_RNG_KEYWORD: np.random.default_rng(seed)},
+    ).confidence_interval
+    return float(interval.low), float(interval.high)
+
+
+def rate_ci(
+    values: Sequence[float | bool] | np.ndarray, *, seed: int = DEFAULT_SEED, resamples: int = BOOTSTRAP_RESAMPLES
+) -> tuple[float, float] | None:
+    """
+    The 95% percentile-bootstrap confidence interval of a rate, the mean of per-question values x100 (Kim et al.,
+    Appendix H: 1,000 resamples of the questions).
+
+    :param values: One value per question in [0, 1], for exactly the questions the rate is computed over.
+    :returns: (low, high) in percent; None for fewer than two values; the rate at both ends when all values are equal.
+    :raises ValueError: If `values` is not one-dimensional.
+    """
+    sample = _percentages(values)
+    if sample.size < 2:
+        return None
+    if np.all(sample == sample[0]):
+        return (float(sample[0]), float(sample[0]))
+    return _bootstrap((sample,), np.mean, paired=False, seed=seed, resamples=resamples)
+
+
+def paired_difference_ci(
+    a: Sequence[float | bool] | np.ndarray,
+    b: Sequence[float | bool] | np.ndarray,
+    *,
+    seed: int = DEFAULT_SEED,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+) -> tuple[float, float, float] | None:
+    """
+    The difference of two rates over the same questions, with its 95% paired-bootstrap confidence interval: each
+    resample takes the same questions for both (`scipy.stats.bootstrap(paired=True)`), settings as in `rate_ci`.
+
+    :param a: One value per question in [0, 1] for the strategy compared.
+    :param b: The values of the same questions, in the same order, for the baseline.
+    :returns: (difference, low, high) in percentage points, `a` minus `b`; None for fewer than two pairs; the
+        difference at both ends when every per-question difference is the same.
+    :raises ValueError: If `a` and `b` are not one-dimensional or differ in length.
+    """
+    first, second = _percentages(a), _percentages(b)
+    if first.shape != second.shape:
+        raise ValueError(f"paired samples must have one value per question each, got {first.size} and {second.size}")
+    if first.size < 2:
+        return None
+    difference = float(np.mean(first) - np.mean(second))
+    if np.all(first - second == (first - second)[0]):
+        return (difference, difference, difference)
+    low, high = _bootstrap(
+        (first, second), lambda x, y, axis=-1: np.mean(x, axis=axis) - np.mean(y, axis=axis),
+        paired=True, seed=seed, resamples=resamples,
+    )  # fmt: skip
+    return (difference, low, high)
+
+
+def excludes_zero(interval: Sequence[float] | None) -> bool:
+    """Whether an interval (low, high) lies entirely above or below 0 (a significant difference); False for None."""
+    return interval is not None and bool(interval[0] > 0 or interval[1] < 0)

@@ -2,7 +2,7 @@
 The evaluation report: summary JSON, a markdown table laid out like Liu et al.'s Table 1, and PNG charts.
 
 Rates carry 95% bootstrap intervals; strategies are compared with a baseline by paired bootstrap intervals of their EM
-and F1 difference (Kim et al., Appendix H; `stats`). Charts need matplotlib (`eval` extra).
+and F1 difference (Kim et al., Appendix H; `metrics.rate_ci`). Charts need matplotlib (`eval` extra).
 """
 
 from __future__ import annotations
@@ -17,16 +17,18 @@ from pathlib import Path
 from typing import Any
 
 from haystack_fusion.evaluation.calibration import calibration_report, markdown
-from haystack_fusion.evaluation.metrics import outcome_counts, summarize, with_answer_outcome
-from haystack_fusion.evaluation.records import QuestionRecord, group_runs
-from haystack_fusion.evaluation.stats import (
+from haystack_fusion.evaluation.metrics import (
     BOOTSTRAP_RESAMPLES,
     DEFAULT_SEED,
     bootstrap_settings,
     excludes_zero,
+    outcome_counts,
     paired_difference_ci,
     rate_ci,
+    summarize,
+    with_answer_outcome,
 )
+from haystack_fusion.evaluation.records import QuestionRecord, group_runs
 from haystack_fusion.prompts import PROMPTS
 from haystack_fusion.strategies import STRATEGIES
 from haystack_fusion.validation import DEMONSTRATION, copies_demonstration
@@ -108,7 +110,7 @@ def summarize_runs(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEE
     """
     One summary per (strategy, k, setting), in the order the records first name them: `strategy`, `top_k`,
     `setting`, the keys of `metrics.summarize`, and `<key>_ci` after each rate of `RATES`: its 95% bootstrap
-    interval in percent over the same questions (`stats.rate_ci`), None over fewer than two.
+    interval in percent over the same questions (`metrics.rate_ci`), None over fewer than two.
     """
     summaries = []
     for (strategy, top_k, setting), group in group_runs(records).items():
@@ -141,7 +143,7 @@ def baseline_differences(
 ) -> dict[_RunKey, dict[str, Any]]:
     """
     The EM and F1 difference of every other run against the baseline's at the same k and setting, over the answerable
-    questions both answered, in percentage points with 95% paired bootstrap intervals (`stats.paired_difference_ci`).
+    questions both answered, in percentage points with 95% paired bootstrap intervals (`metrics.paired_difference_ci`).
 
     :returns: Per (strategy, k, setting): `paired_questions`, `em_diff`, `em_diff_ci`, `f1_diff`, `f1_diff_ci`,
         `em_diff_significant`, `f1_diff_significant` (the interval excludes 0) and `diff_significant` (either). A

@@ -22,7 +22,7 @@ three, and when the answer is unknown while the clean answer was not for the fou
 minus the attacked run's, per question (the EM lost includes the removed passage, which holds no gold answer). The
 defence, datamarking (`StrategyConfig(datamark=True)`, `prompts.passages.format_passages`), is run on the attacked
 set and on the clean set (its own cost). Rates and differences come with 95% bootstrap CIs
-(`evaluation.stats.rate_ci`, `paired_difference_ci`: 1,000 resamples of questions, percentile method).
+(`evaluation.metrics.rate_ci`, `paired_difference_ci`: 1,000 resamples of questions, percentile method).
 
 Every run goes through the evaluation runner (`evaluation.runner.Evaluator`): the poisoned passage enters as the
 retriever's output (`PoisonedRetriever` wraps the BM25 retriever), the records (no dataset text: question and
@@ -53,7 +53,7 @@ from haystack import Document, component
 from haystack_fusion.answers import normalize_answer
 from haystack_fusion.corpus import Question
 from haystack_fusion.evaluation.datasets import EvalDataset, load_dataset
-from haystack_fusion.evaluation.metrics import is_unknown, retrieval_hit
+from haystack_fusion.evaluation.metrics import is_unknown, paired_difference_ci, rate_ci, retrieval_hit
 from haystack_fusion.evaluation.records import (
     RESULTS_FILE,
     QuestionRecord,
@@ -61,7 +61,6 @@ from haystack_fusion.evaluation.records import (
     read_records,
     read_run_manifest,
 )
-from haystack_fusion.evaluation.stats import paired_difference_ci, rate_ci
 from haystack_fusion.prompts.passages import DATAMARK
 
 DEFAULT_DATASET = "../shared/data/squad2-dev-subset/squad2_dev_subset.json"

@@ -1,5 +1,5 @@
 """
-The bootstrap confidence intervals of `haystack_fusion.evaluation.stats`, against hand-computed cases.
+The bootstrap confidence intervals of `haystack_fusion.evaluation.metrics`, against hand-computed cases.
 
 The expected intervals are derived here without scipy: for a small 0/1 sample every resample's mean takes one of a
 few values whose probabilities are binomial, and with 1,000 resamples the 2.5th and 97.5th percentiles (numpy's
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from haystack_fusion.evaluation.stats import (
+from haystack_fusion.evaluation.metrics import (
     BOOTSTRAP_RESAMPLES,
     CONFIDENCE,
     DEFAULT_SEED,
