@@ -61,19 +61,6 @@ from haystack_fusion.strategies import build_pipeline, get_strategy, run_strateg
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "CLOSED_BOOK_FILE",
-    "RESULTS_FILE",
-    "BatchStoppedError",
-    "EvalConfig",
-    "Evaluator",
-    "FingerprintMismatchError",
-    "QuestionRecord",
-    "read_failures",
-    "read_records",
-    "score_run",
-]
-
 FAILURES_IN_A_ROW_TO_STOP = 10
 """A run stops, raising the last error, when this many questions in a row failed outright (the pipeline raised, or
 every LLM call failed)."""
@@ -89,20 +76,13 @@ class FingerprintMismatchError(ValueError):
 @dataclass(frozen=True)
 class EvalConfig:
     """
-    What to evaluate.
+    What to evaluate: `strategies` (registered names), one run per k of `top_ks` (Liu et al. Figure 4 sweeps 5, 10,
+    20), in the passage `setting`; `concurrency` questions at once, `max_concurrency` LLM calls of one round at once
+    within a question (None: all), `max_calls_in_flight` LLM calls at once in the whole process
+    (`llm.max_calls_in_flight`; None: `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT`, or no limit). `closed_book_filter` drops
+    answerable questions the LLM answers correctly with no passages (Liu et al. section 4 "Dataset Filter");
+    `strategy_options` are further `StrategyConfig` fields for every pipeline.
 
-    :param strategies: Registered strategy names.
-    :param top_ks: One run per k (Liu et al. Figure 4 sweeps 5, 10, 20).
-    :param setting: The passage setting (gold passage, noise ratio).
-    :param concurrency: Questions answered at once.
-    :param max_concurrency: LLM calls of one round under way at once within one question; None (default): all of
-        the round's calls.
-    :param max_calls_in_flight: LLM calls under way at once in the whole process (`llm.max_calls_in_flight`), e.g.
-        what a rate-limited API allows. None (default): `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT`, or no limit.
-    :param closed_book_filter: Drop answerable questions the LLM answers correctly with no passages (Liu et al.
-        section 4 "Dataset Filter").
-    :param strategy_options: Further `StrategyConfig` fields for every pipeline (e.g. `num_candidates`,
-        `few_shot` for SuRe).
     :raises ValueError: For an unregistered strategy, a k below 1, a concurrency below 1 or a `max_concurrency` or
         `max_calls_in_flight` neither None nor an integer >= 1.
     """
@@ -135,6 +115,14 @@ def _describe_failure(failure: dict[str, Any]) -> str:
     return f"{failure.get('component')}{f' ({where})' if where else ''}: {failure.get('error')}"
 
 
+def _configuration_error(error: BaseException) -> bool:
+    """Whether the error, or one it was raised from, is one of the openai client's `CONFIGURATION_ERRORS`."""
+    return any(
+        type(link).__module__.startswith("openai") and type(link).__name__ in CONFIGURATION_ERRORS
+        for link in exception_chain(error)
+    )
+
+
 class BatchStoppedError(RuntimeError):
     """
     An evaluation stopped: an LLM call inside a fan-out was refused (`CONFIGURATION_ERRORS`), or
@@ -149,14 +137,6 @@ class BatchStoppedError(RuntimeError):
         super().__init__(message)
         self.failures = list(failures or [])
         self.calls = calls
-
-
-def _configuration_error(error: BaseException) -> bool:
-    """Whether the error, or one it was raised from, is one of the openai client's `CONFIGURATION_ERRORS`."""
-    return any(
-        type(link).__module__.startswith("openai") and type(link).__name__ in CONFIGURATION_ERRORS
-        for link in exception_chain(error)
-    )
 
 
 def score_run(question: Question, prediction: str, evidence: dict[str, Any], passages: list[Document],
@@ -204,7 +184,6 @@ class Evaluator:
     from haystack_fusion.evaluation.datasets import load_dataset
     from haystack_fusion.evaluation.runner import EvalConfig, Evaluator
 
-    # $HAYSTACK_FUSION_SQUAD, else the official SQuAD 2.0 dev set (downloaded once, checksum-verified)
     dataset = load_dataset(default_squad_path()).sample(20, seed=0)
     store = InMemoryDocumentStore()
     store.write_documents(dataset.documents)

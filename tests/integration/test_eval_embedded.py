@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from haystack_fusion.cli import main
 from haystack_fusion.corpus import default_squad_path
-from haystack_fusion.evaluation.runner import RESULTS_FILE, read_records
+from haystack_fusion.evaluation.records import RESULTS_FILE, read_records
 
 
 def test_eval_is_deterministic_and_resumes(tmp_path, squad, llm, capsys):

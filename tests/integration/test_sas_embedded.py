@@ -10,7 +10,7 @@ from haystack_fusion.corpus import Question
 from haystack_fusion.evaluation.datasets import EvalDataset
 from haystack_fusion.evaluation.haystack_eval import records_sas, sas_scores, to_evaluation_run_results
 from haystack_fusion.evaluation.metrics import QuestionScore, accuracy, exact_match, f1, is_unknown
-from haystack_fusion.evaluation.runner import QuestionRecord
+from haystack_fusion.evaluation.records import QuestionRecord
 
 pytestmark = pytest.mark.integration
 

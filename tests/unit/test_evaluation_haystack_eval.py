@@ -22,7 +22,7 @@ from haystack_fusion.evaluation.haystack_eval import (
     to_evaluation_run_results,
 )
 from haystack_fusion.evaluation.metrics import QuestionScore, accuracy, exact_match, f1, is_unknown, summarize
-from haystack_fusion.evaluation.runner import RESULTS_FILE, QuestionRecord
+from haystack_fusion.evaluation.records import RESULTS_FILE, QuestionRecord
 
 SETTING = "retrieved"
 
