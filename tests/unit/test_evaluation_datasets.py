@@ -11,8 +11,6 @@ from haystack_fusion.evaluation.datasets import (
     EvalDataset,
     load_dataset,
     load_dpr_tsv_passages,
-    load_nq_open,
-    load_squad_dataset,
 )
 
 FIRST_CONTEXT = "The bakery on the corner opened at six and sold rye bread until noon."
@@ -152,7 +150,7 @@ class TestEvalDataset:
 
 class TestLoadSquadDataset:
     def test_v2(self, tmp_path):
-        dataset = load_squad_dataset(write_json(tmp_path / "bakery-dev.json", squad_v2()))
+        dataset = load_dataset(write_json(tmp_path / "bakery-dev.json", squad_v2()))
         assert dataset.name == "bakery-dev"
         assert [d.content for d in dataset.documents] == [FIRST_CONTEXT, SECOND_CONTEXT]
         first, second = dataset.documents
@@ -171,7 +169,7 @@ class TestLoadSquadDataset:
         for paragraph in data["data"][0]["paragraphs"]:
             for qa in paragraph["qas"]:
                 del qa["is_impossible"]
-        dataset = load_squad_dataset(write_json(tmp_path / "v1.json", data))
+        dataset = load_dataset(write_json(tmp_path / "v1.json", data))
         assert dataset.unanswerable == 0
         assert dataset.answerable == 2
 
@@ -179,13 +177,13 @@ class TestLoadSquadDataset:
         path = tmp_path / "broken.json"
         path.write_text('{"data": [\n  {"title": "x",\n', encoding="utf-8")
         with pytest.raises(ValueError, match=r"broken\.json: line \d+"):
-            load_squad_dataset(path)
+            load_dataset(path)
 
 
 class TestLoadNqOpen:
     def test_questions_and_jsonl_corpus(self, tmp_path):
         questions = write_lines(tmp_path / "nq-open-dev.jsonl", nq_lines())
-        dataset = load_nq_open(questions, corpus_jsonl(tmp_path / "passages.jsonl"))
+        dataset = load_dataset(questions, corpus=corpus_jsonl(tmp_path / "passages.jsonl"))
         assert dataset.name == "nq-open-dev"
         assert dataset.questions == [
             Question("n1", "who baked the rye bread", ("the bakery", "bakery"), False, None),
@@ -197,7 +195,7 @@ class TestLoadNqOpen:
 
     def test_dpr_tsv_corpus(self, tmp_path):
         questions = write_lines(tmp_path / "nq.jsonl", nq_lines())
-        dataset = load_nq_open(questions, corpus_tsv(tmp_path / "psgs.tsv"))
+        dataset = load_dataset(questions, corpus=corpus_tsv(tmp_path / "psgs.tsv"))
         assert [d.content for d in dataset.documents] == [
             FIRST_CONTEXT,
             'Wood, in "quotes",\twith a tab',
@@ -226,38 +224,38 @@ class TestLoadNqOpen:
         questions = write_lines(tmp_path / "bad.jsonl", [nq_lines()[0], "", line])
         corpus = corpus_jsonl(tmp_path / "passages.jsonl")
         with pytest.raises(ValueError, match=r"bad\.jsonl: line 3: ") as info:
-            load_nq_open(questions, corpus)
+            load_dataset(questions, corpus=corpus)
         assert message in str(info.value)
 
     def test_duplicate_id_names_both_lines(self, tmp_path):
         line = nq_lines()[0]
         questions = write_lines(tmp_path / "dup.jsonl", [line, line])
         with pytest.raises(ValueError, match=r"dup\.jsonl: line 2: duplicate question id 'n1' \(first on line 1\)"):
-            load_nq_open(questions, corpus_jsonl(tmp_path / "passages.jsonl"))
+            load_dataset(questions, corpus=corpus_jsonl(tmp_path / "passages.jsonl"))
 
     def test_empty_question_file(self, tmp_path):
         questions = write_lines(tmp_path / "empty.jsonl", [""])
         with pytest.raises(ValueError, match="no questions found"):
-            load_nq_open(questions, corpus_jsonl(tmp_path / "passages.jsonl"))
+            load_dataset(questions, corpus=corpus_jsonl(tmp_path / "passages.jsonl"))
 
     def test_malformed_jsonl_corpus_names_line(self, tmp_path):
         questions = write_lines(tmp_path / "nq.jsonl", nq_lines())
         corpus = write_lines(tmp_path / "passages.jsonl", [json.dumps({"text": "fine"}), "{oops"])
         with pytest.raises(ValueError, match=r"passages\.jsonl: line 2: invalid JSON"):
-            load_nq_open(questions, corpus)
+            load_dataset(questions, corpus=corpus)
 
     def test_unsupported_corpus_suffix(self, tmp_path):
         questions = write_lines(tmp_path / "nq.jsonl", nq_lines())
         corpus = write_lines(tmp_path / "passages.csv", ["id,text,title"])
         with pytest.raises(ValueError, match=r"\.jsonl or DPR-style \.tsv"):
-            load_nq_open(questions, corpus)
+            load_dataset(questions, corpus=corpus)
 
     def test_missing_files(self, tmp_path):
         questions = write_lines(tmp_path / "nq.jsonl", nq_lines())
         with pytest.raises(FileNotFoundError):
-            load_nq_open(tmp_path / "absent.jsonl", corpus_jsonl(tmp_path / "passages.jsonl"))
+            load_dataset(tmp_path / "absent.jsonl", corpus=corpus_jsonl(tmp_path / "passages.jsonl"))
         with pytest.raises(FileNotFoundError):
-            load_nq_open(questions, tmp_path / "absent.tsv")
+            load_dataset(questions, corpus=tmp_path / "absent.tsv")
 
 
 class TestLoadDprTsvPassages:
