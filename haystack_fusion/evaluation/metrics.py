@@ -41,33 +41,23 @@ _RNG_KEYWORD = "rng" if "rng" in inspect.signature(stats.bootstrap).parameters e
 
 def exact_match(prediction: str, golds: Sequence[str]) -> float:
     """
-    Exact match (EM) against the acceptable answers, after `answers.normalize_answer` (Liu et al., section 4: lowercase,
-    no articles, punctuation or redundant whitespace; the official SQuAD script; Yu et al., section 3.1.3).
-
-    :returns: 1.0 or 0.0 per question (`summarize` reports the mean x100); 0.0 without gold answers. As in the
-        official script, an empty prediction matches a gold answer that normalizes to "" (e.g. "The").
+    Exact match (EM) against the acceptable answers after `answers.normalize_answer`, as the official SQuAD script
+    (Liu et al., section 4; Yu et al., section 3.1.3): 1.0 or 0.0, 0.0 without gold answers; an empty prediction
+    matches a gold answer that normalizes to "" (e.g. "The").
     """
     normalized = normalize_answer(prediction)
     return float(any(normalized == normalize_answer(gold) for gold in golds))
 
 
 def f1(prediction: str, golds: Sequence[str]) -> float:
-    """
-    Token F1, the best over the acceptable answers (Liu et al., section 4; Yu et al., section 3.1.3: "bags of tokens"),
-    computed by `answers.token_f1` as the official SQuAD script does.
-
-    :returns: A fraction in [0, 1] per question (`summarize` reports the mean x100); 0.0 without gold answers.
-    """
+    """Token F1 in [0, 1], the best over the acceptable answers (`answers.token_f1`, the official SQuAD script; Liu et
+    al., section 4; Yu et al., section 3.1.3); 0.0 without gold answers."""
     return max((token_f1(prediction, gold) for gold in golds), default=0.0)
 
 
 def accuracy(prediction: str, golds: Sequence[str]) -> float:
-    """
-    Substring accuracy (Yu et al., section 3.1.3, after Mallen et al., 2023): a normalized gold answer occurs in the
-    normalized prediction, as characters. Gold answers that normalize to "" are ignored.
-
-    :returns: 1.0 or 0.0 per question (`summarize` reports the mean x100); 0.0 without a usable gold answer.
-    """
+    """Substring accuracy (Yu et al., section 3.1.3, after Mallen et al., 2023): 1.0 when a normalized gold answer
+    (not "") occurs in the normalized prediction, else 0.0."""
     normalized = normalize_answer(prediction)
     return float(any(gold_norm and gold_norm in normalized for gold_norm in map(normalize_answer, golds)))
 
@@ -83,20 +73,11 @@ def is_unknown(prediction: str | None, detector: UnknownDetector | None = None) 
 
 def gold_in_pool(candidates: Sequence[str], golds: Sequence[str]) -> bool:
     """
-    Whether the post-fusion candidate pool holds a correct answer, the condition of %NM.
-
-    Liu et al., section 4 "Evaluation Metrics": %NM counts "instances where the correct answer is within the generated
-    answer list but isn't the majority selection"; "within" is an exact match (`exact_match`) of some gold answer.
-
-    :param candidates: The candidate answers (e.g. `VoteResult.candidates`).
-    :param golds: The acceptable answers.
-    :returns: True when a candidate matches a gold answer; False for an empty pool or no gold answers.
+    Whether the post-fusion candidate pool (e.g. `VoteResult.candidates`) holds a correct answer, the condition of %NM
+    (Liu et al., section 4: "the correct answer is within the generated answer list but isn't the majority
+    selection"): some candidate is an exact match (`exact_match`) of a gold answer.
     """
     return any(exact_match(candidate, golds) == 1.0 for candidate in candidates)
-
-
-def _casefold_collapsed(text: str) -> str:
-    return " ".join(text.casefold().split())
 
 
 def retrieval_hit(passages: Sequence[str], golds: Sequence[str]) -> bool:
@@ -106,10 +87,8 @@ def retrieval_hit(passages: Sequence[str], golds: Sequence[str]) -> bool:
 
     :returns: False without passages or without a non-empty gold answer.
     """
-    needles = [needle for needle in map(_casefold_collapsed, golds) if needle]
-    if not needles:
-        return False
-    haystacks = [_casefold_collapsed(passage) for passage in passages]
+    needles = [needle for gold in golds if (needle := " ".join(gold.casefold().split()))]
+    haystacks = [" ".join(passage.casefold().split()) for passage in passages]
     return any(needle in haystack for haystack in haystacks for needle in needles)
 
 
@@ -221,21 +200,7 @@ def outcome_counts(scores: Sequence[QuestionScore]) -> dict[str, int]:
 
 
 def _percent(flags: Sequence[float | bool]) -> float | None:
-    """Mean of 0/1 (or [0, 1]) values x100; None for no values."""
     return 100.0 * sum(flags) / len(flags) if flags else None
-
-
-def _percentile(values: Sequence[float], percent: float) -> float:
-    """
-    Percentile by linear interpolation at position (n - 1) * percent / 100 of the sorted values (numpy's default),
-    clamped between its two neighbours.
-    """
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * percent / 100
-    below = math.floor(position)
-    above = min(below + 1, len(ordered) - 1)
-    low, high = ordered[below], ordered[above]
-    return float(min(max(low + (high - low) * (position - below), low), high))
 
 
 def summarize(scores: Sequence[QuestionScore]) -> dict[str, float | int | None]:
@@ -255,7 +220,7 @@ def summarize(scores: Sequence[QuestionScore]) -> dict[str, float | int | None]:
     - `recall_at_k`: answerable questions with a retrieval hit, over those measured (Liu et al., section 4.3).
     - `calls_per_question`, `prompt_tokens_per_question`, `completion_tokens_per_question`, `tokens_per_question`:
       means over all questions (Liu et al., section 4.2).
-    - `latency_p50`, `latency_p95`: percentiles of `seconds` (`_percentile`).
+    - `latency_p50`, `latency_p95`: percentiles of `seconds` (numpy's linear interpolation).
 
     :raises ValueError: If `scores` is empty.
     """
@@ -290,8 +255,8 @@ def summarize(scores: Sequence[QuestionScore]) -> dict[str, float | int | None]:
         "prompt_tokens_per_question": prompt_tokens / n,
         "completion_tokens_per_question": completion_tokens / n,
         "tokens_per_question": (prompt_tokens + completion_tokens) / n,
-        "latency_p50": _percentile(seconds, 50),
-        "latency_p95": _percentile(seconds, 95),
+        "latency_p50": float(np.percentile(seconds, 50)),
+        "latency_p95": float(np.percentile(seconds, 95)),
     }
 
 
