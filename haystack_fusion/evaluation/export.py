@@ -25,14 +25,11 @@ def training_record(
     max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
 ) -> dict[str, Any]:
     """
-    One chat fine-tuning example for distilling Chain-of-Note into a smaller model (Yu et al., section 2.3.2).
+    One chat fine-tuning example for distilling Chain-of-Note into a smaller model (Yu et al., section 2.3.2), from
+    the question, its k passages in the order the notes refer to, the k notes (`note` texts, as NoteTaker outputs
+    them; empty ones are left out) and the final answer; `allow_parametric_knowledge` and `max_passage_chars`
+    (per-passage budget in characters, None: no limit) as the single-call prompt takes them.
 
-    :param query: The question.
-    :param documents: Its k passages, in the order the notes refer to.
-    :param notes: The k notes (`note` texts, as NoteTaker outputs them; empty ones are left out).
-    :param answer: The final answer ("unknown" included).
-    :param allow_parametric_knowledge: Which step 5 the prompt states.
-    :param max_passage_chars: Per-passage context budget in characters (None: no limit).
     :returns: `{"messages": [user, assistant]}` in the OpenAI chat fine-tuning JSONL format: the single-call prompt,
         and the notes ("Passage #i ..." each) followed by "Based on the information given in above passages, the
         answer is <answer>", Table 6's format.
@@ -61,10 +58,8 @@ def export_notes(
     """
     Write the Chain-of-Note records of an evaluation run as chat fine-tuning examples, one JSON object per line.
 
-    The paper distils GPT-4's notes into LLaMa-2 7B (section 2.3.2); this turns a run of `chain_of_note` or
-    `chain_of_note_per_document` (any record whose evidence has `notes`) into the same kind of data: the single-call
-    prompt over the record's passages as the user message, its notes and answer in Table 6's format as the
-    assistant message (`training_record`).
+    The paper distils GPT-4's notes into LLaMa-2 7B (section 2.3.2); this turns the records whose evidence has
+    `notes` (`chain_of_note`, `chain_of_note_per_document`) into the same kind of data (`training_record`).
 
     :param run: An `eval --out` folder: its records (`results.jsonl`) and the note texts kept beside them
         (`evidence_text.jsonl`); records without notes, or whose note texts were not kept, are skipped.

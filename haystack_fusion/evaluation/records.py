@@ -59,23 +59,16 @@ fingerprints, so a run resumes with other values of them."""
 @dataclass
 class QuestionRecord:
     """
-    One line of `results.jsonl`: a question answered by one strategy at one k in one passage setting.
+    One line of `results.jsonl`: a question answered by one registered `strategy` at one `top_k` in one passage
+    `setting` (`PassageSetting.label()`).
 
-    :param strategy: The registered strategy name.
-    :param top_k: Passages retrieved.
-    :param setting: The passage setting's label (`PassageSetting.label()`).
-    :param question_id: The dataset's question id.
-    :param answerable: Whether the question has a gold answer.
-    :param prediction: The strategy's final answer ("unknown" included).
-    :param evidence: Structured evidence (votes, candidates, SuRe's scores, note relevance labels, fallback, usage);
-        no free text that may quote passages (see `split_evidence`).
-    :param passages: Ids of the passages the strategy was shown, in rank order.
-    :param score: The question's scores and costs (EM, F1, flags, tokens, calls, seconds).
-    :param fingerprint: `run_fingerprint` of the pipeline that produced it.
-    :param redacted: Whether a tool cut text out of `prediction` or `evidence` after the record was made; its
-        `score`, computed on the whole text, is kept when the record is rescored.
-    :param error: None for a clean answer; for a failed record, what failed on one line: the component and
-        exception when the pipeline raised (`prediction` ""), or how many LLM calls failed and the first errors.
+    `prediction` is the final answer ("unknown" included); `evidence` the structured evidence (votes, candidates,
+    SuRe's scores, note relevance labels, fallback, usage), with no free text that may quote passages
+    (`split_evidence`); `passages` the ids of the passages shown, in rank order; `score` the scores and costs;
+    `fingerprint` the `run_fingerprint` of the pipeline that produced it. `redacted`: a tool cut text out of
+    `prediction` or `evidence` afterwards, so rescoring keeps `score`. `error` is None for a clean answer; for a failed
+    record, what failed on one line (the component and exception when the pipeline raised, `prediction` "", or how
+    many LLM calls failed and the first errors).
     """
 
     strategy: str
@@ -132,11 +125,9 @@ def group_runs(records: Iterable[QuestionRecord]) -> dict[tuple[str, int, str], 
 
 def split_evidence(evidence: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """
-    Split a strategy run's evidence into what a record keeps and the free text kept apart.
-
-    :param evidence: `StrategyRun.evidence` (plus usage).
-    :returns: (structured, text): `structured` has every key but `TEXT_EVIDENCE_KEYS`, and notes without their
-        `note` text; `text` has the summaries and the note texts (None for a run without them).
+    Split a strategy run's evidence (`StrategyRun.evidence` plus usage) into (structured, text): `structured` has
+    every key but `TEXT_EVIDENCE_KEYS`, and notes without their `note` text, for the record; `text` the summaries and
+    the note texts, kept apart.
     """
     structured = {key: value for key, value in evidence.items() if key not in TEXT_EVIDENCE_KEYS}
     text = {key: evidence[key] for key in TEXT_EVIDENCE_KEYS if evidence.get(key) is not None}
@@ -161,6 +152,7 @@ def merge_evidence(structured: Mapping[str, Any], text: Mapping[str, Any] | None
 
 
 def _without_runtime(value: Any) -> Any:
+    """The value without `RUNTIME_SETTINGS` keys at any depth."""
     if isinstance(value, dict):
         return {k: _without_runtime(v) for k, v in value.items() if k not in RUNTIME_SETTINGS}
     if isinstance(value, list | tuple):
@@ -230,14 +222,8 @@ def _read_lines(path: Path) -> Iterator[QuestionRecord]:
 
 
 def read_records(path: Path) -> list[QuestionRecord]:
-    """
-    The clean records of a results file, first occurrence of each key kept; none when the file does not exist.
-
-    Failed records (`QuestionRecord.failed`) and a torn last line (a run killed mid-write) are skipped.
-
-    :param path: A `results.jsonl` file.
-    :returns: The records in file order.
-    """
+    """The clean records of a `results.jsonl` file in file order, first occurrence of each key kept; failed records
+    and a torn last line are skipped; none when the file does not exist."""
     records: dict[tuple[str, int, str, str], QuestionRecord] = {}
     for record in _read_lines(path):
         if not record.failed:
@@ -246,13 +232,8 @@ def read_records(path: Path) -> list[QuestionRecord]:
 
 
 def read_failures(path: Path) -> list[QuestionRecord]:
-    """
-    The failed records of a results file that no clean record of the same key follows or precedes: the questions a
-    re-run will ask again. The last failure of each key is kept.
-
-    :param path: A `results.jsonl` file.
-    :returns: The failed records, in the order their keys first failed.
-    """
+    """The failed records of a `results.jsonl` file that no clean record of the same key follows or precedes (the
+    questions a re-run asks again), the last failure of each key, in the order their keys first failed."""
     clean: set[tuple[str, int, str, str]] = set()
     failures: dict[tuple[str, int, str, str], QuestionRecord] = {}
     for record in _read_lines(path):
@@ -284,12 +265,9 @@ def write_run_manifest(
     strategy_options: Mapping[str, Any] | None = None,
 ) -> None:
     """
-    Write the run folder's `run.json`, which `haystack-fusion report` reads for the title and the dataset.
+    Write the run folder's `run.json`, which `haystack-fusion report` reads for the `title` (names the backend and
+    model) and the `dataset` (path or URL); `command` is the run's `haystack-fusion` arguments.
 
-    :param folder: The run folder.
-    :param title: The report title (names the backend and model).
-    :param dataset: The dataset path or URL the run answered.
-    :param command: The `haystack-fusion` arguments of the run, if any.
     :param runtime: The runtime that answers this time (the embedded model's llama.cpp build); `run.json` lists every
         distinct one under `runtimes` (greedy replies are exact within one build only).
     :param notes: What the report should say beside the figures (`Evaluator.notes`), added to those kept, each once.

@@ -249,6 +249,7 @@ class Evaluator:
                 if note not in self.notes:
                     self.notes.append(note)
         prediction = run.answer.data or ""
+        key = (strategy, top_k, setting.label(), question.id, not question.is_impossible)
         structured, text = split_evidence({**run.evidence, "usage": run.usage})
         score = score_run(question, prediction, run.evidence, run.documents, run.usage, run.seconds)
         failures = run.evidence.get("failures") or []
@@ -267,20 +268,8 @@ class Evaluator:
                 f"{len(failures)} of {calls} LLM calls failed: {listed}" + (f" ({advice})" if advice else ""),
                 limit=1000,
             )
-        record = QuestionRecord(
-            strategy=strategy,
-            top_k=top_k,
-            setting=setting.label(),
-            question_id=question.id,
-            answerable=not question.is_impossible,
-            prediction=prediction,
-            evidence=structured,
-            passages=[d.id for d in run.documents],
-            score=score,
-            fingerprint=fingerprint,
-            error=error,
-        )
-        return record, text
+        passages = [d.id for d in run.documents]
+        return QuestionRecord(*key, prediction, structured, passages, score, fingerprint, error=error), text
 
     @staticmethod
     def _one_line(message: str, limit: int = 500) -> str:
@@ -297,19 +286,10 @@ class Evaluator:
             if error.component_type is CallLimitedChatGenerator:  # name the LLM, not the call slot around it
                 kind = type(unwrap_call_limit(pipeline.get_component(error.component_name))).__name__
             where = f"component {error.component_name!r} ({kind}) failed: "
-        return QuestionRecord(
-            strategy=strategy,
-            top_k=top_k,
-            setting=setting.label(),
-            question_id=question.id,
-            answerable=not question.is_impossible,
-            prediction="",
-            evidence={},
-            passages=[],
-            score=score_run(question, "", {}, [], {}, seconds),
-            fingerprint=fingerprint,
-            error=self._one_line(f"{where}{type(cause).__name__}: {cause}"),
-        )
+        score = score_run(question, "", {}, [], {}, seconds)
+        key = (strategy, top_k, setting.label(), question.id, not question.is_impossible)
+        error_text = self._one_line(f"{where}{type(cause).__name__}: {cause}")
+        return QuestionRecord(*key, "", {}, [], score, fingerprint, error=error_text)
 
     def _run_all(self, path: Path, runs: list[tuple[str, int]], setting: PassageSetting,
                  questions: list[Question], label: str) -> list[QuestionRecord]:  # fmt: skip
