@@ -76,16 +76,12 @@ def arrange_passages(
     corpus: Sequence[Document] = (),
 ) -> list[Document]:
     """
-    Put the top-k passages of one question together under a setting.
+    Put the top-k passages of one question together under a setting: from the retriever's passages, best first (with
+    a noise ratio, a deeper list to choose from), the gold `answers` (the noise ratio's relevant / irrelevant split),
+    the `gold` passage when the dataset has one, and the `corpus` (irrelevant passages are drawn from it when
+    retrieval gives too few). `question_id` and `setting.seed` seed the random choices, so runs are repeatable.
 
-    :param retrieved: The retriever's passages, best first (with a noise ratio: a deeper list to choose from).
-    :param top_k: k, the number of passages to return (fewer only when there are not enough).
-    :param setting: The `PassageSetting`.
-    :param question_id: Seeds the random choices together with `setting.seed`, so runs are repeatable.
-    :param answers: The gold answers (for the noise ratio's relevant / irrelevant split).
-    :param gold: The question's gold passage, when the dataset has one.
-    :param corpus: All passages (irrelevant passages are drawn from it when retrieval gives too few).
-    :returns: At most k passages.
+    :returns: At most k passages (fewer only when there are not enough).
     """
     if setting.closed_book:
         return []
@@ -135,12 +131,8 @@ class EvalRetriever:
         self, retriever: Any, *, setting: PassageSetting | None = None, corpus: Sequence[Document] = (), top_k: int = 5
     ) -> None:
         """
-        Wrap a retriever.
-
-        :param retriever: Any Haystack retriever with `query` and `top_k` inputs.
-        :param setting: The passage setting (default: retrieval as it is).
-        :param corpus: All passages, for the noise ratio's irrelevant passages.
-        :param top_k: k, the default number of passages.
+        Wrap any Haystack retriever with `query` and `top_k` inputs; `setting` defaults to retrieval as it is,
+        `corpus` (all passages) gives the noise ratio's irrelevant passages, `top_k` is the default k.
         """
         self.retriever = retriever
         self.setting = setting or PassageSetting()
