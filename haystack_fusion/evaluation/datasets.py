@@ -32,16 +32,6 @@ class EvalDataset:
     """
     A passage corpus (`documents`, to index and retrieve from) and the `questions` asked over it, in file order;
     `name` is a short name for reports (the file stem of the question file).
-
-    ### Usage example
-    ```python
-    from haystack_fusion.corpus import default_squad_path
-    from haystack_fusion.evaluation.datasets import load_dataset
-
-    # $HAYSTACK_FUSION_SQUAD, else the official SQuAD 2.0 dev set (downloaded once, checksum-verified)
-    dataset = load_dataset(default_squad_path()).limit(10)
-    print(dataset.name, len(dataset.documents), dataset.answerable, dataset.unanswerable)
-    ```
     """
 
     name: str

@@ -63,19 +63,6 @@ def to_evaluation_run_results(
     the others (`summary.json`'s figure / 100), None when none applies. A result is named by its strategy when the
     records hold one k and one setting, else "<strategy> top-<k> <setting>".
 
-    ### Usage example
-    ```python
-    from pathlib import Path
-
-    from haystack_fusion.evaluation.datasets import load_dataset
-    from haystack_fusion.evaluation.haystack_eval import to_evaluation_run_results
-    from haystack_fusion.evaluation.records import RESULTS_FILE, read_records
-
-    dataset = load_dataset("squad2-dev-subset.json")
-    results = to_evaluation_run_results(read_records(Path("runs/squad") / RESULTS_FILE), dataset)
-    print(results["concat_pf"].aggregated_report())
-    ```
-
     :param records: The records of one run or several, in any order; of repeated keys the first is kept.
     :param dataset: The dataset the run was made with (question texts and gold answers).
     :param sas: SAS score by `QuestionRecord.key()` (`records_sas`); None leaves the `sas` metric out.
@@ -171,14 +158,6 @@ def sas_scores(
     (unrelated) to 1.0 (same meaning), not calibrated ("Paris, France" vs "Paris" about 0.93, "banana" vs "Paris" about
     0.17). Texts beyond the model's 256 word pieces are truncated.
 
-    ### Usage example
-    ```python
-    from haystack_fusion.evaluation.haystack_eval import sas_scores
-
-    print(sas_scores(["Paris, France", "banana", "unknown"], [["Paris"], ["Paris"], []]))
-    # [0.93..., 0.16..., None]
-    ```
-
     :param model: A sentence-transformers model folder or name; None: the packaged all-MiniLM-L6-v2, nothing downloaded.
     :param batch_size: Texts encoded at once.
     :returns: One score per question, in order; None for a question without gold answers.
@@ -227,14 +206,6 @@ def load_evaluation_run_results(
     """
     Read evaluation run folders (`eval --out`, one or several) and convert their records with
     `to_evaluation_run_results`; `sas=True` adds the `sas` metric (`records_sas` with `sas_model`).
-
-    ### Usage example
-    ```python
-    from haystack_fusion.evaluation.datasets import load_dataset
-    from haystack_fusion.evaluation.haystack_eval import load_evaluation_run_results
-
-    results = load_evaluation_run_results("runs/squad", load_dataset("squad2-dev-subset.json"), sas=True)
-    ```
 
     :raises FileNotFoundError: If the folders hold no records.
     :raises ValueError: As `to_evaluation_run_results`.
