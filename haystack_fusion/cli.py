@@ -156,9 +156,8 @@ def _skipped_note(skipped: list[SkippedFile], shown: int = 5) -> str:
 
 
 def _where(config: BackendConfig) -> str:
-    if config.store == "memory":
-        return config.index_path
-    return f"{config.elasticsearch_url} index {config.elasticsearch_index!r}"
+    memory = config.store == "memory"
+    return config.index_path if memory else f"{config.elasticsearch_url} index {config.elasticsearch_index!r}"
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
@@ -177,11 +176,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 def _require_a_call_answered(run: StrategyRun, config: BackendConfig) -> None:
-    """
-    Refuse a run whose every LLM call failed, rather than show an "unknown" that hides the failure.
-
-    :raises BackendError: If the run made LLM calls and all of them failed.
-    """
+    """Raise a `BackendError` when the run made LLM calls and all failed (its "unknown" would hide the failure)."""
     message = every_call_failed_message(run.usage, run.evidence, config)
     if message is not None:
         raise BackendError(message)
@@ -206,17 +201,11 @@ def _download_failure(error: requests.RequestException) -> str:
     return type(error).__name__
 
 
-LOCAL_DATASET_HINT = (
-    "pass a local SQuAD JSON file: haystack-fusion demo --dataset PATH (in a checkout: make demo DATASET=PATH)"
-)
-"""What the demo's message on a failed download suggests instead."""
-
-
 def _demo_dataset(args: argparse.Namespace) -> Path | None:
     """
     The demo's SQuAD file: `--dataset`, else `$HAYSTACK_FUSION_SQUAD`, else the official SQuAD 2.0 dev set.
 
-    :returns: The local file, or None after a failed download is told on stderr (`LOCAL_DATASET_HINT`).
+    :returns: The local file, or None after a failed download is told on stderr with what to do instead.
     """
     try:
         if args.dataset:
@@ -224,7 +213,10 @@ def _demo_dataset(args: argparse.Namespace) -> Path | None:
         return default_squad_path(cache_dir=args.cache_dir)
     except requests.RequestException as error:
         what = args.dataset or f"the SQuAD 2.0 dev set from {corpus.SQUAD_DEV_URL}"
-        instead = LOCAL_DATASET_HINT + ("" if args.dataset else f", or set ${SQUAD_VARIABLE} to one")
+        instead = (
+            "pass a local SQuAD JSON file: haystack-fusion demo --dataset PATH (in a checkout: make demo DATASET=PATH)"
+        )
+        instead += "" if args.dataset else f", or set ${SQUAD_VARIABLE} to one"
         print(f"haystack-fusion: cannot download {what} ({_download_failure(error)}): {instead}", file=sys.stderr)
         return None
 
