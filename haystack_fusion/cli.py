@@ -532,7 +532,8 @@ def _add(sub: argparse.ArgumentParser, *groups: list[Option]) -> None:
     """Add each option of `groups` to `sub` (`BACKEND_CHOICES` as the choices of the backend options)."""
     for group in groups:
         for flag, kwargs in group:
-            sub.add_argument(flag, **({"choices": BACKEND_CHOICES[flag]} if flag in BACKEND_CHOICES else {}), **kwargs)
+            choices: dict[str, Any] = {"choices": BACKEND_CHOICES[flag]} if flag in BACKEND_CHOICES else {}
+            sub.add_argument(flag, **choices, **kwargs)
 
 
 def build_parser() -> argparse.ArgumentParser:
