@@ -62,9 +62,7 @@ class TestScriptedChatGenerator:
     def test_to_dict_round_trip_with_an_importable_reply_function(self):
         llm = ScriptedChatGenerator(identify_prompt, fail_on="boom", generation_kwargs={"stop": ["\n"]})
         data = llm.to_dict()
-        assert data["init_parameters"]["reply"] == {
-            "callable": "haystack_fusion.testing.prompt_replies.identify_prompt"
-        }
+        assert data["init_parameters"]["reply"] == {"callable": "haystack_fusion.testing.identify_prompt"}
         copy = ScriptedChatGenerator.from_dict(data)
         assert (copy.reply, copy.fail_on, copy.generation_kwargs) == (identify_prompt, "boom", {"stop": ["\n"]})
 
