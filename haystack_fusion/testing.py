@@ -6,17 +6,6 @@ Test doubles for pipelines built on haystack-fusion, as `haystack.testing` is fo
 - `PromptReplies` answers each prompt of `haystack_fusion.prompts.PROMPTS` in the form its parser reads;
   `PromptAwareChatGenerator` replies with it, so every strategy runs end to end; `identify_prompt` tells which
   registered template a prompt was rendered from.
-
-### Usage example
-```python
-from haystack_fusion.strategies import build_pipeline, run_strategy
-from haystack_fusion.testing import ScriptedChatGenerator
-
-llm = ScriptedChatGenerator(reply="Paris", fail_on="boom")
-pipeline = build_pipeline("post_fusion", retriever=retriever, chat_generator=llm)
-assert run_strategy(pipeline, "Capital of France?").answer.data == "Paris"
-assert llm.calls == 5  # one call per passage of the top 5
-```
 """
 
 from __future__ import annotations
@@ -27,6 +16,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass
 from functools import cache
 from typing import Any
 
@@ -38,9 +28,6 @@ from jinja2 import nodes
 
 from haystack_fusion.prompts import PROMPTS
 from haystack_fusion.prompts.sure import CHOICE_LETTERS
-
-Reply = str | Sequence[str] | Callable[[str], str]
-"""A fixed reply text, the replies of successive calls in order, or a function of the prompt text."""
 
 
 @component
@@ -77,7 +64,7 @@ class ScriptedChatGenerator:
 
     def __init__(
         self,
-        reply: Reply = "Paris",
+        reply: str | Sequence[str] | Callable[[str], str] = "Paris",
         *,
         fail_on: str | Callable[[str], bool] | None = None,
         error: str = "backend exploded",
@@ -86,11 +73,8 @@ class ScriptedChatGenerator:
     ) -> None:
         if latency < 0:
             raise ValueError(f"`latency` must be >= 0, got {latency}")
-        self.reply = reply
-        self.fail_on = fail_on
-        self.error = error
-        self.generation_kwargs = generation_kwargs
-        self.latency = latency
+        self.reply, self.fail_on, self.error = reply, fail_on, error
+        self.generation_kwargs, self.latency = generation_kwargs, latency
         self.prompts: list[str] = []
         self.messages: list[list[ChatMessage]] = []
         self.kwargs: list[dict[str, Any] | None] = []
@@ -145,10 +129,8 @@ class ScriptedChatGenerator:
     @component.output_types(replies=list[ChatMessage])
     def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
         """
-        Record the call, then fail or reply.
+        Record the call (`generation_kwargs` are otherwise ignored), then fail or reply to the last message's text.
 
-        :param messages: The conversation; the last message's text is the prompt.
-        :param generation_kwargs: The call's kwargs; recorded, otherwise ignored.
         :returns: `{"replies": [ChatMessage.from_assistant(<reply>)]}`.
         :raises RuntimeError: With `error` when `fail_on` matches the prompt; when a list of replies is used up.
         """
@@ -222,27 +204,22 @@ def identify_prompt(text: str) -> str | None:
     return best
 
 
-_ANSWER_FORMS = {
-    "pruning": "Source 1 names {answer}, which answers the question.\nAnswer: {answer}",
-    "summary": "Source 1 names {answer}, which answers the question.\nAnswer: {answer}",
-    "sure_base": "{answer}",
-    "sure_mcq": "{answer}",
-    "sure_sum_and_pred": "{answer}",
-    "sure_sum_all": "{answer}",
+_ANSWER_FORMS = {  # the reply forms that only fill in the answer, by template name
+    **dict.fromkeys(("pruning", "summary"), "Source 1 names {answer}, which answers the question.\nAnswer: {answer}"),
+    **dict.fromkeys(("sure_base", "sure_mcq", "sure_sum_and_pred", "sure_sum_all"), "{answer}"),
     "con_single_call": "Passage #1 mentions {answer} in passing. Passage #2 states that the answer is {answer}. "
     "Based on the information given in above passages, the answer is {answer}.",
     "con_synthesis": " {answer}.",
 }
-"""The reply forms that only fill in the answer, by template name."""
 
 
+@dataclass
 class PromptReplies:
     """
     A reply function that answers each prompt of `haystack_fusion.prompts.PROMPTS` in the form its parser reads.
 
-    The prompt is recognised with `identify_prompt`; the answer is one of `answers`, chosen by a hash of the prompt
-    (the same prompt always gets the same reply, post-fusion's per-passage votes differ), or what `choose` returns.
-    Anything that is not one of our prompts gets the chosen answer.
+    The prompt is recognised with `identify_prompt`; the answer is what `choose` returns, or one of `answers` drawn by a
+    hash of the prompt (the same prompt always gets the same reply). Any other prompt gets that answer.
 
     - Figure 7 (Liu et al., Appendix A) and the distiller: the answer. A prompt of more than one passage
       (concatenation) says "unknown" for a share `concatenation_unknown` of the questions and raises `RuntimeError`
@@ -251,9 +228,8 @@ class PromptReplies:
     - SuRe (Kim et al.): Listings 6 and 13 "(a) <answer 1>, (b) <answer 2>" with as many candidates as the prompt
       asks for; Listings 7 and 11 a summary ending "[DONE]"; Listing 8 "True" (a share `validity_true`) or "False";
       Listing 9 "Passage 1" (a share `prefer_first`) or "Passage 2"; Listings 10, 12 and Table 3's prompts the answer.
-    - Chain-of-Note (Yu et al.): the single call's reading notes ending "the answer is <answer>."; the per-document
-      note with a "Relevance:" line ("(c) irrelevant" when the answer chosen is "unknown"); the synthesis's
-      "<answer>." after "the answer is".
+    - Chain-of-Note (Yu et al.): reading notes ending "the answer is <answer>."; a per-document note with a
+      "Relevance:" line ("(c) irrelevant" for the answer "unknown"); the synthesis " <answer>.".
 
     ### Usage example
     ```python
@@ -275,33 +251,22 @@ class PromptReplies:
     :raises ValueError: For no answers, or a share outside [0, 1].
     """
 
-    def __init__(
-        self,
-        answers: Sequence[str] = ("Paris", "Lyon", "Marseille"),
-        *,
-        concatenation_unknown: float = 0.5,
-        concatenation_fails: float = 0.0,
-        validity_true: float = 0.7,
-        prefer_first: float = 0.5,
-        choose: Callable[[str], str] | None = None,
-        seed: int = 0,
-    ) -> None:
-        if not answers:
+    answers: Sequence[str] = ("Paris", "Lyon", "Marseille")
+    _: KW_ONLY
+    concatenation_unknown: float = 0.5
+    concatenation_fails: float = 0.0
+    validity_true: float = 0.7
+    prefer_first: float = 0.5
+    choose: Callable[[str], str] | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.answers:
             raise ValueError("`answers` must hold at least one answer")
-        shares = {
-            "concatenation_unknown": concatenation_unknown,
-            "concatenation_fails": concatenation_fails,
-            "validity_true": validity_true,
-            "prefer_first": prefer_first,
-        }
-        for name, share in shares.items():
-            if not 0.0 <= share <= 1.0:
-                raise ValueError(f"`{name}` must be in [0, 1], got {share}")
-        self.answers = list(answers)
-        self.concatenation_unknown, self.concatenation_fails = concatenation_unknown, concatenation_fails
-        self.validity_true, self.prefer_first = validity_true, prefer_first
-        self.choose = choose
-        self.seed = seed
+        for name in ("concatenation_unknown", "concatenation_fails", "validity_true", "prefer_first"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"`{name}` must be in [0, 1], got {getattr(self, name)}")
+        self.answers = list(self.answers)
 
     def _draw(self, text: str, salt: str) -> float:
         digest = hashlib.sha256(f"{self.seed}:{salt}:{text}".encode()).digest()
