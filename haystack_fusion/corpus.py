@@ -290,8 +290,7 @@ def load_text_folder(
         key=lambda p: p.relative_to(folder).as_posix(),
     )
     splitter = DocumentSplitter(split_by="word", split_length=words_per_passage, split_overlap=0)
-    if hasattr(splitter, "warm_up"):
-        splitter.warm_up()
+    splitter.warm_up()
     documents: list[Document] = []
     skips: list[SkippedFile] = []
     for file in files:
