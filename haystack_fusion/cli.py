@@ -122,17 +122,6 @@ def _pipeline(
     )
 
 
-def _run_json(question: str, run: StrategyRun) -> dict[str, Any]:
-    return {
-        "question": question,
-        "answer": run.answer.data,
-        "evidence": run.evidence,
-        "sources": [{"id": d.id, "score": d.score, "meta": d.meta, "content": d.content} for d in run.documents],
-        "usage": run.usage,
-        "seconds": run.seconds,
-    }
-
-
 def cmd_index(args: argparse.Namespace) -> int:
     """`haystack-fusion index SOURCE`: passages from SQuAD JSON, JSONL, a text folder or a URL, to a saved store."""
     skipped: list[SkippedFile] = []
@@ -156,9 +145,8 @@ def _skipped_note(skipped: list[SkippedFile], shown: int = 5) -> str:
 
 
 def _where(config: BackendConfig) -> str:
-    if config.store == "memory":
-        return config.index_path
-    return f"{config.elasticsearch_url} index {config.elasticsearch_index!r}"
+    memory = config.store == "memory"
+    return config.index_path if memory else f"{config.elasticsearch_url} index {config.elasticsearch_index!r}"
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
@@ -170,18 +158,16 @@ def cmd_ask(args: argparse.Namespace) -> int:
     _require_a_call_answered(run, config)
     warn_missing_logprobs(generator, run.answers)  # a warning on stderr, once
     if args.json:
-        print(json.dumps(_run_json(args.question, run), indent=2, default=str))
+        sources = [{"id": d.id, "score": d.score, "meta": d.meta, "content": d.content} for d in run.documents]
+        output = {"question": args.question, "answer": run.answer.data, "evidence": run.evidence, "sources": sources}
+        print(json.dumps({**output, "usage": run.usage, "seconds": run.seconds}, indent=2, default=str))
     else:
         print(format_run(args.question, run))
     return 0
 
 
 def _require_a_call_answered(run: StrategyRun, config: BackendConfig) -> None:
-    """
-    Refuse a run whose every LLM call failed, rather than show an "unknown" that hides the failure.
-
-    :raises BackendError: If the run made LLM calls and all of them failed.
-    """
+    """Raise a `BackendError` when the run made LLM calls and all failed (its "unknown" would hide the failure)."""
     message = every_call_failed_message(run.usage, run.evidence, config)
     if message is not None:
         raise BackendError(message)
@@ -206,17 +192,11 @@ def _download_failure(error: requests.RequestException) -> str:
     return type(error).__name__
 
 
-LOCAL_DATASET_HINT = (
-    "pass a local SQuAD JSON file: haystack-fusion demo --dataset PATH (in a checkout: make demo DATASET=PATH)"
-)
-"""What the demo's message on a failed download suggests instead."""
-
-
 def _demo_dataset(args: argparse.Namespace) -> Path | None:
     """
     The demo's SQuAD file: `--dataset`, else `$HAYSTACK_FUSION_SQUAD`, else the official SQuAD 2.0 dev set.
 
-    :returns: The local file, or None after a failed download is told on stderr (`LOCAL_DATASET_HINT`).
+    :returns: The local file, or None after a failed download is told on stderr with what to do instead.
     """
     try:
         if args.dataset:
@@ -224,7 +204,10 @@ def _demo_dataset(args: argparse.Namespace) -> Path | None:
         return default_squad_path(cache_dir=args.cache_dir)
     except requests.RequestException as error:
         what = args.dataset or f"the SQuAD 2.0 dev set from {corpus.SQUAD_DEV_URL}"
-        instead = LOCAL_DATASET_HINT + ("" if args.dataset else f", or set ${SQUAD_VARIABLE} to one")
+        instead = (
+            "pass a local SQuAD JSON file: haystack-fusion demo --dataset PATH (in a checkout: make demo DATASET=PATH)"
+        )
+        instead += "" if args.dataset else f", or set ${SQUAD_VARIABLE} to one"
         print(f"haystack-fusion: cannot download {what} ({_download_failure(error)}): {instead}", file=sys.stderr)
         return None
 
@@ -447,6 +430,103 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+CACHE_DIR_HELP = "where downloads are cached (default: ~/.cache/haystack_fusion)"
+BACKEND_CHOICES = {
+    "--document-store": ["memory", "elasticsearch"],
+    "--retriever": ["bm25", "dense", "hybrid"],
+    "--llm": ["local", "openai", "ollama"],
+}
+Option = tuple[str, dict[str, Any]]
+
+
+def _store_options(demo: bool = False) -> list[Option]:
+    """`--store`, `--document-store`, `--es-index`, `--retriever`, `--embedder` (the demo's own store and index)."""
+    es_index = DEMO_ES_INDEX if demo else BackendConfig.elasticsearch_index
+    store: dict[str, Any] = {"help": f"saved in-memory index file (default: ${STORE_VARIABLE} or {DEFAULT_STORE})"}
+    if demo:
+        store = {
+            "default": str(DEMO_STORE),
+            "help": f"saved in-memory index file the demo writes (default: {DEMO_STORE}; never the `index` "
+            f"command's ${STORE_VARIABLE} or {DEFAULT_STORE}, so an index you built is kept)",
+        }
+    return [
+        ("--store", store),
+        ("--document-store", {"default": "memory", "help": "where passages live (default: memory; elasticsearch at "
+                              "$ELASTICSEARCH_URL, key from $ELASTIC_API_KEY)"}),
+        ("--es-index", {"default": es_index, "help": f"Elasticsearch index (default: {es_index})"}),
+        ("--retriever", {"default": "bm25", "help": "bm25 (default), dense (packaged MiniLM embeddings) or hybrid "
+                         "(both, reciprocal rank fusion); index with the same choice, so passages get embeddings"}),
+        ("--embedder", {"default": "packaged", "choices": ["packaged", "openai"], "help": "embeddings for "
+                        "dense/hybrid: packaged all-MiniLM-L6-v2 (default) or OpenAI ($OPENAI_API_KEY)"}),
+    ]  # fmt: skip
+
+
+LLM_OPTIONS: list[Option] = [
+    ("--llm", {"default": "local", "help": "local (embedded model, default), openai ($OPENAI_API_KEY; --api-base-url "
+               "for any OpenAI-compatible server) or ollama ($OLLAMA_HOST)"}),
+    ("--model", {"help": "the LLM's model name (default: gpt-4o-mini for openai, qwen3:0.6b for ollama)"}),
+    ("--api-base-url", {"help": "an OpenAI-compatible server's URL (default: $OPENAI_BASE_URL or OpenAI)"}),
+    ("--timeout", {"type": float, "help": "seconds before an openai or ollama call gives up (default: the client's "
+                   "own, 30 for openai or $OPENAI_TIMEOUT, 120 for ollama)"}),
+    ("--max-tokens", {"type": int, "help": "completion budget of a call in tokens (default: the LLM's own; 128 for "
+                      "the embedded model)"}),
+    ("--max-retries", {"type": int, "help": "retries of a failed openai call, by the openai client (default: its "
+                       "own)"}),
+    ("--logprobs", {"action": "store_true", "help": "ask an openai server for token log-probabilities, so answers "
+                    "carry a confidence (the embedded model always returns them; ollama returns none)"}),
+    ("--llama-log", {"action": "store_true", "help": "print the embedded model's llama.cpp log lines (model "
+                     "loading, cache sizes) on stderr; without it, only llama.cpp's errors (also "
+                     "$HAYSTACK_FUSION_LLAMA_LOG=1)"}),
+]  # fmt: skip
+
+STRATEGY_OPTIONS: list[Option] = [
+    ("--num-candidates", {"type": int, "default": 2, "help": "SuRe's answer candidates K (default: 2)"}),
+    ("--candidate-prompt", {"choices": ["few-shot", "zero-shot"], "help": "SuRe's candidate prompt: Listing 13 "
+                            "(few-shot) or Listing 6 (zero-shot); default: few-shot for the embedded model, a base "
+                            "model that continues text, zero-shot for chat models"}),
+    ("--parametric-knowledge", {"default": "on", "choices": ["on", "off"], "help": "Chain-of-Note: answer from the "
+                                "model's own knowledge when no passage is relevant (on, the paper's step 5, default) "
+                                'or say "unknown" (off)'}),
+    ("--note-max-tokens", {"type": int, "help": "Chain-of-Note: completion budget of a call (default: 400 for the "
+                           "embedded model, the --max-tokens of chat models)"}),
+    ("--min-confidence", {"type": float, "help": "tau: concat_pf and cascade fall back to post-fusion when the "
+                          "concatenation answer's confidence is below it (default: off for concat_pf, as in the "
+                          f"paper; {CASCADE_MIN_CONFIDENCE} for cascade)"}),
+    ("--min-vote-share", {"type": float, "help": "s: cascade verifies a post-fusion vote whose winner has a smaller "
+                          f"share of the votes (default: {CASCADE_MIN_VOTE_SHARE})"}),
+    ("--verifier-scoring", {"choices": ["text", "probability"], "help": "SuRe's validity and ranking from the reply's "
+                            "words (text, as in the paper) or from token probabilities (default: text for the sure "
+                            "strategies, probability for cascade)"}),
+]  # fmt: skip
+
+REPORT_OPTIONS: list[Option] = [
+    ("--baseline", {"help": "strategy the others are compared with: paired bootstrap CI of the EM and F1 difference "
+                    "over the same questions (default: concatenation when it ran)"}),
+    ("--sas", {"action": "store_true", "help": "add semantic answer similarity (Haystack's SASEvaluator, packaged "
+               "all-MiniLM-L6-v2; `dense` extra)"}),
+]  # fmt: skip
+
+
+def _answer_options(default_strategy: str) -> list[Option]:
+    """`--strategy`, `--top-k`, `--max-concurrency` and `STRATEGY_OPTIONS`."""
+    return [
+        ("--strategy", {"default": default_strategy, "choices": list(STRATEGIES), "metavar": "NAME", "help": "the "
+                        f"strategy: %(choices)s (default: {default_strategy}; `haystack-fusion strategies` tells what "
+                        "each does)"}),
+        ("--top-k", {"type": int, "default": 5, "help": "passages to retrieve (default: 5)"}),
+        ("--max-concurrency", {"type": int, "help": MAX_CONCURRENCY_HELP}),
+        *STRATEGY_OPTIONS,
+    ]  # fmt: skip
+
+
+def _add(sub: argparse.ArgumentParser, *groups: list[Option]) -> None:
+    """Add each option of `groups` to `sub` (`BACKEND_CHOICES` as the choices of the backend options)."""
+    for group in groups:
+        for flag, kwargs in group:
+            choices: dict[str, Any] = {"choices": BACKEND_CHOICES[flag]} if flag in BACKEND_CHOICES else {}
+            sub.add_argument(flag, **choices, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `haystack-fusion` command."""
     parser = argparse.ArgumentParser(
@@ -455,252 +535,77 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    def store_option(sub: argparse.ArgumentParser, *, demo: bool = False) -> None:
-        if demo:
-            sub.add_argument(
-                "--store",
-                default=str(DEMO_STORE),
-                help=f"saved in-memory index file the demo writes (default: {DEMO_STORE}; never the `index` "
-                f"command's ${STORE_VARIABLE} or {DEFAULT_STORE}, so an index you built is kept)",
-            )
-        else:
-            sub.add_argument(
-                "--store", help=f"saved in-memory index file (default: ${STORE_VARIABLE} or {DEFAULT_STORE})"
-            )
-        sub.add_argument(
-            "--document-store",
-            default="memory",
-            choices=["memory", "elasticsearch"],
-            help="where passages live (default: memory; elasticsearch at $ELASTICSEARCH_URL, key from "
-            "$ELASTIC_API_KEY)",
-        )
-        es_index = DEMO_ES_INDEX if demo else BackendConfig.elasticsearch_index
-        sub.add_argument("--es-index", default=es_index, help=f"Elasticsearch index (default: {es_index})")
-        sub.add_argument(
-            "--retriever",
-            default="bm25",
-            choices=["bm25", "dense", "hybrid"],
-            help="bm25 (default), dense (packaged MiniLM embeddings) or hybrid (both, reciprocal rank fusion); "
-            "index with the same choice, so passages get embeddings",
-        )
-        sub.add_argument(
-            "--embedder",
-            default="packaged",
-            choices=["packaged", "openai"],
-            help="embeddings for dense/hybrid: packaged all-MiniLM-L6-v2 (default) or OpenAI ($OPENAI_API_KEY)",
-        )
-
-    def llm_options(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument(
-            "--llm",
-            default="local",
-            choices=["local", "openai", "ollama"],
-            help="local (embedded model, default), openai ($OPENAI_API_KEY; --api-base-url for any "
-            "OpenAI-compatible server) or ollama ($OLLAMA_HOST)",
-        )
-        sub.add_argument(
-            "--model", help="the LLM's model name (default: gpt-4o-mini for openai, qwen3:0.6b for ollama)"
-        )
-        sub.add_argument(
-            "--api-base-url", help="an OpenAI-compatible server's URL (default: $OPENAI_BASE_URL or OpenAI)"
-        )
-        sub.add_argument(
-            "--timeout",
-            type=float,
-            help="seconds before an openai or ollama call gives up (default: the client's own, 30 for openai or "
-            "$OPENAI_TIMEOUT, 120 for ollama)",
-        )
-        sub.add_argument(
-            "--max-tokens",
-            type=int,
-            help="completion budget of a call in tokens (default: the LLM's own; 128 for the embedded model)",
-        )
-        sub.add_argument(
-            "--max-retries", type=int, help="retries of a failed openai call, by the openai client (default: its own)"
-        )
-        sub.add_argument(
-            "--logprobs",
-            action="store_true",
-            help="ask an openai server for token log-probabilities, so answers carry a confidence (the embedded "
-            "model always returns them; ollama returns none)",
-        )
-        sub.add_argument(
-            "--llama-log",
-            action="store_true",
-            help="print the embedded model's llama.cpp log lines (model loading, cache sizes) on stderr; without it, "
-            "only llama.cpp's errors (also $HAYSTACK_FUSION_LLAMA_LOG=1)",
-        )
-
-    def strategy_options(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--num-candidates", type=int, default=2, help="SuRe's answer candidates K (default: 2)")
-        sub.add_argument(
-            "--candidate-prompt",
-            choices=["few-shot", "zero-shot"],
-            help="SuRe's candidate prompt: Listing 13 (few-shot) or Listing 6 (zero-shot); default: few-shot for the "
-            "embedded model, a base model that continues text, zero-shot for chat models",
-        )
-        sub.add_argument(
-            "--parametric-knowledge",
-            default="on",
-            choices=["on", "off"],
-            help="Chain-of-Note: answer from the model's own knowledge when no passage is relevant (on, the paper's "
-            'step 5, default) or say "unknown" (off)',
-        )
-        sub.add_argument(
-            "--note-max-tokens",
-            type=int,
-            help="Chain-of-Note: completion budget of a call (default: 400 for the embedded model, the --max-tokens "
-            "of chat models)",
-        )
-        sub.add_argument(
-            "--min-confidence",
-            type=float,
-            help="tau: concat_pf and cascade fall back to post-fusion when the concatenation answer's confidence is "
-            f"below it (default: off for concat_pf, as in the paper; {CASCADE_MIN_CONFIDENCE} for cascade)",
-        )
-        sub.add_argument(
-            "--min-vote-share",
-            type=float,
-            help="s: cascade verifies a post-fusion vote whose winner has a smaller share of the votes (default: "
-            f"{CASCADE_MIN_VOTE_SHARE})",
-        )
-        sub.add_argument(
-            "--verifier-scoring",
-            choices=["text", "probability"],
-            help="SuRe's validity and ranking from the reply's words (text, as in the paper) or from token "
-            "probabilities (default: text for the sure strategies, probability for cascade)",
-        )
-
-    def report_options(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument(
-            "--baseline",
-            help="strategy the others are compared with: paired bootstrap CI of the EM and F1 difference over the "
-            "same questions (default: concatenation when it ran)",
-        )
-        sub.add_argument(
-            "--sas",
-            action="store_true",
-            help="add semantic answer similarity (Haystack's SASEvaluator, packaged all-MiniLM-L6-v2; `dense` extra)",
-        )
-
-    def answer_options(sub: argparse.ArgumentParser, default_strategy: str) -> None:
-        sub.add_argument(
-            "--strategy",
-            default=default_strategy,
-            choices=list(STRATEGIES),
-            metavar="NAME",
-            help=f"the strategy: %(choices)s (default: {default_strategy}; `haystack-fusion strategies` tells what "
-            "each does)",
-        )
-        sub.add_argument("--top-k", type=int, default=5, help="passages to retrieve (default: 5)")
-        sub.add_argument("--max-concurrency", type=int, help=MAX_CONCURRENCY_HELP)
-        strategy_options(sub)
-
     index = commands.add_parser("index", help="index passages into a saved in-memory store")
     index.add_argument("source", help="SQuAD JSON (v1.1/v2.0), JSONL of passages, folder of .txt/.md, or URL")
-    index.add_argument("--cache-dir", help="where downloads are cached (default: ~/.cache/haystack_fusion)")
-    store_option(index)
+    index.add_argument("--cache-dir", help=CACHE_DIR_HELP)
+    _add(index, _store_options())
     index.add_argument("--batch-size", type=int, default=64, help="passages per write (default: 64)")
     index.set_defaults(func=cmd_index)
 
     ask = commands.add_parser("ask", help="answer a question with a strategy")
     ask.add_argument("question", help="the question, answered from the indexed passages")
-    answer_options(ask, "concat_pf")
+    _add(ask, _answer_options("concat_pf"))
     ask.add_argument("--json", action="store_true", help="print the answer, evidence and usage as JSON")
-    store_option(ask)
-    llm_options(ask)
+    _add(ask, _store_options(), LLM_OPTIONS)
     ask.set_defaults(func=cmd_ask)
 
-    strategies = commands.add_parser("strategies", help="list the registered strategies")
-    strategies.set_defaults(func=cmd_strategies)
+    commands.add_parser("strategies", help="list the registered strategies").set_defaults(func=cmd_strategies)
 
     evaluate = commands.add_parser("eval", help="evaluate strategies on a dataset (EM, F1, %%Unk, %%NM, ...)")
-    evaluate.add_argument("--dataset", required=True, help="SQuAD JSON, or NQ-open JSONL with --corpus; path or URL")
-    evaluate.add_argument(
-        "--corpus",
-        help="passage corpus for an NQ-open dataset: JSONL or DPR-style TSV (default: none; a SQuAD file holds its "
-        "passages)",
-    )
-    evaluate.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated (default: all)")
-    evaluate.add_argument("--top-k", default="5", help="k, or a comma-separated sweep such as 5,10,20 (default: 5)")
-    evaluate.add_argument(
-        "--limit", type=int, help="only the first N questions, after --questions and --sample (default: all)"
-    )
-    evaluate.add_argument(
-        "--sample",
-        type=int,
-        help="a fixed stratified random sample of N questions, half answerable and half unanswerable (drawn with "
-        "--seed): the same questions for every strategy and every run (default: no sample, every question)",
-    )
-    evaluate.add_argument(
-        "--questions",
-        default="all",
-        choices=["all", "answerable", "unanswerable"],
-        help="which questions: all (default), answerable (noise robustness), unanswerable (reject rate)",
-    )
-    evaluate.add_argument(
-        "--concurrency",
-        type=int,
-        help="questions answered at once (default: 1 for the embedded model, which runs one call at a time; "
-        f"{SERVER_CONCURRENCY} for an openai or ollama server)",
-    )
-    evaluate.add_argument("--max-concurrency", type=int, help=MAX_CONCURRENCY_HELP)
-    evaluate.add_argument(
-        "--max-calls-in-flight",
-        type=int,
-        help="LLM calls under way at once in the whole run, shared by the --concurrency questions and their rounds "
-        f"(default: ${MAX_CALLS_IN_FLIGHT_ENV}, else no limit): set it to what a rate-limited API allows, so a storm "
-        "of 429s slows the run down instead of failing calls. Failed questions are recorded as failed, kept out of "
-        f"the report, and asked again by the same command (exit status {EXIT_FAILED_QUESTIONS} while some remain)",
-    )
-    evaluate.add_argument(
-        "--gold-passage",
-        default="none",
-        choices=["none", "random", "first", "last"],
-        help="the question's gold passage in the top-k: none keeps retrieval as it is (default); random puts it at a "
-        "random position when retrieval missed it; first / last always put it there (Liu et al. section 4.5)",
-    )
-    evaluate.add_argument(
-        "--noise-ratio",
-        type=float,
-        help="share of irrelevant passages in the top-k, 0-1 (Yu et al. section 3.1.1; default: none, the top-k as "
-        "retrieved)",
-    )
-    evaluate.add_argument("--closed-book-filter", action="store_true", help="drop questions answered with no context")
-    evaluate.add_argument(
-        "--seed", type=int, default=0, help="seed of --sample and of the settings' random choices (default: 0)"
-    )
-    evaluate.add_argument("--out", required=True, help="output folder; re-running with it resumes")
-    evaluate.add_argument("--cache-dir", help="where downloads are cached (default: ~/.cache/haystack_fusion)")
-    strategy_options(evaluate)
-    store_option(evaluate)
-    llm_options(evaluate)
-    report_options(evaluate)
-    evaluate.add_argument(
-        "--export-notes",
-        metavar="PATH",
-        help="write the Chain-of-Note records as chat fine-tuning JSONL (Yu et al. section 2.3.2; default: none "
-        "written)",
-    )
-    evaluate.add_argument(
-        "--export-correct-only", action="store_true", help="with --export-notes: only correctly answered questions"
-    )
+    _add(evaluate, [
+        ("--dataset", {"required": True, "help": "SQuAD JSON, or NQ-open JSONL with --corpus; path or URL"}),
+        ("--corpus", {"help": "passage corpus for an NQ-open dataset: JSONL or DPR-style TSV (default: none; a SQuAD "
+                      "file holds its passages)"}),
+        ("--strategies", {"default": ",".join(STRATEGIES), "help": "comma-separated (default: all)"}),
+        ("--top-k", {"default": "5", "help": "k, or a comma-separated sweep such as 5,10,20 (default: 5)"}),
+        ("--limit", {"type": int, "help": "only the first N questions, after --questions and --sample (default: "
+                     "all)"}),
+        ("--sample", {"type": int, "help": "a fixed stratified random sample of N questions, half answerable and "
+                      "half unanswerable (drawn with --seed): the same questions for every strategy and every run "
+                      "(default: no sample, every question)"}),
+        ("--questions", {"default": "all", "choices": ["all", "answerable", "unanswerable"], "help": "which "
+                         "questions: all (default), answerable (noise robustness), unanswerable (reject rate)"}),
+        ("--concurrency", {"type": int, "help": "questions answered at once (default: 1 for the embedded model, "
+                           f"which runs one call at a time; {SERVER_CONCURRENCY} for an openai or ollama server)"}),
+        ("--max-concurrency", {"type": int, "help": MAX_CONCURRENCY_HELP}),
+        ("--max-calls-in-flight", {"type": int, "help": "LLM calls under way at once in the whole run, shared by "
+                                   "the --concurrency questions and their rounds (default: "
+                                   f"${MAX_CALLS_IN_FLIGHT_ENV}, else no limit): set it to what a rate-limited API "
+                                   "allows, so a storm of 429s slows the run down instead of failing calls. Failed "
+                                   "questions are recorded as failed, kept out of the report, and asked again by the "
+                                   f"same command (exit status {EXIT_FAILED_QUESTIONS} while some remain)"}),
+        ("--gold-passage", {"default": "none", "choices": ["none", "random", "first", "last"], "help": "the "
+                            "question's gold passage in the top-k: none keeps retrieval as it is (default); random "
+                            "puts it at a random position when retrieval missed it; first / last always put it there "
+                            "(Liu et al. section 4.5)"}),
+        ("--noise-ratio", {"type": float, "help": "share of irrelevant passages in the top-k, 0-1 (Yu et al. section "
+                           "3.1.1; default: none, the top-k as retrieved)"}),
+        ("--closed-book-filter", {"action": "store_true", "help": "drop questions answered with no context"}),
+        ("--seed", {"type": int, "default": 0, "help": "seed of --sample and of the settings' random choices "
+                    "(default: 0)"}),
+        ("--out", {"required": True, "help": "output folder; re-running with it resumes"}),
+        ("--cache-dir", {"help": CACHE_DIR_HELP}),
+    ], STRATEGY_OPTIONS, _store_options(), LLM_OPTIONS, REPORT_OPTIONS, [
+        ("--export-notes", {"metavar": "PATH", "help": "write the Chain-of-Note records as chat fine-tuning JSONL "
+                            "(Yu et al. section 2.3.2; default: none written)"}),
+        ("--export-correct-only", {"action": "store_true", "help": "with --export-notes: only correctly answered "
+                                   "questions"}),
+    ])  # fmt: skip
     evaluate.set_defaults(func=cmd_eval)
 
     report = commands.add_parser(
         "report", help="rebuild the tables and charts of `eval` output folders from their records and the dataset"
     )
     report.add_argument("runs", nargs="+", help="`eval --out` folders (e.g. one per noise ratio)")
-    report.add_argument("--out", required=True, help="where results.md, summary.json and the charts go")
-    report.add_argument("--title", default="", help="heading of the table (default: the first run's)")
-    report.add_argument(
-        "--dataset", help="the dataset file the runs answered, to rescore them (default: the one the run names)"
-    )
-    report.add_argument(
-        "--corpus", help="passage corpus for an NQ-open dataset (default: none; a SQuAD file holds its passages)"
-    )
-    report.add_argument("--cache-dir", help="where downloads are cached (default: ~/.cache/haystack_fusion)")
-    report_options(report)
+    _add(report, [
+        ("--out", {"required": True, "help": "where results.md, summary.json and the charts go"}),
+        ("--title", {"default": "", "help": "heading of the table (default: the first run's)"}),
+        ("--dataset", {"help": "the dataset file the runs answered, to rescore them (default: the one the run "
+                       "names)"}),
+        ("--corpus", {"help": "passage corpus for an NQ-open dataset (default: none; a SQuAD file holds its "
+                      "passages)"}),
+        ("--cache-dir", {"help": CACHE_DIR_HELP}),
+    ], REPORT_OPTIONS)  # fmt: skip
     report.set_defaults(func=cmd_report)
 
     pipelines = commands.add_parser(
@@ -710,47 +615,23 @@ def build_parser() -> argparse.ArgumentParser:
         "the flags name, in yaml/<strategy>__<store>_<retriever>_<llm>.yml. The defaults write what the repository's "
         "pipelines/ holds: the embedded model over the saved in-memory index (memory_bm25_local).",
     )
-    pipelines.add_argument(
-        "--out", default="pipelines", help="output folder (default: ./pipelines, relative to the working directory)"
-    )
-    pipelines.add_argument(
-        "--document-store",
-        default="memory",
-        choices=["memory", "elasticsearch"],
-        help="where the pipelines find the passages: memory (the saved index of --store, default) or elasticsearch "
-        "(--es-url, --es-index)",
-    )
-    pipelines.add_argument(
-        "--retriever",
-        default="bm25",
-        choices=["bm25", "dense", "hybrid"],
-        help="bm25 (default), dense or hybrid (both, reciprocal rank fusion) on the packaged MiniLM embeddings; "
-        "dense and hybrid need --document-store elasticsearch",
-    )
-    pipelines.add_argument(
-        "--llm",
-        default="local",
-        choices=["local", "openai", "ollama"],
-        help="local (the embedded model, default), openai (gpt-4o-mini; $OPENAI_API_KEY and $OPENAI_BASE_URL read "
-        "when the pipeline runs) or ollama (qwen3:0.6b at http://localhost:11434); edit a file's `model:` for another",
-    )
-    pipelines.add_argument(
-        "--es-url",
-        default=BackendConfig.elasticsearch_url,
-        help=f"Elasticsearch hosts written into the YAML (default: {BackendConfig.elasticsearch_url})",
-    )
-    pipelines.add_argument(
-        "--es-index",
-        default=BackendConfig.elasticsearch_index,
-        help="Elasticsearch index written into the YAML, the one `index --document-store elasticsearch "
-        f"--es-index NAME` filled (default: {BackendConfig.elasticsearch_index})",
-    )
-    pipelines.add_argument(
-        "--store",
-        default=DEFAULT_INDEX_PATH,
-        help=f"saved in-memory index written into the YAML; ~ is expanded where the pipeline runs "
-        f"(default: {DEFAULT_INDEX_PATH})",
-    )
+    es_url, es_index = BackendConfig.elasticsearch_url, BackendConfig.elasticsearch_index
+    _add(pipelines, [
+        ("--out", {"default": "pipelines", "help": "output folder (default: ./pipelines, relative to the working "
+                   "directory)"}),
+        ("--document-store", {"default": "memory", "help": "where the pipelines find the passages: memory (the "
+                              "saved index of --store, default) or elasticsearch (--es-url, --es-index)"}),
+        ("--retriever", {"default": "bm25", "help": "bm25 (default), dense or hybrid (both, reciprocal rank fusion) "
+                         "on the packaged MiniLM embeddings; dense and hybrid need --document-store elasticsearch"}),
+        ("--llm", {"default": "local", "help": "local (the embedded model, default), openai (gpt-4o-mini; "
+                   "$OPENAI_API_KEY and $OPENAI_BASE_URL read when the pipeline runs) or ollama (qwen3:0.6b at "
+                   "http://localhost:11434); edit a file's `model:` for another"}),
+        ("--es-url", {"default": es_url, "help": f"Elasticsearch hosts written into the YAML (default: {es_url})"}),
+        ("--es-index", {"default": es_index, "help": "Elasticsearch index written into the YAML, the one `index "
+                        f"--document-store elasticsearch --es-index NAME` filled (default: {es_index})"}),
+        ("--store", {"default": DEFAULT_INDEX_PATH, "help": "saved in-memory index written into the YAML; ~ is "
+                     f"expanded where the pipeline runs (default: {DEFAULT_INDEX_PATH})"}),
+    ])  # fmt: skip
     pipelines.set_defaults(func=cmd_pipelines)
 
     serve = commands.add_parser(
@@ -760,22 +641,16 @@ def build_parser() -> argparse.ArgumentParser:
         "deploys at run time; only the origins of $HAYSTACK_FUSION_CORS_ORIGINS may call it from web pages; with "
         "$HAYSTACK_FUSION_API_KEY set, every route but GET /status needs `Authorization: Bearer <key>`.",
     )
-    serve.add_argument(
-        "--strategy",
-        action="append",
-        choices=sorted(STRATEGIES),
-        metavar="NAME",
-        help="a strategy to serve, repeatable (default: all of them)",
-    )
-    serve.add_argument(
-        "--pipelines-dir",
-        help="serve the wrapper folders and YAML pipelines of this folder instead of --strategy (default: none, "
-        "the strategies)",
-    )
-    serve.add_argument("--host", default="127.0.0.1", help="the address to bind (default: 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="the port (default: 1416; 1417 with --mcp)")
-    serve.add_argument("--with-chainlit", action="store_true", help="mount Hayhooks' chat UI at /chat")
-    serve.add_argument("--mcp", action="store_true", help="serve the strategies as MCP tools (/mcp, /sse) instead")
+    _add(serve, [
+        ("--strategy", {"action": "append", "choices": sorted(STRATEGIES), "metavar": "NAME", "help": "a strategy to "
+                        "serve, repeatable (default: all of them)"}),
+        ("--pipelines-dir", {"help": "serve the wrapper folders and YAML pipelines of this folder instead of "
+                             "--strategy (default: none, the strategies)"}),
+        ("--host", {"default": "127.0.0.1", "help": "the address to bind (default: 127.0.0.1)"}),
+        ("--port", {"type": int, "help": "the port (default: 1416; 1417 with --mcp)"}),
+        ("--with-chainlit", {"action": "store_true", "help": "mount Hayhooks' chat UI at /chat"}),
+        ("--mcp", {"action": "store_true", "help": "serve the strategies as MCP tools (/mcp, /sse) instead"}),
+    ])  # fmt: skip
     serve.set_defaults(func=cmd_serve)
 
     demo = commands.add_parser(
@@ -785,16 +660,12 @@ def build_parser() -> argparse.ArgumentParser:
         f"once) into the demo's own store ({DEMO_STORE}, or --store): never the `index` command's, so an index you "
         "built is kept. Then answer a handful of its questions, about half of them unanswerable.",
     )
-    demo.add_argument(
-        "--dataset",
-        help=f"path or URL of a SQuAD JSON file (default: ${SQUAD_VARIABLE}, else the official SQuAD 2.0 dev set, "
-        "downloaded once into --cache-dir and checksum-verified)",
-    )
-    demo.add_argument("--questions", type=int, default=5, help="how many questions to answer (default: 5)")
-    demo.add_argument("--cache-dir", help="where downloads are cached (default: ~/.cache/haystack_fusion)")
-    answer_options(demo, "concat_pf")
-    store_option(demo, demo=True)
-    llm_options(demo)
+    _add(demo, [
+        ("--dataset", {"help": f"path or URL of a SQuAD JSON file (default: ${SQUAD_VARIABLE}, else the official "
+                       "SQuAD 2.0 dev set, downloaded once into --cache-dir and checksum-verified)"}),
+        ("--questions", {"type": int, "default": 5, "help": "how many questions to answer (default: 5)"}),
+        ("--cache-dir", {"help": CACHE_DIR_HELP}),
+    ], _answer_options("concat_pf"), _store_options(demo=True), LLM_OPTIONS)  # fmt: skip
     demo.set_defaults(func=cmd_demo)
     return parser
 

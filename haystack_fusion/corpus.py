@@ -73,18 +73,6 @@ def _field(obj: Any, key: str, where: str) -> Any:
     return obj[key]
 
 
-def _squad_question(qa: Any, where: str, doc_id: str) -> Question:
-    qid, question = str(_field(qa, "id", where)), str(_field(qa, "question", where))
-    answers = [str(_field(ans, "text", f"{where}, answer {i}")) for i, ans in enumerate(qa.get("answers") or [])]
-    return Question(
-        id=qid,
-        question=question,
-        answers=tuple(dict.fromkeys(answers)),
-        is_impossible=bool(qa.get("is_impossible", False)),
-        gold_document_id=doc_id,
-    )
-
-
 def load_squad(path: str | Path) -> tuple[list[Document], list[Question]]:
     """
     Load a SQuAD v1.1 or v2.0 JSON file as paragraph Documents and questions.
@@ -122,7 +110,18 @@ def load_squad(path: str | Path) -> tuple[list[Document], list[Question]]:
             if context not in documents:
                 documents[context] = Document(content=context, meta={"title": title, "paragraph": p_idx})
             for q_idx, qa in enumerate(paragraph.get("qas") or []):
-                questions.append(_squad_question(qa, f"{p_where}, question {q_idx}", documents[context].id))
+                q_where = f"{p_where}, question {q_idx}"
+                answers = (
+                    _field(ans, "text", f"{q_where}, answer {i}") for i, ans in enumerate(qa.get("answers") or [])
+                )
+                question = Question(
+                    id=str(_field(qa, "id", q_where)),
+                    question=str(_field(qa, "question", q_where)),
+                    answers=tuple(dict.fromkeys(str(answer) for answer in answers)),
+                    is_impossible=bool(qa.get("is_impossible", False)),
+                    gold_document_id=documents[context].id,
+                )
+                questions.append(question)
     if not documents:
         raise ValueError(f"{path}: no paragraphs found")
     logger.info("Loaded {n} passages and {q} questions from {path}", n=len(documents), q=len(questions), path=str(path))
@@ -291,8 +290,7 @@ def load_text_folder(
         key=lambda p: p.relative_to(folder).as_posix(),
     )
     splitter = DocumentSplitter(split_by="word", split_length=words_per_passage, split_overlap=0)
-    if hasattr(splitter, "warm_up"):
-        splitter.warm_up()
+    splitter.warm_up()
     documents: list[Document] = []
     skips: list[SkippedFile] = []
     for file in files:
@@ -384,38 +382,18 @@ def download(url: str, cache_dir: str | Path | None = None) -> Path:
     return _retrieve(url, Path(cache_dir if cache_dir is not None else CACHE_DIR).expanduser() / name, None)
 
 
-def download_squad_dev(cache_dir: str | Path | None = None) -> Path:
-    """
-    The official SQuAD 2.0 dev set (`SQUAD_DEV_URL`), downloaded once into the cache folder as `SQUAD_DEV_FILE`.
-
-    A cached copy with another SHA-256 than `SQUAD_DEV_SHA256` is logged with a warning and downloaded again.
-
-    :param cache_dir: The cache folder; defaults to `~/.cache/haystack_fusion`. Created if missing.
-    :raises requests.RequestException: If the download fails: `requests.ConnectionError` or `requests.Timeout`
-        when offline, `requests.HTTPError` for an HTTP error status.
-    :raises ValueError: If the downloaded file's SHA-256 is not `SQUAD_DEV_SHA256` (the file is deleted).
-    """
-    url, sha256 = SQUAD_DEV_URL, SQUAD_DEV_SHA256
-    target = Path(cache_dir if cache_dir is not None else CACHE_DIR).expanduser() / SQUAD_DEV_FILE
-    if target.is_file() and pooch.file_hash(str(target), alg="sha256") != sha256:
-        logger.warning(
-            "{path} is not the file of {url} (its SHA-256 differs): downloading it again", path=str(target), url=url
-        )
-    try:
-        return _retrieve(url, target, sha256)
-    except ValueError as error:  # pooch's checksum mismatch: "SHA256 hash of downloaded file (...) does not match ..."
-        raise ValueError(f"Refused the download of {url}: {error}") from error
-
-
 def default_squad_path(*, cache_dir: str | Path | None = None) -> Path:
     """
-    The SQuAD 2.0 file to use when none is given: `$HAYSTACK_FUSION_SQUAD`, else the official dev set.
+    The SQuAD 2.0 file to use when none is given: `$HAYSTACK_FUSION_SQUAD`, else the official dev set
+    (`SQUAD_DEV_URL`), downloaded once into the cache folder as `SQUAD_DEV_FILE`; a cached copy with another SHA-256
+    than `SQUAD_DEV_SHA256` is logged with a warning and downloaded again.
 
     :param cache_dir: Where the official dev set is cached; defaults to `~/.cache/haystack_fusion`.
     :returns: The resolved path of the file.
     :raises FileNotFoundError: If `HAYSTACK_FUSION_SQUAD` names a file that does not exist.
-    :raises requests.RequestException: If the download fails (`requests.ConnectionError` when offline).
-    :raises ValueError: If the downloaded file fails its checksum.
+    :raises requests.RequestException: If the download fails (`requests.ConnectionError` or `requests.Timeout` when
+        offline, `requests.HTTPError` for an HTTP error status).
+    :raises ValueError: If the downloaded file's SHA-256 is not `SQUAD_DEV_SHA256` (the file is deleted).
     """
     override = squad_file()
     if override:
@@ -423,4 +401,13 @@ def default_squad_path(*, cache_dir: str | Path | None = None) -> Path:
         if not path.is_file():
             raise FileNotFoundError(f"${SQUAD_VARIABLE} names a missing file: '{path}'")
         return path
-    return download_squad_dev(cache_dir).resolve()
+    url, sha256 = SQUAD_DEV_URL, SQUAD_DEV_SHA256
+    target = Path(cache_dir if cache_dir is not None else CACHE_DIR).expanduser() / SQUAD_DEV_FILE
+    if target.is_file() and pooch.file_hash(str(target), alg="sha256") != sha256:
+        logger.warning(
+            "{path} is not the file of {url} (its SHA-256 differs): downloading it again", path=str(target), url=url
+        )
+    try:
+        return _retrieve(url, target, sha256).resolve()
+    except ValueError as error:  # pooch's checksum mismatch: "SHA256 hash of downloaded file (...) does not match ..."
+        raise ValueError(f"Refused the download of {url}: {error}") from error

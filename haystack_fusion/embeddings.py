@@ -89,8 +89,29 @@ EMBEDDING_DIM = 384
 """The packaged all-MiniLM-L6-v2 model's embedding size (for Elasticsearch's `embedding_dim`)."""
 
 
+class _PackagedModel:
+    """
+    `model=None` means the packaged all-MiniLM-L6-v2 model, serialized as `model: null` so a saved pipeline loads on
+    any machine with the `dense` extra; any other value is a sentence-transformers model name or path. The other
+    keyword arguments go to the wrapped Haystack component.
+
+    :raises FileNotFoundError: If `model` is None and the packaged model is missing.
+    """
+
+    def __init__(self, *, model: str | None = None, **kwargs: Any) -> None:
+        super().__init__(model=packaged_embedding_model_path() if model is None else model, **kwargs)  # type: ignore[call-arg]
+        self._packaged = model is None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize; the packaged model as `model: null`."""
+        data: dict[str, Any] = super().to_dict()  # type: ignore[misc]
+        if self._packaged:
+            data["init_parameters"]["model"] = None
+        return data
+
+
 @component
-class PackagedTextEmbedder(SentenceTransformersTextEmbedder):
+class PackagedTextEmbedder(_PackagedModel, SentenceTransformersTextEmbedder):
     """
     SentenceTransformersTextEmbedder on the packaged all-MiniLM-L6-v2 model by default: embeds a query.
 
@@ -104,27 +125,9 @@ class PackagedTextEmbedder(SentenceTransformersTextEmbedder):
     ```
     """
 
-    def __init__(self, *, model: str | None = None, **kwargs: Any) -> None:
-        """
-        :param model: None for the packaged model, else any sentence-transformers model name or path.
-        :param kwargs: SentenceTransformersTextEmbedder's other parameters.
-        :raises FileNotFoundError: If `model` is None and the packaged model is missing.
-        """
-        SentenceTransformersTextEmbedder.__init__(
-            self, model=packaged_embedding_model_path() if model is None else model, **kwargs
-        )
-        self._packaged = model is None
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialize; the packaged model as `model: null`."""
-        data = SentenceTransformersTextEmbedder.to_dict(self)
-        if self._packaged:
-            data["init_parameters"]["model"] = None
-        return data
-
 
 @component
-class PackagedDocumentEmbedder(SentenceTransformersDocumentEmbedder):
+class PackagedDocumentEmbedder(_PackagedModel, SentenceTransformersDocumentEmbedder):
     """
     SentenceTransformersDocumentEmbedder on the packaged all-MiniLM-L6-v2 model by default: embeds passages for
     dense retrieval (the same model must embed the queries: `PackagedTextEmbedder`).
@@ -140,46 +143,8 @@ class PackagedDocumentEmbedder(SentenceTransformersDocumentEmbedder):
     ```
     """
 
-    def __init__(self, *, model: str | None = None, **kwargs: Any) -> None:
-        """
-        :param model: None for the packaged model, else any sentence-transformers model name or path.
-        :param kwargs: SentenceTransformersDocumentEmbedder's other parameters.
-        :raises FileNotFoundError: If `model` is None and the packaged model is missing.
-        """
-        SentenceTransformersDocumentEmbedder.__init__(
-            self, model=packaged_embedding_model_path() if model is None else model, **kwargs
-        )
-        self._packaged = model is None
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialize; the packaged model as `model: null`."""
-        data = SentenceTransformersDocumentEmbedder.to_dict(self)
-        if self._packaged:
-            data["init_parameters"]["model"] = None
-        return data
-
 
 @component
-class PackagedDiversityRanker(SentenceTransformersDiversityRanker):
-    """
-    SentenceTransformersDiversityRanker on the packaged all-MiniLM-L6-v2 model by default (`model=None`), portable in
-    YAML: what `summary_reranker` returns (Kim et al., Table 4).
-    """
-
-    def __init__(self, *, model: str | None = None, **kwargs: Any) -> None:
-        """
-        :param model: None for the packaged model, else any sentence-transformers model name or path.
-        :param kwargs: SentenceTransformersDiversityRanker's other parameters.
-        :raises FileNotFoundError: If `model` is None and the packaged model is missing.
-        """
-        SentenceTransformersDiversityRanker.__init__(
-            self, model=packaged_embedding_model_path() if model is None else model, **kwargs
-        )
-        self._packaged = model is None
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialize; the packaged model as `model: null`."""
-        data = SentenceTransformersDiversityRanker.to_dict(self)
-        if self._packaged:
-            data["init_parameters"]["model"] = None
-        return data
+class PackagedDiversityRanker(_PackagedModel, SentenceTransformersDiversityRanker):
+    """SentenceTransformersDiversityRanker on the packaged all-MiniLM-L6-v2 model by default: what `summary_reranker`
+    returns (Kim et al., Table 4)."""

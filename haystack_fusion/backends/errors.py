@@ -1,10 +1,8 @@
 """
-One-line messages for backends that cannot be used: a server that refuses the connection or does not answer, a key
-it refuses, an Elasticsearch index that does not exist.
-
-The `haystack-fusion` command prints these instead of a traceback. Each message names the URL and the option or
-environment variable to fix, and never a secret: the messages are built from the configuration and the exception's
-class and HTTP status, never from the text a server sent back, and URLs lose any user name, password and query.
+One-line messages, printed instead of a traceback, for backends that cannot be used (a server that refuses the
+connection or does not answer, a key it refuses, a missing Elasticsearch index). Each names the URL and the option or
+variable to fix and never a secret: built from the configuration and the exception's class and HTTP status, never
+from a server's text, with URLs stripped of user name, password and query.
 """
 
 from __future__ import annotations
@@ -26,10 +24,8 @@ class BackendError(RuntimeError):
 
 def safe_url(url: str) -> str:
     """
-    A URL fit for a message: without user name, password, query and fragment (where credentials can hide).
-
-    :param url: Any URL, e.g. `https://elastic:secret@host:9200/?api_key=x`.
-    :returns: E.g. `https://host:9200/`; the input unchanged when it does not parse as a URL with a host.
+    A URL fit for a message: `https://elastic:secret@host:9200/?api_key=x` -> `https://host:9200/` (no user name,
+    password, query or fragment); the input unchanged when it has no host.
     """
     parts = urlsplit(url)
     if not parts.hostname:
@@ -54,11 +50,6 @@ def _reason(error: BaseException) -> str:
         if isinstance(link, OSError) and link.strerror:
             return f" ({link.strerror})"
     return ""
-
-
-def _openai_url(config: BackendConfig) -> str:
-    """The OpenAI-compatible server's base URL as configured (`--api-base-url`, `$OPENAI_BASE_URL`) or OpenAI's."""
-    return safe_url(config.api_base_url or OPENAI_DEFAULT_URL)
 
 
 _STATUS_OF_TYPE = {"AuthenticationError": 401, "PermissionDeniedError": 403}
@@ -98,7 +89,7 @@ def _message(kind: str, config: BackendConfig, error: BaseException | str | None
     if kind not in _MESSAGES:
         return missing_index_message(config)
     return _MESSAGES[kind].format(
-        openai=_openai_url(config),
+        openai=safe_url(config.api_base_url or OPENAI_DEFAULT_URL),
         ollama=safe_url(config.ollama_url),
         es=safe_url(config.elasticsearch_url),
         reason=_reason(error) if isinstance(error, BaseException) else "",
@@ -122,7 +113,6 @@ def backend_error_message(error: BaseException, config: BackendConfig) -> str | 
     One line that says which backend failed and how to fix it, read from the exception and its causes (the openai,
     ollama and Elasticsearch clients' connection, timeout, authentication and not-found errors).
 
-    :param error: What a command raised.
     :param config: The backends the command used (for the URLs and the timeout).
     :returns: The message (no trailing period, no secret), or None when the error is not a backend's.
     """
@@ -138,12 +128,8 @@ def every_call_failed_message(
     usage: Mapping[str, Any], evidence: Mapping[str, Any], config: BackendConfig
 ) -> str | None:
     """
-    The message for a run whose every LLM call failed (each an abstention: the "unknown" would hide the failure).
-
-    :param usage: The run's usage (`calls`, `failed_calls`).
-    :param evidence: The run's evidence (`failures`: its failed calls).
-    :param config: The backends the run used.
-    :returns: `failed_calls_message` of its failures when it made calls and all of them failed, else None.
+    `failed_calls_message` for a run that made LLM calls and all failed (its "unknown" would hide the failure), from
+    its `usage` (`calls`, `failed_calls`) and `evidence` (`failures`); else None.
     """
     calls = int(usage.get("calls") or 0)
     if calls and int(usage.get("failed_calls") or 0) >= calls:
@@ -160,9 +146,9 @@ QUEUED_TIMEOUT_ADVICE = (
     "set --max-calls-in-flight 1 ($HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT=1 when serving) so the calls go one at a time, "
     "and a --timeout ($HAYSTACK_FUSION_TIMEOUT) that covers one call"
 )
-"""What helps when a multi-call strategy's calls time out on a server that queues them. Measured on llama-cpp-python's
-one-slot server (`sure` and `cascade`, 10 SQuAD 2.0 questions, `--timeout 12`): 2 of 20 records failed on a timed-out
-second summary call without the advice, 0 of 20 with `--max-calls-in-flight 1` (355 s wall against 344 s)."""
+"""What helps when a multi-call strategy's calls time out on a server that queues them: on llama-cpp-python's one-slot
+server (`sure` and `cascade`, 10 SQuAD 2.0 questions, `--timeout 12`) 2 of 20 records failed, 0 of 20 with
+`--max-calls-in-flight 1` (355 s wall against 344 s)."""
 
 
 def queued_timeout_advice(
@@ -173,10 +159,8 @@ def queued_timeout_advice(
     limit of one call in flight).
 
     :param failures: The run's failed calls (`evidence["failures"]`: `{"error": "ExceptionType: message", ...}`).
-    :param calls: The LLM calls the run made.
-    :param rounds: Its dependent rounds of calls.
     :param max_calls_in_flight: The process-wide bound on calls under way (None: none).
-    :returns: The advice, or None when no call timed out or the calls went one at a time.
+    :returns: The advice, or None.
     """
     timed_out = any(str(f.get("error") or "").split(":", 1)[0].strip() in TIMEOUT_ERRORS for f in failures)
     if not timed_out or calls <= rounds or max_calls_in_flight == 1:
@@ -186,11 +170,9 @@ def queued_timeout_advice(
 
 def failed_calls_message(failures: Iterable[dict[str, Any]], calls: int, config: BackendConfig) -> str:
     """
-    The message for a question whose every LLM call failed.
+    The message for a question whose every one of `calls` LLM calls failed.
 
     :param failures: The `meta["failures"]` entries of the run (`{"error": "ExceptionType: message", ...}`).
-    :param calls: How many LLM calls were made.
-    :param config: The backends the run used.
     :returns: `backend_error_message`'s line when a failure's exception type is a known backend error, else a line
         naming the LLM's URL and variables and pointing at the warnings logged for each call.
     """
@@ -200,8 +182,9 @@ def failed_calls_message(failures: Iterable[dict[str, Any]], calls: int, config:
         kind = _kind([(module, error_type)], config)
         if kind is not None:
             return _message(kind, config, error_type)
+    openai = safe_url(config.api_base_url or OPENAI_DEFAULT_URL)
     settings = {
-        "openai": f"--api-base-url or $OPENAI_BASE_URL ({_openai_url(config)}) and $OPENAI_API_KEY",
+        "openai": f"--api-base-url or $OPENAI_BASE_URL ({openai}) and $OPENAI_API_KEY",
         "ollama": f"$OLLAMA_HOST ({safe_url(config.ollama_url)})",
     }.get(config.llm, "--model")
     return (

@@ -37,19 +37,17 @@ LOCAL_GENERATION_KWARGS: dict[str, Any] = {
     "stop": ["\n\n", "\nQuestion:", "\nContext:"],
     "logprobs": True,
 }
-"""Greedy decoding at temperature 0 as in Liu et al. section 4 ("greedy decoding with the temperature parameter set to
-0"); a base model continues a few-shot prompt with the next example, so generation stops where one would start.
-Token log-probabilities come with every reply (`meta["logprobs"]`), so every answer can carry its confidence; they
-cost about one pass over the vocabulary's logits per generated token and change no reply."""
+"""Greedy decoding at temperature 0 (Liu et al. section 4), stopped where a base model would start the next few-shot
+example; token log-probabilities with every reply (`meta["logprobs"]`, one pass over the logits per token), so every
+answer can carry its confidence."""
 
 DEFAULT_CONTEXT_TOKENS = 8192
 """Context window of the embedded model, in tokens: room for 20 passages of ~100 words plus the prompt."""
 
 DEFAULT_BATCH_TOKENS = 512
-"""llama.cpp's prompt batch size, in tokens; with the prefix cache, also the granularity of the reused prefix. Keep
-512: the batch size changes llama.cpp's floating-point results (a prompt of the SQuAD 2.0 subset gets another greedy
-answer at 64 or 128 than at 512), so the batch-aligned prefix cache is exact only at the batch size the answers were
-made with."""
+"""llama.cpp's prompt batch size, in tokens, and the granularity of the reused prefix. The batch size changes
+llama.cpp's floating-point results (a SQuAD 2.0 prompt gets another greedy answer at 64 or 128 than at 512): keep
+512."""
 
 REPLY_CACHE_SIZE = 4096
 """Greedy replies a loaded embedded model remembers (least recently used first out): a few MB of text."""
@@ -59,14 +57,10 @@ _EXTRA = "The embedded model needs the `local` extra: pip install 'haystack-fusi
 
 def use_extra_buffer_types(system_info: str) -> bool:
     """
-    Whether llama.cpp may load the weights into its extra CPU buffer types (llama.cpp's `use_extra_bufts` model
-    parameter), decided from the build's system-info line.
-
-    The extra buffer types repack weights at load time for faster kernels: the AVX2 / AVX-512 repacked Q4 kernels
-    (`REPACK = 1`) and, in a build made for an Intel AMX host (`AMX_INT8 = 1`), the AMX kernels. The AMX path
-    crashes on the packaged model's Q4_K_M weights (a segfault in `ggml_backend_amx_mul_mat` on the first decode, a
-    known llama.cpp bug), so a build that reports AMX loads without extra buffer types. Any other build keeps
-    them: the repacked kernels are faster there and give the same greedy replies on every host of one build.
+    Whether llama.cpp may load the weights into its extra CPU buffer types (its `use_extra_bufts` model parameter:
+    weights repacked at load time for faster kernels). A build with AMX kernels crashes on the packaged model's
+    Q4_K_M weights (a segfault in `ggml_backend_amx_mul_mat` on the first decode, a known llama.cpp bug), so it
+    loads without them; any other build keeps them.
 
     :param system_info: `llama_cpp.llama_print_system_info()`, e.g. `"CPU : SSE3 = 1 | AVX2 = 1 | ... |"`.
     :returns: False when the line reports an AMX feature enabled (`AMX_INT8 = 1`, `AMX_TILE = 1`, ...), else True.
@@ -84,12 +78,9 @@ LLAMA_LOG_CONTINUED = 5
 @dataclass
 class LlamaLog:
     """
-    Which of llama.cpp's own log lines reach stderr: its errors always, the rest only when asked for.
-
-    llama.cpp logs through one process-wide callback; llama-cpp-python's reads a line's level one step off (with
-    `verbose=False` warnings reach stderr and errors do not), so this module sets its own when it loads
-    (`llama_cpp.llama_log_set`). Loading a model with `verbose=True` in its `model_kwargs` turns `verbose` on for the
-    process (the `haystack-fusion` commands' `--llama-log`, `HAYSTACK_FUSION_LLAMA_LOG=1`).
+    Which of llama.cpp's own log lines reach stderr: its errors always, the rest only when asked for (a model loaded
+    with `verbose=True` in its `model_kwargs`: `--llama-log`, `HAYSTACK_FUSION_LLAMA_LOG=1`). llama-cpp-python's
+    process-wide callback reads a line's level one step off, so this module sets its own (`llama_cpp.llama_log_set`).
 
     :param verbose: Print every line.
     """
@@ -161,14 +152,9 @@ else:
 
     def compiled_grammar(gbnf: str, llama: Any) -> Any:
         """
-        A GBNF grammar checked against the model's vocabulary for llama.cpp's constrained decoding, once per text.
+        A GBNF grammar (with a `root` rule) as a `llama_cpp.LlamaGrammar`, parsed once per text by a sampler built and
+        freed first: llama.cpp crashes the process on a grammar it cannot parse while decoding.
 
-        llama.cpp parses a grammar only when it builds the sampler and crashes the process on one it cannot parse,
-        so the text is parsed here first (a sampler built and freed).
-
-        :param gbnf: The grammar in llama.cpp's GBNF notation, with a `root` rule.
-        :param llama: The loaded `llama_cpp.Llama`.
-        :returns: A `llama_cpp.LlamaGrammar`.
         :raises ValueError: If the text does not parse as GBNF.
         """
         if gbnf not in _GRAMMARS:
@@ -184,12 +170,9 @@ else:
     class LocalChatGenerator:  # type: ignore[no-redef]
         """
         The embedded LLM: a ChatGenerator on llama-cpp-python's `Llama.create_completion`, safe to call from many
-        threads.
-
-        The messages' texts are sent as they are, joined by blank lines: the packaged model is a base model, prompted
-        with the papers' few-shot prompts, not with a chat template. A llama.cpp model must not run two calls at once,
-        so calls are serialized by a lock; generators with the same settings share one loaded model, its lock and
-        its reply cache.
+        threads. The messages' texts are sent joined by blank lines, with no chat template (a base model prompted with
+        the papers' few-shot prompts); generators with the same settings share one loaded model, the lock that runs
+        its calls one at a time, and its reply cache.
 
         ### Usage example
         ```python
@@ -220,23 +203,17 @@ else:
                 pipelines stay machine-independent).
             :param n_ctx: Context window in tokens.
             :param n_batch: Prompt processing batch size in tokens.
-            :param model_kwargs: Extra `llama_cpp.Llama` arguments, over the defaults `n_threads` = the machine's CPU
-                count and `verbose=False` (llama.cpp's log lines on stderr: only its errors; `verbose=True` prints
-                them all, `LlamaLog`). `use_extra_bufts` (bool) sets llama.cpp's model parameter of that name; unset,
-                it is decided from the build (`use_extra_buffer_types`: off on a build with AMX kernels, which crash
-                on the packaged model).
+            :param model_kwargs: Extra `llama_cpp.Llama` arguments, over `n_threads` = the CPU count and
+                `verbose=False` (`LlamaLog`); `use_extra_bufts` (bool) unset is decided by `use_extra_buffer_types`.
             :param generation_kwargs: `Llama.create_completion` arguments; default `LOCAL_GENERATION_KWARGS`.
             :param streaming_callback: Called with each `StreamingChunk` of a reply as it is generated.
             :param prefix_cache: Reuse the KV cache of the prefix a prompt shares with the previous one, cut back to
-                a multiple of `n_batch` so replies are identical to a fresh evaluation (`pinned.reuse_prefix`);
-                False evaluates every prompt from scratch. Every reply reports the prompt tokens it reused where
-                OpenAI reports its cache hits, `meta["usage"]["prompt_tokens_details"]["cached_tokens"]` (tokens; 0
-                when nothing was reused or `prefix_cache=False`; a reply from the reply cache carries that of the
-                call it stands for).
-            :param reply_cache: Remember greedy replies (temperature 0 or top-k 1, no streaming) by prompt and
-                settings and answer a repeated prompt from memory (`REPLY_CACHE_SIZE` replies, least recently used
-                out): strategies repeat each other's calls (concat_pf's first call is concatenation's). A cached reply
-                carries the usage of the call it stands for and `meta["cached"] = True`.
+                a multiple of `n_batch` so replies equal a fresh evaluation (`pinned.reuse_prefix`); the reused
+                prompt tokens are in `meta["usage"]["prompt_tokens_details"]["cached_tokens"]`, as OpenAI reports
+                its cache hits.
+            :param reply_cache: Answer a repeated greedy prompt (temperature 0 or top-k 1, not streamed) from memory
+                (`REPLY_CACHE_SIZE` replies, least recently used out), with the usage of the call it stands for and
+                `meta["cached"] = True`: strategies repeat each other's calls.
             """
             self.model = model
             self.n_ctx = n_ctx
@@ -313,10 +290,8 @@ else:
 
             :param messages: The prompt, as chat messages or one string.
             :param generation_kwargs: `Llama.create_completion` arguments over the init ones; `logprobs=True` (and
-                `top_logprobs=N` alternatives per token), as OpenAIChatGenerator takes them, put each generated
-                token's log-probability in `meta["logprobs"]` in OpenAI's shape (`LogprobRecorder`: no
-                `logits_all=True`, the same greedy replies); `grammar` as a GBNF text constrains the reply (checked
-                and compiled once per text; the log-probabilities stay the model's own, before the grammar).
+                `top_logprobs=N`) put each token's log-probability in `meta["logprobs"]` in OpenAI's shape
+                (`LogprobRecorder`); `grammar` as a GBNF text constrains the reply (`compiled_grammar`).
             :param streaming_callback: Overrides the one given at init; a streamed call is never served from or
                 stored in the reply cache.
             :returns: `replies`: one assistant `ChatMessage` (none for no messages) whose `meta` holds `model`,
@@ -411,10 +386,8 @@ else:
 
 def local_chat_generator(**kwargs: Any) -> Any:
     """
-    The embedded default LLM (see `LocalChatGenerator`).
+    The embedded default LLM: a `LocalChatGenerator(**kwargs)`, not yet warmed up.
 
-    :param kwargs: Passed to `LocalChatGenerator`.
-    :returns: A `LocalChatGenerator`, not yet warmed up.
     :raises ImportError: If the `local` extra is not installed.
     """
     if LocalChatGenerator is None:
@@ -424,10 +397,8 @@ def local_chat_generator(**kwargs: Any) -> Any:
 
 def llama_cpp_runtime() -> dict[str, str]:
     """
-    The llama.cpp build that answers for the embedded model. Greedy replies are exact within one build, not across
-    builds: a build made for one host's instruction set (llama-cpp-python's default, `GGML_NATIVE`) runs other
-    kernels than a build for another's. The Makefile builds for a fixed instruction set (x86-64-v3 on x86_64), which
-    gives the same replies on every host that can run it (tests/integration/test_golden_replies.py).
+    The llama.cpp build that answers for the embedded model: greedy replies are exact within one build, not across
+    builds made for other instruction sets.
 
     :returns: `{"llama_cpp_python": version, "system_info": llama.cpp's CPU feature line}`.
     :raises ImportError: If the `local` extra is not installed.

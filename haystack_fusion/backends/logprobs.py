@@ -1,13 +1,7 @@
 """
-Token log-probabilities: the embedded model's, recorded while it decodes (`LogprobRecorder`) and shaped as OpenAI's
-(`openai_logprobs`); and those of OpenAI-compatible servers, how they are asked for and what is said when a server
-sends none although they were asked for.
-
-They are what `answers.answer_confidence` reads, and so what a confidence threshold (tau, `min_confidence`) of
-`concat_pf` and `cascade` routes on. OpenAI returns them for `"logprobs": true`; llama-cpp-python's server returns
-them only when the request also carries `top_logprobs` (with `"logprobs": true` alone it answers `"logprobs": null`),
-and `"top_logprobs": 0` (no alternatives, only the chosen token's log-probability) is accepted by OpenAI, vLLM and
-llama.cpp's servers alike: `OPENAI_LOGPROBS_KWARGS` sends both.
+Token log-probabilities, what `answers.answer_confidence` reads and a confidence threshold (tau, `min_confidence`)
+routes on: the embedded model's, recorded while it decodes (`LogprobRecorder`), and those of OpenAI-compatible
+servers (`OPENAI_LOGPROBS_KWARGS`, and a warning when a server sends none although asked).
 """
 
 from __future__ import annotations
@@ -25,7 +19,9 @@ from haystack.dataclasses import GeneratedAnswer
 logger = logging.getLogger(__name__)
 
 OPENAI_LOGPROBS_KWARGS: dict[str, Any] = {"logprobs": True, "top_logprobs": 0}
-"""The `generation_kwargs` that ask an OpenAI-compatible server for each generated token's log-probability."""
+"""The `generation_kwargs` that ask an OpenAI-compatible server for each generated token's log-probability:
+llama-cpp-python's server sends them only when `top_logprobs` is given too, and OpenAI, vLLM and llama.cpp's servers
+all accept 0 (no alternatives)."""
 
 
 Step = tuple[int, float, list[tuple[int, float]]]
@@ -35,12 +31,9 @@ Step = tuple[int, float, list[tuple[int, float]]]
 class LogprobRecorder:
     """
     A llama-cpp-python logits processor (`create_completion(logits_processor=...)`) that records each generated
-    token's log-probability and changes no logit, so the model needs no `logits_all=True`.
-
-    At each decoding step it sees the logits for the next token (before penalties, temperature, top-k or a grammar)
-    and the tokens so far, whose last is the one the previous step chose: a step's row is kept until then. The last
-    step's token is never seen that way; `openai` takes the most probable token of the last row whose bytes end the
-    reply (for greedy decoding, with or without a grammar, the one chosen).
+    token's log-probability and changes no logit, so the model needs no `logits_all=True`. Each step sees the next
+    token's logits (before penalties, temperature or a grammar) and the tokens so far, whose last the previous step
+    chose; the last step's token is the row's most probable one whose bytes end the reply (greedy decoding's choice).
 
     :param top_logprobs: Alternatives to record per token.
     """
@@ -59,8 +52,7 @@ class LogprobRecorder:
 
     def step(self, token: int, logits: Any) -> Step:
         """
-        The log-softmax of one row of logits at `token` and at its `top_logprobs` best tokens (natural logs, <= 0);
-        only these scalars are kept, so a reply's record grows with its length, not with the vocabulary.
+        The log-softmax of one row of logits at `token` and at its `top_logprobs` best tokens (natural logs, <= 0).
         """
         highest = float(logits.max())
         log_total = highest + math.log(float(np.exp(logits - highest).sum(dtype=np.float64)))
@@ -72,10 +64,9 @@ class LogprobRecorder:
 
     def openai(self, text: str | None, detokenize: Callable[[list[int]], bytes]) -> dict[str, Any]:
         """
-        The reply's tokens in the OpenAI shape that Haystack's OpenAIChatGenerator puts in `meta["logprobs"]`:
-        `{"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}`. Only the
-        tokens whose bytes lie inside the reply's text are listed: those of a stop sequence that cut the reply and the
-        end-of-generation token are left out, as OpenAI does.
+        The reply's tokens in the OpenAI shape of OpenAIChatGenerator's `meta["logprobs"]`: `{"content": [{"token",
+        "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}`, only those inside the reply's text
+        (not a stop sequence's, not end-of-generation), as OpenAI does.
 
         :param text: The reply's text.
         :param detokenize: Token ids -> bytes (the model's detokenizer).
@@ -107,22 +98,10 @@ _warned: set[str] = set()
 _lock = threading.Lock()
 
 
-def _asked_for(generator: Any) -> dict[str, Any]:
-    kwargs = getattr(generator, "generation_kwargs", None) or {}
-    return (
-        {name: kwargs[name] for name in ("logprobs", "top_logprobs") if name in kwargs}
-        if kwargs.get("logprobs")
-        else {}
-    )
-
-
 def missing_logprobs(generator: Any, answers: Iterable[GeneratedAnswer]) -> str | None:
     """
-    Whether a server sent no token log-probabilities although `generator` asked for them.
-
-    An answer built from one reply carries the reply's meta (its `finish_reason`); such an answer without
-    `meta["logprobs"]` shows that the server did not send them. Answers built otherwise (a vote, SuRe's pick) say
-    nothing either way.
+    Whether a server sent no token log-probabilities although `generator` asked for them: an answer built from one
+    reply (with its `finish_reason`) and no `meta["logprobs"]` shows it; a vote or SuRe's pick says nothing.
 
     :param generator: The ChatGenerator the answers came from (its `generation_kwargs` and `api_base_url` are read).
     :param answers: A run's answers (`StrategyRun.answers`).
@@ -132,8 +111,9 @@ def missing_logprobs(generator: Any, answers: Iterable[GeneratedAnswer]) -> str 
     # errors imports config, which imports this module
     from haystack_fusion.backends.errors import OPENAI_DEFAULT_URL, safe_url
 
-    asked = _asked_for(generator)
-    if not asked:
+    kwargs = getattr(generator, "generation_kwargs", None) or {}
+    asked = {name: kwargs[name] for name in ("logprobs", "top_logprobs") if name in kwargs}
+    if not kwargs.get("logprobs"):
         return None
     if not any("finish_reason" in answer.meta and not answer.meta.get("logprobs") for answer in answers):
         return None

@@ -1,7 +1,4 @@
-"""
-The saved in-memory index (and a BM25 retriever that YAML pipelines name by its path) and indexing into any configured
-store (with embeddings for dense and hybrid).
-"""
+"""The saved in-memory index, a BM25 retriever YAML pipelines name by its path, and indexing into any store."""
 
 from __future__ import annotations
 
@@ -44,8 +41,8 @@ def load_store(path: str | Path) -> InMemoryDocumentStore:
 @component
 class SavedInMemoryBM25Retriever:
     """
-    Haystack's `InMemoryBM25Retriever` over the in-memory index saved at `index_path`, serialized as that path (the
-    in-memory store serializes no passages). `warm_up` loads the index; `~` is expanded on the machine that runs it.
+    Haystack's `InMemoryBM25Retriever` over the in-memory index saved at `index_path`, serialized as that path (`~`
+    expanded on the machine that runs it); `warm_up` loads the index.
 
     ### Usage example
     ```python
@@ -60,8 +57,7 @@ class SavedInMemoryBM25Retriever:
 
     def __init__(self, index_path: str = DEFAULT_INDEX_PATH, top_k: int = 10, scale_score: bool = False) -> None:
         """
-        :param index_path: The saved index (`haystack-fusion index --store PATH`, `save_store`); default
-            `~/.cache/haystack_fusion/index.json`, where `haystack-fusion index` saves it.
+        :param index_path: The saved index (`haystack-fusion index --store PATH`, `save_store`).
         :param top_k: Passages to retrieve.
         :param scale_score: Scale BM25 scores to [0, 1] (`InMemoryBM25Retriever`'s parameter).
         :raises ValueError: If `top_k` is below 1.
@@ -78,7 +74,7 @@ class SavedInMemoryBM25Retriever:
         """
         Load the saved index (once).
 
-        :raises FileNotFoundError: If there is no file at `index_path` (the message says how to make one).
+        :raises FileNotFoundError: If there is no file at `index_path`.
         """
         self._loaded()
 
@@ -100,8 +96,7 @@ class SavedInMemoryBM25Retriever:
         """
         Retrieve the passages that match `query` best (BM25), loading the index first if `warm_up` has not.
 
-        :param top_k: Passages to retrieve; None: this component's `top_k`.
-        :param scale_score: None: this component's `scale_score`.
+        :param top_k: Passages to retrieve; None: this component's `top_k` (`scale_score` alike).
         :returns: `documents`, best first.
         :raises FileNotFoundError: If there is no file at `index_path`.
         """
@@ -120,12 +115,10 @@ class SavedInMemoryBM25Retriever:
 def check_document_store(config: BackendConfig) -> None:
     """
     Fail before a question is asked when the configured store has no passages (Elasticsearch's index checked with the
-    official client, since the integration's store would create a missing one).
+    official client: the integration's store would create a missing one).
 
-    :raises FileNotFoundError: If the in-memory store has no saved index at `index_path` (the message says how to
-        make one).
-    :raises BackendError: If the Elasticsearch index does not exist or holds no passages (the message gives the
-        `index` command).
+    :raises FileNotFoundError: If the in-memory store has no saved index at `index_path`.
+    :raises BackendError: If the Elasticsearch index does not exist or holds no passages.
     :raises ImportError: For Elasticsearch without the `elasticsearch` extra.
     :raises elastic_transport.ConnectionError: If Elasticsearch cannot be reached (`backend_error_message` words it).
     """

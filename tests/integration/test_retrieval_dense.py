@@ -73,7 +73,7 @@ def test_strategy_pipeline_with_dense_retrieval_round_trips_and_runs(make, embed
 
 
 def test_hybrid_rejects_an_unknown_join_mode(embedded_store):
-    with pytest.raises(ValueError, match="join_mode"):
+    with pytest.raises(ValueError, match="join mode"):
         HybridRetriever(
             bm25_retriever=InMemoryBM25Retriever(embedded_store),
             text_embedder=PackagedTextEmbedder(),
