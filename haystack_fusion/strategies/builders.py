@@ -20,11 +20,9 @@ from haystack.components.generators.chat.types import ChatGenerator
 from haystack.components.joiners import AnswerJoiner
 from haystack.core.serialization import component_from_dict, component_to_dict
 
-from haystack_fusion.components.abstaining_chat_generator import AbstainingChatGenerator
 from haystack_fusion.components.candidate_summarizer import CandidateSummarizer, SummaryMode
-from haystack_fusion.components.checked_answer_builder import CheckedAnswerBuilder
+from haystack_fusion.components.concatenation import AbstainingChatGenerator, CheckedAnswerBuilder, PassageFormatter
 from haystack_fusion.components.note_taker import NoteMode, NoteTaker
-from haystack_fusion.components.passage_formatter import PassageFormatter
 from haystack_fusion.components.post_fusion_voter import PostFusionVoter
 from haystack_fusion.components.split_vote_router import SplitVoteRouter
 from haystack_fusion.components.summary_verifier import Scoring, SummaryVerifier
