@@ -1,8 +1,7 @@
 """
-The package's LLM calls over Haystack's ChatGenerators: one fan-out of independent calls (`run_chat_calls`,
-`run_chat_calls_async`), one process-wide limit on calls in flight (`CallLimitedChatGenerator`), what every component
-wrapping a ChatGenerator shares (`ChatGeneratorWrapper`), token usage, the `generation_kwargs` a call adds, and what
-a client's exception says about its backend.
+The package's LLM calls over Haystack's ChatGenerators: one fan-out (`run_chat_calls`, `run_chat_calls_async`), one
+process-wide limit on calls in flight (`CallLimitedChatGenerator`), the components' `ChatGeneratorWrapper`, token
+usage, the `generation_kwargs` a call adds, and what a client's exception says about its backend.
 
 A usage record counts `prompt_tokens` and `completion_tokens` (tokens), `calls` and `failed_calls` (always present),
 and `rounds`, `cached_tokens`, `cached_calls` and `truncated` only when something reported them.
@@ -102,11 +101,9 @@ def sum_usage(usages: Iterable[Mapping[str, Any] | None]) -> dict[str, int]:
 
 def meta_truncated(meta: Mapping[str, Any]) -> bool | None:
     """
-    Whether the reply behind this `meta` (a reply's, or an answer's that copies it) was cut by the token cap, read
-    from `finish_reason` (OpenAI-compatible servers, the embedded model) or a raw Ollama `done_reason`
-    (ollama-haystack 7.x maps a "length" `done_reason` to None, so its replies are never seen as cut).
-
-    :returns: True or False when the meta says how the reply finished; None when it does not.
+    Whether the reply behind this `meta` (a reply's, or an answer's copy) was cut by the token cap: True or False
+    when its `finish_reason` (OpenAI-compatible servers, the embedded model) or a raw Ollama `done_reason` says how
+    it finished, else None (ollama-haystack 7.x maps a "length" `done_reason` to None).
     """
     reasons = (meta.get("finish_reason"), meta.get("done_reason"))
     return None if reasons == (None, None) else TRUNCATED_FINISH_REASON in reasons
@@ -114,14 +111,11 @@ def meta_truncated(meta: Mapping[str, Any]) -> bool | None:
 
 def reply_usage(reply: ChatMessage | None) -> dict[str, int]:
     """
-    The usage of one call, read from its reply's `meta["usage"]` as OpenAI-style generators report it.
-
-    :param reply: A generator reply, or None for a failed call.
-    :returns: `prompt_tokens` and `completion_tokens` (0 when not reported), `calls` = 1, `failed_calls` = 0, plus
-        `cached_tokens` when the provider reported its prefix-cache hits (OpenAI's
-        `usage.prompt_tokens_details.cached_tokens`, the embedded model's reused prefix; 0 is a reported miss),
-        `cached_calls` = 1 for a reply the embedded model's reply cache gave (`meta["cached"]`), and `truncated` = 1
-        for a reply the token cap cut.
+    The usage of one call (its reply, or None for a failed call), read from `meta["usage"]` as OpenAI-style
+    generators report it: `prompt_tokens` and `completion_tokens` (0 when not reported), `calls` = 1,
+    `failed_calls` = 0, plus `cached_tokens` when the provider reported prefix-cache hits
+    (`usage.prompt_tokens_details.cached_tokens`; 0 is a reported miss), `cached_calls` = 1 for a reply from the
+    embedded model's reply cache (`meta["cached"]`), and `truncated` = 1 for a reply the token cap cut.
     """
     meta = reply.meta if reply is not None else {}
     usage = meta.get("usage") or {}
@@ -142,42 +136,32 @@ def reply_usage(reply: ChatMessage | None) -> dict[str, int]:
     return counted
 
 
-def supports_logprobs(chat_generator: Any) -> bool:
-    """
-    Whether this generator returns token log-probabilities when asked: the embedded model (`LocalChatGenerator`), or
-    one whose own `generation_kwargs` ask for them (`--logprobs`). Other OpenAI-compatible servers are not asked: one
-    that refuses fails the call (llama.cpp's server needs `logits_all`); ollama-haystack returns none.
-    """
-    chat_generator = unwrap_call_limit(chat_generator)
-    if any(cls.__name__ == "LocalChatGenerator" for cls in type(chat_generator).__mro__):
-        return True
-    return bool((getattr(chat_generator, "generation_kwargs", None) or {}).get("logprobs"))
-
-
 def logprob_kwargs(chat_generator: Any, top_logprobs: int = 0) -> dict[str, Any]:
     """
+    The `generation_kwargs` that ask for token log-probabilities, for a generator that returns them: the embedded
+    model (`LocalChatGenerator`), or one whose own `generation_kwargs` ask for them (`--logprobs`). Other
+    OpenAI-compatible servers are not asked: one that refuses fails the call (llama.cpp's server needs `logits_all`);
+    ollama-haystack returns none.
+
     :param top_logprobs: Alternatives per token to return as well (0: none; OpenAI allows up to 20).
-    :returns: `{"logprobs": True, "top_logprobs": n}` for a `supports_logprobs` generator (`top_logprobs` even at 0:
-        some OpenAI-compatible servers send log-probabilities only with it), else {}.
+    :returns: `{"logprobs": True, "top_logprobs": n}` (`top_logprobs` even at 0: some OpenAI-compatible servers send
+        log-probabilities only with it), or {} for a generator that does not return them.
     """
-    return {"logprobs": True, "top_logprobs": top_logprobs} if supports_logprobs(chat_generator) else {}
+    generator = unwrap_call_limit(chat_generator)
+    local = any(cls.__name__ == "LocalChatGenerator" for cls in type(generator).__mro__)
+    if local or (getattr(generator, "generation_kwargs", None) or {}).get("logprobs"):
+        return {"logprobs": True, "top_logprobs": top_logprobs}
+    return {}
 
 
 def stop_kwargs(
     chat_generator: Any, stop: Sequence[str], generation_kwargs: dict[str, Any] | None = None
 ) -> dict[str, Any] | None:
     r"""
-    The `generation_kwargs` of a call whose reply should end at any of `stop`, on top of the generator's own stops.
-
-    The merged `stop` lists the generator's own sequences (or the call's, which replace them) first, then the
-    prompt's, without the redundant ones (a sequence that contains another never ends a reply first: with `"\n"`
-    added, `"\n\n"` and `"\nQuestion:"` go), at most the 4 shortest (OpenAI's limit per request).
-
-    :param chat_generator: Any ChatGenerator; one without `generation_kwargs` settings (a mock) gets none added.
-    :param stop: The prompt's stop sequences (`PromptTemplate.stop`).
-    :param generation_kwargs: The call's other `generation_kwargs`.
-    :returns: `generation_kwargs` with `stop` merged, or `generation_kwargs` itself (None included) when nothing is
-        added.
+    The call's `generation_kwargs` with `stop` (the prompt's stop sequences, `PromptTemplate.stop`) merged after the
+    generator's own (or the call's, which replace them), without the redundant ones (a sequence containing another
+    never ends a reply first: with `"\n"` added, `"\n\n"` goes), at most the 4 shortest (OpenAI's limit). A
+    generator without `generation_kwargs` settings (a mock) gets none added: `generation_kwargs` itself comes back.
     """
     settings = getattr(unwrap_call_limit(chat_generator), "generation_kwargs", None)
     if not stop or not isinstance(settings, dict):
@@ -350,8 +334,7 @@ class CallLimitedChatGenerator(_Wrapper):
     """
 
     def __init__(self, *, chat_generator: ChatGenerator) -> None:
-        """:param chat_generator: The ChatGenerator to call (any component whose `run(messages=...)` returns
-        `replies`)."""
+        """:param chat_generator: Any component whose `run(messages=...)` returns `replies`."""
         self._chat_generator = chat_generator
         for parameter in inspect.signature(chat_generator.run).parameters.values():
             if parameter.name != "messages" and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
@@ -360,10 +343,8 @@ class CallLimitedChatGenerator(_Wrapper):
 
     def run(self, messages: list[ChatMessage], **kwargs: Any) -> dict[str, Any]:
         """
-        Call the wrapped generator while holding a call slot (waiting for one when all are taken).
+        Call the wrapped generator with `messages` and its other inputs (`kwargs`), holding a call slot.
 
-        :param messages: The conversation to send.
-        :param kwargs: The wrapped generator's other inputs, passed on as given.
         :returns: What the wrapped generator returned: `replies`, a list of ChatMessage.
         :raises ValueError: If `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` is set to anything but an integer >= 1.
         :raises Exception: What the wrapped generator raised.

@@ -156,7 +156,7 @@ def _fallback_chain(config: StrategyConfig, min_confidence: float | None) -> Par
     """
     Concatenation, routed on its answer (unknown, or confidence below `min_confidence`) to post-fusion over the same
     passages; the concatenation answer goes to the joiner, the caller connects the voter's. The confidence needs a
-    generator that returns token log-probabilities (`llm.supports_logprobs`); with one that does not, the text signal
+    generator that returns token log-probabilities (`llm.logprob_kwargs`); with one that does not, the text signal
     alone decides. A concatenation call that fails (after the generator's retries) gives no answer either, so it goes
     to post-fusion too ("no reply"): its generator is wrapped in an `AbstainingChatGenerator`, which reports the
     failure instead of raising it.

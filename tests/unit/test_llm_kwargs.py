@@ -40,15 +40,13 @@ class TestMerge:
 def test_logprob_helpers():
 
     from haystack_fusion.backends import LocalChatGenerator
-    from haystack_fusion.llm import logprob_kwargs, supports_logprobs
+    from haystack_fusion.llm import logprob_kwargs
 
-    assert not supports_logprobs(chat_generator(BackendConfig(llm="openai")))  # not every server returns them
+    assert logprob_kwargs(chat_generator(BackendConfig(llm="openai"))) == {}  # not every server returns them
     openai = chat_generator(BackendConfig(llm="openai", logprobs=True))
-    assert supports_logprobs(openai)
     assert logprob_kwargs(openai, 5) == {"logprobs": True, "top_logprobs": 5}
     if LocalChatGenerator is not None:
-        assert supports_logprobs(LocalChatGenerator(generation_kwargs={"temperature": 0.0}))
-    mock = MockChatGenerator(responses=["x"])
-    assert not supports_logprobs(mock)
-    assert logprob_kwargs(mock) == {}
-    assert not supports_logprobs(chat_generator(BackendConfig(llm="ollama")))
+        local = LocalChatGenerator(generation_kwargs={"temperature": 0.0})
+        assert logprob_kwargs(local) == {"logprobs": True, "top_logprobs": 0}
+    assert logprob_kwargs(MockChatGenerator(responses=["x"])) == {}
+    assert logprob_kwargs(chat_generator(BackendConfig(llm="ollama"))) == {}

@@ -19,11 +19,11 @@ from haystack.dataclasses import ChatMessage
 from haystack_fusion.llm import (
     CallLimitedChatGenerator,
     calls_in_flight_limit,
+    logprob_kwargs,
     max_calls_in_flight,
     run_chat_calls,
     run_chat_calls_async,
     stop_kwargs,
-    supports_logprobs,
     unwrap_call_limit,
 )
 from haystack_fusion.settings import MAX_CALLS_IN_FLIGHT_ENV
@@ -293,7 +293,7 @@ class TestCallLimitedChatGenerator:
         assert unwrap_call_limit(llm) is recorder
         assert unwrap_call_limit(recorder) is recorder
         assert stop_kwargs(llm, ("\n",)) == {"stop": ["\n"]}
-        assert not supports_logprobs(llm)
+        assert logprob_kwargs(llm) == {}
 
     def test_a_fan_out_calls_the_wrapped_generator(self):
         scripted = ScriptedChatGenerator(reply="Paris")
