@@ -32,8 +32,8 @@ class PassageFormatter:
 
     It puts `format_passages` into a pipeline: retriever -> PassageFormatter -> ChatPromptBuilder (whose template
     reads `{{ passages }}`). Passage text cannot close its block or inject template syntax, and each passage is
-    trimmed to the context budget (see `haystack_fusion.prompts.passages`). It exists because Haystack's
-    OutputAdapter with a custom filter does not load from YAML in safe mode.
+    trimmed to the context budget (`haystack_fusion.prompts.passages`). Haystack's OutputAdapter with a custom filter
+    would not load from YAML in safe mode.
 
     ### Usage example
     ```python
@@ -89,10 +89,9 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
     A failure that says the backend itself cannot be used (it refuses the connection or the key:
     `llm.backend_unusable`) is raised as it is: every other call to that backend would fail the same way.
 
-    The fallback strategies (`concat_pf`, `cascade`) make their concatenation call through it: post-fusion is there for
-    the question the first round gives no answer to, and a failed call gives none. `UnknownRouter` routes an empty
-    `replies` to its `unknown` branch (reason "no reply"). The call is the package's one fan-out with a single prompt
-    (`llm.run_chat_calls`), which logs the failure and traces the call; retries and timeouts stay the generator's.
+    `concat_pf` and `cascade` make their concatenation call through it, so that `UnknownRouter` sends a failed call's
+    empty `replies` to post-fusion (reason "no reply"). The call goes through `llm.run_chat_calls` (logged and
+    traced); retries and timeouts stay the generator's.
 
     ### Usage example
     ```python
