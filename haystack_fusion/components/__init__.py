@@ -1,10 +1,8 @@
-"""The package's Haystack components, one file each."""
+"""The package's Haystack components: the concatenation stage's in `concatenation`, the others one file each."""
 
-from haystack_fusion.components.abstaining_chat_generator import AbstainingChatGenerator
 from haystack_fusion.components.candidate_summarizer import CandidateSummarizer
-from haystack_fusion.components.checked_answer_builder import CheckedAnswerBuilder
+from haystack_fusion.components.concatenation import AbstainingChatGenerator, CheckedAnswerBuilder, PassageFormatter
 from haystack_fusion.components.note_taker import NoteTaker
-from haystack_fusion.components.passage_formatter import PassageFormatter
 from haystack_fusion.components.post_fusion_voter import PostFusionVoter
 from haystack_fusion.components.split_vote_router import SplitVoteRouter
 from haystack_fusion.components.summary_verifier import SummaryVerifier

@@ -10,8 +10,8 @@ from haystack.components.generators.chat.types import ChatGenerator
 from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage
 
-from haystack_fusion.components.base import ChatGeneratorWrapper
 from haystack_fusion.llm import (
+    ChatGeneratorWrapper,
     FanOutResult,
     check_max_concurrency,
     run_chat_calls,

@@ -12,8 +12,8 @@ from haystack.dataclasses import ChatMessage, GeneratedAnswer, StreamingCallback
 from haystack.utils import deserialize_callable, serialize_callable
 
 from haystack_fusion.answers import UNKNOWN, UnknownDetector
-from haystack_fusion.components.base import ChatGeneratorWrapper
 from haystack_fusion.llm import (
+    ChatGeneratorWrapper,
     FanOutResult,
     check_max_concurrency,
     run_chat_calls,

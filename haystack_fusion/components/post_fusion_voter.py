@@ -10,8 +10,8 @@ from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage, GeneratedAnswer
 
 from haystack_fusion.answers import UnknownDetector, answer_confidence, majority_vote, normalize_answer
-from haystack_fusion.components.base import ChatGeneratorWrapper
 from haystack_fusion.llm import (
+    ChatGeneratorWrapper,
     FanOutResult,
     check_max_concurrency,
     empty_usage,

@@ -13,8 +13,8 @@ from haystack.dataclasses import ChatMessage, GeneratedAnswer
 from haystack.utils import deserialize_chatgenerator_inplace, deserialize_component_inplace
 
 from haystack_fusion.answers import UNKNOWN
-from haystack_fusion.components.base import ChatGeneratorWrapper
 from haystack_fusion.llm import (
+    ChatGeneratorWrapper,
     FanOutResult,
     check_max_concurrency,
     empty_usage,

@@ -20,11 +20,9 @@ from haystack.components.generators.chat.types import ChatGenerator
 from haystack.components.joiners import AnswerJoiner
 from haystack.core.serialization import component_from_dict, component_to_dict
 
-from haystack_fusion.components.abstaining_chat_generator import AbstainingChatGenerator
 from haystack_fusion.components.candidate_summarizer import CandidateSummarizer, SummaryMode
-from haystack_fusion.components.checked_answer_builder import CheckedAnswerBuilder
+from haystack_fusion.components.concatenation import AbstainingChatGenerator, CheckedAnswerBuilder, PassageFormatter
 from haystack_fusion.components.note_taker import NoteMode, NoteTaker
-from haystack_fusion.components.passage_formatter import PassageFormatter
 from haystack_fusion.components.post_fusion_voter import PostFusionVoter
 from haystack_fusion.components.split_vote_router import SplitVoteRouter
 from haystack_fusion.components.summary_verifier import Scoring, SummaryVerifier
@@ -158,7 +156,7 @@ def _fallback_chain(config: StrategyConfig, min_confidence: float | None) -> Par
     """
     Concatenation, routed on its answer (unknown, or confidence below `min_confidence`) to post-fusion over the same
     passages; the concatenation answer goes to the joiner, the caller connects the voter's. The confidence needs a
-    generator that returns token log-probabilities (`llm.supports_logprobs`); with one that does not, the text signal
+    generator that returns token log-probabilities (`llm.logprob_kwargs`); with one that does not, the text signal
     alone decides. A concatenation call that fails (after the generator's retries) gives no answer either, so it goes
     to post-fusion too ("no reply"): its generator is wrapped in an `AbstainingChatGenerator`, which reports the
     failure instead of raising it.

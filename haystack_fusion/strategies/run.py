@@ -12,8 +12,7 @@ from haystack import Document, Pipeline
 from haystack.dataclasses import GeneratedAnswer
 
 from haystack_fusion.answers import UNKNOWN, answer_confidence
-from haystack_fusion.components.base import ChatGeneratorWrapper
-from haystack_fusion.llm import reply_usage, sum_usage
+from haystack_fusion.llm import ChatGeneratorWrapper, reply_usage, sum_usage
 from haystack_fusion.strategies.config import RETRIEVER, SPLIT_ROUTER, Stage, StageKind, Strategy
 from haystack_fusion.strategies.registry import strategy_of
 from haystack_fusion.sure import summary_is_label
@@ -70,7 +69,7 @@ def pipeline_usage(pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) -> di
     (`ChatGeneratorWrapper`s) the usage they report in their `meta` (`_own_meta`) instead of their replies.
 
     :returns: Summed `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls` and `rounds`; `cached_tokens` only
-        when some provider reported it (`llm.cached_prompt_tokens`).
+        when some provider reported it (`llm.reply_usage`).
     """
     usages: list[dict[str, Any] | None] = []
     for name, output in outputs.items():

@@ -81,7 +81,7 @@ class TestAbstainingChatGenerator:
         llm = AbstainingChatGenerator(chat_generator=MockChatGenerator(responses=["Paris"]))
         data = llm.to_dict()
         assert data == {
-            "type": "haystack_fusion.components.abstaining_chat_generator.AbstainingChatGenerator",
+            "type": "haystack_fusion.components.concatenation.AbstainingChatGenerator",
             "init_parameters": {"chat_generator": MockChatGenerator(responses=["Paris"]).to_dict()},
         }
         assert AbstainingChatGenerator.from_dict(copy.deepcopy(data)).to_dict() == data  # from_dict changes its input

@@ -122,7 +122,9 @@ class TestCheckBackend:
         wrapper = type("Wrapper", (StrategyPipelineWrapper,), {"strategy": strategy})()
         wrapper.setup()
         generators = [
-            getattr(component, "_chat_generator", component)
+            component
+            if isinstance(component, CallLimitedChatGenerator)
+            else getattr(component, "_chat_generator", component)
             for _, component in wrapper.pipeline.walk()
             if hasattr(component, "_chat_generator") or "ChatGenerator" in type(component).__name__
         ]

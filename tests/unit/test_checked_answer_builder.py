@@ -5,9 +5,10 @@ CheckedAnswerBuilder: Haystack's AnswerBuilder with the answer checks of `haysta
 import pytest
 from haystack import Document, Pipeline
 from haystack.components.builders import AnswerBuilder
+from haystack.core.serialization import component_from_dict, component_to_dict
 from haystack.dataclasses import ChatMessage
 
-from haystack_fusion.components.checked_answer_builder import CheckedAnswerBuilder
+from haystack_fusion.components import CheckedAnswerBuilder
 from haystack_fusion.prompts import PROMPTS
 from haystack_fusion.validation import (
     DEMONSTRATION,
@@ -49,8 +50,9 @@ class TestCheckedAnswerBuilder:
 
     def test_round_trip(self):
         builder = CheckedAnswerBuilder(pattern="(.*)", demonstrations=["1925"])
-        again = CheckedAnswerBuilder.from_dict(builder.to_dict())
-        assert again.to_dict() == builder.to_dict()
+        data = component_to_dict(builder, "answer_builder")
+        again = component_from_dict(CheckedAnswerBuilder, data, "answer_builder")
+        assert component_to_dict(again, "answer_builder") == data
         assert again.demonstrations == ["1925"]
 
     def test_in_a_pipeline(self):

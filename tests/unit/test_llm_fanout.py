@@ -1,4 +1,4 @@
-"""The fan-out of independent ChatGenerator calls (`haystack_fusion.llm.fanout`): order, failures, bounds, threads."""
+"""The fan-out of independent ChatGenerator calls (`haystack_fusion.llm`): order, failures, bounds, threads."""
 
 import asyncio
 import os

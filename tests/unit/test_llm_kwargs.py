@@ -4,11 +4,16 @@ import pytest
 from haystack.components.generators.chat import MockChatGenerator
 
 from haystack_fusion.backends import BackendConfig, chat_generator
-from haystack_fusion.llm import merge_stop_sequences, stop_kwargs
+from haystack_fusion.llm import stop_kwargs
 from haystack_fusion.prompts import ANSWER_LINE_STOP
 from tests.unit.scripted_calls import kwargs_recording_generator
 
 LOCAL_STOPS = ["\n\n", "\nQuestion:", "\nContext:"]
+
+
+def merge_stop_sequences(own, extra):
+    """The `stop` that `stop_kwargs` sends for a generator whose own stop sequences are `own`."""
+    return stop_kwargs(kwargs_recording_generator({"stop": own}), extra)["stop"]
 
 
 class TestMerge:
@@ -16,7 +21,6 @@ class TestMerge:
         assert merge_stop_sequences(LOCAL_STOPS, ["\n"]) == ["\n"]
 
     def test_nothing_new_keeps_the_generators_list(self):
-        assert merge_stop_sequences(LOCAL_STOPS, []) == LOCAL_STOPS
         assert merge_stop_sequences(LOCAL_STOPS, ["\nContext:"]) == LOCAL_STOPS
 
     @pytest.mark.parametrize(("own", "expected"), [(None, ["\n"]), ("END", ["END", "\n"]), ([], ["\n"])])
@@ -36,15 +40,13 @@ class TestMerge:
 def test_logprob_helpers():
 
     from haystack_fusion.backends import LocalChatGenerator
-    from haystack_fusion.llm import logprob_kwargs, supports_logprobs
+    from haystack_fusion.llm import logprob_kwargs
 
-    assert not supports_logprobs(chat_generator(BackendConfig(llm="openai")))  # not every server returns them
+    assert logprob_kwargs(chat_generator(BackendConfig(llm="openai"))) == {}  # not every server returns them
     openai = chat_generator(BackendConfig(llm="openai", logprobs=True))
-    assert supports_logprobs(openai)
     assert logprob_kwargs(openai, 5) == {"logprobs": True, "top_logprobs": 5}
     if LocalChatGenerator is not None:
-        assert supports_logprobs(LocalChatGenerator(generation_kwargs={"temperature": 0.0}))
-    mock = MockChatGenerator(responses=["x"])
-    assert not supports_logprobs(mock)
-    assert logprob_kwargs(mock) == {}
-    assert not supports_logprobs(chat_generator(BackendConfig(llm="ollama")))
+        local = LocalChatGenerator(generation_kwargs={"temperature": 0.0})
+        assert logprob_kwargs(local) == {"logprobs": True, "top_logprobs": 0}
+    assert logprob_kwargs(MockChatGenerator(responses=["x"])) == {}
+    assert logprob_kwargs(chat_generator(BackendConfig(llm="ollama"))) == {}

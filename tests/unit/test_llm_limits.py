@@ -1,5 +1,5 @@
 """
-The process-wide limit on LLM calls in flight (`haystack_fusion.llm.limits`): `max_calls_in_flight`, the
+The process-wide limit on LLM calls in flight (`haystack_fusion.llm`): `max_calls_in_flight`, the
 environment's limit, and `CallLimitedChatGenerator`, the wrapper whose every call holds a slot across threads and
 event loops.
 """
@@ -19,11 +19,11 @@ from haystack.dataclasses import ChatMessage
 from haystack_fusion.llm import (
     CallLimitedChatGenerator,
     calls_in_flight_limit,
+    logprob_kwargs,
     max_calls_in_flight,
     run_chat_calls,
     run_chat_calls_async,
     stop_kwargs,
-    supports_logprobs,
     unwrap_call_limit,
 )
 from haystack_fusion.settings import MAX_CALLS_IN_FLIGHT_ENV
@@ -180,19 +180,19 @@ class TestCallLimitedChatGenerator:
     def test_to_dict(self):
         llm = CallLimitedChatGenerator(chat_generator=MockChatGenerator())
         assert llm.to_dict() == {
-            "type": "haystack_fusion.llm.limits.CallLimitedChatGenerator",
+            "type": "haystack_fusion.llm.CallLimitedChatGenerator",
             "init_parameters": {"chat_generator": MOCK_DICT},
         }
 
     def test_from_dict(self):
         llm = CallLimitedChatGenerator.from_dict(
             {
-                "type": "haystack_fusion.llm.limits.CallLimitedChatGenerator",
+                "type": "haystack_fusion.llm.CallLimitedChatGenerator",
                 "init_parameters": {"chat_generator": MOCK_DICT},
             }
         )
-        assert isinstance(llm.chat_generator, MockChatGenerator)
-        assert llm.chat_generator.model == "mock-model"
+        assert isinstance(unwrap_call_limit(llm), MockChatGenerator)
+        assert unwrap_call_limit(llm).model == "mock-model"
         assert CallLimitedChatGenerator.from_dict(llm.to_dict()).to_dict() == llm.to_dict()
 
     def test_pipeline_round_trip(self):
@@ -293,7 +293,7 @@ class TestCallLimitedChatGenerator:
         assert unwrap_call_limit(llm) is recorder
         assert unwrap_call_limit(recorder) is recorder
         assert stop_kwargs(llm, ("\n",)) == {"stop": ["\n"]}
-        assert not supports_logprobs(llm)
+        assert logprob_kwargs(llm) == {}
 
     def test_a_fan_out_calls_the_wrapped_generator(self):
         scripted = ScriptedChatGenerator(reply="Paris")

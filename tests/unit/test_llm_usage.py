@@ -1,4 +1,4 @@
-"""Token usage of LLM calls (`haystack_fusion.llm.usage`): one reply's, summed, cached prompt tokens."""
+"""Token usage of LLM calls (`haystack_fusion.llm`): one reply's, summed, cached prompt tokens."""
 
 from typing import Any
 
@@ -11,7 +11,6 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from haystack_fusion import PostFusionVoter
 from haystack_fusion.llm import (
-    cached_prompt_tokens,
     empty_usage,
     reply_usage,
     run_chat_calls,
@@ -72,7 +71,7 @@ class TestCachedTokens:
         ],
     )
     def test_cached_prompt_tokens(self, usage, expected):
-        assert cached_prompt_tokens(usage) == expected
+        assert reply_usage(ChatMessage.from_assistant("x", meta={"usage": usage})).get("cached_tokens") == expected
 
     def test_reply_usage_reports_them_only_when_given(self):
         reported = ChatMessage.from_assistant("x", meta={"usage": openai_usage(100, 64)})

@@ -4,6 +4,7 @@ PassageFormatter: the passages block of a prompt as a pipeline component.
 
 import pytest
 from haystack import Document
+from haystack.core.serialization import component_from_dict, component_to_dict
 
 from haystack_fusion.components import PassageFormatter
 from haystack_fusion.prompts import (
@@ -22,18 +23,19 @@ class TestPassageFormatter:
 
     def test_serialization(self):
         formatter = PassageFormatter(max_passage_chars=None)
-        data = formatter.to_dict()
+        data = component_to_dict(formatter, "formatter")
         assert data == {
-            "type": "haystack_fusion.components.passage_formatter.PassageFormatter",
+            "type": "haystack_fusion.components.concatenation.PassageFormatter",
             "init_parameters": {"max_passage_chars": None, "layout": "numbered", "datamark": False},
         }
-        assert PassageFormatter.from_dict(data).max_passage_chars is None
-        assert PassageFormatter().to_dict()["init_parameters"] == {
+        assert component_from_dict(PassageFormatter, data, "formatter").max_passage_chars is None
+        assert component_to_dict(PassageFormatter(), "formatter")["init_parameters"] == {
             "max_passage_chars": DEFAULT_MAX_PASSAGE_CHARS,
             "layout": "numbered",
             "datamark": False,
         }
-        assert PassageFormatter.from_dict(PassageFormatter(layout="titled").to_dict()).layout == "titled"
+        titled = component_to_dict(PassageFormatter(layout="titled"), "formatter")
+        assert component_from_dict(PassageFormatter, titled, "formatter").layout == "titled"
 
     def test_invalid_layout(self):
         with pytest.raises(ValueError, match="layout"):

@@ -13,11 +13,12 @@ import pytest
 from haystack import Document, Pipeline, component
 from haystack.components.generators.chat import MockChatGenerator
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
+from haystack.core.serialization import component_from_dict, component_to_dict
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from haystack_fusion.components.passage_formatter import PassageFormatter
+from haystack_fusion.components import PassageFormatter
 from haystack_fusion.components.post_fusion_voter import PostFusionVoter
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render
 from haystack_fusion.prompts.passages import (
@@ -72,9 +73,9 @@ class TestDatamarking:
     def test_formatter(self):
         formatter = PassageFormatter(datamark=True)
         assert formatter.run(documents=DOCUMENTS[:1])["passages"] == format_passages(DOCUMENTS[:1], datamark=True)
-        data = formatter.to_dict()
+        data = component_to_dict(formatter, "formatter")
         assert data["init_parameters"]["datamark"] is True
-        assert PassageFormatter.from_dict(data).datamark is True
+        assert component_from_dict(PassageFormatter, data, "formatter").datamark is True
 
     def test_voter_marks_every_prompt(self):
         seen: list[str] = []

@@ -9,7 +9,7 @@ from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 import haystack_fusion  # noqa: F401  (allowlists the package for deserialization)
-from haystack_fusion.llm import CallLimitedChatGenerator
+from haystack_fusion.llm import CallLimitedChatGenerator, unwrap_call_limit
 from haystack_fusion.prompts import ANSWER_LINE_STOP, PROMPTS
 from haystack_fusion.strategies import (
     STRATEGIES,
@@ -77,8 +77,8 @@ class TestChainGenerator:
         copy = chain_generator(limited, ANSWER_LINE_STOP)
         assert isinstance(copy, CallLimitedChatGenerator)
         assert copy is not limited
-        assert copy.chat_generator is not original
-        assert copy.chat_generator.generation_kwargs == {"max_completion_tokens": 16, "stop": ["\n"]}
+        assert unwrap_call_limit(copy) is not original
+        assert unwrap_call_limit(copy).generation_kwargs == {"max_completion_tokens": 16, "stop": ["\n"]}
         assert original.generation_kwargs == {"max_completion_tokens": 16}
 
     def test_no_copy_without_stops_or_generation_kwargs(self, monkeypatch):

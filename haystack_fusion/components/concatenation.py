@@ -1,0 +1,256 @@
+"""
+The concatenation stage's components: `PassageFormatter` (the passages as one context block), `AbstainingChatGenerator`
+(the call, a failure reported rather than raised) and `CheckedAnswerBuilder` (the answer read and validated).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from haystack import Document, component
+from haystack.components.builders import AnswerBuilder
+from haystack.components.generators.chat.types import ChatGenerator
+from haystack.dataclasses import ChatMessage, GeneratedAnswer
+
+from haystack_fusion.llm import (
+    ChatGeneratorWrapper,
+    FanOutResult,
+    backend_unusable,
+    meta_truncated,
+    run_chat_calls,
+    run_chat_calls_async,
+)
+from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, format_passages
+from haystack_fusion.prompts.passages import PASSAGE_LAYOUTS, PassageLayout
+from haystack_fusion.validation import check_answer, invalid_answer
+
+
+@component
+class PassageFormatter:
+    """
+    Turns a list of passages into the numbered, delimited context block of the package's prompts.
+
+    It puts `format_passages` into a pipeline: retriever -> PassageFormatter -> ChatPromptBuilder (whose template
+    reads `{{ passages }}`). Passage text cannot close its block or inject template syntax, and each passage is
+    trimmed to the context budget (`haystack_fusion.prompts.passages`). Haystack's OutputAdapter with a custom filter
+    would not load from YAML in safe mode.
+
+    ### Usage example
+    ```python
+    from haystack import Document
+    from haystack_fusion.components import PassageFormatter
+
+    print(PassageFormatter().run(documents=[Document(content="Paris is in France.")])["passages"])
+    ```
+    """
+
+    def __init__(
+        self,
+        *,
+        max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
+        layout: PassageLayout = "numbered",
+        datamark: bool = False,
+    ) -> None:
+        """
+        Create a PassageFormatter.
+
+        :param max_passage_chars: Per-passage context budget in characters; None for no limit.
+        :param layout: "numbered" (`[i]`, Liu et al.'s figures) or "titled" (`Passage #i Title/Text`, Kim et al.'s
+            listings).
+        :param datamark: Datamark the passage text (" ^ " between words, after a notice line that marked text holds
+            no instructions; `prompts.passages.format_passages`), a defence against instructions written in passages
+            ("spotlighting"). Off by default.
+        :raises ValueError: If `max_passage_chars` is not positive or `layout` is unknown.
+        """
+        if max_passage_chars is not None and max_passage_chars <= 0:
+            raise ValueError(f"`max_passage_chars` must be positive or None, got {max_passage_chars}")
+        if layout not in PASSAGE_LAYOUTS:
+            raise ValueError(f"`layout` must be one of {', '.join(PASSAGE_LAYOUTS)}, got {layout!r}")
+        self.max_passage_chars = max_passage_chars
+        self.layout = layout
+        self.datamark = datamark
+
+    @component.output_types(passages=str)
+    def run(self, documents: list[Document]) -> dict[str, Any]:
+        """
+        Format the passages.
+
+        :param documents: The passages, best-ranked first (may be empty).
+        :returns: A dictionary with `passages`: the context block, one delimited block per document ("" for none).
+        """
+        return {"passages": format_passages(documents, self.max_passage_chars, self.layout, datamark=self.datamark)}
+
+
+@component
+class AbstainingChatGenerator(ChatGeneratorWrapper):
+    """
+    Calls a ChatGenerator once per run; a call that fails (after the generator's own retries) gives no reply and a
+    report in `meta["failures"]` instead of an exception, so the pipeline goes on and a router behind it can fall back.
+    A failure that says the backend itself cannot be used (it refuses the connection or the key:
+    `llm.backend_unusable`) is raised as it is: every other call to that backend would fail the same way.
+
+    `concat_pf` and `cascade` make their concatenation call through it, so that `UnknownRouter` sends a failed call's
+    empty `replies` to post-fusion (reason "no reply"). The call goes through `llm.run_chat_calls` (logged and
+    traced); retries and timeouts stay the generator's.
+
+    ### Usage example
+    ```python
+    from haystack.components.generators.chat import OpenAIChatGenerator
+    from haystack.dataclasses import ChatMessage
+    from haystack.utils import Secret
+    from haystack_fusion.components import AbstainingChatGenerator
+
+    # nothing listens on the discard port: the call fails, and the failure is reported
+    unreachable = OpenAIChatGenerator(
+        api_key=Secret.from_token("unused"), api_base_url="http://127.0.0.1:9/v1", max_retries=0
+    )
+    llm = AbstainingChatGenerator(chat_generator=unreachable)
+    result = llm.run(messages=[ChatMessage.from_user("What is the capital of France?")])
+    print(result["replies"], result["meta"]["failures"])  # [] [{'error': 'APIConnectionError: Connection error.'}]
+    ```
+    """
+
+    def __init__(self, *, chat_generator: ChatGenerator) -> None:
+        """:param chat_generator: The ChatGenerator to call; its retries and timeout decide when a call has failed."""
+        self._chat_generator = chat_generator
+
+    @staticmethod
+    def _outputs(calls: FanOutResult) -> dict[str, Any]:
+        reply = calls.replies[0]
+        return {
+            "replies": [] if reply is None else [reply],
+            "meta": {
+                "usage": dict(calls.usage, rounds=1),
+                "failures": [{"error": error} for error in calls.errors if error is not None],
+            },
+        }
+
+    @component.output_types(replies=list[ChatMessage], meta=dict[str, Any])
+    def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+        """
+        Make the call.
+
+        :param messages: The conversation to send.
+        :param generation_kwargs: The call's `generation_kwargs`, on top of the generator's own (None: its own only).
+        :returns: A dictionary with:
+            - `replies`: the generator's first reply, or an empty list when the call failed or returned no reply.
+            - `meta`: `usage` (`prompt_tokens`, `completion_tokens`, `calls` = 1, `failed_calls`, `rounds` = 1,
+              `cached_tokens` when the provider reports them: `llm.FanOutResult`) and `failures` (empty, or one
+              `{"error": "ExceptionType: message"}`).
+        :raises Exception: The generator's exception when it says the backend cannot be used (a refused connection
+            or key).
+        """
+        calls = run_chat_calls(
+            self._chat_generator, [messages], generation_kwargs=generation_kwargs, raise_if=backend_unusable
+        )
+        return self._outputs(calls)
+
+    @component.output_types(replies=list[ChatMessage], meta=dict[str, Any])
+    async def run_async(
+        self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Async form of `run`, with the same inputs and outputs; calls the generator's `run_async` when it has one."""
+        calls = await run_chat_calls_async(
+            self._chat_generator, [messages], generation_kwargs=generation_kwargs, raise_if=backend_unusable
+        )
+        return self._outputs(calls)
+
+
+@component
+class CheckedAnswerBuilder(AnswerBuilder):
+    """
+    Reads answers from replies as Haystack's `AnswerBuilder` does, then rejects what is not an answer.
+
+    Each answer goes through `haystack_fusion.validation.check_answer`: passage markup (`<passage key="...">`, a bare
+    key, `[2]`), a copy of one of the prompt's demonstration answers that the passages do not contain, an
+    enumeration with no content (`(i) (ii) (iii)`) or a repeat of the question (`validation.repeats_question`)
+    becomes an empty answer whose `meta` says `answer_source="invalid"`, with `invalid_reason` and `rejected_answer`
+    (the evaluation counts it apart from "unknown"). Valid answers pass through unchanged, so its output is
+    AnswerBuilder's whenever nothing is rejected. The passages an answer is checked against are the `documents` given
+    to `run` (all of them: with no `reference_pattern`, AnswerBuilder attaches every document to every answer).
+    Either way, when the reply said how it finished, `meta["truncated"]` says whether the token cap cut it
+    (`llm.meta_truncated`: `finish_reason` "length"): an answer read from a cut reply may be cut too.
+
+    ### Usage example
+    ```python
+    from haystack import Document
+    from haystack.dataclasses import ChatMessage
+    from haystack_fusion.components import CheckedAnswerBuilder
+
+    builder = CheckedAnswerBuilder(pattern=r"^\\s*([^\\n]*)", demonstrations=["1925"])
+    result = builder.run(
+        query="When was he born?",
+        replies=[ChatMessage.from_assistant("1925")],
+        documents=[Document(content="He was born in 1931.")],
+    )
+    answer = result["answers"][0]
+    print(repr(answer.data), answer.meta["invalid_reason"])  # '' 'demonstration answer'
+    ```
+    """
+
+    def __init__(
+        self,
+        pattern: str | None = None,
+        reference_pattern: str | None = None,
+        last_message_only: bool = False,
+        *,
+        return_only_referenced_documents: bool = True,
+        expand_reference_ranges: bool = False,
+        demonstrations: list[str] | None = None,
+    ) -> None:
+        """
+        Create a CheckedAnswerBuilder; the parameters but the last are AnswerBuilder's.
+
+        :param demonstrations: The answers of the prompt's few-shot demonstrations (`PromptTemplate.demonstrations`);
+            an answer equal to one that no passage contains is rejected. None or empty skips that rule (the other
+            two always apply).
+        :raises ValueError: If `pattern` has more than one group (AnswerBuilder's check).
+        """
+        AnswerBuilder.__init__(  # the @component decorator rebuilds the class: no zero-argument super()
+            self,
+            pattern=pattern,
+            reference_pattern=reference_pattern,
+            last_message_only=last_message_only,
+            return_only_referenced_documents=return_only_referenced_documents,
+            expand_reference_ranges=expand_reference_ranges,
+        )
+        self.demonstrations = list(demonstrations) if demonstrations else None
+
+    def _check(self, answer: GeneratedAnswer) -> GeneratedAnswer:
+        if (truncated := meta_truncated(answer.meta)) is not None:
+            answer.meta["truncated"] = truncated
+        passages = [document.content or "" for document in answer.documents or []]
+        reason = check_answer(
+            answer.data, question=answer.query, demonstrations=self.demonstrations or (), passages=passages
+        )
+        return answer if reason is None else invalid_answer(answer, reason)
+
+    @component.output_types(answers=list[GeneratedAnswer])
+    def run(  # type: ignore[override]
+        self,
+        query: str,
+        replies: list[str] | list[ChatMessage],
+        meta: list[dict[str, Any]] | None = None,
+        documents: list[Document] | None = None,
+        pattern: str | None = None,
+        reference_pattern: str | None = None,
+        expand_reference_ranges: bool | None = None,
+    ) -> dict[str, Any]:
+        """
+        Build the answers as AnswerBuilder does (same parameters), then validate each (see the class docstring).
+
+        :param documents: The passages the prompt showed; the answers are checked against their text.
+        :returns: `answers`: one `GeneratedAnswer` per reply, as AnswerBuilder's, the rejected ones emptied.
+        :raises ValueError: As AnswerBuilder's (replies and meta of different lengths, a pattern with two groups).
+        """
+        answers = AnswerBuilder.run(
+            self,
+            query=query,
+            replies=replies,
+            meta=meta,
+            documents=documents,
+            pattern=pattern,
+            reference_pattern=reference_pattern,
+            expand_reference_ranges=expand_reference_ranges,
+        )["answers"]
+        return {"answers": [self._check(answer) for answer in answers]}
