@@ -3,7 +3,7 @@ Validation of what goes in and what comes out: the question (`validate_query`, b
 (`check_answer`, asked wherever an answer is read from a reply: AnswerBuilder, the voter, the router, SuRe's candidate
 parser, Chain-of-Note's answer line). A reply can hold text with an answer's shape that is not an answer:
 
-- passage markup: a delimiter or key of the passage block (`prompts.passages.format_passages`), such as
+- passage markup: a delimiter or key of the passage block (`prompts.format_passages`), such as
   `<passage key="1c6071d9">`, a bare key `1005dbc6`, or a label `[2]` / `Passage #2` (small models echo them);
 - a copied demonstration: an answer of the prompt's own few-shot demonstrations (Liu et al., Figure 7's "1925"; Yu et
   al., Table 6's "1996") that no passage contains;
@@ -47,7 +47,7 @@ _MARKUP = re.compile(r"</?\s*passage\b|\bpassage\s+key\b|\bkey\s*=\s*[\"']|^\[\d
 layout). Linear time: no nested quantifiers."""
 
 _KEY = re.compile(r"[0-9a-f]{8}")
-"""A delimiter key's shape (`prompts.passages.passage_key`: 8 hex digits). An answer that is exactly one such token
+"""A delimiter key's shape (`prompts.passage_key`: 8 hex digits). An answer that is exactly one such token
 with at least one letter counts as markup; 8 digits alone could be a real number."""
 
 _ENUMERATOR = re.compile(r"\(?(?:[ivxlcdm]{1,8}|[a-z]|\d{1,3})\)")

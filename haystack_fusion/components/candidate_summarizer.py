@@ -18,8 +18,7 @@ from haystack_fusion.llm import (
     run_chat_calls_async,
     sum_usage,
 )
-from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render
-from haystack_fusion.prompts.passages import strip_delimiters
+from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render, strip_delimiters
 from haystack_fusion.prompts.sure import DONE_MARKER, candidate_prompt_variables, few_shot_examples
 from haystack_fusion.sure import parse_candidates
 from haystack_fusion.validation import check_answer, validate_query

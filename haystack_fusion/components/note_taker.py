@@ -22,10 +22,8 @@ from haystack_fusion.llm import (
     sum_usage,
 )
 from haystack_fusion.notes import CONTEXT, DIRECT, classify_note, parse_document_note, parse_single_call
-from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render
-from haystack_fusion.prompts.chain_of_note import RELEVANCE_WORDS, STEP_5_PARAMETRIC, STEP_5_UNKNOWN
-from haystack_fusion.prompts.passages import strip_delimiters
-from haystack_fusion.prompts.rendering import single_call_prompt
+from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render, strip_delimiters
+from haystack_fusion.prompts.chain_of_note import RELEVANCE_WORDS, STEP_5_PARAMETRIC, STEP_5_UNKNOWN, single_call_prompt
 from haystack_fusion.validation import check_answer, invalid_meta, validate_query
 
 logger = logging.getLogger(__name__)

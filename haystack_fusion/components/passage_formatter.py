@@ -6,8 +6,7 @@ from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
-from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, format_passages
-from haystack_fusion.prompts.passages import PASSAGE_LAYOUTS, PassageLayout
+from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PASSAGE_LAYOUTS, PassageLayout, format_passages
 
 
 @component
@@ -17,7 +16,7 @@ class PassageFormatter:
 
     It puts `format_passages` into a pipeline: retriever -> PassageFormatter -> ChatPromptBuilder (whose template
     reads `{{ passages }}`). Passage text cannot close its block or inject template syntax, and each passage is
-    trimmed to the context budget (see `haystack_fusion.prompts.passages`). It exists because Haystack's
+    trimmed to the context budget (see `haystack_fusion.prompts.format_passages`). It exists because Haystack's
     OutputAdapter with a custom filter does not load from YAML in safe mode.
 
     ### Usage example
@@ -43,7 +42,7 @@ class PassageFormatter:
         :param layout: "numbered" (`[i]`, Liu et al.'s figures) or "titled" (`Passage #i Title/Text`, Kim et al.'s
             listings).
         :param datamark: Datamark the passage text (" ^ " between words, after a notice line that marked text holds
-            no instructions; `prompts.passages.format_passages`), a defence against instructions written in passages
+            no instructions; `prompts.format_passages`), a defence against instructions written in passages
             ("spotlighting"). Off by default.
         :raises ValueError: If `max_passage_chars` is not positive or `layout` is unknown.
         """

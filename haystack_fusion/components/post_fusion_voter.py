@@ -96,7 +96,7 @@ class PostFusionVoter(ChatGeneratorWrapper):
         :param unknown_patterns: Regular expressions that mark an abstention; None uses the shared defaults.
         :param raise_on_failure: If True, the first failed call raises; by default a failed call is logged,
             counts as an abstention and is reported in `meta["failures"]`.
-        :param datamark: Datamark each passage's text (`prompts.passages.format_passages`), a defence against
+        :param datamark: Datamark each passage's text (`prompts.format_passages`), a defence against
             instructions written in passages; off by default.
         :raises ValueError: If `max_concurrency` is neither None nor an integer >= 1, `samples_per_passage` is below
             1, or `max_passage_chars` is not positive.

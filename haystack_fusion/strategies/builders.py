@@ -30,8 +30,7 @@ from haystack_fusion.components.split_vote_router import SplitVoteRouter
 from haystack_fusion.components.summary_verifier import Scoring, SummaryVerifier
 from haystack_fusion.components.unknown_router import UnknownRouter
 from haystack_fusion.llm import CallLimitedChatGenerator, stop_kwargs, unwrap_call_limit
-from haystack_fusion.prompts import PROMPTS
-from haystack_fusion.prompts.passages import PassageLayout
+from haystack_fusion.prompts import PROMPTS, PassageLayout
 from haystack_fusion.strategies.config import DOCUMENTS, RETRIEVER, SPLIT_ROUTER, Parts, Stage, StrategyConfig
 
 logger = logging.getLogger(__name__)

@@ -81,7 +81,7 @@ class StrategyConfig:
         (or that ties at the top); None: `CASCADE_MIN_VOTE_SHARE`.
     :param verifier_scoring: SuRe's validity and ranking read from the reply's words ("text", Kim et al.) or from
         token probabilities ("probability"); None: "text" for the SuRe strategies, "probability" for `cascade`.
-    :param datamark: Datamark the passage text of every prompt (`prompts.passages.format_passages`), a defence
+    :param datamark: Datamark the passage text of every prompt (`prompts.format_passages`), a defence
         against instructions written in passages ("spotlighting", Hines et al., 2024). Supported by the
         strategies whose passages go through PassageFormatter and PostFusionVoter (Liu et al.'s); the others raise
         ValueError when it is set. Off by default.
