@@ -1,17 +1,11 @@
 """
 Yu et al. (Chain-of-Note, arXiv:2311.09210), Appendix A.5 and Table 6: the reading-notes prompts of NoteTaker.
 
-The single-call prompt is Appendix A.5's five-step task description, followed by a one-shot demonstration built from
-the first case study of Table 6 (its two documents and its Chain-of-Note output), then the live question and
-passages, ending in "Reading notes:" for the model to continue. The paper fine-tunes LLaMa-2 on GPT-4 notes and
-prompts GPT-4 zero-shot (section 3.1.2); the demonstration is what a base model that continues text needs, and shows
-the note format of Table 6 ("Passage #1 discusses ... Based on the information given in above passages, the answer
-is 1996"). Passages use the "titled" layout ("Passage #i Title:" / "Passage #i Text:"), as Table 6 names each
-document's Wikipedia page.
-
-The per-document mode (our extension for models that lose track across long contexts) asks for one note per
-passage, with the three note types of section 2.3.1 as an explicit relevance label, then synthesizes the answer from
-the notes with steps 4 and 5 of the instruction.
+The single-call prompt is Appendix A.5's five-step task description, then a one-shot demonstration built from the
+first case study of Table 6 (the paper prompts GPT-4 zero-shot, section 3.1.2; a base model that continues text needs
+the demonstration), then the live question and passages ("titled" layout, as Table 6 names each document's Wikipedia
+page). The per-document mode (ours, for models that lose track across long contexts) asks for one note per passage
+with the note types of section 2.3.1 as a relevance label, then synthesizes the answer with steps 4 and 5.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """
 The standalone question of a follow-up: the last user message of a chat rewritten so that retrieval and the strategy
-can read it without the chat (conversational query rewriting, as in question-in-context rewriting for
-conversational QA).
-
-None of the three papers has a chat: each strategy answers one self-contained question. A chat client sends the whole
-chat with every message, and a follow-up such as "How many LLM calls does it make?" names its subject only in an
-earlier turn, so a retriever given the last message alone finds passages about something else. One LLM call rewrites
-it first; the strategy then runs on the rewrite as on any question.
-
-The prompt is completion-style (a base model continues it) with four demonstrations, and the reply's first line is the
-question. The chat's turns come in as one pre-formatted string variable `history` (`serving.chat.history_text`), so
-chat text is never evaluated as template syntax.
+can read it without the chat (conversational query rewriting). None of the three papers has a chat, and a follow-up
+such as "How many LLM calls does it make?" names its subject only in an earlier turn; one LLM call rewrites it first.
+The prompt is completion-style with four demonstrations; the chat's turns come in as one pre-formatted string
+variable `history`, so chat text is never evaluated as template syntax.
 """
 
 from __future__ import annotations
