@@ -61,7 +61,7 @@ def clean_answer(answer: str) -> str:
     return answer.strip().strip("\"'`*").rstrip(".!;: ").strip().lower()
 
 
-_TRIM = " \t\n\r\"'`“”‘’„«»*_"
+TRIM_CHARACTERS = " \t\n\r\"'`“”‘’„«»*_"
 """What `trim_answer` strips from both ends: whitespace, quotes and markdown emphasis."""
 _ASCII_LETTERS = frozenset(string.ascii_letters)
 
@@ -76,7 +76,7 @@ def trim_answer(text: str) -> str:
     previous = None
     while (start, end) != previous:
         previous = (start, end)
-        for chars in (_TRIM, ",;:"):
+        for chars in (TRIM_CHARACTERS, ",;:"):
             while start < end and text[start] in chars:
                 start += 1
             while end > start and text[end - 1] in chars:

@@ -12,7 +12,7 @@ import bisect
 import re
 from dataclasses import dataclass
 
-from haystack_fusion.answers import UnknownDetector, normalize_answer, trim_answer
+from haystack_fusion.answers import TRIM_CHARACTERS, UnknownDetector, normalize_answer, trim_answer
 
 DIRECT = "direct"
 """Note type (a) of section 2.3.1 / Figure 2(a): the passage answers the question directly."""
@@ -26,12 +26,10 @@ IRRELEVANT = "irrelevant"
 RELEVANCE_LABELS: tuple[str, ...] = (DIRECT, CONTEXT, IRRELEVANT)
 """The three note types of section 2.3.1, in the paper's order (a), (b), (c)."""
 
-_STRIP = " \t\n\r\"'`“”‘’„«»*_"
-
 _NON_BLANK = re.compile(r"\S")
 """The first character of a line's content."""
 
-_ANSWER_TEXT = re.compile("[^\\s" + re.escape(_STRIP + ".,;:") + "]")
+_ANSWER_TEXT = re.compile("[^\\s" + re.escape(TRIM_CHARACTERS + ".,;:") + "]")
 """A character that `_clean_answer` keeps: a text without one cleans to ""."""
 
 _NUMBER = r"\d{1,6}(?!\d)"

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from haystack_fusion.answers import normalize_answer, token_logprobs, trim_answer
+from haystack_fusion.answers import TRIM_CHARACTERS, normalize_answer, token_logprobs, trim_answer
 from haystack_fusion.prompts.sure import CHOICE_LETTERS
 
 _DONE = re.compile(r"\[\s*done\s*\]", re.IGNORECASE)
@@ -47,8 +47,6 @@ _MARKERS_ONLY = re.compile(r"\(\s*[A-Za-z0-9]{1,3}\s*\)?")
 
 _BULLET = re.compile(r"^[ \t]*[-*•+][ \t]+(?P<item>.*)$", re.MULTILINE)
 
-_STRIP = " \t\n\r\"'`“”‘’„«»*_"
-
 _TRUE_FALSE = re.compile(r"(?P<negation>\bnot\s+|n't\s+)?\b(?P<word>true|false)\b", re.IGNORECASE)
 _YES_NO = re.compile(r"\b(?P<word>yes|no)\b", re.IGNORECASE)
 
@@ -71,11 +69,6 @@ _TIE = re.compile(
     re.IGNORECASE,
 )
 """Wording that names no single winner: "both", "equally", "Passage 1 and Passage 2", "the first or the second"."""
-
-
-def _label(index: int) -> str:
-    """The letter of the 0-based choice `index`: a..z, then a again."""
-    return CHOICE_LETTERS[index % len(CHOICE_LETTERS)]
 
 
 @lru_cache(maxsize=128)
@@ -261,7 +254,7 @@ def parse_preference(reply: str | None) -> int | None:
     if not reply:
         return None
     text = _PREFIX.sub("", _CHOICES_ECHO.sub(" ", reply), count=1)
-    text = text.lstrip(_STRIP + "[(")
+    text = text.lstrip(TRIM_CHARACTERS + "[(")
     leading = _MENTION.match(text) or _LEADING_DIGIT.match(text)
     tie = _TIE.search(text)
     if leading is not None and not (tie is not None and tie.start() == 0):
@@ -386,7 +379,7 @@ def choice_probability(meta: Mapping[str, Any] | None, choices: Choices) -> floa
         return None
 
     def side(token: Any) -> int | None:
-        word = str(token or "").strip().strip(_STRIP + ".,;:!?()[]").lower()
+        word = str(token or "").strip().strip(TRIM_CHARACTERS + ".,;:!?()[]").lower()
         return 0 if word in choices[0] else 1 if word in choices[1] else None
 
     for entry in tokens:

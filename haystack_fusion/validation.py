@@ -1,15 +1,9 @@
 """
 Validation of what goes in and what comes out: the question (`validate_query`, before any LLM call) and the answers
-(`check_answer`, asked wherever an answer is read from a reply: AnswerBuilder, the voter, the router, SuRe's candidate
-parser, Chain-of-Note's answer line). A reply can hold text with an answer's shape that is not an answer:
-
-- passage markup: a delimiter or key of the passage block (`prompts.passages.format_passages`), such as
-  `<passage key="1c6071d9">`, a bare key `1005dbc6`, or a label `[2]` / `Passage #2` (small models echo them);
-- a copied demonstration: an answer of the prompt's own few-shot demonstrations (Liu et al., Figure 7's "1925"; Yu et
-  al., Table 6's "1996") that no passage contains;
-- an enumeration with no content: only list labels, such as `(i) (ii) (iii) ... (xxi)`;
-- a repeat of the question: only words of the question ("post-fusion answer with" for "What does post-fusion answer
-  with?"; `repeats_question` keeps a choice between the question's alternatives).
+(`check_answer`, wherever an answer is read from a reply). A reply can hold text with an answer's shape that is not an
+answer: passage markup (a delimiter, key or label of `prompts.format_passages`'s block, which small models echo), a
+copied demonstration (Liu et al., Figure 7's "1925"; Yu et al., Table 6's "1996") that no passage contains, an
+enumeration of bare labels (`(i) (ii) (iii)`), or a repeat of the question.
 
 A rejected answer is not an abstention: components return an empty answer whose `meta` says
 `answer_source="invalid"` with the reason and the rejected text (`invalid_answer`), and the evaluation counts it apart
@@ -42,13 +36,11 @@ REASONS: tuple[str, ...] = (PASSAGE_MARKUP, DEMONSTRATION, EMPTY_ENUMERATION, RE
 """Every reason `check_answer` gives, in the order it checks them."""
 
 _MARKUP = re.compile(r"</?\s*passage\b|\bpassage\s+key\b|\bkey\s*=\s*[\"']|^\[\d{1,3}\]$|^passage\s*#\s*\d{1,3}\b")
-"""Fragments of `format_passages`'s block markup, searched in the lowercased trimmed answer: the tags, their
-`key="..."` attribute, a bare `[i]` label (numbered layout) or an answer that starts with `Passage #i` (titled
-layout). Linear time: no nested quantifiers."""
+"""Fragments of the passage block's markup, searched in the lowercased answer: the tags, their `key="..."`, a bare
+`[i]` label or a leading `Passage #i`. Linear time: no nested quantifiers."""
 
 _KEY = re.compile(r"[0-9a-f]{8}")
-"""A delimiter key's shape (`prompts.passages.passage_key`: 8 hex digits). An answer that is exactly one such token
-with at least one letter counts as markup; 8 digits alone could be a real number."""
+"""A delimiter key (`prompts.passage_key`: 8 hex digits); as an answer it counts as markup unless all digits."""
 
 _ENUMERATOR = re.compile(r"\(?(?:[ivxlcdm]{1,8}|[a-z]|\d{1,3})\)")
 """One list label: `(i)`, `ii)`, `(a)`, `(3)`."""
@@ -200,22 +192,3 @@ def invalid_answer(answer: GeneratedAnswer, reason: str) -> GeneratedAnswer:
 def is_invalid(meta: dict[str, Any] | None) -> bool:
     """Whether an answer's (or an evaluation record's evidence's) `answer_source` says it was rejected."""
     return bool(meta) and meta.get("answer_source") == INVALID  # type: ignore[union-attr]
-
-
-__all__ = [
-    "DEMONSTRATION",
-    "EMPTY_ENUMERATION",
-    "INVALID",
-    "PASSAGE_MARKUP",
-    "REASONS",
-    "REPEATS_QUESTION",
-    "check_answer",
-    "copies_demonstration",
-    "invalid_answer",
-    "invalid_meta",
-    "is_empty_enumeration",
-    "is_invalid",
-    "is_passage_markup",
-    "repeats_question",
-    "validate_query",
-]

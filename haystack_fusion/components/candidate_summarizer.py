@@ -18,8 +18,7 @@ from haystack_fusion.llm import (
     run_chat_calls_async,
     sum_usage,
 )
-from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render
-from haystack_fusion.prompts.passages import strip_delimiters
+from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render, strip_delimiters
 from haystack_fusion.prompts.sure import DONE_MARKER, candidate_prompt_variables, few_shot_examples
 from haystack_fusion.sure import parse_candidates
 from haystack_fusion.validation import check_answer, validate_query
@@ -111,6 +110,7 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         self.max_passage_chars = max_passage_chars
         self.few_shot = few_shot
         self.raise_on_failure = raise_on_failure
+        self._candidate_prompt = PROMPTS["sure_few_shot_candidates" if few_shot else "sure_candidates"]
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize this component, with its chat generator, to a dictionary."""
@@ -125,124 +125,98 @@ class CandidateSummarizer(ChatGeneratorWrapper):
             raise_on_failure=self.raise_on_failure,
         )
 
-    # Each step below is shared by `run` and `run_async`; only the fan-out call differs.
+    def _fan_out(self) -> dict[str, Any]:
+        return {"max_concurrency": self.max_concurrency, "raise_on_failure": self.raise_on_failure}
 
-    def _first_round(self, query: str, documents: list[Document] | None) -> tuple[str, str, list[list[ChatMessage]]]:
-        """Validate the inputs; the round-1 prompt (Listing 6, or Listing 11 in generic mode), none without passages."""
+    def _round_one(
+        self, query: str, documents: list[Document] | None, candidates: list[str] | None
+    ) -> tuple[str, str, list[list[ChatMessage]]]:
+        """Validate; the passages shown, and round 1's prompt (Listing 6 or 13; Listing 11 in generic mode), none
+        without passages or when `candidates` are given."""
+        if candidates is not None and self.mode != "conditional":
+            raise ValueError(f"Given `candidates` need the conditional mode, not {self.mode!r}")
         query = validate_query(query)
         documents = list(documents or [])
         passages = format_passages(documents, self.max_passage_chars, layout="titled")
-        if not documents:
+        if candidates is not None or not documents:
             return query, passages, []
         if self.mode == "generic":
             return query, passages, [render(PROMPTS["sure_generic_summary"], passages=passages, query=query)]
         variables: dict[str, Any] = candidate_prompt_variables(self.num_candidates)
         if self.few_shot:
             variables["examples"] = few_shot_examples(self.num_candidates)
-        template = PROMPTS["sure_few_shot_candidates" if self.few_shot else "sure_candidates"]
-        prompt = render(template, passages=passages, query=query, num_passages=len(documents), **variables)
+        prompt = render(
+            self._candidate_prompt, passages=passages, query=query, num_passages=len(documents), **variables
+        )
         return query, passages, [prompt]
 
-    def _second_round(
-        self, query: str, passages: str, candidates: list[str], candidate_documents: list[list[Document]] | None = None
-    ) -> list[list[ChatMessage]]:
-        """
-        One Listing 7 prompt per candidate, in candidate order (conditional mode only); with `candidate_documents`,
-        candidate k's prompt shows its own passages.
-        """
+    def _round_two(
+        self,
+        query: str,
+        passages: str,
+        reply: str | None,
+        given: list[str] | None,
+        candidate_documents: list[list[Document]] | None,
+    ) -> tuple[list[str], list[dict[str, str]], list[list[ChatMessage]]]:
+        """The candidates (given, or read from round 1's reply without those the validator rejects), the rejected
+        ones (`candidate`, `reason`) and one Listing 7 prompt per candidate (conditional mode only)."""
+        rejected: list[dict[str, str]] = []
+        if given is not None:
+            candidates = [candidate.strip() for candidate in given]
+        elif self.mode == "generic":
+            candidates = []
+        else:
+            candidates = []
+            for candidate in parse_candidates(reply, self.num_candidates):
+                reason = check_answer(
+                    candidate, question=query, demonstrations=self._candidate_prompt.demonstrations, passages=[passages]
+                )
+                if reason is None:
+                    candidates.append(candidate)
+                else:
+                    rejected.append({"candidate": candidate, "reason": reason})
         if self.mode != "conditional":
-            return []
+            return candidates, rejected, []
         if candidate_documents is not None and len(candidate_documents) != len(candidates):
             raise ValueError(
                 f"CandidateSummarizer needs one passage list per candidate, got {len(candidates)} candidates and "
                 f"{len(candidate_documents)} passage lists"
             )
-        shown = [
-            passages
-            if candidate_documents is None
-            else format_passages(candidate_documents[index], self.max_passage_chars, layout="titled")
-            for index in range(len(candidates))
-        ]
         template = PROMPTS["sure_few_shot_summary" if self.few_shot else "sure_summary"]
-        return [
-            render(template, passages=shown[index], query=query, candidates=candidates, target=index)
+        prompts = [
+            render(
+                template,
+                passages=passages
+                if candidate_documents is None
+                else format_passages(candidate_documents[index], self.max_passage_chars, layout="titled"),
+                query=query,
+                candidates=candidates,
+                target=index,
+            )
             for index in range(len(candidates))
         ]
-
-    def _start(
-        self, query: str, documents: list[Document] | None, candidates: list[str] | None
-    ) -> tuple[str, str, list[str] | None, list[list[ChatMessage]]]:
-        """
-        Validate; the query, the passages shown, the given candidates (None: round 1 proposes them) and the round-1
-        prompts (none when candidates are given).
-        """
-        if candidates is None:
-            query, passages, prompts = self._first_round(query, documents)
-            return query, passages, None, prompts
-        if self.mode != "conditional":
-            raise ValueError(f"Given `candidates` need the conditional mode, not {self.mode!r}")
-        query = validate_query(query)
-        passages = format_passages(list(documents or []), self.max_passage_chars, layout="titled")
-        return query, passages, [candidate.strip() for candidate in candidates], []
-
-    def _fan_out(self) -> dict[str, Any]:
-        return {"max_concurrency": self.max_concurrency, "raise_on_failure": self.raise_on_failure}
-
-    @staticmethod
-    def _first_reply(first: FanOutResult | None) -> str | None:
-        reply = first.replies[0] if first else None
-        return reply.text if reply is not None else None
-
-    def _candidates(
-        self, first: FanOutResult | None, passages: str, query: str
-    ) -> tuple[list[str], list[dict[str, str]]]:
-        """
-        The candidates of round 1 (none in generic mode, or when round 1 did not run or failed) and the ones the
-        validator rejected (`candidate`, `reason`), dropped from the first list.
-        """
-        if self.mode == "generic":
-            return [], []
-        candidates = parse_candidates(self._first_reply(first), self.num_candidates)
-        prompt = PROMPTS["sure_few_shot_candidates" if self.few_shot else "sure_candidates"]
-        reasons = [
-            check_answer(c, question=query, demonstrations=prompt.demonstrations, passages=[passages])
-            for c in candidates
-        ]
-        kept = [candidate for candidate, reason in zip(candidates, reasons, strict=True) if reason is None]
-        rejected = [
-            {"candidate": candidate, "reason": reason}
-            for candidate, reason in zip(candidates, reasons, strict=True)
-            if reason is not None
-        ]
-        return kept, rejected
+        return candidates, rejected, prompts
 
     def _outputs(
         self,
+        reply: str | None,
         first: FanOutResult | None,
         second: FanOutResult | None,
         candidates: list[str],
         rejected: list[dict[str, str]],
     ) -> dict[str, Any]:
-        """Assemble candidates, summaries and meta from the rounds that ran (None: the round did not run)."""
-        text = self._first_reply(first)
-        summaries: list[str] = []
-        if self.mode == "generic":
-            summaries = [clean_summary(text)] if first else []
+        """Candidates, summaries and meta from the rounds that ran (None: the round did not run)."""
+        summaries = [clean_summary(reply)] if self.mode == "generic" and first else []
         if second:
             summaries = [clean_summary(r.text if r is not None else None) for r in second.replies]
-        failures = [
-            {"round": name, **failure}
-            for name, calls in (("candidates", first), ("summaries", second))
-            if calls
-            for failure in calls.failures
-        ]
+        rounds = (("candidates", first), ("summaries", second))
         usage = sum_usage([first.usage if first else None, second.usage if second else None])
         usage["rounds"] = int(first is not None) + int(second is not None)
         meta = {
             "source": "Kim et al., section 3.2, Eq. 2-3",
             "mode": self.mode,
-            "candidates_reply": text if self.mode != "generic" else None,
-            "failures": failures,
+            "candidates_reply": reply if self.mode != "generic" else None,
+            "failures": [{"round": name, **failure} for name, calls in rounds if calls for failure in calls.failures],
             "usage": usage,
         }
         if rejected:
@@ -278,12 +252,12 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         :raises ValueError: If `query` is empty or only whitespace, `candidates` are given outside the conditional
             mode, or `candidate_documents` has another length than `candidates`.
         """
-        query, passages, given, prompts = self._start(query, documents, candidates)
+        query, passages, prompts = self._round_one(query, documents, candidates)
         first = run_chat_calls(self._chat_generator, prompts, **self._fan_out()) if prompts else None
-        candidates, rejected = self._candidates(first, passages, query) if given is None else (given, [])
-        summary_prompts = self._second_round(query, passages, candidates, candidate_documents)
-        second = run_chat_calls(self._chat_generator, summary_prompts, **self._fan_out()) if summary_prompts else None
-        return self._outputs(first, second, candidates, rejected)
+        reply = _text(first)
+        found, rejected, prompts = self._round_two(query, passages, reply, candidates, candidate_documents)
+        second = run_chat_calls(self._chat_generator, prompts, **self._fan_out()) if prompts else None
+        return self._outputs(reply, first, second, found, rejected)
 
     @component.output_types(candidates=list[str], summaries=list[str], meta=dict[str, Any])
     async def run_async(
@@ -294,13 +268,15 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         candidate_documents: list[list[Document]] | None = None,
     ) -> dict[str, Any]:
         """Async form of `run`, with the same inputs, outputs and errors; calls the generator's `run_async`."""
-        query, passages, given, prompts = self._start(query, documents, candidates)
+        query, passages, prompts = self._round_one(query, documents, candidates)
         first = await run_chat_calls_async(self._chat_generator, prompts, **self._fan_out()) if prompts else None
-        candidates, rejected = self._candidates(first, passages, query) if given is None else (given, [])
-        summary_prompts = self._second_round(query, passages, candidates, candidate_documents)
-        second = (
-            await run_chat_calls_async(self._chat_generator, summary_prompts, **self._fan_out())
-            if summary_prompts
-            else None
-        )
-        return self._outputs(first, second, candidates, rejected)
+        reply = _text(first)
+        found, rejected, prompts = self._round_two(query, passages, reply, candidates, candidate_documents)
+        second = await run_chat_calls_async(self._chat_generator, prompts, **self._fan_out()) if prompts else None
+        return self._outputs(reply, first, second, found, rejected)
+
+
+def _text(calls: FanOutResult | None) -> str | None:
+    """The text of a one-call round's reply; None when the round did not run or the call failed."""
+    reply = calls.replies[0] if calls else None
+    return reply.text if reply is not None else None

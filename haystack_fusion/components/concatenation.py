@@ -20,8 +20,7 @@ from haystack_fusion.llm import (
     run_chat_calls,
     run_chat_calls_async,
 )
-from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, format_passages
-from haystack_fusion.prompts.passages import PASSAGE_LAYOUTS, PassageLayout
+from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PASSAGE_LAYOUTS, PassageLayout, format_passages
 from haystack_fusion.validation import check_answer, invalid_answer
 
 
@@ -32,8 +31,8 @@ class PassageFormatter:
 
     It puts `format_passages` into a pipeline: retriever -> PassageFormatter -> ChatPromptBuilder (whose template
     reads `{{ passages }}`). Passage text cannot close its block or inject template syntax, and each passage is
-    trimmed to the context budget (`haystack_fusion.prompts.passages`). Haystack's OutputAdapter with a custom filter
-    would not load from YAML in safe mode.
+    trimmed to the context budget (`haystack_fusion.prompts.format_passages`). Haystack's OutputAdapter with a custom
+    filter would not load from YAML in safe mode.
 
     ### Usage example
     ```python
@@ -58,7 +57,7 @@ class PassageFormatter:
         :param layout: "numbered" (`[i]`, Liu et al.'s figures) or "titled" (`Passage #i Title/Text`, Kim et al.'s
             listings).
         :param datamark: Datamark the passage text (" ^ " between words, after a notice line that marked text holds
-            no instructions; `prompts.passages.format_passages`), a defence against instructions written in passages
+            no instructions; `prompts.format_passages`), a defence against instructions written in passages
             ("spotlighting"). Off by default.
         :raises ValueError: If `max_passage_chars` is not positive or `layout` is unknown.
         """

@@ -22,10 +22,8 @@ from haystack_fusion.llm import (
     sum_usage,
 )
 from haystack_fusion.notes import CONTEXT, DIRECT, classify_note, parse_document_note, parse_single_call
-from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render
-from haystack_fusion.prompts.chain_of_note import RELEVANCE_WORDS, STEP_5_PARAMETRIC, STEP_5_UNKNOWN
-from haystack_fusion.prompts.passages import strip_delimiters
-from haystack_fusion.prompts.rendering import single_call_prompt
+from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render, strip_delimiters
+from haystack_fusion.prompts.chain_of_note import RELEVANCE_WORDS, STEP_5_PARAMETRIC, STEP_5_UNKNOWN, single_call_prompt
 from haystack_fusion.validation import check_answer, invalid_meta, validate_query
 
 logger = logging.getLogger(__name__)
@@ -134,17 +132,7 @@ class NoteTaker(ChatGeneratorWrapper):
         # `@component` rebuilds the class, so a zero-argument super() does not reach the mixin
         return ChatGeneratorWrapper.from_dict.__func__(cls, data)  # type: ignore[attr-defined]
 
-    # Each step below is shared by `run` and `run_async`; only the fan-out calls differ.
-
-    @property
-    def _step_5(self) -> str:
-        return STEP_5_PARAMETRIC if self.allow_parametric_knowledge else STEP_5_UNKNOWN
-
-    def _fan_out(self, synthesis: bool = False) -> dict[str, Any]:
-        """The fan-out settings; the synthesis call (its answer is on the answer lead's line) also stops there."""
-        generation_kwargs = self.generation_kwargs
-        if synthesis:
-            generation_kwargs = stop_kwargs(self._chat_generator, PROMPTS["con_synthesis"].stop, generation_kwargs)
+    def _fan_out(self, generation_kwargs: dict[str, Any] | None) -> dict[str, Any]:
         return {
             "max_concurrency": self.max_concurrency,
             "generation_kwargs": generation_kwargs,
@@ -155,25 +143,19 @@ class NoteTaker(ChatGeneratorWrapper):
         """Validate; the single prompt, or one note prompt per passage (none without passages in that mode)."""
         query = validate_query(query)
         documents = list(documents or [])
-        if self.mode == "single_call":
-            if not documents and not self.allow_parametric_knowledge:
-                return query, documents, []
-            prompt = single_call_prompt(
-                query,
-                documents,
-                allow_parametric_knowledge=self.allow_parametric_knowledge,
-                max_passage_chars=self.max_passage_chars,
-            )
-            return query, documents, [prompt]
-        note_prompts = [
-            render(
-                PROMPTS["con_document_note"],
-                query=query,
-                passages=format_passages([d], self.max_passage_chars, "titled"),
-            )
-            for d in documents
-        ]
-        return query, documents, note_prompts
+        if self.mode == "per_document":
+            template = PROMPTS["con_document_note"]
+            passages = [format_passages([d], self.max_passage_chars, "titled") for d in documents]
+            return query, documents, [render(template, query=query, passages=p) for p in passages]
+        if not documents and not self.allow_parametric_knowledge:
+            return query, documents, []
+        prompt = single_call_prompt(
+            query,
+            documents,
+            allow_parametric_knowledge=self.allow_parametric_knowledge,
+            max_passage_chars=self.max_passage_chars,
+        )
+        return query, documents, [prompt]
 
     def _notes(self, documents: list[Document], first: FanOutResult | None) -> tuple[list[dict[str, Any]], str | None]:
         """The notes (one per passage, input order) and, in single-call mode, the answer text (None: no reply)."""
@@ -195,16 +177,20 @@ class NoteTaker(ChatGeneratorWrapper):
             notes.append({"document_id": document.id, "note": note, "relevance": relevance})
         return notes, None
 
-    def _synthesis(self, query: str, notes: list[dict[str, Any]]) -> list[list[ChatMessage]]:
-        """Per-document round 2 (steps 4-5 over the notes), unless nothing is relevant and knowledge is not allowed."""
-        if self.mode != "per_document" or (not self._relevant(notes) and not self.allow_parametric_knowledge):
-            return []
+    def _synthesis(
+        self, query: str, notes: list[dict[str, Any]], streaming_callback: StreamingCallbackT | None
+    ) -> tuple[Any, list[list[ChatMessage]], dict[str, Any]]:
+        """Per-document round 2 (steps 4-5 over the notes; none when nothing is relevant and knowledge is not
+        allowed): its generator (streaming), prompt and settings (it also stops at the answer line)."""
+        if self.mode != "per_document" or (not _relevant(notes) and not self.allow_parametric_knowledge):
+            return None, [], {}
         shown = [{"label": RELEVANCE_WORDS[n["relevance"]], "note": " ".join(n["note"].split())} for n in notes]
-        return [render(PROMPTS["con_synthesis"], query=query, notes=shown, step_5=self._step_5)]
-
-    @staticmethod
-    def _relevant(notes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [note for note in notes if note["relevance"] in (DIRECT, CONTEXT)]
+        step_5 = STEP_5_PARAMETRIC if self.allow_parametric_knowledge else STEP_5_UNKNOWN
+        prompt = render(PROMPTS["con_synthesis"], query=query, notes=shown, step_5=step_5)
+        callback = streaming_callback or self.streaming_callback
+        generator = self._chat_generator if callback is None else _Streaming(self._chat_generator, callback)
+        kwargs = stop_kwargs(self._chat_generator, PROMPTS["con_synthesis"].stop, self.generation_kwargs)
+        return generator, [prompt], self._fan_out(kwargs)
 
     def _outputs(
         self,
@@ -212,10 +198,14 @@ class NoteTaker(ChatGeneratorWrapper):
         documents: list[Document],
         notes: list[dict[str, Any]],
         answer_text: str | None,
-        rounds: list[tuple[str, FanOutResult | None]],
+        first: FanOutResult | None,
+        second: FanOutResult | None,
     ) -> dict[str, Any]:
         """The answer from the relevant notes, the model's knowledge, or "unknown" (section 2.3.1)."""
-        relevant = self._relevant(notes)
+        if self.mode == "per_document":
+            reply = second.replies[0] if second and second.replies else None
+            answer_text = PROMPTS["con_synthesis"].extract_answer(reply.text) if reply is not None else None
+        relevant = _relevant(notes)
         if relevant:
             source = "passages"
         elif self.allow_parametric_knowledge and answer_text:
@@ -225,16 +215,15 @@ class NoteTaker(ChatGeneratorWrapper):
         answer = (answer_text or "").strip()
         if not answer or self._detector.is_unknown(answer):
             answer, source = UNKNOWN, "none"
+        rounds = [("notes", first), ("answer", second)]
         usage = sum_usage(calls.usage for _, calls in rounds if calls)
         usage["rounds"] = sum(1 for _, calls in rounds if calls)
-        failures = [{"round": name, **failure} for name, calls in rounds if calls for failure in calls.failures]
-        ids = {note["document_id"] for note in relevant}
         meta = {
             "strategy": f"chain_of_note ({self.mode})",
             "source": "Yu et al., section 2.3, Appendix A.5",
             "notes": notes,
             "answer_source": source,
-            "failures": failures,
+            "failures": [{"round": name, **failure} for name, calls in rounds if calls for failure in calls.failures],
             "usage": usage,
         }
         if source != "none":
@@ -244,18 +233,9 @@ class NoteTaker(ChatGeneratorWrapper):
             if reason is not None:
                 meta.update(invalid_meta(answer, reason))
                 answer = ""
+        ids = {note["document_id"] for note in relevant}
         supporting = [document for document in documents if document.id in ids]
         return {"answers": [GeneratedAnswer(data=answer, query=query, documents=supporting, meta=meta)], "notes": notes}
-
-    def _answer_text(self, second: FanOutResult | None) -> str | None:
-        reply = second.replies[0] if second and second.replies else None
-        return PROMPTS["con_synthesis"].extract_answer(reply.text) if reply is not None else None
-
-    def _synthesis_generator(self, streaming_callback: StreamingCallbackT | None) -> Any:
-        callback = streaming_callback or self.streaming_callback
-        if callback is None:
-            return self._chat_generator
-        return _Streaming(self._chat_generator, callback)
 
     @component.output_types(answers=list[GeneratedAnswer], notes=list[dict[str, Any]])
     def run(
@@ -278,14 +258,12 @@ class NoteTaker(ChatGeneratorWrapper):
         :raises ValueError: If `query` is empty or only whitespace.
         """
         query, documents, prompts = self._first_round(query, documents)
-        first = run_chat_calls(self._chat_generator, prompts, **self._fan_out()) if prompts else None
+        settings = self._fan_out(self.generation_kwargs)
+        first = run_chat_calls(self._chat_generator, prompts, **settings) if prompts else None
         notes, answer_text = self._notes(documents, first)
-        synthesis = self._synthesis(query, notes)
-        generator = self._synthesis_generator(streaming_callback)
-        second = run_chat_calls(generator, synthesis, **self._fan_out(synthesis=True)) if synthesis else None
-        if self.mode == "per_document":
-            answer_text = self._answer_text(second)
-        return self._outputs(query, documents, notes, answer_text, [("notes", first), ("answer", second)])
+        generator, synthesis, settings = self._synthesis(query, notes, streaming_callback)
+        second = run_chat_calls(generator, synthesis, **settings) if synthesis else None
+        return self._outputs(query, documents, notes, answer_text, first, second)
 
     @component.output_types(answers=list[GeneratedAnswer], notes=list[dict[str, Any]])
     async def run_async(
@@ -293,16 +271,16 @@ class NoteTaker(ChatGeneratorWrapper):
     ) -> dict[str, Any]:
         """Async form of `run`, with the same inputs, outputs and errors; calls the generator's `run_async`."""
         query, documents, prompts = self._first_round(query, documents)
-        first = await run_chat_calls_async(self._chat_generator, prompts, **self._fan_out()) if prompts else None
+        settings = self._fan_out(self.generation_kwargs)
+        first = await run_chat_calls_async(self._chat_generator, prompts, **settings) if prompts else None
         notes, answer_text = self._notes(documents, first)
-        synthesis = self._synthesis(query, notes)
-        generator = self._synthesis_generator(streaming_callback)
-        second = (
-            await run_chat_calls_async(generator, synthesis, **self._fan_out(synthesis=True)) if synthesis else None
-        )
-        if self.mode == "per_document":
-            answer_text = self._answer_text(second)
-        return self._outputs(query, documents, notes, answer_text, [("notes", first), ("answer", second)])
+        generator, synthesis, settings = self._synthesis(query, notes, streaming_callback)
+        second = await run_chat_calls_async(generator, synthesis, **settings) if synthesis else None
+        return self._outputs(query, documents, notes, answer_text, first, second)
+
+
+def _relevant(notes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [note for note in notes if note["relevance"] in (DIRECT, CONTEXT)]
 
 
 class _Streaming:

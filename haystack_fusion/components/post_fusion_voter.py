@@ -7,7 +7,7 @@ from typing import Any
 from haystack import Document, component, default_to_dict, logging
 from haystack.components.generators.chat.types import ChatGenerator
 from haystack.core.serialization import component_to_dict
-from haystack.dataclasses import ChatMessage, GeneratedAnswer
+from haystack.dataclasses import GeneratedAnswer
 
 from haystack_fusion.answers import UnknownDetector, answer_confidence, majority_vote, normalize_answer
 from haystack_fusion.llm import (
@@ -45,18 +45,11 @@ class PostFusionVoter(ChatGeneratorWrapper):
     Each of the k passages is sent to the LLM on its own with the Figure 7 prompt (Liu et al., Eq. 2), all calls
     concurrently up to `max_concurrency`. With `samples_per_passage` p > 1, each passage is sampled p times at a
     sampling temperature and all p x k answers vote (self-consistency, section 4.4). Answers are normalized before
-    voting; "unknown" answers and failed calls do not vote; ties go to the answer from the better-ranked passage;
-    when nothing votes the answer is "unknown". Besides the answer it outputs the candidate pool and the passages
-    whose answer was not unknown, which is what PF+Concat's distiller round reads (section 3.3, Figure 2 bottom);
-    when no passage answered it emits `unknown` instead of those two, so that round is skipped. The winner's `meta`
-    holds `vote_share`, `tie` and, when the replies carried token log-probabilities, `confidence` (the mean
-    `answer_confidence` of the answers that voted for it): what `SplitVoteRouter` reads to send a split vote on.
-
-    Each reply ends at its answer line (the Figure 7 prompt's stop sequences), and each passage's answer is checked
-    by the package's answer validator (`validation.check_answer`, with the Figure 7 prompt's demonstration answers and
-    that passage's text): an answer that is passage markup, a demonstration answer the passage does not hold, an
-    empty enumeration or a repeat of the question does not vote (like an abstention) and is reported (`invalid` per
-    passage, `invalid_answers` in the winner's `meta`).
+    voting; "unknown" answers, failed calls and answers the validator rejects (`validation.check_answer`, with that
+    passage's text) do not vote; ties go to the better-ranked passage; when nothing votes the answer is "unknown".
+    Besides the answer it outputs the candidate pool and the passages that voted, which PF+Concat's distiller round
+    reads (section 3.3, Figure 2 bottom); when no passage answered it emits `unknown` instead, so that round is
+    skipped. The winner's `vote_share`, `tie` and `confidence` are what `SplitVoteRouter` reads.
 
     ### Usage example
     ```python
@@ -96,7 +89,7 @@ class PostFusionVoter(ChatGeneratorWrapper):
         :param unknown_patterns: Regular expressions that mark an abstention; None uses the shared defaults.
         :param raise_on_failure: If True, the first failed call raises; by default a failed call is logged,
             counts as an abstention and is reported in `meta["failures"]`.
-        :param datamark: Datamark each passage's text (`prompts.passages.format_passages`), a defence against
+        :param datamark: Datamark each passage's text (`prompts.format_passages`), a defence against
             instructions written in passages; off by default.
         :raises ValueError: If `max_concurrency` is neither None nor an integer >= 1, `samples_per_passage` is below
             1, or `max_passage_chars` is not positive.
@@ -130,42 +123,31 @@ class PostFusionVoter(ChatGeneratorWrapper):
             datamark=self.datamark,
         )
 
-    def _plan(
-        self, query: str, documents: list[Document] | None
-    ) -> tuple[str, list[Document], list[list[ChatMessage]]]:
-        """Validate the inputs; p prompts per passage in rank order (the Figure 7 prompt with one passage)."""
+    def _plan(self, query: str, documents: list[Document] | None) -> tuple[str, list[Document], list[Any], dict]:
+        """Validate; p Figure 7 prompts per passage in rank order, and the fan-out's settings: sampling for p > 1
+        (section 4.4) with the prompt's stop sequences (the answer is the reply's first line)."""
         query = validate_query(query)
         documents = list(documents or [])
         prompts = []
         for document in documents:
-            prompt = render(
-                self._prompt,
-                passages=format_passages([document], self.max_passage_chars, datamark=self.datamark),
-                query=query,
-            )
-            prompts.extend([prompt] * self.samples_per_passage)
-        return query, documents, prompts
-
-    def _fan_out_settings(self) -> dict[str, Any]:
-        """The fan-out's keyword arguments: concurrency, sampling for p > 1 (section 4.4) with the prompt's stop
-        sequences (the answer is the reply's first line: end the reply there), failure policy."""
+            passages = format_passages([document], self.max_passage_chars, datamark=self.datamark)
+            prompts += [render(self._prompt, passages=passages, query=query)] * self.samples_per_passage
         sampling = None
         if self.samples_per_passage > 1:
             sampling = self.sampling_generation_kwargs
             sampling = DEFAULT_SAMPLING_KWARGS if sampling is None else sampling
-        sampling = stop_kwargs(self._chat_generator, self._prompt.stop, sampling)
-        return {
+        settings = {
             "max_concurrency": self.max_concurrency,
-            "generation_kwargs": sampling,
+            "generation_kwargs": stop_kwargs(self._chat_generator, self._prompt.stop, sampling),
             "raise_on_failure": self.raise_on_failure,
         }
+        return query, documents, prompts, settings
 
     def _vote(self, query: str, documents: list[Document], calls: FanOutResult | None) -> dict[str, Any]:
         """Turn the per-passage replies into the outputs (also for zero documents, with `calls` None)."""
         p = self.samples_per_passage
         replies = calls.replies if calls else []
         answers = [None if reply is None else self._prompt.extract_answer(reply.text) for reply in replies]
-        ranks = [index // p for index in range(len(answers))]
         invalid = [
             None
             if answer is None
@@ -178,37 +160,27 @@ class PostFusionVoter(ChatGeneratorWrapper):
             for index, answer in enumerate(answers)
         ]
         voting = [None if reason else answer for answer, reason in zip(answers, invalid, strict=True)]
-        vote = majority_vote(voting, ranks, self._detector)
-        usage = dict(calls.usage if calls else empty_usage(), rounds=1 if calls else 0)
-        passage_answers: list[dict[str, Any]] = [
-            {"rank": rank, "document_id": document.id, "answers": answers[rank * p : (rank + 1) * p]}
-            for rank, document in enumerate(documents)
-        ]
-        for entry in passage_answers:  # only on passages with a rejected answer
-            reasons = invalid[entry["rank"] * p : (entry["rank"] + 1) * p]
-            if any(reasons):
-                entry["invalid"] = reasons
-        answered = [
-            document
-            for rank, document in enumerate(documents)
-            if any(not self._detector.is_unknown(answer) for answer in voting[rank * p : (rank + 1) * p])
-        ]
-        failures = [
-            {"rank": failure["index"] // p, "sample": failure["index"] % p, "error": failure["error"]}
-            for failure in (calls.failures if calls else [])
-        ]
+        vote = majority_vote(voting, [index // p for index in range(len(answers))], self._detector)
+        passage_answers: list[dict[str, Any]] = []
+        for rank, document in enumerate(documents):
+            entry: dict[str, Any] = {
+                "rank": rank,
+                "document_id": document.id,
+                "answers": answers[rank * p : rank * p + p],
+            }
+            if any(invalid[rank * p : rank * p + p]):
+                entry["invalid"] = invalid[rank * p : rank * p + p]
+            passage_answers.append(entry)
 
         def supporting(key: str) -> list[Document]:
             return [
                 document
                 for rank, document in enumerate(documents)
-                if any(a is not None and normalize_answer(a) == key for a in voting[rank * p : (rank + 1) * p])
+                if any(a is not None and normalize_answer(a) == key for a in voting[rank * p : rank * p + p])
             ]
 
         winner_key = next(iter(vote.votes), None)
         counts = list(vote.votes.values())
-        share = counts[0] / sum(counts) if counts else 0.0
-        tie = len(counts) > 1 and counts[0] == counts[1]
         confidences = [
             answer_confidence(reply.meta, answer)
             for reply, answer in zip(replies, voting, strict=True)
@@ -219,23 +191,30 @@ class PostFusionVoter(ChatGeneratorWrapper):
             "strategy": "post_fusion",
             "source": "Liu et al., Eq. 2",
             "votes": vote.votes,
-            "vote_share": share,
-            "tie": tie,
+            "vote_share": counts[0] / sum(counts) if counts else 0.0,
+            "tie": len(counts) > 1 and counts[0] == counts[1],
             "confidence": sum(known) / len(known) if known else None,
             "passage_answers": passage_answers,
-            "failures": failures,
-            "usage": usage,
+            "failures": [
+                {"rank": failure["index"] // p, "sample": failure["index"] % p, "error": failure["error"]}
+                for failure in (calls.failures if calls else [])
+            ],
+            "usage": dict(calls.usage if calls else empty_usage(), rounds=1 if calls else 0),
             "invalid_answers": sum(reason is not None for reason in invalid),
         }
-        winner = GeneratedAnswer(
-            data=vote.answer, query=query, documents=supporting(winner_key) if winner_key else [], meta=meta
-        )
+        winner_documents = supporting(winner_key) if winner_key else []
+        winner = GeneratedAnswer(data=vote.answer, query=query, documents=winner_documents, meta=meta)
+        if vote.is_unknown:
+            return {"answers": [winner], "unknown": [winner]}
         runners_up = [
             GeneratedAnswer(data=candidate, query=query, documents=supporting(key), meta={"votes": vote.votes[key]})
             for key, candidate in list(zip(vote.votes, vote.candidates, strict=True))[1:]
         ]
-        if vote.is_unknown:
-            return {"answers": [winner], "unknown": [winner]}
+        answered = [
+            document
+            for rank, document in enumerate(documents)
+            if any(not self._detector.is_unknown(answer) for answer in voting[rank * p : rank * p + p])
+        ]
         return {"answers": [winner, *runners_up], "candidates": vote.candidates, "documents": answered}
 
     @component.output_types(**_OUTPUT_TYPES)
@@ -248,32 +227,26 @@ class PostFusionVoter(ChatGeneratorWrapper):
             no LLM call.
         :returns: A dictionary with:
             - `answers`: the voted answer first ("unknown" when every passage abstained), then the other candidates
-              by votes. The first answer's `meta` holds `votes` (normalized answer -> count), `passage_answers`
-              (per passage: `rank`, `document_id`, its p `answers`, None for a failed call), `vote_share` (the
-              winner's votes / all votes, 0 when nothing voted), `tie` (the top two have equal votes), `confidence`
-              (mean answer confidence of its votes, None without log-probabilities), `failures` (`rank`,
-              `sample`, `error`) and `usage` (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`,
-              `rounds`, and `cached_tokens` when the
-              provider reports prompt tokens served from its prefix cache: `llm.FanOutResult`).
-              It also holds `invalid_answers` (how many answers the validator rejected; they did not vote), and the
-              `passage_answers` entry of a passage with a rejected answer holds `invalid` (per answer, aligned with
-              `answers`: the validator's reason or None). Each answer's `documents` are the passages that gave it.
+              by votes, each with the passages that gave it as `documents`. The first answer's `meta` holds `votes`
+              (normalized answer -> count), `vote_share` (the winner's votes / all votes, 0 when nothing voted),
+              `tie` (the top two have equal votes), `confidence` (mean answer confidence of its votes, None without
+              log-probabilities), `passage_answers` (per passage: `rank`, `document_id`, its p `answers`, None for a
+              failed call, and `invalid`, the validator's reason per answer, on a passage with a rejected answer),
+              `failures` (`rank`, `sample`, `error`), `usage` (`llm.FanOutResult`'s, with `rounds`) and
+              `invalid_answers` (how many answers the validator rejected; they did not vote).
             - `candidates`: the candidate pool, distinct non-unknown answers, most votes first.
-            - `documents`: the passages at least one of whose answers voted (neither unknown nor rejected), in
-              rank order.
+            - `documents`: the passages at least one of whose answers voted, in rank order.
             - `unknown`: the "unknown" answer alone, emitted instead of `candidates` and `documents` when no
               passage answered (so that a distiller round connected to them does not run, as in PF+Concat).
         :raises ValueError: If `query` is empty or only whitespace.
         """
-        query, documents, prompts = self._plan(query, documents)
-        calls = run_chat_calls(self._chat_generator, prompts, **self._fan_out_settings()) if prompts else None
+        query, documents, prompts, settings = self._plan(query, documents)
+        calls = run_chat_calls(self._chat_generator, prompts, **settings) if prompts else None
         return self._vote(query, documents, calls)
 
     @component.output_types(**_OUTPUT_TYPES)
     async def run_async(self, query: str, documents: list[Document]) -> dict[str, Any]:
         """Async form of `run`, with the same inputs, outputs and errors; calls the generator's `run_async`."""
-        query, documents, prompts = self._plan(query, documents)
-        calls = (
-            await run_chat_calls_async(self._chat_generator, prompts, **self._fan_out_settings()) if prompts else None
-        )
+        query, documents, prompts, settings = self._plan(query, documents)
+        calls = await run_chat_calls_async(self._chat_generator, prompts, **settings) if prompts else None
         return self._vote(query, documents, calls)

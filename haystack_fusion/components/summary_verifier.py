@@ -106,7 +106,7 @@ class SummaryVerifier(ChatGeneratorWrapper):
         self._chat_generator = chat_generator
         self.use_validity = use_validity
         self.max_concurrency = check_max_concurrency(max_concurrency)
-        self._document_ranker = document_ranker
+        self._document_ranker: Any = document_ranker
         self.raise_on_failure = raise_on_failure
 
     def _wrapped_parts(self) -> list[Any]:
@@ -135,8 +135,6 @@ class SummaryVerifier(ChatGeneratorWrapper):
             deserialize_component_inplace(parameters, key="document_ranker")
         return default_from_dict(cls, data)
 
-    # Each step below is shared by `run` and `run_async`; only the fan-out and the ranker call differ.
-
     def _plan(
         self, query: str, candidates: list[str] | None, summaries: list[str] | None
     ) -> tuple[str, list[str], list[str], list[tuple[str, Any]], list[list[ChatMessage]]]:
@@ -151,11 +149,10 @@ class SummaryVerifier(ChatGeneratorWrapper):
         shown = [one_line(summary) for summary in summaries]
         asks: list[tuple[str, Any]] = []
         prompts: list[list[ChatMessage]] = []
-        if self.use_validity:
-            for index, (candidate, summary) in enumerate(zip(candidates, shown, strict=True)):
-                if summary:
-                    asks.append(("validity", index))
-                    prompts.append(render(PROMPTS["sure_validity"], query=query, prediction=candidate, summary=summary))
+        for index, (candidate, summary) in enumerate(zip(candidates, shown, strict=True)):
+            if self.use_validity and summary:
+                asks.append(("validity", index))
+                prompts.append(render(PROMPTS["sure_validity"], query=query, prediction=candidate, summary=summary))
         for first, second in ranking_pairs(len(candidates)):
             if shown[first] and shown[second]:
                 asks.append(("ranking", (first, second)))
@@ -234,24 +231,24 @@ class SummaryVerifier(ChatGeneratorWrapper):
             "generation_kwargs": extra or None,
         }
 
-    @staticmethod
-    def _attach(
-        answers: list[GeneratedAnswer], documents: list[Document], ranked: list[Document] | None
-    ) -> list[GeneratedAnswer]:
-        """The answers with their documents: the winner's reranked when a ranker ran, the others' as retrieved."""
-        return [
-            replace(answer, documents=list(ranked if position == 0 and ranked is not None else documents))
-            for position, answer in enumerate(answers)
-        ]
-
-    def _ranking_job(
-        self, answers: list[GeneratedAnswer], documents: list[Document]
-    ) -> tuple[Any, dict[str, Any]] | None:
-        """The document ranker and its inputs (the winning summary as query, Table 4), or None: nothing to rank."""
+    def _ranker_inputs(self, answers: list[GeneratedAnswer], documents: list[Document]) -> dict[str, Any] | None:
+        """The document ranker's inputs (the winning summary as query, Table 4), or None: nothing to rank."""
         rationale = answers[0].meta.get("rationale") if answers else None
         if self._document_ranker is None or not documents or not rationale:
             return None
-        return self._document_ranker, {"query": rationale, "documents": documents}
+        return {"query": rationale, "documents": documents}
+
+    @staticmethod
+    def _attach(
+        answers: list[GeneratedAnswer], documents: list[Document], ranked: list[Document] | None
+    ) -> dict[str, Any]:
+        """The answers with their documents: the winner's reranked when a ranker ran, the others' as retrieved."""
+        return {
+            "answers": [
+                replace(answer, documents=list(ranked if position == 0 and ranked is not None else documents))
+                for position, answer in enumerate(answers)
+            ]
+        }
 
     @component.output_types(answers=list[GeneratedAnswer])
     def run(
@@ -278,9 +275,9 @@ class SummaryVerifier(ChatGeneratorWrapper):
         calls = run_chat_calls(self._chat_generator, prompts, **self._fan_out()) if prompts else None
         answers = self._score(query, candidates, summaries, asks, calls)
         documents = list(documents or [])
-        job = self._ranking_job(answers, documents)
-        ranked = job[0].run(**job[1])["documents"] if job else None
-        return {"answers": self._attach(answers, documents, ranked)}
+        inputs = self._ranker_inputs(answers, documents)
+        ranked = self._document_ranker.run(**inputs)["documents"] if inputs else None
+        return self._attach(answers, documents, ranked)
 
     @component.output_types(answers=list[GeneratedAnswer])
     async def run_async(
@@ -291,12 +288,12 @@ class SummaryVerifier(ChatGeneratorWrapper):
         calls = await run_chat_calls_async(self._chat_generator, prompts, **self._fan_out()) if prompts else None
         answers = self._score(query, candidates, summaries, asks, calls)
         documents = list(documents or [])
-        job = self._ranking_job(answers, documents)
+        inputs = self._ranker_inputs(answers, documents)
         ranked = None
-        if job:
-            ranker, inputs = job
-            if hasattr(ranker, "run_async"):
-                ranked = (await ranker.run_async(**inputs))["documents"]
-            else:
-                ranked = (await asyncio.to_thread(ranker.run, **inputs))["documents"]
-        return {"answers": self._attach(answers, documents, ranked)}
+        if inputs:
+            ranker = self._document_ranker
+            run = (
+                ranker.run_async(**inputs) if hasattr(ranker, "run_async") else asyncio.to_thread(ranker.run, **inputs)
+            )
+            ranked = (await run)["documents"]
+        return self._attach(answers, documents, ranked)

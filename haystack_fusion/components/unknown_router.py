@@ -13,6 +13,14 @@ from haystack_fusion.validation import check_answer
 
 logger = logging.getLogger(__name__)
 
+_OUTPUT_TYPES: dict[str, Any] = {
+    "known": list[ChatMessage],
+    "unknown": list[ChatMessage],
+    "fallback_query": str,
+    "fallback_documents": list[Document],
+    "reason": str,
+}
+
 
 @component
 class UnknownRouter:
@@ -20,14 +28,12 @@ class UnknownRouter:
     Routes an LLM reply to a `known` or an `unknown` branch, so a pipeline can fall back when the model abstains.
 
     Liu et al. (section 3.1) has the model say "unknown" when the passages do not answer the question; Post-Fusion
-    as the Fallback (Concat+PF, section 3.3) then answers again with per-passage post-fusion. The router reads the
-    answer out of the first reply (with the prompt's answer pattern), asks the shared `UnknownDetector`, and, when a
-    `min_confidence` is set and the generator returned token log-probabilities, also sends answers whose confidence
-    is below it to the fallback ("modeling uncertainty"). An answer the validator rejects (`validation.check_answer`:
-    passage markup, a copied demonstration answer, an empty enumeration, a repeat of the `query`) goes to the fallback
-    too, with the reason "invalid answer (<reason>)". Only the chosen branch is emitted. The `unknown` branch
-    also passes on `query` and `documents` (as `fallback_query` and `fallback_documents`), which is what the
-    fallback component needs to run.
+    as the Fallback (section 3.3) then answers again with per-passage post-fusion. The router reads the answer out of
+    the first reply with the prompt's answer pattern and asks the shared `UnknownDetector`. An answer the validator
+    rejects (`validation.check_answer`) goes to the fallback too, and so, with `min_confidence` and a reply that
+    carries token log-probabilities, does an answer whose confidence is below it ("modeling uncertainty"). Only the
+    chosen branch is emitted; the `unknown` branch passes `query` and `documents` on as `fallback_query` and
+    `fallback_documents`, what the fallback component needs.
 
     ### Usage example
     ```python
@@ -56,10 +62,9 @@ class UnknownRouter:
         :param unknown_patterns: Regular expressions that mark an abstention; None uses the shared defaults
             (`haystack_fusion.answers.DEFAULT_UNKNOWN_PATTERNS`).
         :param min_confidence: Probability in (0, 1]: an answer whose confidence (the geometric mean of its
-            tokens' probabilities, `haystack_fusion.answers.answer_confidence`) is below it goes to `unknown`. None
-            disables the check (Liu et al.'s behaviour), and so does a reply without log-probabilities: ask the
-            generator for them with `generation_kwargs={"logprobs": True}` (OpenAIChatGenerator, the embedded
-            `LocalChatGenerator`; ollama-haystack returns none).
+            tokens' probabilities, `answers.answer_confidence`) is below it goes to `unknown`. None disables the
+            check (Liu et al.'s behaviour), and so does a reply without log-probabilities: ask the generator for them
+            with `generation_kwargs={"logprobs": True}` (OpenAIChatGenerator, the embedded `LocalChatGenerator`).
         :param demonstrations: The demonstration answers of the prompt behind the replies
             (`PromptTemplate.demonstrations`), checked against the `documents` given to `run`; None skips that rule.
         :raises ValueError: If `min_confidence` is outside (0, 1] or a pattern is not a valid regular expression.
@@ -87,25 +92,12 @@ class UnknownRouter:
         """Deserialize this component from a dictionary."""
         return default_from_dict(cls, data)
 
-    def read_answer(self, reply: ChatMessage) -> str:
-        """The answer in a reply: the `answer_pattern` match, or the whole text when the pattern is None."""
-        return extract_answer(self.answer_pattern, reply.text) if self.answer_pattern else (reply.text or "").strip()
-
-    def reason(
-        self, reply: ChatMessage | None, documents: list[Document] | None = None, query: str | None = None
-    ) -> str | None:
-        """
-        Why one reply goes to the fallback, or None when it answers.
-
-        :param reply: The reply; None (no reply) goes to the fallback.
-        :param documents: The passages the prompt showed (for the demonstration rule of the answer checks).
-        :param query: The question (for the repeat rule of the answer checks); None skips that rule.
-        :returns: "no reply", "unknown answer", "invalid answer (passage markup)" (the validator's
-            reason), "confidence 0.31 < 0.5" (answer confidence below `min_confidence`), or None.
-        """
+    def _reason(self, reply: ChatMessage | None, documents: list[Document] | None, query: str | None) -> str | None:
+        """Why one reply goes to the fallback (see `run`), or None when it answers."""
         if reply is None:
             return "no reply"
-        answer = self.read_answer(reply)
+        text = reply.text
+        answer = extract_answer(self.answer_pattern, text) if self.answer_pattern else (text or "").strip()
         if self._detector.is_unknown(answer):
             return "unknown answer"
         passages = [document.content or "" for document in documents or []]
@@ -118,26 +110,7 @@ class UnknownRouter:
                 return f"confidence {confidence:.2f} < {self.min_confidence}"
         return None
 
-    def is_unknown(
-        self, reply: ChatMessage | None, documents: list[Document] | None = None, query: str | None = None
-    ) -> bool:
-        """
-        Decide one reply: True when it abstains, is rejected by the answer checks or is less confident than
-        `min_confidence` (see `reason`).
-
-        :param reply: The reply; None (no reply) counts as unknown.
-        :param documents: The passages the prompt showed.
-        :param query: The question.
-        """
-        return self.reason(reply, documents, query) is not None
-
-    @component.output_types(
-        known=list[ChatMessage],
-        unknown=list[ChatMessage],
-        fallback_query=str,
-        fallback_documents=list[Document],
-        reason=str,
-    )
+    @component.output_types(**_OUTPUT_TYPES)
     def run(
         self, replies: list[ChatMessage], query: str | None = None, documents: list[Document] | None = None
     ) -> dict[str, Any]:
@@ -145,17 +118,16 @@ class UnknownRouter:
         Route the replies by their first reply.
 
         :param replies: The generator's replies; only the first is judged. An empty list is routed to `unknown`.
-        :param query: The question: the answer checks reject an answer that repeats it, and it is passed on as
-            `fallback_query` on the unknown branch.
-        :param documents: The retrieved passages, passed on as `fallback_documents` on the unknown branch.
+        :param query: The question: the answer checks reject an answer that repeats it; passed on as `fallback_query`.
+        :param documents: The retrieved passages, passed on as `fallback_documents`.
         :returns: Exactly one branch:
             - `known`: the replies, when the first reply answers;
-            - `unknown`: the replies, with `reason` (see `reason`), and `fallback_query` and `fallback_documents`
-              when they were given.
+            - `unknown`: the replies, with `reason` ("no reply", "unknown answer", "invalid answer (<the validator's
+              reason>)" or "confidence 0.31 < 0.5"), and `fallback_query` and `fallback_documents` when given.
         """
         if not replies:
             logger.warning("UnknownRouter received no reply; routing to the unknown branch.")
-        reason = self.reason(replies[0] if replies else None, documents, query)
+        reason = self._reason(replies[0] if replies else None, documents, query)
         if reason is None:
             return {"known": replies}
         output: dict[str, Any] = {"unknown": replies, "reason": reason}
@@ -165,13 +137,7 @@ class UnknownRouter:
             output["fallback_documents"] = documents
         return output
 
-    @component.output_types(
-        known=list[ChatMessage],
-        unknown=list[ChatMessage],
-        fallback_query=str,
-        fallback_documents=list[Document],
-        reason=str,
-    )
+    @component.output_types(**_OUTPUT_TYPES)
     async def run_async(
         self, replies: list[ChatMessage], query: str | None = None, documents: list[Document] | None = None
     ) -> dict[str, Any]:

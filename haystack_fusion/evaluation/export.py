@@ -10,9 +10,8 @@ from haystack import Document
 
 from haystack_fusion.evaluation.datasets import EvalDataset
 from haystack_fusion.evaluation.records import RESULTS_FILE, merge_evidence, read_evidence_text, read_records
-from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS
+from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, single_call_prompt
 from haystack_fusion.prompts.chain_of_note import ANSWER_LEAD
-from haystack_fusion.prompts.rendering import single_call_prompt
 
 
 def training_record(

@@ -1,32 +1,66 @@
 """
-Prompt templates (Jinja2, rendered by Haystack's ChatPromptBuilder), one module per paper figure or listing.
-
-`registry` names every template with its source and answer pattern (`PROMPTS`); `rendering` renders them from
-templates compiled once per process (`render`); `passages` formats the passage block every template reads.
+Prompt templates (Jinja2, rendered as Haystack's ChatPromptBuilder renders them), one module per paper: `liu`
+(Figures 7-9 and the distiller), `sure` (Listings 6-13), `chain_of_note` (Appendix A.5), and `conversation` (a chat's
+follow-up as a standalone question). `templates` formats the passage block every template reads and renders the
+templates; `PROMPTS` names them all.
 """
 
-from haystack_fusion.prompts.passages import DEFAULT_MAX_PASSAGE_CHARS, format_passages, passage_key
-from haystack_fusion.prompts.registry import (
+from haystack_fusion.prompts import chain_of_note, conversation, liu, sure
+from haystack_fusion.prompts.chain_of_note import single_call_prompt
+from haystack_fusion.prompts.templates import (
     ANSWER_LINE_STOP,
     COT_ANSWER_PATTERN,
-    PROMPTS,
+    DEFAULT_MAX_PASSAGE_CHARS,
+    PASSAGE_LAYOUTS,
     WHOLE_REPLY_PATTERN,
+    PassageLayout,
     PromptTemplate,
     extract_answer,
+    format_passages,
+    passage_key,
+    render,
+    strip_delimiters,
 )
-from haystack_fusion.prompts.rendering import CompiledPrompt, compiled, render
+
+PROMPTS: dict[str, PromptTemplate] = {
+    prompt.name: prompt
+    for prompt in (
+        liu.FIGURE7,
+        liu.PRUNING,
+        liu.SUMMARY,
+        liu.DISTILLER,
+        sure.CANDIDATES,
+        sure.FEW_SHOT_CANDIDATES,
+        sure.CONDITIONAL_SUMMARY,
+        sure.FEW_SHOT_SUMMARY,
+        sure.GENERIC_SUMMARY,
+        sure.VALIDITY,
+        sure.RANKING,
+        sure.BASE,
+        sure.MCQ,
+        sure.SUM_AND_PRED,
+        chain_of_note.SINGLE_CALL,
+        chain_of_note.DOCUMENT_NOTE,
+        chain_of_note.SYNTHESIS,
+        sure.SUM_ALL,
+        conversation.STANDALONE_QUESTION,
+    )
+}
+"""Every prompt template of the package, by name."""
 
 __all__ = [
     "ANSWER_LINE_STOP",
     "COT_ANSWER_PATTERN",
     "DEFAULT_MAX_PASSAGE_CHARS",
+    "PASSAGE_LAYOUTS",
     "PROMPTS",
     "WHOLE_REPLY_PATTERN",
-    "CompiledPrompt",
+    "PassageLayout",
     "PromptTemplate",
-    "compiled",
     "extract_answer",
     "format_passages",
     "passage_key",
     "render",
+    "single_call_prompt",
+    "strip_delimiters",
 ]

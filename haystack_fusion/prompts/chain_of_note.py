@@ -1,24 +1,26 @@
 """
-Yu et al. (Chain-of-Note), Appendix A.5 and Table 6: the reading-notes prompts of NoteTaker.
+Yu et al. (Chain-of-Note, arXiv:2311.09210), Appendix A.5 and Table 6: the reading-notes prompts of NoteTaker.
 
-The single-call prompt is Appendix A.5's five-step task description, followed by a one-shot demonstration built from
-the first case study of Table 6 (its two documents and its Chain-of-Note output), then the live question and
-passages, ending in "Reading notes:" for the model to continue. The paper fine-tunes LLaMa-2 on GPT-4 notes and
-prompts GPT-4 zero-shot (section 3.1.2); the demonstration is what a base model that continues text needs, and shows
-the note format of Table 6 ("Passage #1 discusses ... Based on the information given in above passages, the answer
-is 1996"). Passages use the "titled" layout ("Passage #i Title:" / "Passage #i Text:"), as Table 6 names each
-document's Wikipedia page.
-
-The per-document mode (our extension for models that lose track across long contexts) asks for one note per
-passage, with the three note types of section 2.3.1 as an explicit relevance label, then synthesizes the answer from
-the notes with steps 4 and 5 of the instruction.
+The single-call prompt is Appendix A.5's five-step task description, then a one-shot demonstration built from the
+first case study of Table 6 (the paper prompts GPT-4 zero-shot, section 3.1.2; a base model that continues text needs
+the demonstration), then the live question and passages ("titled" layout, as Table 6 names each document's Wikipedia
+page). The per-document mode (ours, for models that lose track across long contexts) asks for one note per passage
+with the note types of section 2.3.1 as a relevance label, then synthesizes the answer with steps 4 and 5.
 """
 
 from __future__ import annotations
 
 from haystack import Document
+from haystack.dataclasses import ChatMessage
 
-from haystack_fusion.prompts.passages import format_passages
+from haystack_fusion.prompts.templates import (
+    ANSWER_LINE_STOP,
+    DEFAULT_MAX_PASSAGE_CHARS,
+    PromptTemplate,
+    format_passages,
+    number_words,
+    render,
+)
 
 STEP_5_PARAMETRIC = "5. If no passage is relevant, directly provide answer without considering the passages."
 """Appendix A.5, step 5, verbatim: the model answers from its own knowledge when no passage is relevant."""
@@ -48,8 +50,6 @@ _DEMO_NOTES = [
 ANSWER_LEAD = "Based on the information given in above passages, the answer is"
 """How Table 6's Chain-of-Note outputs state the final answer."""
 _DEMO_ANSWER = "1996"
-DEMONSTRATION_ANSWERS: tuple[str, ...] = (_DEMO_ANSWER,)
-"""The demonstration's answer (Table 6's first case), for the answer validator."""
 _DEMO_IRRELEVANT = Document(
     content="Sourdough bread is leavened by a culture of wild yeast and lactic acid bacteria rather than by baker's "
     "yeast.",
@@ -57,7 +57,10 @@ _DEMO_IRRELEVANT = Document(
 )
 """Ours: Table 6 shows note types (a) and (b); this passage shows type (c), irrelevant (section 2.3.1)."""
 
-SINGLE_CALL = f"""Task Description:
+SINGLE_CALL = PromptTemplate(
+    "con_single_call",
+    "Yu et al., Appendix A.5, Table 6",
+    f"""Task Description:
 1. Read the given question and {{{{ k_words }}}} Wikipedia passages to gather relevant information.
 2. Write reading notes summarizing the key points from these passages.
 3. Discuss the relevance of the given question and Wikipedia passages.
@@ -70,14 +73,19 @@ Reading notes: {" ".join(_DEMO_NOTES)} {ANSWER_LEAD} {_DEMO_ANSWER}
 
 Question: {{{{ query }}}}
 {{{{ passages }}}}
-Reading notes:"""
+Reading notes:""",
+    demonstrations=(_DEMO_ANSWER,),
+)
 """Appendix A.5 (RALM with CoN) with Table 6's first case as the demonstration. Variables: `k_words` (the number of
 passages in words, "five" in the paper), `step_5` (`STEP_5_PARAMETRIC` or `STEP_5_UNKNOWN`), `query`, `passages`
 (titled layout)."""
 
 _RELEVANCE_LABELS = "(a) answers directly, (b) useful context, or (c) irrelevant"
 
-DOCUMENT_NOTE = f"""Task Description: Read the given question and Wikipedia passage, write a reading note on what the \
+DOCUMENT_NOTE = PromptTemplate(
+    "con_document_note",
+    "Yu et al., section 2.3.1, Appendix A.5",
+    f"""Task Description: Read the given question and Wikipedia passage, write a reading note on what the \
 passage says about the question, and judge its relevance: {_RELEVANCE_LABELS}.
 
 Question: {_DEMO_QUESTION}
@@ -97,12 +105,16 @@ Relevance: (c) irrelevant
 
 Question: {{{{ query }}}}
 {{{{ passages }}}}
-Reading note:"""
+Reading note:""",
+)
 """Per-document mode, round 1: one passage (titled layout, numbered 1), a note and one of the three relevance labels
 of section 2.3.1, shown on the two passages of Table 6's first case (types (a) and (b)) and on an irrelevant passage
 of ours (type (c)). Variables: `query`, `passages` (one passage)."""
 
-SYNTHESIS = f"""Task Description:
+SYNTHESIS = PromptTemplate(
+    "con_synthesis",
+    "Yu et al., Appendix A.5 (steps 4-5)",
+    f"""Task Description:
 4. If some passages are relevant to the given question, provide a brief answer based on the passages.
 {{{{ step_5 }}}}
 
@@ -115,14 +127,38 @@ Passage #2 (answers directly): {_DEMO_NOTES[1].replace("Passage #2 ", "")}
 Question: {{{{ query }}}}
 Reading notes:
 {{% for note in notes %}}Passage #{{{{ loop.index }}}} ({{{{ note.label }}}}): {{{{ note.note }}}}
-{{% endfor %}}{ANSWER_LEAD}"""
+{{% endfor %}}{ANSWER_LEAD}""",
+    answer_pattern=r"^\s*((?:[^\n]*[^ \t.\n])?)[ \t.]*(?:\n|$)",
+    demonstrations=(_DEMO_ANSWER,),
+    stop=ANSWER_LINE_STOP,
+)
 """Per-document mode, round 2: steps 4-5 of Appendix A.5 over the notes of round 1. Variables: `step_5`, `query`,
-`notes` (per passage, in rank order: `label`, the relevance in words, and `note`, on one line)."""
+`notes` (per passage, in rank order: `label`, the relevance in words, and `note`, on one line). The answer is the
+first line of the completion (it continues "the answer is") without a final period; linear time."""
 
 RELEVANCE_WORDS = {"direct": "answers directly", "context": "useful context", "irrelevant": "irrelevant"}
 """How the synthesis prompt names each relevance label (section 2.3.1's note types)."""
 
-ANSWER_PATTERN = r"^\s*((?:[^\n]*[^ \t.\n])?)[ \t.]*(?:\n|$)"
-"""The synthesis prompt ends with "the answer is": the answer is the first line of the completion, without a final
-period (the line up to its last character that is not a space, tab or period). Linear time: a run of spaces or periods
-inside the line costs no backtracking."""
+
+def single_call_prompt(
+    query: str,
+    documents: list[Document],
+    *,
+    allow_parametric_knowledge: bool = True,
+    max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
+) -> list[ChatMessage]:
+    """
+    The single-call prompt over k passages (`SINGLE_CALL`), as one user ChatMessage.
+
+    :param query: The question.
+    :param documents: The k passages, best-ranked first (titled layout).
+    :param allow_parametric_knowledge: Step 5 as in the paper (answer without the passages) or "answer unknown".
+    :param max_passage_chars: Per-passage context budget in characters (None: no limit).
+    """
+    return render(
+        SINGLE_CALL,
+        query=query,
+        passages=format_passages(documents, max_passage_chars, layout="titled"),
+        k_words=number_words(len(documents)),
+        step_5=STEP_5_PARAMETRIC if allow_parametric_knowledge else STEP_5_UNKNOWN,
+    )

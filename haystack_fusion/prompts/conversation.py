@@ -1,23 +1,20 @@
 """
 The standalone question of a follow-up: the last user message of a chat rewritten so that retrieval and the strategy
-can read it without the chat (conversational query rewriting, as in question-in-context rewriting for
-conversational QA).
-
-None of the three papers has a chat: each strategy answers one self-contained question. A chat client sends the whole
-chat with every message, and a follow-up such as "How many LLM calls does it make?" names its subject only in an
-earlier turn, so a retriever given the last message alone finds passages about something else. One LLM call rewrites
-it first; the strategy then runs on the rewrite as on any question.
-
-The prompt is completion-style (a base model continues it) with four demonstrations, and the reply's first line is the
-question. The chat's turns come in as one pre-formatted string variable `history` (`serving.chat.history_text`), so
-chat text is never evaluated as template syntax.
+can read it without the chat (conversational query rewriting). None of the three papers has a chat, and a follow-up
+such as "How many LLM calls does it make?" names its subject only in an earlier turn; one LLM call rewrites it first.
+The prompt is completion-style with four demonstrations; the chat's turns come in as one pre-formatted string
+variable `history`, so chat text is never evaluated as template syntax.
 """
 
 from __future__ import annotations
 
-from haystack_fusion.prompts import figure7
+from haystack_fusion.prompts.liu import FIGURE7
+from haystack_fusion.prompts.templates import ANSWER_LINE_STOP, PromptTemplate
 
-TEMPLATE = """Rewrite the last question of a conversation as a standalone question that can be understood without \
+STANDALONE_QUESTION = PromptTemplate(
+    "standalone_question",
+    "this package: a follow-up in a chat rewritten as a standalone question (no paper has a chat)",
+    """Rewrite the last question of a conversation as a standalone question that can be understood without \
 the conversation. Keep its meaning, replace words such as "it", "he" or "there" by what they refer to, and write only \
 the question.
 
@@ -48,10 +45,10 @@ Standalone question: How many people live in Oslo?
 Conversation:
 {{ history }}
 Last question: {{ query }}
-Standalone question:"""
+Standalone question:""",
+    answer_pattern=FIGURE7.answer_pattern,
+    stop=ANSWER_LINE_STOP,
+)
 """Variables: `history` (the earlier turns, one "User: ..." or "Assistant: ..." line each), `query` (the last user
-message)."""
-
-ANSWER_PATTERN = figure7.ANSWER_PATTERN
-"""The standalone question is the first line of the completion that is not blank, stripped, read as Figure 7's answer
-line is (`figure7.ANSWER_PATTERN`); an empty completion gives "" (the caller then keeps the question as asked)."""
+message). The standalone question is the first line of the completion that is not blank, stripped, read as Figure 7's
+answer line is; an empty completion gives "" (the caller then keeps the question as asked)."""

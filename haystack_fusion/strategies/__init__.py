@@ -3,27 +3,31 @@ The strategies: each one's settings, pipeline, stages and sources, and how its r
 
 - `config`: `StrategyConfig` (what every builder takes), `Strategy` and `Stage` (a registry entry and its rounds),
   the papers it cites;
-- `builders`: one pipeline builder per strategy;
-- `registry`: `STRATEGIES` (name -> `Strategy`, the single source of truth), `get_strategy`, `build_pipeline`,
-  `strategy_of` (the strategy a pipeline's metadata names);
+- `registry`: one pipeline builder per strategy, `STRATEGIES` (name -> `Strategy`, the single source of truth),
+  `get_strategy`, `build_pipeline`, `strategy_of` (the strategy a pipeline's metadata names);
 - `run`: `run_strategy` and `StrategyRun` (answer, evidence, usage, failures, stage trace);
 - `answerer`: `FusionAnswerer`, any strategy as one SuperComponent.
 """
 
 from haystack_fusion.strategies.answerer import FusionAnswerer
-from haystack_fusion.strategies.builders import CASCADE_MIN_CONFIDENCE, CASCADE_MIN_VOTE_SHARE, chain_generator
 from haystack_fusion.strategies.config import (
     PAPERS,
     RETRIEVER,
     SPLIT_ROUTER,
-    Paper,
     Stage,
     StageKind,
     Strategy,
     StrategyConfig,
     cite,
 )
-from haystack_fusion.strategies.registry import STRATEGIES, build_pipeline, get_strategy, strategy_of
+from haystack_fusion.strategies.registry import (
+    CASCADE_MIN_CONFIDENCE,
+    CASCADE_MIN_VOTE_SHARE,
+    STRATEGIES,
+    build_pipeline,
+    get_strategy,
+    strategy_of,
+)
 from haystack_fusion.strategies.run import (
     StrategyRun,
     pipeline_failures,
@@ -41,14 +45,12 @@ __all__ = [
     "SPLIT_ROUTER",
     "STRATEGIES",
     "FusionAnswerer",
-    "Paper",
     "Stage",
     "StageKind",
     "Strategy",
     "StrategyConfig",
     "StrategyRun",
     "build_pipeline",
-    "chain_generator",
     "cite",
     "get_strategy",
     "pipeline_failures",

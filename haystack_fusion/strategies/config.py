@@ -13,31 +13,22 @@ from haystack_fusion.components.summary_verifier import Scoring
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS
 
 RETRIEVER = "retriever"
-"""The name of the retriever component of a full pipeline (`build_pipeline(..., retriever=...)`): its `documents` are
-the top-k passages."""
+"""The name of the retriever component of a full pipeline (`build_pipeline(..., retriever=...)`)."""
 
 SPLIT_ROUTER = "split_router"
 """The name of `cascade`'s `SplitVoteRouter`, which sends a split post-fusion vote on to SuRe's verification."""
 
 DOCUMENTS = "documents"
-"""The sender that stands for the passages in `Parts`: the retriever's `documents`, or without one the pipeline's
-`documents` input."""
+"""The sender that stands for the passages in `Parts`: the retriever's `documents`, or the pipeline's input."""
 
 Parts = tuple[dict[str, Any], list[tuple[str, str]]]
 """A strategy's pipeline under construction: components by name, and (sender, receiver) connections."""
 
 StageKind = Literal["answer", "concatenation", "post_fusion", "summaries", "verification", "notes"]
-"""What a round does:
-
-- `answer`: one prompt's reply is the answer (the one-prompt strategies, PF+Concat's distiller, the answer call after
-  SuRe's summaries);
-- `concatenation`: the concatenation answer, routed on (Liu et al., section 3.3): an `UnknownRouter`;
-- `post_fusion`: one call per passage and a vote (Liu et al., Eq. 2): a `PostFusionVoter`;
-- `summaries`: answer candidates and a summary per candidate, or one generic summary (Kim et al., section 3.2): a
-  `CandidateSummarizer`;
-- `verification`: validity and pair-wise ranking of the summaries (Kim et al., section 3.3): a `SummaryVerifier`;
-- `notes`: reading notes and the answer (Yu et al., section 2.3): a `NoteTaker`.
-"""
+"""What a round does: `answer` (one prompt's reply is the answer), `concatenation` (the concatenation answer, routed
+on by an `UnknownRouter`, Liu et al., section 3.3), `post_fusion` (a `PostFusionVoter`, Eq. 2), `summaries` (a
+`CandidateSummarizer`, Kim et al., section 3.2), `verification` (a `SummaryVerifier`, section 3.3) or `notes` (a
+`NoteTaker`, Yu et al., section 2.3)."""
 
 
 @dataclass(frozen=True)
@@ -74,17 +65,16 @@ class StrategyConfig:
         relevant (Yu et al., Appendix A.5 step 5); False answers "unknown" then.
     :param note_generation_kwargs: `generation_kwargs` of Chain-of-Note's calls (the notes of k passages need a
         larger completion budget than a short answer); None keeps the generator's own.
-    :param min_confidence: tau, a probability: the first (concatenation) answer of `concat_pf` and `cascade` falls
-        back to post-fusion when its confidence (`answers.answer_confidence`) is below it, as well as when it says
-        unknown. None: off for `concat_pf` (Liu et al.'s behaviour), `CASCADE_MIN_CONFIDENCE` for `cascade`.
+    :param min_confidence: tau, a probability: the concatenation answer of `concat_pf` and `cascade` falls back to
+        post-fusion when its confidence (`answers.answer_confidence`) is below it, as well as when it says unknown.
+        None: off for `concat_pf` (Liu et al.'s behaviour), `CASCADE_MIN_CONFIDENCE` for `cascade`.
     :param min_vote_share: s: `cascade` verifies a post-fusion vote whose winner has a smaller share of the votes
         (or that ties at the top); None: `CASCADE_MIN_VOTE_SHARE`.
     :param verifier_scoring: SuRe's validity and ranking read from the reply's words ("text", Kim et al.) or from
         token probabilities ("probability"); None: "text" for the SuRe strategies, "probability" for `cascade`.
-    :param datamark: Datamark the passage text of every prompt (`prompts.passages.format_passages`), a defence
-        against instructions written in passages ("spotlighting", Hines et al., 2024). Supported by the
-        strategies whose passages go through PassageFormatter and PostFusionVoter (Liu et al.'s); the others raise
-        ValueError when it is set. Off by default.
+    :param datamark: Datamark the passage text of every prompt (`prompts.format_passages`), a defence against
+        instructions written in passages ("spotlighting", Hines et al., 2024). Supported by Liu et al.'s strategies;
+        the others raise ValueError when it is set. Off by default.
     """
 
     chat_generator: ChatGenerator
@@ -115,12 +105,10 @@ class Strategy:
     :param rounds: Dependent LLM rounds on the critical path (at most).
     :param answer_component: The component whose `answers` output is the strategy's answer list.
     :param build: Builds the pipeline's components and connections from a `StrategyConfig`.
-    :param stages: Its rounds in the order they can run (`Stage`: a kind and the component that runs it); the one
-        place the run's evidence, the stage trace, the serving stream and the CLI learn which component does what.
-    :param prompts: Names of the `PROMPTS` its pipeline can render (the report reads their demonstration answers to
-        count copies of them).
-    :param calls: LLM calls per question, in k (top-k passages) and K (SuRe's answer candidates), e.g. "1 or 1+k"
-        for a fallback that runs only when the first answer abstains.
+    :param stages: Its rounds in the order they can run: the one place the run's evidence, the stage trace, the
+        serving stream and the CLI learn which component does what.
+    :param prompts: Names of the `PROMPTS` its pipeline can render (the report reads their demonstration answers).
+    :param calls: LLM calls per question, in k (top-k passages) and K (SuRe's answer candidates), e.g. "1 or 1+k".
     """
 
     name: str
@@ -135,10 +123,8 @@ class Strategy:
 
     @property
     def description(self) -> str:
-        """
-        One line that tells this strategy from the others: what it does, its LLM calls and rounds, and its source
-        with each paper's authors and arXiv id (`cite`). The tool description of its served wrapper (MCP, OpenAPI).
-        """
+        """One line that tells this strategy from the others, with its LLM calls, rounds and sources (`cite`): the
+        tool description of its served wrapper (MCP, OpenAPI)."""
         rounds = "1 round" if self.rounds == "1" else f"{self.rounds} rounds"
         legend = [
             text
@@ -152,49 +138,12 @@ class Strategy:
         )
 
 
-@dataclass(frozen=True)
-class Paper:
-    """
-    A paper a strategy implements.
-
-    :param title: Its title.
-    :param authors: The first author's surname and "et al.".
-    :param venue: Where and when it appeared.
-    :param arxiv: Its arXiv identifier.
-    """
-
-    title: str
-    authors: str
-    venue: str
-    arxiv: str
-
-    @property
-    def url(self) -> str:
-        """The paper's arXiv page."""
-        return f"https://arxiv.org/abs/{self.arxiv}"
-
-
-PAPERS: dict[str, Paper] = {
-    "Liu et al.": Paper(
-        "Modeling Uncertainty and Using Post-fusion as Fallback Improves Retrieval Augmented Generation with LLMs",
-        "Liu et al.",
-        "KnowLLM 2024",
-        "2308.12574",
-    ),
-    "Kim et al.": Paper(
-        "SuRe: Summarizing Retrievals using Answer Candidates for Open-domain QA of LLMs",
-        "Kim et al.",
-        "ICLR 2024",
-        "2404.13081",
-    ),
-    "Yu et al.": Paper(
-        "Chain-of-Note: Enhancing Robustness in Retrieval-Augmented Language Models",
-        "Yu et al.",
-        "arXiv 2023",
-        "2311.09210",
-    ),
+PAPERS: dict[str, str] = {
+    "Liu et al.": "2308.12574",  # Modeling Uncertainty and Using Post-fusion as Fallback ..., KnowLLM 2024
+    "Kim et al.": "2404.13081",  # SuRe: Summarizing Retrievals using Answer Candidates ..., ICLR 2024
+    "Yu et al.": "2311.09210",  # Chain-of-Note: Enhancing Robustness in Retrieval-Augmented Language Models, 2023
 }
-"""The papers by the short citation `Strategy.source` names them with ("Liu et al., section 3.3")."""
+"""The arXiv identifier of each paper, by the short citation `Strategy.source` names it with."""
 
 
 def cite(source: str) -> str:
@@ -205,4 +154,4 @@ def cite(source: str) -> str:
     'Liu et al. (arXiv:2308.12574), section 3.3'
     """
     names = "|".join(re.escape(name) for name in PAPERS)
-    return re.sub(f"({names})", lambda match: f"{match[1]} (arXiv:{PAPERS[match[1]].arxiv})", source)
+    return re.sub(f"({names})", lambda match: f"{match[1]} (arXiv:{PAPERS[match[1]]})", source)

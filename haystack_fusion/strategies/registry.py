@@ -1,197 +1,339 @@
-"""The strategy registry: strategy name -> `Strategy` (its builder, stages and sources), the single source of truth."""
+"""
+The strategy registry, `STRATEGIES` (name -> `Strategy`: its builder, stages and sources, the single source of truth),
+and the builders: one function per strategy, from a `StrategyConfig` to its components and connections.
+
+Every strategy is a `Pipeline` from the passages (a `documents` input, or a retriever's `documents`) to one list of
+`GeneratedAnswer` (the output of the component named by `Strategy.answer_component`). Every question socket is named
+`query`, so `pipeline.run({"query": ..., "documents": ...})` reaches the prompt builders, the answer builders (and a
+retriever) alike. Strategies that need no component of their own are this package's PassageFormatter plus Haystack's
+ChatPromptBuilder, the ChatGenerator and AnswerBuilder.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from haystack import Pipeline
+from haystack import Pipeline, logging
+from haystack.components.generators.chat.types import ChatGenerator
+from haystack.components.joiners import AnswerJoiner
+from haystack.core.serialization import component_from_dict, component_to_dict
 
-from haystack_fusion.strategies.builders import (
-    ANSWER,
-    CONCATENATION,
-    NOTES,
-    POST_FUSION,
-    SUMMARIES,
-    VERIFICATION,
-    _cascade,
-    _chain_of_note,
-    _concat_pf,
-    _pf_concat,
-    _post_fusion,
-    _single_prompt,
-    _summarize_then_answer,
-    _sure,
-    assemble,
-)
-from haystack_fusion.strategies.config import Strategy, StrategyConfig
+from haystack_fusion.components.candidate_summarizer import CandidateSummarizer, SummaryMode
+from haystack_fusion.components.concatenation import AbstainingChatGenerator, CheckedAnswerBuilder, PassageFormatter
+from haystack_fusion.components.note_taker import NoteMode, NoteTaker
+from haystack_fusion.components.post_fusion_voter import PostFusionVoter
+from haystack_fusion.components.split_vote_router import SplitVoteRouter
+from haystack_fusion.components.summary_verifier import Scoring, SummaryVerifier
+from haystack_fusion.components.unknown_router import UnknownRouter
+from haystack_fusion.llm import CallLimitedChatGenerator, stop_kwargs, unwrap_call_limit
+from haystack_fusion.prompts import PROMPTS, PassageLayout
+from haystack_fusion.strategies.config import DOCUMENTS, RETRIEVER, SPLIT_ROUTER, Parts, Stage, Strategy, StrategyConfig
+
+logger = logging.getLogger(__name__)
+
+ANSWER = Stage("answer", "llm")
+CONCATENATION = Stage("concatenation", "router")
+POST_FUSION = Stage("post_fusion", "voter")
+SUMMARIES = Stage("summaries", "summarizer")
+VERIFICATION = Stage("verification", "verifier")
+NOTES = Stage("notes", "note_taker")
+
+CASCADE_MIN_CONFIDENCE = 0.25
+"""tau, the `cascade` strategy's default confidence floor for the concatenation answer: the replayed concat_pf sweep's
+best SQuAD 2.0 EM on a development split kept apart from the reported sample."""
+
+CASCADE_MIN_VOTE_SHARE = 0.5
+"""s, the `cascade` strategy's default: a post-fusion winner with less than half of the votes (or a tie at the top)
+is verified by SuRe (`SplitVoteRouter`). Not yet chosen on data."""
+
+
+def _chain_generator(chat_generator: ChatGenerator, stop: tuple[str, ...]) -> ChatGenerator:
+    """
+    The generator of a one-prompt chain whose reply should end at `stop`: a copy of `chat_generator` rebuilt from its
+    `to_dict` (the embedded model's copies share the loaded model) whose `generation_kwargs` add `stop`
+    (`llm.stop_kwargs`), so the pipeline's YAML shows them; a `CallLimitedChatGenerator` gives a wrapped copy. The
+    generator itself when there is nothing to add, when it takes no `generation_kwargs` (a mock) or cannot be
+    serialized (a secret given as a token): the prompt's answer pattern still reads the first line.
+    """
+    generator = unwrap_call_limit(chat_generator)
+    own = getattr(generator, "generation_kwargs", None)
+    kwargs = stop_kwargs(generator, stop)
+    if not kwargs or not isinstance(own, dict) or kwargs.get("stop") == own.get("stop"):
+        return chat_generator
+    try:
+        data = component_to_dict(generator, "llm")
+    except Exception as error:  # e.g. Secret.from_token: not serializable, so not copied
+        logger.warning("Cannot copy {generator} to add stop sequences: {error}", generator=type(generator), error=error)
+        return chat_generator
+    data["init_parameters"]["generation_kwargs"] = {**own, **kwargs}
+    copy = component_from_dict(type(generator), data, "llm")
+    if isinstance(chat_generator, CallLimitedChatGenerator):
+        return CallLimitedChatGenerator(chat_generator=copy)
+    return copy
+
+
+def _prompt_chain(
+    config: StrategyConfig, prompt_name: str, documents_from: str, layout: PassageLayout | None = "numbered"
+) -> Parts:
+    """passages -> prompt_builder -> llm -> answer_builder for one prompt, fed with passages from a socket; with
+    `layout` None the prompt shows no passages (no PassageFormatter), the answer still cites them."""
+    prompt = PROMPTS[prompt_name]
+    components: dict[str, Any] = {
+        "prompt_builder": prompt.builder(),
+        "llm": _chain_generator(config.chat_generator, prompt.stop),
+        "answer_builder": CheckedAnswerBuilder(
+            pattern=prompt.answer_pattern, demonstrations=list(prompt.demonstrations) or None
+        ),
+    }
+    connections = [("prompt_builder.prompt", "llm.messages"), (documents_from, "answer_builder.documents")]
+    if layout is not None:
+        components["passages"] = PassageFormatter(
+            max_passage_chars=config.max_passage_chars, layout=layout, datamark=config.datamark
+        )
+        connections = [
+            (documents_from, "passages.documents"),
+            ("passages.passages", "prompt_builder.passages"),
+            *connections,
+        ]
+    return components, connections
+
+
+def _single_prompt(prompt_name: str, layout: PassageLayout = "numbered") -> Callable[[StrategyConfig], Parts]:
+    def build(config: StrategyConfig) -> Parts:
+        components, connections = _prompt_chain(config, prompt_name, DOCUMENTS, layout)
+        connections.append(("llm.replies", "answer_builder.replies"))
+        return components, connections
+
+    return build
+
+
+def _voter(config: StrategyConfig) -> PostFusionVoter:
+    return PostFusionVoter(
+        chat_generator=config.chat_generator,
+        max_concurrency=config.max_concurrency,
+        samples_per_passage=config.samples_per_passage,
+        max_passage_chars=config.max_passage_chars,
+        unknown_patterns=config.unknown_patterns,
+        datamark=config.datamark,
+    )
+
+
+def _post_fusion(config: StrategyConfig) -> Parts:
+    return {"voter": _voter(config)}, [(DOCUMENTS, "voter.documents")]
+
+
+def _fallback_chain(config: StrategyConfig, min_confidence: float | None) -> Parts:
+    """
+    Concatenation, routed on its answer (unknown, or confidence below `min_confidence` when the generator returns
+    log-probabilities) to post-fusion over the same passages (Liu et al., section 3.3); the concatenation answer goes
+    to the joiner, the caller connects the voter's. A failed concatenation call goes to post-fusion too: its generator
+    is wrapped in an `AbstainingChatGenerator`, which reports the failure instead of raising it.
+    """
+    components, connections = _prompt_chain(config, "figure7", DOCUMENTS)
+    components.update(
+        llm=AbstainingChatGenerator(chat_generator=components["llm"]),
+        router=UnknownRouter(
+            answer_pattern=PROMPTS["figure7"].answer_pattern,
+            unknown_patterns=config.unknown_patterns,
+            min_confidence=min_confidence,
+            demonstrations=list(PROMPTS["figure7"].demonstrations),
+        ),
+        voter=_voter(config),
+        joiner=AnswerJoiner(),
+    )
+    connections += [
+        ("llm.replies", "router.replies"),
+        (DOCUMENTS, "router.documents"),
+        ("router.known", "answer_builder.replies"),
+        ("router.fallback_query", "voter.query"),
+        ("router.fallback_documents", "voter.documents"),
+        ("answer_builder.answers", "joiner.answers"),
+    ]
+    return components, connections
+
+
+def _concat_pf(config: StrategyConfig) -> Parts:
+    components, connections = _fallback_chain(config, config.min_confidence)
+    return components, [*connections, ("voter.answers", "joiner.answers")]
+
+
+def _cascade(config: StrategyConfig) -> Parts:
+    """Concatenation -> post-fusion when it says unknown or is unsure -> SuRe's verification of the top-K post-fusion
+    candidates when the vote is split, each candidate summarized from the passages that produced it."""
+    tau = CASCADE_MIN_CONFIDENCE if config.min_confidence is None else config.min_confidence
+    share = CASCADE_MIN_VOTE_SHARE if config.min_vote_share is None else config.min_vote_share
+    components, connections = _fallback_chain(config, tau)
+    components.update(
+        {SPLIT_ROUTER: SplitVoteRouter(min_vote_share=share, max_candidates=max(2, config.num_candidates))},
+        summarizer=_summarizer(config, "conditional"),
+        verifier=_verifier(config, use_validity=True, scoring=config.verifier_scoring or "probability"),
+    )
+    connections += [
+        ("voter.answers", f"{SPLIT_ROUTER}.answers"),
+        (f"{SPLIT_ROUTER}.answers", "joiner.answers"),
+        (f"{SPLIT_ROUTER}.split_query", "summarizer.query"),
+        (DOCUMENTS, "summarizer.documents"),
+        (f"{SPLIT_ROUTER}.split_candidates", "summarizer.candidates"),
+        (f"{SPLIT_ROUTER}.split_documents", "summarizer.candidate_documents"),
+        (f"{SPLIT_ROUTER}.split_query", "verifier.query"),
+        (DOCUMENTS, "verifier.documents"),
+        ("summarizer.candidates", "verifier.candidates"),
+        ("summarizer.summaries", "verifier.summaries"),
+        ("verifier.answers", "joiner.answers"),
+    ]
+    return components, connections
+
+
+def _pf_concat(config: StrategyConfig) -> Parts:
+    """Post-fusion candidates, then one concatenation over the passages that did not say unknown (section 3.3); when
+    every passage said unknown the distiller does not run and the voter's "unknown" reaches the joiner."""
+    components, connections = _prompt_chain(config, "distiller", "voter.documents")
+    components.update(voter=_voter(config), joiner=AnswerJoiner())
+    connections += [
+        (DOCUMENTS, "voter.documents"),
+        ("voter.candidates", "prompt_builder.candidates"),
+        ("llm.replies", "answer_builder.replies"),
+        ("answer_builder.answers", "joiner.answers"),
+        ("voter.unknown", "joiner.answers"),
+    ]
+    return components, connections
+
+
+def _no_datamark(config: StrategyConfig, component: str) -> None:
+    if config.datamark:
+        raise ValueError(f"`datamark` is not supported by strategies with a {component} (only Liu et al.'s strategies)")
+
+
+def _summarizer(config: StrategyConfig, mode: SummaryMode) -> CandidateSummarizer:
+    _no_datamark(config, "CandidateSummarizer")
+    return CandidateSummarizer(
+        chat_generator=config.chat_generator,
+        num_candidates=config.num_candidates,
+        mode=mode,
+        max_concurrency=config.max_concurrency,
+        max_passage_chars=config.max_passage_chars,
+        few_shot=config.few_shot,
+    )
+
+
+def _verifier(config: StrategyConfig, use_validity: bool, scoring: Scoring) -> SummaryVerifier:
+    return SummaryVerifier(
+        chat_generator=config.verifier_chat_generator or config.chat_generator,
+        use_validity=use_validity,
+        max_concurrency=config.max_concurrency,
+        document_ranker=config.document_ranker,
+        scoring=scoring,
+    )
+
+
+def _sure(use_validity: bool) -> Callable[[StrategyConfig], Parts]:
+    def build(config: StrategyConfig) -> Parts:
+        verifier = _verifier(config, use_validity, config.verifier_scoring or "text")
+        components = {"summarizer": _summarizer(config, "conditional"), "verifier": verifier}
+        connections = [
+            (DOCUMENTS, "summarizer.documents"),
+            (DOCUMENTS, "verifier.documents"),
+            ("summarizer.candidates", "verifier.candidates"),
+            ("summarizer.summaries", "verifier.summaries"),
+        ]
+        return components, connections
+
+    return build
+
+
+def _summarize_then_answer(mode: SummaryMode, prompt_name: str, reads: str) -> Callable[[StrategyConfig], Parts]:
+    """Kim et al.'s prompting baselines: a CandidateSummarizer round, then one answer prompt that reads its `reads`
+    output, with the passages (titled layout) unless the generic summary replaces them (Sum-and-pred (Gen))."""
+
+    def build(config: StrategyConfig) -> Parts:
+        layout: PassageLayout | None = None if mode == "generic" else "titled"
+        components, connections = _prompt_chain(config, prompt_name, DOCUMENTS, layout=layout)
+        components.update(summarizer=_summarizer(config, mode))
+        connections += [
+            (DOCUMENTS, "summarizer.documents"),
+            (f"summarizer.{reads}", f"prompt_builder.{reads}"),
+            ("llm.replies", "answer_builder.replies"),
+        ]
+        return components, connections
+
+    return build
+
+
+def _chain_of_note(mode: NoteMode) -> Callable[[StrategyConfig], Parts]:
+    def build(config: StrategyConfig) -> Parts:
+        _no_datamark(config, "NoteTaker")
+        note_taker = NoteTaker(
+            chat_generator=config.chat_generator,
+            mode=mode,
+            allow_parametric_knowledge=config.allow_parametric_knowledge,
+            max_concurrency=config.max_concurrency,
+            max_passage_chars=config.max_passage_chars,
+            generation_kwargs=config.note_generation_kwargs,
+            unknown_patterns=config.unknown_patterns,
+        )
+        return {"note_taker": note_taker}, [(DOCUMENTS, "note_taker.documents")]
+
+    return build
+
 
 _SURE_SUMMARIES = ("sure_candidates", "sure_few_shot_candidates", "sure_summary", "sure_few_shot_summary")
+_ONE_PROMPT = "all top-k passages in one prompt, one LLM call"
 
-STRATEGIES: dict[str, Strategy] = {
-    strategy.name: strategy
-    for strategy in (
-        Strategy(
-            "concatenation",
-            "all top-k passages in one prompt, one LLM call",
-            "Liu et al., section 3.2.1, Eq. 1, Figure 7",
-            "1",
-            "answer_builder",
-            _single_prompt("figure7"),
-            stages=(ANSWER,),
-            prompts=("figure7",),
-        ),
-        Strategy(
-            "post_fusion",
-            "one LLM call per passage, majority vote over the answers",
-            "Liu et al., section 3.2.1, Eq. 2, Figure 7",
-            "1",
-            "voter",
-            _post_fusion,
-            stages=(POST_FUSION,),
-            prompts=("figure7",),
-            calls="k",
-        ),
-        Strategy(
-            "pruning",
-            "one-shot chain-of-thought prompt that prunes irrelevant passages",
-            "Liu et al., section 3.2.2, Figure 8",
-            "1",
-            "answer_builder",
-            _single_prompt("pruning"),
-            stages=(ANSWER,),
-            prompts=("pruning",),
-        ),
-        Strategy(
-            "summary_cot",
-            "one-shot chain-of-thought prompt that summarizes the relevant passages",
-            "Liu et al., section 3.2.2, Figure 9",
-            "1",
-            "answer_builder",
-            _single_prompt("summary"),
-            stages=(ANSWER,),
-            prompts=("summary",),
-        ),
-        Strategy(
-            "concat_pf",
-            "concatenation; post-fusion as the fallback when it answers unknown",
-            "Liu et al., section 3.3, Figure 2 (top)",
-            "1-2",
-            "joiner",
-            _concat_pf,
-            stages=(CONCATENATION, POST_FUSION),
-            prompts=("figure7",),
-            calls="1 or 1+k",
-        ),
-        Strategy(
-            "pf_concat",
-            "post-fusion candidates, then concatenation of the answering passages as the distiller",
-            "Liu et al., section 3.3, Figure 2 (bottom)",
-            "1-2",
-            "joiner",
-            _pf_concat,
-            stages=(POST_FUSION, ANSWER),
-            prompts=("figure7", "distiller"),
-            calls="k+1",
-        ),
-        Strategy(
-            "cascade",
-            "concatenation; post-fusion when unknown or unsure; SuRe's verification when the vote is split",
-            "Liu et al., section 3.3 + Kim et al., section 3.3, Eq. 4-6 (this package's combination)",
-            "1-4",
-            "joiner",
-            _cascade,
-            stages=(CONCATENATION, POST_FUSION, SUMMARIES, VERIFICATION),
-            prompts=("figure7", "sure_summary", "sure_few_shot_summary", "sure_validity", "sure_ranking"),
-            calls="1, 1+k or 1+k+2K+K(K-1)",
-        ),
-        Strategy(
-            "base",
-            "all top-k passages in one prompt, one LLM call (Kim et al.'s Base)",
-            "Kim et al., Appendix A.5, Listing 10, Table 3 (Base)",
-            "1",
-            "answer_builder",
-            _single_prompt("sure_base", layout="titled"),
-            stages=(ANSWER,),
-            prompts=("sure_base",),
-        ),
-        Strategy(
-            "sure",
-            "K answer candidates, a summary per candidate, pick by validity + pair-wise ranking",
-            "Kim et al., section 3, Algorithm 1, Eq. 2-6",
-            "3",
-            "verifier",
-            _sure(use_validity=True),
-            stages=(SUMMARIES, VERIFICATION),
-            prompts=(*_SURE_SUMMARIES, "sure_validity", "sure_ranking"),
-            calls="1+2K+K(K-1)",
-        ),
-        Strategy(
-            "sure_rank_only",
-            "SuRe without instance-wise validity: pick by pair-wise ranking alone",
-            "Kim et al., section 4.3, Table 3 (+ Pair-wise ranking)",
-            "3",
-            "verifier",
-            _sure(use_validity=False),
-            stages=(SUMMARIES, VERIFICATION),
-            prompts=(*_SURE_SUMMARIES, "sure_ranking"),
-            calls="1+K+K(K-1)",
-        ),
-        Strategy(
-            "sure_sum_all",
-            "all conditional summaries appended to the passages, one answer call",
-            "Kim et al., section 4.3, Table 3 (+ Conditional summarizations)",
-            "3",
-            "answer_builder",
-            _summarize_then_answer("conditional", "sure_sum_all", "summaries"),
-            stages=(SUMMARIES, ANSWER),
-            prompts=(*_SURE_SUMMARIES, "sure_sum_all"),
-            calls="1+K+1",
-        ),
-        Strategy(
-            "mcq",
-            "the answer candidates as multiple choices next to the passages",
-            "Kim et al., Appendix A.7, Listing 12, Table 3 (MCQ prompt)",
-            "2",
-            "answer_builder",
-            _summarize_then_answer("candidates", "sure_mcq", "candidates"),
-            stages=(SUMMARIES, ANSWER),
-            prompts=("sure_candidates", "sure_few_shot_candidates", "sure_mcq"),
-            calls="2",
-        ),
-        Strategy(
-            "generic_summary",
-            "one generic summary of the passages, then the answer from the summary",
-            "Kim et al., Appendix A.6, Listing 11, Table 3 (Sum-and-pred (Gen))",
-            "2",
-            "answer_builder",
-            _summarize_then_answer("generic", "sure_sum_and_pred", "summaries"),
-            stages=(SUMMARIES, ANSWER),
-            prompts=("sure_generic_summary", "sure_sum_and_pred"),
-            calls="2",
-        ),
-        Strategy(
-            "chain_of_note",
-            "one prompt: a reading note per passage with its relevance, then the answer",
-            "Yu et al., section 2.3, Appendix A.5",
-            "1",
-            "note_taker",
-            _chain_of_note("single_call"),
-            stages=(NOTES,),
-            prompts=("con_single_call", "con_synthesis"),
-        ),
-        Strategy(
-            "chain_of_note_per_document",
-            "a reading note per passage concurrently, then one synthesis call",
-            "Yu et al., section 2.3.1 (per-document notes)",
-            "2",
-            "note_taker",
-            _chain_of_note("per_document"),
-            stages=(NOTES,),
-            prompts=("con_document_note", "con_synthesis"),
-            calls="k+1",
-        ),
-    )
-}
+# fmt: off
+STRATEGIES: dict[str, Strategy] = {strategy.name: strategy for strategy in (
+    # name, summary, source, rounds, answer component, builder, stages, prompts, LLM calls
+    Strategy("concatenation", _ONE_PROMPT, "Liu et al., section 3.2.1, Eq. 1, Figure 7", "1", "answer_builder",
+             _single_prompt("figure7"), (ANSWER,), ("figure7",)),
+    Strategy("post_fusion", "one LLM call per passage, majority vote over the answers",
+             "Liu et al., section 3.2.1, Eq. 2, Figure 7", "1", "voter", _post_fusion, (POST_FUSION,), ("figure7",),
+             "k"),
+    Strategy("pruning", "one-shot chain-of-thought prompt that prunes irrelevant passages",
+             "Liu et al., section 3.2.2, Figure 8", "1", "answer_builder", _single_prompt("pruning"), (ANSWER,),
+             ("pruning",)),
+    Strategy("summary_cot", "one-shot chain-of-thought prompt that summarizes the relevant passages",
+             "Liu et al., section 3.2.2, Figure 9", "1", "answer_builder", _single_prompt("summary"), (ANSWER,),
+             ("summary",)),
+    Strategy("concat_pf", "concatenation; post-fusion as the fallback when it answers unknown",
+             "Liu et al., section 3.3, Figure 2 (top)", "1-2", "joiner", _concat_pf, (CONCATENATION, POST_FUSION),
+             ("figure7",), "1 or 1+k"),
+    Strategy("pf_concat", "post-fusion candidates, then concatenation of the answering passages as the distiller",
+             "Liu et al., section 3.3, Figure 2 (bottom)", "1-2", "joiner", _pf_concat, (POST_FUSION, ANSWER),
+             ("figure7", "distiller"), "k+1"),
+    Strategy("cascade",
+             "concatenation; post-fusion when unknown or unsure; SuRe's verification when the vote is split",
+             "Liu et al., section 3.3 + Kim et al., section 3.3, Eq. 4-6 (this package's combination)", "1-4",
+             "joiner", _cascade, (CONCATENATION, POST_FUSION, SUMMARIES, VERIFICATION),
+             ("figure7", "sure_summary", "sure_few_shot_summary", "sure_validity", "sure_ranking"),
+             "1, 1+k or 1+k+2K+K(K-1)"),
+    Strategy("base", f"{_ONE_PROMPT} (Kim et al.'s Base)", "Kim et al., Appendix A.5, Listing 10, Table 3 (Base)",
+             "1", "answer_builder", _single_prompt("sure_base", layout="titled"), (ANSWER,), ("sure_base",)),
+    Strategy("sure", "K answer candidates, a summary per candidate, pick by validity + pair-wise ranking",
+             "Kim et al., section 3, Algorithm 1, Eq. 2-6", "3", "verifier", _sure(use_validity=True),
+             (SUMMARIES, VERIFICATION), (*_SURE_SUMMARIES, "sure_validity", "sure_ranking"), "1+2K+K(K-1)"),
+    Strategy("sure_rank_only", "SuRe without instance-wise validity: pick by pair-wise ranking alone",
+             "Kim et al., section 4.3, Table 3 (+ Pair-wise ranking)", "3", "verifier", _sure(use_validity=False),
+             (SUMMARIES, VERIFICATION), (*_SURE_SUMMARIES, "sure_ranking"), "1+K+K(K-1)"),
+    Strategy("sure_sum_all", "all conditional summaries appended to the passages, one answer call",
+             "Kim et al., section 4.3, Table 3 (+ Conditional summarizations)", "3", "answer_builder",
+             _summarize_then_answer("conditional", "sure_sum_all", "summaries"), (SUMMARIES, ANSWER),
+             (*_SURE_SUMMARIES, "sure_sum_all"), "1+K+1"),
+    Strategy("mcq", "the answer candidates as multiple choices next to the passages",
+             "Kim et al., Appendix A.7, Listing 12, Table 3 (MCQ prompt)", "2", "answer_builder",
+             _summarize_then_answer("candidates", "sure_mcq", "candidates"), (SUMMARIES, ANSWER),
+             ("sure_candidates", "sure_few_shot_candidates", "sure_mcq"), "2"),
+    Strategy("generic_summary", "one generic summary of the passages, then the answer from the summary",
+             "Kim et al., Appendix A.6, Listing 11, Table 3 (Sum-and-pred (Gen))", "2", "answer_builder",
+             _summarize_then_answer("generic", "sure_sum_and_pred", "summaries"), (SUMMARIES, ANSWER),
+             ("sure_generic_summary", "sure_sum_and_pred"), "2"),
+    Strategy("chain_of_note", "one prompt: a reading note per passage with its relevance, then the answer",
+             "Yu et al., section 2.3, Appendix A.5", "1", "note_taker", _chain_of_note("single_call"), (NOTES,),
+             ("con_single_call", "con_synthesis")),
+    Strategy("chain_of_note_per_document", "a reading note per passage concurrently, then one synthesis call",
+             "Yu et al., section 2.3.1 (per-document notes)", "2", "note_taker", _chain_of_note("per_document"),
+             (NOTES,), ("con_document_note", "con_synthesis"), "k+1"),
+)}
+# fmt: on
 """Every registered strategy, by name: Liu et al.'s Table 1, Kim et al.'s SuRe with its ablations and baselines, then
 Yu et al.'s Chain-of-Note."""
 
@@ -221,6 +363,9 @@ def build_pipeline(name: str, *, retriever: Any | None = None, **config: Any) ->
     Build the pipeline of a registered strategy: the passages in (`documents`), the answers out; with a retriever,
     your retriever followed by the strategy.
 
+    Components are added by name and connections grouped by sender in that order, the order
+    `Pipeline.loads(pipeline.dumps())` rebuilds a pipeline in, so the round trip gives an equal pipeline.
+
     ### Usage example
     ```python
     from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
@@ -240,4 +385,15 @@ def build_pipeline(name: str, *, retriever: Any | None = None, **config: Any) ->
     :returns: A new Pipeline.
     :raises ValueError: If the strategy is not registered.
     """
-    return assemble(get_strategy(name).build(StrategyConfig(**config)), strategy=name, retriever=retriever)
+    components, connections = get_strategy(name).build(StrategyConfig(**config))
+    if retriever is not None:
+        components = {**components, RETRIEVER: retriever}
+        connections = [(f"{RETRIEVER}.documents" if s == DOCUMENTS else s, r) for s, r in connections]
+    else:
+        connections = [(s, r) for s, r in connections if s != DOCUMENTS]
+    pipe = Pipeline(metadata={"strategy": name})
+    for component_name in sorted(components):
+        pipe.add_component(component_name, components[component_name])
+    for sender, receiver in sorted(connections, key=lambda connection: connection[0].split(".")[0]):
+        pipe.connect(sender, receiver)
+    return pipe

@@ -15,9 +15,14 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from haystack_fusion.corpus import Question
 from haystack_fusion.prompts import format_passages
-from haystack_fusion.prompts.passages import DATAMARK_NOTICE, count_passage_blocks, datamark_text, passage_key
+from haystack_fusion.prompts.templates import DATAMARK_NOTICE, datamark_text, passage_key
 from haystack_fusion.strategies import build_pipeline, run_strategy
 from research.benchmarks import poisoned_passages
+
+
+def count_passage_blocks(rendered: str, key: str) -> int:
+    """The passage blocks with delimiter key `key` in a rendered prompt: closing lines on a line of their own."""
+    return sum(line == f'</passage key="{key}">' for line in rendered.splitlines())
 
 
 @pytest.fixture(scope="module")

@@ -39,8 +39,7 @@ from haystack_fusion.answers import (
 )
 from haystack_fusion.components.candidate_summarizer import clean_summary
 from haystack_fusion.notes import RELEVANCE_LABELS, ParsedNotes, classify_note, parse_document_note, parse_single_call
-from haystack_fusion.prompts import PROMPTS, extract_answer
-from haystack_fusion.prompts.passages import strip_delimiters
+from haystack_fusion.prompts import PROMPTS, extract_answer, strip_delimiters
 from haystack_fusion.prompts.sure import one_line
 from haystack_fusion.sure import (
     PREFERENCE_CHOICES,
@@ -78,7 +77,7 @@ VOCABULARY = (
     ", so", "therefore", "Reading notes:", "Question:", "Task Description:", "Relevance:", "**Relevance:**",
     "(a) answers directly", "(b) useful context", "(c) irrelevant", "Label:", "not relevant", "does not mention",
     "but", "nothing to do with", "unknown", "I don't know", "The context does not provide the answer.",
-    # passage delimiters (prompts/passages.py)
+    # passage delimiters (prompts/templates.py)
     '<passage key="deadbeef">', '</passage key="deadbeef">', "<passage key=", "</passage>", '[1] <passage key="0a">',
     # answers, abbreviations, separators
     "Paris", "Lyon", "1996", "Washington, D.C.", "U.S.", "The Eiffel Tower", "a", "an", "the",

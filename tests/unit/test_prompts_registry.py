@@ -24,10 +24,7 @@ from haystack_fusion.prompts import (
     COT_ANSWER_PATTERN,
     PROMPTS,
     WHOLE_REPLY_PATTERN,
-    chain_of_note,
-    distiller,
     extract_answer,
-    figure7,
     sure,
 )
 from tests.support.fuzzing import ADVERSARIAL_UNITS, HOSTILE_CHARACTERS, VOCABULARY, replies
@@ -44,10 +41,10 @@ REFERENCE: dict[str, str] = {
 
 REWRITTEN: dict[str, tuple[str, str]] = {
     "whole_reply": (REFERENCE["whole_reply"], WHOLE_REPLY_PATTERN),
-    "figure7": (REFERENCE["figure7"], figure7.ANSWER_PATTERN),
-    "distiller": (REFERENCE["distiller"], distiller.ANSWER_PATTERN),
+    "figure7": (REFERENCE["figure7"], PROMPTS["figure7"].answer_pattern),
+    "distiller": (REFERENCE["distiller"], PROMPTS["distiller"].answer_pattern),
     "sure_short_answer": (REFERENCE["sure_short_answer"], sure.SHORT_ANSWER_PATTERN),
-    "chain_of_note": (REFERENCE["chain_of_note"], chain_of_note.ANSWER_PATTERN),
+    "chain_of_note": (REFERENCE["chain_of_note"], PROMPTS["con_synthesis"].answer_pattern),
 }
 """(reference pattern, the package's pattern) by name."""
 

@@ -7,18 +7,16 @@ from haystack import Document
 from haystack.components.builders import ChatPromptBuilder
 from haystack.dataclasses import ChatMessage
 
-import haystack_fusion.prompts.registry as registry_module
-import haystack_fusion.prompts.rendering as rendering_module
+import haystack_fusion.prompts.templates as templates_module
 from haystack_fusion.prompts import (
     PROMPTS,
     PromptTemplate,
-    compiled,
     format_passages,
     passage_key,
     render,
 )
-from haystack_fusion.prompts.examples import ANSWER_FORMAT_EXAMPLES, UNKNOWN_INSTRUCTION
-from haystack_fusion.prompts.passages import count_passage_blocks
+from haystack_fusion.prompts.liu import ANSWER_FORMAT_EXAMPLES, UNKNOWN_INSTRUCTION
+from tests.unit.test_prompts_passages import count_passage_blocks
 
 FIGURE7_EXAMPLES = [
     'Question: Who produced the album that included a re-recording of "Lithium"?\nAnswer: Butch Vig',
@@ -151,33 +149,19 @@ class TestTemplates:
 
 
 def uncached_render(prompt: PromptTemplate, **variables) -> list[ChatMessage]:
-    """What `render` gave before templates were compiled once: a new ChatPromptBuilder per prompt."""
+    """A new ChatPromptBuilder's messages for the template."""
     return prompt.builder().run(**variables)["prompt"]
 
 
 class TestCompiledOnce:
-    @pytest.fixture
-    def builders(self, monkeypatch):
-        """An empty template cache and a count of the ChatPromptBuilders `PromptTemplate.builder` makes."""
-        made: list[ChatPromptBuilder] = []
-
-        class CountingBuilder(ChatPromptBuilder):
-            def __init__(self, *args, **kwargs):
-                super().__init__(*args, **kwargs)
-                made.append(self)
-
-        monkeypatch.setattr(rendering_module, "_COMPILED", {})
-        monkeypatch.setattr(registry_module, "ChatPromptBuilder", CountingBuilder)
-        return made
-
-    def test_builder_is_built_once_per_template(self, builders):
+    def test_each_text_is_compiled_once(self):
+        templates_module._compiled.cache_clear()
         names = ["figure7", "sure_ranking"]
         jobs = [(name, i) for i in range(40) for name in names]
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(lambda job: render(PROMPTS[job[0]], **variables_for(job[0], query=f"Q{job[1]}?")), jobs))
-        assert len(builders) == len(names)
-        assert compiled(PROMPTS["figure7"]) is compiled(PROMPTS["figure7"])
-        assert compiled(PROMPTS["figure7"]).variables == ("passages", "query")
+        assert templates_module._compiled.cache_info().currsize == len(names)
+        assert templates_module._compiled(PROMPTS["figure7"].text)[1] == ("passages", "query")
 
     @pytest.mark.parametrize("name", list(PROMPTS))
     def test_same_messages_as_a_new_builder(self, name):

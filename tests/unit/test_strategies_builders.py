@@ -11,12 +11,8 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 import haystack_fusion  # noqa: F401  (allowlists the package for deserialization)
 from haystack_fusion.llm import CallLimitedChatGenerator, unwrap_call_limit
 from haystack_fusion.prompts import ANSWER_LINE_STOP, PROMPTS
-from haystack_fusion.strategies import (
-    STRATEGIES,
-    build_pipeline,
-    chain_generator,
-    get_strategy,
-)
+from haystack_fusion.strategies import STRATEGIES, build_pipeline, get_strategy
+from haystack_fusion.strategies.registry import _chain_generator as chain_generator
 from tests.unit.scripted_pipelines import (
     make_pipeline,
 )

@@ -27,7 +27,7 @@ from haystack_fusion.answers import (
     token_logprobs,
 )
 from haystack_fusion.notes import classify_note, parse_single_call
-from haystack_fusion.prompts.passages import strip_delimiters
+from haystack_fusion.prompts import strip_delimiters
 from haystack_fusion.prompts.sure import one_line
 from haystack_fusion.sure import (
     PREFERENCE_CHOICES,

@@ -115,11 +115,10 @@ class TestUnknownRouter:
         with pytest.raises(ValueError, match="invalid regular expression"):
             UnknownRouter(unknown_patterns=["(oops"])
 
-    def test_is_unknown(self):
+    def test_routes_known_and_unknown(self):
         router = UnknownRouter()
-        assert router.is_unknown(None)
-        assert router.is_unknown(ChatMessage.from_assistant("unknown"))
-        assert not router.is_unknown(ChatMessage.from_assistant("Paris"))
+        assert set(router.run(replies=[ChatMessage.from_assistant("unknown")])) == {"unknown", "reason"}
+        assert set(router.run(replies=[ChatMessage.from_assistant("Paris")])) == {"known"}
 
     def test_to_dict_defaults(self):
         assert UnknownRouter().to_dict() == {
@@ -151,7 +150,7 @@ class TestUnknownRouter:
         assert restored.answer_pattern is None
         assert restored.unknown_patterns == ["^no idea$"]
         assert restored.min_confidence == 0.3
-        assert restored.is_unknown(ChatMessage.from_assistant("no idea"))
+        assert set(restored.run(replies=[ChatMessage.from_assistant("no idea")])) == {"unknown", "reason"}
 
     def test_yaml_round_trip_in_pipeline(self):
         pipeline = Pipeline()
