@@ -9,7 +9,6 @@ from __future__ import annotations
 import hmac
 import importlib.util
 import ipaddress
-import json
 import secrets
 import tempfile
 from base64 import b64decode, b64encode
@@ -23,8 +22,6 @@ try:
     from fastapi.exceptions import RequestValidationError
     from hayhooks.server.app import create_app as create_hayhooks_app
     from hayhooks.server.app import run_app
-    from hayhooks.server.pipelines.loader import build_immutable_host
-    from hayhooks.settings import settings as hayhooks_settings
     from starlette.exceptions import HTTPException as StarletteHTTPException
     from starlette.middleware.trustedhost import TrustedHostMiddleware
     from starlette.requests import Request
@@ -37,6 +34,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 from haystack import logging
 
 from haystack_fusion.backends.checks import check_backend
+from haystack_fusion.backends.pinned import hayhooks_mcp_app, set_hayhooks_settings
 from haystack_fusion.serving.chat import digest
 from haystack_fusion.serving.guards import (
     BodyLimitMiddleware,
@@ -45,8 +43,8 @@ from haystack_fusion.serving.guards import (
     allowed_hosts,
     is_openai_path,
     openai_error,
+    refuse,
     route_path,
-    send_json,
 )
 from haystack_fusion.serving.hayhooks import CHAINLIT_ELEMENTS_DIR, CHAT_UI_CLIENT, CHAT_UI_HEADER
 from haystack_fusion.serving.yaml import wrapper_source
@@ -61,8 +59,8 @@ DEFAULT_PORT = 1416
 DEFAULT_MCP_PORT = 1417
 """The MCP app's port by default (Hayhooks')."""
 
-UNAUTHORIZED = b'{"detail":"Unauthorized: send the API key as Authorization: Bearer <key>"}'
-"""The body of every 401: one line that says what to send and nothing about the server."""
+UNAUTHORIZED = "Unauthorized: send the API key as Authorization: Bearer <key>"
+"""The message of every 401: what to send and nothing about the server."""
 
 
 class ApiKeyMiddleware:
@@ -117,15 +115,11 @@ class ApiKeyMiddleware:
         if path in self.open_paths or preflight or self._authorized(headers):
             await self.app(scope, receive, send)
             return
-        if scope["type"] == "websocket":
-            await send({"type": "websocket.close", "code": 1008})
-            return
         browser = any(path == prefix or path.startswith(f"{prefix}/") for prefix in self.browser_paths)
-        challenge = b'Basic realm="haystack-fusion", charset="UTF-8"' if browser else b"Bearer"
-        body: dict[str, Any] | bytes = UNAUTHORIZED
-        if is_openai_path(path):
-            body = openai_error(json.loads(UNAUTHORIZED)["detail"], status=401, code="invalid_api_key")
-        await send_json(send, 401, body, headers=[(b"www-authenticate", challenge)])
+        challenge = 'Basic realm="haystack-fusion", charset="UTF-8"' if browser else "Bearer"
+        await refuse(
+            scope, receive, send, 401, UNAUTHORIZED, code="invalid_api_key", headers={"www-authenticate": challenge}
+        )
 
 
 async def _status(_: Request) -> JSONResponse:
@@ -173,10 +167,8 @@ class UnservedPathsMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = route_path(scope)
         if scope["type"] == "http" and _unserved(path):
-            body = {"detail": "Not Found"}
-            if is_openai_path(path):
-                body = openai_error("No such route on this server", status=404, code="not_found")
-            await send_json(send, 404, body)
+            message = "No such route on this server" if is_openai_path(path) else "Not Found"
+            await refuse(scope, receive, send, 404, message, code="not_found")
             return
         await self.app(scope, receive, send)
 
@@ -287,19 +279,22 @@ def _served_names(folder: str) -> list[str]:
     return sorted(wrappers | {path.stem for pattern in ("*.yml", "*.yaml") for path in root.glob(pattern)})
 
 
-def _pin_hayhooks_settings(pipelines_dir: str, access: AccessSettings, *, with_chainlit: bool) -> None:
+def _pin_hayhooks_settings(pipelines_dir: str, access: AccessSettings, *, with_chainlit: bool) -> Any:
     """Hayhooks' settings for the next app it builds: fixed pipelines, pinned CORS, the chat UI and its elements."""
-    hayhooks_settings.host = hayhooks_settings.host.rpartition("@")[2]  # without an earlier app's chat UI user
-    hayhooks_settings.durable_mode = True
-    hayhooks_settings.pipelines_dir = pipelines_dir
-    hayhooks_settings.cors_allow_origins = list(access.cors_origins)
-    hayhooks_settings.cors_allow_origin_regex = None
-    hayhooks_settings.cors_allow_methods = ["GET", "POST"]
-    hayhooks_settings.cors_allow_headers = ["Authorization", "Content-Type"]
-    hayhooks_settings.cors_allow_credentials = False
-    hayhooks_settings.chainlit_enabled = with_chainlit
-    if with_chainlit:
-        hayhooks_settings.chainlit_custom_elements_dir = str(CHAINLIT_ELEMENTS_DIR)
+    from hayhooks.settings import settings
+
+    return set_hayhooks_settings(
+        host=settings.host.rpartition("@")[2],  # without an earlier app's chat UI user
+        durable_mode=True,
+        pipelines_dir=pipelines_dir,
+        cors_allow_origins=list(access.cors_origins),
+        cors_allow_origin_regex=None,
+        cors_allow_methods=["GET", "POST"],
+        cors_allow_headers=["Authorization", "Content-Type"],
+        cors_allow_credentials=False,
+        chainlit_enabled=with_chainlit,
+        **({"chainlit_custom_elements_dir": str(CHAINLIT_ELEMENTS_DIR)} if with_chainlit else {}),
+    )
 
 
 class ChatUiMiddleware:
@@ -370,7 +365,7 @@ def create_app(
             "(in the repository: make install-chat-ui)"
         )
     folder, keep_alive = _wrappers_dir(strategies, pipelines_dir)
-    _pin_hayhooks_settings(folder, access, with_chainlit=with_chainlit)
+    hayhooks_settings = _pin_hayhooks_settings(folder, access, with_chainlit=with_chainlit)
     app = create_hayhooks_app()
     app.state.wrappers_dir = keep_alive
     # Hayhooks' /status lists the pipelines and the server's state: this one, matched first, says only "up"
@@ -394,7 +389,7 @@ def create_app(
         app.add_middleware(ChatUiMiddleware, token=token, api_key=access.api_key)
         # read by the chat UI at each call, after Hayhooks has logged the chat UI's address without it
         reached = "127.0.0.1" if hayhooks_settings.host in ("0.0.0.0", "::") else hayhooks_settings.host
-        hayhooks_settings.host = f"{CHAT_UI_CLIENT}:{token}@{reached}"
+        set_hayhooks_settings(host=f"{CHAT_UI_CLIENT}:{token}@{reached}")
     app.add_middleware(OriginMiddleware, allowed_origins=access.cors_origins)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(host, access.allowed_hosts))
     _summarize_logged_params()
@@ -461,12 +456,10 @@ def create_mcp_app(
     :raises ValueError: As `create_app`.
     :raises hayhooks.server.exceptions.PipelineModuleLoadError: As `create_app`.
     """
-    from hayhooks.server.utils.mcp_utils import create_mcp_server, create_starlette_app
-
     access = AccessSettings.from_env() if access is None else access
     folder, keep_alive = _wrappers_dir(strategies, pipelines_dir)
     _pin_hayhooks_settings(folder, access, with_chainlit=False)
-    app = build_immutable_host(folder, lambda registry: create_starlette_app(create_mcp_server(registry=registry)))
+    app = hayhooks_mcp_app(folder)
     app.state.wrappers_dir = keep_alive
     _summarize_logged_params()
     guarded: ASGIApp = BodyLimitMiddleware(app, max_bytes=access.max_body_bytes)
@@ -515,7 +508,7 @@ def serve(
             variable=API_KEY_VARIABLE,
             port=port,
         )
-    hayhooks_settings.host, hayhooks_settings.port = host, port  # where the chat UI reaches the app
+    set_hayhooks_settings(host=host, port=port)  # where the chat UI reaches the app
     if mcp:
         mcp_app = create_mcp_app(strategies, pipelines_dir=pipelines_dir, access=access, host=host)
         run_app(mcp_app, host=host, port=port)  # type: ignore[arg-type]
