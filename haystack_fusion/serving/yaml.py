@@ -1,33 +1,14 @@
 """
-The `pipelines/` folder, generated from the registry: a Hayhooks wrapper per strategy and every strategy's YAML on the
-backend you name.
+The `pipelines/` folder, generated from the registry (`haystack-fusion pipelines`; a test fails when the repository's
+`pipelines/` differs from `render()`):
 
-- `pipelines/<strategy>/pipeline_wrapper.py`, for every registered strategy: the wrapper `haystack-fusion serve`
-  writes for each strategy it serves (`serving.app.write_wrappers`), and what Hayhooks' own `hayhooks run
-  --pipelines-dir pipelines` deploys. Each only names its strategy; `serving.hayhooks.StrategyPipelineWrapper` builds
-  the pipeline from the environment and refuses to set up when the backend is not configured (it never picks one).
-- `pipelines/yaml/<strategy>__<backend>.yml`: every strategy on one backend, named `<store>_<retriever>_<llm>`
-  (`backend_name`), `Pipeline.dumps()` plus the `inputs` / `outputs` sections Hayhooks reads to serve it at
-  `/{name}/run`:
-  - `memory_bm25_local`, the default and the one the repository keeps: BM25 over the saved in-memory index
-    (`SavedInMemoryBM25Retriever`, `index_path: ~/.cache/haystack_fusion/index.json`, where `haystack-fusion index`
-    saves it) and the packaged model. Needs no server.
-  - `memory_bm25_<openai|ollama>`: the same index with OpenAI's `OpenAIChatGenerator` (`gpt-4o-mini`; the key comes
-    from `OPENAI_API_KEY` and, with `api_base_url: null`, the openai client reads an OpenAI-compatible server's URL
-    from `OPENAI_BASE_URL` when the pipeline runs) or Ollama (`url: http://localhost:11434`).
-  - `es_<bm25|dense|hybrid>_<local|openai|ollama>`: Elasticsearch at `hosts: http://localhost:9200`, index
-    `haystack_fusion` (`--es-url` / `--es-index` when generating); dense and hybrid embed the question with the
-    packaged model.
-  They sit in a sub-folder because `hayhooks run` deploys every `*.yml` at the top of its folder, and a YAML
-  pipeline on a backend that is not there fails on every request: copy the ones you can run to a folder of their
-  own and serve it (`haystack-fusion serve --pipelines-dir FOLDER`). Secrets appear only as environment-variable
-  references (`OPENAI_API_KEY`, `ELASTIC_API_KEY`), and the YAML has no anchors or aliases, so each component reads
-  on its own.
-
-`haystack-fusion pipelines [--out DIR] [--document-store memory|elasticsearch] [--retriever bm25|dense|hybrid]
-[--llm local|openai|ollama] [--es-url URL] [--es-index NAME] [--store PATH]` writes the folder (default `./pipelines`,
-relative to the working directory, with `memory_bm25_local`); a test fails when the repository's `pipelines/`
-differs from what `render()` generates with the defaults.
+- `<strategy>/pipeline_wrapper.py` for every strategy: a `serving.hayhooks.StrategyPipelineWrapper` naming it, which
+  builds the pipeline on the backend the environment names; what `serve` and `hayhooks run --pipelines-dir` deploy.
+- `yaml/<strategy>__<store>_<retriever>_<llm>.yml` (`pipeline_name`, `backend_name`): every strategy on one backend,
+  `Pipeline.dumps()` without YAML aliases plus the `inputs` / `outputs` sections Hayhooks reads. The default,
+  `memory_bm25_local`, reads the saved index at `~/.cache/haystack_fusion/index.json` with the packaged model. They
+  sit in a sub-folder because `hayhooks run` deploys every top-level `*.yml`; copy the ones you can run to a folder
+  and serve it (`haystack-fusion serve --pipelines-dir FOLDER`). Secrets appear only as environment variables.
 
 ### Usage example
 ```python
@@ -75,7 +56,7 @@ class PipelineWrapper(StrategyPipelineWrapper):
 
 
 class _NoAliasDumper(YamlDumper):
-    """Haystack's YAML dumper, writing a value shared by several components out in full each time (no `&id001`)."""
+    """Haystack's YAML dumper, writing a value shared by several components in full each time (no `&id001`)."""
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
@@ -102,54 +83,37 @@ def pipeline_name(strategy: str, backend: str) -> str:
     return f"{strategy}__{backend}"
 
 
-def hayhooks_sections(pipeline: Pipeline, strategy: str) -> dict[str, dict[str, object]]:
+def pipeline_yaml(strategy: str, config: BackendConfig) -> str:
     """
-    Hayhooks' `inputs` / `outputs` for a strategy pipeline.
+    The YAML of a strategy on given backends, with Hayhooks' sections (`inputs`: `query` -> every `query` socket;
+    `outputs`: `answers` -> the answer component's) and no YAML aliases. Over the in-memory store the retriever is a
+    `SavedInMemoryBM25Retriever` naming the saved index (Haystack's in-memory store serializes no passages).
 
-    :returns: `inputs`: `query` -> every component socket named `query` (sorted); `outputs`: `answers` -> the
-        strategy's answer component's `answers`.
+    :raises ValueError: If the strategy is not registered, or for dense or hybrid retrieval over the in-memory store.
+    :raises ImportError: For a backend whose extra is not installed.
     """
+    if config.store == "memory" and config.retriever != "bm25":
+        raise ValueError(
+            f"YAML over the in-memory store retrieves with BM25, not {config.retriever}: dense and hybrid YAML "
+            "reads Elasticsearch (`--document-store elasticsearch`)"
+        )
+    if config.store == "memory":
+        search = SavedInMemoryBM25Retriever(index_path=config.index_path, top_k=config.top_k)
+    else:
+        search = retriever(config)
+    pipeline = build_pipeline(strategy, retriever=search, chat_generator=chat_generator(config))
     targets = sorted(f"{name}.query" for name, sockets in pipeline.inputs().items() if "query" in sockets)
-    return {
+    sections = {
         "inputs": {"query": targets},
         "outputs": {"answers": f"{get_strategy(strategy).answer_component}.answers"},
     }
-
-
-def yaml_retriever(config: BackendConfig) -> Any:
-    """
-    The retriever a YAML pipeline serializes: over the in-memory store, a `SavedInMemoryBM25Retriever` naming the
-    saved index by its path (Haystack's in-memory store serializes no passages); over Elasticsearch, the
-    integration's retriever (`backends.retriever`), which names the hosts and index.
-
-    :raises ValueError: For dense or hybrid retrieval over the in-memory store (not generated).
-    """
-    if config.store == "memory":
-        if config.retriever != "bm25":
-            raise ValueError(
-                f"YAML over the in-memory store retrieves with BM25, not {config.retriever}: dense and hybrid YAML "
-                "reads Elasticsearch (`--document-store elasticsearch`)"
-            )
-        return SavedInMemoryBM25Retriever(index_path=config.index_path, top_k=config.top_k)
-    return retriever(config)
-
-
-def pipeline_yaml(strategy: str, config: BackendConfig) -> str:
-    """
-    The YAML of a strategy on given backends, with Hayhooks' sections appended and no YAML aliases.
-
-    :raises ValueError: If the strategy is not registered.
-    :raises ImportError: For a backend whose extra is not installed.
-    """
-    pipeline = build_pipeline(strategy, retriever=yaml_retriever(config), chat_generator=chat_generator(config))
     text = pipeline.dumps(marshaller=_NoAliasMarshaller())
-    sections = yaml.safe_dump(hayhooks_sections(pipeline, strategy), sort_keys=False)
-    return f"{text.rstrip()}\n{sections}"
+    return f"{text.rstrip()}\n{yaml.safe_dump(sections, sort_keys=False)}"
 
 
 def wrapper_source(strategy: str) -> str:
     """
-    The `pipeline_wrapper.py` of a strategy: a `StrategyPipelineWrapper` subclass naming it.
+    The `pipeline_wrapper.py` of a strategy.
 
     :raises ValueError: If the strategy is not registered.
     """
@@ -165,11 +129,8 @@ def render(config: BackendConfig | None = None) -> dict[str, str]:
     """
     Everything `generate` writes, without writing it.
 
-    :param config: The backend of the YAML (`store`, `retriever`, `llm`, `index_path`, `elasticsearch_url`,
-        `elasticsearch_index`, ...); None: `BackendConfig()`, the embedded model over the saved in-memory index.
-    :returns: File contents by path relative to the output folder (POSIX separators):
-        `<strategy>/pipeline_wrapper.py` and `yaml/<strategy>__<backend_name(config)>.yml` for every strategy,
-        sorted by path.
+    :param config: The backend of the YAML; None: `BackendConfig()`, the embedded model over the saved index.
+    :returns: File contents by POSIX path relative to the output folder, sorted by path.
     :raises ValueError: For dense or hybrid retrieval over the in-memory store.
     :raises ImportError: If an extra the backend needs is not installed (`local`, `elasticsearch`, `ollama`, `dense`).
     """
@@ -182,14 +143,11 @@ def render(config: BackendConfig | None = None) -> dict[str, str]:
 
 def generate(out_dir: str | Path, config: BackendConfig | None = None) -> list[Path]:
     """
-    Write the wrapper folders and the YAML sub-folder to `out_dir` (created if missing; files there are overwritten,
-    other files are left alone).
+    Write `render(config)` to `out_dir` (created if missing; its files are overwritten, others left alone).
 
-    :param out_dir: The output folder, e.g. `pipelines` (the CLI's default, relative to the working directory).
-    :param config: The backend of the YAML, as `render`'s.
     :returns: The files written, sorted.
-    :raises ValueError: For dense or hybrid retrieval over the in-memory store (nothing is written).
-    :raises ImportError: If an extra the backend needs is not installed (nothing is written).
+    :raises ValueError: As `render` (nothing is written).
+    :raises ImportError: As `render` (nothing is written).
     """
     out = Path(out_dir)
     written = []
