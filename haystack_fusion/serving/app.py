@@ -9,6 +9,8 @@ from __future__ import annotations
 import hmac
 import importlib.util
 import ipaddress
+import json
+import re
 import secrets
 import tempfile
 from base64 import b64decode, b64encode
@@ -47,17 +49,11 @@ from haystack_fusion.serving.guards import (
     route_path,
 )
 from haystack_fusion.serving.hayhooks import CHAINLIT_ELEMENTS_DIR, CHAT_UI_CLIENT, CHAT_UI_HEADER
-from haystack_fusion.serving.yaml import wrapper_source
+from haystack_fusion.serving.yaml import WRAPPER_FILE, wrapper_source
 from haystack_fusion.settings import API_KEY_VARIABLE, AccessSettings
-from haystack_fusion.strategies import STRATEGIES, get_strategy
+from haystack_fusion.strategies import STRATEGIES
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_PORT = 1416
-"""The HTTP app's port by default (Hayhooks')."""
-
-DEFAULT_MCP_PORT = 1417
-"""The MCP app's port by default (Hayhooks')."""
 
 UNAUTHORIZED = "Unauthorized: send the API key as Authorization: Bearer <key>"
 """The message of every 401: what to send and nothing about the server."""
@@ -88,17 +84,14 @@ class ApiKeyMiddleware:
         self.browser_paths = tuple(browser_paths)
 
     def _authorized(self, headers: dict[bytes, bytes]) -> bool:
-        value = headers.get(b"authorization", b"")
-        scheme, _, credentials = value.partition(b" ")
-        if scheme.lower() == b"bearer":
-            return hmac.compare_digest(credentials.strip(), self._api_key)
+        scheme, _, credentials = headers.get(b"authorization", b"").partition(b" ")
+        credentials = credentials.strip()
         if scheme.lower() == b"basic":
             try:
-                _, _, password = b64decode(credentials.strip(), validate=True).partition(b":")
+                credentials = b64decode(credentials, validate=True).partition(b":")[2]
             except ValueError:
                 return False
-            return hmac.compare_digest(password, self._api_key)
-        return False
+        return scheme.lower() in (b"bearer", b"basic") and hmac.compare_digest(credentials, self._api_key)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -129,7 +122,8 @@ async def _status(_: Request) -> JSONResponse:
 UNSERVED_PATHS = ("/responses", "/v1/responses", "/files", "/v1/files", "/traces", "/draw/", "/status/")
 """Hayhooks' routes not served (404, not in the spec): each path and below it, only below for an entry ending "/"."""
 
-_ERROR_SCHEMA = {
+_STRING: dict[str, Any] = {"type": "string"}
+_ERROR_SCHEMA = {  # OpenAI's error shape
     "type": "object",
     "required": ["error"],
     "properties": {
@@ -137,10 +131,10 @@ _ERROR_SCHEMA = {
             "type": "object",
             "required": ["message", "type", "code"],
             "properties": {
-                "message": {"type": "string"},
-                "type": {"type": "string"},
-                "code": {"type": "string"},
-                "param": {"type": "string", "nullable": True},
+                "message": _STRING,
+                "type": _STRING,
+                "code": _STRING,
+                "param": {**_STRING, "nullable": True},
             },
         }
     },
@@ -225,57 +219,40 @@ def served_openapi(schema: dict[str, Any], *, api_key: bool, models: Sequence[st
 
 def _drop_unused_schemas(schema: dict[str, Any]) -> None:
     """Remove the component schemas that no remaining path refers to, directly or through other schemas."""
-    schemas = schema.get("components", {}).get("schemas")
-    if not schemas:
-        return
-    prefix = "#/components/schemas/"
+    schemas = schema.get("components", {}).get("schemas") or {}
     used: set[str] = set()
     pending: list[Any] = [schema.get("paths", {})]
     while pending:
-        node = pending.pop()
-        if isinstance(node, dict):
-            ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith(prefix) and ref[len(prefix) :] not in used:
-                used.add(ref[len(prefix) :])
-                pending.append(schemas.get(ref[len(prefix) :], {}))
-            pending.extend(node.values())
-        elif isinstance(node, list):
-            pending.extend(node)
-    for name in list(schemas):
-        if name not in used:
-            del schemas[name]
-
-
-def write_wrappers(strategies: Sequence[str], out_dir: str | Path) -> Path:
-    """
-    Write a Hayhooks wrapper folder per strategy into `out_dir`.
-
-    :returns: `out_dir`.
-    :raises ValueError: If a name is not a registered strategy.
-    """
-    out = Path(out_dir)
-    for strategy in strategies:
-        get_strategy(strategy)
-        (out / strategy).mkdir(parents=True, exist_ok=True)
-        (out / strategy / "pipeline_wrapper.py").write_text(wrapper_source(strategy), encoding="utf-8")
-    return out
+        for name in re.findall(r'"#/components/schemas/([^"]+)"', json.dumps(pending.pop())):
+            if name not in used:
+                used.add(name)
+                pending.append(schemas.get(name, {}))
+    for name in set(schemas) - used:
+        del schemas[name]
 
 
 def _wrappers_dir(strategies: Sequence[str] | None, pipelines_dir: str | Path | None) -> tuple[str, Any]:
-    """The folder to load (given, or a temporary one with the strategies' wrappers) and what keeps it alive."""
+    """
+    The folder to load (given, or a temporary one with a wrapper folder per strategy) and what keeps it alive.
+
+    :raises ValueError: If a name is not a registered strategy, or both arguments are given.
+    """
     if pipelines_dir is not None:
         if strategies:
             raise ValueError("Give strategies or a pipelines folder, not both")
         return str(pipelines_dir), None
     folder = tempfile.TemporaryDirectory(prefix="haystack-fusion-wrappers-")
-    write_wrappers(list(strategies or STRATEGIES), folder.name)
+    for strategy in strategies or STRATEGIES:
+        source = wrapper_source(strategy)
+        (Path(folder.name) / strategy).mkdir()
+        (Path(folder.name) / strategy / WRAPPER_FILE).write_text(source, encoding="utf-8")
     return folder.name, folder
 
 
 def _served_names(folder: str) -> list[str]:
     """The names a pipelines folder serves: its wrapper folders (with a `pipeline_wrapper.py`) and YAML files."""
     root = Path(folder)
-    wrappers = {path.parent.name for path in root.glob("*/pipeline_wrapper.py")}
+    wrappers = {path.parent.name for path in root.glob(f"*/{WRAPPER_FILE}")}
     return sorted(wrappers | {path.stem for pattern in ("*.yml", "*.yaml") for path in root.glob(pattern)})
 
 
@@ -367,23 +344,20 @@ def create_app(
     folder, keep_alive = _wrappers_dir(strategies, pipelines_dir)
     hayhooks_settings = _pin_hayhooks_settings(folder, access, with_chainlit=with_chainlit)
     app = create_hayhooks_app()
-    app.state.wrappers_dir = keep_alive
     # Hayhooks' /status lists the pipelines and the server's state: this one, matched first, says only "up"
     app.router.routes.insert(0, Route("/status", _status, methods=["GET"]))
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     spec, models = app.openapi, _served_names(folder)
     app.openapi = lambda: served_openapi(spec(), api_key=access.api_key is not None, models=models)  # type: ignore[method-assign]
+    app.state.wrappers_dir = keep_alive
     # Added innermost first: a request meets the Host check, the Origin check, the key, the body limit, then the rest.
     app.add_middleware(StreamEndMiddleware)
     app.add_middleware(UnservedPathsMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=access.max_body_bytes)
     if access.api_key is not None:
-        app.add_middleware(
-            ApiKeyMiddleware,
-            api_key=access.api_key,
-            browser_paths=(hayhooks_settings.chainlit_path, "/public", "/docs", "/redoc") if with_chainlit else (),
-        )
+        browser_paths = (hayhooks_settings.chainlit_path, "/public", "/docs", "/redoc") if with_chainlit else ()
+        app.add_middleware(ApiKeyMiddleware, api_key=access.api_key, browser_paths=browser_paths)
     if with_chainlit:
         token = secrets.token_urlsafe(32)
         app.add_middleware(ChatUiMiddleware, token=token, api_key=access.api_key)
@@ -470,10 +444,8 @@ def create_mcp_app(
 
 
 def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
 
@@ -491,7 +463,7 @@ def serve(
     Run the served app with uvicorn until interrupted (`haystack-fusion serve`).
 
     :param host: The address to bind; non-loopback without `HAYSTACK_FUSION_API_KEY` is logged as a warning.
-    :param port: The port (None: `DEFAULT_PORT`, or `DEFAULT_MCP_PORT` with `mcp`).
+    :param port: The port (None: Hayhooks' 1416, or 1417 with `mcp`).
     :param mcp: Serve the MCP app instead of the HTTP one (not with `with_chainlit`).
     :raises ValueError: As `create_app`, or for `with_chainlit` with `mcp`.
     :raises BackendSetupError: If the environment configures no backend, listing what is missing.
@@ -500,7 +472,7 @@ def serve(
         raise ValueError("The chat UI is part of the HTTP app, not of the MCP one")
     access = AccessSettings.from_env()
     check_backend(probe=False)
-    port = port or (DEFAULT_MCP_PORT if mcp else DEFAULT_PORT)
+    port = port or (1417 if mcp else 1416)  # Hayhooks' ports
     if access.api_key is None and not _is_loopback(host):
         logger.warning(
             "Serving on {host} without {variable}: anyone who reaches port {port} can run questions",

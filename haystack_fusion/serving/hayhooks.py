@@ -1,8 +1,4 @@
-"""
-Hayhooks pipeline wrappers for the strategies (`serve` extra): backend checks at setup, `POST /{name}/run`, and the
-OpenAI-compatible chat endpoint streaming status, answer, sources and evidence (Open WebUI source events and a
-`<details>` block, or one custom element for the embedded Chainlit chat UI).
-"""
+"""Hayhooks pipeline wrappers for the strategies (`serve` extra): `POST /{name}/run` and the chat endpoint."""
 
 from __future__ import annotations
 
@@ -63,30 +59,18 @@ from haystack_fusion.validation import validate_query
 
 logger = logging.getLogger(__name__)
 
-CHAT_UI_HEADER = "X-Haystack-Fusion-Client"
-"""Marks the embedded Chainlit chat UI's requests (value `CHAT_UI_CLIENT`): their stream ends in `EVIDENCE_ELEMENT`."""
-
-CHAT_UI_CLIENT = "chainlit"
-"""The value of `CHAT_UI_HEADER` on the chat UI's requests."""
-
+# The embedded Chainlit chat UI's requests carry CHAT_UI_HEADER: CHAT_UI_CLIENT; their stream ends in one
+# EVIDENCE_ELEMENT (CHAINLIT_ELEMENTS_DIR/FusionEvidence.jsx, props: `evidence_element_props`) instead of HTML.
+CHAT_UI_HEADER, CHAT_UI_CLIENT = "X-Haystack-Fusion-Client", "chainlit"
 EVIDENCE_ELEMENT = "FusionEvidence"
-"""The chat UI's custom element (`CHAINLIT_ELEMENTS_DIR/FusionEvidence.jsx`, props: `evidence_element_props`)."""
-
 CHAINLIT_ELEMENTS_DIR = Path(__file__).parent / "chainlit_elements"
-"""The chat UI's custom elements (`.jsx`), for `HAYHOOKS_CHAINLIT_CUSTOM_ELEMENTS_DIR`."""
 
-_SETUP_LOCK = threading.Lock()
-"""Hayhooks sets wrappers up in parallel threads; lazy imports and model loading are not thread-safe."""
+_SETUP_LOCK = threading.Lock()  # Hayhooks sets wrappers up in threads; lazy imports and model loading are not safe
 
 
 @dataclass(frozen=True)
 class StreamItem:
-    """
-    One item of `stream_strategy`: a round's status, a token of the answer, or the finished run.
-
-    :param kind: "status" (`text`, `done`: whether the round ended), "token" (`text`: a piece of the answer's final
-        round, in order) or "result" (`run`, always last).
-    """
+    """One item of `stream_strategy`: "status" (`text`, `done`), "token" (`text`, in order) or "result" (`run`)."""
 
     kind: Literal["status", "token", "result"]
     text: str = ""
@@ -104,12 +88,10 @@ def _needs_sync_callback(instance: Any) -> bool:
 
 async def stream_strategy(pipeline: Pipeline, query: str, *, stream_tokens: bool = True) -> AsyncIterator[StreamItem]:
     """
-    Run a strategy pipeline asynchronously and report its rounds as they start and end, then its result.
+    Run a strategy pipeline asynchronously: a status as each round starts and ends (`narrate`, from
+    `Pipeline.run_async_generator`'s outputs), with `stream_tokens` the tokens of the component `streamed_component`
+    names, then the result.
 
-    Status lines are read from `Pipeline.run_async_generator`'s outputs; tokens come through the
-    `streaming_callback` of the component `streamed_component` names (with `stream_tokens`).
-
-    :returns: An async iterator of `StreamItem`: "status" and "token" items while it runs, one "result" last.
     :raises ValueError: If the question is empty or only whitespace (before anything runs).
     :raises PipelineRuntimeError: If a component fails.
     """
@@ -168,20 +150,17 @@ async def stream_strategy(pipeline: Pipeline, query: str, *, stream_tokens: bool
 def _token_callback(
     queue: asyncio.Queue[tuple[str, Any]], loop: asyncio.AbstractEventLoop, *, sync: bool
 ) -> Callable[[StreamingChunk], Any]:
-    """A streaming callback queueing each chunk's text: thread-safe sync, or async."""
-    if sync:
+    """A streaming callback queueing each chunk's text: called from a worker thread (`sync`) or in the loop."""
 
-        def sync_callback(chunk: StreamingChunk) -> None:
-            if chunk.content:
-                loop.call_soon_threadsafe(queue.put_nowait, ("token", chunk.content))
-
-        return sync_callback
-
-    async def async_callback(chunk: StreamingChunk) -> None:
+    def in_thread(chunk: StreamingChunk) -> None:
         if chunk.content:
-            await queue.put(("token", chunk.content))
+            loop.call_soon_threadsafe(queue.put_nowait, ("token", chunk.content))
 
-    return async_callback
+    async def in_loop(chunk: StreamingChunk) -> None:
+        if chunk.content:
+            queue.put_nowait(("token", chunk.content))
+
+    return in_thread if sync else in_loop
 
 
 async def chat_events(
@@ -192,16 +171,11 @@ async def chat_events(
     finish: Callable[[StrategyRun], StrategyRun] | None = None,
 ) -> AsyncIterator[PipelineEvent | StreamingChunk | str]:
     """
-    A strategy's chat reply in Hayhooks' streaming form: status events, the answer, then its sources and evidence.
+    A strategy's chat reply in Hayhooks' streaming form: status events, the answer (token by token when
+    `streamed_component` names a final call, then "Answer: ..." when the extracted answer differs), then one source
+    event per passage and a `<details>` evidence block (Open WebUI), or one `EVIDENCE_ELEMENT` event (`chat_ui`).
 
-    The answer streams token by token when `streamed_component` names a final call (followed by "Answer: ..." when
-    the extracted answer differs), else whole. Open WebUI then gets one source event per passage and a `<details>`
-    block; the Chainlit chat UI (`chat_ui`), which renders no HTML, gets one `EVIDENCE_ELEMENT` event instead.
-
-    :param chat_ui: End in the chat UI's custom element instead of source events and the details block.
     :param finish: Applied to the finished run before it is shown; may add to it or raise to report a failure.
-    :returns: An async iterator of status events, `StreamingChunk`s and, last, source events and the details chunk
-        (Open WebUI) or the custom element event (`chat_ui`).
     :raises ValueError: If the question is empty or only whitespace.
     """
     streamed: list[str] = []
@@ -234,12 +208,8 @@ async def chat_events(
 
 class StrategyPipelineWrapper(BasePipelineWrapper):
     """
-    Base of the shipped Hayhooks wrappers: set `strategy` to a registered strategy name.
-
-    `setup` raises `BackendSetupError` naming what is missing (`check_backend`) rather than fall back to another
-    backend; a configured server that does not answer yet is logged and its requests get HTTP 503 until it does.
-    Requests get 400 for an empty, too long (`HAYSTACK_FUSION_MAX_QUESTION_CHARS`) or missing question, and 503 with
-    `Retry-After` beyond the admission limit (`serving.limits`) or naming the URL and variable of a failing backend.
+    Base of the shipped Hayhooks wrappers: set `strategy` to a registered strategy name. Its `run_api_async`
+    docstring, the MCP tool's and route's description, starts with the strategy's `Strategy.description`.
 
     ### Usage example
     ```python
@@ -255,12 +225,7 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
     strategy: ClassVar[str]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """
-        Give `run_api_async` the strategy's `Strategy.description` as first line: the MCP tool's and route's
-        description.
-
-        :raises ValueError: If `strategy` names no registered strategy.
-        """
+        """:raises ValueError: If `strategy` names no registered strategy."""
         super().__init_subclass__(**kwargs)
         strategy = cls.__dict__.get("strategy")
         if strategy is None or "run_api_async" in cls.__dict__:
@@ -276,10 +241,11 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
 
     def setup(self) -> None:
         """
-        Check the backend, build the strategy's pipeline on it and warm it up.
+        Check the backend (`check_backend`: never another one; a server that does not answer yet is logged, and its
+        requests get 503 until it does), build the strategy's pipeline on it and warm it up.
 
-        :raises BackendSetupError: If the environment does not configure a backend this wrapper can run on, or sets
-            a serving limit out of range.
+        :raises BackendSetupError: If the environment configures no backend this wrapper can run on, or a serving
+            limit out of range.
         """
         with _SETUP_LOCK:
             config = check_backend(probe=False)
@@ -304,16 +270,12 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
             self.pipeline.warm_up()
 
     def _check(self, question: str) -> str:
-        """The question, checked: `ValueError` (400) when it is empty, too long or not valid Unicode text."""
         self.limits.check_question(question)
         return validate_query(question)
 
     def _failure(self, error: BaseException) -> ServingError:
-        """
-        The `ServingError` a failure answers, streamed or not: 400 `invalid_request` (a `ValueError`), 503
-        `server_busy` (with `Retry-After`), 503 `backend_unavailable`, 502 `llm_error` (a server's HTTP status),
-        else 500 `internal_error` (logged with its traceback).
-        """
+        """The `ServingError` a failure answers: 400, 503 (busy, with `Retry-After`; a backend), 502 (an LLM server's
+        HTTP status) or 500 (logged with its traceback)."""
         if isinstance(error, ServingError):
             return error
         if isinstance(error, HTTPException):
@@ -341,8 +303,7 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
 
     @contextlib.contextmanager
     def _answering(self) -> Iterator[None]:
-        """Raise a failure as its `ServingError`; a 5xx is logged once as a warning (not `server_busy`, logged by the
-        admission limit)."""
+        """Raise a failure as its `ServingError`, a 5xx logged as a warning (the admission limit logs its own)."""
         try:
             yield
         except Exception as error:
@@ -355,8 +316,8 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         self, run: StrategyRun, *, asked: str | None = None, rewrite: dict[str, int] | None = None
     ) -> StrategyRun:
         """
-        The run as served: a follow-up's run gets `evidence["asked"]` (as sent), `evidence["standalone_question"]` (as
-        run) and the rewrite's call in `usage`.
+        The run as served; a follow-up's gets `evidence["asked"]`, `evidence["standalone_question"]` and the rewrite's
+        call in `usage`.
 
         :raises ServingError: 503 when every LLM call failed, naming the backend (a failure, not "unknown").
         """
@@ -379,9 +340,7 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
 
     async def run_api_async(self, query: str) -> dict:
         """
-        Answer a question from the retrieved passages: the answer, its sources, the strategy's evidence and usage.
-
-        The pipeline runs with `run_async`, under the process's admission limit.
+        Answer a question from the retrieved passages, under the process's admission limit.
 
         :param query: The question.
         :returns: `answer` (text), `sources` (id, title, content, score of the answer's passages, else the retrieved
@@ -406,19 +365,15 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         self, model: str, messages: list[dict], body: dict, headers: Headers | None = None
     ) -> str | AsyncIterator[PipelineEvent | StreamingChunk | str | ChatCompletion]:
         """
-        Answer a chat for `/v1/chat/completions`: its last user message, read in the chat's context.
+        Answer a chat's last user message for `/v1/chat/completions`. A client's background task (`chat.TASK_PREFIX`)
+        gets one plain LLM call outside the admission limit; a follow-up is first rewritten into a standalone question
+        (`chat.standalone_question`, one call, in the usage).
 
-        A client's background task (`chat.TASK_PREFIX`) gets one plain LLM call outside the admission limit; a
-        follow-up is first rewritten into a standalone question (`chat.standalone_question`, one call, in the usage).
-
-        :param messages: The chat's messages; the last one, a user message, is the question (text, or text parts).
         :param body: The request's JSON body; `"stream": true` asks for a streamed reply.
         :param headers: `CHAT_UI_HEADER` set to `CHAT_UI_CLIENT` marks the embedded Chainlit chat UI.
-        :returns: For a task, the model's reply. For a question with `"stream": true`, an async generator: a
-            "waiting" status while the request waits for a slot, the standalone question of a follow-up, then
-            `chat_events` (status events, the answer, its sources and evidence); a failure after the stream started
-            ends it with a status saying what failed and an error chunk (OpenAI's shape), never with an answer.
-            Otherwise the answer, a blank line, "Sources:" and the numbered passages.
+        :returns: For a task, the model's reply. Streamed: a "waiting" status while the request waits for a slot, the
+            standalone question of a follow-up, then `chat_events`; a failure after the stream started ends it with a
+            status and an error chunk (OpenAI's shape), never with an answer. Else the answer, "Sources:" and passages.
         :raises ServingError: Before anything streams: 400 for no user message, content parts that are not text, or
             an empty, too long or invalid question; 503 when the server is busy (with `Retry-After`); without
             streaming, as `run_api_async`.

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from haystack import Pipeline
 from haystack.marshal.yaml import YamlDumper, YamlMarshaller
 
 from haystack_fusion.backends import BackendConfig, SavedInMemoryBM25Retriever, chat_generator, retriever
