@@ -1,8 +1,4 @@
-"""
-The served app (`serve` extra): Hayhooks' app in durable mode (no deploy routes or tools) with a fixed set of
-strategies, CORS pinned to `HAYSTACK_FUSION_CORS_ORIGINS`, an optional API key (`HAYSTACK_FUSION_API_KEY`), `Host`,
-`Origin` and body checks (`serving.guards`), OpenAI-shaped errors on `/v1/...`, and logs without the user's text.
-"""
+"""The served apps (`serve` extra): Hayhooks' HTTP and MCP apps with a fixed set of strategies, behind the guards."""
 
 from __future__ import annotations
 
@@ -61,27 +57,13 @@ UNAUTHORIZED = "Unauthorized: send the API key as Authorization: Bearer <key>"
 
 class ApiKeyMiddleware:
     """
-    ASGI middleware: a request needs the API key unless its path is open.
-
-    Let through: `Authorization: Bearer <key>`, Basic with the key as password, a CORS preflight, `open_paths`.
-    Anything else gets HTTP 401 (`Basic` challenge under `browser_paths`, else `Bearer`); a WebSocket is closed.
-
-    :param open_paths: Paths served without the key (exact match).
-    :param browser_paths: Path prefixes a browser opens (the chat UI): their 401 asks for Basic credentials.
+    ASGI middleware: `Authorization: Bearer <key>`, Basic with the key as password, a CORS preflight and `/status`
+    pass; anything else gets HTTP 401 (a `Basic` challenge under the `browser_paths` prefixes, the chat UI's, else
+    `Bearer`), a WebSocket is closed.
     """
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        api_key: str,
-        open_paths: Iterable[str] = ("/status",),
-        browser_paths: Iterable[str] = (),
-    ) -> None:
-        self.app = app
-        self._api_key = api_key.encode()
-        self.open_paths = frozenset(open_paths)
-        self.browser_paths = tuple(browser_paths)
+    def __init__(self, app: ASGIApp, *, api_key: str, browser_paths: Iterable[str] = ()) -> None:
+        self.app, self._api_key, self.browser_paths = app, api_key.encode(), tuple(browser_paths)
 
     def _authorized(self, headers: dict[bytes, bytes]) -> bool:
         scheme, _, credentials = headers.get(b"authorization", b"").partition(b" ")
@@ -97,15 +79,9 @@ class ApiKeyMiddleware:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        headers = dict(scope["headers"])
-        path = route_path(scope)
-        preflight = (
-            scope["type"] == "http"
-            and scope["method"] == "OPTIONS"
-            and b"origin" in headers
-            and b"access-control-request-method" in headers
-        )
-        if path in self.open_paths or preflight or self._authorized(headers):
+        headers, path = dict(scope["headers"]), route_path(scope)
+        preflight = scope.get("method") == "OPTIONS" and {b"origin", b"access-control-request-method"} <= set(headers)
+        if path == "/status" or preflight or self._authorized(headers):
             await self.app(scope, receive, send)
             return
         browser = any(path == prefix or path.startswith(f"{prefix}/") for prefix in self.browser_paths)
@@ -115,12 +91,8 @@ class ApiKeyMiddleware:
         )
 
 
-async def _status(_: Request) -> JSONResponse:
-    return JSONResponse({"status": "Up!"})
-
-
+# Hayhooks' routes not served (404, not in the spec): each path and below it, only below for an entry ending "/"
 UNSERVED_PATHS = ("/responses", "/v1/responses", "/files", "/v1/files", "/traces", "/draw/", "/status/")
-"""Hayhooks' routes not served (404, not in the spec): each path and below it, only below for an entry ending "/"."""
 
 _STRING: dict[str, Any] = {"type": "string"}
 _ERROR_SCHEMA = {  # OpenAI's error shape
@@ -176,11 +148,9 @@ def _unserved(path: str) -> bool:
 
 def served_openapi(schema: dict[str, Any], *, api_key: bool, models: Sequence[str] = ()) -> dict[str, Any]:
     """
-    Hayhooks' spec without `UNSERVED_PATHS` and the schemas only they used, `/status` as served, the chat request's
-    `model` as one of the served names, and each route's errors (OpenAI's shape and 400 for 422 on its routes).
-
-    :param schema: FastAPI's spec of the app (changed in place, and returned).
-    :param models: The served names: the values of the chat request's `model` (empty: any string).
+    Hayhooks' spec (changed in place) without `UNSERVED_PATHS` and the schemas only they used, `/status` as served,
+    the chat request's `model` as one of `models` (empty: any string), and each route's errors (OpenAI's shape and 400
+    for 422 on its routes).
     """
     paths = schema.get("paths", {})
     chat_request = schema.get("components", {}).get("schemas", {}).get("ChatRequest", {})
@@ -276,10 +246,9 @@ def _pin_hayhooks_settings(pipelines_dir: str, access: AccessSettings, *, with_c
 
 class ChatUiMiddleware:
     """
-    ASGI middleware: the embedded chat UI's own calls to this server pass as the chat UI's, with the key.
-
-    `create_app` puts `CHAT_UI_CLIENT:token` as user and password in Hayhooks' `host`, so the chat UI sends them as
-    Basic credentials; a request carrying exactly those gets `CHAT_UI_HEADER` and, with a key, `Bearer <key>` instead.
+    ASGI middleware: `create_app` puts `CHAT_UI_CLIENT:token` as user and password in Hayhooks' `host`, so the chat UI
+    sends them as Basic credentials; a request carrying exactly those gets `CHAT_UI_HEADER` and, with a key, `Bearer
+    <key>` instead.
     """
 
     def __init__(self, app: ASGIApp, *, token: str, api_key: str | None) -> None:
@@ -308,10 +277,9 @@ def create_app(
 ) -> FastAPI:
     """
     Build the served HTTP app: `/{name}/run` and the OpenAI-compatible `/v1/chat/completions` for each strategy,
-    optionally Hayhooks' chat UI at `/chat`, with no deploy routes, CORS pinned and the API key when one is set.
-
-    The backend comes from the environment (`HAYSTACK_FUSION_LLM`, ...). The chat UI reaches the app at
-    `HAYHOOKS_HOST` and `HAYHOOKS_PORT` (`serve` sets them).
+    optionally Hayhooks' chat UI at `/chat`; no deploy routes, CORS pinned to `HAYSTACK_FUSION_CORS_ORIGINS`, the
+    `Host`, `Origin`, key and body checks (`serving.guards`), OpenAI-shaped errors on `/v1/...`, and logs without the
+    user's text. The backend comes from the environment (`HAYSTACK_FUSION_LLM`, ...).
 
     :param strategies: Registered strategy names to serve (None: all of them).
     :param pipelines_dir: Instead of `strategies`, a folder of wrapper folders and YAML pipelines, loaded once.
@@ -345,7 +313,7 @@ def create_app(
     hayhooks_settings = _pin_hayhooks_settings(folder, access, with_chainlit=with_chainlit)
     app = create_hayhooks_app()
     # Hayhooks' /status lists the pipelines and the server's state: this one, matched first, says only "up"
-    app.router.routes.insert(0, Route("/status", _status, methods=["GET"]))
+    app.router.routes.insert(0, Route("/status", lambda _: JSONResponse({"status": "Up!"}), methods=["GET"]))
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     spec, models = app.openapi, _served_names(folder)
@@ -371,7 +339,7 @@ def create_app(
 
 
 async def _http_error(request: Request, error: Exception) -> Response:
-    """An HTTP error: in OpenAI's shape on the OpenAI-compatible routes (`ServingError`'s code), else FastAPI's."""
+    """In OpenAI's shape on the OpenAI-compatible routes (`ServingError`'s code), else FastAPI's."""
     assert isinstance(error, StarletteHTTPException)
     if not is_openai_path(route_path(request.scope)):
         return await http_exception_handler(request, error)
@@ -409,8 +377,7 @@ def _summarize_params(record: dict[str, Any]) -> None:
 
 
 def _summarize_logged_params() -> None:
-    """Install `_summarize_params` as the patcher of the process's loguru logger, which Hayhooks logs with."""
-    from loguru import logger as loguru_logger
+    from loguru import logger as loguru_logger  # Hayhooks logs with the process's loguru logger
 
     loguru_logger.configure(patcher=_summarize_params)  # type: ignore[arg-type]
 

@@ -43,11 +43,8 @@ class ChatRequestError(ValueError):
 @dataclass(frozen=True)
 class Chat:
     """
-    A chat request as the wrappers read it.
-
-    :param question: The last (user) message's text, text parts joined with newlines.
-    :param history: The earlier user and assistant turns as (role, `turn_text`) pairs, oldest first.
-    :param task: Whether the last message is a chat client's background task (`TASK_PREFIX`), not a question.
+    A chat request as the wrappers read it: the last (user) message's text, the earlier user and assistant turns as
+    (role, `turn_text`) pairs, oldest first, and whether it is a client's background task (`TASK_PREFIX`).
     """
 
     question: str
@@ -100,8 +97,8 @@ def read_chat(messages: Sequence[Mapping[str, Any]]) -> Chat:
     """
     Read a chat request's messages (oldest first) as a `Chat`.
 
-    :raises ChatRequestError: If there are no messages, the last one is not a user message or has no text, or a
-        message holds content parts that are not text.
+    :raises ChatRequestError: If the last message is not a user message with text, or a message holds content parts
+        that are not text.
     """
     if not messages or not isinstance(messages[-1], Mapping) or messages[-1].get("role") != "user":
         raise ChatRequestError("`messages` must end with a user message holding the question")
@@ -175,8 +172,8 @@ async def standalone_question(
     return rewrite, usage
 
 
+# Words by which a question refers back to the chat instead of naming its subject
 REFERRING_WORDS = frozenset("it its itself they them their he him his she her this these those there".split())  # noqa: SIM905
-"""Words by which a question refers back to the chat instead of naming its subject."""
 
 
 def _words(text: str) -> set[str]:
@@ -199,11 +196,8 @@ async def _one_call(chat_generator: Any, messages: list[ChatMessage], **kwargs: 
 
 
 async def answer_task(chat_generator: Any, prompt: str) -> tuple[str, dict[str, int]]:
-    """
-    Answer a chat client's background task with one plain LLM call, the task prompt as the one user message.
-
-    :returns: The JSON object's text (`{}` when the reply holds none) and the call's usage.
-    """
+    """A chat client's background task answered with one plain LLM call: the reply's JSON object (`{}` when it holds
+    none) and the call's usage."""
     reply = await _one_call(chat_generator, [ChatMessage.from_user(prompt)])
     text = (reply.text or "") if reply is not None else ""
     candidate = text[text.find("{") : text.rfind("}") + 1] if "{" in text else ""

@@ -19,11 +19,8 @@ from starlette.websockets import WebSocketClose
 
 from haystack_fusion.settings import DEFAULT_MAX_BODY_BYTES
 
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
-"""The `Host` names every served app answers."""
-
-OPENAI_PATHS = ("/v1/", "/chat/completions", "/models")
-"""The path prefixes of the OpenAI-compatible routes, whose errors take OpenAI's shape."""
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")  # the `Host` names every served app answers
+OPENAI_PATHS = ("/v1/", "/chat/completions", "/models")  # the OpenAI-compatible routes, whose errors take its shape
 
 
 class ServingError(HTTPException):
@@ -62,10 +59,8 @@ def route_path(scope: Scope) -> str:
 async def refuse(
     scope: Scope, receive: Receive, send: Send, status: int, message: str, *, code: str, **kwargs: Any
 ) -> None:
-    """
-    Refuse a request: a WebSocket is closed before it opens; an HTTP request gets `status` with `{"detail": message}`,
-    or `openai_error` on the OpenAI-compatible routes. `kwargs` go to `JSONResponse` (e.g. `headers`).
-    """
+    """Close a WebSocket before it opens; answer HTTP with `status` and `{"detail": message}` (`openai_error` on the
+    OpenAI-compatible routes). `kwargs` go to `JSONResponse` (e.g. `headers`)."""
     if scope["type"] == "websocket":
         await WebSocketClose(code=1008)(scope, receive, send)
         return
@@ -74,11 +69,8 @@ async def refuse(
 
 
 def allowed_hosts(bind_host: str | None, extra: Sequence[str] = ()) -> list[str]:
-    """
-    The `Host` names a served app answers: `LOOPBACK_HOSTS`, the bound address (unless a wildcard) and `extra`.
-
-    :returns: Lower-cased names, an IPv6 address in brackets, each once.
-    """
+    """The `Host` names a served app answers, lower-cased, each once: `LOOPBACK_HOSTS`, the bound address (unless a
+    wildcard; IPv6 in brackets) and `extra`."""
     candidates = [*LOOPBACK_HOSTS, *extra]
     if bind_host:
         try:
@@ -100,9 +92,8 @@ class OriginMiddleware:
     """
 
     def __init__(self, app: ASGIApp, *, allowed_origins: Iterable[str] = (), check_http: bool = False) -> None:
-        self.app = app
+        self.app, self.check_http = app, check_http
         self.allowed_origins = frozenset(origin.rstrip("/").lower() for origin in allowed_origins)
-        self.check_http = check_http
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket" or (scope["type"] == "http" and self.check_http):
@@ -150,8 +141,8 @@ class BodyLimitMiddleware:
             chunks.append(message.get("body", b""))
             size, more = size + len(chunks[-1]), message.get("more_body", False)
         if size > self.max_bytes:
-            message = f"Request body too large: this server takes at most {self.max_bytes} bytes"
-            await refuse(scope, receive, send, 413, message, code="request_too_large")
+            too_large = f"Request body too large: this server takes at most {self.max_bytes} bytes"
+            await refuse(scope, receive, send, 413, too_large, code="request_too_large")
             return
         await self._run(scope, b"".join(chunks), receive, send)
 

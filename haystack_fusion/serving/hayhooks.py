@@ -78,14 +78,6 @@ class StreamItem:
     run: StrategyRun | None = None
 
 
-def _needs_sync_callback(instance: Any) -> bool:
-    """Whether the generator calls its callback from a worker thread: the embedded model, or no `run_async`."""
-    generator = unwrap_call_limit(getattr(instance, "_chat_generator", instance))
-    if LocalChatGenerator is not None and isinstance(generator, LocalChatGenerator):
-        return True
-    return not hasattr(generator, "run_async")
-
-
 async def stream_strategy(pipeline: Pipeline, query: str, *, stream_tokens: bool = True) -> AsyncIterator[StreamItem]:
     """
     Run a strategy pipeline asynchronously: a status as each round starts and ends (`narrate`, from
@@ -104,9 +96,12 @@ async def stream_strategy(pipeline: Pipeline, query: str, *, stream_tokens: bool
     loop = asyncio.get_running_loop()
     target = streamed_component(pipeline) if stream_tokens else None
     if target is not None and "streaming_callback" in pipeline.inputs().get(target, {}):
-        data.setdefault(target, {})["streaming_callback"] = _token_callback(
-            queue, loop, sync=_needs_sync_callback(pipeline.get_component(target))
-        )
+        instance = pipeline.get_component(target)
+        generator = unwrap_call_limit(getattr(instance, "_chat_generator", instance))
+        # the embedded model, or a generator without `run_async`, calls back from a worker thread
+        threaded = isinstance(generator, LocalChatGenerator) if LocalChatGenerator is not None else False
+        callback = _token_callback(queue, loop, sync=threaded or not hasattr(generator, "run_async"))
+        data.setdefault(target, {})["streaming_callback"] = callback
 
     async def drive() -> None:
         outputs: dict[str, dict[str, Any]] = {}

@@ -17,11 +17,10 @@ from haystack_fusion.settings import SERVING_LIMIT_VARIABLES, serving_limit_valu
 
 logger = logging.getLogger(__name__)
 
+# Per LLM kind: requests run at once (the embedded model answers one call at a time) and seconds a request waits for
+# a slot (an embedded-model question takes 30-140 s), by default
 DEFAULT_MAX_IN_FLIGHT = {"local": 1, "openai": 32, "ollama": 4}
-"""Requests run at once by default, per LLM kind (the embedded model answers one call at a time)."""
-
 DEFAULT_QUEUE_TIMEOUT = {"local": 300.0, "openai": 30.0, "ollama": 120.0}
-"""Seconds a request waits for a slot by default, per LLM kind (an embedded-model question takes 30-140 s)."""
 
 
 class ServerBusyError(RuntimeError):
@@ -97,8 +96,7 @@ class AdmissionLimit:
     def __init__(self, *, max_in_flight: int, max_waiting: int, queue_timeout: float) -> None:
         ServingLimits(max_in_flight=max_in_flight, max_waiting=max_waiting, queue_timeout=queue_timeout)
         self.max_in_flight, self.max_waiting, self.queue_timeout = max_in_flight, max_waiting, queue_timeout
-        self.in_flight = 0  # requests holding a slot now
-        self.waiting = 0  # requests waiting for a slot now
+        self.in_flight = self.waiting = 0  # requests holding a slot, waiting for one
         self._semaphore = asyncio.Semaphore(max_in_flight)
 
     @property
