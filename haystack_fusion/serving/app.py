@@ -156,33 +156,24 @@ def served_openapi(schema: dict[str, Any], *, api_key: bool, models: Sequence[st
     chat_request = schema.get("components", {}).get("schemas", {}).get("ChatRequest", {})
     if models and "model" in chat_request.get("properties", {}):
         chat_request["properties"]["model"]["enum"] = sorted(models)
-    for path in list(paths):
-        if _unserved(path):
-            del paths[path]
+    for path in [path for path in paths if _unserved(path)]:
+        del paths[path]
+    for path, operations in paths.items():
+        openai = is_openai_path(path)
+        content = {"application/json": {"schema": _ERROR_SCHEMA if openai else _DETAIL_SCHEMA}}
+        for method, responses in ((method, op.setdefault("responses", {})) for method, op in operations.items()):
+            codes = ["401"] if api_key else []
+            if method == "post":
+                codes += ["400", "413", "500", "502", "503", *(["404"] if openai else [])]
+                if openai:
+                    responses.pop("422", None)
+            responses.update({code: {"description": _ERRORS[code], "content": content} for code in codes})
     if "/status" in paths:
         up = {"type": "object", "required": ["status"], "properties": {"status": {"type": "string", "enum": ["Up!"]}}}
         ok = {"description": "The server is up.", "content": {"application/json": {"schema": up}}}
         paths["/status"] = {
             "get": {"summary": "Whether the server is up", "operationId": "status", "responses": {"200": ok}}
         }
-    for path, operations in paths.items():
-        if path == "/status":
-            continue
-        openai = is_openai_path(path)
-        error_schema = _ERROR_SCHEMA if openai else _DETAIL_SCHEMA
-        for method, operation in operations.items():
-            responses = operation.setdefault("responses", {})
-            codes = ["401"] if api_key else []
-            if method == "post":
-                codes += ["400", "413", "500", "502", "503"]
-                if openai:
-                    codes.append("404")
-                    responses.pop("422", None)
-            for code in codes:
-                responses[code] = {
-                    "description": _ERRORS[code],
-                    "content": {"application/json": {"schema": error_schema}},
-                }
     _drop_unused_schemas(schema)
     return schema
 
