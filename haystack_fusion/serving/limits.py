@@ -75,10 +75,8 @@ class ServingLimits:
         return cls(**values)  # type: ignore[arg-type]
 
     def check_question(self, question: str) -> None:
-        """:raises ValueError: If the stripped question is over `max_question_chars`, giving both lengths (not the
-        question)."""
-        length = len(question.strip())
-        if length > self.max_question_chars:
+        """:raises ValueError: If the stripped question is too long, giving both lengths (not the question)."""
+        if (length := len(question.strip())) > self.max_question_chars:
             raise ValueError(
                 f"The question has {length} characters; this server answers questions of at most "
                 f"{self.max_question_chars} characters"
@@ -105,7 +103,7 @@ class AdmissionLimit:
         return self.in_flight >= self.max_in_flight or self.waiting > 0
 
     def check_room(self) -> None:
-        """:raises ServerBusyError: If a request arriving now would be refused at once (`max_waiting` already wait)."""
+        """:raises ServerBusyError: If a request arriving now would be refused at once (`max_waiting` wait)."""
         if self.busy and self.waiting >= self.max_waiting:
             raise self._busy(
                 f"The server is busy: {self.in_flight} requests are running and {self.waiting} waiting (the limits: "
