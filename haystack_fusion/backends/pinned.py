@@ -1,22 +1,32 @@
 """
 The uses of another library's internals that have no public equivalent, pinned to the version they were tested on:
-llama-cpp-python 0.3.36 (`LLAMA_CPP_VERSION`), for the embedded model. On another version each raises
-`PinnedVersionError` (and `test_pinned_llama_cpp_version` fails by name).
+llama-cpp-python 0.3.36 (`LLAMA_CPP_VERSION`) for the embedded model, Hayhooks 2.1.0 (`HAYHOOKS_VERSION`) for the
+served apps. On another version each raises `PinnedVersionError` (and `test_pinned_llama_cpp_version` or
+`test_pinned_hayhooks_version` fails by name).
 
 - `reuse_prefix`: llama-cpp-python reuses the KV cache of the prefix a prompt shares with the previous one from the
   first differing token, and llama.cpp's results depend on where a batch starts, so the reply would depend on the
   previous call. Cutting the reused prefix back to a batch boundary takes setting `Llama.n_tokens`.
 - `load_llama`: llama.cpp's `use_extra_bufts` model parameter, which `Llama(...)` does not take, set on the
   parameters `Llama.__init__` assigns to `model_params` before it loads the model.
+- `set_hayhooks_settings`: Hayhooks' `create_app`, `run_app` and chat UI take their configuration only from the
+  process-wide `hayhooks.settings.settings`, read from `HAYHOOKS_*` once, when it is imported; the package writes no
+  environment, so the served app's fields are set on that object.
+- `hayhooks_mcp_app`: Hayhooks builds its MCP app with a fixed pipeline set only inside `hayhooks mcp run`, from
+  `hayhooks.server.pipelines.loader` and `hayhooks.server.utils.mcp_utils`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from importlib.metadata import version
 from typing import Any
 
 LLAMA_CPP_VERSION = "0.3.36"
 """The llama-cpp-python version whose internals this module was tested on."""
+
+HAYHOOKS_VERSION = "2.1.0"
+"""The Hayhooks version whose internals this module was tested on."""
 
 
 class PinnedVersionError(RuntimeError):
@@ -79,3 +89,45 @@ def load_llama(*, use_extra_bufts: bool, **kwargs: Any) -> Any:
             self.__dict__["model_params"] = params
 
     return _Llama(**kwargs)
+
+
+def _check_hayhooks() -> None:
+    installed = version("hayhooks")
+    if installed != HAYHOOKS_VERSION:
+        raise PinnedVersionError(
+            f"haystack_fusion.backends.pinned was tested on hayhooks {HAYHOOKS_VERSION}, and {installed} is "
+            "installed: check the fields of `hayhooks.settings.AppSettings` it sets and `hayhooks mcp run`'s app "
+            "(`build_immutable_host`, `create_mcp_server`, `create_starlette_app`), then update HAYHOOKS_VERSION"
+        )
+
+
+def set_hayhooks_settings(**fields: Any) -> Any:
+    """
+    Set fields of Hayhooks' `settings`, which its `create_app`, `run_app` and chat UI read when they run.
+
+    :param fields: `hayhooks.settings.AppSettings` field names and values.
+    :returns: Hayhooks' `settings`, to read.
+    :raises PinnedVersionError: On another Hayhooks version.
+    """
+    _check_hayhooks()
+    from hayhooks.settings import settings
+
+    for name, value in fields.items():
+        setattr(settings, name, value)
+    return settings
+
+
+def hayhooks_mcp_app(pipelines_dir: str) -> Any:
+    """
+    Hayhooks' MCP app (Starlette: `/mcp` and `/sse`) serving the pipelines of a folder, loaded once, no deploy tool.
+
+    :raises PinnedVersionError: On another Hayhooks version.
+    :raises hayhooks.server.exceptions.PipelineModuleLoadError: If a pipeline fails to load or set up.
+    """
+    _check_hayhooks()
+    from hayhooks.server.pipelines.loader import build_immutable_host
+    from hayhooks.server.utils.mcp_utils import create_mcp_server, create_starlette_app
+
+    return build_immutable_host(
+        pipelines_dir, lambda registry: create_starlette_app(create_mcp_server(registry=registry))
+    )

@@ -1,8 +1,4 @@
-"""
-The served app (`serve` extra): Hayhooks' app in durable mode (no deploy routes or tools) with a fixed set of
-strategies, CORS pinned to `HAYSTACK_FUSION_CORS_ORIGINS`, an optional API key (`HAYSTACK_FUSION_API_KEY`), `Host`,
-`Origin` and body checks (`serving.guards`), OpenAI-shaped errors on `/v1/...`, and logs without the user's text.
-"""
+"""The served apps (`serve` extra): Hayhooks' HTTP and MCP apps with a fixed set of strategies, behind the guards."""
 
 from __future__ import annotations
 
@@ -10,6 +6,7 @@ import hmac
 import importlib.util
 import ipaddress
 import json
+import re
 import secrets
 import tempfile
 from base64 import b64decode, b64encode
@@ -23,8 +20,6 @@ try:
     from fastapi.exceptions import RequestValidationError
     from hayhooks.server.app import create_app as create_hayhooks_app
     from hayhooks.server.app import run_app
-    from hayhooks.server.pipelines.loader import build_immutable_host
-    from hayhooks.settings import settings as hayhooks_settings
     from starlette.exceptions import HTTPException as StarletteHTTPException
     from starlette.middleware.trustedhost import TrustedHostMiddleware
     from starlette.requests import Request
@@ -37,6 +32,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 from haystack import logging
 
 from haystack_fusion.backends.checks import check_backend
+from haystack_fusion.backends.pinned import hayhooks_mcp_app, set_hayhooks_settings
 from haystack_fusion.serving.chat import digest
 from haystack_fusion.serving.guards import (
     BodyLimitMiddleware,
@@ -45,97 +41,61 @@ from haystack_fusion.serving.guards import (
     allowed_hosts,
     is_openai_path,
     openai_error,
+    refuse,
     route_path,
-    send_json,
 )
 from haystack_fusion.serving.hayhooks import CHAINLIT_ELEMENTS_DIR, CHAT_UI_CLIENT, CHAT_UI_HEADER
-from haystack_fusion.serving.yaml import wrapper_source
+from haystack_fusion.serving.yaml import WRAPPER_FILE, wrapper_source
 from haystack_fusion.settings import API_KEY_VARIABLE, AccessSettings
-from haystack_fusion.strategies import STRATEGIES, get_strategy
+from haystack_fusion.strategies import STRATEGIES
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_PORT = 1416
-"""The HTTP app's port by default (Hayhooks')."""
-
-DEFAULT_MCP_PORT = 1417
-"""The MCP app's port by default (Hayhooks')."""
-
-UNAUTHORIZED = b'{"detail":"Unauthorized: send the API key as Authorization: Bearer <key>"}'
-"""The body of every 401: one line that says what to send and nothing about the server."""
+UNAUTHORIZED = "Unauthorized: send the API key as Authorization: Bearer <key>"
+"""The message of every 401: what to send and nothing about the server."""
 
 
 class ApiKeyMiddleware:
     """
-    ASGI middleware: a request needs the API key unless its path is open.
-
-    Let through: `Authorization: Bearer <key>`, Basic with the key as password, a CORS preflight, `open_paths`.
-    Anything else gets HTTP 401 (`Basic` challenge under `browser_paths`, else `Bearer`); a WebSocket is closed.
-
-    :param open_paths: Paths served without the key (exact match).
-    :param browser_paths: Path prefixes a browser opens (the chat UI): their 401 asks for Basic credentials.
+    ASGI middleware: `Authorization: Bearer <key>`, Basic with the key as password, a CORS preflight and `/status`
+    pass; anything else gets HTTP 401 (a `Basic` challenge under the `browser_paths` prefixes, the chat UI's, else
+    `Bearer`), a WebSocket is closed.
     """
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        api_key: str,
-        open_paths: Iterable[str] = ("/status",),
-        browser_paths: Iterable[str] = (),
-    ) -> None:
-        self.app = app
-        self._api_key = api_key.encode()
-        self.open_paths = frozenset(open_paths)
-        self.browser_paths = tuple(browser_paths)
+    def __init__(self, app: ASGIApp, *, api_key: str, browser_paths: Iterable[str] = ()) -> None:
+        self.app, self._api_key, self.browser_paths = app, api_key.encode(), tuple(browser_paths)
 
     def _authorized(self, headers: dict[bytes, bytes]) -> bool:
-        value = headers.get(b"authorization", b"")
-        scheme, _, credentials = value.partition(b" ")
-        if scheme.lower() == b"bearer":
-            return hmac.compare_digest(credentials.strip(), self._api_key)
+        scheme, _, credentials = headers.get(b"authorization", b"").partition(b" ")
+        credentials = credentials.strip()
         if scheme.lower() == b"basic":
             try:
-                _, _, password = b64decode(credentials.strip(), validate=True).partition(b":")
+                credentials = b64decode(credentials, validate=True).partition(b":")[2]
             except ValueError:
                 return False
-            return hmac.compare_digest(password, self._api_key)
-        return False
+        return scheme.lower() in (b"bearer", b"basic") and hmac.compare_digest(credentials, self._api_key)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        headers = dict(scope["headers"])
-        path = route_path(scope)
-        preflight = (
-            scope["type"] == "http"
-            and scope["method"] == "OPTIONS"
-            and b"origin" in headers
-            and b"access-control-request-method" in headers
-        )
-        if path in self.open_paths or preflight or self._authorized(headers):
+        headers, path = dict(scope["headers"]), route_path(scope)
+        preflight = scope.get("method") == "OPTIONS" and {b"origin", b"access-control-request-method"} <= set(headers)
+        if path == "/status" or preflight or self._authorized(headers):
             await self.app(scope, receive, send)
             return
-        if scope["type"] == "websocket":
-            await send({"type": "websocket.close", "code": 1008})
-            return
         browser = any(path == prefix or path.startswith(f"{prefix}/") for prefix in self.browser_paths)
-        challenge = b'Basic realm="haystack-fusion", charset="UTF-8"' if browser else b"Bearer"
-        body: dict[str, Any] | bytes = UNAUTHORIZED
-        if is_openai_path(path):
-            body = openai_error(json.loads(UNAUTHORIZED)["detail"], status=401, code="invalid_api_key")
-        await send_json(send, 401, body, headers=[(b"www-authenticate", challenge)])
+        challenge = 'Basic realm="haystack-fusion", charset="UTF-8"' if browser else "Bearer"
+        await refuse(
+            scope, receive, send, 401, UNAUTHORIZED, code="invalid_api_key", headers={"www-authenticate": challenge}
+        )
 
 
-async def _status(_: Request) -> JSONResponse:
-    return JSONResponse({"status": "Up!"})
-
-
+# Hayhooks' routes not served (404, not in the spec): each path and below it, only below for an entry ending "/"
 UNSERVED_PATHS = ("/responses", "/v1/responses", "/files", "/v1/files", "/traces", "/draw/", "/status/")
-"""Hayhooks' routes not served (404, not in the spec): each path and below it, only below for an entry ending "/"."""
 
-_ERROR_SCHEMA = {
+_STRING: dict[str, Any] = {"type": "string"}
+_ERROR_SCHEMA = {  # OpenAI's error shape
     "type": "object",
     "required": ["error"],
     "properties": {
@@ -143,10 +103,10 @@ _ERROR_SCHEMA = {
             "type": "object",
             "required": ["message", "type", "code"],
             "properties": {
-                "message": {"type": "string"},
-                "type": {"type": "string"},
-                "code": {"type": "string"},
-                "param": {"type": "string", "nullable": True},
+                "message": _STRING,
+                "type": _STRING,
+                "code": _STRING,
+                "param": {**_STRING, "nullable": True},
             },
         }
     },
@@ -173,10 +133,8 @@ class UnservedPathsMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = route_path(scope)
         if scope["type"] == "http" and _unserved(path):
-            body = {"detail": "Not Found"}
-            if is_openai_path(path):
-                body = openai_error("No such route on this server", status=404, code="not_found")
-            await send_json(send, 404, body)
+            message = "No such route on this server" if is_openai_path(path) else "Not Found"
+            await refuse(scope, receive, send, 404, message, code="not_found")
             return
         await self.app(scope, receive, send)
 
@@ -190,124 +148,98 @@ def _unserved(path: str) -> bool:
 
 def served_openapi(schema: dict[str, Any], *, api_key: bool, models: Sequence[str] = ()) -> dict[str, Any]:
     """
-    Hayhooks' spec without `UNSERVED_PATHS` and the schemas only they used, `/status` as served, the chat request's
-    `model` as one of the served names, and each route's errors (OpenAI's shape and 400 for 422 on its routes).
-
-    :param schema: FastAPI's spec of the app (changed in place, and returned).
-    :param models: The served names: the values of the chat request's `model` (empty: any string).
+    Hayhooks' spec (changed in place) without `UNSERVED_PATHS` and the schemas only they used, `/status` as served,
+    the chat request's `model` as one of `models` (empty: any string), and each route's errors (OpenAI's shape and 400
+    for 422 on its routes).
     """
     paths = schema.get("paths", {})
     chat_request = schema.get("components", {}).get("schemas", {}).get("ChatRequest", {})
     if models and "model" in chat_request.get("properties", {}):
         chat_request["properties"]["model"]["enum"] = sorted(models)
-    for path in list(paths):
-        if _unserved(path):
-            del paths[path]
+    for path in [path for path in paths if _unserved(path)]:
+        del paths[path]
+    for path, operations in paths.items():
+        openai = is_openai_path(path)
+        content = {"application/json": {"schema": _ERROR_SCHEMA if openai else _DETAIL_SCHEMA}}
+        for method, responses in ((method, op.setdefault("responses", {})) for method, op in operations.items()):
+            codes = ["401"] if api_key else []
+            if method == "post":
+                codes += ["400", "413", "500", "502", "503", *(["404"] if openai else [])]
+                if openai:
+                    responses.pop("422", None)
+            responses.update({code: {"description": _ERRORS[code], "content": content} for code in codes})
     if "/status" in paths:
         up = {"type": "object", "required": ["status"], "properties": {"status": {"type": "string", "enum": ["Up!"]}}}
         ok = {"description": "The server is up.", "content": {"application/json": {"schema": up}}}
         paths["/status"] = {
             "get": {"summary": "Whether the server is up", "operationId": "status", "responses": {"200": ok}}
         }
-    for path, operations in paths.items():
-        if path == "/status":
-            continue
-        openai = is_openai_path(path)
-        error_schema = _ERROR_SCHEMA if openai else _DETAIL_SCHEMA
-        for method, operation in operations.items():
-            responses = operation.setdefault("responses", {})
-            codes = ["401"] if api_key else []
-            if method == "post":
-                codes += ["400", "413", "500", "502", "503"]
-                if openai:
-                    codes.append("404")
-                    responses.pop("422", None)
-            for code in codes:
-                responses[code] = {
-                    "description": _ERRORS[code],
-                    "content": {"application/json": {"schema": error_schema}},
-                }
     _drop_unused_schemas(schema)
     return schema
 
 
 def _drop_unused_schemas(schema: dict[str, Any]) -> None:
     """Remove the component schemas that no remaining path refers to, directly or through other schemas."""
-    schemas = schema.get("components", {}).get("schemas")
-    if not schemas:
-        return
-    prefix = "#/components/schemas/"
+    schemas = schema.get("components", {}).get("schemas") or {}
     used: set[str] = set()
     pending: list[Any] = [schema.get("paths", {})]
     while pending:
-        node = pending.pop()
-        if isinstance(node, dict):
-            ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith(prefix) and ref[len(prefix) :] not in used:
-                used.add(ref[len(prefix) :])
-                pending.append(schemas.get(ref[len(prefix) :], {}))
-            pending.extend(node.values())
-        elif isinstance(node, list):
-            pending.extend(node)
-    for name in list(schemas):
-        if name not in used:
-            del schemas[name]
-
-
-def write_wrappers(strategies: Sequence[str], out_dir: str | Path) -> Path:
-    """
-    Write a Hayhooks wrapper folder per strategy into `out_dir`.
-
-    :returns: `out_dir`.
-    :raises ValueError: If a name is not a registered strategy.
-    """
-    out = Path(out_dir)
-    for strategy in strategies:
-        get_strategy(strategy)
-        (out / strategy).mkdir(parents=True, exist_ok=True)
-        (out / strategy / "pipeline_wrapper.py").write_text(wrapper_source(strategy), encoding="utf-8")
-    return out
+        for name in re.findall(r'"#/components/schemas/([^"]+)"', json.dumps(pending.pop())):
+            if name not in used:
+                used.add(name)
+                pending.append(schemas.get(name, {}))
+    for name in set(schemas) - used:
+        del schemas[name]
 
 
 def _wrappers_dir(strategies: Sequence[str] | None, pipelines_dir: str | Path | None) -> tuple[str, Any]:
-    """The folder to load (given, or a temporary one with the strategies' wrappers) and what keeps it alive."""
+    """
+    The folder to load (given, or a temporary one with a wrapper folder per strategy) and what keeps it alive.
+
+    :raises ValueError: If a name is not a registered strategy, or both arguments are given.
+    """
     if pipelines_dir is not None:
         if strategies:
             raise ValueError("Give strategies or a pipelines folder, not both")
         return str(pipelines_dir), None
     folder = tempfile.TemporaryDirectory(prefix="haystack-fusion-wrappers-")
-    write_wrappers(list(strategies or STRATEGIES), folder.name)
+    for strategy in strategies or STRATEGIES:
+        source = wrapper_source(strategy)
+        (Path(folder.name) / strategy).mkdir()
+        (Path(folder.name) / strategy / WRAPPER_FILE).write_text(source, encoding="utf-8")
     return folder.name, folder
 
 
 def _served_names(folder: str) -> list[str]:
     """The names a pipelines folder serves: its wrapper folders (with a `pipeline_wrapper.py`) and YAML files."""
     root = Path(folder)
-    wrappers = {path.parent.name for path in root.glob("*/pipeline_wrapper.py")}
+    wrappers = {path.parent.name for path in root.glob(f"*/{WRAPPER_FILE}")}
     return sorted(wrappers | {path.stem for pattern in ("*.yml", "*.yaml") for path in root.glob(pattern)})
 
 
-def _pin_hayhooks_settings(pipelines_dir: str, access: AccessSettings, *, with_chainlit: bool) -> None:
+def _pin_hayhooks_settings(pipelines_dir: str, access: AccessSettings, *, with_chainlit: bool) -> Any:
     """Hayhooks' settings for the next app it builds: fixed pipelines, pinned CORS, the chat UI and its elements."""
-    hayhooks_settings.host = hayhooks_settings.host.rpartition("@")[2]  # without an earlier app's chat UI user
-    hayhooks_settings.durable_mode = True
-    hayhooks_settings.pipelines_dir = pipelines_dir
-    hayhooks_settings.cors_allow_origins = list(access.cors_origins)
-    hayhooks_settings.cors_allow_origin_regex = None
-    hayhooks_settings.cors_allow_methods = ["GET", "POST"]
-    hayhooks_settings.cors_allow_headers = ["Authorization", "Content-Type"]
-    hayhooks_settings.cors_allow_credentials = False
-    hayhooks_settings.chainlit_enabled = with_chainlit
-    if with_chainlit:
-        hayhooks_settings.chainlit_custom_elements_dir = str(CHAINLIT_ELEMENTS_DIR)
+    from hayhooks.settings import settings
+
+    return set_hayhooks_settings(
+        host=settings.host.rpartition("@")[2],  # without an earlier app's chat UI user
+        durable_mode=True,
+        pipelines_dir=pipelines_dir,
+        cors_allow_origins=list(access.cors_origins),
+        cors_allow_origin_regex=None,
+        cors_allow_methods=["GET", "POST"],
+        cors_allow_headers=["Authorization", "Content-Type"],
+        cors_allow_credentials=False,
+        chainlit_enabled=with_chainlit,
+        **({"chainlit_custom_elements_dir": str(CHAINLIT_ELEMENTS_DIR)} if with_chainlit else {}),
+    )
 
 
 class ChatUiMiddleware:
     """
-    ASGI middleware: the embedded chat UI's own calls to this server pass as the chat UI's, with the key.
-
-    `create_app` puts `CHAT_UI_CLIENT:token` as user and password in Hayhooks' `host`, so the chat UI sends them as
-    Basic credentials; a request carrying exactly those gets `CHAT_UI_HEADER` and, with a key, `Bearer <key>` instead.
+    ASGI middleware: `create_app` puts `CHAT_UI_CLIENT:token` as user and password in Hayhooks' `host`, so the chat UI
+    sends them as Basic credentials; a request carrying exactly those gets `CHAT_UI_HEADER` and, with a key, `Bearer
+    <key>` instead.
     """
 
     def __init__(self, app: ASGIApp, *, token: str, api_key: str | None) -> None:
@@ -336,10 +268,9 @@ def create_app(
 ) -> FastAPI:
     """
     Build the served HTTP app: `/{name}/run` and the OpenAI-compatible `/v1/chat/completions` for each strategy,
-    optionally Hayhooks' chat UI at `/chat`, with no deploy routes, CORS pinned and the API key when one is set.
-
-    The backend comes from the environment (`HAYSTACK_FUSION_LLM`, ...). The chat UI reaches the app at
-    `HAYHOOKS_HOST` and `HAYHOOKS_PORT` (`serve` sets them).
+    optionally Hayhooks' chat UI at `/chat`; no deploy routes, CORS pinned to `HAYSTACK_FUSION_CORS_ORIGINS`, the
+    `Host`, `Origin`, key and body checks (`serving.guards`), OpenAI-shaped errors on `/v1/...`, and logs without the
+    user's text. The backend comes from the environment (`HAYSTACK_FUSION_LLM`, ...).
 
     :param strategies: Registered strategy names to serve (None: all of them).
     :param pipelines_dir: Instead of `strategies`, a folder of wrapper folders and YAML pipelines, loaded once.
@@ -370,31 +301,28 @@ def create_app(
             "(in the repository: make install-chat-ui)"
         )
     folder, keep_alive = _wrappers_dir(strategies, pipelines_dir)
-    _pin_hayhooks_settings(folder, access, with_chainlit=with_chainlit)
+    hayhooks_settings = _pin_hayhooks_settings(folder, access, with_chainlit=with_chainlit)
     app = create_hayhooks_app()
-    app.state.wrappers_dir = keep_alive
     # Hayhooks' /status lists the pipelines and the server's state: this one, matched first, says only "up"
-    app.router.routes.insert(0, Route("/status", _status, methods=["GET"]))
+    app.router.routes.insert(0, Route("/status", lambda _: JSONResponse({"status": "Up!"}), methods=["GET"]))
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     spec, models = app.openapi, _served_names(folder)
     app.openapi = lambda: served_openapi(spec(), api_key=access.api_key is not None, models=models)  # type: ignore[method-assign]
+    app.state.wrappers_dir = keep_alive
     # Added innermost first: a request meets the Host check, the Origin check, the key, the body limit, then the rest.
     app.add_middleware(StreamEndMiddleware)
     app.add_middleware(UnservedPathsMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=access.max_body_bytes)
     if access.api_key is not None:
-        app.add_middleware(
-            ApiKeyMiddleware,
-            api_key=access.api_key,
-            browser_paths=(hayhooks_settings.chainlit_path, "/public", "/docs", "/redoc") if with_chainlit else (),
-        )
+        browser_paths = (hayhooks_settings.chainlit_path, "/public", "/docs", "/redoc") if with_chainlit else ()
+        app.add_middleware(ApiKeyMiddleware, api_key=access.api_key, browser_paths=browser_paths)
     if with_chainlit:
         token = secrets.token_urlsafe(32)
         app.add_middleware(ChatUiMiddleware, token=token, api_key=access.api_key)
         # read by the chat UI at each call, after Hayhooks has logged the chat UI's address without it
         reached = "127.0.0.1" if hayhooks_settings.host in ("0.0.0.0", "::") else hayhooks_settings.host
-        hayhooks_settings.host = f"{CHAT_UI_CLIENT}:{token}@{reached}"
+        set_hayhooks_settings(host=f"{CHAT_UI_CLIENT}:{token}@{reached}")
     app.add_middleware(OriginMiddleware, allowed_origins=access.cors_origins)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(host, access.allowed_hosts))
     _summarize_logged_params()
@@ -402,7 +330,7 @@ def create_app(
 
 
 async def _http_error(request: Request, error: Exception) -> Response:
-    """An HTTP error: in OpenAI's shape on the OpenAI-compatible routes (`ServingError`'s code), else FastAPI's."""
+    """In OpenAI's shape on the OpenAI-compatible routes (`ServingError`'s code), else FastAPI's."""
     assert isinstance(error, StarletteHTTPException)
     if not is_openai_path(route_path(request.scope)):
         return await http_exception_handler(request, error)
@@ -440,8 +368,7 @@ def _summarize_params(record: dict[str, Any]) -> None:
 
 
 def _summarize_logged_params() -> None:
-    """Install `_summarize_params` as the patcher of the process's loguru logger, which Hayhooks logs with."""
-    from loguru import logger as loguru_logger
+    from loguru import logger as loguru_logger  # Hayhooks logs with the process's loguru logger
 
     loguru_logger.configure(patcher=_summarize_params)  # type: ignore[arg-type]
 
@@ -461,12 +388,10 @@ def create_mcp_app(
     :raises ValueError: As `create_app`.
     :raises hayhooks.server.exceptions.PipelineModuleLoadError: As `create_app`.
     """
-    from hayhooks.server.utils.mcp_utils import create_mcp_server, create_starlette_app
-
     access = AccessSettings.from_env() if access is None else access
     folder, keep_alive = _wrappers_dir(strategies, pipelines_dir)
     _pin_hayhooks_settings(folder, access, with_chainlit=False)
-    app = build_immutable_host(folder, lambda registry: create_starlette_app(create_mcp_server(registry=registry)))
+    app = hayhooks_mcp_app(folder)
     app.state.wrappers_dir = keep_alive
     _summarize_logged_params()
     guarded: ASGIApp = BodyLimitMiddleware(app, max_bytes=access.max_body_bytes)
@@ -477,10 +402,8 @@ def create_mcp_app(
 
 
 def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
 
@@ -498,7 +421,7 @@ def serve(
     Run the served app with uvicorn until interrupted (`haystack-fusion serve`).
 
     :param host: The address to bind; non-loopback without `HAYSTACK_FUSION_API_KEY` is logged as a warning.
-    :param port: The port (None: `DEFAULT_PORT`, or `DEFAULT_MCP_PORT` with `mcp`).
+    :param port: The port (None: Hayhooks' 1416, or 1417 with `mcp`).
     :param mcp: Serve the MCP app instead of the HTTP one (not with `with_chainlit`).
     :raises ValueError: As `create_app`, or for `with_chainlit` with `mcp`.
     :raises BackendSetupError: If the environment configures no backend, listing what is missing.
@@ -507,7 +430,7 @@ def serve(
         raise ValueError("The chat UI is part of the HTTP app, not of the MCP one")
     access = AccessSettings.from_env()
     check_backend(probe=False)
-    port = port or (DEFAULT_MCP_PORT if mcp else DEFAULT_PORT)
+    port = port or (1417 if mcp else 1416)  # Hayhooks' ports
     if access.api_key is None and not _is_loopback(host):
         logger.warning(
             "Serving on {host} without {variable}: anyone who reaches port {port} can run questions",
@@ -515,7 +438,7 @@ def serve(
             variable=API_KEY_VARIABLE,
             port=port,
         )
-    hayhooks_settings.host, hayhooks_settings.port = host, port  # where the chat UI reaches the app
+    set_hayhooks_settings(host=host, port=port)  # where the chat UI reaches the app
     if mcp:
         mcp_app = create_mcp_app(strategies, pipelines_dir=pipelines_dir, access=access, host=host)
         run_app(mcp_app, host=host, port=port)  # type: ignore[arg-type]

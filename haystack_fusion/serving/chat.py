@@ -1,20 +1,6 @@
 """
 What a chat client sends, read for the strategies: the question, the earlier turns and the client's background tasks
 (`answer_task`); and the one LLM call that turns a follow-up into a standalone question (`standalone_question`).
-
-### Usage example
-```python
-from haystack_fusion.serving.chat import read_chat
-
-chat = read_chat(
-    [
-        {"role": "user", "content": "What is Chain-of-Note?"},
-        {"role": "assistant", "content": "A strategy that writes a reading note per passage."},
-        {"role": "user", "content": [{"type": "text", "text": "How many LLM calls does it make?"}]},
-    ]
-)
-print(chat.question, chat.history, chat.task)
-```
 """
 
 from __future__ import annotations
@@ -23,7 +9,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from haystack.dataclasses import ChatMessage
@@ -37,20 +23,17 @@ TASK_PREFIX = "### Task:"
 TASK_HISTORY_TAG = "<chat_history>"
 """What every Open WebUI background task quotes the chat in; its RAG template (a question) quotes none."""
 
-_ATTACHED_FILES = re.compile(r"<attached_files>.*?</attached_files>\s*", re.DOTALL)
-"""Open WebUI's list of attached files: no part of the question (the server answers from its index)."""
-
 MAX_HISTORY_CHARS = 2000
 """The most of the chat the standalone-question prompt quotes, in characters (the latest turns)."""
 
 MAX_TURN_CHARS = 500
 """The most of one earlier turn the standalone-question prompt quotes, in characters (`turn_text`)."""
 
+# Open WebUI's list of attached files (no part of the question: the server answers from its index), and what this
+# server appends to a reply: the streamed `<details>` block and the unstreamed "Sources:" tail
+_ATTACHED_FILES = re.compile(r"<attached_files>.*?</attached_files>\s*", re.DOTALL)
 _EVIDENCE_BLOCK = re.compile(r"<details\b[^>]*>.*?</details>", re.DOTALL | re.IGNORECASE)
-"""The collapsible sources-and-evidence block of a streamed reply (`presentation.evidence_markdown`)."""
-
 _SOURCES_TAIL = re.compile(r"\n\s*Sources:\n.*\Z", re.DOTALL)
-"""The sources of a reply that was not streamed (`presentation.chat_text`): a "Sources:" line and everything after."""
 
 
 class ChatRequestError(ValueError):
@@ -60,15 +43,12 @@ class ChatRequestError(ValueError):
 @dataclass(frozen=True)
 class Chat:
     """
-    A chat request as the wrappers read it.
-
-    :param question: The last (user) message's text, text parts joined with newlines.
-    :param history: The earlier user and assistant turns as (role, `turn_text`) pairs, oldest first.
-    :param task: Whether the last message is a chat client's background task (`TASK_PREFIX`), not a question.
+    A chat request as the wrappers read it: the last (user) message's text, the earlier user and assistant turns as
+    (role, `turn_text`) pairs, oldest first, and whether it is a client's background task (`TASK_PREFIX`).
     """
 
     question: str
-    history: tuple[tuple[str, str], ...] = field(default=())
+    history: tuple[tuple[str, str], ...] = ()
     task: bool = False
 
     @property
@@ -117,8 +97,8 @@ def read_chat(messages: Sequence[Mapping[str, Any]]) -> Chat:
     """
     Read a chat request's messages (oldest first) as a `Chat`.
 
-    :raises ChatRequestError: If there are no messages, the last one is not a user message or has no text, or a
-        message holds content parts that are not text.
+    :raises ChatRequestError: If the last message is not a user message with text, or a message holds content parts
+        that are not text.
     """
     if not messages or not isinstance(messages[-1], Mapping) or messages[-1].get("role") != "user":
         raise ChatRequestError("`messages` must end with a user message holding the question")
@@ -179,7 +159,7 @@ async def standalone_question(
     if not history:
         return question, empty_usage()
     kwargs = stop_kwargs(chat_generator, PROMPTS["standalone_question"].stop)
-    reply = await _one_call(chat_generator, standalone_question_prompt(history, question), kwargs)
+    reply = await _one_call(chat_generator, standalone_question_prompt(history, question), generation_kwargs=kwargs)
     usage = {**reply_usage(reply), "rounds": 1}
     rewrite = PROMPTS["standalone_question"].extract_answer(reply.text if reply is not None else None)
     if not rewrite or (max_chars is not None and len(rewrite) > max_chars):
@@ -192,8 +172,8 @@ async def standalone_question(
     return rewrite, usage
 
 
+# Words by which a question refers back to the chat instead of naming its subject
 REFERRING_WORDS = frozenset("it its itself they them their he him his she her this these those there".split())  # noqa: SIM905
-"""Words by which a question refers back to the chat instead of naming its subject."""
 
 
 def _words(text: str) -> set[str]:
@@ -209,25 +189,15 @@ def refers_back(rewrite: str, asked: str, history: Sequence[tuple[str, str]]) ->
     return not (words - _words(asked)) & chat_words
 
 
-async def _one_call(
-    chat_generator: Any, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None
-) -> ChatMessage | None:
-    """One LLM call (`run_async` when the generator has one, else `run`); its first reply, None when it gave none."""
-    kwargs = {} if generation_kwargs is None else {"generation_kwargs": generation_kwargs}
-    if hasattr(chat_generator, "run_async"):
-        result = await chat_generator.run_async(messages=messages, **kwargs)
-    else:  # pragma: no cover - every generator the backends build has run_async
-        result = chat_generator.run(messages=messages, **kwargs)
-    replies = result.get("replies") or []
+async def _one_call(chat_generator: Any, messages: list[ChatMessage], **kwargs: Any) -> ChatMessage | None:
+    """One LLM call with `run_async`; its first reply, None when it gave none."""
+    replies = (await chat_generator.run_async(messages=messages, **kwargs)).get("replies") or []
     return replies[0] if replies else None
 
 
 async def answer_task(chat_generator: Any, prompt: str) -> tuple[str, dict[str, int]]:
-    """
-    Answer a chat client's background task with one plain LLM call, the task prompt as the one user message.
-
-    :returns: The JSON object's text (`{}` when the reply holds none) and the call's usage.
-    """
+    """A chat client's background task answered with one plain LLM call: the reply's JSON object (`{}` when it holds
+    none) and the call's usage."""
     reply = await _one_call(chat_generator, [ChatMessage.from_user(prompt)])
     text = (reply.text or "") if reply is not None else ""
     candidate = text[text.find("{") : text.rfind("}") + 1] if "{" in text else ""

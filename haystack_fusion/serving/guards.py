@@ -7,22 +7,33 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 from fastapi import HTTPException
 from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.websockets import WebSocketClose
 
 from haystack_fusion.settings import DEFAULT_MAX_BODY_BYTES
 
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
-"""The `Host` names every served app answers."""
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")  # the `Host` names every served app answers
+OPENAI_PATHS = ("/v1/", "/chat/completions", "/models")  # the OpenAI-compatible routes, whose errors take its shape
 
-OPENAI_PATHS = ("/v1/", "/chat/completions", "/models")
-"""The path prefixes of the OpenAI-compatible routes, whose errors take OpenAI's shape."""
+
+class ServingError(HTTPException):
+    """
+    An error answer: HTTP status, one line and a short code; in OpenAI's shape on the OpenAI-compatible routes.
+
+    :param message: One line: what failed and what to change; never a secret, never the user's text.
+    :param code: A short machine-readable code: "invalid_request", "server_busy", "backend_unavailable", ...
+    """
+
+    def __init__(self, status: int, message: str, *, code: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(status_code=status, detail=" ".join(message.split()), headers=headers)
+        self.code = code
 
 
 def openai_error(message: str, *, status: int, code: str | None = None) -> dict[str, Any]:
@@ -45,33 +56,22 @@ def route_path(scope: Scope) -> str:
     return (path[len(root) :] or "/") if root and path.startswith(root) else path
 
 
-async def send_json(
-    send: Send, status: int, body: dict[str, Any] | bytes, headers: Iterable[tuple[bytes, bytes]] = ()
+async def refuse(
+    scope: Scope, receive: Receive, send: Send, status: int, message: str, *, code: str, **kwargs: Any
 ) -> None:
-    """Send a whole JSON response from middleware; `body` as a dict, or as JSON bytes."""
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    start_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()), *headers]
-    await send({"type": "http.response.start", "status": status, "headers": start_headers})
-    await send({"type": "http.response.body", "body": data})
-
-
-async def refuse(scope: Scope, send: Send, status: int, message: str, *, code: str) -> None:
-    """Refuse a request: a WebSocket is closed before it opens, an HTTP request gets `status` and the message."""
+    """Close a WebSocket before it opens; answer HTTP with `status` and `{"detail": message}` (`openai_error` on the
+    OpenAI-compatible routes). `kwargs` go to `JSONResponse` (e.g. `headers`)."""
     if scope["type"] == "websocket":
-        await send({"type": "websocket.close", "code": 1008})
+        await WebSocketClose(code=1008)(scope, receive, send)
         return
     body = openai_error(message, status=status, code=code) if is_openai_path(route_path(scope)) else {"detail": message}
-    await send_json(send, status, body)
+    await JSONResponse(body, status_code=status, **kwargs)(scope, receive, send)
 
 
 def allowed_hosts(bind_host: str | None, extra: Sequence[str] = ()) -> list[str]:
-    """
-    The `Host` names a served app answers: `LOOPBACK_HOSTS`, the bound address (unless a wildcard) and `extra`.
-
-    :returns: Lower-cased names, an IPv6 address in brackets, each once.
-    """
-    hosts = list(LOOPBACK_HOSTS)
-    candidates = list(extra)
+    """The `Host` names a served app answers, lower-cased, each once: `LOOPBACK_HOSTS`, the bound address (unless a
+    wildcard; IPv6 in brackets) and `extra`."""
+    candidates = [*LOOPBACK_HOSTS, *extra]
     if bind_host:
         try:
             address = ipaddress.ip_address(bind_host.strip("[]"))
@@ -80,19 +80,7 @@ def allowed_hosts(bind_host: str | None, extra: Sequence[str] = ()) -> list[str]
         else:
             if not address.is_unspecified:
                 candidates.append(f"[{address}]" if address.version == 6 else str(address))
-    for host in candidates:
-        host = host.strip().lower()
-        if host and host not in hosts:
-            hosts.append(host)
-    return hosts
-
-
-def _origin_host(origin: str) -> str:
-    """`host[:port]` of an origin (`scheme://host[:port]`), lower-cased; "" when it does not parse."""
-    try:
-        return urlsplit(origin).netloc.lower()
-    except ValueError:
-        return ""
+    return list(dict.fromkeys(host.strip().lower() for host in candidates if host.strip()))
 
 
 class OriginMiddleware:
@@ -104,33 +92,31 @@ class OriginMiddleware:
     """
 
     def __init__(self, app: ASGIApp, *, allowed_origins: Iterable[str] = (), check_http: bool = False) -> None:
-        self.app = app
+        self.app, self.check_http = app, check_http
         self.allowed_origins = frozenset(origin.rstrip("/").lower() for origin in allowed_origins)
-        self.check_http = check_http
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        checked = scope["type"] == "websocket" or (scope["type"] == "http" and self.check_http)
-        if checked:
+        if scope["type"] == "websocket" or (scope["type"] == "http" and self.check_http):
             headers = Headers(scope=scope)
             origin = headers.get("origin")
-            if origin is not None:
-                own = _origin_host(origin) == (headers.get("host") or "").lower()
-                if not own and origin.rstrip("/").lower() not in self.allowed_origins:
-                    await refuse(
-                        scope, send, 403, "Forbidden: requests from other web origins are refused", code="bad_origin"
-                    )
+            if origin is not None and origin.rstrip("/").lower() not in self.allowed_origins:
+                try:
+                    own = urlsplit(origin).netloc.lower() == (headers.get("host") or "").lower()
+                except ValueError:
+                    own = False
+                if not own:
+                    message = "Forbidden: requests from other web origins are refused"
+                    await refuse(scope, receive, send, 403, message, code="bad_origin")
                     return
         await self.app(scope, receive, send)
 
 
 class BodyLimitMiddleware:
     """
-    ASGI middleware: bound the request body, and cancel the request's work when the client goes away.
+    ASGI middleware: a body over `max_bytes` gets HTTP 413; a client that disconnects while the app works (a chat
+    client's Stop) cancels the app's task, so pending LLM calls are never made.
 
-    A body over `max_bytes` gets HTTP 413. A client that disconnects while the app works (a chat client's Stop)
-    cancels the app's task, so pending LLM calls are never made.
-
-    :param max_bytes: The largest body, in bytes (>= 1).
+    :param max_bytes: The largest body, in bytes.
     :raises ValueError: If `max_bytes` is below 1.
     """
 
@@ -140,32 +126,24 @@ class BodyLimitMiddleware:
         self.app = app
         self.max_bytes = max_bytes
 
-    def _too_large(self, scope: Scope, send: Send) -> Any:
-        message = f"Request body too large: this server takes at most {self.max_bytes} bytes"
-        return refuse(scope, send, 413, message, code="request_too_large")
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        length = Headers(scope=scope).get("content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            await self._too_large(scope, send)
-            return
+        length = Headers(scope=scope).get("content-length", "")
         chunks: list[bytes] = []
-        size = 0
-        while True:
+        size, more = int(length) if length.isdigit() else 0, True  # a length over the limit: refused unread
+        size = size if size > self.max_bytes else 0
+        while more and size <= self.max_bytes:
             message = await receive()
             if message["type"] == "http.disconnect":
                 return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                await self._too_large(scope, send)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
+            chunks.append(message.get("body", b""))
+            size, more = size + len(chunks[-1]), message.get("more_body", False)
+        if size > self.max_bytes:
+            too_large = f"Request body too large: this server takes at most {self.max_bytes} bytes"
+            await refuse(scope, receive, send, 413, too_large, code="request_too_large")
+            return
         await self._run(scope, b"".join(chunks), receive, send)
 
     async def _run(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> None:
@@ -201,8 +179,6 @@ class BodyLimitMiddleware:
 class StreamEndMiddleware:
     """ASGI middleware: an event stream of the OpenAI-compatible routes ends with `data: [DONE]`, as clients expect."""
 
-    DONE = b"data: [DONE]\n\n"
-
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
@@ -215,24 +191,12 @@ class StreamEndMiddleware:
         async def send_with_end(message: Message) -> None:
             nonlocal streaming
             if message["type"] == "http.response.start":
-                content_type = Headers(raw=message.get("headers", [])).get("content-type", "")
-                streaming = content_type.startswith("text/event-stream")
+                streaming = (
+                    Headers(raw=message.get("headers", [])).get("content-type", "").startswith("text/event-stream")
+                )
             elif streaming and message["type"] == "http.response.body" and not message.get("more_body", False):
                 await send({"type": "http.response.body", "body": message.get("body", b""), "more_body": True})
-                message = {"type": "http.response.body", "body": self.DONE, "more_body": False}
+                message = {"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False}
             await send(message)
 
         await self.app(scope, receive, send_with_end)
-
-
-class ServingError(HTTPException):
-    """
-    An error answer: HTTP status, one line and a short code; in OpenAI's shape on the OpenAI-compatible routes.
-
-    :param message: One line: what failed and what to change; never a secret, never the user's text.
-    :param code: A short machine-readable code: "invalid_request", "server_busy", "backend_unavailable", ...
-    """
-
-    def __init__(self, status: int, message: str, *, code: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(status_code=status, detail=" ".join(message.split()), headers=headers)
-        self.code = code

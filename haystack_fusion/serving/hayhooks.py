@@ -1,8 +1,4 @@
-"""
-Hayhooks pipeline wrappers for the strategies (`serve` extra): backend checks at setup, `POST /{name}/run`, and the
-OpenAI-compatible chat endpoint streaming status, answer, sources and evidence (Open WebUI source events and a
-`<details>` block, or one custom element for the embedded Chainlit chat UI).
-"""
+"""Hayhooks pipeline wrappers for the strategies (`serve` extra): `POST /{name}/run` and the chat endpoint."""
 
 from __future__ import annotations
 
@@ -41,15 +37,9 @@ from haystack_fusion.backends import (
 )
 from haystack_fusion.backends.checks import BackendSetupError, check_backend, reachability_problems, setup_message
 from haystack_fusion.llm import CallLimitedChatGenerator, exception_chain, sum_usage, unwrap_call_limit
-from haystack_fusion.serving.chat import Chat, ChatRequestError, answer_task, digest, read_chat, standalone_question
+from haystack_fusion.serving.chat import Chat, answer_task, digest, read_chat, standalone_question
 from haystack_fusion.serving.guards import ServingError, openai_error
-from haystack_fusion.serving.limits import (
-    AdmissionLimit,
-    ServerBusyError,
-    ServingLimits,
-    Slot,
-    admission_limit,
-)
+from haystack_fusion.serving.limits import AdmissionLimit, ServerBusyError, ServingLimits, admission_limit
 from haystack_fusion.serving.presentation import (
     answered_text,
     api_result,
@@ -64,35 +54,23 @@ from haystack_fusion.serving.presentation import (
     streamed_component,
 )
 from haystack_fusion.settings import strategy_defaults
-from haystack_fusion.strategies import StrategyRun, build_pipeline, get_strategy, run_strategy, strategy_run
+from haystack_fusion.strategies import StrategyRun, build_pipeline, get_strategy, strategy_run
 from haystack_fusion.validation import validate_query
 
 logger = logging.getLogger(__name__)
 
-CHAT_UI_HEADER = "X-Haystack-Fusion-Client"
-"""Marks the embedded Chainlit chat UI's requests (value `CHAT_UI_CLIENT`): their stream ends in `EVIDENCE_ELEMENT`."""
-
-CHAT_UI_CLIENT = "chainlit"
-"""The value of `CHAT_UI_HEADER` on the chat UI's requests."""
-
+# The embedded Chainlit chat UI's requests carry CHAT_UI_HEADER: CHAT_UI_CLIENT; their stream ends in one
+# EVIDENCE_ELEMENT (CHAINLIT_ELEMENTS_DIR/FusionEvidence.jsx, props: `evidence_element_props`) instead of HTML.
+CHAT_UI_HEADER, CHAT_UI_CLIENT = "X-Haystack-Fusion-Client", "chainlit"
 EVIDENCE_ELEMENT = "FusionEvidence"
-"""The chat UI's custom element (`CHAINLIT_ELEMENTS_DIR/FusionEvidence.jsx`, props: `evidence_element_props`)."""
-
 CHAINLIT_ELEMENTS_DIR = Path(__file__).parent / "chainlit_elements"
-"""The chat UI's custom elements (`.jsx`), for `HAYHOOKS_CHAINLIT_CUSTOM_ELEMENTS_DIR`."""
 
-_SETUP_LOCK = threading.Lock()
-"""Hayhooks sets wrappers up in parallel threads; lazy imports and model loading are not thread-safe."""
+_SETUP_LOCK = threading.Lock()  # Hayhooks sets wrappers up in threads; lazy imports and model loading are not safe
 
 
 @dataclass(frozen=True)
 class StreamItem:
-    """
-    One item of `stream_strategy`: a round's status, a token of the answer, or the finished run.
-
-    :param kind: "status" (`text`, `done`: whether the round ended), "token" (`text`: a piece of the answer's final
-        round, in order) or "result" (`run`, always last).
-    """
+    """One item of `stream_strategy`: "status" (`text`, `done`), "token" (`text`, in order) or "result" (`run`)."""
 
     kind: Literal["status", "token", "result"]
     text: str = ""
@@ -100,33 +78,12 @@ class StreamItem:
     run: StrategyRun | None = None
 
 
-def _needs_sync_callback(instance: Any) -> bool:
-    """Whether the generator calls its callback from a worker thread: the embedded model, or no `run_async`."""
-    generator = unwrap_call_limit(getattr(instance, "_chat_generator", instance))
-    if LocalChatGenerator is not None and isinstance(generator, LocalChatGenerator):
-        return True
-    return not hasattr(generator, "run_async")
-
-
 async def stream_strategy(pipeline: Pipeline, query: str, *, stream_tokens: bool = True) -> AsyncIterator[StreamItem]:
     """
-    Run a strategy pipeline asynchronously and report its rounds as they start and end, then its result.
+    Run a strategy pipeline asynchronously: a status as each round starts and ends (`narrate`, from
+    `Pipeline.run_async_generator`'s outputs), with `stream_tokens` the tokens of the component `streamed_component`
+    names, then the result.
 
-    Status lines are read from `Pipeline.run_async_generator`'s outputs; tokens come through the
-    `streaming_callback` of the component `streamed_component` names.
-
-    ### Usage example
-    ```python
-    async for item in stream_strategy(pipeline, "Who was Rollo?"):
-        if item.kind == "status":
-            print("..." if not item.done else "done:", item.text)
-        elif item.kind == "token":
-            print(item.text, end="")
-        else:
-            print(item.run.answer.data)
-    ```
-
-    :returns: An async iterator of `StreamItem`: "status" and "token" items while it runs, one "result" last.
     :raises ValueError: If the question is empty or only whitespace (before anything runs).
     :raises PipelineRuntimeError: If a component fails.
     """
@@ -139,9 +96,12 @@ async def stream_strategy(pipeline: Pipeline, query: str, *, stream_tokens: bool
     loop = asyncio.get_running_loop()
     target = streamed_component(pipeline) if stream_tokens else None
     if target is not None and "streaming_callback" in pipeline.inputs().get(target, {}):
-        data.setdefault(target, {})["streaming_callback"] = _token_callback(
-            queue, loop, sync=_needs_sync_callback(pipeline.get_component(target))
-        )
+        instance = pipeline.get_component(target)
+        generator = unwrap_call_limit(getattr(instance, "_chat_generator", instance))
+        # the embedded model, or a generator without `run_async`, calls back from a worker thread
+        threaded = isinstance(generator, LocalChatGenerator) if LocalChatGenerator is not None else False
+        callback = _token_callback(queue, loop, sync=threaded or not hasattr(generator, "run_async"))
+        data.setdefault(target, {})["streaming_callback"] = callback
 
     async def drive() -> None:
         outputs: dict[str, dict[str, Any]] = {}
@@ -185,20 +145,17 @@ async def stream_strategy(pipeline: Pipeline, query: str, *, stream_tokens: bool
 def _token_callback(
     queue: asyncio.Queue[tuple[str, Any]], loop: asyncio.AbstractEventLoop, *, sync: bool
 ) -> Callable[[StreamingChunk], Any]:
-    """A streaming callback queueing each chunk's text: thread-safe sync, or async."""
-    if sync:
+    """A streaming callback queueing each chunk's text: called from a worker thread (`sync`) or in the loop."""
 
-        def sync_callback(chunk: StreamingChunk) -> None:
-            if chunk.content:
-                loop.call_soon_threadsafe(queue.put_nowait, ("token", chunk.content))
-
-        return sync_callback
-
-    async def async_callback(chunk: StreamingChunk) -> None:
+    def in_thread(chunk: StreamingChunk) -> None:
         if chunk.content:
-            await queue.put(("token", chunk.content))
+            loop.call_soon_threadsafe(queue.put_nowait, ("token", chunk.content))
 
-    return async_callback
+    async def in_loop(chunk: StreamingChunk) -> None:
+        if chunk.content:
+            queue.put_nowait(("token", chunk.content))
+
+    return in_thread if sync else in_loop
 
 
 async def chat_events(
@@ -209,16 +166,11 @@ async def chat_events(
     finish: Callable[[StrategyRun], StrategyRun] | None = None,
 ) -> AsyncIterator[PipelineEvent | StreamingChunk | str]:
     """
-    A strategy's chat reply in Hayhooks' streaming form: status events, the answer, then its sources and evidence.
+    A strategy's chat reply in Hayhooks' streaming form: status events, the answer (token by token when
+    `streamed_component` names a final call, then "Answer: ..." when the extracted answer differs), then one source
+    event per passage and a `<details>` evidence block (Open WebUI), or one `EVIDENCE_ELEMENT` event (`chat_ui`).
 
-    The answer streams token by token when `streamed_component` names a final call (followed by "Answer: ..." when
-    the extracted answer differs), else whole. Open WebUI then gets one source event per passage and a `<details>`
-    block; the Chainlit chat UI (`chat_ui`), which renders no HTML, gets one `EVIDENCE_ELEMENT` event instead.
-
-    :param chat_ui: End in the chat UI's custom element instead of source events and the details block.
     :param finish: Applied to the finished run before it is shown; may add to it or raise to report a failure.
-    :returns: An async iterator of status events, `StreamingChunk`s and, last, source events and the details chunk
-        (Open WebUI) or the custom element event (`chat_ui`).
     :raises ValueError: If the question is empty or only whitespace.
     """
     streamed: list[str] = []
@@ -251,12 +203,8 @@ async def chat_events(
 
 class StrategyPipelineWrapper(BasePipelineWrapper):
     """
-    Base of the shipped Hayhooks wrappers: set `strategy` to a registered strategy name.
-
-    `setup` raises `BackendSetupError` naming what is missing (`check_backend`) rather than fall back to another
-    backend; a configured server that does not answer yet is logged and its requests get HTTP 503 until it does.
-    Requests get 400 for an empty, too long (`HAYSTACK_FUSION_MAX_QUESTION_CHARS`) or missing question, and 503 with
-    `Retry-After` beyond the admission limit (`serving.limits`) or naming the URL and variable of a failing backend.
+    Base of the shipped Hayhooks wrappers: set `strategy` to a registered strategy name. Its `run_api_async`
+    docstring, the MCP tool's and route's description, starts with the strategy's `Strategy.description`.
 
     ### Usage example
     ```python
@@ -272,12 +220,7 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
     strategy: ClassVar[str]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """
-        Give `run_api_async` the strategy's `Strategy.description` as first line: the MCP tool's and route's
-        description.
-
-        :raises ValueError: If `strategy` names no registered strategy.
-        """
+        """:raises ValueError: If `strategy` names no registered strategy."""
         super().__init_subclass__(**kwargs)
         strategy = cls.__dict__.get("strategy")
         if strategy is None or "run_api_async" in cls.__dict__:
@@ -293,10 +236,11 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
 
     def setup(self) -> None:
         """
-        Check the backend, build the strategy's pipeline on it and warm it up.
+        Check the backend (`check_backend`: never another one; a server that does not answer yet is logged, and its
+        requests get 503 until it does), build the strategy's pipeline on it and warm it up.
 
-        :raises BackendSetupError: If the environment does not configure a backend this wrapper can run on, or sets
-            a serving limit out of range.
+        :raises BackendSetupError: If the environment configures no backend this wrapper can run on, or a serving
+            limit out of range.
         """
         with _SETUP_LOCK:
             config = check_backend(probe=False)
@@ -321,19 +265,12 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
             self.pipeline.warm_up()
 
     def _check(self, question: str) -> str:
-        """The question, checked: `ServingError` 400 when it is empty, too long or not valid Unicode text."""
-        try:
-            self.limits.check_question(question)
-            return validate_query(question)
-        except ValueError as error:
-            raise self._failure(error) from None
+        self.limits.check_question(question)
+        return validate_query(question)
 
     def _failure(self, error: BaseException) -> ServingError:
-        """
-        The `ServingError` a failure answers, streamed or not: 400 `invalid_request` (a `ValueError`), 503
-        `server_busy` (with `Retry-After`), 503 `backend_unavailable`, 502 `llm_error` (a server's HTTP status),
-        else 500 `internal_error` (logged with its traceback).
-        """
+        """The `ServingError` a failure answers: 400, 503 (busy, with `Retry-After`; a backend), 502 (an LLM server's
+        HTTP status) or 500 (logged with its traceback)."""
         if isinstance(error, ServingError):
             return error
         if isinstance(error, HTTPException):
@@ -359,199 +296,122 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
             500, f"internal error ({type(error).__name__}): the server log has the details", code="internal_error"
         )
 
+    @contextlib.contextmanager
+    def _answering(self) -> Iterator[None]:
+        """Raise a failure as its `ServingError`, a 5xx logged as a warning (the admission limit logs its own)."""
+        try:
+            yield
+        except Exception as error:
+            failure = self._failure(error)
+            if failure.status_code >= 500 and failure.code != "server_busy":
+                logger.warning("Answered HTTP {status}: {reason}", status=failure.status_code, reason=failure.detail)
+            raise failure from None
+
     def _finish(
         self, run: StrategyRun, *, asked: str | None = None, rewrite: dict[str, int] | None = None
     ) -> StrategyRun:
         """
-        The run as served, with a follow-up's rewrite; a run whose every LLM call failed is a failure, not "unknown".
+        The run as served; a follow-up's gets `evidence["asked"]`, `evidence["standalone_question"]` and the rewrite's
+        call in `usage`.
 
-        :raises ServingError: 503 when every LLM call failed, naming the backend.
+        :raises ServingError: 503 when every LLM call failed, naming the backend (a failure, not "unknown").
         """
         if asked is not None and rewrite is not None:
-            run = with_standalone_question(run, asked, rewrite)
+            evidence = {**run.evidence, "asked": asked, "standalone_question": run.answer.query or asked}
+            run = dataclasses.replace(run, usage=sum_usage([run.usage, rewrite]), evidence=evidence)
         message = every_call_failed_message(run.usage, run.evidence, self.config)
         if message is not None:
             raise ServingError(503, message, code="backend_unavailable")
         warn_missing_logprobs(self.generator, run.answers)  # logged once per process
         return run
 
-    async def _slot(self) -> Slot:
-        try:
-            return await self.admission.acquire()
-        except ServerBusyError as error:
-            raise self._failure(error) from None
+    async def _standalone(self, chat: Chat | None, question: str) -> tuple[str, str | None, dict[str, int] | None]:
+        """The question to run, the question as asked and the rewrite's usage (both None when it is no follow-up)."""
+        if chat is None or not chat.follow_up:
+            return question, None, None
+        limit = self.limits.max_question_chars
+        standalone, usage = await standalone_question(self.llm, chat.history, question, max_chars=limit)
+        return standalone, question, usage
 
-    async def _standalone(self, chat: Chat, question: str) -> tuple[str, dict[str, int]]:
-        """A follow-up's standalone question and the rewrite's usage (the question as asked for a first turn)."""
-        return await standalone_question(self.llm, chat.history, question, max_chars=self.limits.max_question_chars)
-
-    def _run(self, query: str) -> StrategyRun:
-        query = self._check(query)
-        try:
-            run = run_strategy(self.pipeline, query)
-            return self._finish(run)
-        except Exception as error:
-            raise self._failure(error) from None
-
-    async def _run_async(self, query: str, chat: Chat | None = None) -> StrategyRun:
-        query = self._check(query)
-        slot = await self._slot()
-        try:
-            asked, rewrite = None, None
-            if chat is not None and chat.follow_up:
-                asked = query
-                query, rewrite = await self._standalone(chat, query)
-            async for item in stream_strategy(self.pipeline, query, stream_tokens=False):
-                if item.run is not None:
-                    return self._finish(item.run, asked=asked, rewrite=rewrite)
-        except Exception as error:
-            raise self._failure(error) from None
-        finally:
-            slot.release()
-        raise RuntimeError("the strategy run ended without a result")  # pragma: no cover
-
-    async def _answer_task(self, prompt: str) -> str:
-        """A chat client's background task: one plain LLM call, no retrieval, no strategy, no request slot."""
-        logger.info("Answering a chat client's background task ({size})", size=digest(prompt))
-        try:
-            text, _ = await answer_task(self.llm, prompt)
-        except Exception as error:
-            raise self._failure(error) from None
-        return text
-
-    @contextlib.contextmanager
-    def _answering(self) -> Iterator[None]:
-        """Log a 5xx failure once as a warning (the admission limit logs its own refusals)."""
-        try:
-            yield
-        except ServingError as failure:
-            if failure.status_code >= 500 and failure.code != "server_busy":
-                logger.warning("Answered HTTP {status}: {reason}", status=failure.status_code, reason=failure.detail)
-            raise
-
-    def run_api(self, query: str) -> dict:
+    async def run_api_async(self, query: str) -> dict:
         """
-        Answer a question (not admission-limited: Hayhooks calls `run_api_async`).
+        Answer a question from the retrieved passages, under the process's admission limit.
 
         :param query: The question.
         :returns: `answer` (text), `sources` (id, title, content, score of the answer's passages, else the retrieved
             ones), `evidence` (the strategy's own: votes, candidates, notes, stages, ...) and `usage` (LLM calls,
             tokens).
-        :raises ServingError: 400 for an empty, too long or invalid question; 503 naming the backend when it cannot
-            be reached or refuses, or every LLM call failed; 502 when an LLM server refused a call.
-        """
-        with self._answering():
-            return api_result(self._run(query))
-
-    async def run_api_async(self, query: str) -> dict:
-        """
-        Answer a question from the retrieved passages: the answer, its sources, the strategy's evidence and usage.
-
-        The async form of `run_api` (Hayhooks prefers it; the pipeline runs with `run_async`), under the process's
-        admission limit.
-
-        :param query: The question.
-        :returns: As `run_api`.
         :raises ServingError: 400 for an empty, too long or invalid question; 503 when the server is busy (with
             `Retry-After`), the backend cannot be reached or refuses (naming its URL and variable) or every LLM call
             failed; 502 when an LLM server refused a call.
         """
         with self._answering():
-            return api_result(await self._run_async(query))
+            return api_result(await self._answer(self._check(query)))
 
-    def run_chat_completion(self, model: str, messages: list[dict], body: dict) -> str:
-        """Answer the last user message: the answer, a blank line, "Sources:" and the numbered passages."""
-        with self._answering():
-            return chat_text(self._run(self._chat(messages).question))
-
-    def _chat(self, messages: list[dict]) -> Chat:
-        try:
-            return read_chat(messages)
-        except ChatRequestError as error:
-            raise self._failure(error) from None
+    async def _answer(self, query: str, chat: Chat | None = None) -> StrategyRun:
+        async with self.admission.slot():
+            query, asked, rewrite = await self._standalone(chat, query)
+            async for item in stream_strategy(self.pipeline, query, stream_tokens=False):
+                if item.run is not None:
+                    return self._finish(item.run, asked=asked, rewrite=rewrite)
+        raise RuntimeError("the strategy run ended without a result")  # pragma: no cover
 
     async def run_chat_completion_async(
         self, model: str, messages: list[dict], body: dict, headers: Headers | None = None
-    ) -> str | AsyncIterator[PipelineEvent | StreamingChunk | str]:
+    ) -> str | AsyncIterator[PipelineEvent | StreamingChunk | str | ChatCompletion]:
         """
-        Answer a chat for `/v1/chat/completions`: its last user message, read in the chat's context.
+        Answer a chat's last user message for `/v1/chat/completions`. A client's background task (`chat.TASK_PREFIX`)
+        gets one plain LLM call outside the admission limit; a follow-up is first rewritten into a standalone question
+        (`chat.standalone_question`, one call, in the usage).
 
-        A client's background task (`chat.TASK_PREFIX`) gets one plain LLM call outside the admission limit; a
-        follow-up is first rewritten into a standalone question (`chat.standalone_question`, one call, in the usage).
-
-        :param messages: The chat's messages; the last one, a user message, is the question (text, or text parts).
         :param body: The request's JSON body; `"stream": true` asks for a streamed reply.
         :param headers: `CHAT_UI_HEADER` set to `CHAT_UI_CLIENT` marks the embedded Chainlit chat UI.
-        :returns: For a task, the model's reply. For a question with `"stream": true`, an async generator: a
-            "waiting" status while the request waits for a slot, the standalone question of a follow-up, then
-            `chat_events` (status events, the answer, its sources and evidence); a failure after the stream started
-            ends it with a status saying what failed and an error chunk (`error_chunk`), never with an answer.
-            Otherwise the text of `run_chat_completion`.
+        :returns: For a task, the model's reply. Streamed: a "waiting" status while the request waits for a slot, the
+            standalone question of a follow-up, then `chat_events`; a failure after the stream started ends it with a
+            status and an error chunk (OpenAI's shape), never with an answer. Else the answer, "Sources:" and passages.
         :raises ServingError: Before anything streams: 400 for no user message, content parts that are not text, or
             an empty, too long or invalid question; 503 when the server is busy (with `Retry-After`); without
             streaming, as `run_api_async`.
         """
         with self._answering():
-            chat = self._chat(messages)
+            chat = read_chat(messages)
             if chat.task:
-                return await self._answer_task(chat.question)
+                logger.info("Answering a chat client's background task ({size})", size=digest(chat.question))
+                return (await answer_task(self.llm, chat.question))[0]
             question = self._check(chat.question)
             if not body.get("stream"):
-                return chat_text(await self._run_async(question, chat))
-            try:
-                self.admission.check_room()  # refused at once, before anything streams: 503 with Retry-After
-            except ServerBusyError as error:
-                raise self._failure(error) from None
+                return chat_text(await self._answer(question, chat))
+            self.admission.check_room()  # refused at once, before anything streams: 503 with Retry-After
         chat_ui = headers is not None and headers.get(CHAT_UI_HEADER) == CHAT_UI_CLIENT
-        return self._guarded_events(question, chat, model=model, chat_ui=chat_ui)
+        return self._events(question, chat, model=model, chat_ui=chat_ui)
 
-    async def _guarded_events(
-        self, question: str, chat: Chat, *, model: str, chat_ui: bool = False
+    async def _events(
+        self, question: str, chat: Chat, *, model: str, chat_ui: bool
     ) -> AsyncIterator[PipelineEvent | StreamingChunk | str | ChatCompletion]:
-        slot: Slot | None = None
         try:
             if self.admission.busy:
                 ahead = self.admission.in_flight + self.admission.waiting
                 yield create_status_event(f"Waiting for the server: {plural(ahead, 'question')} ahead", done=False)
-            slot = await self._slot()
-            asked, rewrite = None, None
-            if chat.follow_up:
-                yield create_status_event("Reading the chat: rewriting the follow-up as a standalone question")
-                asked = question
-                question, rewrite = await self._standalone(chat, question)
-                yield create_status_event(f"Standalone question: {question}", done=True)
-            finish = functools.partial(self._finish, asked=asked, rewrite=rewrite)
-            async for event in chat_events(self.pipeline, question, chat_ui=chat_ui, finish=finish):
-                yield event
+            async with self.admission.slot():
+                if chat.follow_up:
+                    yield create_status_event("Reading the chat: rewriting the follow-up as a standalone question")
+                question, asked, rewrite = await self._standalone(chat, question)
+                if chat.follow_up:
+                    yield create_status_event(f"Standalone question: {question}", done=True)
+                finish = functools.partial(self._finish, asked=asked, rewrite=rewrite)
+                async for event in chat_events(self.pipeline, question, chat_ui=chat_ui, finish=finish):
+                    yield event
         except Exception as error:
             failure = self._failure(error)
             logger.warning(
                 "Ended a streamed reply with HTTP {status}: {reason}", status=failure.status_code, reason=failure.detail
             )
             yield create_status_event(f"Failed: {failure.detail}", done=True)
-            yield error_chunk(failure, model=model)
-        finally:
-            if slot is not None:
-                slot.release()
-
-
-def error_chunk(error: ServingError, *, model: str) -> ChatCompletion:
-    """A failure in a stream as OpenAI-compatible servers send one: a chunk with no choices and an `error` object."""
-    return ChatCompletion(
-        id=f"{model}-error",
-        object="chat.completion.chunk",
-        created=int(time.time()),
-        model=model,
-        choices=[],
-        **openai_error(str(error.detail), status=error.status_code, code=error.code),
-    )
-
-
-def with_standalone_question(run: StrategyRun, asked: str, rewrite: dict[str, int]) -> StrategyRun:
-    """
-    A follow-up's run with `evidence["asked"]` (as sent), `evidence["standalone_question"]` (as run) and the
-    rewrite's call added to `usage`.
-    """
-    usage = sum_usage([run.usage, rewrite])
-    evidence = {**run.evidence, "asked": asked, "standalone_question": run.answer.query or asked}
-    return dataclasses.replace(run, usage=usage, evidence=evidence)
+            yield ChatCompletion(
+                id=f"{model}-error",
+                object="chat.completion.chunk",
+                created=int(time.time()),
+                model=model,
+                choices=[],
+                **openai_error(str(failure.detail), status=failure.status_code, code=failure.code),
+            )

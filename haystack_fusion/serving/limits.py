@@ -6,9 +6,9 @@ queue, so overload is refused at once (`ServerBusyError`, HTTP 503 with `Retry-A
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
-import threading
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
 from haystack import logging
@@ -17,26 +17,14 @@ from haystack_fusion.settings import SERVING_LIMIT_VARIABLES, serving_limit_valu
 
 logger = logging.getLogger(__name__)
 
+# Per LLM kind: requests run at once (the embedded model answers one call at a time) and seconds a request waits for
+# a slot (an embedded-model question takes 30-140 s), by default
 DEFAULT_MAX_IN_FLIGHT = {"local": 1, "openai": 32, "ollama": 4}
-"""Requests run at once by default, per LLM kind (the embedded model answers one call at a time)."""
-
-DEFAULT_MAX_WAITING = 64
-"""Requests that may wait for a slot by default; the next ones are refused at once."""
-
 DEFAULT_QUEUE_TIMEOUT = {"local": 300.0, "openai": 30.0, "ollama": 120.0}
-"""Seconds a request waits for a slot by default, per LLM kind (an embedded-model question takes 30-140 s)."""
-
-DEFAULT_MAX_QUESTION_CHARS = 2000
-"""The longest question served by default, in characters (SQuAD 2.0 dev questions have at most a few hundred)."""
 
 
 class ServerBusyError(RuntimeError):
-    """
-    A request the admission limit refused: too many waiting, or no slot within the queue timeout.
-
-    :param message: One line saying why, with the limit's figures.
-    :param retry_after: Seconds after which a retry may find a slot (for the `Retry-After` header), at least 1.
-    """
+    """A request the admission limit refused; `retry_after`: seconds (>= 1) for the `Retry-After` header."""
 
     def __init__(self, message: str, *, retry_after: int) -> None:
         super().__init__(message)
@@ -51,33 +39,29 @@ class ServingLimits:
     :param max_in_flight: Requests that run at once, process-wide (>= 1).
     :param max_waiting: Requests that may wait for a slot (>= 0); the next ones are refused at once.
     :param queue_timeout: Seconds a request waits for a slot before it is refused (> 0).
-    :param max_question_chars: The longest question served, in characters after stripping (>= 1).
+    :param max_question_chars: The longest question served, in characters after stripping (>= 1; SQuAD 2.0 dev
+        questions have at most a few hundred).
     :raises ValueError: If a value is out of its range, naming the parameter.
     """
 
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT["openai"]
-    max_waiting: int = DEFAULT_MAX_WAITING
+    max_waiting: int = 64
     queue_timeout: float = DEFAULT_QUEUE_TIMEOUT["openai"]
-    max_question_chars: int = DEFAULT_MAX_QUESTION_CHARS
+    max_question_chars: int = 2000
 
     def __post_init__(self) -> None:
-        if self.max_in_flight < 1:
-            raise ValueError(f"`max_in_flight` must be at least 1, got {self.max_in_flight}")
-        if self.max_waiting < 0:
-            raise ValueError(f"`max_waiting` must be at least 0, got {self.max_waiting}")
+        for name, low in (("max_in_flight", 1), ("max_waiting", 0), ("max_question_chars", 1)):
+            if getattr(self, name) < low:
+                raise ValueError(f"`{name}` must be at least {low}, got {getattr(self, name)}")
         if not self.queue_timeout > 0:
             raise ValueError(f"`queue_timeout` must be a positive number of seconds, got {self.queue_timeout}")
-        if self.max_question_chars < 1:
-            raise ValueError(f"`max_question_chars` must be at least 1, got {self.max_question_chars}")
 
     @classmethod
     def from_env(cls, llm: str, env: Mapping[str, str] | None = None) -> ServingLimits:
         """
-        The limits `HAYSTACK_FUSION_MAX_IN_FLIGHT`, `_MAX_WAITING`, `_QUEUE_TIMEOUT` (seconds) and
-        `_MAX_QUESTION_CHARS` set, else the defaults above for the LLM kind.
+        The limits `SERVING_LIMIT_VARIABLES` set in `env` (default `os.environ`), else the defaults for the LLM kind
+        (`BackendConfig.llm`).
 
-        :param llm: "local", "openai" or "ollama" (`BackendConfig.llm`).
-        :param env: The environment (default `os.environ`).
         :raises ValueError: If a variable is not a number or is out of range, naming the variable.
         """
         values = serving_limit_values(env)
@@ -91,30 +75,12 @@ class ServingLimits:
         return cls(**values)  # type: ignore[arg-type]
 
     def check_question(self, question: str) -> None:
-        """
-        :raises ValueError: If the stripped question is longer than `max_question_chars`, giving both lengths (and
-            not the question).
-        """
-        length = len(question.strip())
-        if length > self.max_question_chars:
+        """:raises ValueError: If the stripped question is too long, giving both lengths (not the question)."""
+        if (length := len(question.strip())) > self.max_question_chars:
             raise ValueError(
                 f"The question has {length} characters; this server answers questions of at most "
                 f"{self.max_question_chars} characters"
             )
-
-
-class Slot:
-    """A place taken in an `AdmissionLimit`; `release` gives it back (idempotent)."""
-
-    def __init__(self, limit: AdmissionLimit) -> None:
-        self._limit: AdmissionLimit | None = limit
-
-    def release(self) -> None:
-        """Give the place back, to the longest-waiting request if any."""
-        limit, self._limit = self._limit, None
-        if limit is not None:
-            limit.in_flight -= 1
-            limit._semaphore.release()
 
 
 class AdmissionLimit:
@@ -122,39 +88,13 @@ class AdmissionLimit:
     At most `max_in_flight` requests at once; up to `max_waiting` more wait in arrival order, each at most
     `queue_timeout` seconds; the others are refused with `ServerBusyError`. Used from the server's one event loop.
 
-    ### Usage example
-    ```python
-    import asyncio
-
-    from haystack_fusion.serving.limits import AdmissionLimit, ServerBusyError
-
-    limit = AdmissionLimit(max_in_flight=1, max_waiting=0, queue_timeout=1.0)
-
-
-    async def main() -> None:
-        slot = await limit.acquire()
-        try:
-            await limit.acquire()  # nothing may wait: refused at once
-        except ServerBusyError as error:
-            print(error, error.retry_after)
-        slot.release()
-
-
-    asyncio.run(main())
-    ```
-
     :raises ValueError: If a value is out of its range (as `ServingLimits`).
     """
 
     def __init__(self, *, max_in_flight: int, max_waiting: int, queue_timeout: float) -> None:
         ServingLimits(max_in_flight=max_in_flight, max_waiting=max_waiting, queue_timeout=queue_timeout)
-        self.max_in_flight = max_in_flight
-        self.max_waiting = max_waiting
-        self.queue_timeout = queue_timeout
-        self.in_flight = 0
-        """Requests holding a slot now."""
-        self.waiting = 0
-        """Requests waiting for a slot now."""
+        self.max_in_flight, self.max_waiting, self.queue_timeout = max_in_flight, max_waiting, queue_timeout
+        self.in_flight = self.waiting = 0  # requests holding a slot, waiting for one
         self._semaphore = asyncio.Semaphore(max_in_flight)
 
     @property
@@ -163,11 +103,7 @@ class AdmissionLimit:
         return self.in_flight >= self.max_in_flight or self.waiting > 0
 
     def check_room(self) -> None:
-        """
-        Refuse at once what `acquire` would refuse at once, without taking a slot.
-
-        :raises ServerBusyError: If a request that arrives now would have to wait and `max_waiting` already do.
-        """
+        """:raises ServerBusyError: If a request arriving now would be refused at once (`max_waiting` wait)."""
         if self.busy and self.waiting >= self.max_waiting:
             raise self._busy(
                 f"The server is busy: {self.in_flight} requests are running and {self.waiting} waiting (the limits: "
@@ -178,13 +114,12 @@ class AdmissionLimit:
         logger.warning("Refused a request (503): {reason}", reason=message)
         return ServerBusyError(message, retry_after=max(1, math.ceil(self.queue_timeout)))
 
-    async def acquire(self) -> Slot:
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
         """
-        Take a slot, waiting for one at most `queue_timeout` seconds.
+        Hold a slot for the block, waiting for one at most `queue_timeout` seconds.
 
-        :returns: The `Slot`; release it when the request is done.
-        :raises ServerBusyError: If `max_waiting` requests are already waiting, or no slot came within
-            `queue_timeout` seconds.
+        :raises ServerBusyError: If `max_waiting` requests already wait, or no slot came within `queue_timeout`.
         """
         self.check_room()
         if not self.busy:
@@ -201,21 +136,22 @@ class AdmissionLimit:
             finally:
                 self.waiting -= 1
         self.in_flight += 1
-        return Slot(self)
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+            self._semaphore.release()
 
 
-_LIMIT: AdmissionLimit | None = None
-_LIMIT_LOCK = threading.Lock()
+_LIMITS: list[AdmissionLimit] = []
 
 
 def admission_limit(limits: ServingLimits) -> AdmissionLimit:
     """The process's one `AdmissionLimit`, made from the first `limits` given (every wrapper shares the backend)."""
-    global _LIMIT
-    with _LIMIT_LOCK:
-        if _LIMIT is None:
-            _LIMIT = AdmissionLimit(
-                max_in_flight=limits.max_in_flight,
-                max_waiting=limits.max_waiting,
-                queue_timeout=limits.queue_timeout,
+    if not _LIMITS:  # wrappers are set up one at a time (`hayhooks._SETUP_LOCK`)
+        _LIMITS.append(
+            AdmissionLimit(
+                max_in_flight=limits.max_in_flight, max_waiting=limits.max_waiting, queue_timeout=limits.queue_timeout
             )
-        return _LIMIT
+        )
+    return _LIMITS[0]

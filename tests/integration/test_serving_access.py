@@ -227,7 +227,7 @@ class TestKey:
         openai_routes = [response for response in refused if response.url.path.startswith("/v1/")]
         assert len(openai_routes) == 3
         assert all(response.json()["error"]["code"] == "invalid_api_key" for response in openai_routes)
-        assert all(response.content == UNAUTHORIZED for response in refused if response not in openai_routes)
+        assert all(response.json() == {"detail": UNAUTHORIZED} for response in refused if response not in openai_routes)
         assert all(response.headers["www-authenticate"] == "Bearer" for response in refused)
         assert not (tmp_path / "deployed.txt").exists()
 
@@ -256,7 +256,7 @@ class TestKey:
         headers = {"Accept": "application/json, text/event-stream"}
         response = httpx.post(f"{keyed_mcp_server.url}/mcp/", json=initialize, headers=headers)
         assert response.status_code == 401
-        assert response.content == UNAUTHORIZED
+        assert response.json() == {"detail": UNAUTHORIZED}
         assert httpx.get(f"{keyed_mcp_server.url}/status").json() == {"status": "ok"}
 
         async def work(session):

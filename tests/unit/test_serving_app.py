@@ -68,7 +68,7 @@ class TestApiKeyMiddleware:
     def test_without_the_key_401_one_line(self, client, headers):
         response = client.get("/chat/page", headers=headers)
         assert response.status_code == 401
-        assert response.content == UNAUTHORIZED
+        assert response.json() == {"detail": UNAUTHORIZED}
         response = client.get("/v1/models", headers=headers)
         assert response.status_code == 401
         assert response.json() == {  # OpenAI's shape on the OpenAI-compatible routes
@@ -188,7 +188,7 @@ def test_the_chat_ui_gets_the_elements(monkeypatch, tmp_path):
     for name in ("cors_allow_methods", "cors_allow_headers", "cors_allow_credentials", "chainlit_enabled"):
         monkeypatch.setattr(settings, name, getattr(settings, name))
     monkeypatch.setattr(settings, "chainlit_custom_elements_dir", "")
-    app._pin_hayhooks_settings(str(tmp_path), AccessSettings(), with_chainlit=True)
+    assert app._pin_hayhooks_settings(str(tmp_path), AccessSettings(), with_chainlit=True) is settings
     assert settings.chainlit_custom_elements_dir == str(CHAINLIT_ELEMENTS_DIR)
 
 
@@ -208,3 +208,20 @@ def test_the_chat_uis_calls_say_whose_they_are_and_carry_the_key(api_key):
     wrong = basic(CHAT_UI_CLIENT, "guess")
     assert client.get("/v1/models", headers=wrong).text == f"None {wrong['Authorization']}"
     assert client.get("/v1/models").text == "None None"
+
+
+def test_pinned_hayhooks_version():
+    """`backends.pinned` sets Hayhooks' settings and builds its MCP app from internals tested on one version."""
+    from importlib.metadata import version
+
+    from haystack_fusion.backends import pinned
+
+    assert version("hayhooks") == pinned.HAYHOOKS_VERSION
+
+
+def test_the_pinned_hayhooks_uses_refuse_another_version(monkeypatch):
+    from haystack_fusion.backends import pinned
+
+    monkeypatch.setattr(pinned, "version", lambda name: "0.0.1")
+    with pytest.raises(pinned.PinnedVersionError, match=r"hayhooks 2\.1\.0, and 0\.0\.1 is installed"):
+        pinned.set_hayhooks_settings(durable_mode=True)

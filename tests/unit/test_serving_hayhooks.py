@@ -306,11 +306,8 @@ class TestChatCompletions:
         task = "### Task:\nGenerate a concise title.\n<chat_history>\nUSER: What is the capital of France?"
 
         async def ask() -> str:
-            slot = await wrapper.admission.acquire()  # another question holds the one slot
-            try:
+            async with wrapper.admission.slot():  # another question holds the one slot
                 return await wrapper.run_chat_completion_async("cascade", [{"role": "user", "content": task}], {})
-            finally:
-                slot.release()
 
         assert asyncio.run(ask()) == '{"title": "Capitals"}'
         assert prompts == [task]  # no retrieval, no strategy prompt
@@ -404,12 +401,11 @@ class TestChatCompletions:
         wrapper = wrapper_for("concatenation", fake_llm("Paris"), limits=ServingLimits(max_in_flight=1))
 
         async def ask() -> list:
-            slot = await wrapper.admission.acquire()
-            events = await wrapper.run_chat_completion_async(
-                "concatenation", [{"role": "user", "content": QUERY}], {"stream": True}
-            )
-            first = await anext(events)
-            slot.release()
+            async with wrapper.admission.slot():
+                events = await wrapper.run_chat_completion_async(
+                    "concatenation", [{"role": "user", "content": QUERY}], {"stream": True}
+                )
+                first = await anext(events)
             return [first, *(await collect(events))]
 
         events = asyncio.run(ask())
@@ -420,13 +416,10 @@ class TestChatCompletions:
         wrapper = wrapper_for("concatenation", fake_llm("Paris"), limits=ServingLimits(max_in_flight=1, max_waiting=0))
 
         async def ask() -> None:
-            slot = await wrapper.admission.acquire()
-            try:
+            async with wrapper.admission.slot():
                 await wrapper.run_chat_completion_async(
                     "concatenation", [{"role": "user", "content": QUERY}], {"stream": True}
                 )
-            finally:
-                slot.release()
 
         with pytest.raises(HTTPException) as refused:
             asyncio.run(ask())

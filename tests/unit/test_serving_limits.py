@@ -54,13 +54,12 @@ class TestServingLimits:
 
 async def _hold(limit: AdmissionLimit, seconds: float, log: list[str], name: str) -> None:
     try:
-        slot = await limit.acquire()
+        async with limit.slot():
+            log.append(f"{name} in")
+            await asyncio.sleep(seconds)
     except ServerBusyError as error:
         log.append(f"{name} refused: {error}")
         return
-    log.append(f"{name} in")
-    await asyncio.sleep(seconds)
-    slot.release()
     log.append(f"{name} out")
 
 
@@ -93,7 +92,7 @@ class TestAdmissionLimit:
             await asyncio.sleep(0.01)
             start = loop.time()
             with pytest.raises(ServerBusyError, match="1 requests are running and 1 waiting") as error:
-                await limit.acquire()
+                await limit.slot().__aenter__()
             assert error.value.retry_after == 5
             refused_after = loop.time() - start
             await asyncio.gather(first, second)
@@ -118,15 +117,13 @@ class TestAdmissionLimit:
         limit = AdmissionLimit(max_in_flight=1, max_waiting=5, queue_timeout=5)
 
         async def main() -> None:
-            slot = await limit.acquire()
-            waiter = asyncio.create_task(limit.acquire())
-            await asyncio.sleep(0.01)
-            waiter.cancel()
-            await asyncio.gather(waiter, return_exceptions=True)
-            slot.release()
-            slot.release()  # idempotent
-            again = await asyncio.wait_for(limit.acquire(), 1)
-            again.release()
+            async with limit.slot():
+                waiter = asyncio.create_task(limit.slot().__aenter__())
+                await asyncio.sleep(0.01)
+                waiter.cancel()
+                await asyncio.gather(waiter, return_exceptions=True)
+            async with asyncio.timeout(1), limit.slot():
+                pass
 
         asyncio.run(main())
         assert (limit.in_flight, limit.waiting) == (0, 0)
