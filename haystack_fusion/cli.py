@@ -122,17 +122,6 @@ def _pipeline(
     )
 
 
-def _run_json(question: str, run: StrategyRun) -> dict[str, Any]:
-    return {
-        "question": question,
-        "answer": run.answer.data,
-        "evidence": run.evidence,
-        "sources": [{"id": d.id, "score": d.score, "meta": d.meta, "content": d.content} for d in run.documents],
-        "usage": run.usage,
-        "seconds": run.seconds,
-    }
-
-
 def cmd_index(args: argparse.Namespace) -> int:
     """`haystack-fusion index SOURCE`: passages from SQuAD JSON, JSONL, a text folder or a URL, to a saved store."""
     skipped: list[SkippedFile] = []
@@ -170,7 +159,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     _require_a_call_answered(run, config)
     warn_missing_logprobs(generator, run.answers)  # a warning on stderr, once
     if args.json:
-        print(json.dumps(_run_json(args.question, run), indent=2, default=str))
+        print(json.dumps(run.to_dict(), indent=2, default=str))
     else:
         print(format_run(args.question, run))
     return 0

@@ -6,7 +6,7 @@ The strategies: each one's settings, pipeline, stages and sources, and how its r
 - `builders`: one pipeline builder per strategy;
 - `registry`: `STRATEGIES` (name -> `Strategy`, the single source of truth), `get_strategy`, `build_pipeline`,
   `strategy_of` (the strategy a pipeline's metadata names);
-- `run`: `run_strategy` and `StrategyRun` (answer, evidence, usage, failures, stage trace);
+- `run`: `run_strategy`, `strategy_run` and `StrategyRun` (answer, evidence, usage, failures, stages);
 - `answerer`: `FusionAnswerer`, any strategy as one SuperComponent.
 """
 
@@ -24,14 +24,7 @@ from haystack_fusion.strategies.config import (
     cite,
 )
 from haystack_fusion.strategies.registry import STRATEGIES, build_pipeline, get_strategy, strategy_of
-from haystack_fusion.strategies.run import (
-    StrategyRun,
-    pipeline_failures,
-    pipeline_usage,
-    run_strategy,
-    stage_trace,
-    strategy_run,
-)
+from haystack_fusion.strategies.run import StrategyRun, run_strategy, strategy_run
 
 __all__ = [
     "CASCADE_MIN_CONFIDENCE",
@@ -51,10 +44,7 @@ __all__ = [
     "chain_generator",
     "cite",
     "get_strategy",
-    "pipeline_failures",
-    "pipeline_usage",
     "run_strategy",
-    "stage_trace",
     "strategy_of",
     "strategy_run",
 ]
