@@ -128,8 +128,7 @@ class CandidateSummarizer(ChatGeneratorWrapper):
     # Each step below is shared by `run` and `run_async`; only the fan-out call differs.
 
     def _first_round(self, query: str, documents: list[Document] | None) -> tuple[str, str, list[list[ChatMessage]]]:
-        """Validate the inputs; the round-1 prompt (Listing 6, or Listing 11 in generic mode), none without passages."""
-        query = validate_query(query)
+        """The round-1 prompt (Listing 6, or Listing 11 in generic mode), none without passages."""
         documents = list(documents or [])
         passages = format_passages(documents, self.max_passage_chars, layout="titled")
         if not documents:
@@ -176,12 +175,12 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         Validate; the query, the passages shown, the given candidates (None: round 1 proposes them) and the round-1
         prompts (none when candidates are given).
         """
+        query = validate_query(query)
         if candidates is None:
             query, passages, prompts = self._first_round(query, documents)
             return query, passages, None, prompts
         if self.mode != "conditional":
             raise ValueError(f"Given `candidates` need the conditional mode, not {self.mode!r}")
-        query = validate_query(query)
         passages = format_passages(list(documents or []), self.max_passage_chars, layout="titled")
         return query, passages, [candidate.strip() for candidate in candidates], []
 

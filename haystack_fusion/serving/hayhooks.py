@@ -126,11 +126,10 @@ async def stream_strategy(pipeline: Pipeline, query: str, *, stream_tokens: bool
             print(item.run.answer.data)
     ```
 
+    :param query: The question, as the request's parsing checked it (`StrategyPipelineWrapper._check`).
     :returns: An async iterator of `StreamItem`: "status" and "token" items while it runs, one "result" last.
-    :raises ValueError: If the question is empty or only whitespace (before anything runs).
     :raises PipelineRuntimeError: If a component fails.
     """
-    query = validate_query(query)
     data: dict[str, dict[str, Any]] = {
         name: {"query": query} for name, sockets in pipeline.inputs().items() if "query" in sockets
     }
@@ -219,7 +218,6 @@ async def chat_events(
     :param finish: Applied to the finished run before it is shown; may add to it or raise to report a failure.
     :returns: An async iterator of status events, `StreamingChunk`s and, last, source events and the details chunk
         (Open WebUI) or the custom element event (`chat_ui`).
-    :raises ValueError: If the question is empty or only whitespace.
     """
     streamed: list[str] = []
     async for item in stream_strategy(pipeline, query):
