@@ -33,9 +33,9 @@ class StrategyRun:
         (SuRe, per answer: `candidate_index`, `validity`, `ranking`, `score`), `notes` and `answer_source`
         (Chain-of-Note), `fallback` and `stages` (concat_pf, cascade: each stage that ran, `stage`, `answered`, and
         for one that passed the question on its router's `reason`, e.g. "unknown answer", "tie at the top"),
-        `confidence` (in [0, 1], None when unavailable), `finish_reason` (a one-reply answer's), `invalid_reason` and
-        `rejected_answer` (answer checks), and `failures` (only when an LLM call failed: `component`, the component's
-        own keys such as `rank` or `sample`, and `error` "ExceptionType: message").
+        `confidence` (in [0, 1], None when unavailable), `finish_reason` (a one-reply answer's), `invalid_reason`,
+        `rejected_answer`, `invalid_answers`, `invalid_candidates` (answer checks), and `failures` (only when an LLM
+        call failed: `component`, the component's own keys such as `rank` or `sample`, `error` "ExceptionType: ...").
     :param usage: Summed usage of every LLM call: `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`,
         `rounds`, and `cached_tokens` when a provider reported them.
     :param seconds: Wall-clock time of the run, in seconds.
@@ -114,7 +114,7 @@ def strategy_run(
     :raises ValueError: If the pipeline names no registered strategy.
     """
     strategy = strategy_of(pipeline)
-    ran = {stage.kind: outputs[stage.component] for stage in strategy.stages if stage.component in outputs}
+    ran: dict[str, dict[str, Any]] = {s.kind: outputs[s.component] for s in strategy.stages if s.component in outputs}
     answers = outputs.get(strategy.answer_component, {}).get("answers") or []
     answer = answers[0] if answers else GeneratedAnswer(data=UNKNOWN, query=query, documents=[], meta={})
     voted = (ran.get("post_fusion", {}).get("answers") or [None])[0]
