@@ -126,7 +126,7 @@ async def stream_strategy(pipeline: Pipeline, query: str, *, stream_tokens: bool
             print(item.run.answer.data)
     ```
 
-    :param query: The question, as the request's parsing checked it (`StrategyPipelineWrapper._check`).
+    :param query: The question, already checked (the wrappers check it when they parse the request).
     :returns: An async iterator of `StreamItem`: "status" and "token" items while it runs, one "result" last.
     :raises PipelineRuntimeError: If a component fails.
     """
