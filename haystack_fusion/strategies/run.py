@@ -101,14 +101,12 @@ def strategy_run(
     pipeline: Pipeline, query: str, outputs: dict[str, dict[str, Any]], *, seconds: float = 0.0
 ) -> StrategyRun:
     """
-    Read a `StrategyRun` from a strategy pipeline's outputs (every component's, as `run_strategy` or
-    `Pipeline.run_async_generator` give them).
+    Read a `StrategyRun` from every component's outputs (`Pipeline.run`, or `run_async_generator`'s merged).
 
-    The evidence is what the components wrote into their answers' `meta` and outputs. Usage and failures are what
-    this package's LLM components (`ChatGeneratorWrapper`) report in their `meta`, plus one round per other
-    generator's replies. Every answer whose reply carried token log-probabilities gets `meta["confidence"]`
-    (`answers.answer_confidence`); the answer of a fallback strategy gets `meta["stage"]`, `meta["stages"]` and,
-    when any call failed, `meta["failures"]` (an earlier stage's included).
+    The evidence is what the components wrote into their outputs and answers' `meta`; usage and failures are what
+    our LLM components (`ChatGeneratorWrapper`) report in `meta`, plus one round per other generator's replies. An
+    answer with token log-probabilities gets `meta["confidence"]`; a fallback strategy's answer gets `meta["stage"]`,
+    `meta["stages"]` and, when any call failed, `meta["failures"]` (an earlier stage's included).
 
     :param seconds: Wall-clock time of the run, in seconds.
     :raises ValueError: If the pipeline names no registered strategy.
