@@ -158,9 +158,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     _require_a_call_answered(run, config)
     warn_missing_logprobs(generator, run.answers)  # a warning on stderr, once
     if args.json:
-        sources = [{"id": d.id, "score": d.score, "meta": d.meta, "content": d.content} for d in run.documents]
-        output = {"question": args.question, "answer": run.answer.data, "evidence": run.evidence, "sources": sources}
-        print(json.dumps({**output, "usage": run.usage, "seconds": run.seconds}, indent=2, default=str))
+        print(json.dumps(run.to_dict(), indent=2, default=str))
     else:
         print(format_run(args.question, run))
     return 0

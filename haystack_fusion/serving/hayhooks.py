@@ -84,10 +84,9 @@ async def stream_strategy(pipeline: Pipeline, query: str, *, stream_tokens: bool
     `Pipeline.run_async_generator`'s outputs), with `stream_tokens` the tokens of the component `streamed_component`
     names, then the result.
 
-    :raises ValueError: If the question is empty or only whitespace (before anything runs).
+    :param query: The question, already checked (the wrappers check it when they parse the request).
     :raises PipelineRuntimeError: If a component fails.
     """
-    query = validate_query(query)
     data: dict[str, dict[str, Any]] = {
         name: {"query": query} for name, sockets in pipeline.inputs().items() if "query" in sockets
     }
@@ -171,7 +170,6 @@ async def chat_events(
     event per passage and a `<details>` evidence block (Open WebUI), or one `EVIDENCE_ELEMENT` event (`chat_ui`).
 
     :param finish: Applied to the finished run before it is shown; may add to it or raise to report a failure.
-    :raises ValueError: If the question is empty or only whitespace.
     """
     streamed: list[str] = []
     async for item in stream_strategy(pipeline, query):

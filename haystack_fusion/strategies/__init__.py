@@ -5,7 +5,7 @@ The strategies: each one's settings, pipeline, stages and sources, and how its r
   the papers it cites;
 - `registry`: one pipeline builder per strategy, `STRATEGIES` (name -> `Strategy`, the single source of truth),
   `get_strategy`, `build_pipeline`, `strategy_of` (the strategy a pipeline's metadata names);
-- `run`: `run_strategy` and `StrategyRun` (answer, evidence, usage, failures, stage trace);
+- `run`: `run_strategy`, `strategy_run` and `StrategyRun` (answer, evidence, usage, failures, stages);
 - `answerer`: `FusionAnswerer`, any strategy as one SuperComponent.
 """
 
@@ -28,14 +28,7 @@ from haystack_fusion.strategies.registry import (
     get_strategy,
     strategy_of,
 )
-from haystack_fusion.strategies.run import (
-    StrategyRun,
-    pipeline_failures,
-    pipeline_usage,
-    run_strategy,
-    stage_trace,
-    strategy_run,
-)
+from haystack_fusion.strategies.run import StrategyRun, run_strategy, strategy_run
 
 __all__ = [
     "CASCADE_MIN_CONFIDENCE",
@@ -53,10 +46,7 @@ __all__ = [
     "build_pipeline",
     "cite",
     "get_strategy",
-    "pipeline_failures",
-    "pipeline_usage",
     "run_strategy",
-    "stage_trace",
     "strategy_of",
     "strategy_run",
 ]

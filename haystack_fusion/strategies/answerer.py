@@ -22,11 +22,9 @@ class FusionAnswerer:
     """
     Any registered strategy (`haystack-fusion strategies`) after your own retriever, as one component.
 
-    It wraps the strategy's pipeline from the registry (`strategies.build_pipeline` without a retriever, the same
-    builders as the shipped YAML and `haystack-fusion ask`): the given passages reach the sockets a retriever's
-    would, in the order given (best-ranked first, as the papers assume). The answer list is the strategy's
-    (`Strategy.answer_component`), each `GeneratedAnswer.meta` carrying the strategy's evidence (votes, candidates,
-    notes, stages, confidence, usage).
+    It wraps the strategy's pipeline (`build_pipeline` without a retriever): the passages are read in the order
+    given (best-ranked first, as the papers assume); the answers are the strategy's, each `meta` carrying its
+    evidence (votes, candidates, notes, stages, confidence, usage).
 
     ### Usage example
     ```python
@@ -58,8 +56,6 @@ class FusionAnswerer:
         document_ranker: Any | None = None,
     ) -> None:
         """
-        Build the strategy's pipeline.
-
         :param strategy: A registered strategy name, e.g. "concat_pf", "sure", "chain_of_note", "cascade".
         :param chat_generator: The LLM every component of the strategy calls.
         :param settings: Further `StrategyConfig` fields (JSON values), e.g. `{"num_candidates": 3,
@@ -95,31 +91,26 @@ class FusionAnswerer:
 
     def run(self, **kwargs: Any) -> dict[str, Any]:
         """
-        Answer a question from the given passages.
+        Answer `query` from `documents` (your retriever's, best-ranked first; none: "unknown" for most strategies).
 
-        :param kwargs: The inputs, by keyword: `query`, the question (non-blank), and `documents`, the passages,
-            best-ranked first (your retriever's `documents`); no passages give the strategy's answer without passages
-            ("unknown" for most).
+        The question is checked here, before any LLM call: not every strategy's first call is one of ours.
+
         :returns: `answers`: the strategy's `GeneratedAnswer` list, best first.
-        :raises ValueError: If the question is empty or only whitespace.
+        :raises ValueError: If the question is empty, only whitespace or not valid Unicode text.
         """
         validate_query(kwargs.get("query", ""))
         return SuperComponent.run(self, **kwargs)  # type: ignore[arg-type]
 
     async def run_async(self, **kwargs: Any) -> dict[str, Any]:
-        """Async form of `run`: the strategy's pipeline runs with `run_async`; same inputs, outputs and errors."""
+        """`run` with the strategy's pipeline run by `run_async`: same inputs, outputs and errors."""
         validate_query(kwargs.get("query", ""))
         return await SuperComponent.run_async(self, **kwargs)  # type: ignore[arg-type]
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize the strategy name, settings and generators (the inner pipeline is rebuilt on load)."""
         components = {
-            name: component_to_dict(obj=value, name=name) if value is not None else None
-            for name, value in (
-                ("chat_generator", self.chat_generator),
-                ("verifier_chat_generator", self.verifier_chat_generator),
-                ("document_ranker", self.document_ranker),
-            )
+            name: component_to_dict(obj=value, name=name) if (value := getattr(self, name)) is not None else None
+            for name in ("chat_generator", *_COMPONENT_SETTINGS)
         }
         return default_to_dict(self, strategy=self.strategy, settings=self.settings, **components)
 

@@ -1,10 +1,9 @@
-"""Running a strategy pipeline on one question and gathering its answer, evidence, usage and failures."""
+"""Running a strategy pipeline on one question; reading its answer, evidence, usage and failures from the outputs."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +12,7 @@ from haystack.dataclasses import GeneratedAnswer
 
 from haystack_fusion.answers import UNKNOWN, answer_confidence
 from haystack_fusion.llm import ChatGeneratorWrapper, reply_usage, sum_usage
-from haystack_fusion.strategies.config import RETRIEVER, SPLIT_ROUTER, Stage, StageKind, Strategy
+from haystack_fusion.strategies.config import RETRIEVER, SPLIT_ROUTER
 from haystack_fusion.strategies.registry import strategy_of
 from haystack_fusion.sure import summary_is_label
 from haystack_fusion.validation import is_invalid, validate_query
@@ -22,23 +21,24 @@ from haystack_fusion.validation import is_invalid, validate_query
 @dataclass
 class StrategyRun:
     """
-    The outcome of one question through one strategy pipeline.
+    The outcome of one question through one strategy pipeline (`run_strategy`, `strategy_run`).
 
     :param answer: The strategy's answer (the first of `answers`; "unknown" when there is none).
-    :param answers: The full answer list of the strategy's answer component.
-    :param documents: The retrieved passages (top-k, in rank order).
-    :param evidence: What the strategy saw: `fallback` (concat_pf: did post-fusion run), `votes` (normalized answer
-        -> count), `candidates` (the post-fusion pool, or SuRe's answer candidates), `summaries` (SuRe's summaries),
-        `scores` (SuRe: per answer, best first, `candidate_index`, `validity`, `ranking`, `score`), `notes` and
-        `answer_source` (Chain-of-Note), `label_summaries` (SuRe: how many summaries are only a candidate's label,
-        `sure.summary_is_label`), `vote_share` (post-fusion's winner), `components_run` (names of the components that
-        ran, sorted), `stages`
-        (concat_pf, cascade: `stage_trace`), `confidence` (the answer's, in [0, 1], None when unavailable) and, only
-        when an LLM call failed, `failures` (`pipeline_failures`: which component's call, and the error).
+    :param answers: The answer list of the strategy's answer component.
+    :param documents: The retrieved passages, in rank order.
+    :param evidence: What the strategy saw: `components_run` (sorted names), `votes` (normalized answer -> count),
+        `vote_share` (post-fusion's winner), `candidates` (the post-fusion pool, or SuRe's candidates), `summaries` and
+        `label_summaries` (SuRe: how many summaries are only a candidate's label, `sure.summary_is_label`), `scores`
+        (SuRe, per answer: `candidate_index`, `validity`, `ranking`, `score`), `notes` and `answer_source`
+        (Chain-of-Note), `fallback` and `stages` (concat_pf, cascade: each stage that ran, `stage`, `answered`, and
+        for one that passed the question on its router's `reason`, e.g. "unknown answer", "tie at the top"),
+        `confidence` (in [0, 1], None when unavailable), `finish_reason` (a one-reply answer's), `invalid_reason`,
+        `rejected_answer`, `invalid_answers`, `invalid_candidates` (answer checks), and `failures` (only when an LLM
+        call failed: `component`, the component's own keys such as `rank` or `sample`, `error` "ExceptionType: ...").
     :param usage: Summed usage of every LLM call: `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`,
-        and `cached_tokens` when any call's provider reported them (`pipeline_usage`).
-    :param seconds: Wall-clock time of the pipeline run, in seconds.
-    :param strategy: The registered strategy that ran (the pipeline's `metadata["strategy"]`).
+        `rounds`, and `cached_tokens` when a provider reported them.
+    :param seconds: Wall-clock time of the run, in seconds.
+    :param strategy: The registered strategy that ran.
     """
 
     answer: GeneratedAnswer
@@ -50,128 +50,49 @@ class StrategyRun:
     strategy: str
 
     def answer_text(self) -> str:
-        """
-        The answer as a person should read it: the answer, or, when the answer checks rejected it
-        (`evidence["answer_source"] == "invalid"`), what was rejected and why, e.g.
-        `(no valid answer: passage markup: '<passage key="1c6071d9">')`.
-        """
+        """The answer, or what the answer checks rejected and why: `(no valid answer: passage markup: '<p...')`."""
         if self.evidence.get("answer_source") == "invalid":
             reason, rejected = self.evidence.get("invalid_reason"), self.evidence.get("rejected_answer")
             return f"(no valid answer: {reason}: {rejected!r})"
         return self.answer.data or ""
 
+    def to_dict(self) -> dict[str, Any]:
+        """
+        The run as JSON values (`haystack-fusion ask --json`).
 
-def pipeline_usage(pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) -> dict[str, int]:
-    """
-    Sum the usage of every LLM call in a pipeline run's outputs (run with every component in include_outputs_from).
-
-    Counts each ChatGenerator reply once (each generator run as one round), and for this package's LLM components
-    (`ChatGeneratorWrapper`s) the usage they report in their `meta` (`_own_meta`) instead of their replies.
-
-    :returns: Summed `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls` and `rounds`; `cached_tokens` only
-        when some provider reported it (`llm.reply_usage`).
-    """
-    usages: list[dict[str, Any] | None] = []
-    for name, output in outputs.items():
-        reported = (_own_meta(pipeline, name, output) or {}).get("usage")
-        if reported is not None:
-            usages.append(reported)
-            continue
-        replies = output.get("replies") or []
-        usages.extend(reply_usage(reply) for reply in replies)
-        if replies:
-            usages.append({"rounds": 1})
-    return sum_usage(usages)
-
-
-def _own_meta(pipeline: Pipeline, name: str, output: dict[str, Any]) -> dict[str, Any] | None:
-    """A `ChatGeneratorWrapper`'s `meta` output or first answer's `meta` ({} without either); None for others."""
-    if not isinstance(pipeline.get_component(name), ChatGeneratorWrapper):
-        return None
-    if isinstance(output.get("meta"), dict):
-        return output["meta"]
-    answers = output.get("answers") or []
-    return answers[0].meta if answers else {}
-
-
-def pipeline_failures(pipeline: Pipeline, outputs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """
-    The failed LLM calls of a pipeline run, as this package's LLM components report them in `meta["failures"]`.
-
-    :returns: One dict per failed call: `component` (its name in the pipeline), the component's own keys (`index`,
-        `round`, `rank`, `sample`, `call`) and `error` ("ExceptionType: message"); empty when none failed.
-    """
-    failures: list[dict[str, Any]] = []
-    for name, output in outputs.items():
-        meta = _own_meta(pipeline, name, output) or {}
-        failures.extend({"component": name, **failure} for failure in meta.get("failures") or [])
-    return failures
-
-
-TRACE_NAMES = {"concatenation": "concatenation", "post_fusion": "post_fusion", "verification": "sure"}
-"""The name a stage trace gives each stage kind of a fallback strategy (`concat_pf`, `cascade`)."""
-
-
-def stage_trace(stages: Sequence[Stage], outputs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """
-    Which stage of a fallback strategy (`concat_pf`, `cascade`) answered, and why the earlier ones did not.
-
-    :returns: One entry per stage that ran, in order: `stage` ("concatenation", "post_fusion", "sure"), `answered`
-        (bool) and, for a stage that passed the question on, `reason` (the router's: "unknown answer", "confidence
-        0.31 < 0.5"; the voter's: "tie at the top", "vote share 0.40 < 0.5"). The last entry answered.
-    """
-    trace: list[dict[str, Any]] = []
-    for stage in stages:
-        if stage.kind not in TRACE_NAMES:
-            continue
-        name, output = TRACE_NAMES[stage.kind], outputs.get(stage.component, {})
-        if stage.kind == "concatenation" and "unknown" in output:
-            trace.append({"stage": name, "answered": False, "reason": output.get("reason")})
-        elif stage.kind == "post_fusion" and (reason := outputs.get(SPLIT_ROUTER, {}).get("split_reason")):
-            trace.append({"stage": name, "answered": False, "reason": reason})
-        else:
-            answered = stage.component in outputs if stage.kind == "verification" else True
-            return [*trace, {"stage": name, "answered": answered}]
-    return trace
-
-
-def _outputs_of(strategy: Strategy, kind: StageKind, outputs: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
-    """The outputs of the strategy's first stage of `kind`, when it has one and it ran."""
-    return next((outputs[s.component] for s in strategy.stages if s.kind == kind and s.component in outputs), None)
+        :returns: `question`, `answer` (text), `strategy`, `evidence`, `sources` (the retrieved passages: `id`,
+            `score`, `meta`, `content`), `usage` and `seconds`.
+        """
+        return {
+            "question": self.answer.query,
+            "answer": self.answer.data,
+            "strategy": self.strategy,
+            "evidence": self.evidence,
+            "sources": [{"id": d.id, "score": d.score, "meta": d.meta, "content": d.content} for d in self.documents],
+            "usage": self.usage,
+            "seconds": self.seconds,
+        }
 
 
 def run_strategy(
-    pipeline: Pipeline,
-    query: str,
-    *,
-    top_k: int | None = None,
-    retriever_inputs: dict[str, Any] | None = None,
+    pipeline: Pipeline, query: str, *, top_k: int | None = None, retriever_inputs: dict[str, Any] | None = None
 ) -> StrategyRun:
     """
-    Ask one question through a strategy pipeline and gather its answer, evidence and usage.
+    Ask one question through a strategy pipeline (`build_pipeline` or its YAML) and gather the `StrategyRun`.
 
-    :param pipeline: A pipeline from `build_pipeline` or its YAML (`metadata["strategy"]` names the strategy).
     :param top_k: Passages to retrieve; None keeps the retriever's own `top_k`.
-    :param retriever_inputs: Further run inputs of the `retriever` component (the evaluation's per-question gold
-        data for `EvalRetriever`).
-    :returns: A `StrategyRun`. Every answer whose reply carried token log-probabilities gets `meta["confidence"]`
-        (`answers.answer_confidence`); the answer of a fallback strategy gets `meta["stage"]` and `meta["stages"]`
-        (`stage_trace`) and, when an LLM call of any stage failed, `meta["failures"]` (`pipeline_failures`: a failed
-        concatenation call, which sent the question on to post-fusion, included).
-    :raises ValueError: If the question is empty or only whitespace, or the pipeline names no registered strategy.
+    :param retriever_inputs: Further run inputs of the `retriever` component (e.g. the evaluation's gold data).
+    :raises ValueError: If the question is empty, only whitespace or not valid Unicode text, or the pipeline names no
+        registered strategy.
     """
     strategy_of(pipeline)  # ValueError for an unregistered strategy, before anything runs
     query = validate_query(query)
-    data: dict[str, dict[str, Any]] = {
-        component: {"query": query} for component, sockets in pipeline.inputs().items() if "query" in sockets
-    }
-    if top_k is not None:
-        data.setdefault(RETRIEVER, {})["top_k"] = top_k
-    if retriever_inputs:
-        data.setdefault(RETRIEVER, {}).update(retriever_inputs)
-    components = [component for component, _ in pipeline.walk()]
+    data: dict[str, dict[str, Any]] = {name: {"query": query} for name, s in pipeline.inputs().items() if "query" in s}
+    retriever = {**({"top_k": top_k} if top_k is not None else {}), **(retriever_inputs or {})}
+    if retriever:
+        data.setdefault(RETRIEVER, {}).update(retriever)
     start = time.perf_counter()
-    outputs = pipeline.run(data=data, include_outputs_from=set(components))
+    outputs = pipeline.run(data=data, include_outputs_from={name for name, _ in pipeline.walk()})
     return strategy_run(pipeline, query, outputs, seconds=time.perf_counter() - start)
 
 
@@ -179,67 +100,88 @@ def strategy_run(
     pipeline: Pipeline, query: str, outputs: dict[str, dict[str, Any]], *, seconds: float = 0.0
 ) -> StrategyRun:
     """
-    Gather a `StrategyRun` from a strategy pipeline's outputs: what `run_strategy` returns, for a run made another way
-    (e.g. `Pipeline.run_async_generator` while streaming, as the Hayhooks wrappers do).
+    Read a `StrategyRun` from every component's outputs (`Pipeline.run`, or `run_async_generator`'s merged).
 
-    :param outputs: Component name -> its outputs, for every component that ran.
+    The evidence is what the components wrote into their outputs and answers' `meta`; usage and failures are what
+    our LLM components (`ChatGeneratorWrapper`) report in `meta`, plus one round per other generator's replies. An
+    answer with token log-probabilities gets `meta["confidence"]`; a fallback strategy's answer gets `meta["stage"]`,
+    `meta["stages"]` and, when any call failed, `meta["failures"]` (an earlier stage's included).
+
     :param seconds: Wall-clock time of the run, in seconds.
     :raises ValueError: If the pipeline names no registered strategy.
     """
     strategy = strategy_of(pipeline)
-    components = [component for component, _ in pipeline.walk()]
+    ran: dict[str, dict[str, Any]] = {s.kind: outputs[s.component] for s in strategy.stages if s.component in outputs}
     answers = outputs.get(strategy.answer_component, {}).get("answers") or []
     answer = answers[0] if answers else GeneratedAnswer(data=UNKNOWN, query=query, documents=[], meta={})
-    voter = _outputs_of(strategy, "post_fusion", outputs) or {}
-    voter_answers = voter.get("answers") or []
-    summarizer = _outputs_of(strategy, "summaries", outputs) or {}
+    voted = (ran.get("post_fusion", {}).get("answers") or [None])[0]
+    summarizer = ran.get("summaries")
     evidence: dict[str, Any] = {
-        "components_run": [component for component in components if component in outputs],
-        "votes": voter_answers[0].meta.get("votes") if voter_answers else None,
-        "candidates": summarizer.get("candidates") if summarizer else voter.get("candidates"),
+        "components_run": sorted(outputs),
+        "votes": voted.meta.get("votes") if voted else None,
+        "candidates": (summarizer or ran.get("post_fusion") or {}).get("candidates"),
     }
     if summarizer:
-        evidence["summaries"] = summarizer.get("summaries")
-        evidence["label_summaries"] = sum(
-            summary_is_label(summary, summarizer.get("candidates") or []) for summary in evidence["summaries"] or []
-        )
+        evidence["summaries"] = summaries = summarizer.get("summaries")
+        labels = [summary_is_label(summary, summarizer.get("candidates") or []) for summary in summaries or []]
+        evidence["label_summaries"] = sum(labels)
         if rejected := (summarizer.get("meta") or {}).get("invalid_candidates"):
             evidence["invalid_candidates"] = len(rejected)
-    if voter_answers:
-        evidence["vote_share"] = voter_answers[0].meta.get("vote_share")
-    if (notes := _outputs_of(strategy, "notes", outputs)) is not None:
-        evidence["notes"] = notes.get("notes")
-        evidence["answer_source"] = answer.meta.get("answer_source")
-    if _outputs_of(strategy, "verification", outputs) is not None:
-        evidence["scores"] = [
-            {key: a.meta.get(key) for key in ("candidate_index", "validity", "ranking", "score")} for a in answers
-        ]
-    fallback = _outputs_of(strategy, "concatenation", outputs)
-    if fallback is not None:
-        evidence["fallback"] = "unknown" in fallback
-        evidence["stages"] = stage_trace(strategy.stages, outputs)
-        answer.meta.update(stage=evidence["stages"][-1]["stage"], stages=evidence["stages"])
+    if voted:
+        evidence["vote_share"] = voted.meta.get("vote_share")
+    if "notes" in ran:
+        evidence.update(notes=ran["notes"].get("notes"), answer_source=answer.meta.get("answer_source"))
+    if "verification" in ran:
+        keys = ("candidate_index", "validity", "ranking", "score")
+        evidence["scores"] = [{key: a.meta.get(key) for key in keys} for a in answers]
+    if "concatenation" in ran:
+        evidence["fallback"] = "unknown" in ran["concatenation"]
+        evidence["stages"] = stages = _stages(ran, outputs.get(SPLIT_ROUTER, {}).get("split_reason"))
+        answer.meta.update(stage=stages[-1]["stage"], stages=stages)
     for item in answers:
         if "confidence" not in item.meta and (confidence := answer_confidence(item.meta, item.data)) is not None:
             item.meta["confidence"] = confidence
     evidence["confidence"] = answer.meta.get("confidence")
-    if answer.meta.get("finish_reason") is not None:  # the answer is one reply's: did the token cap cut it?
+    if answer.meta.get("finish_reason") is not None:  # a one-reply answer: did the token cap cut it?
         evidence["finish_reason"] = answer.meta["finish_reason"]
     if is_invalid(answer.meta):
         evidence.update({key: answer.meta.get(key) for key in ("answer_source", "invalid_reason", "rejected_answer")})
-    if voter_answers and voter_answers[0].meta.get("invalid_answers"):
-        evidence["invalid_answers"] = voter_answers[0].meta["invalid_answers"]
-    if failures := pipeline_failures(pipeline, outputs):
+    if voted and voted.meta.get("invalid_answers"):
+        evidence["invalid_answers"] = voted.meta["invalid_answers"]
+    usages: list[dict[str, Any] | None] = []
+    failures: list[dict[str, Any]] = []
+    for name, output in outputs.items():
+        meta = _own_meta(pipeline, name, output)
+        failures += [{"component": name, **failure} for failure in meta.get("failures") or []]
+        if meta.get("usage") is not None:
+            usages.append(meta["usage"])
+        elif replies := output.get("replies"):
+            usages += [*(reply_usage(reply) for reply in replies), {"rounds": 1}]
+    if failures:
         evidence["failures"] = failures
-        if fallback is not None:  # the answer of a later stage says which calls failed, the earlier stages' included
+        if "concatenation" in ran:  # the later stage's answer lists the earlier stages' failed calls too
             answer = dataclasses.replace(answer, meta={**answer.meta, "failures": failures})
             answers = [answer, *answers[1:]] if answers else answers
-    return StrategyRun(
-        answer=answer,
-        answers=answers,
-        documents=outputs.get(RETRIEVER, {}).get("documents") or [],
-        evidence=evidence,
-        usage=pipeline_usage(pipeline, outputs),
-        seconds=seconds,
-        strategy=strategy.name,
-    )
+    documents = outputs.get(RETRIEVER, {}).get("documents") or []
+    return StrategyRun(answer, answers, documents, evidence, sum_usage(usages), seconds, strategy.name)
+
+
+def _own_meta(pipeline: Pipeline, name: str, output: dict[str, Any]) -> dict[str, Any]:
+    """A `ChatGeneratorWrapper`'s `meta` output, else its first answer's `meta`; {} for any other component."""
+    if not isinstance(pipeline.get_component(name), ChatGeneratorWrapper):
+        return {}
+    if isinstance(output.get("meta"), dict):
+        return output["meta"]
+    return next((answer.meta for answer in output.get("answers") or []), {})
+
+
+def _stages(ran: dict[str, dict[str, Any]], split_reason: str | None) -> list[dict[str, Any]]:
+    """A fallback strategy's stages that ran, in order; each but the last passed the question on, with a reason."""
+    trace: list[dict[str, Any]] = []
+    if "unknown" in ran["concatenation"]:
+        trace.append({"stage": "concatenation", "answered": False, "reason": ran["concatenation"].get("reason")})
+        if split_reason and "post_fusion" in ran:
+            trace.append({"stage": "post_fusion", "answered": False, "reason": split_reason})
+            return [*trace, {"stage": "sure", "answered": "verification" in ran}]
+        return [*trace, {"stage": "post_fusion", "answered": True}]
+    return [{"stage": "concatenation", "answered": True}]

@@ -122,10 +122,11 @@ class TestStreamStrategy:
         assert streamed_component(pipeline_for("cascade", fake_llm())) is None
         assert streamed_component(pipeline_for("pf_concat", fake_llm())) == "llm"
 
-    def test_empty_question_is_refused_before_anything_runs(self):
-        pipeline = pipeline_for("concat_pf", fake_llm())
-        with pytest.raises(ValueError, match="non-empty question"):
-            asyncio.run(collect(stream_strategy(pipeline, "  ")))
+    def test_empty_question_is_a_400_before_anything_runs(self):
+        wrapper = wrapper_for("concat_pf", FailingGenerator(AssertionError("no call expected")))
+        with pytest.raises(HTTPException, match="non-empty question") as refused:
+            asyncio.run(wrapper.run_api_async("  "))
+        assert refused.value.status_code == 400
 
 
 class TestChatEvents:

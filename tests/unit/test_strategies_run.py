@@ -1,3 +1,4 @@
+import json
 from typing import Any
 
 import pytest
@@ -11,8 +12,8 @@ from haystack_fusion.strategies import (
     STRATEGIES,
     StrategyRun,
     get_strategy,
-    pipeline_usage,
     run_strategy,
+    strategy_run,
 )
 from tests.unit.scripted_pipelines import (
     DISTILLER_START,
@@ -65,6 +66,14 @@ class TestRunStrategy:
         assert run.seconds >= 0
         assert "retriever" in run.evidence["components_run"]
         assert get_strategy(name).answer_component in run.evidence["components_run"]
+
+    def test_to_dict_is_the_json_of_ask(self):
+        run = run_strategy(make_pipeline("post_fusion", MockChatGenerator(response_fn=answer_from_context)), QUERY)
+        result = json.loads(json.dumps(run.to_dict(), default=str))
+        assert (result["question"], result["answer"], result["strategy"]) == (QUERY, "Paris", "post_fusion")
+        assert result["evidence"]["votes"] == run.evidence["votes"]
+        assert [source["id"] for source in result["sources"]] == [d.id for d in run.documents]
+        assert (result["usage"]["calls"], result["seconds"]) == (3, run.seconds)
 
     @pytest.mark.parametrize("name", list(STRATEGIES))
     def test_top_k_override(self, name):
@@ -311,7 +320,7 @@ class TestRunStrategy:
         assert [prompt for prompt in generator.prompts if prompt.startswith(DISTILLER_START)] == []
         assert run.usage["calls"] == 1
 
-    def test_pipeline_usage(self):
+    def test_usage_counts_each_call_once(self):
         reply = ChatMessage.from_assistant("x", meta={"usage": {"prompt_tokens": 5, "completion_tokens": 1}})
         voter_answer = GeneratedAnswer(
             data="Paris",
@@ -322,8 +331,9 @@ class TestRunStrategy:
         builder_answer = GeneratedAnswer(
             data="x", query=QUERY, documents=[], meta={"usage": {"prompt_tokens": 5}, "all_messages": [reply]}
         )
-        usage = pipeline_usage(
+        usage = strategy_run(
             make_pipeline("concat_pf", MockChatGenerator(responses="x")),
+            QUERY,
             {
                 "llm": {"replies": [reply]},
                 "voter": {"answers": [voter_answer]},
@@ -331,7 +341,7 @@ class TestRunStrategy:
                 "joiner": {"answers": [voter_answer]},  # passed on, not counted again
                 "retriever": {"documents": []},
             },
-        )
+        ).usage
         assert usage == {"prompt_tokens": 25, "completion_tokens": 3, "calls": 3, "failed_calls": 1, "rounds": 2}
 
     @pytest.mark.parametrize(("name", "calls"), [("concatenation", 1), ("sure", 7), ("cascade", 1)])
