@@ -10,6 +10,7 @@ from haystack.components.generators.chat.types import ChatGenerator
 from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage
 
+from haystack_fusion.answers import check_answer, validate_query
 from haystack_fusion.llm import (
     ChatGeneratorWrapper,
     FanOutResult,
@@ -21,7 +22,6 @@ from haystack_fusion.llm import (
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render, strip_delimiters
 from haystack_fusion.prompts.sure import DONE_MARKER, candidate_prompt_variables, few_shot_examples
 from haystack_fusion.sure import parse_candidates
-from haystack_fusion.validation import check_answer, validate_query
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class CandidateSummarizer(ChatGeneratorWrapper):
     `max_concurrency` at once; the summary is the reply up to "[DONE]". `generic` writes one summary without
     candidates (Listing 11, section 4.3); `candidates` stops after round 1 (MCQ baseline, Appendix A.7).
 
-    Candidates that `validation.check_answer` rejects are dropped and listed in `meta["invalid_candidates"]`, so fewer
+    Candidates that `answers.check_answer` rejects are dropped and listed in `meta["invalid_candidates"]`, so fewer
     than K may remain. Given `candidates` (e.g. the `cascade` strategy's split vote) skip round 1, and each summary
     then reads `candidate_documents[k]` when given (else all `documents`).
 

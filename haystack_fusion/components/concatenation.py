@@ -12,6 +12,7 @@ from haystack.components.builders import AnswerBuilder
 from haystack.components.generators.chat.types import ChatGenerator
 from haystack.dataclasses import ChatMessage, GeneratedAnswer
 
+from haystack_fusion.answers import check_answer, invalid_answer
 from haystack_fusion.llm import (
     ChatGeneratorWrapper,
     FanOutResult,
@@ -21,7 +22,6 @@ from haystack_fusion.llm import (
     run_chat_calls_async,
 )
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PASSAGE_LAYOUTS, PassageLayout, format_passages
-from haystack_fusion.validation import check_answer, invalid_answer
 
 
 @component
@@ -160,9 +160,9 @@ class CheckedAnswerBuilder(AnswerBuilder):
     """
     Reads answers from replies as Haystack's `AnswerBuilder` does, then rejects what is not an answer.
 
-    Each answer goes through `haystack_fusion.validation.check_answer`: passage markup (`<passage key="...">`, a bare
+    Each answer goes through `haystack_fusion.answers.check_answer`: passage markup (`<passage key="...">`, a bare
     key, `[2]`), a copy of one of the prompt's demonstration answers that the passages do not contain, an
-    enumeration with no content (`(i) (ii) (iii)`) or a repeat of the question (`validation.repeats_question`)
+    enumeration with no content (`(i) (ii) (iii)`) or a repeat of the question (`answers.repeats_question`)
     becomes an empty answer whose `meta` says `answer_source="invalid"`, with `invalid_reason` and `rejected_answer`
     (the evaluation counts it apart from "unknown"). Valid answers pass through unchanged, so its output is
     AnswerBuilder's whenever nothing is rejected. The passages an answer is checked against are the `documents` given

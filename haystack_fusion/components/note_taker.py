@@ -11,7 +11,7 @@ from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage, GeneratedAnswer, StreamingCallbackT
 from haystack.utils import deserialize_callable, serialize_callable
 
-from haystack_fusion.answers import UNKNOWN, UnknownDetector
+from haystack_fusion.answers import UNKNOWN, UnknownDetector, check_answer, invalid_meta, validate_query
 from haystack_fusion.llm import (
     ChatGeneratorWrapper,
     FanOutResult,
@@ -24,7 +24,6 @@ from haystack_fusion.llm import (
 from haystack_fusion.notes import CONTEXT, DIRECT, classify_note, parse_document_note, parse_single_call
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render, strip_delimiters
 from haystack_fusion.prompts.chain_of_note import RELEVANCE_WORDS, STEP_5_PARAMETRIC, STEP_5_UNKNOWN, single_call_prompt
-from haystack_fusion.validation import check_answer, invalid_meta, validate_query
 
 logger = logging.getLogger(__name__)
 

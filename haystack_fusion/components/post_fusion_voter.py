@@ -9,7 +9,14 @@ from haystack.components.generators.chat.types import ChatGenerator
 from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import GeneratedAnswer
 
-from haystack_fusion.answers import UnknownDetector, answer_confidence, majority_vote, normalize_answer
+from haystack_fusion.answers import (
+    UnknownDetector,
+    answer_confidence,
+    check_answer,
+    majority_vote,
+    normalize_answer,
+    validate_query,
+)
 from haystack_fusion.llm import (
     ChatGeneratorWrapper,
     FanOutResult,
@@ -20,7 +27,6 @@ from haystack_fusion.llm import (
     stop_kwargs,
 )
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render
-from haystack_fusion.validation import check_answer, validate_query
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +51,7 @@ class PostFusionVoter(ChatGeneratorWrapper):
     Each of the k passages is sent to the LLM on its own with the Figure 7 prompt (Liu et al., Eq. 2), all calls
     concurrently up to `max_concurrency`. With `samples_per_passage` p > 1, each passage is sampled p times at a
     sampling temperature and all p x k answers vote (self-consistency, section 4.4). Answers are normalized before
-    voting; "unknown" answers, failed calls and answers the validator rejects (`validation.check_answer`, with that
+    voting; "unknown" answers, failed calls and answers the validator rejects (`answers.check_answer`, with that
     passage's text) do not vote; ties go to the better-ranked passage; when nothing votes the answer is "unknown".
     Besides the answer it outputs the candidate pool and the passages that voted, which PF+Concat's distiller round
     reads (section 3.3, Figure 2 bottom); when no passage answered it emits `unknown` instead, so that round is

@@ -12,7 +12,7 @@ from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage, GeneratedAnswer
 from haystack.utils import deserialize_chatgenerator_inplace, deserialize_component_inplace
 
-from haystack_fusion.answers import UNKNOWN
+from haystack_fusion.answers import UNKNOWN, validate_query
 from haystack_fusion.llm import (
     ChatGeneratorWrapper,
     FanOutResult,
@@ -35,7 +35,6 @@ from haystack_fusion.sure import (
     ranking_pairs,
     select,
 )
-from haystack_fusion.validation import validate_query
 
 logger = logging.getLogger(__name__)
 

@@ -7,9 +7,8 @@ from typing import Any
 from haystack import Document, component, default_from_dict, default_to_dict, logging
 from haystack.dataclasses import ChatMessage
 
-from haystack_fusion.answers import UnknownDetector, answer_confidence
+from haystack_fusion.answers import UnknownDetector, answer_confidence, check_answer
 from haystack_fusion.prompts import PROMPTS, extract_answer
-from haystack_fusion.validation import check_answer
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +29,7 @@ class UnknownRouter:
     Liu et al. (section 3.1) has the model say "unknown" when the passages do not answer the question; Post-Fusion
     as the Fallback (section 3.3) then answers again with per-passage post-fusion. The router reads the answer out of
     the first reply with the prompt's answer pattern and asks the shared `UnknownDetector`. An answer the validator
-    rejects (`validation.check_answer`) goes to the fallback too, and so, with `min_confidence` and a reply that
+    rejects (`answers.check_answer`) goes to the fallback too, and so, with `min_confidence` and a reply that
     carries token log-probabilities, does an answer whose confidence is below it ("modeling uncertainty"). Only the
     chosen branch is emitted; the `unknown` branch passes `query` and `documents` on as `fallback_query` and
     `fallback_documents`, what the fallback component needs.

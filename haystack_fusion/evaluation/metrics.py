@@ -26,9 +26,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from haystack_fusion.answers import UnknownDetector, normalize_answer, token_f1
+from haystack_fusion.answers import UnknownDetector, is_invalid, normalize_answer, token_f1
 from haystack_fusion.llm import TRUNCATED_FINISH_REASON
-from haystack_fusion.validation import is_invalid
 
 BOOTSTRAP_RESAMPLES = 1000
 CONFIDENCE = 0.95
@@ -155,7 +154,7 @@ def with_answer_outcome(
     A question's score with the flags of answers that are not answers set from its record.
 
     - `empty`: the prediction is blank.
-    - `invalid`: the validator rejected the answer (`validation.is_invalid`); it is then not unknown (neither %Unk nor
+    - `invalid`: the validator rejected the answer (`answers.is_invalid`); it is then not unknown (neither %Unk nor
       a correct rejection) and EM, F1 and accuracy are 0.0.
     - `truncated_calls`: the calls the token cap cut, the larger of `usage["truncated"]` and
       `evidence["usage"]["truncated"]`.

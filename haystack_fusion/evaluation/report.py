@@ -16,6 +16,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+from haystack_fusion.answers import DEMONSTRATION, copies_demonstration
 from haystack_fusion.evaluation.calibration import calibration_report, markdown
 from haystack_fusion.evaluation.metrics import (
     BOOTSTRAP_RESAMPLES,
@@ -31,7 +32,6 @@ from haystack_fusion.evaluation.metrics import (
 from haystack_fusion.evaluation.records import QuestionRecord, group_runs
 from haystack_fusion.prompts import PROMPTS
 from haystack_fusion.strategies import STRATEGIES
-from haystack_fusion.validation import DEMONSTRATION, copies_demonstration
 
 SUMMARY_FILE = "summary.json"
 TABLE_FILE = "results.md"

@@ -193,7 +193,7 @@ class PromptTemplate:
     :param answer_pattern: A regular expression whose first group is the answer (as Haystack's AnswerBuilder reads
         it); no match gives an empty answer, which counts as unknown.
     :param demonstrations: The answers of the template's own few-shot demonstrations, which the answer validator
-        rejects when the passages do not contain them (`validation.check_answer`).
+        rejects when the passages do not contain them (`answers.check_answer`).
     :param stop: Stop sequences that end the reply once the answer is written (`ANSWER_LINE_STOP` for a prompt
         whose answer is the reply's first line), added to the generator's own.
     """

@@ -27,6 +27,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 from haystack import Pipeline, logging
 from haystack.dataclasses import StreamingChunk
 
+from haystack_fusion.answers import validate_query
 from haystack_fusion.backends import (
     LocalChatGenerator,
     backend_error_message,
@@ -55,7 +56,6 @@ from haystack_fusion.serving.presentation import (
 )
 from haystack_fusion.settings import strategy_defaults
 from haystack_fusion.strategies import StrategyRun, build_pipeline, get_strategy, strategy_run
-from haystack_fusion.validation import validate_query
 
 logger = logging.getLogger(__name__)
 

@@ -14,9 +14,8 @@ from typing import Any
 
 from haystack import Document, Pipeline
 
-from haystack_fusion.answers import UnknownDetector, normalize_answer
+from haystack_fusion.answers import UnknownDetector, is_invalid, normalize_answer
 from haystack_fusion.strategies import RETRIEVER, SPLIT_ROUTER, StrategyRun, get_strategy, strategy_of
-from haystack_fusion.validation import is_invalid
 
 _DETECTOR = UnknownDetector()
 

@@ -9,9 +9,9 @@ from haystack.components.generators.chat.types import ChatGenerator
 from haystack.core.serialization import component_to_dict
 from haystack.utils.deserialization import deserialize_component_inplace
 
+from haystack_fusion.answers import validate_query
 from haystack_fusion.strategies.config import StrategyConfig
 from haystack_fusion.strategies.registry import build_pipeline, get_strategy
-from haystack_fusion.validation import validate_query
 
 _COMPONENT_SETTINGS = ("verifier_chat_generator", "document_ranker")
 """`StrategyConfig` fields that hold components; they are passed and serialized as components, not as settings."""

@@ -10,12 +10,11 @@ from typing import Any
 from haystack import Document, Pipeline
 from haystack.dataclasses import GeneratedAnswer
 
-from haystack_fusion.answers import UNKNOWN, answer_confidence
+from haystack_fusion.answers import UNKNOWN, answer_confidence, is_invalid, validate_query
 from haystack_fusion.llm import ChatGeneratorWrapper, reply_usage, sum_usage
 from haystack_fusion.strategies.config import RETRIEVER, SPLIT_ROUTER
 from haystack_fusion.strategies.registry import strategy_of
 from haystack_fusion.sure import summary_is_label
-from haystack_fusion.validation import is_invalid, validate_query
 
 
 @dataclass

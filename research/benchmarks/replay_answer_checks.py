@@ -1,7 +1,7 @@
 """
 How many final answers of a committed run the answer checks (issue 16) would reject, replayed from its records.
 
-Each record's prediction is checked with `validation.check_answer`, with its question, the demonstration answers of
+Each record's prediction is checked with `answers.check_answer`, with its question, the demonstration answers of
 the strategy's prompts and the text of the record's passages (read from the dataset, as `haystack-fusion report`
 does).
 For a strategy whose answer is one reply read by the answer builder (concatenation, pruning, summary_cot, base,
@@ -23,11 +23,11 @@ from pathlib import Path
 
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
+from haystack_fusion.answers import REASONS, check_answer
 from haystack_fusion.evaluation.datasets import load_dataset
 from haystack_fusion.evaluation.records import RUN_FILE, read_records
 from haystack_fusion.prompts import PROMPTS
 from haystack_fusion.strategies import get_strategy
-from haystack_fusion.validation import REASONS, check_answer
 
 
 def replay(run: Path, limit: int | None = None) -> str:

@@ -5,11 +5,11 @@ from haystack import Document, Pipeline
 from haystack.components.generators.chat import MockChatGenerator
 
 from haystack_fusion import CandidateSummarizer
-from haystack_fusion.components.candidate_summarizer import clean_summary
-from haystack_fusion.testing import ScriptedChatGenerator
-from haystack_fusion.validation import (
+from haystack_fusion.answers import (
     DEMONSTRATION,
 )
+from haystack_fusion.components.candidate_summarizer import clean_summary
+from haystack_fusion.testing import ScriptedChatGenerator
 
 QUERY = "What is the capital of France?"
 DOCUMENTS = [

@@ -1,5 +1,5 @@
 """
-CheckedAnswerBuilder: Haystack's AnswerBuilder with the answer checks of `haystack_fusion.validation`.
+CheckedAnswerBuilder: Haystack's AnswerBuilder with the answer checks of `haystack_fusion.answers`.
 """
 
 import pytest
@@ -8,13 +8,13 @@ from haystack.components.builders import AnswerBuilder
 from haystack.core.serialization import component_from_dict, component_to_dict
 from haystack.dataclasses import ChatMessage
 
-from haystack_fusion.components import CheckedAnswerBuilder
-from haystack_fusion.prompts import PROMPTS
-from haystack_fusion.validation import (
+from haystack_fusion.answers import (
     DEMONSTRATION,
     INVALID,
     PASSAGE_MARKUP,
 )
+from haystack_fusion.components import CheckedAnswerBuilder
+from haystack_fusion.prompts import PROMPTS
 
 
 class TestCheckedAnswerBuilder:

@@ -5,7 +5,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from haystack_fusion.answers import (
+    DEMONSTRATION,
+    PASSAGE_MARKUP,
     UnknownDetector,
+    invalid_meta,
     normalize_answer,
 )
 from haystack_fusion.evaluation.metrics import (
@@ -20,7 +23,6 @@ from haystack_fusion.evaluation.metrics import (
     summarize,
     with_answer_outcome,
 )
-from haystack_fusion.validation import DEMONSTRATION, PASSAGE_MARKUP, invalid_meta
 from tests.unit.scores import DEMO, outcome_score
 
 BASE = QuestionScore(

@@ -13,6 +13,7 @@ from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.dataclasses import ChatMessage
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
+from haystack_fusion.answers import DEMONSTRATION, PASSAGE_MARKUP, invalid_meta
 from haystack_fusion.cli import main
 from haystack_fusion.evaluation.passages import PassageSetting
 from haystack_fusion.evaluation.records import QuestionRecord
@@ -30,7 +31,6 @@ from haystack_fusion.evaluation.report import (
 )
 from haystack_fusion.evaluation.runner import EvalConfig, Evaluator
 from haystack_fusion.prompts import PROMPTS
-from haystack_fusion.validation import DEMONSTRATION, PASSAGE_MARKUP, invalid_meta
 from tests.unit.capitals_dataset import THREE_CAPITALS, THREE_CAPITALS_DATASET, make_evaluator
 from tests.unit.scores import DEMO, outcome_score
 

@@ -5,11 +5,11 @@ from haystack import Document
 from haystack.components.generators.chat import MockChatGenerator
 
 from haystack_fusion import NoteTaker
-from haystack_fusion.prompts.chain_of_note import ANSWER_LEAD, STEP_5_PARAMETRIC, STEP_5_UNKNOWN
-from haystack_fusion.testing import ScriptedChatGenerator
-from haystack_fusion.validation import (
+from haystack_fusion.answers import (
     INVALID,
 )
+from haystack_fusion.prompts.chain_of_note import ANSWER_LEAD, STEP_5_PARAMETRIC, STEP_5_UNKNOWN
+from haystack_fusion.testing import ScriptedChatGenerator
 
 QUERY = "What is the capital of France?"
 DOCUMENTS = [

@@ -9,11 +9,11 @@ from haystack.core.serialization import component_from_dict, component_to_dict
 from haystack.dataclasses import ChatMessage, GeneratedAnswer
 
 from haystack_fusion import NoteTaker, PostFusionVoter
+from haystack_fusion.answers import DEMONSTRATION, PASSAGE_MARKUP, validate_query
 from haystack_fusion.components.post_fusion_voter import DEFAULT_SAMPLING_KWARGS
 from haystack_fusion.components.split_vote_router import SplitVoteRouter
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS
 from haystack_fusion.testing import ScriptedChatGenerator
-from haystack_fusion.validation import DEMONSTRATION, PASSAGE_MARKUP, validate_query
 from tests.unit.scripted_calls import kwargs_recording_generator
 
 QUERY = "What is the capital of France?"

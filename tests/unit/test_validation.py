@@ -7,10 +7,7 @@ from haystack.dataclasses import ChatMessage
 from hypothesis import given
 from hypothesis import strategies as st
 
-from haystack_fusion.prompts import PROMPTS, format_passages
-from haystack_fusion.strategies import build_pipeline, run_strategy
-from haystack_fusion.testing import ScriptedChatGenerator
-from haystack_fusion.validation import (
+from haystack_fusion.answers import (
     DEMONSTRATION,
     EMPTY_ENUMERATION,
     INVALID,
@@ -22,6 +19,9 @@ from haystack_fusion.validation import (
     is_passage_markup,
     repeats_question,
 )
+from haystack_fusion.prompts import PROMPTS, format_passages
+from haystack_fusion.strategies import build_pipeline, run_strategy
+from haystack_fusion.testing import ScriptedChatGenerator
 
 WORD = st.from_regex(r"[a-z0-9]{1,8}", fullmatch=True).filter(lambda word: word not in {"a", "an", "the", "or"})
 """A word the SQuAD normalization leaves as it is (no article), other than "or"."""
