@@ -263,7 +263,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """`haystack-fusion eval`: strategies over a dataset on any backend, with the papers' metrics and settings."""
     from haystack_fusion.evaluation.datasets import load_dataset
     from haystack_fusion.evaluation.passages import PassageSetting
-    from haystack_fusion.evaluation.records import read_run_manifest, write_run_manifest
+    from haystack_fusion.evaluation.records import RESULTS_FILE, read_failures, read_run_manifest, write_run_manifest
     from haystack_fusion.evaluation.runner import BatchStoppedError, EvalConfig, Evaluator
 
     dataset = load_dataset(args.dataset, corpus=args.corpus, cache_dir=args.cache_dir).only(args.questions)
@@ -311,7 +311,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     finally:
         if evaluator.notes:
             write_run_manifest(args.out, **manifest, notes=evaluator.notes)
-    failures = evaluator.failures()
+    failures = read_failures(Path(args.out) / RESULTS_FILE)
     if records or not failures:  # every question failed: no report, the failures below say why
         notes = read_run_manifest(args.out).get("notes") or []
         _write_report(records, args.out, title=title, dataset=dataset, args=args, notes=notes)

@@ -1,17 +1,9 @@
 """
 The papers' evaluation metrics as pure functions: per-question scores and their aggregate over a run.
 
-Per question: exact match and token F1 (Liu et al., section 4; the official SQuAD evaluation, Rajpurkar et al., 2016),
-substring accuracy (Yu et al., section 3.1.3), the unknown test behind %Unk and the reject rate (Liu et al., sections
-3.1 and 4; Yu et al., section 3.4), whether the post-fusion pool holds a gold answer (%NM, Liu et al., section 4) and
-whether retrieval found an answer-bearing passage (answer recall@k, Liu et al., section 4.3). `summarize` aggregates
-them as the report prints them (percentages x100, unrounded). Normalization and the unknown test come from
-`haystack_fusion.answers`, so voting and evaluation agree on what "the same answer" and "unknown" mean.
-
-Rates carry bootstrap confidence intervals: Kim et al., Appendix H reports "95% confidence intervals obtained through
-1,000 iterations of bootstrapping" for EM and F1; the report does the same for every rate. The resampled unit is a
-question; `scipy.stats.bootstrap` resamples with the "percentile" method (Appendix H names no correction, and scipy's
-default BCa can return nan on small 0/1 samples), its generator seeded afresh for every interval.
+Normalization and the unknown test come from `haystack_fusion.answers`, so voting and evaluation agree on them. Rates
+carry 95% bootstrap confidence intervals over questions, 1,000 resamples (Kim et al., Appendix H), by the "percentile"
+method (scipy's default BCa can return nan on small 0/1 samples), seeded afresh for every interval.
 """
 
 from __future__ import annotations
@@ -39,11 +31,8 @@ _RNG_KEYWORD = "rng" if "rng" in inspect.signature(stats.bootstrap).parameters e
 
 
 def exact_match(prediction: str, golds: Sequence[str]) -> float:
-    """
-    Exact match (EM) against the acceptable answers after `answers.normalize_answer`, as the official SQuAD script
-    (Liu et al., section 4; Yu et al., section 3.1.3): 1.0 or 0.0, 0.0 without gold answers; an empty prediction
-    matches a gold answer that normalizes to "" (e.g. "The").
-    """
+    """Exact match (EM) after `answers.normalize_answer`, as the official SQuAD script (Liu et al., section 4; Yu et
+    al., section 3.1.3): 1.0 or 0.0, 0.0 without gold answers."""
     normalized = normalize_answer(prediction)
     return float(any(normalized == normalize_answer(gold) for gold in golds))
 
@@ -62,30 +51,20 @@ def accuracy(prediction: str, golds: Sequence[str]) -> float:
 
 
 def is_unknown(prediction: str | None, detector: UnknownDetector | None = None) -> bool:
-    """
-    Whether a prediction abstains ("unknown" or a paraphrase, by `answers.UnknownDetector`), the test behind %Unk
-    (Liu et al., sections 3.1 and 4) and the reject rate (Yu et al., section 3.4). An empty answer and None (a failed
-    call) are unknown.
-    """
+    """Whether a prediction abstains (`answers.UnknownDetector`; "" and None too): %Unk (Liu et al., sections 3.1 and
+    4) and the reject rate (Yu et al., section 3.4)."""
     return (detector or UnknownDetector()).is_unknown(prediction)
 
 
 def gold_in_pool(candidates: Sequence[str], golds: Sequence[str]) -> bool:
-    """
-    Whether the post-fusion candidate pool (e.g. `VoteResult.candidates`) holds a correct answer, the condition of %NM
-    (Liu et al., section 4: "the correct answer is within the generated answer list but isn't the majority
-    selection"): some candidate is an exact match (`exact_match`) of a gold answer.
-    """
+    """Whether some candidate of the post-fusion pool is an exact match of a gold answer: %NM's condition (Liu et al.,
+    section 4)."""
     return any(exact_match(candidate, golds) == 1.0 for candidate in candidates)
 
 
 def retrieval_hit(passages: Sequence[str], golds: Sequence[str]) -> bool:
-    """
-    Answer recall@k for one question (Liu et al., section 4.3): a gold answer occurs verbatim in one of the passages,
-    compared case-folded with whitespace runs collapsed (punctuation and articles kept; not DPR's token match).
-
-    :returns: False without passages or without a non-empty gold answer.
-    """
+    """Answer recall@k for one question (Liu et al., section 4.3): a gold answer occurs in a passage, case-folded with
+    whitespace collapsed; False without passages or a non-empty gold answer."""
     needles = [needle for gold in golds if (needle := " ".join(gold.casefold().split()))]
     haystacks = [" ".join(passage.casefold().split()) for passage in passages]
     return any(needle in haystack for haystack in haystacks for needle in needles)
@@ -94,12 +73,9 @@ def retrieval_hit(passages: Sequence[str], golds: Sequence[str]) -> bool:
 @dataclass(frozen=True)
 class QuestionScore:
     """
-    The scores and costs of one question under one strategy, the input of `summarize`.
-
-    `em`, `f1`, `accuracy` are in [0, 1]; `unknown` is `is_unknown` of the answer; `pool_has_gold` (`gold_in_pool`)
-    and `majority_correct` (EM of the pool's majority) are None without a post-fusion pool; `retrieval_hit` is None
-    when not measured. Costs: `prompt_tokens`, `completion_tokens` and `calls` over all LLM calls, `seconds` of wall
-    time. `empty`, `invalid`, `truncated` and `truncated_calls` are set by `with_answer_outcome`.
+    The scores and costs of one question under one strategy: `em`, `f1`, `accuracy` in [0, 1]; `pool_has_gold` and
+    `majority_correct` None without a post-fusion pool; `seconds` of wall time; the outcome flags are set by
+    `with_answer_outcome`.
 
     :raises ValueError: If a score is outside [0, 1], a cost is negative or not finite, the pool holds a gold answer
         without saying whether the majority answer is correct, or an answer is both invalid and unknown.
@@ -151,15 +127,8 @@ def with_answer_outcome(
     usage: Mapping[str, Any] | None = None,
 ) -> QuestionScore:
     """
-    A question's score with the flags of answers that are not answers set from its record.
-
-    - `empty`: the prediction is blank.
-    - `invalid`: the validator rejected the answer (`answers.is_invalid`); it is then not unknown (neither %Unk nor
-      a correct rejection) and EM, F1 and accuracy are 0.0.
-    - `truncated_calls`: the calls the token cap cut, the larger of `usage["truncated"]` and
-      `evidence["usage"]["truncated"]`.
-    - `truncated`: with `evidence["finish_reason"]` (a one-reply answer), whether it is "length"; else whether any
-      call was cut.
+    A question's score with `empty`, `invalid` (`answers.is_invalid`: then not unknown and EM, F1, accuracy 0.0),
+    `truncated_calls` (calls the token cap cut) and `truncated` (the final reply, or any call, was cut) set.
 
     :returns: The updated score (applying it twice changes nothing).
     """
@@ -183,11 +152,7 @@ def with_answer_outcome(
 
 
 def outcome_counts(scores: Sequence[QuestionScore]) -> dict[str, int]:
-    """
-    How many of a run's final answers were not answers: `answered_count` (neither empty, invalid nor unknown),
-    `unknown_count`, `empty_count`, `invalid_count` (a rejected answer is also empty), `truncated_count` and
-    `truncated_calls` (summed).
-    """
+    """How many of a run's final answers were not answers, and how many were answered."""
     return {
         "answered_count": sum(not (s.empty or s.invalid or s.unknown) for s in scores),
         "unknown_count": sum(s.unknown for s in scores),
@@ -207,19 +172,10 @@ def summarize(scores: Sequence[QuestionScore]) -> dict[str, float | int | None]:
     Aggregate per-question scores into the figures of a report, unrounded; percentages x100, None for a rate whose
     denominator is empty.
 
-    - `questions`, `answerable`, `unanswerable`: counts.
-    - `em`, `f1`, `accuracy`: means over answerable questions (Liu et al., section 4; Yu et al., section 3.1.3).
-    - `unknown_rate` (%Unk, Liu et al., section 4, reported on answerable QA data): answerable questions answered
-      unknown.
-    - `nm_rate` (%NM, Liu et al., section 4: "the correct answer is within the generated answer list but isn't the
-      majority selection"), `nm_count`, `pool_has_gold_count`: the paper gives no denominator, so `nm_rate` is
-      nm_count / pool_has_gold_count (how often voting loses a correct answer it had); all None when no question
-      has a pool.
-    - `reject_rate` (Yu et al., section 3.4): unanswerable questions answered unknown.
-    - `recall_at_k`: answerable questions with a retrieval hit, over those measured (Liu et al., section 4.3).
-    - `calls_per_question`, `prompt_tokens_per_question`, `completion_tokens_per_question`, `tokens_per_question`:
-      means over all questions (Liu et al., section 4.2).
-    - `latency_p50`, `latency_p95`: percentiles of `seconds` (numpy's linear interpolation).
+    - `em`, `f1`, `accuracy`, `unknown_rate` (%Unk): over answerable questions (Liu et al., section 4; Yu et al.,
+      section 3.1.3); `reject_rate` over unanswerable ones (Yu et al., section 3.4).
+    - `nm_rate` (%NM, Liu et al., section 4): nm_count / pool_has_gold_count, None when no question has a pool.
+    - `recall_at_k` (Liu et al., section 4.3); costs per question (section 4.2); `latency_p50`, `latency_p95` in s.
 
     :raises ValueError: If `scores` is empty.
     """
@@ -289,11 +245,9 @@ def rate_ci(
     values: Sequence[float | bool] | np.ndarray, *, seed: int = DEFAULT_SEED, resamples: int = BOOTSTRAP_RESAMPLES
 ) -> tuple[float, float] | None:
     """
-    The 95% percentile-bootstrap confidence interval of a rate, the mean of per-question values x100 (Kim et al.,
-    Appendix H: 1,000 resamples of the questions).
+    The 95% bootstrap confidence interval of a rate, the mean of per-question values in [0, 1] x100.
 
-    :param values: One value per question in [0, 1], for exactly the questions the rate is computed over.
-    :returns: (low, high) in percent; None for fewer than two values; the rate at both ends when all values are equal.
+    :returns: (low, high) in percent; None for fewer than two values.
     :raises ValueError: If `values` is not one-dimensional.
     """
     sample = _percentages(values)
@@ -312,13 +266,10 @@ def paired_difference_ci(
     resamples: int = BOOTSTRAP_RESAMPLES,
 ) -> tuple[float, float, float] | None:
     """
-    The difference of two rates over the same questions, with its 95% paired-bootstrap confidence interval: each
-    resample takes the same questions for both (`scipy.stats.bootstrap(paired=True)`), settings as in `rate_ci`.
+    The difference of two rates over the same questions (`a` minus `b`, one value in [0, 1] per question, same order),
+    with its 95% paired-bootstrap confidence interval.
 
-    :param a: One value per question in [0, 1] for the strategy compared.
-    :param b: The values of the same questions, in the same order, for the baseline.
-    :returns: (difference, low, high) in percentage points, `a` minus `b`; None for fewer than two pairs; the
-        difference at both ends when every per-question difference is the same.
+    :returns: (difference, low, high) in percentage points; None for fewer than two pairs.
     :raises ValueError: If `a` and `b` are not one-dimensional or differ in length.
     """
     first, second = _percentages(a), _percentages(b)

@@ -1,15 +1,10 @@
 """
 Evaluation records: one JSON line per answered question, fingerprinted, safe to resume.
 
-A run folder holds `results.jsonl` (the `QuestionRecord`s: ids, predictions, evidence, scores, usage, the ids of the
-passages shown and the fingerprint of what produced them; no question, gold or passage text, so `haystack-fusion
-report` rebuilds the figures from the records and the dataset), `evidence_text.jsonl` (model text that may quote
-passages: SuRe's summaries, Chain-of-Note's notes; git-ignored) and `run.json` (`write_run_manifest`).
-
-Writes are whole-line appends followed by `fsync`; a run killed mid-write leaves at most one torn last line, which
-`repair` cuts off before the next append. A question whose pipeline raised or one of whose LLM calls failed gets a
-failed record whose `error` says what failed; `read_records` skips failed records, so a report scores only clean
-answers and re-running asks exactly the failed questions again (`read_failures`).
+A run folder holds `results.jsonl` (`QuestionRecord`s: ids, scores, no question, gold or passage text),
+`evidence_text.jsonl` (model text that may quote passages; git-ignored) and `run.json` (`write_run_manifest`). Lines
+are whole appends plus `fsync`; `repair` cuts a torn last line. Failed records are skipped by `read_records` and asked
+again on re-run (`read_failures`).
 """
 
 from __future__ import annotations
@@ -51,9 +46,8 @@ RUNTIME_SETTINGS = (
     "api_base_url",
     "index",
 )
-"""Init parameters that change speed, what a reply reports (token log-probabilities) or where a model or store is
-reached (a server URL, a document store's index name, random by default), not predictions: not part of
-fingerprints, so a run resumes with other values of them."""
+"""Init parameters that change speed, what a reply reports or where a model or store is reached, not predictions:
+not fingerprinted, so a run resumes with other values of them."""
 
 
 @dataclass
@@ -62,13 +56,9 @@ class QuestionRecord:
     One line of `results.jsonl`: a question answered by one registered `strategy` at one `top_k` in one passage
     `setting` (`PassageSetting.label()`).
 
-    `prediction` is the final answer ("unknown" included); `evidence` the structured evidence (votes, candidates,
-    SuRe's scores, note relevance labels, fallback, usage), with no free text that may quote passages
-    (`split_evidence`); `passages` the ids of the passages shown, in rank order; `score` the scores and costs;
-    `fingerprint` the `run_fingerprint` of the pipeline that produced it. `redacted`: a tool cut text out of
-    `prediction` or `evidence` afterwards, so rescoring keeps `score`. `error` is None for a clean answer; for a failed
-    record, what failed on one line (the component and exception when the pipeline raised, `prediction` "", or how
-    many LLM calls failed and the first errors).
+    `evidence` is the structured evidence without free text (`split_evidence`); `passages` the ids shown, in rank
+    order; `fingerprint` the `run_fingerprint` of the pipeline. `redacted`: text was cut out afterwards, so rescoring
+    keeps `score`. `error`: None for a clean answer, else what failed, on one line.
     """
 
     strategy: str
@@ -102,11 +92,7 @@ class QuestionRecord:
 
     @classmethod
     def from_json(cls, line: str) -> QuestionRecord:
-        """
-        Read a JSONL line back.
-
-        :raises ValueError: For a line that is not a record (torn, or another format).
-        """
+        """Read a JSONL line back. :raises ValueError: For a line that is not a record (torn, or another format)."""
         try:
             data = json.loads(line)
             data["score"] = QuestionScore(**data["score"])
@@ -124,11 +110,7 @@ def group_runs(records: Iterable[QuestionRecord]) -> dict[tuple[str, int, str], 
 
 
 def split_evidence(evidence: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """
-    Split a strategy run's evidence (`StrategyRun.evidence` plus usage) into (structured, text): `structured` has
-    every key but `TEXT_EVIDENCE_KEYS`, and notes without their `note` text, for the record; `text` the summaries and
-    the note texts, kept apart.
-    """
+    """Split a run's evidence into (structured, text): `text` holds `TEXT_EVIDENCE_KEYS` and the notes' texts."""
     structured = {key: value for key, value in evidence.items() if key not in TEXT_EVIDENCE_KEYS}
     text = {key: evidence[key] for key in TEXT_EVIDENCE_KEYS if evidence.get(key) is not None}
     notes = evidence.get("notes")
@@ -169,14 +151,10 @@ def _component_dict(name: str, instance: Any) -> dict[str, Any]:
 
 def run_fingerprint(pipeline: Pipeline) -> str:
     """
-    What a run's records are fingerprinted with, so that a resumed run never mixes records made with other settings.
+    The fingerprint of a run's records, so a resumed run never mixes records made with other settings: a hash of the
+    pipeline's `to_dict()` without `RUNTIME_SETTINGS` (a component that cannot be serialized counts by its class) and
+    of every prompt template (`PROMPTS`).
 
-    The hash covers the pipeline's `to_dict()` (every component's init parameters: the strategy's options, the LLM
-    and its generation settings, the retriever with its top-k and passage setting), without `RUNTIME_SETTINGS`, and
-    the text, answer pattern and stop sequences of every prompt template (`PROMPTS`). A component that cannot be
-    serialized (a lambda callback) is fingerprinted by its class alone.
-
-    :param pipeline: The pipeline that answers the run's questions.
     :returns: The first 16 hex digits of the SHA-256 of their canonical JSON.
     """
     try:
@@ -222,8 +200,7 @@ def _read_lines(path: Path) -> Iterator[QuestionRecord]:
 
 
 def read_records(path: Path) -> list[QuestionRecord]:
-    """The clean records of a `results.jsonl` file in file order, first occurrence of each key kept; failed records
-    and a torn last line are skipped; none when the file does not exist."""
+    """The clean records of a `results.jsonl` file in file order, first of each key; none when there is no file."""
     records: dict[tuple[str, int, str, str], QuestionRecord] = {}
     for record in _read_lines(path):
         if not record.failed:
@@ -232,8 +209,7 @@ def read_records(path: Path) -> list[QuestionRecord]:
 
 
 def read_failures(path: Path) -> list[QuestionRecord]:
-    """The failed records of a `results.jsonl` file that no clean record of the same key follows or precedes (the
-    questions a re-run asks again), the last failure of each key, in the order their keys first failed."""
+    """The last failed record of each key with no clean record (what a re-run asks again), by first failure."""
     clean: set[tuple[str, int, str, str]] = set()
     failures: dict[tuple[str, int, str, str], QuestionRecord] = {}
     for record in _read_lines(path):
@@ -250,8 +226,7 @@ def read_run_records(folders: Iterable[str | Path]) -> list[QuestionRecord]:
 
 
 RUN_FILE = "run.json"
-"""A run folder's manifest: the report title (backend, model, sample), the dataset it answered, the command and the
-strategy options."""
+"""A run folder's manifest: report title, dataset, command, strategy options."""
 
 
 def write_run_manifest(
@@ -265,13 +240,11 @@ def write_run_manifest(
     strategy_options: Mapping[str, Any] | None = None,
 ) -> None:
     """
-    Write the run folder's `run.json`, which `haystack-fusion report` reads for the `title` (names the backend and
-    model) and the `dataset` (path or URL); `command` is the run's `haystack-fusion` arguments.
+    Write the run folder's `run.json`, read by `haystack-fusion report` (`title`, `dataset` path or URL).
 
-    :param runtime: The runtime that answers this time (the embedded model's llama.cpp build); `run.json` lists every
-        distinct one under `runtimes` (greedy replies are exact within one build only).
-    :param notes: What the report should say beside the figures (`Evaluator.notes`), added to those kept, each once.
-    :param strategy_options: The `StrategyConfig` fields the run set, as JSON; None keeps those in `run.json`.
+    :param runtime: The runtime that answers (llama.cpp build); every distinct one is listed under `runtimes`.
+    :param notes: What the report should say beside the figures, added to those kept, each once.
+    :param strategy_options: The `StrategyConfig` fields the run set; None keeps those in `run.json`.
     """
     previous = read_run_manifest(folder)
     runtimes = list(previous.get("runtimes") or [])

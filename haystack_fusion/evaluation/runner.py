@@ -44,7 +44,6 @@ from haystack_fusion.evaluation.records import (
     RESULTS_FILE,
     QuestionRecord,
     append_line,
-    read_failures,
     read_records,
     repair,
     run_fingerprint,
@@ -76,12 +75,9 @@ class FingerprintMismatchError(ValueError):
 @dataclass(frozen=True)
 class EvalConfig:
     """
-    What to evaluate: `strategies` (registered names), one run per k of `top_ks` (Liu et al. Figure 4 sweeps 5, 10,
-    20), in the passage `setting`; `concurrency` questions at once, `max_concurrency` LLM calls of one round at once
-    within a question (None: all), `max_calls_in_flight` LLM calls at once in the whole process
-    (`llm.max_calls_in_flight`; None: `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT`, or no limit). `closed_book_filter` drops
-    answerable questions the LLM answers correctly with no passages (Liu et al. section 4 "Dataset Filter");
-    `strategy_options` are further `StrategyConfig` fields for every pipeline.
+    What to evaluate: `strategies` at every k of `top_ks` (Liu et al. Figure 4: 5, 10, 20) in the passage `setting`;
+    `concurrency` questions at once, `max_concurrency` LLM calls per round (None: all), `max_calls_in_flight` in the
+    process (`llm.max_calls_in_flight`). `closed_book_filter`: Liu et al. section 4 "Dataset Filter".
 
     :raises ValueError: For an unregistered strategy, a k below 1, a concurrency below 1 or a `max_concurrency` or
         `max_calls_in_flight` neither None nor an integer >= 1.
@@ -115,22 +111,10 @@ def _describe_failure(failure: dict[str, Any]) -> str:
     return f"{failure.get('component')}{f' ({where})' if where else ''}: {failure.get('error')}"
 
 
-def _configuration_error(error: BaseException) -> bool:
-    """Whether the error, or one it was raised from, is one of the openai client's `CONFIGURATION_ERRORS`."""
-    return any(
-        type(link).__module__.startswith("openai") and type(link).__name__ in CONFIGURATION_ERRORS
-        for link in exception_chain(error)
-    )
-
-
 class BatchStoppedError(RuntimeError):
     """
-    An evaluation stopped: an LLM call inside a fan-out was refused (`CONFIGURATION_ERRORS`), or
-    `FAILURES_IN_A_ROW_TO_STOP` questions in a row had every LLM call fail. The message holds no server text.
-
-    :param message: What stopped the run.
-    :param failures: The failed calls of the last question (`evidence["failures"]`: `component`, `error`, ...).
-    :param calls: The LLM calls that question made.
+    An evaluation stopped: an LLM call was refused (`CONFIGURATION_ERRORS`), or `FAILURES_IN_A_ROW_TO_STOP` questions
+    in a row had every LLM call fail. `failures`: the last question's failed calls; `calls`: its LLM calls.
     """
 
     def __init__(self, message: str, *, failures: list[dict[str, Any]] | None = None, calls: int = 0) -> None:
@@ -141,10 +125,7 @@ class BatchStoppedError(RuntimeError):
 
 def score_run(question: Question, prediction: str, evidence: dict[str, Any], passages: list[Document],
               usage: dict[str, int], seconds: float) -> QuestionScore:  # fmt: skip
-    """
-    Score one answered question with the papers' metrics; the post-fusion pool (`evidence["candidates"]`) gives
-    %NM's inputs (Liu et al. section 4).
-    """
+    """Score one answered question; the post-fusion pool (`evidence["candidates"]`) gives %NM (Liu et al. section 4)."""
     golds = list(question.answers)
     candidates: list[str] = evidence.get("candidates") or []
     has_pool = evidence.get("candidates") is not None and bool(question.answers)
@@ -163,7 +144,6 @@ def score_run(question: Question, prediction: str, evidence: dict[str, Any], pas
         calls=usage.get("calls", 0),
         seconds=seconds,
     )
-    # answers that are not answers: an invalid answer is not unknown and scores 0; truncation flags
     return with_answer_outcome(score, prediction, evidence, usage)
 
 
@@ -171,9 +151,8 @@ class Evaluator:
     """
     Runs strategies over a dataset and appends one record per answered question to `out/results.jsonl`.
 
-    Re-running with the same `out` resumes; resuming with other settings (`records.run_fingerprint`) raises
-    `FingerprintMismatchError`. A question that failed gets a failed record (`QuestionRecord.error`), asked again on
-    the next run; the run stops on `CONFIGURATION_ERRORS` or after `FAILURES_IN_A_ROW_TO_STOP` outright failures.
+    Re-running with the same `out` resumes (failed records are asked again); resuming with other settings raises
+    `FingerprintMismatchError`.
 
     ### Usage example
     ```python
@@ -216,15 +195,13 @@ class Evaluator:
         self.generator_factory = generator_factory
         self._gold = {d.id: d for d in dataset.documents}
         self._lock = threading.Lock()
-        self.notes: list[str] = []
-        """What the report should say beside its figures (e.g. `backends.logprobs.missing_logprobs`)."""
+        self.notes: list[str] = []  # what the report should say beside its figures
 
     def _pipeline(self, strategy: str, top_k: int, setting: PassageSetting, generator: ChatGenerator) -> Pipeline:
         retriever = EvalRetriever(self.retriever_factory(), setting=setting, corpus=self.dataset.documents, top_k=top_k)
         return build_pipeline(
             strategy,
             retriever=retriever,
-            # every call holds one of the process's slots, when limited
             chat_generator=CallLimitedChatGenerator(chat_generator=generator),
             max_concurrency=self.config.max_concurrency,
             **self.config.strategy_options,
@@ -273,7 +250,6 @@ class Evaluator:
 
     @staticmethod
     def _one_line(message: str, limit: int = 500) -> str:
-        """An error message for a record: one line, at most `limit` characters."""
         return " ".join(message.split())[:limit]
 
     def _failed(self, strategy: str, top_k: int, setting: PassageSetting, question: Question, fingerprint: str,
@@ -293,12 +269,8 @@ class Evaluator:
 
     def _run_all(self, path: Path, runs: list[tuple[str, int]], setting: PassageSetting,
                  questions: list[Question], label: str) -> list[QuestionRecord]:  # fmt: skip
-        """
-        Answer the questions not yet in `path`: every (strategy, k) of `runs` on a question before the next, so a
-        stopped run holds every strategy on the same questions; `concurrency` questions at a time.
-
-        :returns: All records of these runs on `questions`, in run, question order.
-        """
+        """Answer the questions not yet in `path`, every run of `runs` on a question before the next; returns all
+        clean records of these runs on `questions`, in run, question order."""
         repair(path)
         repair(self.out / EVIDENCE_TEXT_FILE)
         existing = read_records(path)
@@ -340,7 +312,8 @@ class Evaluator:
                 try:
                     record, text = self._answer(pipeline, strategy, top_k, setting, question, fingerprint, generator)
                 except Exception as error:
-                    if _configuration_error(error):
+                    if any(type(e).__module__.startswith("openai") and type(e).__name__ in CONFIGURATION_ERRORS
+                           for e in exception_chain(error)):  # fmt: skip
                         stop.set()
                         raise
                     elapsed = time.perf_counter() - start
@@ -398,15 +371,8 @@ class Evaluator:
                 progress.update(1)
         return [done[(*run, q.id)] for run in runs for q in questions if (*run, q.id) in done]
 
-    def failures(self) -> list[QuestionRecord]:
-        """The failed records that no later record replaced (`read_failures`): what re-running will ask again."""
-        return read_failures(self.out / RESULTS_FILE)
-
     def closed_book_filter(self, questions: list[Question]) -> list[Question]:
-        """
-        Liu et al. section 4 "Dataset Filter": ask concatenation with no passages and drop the answerable questions
-        it already answers correctly (EM); unanswerable questions stay.
-        """
+        """Liu et al. section 4 "Dataset Filter": drop answerable questions closed-book concatenation gets right."""
         records = self._run_all(
             self.out / CLOSED_BOOK_FILE,
             [("concatenation", self.config.top_ks[0])],
@@ -419,15 +385,13 @@ class Evaluator:
 
     def run(self, questions: Iterable[Question] | None = None) -> list[QuestionRecord]:
         """
-        Evaluate every strategy at every k, question by question (see `_run_all`).
+        Evaluate every strategy at every k, question by question.
 
         :param questions: The questions (default: the dataset's).
-        :returns: The clean records of this evaluation, in strategy, k, question order (failed ones are in the file
-            and in `failures()`).
-        :raises FingerprintMismatchError: If `out` holds records of the same strategy, k and setting made with
-            other settings.
-        :raises Exception: The error of a question when it cannot be cured by going on (`CONFIGURATION_ERRORS`), or
-            when `FAILURES_IN_A_ROW_TO_STOP` questions in a row failed outright.
+        :returns: The clean records, in strategy, k, question order (failed ones: `records.read_failures`).
+        :raises FingerprintMismatchError: If `out` holds records of the same run made with other settings.
+        :raises Exception: A question's error on `CONFIGURATION_ERRORS` or after `FAILURES_IN_A_ROW_TO_STOP`
+            outright failures (`BatchStoppedError` when every LLM call failed).
         """
         self.out.mkdir(parents=True, exist_ok=True)
         ignore = self.out / ".gitignore"
@@ -445,10 +409,8 @@ class Evaluator:
 
 def rescore(records: Iterable[QuestionRecord], dataset: EvalDataset) -> list[QuestionRecord]:
     """
-    Score records again (`score_run`) from their predictions and the dataset's gold answers and passages; usage and
-    latency are kept, and a redacted record keeps its score.
+    Score records again from their predictions and the dataset; usage, latency and a redacted record's score kept.
 
-    :returns: New records, in the same order.
     :raises ValueError: If a record's question id or passage id is not in the dataset.
     """
     questions = {q.id: q for q in dataset.questions}

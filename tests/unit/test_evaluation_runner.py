@@ -187,7 +187,7 @@ class TestFailedRecords:
         again = evaluator(tmp_path, reply)
         assert len(again.run()) == 12
         assert len(asked) == 2  # only the failed questions
-        assert again.failures() == []
+        assert read_failures(again.out / RESULTS_FILE) == []
         assert (tmp_path / RESULTS_FILE).read_text().splitlines()[:12] == [json.dumps(line) for line in lines]
 
     def test_a_failed_call_inside_a_fan_out_is_recorded_with_the_answer_kept(self, tmp_path):
