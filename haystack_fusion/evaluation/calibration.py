@@ -1,16 +1,9 @@
 """
 Calibration of answer confidence, from evaluation records: AUROC, selective answering, and `concat_pf`'s threshold.
 
-A record's confidence is `evidence["confidence"]` (`answers.answer_confidence`, the geometric mean of the answer tokens'
-probabilities), recorded when the LLM returned log-probabilities; for an abstention it is the confidence in abstaining,
-so the confidence that the system *answers* is `answering_confidence`. Its AUROC (`scipy.stats.mannwhitneyu`'s U over n+
-x n-, ties counting half) is read two ways: `correct` (answered exactly right, among answerable questions) and
-`answerable` (answerable against unanswerable questions). SQuAD 2.0 EM (`squad2_em`) counts an answerable question when
-its answer matches and an unanswerable one when the system abstains.
-
-`concat_pf`'s threshold tau is replayed from records, exactly: decoding is greedy, so `concat_pf` at tau answers with
-the concatenation record's answer unless it abstains or its confidence is below tau, and then with the post_fusion
-record's answer (the same k single-passage calls).
+A record's confidence is `evidence["confidence"]` (`answers.answer_confidence`); its AUROC (Mann-Whitney U over n+ x
+n-) is read as `correct` (among answerable questions) and `answerable` (against unanswerable ones). Decoding is greedy,
+so `concat_pf` at tau is replayed exactly from the concatenation and post_fusion records.
 """
 
 from __future__ import annotations
@@ -53,12 +46,10 @@ def auroc(
     scores: Sequence[float], labels: Sequence[bool], *, seed: int = DEFAULT_SEED, resamples: int = BOOTSTRAP_RESAMPLES
 ) -> dict[str, Any] | None:
     """
-    The AUROC of scores against binary labels, with its 95% percentile-bootstrap CI over questions, stratified
-    (`scipy.stats.bootstrap` with positives and negatives as two independent samples); 1,000 resamples, as Kim et al.
-    Appendix H.
+    The AUROC of scores against binary labels, with its stratified 95% bootstrap CI (Kim et al. Appendix H).
 
-    :returns: `auroc` (in [0, 1]), `ci` ([low, high]; None with fewer than two of a class), `positives`,
-        `negatives`; None when either class is empty.
+    :returns: `auroc` in [0, 1], `ci` (None with fewer than two of a class), `positives`, `negatives`; None when
+        either class is empty.
     :raises ValueError: If the lengths differ.
     """
     if len(scores) != len(labels):
@@ -88,10 +79,7 @@ def auroc(
 
 
 def calibration(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED) -> list[dict[str, Any]]:
-    """
-    Both AUROC readings for every run with confidences: `strategy`, `top_k`, `setting`, `n` (records with a
-    confidence), `correct` and `answerable` (each an `auroc` result, or None when a class is missing).
-    """
+    """Both AUROC readings (`correct`, `answerable`: `auroc` results) for every run with confidences."""
     rows = []
     for (strategy, top_k, setting), group in group_runs(records).items():
         scored = [(record, value) for record in group if (value := answering_confidence(record)) is not None]
@@ -105,13 +93,7 @@ def calibration(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED) 
 
 
 def selective_curve(records: Sequence[QuestionRecord]) -> list[tuple[float, float]]:
-    """
-    Accuracy against coverage as the confidence threshold varies (selective answering): at threshold t the system
-    answers the non-unknown answers with confidence >= t. Coverage: answered share of all questions; accuracy: share
-    of the answered ones exactly right (an answered unanswerable question is wrong).
-
-    :returns: (coverage, accuracy) points in percent, from the highest threshold down.
-    """
+    """Selective answering: (coverage, accuracy) points in percent as the confidence threshold falls."""
     answered = sorted(
         ((float(r.evidence["confidence"]), r.answerable and r.score.em == 1.0) for r in records
          if r.evidence.get("confidence") is not None and not r.score.unknown),
@@ -165,10 +147,8 @@ class Replayed(NamedTuple):
 
 def replay(records: Sequence[QuestionRecord], tau: float | None) -> dict[tuple[int, str], dict[str, Replayed]]:
     """
-    Replay `concat_pf` at tau from the records of one evaluation; tau None replays the text-only fallback (Liu et al.).
-
-    Needs, per question, a `concatenation` record with a confidence and a `post_fusion` record at the same k and
-    setting; other questions are in no row.
+    Replay `concat_pf` at tau (None: the text-only fallback, Liu et al.) from the questions with a `concatenation`
+    record with a confidence and a `post_fusion` record at the same k and setting.
 
     :returns: (k, setting) -> question id -> `Replayed`.
     """
@@ -244,12 +224,7 @@ def _percent(count: float, total: int) -> float | None:
 
 
 def verification_stats(records: Sequence[QuestionRecord]) -> list[dict[str, Any]]:
-    """
-    How much SuRe's verification decided, per run with verifier scores (Kim et al., Eq. 4-6): `strategy`, `top_k`,
-    `setting`, `verified` (questions with 2+ scored candidates), and in % of them `not_all_valid` (some validity not
-    True, or below 0.5), `first_wins` (won by candidate (a)), and `label_summaries` (% of the summaries, over the
-    records that counted them, that are only a candidate's label).
-    """
+    """How much SuRe's verification decided, per run with verifier scores (Kim et al., Eq. 4-6), in %."""
     rows = []
     for (strategy, top_k, setting), group in group_runs(records).items():
         scored = [scores for r in group if len(scores := r.evidence.get("scores") or []) > 1]
@@ -276,11 +251,7 @@ def _reason_kind(reason: str | None) -> str:
 
 
 def stage_stats(records: Sequence[QuestionRecord]) -> list[dict[str, Any]]:
-    """
-    Which stage of a fallback strategy answered, per run with stage traces (`concat_pf`, `cascade`): `strategy`,
-    `top_k`, `setting`, `n`, `answered_at` (stage -> % of the n questions, in pipeline order) and `reasons` (stage ->
-    {"unknown answer" | "low confidence" | "split vote" | "tie at the top" -> questions that left it for that}).
-    """
+    """Which stage of a fallback strategy answered (`answered_at`, %) and why questions left a stage (`reasons`)."""
     order = ["concatenation", "post_fusion", "sure"]
     rows = []
     for (strategy, top_k, setting), group in group_runs(records).items():
@@ -323,9 +294,7 @@ def calibration_report(
     records: Sequence[QuestionRecord], out: Path, *, seed: int = DEFAULT_SEED
 ) -> tuple[str, dict[str, Any]]:
     """
-    The calibration sections of a report: AUROC per run, the selective-answering chart, the replayed `concat_pf`
-    tau sweep, SuRe's verification figures and the fallback strategies' stage shares (`stage_stats`); each part only
-    when its records are there.
+    The calibration sections of a report, each only when its records are there.
 
     :returns: (markdown, summary dict with `auroc`, `concat_pf_sweep`, `consistency`, `verification`, `stages`).
     """

@@ -1,10 +1,7 @@
 """
 Evaluation datasets: a passage corpus plus questions with gold answers and, where known, a gold passage.
 
-Liu et al. (section 4) evaluates on the dev splits of NQ, TriviaQA and SQuAD, over 100-word Wikipedia passages, with
-and without the gold passage among the top-k. `load_dataset` reads the two file formats those experiments need:
-SQuAD JSON (each paragraph is a passage and the gold passage of its questions) and NQ-open JSONL questions over a
-separate passage corpus (JSONL, or a DPR-style `id\\ttext\\ttitle` TSV such as `psgs_w100.tsv`).
+`load_dataset` reads the formats of Liu et al. (section 4): SQuAD JSON and NQ-open JSONL over a passage corpus.
 """
 
 from __future__ import annotations
@@ -29,10 +26,7 @@ DPR_TSV_HEADER = ("id", "text", "title")
 
 @dataclass(frozen=True)
 class EvalDataset:
-    """
-    A passage corpus (`documents`, to index and retrieve from) and the `questions` asked over it, in file order;
-    `name` is a short name for reports (the file stem of the question file).
-    """
+    """A passage corpus (`documents`) and the `questions` asked over it, in file order; `name`: the file stem."""
 
     name: str
     documents: list[Document]
@@ -74,10 +68,8 @@ class EvalDataset:
 
     def sample(self, n: int | None, *, seed: int = 0) -> EvalDataset:
         """
-        A fixed stratified random sample of `n` questions (None: all), half answerable and half unanswerable, in file
-        order: the same `n` and `seed` give the same questions on every machine. Each stratum is drawn with
-        `random.Random(seed).sample`; a short stratum is taken whole and the other fills the rest; an odd `n` gives
-        the extra question to the answerable stratum.
+        A fixed stratified random sample of `n` questions (None: all), half answerable and half unanswerable (a short
+        stratum is taken whole, the other fills the rest), in file order; the same `n` and `seed` give the same ones.
 
         :raises ValueError: If `n` is negative.
         """
@@ -128,13 +120,11 @@ def _load_nq_questions(path: Path) -> list[Question]:
 
 def load_dpr_tsv_passages(path: str | Path) -> list[Document]:
     """
-    Load a DPR-style passage TSV (`id`, `text`, `title` with that header row; DPR's `psgs_w100.tsv`, the 100-word
-    passages of Liu et al., section 4), read with `csv` so quoted fields may hold tabs and newlines. Each row is a
-    Document with `meta` `{"title", "source_id"}` and Haystack's content-derived id.
+    Load a DPR-style passage TSV (header `id`, `text`, `title`; DPR's `psgs_w100.tsv`, Liu et al., section 4) as
+    Documents with `meta` `{"title", "source_id"}`.
 
     :raises FileNotFoundError: If `path` does not exist.
-    :raises ValueError: If the header is missing, a row has not three columns or an empty `text` (the message names
-        the line), or there are no passages.
+    :raises ValueError: For a missing header, a malformed row (the message names the line) or no passages.
     """
     path = _corpus.local_path(path)
     documents: list[Document] = []
@@ -168,15 +158,11 @@ def load_dataset(
     """
     Load an evaluation dataset from a path or an http(s) URL (downloaded once into `cache_dir`).
 
-    - A SQuAD v1.1 or v2.0 `.json` (`corpus.load_squad`): every distinct paragraph is a passage and the gold passage
-      of its questions (Liu et al., section 4); SQuAD 2.0's `is_impossible` questions are unanswerable.
-    - An NQ-open `.jsonl` (`question`, `answer`: a list of strings, empty for an unanswerable question, an optional
-      `id`, else `q<line>`) over a `corpus`: a `.jsonl` of passages or a DPR-style `.tsv` (`load_dpr_tsv_passages`).
-      NQ-open has no gold passage, so only Liu et al.'s setting without an added gold passage applies.
+    - A SQuAD v1.1 or v2.0 `.json` (`corpus.load_squad`): each paragraph is the gold passage of its questions.
+    - An NQ-open `.jsonl` (`question`, `answer` list, optional `id`) over a `corpus` (`.jsonl` or DPR-style `.tsv`).
 
     :raises FileNotFoundError: If a local path does not exist.
-    :raises ValueError: For another suffix, a `.jsonl` without `corpus`, a `.json` with one, or a malformed file (a
-        question line that is not an object with `question` and `answer`, a repeated id: the message names the line).
+    :raises ValueError: For another suffix, a `.jsonl` without `corpus`, a `.json` with one, or a malformed file.
     :raises requests.RequestException: If a download fails.
     """
     path = _corpus.local_path(dataset, cache_dir=cache_dir)

@@ -24,14 +24,11 @@ def training_record(
     max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
 ) -> dict[str, Any]:
     """
-    One chat fine-tuning example for distilling Chain-of-Note into a smaller model (Yu et al., section 2.3.2), from
-    the question, its k passages in the order the notes refer to, the k notes (`note` texts, as NoteTaker outputs
-    them; empty ones are left out) and the final answer; `allow_parametric_knowledge` and `max_passage_chars`
-    (per-passage budget in characters, None: no limit) as the single-call prompt takes them.
+    One chat fine-tuning example for distilling Chain-of-Note (Yu et al., section 2.3.2) from the question, its k
+    passages, their notes (empty ones left out) and the final answer; `max_passage_chars` in characters.
 
-    :returns: `{"messages": [user, assistant]}` in the OpenAI chat fine-tuning JSONL format: the single-call prompt,
-        and the notes ("Passage #i ..." each) followed by "Based on the information given in above passages, the
-        answer is <answer>", Table 6's format.
+    :returns: `{"messages": [user, assistant]}` (OpenAI chat fine-tuning format): the single-call prompt, then the
+        notes and the answer in Table 6's format.
     """
     prompt = single_call_prompt(
         query, documents, allow_parametric_knowledge=allow_parametric_knowledge, max_passage_chars=max_passage_chars
@@ -57,15 +54,10 @@ def export_notes(
     """
     Write the Chain-of-Note records of an evaluation run as chat fine-tuning examples, one JSON object per line.
 
-    The paper distils GPT-4's notes into LLaMa-2 7B (section 2.3.2); this turns the records whose evidence has
-    `notes` (`chain_of_note`, `chain_of_note_per_document`) into the same kind of data (`training_record`).
-
-    :param run: An `eval --out` folder: its records (`results.jsonl`) and the note texts kept beside them
-        (`evidence_text.jsonl`); records without notes, or whose note texts were not kept, are skipped.
-    :param dataset: The dataset the run answered, for the question texts and the passages in rank order.
-    :param path: The JSONL file to write (overwritten; parent folders are created).
-    :param correct_only: Keep only records whose prediction is right: EM on answerable questions, "unknown" on
-        unanswerable ones.
+    :param run: An `eval --out` folder; records without kept note texts are skipped.
+    :param dataset: The dataset the run answered.
+    :param path: The JSONL file to write (overwritten).
+    :param correct_only: Keep only right predictions (EM, or "unknown" on unanswerable questions).
     :param allow_parametric_knowledge: Which step 5 the prompts state (match the run's setting).
     :param max_passage_chars: Per-passage context budget in characters (match the run's setting).
     :returns: The number of examples written.

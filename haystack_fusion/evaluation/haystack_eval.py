@@ -55,16 +55,10 @@ def to_evaluation_run_results(
     """
     Convert the records of an evaluation run into one Haystack `EvaluationRunResult` per (strategy, k, setting).
 
-    Every result lists the same questions in the same order (those some record answers, in dataset order), so any two
-    compare row by row with `comparative_detailed_report`; a question a run did not answer has `predicted_answer` None
-    and NaN scores. `inputs` are `INPUT_COLUMNS`; `results` are fractions in [0, 1] (`{"score", "individual_scores"}`):
-    `exact_match`, `f1`, `accuracy` on answerable questions, `reject` (1.0 for an abstention) on unanswerable ones,
-    and `sas` on answerable ones when given. A row a metric does not apply to holds NaN, and `score` is the mean of
-    the others (`summary.json`'s figure / 100), None when none applies. A result is named by its strategy when the
-    records hold one k and one setting, else "<strategy> top-<k> <setting>".
+    Every result lists the same questions in dataset order (`comparative_detailed_report` compares any two); `results`
+    are fractions in [0, 1]: `exact_match`, `f1`, `accuracy` (answerable), `reject` (unanswerable), `sas` when given,
+    NaN where a metric does not apply or a run did not answer.
 
-    :param records: The records of one run or several, in any order; of repeated keys the first is kept.
-    :param dataset: The dataset the run was made with (question texts and gold answers).
     :param sas: SAS score by `QuestionRecord.key()` (`records_sas`); None leaves the `sas` metric out.
     :returns: `EvaluationRunResult` by name, in the order the records first name each run.
     :raises ValueError: If there are no records, a record's question id is not in `dataset` or its `answerable`
@@ -153,13 +147,9 @@ def sas_scores(
     """
     Semantic answer similarity (SAS) of each prediction to its gold answers, with Haystack's `SASEvaluator`.
 
-    A question with several gold answers scores the best of them; an unanswerable question is not scored (None).
-    Unit: with a bi-encoder such as all-MiniLM-L6-v2, the cosine similarity of the two embeddings, about 0.0
-    (unrelated) to 1.0 (same meaning), not calibrated ("Paris, France" vs "Paris" about 0.93, "banana" vs "Paris" about
-    0.17). Texts beyond the model's 256 word pieces are truncated.
+    Unit: the cosine similarity of the two embeddings (about 0.0 unrelated to 1.0 same meaning), best over the golds.
 
-    :param model: A sentence-transformers model folder or name; None: the packaged all-MiniLM-L6-v2, nothing downloaded.
-    :param batch_size: Texts encoded at once.
+    :param model: A sentence-transformers model folder or name; None: the packaged all-MiniLM-L6-v2.
     :returns: One score per question, in order; None for a question without gold answers.
     :raises ValueError: If `predictions` and `golds` differ in length.
     :raises ImportError: If the `dense` extra is not installed.
@@ -187,8 +177,7 @@ def records_sas(
     records: Iterable[QuestionRecord], dataset: EvalDataset, *, model: str | None = None, batch_size: int = 32
 ) -> dict[RecordKey, float | None]:
     """
-    The SAS of every record (`sas_scores` against the dataset's gold answers, one model load), by
-    `QuestionRecord.key()`; None for unanswerable questions.
+    The SAS of every record (`sas_scores`), by `QuestionRecord.key()`; None for unanswerable questions.
 
     :raises ValueError: If a record's question id is not in `dataset`.
     :raises ImportError: If the `dense` extra is not installed (only when some question has a gold answer).

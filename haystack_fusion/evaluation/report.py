@@ -73,13 +73,7 @@ def demonstration_answers(strategy: str) -> dict[str, tuple[str, ...]]:
 
 
 def answer_outcomes(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED) -> dict[_RunKey, dict[str, Any]]:
-    """
-    The answers that are not answers, per (strategy, k, setting): the keys of `metrics.outcome_counts`,
-    `invalid_reasons` (reason -> count), `demo_copy_count`, `demo_copy_rate` (final answers that are one of the
-    strategy's few-shot demonstration answers, x100 over all questions; None without demonstrations) and its
-    `demo_copy_rate_ci`, `demo_copy_prompts` (prompt name -> copies) and `demo_rejected_count` (final or
-    fallback-stage answers the answer checks rejected as a demonstration answer).
-    """
+    """The answers that are not answers per run: `metrics.outcome_counts`, invalid reasons, demonstration copies."""
     outcomes: dict[_RunKey, dict[str, Any]] = {}
     for key, group in group_runs(outcome_records(records)).items():
         demos = demonstration_answers(key[0])
@@ -107,11 +101,7 @@ def answer_outcomes(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SE
 
 
 def summarize_runs(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED) -> list[dict[str, Any]]:
-    """
-    One summary per (strategy, k, setting), in the order the records first name them: `strategy`, `top_k`,
-    `setting`, the keys of `metrics.summarize`, and `<key>_ci` after each rate of `RATES`: its 95% bootstrap
-    interval in percent over the same questions (`metrics.rate_ci`), None over fewer than two.
-    """
+    """One `metrics.summarize` per run, with `<key>_ci` (`metrics.rate_ci`) after each rate of `RATES`."""
     summaries = []
     for (strategy, top_k, setting), group in group_runs(records).items():
         scores = [record.score for record in group]
@@ -125,11 +115,7 @@ def summarize_runs(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEE
 
 
 def resolve_baseline(records: Sequence[QuestionRecord], baseline: str | None = None) -> str | None:
-    """
-    The strategy the others are compared with: `baseline`, else `concatenation` when it ran, else None.
-
-    :raises ValueError: If `baseline` names a strategy that has no records.
-    """
+    """`baseline`, else `concatenation` when it ran, else None. :raises ValueError: If `baseline` did not run."""
     present = list(dict.fromkeys(record.strategy for record in records))
     if baseline is None:
         return DEFAULT_BASELINE if DEFAULT_BASELINE in present else None
@@ -141,14 +127,8 @@ def resolve_baseline(records: Sequence[QuestionRecord], baseline: str | None = N
 def baseline_differences(
     records: Sequence[QuestionRecord], baseline: str, *, seed: int = DEFAULT_SEED
 ) -> dict[_RunKey, dict[str, Any]]:
-    """
-    The EM and F1 difference of every other run against the baseline's at the same k and setting, over the answerable
-    questions both answered, in percentage points with 95% paired bootstrap intervals (`metrics.paired_difference_ci`).
-
-    :returns: Per (strategy, k, setting): `paired_questions`, `em_diff`, `em_diff_ci`, `f1_diff`, `f1_diff_ci`,
-        `em_diff_significant`, `f1_diff_significant` (the interval excludes 0) and `diff_significant` (either). A
-        difference is None without a pair; an interval is None with fewer than two.
-    """
+    """The EM and F1 difference of every other run against the baseline at the same k and setting, in percentage
+    points with paired bootstrap intervals (`metrics.paired_difference_ci`), over answerable questions both answered."""
     groups = group_runs(records)
     differences = {}
     for (strategy, top_k, setting), group in groups.items():
@@ -281,11 +261,7 @@ def markdown_table(
     baseline: str | None = None,
     bootstrap: dict[str, Any] | None = None,
 ) -> str:
-    """
-    The results as a markdown table laid out like Liu et al.'s Table 1 (EM, F1, %Unk, %NM), plus accuracy, reject
-    rate, recall@k, calls, tokens and latency, with a setting column when there are several (e.g. noise ratios, Yu
-    et al. Table 3), rates with their intervals, and with a baseline a second table of paired differences.
-    """
+    """The results as a markdown table laid out like Liu et al.'s Table 1, and with a baseline paired differences."""
     several = len({s["setting"] for s in summaries}) > 1
     first = summaries[0] if summaries else {}
     notes = (
@@ -332,8 +308,7 @@ def _em_lines(points: Sequence[tuple[str, Any, float]], path: Path, *, xlabel: s
 
 def draw_charts(summaries: Sequence[dict[str, Any]], out: Path) -> None:
     """
-    Draw EM vs tokens per question (smallest k, first setting; Liu et al. Figure 3), EM vs top-k when k was swept
-    (Figure 4), and EM vs noise ratio with several ratios (Yu et al. Table 3).
+    Draw EM vs tokens (Liu et al. Figure 3), EM vs top-k (Figure 4) and EM vs noise ratio (Yu et al. Table 3).
 
     :raises ImportError: Without matplotlib (the `eval` extra).
     """
@@ -380,9 +355,7 @@ def write_report(
     charts into `out`.
 
     :param baseline: The strategy the others are compared with; None for `concatenation` when it ran.
-    :param seed: The bootstrap's seed, reported in both files.
-    :param sas: SAS per record key (`haystack_eval.records_sas`, in [-1, 1]): adds each run's `sas` (mean x100 over
-        the answerable questions with a score) and `sas_ci`.
+    :param sas: SAS per record key (`haystack_eval.records_sas`, in [-1, 1]): adds each run's `sas` and `sas_ci`.
     :returns: The summary written.
     :raises ValueError: If there are no records, or `baseline` names a strategy that has no records.
     """
