@@ -274,19 +274,15 @@ class Evaluator:
         repair(path)
         repair(self.out / EVIDENCE_TEXT_FILE)
         existing = read_records(path)
-        fingerprints = {}
-        for strategy, top_k in runs:
-            fingerprint = self.fingerprint(strategy, top_k, setting)
-            others = sorted(
-                {r.fingerprint for r in existing if r.key()[:3] == (strategy, top_k, setting.label())} - {fingerprint}
-            )
-            if others:
+        fingerprints = {run: self.fingerprint(*run, setting) for run in runs}
+        for (strategy, top_k), fingerprint in fingerprints.items():
+            if others := sorted({r.fingerprint for r in existing if r.key()[:3] == (strategy, top_k, setting.label())}
+                                - {fingerprint}):  # fmt: skip
                 raise FingerprintMismatchError(
                     f"{path} already holds {strategy} top-{top_k} records made with other settings (fingerprint "
                     f"{others[0] or 'none'}, now {fingerprint}: another pipeline, LLM or prompt). Resuming would mix "
                     "them: use another --out folder, or delete those records to start them again."
                 )
-            fingerprints[(strategy, top_k)] = fingerprint
         done = {(r.strategy, r.top_k, r.question_id): r for r in existing if r.setting == setting.label()}
         todo = [(q, [run for run in runs if (*run, q.id) not in done]) for q in questions]
         todo = [(question, missing) for question, missing in todo if missing]
@@ -338,8 +334,17 @@ class Evaluator:
                             failures=refused,
                             calls=calls,
                         )
-                    all_failed = record.failed and calls and len(failures) >= calls
-                    outright = BatchStoppedError("", failures=failures, calls=calls) if all_failed else None
+                    outright = (
+                        BatchStoppedError(
+                            f"stopped after {FAILURES_IN_A_ROW_TO_STOP} questions in a row failed, every LLM call of "
+                            "each; the records so far are kept (each failed one says what failed): fix the backend "
+                            "and run the same command again to go on",
+                            failures=failures,
+                            calls=calls,
+                        )
+                        if record.failed and calls and len(failures) >= calls
+                        else None
+                    )
                 with self._lock:
                     if text and not record.failed:
                         line = {"key": list(record.key()), **text}
@@ -348,14 +353,6 @@ class Evaluator:
                     in_a_row[0] = in_a_row[0] + 1 if outright is not None else 0
                     if outright is not None and in_a_row[0] >= FAILURES_IN_A_ROW_TO_STOP and not stop.is_set():
                         stop.set()
-                        if isinstance(outright, BatchStoppedError):
-                            raise BatchStoppedError(
-                                f"stopped after {in_a_row[0]} questions in a row failed, every LLM call of each; the "
-                                "records so far are kept (each failed one says what failed): fix the backend and run "
-                                "the same command again to go on",
-                                failures=outright.failures,
-                                calls=outright.calls,
-                            )
                         raise outright
                 answered.append(record)
             return answered
