@@ -294,13 +294,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         + (", closed-book filtered" if config.closed_book_filter else "")
     )
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    manifest: dict[str, Any] = {
-        "title": title,
-        "dataset": str(args.dataset),
-        "command": getattr(args, "argv", None),
-        "runtime": llama_cpp_runtime() if backends.llm == "local" else None,
-        "strategy_options": config.strategy_options,
-    }
+    runtime = llama_cpp_runtime() if backends.llm == "local" else None
+    manifest: dict[str, Any] = {"title": title, "dataset": str(args.dataset), "command": getattr(args, "argv", None),
+                                "runtime": runtime, "strategy_options": config.strategy_options}  # fmt: skip
     write_run_manifest(args.out, **manifest)
     try:
         records = evaluator.run()

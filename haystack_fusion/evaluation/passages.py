@@ -76,10 +76,8 @@ def arrange_passages(
     corpus: Sequence[Document] = (),
 ) -> list[Document]:
     """
-    Put the top-k passages of one question together under a setting: from the retriever's passages, best first (with
-    a noise ratio, a deeper list to choose from), the gold `answers` (the noise ratio's relevant / irrelevant split),
-    the `gold` passage when the dataset has one, and the `corpus` (irrelevant passages are drawn from it when
-    retrieval gives too few). `question_id` and `setting.seed` seed the random choices, so runs are repeatable.
+    Put the top-k passages of one question together under a setting from the retrieved ones (best first), the gold
+    `answers` and `gold` passage, and the `corpus` (more noise); `question_id` and `setting.seed` seed the choices.
 
     :returns: At most k passages (fewer only when there are not enough).
     """
@@ -114,9 +112,8 @@ def arrange_passages(
 @component
 class EvalRetriever:
     """
-    A retriever for evaluation runs: the wrapped retriever's passages, rearranged by a `PassageSetting`.
-
-    It takes the per-question gold data as run inputs, so one strategy pipeline serves every question.
+    A retriever for evaluation runs: the wrapped retriever's passages, rearranged by a `PassageSetting`, with the
+    per-question gold data as run inputs, so one strategy pipeline serves every question.
 
     ### Usage example
     ```python
@@ -130,10 +127,7 @@ class EvalRetriever:
     def __init__(
         self, retriever: Any, *, setting: PassageSetting | None = None, corpus: Sequence[Document] = (), top_k: int = 5
     ) -> None:
-        """
-        Wrap any Haystack retriever with `query` and `top_k` inputs; `setting` defaults to retrieval as it is,
-        `corpus` (all passages) gives the noise ratio's irrelevant passages, `top_k` is the default k.
-        """
+        """Wrap any retriever with `query` and `top_k` inputs; `corpus` gives the noise ratio's irrelevant passages."""
         self.retriever = retriever
         self.setting = setting or PassageSetting()
         self.corpus = list(corpus)
@@ -157,9 +151,7 @@ class EvalRetriever:
         answers: list[str] | None = None,
         gold: Document | None = None,
     ) -> dict[str, Any]:
-        """
-        Retrieve (k x `NOISE_POOL_FACTOR` passages with a noise ratio) and rearrange (`arrange_passages`); `question_id`
-        seeds the setting's random choices, `answers` and `gold` are the question's gold data.
+        """Retrieve (k x `NOISE_POOL_FACTOR` with a noise ratio) and rearrange (`arrange_passages`).
 
         :returns: `documents`: at most k passages.
         """
