@@ -257,7 +257,6 @@ def _table(
 def markdown_table(
     summaries: Sequence[dict[str, Any]],
     *,
-    title: str = "",
     baseline: str | None = None,
     bootstrap: dict[str, Any] | None = None,
 ) -> str:
@@ -288,7 +287,7 @@ def markdown_table(
             "paired 95% bootstrap confidence interval (the same resampled questions for both strategies). * marks a "
             "difference whose interval excludes 0."
         )
-    return (f"{title}\n\n" if title else "") + _table(summaries, MAIN_COLUMNS, several) + notes + "\n"
+    return _table(summaries, MAIN_COLUMNS, several) + notes + "\n"
 
 
 def _em_lines(points: Sequence[tuple[str, Any, float]], path: Path, *, xlabel: str, title: str) -> None:
