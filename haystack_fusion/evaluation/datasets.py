@@ -21,7 +21,6 @@ from haystack_fusion.corpus import Question
 logger = logging.getLogger(__name__)
 
 DPR_TSV_HEADER = ("id", "text", "title")
-"""The header row a DPR-style passage TSV must start with (as in DPR's `psgs_w100.tsv`)."""
 
 
 @dataclass(frozen=True)
@@ -46,22 +45,13 @@ class EvalDataset:
         return dataclasses.replace(self, questions=questions)
 
     def only(self, kind: str) -> EvalDataset:
-        """
-        Keep "all", the "answerable" or the "unanswerable" questions, in order (Yu et al.: noise robustness is
-        measured on answerable questions, the reject rate on unanswerable ones).
-
-        :raises ValueError: For another `kind`.
-        """
+        """Keep "all", the "answerable" or the "unanswerable" questions, in order. :raises ValueError: Another kind."""
         if kind not in ("all", "answerable", "unanswerable"):
             raise ValueError(f"`kind` must be all, answerable or unanswerable, got {kind!r}")
         return self._keep([q for q in self.questions if kind == "all" or q.is_impossible == (kind == "unanswerable")])
 
     def limit(self, n: int | None) -> EvalDataset:
-        """
-        The first `n` questions (None: all), over the whole corpus, so retrieval difficulty does not change with `n`.
-
-        :raises ValueError: If `n` is negative.
-        """
+        """The first `n` questions (None: all), over the whole corpus. :raises ValueError: If `n` is negative."""
         if n is not None and n < 0:
             raise ValueError(f"`n` must be None or at least 0, got {n}")
         return self._keep(list(self.questions[:n]))

@@ -22,11 +22,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-RecordKey = tuple[str, int, str, str]
-"""`QuestionRecord.key()`: (strategy, top_k, setting, question_id), the key of the `sas` mapping."""
-
+RecordKey = tuple[str, int, str, str]  # `QuestionRecord.key()`
 INPUT_COLUMNS = ("question_id", "question", "ground_truth_answers", "answerable", "predicted_answer")
-"""The `inputs` of every `EvaluationRunResult`, in order (the leading columns of its detailed report)."""
 
 
 def _questions_in_order(records: Sequence[QuestionRecord], dataset: EvalDataset) -> list[Question]:
@@ -193,8 +190,7 @@ def load_evaluation_run_results(
     runs: str | Path | Sequence[str | Path], dataset: EvalDataset, *, sas: bool = False, sas_model: str | None = None
 ) -> dict[str, EvaluationRunResult]:
     """
-    Read evaluation run folders (`eval --out`, one or several) and convert their records with
-    `to_evaluation_run_results`; `sas=True` adds the `sas` metric (`records_sas` with `sas_model`).
+    Read `eval --out` folders and convert their records (`to_evaluation_run_results`); `sas=True` adds `sas`.
 
     :raises FileNotFoundError: If the folders hold no records.
     :raises ValueError: As `to_evaluation_run_results`.
