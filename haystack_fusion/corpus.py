@@ -5,7 +5,6 @@ from __future__ import annotations
 import codecs
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from logging import WARNING
 from pathlib import Path
@@ -337,23 +336,15 @@ def load_passages(
     raise ValueError(f"Cannot load passages from '{path_or_url}': expected {_ACCEPTED}")
 
 
-@contextmanager
-def _quiet_pooch() -> Iterator[None]:
-    """Keep pooch's info lines ("Downloading data from ...", the hash of a file) off stderr; its warnings stay."""
+def _retrieve(url: str, target: Path, sha256: str | None) -> Path:
+    """`target`, downloaded from `url` with `pooch.retrieve` unless it is there (and has checksum `sha256`); pooch's
+    info lines ("Downloading data from ...", the hash of a file) stay off stderr, its warnings do not."""
+    if not target.is_file():
+        logger.info("Downloading {url} to {path}", url=url, path=str(target))
     pooch_logger = pooch.get_logger()
     level = pooch_logger.level
     pooch_logger.setLevel(WARNING)
     try:
-        yield
-    finally:
-        pooch_logger.setLevel(level)
-
-
-def _retrieve(url: str, target: Path, sha256: str | None) -> Path:
-    """`target`, downloaded from `url` with `pooch.retrieve` unless it is there (and has checksum `sha256`)."""
-    if not target.is_file():
-        logger.info("Downloading {url} to {path}", url=url, path=str(target))
-    with _quiet_pooch():
         pooch.retrieve(
             url,
             known_hash=None if sha256 is None else f"sha256:{sha256}",
@@ -361,6 +352,8 @@ def _retrieve(url: str, target: Path, sha256: str | None) -> Path:
             path=target.parent,
             progressbar=True,
         )
+    finally:
+        pooch_logger.setLevel(level)
     return target
 
 

@@ -84,17 +84,8 @@ def _lines(text: str) -> list[str]:
 
 
 def _split_on_markers(text: str, family: str) -> list[str] | None:
-    """
-    Cut `text` at the markers of one family, found in sequence: a, b, c, ... or 1, 2, 3, ...
-
-    The first marker may be missing ("Paris (b) Lyon"): the last line before the second marker is then the first
-    item. Each item is the first line of the text after its marker, so text after the list is dropped.
-
-    :param text: The reply, without "[DONE]" and a leading label.
-    :param family: "letter" or "number".
-    :returns: The raw items, or None when the family's markers are not there (none found, or only a lone
-        line-start "A." which is more likely an initial, as in "A. Lincoln").
-    """
+    """The raw items of `text` cut at one family's markers ("letter" or "number"; step 2 of `parse_candidates`), or
+    None when they are not there (none, or a lone line-start "A.", more likely an initial as in "A. Lincoln")."""
     limit = len(CHOICE_LETTERS) if family == "letter" else 1000
     first = _marker(family, 0).search(text)
     second = _marker(family, 1).search(text) if limit > 1 else None
@@ -410,15 +401,9 @@ _LABEL = re.compile(r"^\s*(?:\(?[a-z]\)|[a-z]\.)\s+", re.IGNORECASE)
 
 def summary_is_label(summary: str | None, candidates: Sequence[str]) -> bool:
     """
-    Whether a conditional summary (Listing 7) is no summary: empty, or only a candidate's label and name.
-
-    Base models often continue Listing 7's list pattern ("(b) Lyon"); such a summary cannot support its prediction
-    (Eq. 4) or be ranked on its content (Eq. 5).
-
-    :param summary: The cleaned summary (`clean_summary`).
-    :param candidates: The K candidates the summaries were written for.
-    :returns: True when the summary, without a leading "(b)" / "b." label, normalizes (`normalize_answer`) to
-        nothing or to one of the candidates.
+    Whether a conditional summary (Listing 7) is no summary: without a leading "(b)" / "b." label it normalizes to
+    nothing or to one of the `candidates`, as when base models continue the list pattern ("(b) Lyon"); such a
+    summary cannot support its prediction (Eq. 4) or be ranked on its content (Eq. 5).
     """
     key = normalize_answer(_LABEL.sub("", summary or ""))
     return not key or any(key == normalize_answer(candidate) for candidate in candidates)
