@@ -255,8 +255,12 @@ class ChatGeneratorWrapper:
         await self._each_async("close")
 
     def to_dict(self) -> dict[str, Any]:
-        """Serialize this component, with its chat generator, to a dictionary."""
-        return default_to_dict(self, chat_generator=component_to_dict(obj=self._chat_generator, name="chat_generator"))
+        """Serialize this component, with its chat generator and its other init parameters, to a dictionary."""
+        names = [
+            name for name in inspect.signature(type(self).__init__).parameters if name not in ("self", "chat_generator")
+        ]
+        chat_generator = component_to_dict(obj=self._chat_generator, name="chat_generator")
+        return default_to_dict(self, chat_generator=chat_generator, **{name: getattr(self, name) for name in names})
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Any:
