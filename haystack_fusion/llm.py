@@ -1,10 +1,7 @@
 """
-The package's LLM calls over Haystack's ChatGenerators: one fan-out (`run_chat_calls`, `run_chat_calls_async`), one
-process-wide limit on calls in flight (`CallLimitedChatGenerator`), the components' `ChatGeneratorWrapper`, token
-usage, the `generation_kwargs` a call adds, and what a client's exception says about its backend.
-
-A usage record counts `prompt_tokens` and `completion_tokens` (tokens), `calls` and `failed_calls` (always present),
-and `rounds`, `cached_tokens`, `cached_calls` and `truncated` only when something reported them.
+LLM calls over Haystack's ChatGenerators: the fan-out, the process-wide call limit, the components' wrapper mixin,
+token usage (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`; `rounds`, `cached_tokens`,
+`cached_calls`, `truncated` only when reported), call `generation_kwargs`, and what a client's exception means.
 """
 
 from __future__ import annotations
@@ -29,12 +26,9 @@ from haystack_fusion.settings import calls_in_flight_limit_from_env
 
 logger = logging.getLogger(__name__)
 
-INPUT_TOKENS_TAG = "gen_ai.usage.input_tokens"
+INPUT_TOKENS_TAG = "gen_ai.usage.input_tokens"  # OpenTelemetry's generative-AI semantic conventions
 OUTPUT_TOKENS_TAG = "gen_ai.usage.output_tokens"
-"""A call's token counts on its span, as OpenTelemetry's semantic conventions for generative AI name them."""
-
-TRUNCATED_FINISH_REASON = "length"
-"""The `meta["finish_reason"]` of a reply the token cap (`max_tokens`) cut (OpenAI, the embedded model)."""
+TRUNCATED_FINISH_REASON = "length"  # `meta["finish_reason"]` of a reply the token cap cut
 
 ERROR_KINDS: dict[tuple[str, str], str] = {
     ("openai", "AuthenticationError"): "openai_key",
@@ -49,10 +43,8 @@ ERROR_KINDS: dict[tuple[str, str], str] = {
     ("httpx", "TimeoutException"): "ollama_timeout",
     ("builtins", "ConnectionError"): "ollama_unreachable",
 }
-"""(top-level module, class name) of an exception or one of its bases -> what went wrong. `ConnectionError` and
-httpx's timeouts are the ollama client's (it turns `httpx.ConnectError` into a builtin `ConnectionError`). The openai
-client raises `APITimeoutError` (a subclass of `APIConnectionError`): the first match along the class's bases wins,
-so a timeout is not taken for a refused connection."""
+"""(top-level module, class name) of an exception or a base -> what went wrong; the first match along the bases
+wins (`APITimeoutError` subclasses `APIConnectionError`). The builtin `ConnectionError` is ollama's refused call."""
 
 
 def exception_chain(error: BaseException) -> Iterator[BaseException]:
@@ -68,13 +60,9 @@ def exception_chain(error: BaseException) -> Iterator[BaseException]:
 
 
 def backend_unusable(error: BaseException) -> bool:
-    """
-    Whether an LLM call's exception says its backend cannot be used at all (a refused connection or key), so every
-    other call to it fails the same way, rather than that this one call failed (a timeout, a 5xx, a bad reply).
-
-    :returns: True when the first LLM-client `ERROR_KINDS` entry along the exception chain (each link's class and
-        its bases, in order) is `openai_key`, `openai_unreachable` or `ollama_unreachable`.
-    """
+    """Whether an LLM call's exception says its backend is unusable (refused connection or key), not just this call:
+    the first LLM-client `ERROR_KINDS` entry along the chain is `openai_key`, `openai_unreachable` or
+    `ollama_unreachable`."""
     for link in exception_chain(error):
         for cls in type(link).__mro__:
             kind = ERROR_KINDS.get((cls.__module__.split(".")[0], cls.__name__))
@@ -89,8 +77,7 @@ def empty_usage() -> dict[str, int]:
 
 
 def sum_usage(usages: Iterable[Mapping[str, Any] | None]) -> dict[str, int]:
-    """Add usage records key by key (None entries skipped): the four counters of `empty_usage`, plus each optional
-    key any input had (never 0 for one none had)."""
+    """Add usage records key by key (None skipped): `empty_usage`'s counters plus each optional key any input had."""
     total = empty_usage()
     for usage in usages:
         for key, value in (usage or {}).items():
@@ -100,23 +87,16 @@ def sum_usage(usages: Iterable[Mapping[str, Any] | None]) -> dict[str, int]:
 
 
 def meta_truncated(meta: Mapping[str, Any]) -> bool | None:
-    """
-    Whether the reply behind this `meta` (a reply's, or an answer's copy) was cut by the token cap: True or False
-    when its `finish_reason` (OpenAI-compatible servers, the embedded model) or a raw Ollama `done_reason` says how
-    it finished, else None (ollama-haystack 7.x maps a "length" `done_reason` to None).
-    """
+    """Whether the reply behind `meta` was cut by the token cap, from its `finish_reason` or raw Ollama
+    `done_reason`; None when neither says (ollama-haystack 7.x maps a "length" `done_reason` to None)."""
     reasons = (meta.get("finish_reason"), meta.get("done_reason"))
     return None if reasons == (None, None) else TRUNCATED_FINISH_REASON in reasons
 
 
 def reply_usage(reply: ChatMessage | None) -> dict[str, int]:
-    """
-    The usage of one call (its reply, or None for a failed call), read from `meta["usage"]` as OpenAI-style
-    generators report it: `prompt_tokens` and `completion_tokens` (0 when not reported), `calls` = 1,
-    `failed_calls` = 0, plus `cached_tokens` when the provider reported prefix-cache hits
-    (`usage.prompt_tokens_details.cached_tokens`; 0 is a reported miss), `cached_calls` = 1 for a reply from the
-    embedded model's reply cache (`meta["cached"]`), and `truncated` = 1 for a reply the token cap cut.
-    """
+    """The usage of one call (its reply, None if it failed) from OpenAI-style `meta["usage"]`: token counts (0 when
+    not reported), `calls` = 1, `failed_calls` = 0; `cached_tokens` when the provider reported prefix-cache hits,
+    `cached_calls` = 1 for the embedded model's cached reply, `truncated` = 1 for a reply the token cap cut."""
     meta = reply.meta if reply is not None else {}
     usage = meta.get("usage") or {}
     counted = {
@@ -137,16 +117,11 @@ def reply_usage(reply: ChatMessage | None) -> dict[str, int]:
 
 
 def logprob_kwargs(chat_generator: Any, top_logprobs: int = 0) -> dict[str, Any]:
-    """
-    The `generation_kwargs` that ask for token log-probabilities, for a generator that returns them: the embedded
-    model (`LocalChatGenerator`), or one whose own `generation_kwargs` ask for them (`--logprobs`). Other
-    OpenAI-compatible servers are not asked: one that refuses fails the call (llama.cpp's server needs `logits_all`);
-    ollama-haystack returns none.
+    """The `generation_kwargs` asking for token log-probabilities, for the embedded model (`LocalChatGenerator`) or a
+    generator whose own `generation_kwargs` ask for them; others are not asked (a server that refuses fails the call).
 
     :param top_logprobs: Alternatives per token to return as well (0: none; OpenAI allows up to 20).
-    :returns: `{"logprobs": True, "top_logprobs": n}` (`top_logprobs` even at 0: some OpenAI-compatible servers send
-        log-probabilities only with it), or {} for a generator that does not return them.
-    """
+    :returns: `{"logprobs": True, "top_logprobs": n}` (sent even at 0: some servers need it), or {}."""
     generator = unwrap_call_limit(chat_generator)
     local = any(cls.__name__ == "LocalChatGenerator" for cls in type(generator).__mro__)
     if local or (getattr(generator, "generation_kwargs", None) or {}).get("logprobs"):
@@ -157,12 +132,9 @@ def logprob_kwargs(chat_generator: Any, top_logprobs: int = 0) -> dict[str, Any]
 def stop_kwargs(
     chat_generator: Any, stop: Sequence[str], generation_kwargs: dict[str, Any] | None = None
 ) -> dict[str, Any] | None:
-    r"""
-    The call's `generation_kwargs` with `stop` (the prompt's stop sequences, `PromptTemplate.stop`) merged after the
-    generator's own (or the call's, which replace them), without the redundant ones (a sequence containing another
-    never ends a reply first: with `"\n"` added, `"\n\n"` goes), at most the 4 shortest (OpenAI's limit). A
-    generator without `generation_kwargs` settings (a mock) gets none added: `generation_kwargs` itself comes back.
-    """
+    """The call's `generation_kwargs` with the prompt's `stop` sequences merged after the generator's (or the call's)
+    own, minus those containing another, at most the 4 shortest (OpenAI's limit); unchanged for a generator without
+    `generation_kwargs` settings."""
     settings = getattr(unwrap_call_limit(chat_generator), "generation_kwargs", None)
     if not stop or not isinstance(settings, dict):
         return generation_kwargs
@@ -184,10 +156,7 @@ def _none_or_positive(value: int | None, name: str, none: str) -> int | None:
 
 
 def check_max_concurrency(max_concurrency: int | None) -> int | None:
-    """
-    :returns: `max_concurrency` unchanged: None (all calls of a round at once) or an integer >= 1.
-    :raises ValueError: If it is neither.
-    """
+    """:returns: `max_concurrency` (None or an integer >= 1). :raises ValueError: If it is neither."""
     return _none_or_positive(max_concurrency, "max_concurrency", "all calls of a round at once")
 
 
@@ -199,11 +168,9 @@ _ASYNC_POLL = 0.05
 
 
 def calls_in_flight_limit() -> int | None:
-    """
-    :returns: The process-wide limit on LLM calls in flight: the innermost `max_calls_in_flight` block's, else
-        `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` (read at every call), else None (no limit).
-    :raises ValueError: If the environment variable is set to anything but an integer >= 1.
-    """
+    """The innermost `max_calls_in_flight` block's limit, else `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT`, else None.
+
+    :raises ValueError: If the environment variable is set to anything but an integer >= 1."""
     with _LOCK:
         if _OVERRIDES:
             return _OVERRIDES[-1]
@@ -212,12 +179,9 @@ def calls_in_flight_limit() -> int | None:
 
 @contextlib.contextmanager
 def max_calls_in_flight(limit: int | None) -> Iterator[None]:
-    """
-    Limit the calls in flight of the whole process to `limit` (None: no limit) while the block runs
-    (`eval --max-calls-in-flight`): a rate-limited API's 429 storm then slows a batch down instead of failing it.
+    """Limit the process's LLM calls in flight to `limit` (None: no limit) while the block runs.
 
-    :raises ValueError: If `limit` is not None or an integer >= 1.
-    """
+    :raises ValueError: If `limit` is not None or an integer >= 1."""
     _none_or_positive(limit, "max_calls_in_flight", "no limit")
     with _LOCK:
         _OVERRIDES.append(limit)
@@ -235,7 +199,6 @@ def _semaphore() -> threading.BoundedSemaphore | None:
 
 
 async def _acquire_async(semaphore: threading.BoundedSemaphore) -> None:
-    """Take a slot without blocking the event loop; a cancelled wait leaves no slot taken."""
     while not semaphore.acquire(blocking=False):
         waiter = asyncio.ensure_future(asyncio.to_thread(semaphore.acquire, timeout=_ASYNC_POLL))
         try:
@@ -253,8 +216,9 @@ async def _run_async(generator: Any, **inputs: Any) -> dict[str, Any]:
     return await asyncio.to_thread(generator.run, **inputs)
 
 
-class _Wrapper:
-    """Lifecycle and serialization of a component that keeps a ChatGenerator in `self._chat_generator`."""
+class ChatGeneratorWrapper:
+    """Mixin of components calling a ChatGenerator (`self._chat_generator`, serialized as `chat_generator`);
+    `warm_up_async` / `close_async` prefer a wrapped part's async method, as Haystack's `LLMRanker` does."""
 
     _chat_generator: ChatGenerator
 
@@ -262,37 +226,41 @@ class _Wrapper:
         """The components this one warms up and closes: its chat generator (SummaryVerifier adds its ranker)."""
         return [self._chat_generator]
 
+    def _each(self, name: str) -> None:
+        for part in self._wrapped_parts():
+            if hasattr(part, name):
+                getattr(part, name)()
+
+    async def _each_async(self, name: str) -> None:
+        for part in self._wrapped_parts():
+            if hasattr(part, f"{name}_async"):
+                await getattr(part, f"{name}_async")()
+            elif hasattr(part, name):
+                getattr(part, name)()
+
     def warm_up(self) -> None:
         """Warm up the wrapped chat generator (idempotent)."""
-        for part in self._wrapped_parts():
-            if hasattr(part, "warm_up"):
-                part.warm_up()
+        self._each("warm_up")
 
     async def warm_up_async(self) -> None:
-        """Warm up the wrapped chat generator on the running loop: its `warm_up_async`, else its `warm_up`."""
-        for part in self._wrapped_parts():
-            if hasattr(part, "warm_up_async"):
-                await part.warm_up_async()
-            elif hasattr(part, "warm_up"):
-                part.warm_up()
+        """Warm up the wrapped chat generator on the running loop."""
+        await self._each_async("warm_up")
 
     def close(self) -> None:
         """Release the wrapped chat generator's resources."""
-        for part in self._wrapped_parts():
-            if hasattr(part, "close"):
-                part.close()
+        self._each("close")
 
     async def close_async(self) -> None:
-        """Release the wrapped chat generator's async resources: its `close_async`, else its `close`."""
-        for part in self._wrapped_parts():
-            if hasattr(part, "close_async"):
-                await part.close_async()
-            elif hasattr(part, "close"):
-                part.close()
+        """Release the wrapped chat generator's async resources."""
+        await self._each_async("close")
 
     def to_dict(self) -> dict[str, Any]:
-        """Serialize this component, with its chat generator, to a dictionary."""
-        return default_to_dict(self, chat_generator=component_to_dict(obj=self._chat_generator, name="chat_generator"))
+        """Serialize this component, with its chat generator and its other init parameters, to a dictionary."""
+        names = [
+            name for name in inspect.signature(type(self).__init__).parameters if name not in ("self", "chat_generator")
+        ]
+        chat_generator = component_to_dict(obj=self._chat_generator, name="chat_generator")
+        return default_to_dict(self, chat_generator=chat_generator, **{name: getattr(self, name) for name in names})
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Any:
@@ -301,24 +269,12 @@ class _Wrapper:
         return default_from_dict(cls, data)
 
 
-class ChatGeneratorWrapper(_Wrapper):
-    """
-    Mixin of the package's components that call a ChatGenerator (kept in `self._chat_generator`, serialized as
-    `chat_generator`) and report their calls' usage and failures in their `meta`. As Haystack's wrappers
-    (`LLMRanker`, `FallbackChatGenerator`) do, `warm_up_async` / `close_async` prefer a wrapped part's async method,
-    so a `Pipeline.run_async` builds and releases async clients on the loop that uses them.
-    """
-
-
 @component
-class CallLimitedChatGenerator(_Wrapper):
+class CallLimitedChatGenerator(ChatGeneratorWrapper):
     """
-    Wraps a ChatGenerator so that each of its calls holds one of the process-wide call slots while it runs.
-
-    With no limit (`calls_in_flight_limit`) it only passes calls on. With a limit of N, at most N calls through such
-    wrappers are under way in the process at once, from any thread or event loop (one `threading.BoundedSemaphore`);
-    the others wait. Retries and timeouts stay the wrapped generator's. Its inputs are the wrapped generator's
-    (`messages`, `generation_kwargs`, `tools` ...); its output is `replies`.
+    Wraps a ChatGenerator so that each call holds one of the process-wide slots (`calls_in_flight_limit`, one
+    `threading.BoundedSemaphore` across threads and loops) while it runs. Inputs are the wrapped generator's; output
+    is `replies`.
 
     ### Usage example
     ```python
@@ -342,19 +298,14 @@ class CallLimitedChatGenerator(_Wrapper):
         component.set_output_types(self, replies=list[ChatMessage])
 
     def run(self, messages: list[ChatMessage], **kwargs: Any) -> dict[str, Any]:
-        """
-        Call the wrapped generator with `messages` and its other inputs (`kwargs`), holding a call slot.
+        """Call the wrapped generator holding a call slot; returns its `replies`, raises what it raised.
 
-        :returns: What the wrapped generator returned: `replies`, a list of ChatMessage.
-        :raises ValueError: If `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` is set to anything but an integer >= 1.
-        :raises Exception: What the wrapped generator raised.
-        """
+        :raises ValueError: If `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` is set to anything but an integer >= 1."""
         with _semaphore() or contextlib.nullcontext():
             return self._chat_generator.run(messages=messages, **kwargs)
 
     async def run_async(self, messages: list[ChatMessage], **kwargs: Any) -> dict[str, Any]:
-        """Async form of `run` (same inputs, outputs, errors): waits for its slot without blocking the loop, then
-        calls the wrapped generator's `run_async`, or its `run` in a worker thread."""
+        """Async form of `run`: waits for its slot without blocking the loop."""
         semaphore = _semaphore()
         if semaphore is not None:
             await _acquire_async(semaphore)
@@ -374,14 +325,11 @@ def unwrap_call_limit(chat_generator: Any) -> Any:
 
 @dataclass
 class FanOutResult:
-    """
-    What a fan-out of n independent calls returned, in input order.
+    """What a fan-out of n calls returned, in input order.
 
-    :param replies: n entries: each call's first reply, or None where it failed or returned no reply.
+    :param replies: n entries: each call's first reply, or None where it failed.
     :param errors: n entries: None, or `"ExceptionType: message"` for a failed call.
-    :param usage: Summed usage: `prompt_tokens`, `completion_tokens` (tokens), `calls`, `failed_calls`, and
-        `cached_tokens` / `cached_calls` / `truncated` when any reply reported them.
-    """
+    :param usage: Summed usage of the calls (see `reply_usage`)."""
 
     replies: list[ChatMessage | None]
     errors: list[str | None]
@@ -397,8 +345,7 @@ Outcome = tuple[ChatMessage | None, str | None]
 
 
 class _Calls:
-    """The calls of one fan-out, each in a `haystack.chat_generator.run` span (a child of the caller's, as Haystack's
-    own components trace their generator calls) tagged with the reply's token counts."""
+    """A fan-out's calls, each in a `haystack.chat_generator.run` child span tagged with its token counts."""
 
     def __init__(self, generator: Any, generation_kwargs: dict[str, Any] | None, raise_if: Callable | None) -> None:
         self.generator, self.raise_if = generator, raise_if
@@ -462,18 +409,13 @@ def run_chat_calls(
     raise_if: Callable[[Exception], bool] | None = None,
 ) -> FanOutResult:
     """
-    The one fan-out of independent ChatGenerator calls (one per passage, per sample, per candidate ...), as
-    Haystack's `LLMMetadataExtractor` does it: the generator's `run` once per prompt, in a `ThreadPoolExecutor` of
-    this fan-out's own, each call in a copy of the caller's context (its span nests under the caller's). A failed
-    call is an abstention, logged and recorded, while the other calls go on; retries and timeouts are the generator's.
+    Independent ChatGenerator calls, one per prompt, in a `ThreadPoolExecutor` (as Haystack's `LLMMetadataExtractor`),
+    each in a copy of the caller's context. A failed call is an abstention, logged and recorded.
 
-    :param chat_generator: Any Haystack ChatGenerator (through a `CallLimitedChatGenerator`, each call holds one of
-        the process-wide slots).
     :param prompts: n prompts, each a list of ChatMessage.
     :param max_concurrency: None: all n calls at once; an integer >= 1: at most that many under way at once.
-    :param generation_kwargs: Passed to every call when given.
-    :param raise_on_failure: Re-raise the first failure (calls not yet started never start) instead of recording it.
-    :param raise_if: Re-raise a failure for which `raise_if(error)` is true (`backend_unusable`), record others.
+    :param raise_on_failure: Re-raise the first failure (queued calls never start) instead of recording it.
+    :param raise_if: Re-raise a failure for which `raise_if(error)` is true (`backend_unusable`).
     :returns: A `FanOutResult` with n replies and n errors in input order.
     :raises ValueError: If `max_concurrency` is not None or an integer >= 1.
     :raises Exception: A failure re-raised by `raise_on_failure` or `raise_if` (`RuntimeError` for no reply).
@@ -514,11 +456,8 @@ async def run_chat_calls_async(
     raise_on_failure: bool = False,
     raise_if: Callable[[Exception], bool] | None = None,
 ) -> FanOutResult:
-    """
-    Async form of `run_chat_calls`, with the same parameters, result and errors: `asyncio.gather` of the generator's
-    `run_async` calls (its `run` in a worker thread when it has none) under an `asyncio.Semaphore(max_concurrency)`.
-    A re-raised failure cancels the other calls.
-    """
+    """Async form of `run_chat_calls` (same parameters, result, errors): `asyncio.gather` under an
+    `asyncio.Semaphore(max_concurrency)`; a re-raised failure cancels the other calls."""
     check_max_concurrency(max_concurrency)
     calls = _Calls(chat_generator, generation_kwargs, (lambda _: True) if raise_on_failure else raise_if)
     semaphore = asyncio.Semaphore(max_concurrency or max(1, len(prompts)))

@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from haystack import Document, component, default_to_dict, logging
+from haystack import Document, component, logging
 from haystack.components.generators.chat.types import ChatGenerator
-from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage
 
 from haystack_fusion.answers import check_answer, validate_query
@@ -49,14 +48,10 @@ class CandidateSummarizer(ChatGeneratorWrapper):
     """
     Proposes K answer candidates, then summarizes the passages once per candidate (SuRe, Kim et al., section 3.2).
 
-    Round 1 is one call with Listing 6 (p_can, Eq. 2) asking for K candidates as "(a) xx, (b) yy", parsed leniently
-    (`sure.parse_candidates`). Round 2 is one call per candidate with Listing 7 (p_sum, Eq. 3), up to
-    `max_concurrency` at once; the summary is the reply up to "[DONE]". `generic` writes one summary without
-    candidates (Listing 11, section 4.3); `candidates` stops after round 1 (MCQ baseline, Appendix A.7).
-
-    Candidates that `answers.check_answer` rejects are dropped and listed in `meta["invalid_candidates"]`, so fewer
-    than K may remain. Given `candidates` (e.g. the `cascade` strategy's split vote) skip round 1, and each summary
-    then reads `candidate_documents[k]` when given (else all `documents`).
+    Round 1: one call with Listing 6 (p_can, Eq. 2) for K candidates "(a) xx, (b) yy". Round 2: one call per
+    candidate with Listing 7 (p_sum, Eq. 3). `generic` writes one summary (Listing 11, section 4.3); `candidates`
+    stops after round 1 (Appendix A.7). Rejected candidates go to `meta["invalid_candidates"]`. Given `candidates`
+    skip round 1, each summary then reading `candidate_documents[k]` when given.
 
     ### Usage example
     ```python
@@ -83,17 +78,12 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         raise_on_failure: bool = False,
     ) -> None:
         """
-        Create a CandidateSummarizer.
-
-        :param chat_generator: The ChatGenerator that proposes the candidates and writes the summaries.
         :param num_candidates: K, the answer candidates asked for (>= 1; the paper uses K = 2, section 4.1).
         :param mode: "conditional" (SuRe), "generic" (one summary, Listing 11) or "candidates" (MCQ baseline).
-        :param max_concurrency: Largest number of summary calls under way at once (>= 1); None (default): all K.
+        :param max_concurrency: Most summary calls under way at once (>= 1); None: all K.
         :param max_passage_chars: Per-passage context budget in characters (None: no limit).
-        :param few_shot: If True (base models), candidates come from Listing 13 (Appendix B.5) and summaries from
-            Listing 7 with one demonstration (`prompts.sure.FEW_SHOT_SUMMARY`).
-        :param raise_on_failure: If True, a failed call raises; by default it is logged, reported in
-            `meta["failures"]`, and gives no candidates (round 1) or an empty summary (round 2).
+        :param few_shot: Listing 13 candidates (Appendix B.5) and a one-shot Listing 7, for base models.
+        :param raise_on_failure: A failed call raises; by default it is reported in `meta["failures"]`.
         :raises ValueError: If `num_candidates` is below 1, `max_concurrency` is neither None nor an integer >= 1,
             `mode` is unknown, or `max_passage_chars` is not positive.
         """
@@ -111,19 +101,6 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         self.few_shot = few_shot
         self.raise_on_failure = raise_on_failure
         self._candidate_prompt = PROMPTS["sure_few_shot_candidates" if few_shot else "sure_candidates"]
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialize this component, with its chat generator, to a dictionary."""
-        return default_to_dict(
-            self,
-            chat_generator=component_to_dict(obj=self._chat_generator, name="chat_generator"),
-            num_candidates=self.num_candidates,
-            mode=self.mode,
-            max_concurrency=self.max_concurrency,
-            max_passage_chars=self.max_passage_chars,
-            few_shot=self.few_shot,
-            raise_on_failure=self.raise_on_failure,
-        )
 
     def _fan_out(self) -> dict[str, Any]:
         return {"max_concurrency": self.max_concurrency, "raise_on_failure": self.raise_on_failure}
@@ -232,23 +209,15 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         candidate_documents: list[list[Document]] | None = None,
     ) -> dict[str, Any]:
         """
-        Propose candidates and summarize the passages for each.
-
         :param query: The question.
-        :param documents: The N retrieved passages, best-ranked first. None or an empty list makes no LLM call and
-            gives no candidates and no summaries (unless `candidates` are given).
-        :param candidates: Candidates from elsewhere: round 1 is skipped and these are summarized (conditional
-            mode only).
-        :param candidate_documents: With `candidates`, one passage list per candidate: the passages its summary
-            reads (default: all `documents`).
+        :param documents: The N passages, best-ranked first; none makes no LLM call (unless `candidates` are given).
+        :param candidates: Candidates from elsewhere: round 1 is skipped (conditional mode only).
+        :param candidate_documents: With `candidates`, the passages each one's summary reads (default: `documents`).
         :returns: A dictionary with:
-            - `candidates`: at most K distinct answer candidates in the order the model gave them (fewer when the
-              model gave fewer; empty in generic mode or when the round-1 call failed).
-            - `summaries`: conditional mode: one summary per candidate, same order and length ("" for a failed
-              call); generic mode: the one generic summary; candidates mode: empty.
-            - `meta`: `source`, `mode`, `candidates_reply` (the raw round-1 reply), `failures` (`round`, `index`,
-              `error`), `usage` (`llm.FanOutResult`'s) and `invalid_candidates` (`candidate`, `reason`) when the
-              answer checks dropped some.
+            - `candidates`: at most K distinct answer candidates in the model's order (empty in generic mode).
+            - `summaries`: one per candidate ("" for a failed call); the one generic summary; or empty.
+            - `meta`: `source`, `mode`, `candidates_reply`, `failures` (`round`, `index`, `error`), `usage` and
+              `invalid_candidates` (`candidate`, `reason`) when the answer checks dropped some.
         :raises ValueError: If `query` is empty or only whitespace, `candidates` are given outside the conditional
             mode, or `candidate_documents` has another length than `candidates`.
         """
@@ -267,7 +236,7 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         candidates: list[str] | None = None,
         candidate_documents: list[list[Document]] | None = None,
     ) -> dict[str, Any]:
-        """Async form of `run`, with the same inputs, outputs and errors; calls the generator's `run_async`."""
+        """Async form of `run`."""
         query, passages, prompts = self._round_one(query, documents, candidates)
         first = await run_chat_calls_async(self._chat_generator, prompts, **self._fan_out()) if prompts else None
         reply = _text(first)

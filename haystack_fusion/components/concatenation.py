@@ -27,12 +27,8 @@ from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PASSAGE_LAYOUTS, 
 @component
 class PassageFormatter:
     """
-    Turns a list of passages into the numbered, delimited context block of the package's prompts.
-
-    It puts `format_passages` into a pipeline: retriever -> PassageFormatter -> ChatPromptBuilder (whose template
-    reads `{{ passages }}`). Passage text cannot close its block or inject template syntax, and each passage is
-    trimmed to the context budget (`haystack_fusion.prompts.format_passages`). Haystack's OutputAdapter with a custom
-    filter would not load from YAML in safe mode.
+    Turns passages into the delimited context block of the package's prompts (`prompts.format_passages`), for
+    retriever -> PassageFormatter -> ChatPromptBuilder (`{{ passages }}`); each passage trimmed to the budget.
 
     ### Usage example
     ```python
@@ -51,14 +47,9 @@ class PassageFormatter:
         datamark: bool = False,
     ) -> None:
         """
-        Create a PassageFormatter.
-
         :param max_passage_chars: Per-passage context budget in characters; None for no limit.
-        :param layout: "numbered" (`[i]`, Liu et al.'s figures) or "titled" (`Passage #i Title/Text`, Kim et al.'s
-            listings).
-        :param datamark: Datamark the passage text (" ^ " between words, after a notice line that marked text holds
-            no instructions; `prompts.format_passages`), a defence against instructions written in passages
-            ("spotlighting"). Off by default.
+        :param layout: "numbered" (`[i]`, Liu et al.'s figures) or "titled" (`Passage #i Title/Text`, Kim et al.).
+        :param datamark: Datamark the passage text (" ^ " between words; "spotlighting") against injected instructions.
         :raises ValueError: If `max_passage_chars` is not positive or `layout` is unknown.
         """
         if max_passage_chars is not None and max_passage_chars <= 0:
@@ -71,26 +62,17 @@ class PassageFormatter:
 
     @component.output_types(passages=str)
     def run(self, documents: list[Document]) -> dict[str, Any]:
-        """
-        Format the passages.
-
-        :param documents: The passages, best-ranked first (may be empty).
-        :returns: A dictionary with `passages`: the context block, one delimited block per document ("" for none).
-        """
+        """:param documents: The passages, best-ranked first (may be empty).
+        :returns: `passages`: the context block, one delimited block per document ("" for none)."""
         return {"passages": format_passages(documents, self.max_passage_chars, self.layout, datamark=self.datamark)}
 
 
 @component
 class AbstainingChatGenerator(ChatGeneratorWrapper):
     """
-    Calls a ChatGenerator once per run; a call that fails (after the generator's own retries) gives no reply and a
-    report in `meta["failures"]` instead of an exception, so the pipeline goes on and a router behind it can fall back.
-    A failure that says the backend itself cannot be used (it refuses the connection or the key:
-    `llm.backend_unusable`) is raised as it is: every other call to that backend would fail the same way.
-
-    `concat_pf` and `cascade` make their concatenation call through it, so that `UnknownRouter` sends a failed call's
-    empty `replies` to post-fusion (reason "no reply"). The call goes through `llm.run_chat_calls` (logged and
-    traced); retries and timeouts stay the generator's.
+    Calls a ChatGenerator once per run; a failed call gives no reply and a report in `meta["failures"]` instead of an
+    exception, so `UnknownRouter` can fall back to post-fusion. A failure saying the backend is unusable
+    (`llm.backend_unusable`) is raised.
 
     ### Usage example
     ```python
@@ -127,17 +109,11 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
     @component.output_types(replies=list[ChatMessage], meta=dict[str, Any])
     def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
         """
-        Make the call.
-
         :param messages: The conversation to send.
-        :param generation_kwargs: The call's `generation_kwargs`, on top of the generator's own (None: its own only).
-        :returns: A dictionary with:
-            - `replies`: the generator's first reply, or an empty list when the call failed or returned no reply.
-            - `meta`: `usage` (`prompt_tokens`, `completion_tokens`, `calls` = 1, `failed_calls`, `rounds` = 1,
-              `cached_tokens` when the provider reports them: `llm.FanOutResult`) and `failures` (empty, or one
-              `{"error": "ExceptionType: message"}`).
-        :raises Exception: The generator's exception when it says the backend cannot be used (a refused connection
-            or key).
+        :param generation_kwargs: The call's `generation_kwargs`, on top of the generator's own.
+        :returns: `replies` (the first reply, or [] when the call failed) and `meta`: `usage` (`llm.FanOutResult`'s,
+            `rounds` = 1) and `failures` (empty, or one `{"error": "ExceptionType: message"}`).
+        :raises Exception: The generator's exception when the backend is unusable (refused connection or key).
         """
         calls = run_chat_calls(
             self._chat_generator, [messages], generation_kwargs=generation_kwargs, raise_if=backend_unusable
@@ -148,7 +124,7 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
     async def run_async(
         self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        """Async form of `run`, with the same inputs and outputs; calls the generator's `run_async` when it has one."""
+        """Async form of `run`."""
         calls = await run_chat_calls_async(
             self._chat_generator, [messages], generation_kwargs=generation_kwargs, raise_if=backend_unusable
         )
@@ -158,17 +134,10 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
 @component
 class CheckedAnswerBuilder(AnswerBuilder):
     """
-    Reads answers from replies as Haystack's `AnswerBuilder` does, then rejects what is not an answer.
-
-    Each answer goes through `haystack_fusion.answers.check_answer`: passage markup (`<passage key="...">`, a bare
-    key, `[2]`), a copy of one of the prompt's demonstration answers that the passages do not contain, an
-    enumeration with no content (`(i) (ii) (iii)`) or a repeat of the question (`answers.repeats_question`)
-    becomes an empty answer whose `meta` says `answer_source="invalid"`, with `invalid_reason` and `rejected_answer`
-    (the evaluation counts it apart from "unknown"). Valid answers pass through unchanged, so its output is
-    AnswerBuilder's whenever nothing is rejected. The passages an answer is checked against are the `documents` given
-    to `run` (all of them: with no `reference_pattern`, AnswerBuilder attaches every document to every answer).
-    Either way, when the reply said how it finished, `meta["truncated"]` says whether the token cap cut it
-    (`llm.meta_truncated`: `finish_reason` "length"): an answer read from a cut reply may be cut too.
+    Reads answers as Haystack's `AnswerBuilder` does, then empties what `answers.check_answer` rejects (passage
+    markup, an unsupported demonstration answer, an empty enumeration, a repeat of the question): its `meta` gets
+    `answer_source="invalid"`, `invalid_reason` and `rejected_answer`. `meta["truncated"]` says whether the token cap
+    cut the reply (`llm.meta_truncated`), when the reply said how it finished.
 
     ### Usage example
     ```python
@@ -198,11 +167,9 @@ class CheckedAnswerBuilder(AnswerBuilder):
         demonstrations: list[str] | None = None,
     ) -> None:
         """
-        Create a CheckedAnswerBuilder; the parameters but the last are AnswerBuilder's.
+        The parameters but the last are AnswerBuilder's.
 
-        :param demonstrations: The answers of the prompt's few-shot demonstrations (`PromptTemplate.demonstrations`);
-            an answer equal to one that no passage contains is rejected. None or empty skips that rule (the other
-            two always apply).
+        :param demonstrations: The prompt's demonstration answers; one no passage contains is rejected (None: no check).
         :raises ValueError: If `pattern` has more than one group (AnswerBuilder's check).
         """
         AnswerBuilder.__init__(  # the @component decorator rebuilds the class: no zero-argument super()
@@ -236,10 +203,9 @@ class CheckedAnswerBuilder(AnswerBuilder):
         expand_reference_ranges: bool | None = None,
     ) -> dict[str, Any]:
         """
-        Build the answers as AnswerBuilder does (same parameters), then validate each (see the class docstring).
+        Build the answers as AnswerBuilder does (same parameters), then check each against the `documents`' text.
 
-        :param documents: The passages the prompt showed; the answers are checked against their text.
-        :returns: `answers`: one `GeneratedAnswer` per reply, as AnswerBuilder's, the rejected ones emptied.
+        :returns: `answers`: one `GeneratedAnswer` per reply, the rejected ones emptied.
         :raises ValueError: As AnswerBuilder's (replies and meta of different lengths, a pattern with two groups).
         """
         answers = AnswerBuilder.run(

@@ -72,23 +72,15 @@ class NoteTaker(ChatGeneratorWrapper):
         streaming_callback: StreamingCallbackT | None = None,
     ) -> None:
         """
-        Create a NoteTaker.
-
-        :param chat_generator: The ChatGenerator that writes the notes and the answer.
         :param mode: "single_call" (one prompt, the paper's) or "per_document" (a note per passage, then synthesis).
-        :param allow_parametric_knowledge: If True (the paper's step 5), the model answers from its own knowledge
-            when no passage is relevant; if False, the answer is then "unknown".
-        :param max_concurrency: Largest number of note calls under way at once in per-document mode (>= 1); None
-            (default): all k.
+        :param allow_parametric_knowledge: With no relevant passage, answer from the model's knowledge (step 5).
+        :param max_concurrency: Most note calls under way at once in per-document mode (>= 1); None: all k.
         :param max_passage_chars: Per-passage context budget in characters (None: no limit).
-        :param generation_kwargs: `generation_kwargs` for every call (e.g. `{"max_tokens": 400}`); None keeps the
-            generator's own.
+        :param generation_kwargs: `generation_kwargs` for every call; None keeps the generator's own.
         :param unknown_patterns: Regular expressions that mark an abstention; None uses the shared defaults.
-        :param raise_on_failure: If True, a failed call raises; by default it is logged and reported in `meta`: a
-            failed note counts as irrelevant, a failed answer call gives "unknown".
-        :param streaming_callback: Called with each `StreamingChunk` of the per-document mode's synthesis call (the
-            note calls and the single-call reply are not streamed); for `run_async`, what the generator's
-            `run_async` takes.
+        :param raise_on_failure: A failed call raises; by default a failed note is irrelevant, a failed answer
+            "unknown", both reported in `meta["failures"]`.
+        :param streaming_callback: Called with each `StreamingChunk` of the per-document synthesis call.
         :raises ValueError: If `mode` is unknown, `max_concurrency` is neither None nor an integer >= 1, or
             `max_passage_chars` is not positive.
         """
@@ -241,19 +233,14 @@ class NoteTaker(ChatGeneratorWrapper):
         self, query: str, documents: list[Document], streaming_callback: StreamingCallbackT | None = None
     ) -> dict[str, Any]:
         """
-        Take notes on the passages and answer.
-
         :param query: The question.
-        :param documents: The k retrieved passages, best-ranked first (may be empty: with parametric knowledge the
-            model answers from it, else "unknown" with no call).
-        :param streaming_callback: Overrides the one given at init for this run (see `__init__`).
+        :param documents: The k passages, best-ranked first (may be empty).
+        :param streaming_callback: Overrides the one given at init for this run.
         :returns: A dictionary with:
-            - `answers`: one GeneratedAnswer: the answer, or "unknown"; its `documents` are the relevant passages;
-              its `meta` holds `notes`, `answer_source` ("passages", "parametric", "none", or "invalid" with
-              `invalid_reason` and `rejected_answer` when the answer checks rejected it, its `data` then empty),
-              `failures` (`round`, `index`, `error`) and `usage` (`llm.FanOutResult`'s).
+            - `answers`: one GeneratedAnswer (or "unknown") with the relevant passages; `meta`: `notes`,
+              `answer_source` ("passages", "parametric", "none" or "invalid"), `failures` and `usage`.
             - `notes`: k dicts in input order: `document_id`, `relevance` ("direct", "context" or "irrelevant";
-              section 2.3.1) and `note` ("" when the model wrote none for that passage).
+              section 2.3.1) and `note`.
         :raises ValueError: If `query` is empty or only whitespace.
         """
         query, documents, prompts = self._first_round(query, documents)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack import Document, component, default_to_dict, logging
+from haystack import Document, component, logging
 from haystack.components.generators.chat.types import ChatGenerator
-from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import GeneratedAnswer
 
 from haystack_fusion.answers import (
@@ -40,22 +39,17 @@ _OUTPUT_TYPES: dict[str, Any] = {
     "documents": list[Document],
     "unknown": list[GeneratedAnswer],
 }
-"""The voter's output sockets (of `run` and `run_async`)."""
 
 
 @component
 class PostFusionVoter(ChatGeneratorWrapper):
     """
-    Answers a question from each passage separately and returns the majority answer (Post-Fusion, Liu et al.).
+    Answers from each passage separately and returns the majority answer (Post-Fusion, Liu et al., Eq. 2).
 
-    Each of the k passages is sent to the LLM on its own with the Figure 7 prompt (Liu et al., Eq. 2), all calls
-    concurrently up to `max_concurrency`. With `samples_per_passage` p > 1, each passage is sampled p times at a
-    sampling temperature and all p x k answers vote (self-consistency, section 4.4). Answers are normalized before
-    voting; "unknown" answers, failed calls and answers the validator rejects (`answers.check_answer`, with that
-    passage's text) do not vote; ties go to the better-ranked passage; when nothing votes the answer is "unknown".
-    Besides the answer it outputs the candidate pool and the passages that voted, which PF+Concat's distiller round
-    reads (section 3.3, Figure 2 bottom); when no passage answered it emits `unknown` instead, so that round is
-    skipped. The winner's `vote_share`, `tie` and `confidence` are what `SplitVoteRouter` reads.
+    Each of the k passages goes to the LLM alone with the Figure 7 prompt; with `samples_per_passage` p > 1 each is
+    sampled p times and all p x k answers vote (self-consistency, section 4.4). "unknown" answers, failed calls and
+    rejected answers (`answers.check_answer`) do not vote; ties go to the better-ranked passage. It also outputs the
+    candidate pool and the passages that voted for PF+Concat's distiller round (section 3.3), or `unknown` instead.
 
     ### Usage example
     ```python
@@ -82,21 +76,13 @@ class PostFusionVoter(ChatGeneratorWrapper):
         datamark: bool = False,
     ) -> None:
         """
-        Create a PostFusionVoter.
-
-        :param chat_generator: The ChatGenerator that answers each passage.
-        :param max_concurrency: Largest number of LLM calls under way at once (an integer >= 1); None (default): all
-            p x k calls at once.
-        :param samples_per_passage: p, the answers sampled per passage (>= 1); p x k answers vote.
-        :param sampling_generation_kwargs: `generation_kwargs` for every call when p > 1; default
-            `{"temperature": 0.7}` (section 4.4). With p = 1 the generator's own settings apply (greedy in the paper).
-        :param max_passage_chars: Per-passage context budget in characters (None: no limit); longer passages are
-            trimmed, never the instructions.
+        :param max_concurrency: Most LLM calls under way at once (an integer >= 1); None: all p x k at once.
+        :param samples_per_passage: p, the answers sampled per passage (>= 1).
+        :param sampling_generation_kwargs: `generation_kwargs` when p > 1; default `{"temperature": 0.7}` (4.4).
+        :param max_passage_chars: Per-passage context budget in characters (None: no limit).
         :param unknown_patterns: Regular expressions that mark an abstention; None uses the shared defaults.
-        :param raise_on_failure: If True, the first failed call raises; by default a failed call is logged,
-            counts as an abstention and is reported in `meta["failures"]`.
-        :param datamark: Datamark each passage's text (`prompts.format_passages`), a defence against
-            instructions written in passages; off by default.
+        :param raise_on_failure: The first failed call raises; by default it counts as an abstention in `failures`.
+        :param datamark: Datamark each passage's text (`prompts.format_passages`).
         :raises ValueError: If `max_concurrency` is neither None nor an integer >= 1, `samples_per_passage` is below
             1, or `max_passage_chars` is not positive.
         """
@@ -115,23 +101,8 @@ class PostFusionVoter(ChatGeneratorWrapper):
         self._detector = UnknownDetector.from_patterns(unknown_patterns)
         self._prompt = PROMPTS["figure7"]
 
-    def to_dict(self) -> dict[str, Any]:
-        """Serialize this component, with its chat generator, to a dictionary."""
-        return default_to_dict(
-            self,
-            chat_generator=component_to_dict(obj=self._chat_generator, name="chat_generator"),
-            max_concurrency=self.max_concurrency,
-            samples_per_passage=self.samples_per_passage,
-            sampling_generation_kwargs=self.sampling_generation_kwargs,
-            max_passage_chars=self.max_passage_chars,
-            unknown_patterns=self.unknown_patterns,
-            raise_on_failure=self.raise_on_failure,
-            datamark=self.datamark,
-        )
-
     def _plan(self, query: str, documents: list[Document] | None) -> tuple[str, list[Document], list[Any], dict]:
-        """Validate; p Figure 7 prompts per passage in rank order, and the fan-out's settings: sampling for p > 1
-        (section 4.4) with the prompt's stop sequences (the answer is the reply's first line)."""
+        """Validate; p Figure 7 prompts per passage in rank order, and the fan-out's settings."""
         query = validate_query(query)
         documents = list(documents or [])
         prompts = []
@@ -226,24 +197,16 @@ class PostFusionVoter(ChatGeneratorWrapper):
     @component.output_types(**_OUTPUT_TYPES)
     def run(self, query: str, documents: list[Document]) -> dict[str, Any]:
         """
-        Answer from each passage and vote.
-
         :param query: The question.
-        :param documents: The k retrieved passages, best-ranked first. None or an empty list gives "unknown" with
-            no LLM call.
+        :param documents: The k passages, best-ranked first; none gives "unknown" with no LLM call.
         :returns: A dictionary with:
-            - `answers`: the voted answer first ("unknown" when every passage abstained), then the other candidates
-              by votes, each with the passages that gave it as `documents`. The first answer's `meta` holds `votes`
-              (normalized answer -> count), `vote_share` (the winner's votes / all votes, 0 when nothing voted),
-              `tie` (the top two have equal votes), `confidence` (mean answer confidence of its votes, None without
-              log-probabilities), `passage_answers` (per passage: `rank`, `document_id`, its p `answers`, None for a
-              failed call, and `invalid`, the validator's reason per answer, on a passage with a rejected answer),
-              `failures` (`rank`, `sample`, `error`), `usage` (`llm.FanOutResult`'s, with `rounds`) and
-              `invalid_answers` (how many answers the validator rejected; they did not vote).
-            - `candidates`: the candidate pool, distinct non-unknown answers, most votes first.
+            - `answers`: the voted answer first, then the other candidates by votes. The first's `meta` holds `votes`,
+              `vote_share` (0 when nothing voted), `tie`, `confidence` (None without log-probabilities),
+              `passage_answers` (`rank`, `document_id`, p `answers`, `invalid` reasons), `failures` (`rank`,
+              `sample`, `error`), `usage` and `invalid_answers`.
+            - `candidates`: distinct non-unknown answers, most votes first.
             - `documents`: the passages at least one of whose answers voted, in rank order.
-            - `unknown`: the "unknown" answer alone, emitted instead of `candidates` and `documents` when no
-              passage answered (so that a distiller round connected to them does not run, as in PF+Concat).
+            - `unknown`: the "unknown" answer alone, instead of `candidates` and `documents` when no passage answered.
         :raises ValueError: If `query` is empty or only whitespace.
         """
         query, documents, prompts, settings = self._plan(query, documents)
@@ -252,7 +215,7 @@ class PostFusionVoter(ChatGeneratorWrapper):
 
     @component.output_types(**_OUTPUT_TYPES)
     async def run_async(self, query: str, documents: list[Document]) -> dict[str, Any]:
-        """Async form of `run`, with the same inputs, outputs and errors; calls the generator's `run_async`."""
+        """Async form of `run`."""
         query, documents, prompts, settings = self._plan(query, documents)
         calls = await run_chat_calls_async(self._chat_generator, prompts, **settings) if prompts else None
         return self._vote(query, documents, calls)

@@ -53,12 +53,8 @@ class SummaryVerifier(ChatGeneratorWrapper):
     ties to the earlier candidate (section 4.1). A cheaper `chat_generator` may verify (Table 10); a
     `document_ranker` (e.g. `embeddings.summary_reranker()`) reorders the winner's passages by its summary (Table 4).
 
-    `scoring="probability"` reads v(s_k) = P(True) / (P(True) + P(False)) and each ranking as
-    P(Passage 1) / (P(Passage 1) + P(Passage 2)) from token log-probabilities (`sure.choice_probability`), falling
-    back to the text per reply; `meta["scoring"]` says which was used.
-
-    An empty summary is not sent: it is invalid and loses every pair. A failed call counts as False (validity) or 0.5
-    (ranking) and is listed in `meta["failures"]`.
+    `scoring="probability"` reads v and r_pair from token log-probabilities (`sure.choice_probability`). An empty
+    summary is invalid and loses every pair; a failed call counts as False or 0.5 and is listed in `meta["failures"]`.
 
     ### Usage example
     ```python
@@ -84,18 +80,11 @@ class SummaryVerifier(ChatGeneratorWrapper):
         scoring: Scoring = "text",
     ) -> None:
         """
-        Create a SummaryVerifier.
-
-        :param chat_generator: The ChatGenerator that judges validity and ranking (may differ from the one that
-            wrote the summaries, Kim et al. Table 10).
-        :param use_validity: If False, candidates are ordered by ranking alone (Table 3, "+ Pair-wise ranking") and
-            no validity call is made.
-        :param max_concurrency: Largest number of calls under way at once (>= 1); None (default): all K + K(K-1).
-        :param document_ranker: Optional Haystack ranker that reorders the passages by the winning summary (Table 4);
-            None keeps retrieval order.
-        :param raise_on_failure: If True, a failed call raises; by default it is logged and reported in `meta`.
-        :param scoring: "text" (the paper's: parse the reply's words, v in {0, 1}) or "probability" (read
-            P(True) and P(choice) from token log-probabilities, falling back to the text per reply).
+        :param use_validity: If False, ranking alone orders the candidates (Table 3, "+ Pair-wise ranking").
+        :param max_concurrency: Most calls under way at once (>= 1); None: all K + K(K-1).
+        :param document_ranker: Optional Haystack ranker reordering the passages by the winning summary (Table 4).
+        :param raise_on_failure: A failed call raises; by default it is reported in `meta["failures"]`.
+        :param scoring: "text" (the paper's, v in {0, 1}) or "probability" (from token log-probabilities).
         :raises ValueError: If `max_concurrency` is neither None nor an integer >= 1, or `scoring` is neither
             "text" nor "probability".
         """
@@ -254,20 +243,13 @@ class SummaryVerifier(ChatGeneratorWrapper):
         self, query: str, candidates: list[str], summaries: list[str], documents: list[Document] | None = None
     ) -> dict[str, Any]:
         """
-        Verify the summaries and order the candidates.
-
         :param query: The question.
         :param candidates: The K answer candidates from CandidateSummarizer, in the order proposed.
         :param summaries: K summaries, `summaries[k]` supporting `candidates[k]` ("" for a failed summary).
-        :param documents: The retrieved passages, attached to every answer (the winner's reordered by the
-            `document_ranker` when one is set); None attaches none.
-        :returns: A dictionary with `answers`: K GeneratedAnswers, best first by Eq. 6, each with `meta`
-            `candidate_index`, `validity` (0.0 / 1.0 by text, a probability in [0, 1] by probability scoring;
-            None without validity), `ranking` (0 to K-1), `score` (validity + ranking) and `rationale` (its summary).
-            The first also has `preferences` ("a,b" -> 1 / 2 / None, the parsed reply when summary a was Passage 1
-            and b Passage 2, or P(Passage 1) by probability scoring), `scoring` (the setting), `scored_by` (calls
-            read by "probability" and by "text"), `failures` (`call`, `index`, `error`) and `usage`
-            (`llm.FanOutResult`'s). With no candidates: one "unknown" answer, no LLM call.
+        :param documents: The passages attached to every answer (the winner's reordered by `document_ranker`).
+        :returns: `answers`: K GeneratedAnswers, best first by Eq. 6, with `meta` `candidate_index`, `validity`
+            (None without validity), `ranking` (0 to K-1), `score` and `rationale`; the first also `preferences`,
+            `scoring`, `scored_by`, `failures` (`call`, `index`, `error`) and `usage`. No candidates: "unknown".
         :raises ValueError: If `query` is empty, or `candidates` and `summaries` differ in length.
         """
         query, candidates, summaries, asks, prompts = self._plan(query, candidates, summaries)
@@ -282,7 +264,7 @@ class SummaryVerifier(ChatGeneratorWrapper):
     async def run_async(
         self, query: str, candidates: list[str], summaries: list[str], documents: list[Document] | None = None
     ) -> dict[str, Any]:
-        """Async form of `run`, with the same inputs, outputs and errors; calls the generator's `run_async`."""
+        """Async form of `run`."""
         query, candidates, summaries, asks, prompts = self._plan(query, candidates, summaries)
         calls = await run_chat_calls_async(self._chat_generator, prompts, **self._fan_out()) if prompts else None
         answers = self._score(query, candidates, summaries, asks, calls)

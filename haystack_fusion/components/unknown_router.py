@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict, logging
+from haystack import Document, component, logging
 from haystack.dataclasses import ChatMessage
 
 from haystack_fusion.answers import UnknownDetector, answer_confidence, check_answer
@@ -24,15 +24,10 @@ _OUTPUT_TYPES: dict[str, Any] = {
 @component
 class UnknownRouter:
     """
-    Routes an LLM reply to a `known` or an `unknown` branch, so a pipeline can fall back when the model abstains.
-
-    Liu et al. (section 3.1) has the model say "unknown" when the passages do not answer the question; Post-Fusion
-    as the Fallback (section 3.3) then answers again with per-passage post-fusion. The router reads the answer out of
-    the first reply with the prompt's answer pattern and asks the shared `UnknownDetector`. An answer the validator
-    rejects (`answers.check_answer`) goes to the fallback too, and so, with `min_confidence` and a reply that
-    carries token log-probabilities, does an answer whose confidence is below it ("modeling uncertainty"). Only the
-    chosen branch is emitted; the `unknown` branch passes `query` and `documents` on as `fallback_query` and
-    `fallback_documents`, what the fallback component needs.
+    Routes an LLM reply to `known` or `unknown`, so a pipeline can fall back when the model abstains (Liu et al.,
+    section 3.1 "unknown"; section 3.3 Post-Fusion as the Fallback). Rejected answers (`answers.check_answer`) and,
+    with `min_confidence`, too uncertain ones go to `unknown` too, which passes `fallback_query` and
+    `fallback_documents` on.
 
     ### Usage example
     ```python
@@ -54,18 +49,12 @@ class UnknownRouter:
         demonstrations: list[str] | None = None,
     ) -> None:
         """
-        Create an UnknownRouter.
-
-        :param answer_pattern: Regular expression whose first group is the answer in the reply (default: the first
-            line, as the Figure 7 prompt asks); None judges the whole reply.
-        :param unknown_patterns: Regular expressions that mark an abstention; None uses the shared defaults
-            (`haystack_fusion.answers.DEFAULT_UNKNOWN_PATTERNS`).
-        :param min_confidence: Probability in (0, 1]: an answer whose confidence (the geometric mean of its
-            tokens' probabilities, `answers.answer_confidence`) is below it goes to `unknown`. None disables the
-            check (Liu et al.'s behaviour), and so does a reply without log-probabilities: ask the generator for them
-            with `generation_kwargs={"logprobs": True}` (OpenAIChatGenerator, the embedded `LocalChatGenerator`).
-        :param demonstrations: The demonstration answers of the prompt behind the replies
-            (`PromptTemplate.demonstrations`), checked against the `documents` given to `run`; None skips that rule.
+        :param answer_pattern: Regular expression whose first group is the answer (default: the first line, Figure 7);
+            None judges the whole reply.
+        :param unknown_patterns: Regular expressions that mark an abstention; None uses the shared defaults.
+        :param min_confidence: Probability in (0, 1]: an answer whose confidence (`answers.answer_confidence`) is
+            below it goes to `unknown`; None, or a reply without log-probabilities, skips the check.
+        :param demonstrations: The prompt's demonstration answers, checked against `documents`; None skips that rule.
         :raises ValueError: If `min_confidence` is outside (0, 1] or a pattern is not a valid regular expression.
         """
         if min_confidence is not None and not 0 < min_confidence <= 1:
@@ -75,21 +64,6 @@ class UnknownRouter:
         self.min_confidence = min_confidence
         self.demonstrations = list(demonstrations) if demonstrations else None
         self._detector = UnknownDetector.from_patterns(unknown_patterns)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialize this component to a dictionary."""
-        return default_to_dict(
-            self,
-            answer_pattern=self.answer_pattern,
-            unknown_patterns=self.unknown_patterns,
-            min_confidence=self.min_confidence,
-            demonstrations=self.demonstrations,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> UnknownRouter:
-        """Deserialize this component from a dictionary."""
-        return default_from_dict(cls, data)
 
     def _reason(self, reply: ChatMessage | None, documents: list[Document] | None, query: str | None) -> str | None:
         """Why one reply goes to the fallback (see `run`), or None when it answers."""
@@ -114,15 +88,11 @@ class UnknownRouter:
         self, replies: list[ChatMessage], query: str | None = None, documents: list[Document] | None = None
     ) -> dict[str, Any]:
         """
-        Route the replies by their first reply.
-
-        :param replies: The generator's replies; only the first is judged. An empty list is routed to `unknown`.
-        :param query: The question: the answer checks reject an answer that repeats it; passed on as `fallback_query`.
+        :param replies: The generator's replies; only the first is judged (none: `unknown`).
+        :param query: The question, passed on as `fallback_query`.
         :param documents: The retrieved passages, passed on as `fallback_documents`.
-        :returns: Exactly one branch:
-            - `known`: the replies, when the first reply answers;
-            - `unknown`: the replies, with `reason` ("no reply", "unknown answer", "invalid answer (<the validator's
-              reason>)" or "confidence 0.31 < 0.5"), and `fallback_query` and `fallback_documents` when given.
+        :returns: Exactly one branch: `known` (the replies), or `unknown` (the replies) with `reason` ("no reply",
+            "unknown answer", "invalid answer (...)" or "confidence 0.31 < 0.5") and the fallback inputs given.
         """
         if not replies:
             logger.warning("UnknownRouter received no reply; routing to the unknown branch.")
@@ -140,5 +110,5 @@ class UnknownRouter:
     async def run_async(
         self, replies: list[ChatMessage], query: str | None = None, documents: list[Document] | None = None
     ) -> dict[str, Any]:
-        """Async form of `run`, with the same inputs and outputs (routing makes no I/O)."""
+        """Async form of `run`."""
         return self.run(replies=replies, query=query, documents=documents)
