@@ -78,7 +78,7 @@ SERVING_LIMIT_VARIABLES = {
     "queue_timeout": "HAYSTACK_FUSION_QUEUE_TIMEOUT",
     "max_question_chars": "HAYSTACK_FUSION_MAX_QUESTION_CHARS",
 }
-"""`serving.limits.ServingLimits` fields and the variables that set them."""
+"""`serving.hayhooks.ServingLimits` fields and the variables that set them."""
 
 
 def backend_values(fields: Iterable[str], env: Mapping[str, str] | None = None) -> dict[str, Any]:

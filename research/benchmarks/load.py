@@ -17,7 +17,7 @@ Two modes:
   answered ones one after another, the others refused with 503 once they have waited `--queue-timeout` seconds.
 
 The admission limit comes from `--max-in-flight`, `--max-waiting` and `--queue-timeout` (unset: the wrappers'
-defaults, `haystack_fusion.serving.limits`). The clients do not retry (`max_retries=0`) and give up after
+defaults, `haystack_fusion.serving.hayhooks`). The clients do not retry (`max_retries=0`) and give up after
 `--client-timeout` seconds, which would count as a hang. With `--unauthenticated-every n`, the server requires
 `HAYSTACK_FUSION_API_KEY` and every n-th request carries a wrong key: each of those should be a 401.
 

@@ -27,11 +27,12 @@ from haystack_fusion.serving.hayhooks import (
     CHAT_UI_CLIENT,
     CHAT_UI_HEADER,
     EVIDENCE_ELEMENT,
+    AdmissionLimit,
+    ServingLimits,
     StrategyPipelineWrapper,
     chat_events,
     stream_strategy,
 )
-from haystack_fusion.serving.limits import AdmissionLimit, ServingLimits
 from haystack_fusion.serving.presentation import streamed_component
 from tests.unit.scripted_calls import DOCUMENTS, fake_llm
 

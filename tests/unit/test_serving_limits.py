@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from haystack_fusion.serving.limits import AdmissionLimit, ServerBusyError, ServingLimits
+from haystack_fusion.serving.hayhooks import AdmissionLimit, ServerBusyError, ServingLimits
 
 
 class TestServingLimits:
