@@ -19,7 +19,7 @@ from typing import Any
 from haystack import component, default_from_dict, default_to_dict, logging, tracing
 from haystack.components.generators.chat.types import ChatGenerator
 from haystack.core.serialization import component_to_dict
-from haystack.dataclasses import ChatMessage
+from haystack.dataclasses import ChatMessage, StreamingCallbackT, StreamingChunk
 from haystack.utils import deserialize_chatgenerator_inplace
 
 from haystack_fusion.settings import calls_in_flight_limit_from_env
@@ -209,10 +209,47 @@ async def _acquire_async(semaphore: threading.BoundedSemaphore) -> None:
             raise
 
 
+def is_async_callback(callback: Any) -> bool:
+    """Whether a streaming callback is a coroutine function (or an object whose `__call__` is one)."""
+    return inspect.iscoroutinefunction(callback) or inspect.iscoroutinefunction(type(callback).__call__)
+
+
+def threaded_callback(
+    callback: StreamingCallbackT, loop: asyncio.AbstractEventLoop
+) -> Callable[[StreamingChunk], None]:
+    """
+    A streaming callback for a call that runs in a worker thread: a sync callback as it is; an async one (what
+    `Pipeline.stream()` injects) run on `loop`, the thread waiting for each chunk's callback, so chunks stay in order.
+    """
+    if not is_async_callback(callback):
+        return callback  # type: ignore[return-value]
+
+    def call_on_loop(chunk: StreamingChunk) -> None:
+        asyncio.run_coroutine_threadsafe(callback(chunk), loop).result()  # type: ignore[arg-type]
+
+    return call_on_loop
+
+
+async def emit_chunk(callback: StreamingCallbackT, chunk: StreamingChunk) -> None:
+    """Call a sync or an async streaming callback with one chunk, from a coroutine."""
+    result = callback(chunk)
+    if inspect.isawaitable(result):
+        await result
+
+
+def takes_streaming_callback(generator: Any) -> bool:
+    """Whether a generator's `run` takes a `streaming_callback` (looked up past a `CallLimitedChatGenerator`)."""
+    run = getattr(unwrap_call_limit(generator), "run", None)
+    return run is not None and "streaming_callback" in inspect.signature(run).parameters
+
+
 async def _run_async(generator: Any, **inputs: Any) -> dict[str, Any]:
-    """The generator's `run_async`, or its `run` in a worker thread when it has none."""
+    """The generator's `run_async`, or its `run` in a worker thread when it has none (an async streaming callback
+    then runs on this loop)."""
     if hasattr(generator, "run_async"):
         return await generator.run_async(**inputs)
+    if inputs.get("streaming_callback") is not None:
+        inputs["streaming_callback"] = threaded_callback(inputs["streaming_callback"], asyncio.get_running_loop())
     return await asyncio.to_thread(generator.run, **inputs)
 
 
@@ -347,9 +384,20 @@ Outcome = tuple[ChatMessage | None, str | None]
 class _Calls:
     """A fan-out's calls, each in a `haystack.chat_generator.run` child span tagged with its token counts."""
 
-    def __init__(self, generator: Any, generation_kwargs: dict[str, Any] | None, raise_if: Callable | None) -> None:
+    def __init__(
+        self,
+        generator: Any,
+        generation_kwargs: dict[str, Any] | None,
+        raise_if: Callable | None,
+        streaming_callback: StreamingCallbackT | None = None,
+    ) -> None:
         self.generator, self.raise_if = generator, raise_if
-        self.kwargs = {"generation_kwargs": generation_kwargs} if generation_kwargs else {}
+        self.kwargs: dict[str, Any] = {"generation_kwargs": generation_kwargs} if generation_kwargs else {}
+        self.streaming = (
+            {"streaming_callback": streaming_callback}
+            if streaming_callback is not None and takes_streaming_callback(generator)
+            else {}
+        )
         self.parent = tracing.tracer.current_span()
         self.tags = {
             "haystack.component.name": "chat_generator",
@@ -380,14 +428,15 @@ class _Calls:
     def run(self, messages: list[ChatMessage]) -> Outcome:
         try:
             with self._span(messages) as span:
-                return self._outcome(span, self.generator.run(messages=messages, **self.kwargs))
+                return self._outcome(span, self.generator.run(messages=messages, **self.kwargs, **self.streaming))
         except Exception as error:
             return self._failed(error)
 
     async def run_async(self, messages: list[ChatMessage]) -> Outcome:
         try:
             with self._span(messages) as span:
-                return self._outcome(span, await _run_async(self.generator, messages=messages, **self.kwargs))
+                result = await _run_async(self.generator, messages=messages, **self.kwargs, **self.streaming)
+                return self._outcome(span, result)
         except Exception as error:
             return self._failed(error)
 
@@ -407,6 +456,7 @@ def run_chat_calls(
     generation_kwargs: dict[str, Any] | None = None,
     raise_on_failure: bool = False,
     raise_if: Callable[[Exception], bool] | None = None,
+    streaming_callback: StreamingCallbackT | None = None,
 ) -> FanOutResult:
     """
     Independent ChatGenerator calls, one per prompt, in a `ThreadPoolExecutor` (as Haystack's `LLMMetadataExtractor`),
@@ -416,6 +466,8 @@ def run_chat_calls(
     :param max_concurrency: None: all n calls at once; an integer >= 1: at most that many under way at once.
     :param raise_on_failure: Re-raise the first failure (queued calls never start) instead of recording it.
     :param raise_if: Re-raise a failure for which `raise_if(error)` is true (`backend_unusable`).
+    :param streaming_callback: Passed to each call whose generator's `run` takes one (meant for a round of one call:
+        the chunks of concurrent calls would interleave); a sync callback here, sync or async in the async form.
     :returns: A `FanOutResult` with n replies and n errors in input order.
     :raises ValueError: If `max_concurrency` is not None or an integer >= 1.
     :raises Exception: A failure re-raised by `raise_on_failure` or `raise_if` (`RuntimeError` for no reply).
@@ -423,7 +475,9 @@ def run_chat_calls(
     check_max_concurrency(max_concurrency)
     if not prompts:
         return _result([])
-    calls = _Calls(chat_generator, generation_kwargs, (lambda _: True) if raise_on_failure else raise_if)
+    calls = _Calls(
+        chat_generator, generation_kwargs, (lambda _: True) if raise_on_failure else raise_if, streaming_callback
+    )
     failed = threading.Event()
 
     def call(messages: list[ChatMessage]) -> Outcome:
@@ -455,11 +509,14 @@ async def run_chat_calls_async(
     generation_kwargs: dict[str, Any] | None = None,
     raise_on_failure: bool = False,
     raise_if: Callable[[Exception], bool] | None = None,
+    streaming_callback: StreamingCallbackT | None = None,
 ) -> FanOutResult:
     """Async form of `run_chat_calls` (same parameters, result, errors): `asyncio.gather` under an
     `asyncio.Semaphore(max_concurrency)`; a re-raised failure cancels the other calls."""
     check_max_concurrency(max_concurrency)
-    calls = _Calls(chat_generator, generation_kwargs, (lambda _: True) if raise_on_failure else raise_if)
+    calls = _Calls(
+        chat_generator, generation_kwargs, (lambda _: True) if raise_on_failure else raise_if, streaming_callback
+    )
     semaphore = asyncio.Semaphore(max_concurrency or max(1, len(prompts)))
 
     async def bounded(messages: list[ChatMessage]) -> Outcome:

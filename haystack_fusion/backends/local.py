@@ -30,6 +30,7 @@ from haystack.utils import deserialize_callable, serialize_callable
 
 from haystack_fusion.backends import pinned
 from haystack_fusion.backends.logprobs import LogprobRecorder
+from haystack_fusion.llm import threaded_callback
 
 LOCAL_GENERATION_KWARGS: dict[str, Any] = {
     "temperature": 0.0,
@@ -300,12 +301,21 @@ else:
                 for, and `cached: True` from the reply cache.
             :raises ValueError: If a `grammar` text does not parse as GBNF, or the prompt exceeds `n_ctx`.
             """
+            callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
+            return self._generate(messages, generation_kwargs, callback)
+
+        def _generate(
+            self,
+            messages: list[ChatMessage] | str,
+            generation_kwargs: dict[str, Any] | None,
+            callback: Callable[[StreamingChunk], None] | None,
+        ) -> dict[str, list[ChatMessage]]:
+            """One reply (see `run`), each chunk passed to a sync `callback` when one is given."""
             if not messages:
                 return {"replies": []}
             self.warm_up()
             assert self._shared is not None
             llama, replies = self._shared.llama, self._shared.replies
-            callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
             settings = {**self.generation_kwargs, **(generation_kwargs or {})}
             prompt = messages if isinstance(messages, str) else "\n\n".join(m.text or "" for m in messages)
             cached = self.reply_cache and callback is None and _is_greedy(settings)
@@ -378,10 +388,14 @@ else:
             generation_kwargs: dict[str, Any] | None = None,
             streaming_callback: StreamingCallbackT | None = None,
         ) -> dict[str, list[ChatMessage]]:
-            """`run` in a worker thread, under the same lock; a `streaming_callback` is called from that thread."""
-            return await asyncio.to_thread(
-                self.run, messages=messages, generation_kwargs=generation_kwargs, streaming_callback=streaming_callback
-            )
+            """
+            `run` in a worker thread, under the same lock. The streaming callback may be sync (called from that
+            thread) or async (run on this loop, as `Pipeline.stream()` injects it; the thread waits for each chunk).
+            """
+            callback = streaming_callback or self.streaming_callback  # either kind: it never runs on the loop
+            if callback is not None:
+                callback = threaded_callback(callback, asyncio.get_running_loop())
+            return await asyncio.to_thread(self._generate, messages, generation_kwargs, callback)
 
 
 def local_chat_generator(**kwargs: Any) -> Any:

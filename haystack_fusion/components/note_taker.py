@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, Literal
 
 from haystack import Document, component, default_to_dict, logging
 from haystack.components.generators.chat.types import ChatGenerator
 from haystack.core.serialization import component_to_dict
-from haystack.dataclasses import ChatMessage, GeneratedAnswer, StreamingCallbackT
+from haystack.dataclasses import ChatMessage, GeneratedAnswer, StreamingCallbackT, select_streaming_callback
 from haystack.utils import deserialize_callable, serialize_callable
 
 from haystack_fusion.answers import UNKNOWN, UnknownDetector, check_answer, invalid_meta, validate_query
@@ -80,7 +79,9 @@ class NoteTaker(ChatGeneratorWrapper):
         :param unknown_patterns: Regular expressions that mark an abstention; None uses the shared defaults.
         :param raise_on_failure: A failed call raises; by default a failed note is irrelevant, a failed answer
             "unknown", both reported in `meta["failures"]`.
-        :param streaming_callback: Called with each `StreamingChunk` of the per-document synthesis call.
+        :param streaming_callback: Called with each `StreamingChunk` of the call that writes the answer: the single
+            call (its notes, then the answer) or the per-document synthesis call; the note calls are not streamed.
+            A sync callback for `run`, sync or async for `run_async` (what `Pipeline.stream()` injects).
         :raises ValueError: If `mode` is unknown, `max_concurrency` is neither None nor an integer >= 1, or
             `max_passage_chars` is not positive.
         """
@@ -168,20 +169,16 @@ class NoteTaker(ChatGeneratorWrapper):
             notes.append({"document_id": document.id, "note": note, "relevance": relevance})
         return notes, None
 
-    def _synthesis(
-        self, query: str, notes: list[dict[str, Any]], streaming_callback: StreamingCallbackT | None
-    ) -> tuple[Any, list[list[ChatMessage]], dict[str, Any]]:
+    def _synthesis(self, query: str, notes: list[dict[str, Any]]) -> tuple[list[list[ChatMessage]], dict[str, Any]]:
         """Per-document round 2 (steps 4-5 over the notes; none when nothing is relevant and knowledge is not
-        allowed): its generator (streaming), prompt and settings (it also stops at the answer line)."""
+        allowed): its prompt and settings (it also stops at the answer line)."""
         if self.mode != "per_document" or (not _relevant(notes) and not self.allow_parametric_knowledge):
-            return None, [], {}
+            return [], {}
         shown = [{"label": RELEVANCE_WORDS[n["relevance"]], "note": " ".join(n["note"].split())} for n in notes]
         step_5 = STEP_5_PARAMETRIC if self.allow_parametric_knowledge else STEP_5_UNKNOWN
         prompt = render(PROMPTS["con_synthesis"], query=query, notes=shown, step_5=step_5)
-        callback = streaming_callback or self.streaming_callback
-        generator = self._chat_generator if callback is None else _Streaming(self._chat_generator, callback)
         kwargs = stop_kwargs(self._chat_generator, PROMPTS["con_synthesis"].stop, self.generation_kwargs)
-        return generator, [prompt], self._fan_out(kwargs)
+        return [prompt], self._fan_out(kwargs)
 
     def _outputs(
         self,
@@ -241,48 +238,49 @@ class NoteTaker(ChatGeneratorWrapper):
               `answer_source` ("passages", "parametric", "none" or "invalid"), `failures` and `usage`.
             - `notes`: k dicts in input order: `document_id`, `relevance` ("direct", "context" or "irrelevant";
               section 2.3.1) and `note`.
-        :raises ValueError: If `query` is empty or only whitespace.
+        :raises ValueError: If `query` is empty or only whitespace, or the streaming callback is async (`run_async`
+            takes those).
         """
+        callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
         query, documents, prompts = self._first_round(query, documents)
         settings = self._fan_out(self.generation_kwargs)
-        first = run_chat_calls(self._chat_generator, prompts, **settings) if prompts else None
+        streams = callback if self.mode == "single_call" else None  # the single call writes the answer
+        first = (
+            run_chat_calls(self._chat_generator, prompts, **settings, streaming_callback=streams) if prompts else None
+        )
         notes, answer_text = self._notes(documents, first)
-        generator, synthesis, settings = self._synthesis(query, notes, streaming_callback)
-        second = run_chat_calls(generator, synthesis, **settings) if synthesis else None
+        synthesis, settings = self._synthesis(query, notes)
+        second = (
+            run_chat_calls(self._chat_generator, synthesis, **settings, streaming_callback=callback)
+            if synthesis
+            else None
+        )
         return self._outputs(query, documents, notes, answer_text, first, second)
 
     @component.output_types(answers=list[GeneratedAnswer], notes=list[dict[str, Any]])
     async def run_async(
         self, query: str, documents: list[Document], streaming_callback: StreamingCallbackT | None = None
     ) -> dict[str, Any]:
-        """Async form of `run`, with the same inputs, outputs and errors; calls the generator's `run_async`."""
+        """Async form of `run`, with the same inputs, outputs and errors; calls the generator's `run_async`. The
+        streaming callback may be sync or async (`Pipeline.stream()` injects an async one)."""
+        callback = streaming_callback or self.streaming_callback
         query, documents, prompts = self._first_round(query, documents)
         settings = self._fan_out(self.generation_kwargs)
-        first = await run_chat_calls_async(self._chat_generator, prompts, **settings) if prompts else None
+        streams = callback if self.mode == "single_call" else None
+        first = (
+            await run_chat_calls_async(self._chat_generator, prompts, **settings, streaming_callback=streams)
+            if prompts
+            else None
+        )
         notes, answer_text = self._notes(documents, first)
-        generator, synthesis, settings = self._synthesis(query, notes, streaming_callback)
-        second = await run_chat_calls_async(generator, synthesis, **settings) if synthesis else None
+        synthesis, settings = self._synthesis(query, notes)
+        second = (
+            await run_chat_calls_async(self._chat_generator, synthesis, **settings, streaming_callback=callback)
+            if synthesis
+            else None
+        )
         return self._outputs(query, documents, notes, answer_text, first, second)
 
 
 def _relevant(notes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [note for note in notes if note["relevance"] in (DIRECT, CONTEXT)]
-
-
-class _Streaming:
-    """A ChatGenerator whose every call passes one `streaming_callback` on (NoteTaker's synthesis call)."""
-
-    def __init__(self, generator: Any, callback: StreamingCallbackT) -> None:
-        self._generator = generator
-        self._callback = callback
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._generator, name)
-
-    def run(self, messages: list[ChatMessage], **kwargs: Any) -> dict[str, Any]:
-        return self._generator.run(messages=messages, streaming_callback=self._callback, **kwargs)
-
-    async def run_async(self, messages: list[ChatMessage], **kwargs: Any) -> dict[str, Any]:
-        if not hasattr(self._generator, "run_async"):
-            return await asyncio.to_thread(self.run, messages, **kwargs)
-        return await self._generator.run_async(messages=messages, streaming_callback=self._callback, **kwargs)

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack import Document, component, logging
-from haystack.dataclasses import ChatMessage
+from haystack import Document, component, default_from_dict, default_to_dict, logging
+from haystack.dataclasses import (
+    ChatMessage,
+    ComponentInfo,
+    StreamingCallbackT,
+    StreamingChunk,
+    select_streaming_callback,
+)
+from haystack.utils import deserialize_callable, serialize_callable
 
 from haystack_fusion.answers import UnknownDetector, answer_confidence, check_answer
+from haystack_fusion.llm import emit_chunk
 from haystack_fusion.prompts import PROMPTS, extract_answer
 
 logger = logging.getLogger(__name__)
@@ -27,7 +35,8 @@ class UnknownRouter:
     Routes an LLM reply to `known` or `unknown`, so a pipeline can fall back when the model abstains (Liu et al.,
     section 3.1 "unknown"; section 3.3 Post-Fusion as the Fallback). Rejected answers (`answers.check_answer`) and,
     with `min_confidence`, too uncertain ones go to `unknown` too, which passes `fallback_query` and
-    `fallback_documents` on.
+    `fallback_documents` on. With a `streaming_callback`, an accepted answer is streamed as one chunk (it is the
+    answer of post-fusion as the fallback when concatenation knows it), so `Pipeline.stream()` yields it at once.
 
     ### Usage example
     ```python
@@ -47,6 +56,7 @@ class UnknownRouter:
         unknown_patterns: list[str] | None = None,
         min_confidence: float | None = None,
         demonstrations: list[str] | None = None,
+        streaming_callback: StreamingCallbackT | None = None,
     ) -> None:
         """
         :param answer_pattern: Regular expression whose first group is the answer (default: the first line, Figure 7);
@@ -55,6 +65,8 @@ class UnknownRouter:
         :param min_confidence: Probability in (0, 1]: an answer whose confidence (`answers.answer_confidence`) is
             below it goes to `unknown`; None, or a reply without log-probabilities, skips the check.
         :param demonstrations: The prompt's demonstration answers, checked against `documents`; None skips that rule.
+        :param streaming_callback: Called with one `StreamingChunk` holding the answer read from a `known` reply; not
+            called for `unknown`. Sync for `run`; sync or async for `run_async`.
         :raises ValueError: If `min_confidence` is outside (0, 1] or a pattern is not a valid regular expression.
         """
         if min_confidence is not None and not 0 < min_confidence <= 1:
@@ -63,14 +75,42 @@ class UnknownRouter:
         self.unknown_patterns = unknown_patterns
         self.min_confidence = min_confidence
         self.demonstrations = list(demonstrations) if demonstrations else None
+        self.streaming_callback = streaming_callback
         self._detector = UnknownDetector.from_patterns(unknown_patterns)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize the init parameters; a streaming callback by its import path."""
+        return default_to_dict(
+            self,
+            answer_pattern=self.answer_pattern,
+            unknown_patterns=self.unknown_patterns,
+            min_confidence=self.min_confidence,
+            demonstrations=self.demonstrations,
+            streaming_callback=serialize_callable(self.streaming_callback) if self.streaming_callback else None,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> UnknownRouter:
+        """Deserialize `to_dict`'s output."""
+        callback = data["init_parameters"].get("streaming_callback")
+        if callback:
+            data["init_parameters"]["streaming_callback"] = deserialize_callable(callback)
+        return default_from_dict(cls, data)
+
+    def _answer(self, reply: ChatMessage) -> str:
+        text = reply.text
+        return extract_answer(self.answer_pattern, text) if self.answer_pattern else (text or "").strip()
+
+    def _chunk(self, answer: str) -> StreamingChunk:
+        """The streamed form of an accepted answer: one chunk, the whole answer."""
+        info = ComponentInfo.from_component(self)
+        return StreamingChunk(content=answer, component_info=info, index=0, start=True, finish_reason="stop")
 
     def _reason(self, reply: ChatMessage | None, documents: list[Document] | None, query: str | None) -> str | None:
         """Why one reply goes to the fallback (see `run`), or None when it answers."""
         if reply is None:
             return "no reply"
-        text = reply.text
-        answer = extract_answer(self.answer_pattern, text) if self.answer_pattern else (text or "").strip()
+        answer = self._answer(reply)
         if self._detector.is_unknown(answer):
             return "unknown answer"
         passages = [document.content or "" for document in documents or []]
@@ -83,17 +123,7 @@ class UnknownRouter:
                 return f"confidence {confidence:.2f} < {self.min_confidence}"
         return None
 
-    @component.output_types(**_OUTPUT_TYPES)
-    def run(
-        self, replies: list[ChatMessage], query: str | None = None, documents: list[Document] | None = None
-    ) -> dict[str, Any]:
-        """
-        :param replies: The generator's replies; only the first is judged (none: `unknown`).
-        :param query: The question, passed on as `fallback_query`.
-        :param documents: The retrieved passages, passed on as `fallback_documents`.
-        :returns: Exactly one branch: `known` (the replies), or `unknown` (the replies) with `reason` ("no reply",
-            "unknown answer", "invalid answer (...)" or "confidence 0.31 < 0.5") and the fallback inputs given.
-        """
+    def _route(self, replies: list[ChatMessage], query: str | None, documents: list[Document] | None) -> dict[str, Any]:
         if not replies:
             logger.warning("UnknownRouter received no reply; routing to the unknown branch.")
         reason = self._reason(replies[0] if replies else None, documents, query)
@@ -107,8 +137,39 @@ class UnknownRouter:
         return output
 
     @component.output_types(**_OUTPUT_TYPES)
-    async def run_async(
-        self, replies: list[ChatMessage], query: str | None = None, documents: list[Document] | None = None
+    def run(
+        self,
+        replies: list[ChatMessage],
+        query: str | None = None,
+        documents: list[Document] | None = None,
+        streaming_callback: StreamingCallbackT | None = None,
     ) -> dict[str, Any]:
-        """Async form of `run`."""
-        return self.run(replies=replies, query=query, documents=documents)
+        """
+        :param replies: The generator's replies; only the first is judged (none: `unknown`).
+        :param query: The question, passed on as `fallback_query`.
+        :param documents: The retrieved passages, passed on as `fallback_documents`.
+        :param streaming_callback: Overrides the one given at init for this run.
+        :returns: Exactly one branch: `known` (the replies), or `unknown` (the replies) with `reason` ("no reply",
+            "unknown answer", "invalid answer (...)" or "confidence 0.31 < 0.5") and the fallback inputs given.
+        :raises ValueError: If the streaming callback is async (`run_async` takes those).
+        """
+        callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
+        output = self._route(replies, query, documents)
+        if callback is not None and "known" in output:
+            callback(self._chunk(self._answer(replies[0])))
+        return output
+
+    @component.output_types(**_OUTPUT_TYPES)
+    async def run_async(
+        self,
+        replies: list[ChatMessage],
+        query: str | None = None,
+        documents: list[Document] | None = None,
+        streaming_callback: StreamingCallbackT | None = None,
+    ) -> dict[str, Any]:
+        """Async form of `run`; the streaming callback may be sync or async (`Pipeline.stream()` injects one)."""
+        callback = streaming_callback or self.streaming_callback
+        output = self._route(replies, query, documents)
+        if callback is not None and "known" in output:
+            await emit_chunk(callback, self._chunk(self._answer(replies[0])))
+        return output

@@ -30,7 +30,6 @@ from haystack.dataclasses import StreamingChunk
 
 from haystack_fusion.answers import validate_query
 from haystack_fusion.backends import (
-    LocalChatGenerator,
     backend_error_message,
     chat_generator,
     every_call_failed_message,
@@ -38,7 +37,7 @@ from haystack_fusion.backends import (
     warn_missing_logprobs,
 )
 from haystack_fusion.backends.checks import BackendSetupError, check_backend, reachability_problems, setup_message
-from haystack_fusion.llm import CallLimitedChatGenerator, exception_chain, sum_usage, unwrap_call_limit
+from haystack_fusion.llm import CallLimitedChatGenerator, exception_chain, sum_usage
 from haystack_fusion.serving.chat import Chat, answer_task, digest, read_chat, standalone_question
 from haystack_fusion.serving.guards import ServingError, openai_error
 from haystack_fusion.serving.presentation import (
@@ -235,11 +234,8 @@ async def stream_strategy(pipeline: Pipeline, query: str, *, stream_tokens: bool
     loop = asyncio.get_running_loop()
     target = streamed_component(pipeline) if stream_tokens else None
     if target is not None and "streaming_callback" in pipeline.inputs().get(target, {}):
-        instance = pipeline.get_component(target)
-        generator = unwrap_call_limit(getattr(instance, "_chat_generator", instance))
-        # the embedded model, or a generator without `run_async`, calls back from a worker thread
-        threaded = isinstance(generator, LocalChatGenerator) if LocalChatGenerator is not None else False
-        callback = _token_callback(queue, loop, sync=threaded or not hasattr(generator, "run_async"))
+        # a component without `run_async` runs in a worker thread and calls back from there
+        callback = _token_callback(queue, loop, sync=not hasattr(pipeline.get_component(target), "run_async"))
         data.setdefault(target, {})["streaming_callback"] = callback
 
     async def drive() -> None:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from haystack import SuperComponent, default_from_dict, default_to_dict, super_component
+from haystack import SuperComponent, component, default_from_dict, default_to_dict, super_component
 from haystack.components.generators.chat.types import ChatGenerator
 from haystack.core.serialization import component_to_dict
+from haystack.dataclasses import ComponentInfo, StreamingCallbackT, StreamingChunk, select_streaming_callback
+from haystack.utils import deserialize_callable, serialize_callable
 from haystack.utils.deserialization import deserialize_component_inplace
 
 from haystack_fusion.answers import validate_query
+from haystack_fusion.llm import emit_chunk, is_async_callback
 from haystack_fusion.strategies.config import StrategyConfig
 from haystack_fusion.strategies.registry import build_pipeline, get_strategy
 
@@ -25,6 +29,13 @@ class FusionAnswerer:
     It wraps the strategy's pipeline (`build_pipeline` without a retriever): the passages are read in the order
     given (best-ranked first, as the papers assume); the answers are the strategy's, each `meta` carrying its
     evidence (votes, candidates, notes, stages, confidence, usage).
+
+    Streaming (`streaming_callback`, and `Pipeline.stream()`, which injects one): when the strategy's last round is
+    one call whose reply is the answer (concatenation, the distiller, the MCQ and summary prompts, Chain-of-Note's
+    single call or synthesis), its tokens are streamed as they are generated; concatenation's answer in `concat_pf` and
+    `cascade` is streamed as one chunk once `UnknownRouter` accepts it. Otherwise (votes, SuRe's selection, a
+    fallback) the final answer is streamed as one chunk when the run ends. Streamed text is the reply as generated;
+    the `answers` output holds the checked answer (`GeneratedAnswer.data`).
 
     ### Usage example
     ```python
@@ -54,6 +65,7 @@ class FusionAnswerer:
         settings: dict[str, Any] | None = None,
         verifier_chat_generator: ChatGenerator | None = None,
         document_ranker: Any | None = None,
+        streaming_callback: StreamingCallbackT | None = None,
     ) -> None:
         """
         :param strategy: A registered strategy name, e.g. "concat_pf", "sure", "chain_of_note", "cascade".
@@ -62,6 +74,8 @@ class FusionAnswerer:
             "few_shot": True, "min_confidence": 0.25}`; unset fields keep the strategy's defaults.
         :param verifier_chat_generator: SuRe's validity and ranking LLM (Kim et al., Table 10); None: `chat_generator`.
         :param document_ranker: SuRe's summary reranker (Kim et al., Table 4); None keeps the given order.
+        :param streaming_callback: Called with the answer's `StreamingChunk`s (see above); sync for `run`, sync or
+            async for `run_async`.
         :raises ValueError: If the strategy is not registered, or `settings` holds `chat_generator`, a component field
             or a field `StrategyConfig` does not have.
         """
@@ -70,6 +84,7 @@ class FusionAnswerer:
         self.settings = dict(settings or {})
         self.verifier_chat_generator = verifier_chat_generator
         self.document_ranker = document_ranker
+        self.streaming_callback = streaming_callback
         answer_component = get_strategy(strategy).answer_component
         allowed = set(StrategyConfig.__dataclass_fields__) - {"chat_generator", *_COMPONENT_SETTINGS}
         unknown = sorted(set(self.settings) - allowed)
@@ -88,6 +103,28 @@ class FusionAnswerer:
             for socket in ("query", "documents")
         }
         self.output_mapping = {f"{answer_component}.answers": "answers"}
+        # the inner components that stream the call writing the answer get the callback; the socket is always there
+        streaming = sorted(
+            f"{name}.streaming_callback" for name, sockets in inputs.items() if "streaming_callback" in sockets
+        )
+        if streaming:
+            self.input_mapping["streaming_callback"] = streaming
+        else:
+            component.set_input_type(self, "streaming_callback", StreamingCallbackT | None, None)
+
+    def _split_callback(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        """The inputs without `streaming_callback`, and the run's callback: a class is `SuperComponent`'s stand-in
+        for an input the pipeline did not give (no streaming callback is a class), so it is no callback."""
+        validate_query(kwargs.get("query", ""))
+        inputs = {key: value for key, value in kwargs.items() if key != "streaming_callback"}
+        runtime = kwargs.get("streaming_callback")
+        return inputs, None if isinstance(runtime, type) else runtime
+
+    def _final_chunk(self, answers: list[Any]) -> StreamingChunk:
+        """The final answer as one chunk, for a run whose last round streamed nothing."""
+        info = ComponentInfo.from_component(self)
+        text = answers[0].data if answers and answers[0].data else ""
+        return StreamingChunk(content=text, component_info=info, index=0, start=True, finish_reason="stop")
 
     def run(self, **kwargs: Any) -> dict[str, Any]:
         """
@@ -95,16 +132,34 @@ class FusionAnswerer:
 
         The question is checked here, before any LLM call: not every strategy's first call is one of ours.
 
+        :param kwargs: `query` (str), `documents` (list of Document), optionally `streaming_callback` (overrides the
+            init one for this run).
         :returns: `answers`: the strategy's `GeneratedAnswer` list, best first.
-        :raises ValueError: If the question is empty, only whitespace or not valid Unicode text.
+        :raises ValueError: If the question is empty, only whitespace or not valid Unicode text, or the streaming
+            callback is async (`run_async` takes those).
         """
-        validate_query(kwargs.get("query", ""))
-        return SuperComponent.run(self, **kwargs)  # type: ignore[arg-type]
+        inputs, runtime = self._split_callback(kwargs)
+        callback = select_streaming_callback(self.streaming_callback, runtime, requires_async=False)
+        if callback is None:
+            return SuperComponent.run(self, **inputs)  # type: ignore[arg-type]
+        streamed = _Counted(callback)
+        result = SuperComponent.run(self, **inputs, streaming_callback=streamed.callback)  # type: ignore[arg-type]
+        if not streamed.chunks:
+            callback(self._final_chunk(result["answers"]))
+        return result
 
     async def run_async(self, **kwargs: Any) -> dict[str, Any]:
-        """`run` with the strategy's pipeline run by `run_async`: same inputs, outputs and errors."""
-        validate_query(kwargs.get("query", ""))
-        return await SuperComponent.run_async(self, **kwargs)  # type: ignore[arg-type]
+        """`run` with the strategy's pipeline run by `run_async`: same inputs, outputs and errors, except that the
+        streaming callback may be sync or async (`Pipeline.stream()` injects an async one)."""
+        inputs, runtime = self._split_callback(kwargs)
+        callback = runtime or self.streaming_callback
+        if callback is None:
+            return await SuperComponent.run_async(self, **inputs)  # type: ignore[arg-type]
+        streamed = _Counted(callback)
+        result = await SuperComponent.run_async(self, **inputs, streaming_callback=streamed.callback)  # type: ignore[arg-type]
+        if not streamed.chunks:
+            await emit_chunk(callback, self._final_chunk(result["answers"]))
+        return result
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize the strategy name, settings and generators (the inner pipeline is rebuilt on load)."""
@@ -112,13 +167,40 @@ class FusionAnswerer:
             name: component_to_dict(obj=value, name=name) if (value := getattr(self, name)) is not None else None
             for name in ("chat_generator", *_COMPONENT_SETTINGS)
         }
-        return default_to_dict(self, strategy=self.strategy, settings=self.settings, **components)
+        callback = serialize_callable(self.streaming_callback) if self.streaming_callback else None
+        return default_to_dict(
+            self, strategy=self.strategy, settings=self.settings, streaming_callback=callback, **components
+        )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FusionAnswerer:
         """Rebuild from `to_dict`'s output, deserializing the generators and the ranker."""
         params = data["init_parameters"]
+        if params.get("streaming_callback"):
+            params["streaming_callback"] = deserialize_callable(params["streaming_callback"])
         for name in ("chat_generator", *_COMPONENT_SETTINGS):
             if params.get(name):
                 deserialize_component_inplace(params, key=name)
         return default_from_dict(cls, data)
+
+
+class _Counted:
+    """A streaming callback (sync or async) that counts the chunks it passes on."""
+
+    def __init__(self, callback: StreamingCallbackT) -> None:
+        self.chunks = 0
+        self.callback: Callable[[StreamingChunk], Any]
+        if is_async_callback(callback):
+
+            async def count_async(chunk: StreamingChunk) -> None:
+                self.chunks += 1
+                await callback(chunk)  # type: ignore[misc]
+
+            self.callback = count_async
+        else:
+
+            def count(chunk: StreamingChunk) -> None:
+                self.chunks += 1
+                callback(chunk)
+
+            self.callback = count

@@ -138,6 +138,7 @@ class TestUnknownRouter:
                 "unknown_patterns": None,
                 "min_confidence": None,
                 "demonstrations": None,
+                "streaming_callback": None,
             },
         }
 
@@ -150,6 +151,7 @@ class TestUnknownRouter:
                 "unknown_patterns": ["^no idea$"],
                 "min_confidence": 0.3,
                 "demonstrations": None,
+                "streaming_callback": None,
             },
         }
 
@@ -202,6 +204,7 @@ class TestRouter:
             "unknown_patterns",
             "min_confidence",
             "demonstrations",
+            "streaming_callback",
         }
         router = UnknownRouter(demonstrations=["x"])
         assert _to_dict(_from_dict(_to_dict(router))) == _to_dict(router)
