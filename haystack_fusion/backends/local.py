@@ -297,8 +297,8 @@ else:
                 stored in the reply cache.
             :returns: `replies`: one assistant `ChatMessage` (none for no messages) whose `meta` holds `model`,
                 `index`, `finish_reason` ("stop" or "length"), `usage` (`prompt_tokens`, `completion_tokens`,
-                `total_tokens` and `prompt_tokens_details.cached_tokens`; none when streamed), `logprobs` when asked
-                for, and `cached: True` from the reply cache.
+                `total_tokens` and `prompt_tokens_details.cached_tokens`; for a streamed reply, `completion_tokens`
+                counts its text re-tokenized), `logprobs` when asked for, and `cached: True` from the reply cache.
             :raises ValueError: If a `grammar` text does not parse as GBNF, or the prompt exceeds `n_ctx`.
             """
             callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
@@ -338,11 +338,11 @@ else:
                 reused = pinned.reuse_prefix(llama, tokens, self.n_batch) if self.prefix_cache else 0
                 if not self.prefix_cache:
                     llama.reset()  # evaluate the prompt from scratch
+                details = {"prompt_tokens_details": {"cached_tokens": reused}}
                 if callback is None:
                     response = llama.create_completion(tokens, **settings)
                     choice = response["choices"][0]
                     text, finish_reason = choice["text"], choice["finish_reason"]
-                    details = {"prompt_tokens_details": {"cached_tokens": reused}}
                     meta: dict[str, Any] = {
                         "model": response["model"],
                         "index": 0,
@@ -351,6 +351,9 @@ else:
                     }
                 else:
                     text, meta = self._stream(llama.create_completion(tokens, stream=True, **settings), callback)
+                    completion = len(llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)) if text else 0
+                    usage = {"prompt_tokens": len(tokens), "completion_tokens": completion}
+                    meta["usage"] = {**usage, "total_tokens": len(tokens) + completion, **details}
                 if recorder is not None:
                     meta["logprobs"] = recorder.openai(text, llama.detokenize)
                 reply = ChatMessage.from_assistant(text or None, meta=meta)

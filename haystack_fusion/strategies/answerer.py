@@ -34,8 +34,9 @@ class FusionAnswerer:
     one call whose reply is the answer (concatenation, the distiller, the MCQ and summary prompts, Chain-of-Note's
     single call or synthesis), its tokens are streamed as they are generated; concatenation's answer in `concat_pf` and
     `cascade` is streamed as one chunk once `UnknownRouter` accepts it. Otherwise (votes, SuRe's selection, a
-    fallback) the final answer is streamed as one chunk when the run ends. Streamed text is the reply as generated;
-    the `answers` output holds the checked answer (`GeneratedAnswer.data`).
+    fallback) the final answer is streamed as one chunk when the run ends. When the streamed reply is not just the
+    answer (a chain of thought, reading notes, an answer the checks rejected or turned into "unknown"), one last
+    chunk `"\n\nAnswer: <answer>"` follows, so the stream always ends with the answer of `answers[0]`.
 
     ### Usage example
     ```python
@@ -120,11 +121,15 @@ class FusionAnswerer:
         runtime = kwargs.get("streaming_callback")
         return inputs, None if isinstance(runtime, type) else runtime
 
-    def _final_chunk(self, answers: list[Any]) -> StreamingChunk:
-        """The final answer as one chunk, for a run whose last round streamed nothing."""
+    def _last_chunk(self, result: dict[str, Any], streamed: str | None) -> StreamingChunk | None:
+        """The chunk that ends a stream with the answer (see the class docstring); None when nothing is missing."""
+        answers = result["answers"]
+        answer = (answers[0].data or "").strip() if answers else ""
+        if not answer or (streamed is not None and streamed.strip() == answer):
+            return None
+        text = answer if not streamed else f"\n\nAnswer: {answer}"
         info = ComponentInfo.from_component(self)
-        text = answers[0].data if answers and answers[0].data else ""
-        return StreamingChunk(content=text, component_info=info, index=0, start=True, finish_reason="stop")
+        return StreamingChunk(content=text, component_info=info, index=0, start=not streamed, finish_reason="stop")
 
     def run(self, **kwargs: Any) -> dict[str, Any]:
         """
@@ -142,10 +147,10 @@ class FusionAnswerer:
         callback = select_streaming_callback(self.streaming_callback, runtime, requires_async=False)
         if callback is None:
             return SuperComponent.run(self, **inputs)  # type: ignore[arg-type]
-        streamed = _Counted(callback)
+        streamed = _Joined(callback)
         result = SuperComponent.run(self, **inputs, streaming_callback=streamed.callback)  # type: ignore[arg-type]
-        if not streamed.chunks:
-            callback(self._final_chunk(result["answers"]))
+        if (last := self._last_chunk(result, streamed.text)) is not None:
+            callback(last)
         return result
 
     async def run_async(self, **kwargs: Any) -> dict[str, Any]:
@@ -155,10 +160,10 @@ class FusionAnswerer:
         callback = runtime or self.streaming_callback
         if callback is None:
             return await SuperComponent.run_async(self, **inputs)  # type: ignore[arg-type]
-        streamed = _Counted(callback)
+        streamed = _Joined(callback)
         result = await SuperComponent.run_async(self, **inputs, streaming_callback=streamed.callback)  # type: ignore[arg-type]
-        if not streamed.chunks:
-            await emit_chunk(callback, self._final_chunk(result["answers"]))
+        if (last := self._last_chunk(result, streamed.text)) is not None:
+            await emit_chunk(callback, last)
         return result
 
     def to_dict(self) -> dict[str, Any]:
@@ -184,23 +189,23 @@ class FusionAnswerer:
         return default_from_dict(cls, data)
 
 
-class _Counted:
-    """A streaming callback (sync or async) that counts the chunks it passes on."""
+class _Joined:
+    """A streaming callback (sync or async) that keeps the text it passes on (`text`: None until a chunk came)."""
 
     def __init__(self, callback: StreamingCallbackT) -> None:
-        self.chunks = 0
+        self.text: str | None = None
         self.callback: Callable[[StreamingChunk], Any]
         if is_async_callback(callback):
 
-            async def count_async(chunk: StreamingChunk) -> None:
-                self.chunks += 1
+            async def join_async(chunk: StreamingChunk) -> None:
+                self.text = (self.text or "") + chunk.content
                 await callback(chunk)  # type: ignore[misc]
 
-            self.callback = count_async
+            self.callback = join_async
         else:
 
-            def count(chunk: StreamingChunk) -> None:
-                self.chunks += 1
+            def join(chunk: StreamingChunk) -> None:
+                self.text = (self.text or "") + chunk.content
                 callback(chunk)
 
-            self.callback = count
+            self.callback = join

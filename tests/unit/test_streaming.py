@@ -137,9 +137,8 @@ def test_fusion_answerer_streams_every_strategy_answer(strategy):
     joined = "".join(chunk.content for chunk in chunks)
     if strategy in NOT_STREAMED:  # the final answer as one chunk, once the run ends
         assert [(chunk.content, chunk.component_info.name) for chunk in chunks] == [(answer, "answerer")]
-    else:
-        assert answer
-        assert answer in joined
+    else:  # the stream ends with the answer
+        assert joined.strip() == answer or joined.endswith(f"\n\nAnswer: {answer}")
 
 
 def test_fusion_answerer_run_takes_a_sync_callback_and_refuses_an_async_one():
