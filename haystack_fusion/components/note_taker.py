@@ -109,12 +109,13 @@ class NoteTaker(ChatGeneratorWrapper):
             one prompt (None: Appendix A.5 with Table 6's first case, `PROMPTS["con_single_call"]`); its variables:
             `query` (str), `passages` (str, the k passages as a titled block), `k_words` (str, k in words) and
             `step_5` (str, Appendix A.5's step 5 or its "answer unknown" form, by `allow_parametric_knowledge`); it
-            must use `query` and `passages`. The reply must hold one note per passage ("Passage #i ...") and end with
-            "the answer is X" (`notes.parse_single_call`). In per-document mode the synthesis prompt (None: steps
-            4-5 of Appendix A.5, `PROMPTS["con_synthesis"]`); its variables: `query` (str), `notes` (list of dicts,
-            one per passage in rank order: `label`, the relevance in words, and `note`, on one line) and `step_5`;
-            it must use `query` and `notes`; the reply's first line is the answer (the default prompt ends with
-            "the answer is"). The default's answer pattern, stop sequence and demonstration answers stay in force.
+            must use `query` and `passages`. The reply must hold notes that name their passages ("Passage #1",
+            "[1]") and state the answer as "the answer is X" or "Answer: X" (`notes.parse_single_call`). In
+            per-document mode the synthesis prompt (None: steps 4-5 of Appendix A.5, `PROMPTS["con_synthesis"]`);
+            its variables: `query` (str), `notes` (list of dicts, one per passage in rank order: `label`, the
+            relevance in words, and `note`, on one line) and `step_5`; it must use `query` and `notes`; the reply's
+            first line is the answer (the default prompt ends with "the answer is"). The default's answer pattern,
+            stop sequence and demonstration answers stay in force.
         :param system_prompt: A system message sent before every prompt (for chat models); None: none.
         :raises ValueError: If `mode` is unknown, `max_concurrency` is neither None nor an integer >= 1,
             `max_passage_chars` is not positive, `note_prompt` is given in single-call mode, or a prompt does not use

@@ -98,8 +98,8 @@ class SummaryVerifier(ChatGeneratorWrapper):
             (Appendix A.4). Its variables, all to be used: `query` (str), `summary_1` and `summary_2` (str, the two
             summaries on one line each, shown in both orders). The reply must name the better one as "Passage 1"
             or "Passage 2" ("the first" / "the second", or a bare 1 / 2 at its start: `sure.parse_preference`; with
-            `scoring="probability"`, the probabilities of those words). A template that names the summaries otherwise must
-            still ask for that answer.
+            `scoring="probability"`, the probabilities of those words). A template that names the summaries otherwise
+            must still ask for that answer.
         :param system_prompt: A system message sent before every prompt (for chat models); None: none.
         :raises ValueError: If `max_concurrency` is neither None nor an integer >= 1, `scoring` is neither
             "text" nor "probability", `validity_prompt` is given with `use_validity=False`, or a prompt does not use
