@@ -1,4 +1,4 @@
-"""A German custom prompt and a system prompt through `OpenAIChatGenerator` on the local OpenAI-compatible test server."""
+"""A German prompt and a system prompt through `OpenAIChatGenerator` on the local OpenAI-compatible test server."""
 
 from __future__ import annotations
 
@@ -11,9 +11,7 @@ from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from haystack_fusion import FusionAnswerer, PostFusionVoter
-
-pytest.importorskip("fastapi", reason="the test server needs FastAPI and uvicorn (the `dev` extra)")
-from tests.support.openai_server import OpenAIServer  # noqa: E402
+from tests.support.openai_server import OpenAIServer
 
 GERMAN = """Beantworte die Frage mit einer kurzen Phrase aus dem Kontext. Antworte auf Deutsch.
 Frage: Wer produzierte das Album mit einer Neuaufnahme von "Lithium"?
