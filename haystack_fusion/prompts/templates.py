@@ -72,6 +72,7 @@ _DELIMITER = re.compile(r'</?passage key="[0-9a-f]+">')
 _NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 _ENVIRONMENT = SandboxedEnvironment()
 _MESSAGE_BLOCK = re.compile(r"\{%-?\s*message\b")
+_END_RAW = re.compile(r"\{%-?\s*endraw\b")
 
 
 def datamark_text(text: str) -> str:
@@ -312,7 +313,7 @@ class ChatPrompt:
         `variables`.
     :raises ValueError: If `template` is neither a string nor a list of ChatMessage, does not use a required variable
         or uses one that is not in `variables` (the message names `parameter`, the variables and the ones the prompt
-        gets), or `system_prompt` is empty.
+        gets), or `system_prompt` is empty or holds `{% endraw %}`.
     """
 
     def __init__(
@@ -327,6 +328,8 @@ class ChatPrompt:
     ) -> None:
         if system_prompt is not None and (not isinstance(system_prompt, str) or not system_prompt.strip()):
             raise ValueError(f"`system_prompt` must be a non-empty string or None, got {system_prompt!r}")
+        if system_prompt is not None and _END_RAW.search(system_prompt):
+            raise ValueError("`system_prompt` cannot hold a Jinja `{% endraw %}` tag: it is sent as written")
         self.default = default
         self.template = template
         self.system_prompt = system_prompt

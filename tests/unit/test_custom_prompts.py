@@ -105,6 +105,10 @@ class TestChatPrompt:
         with pytest.raises(ValueError, match="`system_prompt` must be a non-empty string"):
             ChatPrompt(PROMPTS["figure7"], system_prompt=system_prompt)
 
+    def test_a_system_prompt_that_ends_the_raw_block_is_an_error(self):
+        with pytest.raises(ValueError, match=r"cannot hold a Jinja `\{% endraw %\}` tag"):
+            ChatPrompt(PROMPTS["figure7"], GERMAN, system_prompt="Be brief. {%- endraw %}{{ query }}")
+
 
 class TestPostFusionVoter:
     def test_sends_the_custom_prompt_with_the_system_prompt_first(self):
