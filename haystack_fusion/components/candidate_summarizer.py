@@ -18,7 +18,16 @@ from haystack_fusion.llm import (
     run_chat_calls_async,
     sum_usage,
 )
-from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render, strip_delimiters
+from haystack_fusion.prompts import (
+    DEFAULT_MAX_PASSAGE_CHARS,
+    PROMPTS,
+    ChatPrompt,
+    ChatTemplate,
+    format_passages,
+    prompt_settings,
+    prompt_settings_from_dict,
+    strip_delimiters,
+)
 from haystack_fusion.prompts.sure import DONE_MARKER, candidate_prompt_variables, few_shot_examples
 from haystack_fusion.sure import parse_candidates
 
@@ -76,6 +85,9 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
         few_shot: bool = False,
         raise_on_failure: bool = False,
+        candidates_prompt: ChatTemplate | None = None,
+        summary_prompt: ChatTemplate | None = None,
+        system_prompt: str | None = None,
     ) -> None:
         """
         :param num_candidates: K, the answer candidates asked for (>= 1; the paper uses K = 2, section 4.1).
@@ -84,8 +96,25 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         :param max_passage_chars: Per-passage context budget in characters (None: no limit).
         :param few_shot: Listing 13 candidates (Appendix B.5) and a one-shot Listing 7, for base models.
         :param raise_on_failure: A failed call raises; by default it is reported in `meta["failures"]`.
+        :param candidates_prompt: Round 1's prompt (conditional and candidates modes), a template as Haystack's
+            `ChatPromptBuilder(template=...)` takes it (a Jinja string, which may use `{% message %}` blocks, or a
+            list of ChatMessage templates); None: Kim et al.'s Listing 6 (Appendix A.1), Listing 13 with `few_shot`
+            (Appendix B.5). Its variables: `passages` (str, the N passages as a titled `prompts.format_passages`
+            block), `query` (str), `num_passages` (int, N), `k_words` (str, K in words: "two"), `answer_form` (str,
+            "(a) xx, (b) yy" for K = 2) and `examples` (list of dicts with `question` and `answer`, Listing 13's
+            demonstrations in that form); it must use `passages` and `query`. The reply must list the candidates as
+            "(a) ... (b) ..." (`sure.parse_candidates` reads at most K); the default's demonstration answers stay in
+            force.
+        :param summary_prompt: Round 2's prompt, a template as `candidates_prompt`; None: Listing 7 (Appendix A.2,
+            with a demonstration when `few_shot`), in generic mode Listing 11 (Appendix A.6). Its variables:
+            `passages` (str, titled block: all passages, or the candidate's `candidate_documents`), `query` (str),
+            and in conditional mode `candidates` (list of str, all K) and `target` (int, the 0-based index of the
+            candidate this summary supports: `candidates[target]`); it must use them all. The reply is the summary,
+            up to "[DONE]" or a line that starts another prompt field ("Question:", ...), as `clean_summary` reads it.
+        :param system_prompt: A system message sent before every prompt (for chat models); None: none.
         :raises ValueError: If `num_candidates` is below 1, `max_concurrency` is neither None nor an integer >= 1,
-            `mode` is unknown, or `max_passage_chars` is not positive.
+            `mode` is unknown, `max_passage_chars` is not positive, a prompt is given for a round `mode` does not
+            run, or a prompt does not use a variable it must use or uses one it does not get.
         """
         if num_candidates < 1:
             raise ValueError(f"`num_candidates` must be at least 1, got {num_candidates}")
@@ -100,7 +129,50 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         self.max_passage_chars = max_passage_chars
         self.few_shot = few_shot
         self.raise_on_failure = raise_on_failure
-        self._candidate_prompt = PROMPTS["sure_few_shot_candidates" if few_shot else "sure_candidates"]
+        if mode == "generic" and candidates_prompt is not None:
+            raise ValueError("`candidates_prompt` is not used in generic mode (one generic summary, no candidates)")
+        if mode == "candidates" and summary_prompt is not None:
+            raise ValueError("`summary_prompt` is not used in candidates mode (no summaries)")
+        self.candidates_prompt = candidates_prompt
+        self.summary_prompt = summary_prompt
+        self.system_prompt = system_prompt
+        self._candidate_prompt = ChatPrompt(
+            PROMPTS["sure_few_shot_candidates" if few_shot else "sure_candidates"],
+            candidates_prompt,
+            system_prompt=system_prompt,
+            parameter="candidates_prompt",
+            variables=("answer_form", "examples", "k_words", "num_passages", "passages", "query"),
+            required=("passages", "query"),
+        )
+        generic = mode == "generic"
+        self._summary_prompt = ChatPrompt(
+            PROMPTS["sure_generic_summary" if generic else "sure_few_shot_summary" if few_shot else "sure_summary"],
+            summary_prompt,
+            system_prompt=system_prompt,
+            parameter="summary_prompt",
+            variables=("passages", "query") if generic else ("candidates", "passages", "query", "target"),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize this component, with its chat generator; the prompts and `system_prompt` only when set."""
+        data = ChatGeneratorWrapper.to_dict(self)
+        parameters = data["init_parameters"]
+        del parameters["candidates_prompt"], parameters["summary_prompt"], parameters["system_prompt"]
+        parameters.update(
+            prompt_settings(
+                candidates_prompt=self.candidates_prompt,
+                summary_prompt=self.summary_prompt,
+                system_prompt=self.system_prompt,
+            )
+        )
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CandidateSummarizer:
+        """Deserialize this component, with its chat generator and prompts, from a dictionary."""
+        prompt_settings_from_dict(data["init_parameters"], ["candidates_prompt", "summary_prompt"])
+        # `@component` rebuilds the class, so a zero-argument super() does not reach the mixin
+        return ChatGeneratorWrapper.from_dict.__func__(cls, data)  # type: ignore[attr-defined]
 
     def _fan_out(self) -> dict[str, Any]:
         return {"max_concurrency": self.max_concurrency, "raise_on_failure": self.raise_on_failure}
@@ -118,13 +190,10 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         if candidates is not None or not documents:
             return query, passages, []
         if self.mode == "generic":
-            return query, passages, [render(PROMPTS["sure_generic_summary"], passages=passages, query=query)]
+            return query, passages, [self._summary_prompt.render(passages=passages, query=query)]
         variables: dict[str, Any] = candidate_prompt_variables(self.num_candidates)
-        if self.few_shot:
-            variables["examples"] = few_shot_examples(self.num_candidates)
-        prompt = render(
-            self._candidate_prompt, passages=passages, query=query, num_passages=len(documents), **variables
-        )
+        variables["examples"] = few_shot_examples(self.num_candidates)
+        prompt = self._candidate_prompt.render(passages=passages, query=query, num_passages=len(documents), **variables)
         return query, passages, [prompt]
 
     def _round_two(
@@ -159,10 +228,8 @@ class CandidateSummarizer(ChatGeneratorWrapper):
                 f"CandidateSummarizer needs one passage list per candidate, got {len(candidates)} candidates and "
                 f"{len(candidate_documents)} passage lists"
             )
-        template = PROMPTS["sure_few_shot_summary" if self.few_shot else "sure_summary"]
         prompts = [
-            render(
-                template,
+            self._summary_prompt.render(
                 passages=passages
                 if candidate_documents is None
                 else format_passages(candidate_documents[index], self.max_passage_chars, layout="titled"),

@@ -21,8 +21,22 @@ from haystack_fusion.llm import (
     sum_usage,
 )
 from haystack_fusion.notes import CONTEXT, DIRECT, classify_note, parse_document_note, parse_single_call
-from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render, strip_delimiters
-from haystack_fusion.prompts.chain_of_note import RELEVANCE_WORDS, STEP_5_PARAMETRIC, STEP_5_UNKNOWN, single_call_prompt
+from haystack_fusion.prompts import (
+    DEFAULT_MAX_PASSAGE_CHARS,
+    PROMPTS,
+    ChatPrompt,
+    ChatTemplate,
+    format_passages,
+    prompt_settings,
+    prompt_settings_from_dict,
+    strip_delimiters,
+)
+from haystack_fusion.prompts.chain_of_note import (
+    RELEVANCE_WORDS,
+    STEP_5_PARAMETRIC,
+    STEP_5_UNKNOWN,
+    single_call_variables,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +83,9 @@ class NoteTaker(ChatGeneratorWrapper):
         unknown_patterns: list[str] | None = None,
         raise_on_failure: bool = False,
         streaming_callback: StreamingCallbackT | None = None,
+        note_prompt: ChatTemplate | None = None,
+        answer_prompt: ChatTemplate | None = None,
+        system_prompt: str | None = None,
     ) -> None:
         """
         :param mode: "single_call" (one prompt, the paper's) or "per_document" (a note per passage, then synthesis).
@@ -82,8 +99,28 @@ class NoteTaker(ChatGeneratorWrapper):
         :param streaming_callback: Called with each `StreamingChunk` of the call that writes the answer: the single
             call (its notes, then the answer) or the per-document synthesis call; the note calls are not streamed.
             A sync callback for `run`, sync or async for `run_async` (what `Pipeline.stream()` injects).
-        :raises ValueError: If `mode` is unknown, `max_concurrency` is neither None nor an integer >= 1, or
-            `max_passage_chars` is not positive.
+        :param note_prompt: The per-document note prompt (per-document mode), a template as Haystack's
+            `ChatPromptBuilder(template=...)` takes it (a Jinja string, which may use `{% message %}` blocks, or a
+            list of ChatMessage templates); None: ours after Yu et al., section 2.3.1 and Appendix A.5
+            (`PROMPTS["con_document_note"]`). Its variables, both to be used: `query` (str) and `passages` (str, the
+            one passage as a titled `prompts.format_passages` block, numbered 1). The reply is the note, then a line
+            "Relevance: (a) answers directly", "(b) useful context" or "(c) irrelevant" (`notes.parse_document_note`;
+            without that line the note's words decide).
+        :param answer_prompt: The prompt that writes the answer, a template as `note_prompt`. In single-call mode the
+            one prompt (None: Appendix A.5 with Table 6's first case, `PROMPTS["con_single_call"]`); its variables:
+            `query` (str), `passages` (str, the k passages as a titled block), `k_words` (str, k in words) and
+            `step_5` (str, Appendix A.5's step 5 or its "answer unknown" form, by `allow_parametric_knowledge`); it
+            must use `query` and `passages`. The reply must hold notes that name their passages ("Passage #1",
+            "[1]") and state the answer as "the answer is X" or "Answer: X" (`notes.parse_single_call`). In
+            per-document mode the synthesis prompt (None: steps 4-5 of Appendix A.5, `PROMPTS["con_synthesis"]`);
+            its variables: `query` (str), `notes` (list of dicts, one per passage in rank order: `label`, the
+            relevance in words, and `note`, on one line) and `step_5`; it must use `query` and `notes`; the reply's
+            first line is the answer (the default prompt ends with "the answer is"). The default's answer pattern,
+            stop sequence and demonstration answers stay in force.
+        :param system_prompt: A system message sent before every prompt (for chat models); None: none.
+        :raises ValueError: If `mode` is unknown, `max_concurrency` is neither None nor an integer >= 1,
+            `max_passage_chars` is not positive, `note_prompt` is given in single-call mode, or a prompt does not use
+            a variable it must use or uses one it does not get.
         """
         if mode not in NOTE_MODES:
             raise ValueError(f"`mode` must be one of {', '.join(NOTE_MODES)}, got {mode!r}")
@@ -99,6 +136,22 @@ class NoteTaker(ChatGeneratorWrapper):
         self.raise_on_failure = raise_on_failure
         self.streaming_callback = streaming_callback
         self._detector = UnknownDetector.from_patterns(unknown_patterns)
+        if mode == "single_call" and note_prompt is not None:
+            raise ValueError("`note_prompt` is used in per-document mode only")
+        self.note_prompt = note_prompt
+        self.answer_prompt = answer_prompt
+        self.system_prompt = system_prompt
+        self._note_prompt = ChatPrompt(
+            PROMPTS["con_document_note"], note_prompt, system_prompt=system_prompt, parameter="note_prompt"
+        )
+        single = mode == "single_call"
+        self._answer_prompt = ChatPrompt(
+            PROMPTS["con_single_call" if single else "con_synthesis"],
+            answer_prompt,
+            system_prompt=system_prompt,
+            parameter="answer_prompt",
+            required=("passages", "query") if single else ("notes", "query"),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize this component, with its chat generator, to a dictionary."""
@@ -113,11 +166,15 @@ class NoteTaker(ChatGeneratorWrapper):
             unknown_patterns=self.unknown_patterns,
             raise_on_failure=self.raise_on_failure,
             streaming_callback=serialize_callable(self.streaming_callback) if self.streaming_callback else None,
+            **prompt_settings(
+                note_prompt=self.note_prompt, answer_prompt=self.answer_prompt, system_prompt=self.system_prompt
+            ),
         )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> NoteTaker:
-        """Deserialize this component, with its chat generator and streaming callback, from a dictionary."""
+        """Deserialize this component, with its chat generator, streaming callback and prompts, from a dictionary."""
+        prompt_settings_from_dict(data["init_parameters"], ["note_prompt", "answer_prompt"])
         callback = data.get("init_parameters", {}).get("streaming_callback")
         if callback:
             data["init_parameters"]["streaming_callback"] = deserialize_callable(callback)
@@ -136,18 +193,17 @@ class NoteTaker(ChatGeneratorWrapper):
         query = validate_query(query)
         documents = list(documents or [])
         if self.mode == "per_document":
-            template = PROMPTS["con_document_note"]
             passages = [format_passages([d], self.max_passage_chars, "titled") for d in documents]
-            return query, documents, [render(template, query=query, passages=p) for p in passages]
+            return query, documents, [self._note_prompt.render(query=query, passages=p) for p in passages]
         if not documents and not self.allow_parametric_knowledge:
             return query, documents, []
-        prompt = single_call_prompt(
+        variables = single_call_variables(
             query,
             documents,
             allow_parametric_knowledge=self.allow_parametric_knowledge,
             max_passage_chars=self.max_passage_chars,
         )
-        return query, documents, [prompt]
+        return query, documents, [self._answer_prompt.render(**variables)]
 
     def _notes(self, documents: list[Document], first: FanOutResult | None) -> tuple[list[dict[str, Any]], str | None]:
         """The notes (one per passage, input order) and, in single-call mode, the answer text (None: no reply)."""
@@ -176,7 +232,7 @@ class NoteTaker(ChatGeneratorWrapper):
             return [], {}
         shown = [{"label": RELEVANCE_WORDS[n["relevance"]], "note": " ".join(n["note"].split())} for n in notes]
         step_5 = STEP_5_PARAMETRIC if self.allow_parametric_knowledge else STEP_5_UNKNOWN
-        prompt = render(PROMPTS["con_synthesis"], query=query, notes=shown, step_5=step_5)
+        prompt = self._answer_prompt.render(query=query, notes=shown, step_5=step_5)
         kwargs = stop_kwargs(self._chat_generator, PROMPTS["con_synthesis"].stop, self.generation_kwargs)
         return [prompt], self._fan_out(kwargs)
 

@@ -25,7 +25,15 @@ from haystack_fusion.llm import (
     run_chat_calls_async,
     stop_kwargs,
 )
-from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, format_passages, render
+from haystack_fusion.prompts import (
+    DEFAULT_MAX_PASSAGE_CHARS,
+    PROMPTS,
+    ChatPrompt,
+    ChatTemplate,
+    format_passages,
+    prompt_settings,
+    prompt_settings_from_dict,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +82,8 @@ class PostFusionVoter(ChatGeneratorWrapper):
         unknown_patterns: list[str] | None = None,
         raise_on_failure: bool = False,
         datamark: bool = False,
+        prompt: ChatTemplate | None = None,
+        system_prompt: str | None = None,
     ) -> None:
         """
         :param max_concurrency: Most LLM calls under way at once (an integer >= 1); None: all p x k at once.
@@ -83,8 +93,17 @@ class PostFusionVoter(ChatGeneratorWrapper):
         :param unknown_patterns: Regular expressions that mark an abstention; None uses the shared defaults.
         :param raise_on_failure: The first failed call raises; by default it counts as an abstention in `failures`.
         :param datamark: Datamark each passage's text (`prompts.format_passages`).
+        :param prompt: The per-passage prompt, a template as Haystack's `ChatPromptBuilder(template=...)` takes it (a
+            Jinja string, which may use `{% message %}` blocks, or a list of ChatMessage templates); None: Liu et al.'s
+            Figure 7 (Appendix A, `PROMPTS["figure7"]`). Its variables: `passages` (str, the one passage as a numbered
+            `prompts.format_passages` block) and `query` (str, the question); it must use both. The reply must start
+            with the answer on its first line (Figure 7's pattern reads it; "unknown", or another abstention
+            `unknown_patterns` matches, does not vote); Figure 7's stop sequence (the newline) and demonstration
+            answers stay in force.
+        :param system_prompt: A system message sent before every prompt (for chat models); None: none.
         :raises ValueError: If `max_concurrency` is neither None nor an integer >= 1, `samples_per_passage` is below
-            1, or `max_passage_chars` is not positive.
+            1, `max_passage_chars` is not positive, or `prompt` does not use `passages` and `query` or uses another
+            variable.
         """
         if samples_per_passage < 1:
             raise ValueError(f"`samples_per_passage` must be at least 1, got {samples_per_passage}")
@@ -99,7 +118,24 @@ class PostFusionVoter(ChatGeneratorWrapper):
         self.raise_on_failure = raise_on_failure
         self.datamark = datamark
         self._detector = UnknownDetector.from_patterns(unknown_patterns)
-        self._prompt = PROMPTS["figure7"]
+        self.prompt = prompt
+        self.system_prompt = system_prompt
+        self._prompt = ChatPrompt(PROMPTS["figure7"], prompt, system_prompt=system_prompt, parameter="prompt")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize this component, with its chat generator; `prompt` and `system_prompt` only when set."""
+        data = ChatGeneratorWrapper.to_dict(self)
+        parameters = data["init_parameters"]
+        del parameters["prompt"], parameters["system_prompt"]
+        parameters.update(prompt_settings(prompt=self.prompt, system_prompt=self.system_prompt))
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PostFusionVoter:
+        """Deserialize this component, with its chat generator and prompt, from a dictionary."""
+        prompt_settings_from_dict(data["init_parameters"], ["prompt"])
+        # `@component` rebuilds the class, so a zero-argument super() does not reach the mixin
+        return ChatGeneratorWrapper.from_dict.__func__(cls, data)  # type: ignore[attr-defined]
 
     def _plan(self, query: str, documents: list[Document] | None) -> tuple[str, list[Document], list[Any], dict]:
         """Validate; p Figure 7 prompts per passage in rank order, and the fan-out's settings."""
@@ -108,7 +144,7 @@ class PostFusionVoter(ChatGeneratorWrapper):
         prompts = []
         for document in documents:
             passages = format_passages([document], self.max_passage_chars, datamark=self.datamark)
-            prompts += [render(self._prompt, passages=passages, query=query)] * self.samples_per_passage
+            prompts += [self._prompt.render(passages=passages, query=query)] * self.samples_per_passage
         sampling = None
         if self.samples_per_passage > 1:
             sampling = self.sampling_generation_kwargs

@@ -22,7 +22,7 @@ from haystack_fusion.llm import (
     run_chat_calls,
     run_chat_calls_async,
 )
-from haystack_fusion.prompts import PROMPTS, render
+from haystack_fusion.prompts import PROMPTS, ChatPrompt, ChatTemplate, prompt_settings, prompt_settings_from_dict
 from haystack_fusion.prompts.sure import one_line
 from haystack_fusion.sure import (
     PREFERENCE_CHOICES,
@@ -78,6 +78,9 @@ class SummaryVerifier(ChatGeneratorWrapper):
         document_ranker: Any | None = None,
         raise_on_failure: bool = False,
         scoring: Scoring = "text",
+        validity_prompt: ChatTemplate | None = None,
+        ranking_prompt: ChatTemplate | None = None,
+        system_prompt: str | None = None,
     ) -> None:
         """
         :param use_validity: If False, ranking alone orders the candidates (Table 3, "+ Pair-wise ranking").
@@ -85,8 +88,22 @@ class SummaryVerifier(ChatGeneratorWrapper):
         :param document_ranker: Optional Haystack ranker reordering the passages by the winning summary (Table 4).
         :param raise_on_failure: A failed call raises; by default it is reported in `meta["failures"]`.
         :param scoring: "text" (the paper's, v in {0, 1}) or "probability" (from token log-probabilities).
-        :raises ValueError: If `max_concurrency` is neither None nor an integer >= 1, or `scoring` is neither
-            "text" nor "probability".
+        :param validity_prompt: The validity prompt, a template as Haystack's `ChatPromptBuilder(template=...)` takes
+            it (a Jinja string, which may use `{% message %}` blocks, or a list of ChatMessage templates); None: Kim
+            et al.'s Listing 8 (Appendix A.3). Its variables, all to be used: `query` (str), `prediction` (str, the
+            candidate) and `summary` (str, its summary on one line). The reply must say True or False (its first
+            "true" / "false" word decides, else "yes" / "no": `sure.parse_validity`; with `scoring="probability"`,
+            the probabilities of those words, `sure.choice_probability`).
+        :param ranking_prompt: The pair-wise ranking prompt, a template as `validity_prompt`; None: Listing 9
+            (Appendix A.4). Its variables, all to be used: `query` (str), `summary_1` and `summary_2` (str, the two
+            summaries on one line each, shown in both orders). The reply must name the better one as "Passage 1"
+            or "Passage 2" ("the first" / "the second", or a bare 1 / 2 at its start: `sure.parse_preference`; with
+            `scoring="probability"`, the probabilities of those words). A template that names the summaries otherwise
+            must still ask for that answer.
+        :param system_prompt: A system message sent before every prompt (for chat models); None: none.
+        :raises ValueError: If `max_concurrency` is neither None nor an integer >= 1, `scoring` is neither
+            "text" nor "probability", `validity_prompt` is given with `use_validity=False`, or a prompt does not use
+            a variable it gets or uses one it does not get.
         """
         if scoring not in ("text", "probability"):
             raise ValueError(f"`scoring` must be 'text' or 'probability', got {scoring!r}")
@@ -96,13 +113,25 @@ class SummaryVerifier(ChatGeneratorWrapper):
         self.max_concurrency = check_max_concurrency(max_concurrency)
         self._document_ranker: Any = document_ranker
         self.raise_on_failure = raise_on_failure
+        if not use_validity and validity_prompt is not None:
+            raise ValueError("`validity_prompt` is not used without validity (`use_validity=False`)")
+        self.validity_prompt = validity_prompt
+        self.ranking_prompt = ranking_prompt
+        self.system_prompt = system_prompt
+        self._validity_prompt = ChatPrompt(
+            PROMPTS["sure_validity"], validity_prompt, system_prompt=system_prompt, parameter="validity_prompt"
+        )
+        self._ranking_prompt = ChatPrompt(
+            PROMPTS["sure_ranking"], ranking_prompt, system_prompt=system_prompt, parameter="ranking_prompt"
+        )
 
     def _wrapped_parts(self) -> list[Any]:
         """The chat generator and the document ranker, which `warm_up`, `close` and their async forms delegate to."""
         return [part for part in (self._chat_generator, self._document_ranker) if part is not None]
 
     def to_dict(self) -> dict[str, Any]:
-        """Serialize this component, with its chat generator and document ranker, to a dictionary."""
+        """Serialize this component, with its chat generator and document ranker, to a dictionary; the prompts and
+        `system_prompt` only when set."""
         ranker = self._document_ranker
         return default_to_dict(
             self,
@@ -112,12 +141,18 @@ class SummaryVerifier(ChatGeneratorWrapper):
             document_ranker=None if ranker is None else component_to_dict(obj=ranker, name="document_ranker"),
             raise_on_failure=self.raise_on_failure,
             scoring=self.scoring,
+            **prompt_settings(
+                validity_prompt=self.validity_prompt,
+                ranking_prompt=self.ranking_prompt,
+                system_prompt=self.system_prompt,
+            ),
         )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SummaryVerifier:
-        """Deserialize this component, with its chat generator and document ranker, from a dictionary."""
+        """Deserialize this component, with its chat generator, document ranker and prompts, from a dictionary."""
         parameters = data["init_parameters"]
+        prompt_settings_from_dict(parameters, ["validity_prompt", "ranking_prompt"])
         deserialize_chatgenerator_inplace(parameters, key="chat_generator")
         if parameters.get("document_ranker") is not None:
             deserialize_component_inplace(parameters, key="document_ranker")
@@ -140,12 +175,12 @@ class SummaryVerifier(ChatGeneratorWrapper):
         for index, (candidate, summary) in enumerate(zip(candidates, shown, strict=True)):
             if self.use_validity and summary:
                 asks.append(("validity", index))
-                prompts.append(render(PROMPTS["sure_validity"], query=query, prediction=candidate, summary=summary))
+                prompts.append(self._validity_prompt.render(query=query, prediction=candidate, summary=summary))
         for first, second in ranking_pairs(len(candidates)):
             if shown[first] and shown[second]:
                 asks.append(("ranking", (first, second)))
                 prompts.append(
-                    render(PROMPTS["sure_ranking"], query=query, summary_1=shown[first], summary_2=shown[second])
+                    self._ranking_prompt.render(query=query, summary_1=shown[first], summary_2=shown[second])
                 )
         return query, candidates, summaries, asks, prompts
 

@@ -2,7 +2,7 @@
 Prompt templates (Jinja2, rendered as Haystack's ChatPromptBuilder renders them), one module per paper: `liu`
 (Figures 7-9 and the distiller), `sure` (Listings 6-13), `chain_of_note` (Appendix A.5), and `conversation` (a chat's
 follow-up as a standalone question). `templates` formats the passage block every template reads and renders the
-templates; `PROMPTS` names them all.
+templates (`ChatPrompt`: a component's prompt, the paper's template or a user's); `PROMPTS` names them all.
 """
 
 from haystack_fusion.prompts import chain_of_note, conversation, liu, sure
@@ -13,13 +13,19 @@ from haystack_fusion.prompts.templates import (
     DEFAULT_MAX_PASSAGE_CHARS,
     PASSAGE_LAYOUTS,
     WHOLE_REPLY_PATTERN,
+    ChatPrompt,
+    ChatTemplate,
     PassageLayout,
     PromptTemplate,
     extract_answer,
     format_passages,
     passage_key,
+    prompt_settings,
+    prompt_settings_from_dict,
     render,
     strip_delimiters,
+    template_from_dict,
+    template_to_dict,
 )
 
 PROMPTS: dict[str, PromptTemplate] = {
@@ -55,12 +61,18 @@ __all__ = [
     "PASSAGE_LAYOUTS",
     "PROMPTS",
     "WHOLE_REPLY_PATTERN",
+    "ChatPrompt",
+    "ChatTemplate",
     "PassageLayout",
     "PromptTemplate",
     "extract_answer",
     "format_passages",
     "passage_key",
+    "prompt_settings",
+    "prompt_settings_from_dict",
     "render",
     "single_call_prompt",
     "strip_delimiters",
+    "template_from_dict",
+    "template_to_dict",
 ]

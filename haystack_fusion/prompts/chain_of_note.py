@@ -140,6 +140,30 @@ RELEVANCE_WORDS = {"direct": "answers directly", "context": "useful context", "i
 """How the synthesis prompt names each relevance label (section 2.3.1's note types)."""
 
 
+def single_call_variables(
+    query: str,
+    documents: list[Document],
+    *,
+    allow_parametric_knowledge: bool = True,
+    max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
+) -> dict[str, str]:
+    """
+    The variables of the single-call prompt (`SINGLE_CALL`) over k passages.
+
+    :param query: The question.
+    :param documents: The k passages, best-ranked first (titled layout).
+    :param allow_parametric_knowledge: Step 5 as in the paper (answer without the passages) or "answer unknown".
+    :param max_passage_chars: Per-passage context budget in characters (None: no limit).
+    :returns: `query`, `passages` (the titled `format_passages` block), `k_words` (k in words) and `step_5`.
+    """
+    return {
+        "query": query,
+        "passages": format_passages(documents, max_passage_chars, layout="titled"),
+        "k_words": number_words(len(documents)),
+        "step_5": STEP_5_PARAMETRIC if allow_parametric_knowledge else STEP_5_UNKNOWN,
+    }
+
+
 def single_call_prompt(
     query: str,
     documents: list[Document],
@@ -148,17 +172,14 @@ def single_call_prompt(
     max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
 ) -> list[ChatMessage]:
     """
-    The single-call prompt over k passages (`SINGLE_CALL`), as one user ChatMessage.
+    The single-call prompt over k passages (`SINGLE_CALL` with `single_call_variables`), as one user ChatMessage.
 
     :param query: The question.
     :param documents: The k passages, best-ranked first (titled layout).
     :param allow_parametric_knowledge: Step 5 as in the paper (answer without the passages) or "answer unknown".
     :param max_passage_chars: Per-passage context budget in characters (None: no limit).
     """
-    return render(
-        SINGLE_CALL,
-        query=query,
-        passages=format_passages(documents, max_passage_chars, layout="titled"),
-        k_words=number_words(len(documents)),
-        step_5=STEP_5_PARAMETRIC if allow_parametric_knowledge else STEP_5_UNKNOWN,
+    variables = single_call_variables(
+        query, documents, allow_parametric_knowledge=allow_parametric_knowledge, max_passage_chars=max_passage_chars
     )
+    return render(SINGLE_CALL, **variables)

@@ -1,6 +1,7 @@
 """
 How a prompt is made: the passage block every template reads (`format_passages`), a template with its source and
-answer pattern (`PromptTemplate`), and `render`, which renders it as Haystack's ChatPromptBuilder does.
+answer pattern (`PromptTemplate`), `render`, which renders it as Haystack's ChatPromptBuilder does, and `ChatPrompt`,
+the prompt a component sends: a paper's template, or a user's in its place, with an optional system message.
 
 Passages are untrusted data. Each one is wrapped in an opening and a closing line that carry a key derived from the
 text of all passages in the prompt (a SHA-256 prefix, re-drawn in the unlikely case a passage contains it), so no
@@ -27,6 +28,10 @@ from haystack.components.builders import ChatPromptBuilder
 from haystack.dataclasses import ChatMessage
 from jinja2 import Template, meta
 from jinja2.sandbox import SandboxedEnvironment
+
+ChatTemplate = str | list[ChatMessage]
+"""A prompt template as Haystack's `ChatPromptBuilder(template=...)` takes it: a Jinja string (one user message, or
+`{% message role="..." %}` blocks) or a list of ChatMessage templates."""
 
 PassageLayout = Literal["numbered", "titled"]
 """How passages are listed: "numbered" as `[i]` (Liu et al., Figures 7-9) or "titled" as `Passage #i Title:` /
@@ -66,6 +71,8 @@ COT_ANSWER_PATTERN = r"Answer:[ \t]*([^\n]*)"
 _DELIMITER = re.compile(r'</?passage key="[0-9a-f]+">')
 _NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 _ENVIRONMENT = SandboxedEnvironment()
+_MESSAGE_BLOCK = re.compile(r"\{%-?\s*message\b")
+_END_RAW = re.compile(r"\{%-?\s*endraw\b")
 
 
 def datamark_text(text: str) -> str:
@@ -207,7 +214,7 @@ class PromptTemplate:
 
     def builder(self) -> ChatPromptBuilder:
         """A Haystack ChatPromptBuilder for this template (one user message), every variable required."""
-        return ChatPromptBuilder(template=[ChatMessage.from_user(self.text)], required_variables="*")
+        return ChatPromptBuilder(template=chat_template(self.text), required_variables="*")
 
     def extract_answer(self, reply: str | None) -> str:
         """The answer in a reply (`extract_answer` with `answer_pattern`); "" for None or no match."""
@@ -249,3 +256,158 @@ def render(prompt: PromptTemplate, **variables: Any) -> list[ChatMessage]:
             f"Required variables: {list(required)}. Provided variables: {sorted(variables)}."
         )
     return [ChatMessage.from_user(template.render(variables))]
+
+
+def chat_template(template: ChatTemplate, system_prompt: str | None = None) -> ChatTemplate:
+    """
+    A template as `ChatPromptBuilder(template=...)` takes it: a string without `{% message %}` blocks becomes one
+    user message; a string with such blocks and a list of ChatMessage stay as they are. A `system_prompt` comes first,
+    as a system message sent as written (inside `{% raw %}`, so it is no template).
+
+    :param template: A Jinja string or a list of ChatMessage templates.
+    :param system_prompt: The text of a system message put before the template's messages, or None.
+    :returns: A list of ChatMessage templates, or a string of `{% message %}` blocks.
+    """
+    system = None if system_prompt is None else "{% raw %}" + system_prompt + "{% endraw %}"
+    if isinstance(template, str) and _MESSAGE_BLOCK.search(template):
+        return template if system is None else f'{{% message role="system" %}}{system}{{% endmessage %}}\n{template}'
+    messages = [ChatMessage.from_user(template)] if isinstance(template, str) else list(template)
+    return messages if system is None else [ChatMessage.from_system(system), *messages]
+
+
+def template_to_dict(template: ChatTemplate | None) -> str | list[dict[str, Any]] | None:
+    """A template as ChatPromptBuilder serializes it: a string as is, a list of ChatMessage as their dictionaries."""
+    return [message.to_dict() for message in template] if isinstance(template, list) else template
+
+
+def template_from_dict(data: str | list[Any] | None) -> ChatTemplate | None:
+    """The template `template_to_dict` wrote (ChatMessage dictionaries back to ChatMessage)."""
+    if isinstance(data, list):
+        return [m if isinstance(m, ChatMessage) else ChatMessage.from_dict(m) for m in data]
+    return data
+
+
+class ChatPrompt:
+    """
+    The prompt a component sends: a paper's template (`default`), or a user's template in its place, with an optional
+    system message first. The default keeps its fast path (`render`); a user's template is rendered by a Haystack
+    `ChatPromptBuilder` built once. Either way the reply is read with the default's `answer_pattern`, `stop` and
+    `demonstrations`: the component's parser does not change with the wording.
+
+    ### Usage example
+    ```python
+    from haystack_fusion.prompts import PROMPTS, ChatPrompt
+
+    german = "Beantworte die Frage auf Deutsch.\\nKontext: {{ passages }}\\nFrage: {{ query }}\\nAntwort:"
+    prompt = ChatPrompt(PROMPTS["figure7"], german, system_prompt="Du bist ein Assistent.")
+    messages = prompt.render(passages="[1] Paris ist die Hauptstadt.", query="Hauptstadt?")
+    print([m.role.value for m in messages], messages[1].text.splitlines()[-1])  # ['system', 'user'] Antwort:
+    ```
+
+    :param default: The paper's template, used when `template` is None.
+    :param template: A user's template (`ChatTemplate`), or None.
+    :param system_prompt: A system message sent, as written, before the prompt's messages; None: none.
+    :param parameter: The name of the component's parameter that took `template`, for error messages.
+    :param variables: The variables the component renders the prompt with; None: the default's.
+    :param required: The variables a template must use, as the component's parser needs them; None: all
+        `variables`.
+    :raises ValueError: If `template` is neither a string nor a list of ChatMessage, does not use a required variable
+        or uses one that is not in `variables` (the message names `parameter`, the variables and the ones the prompt
+        gets), or `system_prompt` is empty or holds `{% endraw %}`.
+    """
+
+    def __init__(
+        self,
+        default: PromptTemplate,
+        template: ChatTemplate | None = None,
+        *,
+        system_prompt: str | None = None,
+        parameter: str = "prompt",
+        variables: Sequence[str] | None = None,
+        required: Sequence[str] | None = None,
+    ) -> None:
+        if system_prompt is not None and (not isinstance(system_prompt, str) or not system_prompt.strip()):
+            raise ValueError(f"`system_prompt` must be a non-empty string or None, got {system_prompt!r}")
+        if system_prompt is not None and _END_RAW.search(system_prompt):
+            raise ValueError("`system_prompt` cannot hold a Jinja `{% endraw %}` tag: it is sent as written")
+        self.default = default
+        self.template = template
+        self.system_prompt = system_prompt
+        self.variables: tuple[str, ...] = tuple(variables) if variables is not None else _compiled(default.text)[1]
+        self.required: tuple[str, ...] = tuple(required) if required is not None else self.variables
+        self._builder: ChatPromptBuilder | None = None
+        if template is not None:
+            self._builder = self.builder()
+            self._check(parameter, set(self._builder.variables))
+
+    def _check(self, parameter: str, used: set[str]) -> None:
+        gets = ", ".join(self.variables)
+        missing = [name for name in self.required if name not in used]
+        if missing:
+            raise ValueError(
+                f"`{parameter}` does not use the variable(s) {', '.join(missing)} that the component needs "
+                f"(required: {', '.join(self.required)}); the variables this prompt gets: {gets}"
+            )
+        unknown = sorted(used - set(self.variables))
+        if unknown:
+            raise ValueError(
+                f"`{parameter}` uses the variable(s) {', '.join(unknown)} that this prompt never gets; "
+                f"the variables it gets: {gets}"
+            )
+
+    def builder(self) -> ChatPromptBuilder:
+        """
+        A Haystack ChatPromptBuilder of this prompt (the system message first), every variable required.
+
+        :raises ValueError: If the template is neither a string nor a list of ChatMessage.
+        """
+        template = self.default.text if self.template is None else self.template
+        if not isinstance(template, str) and not (
+            isinstance(template, list) and all(isinstance(message, ChatMessage) for message in template)
+        ):
+            raise ValueError(f"A prompt template must be a string or a list of ChatMessage, got {template!r}")
+        return ChatPromptBuilder(template=chat_template(template, self.system_prompt), required_variables="*")
+
+    def render(self, **variables: Any) -> list[ChatMessage]:
+        """
+        The prompt's messages: the system message (if any), then the template rendered with `variables`.
+
+        :param variables: The variables the component renders the prompt with (those the template does not use are
+            ignored).
+        :returns: The messages, the user message last.
+        :raises ValueError: If a variable the template uses is missing.
+        """
+        if self._builder is not None:
+            return self._builder.run(**variables)["prompt"]
+        messages = render(self.default, **variables)
+        return messages if self.system_prompt is None else [ChatMessage.from_system(self.system_prompt), *messages]
+
+    @property
+    def stop(self) -> tuple[str, ...]:
+        """The default's stop sequences."""
+        return self.default.stop
+
+    @property
+    def demonstrations(self) -> tuple[str, ...]:
+        """The default's demonstration answers (the answer validator rejects copies of them)."""
+        return self.default.demonstrations
+
+    def extract_answer(self, reply: str | None) -> str:
+        """The answer in a reply, read with the default's answer pattern."""
+        return self.default.extract_answer(reply)
+
+
+def prompt_settings(**settings: ChatTemplate | None) -> dict[str, Any]:
+    """
+    A component's template and system-prompt parameters as its `to_dict` writes them: those that are set (templates
+    as `template_to_dict` writes them); one left at None (the paper's template, no system message) is not written, so
+    a component with the papers' prompts serializes as one without these parameters.
+    """
+    return {name: template_to_dict(value) for name, value in settings.items() if value is not None}
+
+
+def prompt_settings_from_dict(parameters: dict[str, Any], names: Sequence[str]) -> None:
+    """Turn the serialized templates among `parameters[name]` back into templates, in place (`template_from_dict`)."""
+    for name in names:
+        if name in parameters:
+            parameters[name] = template_from_dict(parameters[name])

@@ -75,6 +75,12 @@ class StrategyConfig:
     :param datamark: Datamark the passage text of every prompt (`prompts.format_passages`), a defence against
         instructions written in passages ("spotlighting", Hines et al., 2024). Supported by Liu et al.'s strategies;
         the others raise ValueError when it is set. Off by default.
+    :param prompts: Templates that replace the papers' prompts, keyed by the `PROMPTS` names the strategy renders
+        (`Strategy.prompts`, e.g. `{"figure7": "..."}`): Jinja strings as Haystack's `ChatPromptBuilder(template=...)`
+        takes them, each with the variables of the prompt it replaces (the components' docstrings list them; a
+        one-prompt chain's template uses exactly those of the paper's). The answer pattern, stop sequences and
+        demonstrations of the paper's prompt stay. `build_pipeline` raises ValueError for a name it does not render.
+    :param system_prompt: A system message sent before every prompt of the strategy (for chat models); None: none.
     """
 
     chat_generator: ChatGenerator
@@ -92,6 +98,8 @@ class StrategyConfig:
     min_vote_share: float | None = None
     verifier_scoring: Scoring | None = None
     datamark: bool = False
+    prompts: dict[str, str] | None = None
+    system_prompt: str | None = None
 
 
 @dataclass(frozen=True)

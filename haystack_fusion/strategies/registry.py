@@ -27,7 +27,7 @@ from haystack_fusion.components.split_vote_router import SplitVoteRouter
 from haystack_fusion.components.summary_verifier import Scoring, SummaryVerifier
 from haystack_fusion.components.unknown_router import UnknownRouter
 from haystack_fusion.llm import CallLimitedChatGenerator, stop_kwargs, unwrap_call_limit
-from haystack_fusion.prompts import PROMPTS, PassageLayout
+from haystack_fusion.prompts import PROMPTS, ChatPrompt, PassageLayout
 from haystack_fusion.strategies.config import DOCUMENTS, RETRIEVER, SPLIT_ROUTER, Parts, Stage, Strategy, StrategyConfig
 
 logger = logging.getLogger(__name__)
@@ -76,11 +76,14 @@ def _chain_generator(chat_generator: ChatGenerator, stop: tuple[str, ...]) -> Ch
 def _prompt_chain(
     config: StrategyConfig, prompt_name: str, documents_from: str, layout: PassageLayout | None = "numbered"
 ) -> Parts:
-    """passages -> prompt_builder -> llm -> answer_builder for one prompt, fed with passages from a socket; with
-    `layout` None the prompt shows no passages (no PassageFormatter), the answer still cites them."""
+    """passages -> prompt_builder -> llm -> answer_builder for one prompt (`config.prompts` may replace its template,
+    with the same variables), fed with passages from a socket; with `layout` None the prompt shows no passages (no
+    PassageFormatter), the answer still cites them."""
     prompt = PROMPTS[prompt_name]
+    template = (config.prompts or {}).get(prompt_name)
+    chat = ChatPrompt(prompt, template, system_prompt=config.system_prompt, parameter=f"prompts[{prompt_name!r}]")
     components: dict[str, Any] = {
-        "prompt_builder": prompt.builder(),
+        "prompt_builder": chat.builder(),
         "llm": _chain_generator(config.chat_generator, prompt.stop),
         "answer_builder": CheckedAnswerBuilder(
             pattern=prompt.answer_pattern, demonstrations=list(prompt.demonstrations) or None
@@ -108,6 +111,15 @@ def _single_prompt(prompt_name: str, layout: PassageLayout = "numbered") -> Call
     return build
 
 
+def _templates(config: StrategyConfig, **names: str) -> dict[str, Any]:
+    """A component's prompt parameters from `config` (`parameter=PROMPTS name`): the templates `config.prompts` gives
+    for those names, and `system_prompt`. `build_pipeline` has checked that the strategy renders every name given, so
+    a name a component does not render with its settings is never among them."""
+    given = config.prompts or {}
+    templates = {parameter: given[name] for parameter, name in names.items() if name in given}
+    return {**templates, "system_prompt": config.system_prompt}
+
+
 def _voter(config: StrategyConfig) -> PostFusionVoter:
     return PostFusionVoter(
         chat_generator=config.chat_generator,
@@ -116,6 +128,7 @@ def _voter(config: StrategyConfig) -> PostFusionVoter:
         max_passage_chars=config.max_passage_chars,
         unknown_patterns=config.unknown_patterns,
         datamark=config.datamark,
+        **_templates(config, prompt="figure7"),
     )
 
 
@@ -207,6 +220,8 @@ def _no_datamark(config: StrategyConfig, component: str) -> None:
 
 def _summarizer(config: StrategyConfig, mode: SummaryMode) -> CandidateSummarizer:
     _no_datamark(config, "CandidateSummarizer")
+    few_shot = "few_shot_" if config.few_shot else ""
+    summary = "sure_generic_summary" if mode == "generic" else f"sure_{few_shot}summary"
     return CandidateSummarizer(
         chat_generator=config.chat_generator,
         num_candidates=config.num_candidates,
@@ -214,6 +229,7 @@ def _summarizer(config: StrategyConfig, mode: SummaryMode) -> CandidateSummarize
         max_concurrency=config.max_concurrency,
         max_passage_chars=config.max_passage_chars,
         few_shot=config.few_shot,
+        **_templates(config, candidates_prompt=f"sure_{few_shot}candidates", summary_prompt=summary),
     )
 
 
@@ -224,6 +240,7 @@ def _verifier(config: StrategyConfig, use_validity: bool, scoring: Scoring) -> S
         max_concurrency=config.max_concurrency,
         document_ranker=config.document_ranker,
         scoring=scoring,
+        **_templates(config, validity_prompt="sure_validity", ranking_prompt="sure_ranking"),
     )
 
 
@@ -263,6 +280,7 @@ def _summarize_then_answer(mode: SummaryMode, prompt_name: str, reads: str) -> C
 def _chain_of_note(mode: NoteMode) -> Callable[[StrategyConfig], Parts]:
     def build(config: StrategyConfig) -> Parts:
         _no_datamark(config, "NoteTaker")
+        answer = "con_synthesis" if mode == "per_document" else "con_single_call"
         note_taker = NoteTaker(
             chat_generator=config.chat_generator,
             mode=mode,
@@ -271,6 +289,7 @@ def _chain_of_note(mode: NoteMode) -> Callable[[StrategyConfig], Parts]:
             max_passage_chars=config.max_passage_chars,
             generation_kwargs=config.note_generation_kwargs,
             unknown_patterns=config.unknown_patterns,
+            **_templates(config, note_prompt="con_document_note", answer_prompt=answer),
         )
         return {"note_taker": note_taker}, [(DOCUMENTS, "note_taker.documents")]
 
@@ -338,6 +357,32 @@ STRATEGIES: dict[str, Strategy] = {strategy.name: strategy for strategy in (
 Yu et al.'s Chain-of-Note."""
 
 
+def _rendered_prompts(strategy: Strategy, config: StrategyConfig) -> tuple[str, ...]:
+    """
+    The `PROMPTS` a strategy's pipeline renders with these settings, the names `StrategyConfig.prompts` may replace:
+    its `prompts`, without the SuRe listings `few_shot` does not pick (Listing 6 or 13, Listing 7 with or without its
+    demonstration) and, for single-call Chain-of-Note, without the synthesis prompt of the per-document mode.
+    """
+    zero_shot, few_shot = ("sure_candidates", "sure_summary"), ("sure_few_shot_candidates", "sure_few_shot_summary")
+    left_out = set(zero_shot if config.few_shot else few_shot)
+    if "con_single_call" in strategy.prompts:
+        left_out.add("con_synthesis")
+    return tuple(name for name in strategy.prompts if name not in left_out)
+
+
+def _check_prompts(strategy: Strategy, config: StrategyConfig) -> None:
+    """`config.prompts` names only prompts the strategy renders; raises ValueError naming the others."""
+    rendered = _rendered_prompts(strategy, config)
+    for name in config.prompts or {}:
+        if name not in PROMPTS:
+            raise ValueError(f"`prompts` names no prompt {name!r}; strategy {strategy.name!r} renders {list(rendered)}")
+        if name not in rendered:
+            raise ValueError(
+                f"`prompts` names {name!r}, which strategy {strategy.name!r} does not render with these settings; "
+                f"it renders {list(rendered)}"
+            )
+
+
 def get_strategy(name: str) -> Strategy:
     """
     Look a strategy up by name.
@@ -383,9 +428,12 @@ def build_pipeline(name: str, *, retriever: Any | None = None, **config: Any) ->
         `retriever`; None: the pipeline takes the passages as its `documents` input.
     :param config: The fields of `StrategyConfig` (`chat_generator` is required).
     :returns: A new Pipeline.
-    :raises ValueError: If the strategy is not registered.
+    :raises ValueError: If the strategy is not registered, `prompts` names a prompt the strategy does not render, or
+        a template there or in a component does not use the variables its prompt needs or uses others.
     """
-    components, connections = get_strategy(name).build(StrategyConfig(**config))
+    strategy, settings = get_strategy(name), StrategyConfig(**config)
+    _check_prompts(strategy, settings)
+    components, connections = strategy.build(settings)
     if retriever is not None:
         components = {**components, RETRIEVER: retriever}
         connections = [(f"{RETRIEVER}.documents" if s == DOCUMENTS else s, r) for s, r in connections]
