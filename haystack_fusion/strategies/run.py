@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -10,11 +11,20 @@ from typing import Any
 from haystack import Document, Pipeline
 from haystack.dataclasses import GeneratedAnswer
 
-from haystack_fusion.answers import UNKNOWN, answer_confidence, is_invalid, validate_query
+from haystack_fusion.answers import (
+    UNKNOWN,
+    UnknownDetector,
+    answer_confidence,
+    is_invalid,
+    normalize_answer,
+    validate_query,
+)
 from haystack_fusion.llm import ChatGeneratorWrapper, reply_usage, sum_usage
 from haystack_fusion.strategies.config import RETRIEVER, SPLIT_ROUTER
 from haystack_fusion.strategies.registry import strategy_of
 from haystack_fusion.sure import summary_is_label
+
+_DETECTOR = UnknownDetector()
 
 
 @dataclass
@@ -71,6 +81,68 @@ class StrategyRun:
             "usage": self.usage,
             "seconds": self.seconds,
         }
+
+
+def excerpt(text: str | None, chars: int) -> str:
+    """`text` with its whitespace collapsed, shortened at a word boundary to at most `chars` characters (" ...")."""
+    return textwrap.shorten(text or "", width=chars, placeholder=" ...")
+
+
+def rounded(value: Any) -> Any:
+    """A score as shown: a float rounded to 2 decimals; anything else as it is."""
+    return round(value, 2) if isinstance(value, float) else value
+
+
+def passages(run: StrategyRun) -> list[Document]:
+    """Every passage the run read: the retrieved ones in rank order, then any other passage the answer came from."""
+    retrieved = {document.id for document in run.documents}
+    return [*run.documents, *(d for d in run.answer.documents or [] if d.id not in retrieved)]
+
+
+def supporting_ids(run: StrategyRun) -> set[str]:
+    """The ids of the passages behind the answer: its voters and those holding it; none for unknown or rejected."""
+    answer = run.answer
+    text = normalize_answer(answer.data or "")
+    if not text or _DETECTOR.is_unknown(answer.data) or is_invalid(answer.meta):
+        return set()
+    voters = {document.id for document in answer.documents or []} if answer.meta.get("votes") is not None else set()
+    return voters | {d.id for d in passages(run) if f" {text} " in f" {normalize_answer(d.content or '')} "}
+
+
+def cited_sources(run: StrategyRun) -> list[Document]:
+    """The passages a reply cites, in `passages` order: the supporting ones, else every retrieved one."""
+    supporting = supporting_ids(run)
+    return [d for d in passages(run) if d.id in supporting] or list(run.documents)
+
+
+def evidence_line(run: StrategyRun) -> str:
+    """The evidence as plain text: fallback, votes, SuRe scores or candidates, notes, joined by " | "; "" for none."""
+    evidence, parts = run.evidence, []
+    if "fallback" in evidence:
+        parts.append(f"fallback fired: {'yes' if evidence['fallback'] else 'no'}")
+    if evidence.get("votes") is not None:
+        votes = ", ".join(f"{answer!r}: {count}" for answer, count in evidence["votes"].items())
+        parts.append(f"votes: {{{votes}}}" if votes else "votes: none (every passage said unknown)")
+    if evidence.get("scores"):
+        scores = [
+            f"{a.data!r}: v={rounded(a.meta.get('validity'))} r={rounded(a.meta.get('ranking'))}" for a in run.answers
+        ]
+        parts.append(f"SuRe scores: {', '.join(scores)}")
+    elif evidence.get("candidates") is not None and evidence.get("votes") is None:
+        parts.append(f"candidates: {evidence['candidates']}")
+    if evidence.get("notes") is not None:
+        relevance = ", ".join(f"[{i}] {note['relevance']}" for i, note in enumerate(evidence["notes"], start=1))
+        parts.append(f"notes: {relevance or 'none'}; answer from {evidence.get('answer_source')}")
+    return " | ".join(parts)
+
+
+def chat_text(run: StrategyRun) -> str:
+    """The answer and its sources as plain text (a chat reply that is not streamed): numbered "[i] title: text"."""
+    lines = [
+        f"[{i}] {f'{title}: ' if (title := (d.meta or {}).get('title')) else ''}{excerpt(d.content, 200)}"
+        for i, d in enumerate(cited_sources(run), start=1)
+    ]
+    return f"{run.answer_text()}\n\nSources:\n" + "\n".join(lines)
 
 
 def run_strategy(
