@@ -71,11 +71,10 @@ def strategy_tool(
     :raises PipelineError: If the retriever is already in a pipeline.
     """
     description = description or get_strategy(strategy).description
+    answerer = FusionAnswerer(strategy=strategy, chat_generator=chat_generator, settings=settings)
     pipeline = Pipeline()
     pipeline.add_component("retriever", retriever)
-    pipeline.add_component(
-        "answerer", FusionAnswerer(strategy=strategy, chat_generator=chat_generator, settings=settings)
-    )
+    pipeline.add_component("answerer", answerer)
     pipeline.connect("retriever.documents", "answerer.documents")
     return PipelineTool(
         pipeline,
