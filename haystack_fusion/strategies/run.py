@@ -25,6 +25,10 @@ from haystack_fusion.strategies.registry import strategy_of
 from haystack_fusion.sure import summary_is_label
 
 _DETECTOR = UnknownDetector()
+_SCORE_KEYS = ("candidate_index", "validity", "ranking", "score")
+"""What `evidence["scores"]` holds of each SuRe answer's `meta`."""
+_INVALID_KEYS = ("answer_source", "invalid_reason", "rejected_answer")
+"""What the evidence holds of a rejected answer's `meta` (`answers.invalid_meta`)."""
 
 
 @dataclass
@@ -203,8 +207,7 @@ def strategy_run(
     if "notes" in ran:
         evidence.update(notes=ran["notes"].get("notes"), answer_source=answer.meta.get("answer_source"))
     if "verification" in ran:
-        keys = ("candidate_index", "validity", "ranking", "score")
-        evidence["scores"] = [{key: a.meta.get(key) for key in keys} for a in answers]
+        evidence["scores"] = [{key: a.meta.get(key) for key in _SCORE_KEYS} for a in answers]
     if "concatenation" in ran:
         evidence["fallback"] = "unknown" in ran["concatenation"]
         evidence["stages"] = stages = _stages(ran, outputs.get(SPLIT_ROUTER, {}).get("split_reason"))
@@ -216,7 +219,7 @@ def strategy_run(
     if answer.meta.get("finish_reason") is not None:  # a one-reply answer: did the token cap cut it?
         evidence["finish_reason"] = answer.meta["finish_reason"]
     if is_invalid(answer.meta):
-        evidence.update({key: answer.meta.get(key) for key in ("answer_source", "invalid_reason", "rejected_answer")})
+        evidence.update({key: answer.meta.get(key) for key in _INVALID_KEYS})
     if voted and voted.meta.get("invalid_answers"):
         evidence["invalid_answers"] = voted.meta["invalid_answers"]
     usages: list[dict[str, Any] | None] = []
@@ -235,6 +238,28 @@ def strategy_run(
             answers = [answer, *answers[1:]] if answers else answers
     documents = outputs.get(RETRIEVER, {}).get("documents") or []
     return StrategyRun(answer, answers, documents, evidence, sum_usage(usages), seconds, strategy.name)
+
+
+def answers_run(answers: list[GeneratedAnswer], documents: list[Document]) -> StrategyRun:
+    """
+    A run read from its answers alone (`FusionAnswerer`'s output, which is all a strategy tool gets besides the
+    passages): the evidence their `meta` carries (votes, SuRe scores, notes, confidence, answer checks), for
+    `chat_text` and `evidence_line`. The other components' outputs are not there: no stage trace, candidates, usage
+    or time, and `strategy` is "" (the answers do not name it).
+
+    :param answers: The strategy's answers, best first; none reads as "unknown".
+    :param documents: The retrieved passages, in rank order.
+    """
+    answer = answers[0] if answers else GeneratedAnswer(data=UNKNOWN, query="", documents=[], meta={})
+    meta = answer.meta
+    evidence: dict[str, Any] = {"votes": meta.get("votes"), "confidence": meta.get("confidence")}
+    if any("validity" in item.meta or "ranking" in item.meta for item in answers):
+        evidence["scores"] = [{key: item.meta.get(key) for key in _SCORE_KEYS} for item in answers]
+    if "notes" in meta:
+        evidence.update(notes=meta["notes"], answer_source=meta.get("answer_source"))
+    if is_invalid(meta):
+        evidence.update({key: meta.get(key) for key in _INVALID_KEYS})
+    return StrategyRun(answer, answers, documents, evidence, usage={}, seconds=0.0, strategy="")
 
 
 def _own_meta(pipeline: Pipeline, name: str, output: dict[str, Any]) -> dict[str, Any]:

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack import Document, Pipeline
+from haystack import Pipeline
 from haystack.components.generators.chat.types import ChatGenerator
-from haystack.dataclasses import GeneratedAnswer
 from haystack.tools import PipelineTool
 
-from haystack_fusion.answers import UNKNOWN, is_invalid
 from haystack_fusion.strategies.answerer import FusionAnswerer
 from haystack_fusion.strategies.registry import get_strategy
-from haystack_fusion.strategies.run import StrategyRun, chat_text, evidence_line
+from haystack_fusion.strategies.run import answers_run, chat_text, evidence_line
 
-_SCORE_KEYS = ("candidate_index", "validity", "ranking", "score")
 _PARAMETERS = {
     "type": "object",
     "properties": {"query": {"type": "string", "description": "The question to answer from the documents."}},
@@ -89,7 +86,7 @@ def strategy_tool(
 
 def tool_text(result: dict[str, Any]) -> str:
     """
-    The text a strategy tool gives the agent: `chat_text` and `evidence_line` of the run its outputs tell.
+    The text a strategy tool gives the agent: `chat_text` and `evidence_line` of `answers_run` of its outputs.
 
     :param result: The tool's outputs: `answers` (the strategy's `GeneratedAnswer` list, best first) and `documents`
         (the retriever's, in rank order).
@@ -97,24 +94,6 @@ def tool_text(result: dict[str, Any]) -> str:
         passage "[i] title: text" (the passages holding the answer or voting for it, else every retrieved one), then
         "Evidence: ..." when the answers carry any (votes, SuRe scores, notes).
     """
-    run = _answers_run(result.get("answers") or [], result.get("documents") or [])
+    run = answers_run(result.get("answers") or [], result.get("documents") or [])
     evidence = evidence_line(run)
     return chat_text(run) + (f"\n\nEvidence: {evidence}" if evidence else "")
-
-
-def _answers_run(answers: list[GeneratedAnswer], documents: list[Document]) -> StrategyRun:
-    """
-    The run as its answers tell it: the evidence `StrategyRun.evidence` reads from the answers' `meta` (votes, SuRe
-    scores, notes, answer checks); no stage trace, candidates, usage, time or strategy name (only the answers and the
-    passages reach the tool).
-    """
-    answer = answers[0] if answers else GeneratedAnswer(data=UNKNOWN, query="", documents=[], meta={})
-    meta = answer.meta
-    evidence: dict[str, Any] = {"votes": meta.get("votes"), "confidence": meta.get("confidence")}
-    if any("validity" in item.meta or "ranking" in item.meta for item in answers):
-        evidence["scores"] = [{key: item.meta.get(key) for key in _SCORE_KEYS} for item in answers]
-    if "notes" in meta:
-        evidence.update(notes=meta["notes"], answer_source=meta.get("answer_source"))
-    if is_invalid(meta):
-        evidence.update({key: meta.get(key) for key in ("answer_source", "invalid_reason", "rejected_answer")})
-    return StrategyRun(answer, answers, documents, evidence, usage=meta.get("usage") or {}, seconds=0.0, strategy="")
