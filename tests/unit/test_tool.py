@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 
 import pytest
@@ -16,7 +17,13 @@ from haystack.tools import ComponentTool, PipelineTool
 
 from haystack_fusion.answers import invalid_meta
 from haystack_fusion.strategies import get_strategy, strategy_tool, tool_text
-from haystack_fusion.testing import PromptAwareChatGenerator, PromptReplies, ScriptedChatGenerator, call_first_tool
+from haystack_fusion.testing import (
+    AsyncScriptedChatGenerator,
+    PromptAwareChatGenerator,
+    PromptReplies,
+    ScriptedChatGenerator,
+    call_first_tool,
+)
 
 QUESTION = "What is the capital of France?"
 DOCUMENTS = [
@@ -88,6 +95,15 @@ class TestStrategyTool:
         notes = ask(strategy_tool("chain_of_note", retriever=retriever, chat_generator=llm))[2].tool_call_result.result
         assert "\n\nEvidence: notes: [1] " in notes
         assert notes.rstrip().endswith("answer from passages")
+
+    def test_an_async_agent_runs_the_strategy_on_its_event_loop(self, retriever):
+        llm = AsyncScriptedChatGenerator(reply="Paris")
+        tool = strategy_tool("post_fusion", retriever=retriever, chat_generator=llm)
+        assert tool.async_function is not None
+        agent = Agent(chat_generator=MockChatGenerator(response_fn=call_first_tool), tools=[tool])
+        messages = asyncio.run(agent.run_async([ChatMessage.from_user(QUESTION)]))["messages"]
+        assert messages[2].tool_call_result.result.endswith("\n\nEvidence: votes: {'paris': 3}")
+        assert llm.calls == 3
 
     def test_the_tool_and_its_agent_round_trip(self, retriever):
         tool = strategy_tool(
