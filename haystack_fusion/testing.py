@@ -6,6 +6,7 @@ Test doubles for pipelines built on haystack-fusion, as `haystack.testing` is fo
 - `PromptReplies` answers each prompt of `haystack_fusion.prompts.PROMPTS` in the form its parser reads;
   `PromptAwareChatGenerator` replies with it, so every strategy runs end to end; `identify_prompt` tells which
   registered template a prompt was rendered from.
+- `call_first_tool`: a reply function for Haystack's `MockChatGenerator` that drives an `Agent` through one tool call.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from typing import Any
 
 import jinja2
 from haystack import component, default_from_dict, default_to_dict
-from haystack.dataclasses import ChatMessage
+from haystack.dataclasses import ChatMessage, ChatRole, ToolCall
+from haystack.tools import ToolsType, flatten_tools_or_toolsets
 from haystack.utils import deserialize_callable, serialize_callable
 from jinja2 import nodes
 
@@ -347,3 +349,33 @@ class PromptAwareChatGenerator(ScriptedChatGenerator):
 
     def __init__(self, replies: PromptReplies | None = None, **settings: Any) -> None:
         ScriptedChatGenerator.__init__(self, reply=replies or PromptReplies(), **settings)
+
+
+def call_first_tool(messages: list[ChatMessage], tools: ToolsType | None = None) -> ChatMessage:
+    """
+    An Agent's turn for `MockChatGenerator(response_fn=call_first_tool)`: a tool call, then a reply quoting it.
+
+    While the conversation holds no tool result, it calls the first tool with `{"query": <the last user message>}`;
+    then it replies "Based on the tool: <the last tool result>". No tools: it says so.
+
+    ### Usage example
+    ```python
+    from haystack.components.agents import Agent
+    from haystack.components.generators.chat import MockChatGenerator
+    from haystack_fusion.testing import call_first_tool
+
+    agent = Agent(chat_generator=MockChatGenerator(response_fn=call_first_tool), tools=[tool])
+    ```
+
+    :param messages: The conversation so far.
+    :param tools: The tools the Agent passes its generator.
+    :returns: An assistant message: a tool call, or the text reply.
+    """
+    results = [result for message in messages for result in message.tool_call_results]
+    if results:
+        return ChatMessage.from_assistant(f"Based on the tool: {results[-1].result}")
+    available = flatten_tools_or_toolsets(tools)
+    if not available:
+        return ChatMessage.from_assistant("No tool to call.")
+    query = next((m.text for m in reversed(messages) if m.role == ChatRole.USER and m.text), "")
+    return ChatMessage.from_assistant(tool_calls=[ToolCall(tool_name=available[0].name, arguments={"query": query})])

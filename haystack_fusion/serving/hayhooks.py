@@ -43,18 +43,16 @@ from haystack_fusion.serving.guards import ServingError, openai_error
 from haystack_fusion.serving.presentation import (
     answered_text,
     api_result,
-    chat_text,
     evidence_element_props,
     evidence_markdown,
     evidence_summary,
     narrate,
-    passages,
     plural,
     source_event_data,
     streamed_component,
 )
 from haystack_fusion.settings import SERVING_LIMIT_VARIABLES, serving_limit_values, strategy_defaults
-from haystack_fusion.strategies import StrategyRun, build_pipeline, get_strategy, strategy_run
+from haystack_fusion.strategies import StrategyRun, build_pipeline, chat_text, get_strategy, passages, strategy_run
 
 logger = logging.getLogger(__name__)
 

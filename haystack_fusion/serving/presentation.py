@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import html
 import re
-import textwrap
 from typing import Any
 
 from haystack import Document, Pipeline
 
-from haystack_fusion.answers import UnknownDetector, is_invalid, normalize_answer
 from haystack_fusion.strategies import RETRIEVER, SPLIT_ROUTER, StrategyRun, get_strategy, strategy_of
-
-_DETECTOR = UnknownDetector()
+from haystack_fusion.strategies.run import (
+    cited_sources,
+    evidence_line,
+    excerpt,
+    passages,
+    rounded,
+    supporting_ids,
+)
 
 _MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]#+\-!|~$=^])")
 """ASCII punctuation that starts Markdown structure; CommonMark reads it backslash-escaped as itself."""
@@ -28,48 +32,16 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-def _excerpt(text: str | None, chars: int) -> str:
-    """`text` with its whitespace collapsed, shortened at a word boundary to at most `chars` characters (" ...")."""
-    return textwrap.shorten(text or "", width=chars, placeholder=" ...")
-
-
 def _markdown(text: str | None) -> str:
     """Text a Markdown renderer shows as it is: HTML and Markdown punctuation escaped, no leading indentation."""
     escaped = _MARKDOWN_PUNCTUATION.sub(r"\\\1", html.escape(text or "", quote=False))
     return "\n".join(line.lstrip() for line in escaped.splitlines())
 
 
-def _number(value: Any) -> Any:
-    """A score as shown: a float rounded to 2 decimals; anything else as it is."""
-    return round(value, 2) if isinstance(value, float) else value
-
-
 def source_title(document: Document) -> str:
     """`meta["title"]`, else `meta["file"]`, else "passage " and the first 8 characters of the id."""
     meta = document.meta or {}
     return meta.get("title") or meta.get("file") or f"passage {document.id[:8]}"
-
-
-def passages(run: StrategyRun) -> list[Document]:
-    """Every passage the run read: the retrieved ones in rank order, then any other passage the answer came from."""
-    retrieved = {document.id for document in run.documents}
-    return [*run.documents, *(d for d in run.answer.documents or [] if d.id not in retrieved)]
-
-
-def _supporting(run: StrategyRun) -> set[str]:
-    """The ids of the passages behind the answer: its voters and those holding it; none for unknown or rejected."""
-    answer = run.answer
-    text = normalize_answer(answer.data or "")
-    if not text or _DETECTOR.is_unknown(answer.data) or is_invalid(answer.meta):
-        return set()
-    voters = {document.id for document in answer.documents or []} if answer.meta.get("votes") is not None else set()
-    return voters | {d.id for d in passages(run) if f" {text} " in f" {normalize_answer(d.content or '')} "}
-
-
-def _sources(run: StrategyRun) -> list[Document]:
-    """The passages a reply cites, in `passages` order: the supporting ones, else every retrieved one."""
-    supporting = _supporting(run)
-    return [d for d in passages(run) if d.id in supporting] or list(run.documents)
 
 
 def _from_cache(usage: dict[str, int]) -> bool:
@@ -96,27 +68,6 @@ def _usage_text(run: StrategyRun) -> str:
     )
 
 
-def evidence_line(run: StrategyRun) -> str:
-    """The evidence as plain text: fallback, votes, SuRe scores or candidates, notes, joined by " | "; "" for none."""
-    evidence, parts = run.evidence, []
-    if "fallback" in evidence:
-        parts.append(f"fallback fired: {'yes' if evidence['fallback'] else 'no'}")
-    if evidence.get("votes") is not None:
-        votes = ", ".join(f"{answer!r}: {count}" for answer, count in evidence["votes"].items())
-        parts.append(f"votes: {{{votes}}}" if votes else "votes: none (every passage said unknown)")
-    if evidence.get("scores"):
-        scores = [
-            f"{a.data!r}: v={_number(a.meta.get('validity'))} r={_number(a.meta.get('ranking'))}" for a in run.answers
-        ]
-        parts.append(f"SuRe scores: {', '.join(scores)}")
-    elif evidence.get("candidates") is not None and evidence.get("votes") is None:
-        parts.append(f"candidates: {evidence['candidates']}")
-    if evidence.get("notes") is not None:
-        relevance = ", ".join(f"[{i}] {note['relevance']}" for i, note in enumerate(evidence["notes"], start=1))
-        parts.append(f"notes: {relevance or 'none'}; answer from {evidence.get('answer_source')}")
-    return " | ".join(parts)
-
-
 def format_run(question: str, run: StrategyRun, *, passage_chars: int = 160) -> str:
     """
     One answered question as plain text for the terminal (`haystack-fusion ask`): question, strategy, answer,
@@ -138,7 +89,7 @@ def format_run(question: str, run: StrategyRun, *, passage_chars: int = 160) -> 
     lines.append(f"Sources (top-{len(run.documents)}):")
     for rank, document in enumerate(run.documents, start=1):
         score = f"{document.score:.2f}" if document.score is not None else "-"
-        text = _excerpt(document.content, passage_chars)
+        text = excerpt(document.content, passage_chars)
         lines.append(f"  [{rank}] {source_title(document)} (score {score}) {text}")
     lines.append(
         f"LLM: {plural(usage['calls'], 'call')} ({usage['failed_calls']} failed) in "
@@ -149,27 +100,18 @@ def format_run(question: str, run: StrategyRun, *, passage_chars: int = 160) -> 
     return "\n".join(lines)
 
 
-def chat_text(run: StrategyRun) -> str:
-    """The answer and its sources as plain text (a chat reply that is not streamed): numbered "[i] title: text"."""
-    lines = [
-        f"[{i}] {f'{title}: ' if (title := (d.meta or {}).get('title')) else ''}{_excerpt(d.content, 200)}"
-        for i, d in enumerate(_sources(run), start=1)
-    ]
-    return f"{run.answer_text()}\n\nSources:\n" + "\n".join(lines)
-
-
 def evidence_markdown(run: StrategyRun, *, chars: int = 300) -> str:
     """
     The sources and evidence as Markdown (a streamed chat reply's details block): a follow-up's standalone question,
     the passages read (`chars` characters of each), stages, votes, candidates, scores, notes and usage.
     """
-    evidence, supporting, parts = run.evidence, _supporting(run), []
+    evidence, supporting, parts = run.evidence, supporting_ids(run), []
     if evidence.get("standalone_question"):
         parts += [f"**Question** (from the chat): {_markdown(evidence['standalone_question'])}", ""]
     parts += ["**Sources**", ""]
     for index, document in enumerate(passages(run), start=1):
         label = "supported the answer" if document.id in supporting else "retrieved"
-        text = _markdown(_excerpt(document.content, chars))
+        text = _markdown(excerpt(document.content, chars))
         parts.append(f"{index}. **{_markdown(source_title(document))}** ({label}) {text}")
     if evidence.get("stages"):
         parts += ["", "**Stages**", "", *(f"- {_stage_text(stage)}" for stage in evidence["stages"])]
@@ -180,14 +122,14 @@ def evidence_markdown(run: StrategyRun, *, chars: int = 300) -> str:
     if evidence.get("scores"):
         parts += ["", "**Scores** (validity + ranking)", ""]
         parts += [
-            f"- candidate {s.get('candidate_index')}: validity {_number(s.get('validity'))}, ranking "
-            f"{_number(s.get('ranking'))}, score {_number(s.get('score'))}"
+            f"- candidate {s.get('candidate_index')}: validity {rounded(s.get('validity'))}, ranking "
+            f"{rounded(s.get('ranking'))}, score {rounded(s.get('score'))}"
             for s in evidence["scores"]
         ]
     if evidence.get("notes"):
         parts += ["", "**Notes**", ""]
         parts += [
-            f"{i}. ({note.get('relevance')}) {_markdown(_excerpt(note.get('note'), chars))}"
+            f"{i}. ({note.get('relevance')}) {_markdown(excerpt(note.get('note'), chars))}"
             for i, note in enumerate(evidence["notes"], start=1)
         ]
     return "\n".join([*parts, "", f"**Usage**: {_usage_text(run)}"])
@@ -204,7 +146,7 @@ def answered_text(run: StrategyRun) -> str:
     """The line ending a streamed reply, e.g. "Answered in 4.2 s: 2 of 5 passages support it"."""
     if _from_cache(run.usage):
         return "Answered from the cache (no LLM call made)"
-    read, supporting = passages(run), _supporting(run)
+    read, supporting = passages(run), supporting_ids(run)
     held = sum(document.id in supporting for document in read)
     return f"Answered in {run.seconds:.1f} s: {held} of {plural(len(read), 'passage')} support it"
 
@@ -218,7 +160,7 @@ def source_event_data(document: Document, index: int) -> dict[str, Any]:
     return {
         "source": {"name": name, "id": document.id},
         "document": [_markdown(document.content)],
-        "metadata": [{"source": name, "document_id": document.id, "index": index, "score": _number(document.score)}],
+        "metadata": [{"source": name, "document_id": document.id, "index": index, "score": rounded(document.score)}],
     }
 
 
@@ -227,15 +169,15 @@ def evidence_element_props(run: StrategyRun, *, chars: int = 300) -> dict[str, A
     The props of the chat UI's `FusionEvidence` element (JSON values): `summary`, `sources` (per passage read:
     `index`, `title`, `excerpt` of `chars` characters, `score` rounded, `supporting`), `stages`, `evidence`, `usage`.
     """
-    supporting = _supporting(run)
+    supporting = supporting_ids(run)
     return {
         "summary": evidence_summary(run),
         "sources": [
             {
                 "index": index,
                 "title": source_title(document),
-                "excerpt": _excerpt(document.content, chars),
-                "score": _number(document.score),
+                "excerpt": excerpt(document.content, chars),
+                "score": rounded(document.score),
                 "supporting": document.id in supporting,
             }
             for index, document in enumerate(passages(run), start=1)
@@ -250,7 +192,7 @@ def api_result(run: StrategyRun) -> dict[str, Any]:
     """The served `/{name}/run` JSON: `answer`, `sources` (`id`, `title`, `content`, `score`), `evidence`, `usage`."""
     sources = [
         {"id": d.id, "title": (d.meta or {}).get("title"), "content": d.content, "score": d.score}
-        for d in _sources(run)
+        for d in cited_sources(run)
     ]
     return {"answer": run.answer.data, "sources": sources, "evidence": run.evidence, "usage": run.usage}
 

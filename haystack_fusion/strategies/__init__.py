@@ -5,8 +5,10 @@ The strategies: each one's settings, pipeline, stages and sources, and how its r
   the papers it cites;
 - `registry`: one pipeline builder per strategy, `STRATEGIES` (name -> `Strategy`, the single source of truth),
   `get_strategy`, `build_pipeline`, `strategy_of` (the strategy a pipeline's metadata names);
-- `run`: `run_strategy`, `strategy_run` and `StrategyRun` (answer, evidence, usage, failures, stages);
-- `answerer`: `FusionAnswerer`, any strategy as one SuperComponent.
+- `run`: `run_strategy`, `strategy_run` and `StrategyRun` (answer, evidence, usage, failures, stages), and a run as
+  plain text (`chat_text`, `evidence_line`, `passages`);
+- `answerer`: `FusionAnswerer`, any strategy as one SuperComponent;
+- `tool`: `strategy_tool`, a strategy over your retriever as one tool for a Haystack `Agent` (`tool_text`).
 """
 
 from haystack_fusion.strategies.answerer import FusionAnswerer
@@ -28,7 +30,8 @@ from haystack_fusion.strategies.registry import (
     get_strategy,
     strategy_of,
 )
-from haystack_fusion.strategies.run import StrategyRun, run_strategy, strategy_run
+from haystack_fusion.strategies.run import StrategyRun, chat_text, evidence_line, passages, run_strategy, strategy_run
+from haystack_fusion.strategies.tool import strategy_tool, tool_text
 
 __all__ = [
     "CASCADE_MIN_CONFIDENCE",
@@ -44,9 +47,14 @@ __all__ = [
     "StrategyConfig",
     "StrategyRun",
     "build_pipeline",
+    "chat_text",
     "cite",
+    "evidence_line",
     "get_strategy",
+    "passages",
     "run_strategy",
     "strategy_of",
     "strategy_run",
+    "strategy_tool",
+    "tool_text",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -10,11 +11,24 @@ from typing import Any
 from haystack import Document, Pipeline
 from haystack.dataclasses import GeneratedAnswer
 
-from haystack_fusion.answers import UNKNOWN, answer_confidence, is_invalid, validate_query
+from haystack_fusion.answers import (
+    UNKNOWN,
+    UnknownDetector,
+    answer_confidence,
+    is_invalid,
+    normalize_answer,
+    validate_query,
+)
 from haystack_fusion.llm import ChatGeneratorWrapper, reply_usage, sum_usage
 from haystack_fusion.strategies.config import RETRIEVER, SPLIT_ROUTER
 from haystack_fusion.strategies.registry import strategy_of
 from haystack_fusion.sure import summary_is_label
+
+_DETECTOR = UnknownDetector()
+_SCORE_KEYS = ("candidate_index", "validity", "ranking", "score")
+"""What `evidence["scores"]` holds of each SuRe answer's `meta`."""
+_INVALID_KEYS = ("answer_source", "invalid_reason", "rejected_answer")
+"""What the evidence holds of a rejected answer's `meta` (`answers.invalid_meta`)."""
 
 
 @dataclass
@@ -71,6 +85,68 @@ class StrategyRun:
             "usage": self.usage,
             "seconds": self.seconds,
         }
+
+
+def excerpt(text: str | None, chars: int) -> str:
+    """`text` with its whitespace collapsed, shortened at a word boundary to at most `chars` characters (" ...")."""
+    return textwrap.shorten(text or "", width=chars, placeholder=" ...")
+
+
+def rounded(value: Any) -> Any:
+    """A score as shown: a float rounded to 2 decimals; anything else as it is."""
+    return round(value, 2) if isinstance(value, float) else value
+
+
+def passages(run: StrategyRun) -> list[Document]:
+    """Every passage the run read: the retrieved ones in rank order, then any other passage the answer came from."""
+    retrieved = {document.id for document in run.documents}
+    return [*run.documents, *(d for d in run.answer.documents or [] if d.id not in retrieved)]
+
+
+def supporting_ids(run: StrategyRun) -> set[str]:
+    """The ids of the passages behind the answer: its voters and those holding it; none for unknown or rejected."""
+    answer = run.answer
+    text = normalize_answer(answer.data or "")
+    if not text or _DETECTOR.is_unknown(answer.data) or is_invalid(answer.meta):
+        return set()
+    voters = {document.id for document in answer.documents or []} if answer.meta.get("votes") is not None else set()
+    return voters | {d.id for d in passages(run) if f" {text} " in f" {normalize_answer(d.content or '')} "}
+
+
+def cited_sources(run: StrategyRun) -> list[Document]:
+    """The passages a reply cites, in `passages` order: the supporting ones, else every retrieved one."""
+    supporting = supporting_ids(run)
+    return [d for d in passages(run) if d.id in supporting] or list(run.documents)
+
+
+def evidence_line(run: StrategyRun) -> str:
+    """The evidence as plain text: fallback, votes, SuRe scores or candidates, notes, joined by " | "; "" for none."""
+    evidence, parts = run.evidence, []
+    if "fallback" in evidence:
+        parts.append(f"fallback fired: {'yes' if evidence['fallback'] else 'no'}")
+    if evidence.get("votes") is not None:
+        votes = ", ".join(f"{answer!r}: {count}" for answer, count in evidence["votes"].items())
+        parts.append(f"votes: {{{votes}}}" if votes else "votes: none (every passage said unknown)")
+    if evidence.get("scores"):
+        scores = [
+            f"{a.data!r}: v={rounded(a.meta.get('validity'))} r={rounded(a.meta.get('ranking'))}" for a in run.answers
+        ]
+        parts.append(f"SuRe scores: {', '.join(scores)}")
+    elif evidence.get("candidates") is not None and evidence.get("votes") is None:
+        parts.append(f"candidates: {evidence['candidates']}")
+    if evidence.get("notes") is not None:
+        relevance = ", ".join(f"[{i}] {note['relevance']}" for i, note in enumerate(evidence["notes"], start=1))
+        parts.append(f"notes: {relevance or 'none'}; answer from {evidence.get('answer_source')}")
+    return " | ".join(parts)
+
+
+def chat_text(run: StrategyRun) -> str:
+    """The answer and its sources as plain text (a chat reply that is not streamed): numbered "[i] title: text"."""
+    lines = [
+        f"[{i}] {f'{title}: ' if (title := (d.meta or {}).get('title')) else ''}{excerpt(d.content, 200)}"
+        for i, d in enumerate(cited_sources(run), start=1)
+    ]
+    return f"{run.answer_text()}\n\nSources:\n" + "\n".join(lines)
 
 
 def run_strategy(
@@ -131,8 +207,7 @@ def strategy_run(
     if "notes" in ran:
         evidence.update(notes=ran["notes"].get("notes"), answer_source=answer.meta.get("answer_source"))
     if "verification" in ran:
-        keys = ("candidate_index", "validity", "ranking", "score")
-        evidence["scores"] = [{key: a.meta.get(key) for key in keys} for a in answers]
+        evidence["scores"] = [{key: a.meta.get(key) for key in _SCORE_KEYS} for a in answers]
     if "concatenation" in ran:
         evidence["fallback"] = "unknown" in ran["concatenation"]
         evidence["stages"] = stages = _stages(ran, outputs.get(SPLIT_ROUTER, {}).get("split_reason"))
@@ -144,7 +219,7 @@ def strategy_run(
     if answer.meta.get("finish_reason") is not None:  # a one-reply answer: did the token cap cut it?
         evidence["finish_reason"] = answer.meta["finish_reason"]
     if is_invalid(answer.meta):
-        evidence.update({key: answer.meta.get(key) for key in ("answer_source", "invalid_reason", "rejected_answer")})
+        evidence.update({key: answer.meta.get(key) for key in _INVALID_KEYS})
     if voted and voted.meta.get("invalid_answers"):
         evidence["invalid_answers"] = voted.meta["invalid_answers"]
     usages: list[dict[str, Any] | None] = []
@@ -163,6 +238,28 @@ def strategy_run(
             answers = [answer, *answers[1:]] if answers else answers
     documents = outputs.get(RETRIEVER, {}).get("documents") or []
     return StrategyRun(answer, answers, documents, evidence, sum_usage(usages), seconds, strategy.name)
+
+
+def answers_run(answers: list[GeneratedAnswer], documents: list[Document]) -> StrategyRun:
+    """
+    A run read from its answers alone (`FusionAnswerer`'s output, which is all a strategy tool gets besides the
+    passages): the evidence their `meta` carries (votes, SuRe scores, notes, confidence, answer checks), for
+    `chat_text` and `evidence_line`. The other components' outputs are not there: no stage trace, candidates, usage
+    or time, and `strategy` is "" (the answers do not name it).
+
+    :param answers: The strategy's answers, best first; none reads as "unknown".
+    :param documents: The retrieved passages, in rank order.
+    """
+    answer = answers[0] if answers else GeneratedAnswer(data=UNKNOWN, query="", documents=[], meta={})
+    meta = answer.meta
+    evidence: dict[str, Any] = {"votes": meta.get("votes"), "confidence": meta.get("confidence")}
+    if any("validity" in item.meta or "ranking" in item.meta for item in answers):
+        evidence["scores"] = [{key: item.meta.get(key) for key in _SCORE_KEYS} for item in answers]
+    if "notes" in meta:
+        evidence.update(notes=meta["notes"], answer_source=meta.get("answer_source"))
+    if is_invalid(meta):
+        evidence.update({key: meta.get(key) for key in _INVALID_KEYS})
+    return StrategyRun(answer, answers, documents, evidence, usage={}, seconds=0.0, strategy="")
 
 
 def _own_meta(pipeline: Pipeline, name: str, output: dict[str, Any]) -> dict[str, Any]:

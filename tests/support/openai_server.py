@@ -10,6 +10,8 @@ end against the server. It needs FastAPI and uvicorn (the `dev` extra).
 
 - `POST /v1/chat/completions` with `stream: false` (the default) answers a `chat.completion` object; `stream: true`
   is refused with HTTP 400 (not supported).
+- A request that offers `tools` (an Agent's) gets an agent's turn instead of the reply (`agent_turn`): one call of
+  the first tool with the last user message as `query`, then, once a `tool` message is there, a text quoting it.
 - A reply function that raises gets HTTP 500 with its message (the openai client retries it, up to its
   `max_retries`).
 - `latency` seconds pass before each reply (an `asyncio.sleep`, so concurrent requests overlap as they would on a
@@ -315,10 +317,13 @@ class OpenAIServer:
                 self.stats.in_flight -= 1
 
     def _completion(self, body: dict[str, Any], fault: str | None = None) -> dict[str, Any]:
+        turn = agent_turn(body) if fault is None else None
         if fault == "garbage":
             text = _garbage(hashlib.sha256(json.dumps(body, sort_keys=True).encode()).digest())
         elif fault == "empty":
             text = ""
+        elif turn is not None:
+            text = turn["content"] or ""
         else:
             text = self.reply(body) if callable(self.reply) else self.reply
         prompt_words = sum(len(str(message.get("content") or "").split()) for message in body.get("messages", []))
@@ -331,8 +336,8 @@ class OpenAIServer:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "finish_reason": "stop",
+                    "message": turn or {"role": "assistant", "content": text},
+                    "finish_reason": "tool_calls" if turn and turn.get("tool_calls") else "stop",
                     "logprobs": None,
                 }
             ],
@@ -423,6 +428,37 @@ class OpenAIServer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+def agent_turn(body: dict[str, Any]) -> dict[str, Any] | None:
+    """
+    The assistant message an Agent gets for a request that offers `tools`; None for a request without them.
+
+    With no `tool` message in the conversation yet: one call of the first tool, its arguments `{"query": <the last
+    user message's text>}`. After one: "Based on the tool: <the last tool message's content>".
+    """
+    tools = body.get("tools")
+    if not tools:
+        return None
+    messages = body.get("messages") or []
+    results = [message for message in messages if message.get("role") == "tool"]
+    if results:
+        return {"role": "assistant", "content": f"Based on the tool: {_content_text(results[-1])}"}
+    query = next((_content_text(m) for m in reversed(messages) if m.get("role") == "user"), "")
+    call = {"name": tools[0]["function"]["name"], "arguments": json.dumps({"query": query})}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": f"call_{len(messages)}", "type": "function", "function": call}],
+    }
+
+
+def _content_text(message: dict[str, Any]) -> str:
+    """A chat-completions message's text: its `content` string, or its text parts joined."""
+    content = message.get("content") or ""
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return str(content)
 
 
 def _error(status: int, message: str) -> JSONResponse:

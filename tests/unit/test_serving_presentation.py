@@ -8,7 +8,6 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from haystack_fusion.serving.presentation import (
     api_result,
-    chat_text,
     evidence_markdown,
     evidence_summary,
     format_run,
@@ -18,7 +17,7 @@ from haystack_fusion.serving.presentation import (
     source_title,
     streamed_component,
 )
-from haystack_fusion.strategies import STRATEGIES, StrategyRun, build_pipeline
+from haystack_fusion.strategies import STRATEGIES, StrategyRun, build_pipeline, chat_text
 
 USAGE = {"prompt_tokens": 10, "completion_tokens": 2, "calls": 1, "failed_calls": 0, "rounds": 1}
 

@@ -136,3 +136,29 @@ class TestPromptReplies:
             if strategy == "sure":
                 assert sorted(run.evidence["candidates"]) == ["Lyon", "Paris"]
                 assert run.evidence["label_summaries"] == 0
+
+
+AGENT_TOOLS = [{"type": "function", "function": {"name": "answer_with_sure", "parameters": {"type": "object"}}}]
+
+
+class TestAgentTurn:
+    def test_a_request_with_tools_calls_the_first_tool_then_quotes_its_result(self, start_openai_server):
+        server = start_openai_server(reply="Paris")
+        client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        asked = [{"role": "user", "content": [{"type": "text", "text": "Capital of France?"}]}]
+        first = client.chat.completions.create(model="m", messages=asked, tools=AGENT_TOOLS).choices[0]
+        assert first.finish_reason == "tool_calls"
+        call = first.message.tool_calls[0]
+        assert (call.function.name, json.loads(call.function.arguments)) == (
+            "answer_with_sure",
+            {"query": "Capital of France?"},
+        )
+        answered = [
+            *asked,
+            first.message.model_dump(),
+            {"role": "tool", "tool_call_id": call.id, "content": "Paris [1]"},
+        ]
+        second = client.chat.completions.create(model="m", messages=answered, tools=AGENT_TOOLS).choices[0]
+        assert (second.finish_reason, second.message.content) == ("stop", "Based on the tool: Paris [1]")
+        plain = client.chat.completions.create(model="m", messages=asked).choices[0].message.content
+        assert plain == "Paris"  # a request without tools gets the reply

@@ -1,0 +1,99 @@
+"""A registered strategy over your own retriever as one tool for a Haystack `Agent`: a question in, text out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from haystack import Pipeline
+from haystack.components.generators.chat.types import ChatGenerator
+from haystack.tools import PipelineTool
+
+from haystack_fusion.strategies.answerer import FusionAnswerer
+from haystack_fusion.strategies.registry import get_strategy
+from haystack_fusion.strategies.run import answers_run, chat_text, evidence_line
+
+_PARAMETERS = {
+    "type": "object",
+    "properties": {"query": {"type": "string", "description": "The question to answer from the documents."}},
+    "required": ["query"],
+}
+"""The tool's JSON schema: the question alone (the retriever's `top_k` and filters are no parameter the LLM fills)."""
+
+
+def strategy_tool(
+    strategy: str,
+    *,
+    retriever: Any,
+    chat_generator: ChatGenerator,
+    name: str | None = None,
+    description: str | None = None,
+    settings: dict[str, Any] | None = None,
+) -> PipelineTool:
+    """
+    A tool that answers a question from your documents with one registered strategy, for a Haystack `Agent`.
+
+    It is a `PipelineTool` over `retriever` -> `FusionAnswerer(strategy=...)`: its one parameter is `query` (a
+    string; the retriever's `top_k` and filters stay the retriever's own), and what the agent reads is `tool_text`
+    of the run: the answer, its sources numbered [1], [2] ... in rank order (with their title when they have one)
+    and the evidence line (votes, SuRe scores, notes). It serializes with the Agent (`Agent.to_dict` / `from_dict`).
+
+    ### Usage example
+    ```python
+    from haystack import Document
+    from haystack.components.agents import Agent
+    from haystack.components.generators.chat import MockChatGenerator
+    from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
+    from haystack.dataclasses import ChatMessage
+    from haystack.document_stores.in_memory import InMemoryDocumentStore
+    from haystack_fusion.strategies import strategy_tool
+    from haystack_fusion.testing import PromptAwareChatGenerator, PromptReplies, call_first_tool
+
+    store = InMemoryDocumentStore()
+    store.write_documents([Document(content="Paris is the capital of France.", meta={"title": "France"})])
+    llm = PromptAwareChatGenerator(PromptReplies(["Paris"]))  # your LLM, e.g. OpenAIChatGenerator(...)
+    tool = strategy_tool("concat_pf", retriever=InMemoryBM25Retriever(document_store=store), chat_generator=llm)
+    agent = Agent(chat_generator=MockChatGenerator(response_fn=call_first_tool), tools=[tool])
+    result = agent.run([ChatMessage.from_user("What is the capital of France?")])
+    print(result["messages"][2].tool_call_result.result)  # "Paris\\n\\nSources:\\n[1] France: Paris is ..."
+    ```
+
+    :param strategy: A registered strategy name (`haystack-fusion strategies`), e.g. "concat_pf", "sure".
+    :param retriever: Your retriever, a component taking `query` and returning `documents`; not yet in a pipeline.
+    :param chat_generator: The LLM every component of the strategy calls.
+    :param name: The tool's name; None: "answer_with_<strategy>".
+    :param description: What the agent is told the tool does; None: the strategy's `Strategy.description`.
+    :param settings: Further `StrategyConfig` fields, as `FusionAnswerer` takes them.
+    :returns: The tool (`ComponentTool`'s subclass `PipelineTool`), for `Agent(tools=[...])`.
+    :raises ValueError: If the strategy is not registered, or `settings` holds a field `FusionAnswerer` does not take.
+    :raises PipelineError: If the retriever is already in a pipeline.
+    """
+    description = description or get_strategy(strategy).description
+    answerer = FusionAnswerer(strategy=strategy, chat_generator=chat_generator, settings=settings)
+    pipeline = Pipeline()
+    pipeline.add_component("retriever", retriever)
+    pipeline.add_component("answerer", answerer)
+    pipeline.connect("retriever.documents", "answerer.documents")
+    return PipelineTool(
+        pipeline,
+        name=name or f"answer_with_{strategy}",
+        description=description,
+        input_mapping={"query": ["retriever.query", "answerer.query"]},
+        output_mapping={"retriever.documents": "documents", "answerer.answers": "answers"},
+        parameters=_PARAMETERS,
+        outputs_to_string={"handler": tool_text},
+    )
+
+
+def tool_text(result: dict[str, Any]) -> str:
+    """
+    The text a strategy tool gives the agent: `chat_text` and `evidence_line` of `answers_run` of its outputs.
+
+    :param result: The tool's outputs: `answers` (the strategy's `GeneratedAnswer` list, best first) and `documents`
+        (the retriever's, in rank order).
+    :returns: The answer (or what the answer checks rejected), a blank line, "Sources:" and one line per cited
+        passage "[i] title: text" (the passages holding the answer or voting for it, else every retrieved one), then
+        "Evidence: ..." when the answers carry any (votes, SuRe scores, notes).
+    """
+    run = answers_run(result.get("answers") or [], result.get("documents") or [])
+    evidence = evidence_line(run)
+    return chat_text(run) + (f"\n\nEvidence: {evidence}" if evidence else "")
