@@ -37,7 +37,7 @@ from haystack_fusion.backends import (
     warn_missing_logprobs,
 )
 from haystack_fusion.backends.checks import BackendSetupError, check_backend, reachability_problems, setup_message
-from haystack_fusion.llm import CallLimitedChatGenerator, exception_chain, sum_usage
+from haystack_fusion.llm import CallLimitedChatGenerator, exception_chain, sum_usage, threaded_callback
 from haystack_fusion.serving.chat import Chat, answer_task, digest, read_chat, standalone_question
 from haystack_fusion.serving.guards import ServingError, openai_error
 from haystack_fusion.serving.presentation import (
@@ -232,9 +232,16 @@ async def stream_strategy(pipeline: Pipeline, query: str, *, stream_tokens: bool
     loop = asyncio.get_running_loop()
     target = streamed_component(pipeline) if stream_tokens else None
     if target is not None and "streaming_callback" in pipeline.inputs().get(target, {}):
+
+        async def queue_token(chunk: StreamingChunk) -> None:
+            if chunk.content:
+                queue.put_nowait(("token", chunk.content))
+
         # a component without `run_async` runs in a worker thread and calls back from there
-        callback = _token_callback(queue, loop, sync=not hasattr(pipeline.get_component(target), "run_async"))
-        data.setdefault(target, {})["streaming_callback"] = callback
+        threaded = not hasattr(pipeline.get_component(target), "run_async")
+        data.setdefault(target, {})["streaming_callback"] = (
+            threaded_callback(queue_token, loop) if threaded else queue_token
+        )
 
     async def drive() -> None:
         outputs: dict[str, dict[str, Any]] = {}
@@ -273,22 +280,6 @@ async def stream_strategy(pipeline: Pipeline, query: str, *, stream_tokens: bool
     finally:
         if not task.done():
             task.cancel()
-
-
-def _token_callback(
-    queue: asyncio.Queue[tuple[str, Any]], loop: asyncio.AbstractEventLoop, *, sync: bool
-) -> Callable[[StreamingChunk], Any]:
-    """A streaming callback queueing each chunk's text: called from a worker thread (`sync`) or in the loop."""
-
-    def in_thread(chunk: StreamingChunk) -> None:
-        if chunk.content:
-            loop.call_soon_threadsafe(queue.put_nowait, ("token", chunk.content))
-
-    async def in_loop(chunk: StreamingChunk) -> None:
-        if chunk.content:
-            queue.put_nowait(("token", chunk.content))
-
-    return in_thread if sync else in_loop
 
 
 async def chat_events(
