@@ -30,6 +30,10 @@ INPUT_TOKENS_TAG = "gen_ai.usage.input_tokens"  # OpenTelemetry's generative-AI 
 OUTPUT_TOKENS_TAG = "gen_ai.usage.output_tokens"
 TRUNCATED_FINISH_REASON = "length"  # `meta["finish_reason"]` of a reply the token cap cut
 
+DEFAULT_SAMPLING_KWARGS: dict[str, Any] = {"temperature": 0.7}
+"""Sampling for self-consistency: post-fusion's p > 1 samples per passage and the agreement confidence's samples
+(Liu et al., section 4.4 and Figure 5: temperature 0.7)."""
+
 ERROR_KINDS: dict[tuple[str, str], str] = {
     ("openai", "AuthenticationError"): "openai_key",
     ("openai", "PermissionDeniedError"): "openai_key",
@@ -351,6 +355,21 @@ class CallLimitedChatGenerator(ChatGeneratorWrapper):
         finally:
             if semaphore is not None:
                 semaphore.release()
+
+
+def model_name(chat_generator: Any) -> str:
+    """
+    The model a chat generator calls, for usage per model: the `model` of the generator inside our wrappers
+    (`ChatGeneratorWrapper`: a component's or a call limit's), the file name when it is a path (the embedded model
+    given as a GGUF file); else the generator's class name (the embedded packaged model: `LocalChatGenerator`).
+    """
+    generator = chat_generator
+    while isinstance(generator, ChatGeneratorWrapper):
+        generator = generator._chat_generator
+    model = getattr(generator, "model", None)
+    if isinstance(model, str) and model:
+        return model.replace("\\", "/").rsplit("/", 1)[-1] if model.endswith(".gguf") else model
+    return type(generator).__name__
 
 
 def unwrap_call_limit(chat_generator: Any) -> Any:

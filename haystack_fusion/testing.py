@@ -61,6 +61,7 @@ class ScriptedChatGenerator:
     :param generation_kwargs: The generator's own settings, as a real ChatGenerator's (the components add stop
         sequences to them); None makes it a generator without settings, like a mock.
     :param latency: Seconds each call waits before replying (`asyncio.sleep` in `run_async`), as an API round trip.
+    :param model: The model name it stands for (`llm.model_name`, usage per model); None: the class name.
     :raises ValueError: For a negative latency.
     """
 
@@ -72,11 +73,12 @@ class ScriptedChatGenerator:
         error: str = "backend exploded",
         generation_kwargs: dict[str, Any] | None = None,
         latency: float = 0.0,
+        model: str | None = None,
     ) -> None:
         if latency < 0:
             raise ValueError(f"`latency` must be >= 0, got {latency}")
         self.reply, self.fail_on, self.error = reply, fail_on, error
-        self.generation_kwargs, self.latency = generation_kwargs, latency
+        self.generation_kwargs, self.latency, self.model = generation_kwargs, latency, model
         self.prompts: list[str] = []
         self.messages: list[list[ChatMessage]] = []
         self.kwargs: list[dict[str, Any] | None] = []
@@ -90,9 +92,8 @@ class ScriptedChatGenerator:
         """
         functions = {key: getattr(self, key) for key in ("reply", "fail_on")}
         functions = {key: {"callable": serialize_callable(f)} if callable(f) else f for key, f in functions.items()}
-        return default_to_dict(
-            self, **functions, error=self.error, generation_kwargs=self.generation_kwargs, latency=self.latency
-        )
+        settings = {"error": self.error, "generation_kwargs": self.generation_kwargs, "latency": self.latency}
+        return default_to_dict(self, **functions, **settings, **({"model": self.model} if self.model else {}))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ScriptedChatGenerator:

@@ -14,12 +14,14 @@ from haystack.dataclasses import ChatMessage, GeneratedAnswer
 
 from haystack_fusion.answers import check_answer, invalid_answer
 from haystack_fusion.llm import (
+    DEFAULT_SAMPLING_KWARGS,
     ChatGeneratorWrapper,
     FanOutResult,
     backend_unusable,
     meta_truncated,
     run_chat_calls,
     run_chat_calls_async,
+    sum_usage,
 )
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PASSAGE_LAYOUTS, PassageLayout, format_passages
 
@@ -72,7 +74,9 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
     """
     Calls a ChatGenerator once per run; a failed call gives no reply and a report in `meta["failures"]` instead of an
     exception, so `UnknownRouter` can fall back to post-fusion. A failure saying the backend is unusable
-    (`llm.backend_unusable`) is raised.
+    (`llm.backend_unusable`) is raised. With `samples` m > 0, m sampled calls of the same messages follow a
+    successful call (self-consistency, Wang et al., 2023; as Liu et al., section 4.4, sample post-fusion), their
+    replies after the first, for `UnknownRouter(confidence="agreement")`.
 
     ### Usage example
     ```python
@@ -91,18 +95,39 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
     ```
     """
 
-    def __init__(self, *, chat_generator: ChatGenerator) -> None:
-        """:param chat_generator: The ChatGenerator to call; its retries and timeout decide when a call has failed."""
+    def __init__(
+        self,
+        *,
+        chat_generator: ChatGenerator,
+        samples: int = 0,
+        sampling_generation_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        """
+        :param chat_generator: The ChatGenerator to call; its retries and timeout decide when a call has failed.
+        :param samples: m, sampled calls after a successful first one (0: none); each costs a call as long as the first.
+        :param sampling_generation_kwargs: The sampled calls' `generation_kwargs`, on top of the call's; None:
+            `{"temperature": 0.7}` (Liu et al., section 4.4).
+        :raises ValueError: If `samples` is negative.
+        """
+        if samples < 0:
+            raise ValueError(f"`samples` must be at least 0, got {samples}")
         self._chat_generator = chat_generator
+        self.samples = samples
+        self.sampling_generation_kwargs = sampling_generation_kwargs
+
+    def _sampling(self, generation_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+        return {**(generation_kwargs or {}), **(self.sampling_generation_kwargs or DEFAULT_SAMPLING_KWARGS)}
 
     @staticmethod
-    def _outputs(calls: FanOutResult) -> dict[str, Any]:
+    def _outputs(calls: FanOutResult, sampled: FanOutResult | None = None) -> dict[str, Any]:
         reply = calls.replies[0]
+        samples = [sample for sample in (sampled.replies if sampled else []) if sample is not None]
+        errors = [*calls.errors, *(sampled.errors if sampled else [])]
         return {
-            "replies": [] if reply is None else [reply],
+            "replies": [] if reply is None else [reply, *samples],
             "meta": {
-                "usage": dict(calls.usage, rounds=1),
-                "failures": [{"error": error} for error in calls.errors if error is not None],
+                "usage": dict(sum_usage([calls.usage, sampled.usage if sampled else None]), rounds=1 + bool(sampled)),
+                "failures": [{"error": error} for error in errors if error is not None],
             },
         }
 
@@ -111,24 +136,30 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
         """
         :param messages: The conversation to send.
         :param generation_kwargs: The call's `generation_kwargs`, on top of the generator's own.
-        :returns: `replies` (the first reply, or [] when the call failed) and `meta`: `usage` (`llm.FanOutResult`'s,
-            `rounds` = 1) and `failures` (empty, or one `{"error": "ExceptionType: message"}`).
+        :returns: `replies` (the first reply, then the m samples that did not fail; [] when the first call failed) and
+            `meta`: `usage` (`llm.FanOutResult`'s, `rounds` = 1, 2 with samples) and `failures` (one
+            `{"error": "ExceptionType: message"}` per failed call).
         :raises Exception: The generator's exception when the backend is unusable (refused connection or key).
         """
-        calls = run_chat_calls(
-            self._chat_generator, [messages], generation_kwargs=generation_kwargs, raise_if=backend_unusable
-        )
-        return self._outputs(calls)
+        kwargs = {"generation_kwargs": generation_kwargs, "raise_if": backend_unusable}
+        calls = run_chat_calls(self._chat_generator, [messages], **kwargs)
+        if not self.samples or calls.replies[0] is None:
+            return self._outputs(calls)
+        kwargs["generation_kwargs"] = self._sampling(generation_kwargs)
+        return self._outputs(calls, run_chat_calls(self._chat_generator, [messages] * self.samples, **kwargs))
 
     @component.output_types(replies=list[ChatMessage], meta=dict[str, Any])
     async def run_async(
         self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         """Async form of `run`."""
-        calls = await run_chat_calls_async(
-            self._chat_generator, [messages], generation_kwargs=generation_kwargs, raise_if=backend_unusable
-        )
-        return self._outputs(calls)
+        kwargs = {"generation_kwargs": generation_kwargs, "raise_if": backend_unusable}
+        calls = await run_chat_calls_async(self._chat_generator, [messages], **kwargs)
+        if not self.samples or calls.replies[0] is None:
+            return self._outputs(calls)
+        kwargs["generation_kwargs"] = self._sampling(generation_kwargs)
+        sampled = await run_chat_calls_async(self._chat_generator, [messages] * self.samples, **kwargs)
+        return self._outputs(calls, sampled)
 
 
 @component

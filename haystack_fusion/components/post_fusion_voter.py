@@ -17,6 +17,7 @@ from haystack_fusion.answers import (
     validate_query,
 )
 from haystack_fusion.llm import (
+    DEFAULT_SAMPLING_KWARGS,
     ChatGeneratorWrapper,
     FanOutResult,
     check_max_concurrency,
@@ -36,9 +37,6 @@ from haystack_fusion.prompts import (
 )
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_SAMPLING_KWARGS: dict[str, Any] = {"temperature": 0.7}
-"""Sampling for self-consistency, p > 1 samples per passage (Liu et al., section 4.4 and Figure 5: temperature 0.7)."""
 
 
 _OUTPUT_TYPES: dict[str, Any] = {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from haystack import Document, component, default_from_dict, default_to_dict, logging
 from haystack.dataclasses import (
@@ -14,7 +14,7 @@ from haystack.dataclasses import (
 )
 from haystack.utils import deserialize_callable, serialize_callable
 
-from haystack_fusion.answers import UnknownDetector, answer_confidence, check_answer
+from haystack_fusion.answers import UnknownDetector, answer_confidence, check_answer, normalize_answer
 from haystack_fusion.llm import emit_chunk
 from haystack_fusion.prompts import PROMPTS, extract_answer
 
@@ -35,8 +35,12 @@ class UnknownRouter:
     Routes an LLM reply to `known` or `unknown`, so a pipeline can fall back when the model abstains (Liu et al.,
     section 3.1 "unknown"; section 3.3 Post-Fusion as the Fallback). Rejected answers (`answers.check_answer`) and,
     with `min_confidence`, too uncertain ones go to `unknown` too, which passes `fallback_query` and
-    `fallback_documents` on. With a `streaming_callback`, an accepted answer is streamed as one chunk (it is the
-    answer of post-fusion as the fallback when concatenation knows it), so `Pipeline.stream()` yields it at once.
+    `fallback_documents` on. The confidence is read from the reply's token log-probabilities (`confidence="logprobs"`)
+    or, for a backend without them, from self-consistency (`confidence="agreement"`): the reply is the greedy one,
+    followed by m sampled replies to the same prompt (`AbstainingChatGenerator(samples=m)`), and the confidence is the
+    share of the samples whose answer equals the reply's (after SQuAD normalization). With a `streaming_callback`, an
+    accepted answer is streamed as one chunk (it is the answer of post-fusion as the fallback when concatenation knows
+    it), so `Pipeline.stream()` yields it at once.
 
     ### Usage example
     ```python
@@ -56,25 +60,32 @@ class UnknownRouter:
         unknown_patterns: list[str] | None = None,
         min_confidence: float | None = None,
         demonstrations: list[str] | None = None,
+        confidence: Literal["logprobs", "agreement", "none"] = "logprobs",
         streaming_callback: StreamingCallbackT | None = None,
     ) -> None:
         """
         :param answer_pattern: Regular expression whose first group is the answer (default: the first line, Figure 7);
             None judges the whole reply.
         :param unknown_patterns: Regular expressions that mark an abstention; None uses the shared defaults.
-        :param min_confidence: Probability in (0, 1]: an answer whose confidence (`answers.answer_confidence`) is
-            below it goes to `unknown`; None, or a reply without log-probabilities, skips the check.
+        :param min_confidence: Probability in (0, 1]: an answer whose confidence is below it goes to `unknown`; None,
+            or a reply without log-probabilities (or without samples, for "agreement"), skips the check.
         :param demonstrations: The prompt's demonstration answers, checked against `documents`; None skips that rule.
+        :param confidence: "logprobs" (`answers.answer_confidence` of the first reply), "agreement" (the share of the
+            other replies, the samples, that give the first reply's answer) or "none" (no confidence check).
         :param streaming_callback: Called with one `StreamingChunk` holding the answer read from a `known` reply; not
             called for `unknown`. Sync for `run`; sync or async for `run_async`.
-        :raises ValueError: If `min_confidence` is outside (0, 1] or a pattern is not a valid regular expression.
+        :raises ValueError: If `min_confidence` is outside (0, 1], `confidence` is unknown or a pattern is not a valid
+            regular expression.
         """
+        if confidence not in ("logprobs", "agreement", "none"):
+            raise ValueError(f"`confidence` must be logprobs, agreement or none, got {confidence!r}")
         if min_confidence is not None and not 0 < min_confidence <= 1:
             raise ValueError(f"`min_confidence` must be in (0, 1], got {min_confidence}")
         self.answer_pattern = answer_pattern
         self.unknown_patterns = unknown_patterns
         self.min_confidence = min_confidence
         self.demonstrations = list(demonstrations) if demonstrations else None
+        self.confidence = confidence
         self.streaming_callback = streaming_callback
         self._detector = UnknownDetector.from_patterns(unknown_patterns)
 
@@ -86,6 +97,7 @@ class UnknownRouter:
             unknown_patterns=self.unknown_patterns,
             min_confidence=self.min_confidence,
             demonstrations=self.demonstrations,
+            confidence=self.confidence,
             streaming_callback=serialize_callable(self.streaming_callback) if self.streaming_callback else None,
         )
 
@@ -106,27 +118,43 @@ class UnknownRouter:
         info = ComponentInfo.from_component(self)
         return StreamingChunk(content=answer, component_info=info, index=0, start=True, finish_reason="stop")
 
-    def _reason(self, reply: ChatMessage | None, documents: list[Document] | None, query: str | None) -> str | None:
-        """Why one reply goes to the fallback (see `run`), or None when it answers."""
-        if reply is None:
-            return "no reply"
-        answer = self._answer(reply)
+    def _confidence(self, replies: list[ChatMessage], answer: str) -> float | None:
+        """The first reply's confidence by `self.confidence`; None when it cannot be read."""
+        if self.confidence == "logprobs":
+            return answer_confidence(replies[0].meta, answer)
+        if self.confidence == "none" or len(replies) < 2:
+            return None
+        samples = [normalize_answer(self._answer(reply)) for reply in replies[1:]]
+        return samples.count(normalize_answer(answer)) / len(samples)
+
+    def _reason(
+        self, replies: list[ChatMessage], documents: list[Document] | None, query: str | None
+    ) -> tuple[str | None, float | None]:
+        """Why the first reply goes to the fallback (see `run`), or None when it answers; and its confidence."""
+        if not replies:
+            return "no reply", None
+        answer = self._answer(replies[0])
+        confidence = self._confidence(replies, answer)
         if self._detector.is_unknown(answer):
-            return "unknown answer"
+            return "unknown answer", confidence
         passages = [document.content or "" for document in documents or []]
         invalid = check_answer(answer, question=query, demonstrations=self.demonstrations or (), passages=passages)
         if invalid is not None:
-            return f"invalid answer ({invalid})"
-        if self.min_confidence is not None:
-            confidence = answer_confidence(reply.meta, answer)
-            if confidence is not None and confidence < self.min_confidence:
-                return f"confidence {confidence:.2f} < {self.min_confidence}"
-        return None
+            return f"invalid answer ({invalid})", confidence
+        if self.min_confidence is not None and confidence is not None and confidence < self.min_confidence:
+            return f"confidence {confidence:.2f} < {self.min_confidence}", confidence
+        return None, confidence
 
     def _route(self, replies: list[ChatMessage], query: str | None, documents: list[Document] | None) -> dict[str, Any]:
         if not replies:
             logger.warning("UnknownRouter received no reply; routing to the unknown branch.")
-        reason = self._reason(replies[0] if replies else None, documents, query)
+        reason, confidence = self._reason(replies, documents, query)
+        if self.confidence == "agreement" and replies:  # the answer's confidence is the agreement, not its tokens'
+            first = replies[0]
+            meta = {**first.meta, "confidence": confidence, "agreement_samples": len(replies) - 1}
+            replies = [ChatMessage.from_assistant(first.text or "", meta=meta, name=first.name)]
+        else:
+            replies = replies[:1]
         if reason is None:
             return {"known": replies}
         output: dict[str, Any] = {"unknown": replies, "reason": reason}
@@ -145,11 +173,13 @@ class UnknownRouter:
         streaming_callback: StreamingCallbackT | None = None,
     ) -> dict[str, Any]:
         """
-        :param replies: The generator's replies; only the first is judged (none: `unknown`).
+        :param replies: The generator's replies: the first is judged (none: `unknown`); with "agreement", the others
+            are the samples it is compared with.
         :param query: The question, passed on as `fallback_query`.
         :param documents: The retrieved passages, passed on as `fallback_documents`.
         :param streaming_callback: Overrides the one given at init for this run.
-        :returns: Exactly one branch: `known` (the replies), or `unknown` (the replies) with `reason` ("no reply",
+        :returns: Exactly one branch: `known` (the first reply; with "agreement" its `meta` gains `confidence` and
+            `agreement_samples`, the number of samples), or `unknown` (the same) with `reason` ("no reply",
             "unknown answer", "invalid answer (...)" or "confidence 0.31 < 0.5") and the fallback inputs given.
         :raises ValueError: If the streaming callback is async (`run_async` takes those).
         """

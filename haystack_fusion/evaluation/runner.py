@@ -227,7 +227,7 @@ class Evaluator:
                     self.notes.append(note)
         prediction = run.answer.data or ""
         key = (strategy, top_k, setting.label(), question.id, not question.is_impossible)
-        structured, text = split_evidence({**run.evidence, "usage": run.usage})
+        structured, text = split_evidence({**run.evidence, "usage": run.usage, "usage_by_model": run.usage_by_model})
         score = score_run(question, prediction, run.evidence, run.documents, run.usage, run.seconds)
         failures = run.evidence.get("failures") or []
         error = None

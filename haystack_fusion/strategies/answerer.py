@@ -17,7 +17,7 @@ from haystack_fusion.llm import emit_chunk, is_async_callback
 from haystack_fusion.strategies.config import StrategyConfig
 from haystack_fusion.strategies.registry import build_pipeline, get_strategy
 
-_COMPONENT_SETTINGS = ("verifier_chat_generator", "document_ranker")
+_COMPONENT_SETTINGS = ("fallback_chat_generator", "verifier_chat_generator", "document_ranker")
 """`StrategyConfig` fields that hold components; they are passed and serialized as components, not as settings."""
 
 
@@ -64,25 +64,31 @@ class FusionAnswerer:
         strategy: str,
         chat_generator: ChatGenerator,
         settings: dict[str, Any] | None = None,
+        fallback_chat_generator: ChatGenerator | None = None,
         verifier_chat_generator: ChatGenerator | None = None,
         document_ranker: Any | None = None,
         streaming_callback: StreamingCallbackT | None = None,
     ) -> None:
         """
         :param strategy: A registered strategy name, e.g. "concat_pf", "sure", "chain_of_note", "cascade".
-        :param chat_generator: The LLM every component of the strategy calls.
+        :param chat_generator: The LLM every component of the strategy calls (the first round's only, with
+            `fallback_chat_generator`).
+        :param fallback_chat_generator: The LLM of every later round of `concat_pf`, `pf_concat` and `cascade`: a
+            strong model that answers only the questions the first round passes on; None: `chat_generator`.
         :param settings: Further `StrategyConfig` fields (JSON values), e.g. `{"num_candidates": 3,
             "few_shot": True, "min_confidence": 0.25}`; unset fields keep the strategy's defaults.
         :param verifier_chat_generator: SuRe's validity and ranking LLM (Kim et al., Table 10); None: `chat_generator`.
         :param document_ranker: SuRe's summary reranker (Kim et al., Table 4); None keeps the given order.
         :param streaming_callback: Called with the answer's `StreamingChunk`s (see above); sync for `run`, sync or
             async for `run_async`.
-        :raises ValueError: If the strategy is not registered, or `settings` holds `chat_generator`, a component field
-            or a field `StrategyConfig` does not have.
+        :raises ValueError: If the strategy is not registered, `settings` holds `chat_generator`, a component field
+            or a field `StrategyConfig` does not have, or `build_pipeline` rejects the settings (a fallback LLM for a
+            strategy without later rounds).
         """
         self.strategy = strategy
         self.chat_generator = chat_generator
         self.settings = dict(settings or {})
+        self.fallback_chat_generator = fallback_chat_generator
         self.verifier_chat_generator = verifier_chat_generator
         self.document_ranker = document_ranker
         self.streaming_callback = streaming_callback
@@ -94,6 +100,7 @@ class FusionAnswerer:
         self.pipeline = build_pipeline(
             strategy,
             chat_generator=chat_generator,
+            fallback_chat_generator=fallback_chat_generator,
             verifier_chat_generator=verifier_chat_generator,
             document_ranker=document_ranker,
             **self.settings,

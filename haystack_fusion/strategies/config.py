@@ -24,6 +24,11 @@ DOCUMENTS = "documents"
 Parts = tuple[dict[str, Any], list[tuple[str, str]]]
 """A strategy's pipeline under construction: components by name, and (sender, receiver) connections."""
 
+Confidence = Literal["logprobs", "agreement", "none"]
+"""What the first round's confidence is read from, for the router's tau (`StrategyConfig.confidence`)."""
+
+CONFIDENCES: tuple[Confidence, ...] = ("logprobs", "agreement", "none")
+
 StageKind = Literal["answer", "concatenation", "post_fusion", "summaries", "verification", "notes"]
 """What a round does: `answer` (one prompt's reply is the answer), `concatenation` (the concatenation answer, routed
 on by an `UnknownRouter`, Liu et al., section 3.3), `post_fusion` (a `PostFusionVoter`, Eq. 2), `summaries` (a
@@ -57,7 +62,10 @@ class StrategyConfig:
     :param unknown_patterns: The unknown detector's patterns for the router and the voter (None: the defaults).
     :param num_candidates: K, SuRe's answer candidates (Kim et al., section 4.1: K = 2).
     :param verifier_chat_generator: The LLM for SuRe's validity and ranking calls (Kim et al., Table 10); None uses
-        `chat_generator`.
+        `fallback_chat_generator` in `cascade`, else `chat_generator`.
+    :param fallback_chat_generator: The LLM of every round after the first in `concat_pf`, `pf_concat` and `cascade`
+        (post-fusion, the distiller, SuRe's summaries and verification), so a small model answers first and a strong
+        one only the questions passed on; None: `chat_generator`. Other strategies raise ValueError when it is set.
     :param document_ranker: A Haystack ranker that reorders SuRe's passages by the winning summary (Kim et al.,
         Table 4), e.g. `haystack_fusion.embeddings.summary_reranker()`; None keeps retrieval order.
     :param few_shot: SuRe's candidates from the few-shot Listing 13 instead of Listing 6 (for base models).
@@ -68,6 +76,13 @@ class StrategyConfig:
     :param min_confidence: tau, a probability: the concatenation answer of `concat_pf` and `cascade` falls back to
         post-fusion when its confidence (`answers.answer_confidence`) is below it, as well as when it says unknown.
         None: off for `concat_pf` (Liu et al.'s behaviour), `CASCADE_MIN_CONFIDENCE` for `cascade`.
+    :param confidence: What tau is compared with: "logprobs" (the reply's token log-probabilities,
+        `answers.answer_confidence`; none returned: no check), "agreement" (the share of `agreement_samples` sampled
+        concatenation answers equal to the greedy one, self-consistency; for backends without log-probabilities) or
+        "none" (only an unknown or invalid answer falls back). `concat_pf` and `cascade` only.
+    :param agreement_samples: m, the sampled concatenation calls of `confidence="agreement"` (m extra calls per
+        question, each as long as the first); an integer >= 1.
+    :param agreement_temperature: The sampling temperature of those calls (> 0).
     :param min_vote_share: s: `cascade` verifies a post-fusion vote whose winner has a smaller share of the votes
         (or that ties at the top); None: `CASCADE_MIN_VOTE_SHARE`.
     :param verifier_scoring: SuRe's validity and ranking read from the reply's words ("text", Kim et al.) or from
@@ -90,16 +105,30 @@ class StrategyConfig:
     unknown_patterns: list[str] | None = None
     num_candidates: int = 2
     verifier_chat_generator: ChatGenerator | None = None
+    fallback_chat_generator: ChatGenerator | None = None
     document_ranker: Any | None = None
     few_shot: bool = False
     allow_parametric_knowledge: bool = True
     note_generation_kwargs: dict[str, Any] | None = None
     min_confidence: float | None = None
+    confidence: Confidence = "logprobs"
+    agreement_samples: int = 4
+    agreement_temperature: float = 0.7
     min_vote_share: float | None = None
     verifier_scoring: Scoring | None = None
     datamark: bool = False
     prompts: dict[str, str] | None = None
     system_prompt: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.confidence not in CONFIDENCES:
+            raise ValueError(f"`confidence` must be one of {', '.join(CONFIDENCES)}, got {self.confidence!r}")
+        if isinstance(self.agreement_samples, bool) or not isinstance(self.agreement_samples, int):
+            raise ValueError(f"`agreement_samples` must be an integer >= 1, got {self.agreement_samples!r}")
+        if self.agreement_samples < 1:
+            raise ValueError(f"`agreement_samples` must be an integer >= 1, got {self.agreement_samples}")
+        if not self.agreement_temperature > 0:
+            raise ValueError(f"`agreement_temperature` must be above 0, got {self.agreement_temperature}")
 
 
 @dataclass(frozen=True)

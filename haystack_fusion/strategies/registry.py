@@ -74,17 +74,21 @@ def _chain_generator(chat_generator: ChatGenerator, stop: tuple[str, ...]) -> Ch
 
 
 def _prompt_chain(
-    config: StrategyConfig, prompt_name: str, documents_from: str, layout: PassageLayout | None = "numbered"
+    config: StrategyConfig,
+    prompt_name: str,
+    documents_from: str,
+    layout: PassageLayout | None = "numbered",
+    chat_generator: ChatGenerator | None = None,
 ) -> Parts:
     """passages -> prompt_builder -> llm -> answer_builder for one prompt (`config.prompts` may replace its template,
     with the same variables), fed with passages from a socket; with `layout` None the prompt shows no passages (no
-    PassageFormatter), the answer still cites them."""
+    PassageFormatter), the answer still cites them. The LLM is `chat_generator`, else `config.chat_generator`."""
     prompt = PROMPTS[prompt_name]
     template = (config.prompts or {}).get(prompt_name)
     chat = ChatPrompt(prompt, template, system_prompt=config.system_prompt, parameter=f"prompts[{prompt_name!r}]")
     components: dict[str, Any] = {
         "prompt_builder": chat.builder(),
-        "llm": _chain_generator(config.chat_generator, prompt.stop),
+        "llm": _chain_generator(chat_generator or config.chat_generator, prompt.stop),
         "answer_builder": CheckedAnswerBuilder(
             pattern=prompt.answer_pattern, demonstrations=list(prompt.demonstrations) or None
         ),
@@ -120,9 +124,14 @@ def _templates(config: StrategyConfig, **names: str) -> dict[str, Any]:
     return {**templates, "system_prompt": config.system_prompt}
 
 
-def _voter(config: StrategyConfig) -> PostFusionVoter:
+def _later_rounds(config: StrategyConfig) -> ChatGenerator:
+    """The LLM of every round after the first of `concat_pf`, `pf_concat` and `cascade`: the escalation model."""
+    return config.fallback_chat_generator or config.chat_generator
+
+
+def _voter(config: StrategyConfig, chat_generator: ChatGenerator | None = None) -> PostFusionVoter:
     return PostFusionVoter(
-        chat_generator=config.chat_generator,
+        chat_generator=chat_generator or config.chat_generator,
         max_concurrency=config.max_concurrency,
         samples_per_passage=config.samples_per_passage,
         max_passage_chars=config.max_passage_chars,
@@ -138,21 +147,28 @@ def _post_fusion(config: StrategyConfig) -> Parts:
 
 def _fallback_chain(config: StrategyConfig, min_confidence: float | None) -> Parts:
     """
-    Concatenation, routed on its answer (unknown, or confidence below `min_confidence` when the generator returns
-    log-probabilities) to post-fusion over the same passages (Liu et al., section 3.3); the concatenation answer goes
-    to the joiner, the caller connects the voter's. A failed concatenation call goes to post-fusion too: its generator
-    is wrapped in an `AbstainingChatGenerator`, which reports the failure instead of raising it.
+    Concatenation, routed on its answer (unknown, or confidence below `min_confidence`: from token log-probabilities
+    or from the agreement of sampled answers, `config.confidence`) to post-fusion over the same passages (Liu et al.,
+    section 3.3) on the escalation model; the concatenation answer goes to the joiner, the caller connects the voter's.
+    A failed concatenation call goes to post-fusion too: its generator is wrapped in an `AbstainingChatGenerator`,
+    which reports the failure instead of raising it (and makes the agreement's sampled calls).
     """
     components, connections = _prompt_chain(config, "figure7", DOCUMENTS)
+    agreement = config.confidence == "agreement"
     components.update(
-        llm=AbstainingChatGenerator(chat_generator=components["llm"]),
+        llm=AbstainingChatGenerator(
+            chat_generator=components["llm"],
+            samples=config.agreement_samples if agreement else 0,
+            sampling_generation_kwargs={"temperature": config.agreement_temperature} if agreement else None,
+        ),
         router=UnknownRouter(
             answer_pattern=PROMPTS["figure7"].answer_pattern,
             unknown_patterns=config.unknown_patterns,
-            min_confidence=min_confidence,
+            min_confidence=None if config.confidence == "none" else min_confidence,
             demonstrations=list(PROMPTS["figure7"].demonstrations),
+            confidence=config.confidence,
         ),
-        voter=_voter(config),
+        voter=_voter(config, _later_rounds(config)),
         joiner=AnswerJoiner(),
     )
     connections += [
@@ -179,8 +195,13 @@ def _cascade(config: StrategyConfig) -> Parts:
     components, connections = _fallback_chain(config, tau)
     components.update(
         {SPLIT_ROUTER: SplitVoteRouter(min_vote_share=share, max_candidates=max(2, config.num_candidates))},
-        summarizer=_summarizer(config, "conditional"),
-        verifier=_verifier(config, use_validity=True, scoring=config.verifier_scoring or "probability"),
+        summarizer=_summarizer(config, "conditional", _later_rounds(config)),
+        verifier=_verifier(
+            config,
+            True,
+            config.verifier_scoring or "probability",
+            config.verifier_chat_generator or _later_rounds(config),
+        ),
     )
     connections += [
         ("voter.answers", f"{SPLIT_ROUTER}.answers"),
@@ -201,7 +222,9 @@ def _cascade(config: StrategyConfig) -> Parts:
 def _pf_concat(config: StrategyConfig) -> Parts:
     """Post-fusion candidates, then one concatenation over the passages that did not say unknown (section 3.3); when
     every passage said unknown the distiller does not run and the voter's "unknown" reaches the joiner."""
-    components, connections = _prompt_chain(config, "distiller", "voter.documents")
+    components, connections = _prompt_chain(
+        config, "distiller", "voter.documents", chat_generator=_later_rounds(config)
+    )
     components.update(voter=_voter(config), joiner=AnswerJoiner())
     connections += [
         (DOCUMENTS, "voter.documents"),
@@ -218,12 +241,14 @@ def _no_datamark(config: StrategyConfig, component: str) -> None:
         raise ValueError(f"`datamark` is not supported by strategies with a {component} (only Liu et al.'s strategies)")
 
 
-def _summarizer(config: StrategyConfig, mode: SummaryMode) -> CandidateSummarizer:
+def _summarizer(
+    config: StrategyConfig, mode: SummaryMode, chat_generator: ChatGenerator | None = None
+) -> CandidateSummarizer:
     _no_datamark(config, "CandidateSummarizer")
     few_shot = "few_shot_" if config.few_shot else ""
     summary = "sure_generic_summary" if mode == "generic" else f"sure_{few_shot}summary"
     return CandidateSummarizer(
-        chat_generator=config.chat_generator,
+        chat_generator=chat_generator or config.chat_generator,
         num_candidates=config.num_candidates,
         mode=mode,
         max_concurrency=config.max_concurrency,
@@ -233,9 +258,11 @@ def _summarizer(config: StrategyConfig, mode: SummaryMode) -> CandidateSummarize
     )
 
 
-def _verifier(config: StrategyConfig, use_validity: bool, scoring: Scoring) -> SummaryVerifier:
+def _verifier(
+    config: StrategyConfig, use_validity: bool, scoring: Scoring, chat_generator: ChatGenerator | None = None
+) -> SummaryVerifier:
     return SummaryVerifier(
-        chat_generator=config.verifier_chat_generator or config.chat_generator,
+        chat_generator=chat_generator or config.verifier_chat_generator or config.chat_generator,
         use_validity=use_validity,
         max_concurrency=config.max_concurrency,
         document_ranker=config.document_ranker,
@@ -383,6 +410,25 @@ def _check_prompts(strategy: Strategy, config: StrategyConfig) -> None:
             )
 
 
+ESCALATING = ("concat_pf", "pf_concat", "cascade")
+"""The strategies whose later rounds run on `StrategyConfig.fallback_chat_generator`."""
+
+
+def _check_escalation(strategy: Strategy, config: StrategyConfig) -> None:
+    """A fallback LLM only for `ESCALATING` strategies, a confidence setting only for those with a concatenation
+    round to judge; raises ValueError naming the strategies that take it."""
+    if config.fallback_chat_generator is not None and strategy.name not in ESCALATING:
+        raise ValueError(
+            f"`fallback_chat_generator` is for the strategies with later rounds ({', '.join(ESCALATING)}), "
+            f"not {strategy.name!r}"
+        )
+    judged = [name for name, s in STRATEGIES.items() if CONCATENATION in s.stages]
+    if config.confidence != "logprobs" and CONCATENATION not in strategy.stages:
+        raise ValueError(
+            f"`confidence` is for the strategies that judge a first answer ({', '.join(judged)}), not {strategy.name!r}"
+        )
+
+
 def get_strategy(name: str) -> Strategy:
     """
     Look a strategy up by name.
@@ -428,11 +474,14 @@ def build_pipeline(name: str, *, retriever: Any | None = None, **config: Any) ->
         `retriever`; None: the pipeline takes the passages as its `documents` input.
     :param config: The fields of `StrategyConfig` (`chat_generator` is required).
     :returns: A new Pipeline.
-    :raises ValueError: If the strategy is not registered, `prompts` names a prompt the strategy does not render, or
-        a template there or in a component does not use the variables its prompt needs or uses others.
+    :raises ValueError: If the strategy is not registered, `prompts` names a prompt the strategy does not render, a
+        template there or in a component does not use the variables its prompt needs or uses others, a setting is out
+        of range, or `fallback_chat_generator` / `confidence` is given to a strategy without later rounds / without a
+        first answer to judge.
     """
     strategy, settings = get_strategy(name), StrategyConfig(**config)
     _check_prompts(strategy, settings)
+    _check_escalation(strategy, settings)
     components, connections = strategy.build(settings)
     if retriever is not None:
         components = {**components, RETRIEVER: retriever}

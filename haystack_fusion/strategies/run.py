@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import textwrap
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from haystack import Document, Pipeline
@@ -19,7 +19,7 @@ from haystack_fusion.answers import (
     normalize_answer,
     validate_query,
 )
-from haystack_fusion.llm import ChatGeneratorWrapper, reply_usage, sum_usage
+from haystack_fusion.llm import ChatGeneratorWrapper, model_name, reply_usage, sum_usage
 from haystack_fusion.strategies.config import RETRIEVER, SPLIT_ROUTER
 from haystack_fusion.strategies.registry import strategy_of
 from haystack_fusion.sure import summary_is_label
@@ -52,6 +52,8 @@ class StrategyRun:
         `rounds`, and `cached_tokens` when a provider reported them.
     :param seconds: Wall-clock time of the run, in seconds.
     :param strategy: The registered strategy that ran.
+    :param usage_by_model: `usage` split by the model that served the calls (`llm.model_name`): model -> the same
+        counters; one entry per model (e.g. the small model's first round and the strong model's escalation).
     """
 
     answer: GeneratedAnswer
@@ -61,6 +63,7 @@ class StrategyRun:
     usage: dict[str, int]
     seconds: float
     strategy: str
+    usage_by_model: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def answer_text(self) -> str:
         """The answer, or what the answer checks rejected and why: `(no valid answer: passage markup: '<p...')`."""
@@ -74,7 +77,7 @@ class StrategyRun:
         The run as JSON values (`haystack-fusion ask --json`).
 
         :returns: `question`, `answer` (text), `strategy`, `evidence`, `sources` (the retrieved passages: `id`,
-            `score`, `meta`, `content`), `usage` and `seconds`.
+            `score`, `meta`, `content`), `usage`, `usage_by_model` and `seconds`.
         """
         return {
             "question": self.answer.query,
@@ -83,6 +86,7 @@ class StrategyRun:
             "evidence": self.evidence,
             "sources": [{"id": d.id, "score": d.score, "meta": d.meta, "content": d.content} for d in self.documents],
             "usage": self.usage,
+            "usage_by_model": self.usage_by_model,
             "seconds": self.seconds,
         }
 
@@ -222,22 +226,27 @@ def strategy_run(
         evidence.update({key: answer.meta.get(key) for key in _INVALID_KEYS})
     if voted and voted.meta.get("invalid_answers"):
         evidence["invalid_answers"] = voted.meta["invalid_answers"]
-    usages: list[dict[str, Any] | None] = []
+    usages: dict[str, list[dict[str, Any] | None]] = {}
     failures: list[dict[str, Any]] = []
     for name, output in outputs.items():
         meta = _own_meta(pipeline, name, output)
         failures += [{"component": name, **failure} for failure in meta.get("failures") or []]
         if meta.get("usage") is not None:
-            usages.append(meta["usage"])
+            used = [meta["usage"]]
         elif replies := output.get("replies"):
-            usages += [*(reply_usage(reply) for reply in replies), {"rounds": 1}]
+            used = [*(reply_usage(reply) for reply in replies), {"rounds": 1}]
+        else:
+            continue
+        usages.setdefault(model_name(pipeline.get_component(name)), []).extend(used)
     if failures:
         evidence["failures"] = failures
         if "concatenation" in ran:  # the later stage's answer lists the earlier stages' failed calls too
             answer = dataclasses.replace(answer, meta={**answer.meta, "failures": failures})
             answers = [answer, *answers[1:]] if answers else answers
     documents = outputs.get(RETRIEVER, {}).get("documents") or []
-    return StrategyRun(answer, answers, documents, evidence, sum_usage(usages), seconds, strategy.name)
+    by_model = {model: sum_usage(used) for model, used in usages.items()}
+    total = sum_usage(usage for used in usages.values() for usage in used)
+    return StrategyRun(answer, answers, documents, evidence, total, seconds, strategy.name, by_model)
 
 
 def answers_run(answers: list[GeneratedAnswer], documents: list[Document]) -> StrategyRun:

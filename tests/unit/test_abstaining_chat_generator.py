@@ -82,7 +82,11 @@ class TestAbstainingChatGenerator:
         data = llm.to_dict()
         assert data == {
             "type": "haystack_fusion.components.concatenation.AbstainingChatGenerator",
-            "init_parameters": {"chat_generator": MockChatGenerator(responses=["Paris"]).to_dict()},
+            "init_parameters": {
+                "chat_generator": MockChatGenerator(responses=["Paris"]).to_dict(),
+                "samples": 0,
+                "sampling_generation_kwargs": None,
+            },
         }
         assert AbstainingChatGenerator.from_dict(copy.deepcopy(data)).to_dict() == data  # from_dict changes its input
         pipeline = Pipeline()

@@ -10,8 +10,8 @@ from haystack.dataclasses import ChatMessage, GeneratedAnswer
 
 from haystack_fusion import NoteTaker, PostFusionVoter
 from haystack_fusion.answers import DEMONSTRATION, PASSAGE_MARKUP, validate_query
-from haystack_fusion.components.post_fusion_voter import DEFAULT_SAMPLING_KWARGS
 from haystack_fusion.components.split_vote_router import SplitVoteRouter
+from haystack_fusion.llm import DEFAULT_SAMPLING_KWARGS
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS
 from haystack_fusion.testing import ScriptedChatGenerator
 from tests.unit.scripted_calls import kwargs_recording_generator

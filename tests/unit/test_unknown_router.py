@@ -62,7 +62,7 @@ class TestUnknownRouter:
 
     def test_only_first_reply_is_judged(self):
         replies = [ChatMessage.from_assistant("Paris"), ChatMessage.from_assistant("unknown")]
-        assert UnknownRouter().run(replies=replies) == {"known": replies}
+        assert UnknownRouter().run(replies=replies) == {"known": replies[:1]}  # the judged reply, not the others
         replies = [ChatMessage.from_assistant("unknown"), ChatMessage.from_assistant("Paris")]
         assert set(UnknownRouter().run(replies=replies)) == {"unknown", "reason"}
 
@@ -138,6 +138,7 @@ class TestUnknownRouter:
                 "unknown_patterns": None,
                 "min_confidence": None,
                 "demonstrations": None,
+                "confidence": "logprobs",
                 "streaming_callback": None,
             },
         }
@@ -151,6 +152,7 @@ class TestUnknownRouter:
                 "unknown_patterns": ["^no idea$"],
                 "min_confidence": 0.3,
                 "demonstrations": None,
+                "confidence": "logprobs",
                 "streaming_callback": None,
             },
         }
@@ -204,6 +206,7 @@ class TestRouter:
             "unknown_patterns",
             "min_confidence",
             "demonstrations",
+            "confidence",
             "streaming_callback",
         }
         router = UnknownRouter(demonstrations=["x"])
