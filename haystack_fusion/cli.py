@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ from haystack_fusion.backends import (
     every_call_failed_message,
     exception_chain,
     failed_calls_message,
+    fallback_chat_generator,
+    fallback_config,
     index_documents,
     llama_cpp_runtime,
     warn_missing_logprobs,
@@ -50,6 +53,7 @@ from haystack_fusion.strategies import (
     StrategyRun,
     build_pipeline,
     run_strategy,
+    strategy_settings,
 )
 
 DEFAULT_STORE = Path(DEFAULT_INDEX_PATH)
@@ -82,6 +86,11 @@ def _strategy_options(args: argparse.Namespace, llm: str) -> dict[str, Any]:
         "min_confidence": args.min_confidence,
         "min_vote_share": args.min_vote_share,
         "verifier_scoring": args.verifier_scoring,
+        **{
+            name: value
+            for name in ("confidence", "agreement_samples", "agreement_temperature")
+            if (value := getattr(args, name, None)) is not None
+        },
     }
 
 
@@ -102,6 +111,9 @@ def _backends(args: argparse.Namespace) -> BackendConfig:
         max_tokens=getattr(args, "max_tokens", None),
         logprobs=getattr(args, "logprobs", None) or None,
         llama_log=getattr(args, "llama_log", None) or None,
+        fallback_llm=getattr(args, "fallback_llm", None),
+        fallback_model=getattr(args, "fallback_model", None),
+        fallback_api_base_url=getattr(args, "fallback_api_base_url", None),
     )
 
 
@@ -113,12 +125,13 @@ def _pipeline(
     chat_generator: Any = None,
 ) -> Any:
     check_document_store(config)
+    options = {**options, "fallback_chat_generator": fallback_chat_generator(config)}
     return build_pipeline(
         strategy,
         retriever=backend_retriever(config),
         chat_generator=backend_chat_generator(config) if chat_generator is None else chat_generator,
         max_concurrency=max_concurrency,
-        **options,
+        **strategy_settings(strategy, options),
     )
 
 
@@ -286,11 +299,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         args.out,
         retriever_factory=_eval_retriever_factory(backends, dataset.documents),
         generator_factory=lambda: backend_chat_generator(backends),
+        fallback_generator_factory=partial(backend_chat_generator, fallback)
+        if (fallback := fallback_config(backends))
+        else None,
     )
     sample = f", stratified sample of {args.sample} (seed {args.seed})" if args.sample else ""
     title = (
         f"{dataset.name}: {len(dataset.questions)} questions{sample}; {backends.retrieval_label()}, "
-        f"{config.setting.label()}; LLM: {backends.llm_label()}"
+        f"{config.setting.label()}; LLM: {backends.escalation_label()}"
         + (", closed-book filtered" if config.closed_book_filter else "")
     )
     Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -429,6 +445,7 @@ BACKEND_CHOICES = {
     "--document-store": ["memory", "elasticsearch"],
     "--retriever": ["bm25", "dense", "hybrid"],
     "--llm": ["local", "openai", "ollama"],
+    "--fallback-llm": ["local", "openai", "ollama"],
 }
 Option = tuple[str, dict[str, Any]]
 
@@ -468,6 +485,10 @@ LLM_OPTIONS: list[Option] = [
                        "own)"}),
     ("--logprobs", {"action": "store_true", "help": "ask an openai server for token log-probabilities, so answers "
                     "carry a confidence (the embedded model always returns them; ollama returns none)"}),
+    ("--fallback-llm", {"help": "the LLM of every round after the first of concat_pf, pf_concat and cascade: a "
+                        "strong model that answers only the questions the first passes on (default: --llm)"}),
+    ("--fallback-model", {"help": "its model name (default: as --model's)"}),
+    ("--fallback-api-base-url", {"help": "its OpenAI-compatible server's URL (default: $OPENAI_BASE_URL or OpenAI)"}),
     ("--llama-log", {"action": "store_true", "help": "print the embedded model's llama.cpp log lines (model "
                      "loading, cache sizes) on stderr; without it, only llama.cpp's errors (also "
                      "$HAYSTACK_FUSION_LLAMA_LOG=1)"}),
@@ -486,6 +507,12 @@ STRATEGY_OPTIONS: list[Option] = [
     ("--min-confidence", {"type": float, "help": "tau: concat_pf and cascade fall back to post-fusion when the "
                           "concatenation answer's confidence is below it (default: off for concat_pf, as in the "
                           f"paper; {CASCADE_MIN_CONFIDENCE} for cascade)"}),
+    ("--confidence", {"choices": ["logprobs", "agreement", "none"], "help": "what concat_pf and cascade compare "
+                      "with --min-confidence: token log-probabilities (logprobs, default), the share of "
+                      "--agreement-samples sampled answers equal to the first (agreement: m extra calls per question, "
+                      "for backends without log-probabilities) or nothing (none: only unknown falls back)"}),
+    ("--agreement-samples", {"type": int, "help": "m, the sampled calls of --confidence agreement (default: 4)"}),
+    ("--agreement-temperature", {"type": float, "help": "their temperature (default: 0.7)"}),
     ("--min-vote-share", {"type": float, "help": "s: cascade verifies a post-fusion vote whose winner has a smaller "
                           f"share of the votes (default: {CASCADE_MIN_VOTE_SHARE})"}),
     ("--verifier-scoring", {"choices": ["text", "probability"], "help": "SuRe's validity and ranking from the reply's "

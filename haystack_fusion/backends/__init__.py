@@ -11,6 +11,8 @@ from haystack_fusion.backends.config import (
     chat_generator,
     document_embedder,
     document_store,
+    fallback_chat_generator,
+    fallback_config,
     retriever,
     text_embedder,
 )
@@ -55,6 +57,8 @@ __all__ = [
     "every_call_failed_message",
     "exception_chain",
     "failed_calls_message",
+    "fallback_chat_generator",
+    "fallback_config",
     "index_documents",
     "llama_cpp_runtime",
     "load_store",

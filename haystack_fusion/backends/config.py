@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
@@ -72,8 +72,12 @@ class BackendConfig:
     :param logprobs: Ask an OpenAI-compatible LLM for token log-probabilities, so answers carry a confidence (the
         embedded model returns them always; ollama-haystack none, so True is an error there).
     :param llama_log: Print the embedded model's llama.cpp log lines on stderr (by default only its errors).
-    :raises ValueError: If a kind is unknown, `top_k` or `max_tokens` is below 1, or `timeout` / `max_retries` /
-        `logprobs` is set for an LLM that does not take it.
+    :param fallback_llm: The LLM of the later rounds of `concat_pf`, `pf_concat` and `cascade` (`fallback_config`):
+        "local", "openai" or "ollama"; None: `llm` for every round.
+    :param fallback_model: Its model name; None: `DEFAULT_MODELS` (the embedded model for "local").
+    :param fallback_api_base_url: Its OpenAI-compatible server's URL; None: OpenAI (`OPENAI_BASE_URL`).
+    :raises ValueError: If a kind is unknown, `top_k` or `max_tokens` is below 1, `timeout` / `max_retries` /
+        `logprobs` is set for an LLM that does not take it, or a fallback setting is given without `fallback_llm`.
     """
 
     store: StoreKind = "memory"
@@ -93,6 +97,9 @@ class BackendConfig:
     max_tokens: int | None = None
     logprobs: bool = False
     llama_log: bool = False
+    fallback_llm: LLMKind | None = None
+    fallback_model: str | None = None
+    fallback_api_base_url: str | None = None
 
     def __post_init__(self) -> None:
         for name, allowed in (
@@ -115,6 +122,12 @@ class BackendConfig:
             raise ValueError(f"`max_tokens` must be at least 1, got {self.max_tokens}")
         if self.logprobs and self.llm == "ollama":
             raise ValueError("`logprobs`: ollama-haystack's generator returns no token log-probabilities")
+        if self.fallback_llm not in (None, "local", "openai", "ollama"):
+            raise ValueError(f"`fallback_llm` must be one of local, openai, ollama, got {self.fallback_llm!r}")
+        if self.fallback_llm is None and (self.fallback_model or self.fallback_api_base_url):
+            raise ValueError(
+                "`fallback_model` and `fallback_api_base_url` need `fallback_llm` (local, openai or ollama)"
+            )
         if self.max_retries is not None and self.max_retries < 0:
             raise ValueError(f"`max_retries` must be at least 0, got {self.max_retries}")
 
@@ -125,6 +138,11 @@ class BackendConfig:
         model = self.model or DEFAULT_MODELS[self.llm]
         where = self.api_base_url if self.llm == "openai" else self.ollama_url
         return f"{self.llm} {model}" + (f" at {where}" if where else "")
+
+    def escalation_label(self) -> str:
+        """The LLM and, with a fallback, the escalation, e.g. "openai a at URL; later rounds: openai b at URL"."""
+        fallback = fallback_config(self)
+        return self.llm_label() + (f"; later rounds: {fallback.llm_label()}" if fallback else "")
 
     def retrieval_label(self) -> str:
         """The retrieval as a report names it, e.g. "BM25 over memory" or "hybrid over elasticsearch index 'x'"."""
@@ -232,6 +250,35 @@ def retriever(config: BackendConfig, store: Any | None = None) -> Any:
         embedding_retriever=embedding(document_store=store, top_k=config.top_k),
         top_k=config.top_k,
     )
+
+
+def fallback_config(config: BackendConfig) -> BackendConfig | None:
+    """
+    The configuration of the later rounds' LLM (`fallback_llm`, `fallback_model`, `fallback_api_base_url`; the
+    other settings shared where that LLM takes them: no timeout or retries for the embedded model, log-probabilities
+    only from an OpenAI-compatible one); None without `fallback_llm`.
+    """
+    if config.fallback_llm is None:
+        return None
+    kind = config.fallback_llm
+    return replace(
+        config,
+        llm=kind,
+        model=config.fallback_model,
+        api_base_url=config.fallback_api_base_url,
+        timeout=None if kind == "local" else config.timeout,
+        max_retries=config.max_retries if kind == "openai" else None,
+        logprobs=config.logprobs and kind == "openai",
+        fallback_llm=None,
+        fallback_model=None,
+        fallback_api_base_url=None,
+    )
+
+
+def fallback_chat_generator(config: BackendConfig) -> Any | None:
+    """The later rounds' ChatGenerator (`chat_generator` of `fallback_config`), or None without `fallback_llm`."""
+    fallback = fallback_config(config)
+    return None if fallback is None else chat_generator(fallback)
 
 
 def chat_generator(config: BackendConfig) -> Any:

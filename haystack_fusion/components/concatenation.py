@@ -141,7 +141,7 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
             `{"error": "ExceptionType: message"}` per failed call).
         :raises Exception: The generator's exception when the backend is unusable (refused connection or key).
         """
-        kwargs = {"generation_kwargs": generation_kwargs, "raise_if": backend_unusable}
+        kwargs: dict[str, Any] = {"generation_kwargs": generation_kwargs, "raise_if": backend_unusable}
         calls = run_chat_calls(self._chat_generator, [messages], **kwargs)
         if not self.samples or calls.replies[0] is None:
             return self._outputs(calls)
@@ -153,7 +153,7 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
         self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         """Async form of `run`."""
-        kwargs = {"generation_kwargs": generation_kwargs, "raise_if": backend_unusable}
+        kwargs: dict[str, Any] = {"generation_kwargs": generation_kwargs, "raise_if": backend_unusable}
         calls = await run_chat_calls_async(self._chat_generator, [messages], **kwargs)
         if not self.samples or calls.replies[0] is None:
             return self._outputs(calls)

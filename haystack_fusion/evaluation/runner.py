@@ -56,7 +56,7 @@ from haystack_fusion.llm import (
     max_calls_in_flight,
     unwrap_call_limit,
 )
-from haystack_fusion.strategies import build_pipeline, get_strategy, run_strategy
+from haystack_fusion.strategies import build_pipeline, get_strategy, run_strategy, strategy_settings
 
 logger = logging.getLogger(__name__)
 
@@ -177,6 +177,8 @@ class Evaluator:
 
     :param retriever_factory: Makes a fresh retriever (one per pipeline).
     :param generator_factory: Makes a fresh ChatGenerator (one per pipeline).
+    :param fallback_generator_factory: Makes the ChatGenerator of the later rounds of `concat_pf`, `pf_concat` and
+        `cascade` (`StrategyConfig.fallback_chat_generator`); None: `generator_factory`'s for every round.
     """
 
     def __init__(
@@ -187,24 +189,30 @@ class Evaluator:
         *,
         retriever_factory: Callable[[], Any],
         generator_factory: Callable[[], ChatGenerator],
+        fallback_generator_factory: Callable[[], ChatGenerator] | None = None,
     ) -> None:
         self.dataset = dataset
         self.config = config
         self.out = Path(out)
         self.retriever_factory = retriever_factory
         self.generator_factory = generator_factory
+        self.fallback_generator_factory = fallback_generator_factory
         self._gold = {d.id: d for d in dataset.documents}
         self._lock = threading.Lock()
         self.notes: list[str] = []  # what the report should say beside its figures
 
     def _pipeline(self, strategy: str, top_k: int, setting: PassageSetting, generator: ChatGenerator) -> Pipeline:
         retriever = EvalRetriever(self.retriever_factory(), setting=setting, corpus=self.dataset.documents, top_k=top_k)
+        options = dict(self.config.strategy_options)
+        if self.fallback_generator_factory is not None:
+            fallback = CallLimitedChatGenerator(chat_generator=self.fallback_generator_factory())
+            options["fallback_chat_generator"] = fallback
         return build_pipeline(
             strategy,
             retriever=retriever,
             chat_generator=CallLimitedChatGenerator(chat_generator=generator),
             max_concurrency=self.config.max_concurrency,
-            **self.config.strategy_options,
+            **strategy_settings(strategy, options),
         )
 
     def fingerprint(self, strategy: str, top_k: int, setting: PassageSetting) -> str:

@@ -33,6 +33,7 @@ from haystack_fusion.backends import (
     backend_error_message,
     chat_generator,
     every_call_failed_message,
+    fallback_chat_generator,
     retriever,
     warn_missing_logprobs,
 )
@@ -52,7 +53,15 @@ from haystack_fusion.serving.presentation import (
     streamed_component,
 )
 from haystack_fusion.settings import SERVING_LIMIT_VARIABLES, serving_limit_values, strategy_defaults
-from haystack_fusion.strategies import StrategyRun, build_pipeline, chat_text, get_strategy, passages, strategy_run
+from haystack_fusion.strategies import (
+    StrategyRun,
+    build_pipeline,
+    chat_text,
+    get_strategy,
+    passages,
+    strategy_run,
+    strategy_settings,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -382,8 +391,16 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
             self.generator = chat_generator(config)
             # every call (strategy, rewrite, background task) holds a HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT slot
             self.llm = CallLimitedChatGenerator(chat_generator=self.generator)
+            fallback = fallback_chat_generator(config)
+            settings = {
+                **strategy_defaults(config.llm),
+                "fallback_chat_generator": fallback and CallLimitedChatGenerator(chat_generator=fallback),
+            }
             self.pipeline = build_pipeline(
-                self.strategy, retriever=retriever(config), chat_generator=self.llm, **strategy_defaults(config.llm)
+                self.strategy,
+                retriever=retriever(config),
+                chat_generator=self.llm,
+                **strategy_settings(self.strategy, settings),
             )
             self.pipeline.warm_up()
 

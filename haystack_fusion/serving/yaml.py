@@ -32,8 +32,14 @@ from typing import Any
 import yaml
 from haystack.marshal.yaml import YamlDumper, YamlMarshaller
 
-from haystack_fusion.backends import BackendConfig, SavedInMemoryBM25Retriever, chat_generator, retriever
-from haystack_fusion.strategies import STRATEGIES, build_pipeline, get_strategy
+from haystack_fusion.backends import (
+    BackendConfig,
+    SavedInMemoryBM25Retriever,
+    chat_generator,
+    fallback_chat_generator,
+    retriever,
+)
+from haystack_fusion.strategies import STRATEGIES, build_pipeline, get_strategy, strategy_settings
 
 YAML_SUBDIR, WRAPPER_FILE = "yaml", "pipeline_wrapper.py"
 
@@ -97,7 +103,8 @@ def pipeline_yaml(strategy: str, config: BackendConfig) -> str:
         search = SavedInMemoryBM25Retriever(index_path=config.index_path, top_k=config.top_k)
     else:
         search = retriever(config)
-    pipeline = build_pipeline(strategy, retriever=search, chat_generator=chat_generator(config))
+    settings = strategy_settings(strategy, {"fallback_chat_generator": fallback_chat_generator(config)})
+    pipeline = build_pipeline(strategy, retriever=search, chat_generator=chat_generator(config), **settings)
     targets = sorted(f"{name}.query" for name, sockets in pipeline.inputs().items() if "query" in sockets)
     sections = {
         "inputs": {"query": targets},

@@ -25,10 +25,12 @@ from haystack_fusion.strategies.config import (
 from haystack_fusion.strategies.registry import (
     CASCADE_MIN_CONFIDENCE,
     CASCADE_MIN_VOTE_SHARE,
+    ESCALATING,
     STRATEGIES,
     build_pipeline,
     get_strategy,
     strategy_of,
+    strategy_settings,
 )
 from haystack_fusion.strategies.run import StrategyRun, chat_text, evidence_line, passages, run_strategy, strategy_run
 from haystack_fusion.strategies.tool import strategy_tool, tool_text
@@ -36,6 +38,7 @@ from haystack_fusion.strategies.tool import strategy_tool, tool_text
 __all__ = [
     "CASCADE_MIN_CONFIDENCE",
     "CASCADE_MIN_VOTE_SHARE",
+    "ESCALATING",
     "PAPERS",
     "RETRIEVER",
     "SPLIT_ROUTER",
@@ -55,6 +58,7 @@ __all__ = [
     "run_strategy",
     "strategy_of",
     "strategy_run",
+    "strategy_settings",
     "strategy_tool",
     "tool_text",
 ]

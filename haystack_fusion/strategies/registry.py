@@ -429,6 +429,23 @@ def _check_escalation(strategy: Strategy, config: StrategyConfig) -> None:
         )
 
 
+def strategy_settings(name: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """
+    `settings` (`StrategyConfig` fields) without those strategy `name` does not take: `fallback_chat_generator`
+    outside `ESCALATING`, the confidence settings without a concatenation round to judge. For a command line or an
+    evaluation that gives several strategies the same flags; `build_pipeline` itself rejects them.
+
+    :raises ValueError: If the strategy is not registered.
+    """
+    strategy = get_strategy(name)
+    left_out = set()
+    if strategy.name not in ESCALATING:
+        left_out.add("fallback_chat_generator")
+    if CONCATENATION not in strategy.stages:
+        left_out |= {"confidence", "agreement_samples", "agreement_temperature"}
+    return {key: value for key, value in settings.items() if key not in left_out}
+
+
 def get_strategy(name: str) -> Strategy:
     """
     Look a strategy up by name.

@@ -15,10 +15,12 @@ from haystack import Document, Pipeline
 from haystack.dataclasses import ChatMessage
 
 from haystack_fusion import FusionAnswerer, UnknownRouter
+from haystack_fusion.backends import BackendConfig, fallback_chat_generator, fallback_config
+from haystack_fusion.cli import _backends, _strategy_options, build_parser
 from haystack_fusion.components import AbstainingChatGenerator
 from haystack_fusion.llm import model_name
 from haystack_fusion.strategies import build_pipeline
-from haystack_fusion.strategies.registry import ESCALATING
+from haystack_fusion.strategies.registry import ESCALATING, strategy_settings
 from haystack_fusion.strategies.run import StrategyRun, strategy_run
 from haystack_fusion.testing import ScriptedChatGenerator
 
@@ -253,3 +255,65 @@ class TestAgreement:
     def test_router_rejects_an_unknown_confidence(self):
         with pytest.raises(ValueError, match="`confidence` must be logprobs, agreement or none"):
             UnknownRouter(confidence="votes")  # type: ignore[arg-type]
+
+
+class TestBackends:
+    def test_fallback_config_takes_the_shared_settings_the_llm_takes(self):
+        config = BackendConfig(
+            llm="openai", model="small", api_base_url="http://127.0.0.1:8081/v1", timeout=5.0, max_retries=1,
+            logprobs=True, fallback_llm="local",
+        )  # fmt: skip
+        fallback = fallback_config(config)
+        assert fallback is not None
+        assert (fallback.llm, fallback.model, fallback.api_base_url) == ("local", None, None)
+        assert (fallback.timeout, fallback.max_retries, fallback.logprobs) == (None, None, False)
+        assert fallback_config(BackendConfig()) is None
+        assert config.escalation_label() == (
+            "openai small at http://127.0.0.1:8081/v1; later rounds: embedded llama.cpp packaged gemma3 270M (Q4_K_M)"
+        )
+
+    def test_the_settings_variables_name_the_fallback(self):
+        env = {
+            "HAYSTACK_FUSION_FALLBACK_LLM": "openai",
+            "HAYSTACK_FUSION_FALLBACK_MODEL": "strong",
+            "HAYSTACK_FUSION_FALLBACK_API_BASE_URL": "http://127.0.0.1:8082/v1",
+        }
+        config = BackendConfig.from_env(env)
+        generator = fallback_chat_generator(config)
+        assert model_name(generator) == "strong"
+        assert generator.api_base_url == "http://127.0.0.1:8082/v1"
+
+    @pytest.mark.parametrize(
+        ("settings", "message"),
+        [
+            ({"fallback_llm": "claude"}, "`fallback_llm` must be one of local, openai, ollama"),
+            ({"fallback_model": "strong"}, "`fallback_model` and `fallback_api_base_url` need `fallback_llm`"),
+        ],
+    )
+    def test_bad_fallback_settings(self, settings, message):
+        with pytest.raises(ValueError, match=message):
+            BackendConfig(**settings)
+
+    def test_command_line_flags(self):
+        args = build_parser().parse_args(
+            ["ask", "Who?", "--llm", "openai", "--fallback-llm", "openai", "--fallback-model", "strong",
+             "--fallback-api-base-url", "http://127.0.0.1:8082/v1", "--confidence", "agreement",
+             "--agreement-samples", "3", "--agreement-temperature", "1.0"]
+        )  # fmt: skip
+        config = _backends(args)
+        assert (config.fallback_llm, config.fallback_model) == ("openai", "strong")
+        options = _strategy_options(args, config.llm)
+        assert (options["confidence"], options["agreement_samples"], options["agreement_temperature"]) == (
+            "agreement",
+            3,
+            1.0,
+        )
+
+    def test_strategy_settings_leave_out_what_a_strategy_does_not_take(self):
+        settings = {"fallback_chat_generator": object(), "confidence": "agreement", "agreement_samples": 3, "top": 1}
+        assert strategy_settings("cascade", settings) == settings
+        assert strategy_settings("pf_concat", settings) == {
+            "fallback_chat_generator": settings["fallback_chat_generator"],
+            "top": 1,
+        }
+        assert strategy_settings("sure", settings) == {"top": 1}
