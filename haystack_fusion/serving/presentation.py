@@ -56,7 +56,8 @@ def _stage_text(stage: dict[str, Any]) -> str:
 
 
 def _usage_text(run: StrategyRun) -> str:
-    """LLM calls, rounds, tokens and time, e.g. "6 LLM calls in 2 rounds, 900 prompt + 12 completion tokens, 4.2 s"."""
+    """LLM calls, rounds, tokens and time, e.g. "6 LLM calls in 2 rounds, 900 prompt + 12 completion tokens, 4.2 s";
+    with calls on more than one model, each model's: "...; small: 1 call, 450 + 4 tokens; strong: 5 calls, ..."."""
     usage, calls, cached = run.usage, run.usage.get("calls", 0), run.usage.get("cached_calls", 0)
     if _from_cache(usage):
         return f"answered from the cache: {plural(calls, 'earlier LLM call')} reused, no LLM call made"
@@ -64,7 +65,19 @@ def _usage_text(run: StrategyRun) -> str:
         f"{plural(calls, 'LLM call')}{f' ({cached} from the cache)' if cached else ''} in "
         f"{plural(usage.get('rounds', 0), 'round')}, "
         f"{usage.get('prompt_tokens', 0)} prompt + {usage.get('completion_tokens', 0)} completion tokens, "
-        f"{run.seconds:.1f} s"
+        f"{run.seconds:.1f} s{_by_model(run)}"
+    )
+
+
+def _by_model(run: StrategyRun) -> str:
+    """Each model's calls and tokens when more than one model served the run ("; small: 5 calls, 900 + 8 tokens;
+    strong: ..."); "" for one model."""
+    if len(run.usage_by_model) < 2:
+        return ""
+    return "".join(
+        f"; {model}: {plural(used.get('calls', 0), 'call')}, "
+        f"{used.get('prompt_tokens', 0)} + {used.get('completion_tokens', 0)} tokens"
+        for model, used in run.usage_by_model.items()
     )
 
 
@@ -94,7 +107,7 @@ def format_run(question: str, run: StrategyRun, *, passage_chars: int = 160) -> 
     lines.append(
         f"LLM: {plural(usage['calls'], 'call')} ({usage['failed_calls']} failed) in "
         f"{plural(usage.get('rounds', 0), 'round')}, "
-        f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens"
+        f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens{_by_model(run)}"
     )
     lines.append(f"Time: {run.seconds:.2f} s")
     return "\n".join(lines)
@@ -189,12 +202,19 @@ def evidence_element_props(run: StrategyRun, *, chars: int = 300) -> dict[str, A
 
 
 def api_result(run: StrategyRun) -> dict[str, Any]:
-    """The served `/{name}/run` JSON: `answer`, `sources` (`id`, `title`, `content`, `score`), `evidence`, `usage`."""
+    """The served `/{name}/run` JSON: `answer`, `sources` (`id`, `title`, `content`, `score`), `evidence`, `usage`
+    and `usage_by_model` (model -> the same counters)."""
     sources = [
         {"id": d.id, "title": (d.meta or {}).get("title"), "content": d.content, "score": d.score}
         for d in cited_sources(run)
     ]
-    return {"answer": run.answer.data, "sources": sources, "evidence": run.evidence, "usage": run.usage}
+    return {
+        "answer": run.answer.data,
+        "sources": sources,
+        "evidence": run.evidence,
+        "usage": run.usage,
+        "usage_by_model": run.usage_by_model,
+    }
 
 
 def streamed_component(pipeline: Pipeline) -> str | None:

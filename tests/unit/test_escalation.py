@@ -19,6 +19,7 @@ from haystack_fusion.backends import BackendConfig, fallback_chat_generator, fal
 from haystack_fusion.cli import _backends, _strategy_options, build_parser
 from haystack_fusion.components import AbstainingChatGenerator
 from haystack_fusion.llm import model_name
+from haystack_fusion.serving.presentation import api_result, format_run
 from haystack_fusion.strategies import build_pipeline
 from haystack_fusion.strategies.registry import ESCALATING, strategy_settings
 from haystack_fusion.strategies.run import StrategyRun, strategy_run
@@ -317,3 +318,14 @@ class TestBackends:
             "top": 1,
         }
         assert strategy_settings("sure", settings) == {"top": 1}
+
+
+def test_the_terminal_and_the_served_json_show_each_models_usage():
+    small, strong = models()
+    pipeline = build_pipeline(
+        "concat_pf", chat_generator=small, fallback_chat_generator=strong, confidence="agreement", min_confidence=0.75
+    )
+    run = ask(pipeline, "Italy")
+    assert "; small: 5 calls, 0 + 0 tokens; strong: 3 calls, 0 + 0 tokens" in format_run("Capital?", run)
+    assert api_result(run)["usage_by_model"] == run.usage_by_model
+    assert "small" not in format_run("Capital?", ask(build_pipeline("concat_pf", chat_generator=small), "France"))
