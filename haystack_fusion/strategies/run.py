@@ -281,12 +281,20 @@ def _own_meta(pipeline: Pipeline, name: str, output: dict[str, Any]) -> dict[str
 
 
 def _stages(ran: dict[str, dict[str, Any]], split_reason: str | None) -> list[dict[str, Any]]:
-    """A fallback strategy's stages that ran, in order; each but the last passed the question on, with a reason."""
+    """A fallback strategy's stages that ran, in order; each but the last passed the question on, with a reason. The
+    concatenation stage carries its answer's `confidence` (the router's, by agreement or log-probabilities) when
+    there is one, so a replay can move tau over the run's records."""
+    routed = ran["concatenation"]
+    reply = next(iter(routed.get("known") or routed.get("unknown") or []), None)
+    first: dict[str, Any] = {"stage": "concatenation"}
+    if reply is not None:
+        confidence = reply.meta.get("confidence", answer_confidence(reply.meta))
+        first.update({} if confidence is None else {"confidence": confidence})
     trace: list[dict[str, Any]] = []
-    if "unknown" in ran["concatenation"]:
-        trace.append({"stage": "concatenation", "answered": False, "reason": ran["concatenation"].get("reason")})
+    if "unknown" in routed:
+        trace.append({**first, "answered": False, "reason": routed.get("reason")})
         if split_reason and "post_fusion" in ran:
             trace.append({"stage": "post_fusion", "answered": False, "reason": split_reason})
             return [*trace, {"stage": "sure", "answered": "verification" in ran}]
         return [*trace, {"stage": "post_fusion", "answered": True}]
-    return [{"stage": "concatenation", "answered": True}]
+    return [{**first, "answered": True}]

@@ -100,6 +100,7 @@ class TestOnlyUnsureQuestionsReachTheStrongModel:
         unsure = ask(pipeline, "Italy")
         assert unsure.evidence["fallback"] is True
         assert unsure.evidence["stages"][0]["reason"] == "confidence 0.25 < 0.75"  # 1 of 4 samples said Rome
+        assert unsure.evidence["stages"][0]["confidence"] == 0.25  # kept for a replay at another tau
         assert unsure.answer.data == "Rome"
         assert strong.calls >= len(DOCUMENTS)  # post-fusion: one call per passage, on the strong model
         assert all("Question: What is the capital of France?" not in prompt for prompt in strong.prompts)

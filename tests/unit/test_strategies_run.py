@@ -243,6 +243,7 @@ class TestRunStrategy:
         assert run.answer.data == "Paris"
         assert run.answer.meta["stages"][0] == {
             "stage": "concatenation",
+            "confidence": pytest.approx(0.0498, abs=1e-3),  # exp(-3), kept so a replay can move tau
             "answered": False,
             "reason": "confidence 0.05 < 0.2",
         }
