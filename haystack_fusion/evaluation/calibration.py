@@ -375,10 +375,11 @@ def _pct(value: float | None, ci: Sequence[float] | None = None) -> str:
     return f"{value:.1f}" + (f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else "")
 
 
-def dollars(value: float | None, ci: Sequence[float] | None = None) -> str:
-    """US dollars to three significant digits, with the interval when there is one: `0.000123 [0.000101, 0.00015]`."""
+def dollars(value: float | None, ci: Sequence[float] | None = None, *, missing: str = "–") -> str:
+    """US dollars to three significant digits, with the interval when there is one: `0.000123 [0.000101, 0.00015]`;
+    `missing` for None."""
     if value is None:
-        return "–"
+        return missing
     return f"{value:.3g}" + (f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else "")
 
 

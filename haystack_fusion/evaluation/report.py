@@ -231,7 +231,7 @@ MAIN_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
 """The main table's columns after strategy, (setting,) top-k: header -> the cell of a run's summary."""
 
 COST_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
-    "cost/q $": lambda s: dollars(s["cost_per_question"], s.get("cost_per_question_ci")),
+    "cost/q $": lambda s: dollars(s["cost_per_question"], s.get("cost_per_question_ci"), missing="-"),
     "escalated": lambda s: _rate(s, "escalated_rate", True),
 }
 """Main-table columns after F1, each only when some run has its figure (`cost.run_cost`)."""
@@ -241,7 +241,7 @@ MODEL_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "calls/q": lambda m: _cell(m["calls_per_question"], digits=2),
     "prompt tokens/q": lambda m: _cell(m["prompt_tokens_per_question"], digits=0),
     "completion tokens/q": lambda m: _cell(m["completion_tokens_per_question"], digits=0),
-    "cost/q $": lambda m: dollars(m["cost_per_question"]),
+    "cost/q $": lambda m: dollars(m["cost_per_question"], missing="-"),
 }
 
 DIFFERENCE_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
@@ -534,7 +534,6 @@ def write_report(
             f"\n\nCalls and tokens per model (means over all questions)\n\n{_table(per_model, MODEL_COLUMNS, several)}"
             + ("\n\nPrices, US dollars per million input / output tokens: "
                + "; ".join(f"{model} {price[0]:g} / {price[1]:g}" for model, price in prices.items()) if prices else "")
-            + "\n"
         )  # fmt: skip
     text += f"\n\nAnswer outcomes\n\n{_table(summaries, OUTCOME_COLUMNS, several)}\n\n{OUTCOME_NOTE}\n"
     if any(s.get("sas") is not None for s in summaries):
