@@ -1,6 +1,6 @@
 """
-What a run costs: prices per model, each question's cost in US dollars, calls and tokens per model, and the share of
-questions escalated.
+What a run costs: prices per model, each question's cost in US dollars, calls and tokens per model, the share of
+questions escalated, and accuracy against cost as a chart (matplotlib, the `eval` extra).
 
 A price is US dollars per million prompt (input) and completion (output) tokens. A question's usage per model is
 `evidence["usage_by_model"]` (model name -> `prompt_tokens`, `completion_tokens`, `calls`, ...); a record without it
@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from haystack_fusion.evaluation.metrics import DEFAULT_SEED, mean_ci, rate_ci
@@ -26,6 +27,7 @@ UNNAMED_MODEL = "model"
 """The model name of records without `usage_by_model` when their run does not name its model."""
 
 TOKENS_PER_PRICE = 1_000_000
+COST_CHART = "accuracy_vs_cost.png"
 
 
 def parse_price(text: str) -> tuple[str, Price]:
@@ -137,3 +139,53 @@ def run_cost(
         "models": models,
         "unpriced_models": [m["model"] for m in models if m["cost_per_question"] is None],
     }
+
+
+def label(summary: Mapping[str, Any]) -> str:
+    """A run's name in a chart: its strategy, after its run label when it has one."""
+    return f"{summary['run']}: {summary['strategy']}" if summary.get("run") else str(summary["strategy"])
+
+
+def draw_cost_chart(
+    summaries: Sequence[dict[str, Any]], sweep_rows: Sequence[dict[str, Any]], out: Path
+) -> Path | None:
+    """
+    Draw EM (answerable questions) against cost per question: one labelled point per run, and the replayed concat_pf
+    (`calibration.sweep`) as a line over its taus, at the first k and setting it has. Only priced runs and taus.
+
+    :returns: The chart's path; None (nothing drawn) when no run or tau has a cost.
+    :raises ImportError: Without matplotlib (the `eval` extra).
+    """
+    points = [s for s in summaries if s.get("cost_per_question") is not None and s["em"] is not None]
+    first = next(((r["top_k"], r["setting"]) for r in sweep_rows), None)
+    line = sorted(
+        (r["cost_per_question"], r["em"], r["tau"]) for r in sweep_rows
+        if (r["top_k"], r["setting"]) == first and r["tau"] is not None and r["cost_per_question"] is not None
+        and r["em"] is not None
+    )  # fmt: skip
+    if not points and not line:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6.4, 4.4))
+    for index, s in enumerate(points):
+        axes.scatter(s["cost_per_question"], s["em"])
+        offset = (4, 4) if index % 2 == 0 else (4, -12)
+        axes.annotate(f"{label(s)} (top-{s['top_k']})", (s["cost_per_question"], s["em"]), fontsize=8,
+                      textcoords="offset points", xytext=offset)  # fmt: skip
+    if line:
+        axes.plot([c for c, _, _ in line], [em for _, em, _ in line], marker=".", alpha=0.6,
+                  label=f"concat_pf replayed over tau (top-{first[0]})" if first else None)  # fmt: skip
+        for cost, em, tau in line[:: max(1, len(line) // 5)]:
+            axes.annotate(f"tau {tau:g}", (cost, em), fontsize=7, textcoords="offset points", xytext=(3, -10))
+        axes.legend(fontsize=8)
+    axes.set(xlabel="cost per question (US dollars)", ylabel="EM (answerable questions)",
+             title="Accuracy against cost")  # fmt: skip
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(out / COST_CHART, dpi=120)
+    plt.close(figure)
+    return out / COST_CHART

@@ -20,7 +20,7 @@ from typing import Any
 
 from haystack_fusion.answers import DEMONSTRATION, copies_demonstration
 from haystack_fusion.evaluation.calibration import calibration_report, dollars, markdown
-from haystack_fusion.evaluation.cost import Price, run_cost
+from haystack_fusion.evaluation.cost import Price, draw_cost_chart, label, run_cost
 from haystack_fusion.evaluation.metrics import (
     BOOTSTRAP_RESAMPLES,
     DEFAULT_SEED,
@@ -41,7 +41,6 @@ TABLE_FILE = "results.md"
 TOKENS_CHART = "em_vs_tokens.png"
 TOPK_CHART = "em_vs_top_k.png"
 NOISE_CHART = "em_vs_noise_ratio.png"
-COST_CHART = "accuracy_vs_cost.png"
 DEFAULT_BASELINE = "concatenation"
 # The rates of `metrics.summarize` that carry a bootstrap confidence interval (`<key>_ci`), and the per-question values
 # each is the mean of, over the same questions as `summarize`.
@@ -375,56 +374,6 @@ def _em_lines(points: Sequence[tuple[str, Any, float]], path: Path, *, xlabel: s
     plt.close(figure)
 
 
-def _label(s: Mapping[str, Any]) -> str:
-    """A run's name in a chart: its strategy, after its run label when it has one."""
-    return f"{s['run']}: {s['strategy']}" if s.get("run") else str(s["strategy"])
-
-
-def draw_cost_chart(
-    summaries: Sequence[dict[str, Any]], sweep_rows: Sequence[dict[str, Any]], out: Path
-) -> Path | None:
-    """
-    Draw EM (answerable questions) against cost per question: one labelled point per run, and the replayed concat_pf
-    (`calibration.sweep`) as a line over its taus, at the first k and setting it has. Only priced runs and taus.
-
-    :returns: The chart's path; None (nothing drawn) when no run or tau has a cost.
-    :raises ImportError: Without matplotlib (the `eval` extra).
-    """
-    points = [s for s in summaries if s.get("cost_per_question") is not None and s["em"] is not None]
-    first = next(((r["top_k"], r["setting"]) for r in sweep_rows), None)
-    line = sorted(
-        (r["cost_per_question"], r["em"], r["tau"]) for r in sweep_rows
-        if (r["top_k"], r["setting"]) == first and r["tau"] is not None and r["cost_per_question"] is not None
-        and r["em"] is not None
-    )  # fmt: skip
-    if not points and not line:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(6.4, 4.4))
-    for index, s in enumerate(points):
-        axes.scatter(s["cost_per_question"], s["em"])
-        offset = (4, 4) if index % 2 == 0 else (4, -12)
-        axes.annotate(f"{_label(s)} (top-{s['top_k']})", (s["cost_per_question"], s["em"]), fontsize=8,
-                      textcoords="offset points", xytext=offset)  # fmt: skip
-    if line:
-        axes.plot([c for c, _, _ in line], [em for _, em, _ in line], marker=".", alpha=0.6,
-                  label=f"concat_pf replayed over tau (top-{first[0]})" if first else None)  # fmt: skip
-        for cost, em, tau in line[:: max(1, len(line) // 5)]:
-            axes.annotate(f"tau {tau:g}", (cost, em), fontsize=7, textcoords="offset points", xytext=(3, -10))
-        axes.legend(fontsize=8)
-    axes.set(xlabel="cost per question (US dollars)", ylabel="EM (answerable questions)",
-             title="Accuracy against cost")  # fmt: skip
-    axes.grid(alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(out / COST_CHART, dpi=120)
-    plt.close(figure)
-    return out / COST_CHART
-
-
 def draw_charts(summaries: Sequence[dict[str, Any]], out: Path) -> None:
     """
     Draw EM vs tokens (Liu et al. Figure 3), EM vs top-k (Figure 4) and EM vs noise ratio (Yu et al. Table 3).
@@ -443,16 +392,16 @@ def draw_charts(summaries: Sequence[dict[str, Any]], out: Path) -> None:
     for index, s in enumerate(points):
         axes.scatter(s["tokens_per_question"], s["em"])
         offset = (4, 4) if index % 2 == 0 else (4, -12)  # alternate, so labels of nearby points do not overlap
-        axes.annotate(_label(s), (s["tokens_per_question"], s["em"]), textcoords="offset points", xytext=offset)
+        axes.annotate(label(s), (s["tokens_per_question"], s["em"]), textcoords="offset points", xytext=offset)
     axes.set(xlabel="tokens per question (prompt + completion)", ylabel="EM (answerable questions)",
              title=f"EM vs tokens, top-{smallest} (cf. Liu et al. Figure 3)")  # fmt: skip
     figure.tight_layout()
     figure.savefig(out / TOKENS_CHART, dpi=120)
     plt.close(figure)
     if len({s["top_k"] for s in summaries}) > 1:
-        by_k = [(_label(s), s["top_k"], s["em"]) for s in summaries if s["em"] is not None]
+        by_k = [(label(s), s["top_k"], s["em"]) for s in summaries if s["em"] is not None]
         _em_lines(by_k, out / TOPK_CHART, xlabel="top-k passages", title="EM vs top-k (cf. Liu et al. Figure 4)")
-    noisy = [(_label(s), noise_ratio(s["setting"]), s["em"]) for s in summaries if s["em"] is not None]
+    noisy = [(label(s), noise_ratio(s["setting"]), s["em"]) for s in summaries if s["em"] is not None]
     noisy = [(strategy, ratio, em) for strategy, ratio, em in noisy if ratio is not None]
     if len({ratio for _, ratio, _ in noisy}) > 1:
         _em_lines(noisy, out / NOISE_CHART, xlabel="noise ratio (share of irrelevant passages in the top-k)",

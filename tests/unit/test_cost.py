@@ -12,6 +12,7 @@ import pytest
 from haystack_fusion.cli import main
 from haystack_fusion.evaluation.calibration import choose, replay, sweep
 from haystack_fusion.evaluation.cost import (
+    COST_CHART,
     UNNAMED_MODEL,
     model_usage,
     parse_price,
@@ -21,7 +22,7 @@ from haystack_fusion.evaluation.cost import (
     with_model,
 )
 from haystack_fusion.evaluation.records import RUN_FILE, QuestionRecord, read_run_manifest, write_run_manifest
-from haystack_fusion.evaluation.report import COST_CHART, SUMMARY_FILE, TABLE_FILE, write_report
+from haystack_fusion.evaluation.report import SUMMARY_FILE, TABLE_FILE, write_report
 from tests.unit.capitals_dataset import make_evaluator
 from tests.unit.scores import outcome_score
 
