@@ -179,8 +179,12 @@ def draw_cost_chart(
     if line:
         axes.plot([c for c, _, _ in line], [em for _, em, _ in line], marker=".", alpha=0.6,
                   label=f"concat_pf replayed over tau (top-{first[0]})" if first else None)  # fmt: skip
-        for cost, em, tau in line[:: max(1, len(line) // 5)]:
-            axes.annotate(f"tau {tau:g}", (cost, em), fontsize=7, textcoords="offset points", xytext=(3, -10))
+        spots: dict[tuple[float, float], list[float]] = {}  # taus that replay alike share a point and a label
+        for cost, em, tau in line:
+            spots.setdefault((cost, em), []).append(tau)
+        for (cost, em), taus in spots.items():
+            text = f"tau {taus[0]:g}" + (f"-{taus[-1]:g}" if len(taus) > 1 else "")
+            axes.annotate(text, (cost, em), fontsize=7, textcoords="offset points", xytext=(3, -10))
         axes.legend(fontsize=8)
     axes.set(xlabel="cost per question (US dollars)", ylabel="EM (answerable questions)",
              title="Accuracy against cost")  # fmt: skip
