@@ -219,16 +219,17 @@ class TestCalibration:
 
 
 def test_report_command_with_two_folders_and_prices(tmp_path, capsys):
-    make_evaluator(tmp_path / "small", strategies=["concatenation"]).run()
+    (first, *_) = make_evaluator(tmp_path / "small", strategies=["concatenation"]).run()
     make_evaluator(tmp_path / "strong", strategies=["concatenation"]).run()
-    write_run_manifest(tmp_path / "small", title="capitals", dataset="", prices={"model": (1.0, 2.0)})
+    (model,) = model_usage(first)  # the model the records name
+    write_run_manifest(tmp_path / "small", title="capitals", dataset="", prices={model: (1.0, 2.0)})
     args = ["report", str(tmp_path / "small"), str(tmp_path / "strong"), "--out", str(tmp_path / "both")]
     assert main([*args, "--target-accuracy", "50"]) == 0
     text = (tmp_path / "both" / TABLE_FILE).read_text()
     assert "| run | strategy | top-k | EM | F1 | cost/q $ |" in text
     assert "| small | concatenation |" in text
     assert "| strong | concatenation |" in text
-    assert json.loads((tmp_path / "both" / SUMMARY_FILE).read_text())["prices"] == {"model": [1.0, 2.0]}
-    assert main([*args, "--price", "model=0,0"]) == 0  # --price over run.json's
-    assert json.loads((tmp_path / "both" / SUMMARY_FILE).read_text())["prices"] == {"model": [0.0, 0.0]}
+    assert json.loads((tmp_path / "both" / SUMMARY_FILE).read_text())["prices"] == {model: [1.0, 2.0]}
+    assert main([*args, "--price", f"{model}=0,0"]) == 0  # --price over run.json's
+    assert json.loads((tmp_path / "both" / SUMMARY_FILE).read_text())["prices"] == {model: [0.0, 0.0]}
     assert (tmp_path / "small" / RUN_FILE).is_file()
