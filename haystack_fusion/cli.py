@@ -312,7 +312,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     Path(args.out).mkdir(parents=True, exist_ok=True)
     runtime = llama_cpp_runtime() if backends.llm == "local" else None
     manifest: dict[str, Any] = {"title": title, "dataset": str(args.dataset), "command": getattr(args, "argv", None),
-                                "runtime": runtime, "strategy_options": config.strategy_options}  # fmt: skip
+                                "runtime": runtime, "strategy_options": config.strategy_options,
+                                "prices": dict(args.price or [])}  # fmt: skip
     write_run_manifest(args.out, **manifest)
     try:
         records = evaluator.run()
@@ -325,8 +326,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
             write_run_manifest(args.out, **manifest, notes=evaluator.notes)
     failures = read_failures(Path(args.out) / RESULTS_FILE)
     if records or not failures:  # every question failed: no report, the failures below say why
-        notes = read_run_manifest(args.out).get("notes") or []
-        _write_report(records, args.out, title=title, dataset=dataset, args=args, notes=notes)
+        kept = read_run_manifest(args.out)
+        _write_report(records, args.out, title=title, dataset=dataset, args=args, notes=kept.get("notes") or [],
+                      prices=kept.get("prices") or {})  # fmt: skip
     if args.export_notes:
         from haystack_fusion.evaluation.export import export_notes
 
@@ -357,9 +359,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _write_report(
-    records: list[Any], out: str, *, title: str, dataset: Any, args: argparse.Namespace, notes: list[str]
+    records: list[Any],
+    out: str,
+    *,
+    title: str,
+    dataset: Any,
+    args: argparse.Namespace,
+    notes: list[str],
+    prices: dict[str, Any],
+    runs: list[str] | None = None,
 ) -> None:
-    """The report of `eval` and `report`, with `--baseline`, `--sas` and the run folders' notes."""
+    """The report of `eval` and `report`, with `--baseline`, `--sas`, the run folders' notes and prices (`--price`
+    over them), `--target-accuracy` / `--target-escalation` and the records' run labels."""
     from haystack_fusion.evaluation.report import write_report
 
     sas_scores = None
@@ -367,20 +378,27 @@ def _write_report(
         from haystack_fusion.evaluation.haystack_eval import records_sas
 
         sas_scores = records_sas(records, dataset)
-    write_report(records, out, title=title, baseline=args.baseline, sas=sas_scores, notes=notes)
+    prices = {**prices, **dict(args.price or [])}
+    write_report(records, out, title=title, baseline=args.baseline, sas=sas_scores, notes=notes, runs=runs,
+                 prices={model: (float(price[0]), float(price[1])) for model, price in prices.items()},
+                 target_accuracy=args.target_accuracy, target_escalation=args.target_escalation)  # fmt: skip
     print((Path(out) / "results.md").read_text(encoding="utf-8"))
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     """`haystack-fusion report`: rebuild tables and charts from run folders' records, rescored against the dataset."""
+    from haystack_fusion.evaluation.cost import with_model
     from haystack_fusion.evaluation.datasets import load_dataset
-    from haystack_fusion.evaluation.records import RESULTS_FILE, read_run_manifest, read_run_records
+    from haystack_fusion.evaluation.records import RESULTS_FILE, read_records, read_run_manifest
     from haystack_fusion.evaluation.runner import rescore
 
-    records = read_run_records(args.runs)
+    manifests = [read_run_manifest(run) for run in args.runs]
+    folders = [read_records(Path(run) / RESULTS_FILE) for run in args.runs]
+    folders = [with_model(f, m["model"]) if m.get("model") else f for f, m in zip(folders, manifests, strict=True)]
+    records = [record for folder in folders for record in folder]
     if not records:
         raise FileNotFoundError(f"No {RESULTS_FILE} records in {', '.join(args.runs)}")
-    manifest = read_run_manifest(args.runs[0])
+    manifest = manifests[0]
     source = args.dataset or manifest.get("dataset")
     dataset = None
     if source:
@@ -390,9 +408,24 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise ValueError("--sas needs the dataset's gold answers: pass --dataset")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     title = args.title or manifest.get("title", "")
-    notes = [note for run in args.runs for note in read_run_manifest(run).get("notes") or []]
-    _write_report(records, args.out, title=title, dataset=dataset, args=args, notes=list(dict.fromkeys(notes)))
+    notes = [note for m in manifests for note in m.get("notes") or []]
+    prices = {model: price for m in manifests for model, price in (m.get("prices") or {}).items()}
+    _write_report(records, args.out, title=title, dataset=dataset, args=args, notes=list(dict.fromkeys(notes)),
+                  prices=prices, runs=_run_labels(args.runs, folders))  # fmt: skip
     return 0
+
+
+def _run_labels(runs: list[str], folders: list[list[Any]]) -> list[str] | None:
+    """A run label per record, its folder's name (its path when names repeat), when a strategy, k and setting has
+    records in more than one folder; else None (the folders hold different runs, e.g. one per noise ratio)."""
+    seen: dict[tuple[str, int, str], int] = {}
+    for index, folder in enumerate(folders):
+        for key in {(r.strategy, r.top_k, r.setting) for r in folder}:
+            if seen.setdefault(key, index) != index:
+                names = [Path(run).name for run in runs]
+                names = names if len(set(names)) == len(names) else list(runs)
+                return [names[i] for i, folder in enumerate(folders) for _ in folder]
+    return None
 
 
 def cmd_pipelines(args: argparse.Namespace) -> int:
@@ -520,11 +553,30 @@ STRATEGY_OPTIONS: list[Option] = [
                             "strategies, probability for cascade)"}),
 ]  # fmt: skip
 
+
+def _price(text: str) -> tuple[str, tuple[float, float]]:
+    """`--price MODEL=IN,OUT` (`cost.parse_price`), as an argparse error naming the bad value."""
+    from haystack_fusion.evaluation.cost import parse_price
+
+    try:
+        return parse_price(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 REPORT_OPTIONS: list[Option] = [
     ("--baseline", {"help": "strategy the others are compared with: paired bootstrap CI of the EM and F1 difference "
                     "over the same questions (default: concatenation when it ran)"}),
     ("--sas", {"action": "store_true", "help": "add semantic answer similarity (Haystack's SASEvaluator, packaged "
                "all-MiniLM-L6-v2; `dense` extra)"}),
+    ("--price", {"action": "append", "type": _price, "metavar": "MODEL=IN,OUT", "help": "US dollars per million "
+                 "input and output tokens of a model, e.g. gpt-4o-mini=0.15,0.60 (repeatable): the report's cost per "
+                 "question and accuracy-vs-cost chart. `eval` keeps them in run.json for `report`; `report --price` "
+                 "overrides them (default: none, cost unknown)"}),
+    ("--target-accuracy", {"type": float, "metavar": "PERCENT", "help": "calibration: the cheapest tau whose "
+                           "replayed SQuAD 2.0 EM reaches PERCENT (0-100) (default: the most accurate tau)"}),
+    ("--target-escalation", {"type": float, "metavar": "PERCENT", "help": "calibration: the most accurate tau that "
+                             "passes at most PERCENT (0-100) of the questions on to the later rounds (default: none)"}),
 ]  # fmt: skip
 
 

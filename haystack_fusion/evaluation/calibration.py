@@ -3,7 +3,8 @@ Calibration of answer confidence, from evaluation records: AUROC, selective answ
 
 A record's confidence is `evidence["confidence"]` (`answers.answer_confidence`); its AUROC (Mann-Whitney U over n+ x
 n-) is read as `correct` (among answerable questions) and `answerable` (against unanswerable ones). Decoding is greedy,
-so `concat_pf` at tau is replayed exactly from the concatenation and post_fusion records.
+so `concat_pf` at tau is replayed exactly from the concatenation and post_fusion records, with what each tau costs
+(`cost.question_cost`).
 """
 
 from __future__ import annotations
@@ -11,14 +12,22 @@ from __future__ import annotations
 import math
 import warnings
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 from scipy import stats
 
-from haystack_fusion.evaluation.metrics import _RNG_KEYWORD, BOOTSTRAP_RESAMPLES, CONFIDENCE, DEFAULT_SEED, rate_ci
+from haystack_fusion.evaluation.cost import Price, escalated, question_cost
+from haystack_fusion.evaluation.metrics import (
+    _RNG_KEYWORD,
+    BOOTSTRAP_RESAMPLES,
+    CONFIDENCE,
+    DEFAULT_SEED,
+    mean_ci,
+    rate_ci,
+)
 from haystack_fusion.evaluation.records import QuestionRecord, group_runs
 
 SELECTIVE_CHART = "selective_answering.png"
@@ -131,13 +140,15 @@ def draw_selective_chart(records: Sequence[QuestionRecord], out: Path) -> Path |
 
 
 class Replayed(NamedTuple):
-    """One question's scores under a replayed tau, and the stage that answered it."""
+    """One question's scores under a replayed tau, the stage that answered it and its cost in US dollars (None
+    without prices)."""
 
     answerable: bool
     em: float
     f1: float
     unknown: bool
     stage: str
+    cost: float | None = None
 
     @property
     def correct(self) -> bool:
@@ -145,23 +156,58 @@ class Replayed(NamedTuple):
         return bool(self.em == 1.0) if self.answerable else self.unknown
 
 
-def replay(records: Sequence[QuestionRecord], tau: float | None) -> dict[tuple[int, str], dict[str, Replayed]]:
+def _later_rounds(records: Sequence[QuestionRecord]) -> dict[tuple[int, str, str], QuestionRecord]:
+    """The later rounds' record of each (k, setting, question): a `post_fusion` record, else a record of an escalated
+    question (`concat_pf`, `cascade`), whose answer the later rounds gave; the first such record of the folders."""
+    later: dict[tuple[int, str, str], QuestionRecord] = {}
+    for record in records:
+        if record.strategy == "post_fusion" or escalated(record):
+            key = (record.top_k, record.setting, record.question_id)
+            if record.strategy == "post_fusion" and later.get(key, record).strategy != "post_fusion":
+                del later[key]
+            later.setdefault(key, record)
+    return later
+
+
+def _later_cost(later: QuestionRecord, first_cost: float | None, prices: Mapping[str, Price]) -> float | None:
+    """The later rounds' cost: a post_fusion record's whole cost; an escalated record's cost less its first round,
+    taken to be the replayed one's (same first-round model, greedy decoding)."""
+    cost = question_cost(later, prices)
+    if cost is None or later.strategy == "post_fusion":
+        return cost
+    return None if first_cost is None else max(0.0, cost - first_cost)
+
+
+def replay(
+    records: Sequence[QuestionRecord], tau: float | None, *, prices: Mapping[str, Price] | None = None
+) -> dict[tuple[int, str], dict[str, Replayed]]:
     """
     Replay `concat_pf` at tau (None: the text-only fallback, Liu et al.) from the questions with a `concatenation`
-    record with a confidence and a `post_fusion` record at the same k and setting.
+    record with a confidence (the first round; the first of the folders) and a later rounds' record at the same k and
+    setting (`_later_rounds`: a `post_fusion` record, else an escalated `concat_pf` or `cascade` record, from any
+    folder, e.g. one run on a stronger model).
 
+    :param prices: US dollars per million tokens per model: each outcome's `cost` is the first round's cost plus, when
+        the question is passed on, the later rounds' cost.
     :returns: (k, setting) -> question id -> `Replayed`.
     """
-    index = {record.key(): record for record in records}
+    index: dict[tuple[str, int, str, str], QuestionRecord] = {}
+    for record in records:
+        index.setdefault(record.key(), record)
+    later = _later_rounds(records)
     replayed: dict[tuple[int, str], dict[str, Replayed]] = {}
     for (strategy, top_k, setting, question_id), first in index.items():
-        fused = index.get(("post_fusion", top_k, setting, question_id))
+        fused = later.get((top_k, setting, question_id))
         confidence = first.evidence.get("confidence")
         if strategy != "concatenation" or fused is None or confidence is None:
             continue
         fell_back = first.score.unknown or (tau is not None and confidence < tau)
         chosen, stage = (fused, "post_fusion") if fell_back else (first, "concatenation")
-        outcome = Replayed(chosen.answerable, chosen.score.em, chosen.score.f1, chosen.score.unknown, stage)
+        cost = question_cost(first, prices) if prices is not None else None
+        if fell_back and cost is not None:
+            extra = _later_cost(fused, cost, prices or {})
+            cost = None if extra is None else cost + extra
+        outcome = Replayed(chosen.answerable, chosen.score.em, chosen.score.f1, chosen.score.unknown, stage, cost)
         replayed.setdefault((top_k, setting), {})[question_id] = outcome
     return replayed
 
@@ -169,7 +215,8 @@ def replay(records: Sequence[QuestionRecord], tau: float | None) -> dict[tuple[i
 def replay_summary(outcomes: Iterable[Replayed], *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
     """
     The rates of replayed outcomes, in percent with 95% bootstrap CIs: `squad2_em`, `em`, `f1` (answerable),
-    `reject_rate` (unanswerable answered "unknown") and `fallback_rate` (answered by post-fusion).
+    `reject_rate` (unanswerable answered "unknown") and `fallback_rate` (passed on to the later rounds); and
+    `cost_per_question` in US dollars with its CI (None unless every outcome has a cost).
     """
     items = list(outcomes)
     values: dict[str, list[Any]] = {
@@ -183,26 +230,77 @@ def replay_summary(outcomes: Iterable[Replayed], *, seed: int = DEFAULT_SEED) ->
     for name, flags in values.items():
         summary[name] = 100.0 * sum(flags) / len(flags) if flags else None
         summary[f"{name}_ci"] = rate_ci(flags, seed=seed) if flags else None
+    costs = [o.cost for o in items]
+    priced = bool(costs) and None not in costs
+    summary["cost_per_question"] = sum(c for c in costs if c is not None) / len(costs) if priced else None
+    summary["cost_per_question_ci"] = mean_ci([c for c in costs if c is not None], seed=seed) if priced else None
     return summary
 
 
 def sweep(
-    records: Sequence[QuestionRecord], thresholds: Sequence[float] = DEFAULT_THRESHOLDS, *, seed: int = DEFAULT_SEED
+    records: Sequence[QuestionRecord],
+    thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
+    *,
+    seed: int = DEFAULT_SEED,
+    prices: Mapping[str, Price] | None = None,
 ) -> list[dict[str, Any]]:
     """Replay `concat_pf` at each tau of a grid and at tau None (text only): one row per (k, setting, tau), those keys
-    plus `replay_summary`'s rates."""
+    plus `replay_summary`'s rates (and cost, with `prices`)."""
     return [
         {"top_k": top_k, "setting": setting, "tau": tau, **replay_summary(outcomes.values(), seed=seed)}
         for tau in [None, *thresholds]
-        for (top_k, setting), outcomes in replay(records, tau).items()
+        for (top_k, setting), outcomes in replay(records, tau, prices=prices).items()
     ]
 
 
-def choose(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """The sweep row with the highest SQuAD 2.0 EM; ties to the smaller fallback rate (fewer LLM calls), then to the
-    smaller tau. None for no rows."""
+def _cheapness(row: dict[str, Any]) -> float:
+    """A row's cost per question, else its fallback rate (the later rounds' calls) when the cost is unknown."""
+    return row["cost_per_question"] if row.get("cost_per_question") is not None else row["fallback_rate"]
+
+
+def choose(
+    rows: Sequence[dict[str, Any]],
+    *,
+    target_accuracy: float | None = None,
+    target_escalation: float | None = None,
+) -> dict[str, Any] | None:
+    """
+    The sweep row (a tau, not the text-only row) to run with. With no target: the highest SQuAD 2.0 EM, ties to the
+    smaller fallback rate, then to the smaller tau. `target_accuracy` (SQuAD 2.0 EM, %): the cheapest row that reaches
+    it (cost per question, else fallback rate). `target_escalation` (%): the most accurate row whose fallback rate is
+    at most it.
+
+    :returns: The row; None for no rows, or no row that meets the target.
+    :raises ValueError: If both targets are given, or a target is outside [0, 100].
+    """
+    if target_accuracy is not None and target_escalation is not None:
+        raise ValueError("give `target_accuracy` or `target_escalation`, not both")
+    for name, target in (("target_accuracy", target_accuracy), ("target_escalation", target_escalation)):
+        if target is not None and not 0.0 <= target <= 100.0:
+            raise ValueError(f"`{name}` is a percentage in [0, 100], got {target!r}")
     candidates = [row for row in rows if row.get("squad2_em") is not None and row.get("tau") is not None]
+    if target_accuracy is not None:
+        reaching = [row for row in candidates if row["squad2_em"] >= target_accuracy]
+        return min(reaching, key=lambda row: (_cheapness(row), -row["squad2_em"], row["tau"]), default=None)
+    if target_escalation is not None:
+        candidates = [row for row in candidates if row["fallback_rate"] <= target_escalation]
     return max(candidates, key=lambda row: (row["squad2_em"], -row["fallback_rate"], -row["tau"]), default=None)
+
+
+def choice_reason(
+    best: dict[str, Any] | None, *, target_accuracy: float | None = None, target_escalation: float | None = None
+) -> str:
+    """Why `choose` picked its row (or none), one sentence for the report."""
+    if target_accuracy is not None:
+        if best is None:
+            return f"No tau reaches {target_accuracy:g}% SQuAD 2.0 EM."
+        cost = "cheapest" if best.get("cost_per_question") is not None else "least escalating (no prices)"
+        return f"tau {best['tau']:g} is the {cost} tau with SQuAD 2.0 EM >= {target_accuracy:g}%."
+    if target_escalation is not None:
+        if best is None:
+            return f"No tau escalates at most {target_escalation:g}% of the questions."
+        return f"tau {best['tau']:g} is the most accurate tau that escalates at most {target_escalation:g}%."
+    return "" if best is None else f"tau {best['tau']:g} has the highest SQuAD 2.0 EM."
 
 
 def consistency(records: Sequence[QuestionRecord]) -> tuple[int, int]:
@@ -277,6 +375,14 @@ def _pct(value: float | None, ci: Sequence[float] | None = None) -> str:
     return f"{value:.1f}" + (f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else "")
 
 
+def dollars(value: float | None, ci: Sequence[float] | None = None, *, missing: str = "–") -> str:
+    """US dollars to three significant digits, with the interval when there is one: `0.000123 [0.000101, 0.00015]`;
+    `missing` for None."""
+    if value is None:
+        return missing
+    return f"{value:.3g}" + (f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else "")
+
+
 def _auc(result: dict[str, Any] | None) -> str:
     if result is None:
         return "–"
@@ -291,16 +397,37 @@ def markdown(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 
 def calibration_report(
-    records: Sequence[QuestionRecord], out: Path, *, seed: int = DEFAULT_SEED
+    records: Sequence[QuestionRecord],
+    out: Path,
+    *,
+    seed: int = DEFAULT_SEED,
+    prices: Mapping[str, Price] | None = None,
+    target_accuracy: float | None = None,
+    target_escalation: float | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """
     The calibration sections of a report, each only when its records are there.
 
-    :returns: (markdown, summary dict with `auroc`, `concat_pf_sweep`, `consistency`, `verification`, `stages`).
+    :param prices: US dollars per million tokens per model, for the replay's cost per question.
+    :param target_accuracy: The SQuAD 2.0 EM (%) the chosen tau must reach (`choose`).
+    :param target_escalation: The largest share of questions escalated (%) the chosen tau may have (`choose`).
+    :returns: (markdown, summary dict with `auroc`, `concat_pf_sweep`, `tau_choice` (the chosen `tau`, `top_k`,
+        `setting`, `target`, `reason`; None without a sweep), `consistency`, `verification`, `stages`).
+    :raises ValueError: As `choose`.
     """
+    targets = {"target_accuracy": target_accuracy, "target_escalation": target_escalation}
+    rows = sweep(records, seed=seed, prices=prices)
+    best = choose(rows, **targets)
     summary: dict[str, Any] = {
         "auroc": calibration(records, seed=seed),
-        "concat_pf_sweep": sweep(records, seed=seed),
+        "concat_pf_sweep": rows,
+        "tau_choice": {
+            **({key: best[key] for key in ("tau", "top_k", "setting")} if best else {"tau": None}),
+            "target": {key: value for key, value in targets.items() if value is not None} or None,
+            "reason": choice_reason(best, **targets),
+        }
+        if rows
+        else None,
         "consistency": consistency(records),
         "verification": verification_stats(records),
         "stages": stage_stats(records),
@@ -318,23 +445,29 @@ def calibration_report(
             f"answerable against unanswerable.\n\n{table}"
             + (f"\n\n![selective answering]({chart.name})\n" if chart else "")
         )
-    if rows := summary["concat_pf_sweep"]:
-        best = choose(rows)
+    if rows:
+        priced = any(row["cost_per_question"] is not None for row in rows)
         shown = [
             row for row in rows if row is best or row["tau"] is None or round(row["tau"] * 100) in (20, 40, 60, 80)
         ]
         table = markdown(
-            ["top-k", "tau", "questions", "SQuAD 2.0 EM", "EM", "F1", "reject rate", "fallback %"],
+            ["top-k", "tau", "questions", "SQuAD 2.0 EM", "EM", "F1", "reject rate", "fallback %",
+             *(["cost/q $"] if priced else [])],
             ([r["top_k"], "–" if r["tau"] is None else r["tau"], r["n"],
-              _pct(r["squad2_em"], r["squad2_em_ci"]) + (" **best**" if r is best else ""), _pct(r["em"], r["em_ci"]),
-              _pct(r["f1"], r["f1_ci"]), _pct(r["reject_rate"], r["reject_rate_ci"]), _pct(r["fallback_rate"])]
+              _pct(r["squad2_em"], r["squad2_em_ci"]) + (" **chosen**" if r is best else ""), _pct(r["em"], r["em_ci"]),
+              _pct(r["f1"], r["f1_ci"]), _pct(r["reject_rate"], r["reject_rate_ci"]), _pct(r["fallback_rate"]),
+              *([dollars(r["cost_per_question"], r["cost_per_question_ci"])] if priced else [])]
              for r in shown),
         )  # fmt: skip
         same, compared = summary["consistency"]
         parts.append(
-            "\n## concat_pf replayed at each threshold\n\nReplayed exactly from the concatenation and post_fusion "
-            "records (tau `–`: text only, the paper's); a selection of the grid, all of it in summary.json. SQuAD 2.0 "
-            f"EM counts an unanswerable question right when the answer is unknown.\n\n{table}"
+            "\n## concat_pf replayed at each threshold\n\nReplayed exactly from the concatenation records (the first "
+            "round) and the later rounds' records of the same questions: post_fusion, else an escalated concat_pf or "
+            "cascade record, from any folder given (tau `–`: text only, the paper's); a selection of the grid, all of "
+            "it in summary.json. SQuAD 2.0 EM counts an unanswerable question right when the answer is unknown; "
+            "fallback %: the share passed on to the later rounds"
+            + ("; cost/q: the first round's cost, plus the later rounds' when passed on" if priced else "")
+            + f".\n\n{table}\n\n{summary['tau_choice']['reason']}"
             + (f"\n\nThe text-only replay reproduces {same} of {compared} concat_pf records." if compared else "")
         )
     if summary["verification"]:

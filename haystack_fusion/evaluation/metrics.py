@@ -250,7 +250,21 @@ def rate_ci(
     :returns: (low, high) in percent; None for fewer than two values.
     :raises ValueError: If `values` is not one-dimensional.
     """
-    sample = _percentages(values)
+    return mean_ci(_percentages(values), seed=seed, resamples=resamples)
+
+
+def mean_ci(
+    values: Sequence[float] | np.ndarray, *, seed: int = DEFAULT_SEED, resamples: int = BOOTSTRAP_RESAMPLES
+) -> tuple[float, float] | None:
+    """
+    The 95% bootstrap confidence interval of the mean of per-question values, in their unit (e.g. US dollars).
+
+    :returns: (low, high); None for fewer than two values.
+    :raises ValueError: If `values` is not one-dimensional.
+    """
+    sample = np.asarray(values, dtype=float)
+    if sample.ndim != 1:
+        raise ValueError(f"expected one value per question (a 1-D sequence), got shape {sample.shape}")
     if sample.size < 2:
         return None
     if np.all(sample == sample[0]):

@@ -226,7 +226,7 @@ def read_run_records(folders: Iterable[str | Path]) -> list[QuestionRecord]:
 
 
 RUN_FILE = "run.json"
-"""A run folder's manifest: report title, dataset, command, strategy options."""
+"""A run folder's manifest: report title, dataset, command, strategy options, prices."""
 
 
 def write_run_manifest(
@@ -238,6 +238,7 @@ def write_run_manifest(
     runtime: Mapping[str, str] | None = None,
     notes: Sequence[str] = (),
     strategy_options: Mapping[str, Any] | None = None,
+    prices: Mapping[str, Sequence[float]] | None = None,
 ) -> None:
     """
     Write the run folder's `run.json`, read by `haystack-fusion report` (`title`, `dataset` path or URL).
@@ -245,6 +246,8 @@ def write_run_manifest(
     :param runtime: The runtime that answers (llama.cpp build); every distinct one is listed under `runtimes`.
     :param notes: What the report should say beside the figures, added to those kept, each once.
     :param strategy_options: The `StrategyConfig` fields the run set; None keeps those in `run.json`.
+    :param prices: US dollars per million (input, output) tokens per model, for `report`; None or empty keeps those
+        in `run.json`.
     """
     previous = read_run_manifest(folder)
     runtimes = list(previous.get("runtimes") or [])
@@ -260,6 +263,9 @@ def write_run_manifest(
     options = previous.get("strategy_options") if strategy_options is None else dict(strategy_options)
     if options is not None:
         manifest["strategy_options"] = json.loads(json.dumps(options, default=str))
+    kept_prices = {model: list(price) for model, price in prices.items()} if prices else previous.get("prices")
+    if kept_prices:
+        manifest["prices"] = kept_prices
     (Path(folder) / RUN_FILE).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
 
 

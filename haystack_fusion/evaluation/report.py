@@ -2,7 +2,9 @@
 The evaluation report: summary JSON, a markdown table laid out like Liu et al.'s Table 1, and PNG charts.
 
 Rates carry 95% bootstrap intervals; strategies are compared with a baseline by paired bootstrap intervals of their EM
-and F1 difference (Kim et al., Appendix H; `metrics.rate_ci`). Charts need matplotlib (`eval` extra).
+and F1 difference (Kim et al., Appendix H; `metrics.rate_ci`). With prices, each run's cost per question in US dollars
+and the share of questions escalated (`cost.run_cost`), and accuracy against cost as a chart. Records of several run
+folders are told apart by a run label per record. Charts need matplotlib (`eval` extra).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from haystack_fusion.answers import DEMONSTRATION, copies_demonstration
-from haystack_fusion.evaluation.calibration import calibration_report, markdown
+from haystack_fusion.evaluation.calibration import calibration_report, dollars, markdown
+from haystack_fusion.evaluation.cost import Price, draw_cost_chart, label, run_cost
 from haystack_fusion.evaluation.metrics import (
     BOOTSTRAP_RESAMPLES,
     DEFAULT_SEED,
@@ -50,7 +53,8 @@ RATES: dict[str, Callable[[Sequence[Any]], list[Any]]] = {
     "recall_at_k": lambda scores: [s.retrieval_hit for s in scores if s.answerable and s.retrieval_hit is not None],
 }
 
-_RunKey = tuple[str, int, str]
+_RunKey = tuple[str, str, int, str]
+"""(run label, strategy, k, setting); the label is "" for records of one run."""
 
 
 def _ci(values: Sequence[Any], seed: int) -> list[float] | None:
@@ -72,11 +76,31 @@ def demonstration_answers(strategy: str) -> dict[str, tuple[str, ...]]:
     return {name: PROMPTS[name].demonstrations for name in spec.prompts if PROMPTS[name].demonstrations} if spec else {}
 
 
-def answer_outcomes(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED) -> dict[_RunKey, dict[str, Any]]:
+def run_groups(
+    records: Sequence[QuestionRecord], runs: Sequence[str] | None = None
+) -> dict[_RunKey, list[QuestionRecord]]:
+    """
+    The records per run: `records.group_runs` within each run label (`runs`: one per record, same order; None: all "").
+
+    :raises ValueError: If `runs` does not have one label per record.
+    """
+    labels = [""] * len(records) if runs is None else list(runs)
+    if len(labels) != len(records):
+        raise ValueError(f"one run label per record: got {len(labels)} labels and {len(records)} records")
+    return {
+        (label, *key): group
+        for label in dict.fromkeys(labels)
+        for key, group in group_runs(r for r, mine in zip(records, labels, strict=True) if mine == label).items()
+    }
+
+
+def answer_outcomes(
+    records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED, runs: Sequence[str] | None = None
+) -> dict[_RunKey, dict[str, Any]]:
     """The answers that are not answers per run: `metrics.outcome_counts`, invalid reasons, demonstration copies."""
     outcomes: dict[_RunKey, dict[str, Any]] = {}
-    for key, group in group_runs(outcome_records(records)).items():
-        demos = demonstration_answers(key[0])
+    for key, group in run_groups(outcome_records(records), runs).items():
+        demos = demonstration_answers(key[1])
         every = tuple(answer for answers in demos.values() for answer in answers)
         flags = [copies_demonstration(record.prediction, every, ()) for record in group]
         rejected = [
@@ -100,12 +124,16 @@ def answer_outcomes(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SE
     return outcomes
 
 
-def summarize_runs(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED) -> list[dict[str, Any]]:
-    """One `metrics.summarize` per run, with `<key>_ci` (`metrics.rate_ci`) after each rate of `RATES`."""
+def summarize_runs(
+    records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED, runs: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    """One `metrics.summarize` per run, with `<key>_ci` (`metrics.rate_ci`) after each rate of `RATES`; `run` first
+    when the run has a label."""
     summaries = []
-    for (strategy, top_k, setting), group in group_runs(records).items():
+    for (run, strategy, top_k, setting), group in run_groups(records, runs).items():
         scores = [record.score for record in group]
-        summary: dict[str, Any] = {"strategy": strategy, "top_k": top_k, "setting": setting}
+        summary: dict[str, Any] = {**({"run": run} if run else {}), "strategy": strategy, "top_k": top_k,
+                                   "setting": setting}  # fmt: skip
         for key, value in summarize(scores).items():
             summary[key] = value
             if key in RATES:
@@ -125,16 +153,19 @@ def resolve_baseline(records: Sequence[QuestionRecord], baseline: str | None = N
 
 
 def baseline_differences(
-    records: Sequence[QuestionRecord], baseline: str, *, seed: int = DEFAULT_SEED
+    records: Sequence[QuestionRecord], baseline: str, *, seed: int = DEFAULT_SEED, runs: Sequence[str] | None = None
 ) -> dict[_RunKey, dict[str, Any]]:
-    """The EM and F1 difference of every other run against the baseline at the same k and setting, in percentage
-    points with paired bootstrap intervals (`metrics.paired_difference_ci`), over answerable questions both answered."""
-    groups = group_runs(records)
+    """The EM and F1 difference of every other run against the baseline at the same k and setting (of the same run
+    label, else of the first that has it), in percentage points with paired bootstrap intervals
+    (`metrics.paired_difference_ci`), over answerable questions both answered."""
+    groups = run_groups(records, runs)
     differences = {}
-    for (strategy, top_k, setting), group in groups.items():
+    for (run, strategy, top_k, setting), group in groups.items():
         if strategy == baseline:
             continue
-        theirs = {r.question_id: r.score for r in groups.get((baseline, top_k, setting), []) if r.score.answerable}
+        same = [g for (label, name, k, s), g in groups.items() if (name, k, s) == (baseline, top_k, setting)]
+        base_group = groups.get((run, baseline, top_k, setting)) or (same[0] if same else [])
+        theirs = {r.question_id: r.score for r in base_group if r.score.answerable}
         mine = {r.question_id: r.score for r in group if r.score.answerable and r.question_id in theirs}
         entry: dict[str, Any] = {"paired_questions": len(mine)}
         for metric in ("em", "f1"):
@@ -147,7 +178,7 @@ def baseline_differences(
         for metric in ("em", "f1"):
             entry[f"{metric}_diff_significant"] = excludes_zero(entry[f"{metric}_diff_ci"])
         entry["diff_significant"] = entry["em_diff_significant"] or entry["f1_diff_significant"]
-        differences[(strategy, top_k, setting)] = entry
+        differences[(run, strategy, top_k, setting)] = entry
     return differences
 
 
@@ -198,6 +229,20 @@ MAIN_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
 }
 """The main table's columns after strategy, (setting,) top-k: header -> the cell of a run's summary."""
 
+COST_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "cost/q $": lambda s: dollars(s["cost_per_question"], s.get("cost_per_question_ci"), missing="-"),
+    "escalated": lambda s: _rate(s, "escalated_rate", True),
+}
+"""Main-table columns after F1, each only when some run has its figure (`cost.run_cost`)."""
+
+MODEL_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "model": itemgetter("model"),
+    "calls/q": lambda m: _cell(m["calls_per_question"], digits=2),
+    "prompt tokens/q": lambda m: _cell(m["prompt_tokens_per_question"], digits=0),
+    "completion tokens/q": lambda m: _cell(m["completion_tokens_per_question"], digits=0),
+    "cost/q $": lambda m: dollars(m["cost_per_question"], missing="-"),
+}
+
 DIFFERENCE_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "ΔEM": lambda s: _difference(s, "em"),
     "ΔF1": lambda s: _difference(s, "f1"),
@@ -245,13 +290,27 @@ SAS_NOTE = (
 def _table(
     runs: Sequence[dict[str, Any]], columns: Mapping[str, Callable[[dict[str, Any]], Any]], setting: bool
 ) -> str:
-    """A markdown table of one row per run: strategy, (setting,) top-k, then `columns` (header -> cell of a run)."""
-    header = ["strategy", *(["setting"] if setting else []), "top-k", *columns]
+    """A markdown table of one row per run: (run,) strategy, (setting,) top-k, then `columns` (header -> cell of a
+    run); the run column when the runs have labels."""
+    labelled = any("run" in s for s in runs)
+    header = [*(["run"] if labelled else []), "strategy", *(["setting"] if setting else []), "top-k", *columns]
     return markdown(
         header,
-        ([s["strategy"], *([s["setting"]] if setting else []), s["top_k"], *(c(s) for c in columns.values())]
-         for s in runs),
+        ([*([s.get("run", "")] if labelled else []), s["strategy"], *([s["setting"]] if setting else []), s["top_k"],
+          *(c(s) for c in columns.values())] for s in runs),
     )  # fmt: skip
+
+
+def main_columns(summaries: Sequence[dict[str, Any]]) -> dict[str, Callable[[dict[str, Any]], Any]]:
+    """`MAIN_COLUMNS` with the `COST_COLUMNS` some run has a figure for after F1."""
+    figures = {"cost/q $": "cost_per_question", "escalated": "escalated_rate"}
+    columns: dict[str, Callable[[dict[str, Any]], Any]] = {}
+    for name, cell in MAIN_COLUMNS.items():
+        columns[name] = cell
+        if name == "F1":
+            columns.update((key, c) for key, c in COST_COLUMNS.items() if any(s.get(figures[key]) is not None
+                                                                              for s in summaries))  # fmt: skip
+    return columns
 
 
 def markdown_table(
@@ -278,6 +337,16 @@ def markdown_table(
             + (f", seed {settings['seed']}" if "seed" in settings else "")
             + " (Kim et al., Appendix H); none with fewer than two questions."
         )
+    if any(s.get("cost_per_question") is not None for s in summaries):
+        notes += (
+            "\n\ncost/q $: US dollars per question at the prices below, mean over all questions (bracket: 95% "
+            "bootstrap interval)."
+        )
+    if any(s.get("escalated_rate") is not None for s in summaries):
+        notes += (
+            "\n\nescalated: share of the questions (%) the first round (concatenation) passed on to the later rounds; "
+            "- for strategies without rounds."
+        )
     compared = [s for s in summaries if s["strategy"] != baseline and "em_diff" in s] if baseline else []
     if compared:
         notes += (
@@ -287,7 +356,7 @@ def markdown_table(
             "paired 95% bootstrap confidence interval (the same resampled questions for both strategies). * marks a "
             "difference whose interval excludes 0."
         )
-    return _table(summaries, MAIN_COLUMNS, several) + notes + "\n"
+    return _table(summaries, main_columns(summaries), several) + notes + "\n"
 
 
 def _em_lines(points: Sequence[tuple[str, Any, float]], path: Path, *, xlabel: str, title: str) -> None:
@@ -323,16 +392,16 @@ def draw_charts(summaries: Sequence[dict[str, Any]], out: Path) -> None:
     for index, s in enumerate(points):
         axes.scatter(s["tokens_per_question"], s["em"])
         offset = (4, 4) if index % 2 == 0 else (4, -12)  # alternate, so labels of nearby points do not overlap
-        axes.annotate(s["strategy"], (s["tokens_per_question"], s["em"]), textcoords="offset points", xytext=offset)
+        axes.annotate(label(s), (s["tokens_per_question"], s["em"]), textcoords="offset points", xytext=offset)
     axes.set(xlabel="tokens per question (prompt + completion)", ylabel="EM (answerable questions)",
              title=f"EM vs tokens, top-{smallest} (cf. Liu et al. Figure 3)")  # fmt: skip
     figure.tight_layout()
     figure.savefig(out / TOKENS_CHART, dpi=120)
     plt.close(figure)
     if len({s["top_k"] for s in summaries}) > 1:
-        by_k = [(s["strategy"], s["top_k"], s["em"]) for s in summaries if s["em"] is not None]
+        by_k = [(label(s), s["top_k"], s["em"]) for s in summaries if s["em"] is not None]
         _em_lines(by_k, out / TOPK_CHART, xlabel="top-k passages", title="EM vs top-k (cf. Liu et al. Figure 4)")
-    noisy = [(s["strategy"], noise_ratio(s["setting"]), s["em"]) for s in summaries if s["em"] is not None]
+    noisy = [(label(s), noise_ratio(s["setting"]), s["em"]) for s in summaries if s["em"] is not None]
     noisy = [(strategy, ratio, em) for strategy, ratio, em in noisy if ratio is not None]
     if len({ratio for _, ratio, _ in noisy}) > 1:
         _em_lines(noisy, out / NOISE_CHART, xlabel="noise ratio (share of irrelevant passages in the top-k)",
@@ -348,39 +417,58 @@ def write_report(
     seed: int = DEFAULT_SEED,
     sas: Mapping[tuple[str, int, str, str], float | None] | None = None,
     notes: Sequence[str] = (),
+    runs: Sequence[str] | None = None,
+    prices: Mapping[str, Price] | None = None,
+    target_accuracy: float | None = None,
+    target_escalation: float | None = None,
 ) -> dict[str, Any]:
     """
-    Write `summary.json` (`title`, `baseline`, `bootstrap`, `runs`, `calibration`, `notes`), `results.md` and the
-    charts into `out`.
+    Write `summary.json` (`title`, `baseline`, `bootstrap`, `prices`, `runs`, `calibration`, `notes`), `results.md`
+    and the charts into `out`.
 
     :param baseline: The strategy the others are compared with; None for `concatenation` when it ran.
     :param sas: SAS per record key (`haystack_eval.records_sas`, in [-1, 1]): adds each run's `sas` and `sas_ci`.
+    :param runs: A run label per record (same order), e.g. its folder, to tell apart runs of one strategy made with
+        other LLM setups; None: one run.
+    :param prices: US dollars per million prompt and completion tokens per model (`cost.parse_prices`): each run's
+        `cost_per_question` and the `accuracy_vs_cost.png` chart.
+    :param target_accuracy: SQuAD 2.0 EM (%) the calibrated tau must reach (`calibration.choose`).
+    :param target_escalation: The largest share escalated (%) the calibrated tau may have (`calibration.choose`).
     :returns: The summary written.
-    :raises ValueError: If there are no records, or `baseline` names a strategy that has no records.
+    :raises ValueError: If there are no records, `baseline` names a strategy that has no records, `runs` does not
+        have one label per record, or the targets are invalid (`calibration.choose`).
     """
     if not records:
         raise ValueError("no answered questions to report")
     resolved = resolve_baseline(records, baseline)
     out = Path(out)
+    prices = dict(prices or {})
     records = outcome_records(records)
-    summaries = summarize_runs(records, seed=seed)
-    outcomes = answer_outcomes(records, seed=seed)
-    differences = baseline_differences(records, resolved, seed=seed) if resolved is not None else {}
-    groups = group_runs(records)
+    summaries = summarize_runs(records, seed=seed, runs=runs)
+    outcomes = answer_outcomes(records, seed=seed, runs=runs)
+    differences = baseline_differences(records, resolved, seed=seed, runs=runs) if resolved is not None else {}
+    groups = run_groups(records, runs)
     for s in summaries:
-        key = (s["strategy"], s["top_k"], s["setting"])
+        key = (s.get("run", ""), s["strategy"], s["top_k"], s["setting"])
         s.update(outcomes[key])
         s.update(differences.get(key, {}))
+        s.update(run_cost(groups[key], prices, seed=seed))
         if sas is not None:
             values = [float(v) for r in groups[key] if r.answerable and (v := sas.get(r.key())) is not None]
             s["sas"] = 100 * sum(values) / len(values) if values else None
             s["sas_ci"] = _ci(values, seed)
     bootstrap = bootstrap_settings(seed)
-    calibrated, calibration = calibration_report(records, out, seed=seed)
+    calibrated, calibration = calibration_report(
+        records, out, seed=seed, prices=prices, target_accuracy=target_accuracy, target_escalation=target_escalation
+    )
+    unpriced = list(dict.fromkeys(model for s in summaries for model in s["unpriced_models"]))
+    if prices and unpriced:
+        notes = [*notes, f"No price for {', '.join(unpriced)}: their runs' cost is unknown (-)."]
     summary = {
         "title": title,
         "baseline": resolved,
         "bootstrap": bootstrap,
+        "prices": {model: list(price) for model, price in prices.items()},
         "runs": summaries,
         "calibration": calibration,
         "notes": list(notes),
@@ -389,10 +477,20 @@ def write_report(
     several = len({s["setting"] for s in summaries}) > 1
     table = markdown_table(summaries, baseline=resolved, bootstrap=bootstrap)
     text = (f"{title}\n\n" if title else "") + "".join(f"Note: {note}\n\n" for note in notes) + table[:-1]
+    if prices or any(r.evidence.get("usage_by_model") for r in records):
+        per_model = [{**s, **model} for s in summaries for model in s["models"]]
+        text += (
+            f"\n\nCalls and tokens per model (means over all questions)\n\n{_table(per_model, MODEL_COLUMNS, several)}"
+            + ("\n\nPrices, US dollars per million input / output tokens: "
+               + "; ".join(f"{model} {price[0]:g} / {price[1]:g}" for model, price in prices.items()) if prices else "")
+        )  # fmt: skip
     text += f"\n\nAnswer outcomes\n\n{_table(summaries, OUTCOME_COLUMNS, several)}\n\n{OUTCOME_NOTE}\n"
     if any(s.get("sas") is not None for s in summaries):
         sas_table = _table(summaries, {"SAS": lambda s: _rate(s, "sas")}, several)
         text += f"\n\nSemantic answer similarity (answerable questions)\n\n{sas_table}\n\n{SAS_NOTE}\n"
+    chart = draw_cost_chart(summaries, calibration["concat_pf_sweep"], out)
+    if chart is not None:
+        text += f"\n![accuracy against cost]({chart.name})\n"
     (out / TABLE_FILE).write_text(text + calibrated, encoding="utf-8")
     draw_charts(summaries, out)
     return summary

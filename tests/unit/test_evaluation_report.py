@@ -67,7 +67,7 @@ class TestDemonstrationCopies:
             record("base", DEMO, id="f"),  # no few-shot prompt: no rate
         ]
         outcomes = answer_outcomes(records)
-        concatenation = outcomes[("concatenation", 5, "retrieved")]
+        concatenation = outcomes[("", "concatenation", 5, "retrieved")]
         assert concatenation["demo_copy_count"] == 1
         assert concatenation["demo_copy_rate"] == pytest.approx(25.0)
         low, high = concatenation["demo_copy_rate_ci"]
@@ -76,8 +76,8 @@ class TestDemonstrationCopies:
         assert concatenation["demo_rejected_count"] == 1
         assert concatenation["invalid_reasons"] == {DEMONSTRATION: 1, PASSAGE_MARKUP: 1}
         assert (concatenation["invalid_count"], concatenation["answered_count"]) == (2, 2)
-        assert outcomes[("concat_pf", 5, "retrieved")]["demo_rejected_count"] == 1  # its first stage's answer
-        base = outcomes[("base", 5, "retrieved")]
+        assert outcomes[("", "concat_pf", 5, "retrieved")]["demo_rejected_count"] == 1  # its first stage's answer
+        base = outcomes[("", "base", 5, "retrieved")]
         assert (base["demo_copy_count"], base["demo_copy_rate"], base["demo_copy_rate_ci"]) == (0, None, None)
 
 
