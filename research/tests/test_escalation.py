@@ -25,15 +25,21 @@ class TestParseArgs:
         args = parse_args(["serve"])
         assert (args.small_port, args.strong_port) == (8081, 8082)
         assert (args.small_alias, args.strong_alias) == ("smollm2-135m", "gemma3-270m")
-        assert (args.n_ctx, args.n_threads, args.cache) == (8192, 2, False)
+        assert (args.n_ctx, args.n_threads, args.logprobs, args.cache_size) == (4096, 2, False, None)
         assert args.state_file is None
 
     def test_options(self, tmp_path: Path) -> None:
-        args = parse_args(["serve", "--small-port", "9001", "--strong-port", "9002", "--cache", "--state-file", "s"])
-        assert (args.small_port, args.strong_port, args.cache, args.state_file) == (9001, 9002, True, Path("s"))
+        args = parse_args(["serve", "--small-port", "9001", "--strong-port", "9002", "--logprobs", "--state-file", "s"])
+        assert (args.small_port, args.strong_port, args.logprobs, args.state_file) == (9001, 9002, True, Path("s"))
 
     @pytest.mark.parametrize(
-        "argv", [["serve", "--small-port", "9000", "--strong-port", "9000"], ["serve", "--n-ctx", "0"], []]
+        "argv",
+        [
+            ["serve", "--small-port", "9000", "--strong-port", "9000"],
+            ["serve", "--n-ctx", "0"],
+            ["serve", "--cache-size", "0"],
+            [],
+        ],
     )
     def test_rejected(self, argv: list[str]) -> None:
         with pytest.raises(SystemExit):
@@ -42,7 +48,7 @@ class TestParseArgs:
 
 class TestServerCommand:
     def test_small_model_uses_its_own_template(self) -> None:
-        command = server_command(Server("small", Path("/m.gguf"), 8081), n_ctx=4096, n_threads=2, cache=False)
+        command = server_command(Server("small", Path("/m.gguf"), 8081), n_ctx=4096, n_threads=2, logprobs=False)
         assert command[1:3] == ["-m", "llama_cpp.server"]
         flags = dict(zip(command[3::2], command[4::2], strict=True))
         assert flags == {
@@ -53,15 +59,17 @@ class TestServerCommand:
             "--n_ctx": "4096",
             "--n_threads": "2",
             "--n_threads_batch": "2",
+            "--logits_all": "False",
             "--verbose": "False",
         }
 
-    def test_base_model_and_cache(self, tmp_path: Path) -> None:
+    def test_base_model_logprobs_and_cache(self, tmp_path: Path) -> None:
         config = tmp_path / "config.json"
         server = Server("strong", Path("/g.gguf"), 8082, config)
-        command = server_command(server, n_ctx=8192, n_threads=1, cache=True)
+        command = server_command(server, n_ctx=8192, n_threads=1, logprobs=True, cache_size=10**9)
         flags = dict(zip(command[3::2], command[4::2], strict=True))
-        assert flags["--cache"] == "True"
+        assert flags["--logits_all"] == "True"
+        assert (flags["--cache"], flags["--cache_type"], flags["--cache_size"]) == ("True", "ram", "1000000000")
         assert flags["--chat_format"] == "hf-tokenizer-config"
         assert flags["--hf_tokenizer_config_path"] == str(config)
         assert server.url == "http://127.0.0.1:8082/v1"
