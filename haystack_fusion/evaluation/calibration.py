@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from scipy import stats
 
-from haystack_fusion.evaluation.cost import Price, escalated, question_cost
+from haystack_fusion.evaluation.cost import Price, escalated, model_usage, question_cost, usage_cost
 from haystack_fusion.evaluation.metrics import (
     _RNG_KEYWORD,
     BOOTSTRAP_RESAMPLES,
@@ -169,6 +169,31 @@ def _later_rounds(records: Sequence[QuestionRecord]) -> dict[tuple[int, str, str
     return later
 
 
+def _judged(records: Sequence[QuestionRecord]) -> dict[tuple[int, str, str], QuestionRecord]:
+    """The `concat_pf` or `cascade` record of each (k, setting, question) whose stage trace holds the first round's
+    confidence (its router's: the agreement of sampled answers, or log-probabilities); the first of the folders."""
+    judged: dict[tuple[int, str, str], QuestionRecord] = {}
+    for record in records:
+        stages = record.evidence.get("stages") or [{}]
+        if stages[0].get("confidence") is not None:
+            judged.setdefault((record.top_k, record.setting, record.question_id), record)
+    return judged
+
+
+def _first_cost(
+    first: QuestionRecord, judged: QuestionRecord | None, prices: Mapping[str, Price] | None
+) -> float | None:
+    """The first round's cost: the concatenation record's; with a judging record, that record's usage on the first
+    round's models (its call and the agreement's samples)."""
+    if prices is None:
+        return None
+    if judged is None:
+        return question_cost(first, prices)
+    models = model_usage(first)
+    costs = [usage_cost(usage, prices.get(m)) for m, usage in model_usage(judged).items() if m in models]
+    return None if None in costs else sum(c for c in costs if c is not None)
+
+
 def _later_cost(later: QuestionRecord, first_cost: float | None, prices: Mapping[str, Price]) -> float | None:
     """The later rounds' cost: a post_fusion record's whole cost; an escalated record's cost less its first round,
     taken to be the replayed one's (same first-round model, greedy decoding)."""
@@ -183,9 +208,13 @@ def replay(
 ) -> dict[tuple[int, str], dict[str, Replayed]]:
     """
     Replay `concat_pf` at tau (None: the text-only fallback, Liu et al.) from the questions with a `concatenation`
-    record with a confidence (the first round; the first of the folders) and a later rounds' record at the same k and
-    setting (`_later_rounds`: a `post_fusion` record, else an escalated `concat_pf` or `cascade` record, from any
-    folder, e.g. one run on a stronger model).
+    record (the first round; the first of the folders) with a confidence, its own or, when it has none, the one a
+    `concat_pf` or `cascade` run's router gave the same first answer (`_judged`: the agreement of sampled answers,
+    which a lone concatenation call does not have), and a later rounds' record at the same k and setting
+    (`_later_rounds`: a `post_fusion` record, else an escalated `concat_pf` or `cascade` record, from any folder, e.g.
+    one run on a stronger model). A question answered at the first round by the judging run has no later rounds'
+    record: it is replayed at the taus that keep its answer (confidence >= tau), left out at the others (`sweep`
+    keeps only the taus that replay every question).
 
     :param prices: US dollars per million tokens per model: each outcome's `cost` is the first round's cost plus, when
         the question is passed on, the later rounds' cost.
@@ -194,17 +223,23 @@ def replay(
     index: dict[tuple[str, int, str, str], QuestionRecord] = {}
     for record in records:
         index.setdefault(record.key(), record)
-    later = _later_rounds(records)
+    later, judging = _later_rounds(records), _judged(records)
     replayed: dict[tuple[int, str], dict[str, Replayed]] = {}
     for (strategy, top_k, setting, question_id), first in index.items():
-        fused = later.get((top_k, setting, question_id))
+        fused, judged = later.get((top_k, setting, question_id)), judging.get((top_k, setting, question_id))
         confidence = first.evidence.get("confidence")
-        if strategy != "concatenation" or fused is None or confidence is None:
+        if confidence is not None:
+            judged = None  # the first round's own confidence: the run judged its answer as a replay would
+        elif judged is not None:
+            confidence = judged.evidence["stages"][0]["confidence"]
+        if strategy != "concatenation" or confidence is None or (fused is None and judged is None):
             continue
         fell_back = first.score.unknown or (tau is not None and confidence < tau)
-        chosen, stage = (fused, "post_fusion") if fell_back else (first, "concatenation")
-        cost = question_cost(first, prices) if prices is not None else None
-        if fell_back and cost is not None:
+        if fell_back and fused is None:
+            continue
+        chosen, stage = (fused, "post_fusion") if fell_back and fused else (first, "concatenation")
+        cost = _first_cost(first, judged, prices)
+        if fell_back and cost is not None and fused is not None:
             extra = _later_cost(fused, cost, prices or {})
             cost = None if extra is None else cost + extra
         outcome = Replayed(chosen.answerable, chosen.score.em, chosen.score.f1, chosen.score.unknown, stage, cost)
@@ -245,12 +280,15 @@ def sweep(
     prices: Mapping[str, Price] | None = None,
 ) -> list[dict[str, Any]]:
     """Replay `concat_pf` at each tau of a grid and at tau None (text only): one row per (k, setting, tau), those keys
-    plus `replay_summary`'s rates (and cost, with `prices`)."""
-    return [
+    plus `replay_summary`'s rates (and cost, with `prices`); a tau that replays fewer questions than tau None (above
+    the tau of a judging run, `replay`) has no row."""
+    rows = [
         {"top_k": top_k, "setting": setting, "tau": tau, **replay_summary(outcomes.values(), seed=seed)}
         for tau in [None, *thresholds]
         for (top_k, setting), outcomes in replay(records, tau, prices=prices).items()
     ]
+    whole = {(row["top_k"], row["setting"]): row["n"] for row in rows if row["tau"] is None}
+    return [row for row in rows if row["n"] >= whole.get((row["top_k"], row["setting"]), 0)]
 
 
 def _cheapness(row: dict[str, Any]) -> float:

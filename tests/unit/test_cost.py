@@ -233,3 +233,37 @@ def test_report_command_with_two_folders_and_prices(tmp_path, capsys):
     assert main([*args, "--price", f"{model}=0,0"]) == 0  # --price over run.json's
     assert json.loads((tmp_path / "both" / SUMMARY_FILE).read_text())["prices"] == {model: [0.0, 0.0]}
     assert (tmp_path / "small" / RUN_FILE).is_file()
+
+
+def agreement_records() -> list[QuestionRecord]:
+    """Concatenation alone on the small model (no confidence: no log-probabilities), and a cascade judged by the
+    agreement of 4 samples at tau 0.75: q1 kept (3 of 4 agree), q2 passed on (2 of 4 agree), q3 passed on (1 of 4)."""
+    first = [record("concatenation", q, {SMALL: usage(1000, 10)}, em=em) for q, em in (("q1", 1), ("q2", 1), ("q3", 0))]
+
+    def judged(question_id: str, confidence: float, fallback: bool, em: int) -> QuestionRecord:
+        by_model = {SMALL: usage(5000, 50, 5), **({STRONG: usage(3000, 30, 3)} if fallback else {})}
+        result = record("cascade", question_id, by_model, fallback=fallback, em=em)
+        stage = {"stage": "concatenation", "confidence": confidence, "answered": not fallback}
+        result.evidence["stages"] = [stage, *([{"stage": "post_fusion", "answered": True}] if fallback else [])]
+        return result
+
+    return [*first, judged("q1", 0.75, False, 1), judged("q2", 0.5, True, 0), judged("q3", 0.25, True, 1)]
+
+
+class TestAgreementReplay:
+    def test_the_router_confidence_of_a_judging_run_replays_lower_taus(self):
+        outcomes = replay(agreement_records(), 0.4, prices=PRICES)[(5, "retrieved")]
+        assert {q: o.stage for q, o in outcomes.items()} == {
+            "q1": "concatenation",
+            "q2": "concatenation",  # 0.5 >= 0.4: its first answer stands, right on the small model
+            "q3": "post_fusion",
+        }
+        assert outcomes["q2"].em == 1.0
+        # the first round costs its call and the 4 samples (5,000 + 50 tokens on the small model)
+        assert outcomes["q2"].cost == pytest.approx((5000 * 1.0 + 50 * 2.0) / 1e6)
+        assert outcomes["q3"].cost == pytest.approx((5000 * 1.0 + 50 * 2.0 + 3000 * 10.0 + 30 * 20.0) / 1e6)
+
+    def test_taus_above_the_judging_runs_are_not_replayed(self):
+        rows = sweep(agreement_records(), thresholds=[0.3, 0.75, 1.0], prices=PRICES)
+        assert [row["tau"] for row in rows] == [None, 0.3, 0.75]  # at 1.0, q1's later rounds never ran
+        assert [row["fallback_rate"] for row in rows] == pytest.approx([0.0, 100 / 3, 200 / 3])
