@@ -20,6 +20,7 @@ from haystack_fusion.cli import _backends, _strategy_options, build_parser
 from haystack_fusion.components import AbstainingChatGenerator
 from haystack_fusion.llm import model_name
 from haystack_fusion.serving.presentation import api_result, format_run
+from haystack_fusion.serving.yaml import pipeline_yaml
 from haystack_fusion.strategies import build_pipeline
 from haystack_fusion.strategies.registry import ESCALATING, strategy_settings
 from haystack_fusion.strategies.run import StrategyRun, strategy_run
@@ -330,3 +331,15 @@ def test_the_terminal_and_the_served_json_show_each_models_usage():
     assert "; small: 5 calls, 0 + 0 tokens; strong: 3 calls, 0 + 0 tokens" in format_run("Capital?", run)
     assert api_result(run)["usage_by_model"] == run.usage_by_model
     assert "small" not in format_run("Capital?", ask(build_pipeline("concat_pf", chat_generator=small), "France"))
+
+
+def test_the_yaml_of_an_escalating_strategy_names_both_models(tmp_path):
+    config = BackendConfig(
+        llm="openai", model="small", index_path=str(tmp_path / "index.json"), fallback_llm="openai",
+        fallback_model="strong", fallback_api_base_url="http://127.0.0.1:8082/v1",
+    )  # fmt: skip
+    text = pipeline_yaml("cascade", config)
+    loaded = Pipeline.loads(text)
+    assert model_name(loaded.get_component("llm")) == "small"
+    assert {model_name(loaded.get_component(name)) for name in ("voter", "summarizer", "verifier")} == {"strong"}
+    assert "strong" not in pipeline_yaml("sure", config)  # no later rounds: the fallback is left out
