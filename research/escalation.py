@@ -194,7 +194,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=DEFAULT_CONTEXT_TOKENS,
         help=f"context window in tokens (default: {DEFAULT_CONTEXT_TOKENS})",
     )
-    serve.add_argument("--n-threads", type=int, default=2, help="CPU threads per server (default: 2)")
+    serve.add_argument(
+        "--n-threads",
+        type=int,
+        default=1,
+        help="CPU threads per server (default: 1: llama.cpp's threads wait for each other by spinning, so servers "
+        "with 2 threads each on a busy 2-core machine run many times slower)",
+    )
     serve.add_argument(
         "--logprobs",
         action="store_true",

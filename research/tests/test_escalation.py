@@ -25,7 +25,7 @@ class TestParseArgs:
         args = parse_args(["serve"])
         assert (args.small_port, args.strong_port) == (8081, 8082)
         assert (args.small_alias, args.strong_alias) == ("smollm2-135m", "gemma3-270m")
-        assert (args.n_ctx, args.n_threads, args.logprobs, args.cache_size) == (4096, 2, False, None)
+        assert (args.n_ctx, args.n_threads, args.logprobs, args.cache_size) == (4096, 1, False, None)
         assert args.state_file is None
 
     def test_options(self, tmp_path: Path) -> None:
