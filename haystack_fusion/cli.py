@@ -436,6 +436,7 @@ def cmd_pipelines(args: argparse.Namespace) -> int:
         store=args.document_store,
         retriever=args.retriever,
         llm=args.llm,
+        fallback_llm=args.fallback_llm,
         index_path=args.store,
         elasticsearch_url=args.es_url,
         elasticsearch_index=args.es_index,
@@ -699,6 +700,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("--llm", {"default": "local", "help": "local (the embedded model, default), openai (gpt-4o-mini; "
                    "$OPENAI_API_KEY and $OPENAI_BASE_URL read when the pipeline runs) or ollama (qwen3:0.6b at "
                    "http://localhost:11434); edit a file's `model:` for another"}),
+        ("--fallback-llm", {"help": "the LLM of the later rounds of concat_pf, pf_concat and cascade, as --llm "
+                            "(default: --llm for every round); the file names end in _to_<it>"}),
         ("--es-url", {"default": es_url, "help": f"Elasticsearch hosts written into the YAML (default: {es_url})"}),
         ("--es-index", {"default": es_index, "help": "Elasticsearch index written into the YAML, the one `index "
                         f"--document-store elasticsearch --es-index NAME` filled (default: {es_index})"}),

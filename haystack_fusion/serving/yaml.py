@@ -75,9 +75,11 @@ class _NoAliasMarshaller:
 
 
 def backend_name(config: BackendConfig) -> str:
-    """The backend part of a YAML file's name, `<store>_<retriever>_<llm>`: `memory_bm25_local`, `es_hybrid_openai`."""
+    """The backend part of a YAML file's name, `<store>_<retriever>_<llm>[_to_<fallback llm>]`: `memory_bm25_local`,
+    `es_hybrid_openai`, `memory_bm25_ollama_to_openai`."""
     store = "es" if config.store == "elasticsearch" else config.store
-    return f"{store}_{config.retriever}_{config.llm}"
+    escalation = f"_to_{config.fallback_llm}" if config.fallback_llm else ""
+    return f"{store}_{config.retriever}_{config.llm}{escalation}"
 
 
 def pipeline_name(strategy: str, backend: str) -> str:

@@ -16,7 +16,7 @@ from haystack.dataclasses import ChatMessage
 
 from haystack_fusion import FusionAnswerer, UnknownRouter
 from haystack_fusion.backends import BackendConfig, fallback_chat_generator, fallback_config
-from haystack_fusion.cli import _backends, _strategy_options, build_parser
+from haystack_fusion.cli import _backends, _strategy_options, build_parser, main
 from haystack_fusion.components import AbstainingChatGenerator
 from haystack_fusion.llm import model_name
 from haystack_fusion.serving.presentation import api_result, format_run
@@ -343,3 +343,11 @@ def test_the_yaml_of_an_escalating_strategy_names_both_models(tmp_path):
     assert model_name(loaded.get_component("llm")) == "small"
     assert {model_name(loaded.get_component(name)) for name in ("voter", "summarizer", "verifier")} == {"strong"}
     assert "strong" not in pipeline_yaml("sure", config)  # no later rounds: the fallback is left out
+
+
+def test_pipelines_command_writes_the_escalation(tmp_path, capsys):
+    assert main(["pipelines", "--out", str(tmp_path), "--fallback-llm", "openai"]) == 0
+    assert "memory_bm25_local_to_openai" in capsys.readouterr().out
+    cascade = Pipeline.loads((tmp_path / "yaml" / "cascade__memory_bm25_local_to_openai.yml").read_text())
+    assert model_name(cascade.get_component("llm")) == "LocalChatGenerator"
+    assert model_name(cascade.get_component("voter")) == "gpt-4o-mini"
