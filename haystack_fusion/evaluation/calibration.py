@@ -214,7 +214,8 @@ def replay(
     (`_later_rounds`: a `post_fusion` record, else an escalated `concat_pf` or `cascade` record, from any folder, e.g.
     one run on a stronger model). A question answered at the first round by the judging run has no later rounds'
     record: it is replayed at the taus that keep its answer (confidence >= tau), left out at the others (`sweep`
-    keeps only the taus that replay every question).
+    keeps only the taus that replay every question). An unknown first answer, or one the answer checks rejected
+    (`answer_source` "invalid"), is passed on at every tau, as `UnknownRouter` passes it on.
 
     :param prices: US dollars per million tokens per model: each outcome's `cost` is the first round's cost plus, when
         the question is passed on, the later rounds' cost.
@@ -234,7 +235,8 @@ def replay(
             confidence = judged.evidence["stages"][0]["confidence"]
         if strategy != "concatenation" or confidence is None or (fused is None and judged is None):
             continue
-        fell_back = first.score.unknown or (tau is not None and confidence < tau)
+        rejected = first.evidence.get("answer_source") == "invalid"  # the router passes a rejected answer on too
+        fell_back = first.score.unknown or rejected or (tau is not None and confidence < tau)
         if fell_back and fused is None:
             continue
         chosen, stage = (fused, "post_fusion") if fell_back and fused else (first, "concatenation")

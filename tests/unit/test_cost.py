@@ -263,6 +263,11 @@ class TestAgreementReplay:
         assert outcomes["q2"].cost == pytest.approx((5000 * 1.0 + 50 * 2.0) / 1e6)
         assert outcomes["q3"].cost == pytest.approx((5000 * 1.0 + 50 * 2.0 + 3000 * 10.0 + 30 * 20.0) / 1e6)
 
+    def test_a_rejected_first_answer_is_passed_on_at_every_tau(self):
+        records = agreement_records()
+        records[1].evidence["answer_source"] = "invalid"  # q2's first answer repeated the question
+        assert replay(records, 0.1)[(5, "retrieved")]["q2"].stage == "post_fusion"
+
     def test_taus_above_the_judging_runs_are_not_replayed(self):
         rows = sweep(agreement_records(), thresholds=[0.3, 0.75, 1.0], prices=PRICES)
         assert [row["tau"] for row in rows] == [None, 0.3, 0.75]  # at 1.0, q1's later rounds never ran
