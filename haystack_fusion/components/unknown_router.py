@@ -20,6 +20,11 @@ from haystack_fusion.prompts import PROMPTS, extract_answer
 
 logger = logging.getLogger(__name__)
 
+Confidence = Literal["logprobs", "agreement", "none"]
+"""What the first reply's confidence is read from: token log-probabilities, the agreement of samples, or nothing."""
+
+CONFIDENCES: tuple[Confidence, ...] = ("logprobs", "agreement", "none")
+
 _OUTPUT_TYPES: dict[str, Any] = {
     "known": list[ChatMessage],
     "unknown": list[ChatMessage],
@@ -60,7 +65,7 @@ class UnknownRouter:
         unknown_patterns: list[str] | None = None,
         min_confidence: float | None = None,
         demonstrations: list[str] | None = None,
-        confidence: Literal["logprobs", "agreement", "none"] = "logprobs",
+        confidence: Confidence = "logprobs",
         streaming_callback: StreamingCallbackT | None = None,
     ) -> None:
         """
@@ -77,8 +82,8 @@ class UnknownRouter:
         :raises ValueError: If `min_confidence` is outside (0, 1], `confidence` is unknown or a pattern is not a valid
             regular expression.
         """
-        if confidence not in ("logprobs", "agreement", "none"):
-            raise ValueError(f"`confidence` must be logprobs, agreement or none, got {confidence!r}")
+        if confidence not in CONFIDENCES:
+            raise ValueError(f"`confidence` must be {', '.join(CONFIDENCES[:-1])} or none, got {confidence!r}")
         if min_confidence is not None and not 0 < min_confidence <= 1:
             raise ValueError(f"`min_confidence` must be in (0, 1], got {min_confidence}")
         self.answer_pattern = answer_pattern

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from haystack.components.generators.chat.types import ChatGenerator
 
 from haystack_fusion.components.summary_verifier import Scoring
+from haystack_fusion.components.unknown_router import CONFIDENCES, Confidence
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS
 
 RETRIEVER = "retriever"
@@ -23,11 +24,6 @@ DOCUMENTS = "documents"
 
 Parts = tuple[dict[str, Any], list[tuple[str, str]]]
 """A strategy's pipeline under construction: components by name, and (sender, receiver) connections."""
-
-Confidence = Literal["logprobs", "agreement", "none"]
-"""What the first round's confidence is read from, for the router's tau (`StrategyConfig.confidence`)."""
-
-CONFIDENCES: tuple[Confidence, ...] = ("logprobs", "agreement", "none")
 
 StageKind = Literal["answer", "concatenation", "post_fusion", "summaries", "verification", "notes"]
 """What a round does: `answer` (one prompt's reply is the answer), `concatenation` (the concatenation answer, routed
