@@ -22,6 +22,7 @@ Every setting the environment gives, and the defaults that depend on the LLM: th
 | `HAYSTACK_FUSION_ALLOWED_HOSTS` | unset: loopback and the bound address | comma-separated `Host` names also answered |
 | `HAYSTACK_FUSION_MAX_BODY_BYTES` | 1048576 (1 MiB) | the largest request body served, in bytes |
 | `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` | unset: no limit | LLM calls under way at once in the whole process |
+| `HAYSTACK_FUSION_CHAT_CLIENT` | auto | the served chat's dialect: auto, open-webui or openai |
 
 `ELASTICSEARCH_URL`, `OPENAI_BASE_URL` and `OLLAMA_HOST` are read here too, for `BackendConfig`. Needs no extra.
 """
@@ -43,6 +44,7 @@ LLM_VARIABLE = "HAYSTACK_FUSION_LLM"
 DOCUMENT_STORE_VARIABLE = "HAYSTACK_FUSION_DOCUMENT_STORE"
 STORE_VARIABLE = "HAYSTACK_FUSION_STORE"
 SQUAD_VARIABLE = "HAYSTACK_FUSION_SQUAD"
+CHAT_CLIENT_VARIABLE = "HAYSTACK_FUSION_CHAT_CLIENT"
 
 CACHE_DIR = Path("~/.cache/haystack_fusion")
 """Where downloads and the default index live."""
@@ -249,3 +251,21 @@ def calls_in_flight_limit_from_env(env: Mapping[str, str] | None = None) -> int 
     if number < 1:
         raise ValueError(f"`{MAX_CALLS_IN_FLIGHT_ENV}` must be an integer >= 1 (LLM calls in flight), got {value!r}")
     return number
+
+
+CHAT_CLIENTS = ("auto", "open-webui", "openai")
+"""The values of `HAYSTACK_FUSION_CHAT_CLIENT`: which dialect the served chat speaks (`serving.protocol.dialect`)."""
+
+
+def chat_client_from_env(env: Mapping[str, str] | None = None) -> str:
+    """
+    The served chat's client setting: `HAYSTACK_FUSION_CHAT_CLIENT` in `env` (default `os.environ`), lower-cased;
+    unset or empty: "auto".
+
+    :returns: One of `CHAT_CLIENTS`.
+    :raises ValueError: If the variable holds another value, naming the variable and the values it takes.
+    """
+    value = (os.environ if env is None else env).get(CHAT_CLIENT_VARIABLE, "").strip().lower() or "auto"
+    if value not in CHAT_CLIENTS:
+        raise ValueError(f"{CHAT_CLIENT_VARIABLE} must be one of {', '.join(CHAT_CLIENTS)}, got {value!r}")
+    return value

@@ -16,7 +16,8 @@ from typing import Any
 
 try:
     from fastapi import FastAPI
-    from fastapi.exception_handlers import http_exception_handler, request_validation_exception_handler
+    from fastapi.encoders import jsonable_encoder
+    from fastapi.exception_handlers import http_exception_handler
     from fastapi.exceptions import RequestValidationError
     from hayhooks.server.app import create_app as create_hayhooks_app
     from hayhooks.server.app import run_app
@@ -44,7 +45,8 @@ from haystack_fusion.serving.guards import (
     refuse,
     route_path,
 )
-from haystack_fusion.serving.hayhooks import CHAINLIT_ELEMENTS_DIR, CHAT_UI_CLIENT, CHAT_UI_HEADER
+from haystack_fusion.serving.hayhooks import CHAINLIT_ELEMENTS_DIR
+from haystack_fusion.serving.protocol import CHAT_UI_CLIENT, CHAT_UI_HEADER
 from haystack_fusion.serving.yaml import WRAPPER_FILE, wrapper_source
 from haystack_fusion.settings import API_KEY_VARIABLE, AccessSettings
 from haystack_fusion.strategies import STRATEGIES
@@ -336,7 +338,7 @@ async def _http_error(request: Request, error: Exception) -> Response:
         return await http_exception_handler(request, error)
     code = getattr(error, "code", None) or {404: "model_not_found"}.get(error.status_code)
     return JSONResponse(
-        openai_error(str(error.detail), status=error.status_code, code=code),
+        openai_error(str(error.detail), status=error.status_code, code=code, param=getattr(error, "param", None)),
         status_code=error.status_code,
         headers=getattr(error, "headers", None),
     )
@@ -344,10 +346,11 @@ async def _http_error(request: Request, error: Exception) -> Response:
 
 async def _validation_error(request: Request, error: Exception) -> Response:
     """A body that does not validate: OpenAI's 400 on the OpenAI-compatible routes (naming the first bad field), else
-    FastAPI's 422."""
+    FastAPI's 422 with each error's `type`, `loc` and `msg` only: never the request's own values (`input`, `ctx`)."""
     assert isinstance(error, RequestValidationError)
     if not is_openai_path(route_path(request.scope)):
-        return await request_validation_exception_handler(request, error)
+        errors = [{key: item[key] for key in ("type", "loc", "msg") if key in item} for item in error.errors()]
+        return JSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
     first = (error.errors() or [{}])[0]
     if first.get("type") == "json_invalid":
         message = f"Invalid request body: not valid JSON ({first.get('msg', 'JSON decode error')})"

@@ -29,20 +29,30 @@ class ServingError(HTTPException):
 
     :param message: One line: what failed and what to change; never a secret, never the user's text.
     :param code: A short machine-readable code: "invalid_request", "server_busy", "backend_unavailable", ...
+    :param param: The request field the error is about (OpenAI's `param`: "n", "tool_choice", ...), or None.
     """
 
-    def __init__(self, status: int, message: str, *, code: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str,
+        headers: dict[str, str] | None = None,
+        param: str | None = None,
+    ) -> None:
         super().__init__(status_code=status, detail=" ".join(message.split()), headers=headers)
-        self.code = code
+        self.code, self.param = code, param
 
 
-def openai_error(message: str, *, status: int, code: str | None = None) -> dict[str, Any]:
-    """An error in OpenAI's shape, `{"error": {"message", "type", "code", "param"}}`; `code` None: "http_<status>"."""
+def openai_error(message: str, *, status: int, code: str | None = None, param: str | None = None) -> dict[str, Any]:
+    """An error in OpenAI's shape, `{"error": {"message", "type", "code", "param"}}`; `code` None: "http_<status>";
+    `param`: the request field it is about."""
     kind = {401: "authentication_error", 429: "rate_limit_error"}.get(status) or (
         "invalid_request_error" if status < 500 else "server_error"
     )
     one_line = " ".join(str(message).split())
-    return {"error": {"message": one_line, "type": kind, "code": code or f"http_{status}", "param": None}}
+    return {"error": {"message": one_line, "type": kind, "code": code or f"http_{status}", "param": param}}
 
 
 def is_openai_path(path: str) -> bool:

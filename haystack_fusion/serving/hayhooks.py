@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import math
 import threading
 import time
@@ -52,22 +51,36 @@ from haystack_fusion.serving.presentation import (
     source_event_data,
     streamed_component,
 )
-from haystack_fusion.settings import SERVING_LIMIT_VARIABLES, serving_limit_values, strategy_defaults
+from haystack_fusion.serving.protocol import (
+    CompletionStream,
+    Dialect,
+    check_request,
+    completion,
+    dialect,
+    include_usage,
+    source_records,
+)
+from haystack_fusion.settings import (
+    SERVING_LIMIT_VARIABLES,
+    chat_client_from_env,
+    serving_limit_values,
+    strategy_defaults,
+)
 from haystack_fusion.strategies import (
     StrategyRun,
     build_pipeline,
     chat_text,
     get_strategy,
     passages,
+    sources_text,
     strategy_run,
     strategy_settings,
 )
 
 logger = logging.getLogger(__name__)
 
-# The embedded Chainlit chat UI's requests carry CHAT_UI_HEADER: CHAT_UI_CLIENT; their stream ends in one
-# EVIDENCE_ELEMENT (CHAINLIT_ELEMENTS_DIR/FusionEvidence.jsx, props: `evidence_element_props`) instead of HTML.
-CHAT_UI_HEADER, CHAT_UI_CLIENT = "X-Haystack-Fusion-Client", "chainlit"
+# The embedded Chainlit chat UI's requests carry CHAT_UI_HEADER: CHAT_UI_CLIENT (`protocol.dialect` "chainlit"); their
+# stream ends in one EVIDENCE_ELEMENT (CHAINLIT_ELEMENTS_DIR/FusionEvidence.jsx, props: `evidence_element_props`).
 EVIDENCE_ELEMENT = "FusionEvidence"
 CHAINLIT_ELEMENTS_DIR = Path(__file__).parent / "chainlit_elements"
 
@@ -295,20 +308,22 @@ async def chat_events(
     pipeline: Pipeline,
     query: str,
     *,
-    chat_ui: bool = False,
+    dialect: Dialect = "open-webui",
     finish: Callable[[StrategyRun], StrategyRun] | None = None,
-) -> AsyncIterator[PipelineEvent | StreamingChunk | str]:
+) -> AsyncIterator[PipelineEvent | StreamingChunk]:
     """
-    A strategy's chat reply in Hayhooks' streaming form: status events, the answer (token by token when
-    `streamed_component` names a final call, then "Answer: ..." when the extracted answer differs), then one source
-    event per passage and a `<details>` evidence block (Open WebUI), or one `EVIDENCE_ELEMENT` event (`chat_ui`).
+    A strategy's chat reply in Hayhooks' streaming form: the answer (token by token when `streamed_component` names a
+    final call, then "Answer: ..." when the extracted answer differs), then, by `dialect` (`protocol.Dialect`):
+    "openai": the `sources_text` as text and nothing else; "open-webui": status events, one source event per passage
+    and a `<details>` evidence block; "chainlit": status events and one `EVIDENCE_ELEMENT` event.
 
     :param finish: Applied to the finished run before it is shown; may add to it or raise to report a failure.
     """
     streamed: list[str] = []
     async for item in stream_strategy(pipeline, query):
         if item.kind == "status":
-            yield create_status_event(item.text, done=item.done)
+            if dialect != "openai":
+                yield create_status_event(item.text, done=item.done)
         elif item.kind == "token":
             text = item.text if streamed else item.text.lstrip()
             if text:
@@ -323,8 +338,12 @@ async def chat_events(
                 yield StreamingChunk(content=answer)
             elif reply != answer.strip():
                 yield StreamingChunk(content=f"\n\nAnswer: {answer}")
+            if dialect == "openai":
+                if sources := sources_text(run):
+                    yield StreamingChunk(content=f"\n\n{sources}")
+                return
             yield create_status_event(answered_text(run), done=True)
-            if chat_ui:
+            if dialect == "chainlit":
                 yield create_custom_element_event(EVIDENCE_ELEMENT, evidence_element_props(run))
                 return
             for index, document in enumerate(passages(run), start=1):
@@ -350,6 +369,7 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
     """
 
     strategy: ClassVar[str]
+    chat_client: str = "auto"  # `HAYSTACK_FUSION_CHAT_CLIENT`, read by `setup`
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """:raises ValueError: If `strategy` names no registered strategy."""
@@ -386,6 +406,10 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
                     strategy=self.strategy,
                     problem=problem,
                 )
+            try:
+                self.chat_client = chat_client_from_env()
+            except ValueError as error:
+                raise BackendSetupError(setup_message([str(error)])) from error
             self.config = config
             self.admission: AdmissionLimit = admission_limit(self.limits)
             self.generator = chat_generator(config)
@@ -448,30 +472,37 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
             raise failure from None
 
     def _finish(
-        self, run: StrategyRun, *, asked: str | None = None, rewrite: dict[str, int] | None = None
+        self,
+        run: StrategyRun,
+        *,
+        asked: str | None = None,
+        rewrite: dict[str, int] | None = None,
+        rewrite_seconds: float = 0.0,
     ) -> StrategyRun:
         """
-        The run as served; a follow-up's gets `evidence["asked"]`, `evidence["standalone_question"]` and the rewrite's
-        call in `usage`.
+        The run as served; a follow-up's gets `evidence["asked"]`, `evidence["standalone_question"]`, the rewrite's
+        call in `usage` and its `rewrite_seconds` in `seconds`.
 
         :raises ServingError: 503 when every LLM call failed, naming the backend (a failure, not "unknown").
         """
         if asked is not None and rewrite is not None:
             evidence = {**run.evidence, "asked": asked, "standalone_question": run.answer.query or asked}
-            run = dataclasses.replace(run, usage=sum_usage([run.usage, rewrite]), evidence=evidence)
+            usage, seconds = sum_usage([run.usage, rewrite]), run.seconds + rewrite_seconds
+            run = dataclasses.replace(run, usage=usage, evidence=evidence, seconds=seconds)
         message = every_call_failed_message(run.usage, run.evidence, self.config)
         if message is not None:
             raise ServingError(503, message, code="backend_unavailable")
         warn_missing_logprobs(self.generator, run.answers)  # logged once per process
         return run
 
-    async def _standalone(self, chat: Chat | None, question: str) -> tuple[str, str | None, dict[str, int] | None]:
-        """The question to run, the question as asked and the rewrite's usage (both None when it is no follow-up)."""
+    async def _standalone(self, chat: Chat | None, question: str) -> tuple[str, dict[str, Any]]:
+        """The question to run and `_finish`'s keyword arguments for a follow-up's rewrite: the question as asked, the
+        rewrite's usage and seconds (none when it is no follow-up)."""
         if chat is None or not chat.follow_up:
-            return question, None, None
-        limit = self.limits.max_question_chars
+            return question, {}
+        start, limit = time.perf_counter(), self.limits.max_question_chars
         standalone, usage = await standalone_question(self.llm, chat.history, question, max_chars=limit)
-        return standalone, question, usage
+        return standalone, {"asked": question, "rewrite": usage, "rewrite_seconds": time.perf_counter() - start}
 
     async def run_api_async(self, query: str) -> dict:
         """
@@ -490,62 +521,101 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
 
     async def _answer(self, query: str, chat: Chat | None = None) -> StrategyRun:
         async with self.admission.slot():
-            query, asked, rewrite = await self._standalone(chat, query)
+            query, rewrite = await self._standalone(chat, query)
             async for item in stream_strategy(self.pipeline, query, stream_tokens=False):
                 if item.run is not None:
-                    return self._finish(item.run, asked=asked, rewrite=rewrite)
+                    return self._finish(item.run, **rewrite)
         raise RuntimeError("the strategy run ended without a result")  # pragma: no cover
 
     async def run_chat_completion_async(
         self, model: str, messages: list[dict], body: dict, headers: Headers | None = None
-    ) -> str | AsyncIterator[PipelineEvent | StreamingChunk | str | ChatCompletion]:
+    ) -> ChatCompletion | AsyncIterator[PipelineEvent | StreamingChunk | str | ChatCompletion]:
         """
-        Answer a chat's last user message for `/v1/chat/completions`. A client's background task (`chat.TASK_PREFIX`)
-        gets one plain LLM call outside the admission limit; a follow-up is first rewritten into a standalone question
-        (`chat.standalone_question`, one call, in the usage).
+        Answer a chat's last user message for `/v1/chat/completions`, in OpenAI's contract (`protocol`). A client's
+        background task (`chat.TASK_PREFIX`) gets one plain LLM call outside the admission limit; a follow-up is first
+        rewritten into a standalone question (`chat.standalone_question`, one call, in the usage).
 
-        :param body: The request's JSON body; `"stream": true` asks for a streamed reply.
-        :param headers: `CHAT_UI_HEADER` set to `CHAT_UI_CLIENT` marks the embedded Chainlit chat UI.
-        :returns: For a task, the model's reply. Streamed: a "waiting" status while the request waits for a slot, the
-            standalone question of a follow-up, then `chat_events`; a failure after the stream started ends it with a
-            status and an error chunk (OpenAI's shape), never with an answer. Else the answer, "Sources:" and passages.
-        :raises ServingError: Before anything streams: 400 for no user message, content parts that are not text, or
-            an empty, too long or invalid question; 503 when the server is busy (with `Retry-After`); without
-            streaming, as `run_api_async`.
+        :param body: The request's JSON body: `"stream": true` asks for a streamed reply,
+            `stream_options.include_usage` for its usage; fields no strategy can honor are refused
+            (`protocol.check_request`).
+        :param headers: The request's headers: they choose the dialect (`protocol.dialect`, with
+            `HAYSTACK_FUSION_CHAT_CLIENT`).
+        :returns: Unstreamed, a `chat.completion` whose content is the answer and its `sources_text` (a task: the
+            model's reply), with `usage` and `sources` (`protocol.source_records`). Streamed, `chat.completion.chunk`s
+            (`protocol.CompletionStream`) for OpenAI's clients, or Hayhooks' events for Open WebUI and the chat UI
+            (`chat_events`); a failure after the stream started ends it with an error chunk (OpenAI's shape), never
+            with an answer.
+        :raises ServingError: Before anything streams: 400 for a field no strategy can honor (naming it), no user
+            message, content parts that are not text, or an empty, too long or invalid question; 503 when the server
+            is busy (with `Retry-After`); without streaming, as `run_api_async`.
         """
         with self._answering():
-            chat = read_chat(messages)
+            check_request(body)
+            chat = await asyncio.to_thread(read_chat, messages)  # a 1 MiB chat is read off the event loop
             if chat.task:
                 logger.info("Answering a chat client's background task ({size})", size=digest(chat.question))
-                return (await answer_task(self.llm, chat.question))[0]
-            question = self._check(chat.question)
-            if not body.get("stream"):
-                return chat_text(await self._answer(question, chat))
-            self.admission.check_room()  # refused at once, before anything streams: 503 with Retry-After
-        chat_ui = headers is not None and headers.get(CHAT_UI_HEADER) == CHAT_UI_CLIENT
-        return self._events(question, chat, model=model, chat_ui=chat_ui)
+                answer, usage = await answer_task(self.llm, chat.question)
+                if not body.get("stream"):
+                    return completion(model, answer, usage)
+            else:
+                question = self._check(chat.question)
+                if not body.get("stream"):
+                    run = await self._answer(question, chat)
+                    return completion(model, chat_text(run), run.usage, source_records(run))
+                self.admission.check_room()  # refused at once, before anything streams: 503 with Retry-After
+        spoken = dialect(headers, self.chat_client)
+        if chat.task:
+            return self._task_chunks(model, answer, usage, include_usage=include_usage(body))
+        reply = CompletionStream(model, include_usage(body)) if spoken == "openai" else None
+        return self._events(question, chat, model=model, dialect=spoken, reply=reply)
+
+    async def _task_chunks(
+        self, model: str, answer: str, usage: dict[str, int], *, include_usage: bool
+    ) -> AsyncIterator[ChatCompletion]:
+        reply = CompletionStream(model, include_usage)
+        for chunk in (reply.start(), reply.text(answer), *reply.end(usage, [])):
+            yield chunk
 
     async def _events(
-        self, question: str, chat: Chat, *, model: str, chat_ui: bool
+        self, question: str, chat: Chat, *, model: str, dialect: Dialect, reply: CompletionStream | None
     ) -> AsyncIterator[PipelineEvent | StreamingChunk | str | ChatCompletion]:
+        """The streamed reply: Hayhooks' events (`reply` None), or each event's text as `reply`'s chunks."""
+        narrated = reply is None  # status events are Open WebUI's and the chat UI's
+        finished: list[StrategyRun] = []
         try:
-            if self.admission.busy:
+            if reply is not None:
+                yield reply.start()
+            if narrated and self.admission.busy:
                 ahead = self.admission.in_flight + self.admission.waiting
                 yield create_status_event(f"Waiting for the server: {plural(ahead, 'question')} ahead", done=False)
             async with self.admission.slot():
-                if chat.follow_up:
+                if narrated and chat.follow_up:
                     yield create_status_event("Reading the chat: rewriting the follow-up as a standalone question")
-                question, asked, rewrite = await self._standalone(chat, question)
-                if chat.follow_up:
+                question, rewrite = await self._standalone(chat, question)
+                if narrated and chat.follow_up:
                     yield create_status_event(f"Standalone question: {question}", done=True)
-                finish = functools.partial(self._finish, asked=asked, rewrite=rewrite)
-                async for event in chat_events(self.pipeline, question, chat_ui=chat_ui, finish=finish):
-                    yield event
+
+                def finish(run: StrategyRun) -> StrategyRun:
+                    finished.append(self._finish(run, **rewrite))
+                    return finished[-1]
+
+                async for event in chat_events(self.pipeline, question, dialect=dialect, finish=finish):
+                    if reply is None:
+                        yield event
+                    elif isinstance(event, StreamingChunk) and event.content:
+                        yield reply.text(event.content)
+            if reply is not None:
+                for chunk in reply.end(finished[-1].usage, source_records(finished[-1])):
+                    yield chunk
         except Exception as error:
             failure = self._failure(error)
             logger.warning(
                 "Ended a streamed reply with HTTP {status}: {reason}", status=failure.status_code, reason=failure.detail
             )
+            body = openai_error(str(failure.detail), status=failure.status_code, code=failure.code)
+            if reply is not None:
+                yield reply.error(body)
+                return
             yield create_status_event(f"Failed: {failure.detail}", done=True)
             yield ChatCompletion(
                 id=f"{model}-error",
@@ -553,5 +623,5 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
                 created=int(time.time()),
                 model=model,
                 choices=[],
-                **openai_error(str(failure.detail), status=failure.status_code, code=failure.code),
+                **body,
             )

@@ -20,6 +20,7 @@ from haystack_fusion.strategies.run import (
     excerpt,
     passages,
     rounded,
+    source_title,
     supporting_ids,
 )
 
@@ -36,12 +37,6 @@ def _markdown(text: str | None) -> str:
     """Text a Markdown renderer shows as it is: HTML and Markdown punctuation escaped, no leading indentation."""
     escaped = _MARKDOWN_PUNCTUATION.sub(r"\\\1", html.escape(text or "", quote=False))
     return "\n".join(line.lstrip() for line in escaped.splitlines())
-
-
-def source_title(document: Document) -> str:
-    """`meta["title"]`, else `meta["file"]`, else "passage " and the first 8 characters of the id."""
-    meta = document.meta or {}
-    return meta.get("title") or meta.get("file") or f"passage {document.id[:8]}"
 
 
 def _from_cache(usage: dict[str, int]) -> bool:
@@ -167,12 +162,13 @@ def answered_text(run: StrategyRun) -> str:
 def source_event_data(document: Document, index: int) -> dict[str, Any]:
     """
     One passage (the reply's `index`-th source, from 1) in Open WebUI's citation shape (`create_source_event`):
-    `source` (`name`, `id`), `document` (its text), `metadata` (`source`, `document_id`, `index`, `score` rounded).
+    `source` (`name`, `id`), `document` (its text as it is: Open WebUI shows it as text), `metadata` (`source`,
+    `document_id`, `index`, `score` rounded).
     """
     name = source_title(document)
     return {
         "source": {"name": name, "id": document.id},
-        "document": [_markdown(document.content)],
+        "document": [document.content or ""],
         "metadata": [{"source": name, "document_id": document.id, "index": index, "score": rounded(document.score)}],
     }
 

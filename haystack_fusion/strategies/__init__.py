@@ -6,7 +6,7 @@ The strategies: each one's settings, pipeline, stages and sources, and how its r
 - `registry`: one pipeline builder per strategy, `STRATEGIES` (name -> `Strategy`, the single source of truth),
   `get_strategy`, `build_pipeline`, `strategy_of` (the strategy a pipeline's metadata names);
 - `run`: `run_strategy`, `strategy_run` and `StrategyRun` (answer, evidence, usage, failures, stages), and a run as
-  plain text (`chat_text`, `evidence_line`, `passages`);
+  plain text (`chat_text`, `sources_text`, `evidence_line`, `passages`, `source_title`);
 - `answerer`: `FusionAnswerer`, any strategy as one SuperComponent;
 - `tool`: `strategy_tool`, a strategy over your retriever as one tool for a Haystack `Agent` (`tool_text`).
 """
@@ -32,7 +32,19 @@ from haystack_fusion.strategies.registry import (
     strategy_of,
     strategy_settings,
 )
-from haystack_fusion.strategies.run import StrategyRun, chat_text, evidence_line, passages, run_strategy, strategy_run
+from haystack_fusion.strategies.run import (
+    StrategyRun,
+    chat_text,
+    cited_sources,
+    evidence_line,
+    passages,
+    rounded,
+    run_strategy,
+    source_title,
+    sources_text,
+    strategy_run,
+    supporting_ids,
+)
 from haystack_fusion.strategies.tool import strategy_tool, tool_text
 
 __all__ = [
@@ -52,13 +64,18 @@ __all__ = [
     "build_pipeline",
     "chat_text",
     "cite",
+    "cited_sources",
     "evidence_line",
     "get_strategy",
     "passages",
+    "rounded",
     "run_strategy",
+    "source_title",
+    "sources_text",
     "strategy_of",
     "strategy_run",
     "strategy_settings",
     "strategy_tool",
+    "supporting_ids",
     "tool_text",
 ]

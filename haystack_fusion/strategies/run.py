@@ -144,13 +144,31 @@ def evidence_line(run: StrategyRun) -> str:
     return " | ".join(parts)
 
 
-def chat_text(run: StrategyRun) -> str:
-    """The answer and its sources as plain text (a chat reply that is not streamed): numbered "[i] title: text"."""
+def source_title(document: Document) -> str:
+    """`meta["title"]`, else `meta["file"]`, else "passage " and the first 8 characters of the id."""
+    meta = document.meta or {}
+    return meta.get("title") or meta.get("file") or f"passage {document.id[:8]}"
+
+
+def sources_text(run: StrategyRun) -> str:
+    """
+    The passages a reply cites as plain text: "Sources:" and a line per `cited_sources` passage, numbered and titled
+    by `meta["title"]` or `meta["file"]` where it has one ("[1] title: the first 200 characters"); "" when the run
+    read none.
+    """
     lines = [
-        f"[{i}] {f'{title}: ' if (title := (d.meta or {}).get('title')) else ''}{excerpt(d.content, 200)}"
+        f"[{i}] {f'{title}: ' if (title := (d.meta or {}).get('title') or (d.meta or {}).get('file')) else ''}"
+        f"{excerpt(d.content, 200)}"
         for i, d in enumerate(cited_sources(run), start=1)
     ]
-    return f"{run.answer_text()}\n\nSources:\n" + "\n".join(lines)
+    return "Sources:\n" + "\n".join(lines) if lines else ""
+
+
+def chat_text(run: StrategyRun) -> str:
+    """The answer and, after a blank line, its `sources_text` (none when the run read no passage): plain text, no
+    markup, for a chat reply and an agent's tool result."""
+    sources = sources_text(run)
+    return f"{run.answer_text()}\n\n{sources}" if sources else run.answer_text()
 
 
 def run_strategy(

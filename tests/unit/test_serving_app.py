@@ -195,7 +195,7 @@ def test_the_chat_ui_gets_the_elements(monkeypatch, tmp_path):
 @pytest.mark.parametrize("api_key", [None, KEY])
 def test_the_chat_uis_calls_say_whose_they_are_and_carry_the_key(api_key):
     from haystack_fusion.serving.app import ChatUiMiddleware
-    from haystack_fusion.serving.hayhooks import CHAT_UI_CLIENT, CHAT_UI_HEADER
+    from haystack_fusion.serving.protocol import CHAT_UI_CLIENT, CHAT_UI_HEADER
 
     async def headers(request):
         return PlainTextResponse(f"{request.headers.get(CHAT_UI_HEADER)} {request.headers.get('authorization')}")

@@ -19,13 +19,12 @@ from haystack_fusion.strategies import build_pipeline
 pytest.importorskip("hayhooks", reason="the `serve` extra")
 
 from fastapi import HTTPException
+from fastapi_openai_compat import ChatCompletion
 from hayhooks.server.utils.request_headers import accepts_request_headers
 from starlette.datastructures import Headers
 
 from haystack_fusion.serving.hayhooks import (
     CHAINLIT_ELEMENTS_DIR,
-    CHAT_UI_CLIENT,
-    CHAT_UI_HEADER,
     EVIDENCE_ELEMENT,
     AdmissionLimit,
     ServingLimits,
@@ -34,9 +33,12 @@ from haystack_fusion.serving.hayhooks import (
     stream_strategy,
 )
 from haystack_fusion.serving.presentation import streamed_component
+from haystack_fusion.serving.protocol import CHAT_UI_CLIENT, CHAT_UI_HEADER
 from tests.unit.scripted_calls import DOCUMENTS, fake_llm
 
 QUERY = "What is the capital of France?"
+OPEN_WEBUI = Headers({"User-Agent": "Python/3.11 aiohttp/3.12.15", "Content-Type": "application/json"})
+"""What Open WebUI's requests carry (tests/fixtures/open_webui)."""
 
 
 def pipeline_for(strategy: str, llm: MockChatGenerator):
@@ -163,7 +165,7 @@ class TestChatUiEvents:
 
     def test_the_message_is_the_answer_and_the_evidence_one_custom_element(self):
         pipeline = pipeline_for("concat_pf", fake_llm("unknown"))
-        events = asyncio.run(collect(chat_events(pipeline, QUERY, chat_ui=True)))
+        events = asyncio.run(collect(chat_events(pipeline, QUERY, dialect="chainlit")))
         text = "".join(event.content for event in events if isinstance(event, StreamingChunk))
         assert text == "Paris"
         types = [event.type for event in events if not isinstance(event, StreamingChunk)]
@@ -198,7 +200,7 @@ class TestChatUiEvents:
         retriever = InMemoryBM25Retriever(store, top_k=3)
         llm = MockChatGenerator(response_fn=reply)
         pipeline = build_pipeline("post_fusion", retriever=retriever, chat_generator=llm)
-        events = asyncio.run(collect(chat_events(pipeline, "Which city in France?", chat_ui=True)))
+        events = asyncio.run(collect(chat_events(pipeline, "Which city in France?", dialect="chainlit")))
         sources = {s["title"]: s["supporting"] for s in events[-1].data["props"]["sources"]}
         assert sources == {"Paris": True, "France": True, "Lyon": False}
         assert events[-1].data["props"]["stages"] == []
@@ -226,8 +228,10 @@ class TestChatUiEvents:
 
         chat_ui = reply_for(Headers({CHAT_UI_HEADER: CHAT_UI_CLIENT}))
         assert chat_ui[-1].type == "custom_element"
-        for headers in (None, Headers({"User-Agent": "open-webui"})):
+        for headers in (OPEN_WEBUI, Headers({"X-OpenWebUI-Chat-Id": "1"})):
             assert "<details" in reply_for(headers)[-1].content
+        for headers in (None, Headers({"User-Agent": "OpenAI/Python 2.8.1"})):
+            assert all(isinstance(chunk, ChatCompletion) for chunk in reply_for(headers))
 
 
 class TestNoteTakerStreaming:
@@ -280,7 +284,7 @@ class UpstreamError(RuntimeError):
     status_code = 400
 
 
-def stream(wrapper: StrategyPipelineWrapper, messages: list[dict], headers=None) -> list:
+def stream(wrapper: StrategyPipelineWrapper, messages: list[dict], headers=OPEN_WEBUI) -> list:
     async def ask() -> list:
         events = await wrapper.run_chat_completion_async(wrapper.strategy, messages, {"stream": True}, headers)
         return await collect(events)
@@ -311,7 +315,9 @@ class TestChatCompletions:
             async with wrapper.admission.slot():  # another question holds the one slot
                 return await wrapper.run_chat_completion_async("cascade", [{"role": "user", "content": task}], {})
 
-        assert asyncio.run(ask()) == '{"title": "Capitals"}'
+        reply = asyncio.run(ask())
+        assert reply.choices[0].message.content == '{"title": "Capitals"}'
+        assert reply.usage["total_tokens"] == reply.usage["prompt_tokens"] + reply.usage["completion_tokens"] > 0
         assert prompts == [task]  # no retrieval, no strategy prompt
 
     def test_a_follow_up_is_read_as_a_standalone_question(self):
@@ -338,7 +344,7 @@ class TestChatCompletions:
         assert "Question: What is the capital of France?" in prompts[-1]
 
         plain = asyncio.run(wrapper.run_chat_completion_async("concatenation", messages, {}))
-        assert plain.startswith("Paris\n\nSources:")
+        assert plain.choices[0].message.content.startswith("Paris\n\nSources:\n[1] Paris: ")
 
     def test_no_rewrite_for_the_first_turn(self):
         prompts: list[str] = []
@@ -405,7 +411,7 @@ class TestChatCompletions:
         async def ask() -> list:
             async with wrapper.admission.slot():
                 events = await wrapper.run_chat_completion_async(
-                    "concatenation", [{"role": "user", "content": QUERY}], {"stream": True}
+                    "concatenation", [{"role": "user", "content": QUERY}], {"stream": True}, OPEN_WEBUI
                 )
                 first = await anext(events)
             return [first, *(await collect(events))]
@@ -441,4 +447,93 @@ class TestChatCompletions:
         assert details.count("</details>") == 1
         assert "&lt;img src\\=x onerror\\=alert(1)&gt;&lt;/details&gt;" in details
         source = next(event for event in events if getattr(event, "type", None) == "source")
-        assert source.data["document"][0].startswith("\\# Paris\n\\`\\`\\`\n&lt;img")
+        assert source.data["document"] == [hostile.content]  # Open WebUI shows it as text
+
+
+class TestOpenAIClients:
+    """A client that is neither Open WebUI nor the chat UI gets OpenAI's chunks only: no events, no markup."""
+
+    def chunks(self, strategy: str, llm, body: dict, messages: list[dict] | None = None) -> list[dict]:
+        wrapper = wrapper_for(strategy, llm)
+        messages = messages or [{"role": "user", "content": QUERY}]
+
+        async def ask() -> list:
+            reply = await wrapper.run_chat_completion_async(strategy, messages, {"stream": True, **body}, None)
+            return await collect(reply)
+
+        items = asyncio.run(ask())
+        assert all(isinstance(item, ChatCompletion) for item in items)
+        return [json.loads(item.model_dump_json()) for item in items]
+
+    def test_every_chunk_is_a_chat_completion_chunk_and_the_text_is_plain(self):
+        chunks = self.chunks("concat_pf", fake_llm("unknown"), {})
+        assert {chunk["object"] for chunk in chunks} == {"chat.completion.chunk"}
+        assert len({(chunk["id"], chunk["created"], chunk["model"]) for chunk in chunks}) == 1
+        assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+        text = "".join(chunk["choices"][0]["delta"]["content"] or "" for chunk in chunks if chunk["choices"])
+        assert text == f"Paris\n\nSources:\n[1] Paris: {DOCUMENTS[0].content}\n[2] France: {DOCUMENTS[1].content}"
+        assert [chunk["choices"][0]["finish_reason"] for chunk in chunks].count("stop") == 1
+        last = chunks[-1]
+        assert last["choices"][0]["finish_reason"] == "stop"
+        assert [(s["index"], s["title"], s["supporting"]) for s in last["sources"]] == [
+            (1, "Paris", True),
+            (2, "France", True),
+        ]
+        assert last["usage"] is None  # not asked for
+
+    def test_usage_comes_last_when_asked_for(self):
+        counted = MockChatGenerator(
+            response_fn=lambda messages: "Paris", meta={"usage": {"prompt_tokens": 10, "completion_tokens": 2}}
+        )
+        chunks = self.chunks("concatenation", counted, {"stream_options": {"include_usage": True}})
+        assert chunks[-1]["choices"] == []
+        assert chunks[-1]["usage"] == {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
+        assert all(chunk["usage"] is None for chunk in chunks[:-1])
+
+    def test_a_follow_up_with_no_passages_has_no_bare_sources_line(self):
+        wrapper = wrapper_for("concatenation", fake_llm("Paris"))
+        empty = InMemoryBM25Retriever(InMemoryDocumentStore(), top_k=2)
+        wrapper.pipeline = build_pipeline("concatenation", retriever=empty, chat_generator=fake_llm("Paris"))
+        reply = asyncio.run(
+            wrapper.run_chat_completion_async("concatenation", [{"role": "user", "content": QUERY}], {})
+        )
+        assert "Sources:" not in reply.choices[0].message.content
+        assert reply.model_dump()["sources"] == []
+
+    def test_a_failure_ends_the_stream_with_an_error_chunk_only(self):
+        chunks = self.chunks("concatenation", FailingGenerator(UpstreamError("context length exceeded")), {})
+        assert chunks[-1]["choices"] == []
+        assert chunks[-1]["error"]["code"] == "llm_error"
+        text = "".join(chunk["choices"][0]["delta"]["content"] or "" for chunk in chunks if chunk["choices"])
+        assert text == ""
+
+    def test_unstreamed_reply_has_usage_and_sources(self):
+        wrapper = wrapper_for("concat_pf", fake_llm("unknown"))
+        reply = asyncio.run(wrapper.run_chat_completion_async("concat_pf", [{"role": "user", "content": QUERY}], {}))
+        body = json.loads(reply.model_dump_json())
+        assert body["object"] == "chat.completion"
+        assert body["id"].startswith("chatcmpl-")
+        assert set(body["usage"]) == {"prompt_tokens", "completion_tokens", "total_tokens"}
+        assert body["choices"][0]["message"]["content"].startswith("Paris\n\nSources:\n[1] Paris: ")
+        assert "<details" not in body["choices"][0]["message"]["content"]
+        assert [source["title"] for source in body["sources"]] == ["Paris", "France"]
+
+    @pytest.mark.parametrize(
+        ("field", "value"),
+        [
+            ("n", 3),
+            ("tool_choice", "required"),
+            ("tool_choice", {"type": "function", "function": {"name": "lookup"}}),
+            ("response_format", {"type": "json_object"}),
+            ("logprobs", True),
+        ],
+    )
+    def test_what_no_strategy_can_do_is_a_400_naming_the_field(self, field, value):
+        wrapper = wrapper_for("concatenation", FailingGenerator(AssertionError("no call expected")))
+        for stream_flag in (True, False):
+            body = {"stream": stream_flag, field: value}
+            with pytest.raises(HTTPException) as refused:
+                asyncio.run(
+                    wrapper.run_chat_completion_async("concatenation", [{"role": "user", "content": QUERY}], body)
+                )
+            assert (refused.value.status_code, refused.value.param) == (400, field)
