@@ -225,3 +225,22 @@ def test_the_pinned_hayhooks_uses_refuse_another_version(monkeypatch):
     monkeypatch.setattr(pinned, "version", lambda name: "0.0.1")
     with pytest.raises(pinned.PinnedVersionError, match=r"hayhooks 2\.1\.0, and 0\.0\.1 is installed"):
         pinned.set_hayhooks_settings(durable_mode=True)
+
+
+def test_a_body_that_does_not_validate_is_a_422_without_the_request_s_values():
+    from fastapi import Body, FastAPI
+    from fastapi.exceptions import RequestValidationError
+
+    from haystack_fusion.serving.app import _validation_error
+
+    app = FastAPI()
+    app.add_exception_handler(RequestValidationError, _validation_error)
+
+    @app.post("/concatenation/run")
+    def run(query: str = Body(embed=True)) -> dict:  # pragma: no cover - never reached
+        return {}
+
+    response = TestClient(app).post("/concatenation/run", json={"query": {"private": "my secret question"}})
+    assert response.status_code == 422
+    assert "secret" not in response.text
+    assert response.json()["detail"][0]["loc"] == ["body", "query"]
