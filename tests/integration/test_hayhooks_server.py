@@ -61,8 +61,11 @@ def test_empty_question_is_a_client_error(server):
     assert "non-empty question" in response.text
 
 
-def test_streamed_chat_has_status_tokens_sources_and_details(server, question):
-    client = openai.OpenAI(base_url=f"{server}/v1", api_key="not-needed")
+def test_streamed_chat_has_status_tokens_sources_and_details_for_open_webui(server, question):
+    # a header Open WebUI sends (ENABLE_FORWARD_USER_INFO_HEADERS) asks for its dialect
+    client = openai.OpenAI(
+        base_url=f"{server}/v1", api_key="not-needed", default_headers={"X-OpenWebUI-Chat-Id": "chat-1"}
+    )
     stream = client.chat.completions.create(
         model="concatenation", messages=[{"role": "user", "content": question}], stream=True
     )

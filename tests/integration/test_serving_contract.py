@@ -69,8 +69,14 @@ def events(text: str) -> list[dict]:
     return [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
 
 
-def stream(url: str, body: dict) -> tuple[int, str]:
-    with httpx.stream("POST", f"{url}/v1/chat/completions", json={**body, "stream": True}, timeout=120) as response:
+OPEN_WEBUI = {"User-Agent": "Python/3.11 aiohttp/3.12.15"}
+"""The user agent of Open WebUI's requests, which get its status events (`serving.protocol.dialect`)."""
+
+
+def stream(url: str, body: dict, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    with httpx.stream(
+        "POST", f"{url}/v1/chat/completions", json={**body, "stream": True}, headers=headers, timeout=120
+    ) as response:
         return response.status_code, "".join(response.iter_text())
 
 
@@ -155,7 +161,7 @@ class TestFailuresAreNeverAnswers:
             assert refused.status_code == status
             error = refused.json()["error"]
             assert error["code"] == code
-            http_status, text = stream(server.url, body)
+            http_status, text = stream(server.url, body, OPEN_WEBUI)
             assert http_status == 200  # the stream had started: status events came first
             streamed = events(text)
             assert [event["error"] for event in streamed if "error" in event] == [error]
