@@ -14,6 +14,7 @@ from typing import Any
 
 from haystack.dataclasses import ChatMessage
 
+from haystack_fusion.answers import has_visible_text
 from haystack_fusion.llm import empty_usage, reply_usage, stop_kwargs
 from haystack_fusion.prompts import PROMPTS, render
 
@@ -97,14 +98,17 @@ def read_chat(messages: Sequence[Mapping[str, Any]]) -> Chat:
     """
     Read a chat request's messages (oldest first) as a `Chat`.
 
-    :raises ChatRequestError: If the last message is not a user message with text, or a message holds content parts
-        that are not text.
+    :raises ChatRequestError: If the last message is not a user message with visible text (`has_visible_text`, once
+        the attached files are left out), or a message holds content parts that are not text.
     """
     if not messages or not isinstance(messages[-1], Mapping) or messages[-1].get("role") != "user":
         raise ChatRequestError("`messages` must end with a user message holding the question")
     question = _ATTACHED_FILES.sub("", message_text(messages[-1]))
-    if not question.strip():
-        raise ChatRequestError("the last user message holds no text: send the question as its content")
+    if not has_visible_text(question):
+        raise ChatRequestError(
+            "the last user message holds no text (only whitespace or control characters): send the question as its "
+            "content"
+        )
     if question.lstrip().startswith(TASK_PREFIX) and TASK_HISTORY_TAG in question:
         return Chat(question=question, task=True)
     history = []

@@ -117,6 +117,9 @@ class TestReadChat:
             ([{"role": "assistant", "content": "Hi"}], "must end with a user message"),
             ([{"role": "user", "content": "  "}], "holds no text"),
             ([{"role": "user", "content": []}], "holds no text"),
+            ([{"role": "user", "content": "\x00"}], "holds no text"),
+            ([{"role": "user", "content": "\x00\x00\n\x1b\x7f \u200b\ufeff"}], "holds no text"),
+            ([{"role": "user", "content": "<attached_files>\n</attached_files>\n\x00"}], "holds no text"),
         ],
     )
     def test_what_cannot_be_answered(self, messages, message):
