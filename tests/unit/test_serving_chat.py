@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -141,6 +142,91 @@ class TestReadChat:
                 assert "<attached_files>" not in chat.question
                 assert "<details" not in " ".join(text for _, text in chat.history)
         assert read_chat(bodies["file_question"]["messages"]).question == "What does this say?"
+
+
+MIB = 2**20
+HANG_GUARD = 2.0
+"""Seconds a read of a 1 MiB chat may take here: it takes milliseconds; backtracking patterns took minutes."""
+
+
+def timed_read(messages: list[dict]) -> tuple[Chat, float]:
+    """`read_chat(messages)` and the seconds it took."""
+    start = time.perf_counter()
+    chat = read_chat(messages)
+    return chat, time.perf_counter() - start
+
+
+def follow_up(earlier: str, question: str = "And then?") -> list[dict]:
+    """A chat whose one earlier assistant turn is `earlier`."""
+    return [
+        {"role": "user", "content": "Who?"},
+        {"role": "assistant", "content": earlier},
+        {"role": "user", "content": question},
+    ]
+
+
+class TestReadingTakesLinearTime:
+    """Chats shaped to make a backtracking pattern take time quadratic in their size are read in milliseconds."""
+
+    def test_an_earlier_turn_of_80_000_newlines(self):
+        chat, seconds = timed_read(follow_up("Paris" + "\n" * 80_000 + "Sources:\n[1] Paris: the capital"))
+        assert chat.history == (("user", "Who?"), ("assistant", "Paris"))
+        assert seconds < HANG_GUARD
+
+    def test_a_1_mib_chat_of_500_000_newlines(self):
+        messages = follow_up("\n" * 500_000, question="\n" * 24_000 + "Who?")
+        assert len(json.dumps({"messages": messages})) > 1_000_000
+        chat, seconds = timed_read(messages)
+        assert chat.history == (("user", "Who?"),)
+        assert chat.question.strip() == "Who?"
+        assert seconds < HANG_GUARD
+
+    @pytest.mark.parametrize(
+        "unit",
+        [
+            "\n",
+            " \n\t",
+            "<details",
+            "<details>",
+            "<details x=1>\n",
+            "<DETAILS ",
+            "</details>",
+            "Sources:\n",
+            "\nSources:\n",
+            "\n \nSources: ",
+            "\n\nSources:",
+            "<attached_files>",
+            "<attached_files>\n",
+            "</attached_files>",
+            "x",
+            "\x00",
+        ],
+    )
+    @pytest.mark.parametrize("where", ["earlier turn", "question"])
+    def test_a_1_mib_repetition(self, unit, where):
+        text = unit * (MIB // len(unit))
+        if where == "earlier turn":
+            chat, seconds = timed_read(follow_up(text))
+            assert all(len(turn) <= MAX_TURN_CHARS for _, turn in chat.history)
+        else:
+            chat, seconds = timed_read(follow_up("Paris", question=text + "?"))
+            assert chat.question.endswith("?")
+        assert seconds < HANG_GUARD
+
+    @pytest.mark.parametrize("question", ["\x00" * MIB, "\u200b" * MIB, " " * MIB])
+    def test_a_1_mib_question_that_shows_nothing_is_refused_at_once(self, question):
+        start = time.perf_counter()
+        with pytest.raises(ChatRequestError, match="holds no text"):
+            read_chat([{"role": "user", "content": question}])
+        assert time.perf_counter() - start < HANG_GUARD
+
+    def test_unclosed_tags_and_a_sources_line_without_a_newline_before_it_stay(self):
+        text = "<details open>a <attached_files> b</DETAILS>c\nSources: d\nSources:\ne"
+        assert turn_text(text) == "c Sources: d"
+        assert turn_text("<details\n" + "x" * 600) == "<details " + "x" * 487 + " ..."
+        assert turn_text("Sources:\n[1] Paris") == "Sources: [1] Paris"
+        chat = read_chat([{"role": "user", "content": "<attached_files> x\n<attached_files>y</attached_files>\n z"}])
+        assert chat.question == "z"
 
 
 class TestHistoryText:
