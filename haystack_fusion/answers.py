@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import re
 import string
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -427,18 +428,33 @@ def invalid_meta(answer: str, reason: str) -> dict[str, Any]:
     return {"answer_source": INVALID, "invalid_reason": reason, "rejected_answer": answer}
 
 
+INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf"})
+"""The Unicode categories of characters that show nothing: control characters (NUL, escape, DEL, the C1 controls) and
+format characters (zero-width spaces and joiners, direction marks, the byte order mark)."""
+
+
+def has_visible_text(text: str) -> bool:
+    """Whether `text` holds a character that is neither whitespace nor of an `INVISIBLE_CATEGORIES` category (a lone
+    surrogate counts as visible: `validate_query` names it)."""
+    return any(unicodedata.category(char) not in INVISIBLE_CATEGORIES for char in text if not char.isspace())
+
+
 def validate_query(query: str) -> str:
     """
     Check a question before any LLM call.
 
     :param query: The question.
-    :returns: The question, stripped.
-    :raises ValueError: If the question is not a string, is empty or only whitespace, or is not valid Unicode text
-        (a lone surrogate such as `\\ud800`, which no UTF-8 encoder, tokenizer or HTTP client accepts), naming the
-        position of the first bad character.
+    :returns: The question, stripped of whitespace.
+    :raises ValueError: If the question is not a string, holds no visible text (empty, or only whitespace, control and
+        format characters: `has_visible_text`), or is not valid Unicode text (a lone surrogate such as `\\ud800`,
+        which no UTF-8 encoder, tokenizer or HTTP client accepts), naming the position of the first bad character.
     """
-    if not isinstance(query, str) or not query.strip():
-        raise ValueError(f"`query` must be a non-empty question, got {query!r}")
+    if not isinstance(query, str) or not has_visible_text(query):
+        shown = query if not isinstance(query, str) or len(query) <= 40 else f"{query[:40]}..."
+        raise ValueError(
+            f"`query` must be a non-empty question with visible text (not only whitespace or control characters), "
+            f"got {shown!r}"
+        )
     try:
         query.encode("utf-8")
     except UnicodeEncodeError as error:

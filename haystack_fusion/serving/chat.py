@@ -14,6 +14,7 @@ from typing import Any
 
 from haystack.dataclasses import ChatMessage
 
+from haystack_fusion.answers import has_visible_text
 from haystack_fusion.llm import empty_usage, reply_usage, stop_kwargs
 from haystack_fusion.prompts import PROMPTS, render
 
@@ -30,10 +31,17 @@ MAX_TURN_CHARS = 500
 """The most of one earlier turn the standalone-question prompt quotes, in characters (`turn_text`)."""
 
 # Open WebUI's list of attached files (no part of the question: the server answers from its index), and what this
-# server appends to a reply: the streamed `<details>` block and the unstreamed "Sources:" tail
-_ATTACHED_FILES = re.compile(r"<attached_files>.*?</attached_files>\s*", re.DOTALL)
-_EVIDENCE_BLOCK = re.compile(r"<details\b[^>]*>.*?</details>", re.DOTALL | re.IGNORECASE)
-_SOURCES_TAIL = re.compile(r"\n\s*Sources:\n.*\Z", re.DOTALL)
+# server appends to a reply: the streamed `<details>` block and the unstreamed "Sources:" tail. Each is found in one
+# pass: the patterns below hold no quantifier that can give characters back, and `_SOURCES_TAIL` is tried only where a
+# whitespace run starts, so reading a chat takes time linear in its size.
+_FILES_OPEN = "<attached_files>"
+_FILES_CLOSE = "</attached_files>"
+_EVIDENCE_OPEN = re.compile(r"<details\b", re.IGNORECASE)
+_EVIDENCE_CLOSE = re.compile(r"</details>", re.IGNORECASE)
+_SOURCES_TAIL = re.compile(r"(?<!\s)[^\S\n]*+(\n)\s*+Sources:\n")
+"""From the first newline of a whitespace run that runs up to a "Sources:" line (group 1) to the text's end."""
+_NOT_SPACE = re.compile(r"\S")
+_WORD = re.compile(r"\S+")
 
 
 class ChatRequestError(ValueError):
@@ -86,10 +94,65 @@ def message_text(message: Mapping[str, Any]) -> str:
     return "\n".join(texts)
 
 
+def without_attached_files(text: str) -> str:
+    """
+    `text` without Open WebUI's lists of attached files: each `<attached_files>` up to the first `</attached_files>`
+    after it, and the whitespace that follows; an opening without a closing tag after it stays, as does what follows.
+    """
+    pieces, position = [], 0
+    while (start := text.find(_FILES_OPEN, position)) >= 0:
+        end = text.find(_FILES_CLOSE, start + len(_FILES_OPEN))
+        if end < 0:
+            break  # no later opening has a closing tag after it either
+        pieces.append(text[position:start])
+        after = _NOT_SPACE.search(text, end + len(_FILES_CLOSE))
+        position = len(text) if after is None else after.start()
+    return "".join(pieces) + text[position:] if pieces else text
+
+
+def without_evidence(text: str) -> str:
+    """
+    `text` without this server's evidence blocks: each `<details` (any case, then a character that is not a letter,
+    digit or underscore) up to its first `>`, then up to the first `</details>` (any case) after that.
+    """
+    pieces, position = [], 0
+    while (opening := _EVIDENCE_OPEN.search(text, position)) is not None:
+        tag_end = text.find(">", opening.end())
+        closing = _EVIDENCE_CLOSE.search(text, tag_end + 1) if tag_end >= 0 else None
+        if closing is None:
+            break  # no later opening has a `>` and a closing tag after it either
+        pieces.append(text[position : opening.start()])
+        position = closing.end()
+    return "".join(pieces) + text[position:] if pieces else text
+
+
+def without_sources(text: str) -> str:
+    """`text` up to the "Sources:" tail this server appends to an unstreamed reply: the whitespace before a line that
+    is "Sources:" exactly, from its first newline, and all that follows ("" for a text that starts with the tail)."""
+    tail = _SOURCES_TAIL.search(text)
+    return text if tail is None else text[: tail.start(1)]
+
+
+def collapsed(text: str, max_chars: int) -> str:
+    """`text`'s words joined with single spaces, from its start up to the first word past `max_chars` characters (so
+    longer than `max_chars` exactly when all the words joined are), reading no further into `text`."""
+    words, size = [], -1
+    for word in _WORD.finditer(text):
+        words.append(word.group())
+        size += 1 + len(words[-1])
+        if size > max_chars:
+            break
+    return " ".join(words)
+
+
 def turn_text(text: str) -> str:
-    """An earlier turn without the sources this server appends, whitespace collapsed, at most `MAX_TURN_CHARS`."""
-    text = _SOURCES_TAIL.sub("", _EVIDENCE_BLOCK.sub("", text))
-    text = " ".join(text.split())
+    """
+    An earlier turn without this server's evidence (`without_evidence`) and sources (`without_sources`), whitespace
+    collapsed, at most `MAX_TURN_CHARS` characters (a longer one is cut and ends with " ...").
+
+    Linear in `len(text)`: the two searches are single scans; only the words kept are split out and joined.
+    """
+    text = collapsed(without_sources(without_evidence(text)), MAX_TURN_CHARS)
     return text if len(text) <= MAX_TURN_CHARS else text[: MAX_TURN_CHARS - 4].rstrip() + " ..."
 
 
@@ -97,14 +160,19 @@ def read_chat(messages: Sequence[Mapping[str, Any]]) -> Chat:
     """
     Read a chat request's messages (oldest first) as a `Chat`.
 
-    :raises ChatRequestError: If the last message is not a user message with text, or a message holds content parts
-        that are not text.
+    Linear in the messages' size: each earlier turn is read by `turn_text`, the question by `without_attached_files`.
+
+    :raises ChatRequestError: If the last message is not a user message with visible text (`has_visible_text`, once
+        the attached files are left out), or a message holds content parts that are not text.
     """
     if not messages or not isinstance(messages[-1], Mapping) or messages[-1].get("role") != "user":
         raise ChatRequestError("`messages` must end with a user message holding the question")
-    question = _ATTACHED_FILES.sub("", message_text(messages[-1]))
-    if not question.strip():
-        raise ChatRequestError("the last user message holds no text: send the question as its content")
+    question = without_attached_files(message_text(messages[-1]))
+    if not has_visible_text(question):
+        raise ChatRequestError(
+            "the last user message holds no text (only whitespace or control characters): send the question as its "
+            "content"
+        )
     if question.lstrip().startswith(TASK_PREFIX) and TASK_HISTORY_TAG in question:
         return Chat(question=question, task=True)
     history = []

@@ -9,7 +9,7 @@ from haystack.core.serialization import component_from_dict, component_to_dict
 from haystack.dataclasses import ChatMessage, GeneratedAnswer
 
 from haystack_fusion import NoteTaker, PostFusionVoter
-from haystack_fusion.answers import DEMONSTRATION, PASSAGE_MARKUP, validate_query
+from haystack_fusion.answers import DEMONSTRATION, PASSAGE_MARKUP, has_visible_text, validate_query
 from haystack_fusion.components.split_vote_router import SplitVoteRouter
 from haystack_fusion.llm import DEFAULT_SAMPLING_KWARGS
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS
@@ -65,6 +65,32 @@ class TestValidateQuery:
     def test_invalid(self, query):
         with pytest.raises(ValueError, match="query"):
             validate_query(query)
+
+    @pytest.mark.parametrize(
+        "query",
+        [
+            "\x00",
+            "\x00\x00 \n\x00",
+            "\x1b\x07\x7f",
+            "\x85\x9f",
+            "\u200b\u200d\ufeff",
+            "\u202e \u2066",
+            "\x00" * 100_000,
+        ],
+    )
+    def test_only_control_and_format_characters_is_no_question(self, query):
+        with pytest.raises(ValueError, match="non-empty question with visible text") as refused:
+            validate_query(query)
+        assert len(str(refused.value)) < 300  # a huge query is not echoed
+
+    @pytest.mark.parametrize("query", ["\x00Who?", "\u200bWho?\x00", "?", "\u0301", "\U000f0000"])
+    def test_one_visible_character_is_a_question(self, query):
+        assert validate_query(query) == query.strip()
+        assert has_visible_text(query)
+
+    def test_a_lone_surrogate_is_named(self):
+        with pytest.raises(ValueError, match="lone surrogate at character 1"):
+            validate_query("\x00\ud800")
 
 
 class TestPostFusionVoter:

@@ -1,16 +1,20 @@
 """What a chat client sends, read for the strategies (`serving.chat`): content parts, background tasks, the chat before
-the question, and the standalone question of a follow-up."""
+the question, and the standalone question of a follow-up; the reading's time on huge and hostile chats, and its
+results against the stripping rules read plainly (fuzzed)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
+import time
+import unicodedata
 from pathlib import Path
 
 import pytest
 from haystack.components.generators.chat import MockChatGenerator
 from haystack.dataclasses import ChatMessage
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from haystack_fusion.llm import empty_usage
@@ -29,7 +33,11 @@ from haystack_fusion.serving.chat import (
     standalone_question,
     standalone_question_prompt,
     turn_text,
+    without_attached_files,
+    without_evidence,
+    without_sources,
 )
+from tests.unit.fuzz_settings import FUZZ
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "open_webui"
 
@@ -117,6 +125,9 @@ class TestReadChat:
             ([{"role": "assistant", "content": "Hi"}], "must end with a user message"),
             ([{"role": "user", "content": "  "}], "holds no text"),
             ([{"role": "user", "content": []}], "holds no text"),
+            ([{"role": "user", "content": "\x00"}], "holds no text"),
+            ([{"role": "user", "content": "\x00\x00\n\x1b\x7f \u200b\ufeff"}], "holds no text"),
+            ([{"role": "user", "content": "<attached_files>\n</attached_files>\n\x00"}], "holds no text"),
         ],
     )
     def test_what_cannot_be_answered(self, messages, message):
@@ -138,6 +149,188 @@ class TestReadChat:
                 assert "<attached_files>" not in chat.question
                 assert "<details" not in " ".join(text for _, text in chat.history)
         assert read_chat(bodies["file_question"]["messages"]).question == "What does this say?"
+
+
+MIB = 2**20
+HANG_GUARD = 2.0
+"""Seconds a read of a 1 MiB chat may take here: it takes milliseconds; backtracking patterns took minutes."""
+
+
+def timed_read(messages: list[dict]) -> tuple[Chat, float]:
+    """`read_chat(messages)` and the seconds it took."""
+    start = time.perf_counter()
+    chat = read_chat(messages)
+    return chat, time.perf_counter() - start
+
+
+def follow_up(earlier: str, question: str = "And then?") -> list[dict]:
+    """A chat whose one earlier assistant turn is `earlier`."""
+    return [
+        {"role": "user", "content": "Who?"},
+        {"role": "assistant", "content": earlier},
+        {"role": "user", "content": question},
+    ]
+
+
+class TestReadingTakesLinearTime:
+    """Chats shaped to make a backtracking pattern take time quadratic in their size are read in milliseconds."""
+
+    def test_an_earlier_turn_of_80_000_newlines(self):
+        chat, seconds = timed_read(follow_up("Paris" + "\n" * 80_000 + "Sources:\n[1] Paris: the capital"))
+        assert chat.history == (("user", "Who?"), ("assistant", "Paris"))
+        assert seconds < HANG_GUARD
+
+    def test_a_1_mib_chat_of_500_000_newlines(self):
+        messages = follow_up("\n" * 500_000, question="\n" * 24_000 + "Who?")
+        assert len(json.dumps({"messages": messages})) > 1_000_000
+        chat, seconds = timed_read(messages)
+        assert chat.history == (("user", "Who?"),)
+        assert chat.question.strip() == "Who?"
+        assert seconds < HANG_GUARD
+
+    @pytest.mark.parametrize(
+        "unit",
+        [
+            "\n",
+            " \n\t",
+            "<details",
+            "<details>",
+            "<details x=1>\n",
+            "<DETAILS ",
+            "</details>",
+            "Sources:\n",
+            "\nSources:\n",
+            "\n \nSources: ",
+            "\n\nSources:",
+            "<attached_files>",
+            "<attached_files>\n",
+            "</attached_files>",
+            "x",
+            "\x00",
+        ],
+    )
+    @pytest.mark.parametrize("where", ["earlier turn", "question"])
+    def test_a_1_mib_repetition(self, unit, where):
+        text = unit * (MIB // len(unit))
+        if where == "earlier turn":
+            chat, seconds = timed_read(follow_up(text))
+            assert all(len(turn) <= MAX_TURN_CHARS for _, turn in chat.history)
+        else:
+            chat, seconds = timed_read(follow_up("Paris", question=text + "?"))
+            assert chat.question.endswith("?")
+        assert seconds < HANG_GUARD
+
+    @pytest.mark.parametrize("question", ["\x00" * MIB, "\u200b" * MIB, " " * MIB])
+    def test_a_1_mib_question_that_shows_nothing_is_refused_at_once(self, question):
+        start = time.perf_counter()
+        with pytest.raises(ChatRequestError, match="holds no text"):
+            read_chat([{"role": "user", "content": question}])
+        assert time.perf_counter() - start < HANG_GUARD
+
+    def test_unclosed_tags_and_a_sources_line_without_a_newline_before_it_stay(self):
+        text = "<details open>a <attached_files> b</DETAILS>c\nSources: d\nSources:\ne"
+        assert turn_text(text) == "c Sources: d"
+        assert turn_text("<details\n" + "x" * 600) == "<details " + "x" * 487 + " ..."
+        assert turn_text("Sources:\n[1] Paris") == "Sources: [1] Paris"
+        chat = read_chat([{"role": "user", "content": "<attached_files> x\n<attached_files>y</attached_files>\n z"}])
+        assert chat.question == "z"
+
+
+REFERENCE_ATTACHED_FILES = re.compile(r"<attached_files>.*?</attached_files>\s*", re.DOTALL)
+REFERENCE_EVIDENCE = re.compile(r"<details\b[^>]*>.*?</details>", re.DOTALL | re.IGNORECASE)
+REFERENCE_SOURCES = re.compile(r"\n\s*Sources:\n.*\Z", re.DOTALL)
+"""The stripping rules read plainly, with lazy groups: easy to check by eye, quadratic in runs of their markers."""
+
+
+def reference_turn_text(text: str) -> str:
+    text = " ".join(REFERENCE_SOURCES.sub("", REFERENCE_EVIDENCE.sub("", text)).split())
+    return text if len(text) <= MAX_TURN_CHARS else text[: MAX_TURN_CHARS - 4].rstrip() + " ..."
+
+
+def reference_read_chat(messages: list[dict]) -> Chat | None:
+    """`read_chat` by the reference rules on the chats `chats` makes (None: refused as holding no question)."""
+    question = REFERENCE_ATTACHED_FILES.sub("", messages[-1]["content"])
+    if not any(not char.isspace() and unicodedata.category(char) not in ("Cc", "Cf") for char in question):
+        return None
+    if question.lstrip().startswith(TASK_PREFIX) and "<chat_history>" in question:
+        return Chat(question=question, task=True)
+    turns = ((message["role"], reference_turn_text(message["content"])) for message in messages[:-1])
+    return Chat(question=question, history=tuple((role, text) for role, text in turns if text))
+
+
+CHAT_PIECES = (
+    "\n", "\n\n", " ", "\t", "\r\n", "\u2028", "\x00", "\x1b", "\u200b", "a", "b", "Z", "Paris", "?",
+    "<details>", "<details open>", '<details type="evidence" done="true">\n', "<DETAILS", "<detailsx>", "<detaİls>",
+    "</details>", "</DETAILS>", "</details", ">", "<summary>Sources</summary>\n[1] x\n",
+    "Sources:\n", "Sources:", "Sources: ", "sources:\n", "\nSources:\n[1] Paris",
+    "<attached_files>", "</attached_files>", "<attached_files>\n", '<file name="a.txt"/>', "</attached_files>\n\n",
+    TASK_PREFIX, "<chat_history>", "lorem ipsum dolor " * 12,
+)  # fmt: skip
+"""What the stripping rules turn on: the evidence block's tags in any case (`İ` folds to `i`), "Sources:" lines with
+and without their newlines, attached files lists, whitespace, NUL, zero-width spaces, words, and a long phrase that
+makes a turn longer than `MAX_TURN_CHARS`."""
+
+piece_texts = st.lists(st.sampled_from(CHAT_PIECES), max_size=30).map("".join)
+run_texts = st.builds(
+    lambda head, unit, count, tail: head + unit * count + tail,
+    head=piece_texts,
+    unit=st.sampled_from(CHAT_PIECES),
+    count=st.integers(0, 200),
+    tail=piece_texts,
+)
+"""Runs of one piece (what makes the reference patterns backtrack) between mixes of pieces."""
+chat_texts = st.one_of(piece_texts, run_texts, st.text(alphabet=st.sampled_from("\n <>/detailsS:\x00x"), max_size=40))
+chats = st.lists(chat_texts, min_size=1, max_size=5).map(
+    lambda texts: [
+        {"role": "user" if (len(texts) - index) % 2 else "assistant", "content": text}
+        for index, text in enumerate(texts)
+    ]
+)
+"""Chats that end with a user message, turns alternating back from it."""
+
+huge_chat_texts = st.lists(
+    st.tuples(st.sampled_from(CHAT_PIECES), st.integers(10_000, 200_000)), min_size=1, max_size=6
+).map(lambda runs: "".join(piece * max(1, size // len(piece)) for piece, size in runs))
+"""10,000 to 1.2 million characters: runs of pieces, each of 10,000 to 200,000 characters."""
+
+
+class TestReadChatFuzz:
+    """
+    `read_chat` against the stripping rules read plainly (the reference patterns) on small chats, and its time on
+    large ones. Runs the fuzz profile of `fuzz_settings.py` ("fuzz-ci" in CI); `FUZZ_PROFILE=fuzz-10k` runs 10,000.
+    """
+
+    @FUZZ
+    @given(messages=chats)
+    @example(messages=[{"role": "assistant", "content": "x\n \nSources:\n"}, {"role": "user", "content": "?"}])
+    @example(messages=[{"role": "user", "content": "<attached_files></attached_files>\x00\u200b"}])
+    def test_reads_what_the_reference_reads(self, messages):
+        expected = reference_read_chat(messages)
+        if expected is None:
+            with pytest.raises(ChatRequestError, match="holds no text"):
+                read_chat(messages)
+        else:
+            assert read_chat(messages) == expected
+
+    @FUZZ
+    @given(text=chat_texts)
+    def test_each_rule_strips_what_its_reference_strips(self, text):
+        assert without_evidence(text) == REFERENCE_EVIDENCE.sub("", text)
+        assert without_sources(text) == REFERENCE_SOURCES.sub("", text)
+        assert without_attached_files(text) == REFERENCE_ATTACHED_FILES.sub("", text)
+        assert turn_text(text) == reference_turn_text(text)
+
+    @FUZZ
+    @given(earlier=huge_chat_texts, question=huge_chat_texts)
+    def test_time_grows_at_most_linearly(self, earlier, question):
+        """Generous bounds (5 microseconds a character and 50 ms; the read takes a few hundredths of a microsecond a
+        character): a pattern that backtracks takes seconds on a run of 100,000 newlines."""
+        messages = [*follow_up(earlier)[:2], {"role": "user", "content": question + "?"}]
+        size = len(earlier) + len(question)
+        start = time.perf_counter()
+        chat = read_chat(messages)
+        assert time.perf_counter() - start < 0.05 + 5e-6 * size
+        assert all(len(text) <= MAX_TURN_CHARS for _, text in chat.history)
 
 
 class TestHistoryText:
