@@ -1,8 +1,10 @@
 """
-A static HTTP file server on 127.0.0.1 for download tests (stdlib `http.server` in a thread), and a closed port.
+A static HTTP file server on 127.0.0.1 for download tests and the pages of browser tests (stdlib `http.server` in a
+thread), and a closed port.
 
-`FileServer(files)` serves `files` (URL path -> bytes) with a `Content-Length`, answers 404 for any other path, and
-records the path of every GET request in `requests`, so a test can tell a cached file from a downloaded one.
+`FileServer(files)` serves `files` (URL path -> bytes) with a `Content-Length` (as HTML for a path ending `.html`, else
+as JSON), answers 404 for any other path, and records the path of every GET request in `requests`, so a test can tell
+a cached file from a downloaded one.
 
 ### Usage
 ```python
@@ -37,7 +39,8 @@ class FileServer:
                     self.send_error(404)
                     return
                 self.send_response(200)
-                self.send_header("Content-Type", "application/json")
+                html = self.path.endswith(".html")
+                self.send_header("Content-Type", "text/html; charset=utf-8" if html else "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)

@@ -385,7 +385,7 @@ def create_mcp_app(
 ) -> ASGIApp:
     """
     Build the served MCP app (Hayhooks' `mcp` extra): one tool per strategy at `/mcp` (Streamable HTTP) and `/sse`,
-    no deploy tool; parameters and checks as `create_app` (Origin checked on every request).
+    no deploy tool; parameters and checks as `create_app`.
 
     :returns: The Starlette app; run it with uvicorn.
     :raises ValueError: As `create_app`.
@@ -400,7 +400,7 @@ def create_mcp_app(
     guarded: ASGIApp = BodyLimitMiddleware(app, max_bytes=access.max_body_bytes)
     if access.api_key is not None:
         guarded = ApiKeyMiddleware(guarded, api_key=access.api_key)
-    guarded = OriginMiddleware(guarded, allowed_origins=access.cors_origins, check_http=True)
+    guarded = OriginMiddleware(guarded, allowed_origins=access.cors_origins)
     return TrustedHostMiddleware(guarded, allowed_hosts=allowed_hosts(host, access.allowed_hosts))
 
 

@@ -95,29 +95,38 @@ def allowed_hosts(bind_host: str | None, extra: Sequence[str] = ()) -> list[str]
 
 class OriginMiddleware:
     """
-    ASGI middleware: HTTP 403 for an `Origin` that is neither the request's `Host` nor in `allowed_origins`; no `Origin`
-    passes. WebSockets are always checked, HTTP requests with `check_http` (MCP's specification asks for it).
+    ASGI middleware: a request whose `Origin` is neither its own (the `Host` it was sent to) nor in `allowed_origins`
+    is refused before the app runs, on every transport: HTTP 403 (a CORS preflight too), a WebSocket closed (1008).
+    A request without `Origin` (an API or MCP client, curl) passes; `Origin: null` (a sandboxed page, a file) does
+    not. Browsers send `Origin` with every cross-origin request, so a page of another origin can neither read nor
+    drive the app (the chat UI's socket.io long-polling included), whatever each route's own CORS answers.
 
     :param allowed_origins: Other origins allowed, each `scheme://host[:port]`.
     """
 
-    def __init__(self, app: ASGIApp, *, allowed_origins: Iterable[str] = (), check_http: bool = False) -> None:
-        self.app, self.check_http = app, check_http
+    def __init__(self, app: ASGIApp, *, allowed_origins: Iterable[str] = ()) -> None:
+        self.app = app
         self.allowed_origins = frozenset(origin.rstrip("/").lower() for origin in allowed_origins)
 
+    def allows(self, origin: str, host: str) -> bool:
+        """Whether a request to `host` (its `Host` header) from `origin` (its `Origin` header) is let in."""
+        origin = origin.strip().rstrip("/").lower()
+        if origin in self.allowed_origins:
+            return True
+        try:
+            netloc = urlsplit(origin).netloc
+        except ValueError:
+            return False
+        return bool(netloc) and netloc == host.strip().lower()
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "websocket" or (scope["type"] == "http" and self.check_http):
+        if scope["type"] in ("http", "websocket"):
             headers = Headers(scope=scope)
-            origin = headers.get("origin")
-            if origin is not None and origin.rstrip("/").lower() not in self.allowed_origins:
-                try:
-                    own = urlsplit(origin).netloc.lower() == (headers.get("host") or "").lower()
-                except ValueError:
-                    own = False
-                if not own:
-                    message = "Forbidden: requests from other web origins are refused"
-                    await refuse(scope, receive, send, 403, message, code="bad_origin")
-                    return
+            host = headers.get("host", "")
+            if not all(self.allows(origin, host) for origin in headers.getlist("origin")):
+                message = "Forbidden: requests from other web origins are refused"
+                await refuse(scope, receive, send, 403, message, code="bad_origin")
+                return
         await self.app(scope, receive, send)
 
 

@@ -2,10 +2,11 @@
 Who can reach `haystack-fusion serve`, for real: servers on 127.0.0.1 over the embedded model, driven by real clients
 (httpx, the `openai` client, the MCP client).
 
-- Nothing deploys at run time: a cross-origin preflight is refused, and `POST /deploy_files` with a wrapper whose
-  `setup()` writes a file, `/deploy-yaml` and `/undeploy/{name}` find no route; over MCP there is no deploy tool and
-  calling one fails. The file is never written.
-- CORS allows the origins of `HAYSTACK_FUSION_CORS_ORIGINS` only.
+- Nothing deploys at run time: `POST /deploy_files` with a wrapper whose `setup()` writes a file, `/deploy-yaml` and
+  `/undeploy/{name}` find no route (and a web page of another origin is refused before that); over MCP there is no
+  deploy tool and calling one fails. The file is never written.
+- A request from another web origin gets 403, its CORS preflight too; the origins of `HAYSTACK_FUSION_CORS_ORIGINS`
+  pass (`test_chat_ui_origin.py` sweeps every route, the chat UI's included).
 - With `HAYSTACK_FUSION_API_KEY` set, every route but `GET /status` answers 401 (one line) without the key, and the
   OpenAI client with `api_key=<key>` is answered; the MCP endpoint too.
 - Each strategy's MCP tool carries its own description (`Strategy.description`).
@@ -98,8 +99,8 @@ def preflight(url: str, origin: str) -> httpx.Response:
 
 
 def deploy_attempts(url: str, marker: Path, headers: dict[str, str] | None = None) -> list[httpx.Response]:
-    """The deploy, deploy-YAML and undeploy requests, from a web page's origin."""
-    headers = {"Origin": EVIL_ORIGIN, **(headers or {})}
+    """The deploy, deploy-YAML and undeploy requests."""
+    headers = headers or {}
     files = {"pipeline_wrapper.py": hostile_wrapper(marker)}
     return [
         httpx.post(f"{url}/deploy_files", json={"name": "pwned", "files": files, "overwrite": True}, headers=headers),
@@ -124,7 +125,7 @@ class TestNothingDeploys:
         for path in ("/deploy_files", "/v1/chat/completions", "/concatenation/run"):
             response = preflight(f"{open_server.url}{path}", EVIL_ORIGIN)
             print(path, response.status_code, dict(response.headers))
-            assert response.status_code == 400
+            assert response.status_code == 403
             assert "access-control-allow-origin" not in response.headers
 
     def test_deploy_routes_are_absent_and_nothing_is_written(self, open_server, tmp_path):
@@ -132,6 +133,8 @@ class TestNothingDeploys:
         responses = deploy_attempts(open_server.url, marker)
         print([(response.request.method, response.request.url.path, response.status_code) for response in responses])
         assert all(response.status_code in (404, 405) for response in responses)
+        from_a_page = deploy_attempts(open_server.url, marker, {"Origin": EVIL_ORIGIN})
+        assert [response.status_code for response in from_a_page] == [403] * len(from_a_page)
         assert not marker.exists()
         models = httpx.get(f"{open_server.url}/v1/models", timeout=10).json()["data"]
         assert [model["id"] for model in models] == ["concatenation"]
@@ -248,7 +251,7 @@ class TestKey:
         assert allowed.headers["access-control-allow-origin"] == ALLOWED_ORIGIN
         assert allowed.headers["access-control-allow-methods"] == "GET, POST"
         refused = preflight(f"{keyed_server.url}/v1/chat/completions", EVIL_ORIGIN)
-        assert refused.status_code == 400
+        assert refused.status_code == 403
         assert "access-control-allow-origin" not in refused.headers
 
     def test_mcp_needs_the_key(self, keyed_mcp_server):

@@ -9,6 +9,8 @@ import pytest
 
 pytest.importorskip("hayhooks", reason="the `serve` extra")
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, StreamingResponse
@@ -110,29 +112,80 @@ class TestHosts:
         assert client.post("/echo", content=b"x", headers={"Host": host}).status_code == status
 
 
-class TestOrigin:
-    def client(self, **kwargs) -> TestClient:
-        return TestClient(OriginMiddleware(app(), allowed_origins=["https://app.example.com"], **kwargs))
+FOREIGN_ORIGINS = [
+    "http://evil.example",
+    "null",  # a sandboxed page, a file, a redirect
+    "",
+    "http://testserver:8080",  # another port of the same host
+    "http://testserver.evil.example",
+    "http://user@testserver",
+    "https://app.example.com.evil.example",
+    "not an origin",
+]
 
-    def test_a_websocket_from_another_origin_is_refused(self):
+
+class TestOrigin:
+    ALLOWED = "https://app.example.com"
+    REFUSED = "Forbidden: requests from other web origins are refused"
+
+    def client(self) -> TestClient:
+        return TestClient(OriginMiddleware(app(), allowed_origins=[self.ALLOWED]))
+
+    def cors_client(self) -> TestClient:
+        """The rule in front of Starlette's CORS, as the served app has it."""
+        cors = Middleware(CORSMiddleware, allow_origins=[self.ALLOWED], allow_methods=["GET", "POST"])
+        inner = Starlette(routes=[Route("/echo", _echo_body, methods=["POST"])], middleware=[cors])
+        return TestClient(OriginMiddleware(inner, allowed_origins=[self.ALLOWED]))
+
+    @pytest.mark.parametrize("origin", FOREIGN_ORIGINS)
+    def test_a_websocket_from_another_origin_is_closed_before_it_opens(self, origin):
         with (
-            pytest.raises(WebSocketDisconnect),
-            self.client().websocket_connect("/ws", headers={"Origin": "http://evil.example"}),
+            pytest.raises(WebSocketDisconnect) as closed,
+            self.client().websocket_connect("/ws", headers={"Origin": origin}),
         ):
             pass
+        assert closed.value.code == 1008
 
-    @pytest.mark.parametrize("origin", [None, "http://testserver", "https://app.example.com"])
+    @pytest.mark.parametrize("origin", FOREIGN_ORIGINS)
+    def test_http_from_another_origin_is_refused_in_the_routes_shape(self, origin):
+        refused = self.client().post("/echo", content=b"x", headers={"Origin": origin})
+        assert refused.status_code == 403
+        assert refused.json() == {"detail": self.REFUSED}
+        assert "access-control-allow-origin" not in refused.headers
+        refused = self.client().post("/v1/chat/completions", headers={"Origin": origin})
+        assert refused.status_code == 403
+        assert refused.json()["error"] == {
+            "message": self.REFUSED,
+            "type": "invalid_request_error",
+            "code": "bad_origin",
+            "param": None,
+        }
+
+    @pytest.mark.parametrize("origin", [None, "http://testserver", "HTTP://TestServer/", ALLOWED, f"{ALLOWED}/"])
     def test_the_own_origin_an_allowed_one_or_none_passes(self, origin):
         headers = {"Origin": origin} if origin else {}
         with self.client().websocket_connect("/ws", headers=headers) as websocket:
             assert websocket.receive_text() == "hello"
+        assert self.client().post("/echo", content=b"x", headers=headers).text == "1"
 
-    def test_http_is_checked_when_asked(self):
-        evil = {"Origin": "http://evil.example"}
-        assert self.client().post("/echo", content=b"x", headers=evil).status_code == 200  # CORS's job there
-        refused = self.client(check_http=True).post("/echo", content=b"x", headers=evil)
+    def test_the_own_origin_is_the_host_the_request_was_sent_to(self):
+        headers = {"Host": "127.0.0.1:1416", "Origin": "http://127.0.0.1:1416"}
+        assert self.client().post("/echo", content=b"x", headers=headers).status_code == 200
+        headers = {"Host": "127.0.0.1:1416", "Origin": "http://localhost:1416"}
+        assert self.client().post("/echo", content=b"x", headers=headers).status_code == 403
+
+    def test_every_origin_header_must_pass(self):
+        headers = [("origin", self.ALLOWED), ("origin", "http://evil.example")]
+        assert self.client().post("/echo", content=b"x", headers=headers).status_code == 403
+
+    def test_a_preflight_of_an_allowed_origin_is_answered_by_cors_a_foreign_one_refused(self):
+        asked = {"Access-Control-Request-Method": "POST"}
+        allowed = self.cors_client().options("/echo", headers={**asked, "Origin": self.ALLOWED})
+        assert allowed.status_code == 200
+        assert allowed.headers["access-control-allow-origin"] == self.ALLOWED
+        refused = self.cors_client().options("/echo", headers={**asked, "Origin": "http://evil.example"})
         assert refused.status_code == 403
-        assert refused.json() == {"detail": "Forbidden: requests from other web origins are refused"}
+        assert "access-control-allow-origin" not in refused.headers
 
 
 class TestBodyLimit:
