@@ -1,5 +1,6 @@
 """
-LLM calls over Haystack's ChatGenerators: the fan-out, the process-wide call limit, the components' wrapper mixin,
+LLM calls over Haystack's ChatGenerators: the fan-out, the process-wide call limit and a backend's circuit breaker
+(`CallLimitedChatGenerator`), the components' wrapper mixin,
 token usage (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`; `rounds`, `cached_tokens`,
 `cached_calls`, `truncated` only when reported), call `generation_kwargs`, and what a client's exception means.
 """
@@ -22,6 +23,7 @@ from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage, StreamingCallbackT, StreamingChunk
 from haystack.utils import deserialize_chatgenerator_inplace
 
+from haystack_fusion.breaker import CircuitBreaker
 from haystack_fusion.settings import calls_in_flight_limit_from_env
 
 logger = logging.getLogger(__name__)
@@ -46,9 +48,11 @@ ERROR_KINDS: dict[tuple[str, str], str] = {
     ("elasticsearch", "NotFoundError"): "es_index",
     ("httpx", "TimeoutException"): "ollama_timeout",
     ("builtins", "ConnectionError"): "ollama_unreachable",
+    ("haystack_fusion", "CircuitOpenError"): "llm_circuit_open",
 }
 """(top-level module, class name) of an exception or a base -> what went wrong; the first match along the bases
-wins (`APITimeoutError` subclasses `APIConnectionError`). The builtin `ConnectionError` is ollama's refused call."""
+wins (`APITimeoutError` subclasses `APIConnectionError`). The builtin `ConnectionError` is ollama's refused call;
+`CircuitOpenError` a call the LLM server's circuit breaker refused (`breaker.CircuitBreaker`)."""
 
 
 def exception_chain(error: BaseException) -> Iterator[BaseException]:
@@ -64,14 +68,14 @@ def exception_chain(error: BaseException) -> Iterator[BaseException]:
 
 
 def backend_unusable(error: BaseException) -> bool:
-    """Whether an LLM call's exception says its backend is unusable (refused connection or key), not just this call:
-    the first LLM-client `ERROR_KINDS` entry along the chain is `openai_key`, `openai_unreachable` or
-    `ollama_unreachable`."""
+    """Whether an LLM call's exception says its backend is unusable (refused connection or key, or an open circuit
+    breaker), not just this call: the first LLM-client `ERROR_KINDS` entry along the chain is `openai_key`,
+    `openai_unreachable`, `ollama_unreachable` or `llm_circuit_open`."""
     for link in exception_chain(error):
         for cls in type(link).__mro__:
             kind = ERROR_KINDS.get((cls.__module__.split(".")[0], cls.__name__))
             if kind is not None and not kind.startswith("es_"):
-                return kind in ("openai_key", "openai_unreachable", "ollama_unreachable")
+                return kind in ("openai_key", "openai_unreachable", "ollama_unreachable", "llm_circuit_open")
     return False
 
 
@@ -314,47 +318,79 @@ class ChatGeneratorWrapper:
 class CallLimitedChatGenerator(ChatGeneratorWrapper):
     """
     Wraps a ChatGenerator so that each call holds one of the process-wide slots (`calls_in_flight_limit`, one
-    `threading.BoundedSemaphore` across threads and loops) while it runs. Inputs are the wrapped generator's; output
-    is `replies`.
+    `threading.BoundedSemaphore` across threads and loops) while it runs and, with a `breaker`, goes through its
+    backend's circuit breaker first: while the breaker is open a call raises `breaker.CircuitOpenError` at once,
+    never sent and without waiting for a slot. Inputs are the wrapped generator's; output is `replies`.
 
     ### Usage example
     ```python
     from haystack.components.generators.chat import OpenAIChatGenerator
     from haystack.dataclasses import ChatMessage
+    from haystack_fusion.breaker import CircuitBreaker
     from haystack_fusion.llm import CallLimitedChatGenerator, max_calls_in_flight
 
-    llm = CallLimitedChatGenerator(chat_generator=OpenAIChatGenerator(model="gpt-4o-mini"))
+    llm = CallLimitedChatGenerator(
+        chat_generator=OpenAIChatGenerator(model="gpt-4o-mini"),
+        breaker=CircuitBreaker.shared("openai https://api.openai.com/v1", failure_threshold=5, cooldown=30.0),
+    )
     with max_calls_in_flight(4):  # or HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT=4 for the whole process
         result = llm.run(messages=[ChatMessage.from_user("What is the capital of France?")])
     print(result["replies"][0].text)
     ```
     """
 
-    def __init__(self, *, chat_generator: ChatGenerator) -> None:
-        """:param chat_generator: Any component whose `run(messages=...)` returns `replies`."""
+    def __init__(self, *, chat_generator: ChatGenerator, breaker: CircuitBreaker | None = None) -> None:
+        """
+        :param chat_generator: Any component whose `run(messages=...)` returns `replies`.
+        :param breaker: The circuit breaker of the generator's backend (shared by every wrapper of that backend);
+            None: none.
+        """
         self._chat_generator = chat_generator
+        self.breaker = breaker
         for parameter in inspect.signature(chat_generator.run).parameters.values():
             if parameter.name != "messages" and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
                 component.set_input_type(self, parameter.name, Any, parameter.default)
         component.set_output_types(self, replies=list[ChatMessage])
 
+    def _breaker(self) -> contextlib.AbstractContextManager[None]:
+        return self.breaker.calling() if self.breaker is not None else contextlib.nullcontext()
+
     def run(self, messages: list[ChatMessage], **kwargs: Any) -> dict[str, Any]:
         """Call the wrapped generator holding a call slot; returns its `replies`, raises what it raised.
 
+        :raises CircuitOpenError: If the breaker refuses the call (it was not sent).
         :raises ValueError: If `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` is set to anything but an integer >= 1."""
-        with _semaphore() or contextlib.nullcontext():
+        with self._breaker(), _semaphore() or contextlib.nullcontext():
             return self._chat_generator.run(messages=messages, **kwargs)
 
     async def run_async(self, messages: list[ChatMessage], **kwargs: Any) -> dict[str, Any]:
         """Async form of `run`: waits for its slot without blocking the loop."""
-        semaphore = _semaphore()
-        if semaphore is not None:
-            await _acquire_async(semaphore)
-        try:
-            return await _run_async(self._chat_generator, messages=messages, **kwargs)
-        finally:
+        with self._breaker():
+            semaphore = _semaphore()
             if semaphore is not None:
-                semaphore.release()
+                await _acquire_async(semaphore)
+            try:
+                return await _run_async(self._chat_generator, messages=messages, **kwargs)
+            finally:
+                if semaphore is not None:
+                    semaphore.release()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize this component, with its chat generator and, when it has one, its breaker's settings
+        (`CircuitBreaker.to_dict`)."""
+        chat_generator = component_to_dict(obj=self._chat_generator, name="chat_generator")
+        breaker = {} if self.breaker is None else {"breaker": self.breaker.to_dict()}
+        return default_to_dict(self, chat_generator=chat_generator, **breaker)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CallLimitedChatGenerator:
+        """Deserialize this component; its breaker is the process's one of that name and settings
+        (`CircuitBreaker.shared`)."""
+        parameters = data["init_parameters"]
+        deserialize_chatgenerator_inplace(parameters, key="chat_generator")
+        if parameters.get("breaker") is not None:
+            parameters["breaker"] = CircuitBreaker.shared(**parameters["breaker"])
+        return default_from_dict(cls, data)
 
 
 def model_name(chat_generator: Any) -> str:

@@ -23,6 +23,8 @@ Every setting the environment gives, and the defaults that depend on the LLM: th
 | `HAYSTACK_FUSION_MAX_BODY_BYTES` | 1048576 (1 MiB) | the largest request body served, in bytes |
 | `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` | unset: no limit | LLM calls under way at once in the whole process |
 | `HAYSTACK_FUSION_CHAT_CLIENT` | auto | the served chat's dialect: auto, open-webui or openai |
+| `HAYSTACK_FUSION_BREAKER_FAILURES` | 5 | served: failed LLM calls in a row that open a server's breaker (0: none) |
+| `HAYSTACK_FUSION_BREAKER_COOLDOWN` | 30 | served: seconds an open breaker fails calls at once, then one probe |
 
 `ELASTICSEARCH_URL`, `OPENAI_BASE_URL` and `OLLAMA_HOST` are read here too, for `BackendConfig`. Needs no extra.
 """
@@ -269,3 +271,65 @@ def chat_client_from_env(env: Mapping[str, str] | None = None) -> str:
     if value not in CHAT_CLIENTS:
         raise ValueError(f"{CHAT_CLIENT_VARIABLE} must be one of {', '.join(CHAT_CLIENTS)}, got {value!r}")
     return value
+
+
+BREAKER_FAILURES_VARIABLE = "HAYSTACK_FUSION_BREAKER_FAILURES"
+BREAKER_COOLDOWN_VARIABLE = "HAYSTACK_FUSION_BREAKER_COOLDOWN"
+DEFAULT_BREAKER_FAILURES = 5
+"""Consecutive failed calls that open an LLM server's circuit breaker, by default."""
+DEFAULT_BREAKER_COOLDOWN = 30.0
+"""Seconds an open circuit breaker fails calls at once before it lets one probe call through, by default."""
+
+
+@dataclass(frozen=True)
+class BreakerSettings:
+    """
+    The circuit breaker of each LLM server a served process calls (`breaker.CircuitBreaker`).
+
+    :param failure_threshold: Consecutive failed calls that open a server's breaker (>= 1), or 0: no breaker.
+    :param cooldown: Seconds an open breaker fails calls at once before it lets one probe call through (> 0).
+    :raises ValueError: If `failure_threshold` is negative or `cooldown` is not a positive number, naming it.
+    """
+
+    failure_threshold: int = DEFAULT_BREAKER_FAILURES
+    cooldown: float = DEFAULT_BREAKER_COOLDOWN
+
+    def __post_init__(self) -> None:
+        if isinstance(self.failure_threshold, bool) or not isinstance(self.failure_threshold, int):
+            raise ValueError(f"`failure_threshold` must be a whole number of calls, got {self.failure_threshold!r}")
+        if self.failure_threshold < 0:
+            raise ValueError(f"`failure_threshold` must be at least 0 (0: no breaker), got {self.failure_threshold}")
+        if not 0 < self.cooldown < float("inf"):
+            raise ValueError(f"`cooldown` must be a positive number of seconds, got {self.cooldown}")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the LLM servers get a breaker (`failure_threshold` >= 1)."""
+        return self.failure_threshold > 0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> BreakerSettings:
+        """
+        The settings of `HAYSTACK_FUSION_BREAKER_FAILURES` (calls) and `HAYSTACK_FUSION_BREAKER_COOLDOWN` (seconds)
+        in `env` (default `os.environ`); an empty value counts as unset.
+
+        :raises ValueError: If a variable is not a number or is out of range, naming the variable.
+        """
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for name, variable, cast in (
+            ("failure_threshold", BREAKER_FAILURES_VARIABLE, int),
+            ("cooldown", BREAKER_COOLDOWN_VARIABLE, float),
+        ):
+            raw = env.get(variable, "").strip()
+            if not raw:
+                continue
+            try:
+                values[name] = cast(raw)
+            except ValueError:
+                raise ValueError(f"{variable} must be a number, got {raw!r}") from None
+            try:
+                cls(**{name: values[name]})
+            except ValueError as error:
+                raise ValueError(f"{variable}: {error}") from None
+        return cls(**values)

@@ -7,6 +7,7 @@ needs no key and no server: Haystack's InMemoryDocumentStore with BM25, saved on
 from haystack_fusion.backends.config import (
     DEFAULT_INDEX_PATH,
     DEFAULT_MODELS,
+    SERVING_MAX_RETRIES,
     BackendConfig,
     chat_generator,
     document_embedder,
@@ -22,7 +23,10 @@ from haystack_fusion.backends.errors import (
     every_call_failed_message,
     exception_chain,
     failed_calls_message,
+    failed_calls_user_message,
+    llm_server_name,
     safe_url,
+    user_error_message,
 )
 from haystack_fusion.backends.local import (
     LOCAL_GENERATION_KWARGS,
@@ -45,6 +49,7 @@ __all__ = [
     "DEFAULT_INDEX_PATH",
     "DEFAULT_MODELS",
     "LOCAL_GENERATION_KWARGS",
+    "SERVING_MAX_RETRIES",
     "BackendConfig",
     "BackendError",
     "LocalChatGenerator",
@@ -57,10 +62,12 @@ __all__ = [
     "every_call_failed_message",
     "exception_chain",
     "failed_calls_message",
+    "failed_calls_user_message",
     "fallback_chat_generator",
     "fallback_config",
     "index_documents",
     "llama_cpp_runtime",
+    "llm_server_name",
     "load_store",
     "local_chat_generator",
     "missing_logprobs",
@@ -69,6 +76,7 @@ __all__ = [
     "safe_url",
     "save_store",
     "text_embedder",
+    "user_error_message",
     "warn_missing_logprobs",
     "write_documents",
 ]

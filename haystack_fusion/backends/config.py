@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -275,21 +276,35 @@ def fallback_config(config: BackendConfig) -> BackendConfig | None:
     )
 
 
-def fallback_chat_generator(config: BackendConfig) -> Any | None:
-    """The later rounds' ChatGenerator (`chat_generator` of `fallback_config`), or None without `fallback_llm`."""
+SERVING_MAX_RETRIES = 1
+"""Retries of a failed OpenAI call when serving and no retries are set (Haystack's `OpenAIChatGenerator` makes 5 by
+default): a served question makes several calls (concat_pf over 5 passages: 6) and a chat client may retry the whole
+request, so retries multiply; a server that keeps failing is the LLM server's circuit breaker's
+(`breaker.CircuitBreaker`)."""
+
+
+def fallback_chat_generator(config: BackendConfig, *, default_max_retries: int | None = None) -> Any | None:
+    """The later rounds' ChatGenerator (`chat_generator` of `fallback_config`, with `default_max_retries`), or None
+    without `fallback_llm`."""
     fallback = fallback_config(config)
-    return None if fallback is None else chat_generator(fallback)
+    return None if fallback is None else chat_generator(fallback, default_max_retries=default_max_retries)
 
 
-def chat_generator(config: BackendConfig) -> Any:
+def chat_generator(config: BackendConfig, *, default_max_retries: int | None = None) -> Any:
     """
     The configured LLM as a Haystack ChatGenerator, greedy (temperature 0) as in the papers.
 
+    :param default_max_retries: Retries of a failed OpenAI call when neither `config.max_retries` nor the `openai`
+        client's `OPENAI_MAX_RETRIES` is set (serving: `SERVING_MAX_RETRIES`); None: `OpenAIChatGenerator`'s default
+        (5).
     :returns: The embedded `LocalChatGenerator`, an `OpenAIChatGenerator` (the key from `OPENAI_API_KEY`; any
         OpenAI-compatible server with `api_base_url`) or an `OllamaChatGenerator`.
     :raises ImportError: For a backend whose extra is not installed (`local`, `ollama`).
     """
     budget = {} if config.max_tokens is None else {"max_tokens": config.max_tokens}
+    retries = config.max_retries
+    if retries is None and not os.environ.get("OPENAI_MAX_RETRIES"):
+        retries = default_max_retries
     if config.llm == "local":
         kwargs: dict[str, Any] = {} if config.model is None else {"model": config.model}
         if config.llama_log:
@@ -303,7 +318,7 @@ def chat_generator(config: BackendConfig) -> Any:
             api_base_url=config.api_base_url,
             generation_kwargs={"temperature": 0.0, **budget, **(OPENAI_LOGPROBS_KWARGS if config.logprobs else {})},
             timeout=config.timeout,
-            max_retries=config.max_retries,
+            max_retries=retries,
         )
     _require_extra("ollama", "Ollama")
     return OllamaChatGenerator(

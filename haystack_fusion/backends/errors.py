@@ -1,18 +1,26 @@
 """
 One-line messages, printed instead of a traceback, for backends that cannot be used (a server that refuses the
-connection or does not answer, a key it refuses, a missing Elasticsearch index). Each names the URL and the option or
-variable to fix and never a secret: built from the configuration and the exception's class and HTTP status, never
-from a server's text, with URLs stripped of user name, password and query.
+connection or does not answer, a key it refuses, a missing Elasticsearch index, an LLM server whose circuit breaker
+is open). For the operator (`backend_error_message`, `failed_calls_message`: the command line, the server log), each
+names the URL and the option or variable to fix; for a served chat's user (`user_error_message`,
+`failed_calls_user_message`), each says what happened in the user's terms and names no URL, flag or variable. Never a
+secret: built from the configuration and the exception's class and HTTP status, never from a server's text, with
+URLs stripped of user name, password and query.
 """
 
 from __future__ import annotations
 
+import http
+import math
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from haystack_fusion.backends.config import BackendConfig
+from haystack_fusion.breaker import CircuitOpenError, describe_failure, error_status
 from haystack_fusion.llm import ERROR_KINDS, exception_chain
+from haystack_fusion.settings import BREAKER_COOLDOWN_VARIABLE, BREAKER_FAILURES_VARIABLE
 
 OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
 """Where the `openai` client goes when neither `--api-base-url` nor `$OPENAI_BASE_URL` is set."""
@@ -67,6 +75,8 @@ def _status(error: BaseException | str | None) -> str:
     return ""
 
 
+_BREAKER_SETTINGS = f"${BREAKER_FAILURES_VARIABLE} and ${BREAKER_COOLDOWN_VARIABLE} set the breaker"
+
 _MESSAGES = {
     "openai_unreachable": "cannot connect to the OpenAI-compatible server at {openai}{reason}: check --api-base-url or "
     "$OPENAI_BASE_URL, and that the server is running",
@@ -86,6 +96,16 @@ _MESSAGES = {
 
 def _message(kind: str, config: BackendConfig, error: BaseException | str | None) -> str:
     """The line for `kind`; `error` is the exception, or a recorded failure's exception type name."""
+    if kind == "llm_circuit_open":
+        refusal = _circuit_open(error)
+        if refusal is None:  # a recorded failure: its type name only
+            return f"the LLM server's circuit breaker refused the calls: check the server ({_BREAKER_SETTINGS})"
+        last = f" (the last: {describe_failure(refusal.last_error)})" if refusal.last_error is not None else ""
+        return (
+            f"the LLM server {refusal.backend} failed {refusal.failures} calls in a row{last}: its circuit breaker "
+            f"fails calls at once for {math.ceil(refusal.retry_after)} s more, then lets one probe call through; check "
+            f"the server ({_BREAKER_SETTINGS})"
+        )
     if kind not in _MESSAGES:
         return missing_index_message(config)
     return _MESSAGES[kind].format(
@@ -118,10 +138,14 @@ def backend_error_message(error: BaseException, config: BackendConfig) -> str | 
     """
     if isinstance(error, BackendError):
         return str(error)
-    chain = exception_chain(error)
-    names = ((cls.__module__.split(".")[0], cls.__name__) for link in chain for cls in type(link).__mro__)
-    kind = _kind(names, config)
+    kind = _error_kind(error, config)
     return None if kind is None else _message(kind, config, error)
+
+
+def _error_kind(error: BaseException, config: BackendConfig) -> str | None:
+    """The first `ERROR_KINDS` kind along the exception's chain and each link's bases, or None."""
+    chain = exception_chain(error)
+    return _kind(((cls.__module__.split(".")[0], cls.__name__) for link in chain for cls in type(link).__mro__), config)
 
 
 def every_call_failed_message(
@@ -191,3 +215,142 @@ def failed_calls_message(failures: Iterable[dict[str, Any]], calls: int, config:
         f"every LLM call failed ({calls} of {calls}) on the {config.llm} LLM: check {settings}; the warnings above "
         "give each call's error"
     )
+
+
+def _circuit_open(error: BaseException | str | None) -> CircuitOpenError | None:
+    """The `CircuitOpenError` in an exception's chain, or None."""
+    links = exception_chain(error) if isinstance(error, BaseException) else ()
+    return next((link for link in links if isinstance(link, CircuitOpenError)), None)
+
+
+LLM_SERVER = "The language model server"
+DOCUMENT_STORE = "The document store"
+
+_USER_MESSAGES = {
+    "unreachable": f"{LLM_SERVER} cannot be reached",
+    "timeout": f"{LLM_SERVER} did not answer in time",
+    "failing": f"{LLM_SERVER} is failing",
+    "key": f"{LLM_SERVER} refused this service's access{{status}}; its operator has to fix it",
+    "es_unreachable": f"{DOCUMENT_STORE} cannot be reached",
+    "es_key": f"{DOCUMENT_STORE} refused this service's access{{status}}; its operator has to fix it",
+    "es_index": f"{DOCUMENT_STORE} holds no passages to search; this service's operator has to fix it",
+}
+"""What a chat user reads for each kind of failure (`user_error_message`): no URL, flag or variable. The kinds whose
+line does not tell the operator to act end with when to try again."""
+
+_USER_KINDS = {
+    "openai_unreachable": "unreachable",
+    "ollama_unreachable": "unreachable",
+    "openai_timeout": "timeout",
+    "ollama_timeout": "timeout",
+    "openai_key": "key",
+    "llm_circuit_open": "failing",
+    "es_unreachable": "es_unreachable",
+    "es_key": "es_key",
+}
+"""`ERROR_KINDS` kinds -> `_USER_MESSAGES` keys; any other backend kind is a missing index ("es_index")."""
+
+
+def _http_status(status: int | None) -> str:
+    """ "HTTP 500 Internal Server Error" for a status (its reason phrase when it is a standard one); "" for None."""
+    if status is None:
+        return ""
+    try:
+        return f"HTTP {status} {http.HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"HTTP {status}"
+
+
+def user_message(kind: str, *, status: int | None = None, retry_after: float | None = None) -> str:
+    """
+    The line a chat user reads for a failure of `kind` (`_USER_MESSAGES`: "unreachable", "timeout", "failing", "key",
+    "es_unreachable", "es_key", "es_index"), e.g. "The language model server is failing: HTTP 500 Internal Server
+    Error; try again later".
+
+    :param status: The HTTP status the server answered with, if any (named after "failing", in brackets after "key").
+    :param retry_after: Seconds until the server may be called again (an open circuit breaker): "try again in 30 s"
+        instead of "try again later"; None or <= 0: "later".
+    """
+    status_text = _http_status(status)
+    if kind in ("key", "es_key"):
+        return _USER_MESSAGES[kind].format(status=f" ({status_text})" if status_text else "")
+    line = _USER_MESSAGES.get(kind, _USER_MESSAGES["failing"])
+    if kind == "es_index":
+        return line
+    if kind == "failing" and status_text:
+        line += f": {status_text}"
+    when = f"in {math.ceil(retry_after)} s" if retry_after is not None and retry_after > 0 else "later"
+    return f"{line}; try again {when}"
+
+
+def _user_kind(error: BaseException, config: BackendConfig) -> str | None:
+    """The `_USER_MESSAGES` key of a backend exception (what `backend_error_message` reads), or None."""
+    if isinstance(error, BackendError):
+        return "es_index"
+    kind = _error_kind(error, config)
+    return None if kind is None else _USER_KINDS.get(kind, "es_index")
+
+
+def user_error_message(error: BaseException, config: BackendConfig, *, retry_after: float | None = None) -> str | None:
+    """
+    The line a chat user reads for a backend's exception (one `backend_error_message` recognizes), in the user's
+    terms: "The language model server cannot be reached; try again later", "... did not answer in time ...", "The
+    language model server is failing: HTTP 500 Internal Server Error; try again in 30 s" (an open circuit breaker:
+    the last failure's status, and the breaker's wait unless `retry_after` is given).
+
+    :param retry_after: Seconds until the LLM server may be called again (its open circuit breaker), if known; not
+        said of a document store's failure.
+    :returns: The line (no URL, flag, variable or server text), or None when the error is not a backend's.
+    """
+    kind = _user_kind(error, config)
+    if kind is None:
+        return None
+    refusal = _circuit_open(error)
+    if kind == "failing" and refusal is not None:
+        last = refusal.last_error
+        last_kind = _user_kind(last, config) if last is not None else None
+        kind = last_kind if last_kind in ("unreachable", "timeout") else "failing"
+        wait = retry_after if retry_after is not None else refusal.retry_after
+        return user_message(kind, status=refusal.status, retry_after=wait)
+    return user_message(kind, status=error_status(error), retry_after=None if kind.startswith("es_") else retry_after)
+
+
+_UNREACHABLE_ERRORS = frozenset({"APIConnectionError", "ConnectionError", "ConnectError", "ConnectionRefusedError"})
+_KEY_ERRORS = frozenset({"AuthenticationError", "PermissionDeniedError"})
+_RECORDED_STATUS = re.compile(r"\b(?:Error code:|HTTP) (\d{3})\b")
+"""The HTTP status in a recorded failure's text: the `openai` client's "Error code: 500 - ..." or our "(HTTP 500)"."""
+
+
+def failed_calls_user_message(failures: Iterable[Mapping[str, Any]], *, retry_after: float | None = None) -> str:
+    """
+    The line a chat user reads when every LLM call of a question failed, from the first of its recorded failures
+    (`{"error": "ExceptionType: message"}`) whose type tells what went wrong: a timeout, a refused connection, a
+    refused key, or an HTTP status ("The language model server is failing: HTTP 500 Internal Server Error; try again
+    later"); "The language model server is failing; try again later" when none does.
+
+    :param retry_after: Seconds until the LLM server may be called again (its open circuit breaker), if known.
+    """
+    for failure in failures:
+        error_type, _, text = str(failure.get("error") or "").partition(":")
+        error_type = error_type.strip()
+        match = _RECORDED_STATUS.search(text)
+        status = int(match.group(1)) if match else _STATUS_OF_TYPE.get(error_type)
+        if error_type in _KEY_ERRORS:
+            return user_message("key", status=status)
+        if error_type in TIMEOUT_ERRORS:
+            return user_message("timeout", retry_after=retry_after)
+        if error_type in _UNREACHABLE_ERRORS:
+            return user_message("unreachable", retry_after=retry_after)
+        if status is not None:
+            return user_message("failing", status=status, retry_after=retry_after)
+    return user_message("failing", retry_after=retry_after)
+
+
+def llm_server_name(config: BackendConfig) -> str | None:
+    """Which LLM server `config` calls, as its circuit breaker is named (and shared): "openai http://host:8000/v1",
+    "ollama http://localhost:11434"; None for the embedded model (no server)."""
+    if config.llm == "openai":
+        return f"openai {safe_url(config.api_base_url or OPENAI_DEFAULT_URL)}"
+    if config.llm == "ollama":
+        return f"ollama {safe_url(config.ollama_url)}"
+    return None

@@ -29,14 +29,21 @@ from haystack.dataclasses import StreamingChunk
 
 from haystack_fusion.answers import validate_query
 from haystack_fusion.backends import (
+    SERVING_MAX_RETRIES,
+    BackendConfig,
     backend_error_message,
     chat_generator,
     every_call_failed_message,
+    failed_calls_user_message,
     fallback_chat_generator,
+    fallback_config,
+    llm_server_name,
     retriever,
+    user_error_message,
     warn_missing_logprobs,
 )
 from haystack_fusion.backends.checks import BackendSetupError, check_backend, reachability_problems, setup_message
+from haystack_fusion.breaker import CircuitBreaker
 from haystack_fusion.llm import CallLimitedChatGenerator, exception_chain, sum_usage, threaded_callback
 from haystack_fusion.serving.chat import Chat, answer_task, digest, read_chat, standalone_question
 from haystack_fusion.serving.guards import ServingError, openai_error
@@ -62,6 +69,7 @@ from haystack_fusion.serving.protocol import (
 )
 from haystack_fusion.settings import (
     SERVING_LIMIT_VARIABLES,
+    BreakerSettings,
     chat_client_from_env,
     serving_limit_values,
     strategy_defaults,
@@ -227,6 +235,15 @@ def admission_limit(limits: ServingLimits) -> AdmissionLimit:
     return _LIMITS[0]
 
 
+def llm_breaker(config: BackendConfig | None, settings: BreakerSettings) -> CircuitBreaker | None:
+    """The circuit breaker of the LLM server `config` calls, shared by every wrapper (and the first-round and later
+    rounds' LLM, when one server serves both); None for the embedded model, no `config`, or breakers turned off."""
+    name = None if config is None else llm_server_name(config)
+    if name is None or not settings.enabled:
+        return None
+    return CircuitBreaker.shared(name, failure_threshold=settings.failure_threshold, cooldown=settings.cooldown)
+
+
 @dataclass(frozen=True)
 class StreamItem:
     """One item of `stream_strategy`: "status" (`text`, `done`), "token" (`text`, in order) or "result" (`run`)."""
@@ -370,6 +387,7 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
 
     strategy: ClassVar[str]
     chat_client: str = "auto"  # `HAYSTACK_FUSION_CHAT_CLIENT`, read by `setup`
+    breakers: tuple[CircuitBreaker, ...] = ()  # the circuit breakers of the LLM servers it calls (`setup`)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """:raises ValueError: If `strategy` names no registered strategy."""
@@ -389,15 +407,18 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
     def setup(self) -> None:
         """
         Check the backend (`check_backend`: never another one; a server that does not answer yet is logged, and its
-        requests get 503 until it does), build the strategy's pipeline on it and warm it up.
+        requests get 503 until it does), build the strategy's pipeline on it and warm it up. Each LLM server gets the
+        process's circuit breaker for it (`llm_breaker`, `BreakerSettings`), and an OpenAI call `SERVING_MAX_RETRIES`
+        retries unless the environment sets them.
 
         :raises BackendSetupError: If the environment configures no backend this wrapper can run on, or a serving
-            limit out of range.
+            limit or breaker setting out of range.
         """
         with _SETUP_LOCK:
             config = check_backend(probe=False)
             try:
                 self.limits = ServingLimits.from_env(config.llm)
+                breaker_settings = BreakerSettings.from_env()
             except ValueError as error:
                 raise BackendSetupError(setup_message([str(error)])) from error
             for problem in reachability_problems(config):
@@ -412,13 +433,18 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
                 raise BackendSetupError(setup_message([str(error)])) from error
             self.config = config
             self.admission: AdmissionLimit = admission_limit(self.limits)
-            self.generator = chat_generator(config)
-            # every call (strategy, rewrite, background task) holds a HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT slot
-            self.llm = CallLimitedChatGenerator(chat_generator=self.generator)
-            fallback = fallback_chat_generator(config)
+            self.generator = chat_generator(config, default_max_retries=SERVING_MAX_RETRIES)
+            # every call (strategy, rewrite, background task) holds a HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT slot and
+            # goes through its LLM server's circuit breaker
+            breaker = llm_breaker(config, breaker_settings)
+            self.llm = CallLimitedChatGenerator(chat_generator=self.generator, breaker=breaker)
+            fallback = fallback_chat_generator(config, default_max_retries=SERVING_MAX_RETRIES)
+            fallback_breaker = llm_breaker(fallback_config(config), breaker_settings)
+            self.breakers = tuple(dict.fromkeys(b for b in (breaker, fallback_breaker) if b is not None))
             settings = {
                 **strategy_defaults(config.llm),
-                "fallback_chat_generator": fallback and CallLimitedChatGenerator(chat_generator=fallback),
+                "fallback_chat_generator": fallback
+                and CallLimitedChatGenerator(chat_generator=fallback, breaker=fallback_breaker),
             }
             self.pipeline = build_pipeline(
                 self.strategy,
@@ -432,9 +458,26 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         self.limits.check_question(question)
         return validate_query(question)
 
+    def _retry_after(self) -> float:
+        """Seconds until this wrapper's LLM servers may be called again: the longest wait of its open breakers (0: none
+        is open)."""
+        return max((breaker.retry_after() for breaker in self.breakers), default=0.0)
+
+    def _unavailable(self, message: str, cause: str) -> ServingError:
+        """
+        The 503 of a backend that fails: `message` for the user, `cause` (the operator's line: URL, variable, flags)
+        logged as one warning. `x-should-retry: false` tells the `openai` client not to retry it at once, and
+        `Retry-After` says when the LLM server's breaker lets calls through again, while one is open.
+        """
+        logger.warning("A backend failed (HTTP 503, the client reads: {reason}): {cause}", reason=message, cause=cause)
+        headers = {"x-should-retry": "false"}
+        if (wait := self._retry_after()) > 0:
+            headers["Retry-After"] = str(max(1, math.ceil(wait)))
+        return ServingError(503, message, code="backend_unavailable", headers=headers)
+
     def _failure(self, error: BaseException) -> ServingError:
-        """The `ServingError` a failure answers: 400, 503 (busy, with `Retry-After`; a backend), 502 (an LLM server's
-        HTTP status) or 500 (logged with its traceback)."""
+        """The `ServingError` a failure answers: 400, 503 (busy, with `Retry-After`; a backend, in the user's terms,
+        its cause logged), 502 (an LLM server's HTTP status) or 500 (logged with its traceback)."""
         if isinstance(error, ServingError):
             return error
         if isinstance(error, HTTPException):
@@ -443,9 +486,10 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
             return ServingError(503, str(error), code="server_busy", headers={"Retry-After": str(error.retry_after)})
         if isinstance(error, ValueError):
             return ServingError(400, str(error), code="invalid_request")
-        message = backend_error_message(error, self.config)
-        if message is not None:
-            return ServingError(503, message, code="backend_unavailable")
+        cause = backend_error_message(error, self.config)
+        if cause is not None:
+            message = user_error_message(error, self.config, retry_after=self._retry_after() or None)
+            return self._unavailable(message or cause, cause)
         for link in exception_chain(error):
             status = getattr(link, "status_code", None)
             if isinstance(status, int):
@@ -462,12 +506,13 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
 
     @contextlib.contextmanager
     def _answering(self) -> Iterator[None]:
-        """Raise a failure as its `ServingError`, a 5xx logged as a warning (the admission limit logs its own)."""
+        """Raise a failure as its `ServingError`, a 5xx logged as a warning (the admission limit and a failing
+        backend's 503 log their own)."""
         try:
             yield
         except Exception as error:
             failure = self._failure(error)
-            if failure.status_code >= 500 and failure.code != "server_busy":
+            if failure.status_code >= 500 and failure.code not in ("server_busy", "backend_unavailable"):
                 logger.warning("Answered HTTP {status}: {reason}", status=failure.status_code, reason=failure.detail)
             raise failure from None
 
@@ -483,15 +528,17 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         The run as served; a follow-up's gets `evidence["asked"]`, `evidence["standalone_question"]`, the rewrite's
         call in `usage` and its `rewrite_seconds` in `seconds`.
 
-        :raises ServingError: 503 when every LLM call failed, naming the backend (a failure, not "unknown").
+        :raises ServingError: 503 when every LLM call failed (a failure, not "unknown"), saying what failed in the
+            user's terms; the log names the backend.
         """
         if asked is not None and rewrite is not None:
             evidence = {**run.evidence, "asked": asked, "standalone_question": run.answer.query or asked}
             usage, seconds = sum_usage([run.usage, rewrite]), run.seconds + rewrite_seconds
             run = dataclasses.replace(run, usage=usage, evidence=evidence, seconds=seconds)
-        message = every_call_failed_message(run.usage, run.evidence, self.config)
-        if message is not None:
-            raise ServingError(503, message, code="backend_unavailable")
+        cause = every_call_failed_message(run.usage, run.evidence, self.config)
+        if cause is not None:
+            failures = run.evidence.get("failures") or []
+            raise self._unavailable(failed_calls_user_message(failures, retry_after=self._retry_after() or None), cause)
         warn_missing_logprobs(self.generator, run.answers)  # logged once per process
         return run
 
@@ -513,8 +560,9 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
             ones), `evidence` (the strategy's own: votes, candidates, notes, stages, ...) and `usage` (LLM calls,
             tokens).
         :raises ServingError: 400 for an empty, too long or invalid question; 503 when the server is busy (with
-            `Retry-After`), the backend cannot be reached or refuses (naming its URL and variable) or every LLM call
-            failed; 502 when an LLM server refused a call.
+            `Retry-After`), the backend cannot be reached or refuses, its LLM server's circuit breaker is open or
+            every LLM call failed (in the user's terms, with `x-should-retry: false`); 502 when an LLM server refused a
+            call.
         """
         with self._answering():
             return api_result(await self._answer(self._check(query)))

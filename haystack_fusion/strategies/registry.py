@@ -52,9 +52,9 @@ def _chain_generator(chat_generator: ChatGenerator, stop: tuple[str, ...]) -> Ch
     """
     The generator of a one-prompt chain whose reply should end at `stop`: a copy of `chat_generator` rebuilt from its
     `to_dict` (the embedded model's copies share the loaded model) whose `generation_kwargs` add `stop`
-    (`llm.stop_kwargs`), so the pipeline's YAML shows them; a `CallLimitedChatGenerator` gives a wrapped copy. The
-    generator itself when there is nothing to add, when it takes no `generation_kwargs` (a mock) or cannot be
-    serialized (a secret given as a token): the prompt's answer pattern still reads the first line.
+    (`llm.stop_kwargs`), so the pipeline's YAML shows them; a `CallLimitedChatGenerator` gives a wrapped copy with the
+    same breaker. The generator itself when there is nothing to add, when it takes no `generation_kwargs` (a mock) or
+    cannot be serialized (a secret given as a token): the prompt's answer pattern still reads the first line.
     """
     generator = unwrap_call_limit(chat_generator)
     own = getattr(generator, "generation_kwargs", None)
@@ -69,7 +69,7 @@ def _chain_generator(chat_generator: ChatGenerator, stop: tuple[str, ...]) -> Ch
     data["init_parameters"]["generation_kwargs"] = {**own, **kwargs}
     copy = component_from_dict(type(generator), data, "llm")
     if isinstance(chat_generator, CallLimitedChatGenerator):
-        return CallLimitedChatGenerator(chat_generator=copy)
+        return CallLimitedChatGenerator(chat_generator=copy, breaker=chat_generator.breaker)
     return copy
 
 

@@ -154,7 +154,12 @@ class TestFailuresAreNeverAnswers:
         strategy = "cascade" if fault == "server_error" else "concatenation"
         with (
             OpenAIServer(reply="x", fault_rate=1.0, faults=(fault,)) as llm,
-            HayhooksProcess([strategy], env=env_for(index, llm.base_url), workdir=tmp_path) as server,
+            # no circuit breaker: each request meets the same failure, never an open breaker's
+            HayhooksProcess(
+                [strategy],
+                env={**env_for(index, llm.base_url), "HAYSTACK_FUSION_BREAKER_FAILURES": "0"},
+                workdir=tmp_path,
+            ) as server,
         ):
             body = {"model": strategy, "messages": [{"role": "user", "content": QUESTION}]}
             refused = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=120)

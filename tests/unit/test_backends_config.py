@@ -105,6 +105,19 @@ def test_openai_logprobs_on_request(monkeypatch):
     assert BackendConfig.from_env(llm="openai").logprobs is True
 
 
+def test_a_default_for_retries_yields_to_the_settings(monkeypatch):
+    """Serving's default retries (`SERVING_MAX_RETRIES`) apply only when neither `max_retries` nor the openai
+    client's `OPENAI_MAX_RETRIES` is set."""
+    monkeypatch.delenv("OPENAI_MAX_RETRIES", raising=False)
+    config = BackendConfig(llm="openai", fallback_llm="openai", fallback_model="strong")
+    assert chat_generator(config).max_retries is None  # OpenAIChatGenerator's own default
+    assert chat_generator(config, default_max_retries=1).max_retries == 1
+    assert backend_config.fallback_chat_generator(config, default_max_retries=1).max_retries == 1
+    assert chat_generator(BackendConfig(llm="openai", max_retries=3), default_max_retries=1).max_retries == 3
+    monkeypatch.setenv("OPENAI_MAX_RETRIES", "4")
+    assert chat_generator(config, default_max_retries=1).max_retries is None
+
+
 def test_llama_log_on_request(monkeypatch):
     pytest.importorskip("llama_cpp", reason="the `local` extra")
     assert not chat_generator(BackendConfig()).model_kwargs.get("verbose")

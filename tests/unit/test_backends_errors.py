@@ -8,7 +8,14 @@ import pytest
 from haystack.core.errors import PipelineRuntimeError
 
 from haystack_fusion.backends import BackendConfig, BackendError, backend_error_message, failed_calls_message, safe_url
-from haystack_fusion.backends.errors import QUEUED_TIMEOUT_ADVICE, queued_timeout_advice
+from haystack_fusion.backends.errors import (
+    QUEUED_TIMEOUT_ADVICE,
+    failed_calls_user_message,
+    llm_server_name,
+    queued_timeout_advice,
+    user_error_message,
+)
+from haystack_fusion.breaker import CircuitBreaker, CircuitOpenError
 
 KEY = "sk-unit-test-SECRET-9876"
 
@@ -104,6 +111,113 @@ class TestFailedCallsMessage:
             "every LLM call failed (2 of 2) on the ollama LLM: check $OLLAMA_HOST (http://127.0.0.1:9); the warnings "
             "above give each call's error"
         )
+
+
+NAMES_NO_SETTING = ("http", "127.0.0.1", "--", "$", "OPENAI", "HAYSTACK_FUSION", "warnings above")
+"""What a chat user's line never holds: a URL, a flag, a variable, a pointer to the log."""
+
+
+def refusal(last_error: BaseException) -> CircuitOpenError:
+    """An open breaker's refusal after `last_error`, as `CircuitBreaker.admit` raises it."""
+    breaker = CircuitBreaker("openai http://127.0.0.1:9/v1", failure_threshold=1, cooldown=30)
+    breaker.failed(False, last_error)
+    with pytest.raises(CircuitOpenError) as refused:
+        breaker.admit()
+    return refused.value
+
+
+class TestUserErrorMessage:
+    config = TestBackendErrorMessage.config
+    request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+
+    def test_in_the_users_terms(self):
+        cases = {
+            openai.APIConnectionError(request=self.request): "The language model server cannot be reached; try again "
+            "later",
+            openai.APITimeoutError(request=self.request): "The language model server did not answer in time; try again "
+            "later",
+            status_error(openai.AuthenticationError, 401): "The language model server refused this service's access "
+            "(HTTP 401 Unauthorized); its operator has to fix it",
+        }
+        for error, expected in cases.items():
+            message = user_error_message(wrapped(error), self.config)
+            assert message == expected
+            assert not any(word in message for word in NAMES_NO_SETTING), message
+            assert KEY not in message
+
+    def test_an_open_breaker_says_what_failed_and_when_to_try_again(self):
+        error = wrapped(refusal(status_error(openai.InternalServerError, 500)))
+        message = user_error_message(error, self.config)
+        assert message == "The language model server is failing: HTTP 500 Internal Server Error; try again in 30 s"
+        assert user_error_message(error, self.config, retry_after=4.2) == (
+            "The language model server is failing: HTTP 500 Internal Server Error; try again in 5 s"
+        )
+        unreachable = refusal(openai.APIConnectionError(request=self.request))
+        assert user_error_message(unreachable, self.config) == (
+            "The language model server cannot be reached; try again in 30 s"
+        )
+        assert user_error_message(refusal(RuntimeError("odd")), self.config) == (
+            "The language model server is failing; try again in 30 s"
+        )
+        operator = backend_error_message(error, self.config)
+        assert operator is not None
+        assert operator.startswith(
+            "the LLM server openai http://127.0.0.1:9/v1 failed 1 calls in a row (the last: InternalServerError (HTTP "
+            "500)): its circuit breaker fails calls at once for 30 s more, then lets one probe call through; check the "
+            "server ($HAYSTACK_FUSION_BREAKER_FAILURES"
+        )
+
+    def test_other_errors_are_not_backend_errors(self):
+        assert user_error_message(wrapped(ValueError("bad")), self.config) is None
+
+    def test_elasticsearch(self):
+        config = BackendConfig(store="elasticsearch")
+        assert user_error_message(BackendError("no index"), config) == (
+            "The document store holds no passages to search; this service's operator has to fix it"
+        )
+
+
+class TestFailedCallsUserMessage:
+    @pytest.mark.parametrize(
+        ("error", "expected"),
+        [
+            (
+                "InternalServerError: Error code: 500 - {'error': {'message': 'boom'}}",
+                "The language model server is failing: HTTP 500 Internal Server Error; try again later",
+            ),
+            (
+                "APITimeoutError: Request timed out.",
+                "The language model server did not answer in time; try again later",
+            ),
+            ("APIConnectionError: Connection error.", "The language model server cannot be reached; try again later"),
+            (
+                "CircuitOpenError: the LLM server failed 5 calls in a row (the last: InternalServerError (HTTP 502)); "
+                "calls fail at once for 30 s more, then one probe call goes",
+                "The language model server is failing: HTTP 502 Bad Gateway; try again later",
+            ),
+            ("RuntimeError: odd", "The language model server is failing; try again later"),
+        ],
+    )
+    def test_from_the_recorded_failures(self, error, expected):
+        message = failed_calls_user_message([{"error": error}, {"error": "RuntimeError: later"}])
+        assert message == expected
+        assert not any(word in message for word in NAMES_NO_SETTING), message
+
+    def test_an_open_breakers_wait(self):
+        failures = [{"error": "InternalServerError: Error code: 503 - x"}]
+        assert failed_calls_user_message(failures, retry_after=29.5) == (
+            "The language model server is failing: HTTP 503 Service Unavailable; try again in 30 s"
+        )
+        assert failed_calls_user_message([]) == "The language model server is failing; try again later"
+
+
+def test_llm_server_names():
+    assert (
+        llm_server_name(BackendConfig(llm="openai", api_base_url="http://u:pw@h:8000/v1")) == "openai http://h:8000/v1"
+    )
+    assert llm_server_name(BackendConfig(llm="openai")) == "openai https://api.openai.com/v1"
+    assert llm_server_name(BackendConfig(llm="ollama", ollama_url="http://h:11434")) == "ollama http://h:11434"
+    assert llm_server_name(BackendConfig(llm="local")) is None
 
 
 TIMED_OUT = ({"component": "summarizer", "candidate": 1, "error": "APITimeoutError: Request timed out."},)

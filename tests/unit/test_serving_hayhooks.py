@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import pytest
 from haystack import Document, component
@@ -13,7 +14,9 @@ from haystack.dataclasses import ChatMessage, StreamingChunk
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from haystack_fusion.backends.config import BackendConfig
+from haystack_fusion.breaker import CircuitBreaker
 from haystack_fusion.components.note_taker import NoteTaker
+from haystack_fusion.llm import CallLimitedChatGenerator
 from haystack_fusion.strategies import build_pipeline
 
 pytest.importorskip("hayhooks", reason="the `serve` extra")
@@ -359,7 +362,7 @@ class TestChatCompletions:
         assert len(prompts) == 1
         assert not [status for status in statuses(events) if status.startswith("Standalone")]
 
-    def test_when_every_call_fails_the_stream_ends_in_an_error_not_an_answer(self):
+    def test_when_every_call_fails_the_stream_ends_in_an_error_not_an_answer(self, caplog):
         openai = pytest.importorskip("openai")
         httpx = pytest.importorskip("httpx")
         refused = openai.APIConnectionError(request=httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions"))
@@ -371,11 +374,50 @@ class TestChatCompletions:
         assert chunk.choices == []
         error = chunk.model_dump()["error"]
         assert (error["type"], error["code"]) == ("server_error", "backend_unavailable")
-        assert error["message"].startswith("cannot connect to the OpenAI-compatible server at http://127.0.0.1:9/v1")
+        assert error["message"] == "The language model server cannot be reached; try again later"
         with pytest.raises(HTTPException) as unstreamed:
             asyncio.run(wrapper.run_chat_completion_async("cascade", [{"role": "user", "content": QUERY}], {}))
         assert unstreamed.value.status_code == 503
         assert unstreamed.value.detail == error["message"]  # the same failure, streamed or not
+        assert unstreamed.value.headers == {"x-should-retry": "false"}  # no breaker open: no Retry-After
+        causes = [r.getMessage() for r in caplog.records if r.getMessage().startswith("A backend failed")]
+        assert causes[-1] == (
+            "A backend failed (HTTP 503, the client reads: The language model server cannot be reached; try again "
+            "later): cannot connect to the OpenAI-compatible server at http://127.0.0.1:9/v1: check --api-base-url or "
+            "$OPENAI_BASE_URL, and that the server is running"
+        )
+        assert len(causes) == 2  # one line per request, streamed or not
+
+    def test_a_failing_llm_server_opens_its_breaker_and_the_next_questions_fail_at_once(self):
+        calls: list[int] = []
+
+        class ServerError(RuntimeError):
+            status_code = 500
+
+        def reply(_messages: list[ChatMessage]) -> str:
+            calls.append(1)
+            raise ServerError("Error code: 500 - upstream trouble")
+
+        breaker = CircuitBreaker("test failing server", failure_threshold=3, cooldown=60)
+        llm = CallLimitedChatGenerator(chat_generator=MockChatGenerator(response_fn=reply), breaker=breaker)
+        wrapper = wrapper_for("concat_pf", llm)
+        wrapper.breakers = (breaker,)
+        question = [{"role": "user", "content": QUERY}]
+        events = stream(wrapper, question)  # concatenation's call, then post-fusion's 2: all fail, the breaker opens
+        assert len(calls) == 3
+        assert breaker.state == "open"
+        failing = r"The language model server is failing: HTTP 500 Internal Server Error; try again in (5\d|60) s"
+        assert statuses(events)[-2] == "Post-fusion: every LLM call failed"
+        assert re.fullmatch(f"Failed: {failing}", statuses(events)[-1])
+        events = stream(wrapper, question)  # refused by the breaker: never sent
+        assert re.fullmatch(failing, events[-1].model_dump()["error"]["message"])
+        with pytest.raises(HTTPException) as refused:
+            asyncio.run(wrapper.run_chat_completion_async("concat_pf", question, {}))
+        assert refused.value.status_code == 503
+        assert re.fullmatch(failing, refused.value.detail)
+        assert refused.value.headers["x-should-retry"] == "false"
+        assert 50 <= int(refused.value.headers["Retry-After"]) <= 60
+        assert len(calls) == 3
 
     def test_an_error_the_backend_answered_with_a_status_is_a_502_streamed_or_not(self):
         wrapper = wrapper_for("concatenation", FailingGenerator(UpstreamError("context length exceeded")))
