@@ -22,6 +22,7 @@ Every setting the environment gives, and the defaults that depend on the LLM: th
 | `HAYSTACK_FUSION_ALLOWED_HOSTS` | unset: loopback and the bound address | comma-separated `Host` names also answered |
 | `HAYSTACK_FUSION_MAX_BODY_BYTES` | 1048576 (1 MiB) | the largest request body served, in bytes |
 | `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` | unset: no limit | LLM calls under way at once in the whole process |
+| `HAYHOOKS_LOG_LEVEL` | INFO | Hayhooks' variable: the lowest level `haystack-fusion serve` logs |
 
 `ELASTICSEARCH_URL`, `OPENAI_BASE_URL` and `OLLAMA_HOST` are read here too, for `BackendConfig`. Needs no extra.
 """
@@ -43,6 +44,7 @@ LLM_VARIABLE = "HAYSTACK_FUSION_LLM"
 DOCUMENT_STORE_VARIABLE = "HAYSTACK_FUSION_DOCUMENT_STORE"
 STORE_VARIABLE = "HAYSTACK_FUSION_STORE"
 SQUAD_VARIABLE = "HAYSTACK_FUSION_SQUAD"
+LOG_LEVEL_VARIABLE = "HAYHOOKS_LOG_LEVEL"
 
 CACHE_DIR = Path("~/.cache/haystack_fusion")
 """Where downloads and the default index live."""
@@ -120,6 +122,12 @@ def serving_limit_values(env: Mapping[str, str] | None = None) -> dict[str, floa
         except ValueError:
             raise ValueError(f"{variable} must be a number, got {raw!r}") from None
     return values
+
+
+def log_level(env: Mapping[str, str] | None = None) -> str:
+    """The lowest level `haystack-fusion serve` logs: `HAYHOOKS_LOG_LEVEL` (Hayhooks' own variable), else "INFO"."""
+    env = os.environ if env is None else env
+    return (env.get(LOG_LEVEL_VARIABLE) or "INFO").strip().upper()
 
 
 def index_path(value: str | None = None, env: Mapping[str, str] | None = None) -> Path:

@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocketClose
 
+from haystack_fusion.serving.logs import note_refusal
 from haystack_fusion.settings import DEFAULT_MAX_BODY_BYTES
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")  # the `Host` names every served app answers
@@ -60,7 +61,9 @@ async def refuse(
     scope: Scope, receive: Receive, send: Send, status: int, message: str, *, code: str, **kwargs: Any
 ) -> None:
     """Close a WebSocket before it opens; answer HTTP with `status` and `{"detail": message}` (`openai_error` on the
-    OpenAI-compatible routes). `kwargs` go to `JSONResponse` (e.g. `headers`)."""
+    OpenAI-compatible routes). `kwargs` go to `JSONResponse` (e.g. `headers`). The code and message go to the
+    request's refusal log line (`logs.RefusalLogMiddleware`)."""
+    note_refusal(scope, code, message)
     if scope["type"] == "websocket":
         await WebSocketClose(code=1008)(scope, receive, send)
         return

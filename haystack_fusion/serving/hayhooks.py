@@ -168,7 +168,6 @@ class AdmissionLimit:
             )
 
     def _busy(self, message: str) -> ServerBusyError:
-        logger.warning("Refused a request (503): {reason}", reason=message)
         return ServerBusyError(message, retry_after=max(1, math.ceil(self.queue_timeout)))
 
     @contextlib.asynccontextmanager
@@ -431,20 +430,17 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
                     "server log has the details",
                     code="llm_error",
                 )
-        logger.exception("Failed to answer a request: {error_type}", error_type=type(error).__name__)
         return ServingError(
             500, f"internal error ({type(error).__name__}): the server log has the details", code="internal_error"
         )
 
     @contextlib.contextmanager
     def _answering(self) -> Iterator[None]:
-        """Raise a failure as its `ServingError`, a 5xx logged as a warning (the admission limit logs its own)."""
+        """Raise a failure as its `ServingError` (the app logs it: `serving.logs.RefusalLogMiddleware`)."""
         try:
             yield
         except Exception as error:
             failure = self._failure(error)
-            if failure.status_code >= 500 and failure.code != "server_busy":
-                logger.warning("Answered HTTP {status}: {reason}", status=failure.status_code, reason=failure.detail)
             raise failure from None
 
     def _finish(
@@ -543,8 +539,13 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
                     yield event
         except Exception as error:
             failure = self._failure(error)
-            logger.warning(
-                "Ended a streamed reply with HTTP {status}: {reason}", status=failure.status_code, reason=failure.detail
+            log = logger.error if failure.status_code == 500 else logger.warning  # a 500 with its traceback
+            log(
+                "Ended a streamed reply with HTTP {status} {code}: {reason}",
+                status=failure.status_code,
+                code=failure.code,
+                reason=failure.detail,
+                exc_info=error if failure.status_code == 500 else None,
             )
             yield create_status_event(f"Failed: {failure.detail}", done=True)
             yield ChatCompletion(

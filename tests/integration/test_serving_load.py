@@ -266,7 +266,9 @@ class TestUnreachableBackends:
             log = process.log()
         assert f"Elasticsearch is not reachable at ELASTICSEARCH_URL=http://127.0.0.1:{es_port}: [Errno 111]" in log
         assert "deployed anyway" in log
-        assert f"Answered HTTP 503: {detail}" in log
+        assert f"Failed POST /v1/chat/completions: HTTP 503 backend_unavailable: {detail}" in log
+        assert f"Failed POST /concat_pf/run: HTTP 503 backend_unavailable: {detail}" in log
+        assert f"Ended a streamed reply with HTTP 503 backend_unavailable: {detail}" in log
         assert "Traceback" not in log
         assert SECRET not in log + response.text + streamed.text
 
