@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 try:
+    import uvicorn
     from fastapi import FastAPI
     from fastapi.exception_handlers import http_exception_handler, request_validation_exception_handler
     from fastapi.exceptions import RequestValidationError
     from hayhooks.server.app import create_app as create_hayhooks_app
-    from hayhooks.server.app import run_app
     from starlette.exceptions import HTTPException as StarletteHTTPException
     from starlette.middleware.trustedhost import TrustedHostMiddleware
     from starlette.requests import Request
@@ -53,6 +53,7 @@ from haystack_fusion.serving.guards import (
 from haystack_fusion.serving.hayhooks import CHAINLIT_ELEMENTS_DIR, CHAT_UI_CLIENT, CHAT_UI_HEADER
 from haystack_fusion.serving.logs import (
     RefusalLogMiddleware,
+    configure_serve_logging,
     kept_stdlib_logging,
     note_refusal,
 )
@@ -433,18 +434,20 @@ def serve(
     mcp: bool = False,
 ) -> None:
     """
-    Run the served app with uvicorn until interrupted (`haystack-fusion serve`).
+    Run the served app with uvicorn until interrupted (`haystack-fusion serve`), every log line of the process in
+    one format (`serving.logs.configure_serve_logging`, at `HAYHOOKS_LOG_LEVEL`).
 
     :param host: The address to bind; non-loopback without `HAYSTACK_FUSION_API_KEY` is logged as a warning.
     :param port: The port (None: Hayhooks' 1416, or 1417 with `mcp`).
     :param mcp: Serve the MCP app instead of the HTTP one (not with `with_chainlit`).
-    :raises ValueError: As `create_app`, or for `with_chainlit` with `mcp`.
+    :raises ValueError: As `create_app`, for `with_chainlit` with `mcp`, or a `HAYHOOKS_LOG_LEVEL` that is no level.
     :raises BackendSetupError: If the environment configures no backend, listing what is missing.
     """
     if mcp and with_chainlit:
         raise ValueError("The chat UI is part of the HTTP app, not of the MCP one")
     access = AccessSettings.from_env()
     check_backend(probe=False)
+    configure_serve_logging()  # once the command's checks passed: this process is the server's
     port = port or (1417 if mcp else 1416)  # Hayhooks' ports
     if access.api_key is None and not _is_loopback(host):
         logger.warning(
@@ -453,10 +456,12 @@ def serve(
             variable=API_KEY_VARIABLE,
             port=port,
         )
-    set_hayhooks_settings(host=host, port=port)  # where the chat UI reaches the app
+    settings = set_hayhooks_settings(host=host, port=port)  # where the chat UI reaches the app
     if mcp:
-        mcp_app = create_mcp_app(strategies, pipelines_dir=pipelines_dir, access=access, host=host)
-        run_app(mcp_app, host=host, port=port)  # type: ignore[arg-type]
+        app: ASGIApp = create_mcp_app(strategies, pipelines_dir=pipelines_dir, access=access, host=host)
     else:
         app = create_app(strategies, pipelines_dir=pipelines_dir, with_chainlit=with_chainlit, access=access, host=host)
-        run_app(app, host=host, port=port)
+    # Hayhooks' `run_app` without its loguru handler on uvicorn's loggers: their records reach the process's one format
+    uvicorn.run(
+        app, host=host, port=port, log_config=None, timeout_graceful_shutdown=settings.graceful_shutdown_timeout
+    )
