@@ -25,6 +25,7 @@ Every setting the environment gives, and the defaults that depend on the LLM: th
 | `HAYSTACK_FUSION_CHAT_CLIENT` | auto | the served chat's dialect: auto, open-webui or openai |
 | `HAYSTACK_FUSION_BREAKER_FAILURES` | 5 | served: failed LLM calls in a row that open a server's breaker (0: none) |
 | `HAYSTACK_FUSION_BREAKER_COOLDOWN` | 30 | served: seconds an open breaker fails calls at once, then one probe |
+| `HAYHOOKS_LOG_LEVEL` | INFO | Hayhooks' variable: the lowest level `haystack-fusion serve` logs |
 
 `ELASTICSEARCH_URL`, `OPENAI_BASE_URL` and `OLLAMA_HOST` are read here too, for `BackendConfig`. Needs no extra.
 """
@@ -47,6 +48,7 @@ DOCUMENT_STORE_VARIABLE = "HAYSTACK_FUSION_DOCUMENT_STORE"
 STORE_VARIABLE = "HAYSTACK_FUSION_STORE"
 SQUAD_VARIABLE = "HAYSTACK_FUSION_SQUAD"
 CHAT_CLIENT_VARIABLE = "HAYSTACK_FUSION_CHAT_CLIENT"
+LOG_LEVEL_VARIABLE = "HAYHOOKS_LOG_LEVEL"
 
 CACHE_DIR = Path("~/.cache/haystack_fusion")
 """Where downloads and the default index live."""
@@ -124,6 +126,12 @@ def serving_limit_values(env: Mapping[str, str] | None = None) -> dict[str, floa
         except ValueError:
             raise ValueError(f"{variable} must be a number, got {raw!r}") from None
     return values
+
+
+def log_level(env: Mapping[str, str] | None = None) -> str:
+    """The lowest level `haystack-fusion serve` logs: `HAYHOOKS_LOG_LEVEL` (Hayhooks' own variable), else "INFO"."""
+    env = os.environ if env is None else env
+    return (env.get(LOG_LEVEL_VARIABLE) or "INFO").strip().upper()
 
 
 def index_path(value: str | None = None, env: Mapping[str, str] | None = None) -> Path:

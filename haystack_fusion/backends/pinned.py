@@ -14,6 +14,12 @@ served apps. On another version each raises `PinnedVersionError` (and `test_pinn
   environment, so the served app's fields are set on that object.
 - `hayhooks_mcp_app`: Hayhooks builds its MCP app with a fixed pipeline set only inside `hayhooks mcp run`, from
   `hayhooks.server.pipelines.loader` and `hayhooks.server.utils.mcp_utils`.
+- `request_ids_outermost`, `with_request_ids`: Hayhooks' `RequestIdMiddleware` (`hayhooks.server.logger`) gives each
+  request an id, binds it to loguru's context and sends it back as `X-Request-ID`; `create_app` puts it innermost,
+  where requests the guards refuse never reach it, and the MCP app has none.
+- `patch_hayhooks_run_log`: Hayhooks logs each run route's request body (`params`) at INFO with its module's
+  `log` (`hayhooks.server.utils.deploy_utils`); a loguru patcher on that one logger changes those lines without
+  configuring the process's loguru.
 """
 
 from __future__ import annotations
@@ -96,8 +102,9 @@ def _check_hayhooks() -> None:
     if installed != HAYHOOKS_VERSION:
         raise PinnedVersionError(
             f"haystack_fusion.backends.pinned was tested on hayhooks {HAYHOOKS_VERSION}, and {installed} is "
-            "installed: check the fields of `hayhooks.settings.AppSettings` it sets and `hayhooks mcp run`'s app "
-            "(`build_immutable_host`, `create_mcp_server`, `create_starlette_app`), then update HAYHOOKS_VERSION"
+            "installed: check the fields of `hayhooks.settings.AppSettings` it sets, `hayhooks mcp run`'s app "
+            "(`build_immutable_host`, `create_mcp_server`, `create_starlette_app`), `RequestIdMiddleware` and the "
+            "`log` of `hayhooks.server.utils.deploy_utils`, then update HAYHOOKS_VERSION"
         )
 
 
@@ -131,3 +138,49 @@ def hayhooks_mcp_app(pipelines_dir: str) -> Any:
     return build_immutable_host(
         pipelines_dir, lambda registry: create_starlette_app(create_mcp_server(registry=registry))
     )
+
+
+def request_ids_outermost(app: Any) -> None:
+    """
+    Move Hayhooks' `RequestIdMiddleware` of an app from Hayhooks' `create_app` to its outermost layer (added last),
+    so that every request, the refused ones too, gets an id in loguru's context and an `X-Request-ID`.
+
+    :param app: The FastAPI app, before it starts.
+    :raises PinnedVersionError: On another Hayhooks version.
+    """
+    _check_hayhooks()
+    from hayhooks.server.logger import RequestIdMiddleware
+
+    app.user_middleware = [entry for entry in app.user_middleware if entry.cls is not RequestIdMiddleware]
+    app.add_middleware(RequestIdMiddleware)
+
+
+def with_request_ids(app: Any) -> Any:
+    """
+    An ASGI app behind Hayhooks' `RequestIdMiddleware`: an id per request in loguru's context and `X-Request-ID`.
+
+    :raises PinnedVersionError: On another Hayhooks version.
+    """
+    _check_hayhooks()
+    from hayhooks.server.logger import RequestIdMiddleware
+
+    return RequestIdMiddleware(app)
+
+
+_RUN_LOGS: dict[str, Any] = {}  # Hayhooks' own `deploy_utils.log`, kept to patch it afresh
+
+
+def patch_hayhooks_run_log(patcher: Any) -> None:
+    """
+    Apply a loguru patcher to the records of Hayhooks' run routes (`Running pipeline ...` with the request body as
+    `params`), and to no other: the process's loguru configuration (handlers, levels, global patcher) stays as it is.
+    Patching again replaces the patcher.
+
+    :param patcher: Called with each record (a dict) before loguru's handlers see it.
+    :raises PinnedVersionError: On another Hayhooks version.
+    """
+    _check_hayhooks()
+    from hayhooks.server.utils import deploy_utils
+
+    original = _RUN_LOGS.setdefault("log", deploy_utils.log)
+    deploy_utils.log = original.patch(patcher)

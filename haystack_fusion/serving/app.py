@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 try:
+    import uvicorn
     from fastapi import FastAPI
     from fastapi.encoders import jsonable_encoder
     from fastapi.exception_handlers import http_exception_handler
     from fastapi.exceptions import RequestValidationError
     from hayhooks.server.app import create_app as create_hayhooks_app
-    from hayhooks.server.app import run_app
     from starlette.exceptions import HTTPException as StarletteHTTPException
     from starlette.middleware.trustedhost import TrustedHostMiddleware
     from starlette.requests import Request
@@ -33,11 +33,18 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 from haystack import logging
 
 from haystack_fusion.backends.checks import check_backend
-from haystack_fusion.backends.pinned import hayhooks_mcp_app, set_hayhooks_settings
+from haystack_fusion.backends.pinned import (
+    hayhooks_mcp_app,
+    patch_hayhooks_run_log,
+    request_ids_outermost,
+    set_hayhooks_settings,
+    with_request_ids,
+)
 from haystack_fusion.serving.chat import digest
 from haystack_fusion.serving.guards import (
     BodyLimitMiddleware,
     OriginMiddleware,
+    ServingError,
     StreamEndMiddleware,
     allowed_hosts,
     is_openai_path,
@@ -46,6 +53,12 @@ from haystack_fusion.serving.guards import (
     route_path,
 )
 from haystack_fusion.serving.hayhooks import CHAINLIT_ELEMENTS_DIR
+from haystack_fusion.serving.logs import (
+    RefusalLogMiddleware,
+    configure_serve_logging,
+    kept_stdlib_logging,
+    note_refusal,
+)
 from haystack_fusion.serving.protocol import CHAT_UI_CLIENT, CHAT_UI_HEADER
 from haystack_fusion.serving.yaml import WRAPPER_FILE, wrapper_source
 from haystack_fusion.settings import API_KEY_VARIABLE, AccessSettings
@@ -271,8 +284,10 @@ def create_app(
     """
     Build the served HTTP app: `/{name}/run` and the OpenAI-compatible `/v1/chat/completions` for each strategy,
     optionally Hayhooks' chat UI at `/chat`; no deploy routes, CORS pinned to `HAYSTACK_FUSION_CORS_ORIGINS`, the
-    `Host`, `Origin`, key and body checks (`serving.guards`), OpenAI-shaped errors on `/v1/...`, and logs without the
-    user's text. The backend comes from the environment (`HAYSTACK_FUSION_LLM`, ...).
+    `Host`, `Origin`, key and body checks (`serving.guards`), OpenAI-shaped errors on `/v1/...`, a request id
+    (`X-Request-ID`) and one log line per refused request (`serving.logs`), and logs without the user's text. The
+    process's logging configuration (loguru's and the standard library's) is left as it is: `serve` sets its own.
+    The backend comes from the environment (`HAYSTACK_FUSION_LLM`, ...).
 
     :param strategies: Registered strategy names to serve (None: all of them).
     :param pipelines_dir: Instead of `strategies`, a folder of wrapper folders and YAML pipelines, loaded once.
@@ -304,7 +319,8 @@ def create_app(
         )
     folder, keep_alive = _wrappers_dir(strategies, pipelines_dir)
     hayhooks_settings = _pin_hayhooks_settings(folder, access, with_chainlit=with_chainlit)
-    app = create_hayhooks_app()
+    with kept_stdlib_logging(hayhooks_settings.intercepted_loggers):  # Hayhooks points them at loguru
+        app = create_hayhooks_app()
     # Hayhooks' /status lists the pipelines and the server's state: this one, matched first, says only "up"
     app.router.routes.insert(0, Route("/status", lambda _: JSONResponse({"status": "Up!"}), methods=["GET"]))
     app.add_exception_handler(StarletteHTTPException, _http_error)
@@ -327,16 +343,21 @@ def create_app(
         set_hayhooks_settings(host=f"{CHAT_UI_CLIENT}:{token}@{reached}")
     app.add_middleware(OriginMiddleware, allowed_origins=access.cors_origins)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(host, access.allowed_hosts))
-    _summarize_logged_params()
+    app.add_middleware(RefusalLogMiddleware)
+    request_ids_outermost(app)
+    patch_hayhooks_run_log(_summarize_params)
     return app
 
 
 async def _http_error(request: Request, error: Exception) -> Response:
     """In OpenAI's shape on the OpenAI-compatible routes (`ServingError`'s code), else FastAPI's."""
     assert isinstance(error, StarletteHTTPException)
+    code = getattr(error, "code", None) or {404: "model_not_found"}.get(error.status_code)
+    cause = error.__context__ if error.status_code == 500 else None  # a wrapper's failure, for its traceback
+    reason = error.logged if isinstance(error, ServingError) else str(error.detail)
+    note_refusal(request.scope, code or f"http_{error.status_code}", reason, cause)
     if not is_openai_path(route_path(request.scope)):
         return await http_exception_handler(request, error)
-    code = getattr(error, "code", None) or {404: "model_not_found"}.get(error.status_code)
     return JSONResponse(
         openai_error(str(error.detail), status=error.status_code, code=code, param=getattr(error, "param", None)),
         status_code=error.status_code,
@@ -348,32 +369,28 @@ async def _validation_error(request: Request, error: Exception) -> Response:
     """A body that does not validate: OpenAI's 400 on the OpenAI-compatible routes (naming the first bad field), else
     FastAPI's 422 with each error's `type`, `loc` and `msg` only: never the request's own values (`input`, `ctx`)."""
     assert isinstance(error, RequestValidationError)
-    if not is_openai_path(route_path(request.scope)):
-        errors = [{key: item[key] for key in ("type", "loc", "msg") if key in item} for item in error.errors()]
-        return JSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
     first = (error.errors() or [{}])[0]
     if first.get("type") == "json_invalid":
         message = f"Invalid request body: not valid JSON ({first.get('msg', 'JSON decode error')})"
     else:
         where = ".".join(str(part) for part in first.get("loc", ()) if part != "body") or "body"
         message = f"Invalid request body: {where}: {first.get('msg', 'invalid')}"
+    note_refusal(request.scope, "invalid_request", message)  # the `msg`, never the `input`: it may be the question
+    if not is_openai_path(route_path(request.scope)):
+        errors = [{key: item[key] for key in ("type", "loc", "msg") if key in item} for item in error.errors()]
+        return JSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
     return JSONResponse(openai_error(message, status=400, code="invalid_request"), status_code=400)
 
 
 def _summarize_params(record: dict[str, Any]) -> None:
-    """A log record without the user's text (`params` by length and hash) and no `<` (loguru colour markup)."""
+    """Hayhooks' run log record (`patch_hayhooks_run_log`) without the user's text (`params` by length and hash) and
+    no `<` (loguru colour markup, which Hayhooks' own format uses)."""
     extra = record["extra"]
     for key, value in list(extra.items()):
         if key == "params" and isinstance(value, dict):
             extra[key] = {name: digest(str(item)) for name, item in value.items()}
         elif not isinstance(value, (int, float, bool)) and value is not None:
             extra[key] = str(value).replace("<", "‹")[:200]
-
-
-def _summarize_logged_params() -> None:
-    from loguru import logger as loguru_logger  # Hayhooks logs with the process's loguru logger
-
-    loguru_logger.configure(patcher=_summarize_params)  # type: ignore[arg-type]
 
 
 def create_mcp_app(
@@ -396,12 +413,13 @@ def create_mcp_app(
     _pin_hayhooks_settings(folder, access, with_chainlit=False)
     app = hayhooks_mcp_app(folder)
     app.state.wrappers_dir = keep_alive
-    _summarize_logged_params()
+    patch_hayhooks_run_log(_summarize_params)
     guarded: ASGIApp = BodyLimitMiddleware(app, max_bytes=access.max_body_bytes)
     if access.api_key is not None:
         guarded = ApiKeyMiddleware(guarded, api_key=access.api_key)
     guarded = OriginMiddleware(guarded, allowed_origins=access.cors_origins)
-    return TrustedHostMiddleware(guarded, allowed_hosts=allowed_hosts(host, access.allowed_hosts))
+    guarded = TrustedHostMiddleware(guarded, allowed_hosts=allowed_hosts(host, access.allowed_hosts))
+    return with_request_ids(RefusalLogMiddleware(guarded))
 
 
 def _is_loopback(host: str) -> bool:
@@ -421,18 +439,20 @@ def serve(
     mcp: bool = False,
 ) -> None:
     """
-    Run the served app with uvicorn until interrupted (`haystack-fusion serve`).
+    Run the served app with uvicorn until interrupted (`haystack-fusion serve`), every log line of the process in
+    one format (`serving.logs.configure_serve_logging`, at `HAYHOOKS_LOG_LEVEL`).
 
     :param host: The address to bind; non-loopback without `HAYSTACK_FUSION_API_KEY` is logged as a warning.
     :param port: The port (None: Hayhooks' 1416, or 1417 with `mcp`).
     :param mcp: Serve the MCP app instead of the HTTP one (not with `with_chainlit`).
-    :raises ValueError: As `create_app`, or for `with_chainlit` with `mcp`.
+    :raises ValueError: As `create_app`, for `with_chainlit` with `mcp`, or a `HAYHOOKS_LOG_LEVEL` that is no level.
     :raises BackendSetupError: If the environment configures no backend, listing what is missing.
     """
     if mcp and with_chainlit:
         raise ValueError("The chat UI is part of the HTTP app, not of the MCP one")
     access = AccessSettings.from_env()
     check_backend(probe=False)
+    configure_serve_logging()  # once the command's checks passed: this process is the server's
     port = port or (1417 if mcp else 1416)  # Hayhooks' ports
     if access.api_key is None and not _is_loopback(host):
         logger.warning(
@@ -441,10 +461,12 @@ def serve(
             variable=API_KEY_VARIABLE,
             port=port,
         )
-    set_hayhooks_settings(host=host, port=port)  # where the chat UI reaches the app
+    settings = set_hayhooks_settings(host=host, port=port)  # where the chat UI reaches the app
     if mcp:
-        mcp_app = create_mcp_app(strategies, pipelines_dir=pipelines_dir, access=access, host=host)
-        run_app(mcp_app, host=host, port=port)  # type: ignore[arg-type]
+        app: ASGIApp = create_mcp_app(strategies, pipelines_dir=pipelines_dir, access=access, host=host)
     else:
         app = create_app(strategies, pipelines_dir=pipelines_dir, with_chainlit=with_chainlit, access=access, host=host)
-        run_app(app, host=host, port=port)
+    # Hayhooks' `run_app` without its loguru handler on uvicorn's loggers: their records reach the process's one format
+    uvicorn.run(
+        app, host=host, port=port, log_config=None, timeout_graceful_shutdown=settings.graceful_shutdown_timeout
+    )

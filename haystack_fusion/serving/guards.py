@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocketClose
 
+from haystack_fusion.serving.logs import note_refusal
 from haystack_fusion.settings import DEFAULT_MAX_BODY_BYTES
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")  # the `Host` names every served app answers
@@ -30,6 +31,7 @@ class ServingError(HTTPException):
     :param message: One line: what failed and what to change; never a secret, never the user's text.
     :param code: A short machine-readable code: "invalid_request", "server_busy", "backend_unavailable", ...
     :param param: The request field the error is about (OpenAI's `param`: "n", "tool_choice", ...), or None.
+    :param cause: For the server log only: the operator's line behind it (URL, variable, flag), never sent.
     """
 
     def __init__(
@@ -40,9 +42,15 @@ class ServingError(HTTPException):
         code: str,
         headers: dict[str, str] | None = None,
         param: str | None = None,
+        cause: str | None = None,
     ) -> None:
         super().__init__(status_code=status, detail=" ".join(message.split()), headers=headers)
-        self.code, self.param = code, param
+        self.code, self.param, self.cause = code, param, cause
+
+    @property
+    def logged(self) -> str:
+        """What the server log says of it: the message, and the operator's `cause` when there is one."""
+        return f"{self.detail} (cause: {self.cause})" if self.cause else str(self.detail)
 
 
 def openai_error(message: str, *, status: int, code: str | None = None, param: str | None = None) -> dict[str, Any]:
@@ -70,7 +78,9 @@ async def refuse(
     scope: Scope, receive: Receive, send: Send, status: int, message: str, *, code: str, **kwargs: Any
 ) -> None:
     """Close a WebSocket before it opens; answer HTTP with `status` and `{"detail": message}` (`openai_error` on the
-    OpenAI-compatible routes). `kwargs` go to `JSONResponse` (e.g. `headers`)."""
+    OpenAI-compatible routes). `kwargs` go to `JSONResponse` (e.g. `headers`). The code and message go to the
+    request's refusal log line (`logs.RefusalLogMiddleware`)."""
+    note_refusal(scope, code, message)
     if scope["type"] == "websocket":
         await WebSocketClose(code=1008)(scope, receive, send)
         return

@@ -189,7 +189,6 @@ class AdmissionLimit:
             )
 
     def _busy(self, message: str) -> ServerBusyError:
-        logger.warning("Refused a request (503): {reason}", reason=message)
         return ServerBusyError(message, retry_after=max(1, math.ceil(self.queue_timeout)))
 
     @contextlib.asynccontextmanager
@@ -466,14 +465,14 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
     def _unavailable(self, message: str, cause: str) -> ServingError:
         """
         The 503 of a backend that fails: `message` for the user, `cause` (the operator's line: URL, variable, flags)
-        logged as one warning. `x-should-retry: false` tells the `openai` client not to retry it at once, and
-        `Retry-After` says when the LLM server's breaker lets calls through again, while one is open.
+        for the request's one log line (`ServingError.logged`). `x-should-retry: false` tells the `openai` client not
+        to retry it at once, and `Retry-After` says when the LLM server's breaker lets calls through again, while one
+        is open.
         """
-        logger.warning("A backend failed (HTTP 503, the client reads: {reason}): {cause}", reason=message, cause=cause)
         headers = {"x-should-retry": "false"}
         if (wait := self._retry_after()) > 0:
             headers["Retry-After"] = str(max(1, math.ceil(wait)))
-        return ServingError(503, message, code="backend_unavailable", headers=headers)
+        return ServingError(503, message, code="backend_unavailable", headers=headers, cause=cause)
 
     def _failure(self, error: BaseException) -> ServingError:
         """The `ServingError` a failure answers: 400, 503 (busy, with `Retry-After`; a backend, in the user's terms,
@@ -499,21 +498,17 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
                     "server log has the details",
                     code="llm_error",
                 )
-        logger.exception("Failed to answer a request: {error_type}", error_type=type(error).__name__)
         return ServingError(
             500, f"internal error ({type(error).__name__}): the server log has the details", code="internal_error"
         )
 
     @contextlib.contextmanager
     def _answering(self) -> Iterator[None]:
-        """Raise a failure as its `ServingError`, a 5xx logged as a warning (the admission limit and a failing
-        backend's 503 log their own)."""
+        """Raise a failure as its `ServingError` (the app logs it: `serving.logs.RefusalLogMiddleware`)."""
         try:
             yield
         except Exception as error:
             failure = self._failure(error)
-            if failure.status_code >= 500 and failure.code not in ("server_busy", "backend_unavailable"):
-                logger.warning("Answered HTTP {status}: {reason}", status=failure.status_code, reason=failure.detail)
             raise failure from None
 
     def _finish(
@@ -657,8 +652,13 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
                     yield chunk
         except Exception as error:
             failure = self._failure(error)
-            logger.warning(
-                "Ended a streamed reply with HTTP {status}: {reason}", status=failure.status_code, reason=failure.detail
+            log = logger.error if failure.status_code == 500 else logger.warning  # a 500 with its traceback
+            log(
+                "Ended a streamed reply with HTTP {status} {code}: {reason}",
+                status=failure.status_code,
+                code=failure.code,
+                reason=failure.logged,
+                exc_info=error if failure.status_code == 500 else None,
             )
             body = openai_error(str(failure.detail), status=failure.status_code, code=failure.code)
             if reply is not None:

@@ -271,7 +271,7 @@ def run_openai(args: argparse.Namespace, workdir: Path) -> None:
     print("RSS marks", ", ".join(f"{done}: {rss / MB:.1f}" for done, rss in sampler.marks), "(requests done: MB)")
     later = [mark for mark in sampler.marks if mark[0] >= 200]
     print(f"RSS trend {slope_mb_per_100(later):+.2f} MB per 100 requests (least squares over the marks from 200 on)")
-    print(f"server log: {log.count('Traceback')} tracebacks, {log.count('Refused a request (503)')} refusals logged")
+    print(f"server log: {log.count('Traceback')} tracebacks, {log.count('HTTP 503 server_busy')} refusals logged")
 
 
 def run_embedded(args: argparse.Namespace, workdir: Path) -> None:
@@ -305,7 +305,7 @@ def run_embedded(args: argparse.Namespace, workdir: Path) -> None:
     print(f"answered  {len(outcomes.answered)}, refused {len(outcomes.refused)}, other {len(outcomes.other)}")
     print_latency("answered", outcomes.answered)
     print_latency("refused", outcomes.refused)
-    print(f"server log: {log.count('Traceback')} tracebacks, {log.count('Refused a request (503)')} refusals logged")
+    print(f"server log: {log.count('Traceback')} tracebacks, {log.count('HTTP 503 server_busy')} refusals logged")
 
 
 def main() -> None:

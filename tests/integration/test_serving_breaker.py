@@ -125,4 +125,5 @@ def test_a_failing_llm_server_costs_seconds_and_a_handful_of_calls_then_one_prob
         assert completion.choices[0].message.content.startswith("the majority vote")
         log = server.log()
     assert "Traceback" not in log
-    assert "A backend failed (HTTP 503, the client reads: The language model server is failing" in log
+    assert "HTTP 503 backend_unavailable: The language model server is failing" in log
+    assert "(cause: every LLM call failed" in log

@@ -256,19 +256,28 @@ class TestUnreachableBackends:
             response = httpx.post(f"{process.url}/concat_pf/run", json={"query": QUESTION}, timeout=60)
             assert response.status_code == 503
             assert response.json()["detail"] == detail
-            streamed = httpx.post(f"{process.url}/v1/chat/completions", json={**chat, "stream": True}, timeout=60)
+            open_webui = {"User-Agent": "Python/3.11 aiohttp/3.12.15"}  # gets the status events
+            streamed = httpx.post(
+                f"{process.url}/v1/chat/completions", json={**chat, "stream": True}, headers=open_webui, timeout=60
+            )
             assert streamed.status_code == 200
             assert f"Failed: {detail}" in streamed.text  # the last status, then the error chunk
             assert '"code":"backend_unavailable"' in streamed.text
             log = process.log()
         assert f"Elasticsearch is not reachable at ELASTICSEARCH_URL=http://127.0.0.1:{es_port}: [Errno 111]" in log
         assert "deployed anyway" in log
-        # the reason is the OS's words, as the async client got them ("Connect call failed ('127.0.0.1', port)")
-        assert re.search(
-            rf"A backend failed \(HTTP 503, the client reads: {detail}\): cannot connect to Elasticsearch at "
-            rf"http://127\.0\.0\.1:{es_port} \([^\n]+\): check \$ELASTICSEARCH_URL, and that the server is running",
-            log,
+        # one line per request: the user's message and the operator's cause, the OS's words as the async client got
+        # them ("Connect call failed ('127.0.0.1', port)")
+        cause = (
+            rf" \(cause: cannot connect to Elasticsearch at http://127\.0\.0\.1:{es_port} \([^\n]+\): check "
+            r"\$ELASTICSEARCH_URL, and that the server is running\)"
         )
+        for line in (
+            "Failed POST /v1/chat/completions: HTTP 503 backend_unavailable: ",
+            "Failed POST /concat_pf/run: HTTP 503 backend_unavailable: ",
+            "Ended a streamed reply with HTTP 503 backend_unavailable: ",
+        ):
+            assert len(re.findall(re.escape(line + detail) + cause, log)) == 1, line
         assert "Traceback" not in log
         assert SECRET not in log + response.text + streamed.text
 

@@ -380,13 +380,13 @@ class TestChatCompletions:
         assert unstreamed.value.status_code == 503
         assert unstreamed.value.detail == error["message"]  # the same failure, streamed or not
         assert unstreamed.value.headers == {"x-should-retry": "false"}  # no breaker open: no Retry-After
-        causes = [r.getMessage() for r in caplog.records if r.getMessage().startswith("A backend failed")]
-        assert causes[-1] == (
-            "A backend failed (HTTP 503, the client reads: The language model server cannot be reached; try again "
-            "later): cannot connect to the OpenAI-compatible server at http://127.0.0.1:9/v1: check --api-base-url or "
-            "$OPENAI_BASE_URL, and that the server is running"
+        assert unstreamed.value.logged == (  # the app's one line for the request (serving.logs)
+            "The language model server cannot be reached; try again later (cause: cannot connect to the "
+            "OpenAI-compatible server at http://127.0.0.1:9/v1: check --api-base-url or $OPENAI_BASE_URL, and that the "
+            "server is running)"
         )
-        assert len(causes) == 2  # one line per request, streamed or not
+        streamed = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Ended a streamed reply")]
+        assert streamed == [f"Ended a streamed reply with HTTP 503 backend_unavailable: {unstreamed.value.logged}"]
 
     def test_a_failing_llm_server_opens_its_breaker_and_the_next_questions_fail_at_once(self):
         calls: list[int] = []
