@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -106,6 +108,43 @@ class TestOnlyItsOwnUser:
         assert "Logging error" not in log
         assert "</passage>" not in log
         assert re.search(r"'query': '41 characters, sha256 [0-9a-f]{12}'", log)
+
+
+class TestNoRequestStalls:
+    @pytest.mark.parametrize("newlines", [80_000, 500_000])
+    def test_a_pathological_chat_is_answered_while_other_requests_are(self, server, newlines):
+        """An earlier turn of newlines, up to the 1 MiB body limit: answered in seconds, and `/status` meanwhile."""
+        chat = [
+            {"role": "user", "content": "What is post-fusion?"},
+            {"role": "assistant", "content": "A vote." + "\n" * newlines + "Sources:\n[1] x"},
+            {"role": "user", "content": QUESTION},
+        ]
+        body = {"model": "concatenation", "messages": chat}
+        assert len(json.dumps(body)) < 1024 * 1024
+        waits: list[float] = []
+        done = threading.Event()
+
+        def poll() -> None:
+            while not done.is_set():
+                start = time.perf_counter()
+                assert httpx.get(f"{server.url}/status", timeout=120).status_code == 200
+                waits.append(time.perf_counter() - start)
+                time.sleep(0.05)
+
+        poller = threading.Thread(target=poll)
+        poller.start()
+        try:
+            start = time.perf_counter()
+            response = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=120)
+            seconds = time.perf_counter() - start
+        finally:
+            done.set()
+            poller.join()
+        assert response.status_code == 200, response.text
+        assert response.json()["choices"][0]["message"]["content"].startswith("the majority vote")
+        assert seconds < 30, seconds  # a hang guard: milliseconds of reading, then two calls to the test server
+        assert waits, "no /status request was answered meanwhile"
+        assert max(waits) < 10, max(waits)  # a hang guard: the event loop is never held by the reading
 
 
 class TestOpenAiContract:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 
 import pytest
 from haystack import Document, component
@@ -348,6 +349,22 @@ class TestChatCompletions:
 
         plain = asyncio.run(wrapper.run_chat_completion_async("concatenation", messages, {}))
         assert plain.choices[0].message.content.startswith("Paris\n\nSources:\n[1] Paris: ")
+
+    def test_the_answer_time_includes_the_rewrite(self):
+        def reply(messages: list[ChatMessage]) -> str:
+            if (messages[-1].text or "").endswith("Standalone question:"):
+                time.sleep(0.3)
+                return " What is the capital of France?"
+            return "Paris"
+
+        wrapper = wrapper_for("concatenation", MockChatGenerator(response_fn=reply))
+        messages = [
+            {"role": "user", "content": "Tell me about France."},
+            {"role": "assistant", "content": "A country in Western Europe."},
+            {"role": "user", "content": "And its capital?"},
+        ]
+        answered = next(status for status in statuses(stream(wrapper, messages)) if status.startswith("Answered in"))
+        assert float(answered.split()[2]) >= 0.3, answered
 
     def test_no_rewrite_for_the_first_turn(self):
         prompts: list[str] = []
