@@ -116,7 +116,7 @@ class TestNoRequestStalls:
         """An earlier turn of newlines, up to the 1 MiB body limit: answered in seconds, and `/status` meanwhile."""
         chat = [
             {"role": "user", "content": "What is post-fusion?"},
-            {"role": "assistant", "content": "A vote." + "\n" * newlines + "Sources:\n[1] x"},
+            {"role": "assistant", "content": "A vote." + "\n" * newlines},
             {"role": "user", "content": QUESTION},
         ]
         body = {"model": "concatenation", "messages": chat}
