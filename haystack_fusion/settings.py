@@ -117,15 +117,23 @@ def serving_limit_values(env: Mapping[str, str] | None = None) -> dict[str, floa
     env = os.environ if env is None else env
     values: dict[str, float | int] = {}
     for name, variable in SERVING_LIMIT_VARIABLES.items():
-        cast = float if name == "queue_timeout" else int
-        raw = env.get(variable)
-        if not raw:
-            continue
-        try:
-            values[name] = cast(raw)
-        except ValueError:
-            raise ValueError(f"{variable} must be a number, got {raw!r}") from None
+        value = _number(env, variable, float if name == "queue_timeout" else int)
+        if value is not None:
+            values[name] = value
     return values
+
+
+def _number(env: Mapping[str, str], variable: str, cast: Callable[[str], float | int]) -> float | int | None:
+    """`variable`'s value in `env` as `cast` reads it; None when unset or empty.
+
+    :raises ValueError: If the value is not a number, naming the variable."""
+    raw = env.get(variable, "").strip()
+    if not raw:
+        return None
+    try:
+        return cast(raw)
+    except ValueError:
+        raise ValueError(f"{variable} must be a number, got {raw!r}") from None
 
 
 def log_level(env: Mapping[str, str] | None = None) -> str:
@@ -329,13 +337,10 @@ class BreakerSettings:
             ("failure_threshold", BREAKER_FAILURES_VARIABLE, int),
             ("cooldown", BREAKER_COOLDOWN_VARIABLE, float),
         ):
-            raw = env.get(variable, "").strip()
-            if not raw:
+            value = _number(env, variable, cast)
+            if value is None:
                 continue
-            try:
-                values[name] = cast(raw)
-            except ValueError:
-                raise ValueError(f"{variable} must be a number, got {raw!r}") from None
+            values[name] = value
             try:
                 cls(**{name: values[name]})
             except ValueError as error:
