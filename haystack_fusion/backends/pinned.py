@@ -2,7 +2,8 @@
 The uses of another library's internals that have no public equivalent, pinned to the version they were tested on:
 llama-cpp-python 0.3.36 (`LLAMA_CPP_VERSION`) for the embedded model, Hayhooks 2.1.0 (`HAYHOOKS_VERSION`) for the
 served apps. On another version each raises `PinnedVersionError` (and `test_pinned_llama_cpp_version` or
-`test_pinned_hayhooks_version` fails by name).
+`test_pinned_hayhooks_version` fails by name). pyproject.toml requires exactly these versions (`PINNED_VERSIONS`;
+tests/unit/test_packaging.py keeps the two equal), so pip installs no version this module refuses.
 
 - `reuse_prefix`: llama-cpp-python reuses the KV cache of the prefix a prompt shares with the previous one from the
   first differing token, and llama.cpp's results depend on where a batch starts, so the reply would depend on the
@@ -34,6 +35,9 @@ LLAMA_CPP_VERSION = "0.3.36"
 HAYHOOKS_VERSION = "2.1.0"
 """The Hayhooks version whose internals this module was tested on."""
 
+PINNED_VERSIONS = {"llama-cpp-python": LLAMA_CPP_VERSION, "hayhooks": HAYHOOKS_VERSION}
+"""Each distribution this module uses internals of, and the one version of it pyproject.toml requires."""
+
 
 class PinnedVersionError(RuntimeError):
     """An installed library is not the version this module's uses of its internals were tested on."""
@@ -45,8 +49,10 @@ def _check_llama_cpp() -> Any:
     if llama_cpp.__version__ != LLAMA_CPP_VERSION:
         raise PinnedVersionError(
             f"haystack_fusion.backends.pinned was tested on llama-cpp-python {LLAMA_CPP_VERSION}, and "
-            f"{llama_cpp.__version__} is installed: check `Llama.generate`'s prefix reuse (`n_tokens`) and "
-            "`Llama.__init__`'s `model_params`, then update LLAMA_CPP_VERSION; or use `prefix_cache=False`"
+            f"{llama_cpp.__version__} is installed: install llama-cpp-python=={LLAMA_CPP_VERSION} (the version "
+            "haystack-fusion's `local` extra requires; `make install-llama-cpp` builds it), or use "
+            "`prefix_cache=False`. To support another version, check `Llama.generate`'s prefix reuse (`n_tokens`) and "
+            "`Llama.__init__`'s `model_params`, then update LLAMA_CPP_VERSION and pyproject.toml's pins"
         )
     return llama_cpp
 
@@ -102,9 +108,11 @@ def _check_hayhooks() -> None:
     if installed != HAYHOOKS_VERSION:
         raise PinnedVersionError(
             f"haystack_fusion.backends.pinned was tested on hayhooks {HAYHOOKS_VERSION}, and {installed} is "
-            "installed: check the fields of `hayhooks.settings.AppSettings` it sets, `hayhooks mcp run`'s app "
-            "(`build_immutable_host`, `create_mcp_server`, `create_starlette_app`), `RequestIdMiddleware` and the "
-            "`log` of `hayhooks.server.utils.deploy_utils`, then update HAYHOOKS_VERSION"
+            f"installed: install hayhooks=={HAYHOOKS_VERSION} (the version haystack-fusion's `serve` extra requires: "
+            f'pip install "hayhooks[mcp]=={HAYHOOKS_VERSION}"). To support another version, check the fields of '
+            "`hayhooks.settings.AppSettings` it sets, `hayhooks mcp run`'s app (`build_immutable_host`, "
+            "`create_mcp_server`, `create_starlette_app`), `RequestIdMiddleware` and the `log` of "
+            "`hayhooks.server.utils.deploy_utils`, then update HAYHOOKS_VERSION and pyproject.toml's pins"
         )
 
 

@@ -194,5 +194,8 @@ def test_the_pinned_uses_refuse_another_version(monkeypatch):
     import llama_cpp
 
     monkeypatch.setattr(llama_cpp, "__version__", "0.0.1")
-    with pytest.raises(pinned.PinnedVersionError, match=r"llama-cpp-python 0\.3\.36, and 0\.0\.1 is installed"):
+    with pytest.raises(
+        pinned.PinnedVersionError,
+        match=r"llama-cpp-python 0\.3\.36, and 0\.0\.1 is installed: install llama-cpp-python==0\.3\.36 ",
+    ):
         pinned.reuse_prefix(object(), [1, 2], 512)

@@ -223,7 +223,9 @@ def test_the_pinned_hayhooks_uses_refuse_another_version(monkeypatch):
     from haystack_fusion.backends import pinned
 
     monkeypatch.setattr(pinned, "version", lambda name: "0.0.1")
-    with pytest.raises(pinned.PinnedVersionError, match=r"hayhooks 2\.1\.0, and 0\.0\.1 is installed"):
+    with pytest.raises(
+        pinned.PinnedVersionError, match=r"hayhooks 2\.1\.0, and 0\.0\.1 is installed: install hayhooks==2\.1\.0 "
+    ):
         pinned.set_hayhooks_settings(durable_mode=True)
 
 
