@@ -34,7 +34,9 @@ _PUNCTUATION = frozenset(string.punctuation)
 DEFAULT_UNKNOWN_PATTERNS: tuple[str, ...] = (
     r"^unknown$",
     r"^(unanswerable|not answerable|no answer|n/?a)$",
-    r"\b(it|this|that|the answer) (is|remains) (unknown|unclear|not known)\b",
+    r"\b(it|this|that|the answer) (is|remains) (unknown|unclear|not known)"
+    r"($|[^\w ]| (from|in|on|based|given|because|since|as|to|for|and|but|or|if|whether"
+    r"|how|what|who|when|where|why)\b)",
     r"^(not|never) (mentioned|specified|stated|given|provided|known)\b",
     r"^no (information|info|data|context)\b",
     r"\b(cannot|can't|can not|unable to) (answer|tell|say|determine)\b",
@@ -50,9 +52,11 @@ DEFAULT_UNKNOWN_PATTERNS: tuple[str, ...] = (
     r"\b(not|never) (mentioned|specified|provided|stated|given) in the\b",
     r"\bno (information|mention|answer) (is |was )?(given|provided|available|about|on|of)\b",
 )
-"""Regular expressions (searched in the cleaned answer) that mark an abstention: the literal "unknown" the prompts ask
-for (Liu et al., section 3.1, Figure 7) and the usual paraphrases ("I don't know", "not enough information", "the
-context does not contain ...", which section 3.1 quotes)."""
+"""Regular expressions (searched in the cleaned answer and in its core, `unknown_core`) that mark an abstention: the
+literal "unknown" the prompts ask for (Liu et al., section 3.1, Figure 7) and the usual paraphrases ("I don't know",
+"not enough information", "the context does not contain ...", which section 3.1 quotes). "It is unknown" counts only
+at the end or before punctuation, a line break or a word that goes on with the sentence ("... unknown from the
+passages", "... unknown whether ..."), so "The answer is Unknown Pleasures" is an answer."""
 
 
 def normalize_answer(text: str) -> str:
@@ -110,11 +114,48 @@ def _ends_with_abbreviation(text: str, start: int, end: int) -> bool:
     return end - first >= 4 and (first == start or text[first - 1].isspace())
 
 
+_LEAD_IN = re.compile(r"(?:(?:the )?(?:final )?answer(?: is|[*_\s]*:)|it(?: is|'s|’s))(?![\w'’])")
+"""A lead-in before an answer, matched at the start of a cleaned (lowercased) answer: "the answer is", "answer is",
+"answer:", "answer**:", "the final answer is", "final answer:", "it is", "it's"."""
+_CORE_WRAPPING = frozenset(TRIM_CHARACTERS + ".,;:!?()[]")
+"""What `unknown_core` strips from both ends: `TRIM_CHARACTERS`, punctuation and brackets."""
+
+
+def unknown_core(cleaned: str) -> str:
+    """
+    What a cleaned answer (`clean_answer`) says without its wrapping: surrounding whitespace, quotes, markdown
+    emphasis, brackets and punctuation (`_CORE_WRAPPING`) and a leading lead-in (`_LEAD_IN`), removed until none is
+    left. `'the answer is "unknown"'`, `"answer:** **unknown"` and `"it is unknown"` have the core `"unknown"`; `"the
+    unknown soldier"` and `"it is the unknown soldier"` have `"the unknown soldier"`. Used only to recognize
+    abstentions (Liu et al., section 3.3: the fallback fires on an "unknown" reply), never as the answer. Linear time
+    in the text's length.
+    """
+    start, end = 0, len(cleaned)
+    while True:
+        while start < end and cleaned[start] in _CORE_WRAPPING:
+            start += 1
+        while end > start and cleaned[end - 1] in _CORE_WRAPPING:
+            end -= 1
+        lead_in = _LEAD_IN.match(cleaned, start, end)
+        if lead_in is None:
+            return cleaned[start:end]
+        start = lead_in.end()
+
+
 @dataclass(frozen=True)
 class UnknownDetector:
     """
-    Decides whether an answer is an abstention ("unknown"), the one rule every component shares: an empty answer is
-    unknown, else `clean_answer` of it is searched with each pattern.
+    Decides whether an answer is an abstention ("unknown"), the one rule every component shares (the router's
+    fallback, Liu et al., section 3.3; post-fusion's vote; Chain-of-Note's answer; the evaluation's %Unk): None or an
+    answer with no word is unknown, else each pattern is searched in `clean_answer` of it and in that text's
+    `unknown_core` (wrapping and a lead-in removed).
+
+    With the default patterns, the literal "unknown" is recognized however it is wrapped: in any case, quoted
+    (`"unknown"`, `'unknown'`, `“unknown”`), in markdown (`**unknown**`), with punctuation (`unknown.`, `unknown!`) and
+    after a lead-in ("The answer is unknown.", 'The answer is "unknown".', "Answer: unknown", "It is unknown."); so
+    are the abstention sentences of `DEFAULT_UNKNOWN_PATTERNS`, with or without a lead-in. "unknown" with other words
+    of an answer ("the unknown soldier", "Unknown Pleasures", "an unknown number of people", "The answer is Unknown
+    Pleasures.") is an answer.
 
     ### Usage example
     ```python
@@ -122,6 +163,7 @@ class UnknownDetector:
 
     detector = UnknownDetector()
     detector.is_unknown("Unknown.")  # True
+    detector.is_unknown('The answer is "unknown".')  # True
     detector.is_unknown("The context does not provide the year.")  # True
     detector.is_unknown("Unknown Pleasures")  # False
     ```
@@ -151,13 +193,15 @@ class UnknownDetector:
         return cls() if patterns is None else cls(tuple(patterns))
 
     def is_unknown(self, answer: str | None) -> bool:
-        """Whether an answer abstains: None (a failed call), empty, or matching a pattern."""
+        """Whether an answer abstains: None (a failed call), no word, or a pattern found in its cleaned text or core
+        (see the class docstring)."""
         if answer is None:
             return True
         cleaned = clean_answer(answer)
         if not normalize_answer(cleaned):
             return True
-        return any(pattern.search(cleaned) for pattern in self._compiled)
+        core = unknown_core(cleaned)
+        return any(pattern.search(cleaned) or pattern.search(core) for pattern in self._compiled)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from haystack_fusion.answers import (
     normalize_answer,
     token_f1,
     token_logprobs,
+    unknown_core,
 )
 from haystack_fusion.evaluation import metrics
 
@@ -31,6 +32,25 @@ ANSWER_POOL = [
     "  ",
     "a",
 ]
+# Lead-ins and wrappings ("{}" is the answer) a model puts around an answer.
+LEAD_INS = ["", "The answer is ", "the answer is: ", "Answer: ", "**Answer:** ", "Final answer: ", "It is ", "It's "]
+WRAPPINGS = ["{}", '"{}"', "'{}'", "“{}”", "**{}**", "*{}*", "`{}`", "({})"]
+# Words of real answers that hold "unknown": none starts a clause or an abstention sentence.
+ANSWER_WORDS = [
+    "the",
+    "an",
+    "soldier",
+    "Pleasures",
+    "number",
+    "of",
+    "people",
+    "land",
+    "artist",
+    "Tomb",
+    "1925",
+    "Paris",
+]
+
 answers_strategy = st.lists(st.one_of(st.none(), st.sampled_from(ANSWER_POOL), st.text(max_size=20)), max_size=12)
 
 
@@ -118,6 +138,111 @@ class TestUnknownDetector:
     )
     def test_answers_are_not_unknown(self, answer):
         assert not UnknownDetector().is_unknown(answer)
+
+    @pytest.mark.parametrize(
+        "answer",
+        [
+            'The answer is "unknown".',
+            "'unknown'",
+            "“Unknown”",
+            "The answer is unknown.",
+            "Answer: unknown",
+            "answer: Unknown",
+            "**Answer:** unknown",
+            "**Answer**: *unknown*",
+            "The final answer is: unknown",
+            "It is unknown.",
+            "It's unknown.",
+            "unknown!",
+            "UNKNOWN",
+            "**unknown**",
+            "_unknown_",
+            "`unknown`",
+            "unknown.",
+            "Answer: I don't know",
+            "The answer is: not enough information.",
+            "It is not mentioned in the passages.",
+            "It is unknown whether he survived.",
+            "The answer is unknown, the passages do not say.",
+        ],
+    )
+    def test_wrapped_unknown_and_lead_ins_are_unknown(self, answer):
+        assert UnknownDetector().is_unknown(answer)
+        assert metrics.is_unknown(answer)
+
+    @pytest.mark.parametrize(
+        "answer",
+        [
+            "the unknown soldier",
+            "The Unknown Soldier",
+            "Tomb of the Unknown Soldier",
+            "Unknown Pleasures",
+            '"Unknown Pleasures"',
+            "**Unknown Pleasures**",
+            "The answer is Unknown Pleasures.",
+            "It is the unknown soldier.",
+            "Answer: the unknown soldier",
+            "an unknown number of people",
+            "An unknown number of people died.",
+            "Terra incognita means unknown land",
+            "unknown land",
+            "The answer is unknown land.",
+            "unknown artist",
+            "The answer isn't known yet to him, it is Paris",
+        ],
+    )
+    def test_unknown_inside_a_longer_answer_is_not_unknown(self, answer):
+        assert not UnknownDetector().is_unknown(answer)
+        assert not metrics.is_unknown(answer)
+
+    @pytest.mark.parametrize(
+        ("cleaned", "core"),
+        [
+            ('the answer is "unknown"', "unknown"),
+            ("answer:** **unknown", "unknown"),
+            ("it is unknown", "unknown"),
+            ("answer: the answer is unknown", "unknown"),
+            ("the unknown soldier", "the unknown soldier"),
+            ("it is the unknown soldier", "the unknown soldier"),
+            ("answers: unknown", "answers: unknown"),  # "answers" is not a lead-in
+            ("it isn't known", "it isn't known"),
+            ("", ""),
+        ],
+    )
+    def test_unknown_core(self, cleaned, core):
+        assert unknown_core(cleaned) == core
+
+    @given(
+        lead_in=st.sampled_from(LEAD_INS),
+        wrap=st.sampled_from(WRAPPINGS),
+        word=st.sampled_from(["unknown", "Unknown", "UNKNOWN"]),
+        end=st.sampled_from(["", ".", "!", ". ", "\n"]),
+    )
+    @settings(max_examples=200, deadline=None)
+    def test_any_wrapping_of_unknown_is_unknown(self, lead_in, wrap, word, end):
+        assert UnknownDetector().is_unknown(f"{lead_in}{wrap.format(word)}{end}")
+
+    @given(
+        before=st.lists(st.sampled_from(ANSWER_WORDS), max_size=3),
+        after=st.lists(st.sampled_from(ANSWER_WORDS), max_size=3),
+        lead_in=st.sampled_from(LEAD_INS),
+        wrap=st.sampled_from(WRAPPINGS),
+        end=st.sampled_from(["", ".", "!"]),
+    )
+    @settings(max_examples=300, deadline=None)
+    def test_any_answer_with_words_around_unknown_is_not_unknown(self, before, after, lead_in, wrap, end):
+        if not before and not after:
+            return
+        span = " ".join([*before, "unknown", *after])
+        answer = f"{lead_in}{wrap.format(span)}{end}"
+        assert not UnknownDetector().is_unknown(answer)
+        assert not metrics.is_unknown(answer)
+
+    def test_unknown_core_is_linear_in_a_long_answer(self):
+        # A quadratic loop would take minutes on a megabyte of lead-ins.
+        answer = "It is " * 200_000 + '"unknown".'
+        assert unknown_core(answer.lower()) == "unknown"
+        assert UnknownDetector().is_unknown(answer)
 
     def test_defaults(self):
         detector = UnknownDetector()

@@ -30,7 +30,16 @@ class TestUnknownRouter:
         assert result == {"known": replies}
 
     @pytest.mark.parametrize(
-        "text", ["unknown", "Unknown.", " unknown\nbecause the context says nothing", "I don't know", ""]
+        "text",
+        [
+            "unknown",
+            "Unknown.",
+            " unknown\nbecause the context says nothing",
+            "I don't know",
+            "",
+            'The answer is "unknown".',
+            "Answer: **unknown**",
+        ],
     )
     def test_unknown_reply_passes_fallback_inputs(self, text):
         replies = [ChatMessage.from_assistant(text)]
@@ -70,6 +79,10 @@ class TestUnknownRouter:
         # The Figure 7 pattern reads the first line only.
         replies = [ChatMessage.from_assistant("Unknown Pleasures\nI don't know more")]
         assert set(UnknownRouter().run(replies=replies)) == {"known"}
+
+    @pytest.mark.parametrize("text", ["Unknown Pleasures", "The answer is Unknown Pleasures.", "the unknown soldier"])
+    def test_answer_holding_unknown_is_known(self, text):
+        assert set(UnknownRouter().run(replies=[ChatMessage.from_assistant(text)])) == {"known"}
 
     def test_answer_pattern_none_judges_whole_reply(self):
         router = UnknownRouter(answer_pattern=None)
