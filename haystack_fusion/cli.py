@@ -16,11 +16,11 @@ from haystack_fusion.backends import (
     BackendConfig,
     BackendError,
     backend_error_message,
+    backend_pipeline,
     check_document_store,
     every_call_failed_message,
     exception_chain,
     failed_calls_message,
-    fallback_chat_generator,
     fallback_config,
     index_documents,
     llama_cpp_runtime,
@@ -51,9 +51,7 @@ from haystack_fusion.strategies import (
     CASCADE_MIN_VOTE_SHARE,
     STRATEGIES,
     StrategyRun,
-    build_pipeline,
     run_strategy,
-    strategy_settings,
 )
 
 DEFAULT_STORE = Path(DEFAULT_INDEX_PATH)
@@ -125,14 +123,7 @@ def _pipeline(
     chat_generator: Any = None,
 ) -> Any:
     check_document_store(config)
-    options = {**options, "fallback_chat_generator": fallback_chat_generator(config)}
-    return build_pipeline(
-        strategy,
-        retriever=backend_retriever(config),
-        chat_generator=backend_chat_generator(config) if chat_generator is None else chat_generator,
-        max_concurrency=max_concurrency,
-        **strategy_settings(strategy, options),
-    )
+    return backend_pipeline(strategy, config, options, chat_generator=chat_generator, max_concurrency=max_concurrency)
 
 
 def cmd_index(args: argparse.Namespace) -> int:

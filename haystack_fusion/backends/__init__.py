@@ -36,6 +36,7 @@ from haystack_fusion.backends.local import (
     packaged_model_path,
 )
 from haystack_fusion.backends.logprobs import missing_logprobs, warn_missing_logprobs
+from haystack_fusion.backends.pipelines import backend_pipeline
 from haystack_fusion.backends.stores import (
     SavedInMemoryBM25Retriever,
     check_document_store,
@@ -55,6 +56,7 @@ __all__ = [
     "LocalChatGenerator",
     "SavedInMemoryBM25Retriever",
     "backend_error_message",
+    "backend_pipeline",
     "chat_generator",
     "check_document_store",
     "document_embedder",

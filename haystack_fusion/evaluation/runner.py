@@ -23,6 +23,7 @@ from haystack.components.generators.chat.types import ChatGenerator
 from haystack.core.errors import PipelineRuntimeError
 from tqdm import tqdm
 
+from haystack_fusion.backends import backend_pipeline
 from haystack_fusion.backends.errors import exception_chain, queued_timeout_advice
 from haystack_fusion.backends.logprobs import warn_missing_logprobs
 from haystack_fusion.corpus import Question
@@ -56,7 +57,7 @@ from haystack_fusion.llm import (
     max_calls_in_flight,
     unwrap_call_limit,
 )
-from haystack_fusion.strategies import build_pipeline, get_strategy, run_strategy, strategy_settings
+from haystack_fusion.strategies import get_strategy, run_strategy
 
 logger = logging.getLogger(__name__)
 
@@ -203,16 +204,18 @@ class Evaluator:
 
     def _pipeline(self, strategy: str, top_k: int, setting: PassageSetting, generator: ChatGenerator) -> Pipeline:
         retriever = EvalRetriever(self.retriever_factory(), setting=setting, corpus=self.dataset.documents, top_k=top_k)
-        options = dict(self.config.strategy_options)
+        fallback = None
         if self.fallback_generator_factory is not None:
             fallback = CallLimitedChatGenerator(chat_generator=self.fallback_generator_factory())
-            options["fallback_chat_generator"] = fallback
-        return build_pipeline(
+        # no backend configuration: `config.strategy_options` are every setting (`eval` puts the LLM's defaults in)
+        return backend_pipeline(
             strategy,
+            None,
+            self.config.strategy_options,
             retriever=retriever,
             chat_generator=CallLimitedChatGenerator(chat_generator=generator),
+            fallback_chat_generator=fallback,
             max_concurrency=self.config.max_concurrency,
-            **strategy_settings(strategy, options),
         )
 
     def fingerprint(self, strategy: str, top_k: int, setting: PassageSetting) -> str:

@@ -32,13 +32,13 @@ from haystack_fusion.backends import (
     SERVING_MAX_RETRIES,
     BackendConfig,
     backend_error_message,
+    backend_pipeline,
     chat_generator,
     every_call_failed_message,
     failed_calls_user_message,
     fallback_chat_generator,
     fallback_config,
     llm_server_name,
-    retriever,
     user_error_message,
     warn_missing_logprobs,
 )
@@ -72,17 +72,14 @@ from haystack_fusion.settings import (
     BreakerSettings,
     chat_client_from_env,
     serving_limit_values,
-    strategy_defaults,
 )
 from haystack_fusion.strategies import (
     StrategyRun,
-    build_pipeline,
     chat_text,
     get_strategy,
     passages,
     sources_text,
     strategy_run,
-    strategy_settings,
 )
 
 logger = logging.getLogger(__name__)
@@ -440,16 +437,12 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
             fallback = fallback_chat_generator(config, default_max_retries=SERVING_MAX_RETRIES)
             fallback_breaker = llm_breaker(fallback_config(config), breaker_settings)
             self.breakers = tuple(dict.fromkeys(b for b in (breaker, fallback_breaker) if b is not None))
-            settings = {
-                **strategy_defaults(config.llm),
-                "fallback_chat_generator": fallback
-                and CallLimitedChatGenerator(chat_generator=fallback, breaker=fallback_breaker),
-            }
-            self.pipeline = build_pipeline(
+            self.pipeline = backend_pipeline(
                 self.strategy,
-                retriever=retriever(config),
+                config,
                 chat_generator=self.llm,
-                **strategy_settings(self.strategy, settings),
+                fallback_chat_generator=fallback
+                and CallLimitedChatGenerator(chat_generator=fallback, breaker=fallback_breaker),
             )
             self.pipeline.warm_up()
 

@@ -130,7 +130,7 @@ def test_demo_store_is_not_the_index_store(monkeypatch, capsys):
 def test_demo_leaves_the_index_store_alone(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HOME", str(tmp_path))  # the default stores are under ~/.cache/haystack_fusion
     monkeypatch.delenv("HAYSTACK_FUSION_STORE", raising=False)
-    monkeypatch.setattr("haystack_fusion.cli.backend_chat_generator", lambda config: ScriptedChatGenerator("Paris"))
+    monkeypatch.setattr("haystack_fusion.backends.config.chat_generator", lambda config: ScriptedChatGenerator("Paris"))
     user_index = tmp_path / ".cache/haystack_fusion/index.json"
     user_index.parent.mkdir(parents=True)
     user_index.write_text("the user's index", encoding="utf-8")
