@@ -32,14 +32,8 @@ from typing import Any
 import yaml
 from haystack.marshal.yaml import YamlDumper, YamlMarshaller
 
-from haystack_fusion.backends import (
-    BackendConfig,
-    SavedInMemoryBM25Retriever,
-    chat_generator,
-    fallback_chat_generator,
-    retriever,
-)
-from haystack_fusion.strategies import STRATEGIES, build_pipeline, get_strategy, strategy_settings
+from haystack_fusion.backends import BackendConfig, SavedInMemoryBM25Retriever, backend_pipeline
+from haystack_fusion.strategies import STRATEGIES, get_strategy
 
 YAML_SUBDIR, WRAPPER_FILE = "yaml", "pipeline_wrapper.py"
 
@@ -89,7 +83,8 @@ def pipeline_name(strategy: str, backend: str) -> str:
 
 def pipeline_yaml(strategy: str, config: BackendConfig) -> str:
     """
-    The YAML of a strategy on given backends, with Hayhooks' sections (`inputs`: `query` -> every `query` socket;
+    The YAML of a strategy on given backends (`backends.backend_pipeline`: the settings `ask` and `serve` run it
+    with), with Hayhooks' sections (`inputs`: `query` -> every `query` socket;
     `outputs`: `answers` -> the answer component's) and no YAML aliases. Over the in-memory store the retriever is a
     `SavedInMemoryBM25Retriever` naming the saved index (Haystack's in-memory store serializes no passages).
 
@@ -101,12 +96,10 @@ def pipeline_yaml(strategy: str, config: BackendConfig) -> str:
             f"YAML over the in-memory store retrieves with BM25, not {config.retriever}: dense and hybrid YAML "
             "reads Elasticsearch (`--document-store elasticsearch`)"
         )
+    search = None  # the backend's retriever
     if config.store == "memory":
         search = SavedInMemoryBM25Retriever(index_path=config.index_path, top_k=config.top_k)
-    else:
-        search = retriever(config)
-    settings = strategy_settings(strategy, {"fallback_chat_generator": fallback_chat_generator(config)})
-    pipeline = build_pipeline(strategy, retriever=search, chat_generator=chat_generator(config), **settings)
+    pipeline = backend_pipeline(strategy, config, retriever=search)
     targets = sorted(f"{name}.query" for name, sockets in pipeline.inputs().items() if "query" in sockets)
     sections = {
         "inputs": {"query": targets},

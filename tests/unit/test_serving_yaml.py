@@ -13,7 +13,7 @@ from haystack import Document, Pipeline
 import haystack_fusion  # noqa: F401  (allowlists the package for deserialization)
 from haystack_fusion.backends import BackendConfig, SavedInMemoryBM25Retriever, save_store
 from haystack_fusion.cli import main
-from haystack_fusion.serving.yaml import YAML_SUBDIR, backend_name, generate, pipeline_name, render
+from haystack_fusion.serving.yaml import YAML_SUBDIR, backend_name, generate, pipeline_name, pipeline_yaml, render
 from haystack_fusion.settings import DEFAULT_INDEX_PATH
 from haystack_fusion.strategies import STRATEGIES, get_strategy
 
@@ -149,6 +149,61 @@ def test_the_embedded_yaml_is_machine_independent(rendered):
     assert init["model"] is None
     assert "model_path" not in init["model_kwargs"]
     assert os.path.expanduser("~") not in text
+
+
+class _BuiltError(Exception):
+    """Stops `ask` with the pipeline it built, before a question reaches the LLM."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        super().__init__("built")
+        self.pipeline = pipeline
+
+
+def asked_pipeline(strategy: str, index: Path, llm_flags: list[str], monkeypatch) -> dict:
+    """`Pipeline.to_dict()` of the pipeline `haystack-fusion ask --strategy STRATEGY` builds (no LLM call made)."""
+
+    def stop(pipeline, *_, **__):
+        raise _BuiltError(pipeline)
+
+    monkeypatch.setattr("haystack_fusion.cli.run_strategy", stop)
+    with pytest.raises(_BuiltError) as built:
+        main(["ask", "Which river?", "--strategy", strategy, "--store", str(index), *llm_flags])
+    return built.value.pipeline.to_dict()
+
+
+def without_retriever(data: dict) -> dict:
+    """A pipeline's dict without its retriever: `ask` loads the saved index, the YAML names it (`index_path`)."""
+    components = {name: value for name, value in data["components"].items() if name != "retriever"}
+    return {**data, "components": components}
+
+
+@pytest.mark.parametrize(
+    ("llm_flags", "config"),
+    [
+        ([], None),  # the committed YAML: the embedded model
+        (["--llm", "openai"], BackendConfig(llm="openai")),
+        (["--fallback-llm", "openai"], BackendConfig(fallback_llm="openai")),
+    ],
+    ids=["committed", "openai", "local_to_openai"],
+)
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_the_yaml_runs_a_strategy_with_the_settings_ask_does(strategy, llm_flags, config, tmp_path, monkeypatch):
+    """The writer's YAML, loaded, is the pipeline `ask` builds on the same backend: LLM, fallback and every setting
+    (the embedded model's few-shot candidate prompt and note budget of `settings.strategy_defaults` included)."""
+    monkeypatch.delenv("HAYSTACK_FUSION_STORE", raising=False)
+    index = tmp_path / "index.json"
+    save_store([Document(content="The Loire flows through Orleans.")], index)
+    if config is None:
+        text = (PIPELINES_DIR / YAML_SUBDIR / f"{pipeline_name(strategy, EMBEDDED)}.yml").read_text(encoding="utf-8")
+    else:
+        text = pipeline_yaml(strategy, config)
+    shipped = Pipeline.loads(text).to_dict()
+    asked = asked_pipeline(strategy, index, llm_flags, monkeypatch)
+    assert without_retriever(shipped) == without_retriever(asked)
+    assert (
+        shipped["components"]["retriever"]["init_parameters"]["top_k"]
+        == (asked["components"]["retriever"]["init_parameters"]["top_k"])
+    )
 
 
 def test_local_generator_keeps_threads_it_was_given():
