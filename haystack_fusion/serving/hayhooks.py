@@ -654,15 +654,6 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
                 exc_info=error if failure.status_code == 500 else None,
             )
             body = openai_error(str(failure.detail), status=failure.status_code, code=failure.code)
-            if reply is not None:
-                yield reply.error(body)
-                return
-            yield create_status_event(f"Failed: {failure.detail}", done=True)
-            yield ChatCompletion(
-                id=f"{model}-error",
-                object="chat.completion.chunk",
-                created=int(time.time()),
-                model=model,
-                choices=[],
-                **body,
-            )
+            if reply is None:  # Open WebUI and the chat UI: the status line, then the same error chunk
+                yield create_status_event(f"Failed: {failure.detail}", done=True)
+            yield (reply or CompletionStream(model)).error(body)
