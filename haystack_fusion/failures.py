@@ -1,0 +1,163 @@
+"""
+What a failed call is, in one taxonomy: `failure_kind` names what went wrong with an exception (and the exceptions it
+was raised from), `CallFailure` records one failed LLM call in a run, and `LLMCallsFailedError` is what a component
+or a strategy raises when every LLM call it made failed ("failures are never answers", as Haystack's
+`FallbackChatGenerator` raises when every generator fails).
+
+### Usage example
+```python
+from haystack_fusion.failures import CallFailure, LLMCallsFailedError
+
+try:
+    voter.run(query="Who wrote Hamlet?", documents=documents)
+except LLMCallsFailedError as error:
+    for failure in error.failures:  # one per failed call
+        print(failure.kind, failure.status, failure)  # "timeout None APITimeoutError: Request timed out."
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+LLM = "llm"
+DOCUMENT_STORE = "document_store"
+
+_KINDS: dict[tuple[str, str], tuple[str, str]] = {
+    ("openai", "AuthenticationError"): (LLM, "key"),
+    ("openai", "PermissionDeniedError"): (LLM, "key"),
+    ("openai", "NotFoundError"): (LLM, "not_found"),
+    ("openai", "APITimeoutError"): (LLM, "timeout"),
+    ("openai", "APIConnectionError"): (LLM, "unreachable"),
+    ("httpx", "TimeoutException"): (LLM, "timeout"),
+    ("httpx", "ConnectError"): (LLM, "unreachable"),
+    ("builtins", "TimeoutError"): (LLM, "timeout"),
+    ("builtins", "ConnectionError"): (LLM, "unreachable"),
+    ("haystack_fusion", "CircuitOpenError"): (LLM, "circuit_open"),
+    ("elastic_transport", "ConnectionTimeout"): (DOCUMENT_STORE, "unreachable"),
+    ("elastic_transport", "ConnectionError"): (DOCUMENT_STORE, "unreachable"),
+    ("elasticsearch", "AuthenticationException"): (DOCUMENT_STORE, "key"),
+    ("elasticsearch", "AuthorizationException"): (DOCUMENT_STORE, "key"),
+    ("elasticsearch", "NotFoundError"): (DOCUMENT_STORE, "not_found"),
+}
+"""(top-level module, class name) of an exception or one of its bases -> (service, kind). The first match along an
+exception's bases wins (`openai.APITimeoutError` subclasses `APIConnectionError`). The builtin `ConnectionError` is
+ollama's refused call (and `ConnectionRefusedError`); `CircuitOpenError` is a call the LLM server's circuit breaker
+refused without sending it (`breaker.CircuitBreaker`)."""
+
+KINDS = ("key", "not_found", "timeout", "unreachable", "circuit_open", "failing")
+"""Every kind of failure: a refused key (HTTP 401/403), a missing model or index (404), no answer in time, no
+connection, an open circuit breaker, and anything else (e.g. HTTP 500, a reply that is not a reply)."""
+
+CONFIGURATION_KINDS = frozenset({"key", "not_found"})
+"""The kinds that no retry fixes: the configuration names a key or a model the server refuses."""
+
+UNUSABLE_KINDS = frozenset({"key", "unreachable", "circuit_open"})
+"""The kinds that say an LLM backend is unusable for every call, not just this one."""
+
+
+def exception_chain(error: BaseException) -> Iterator[BaseException]:
+    """`error`, then the exceptions it was raised from (causes and contexts), depth first, each once."""
+    seen: set[int] = set()
+    stack: list[BaseException | None] = [error]
+    while stack:
+        current = stack.pop()
+        if current is not None and id(current) not in seen:
+            seen.add(id(current))
+            yield current
+            stack.extend([current.__context__, current.__cause__])
+
+
+def error_status(error: BaseException) -> int | None:
+    """The HTTP status an exception or one it was raised from carries (`status_code`, or `status`), else None."""
+    for link in exception_chain(error):
+        status = getattr(link, "status_code", None) or getattr(link, "status", None)
+        if isinstance(status, int) and not isinstance(status, bool):
+            return status
+    return None
+
+
+def classify(error: BaseException, service: str | None = None) -> tuple[str, str] | None:
+    """
+    (service, kind) of the first `_KINDS` entry along the exception's chain and each link's bases, or None when no
+    link is a known client's error.
+
+    :param service: Only entries of this service (`LLM` or `DOCUMENT_STORE`); None: either.
+    """
+    for link in exception_chain(error):
+        for cls in type(link).__mro__:
+            found = _KINDS.get((cls.__module__.split(".")[0], cls.__name__))
+            if found is not None and (service is None or found[0] == service):
+                return found
+    return None
+
+
+def failure_kind(error: BaseException) -> str:
+    """
+    The `KINDS` entry of an LLM call's exception: the known clients' errors by class (`_KINDS`), else by HTTP status
+    (401/403 "key", 404 "not_found", 408/504 "timeout"), else "failing".
+    """
+    found = classify(error, LLM)
+    if found is not None:
+        return found[1]
+    return {401: "key", 403: "key", 404: "not_found", 408: "timeout", 504: "timeout"}.get(
+        error_status(error) or 0, "failing"
+    )
+
+
+@dataclass(frozen=True)
+class CallFailure:
+    """
+    One failed LLM call of a run.
+
+    :param kind: What went wrong, one of `KINDS` (`failure_kind`).
+    :param error_type: The exception's class name, e.g. "APITimeoutError".
+    :param message: The exception's text (the client's words; for the log and the operator, not for a chat user).
+    :param status: The HTTP status the server answered with, None when there was no answer.
+    :param component: The pipeline component that made the call ("" when not known).
+    :param index: The call's place in its round (post-fusion: the passage's rank; SuRe: the candidate's), None for a
+        round of one call.
+    """
+
+    kind: str
+    error_type: str
+    message: str
+    status: int | None = None
+    component: str = ""
+    index: int | None = None
+
+    @classmethod
+    def of(cls, error: BaseException, *, component: str = "", index: int | None = None) -> CallFailure:
+        """The record of a call that raised `error`."""
+        return cls(failure_kind(error), type(error).__name__, str(error), error_status(error), component, index)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as JSON values (in an answer's `meta["failures"]`, the CLI's `--json` and evaluation records)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CallFailure:
+        """The record `to_dict` wrote."""
+        return cls(
+            **{name: data.get(name) for name in ("kind", "error_type", "message", "status", "index")},
+            component=data.get("component") or "",
+        )
+
+    def __str__(self) -> str:
+        """ "ExceptionType: message", as a log line names the failure."""
+        return f"{self.error_type}: {self.message}"
+
+
+class LLMCallsFailedError(RuntimeError):
+    """
+    Every LLM call of a component or a strategy failed: there is no answer, and "unknown" would hide the failure.
+
+    :param failures: One `CallFailure` per failed call, in call order (earlier rounds' first).
+    """
+
+    def __init__(self, failures: Iterable[CallFailure], what: str = "a run") -> None:
+        self.failures = list(failures)
+        first = f": {self.failures[0]}" if self.failures else ""
+        super().__init__(f"every LLM call of {what} failed ({len(self.failures)} calls){first}")
