@@ -140,9 +140,14 @@ class CallFailure:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CallFailure:
         """The record `to_dict` wrote."""
+        status, index = data.get("status"), data.get("index")
         return cls(
-            **{name: data.get(name) for name in ("kind", "error_type", "message", "status", "index")},
-            component=data.get("component") or "",
+            str(data["kind"]),
+            str(data["error_type"]),
+            str(data.get("message") or ""),
+            status if isinstance(status, int) else None,
+            str(data.get("component") or ""),
+            index if isinstance(index, int) else None,
         )
 
     def __str__(self) -> str:
