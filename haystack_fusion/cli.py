@@ -170,7 +170,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 def _require_a_call_answered(run: StrategyRun, config: BackendConfig) -> None:
     """Raise a `BackendError` when the run made LLM calls and all failed (its "unknown" would hide the failure)."""
-    message = every_call_failed_message(run.usage, run.evidence, config)
+    message = every_call_failed_message(run.usage.to_dict(), run.evidence.to_dict(), config)
     if message is not None:
         raise BackendError(message)
 

@@ -238,18 +238,20 @@ class Evaluator:
                     self.notes.append(note)
         prediction = run.answer.data or ""
         key = (strategy, top_k, setting.label(), question.id, not question.is_impossible)
-        structured, text = split_evidence({**run.evidence, "usage": run.usage, "usage_by_model": run.usage_by_model})
-        score = score_run(question, prediction, run.evidence, run.documents, run.usage, run.seconds)
-        failures = run.evidence.get("failures") or []
+        run_record = run.to_dict()
+        evidence, usage = run_record["evidence"], run_record["usage"]
+        structured, text = split_evidence({**evidence, "usage": usage, "usage_by_model": run_record["usage_by_model"]})
+        score = score_run(question, prediction, evidence, run.documents, usage, run.seconds)
+        failures = evidence.get("failures") or []
         error = None
         if failures:
             listed = "; ".join(_describe_failure(failure) for failure in failures[:3])
-            calls = run.usage.get("calls", 0)
+            calls = run.usage.calls
             in_flight = self.config.max_calls_in_flight or calls_in_flight_limit()
             advice = queued_timeout_advice(
                 failures,
                 calls=calls,
-                rounds=run.usage.get("rounds", 0),
+                rounds=run.usage.rounds or 0,
                 max_calls_in_flight=1 if self.config.max_concurrency == 1 else in_flight,
             )
             error = self._one_line(

@@ -44,7 +44,7 @@ from haystack_fusion.backends import (
 )
 from haystack_fusion.backends.checks import BackendSetupError, check_backend, reachability_problems, setup_message
 from haystack_fusion.breaker import CircuitBreaker
-from haystack_fusion.llm import CallLimitedChatGenerator, exception_chain, sum_usage, threaded_callback
+from haystack_fusion.llm import CallLimitedChatGenerator, exception_chain, threaded_callback
 from haystack_fusion.serving.chat import Chat, answer_task, digest, read_chat, standalone_question
 from haystack_fusion.serving.guards import ServingError, openai_error
 from haystack_fusion.serving.presentation import (
@@ -75,6 +75,7 @@ from haystack_fusion.settings import (
 )
 from haystack_fusion.strategies import (
     StrategyRun,
+    Usage,
     chat_text,
     get_strategy,
     passages,
@@ -509,7 +510,7 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         run: StrategyRun,
         *,
         asked: str | None = None,
-        rewrite: dict[str, int] | None = None,
+        rewrite: Usage | None = None,
         rewrite_seconds: float = 0.0,
     ) -> StrategyRun:
         """
@@ -520,12 +521,12 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
             user's terms; the log names the backend.
         """
         if asked is not None and rewrite is not None:
-            evidence = {**run.evidence, "asked": asked, "standalone_question": run.answer.query or asked}
-            usage, seconds = sum_usage([run.usage, rewrite]), run.seconds + rewrite_seconds
+            evidence = dataclasses.replace(run.evidence, asked=asked, standalone_question=run.answer.query or asked)
+            usage, seconds = run.usage + rewrite, run.seconds + rewrite_seconds
             run = dataclasses.replace(run, usage=usage, evidence=evidence, seconds=seconds)
-        cause = every_call_failed_message(run.usage, run.evidence, self.config)
+        cause = every_call_failed_message(run.usage.to_dict(), run.evidence.to_dict(), self.config)
         if cause is not None:
-            failures = run.evidence.get("failures") or []
+            failures = run.evidence.to_dict().get("failures") or []
             raise self._unavailable(failed_calls_user_message(failures, retry_after=self._retry_after() or None), cause)
         warn_missing_logprobs(self.generator, run.answers)  # logged once per process
         return run
@@ -606,7 +607,7 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         return self._events(question, chat, model=model, dialect=spoken, reply=reply)
 
     async def _task_chunks(
-        self, model: str, answer: str, usage: dict[str, int], *, include_usage: bool
+        self, model: str, answer: str, usage: Usage, *, include_usage: bool
     ) -> AsyncIterator[ChatCompletion]:
         reply = CompletionStream(model, include_usage)
         for chunk in (reply.start(), reply.text(answer), *reply.end(usage, [])):
