@@ -45,7 +45,7 @@ class Usage:
 
     def __add__(self, other: Usage) -> Usage:
         """The two usages counter by counter (an optional counter stays None only when both are None)."""
-        sums = {}
+        sums: dict[str, Any] = {}
         for f in fields(self):
             mine, theirs = getattr(self, f.name), getattr(other, f.name)
             sums[f.name] = None if mine is None and theirs is None else (mine or 0) + (theirs or 0)
