@@ -4,14 +4,13 @@ Calibration of answer confidence, from evaluation records: AUROC, selective answ
 A record's confidence is `evidence["confidence"]` (`answers.answer_confidence`); its AUROC (Mann-Whitney U over n+ x
 n-) is read as `correct` (among answerable questions) and `answerable` (against unanswerable ones). Decoding is greedy,
 so `concat_pf` at tau is replayed exactly from the concatenation and post_fusion records, with what each tau costs
-(`cost.question_cost`).
+(`view.question_cost`).
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -19,7 +18,6 @@ from typing import Any, NamedTuple
 import numpy as np
 from scipy import stats
 
-from haystack_fusion.evaluation.cost import Price, escalated, model_usage, question_cost, usage_cost
 from haystack_fusion.evaluation.metrics import (
     _RNG_KEYWORD,
     BOOTSTRAP_RESAMPLES,
@@ -28,7 +26,8 @@ from haystack_fusion.evaluation.metrics import (
     mean_ci,
     rate_ci,
 )
-from haystack_fusion.evaluation.records import QuestionRecord, group_runs
+from haystack_fusion.evaluation.records import QuestionRecord
+from haystack_fusion.evaluation.view import Price, ReportView, escalated, model_usage, question_cost, usage_cost
 
 SELECTIVE_CHART = "selective_answering.png"
 
@@ -87,10 +86,10 @@ def auroc(
     return result
 
 
-def calibration(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED) -> list[dict[str, Any]]:
+def calibration(view: ReportView, *, seed: int = DEFAULT_SEED) -> list[dict[str, Any]]:
     """Both AUROC readings (`correct`, `answerable`: `auroc` results) for every run with confidences."""
     rows = []
-    for (strategy, top_k, setting), group in group_runs(records).items():
+    for (strategy, top_k, setting), group in view.unlabelled().items():
         scored = [(record, value) for record in group if (value := answering_confidence(record)) is not None]
         answerable = [(record, value) for record, value in scored if record.answerable]
         if scored:
@@ -112,11 +111,11 @@ def selective_curve(records: Sequence[QuestionRecord]) -> list[tuple[float, floa
     return [(100.0 * i / len(records), 100.0 * float(right[i - 1]) / i) for i in range(1, len(answered) + 1)]
 
 
-def draw_selective_chart(records: Sequence[QuestionRecord], out: Path) -> Path | None:
+def draw_selective_chart(view: ReportView, out: Path) -> Path | None:
     """Draw `selective_answering.png` (one line per run with confidences); None when no run has them."""
     curves = {
         f"{strategy} (top-{top_k})": curve
-        for (strategy, top_k, _), group in group_runs(records).items()
+        for (strategy, top_k, _), group in view.unlabelled().items()
         if (curve := selective_curve(group))
     }
     if not curves:
@@ -221,11 +220,20 @@ def replay(
         the question is passed on, the later rounds' cost.
     :returns: (k, setting) -> question id -> `Replayed`.
     """
+    return _replay_at(_first_rounds(records), tau, prices)
+
+
+_FirstRound = tuple[QuestionRecord, QuestionRecord | None, QuestionRecord | None, float]
+"""A replayable question: (its concatenation record, later rounds' record, judging record, first-round confidence)."""
+
+
+def _first_rounds(records: Sequence[QuestionRecord]) -> list[_FirstRound]:
+    """The questions `replay` replays, the same at every tau (`replay` says which)."""
     index: dict[tuple[str, int, str, str], QuestionRecord] = {}
     for record in records:
         index.setdefault(record.key(), record)
     later, judging = _later_rounds(records), _judged(records)
-    replayed: dict[tuple[int, str], dict[str, Replayed]] = {}
+    rounds = []
     for (strategy, top_k, setting, question_id), first in index.items():
         fused, judged = later.get((top_k, setting, question_id)), judging.get((top_k, setting, question_id))
         confidence = first.evidence.get("confidence")
@@ -233,8 +241,16 @@ def replay(
             judged = None  # the first round's own confidence: the run judged its answer as a replay would
         elif judged is not None:
             confidence = judged.evidence["stages"][0]["confidence"]
-        if strategy != "concatenation" or confidence is None or (fused is None and judged is None):
-            continue
+        if strategy == "concatenation" and confidence is not None and (fused is not None or judged is not None):
+            rounds.append((first, fused, judged, float(confidence)))
+    return rounds
+
+
+def _replay_at(
+    rounds: Sequence[_FirstRound], tau: float | None, prices: Mapping[str, Price] | None
+) -> dict[tuple[int, str], dict[str, Replayed]]:
+    replayed: dict[tuple[int, str], dict[str, Replayed]] = {}
+    for first, fused, judged, confidence in rounds:
         rejected = first.evidence.get("answer_source") == "invalid"  # the router passes a rejected answer on too
         fell_back = first.score.unknown or rejected or (tau is not None and confidence < tau)
         if fell_back and fused is None:
@@ -245,7 +261,7 @@ def replay(
             extra = _later_cost(fused, cost, prices or {})
             cost = None if extra is None else cost + extra
         outcome = Replayed(chosen.answerable, chosen.score.em, chosen.score.f1, chosen.score.unknown, stage, cost)
-        replayed.setdefault((top_k, setting), {})[question_id] = outcome
+        replayed.setdefault((first.top_k, first.setting), {})[first.question_id] = outcome
     return replayed
 
 
@@ -284,10 +300,11 @@ def sweep(
     """Replay `concat_pf` at each tau of a grid and at tau None (text only): one row per (k, setting, tau), those keys
     plus `replay_summary`'s rates (and cost, with `prices`); a tau that replays fewer questions than tau None (above
     the tau of a judging run, `replay`) has no row."""
+    rounds = _first_rounds(records)
     rows = [
         {"top_k": top_k, "setting": setting, "tau": tau, **replay_summary(outcomes.values(), seed=seed)}
         for tau in [None, *thresholds]
-        for (top_k, setting), outcomes in replay(records, tau, prices=prices).items()
+        for (top_k, setting), outcomes in _replay_at(rounds, tau, prices).items()
     ]
     whole = {(row["top_k"], row["setting"]): row["n"] for row in rows if row["tau"] is None}
     return [row for row in rows if row["n"] >= whole.get((row["top_k"], row["setting"]), 0)]
@@ -343,72 +360,6 @@ def choice_reason(
     return "" if best is None else f"tau {best['tau']:g} has the highest SQuAD 2.0 EM."
 
 
-def consistency(records: Sequence[QuestionRecord]) -> tuple[int, int]:
-    """How many `concat_pf` records the text-only replay reproduces: (same prediction outcome, compared), a check that
-    the replay is exact on this run."""
-    replayed = replay(records, None)
-    pairs = [
-        (outcome, record.score)
-        for record in records
-        if record.strategy == "concat_pf"
-        and (outcome := replayed.get((record.top_k, record.setting), {}).get(record.question_id)) is not None
-    ]
-    same = sum((o.em, o.f1, o.unknown) == (score.em, score.f1, score.unknown) for o, score in pairs)
-    return same, len(pairs)
-
-
-def _percent(count: float, total: int) -> float | None:
-    return 100.0 * count / total if total else None
-
-
-def verification_stats(records: Sequence[QuestionRecord]) -> list[dict[str, Any]]:
-    """How much SuRe's verification decided, per run with verifier scores (Kim et al., Eq. 4-6), in %."""
-    rows = []
-    for (strategy, top_k, setting), group in group_runs(records).items():
-        scored = [scores for r in group if len(scores := r.evidence.get("scores") or []) > 1]
-        counted = [r.evidence for r in group if r.evidence.get("label_summaries") is not None]
-        judged = [v for scores in scored if None not in (v := [s.get("validity") for s in scores])]
-        if scored:
-            rows.append({
-                "strategy": strategy, "top_k": top_k, "setting": setting, "verified": len(scored),
-                "not_all_valid": _percent(sum(any(x < 0.5 for x in v) for v in judged), len(judged)),
-                "first_wins": _percent(sum(scores[0].get("candidate_index") == 0 for scores in scored), len(scored)),
-                "label_summaries": _percent(sum(e["label_summaries"] for e in counted),
-                                            sum(len(e.get("candidates") or []) for e in counted)),
-            })  # fmt: skip
-    return rows
-
-
-def _reason_kind(reason: str | None) -> str:
-    """A stage trace's reason without its figures: "confidence 0.18 < 0.25" -> "low confidence"."""
-    if not reason:
-        return "none"
-    if reason.startswith("confidence"):
-        return "low confidence"
-    return "split vote" if reason.startswith("vote share") else reason
-
-
-def stage_stats(records: Sequence[QuestionRecord]) -> list[dict[str, Any]]:
-    """Which stage of a fallback strategy answered (`answered_at`, %) and why questions left a stage (`reasons`)."""
-    order = ["concatenation", "post_fusion", "sure"]
-    rows = []
-    for (strategy, top_k, setting), group in group_runs(records).items():
-        traces: list[list[dict[str, Any]]] = [trace for r in group if (trace := r.evidence.get("stages"))]
-        if not traces:
-            continue
-        answered = Counter(trace[-1]["stage"] for trace in traces)
-        reasons: dict[str, dict[str, int]] = {}
-        for step in (step for trace in traces for step in trace[:-1]):
-            kinds = reasons.setdefault(step["stage"], {})
-            kind = _reason_kind(step.get("reason"))
-            kinds[kind] = kinds.get(kind, 0) + 1
-        stages = sorted(answered, key=lambda stage: order.index(stage) if stage in order else len(order))
-        shares = {stage: 100.0 * answered[stage] / len(traces) for stage in stages}
-        rows.append({"strategy": strategy, "top_k": top_k, "setting": setting, "n": len(traces),
-                     "answered_at": shares, "reasons": reasons})  # fmt: skip
-    return rows
-
-
 def _pct(value: float | None, ci: Sequence[float] | None = None) -> str:
     if value is None:
         return "–"
@@ -437,29 +388,27 @@ def markdown(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 
 def calibration_report(
-    records: Sequence[QuestionRecord],
+    view: ReportView,
     out: Path,
     *,
     seed: int = DEFAULT_SEED,
-    prices: Mapping[str, Price] | None = None,
     target_accuracy: float | None = None,
     target_escalation: float | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """
-    The calibration sections of a report, each only when its records are there.
+    The calibration sections of a report, each only when its records are there; the replay's cost at `view.prices`.
 
-    :param prices: US dollars per million tokens per model, for the replay's cost per question.
     :param target_accuracy: The SQuAD 2.0 EM (%) the chosen tau must reach (`choose`).
     :param target_escalation: The largest share of questions escalated (%) the chosen tau may have (`choose`).
     :returns: (markdown, summary dict with `auroc`, `concat_pf_sweep`, `tau_choice` (the chosen `tau`, `top_k`,
-        `setting`, `target`, `reason`; None without a sweep), `consistency`, `verification`, `stages`).
+        `setting`, `target`, `reason`; None without a sweep)).
     :raises ValueError: As `choose`.
     """
     targets = {"target_accuracy": target_accuracy, "target_escalation": target_escalation}
-    rows = sweep(records, seed=seed, prices=prices)
+    rows = sweep(view.records, seed=seed, prices=view.prices)
     best = choose(rows, **targets)
     summary: dict[str, Any] = {
-        "auroc": calibration(records, seed=seed),
+        "auroc": calibration(view, seed=seed),
         "concat_pf_sweep": rows,
         "tau_choice": {
             **({key: best[key] for key in ("tau", "top_k", "setting")} if best else {"tau": None}),
@@ -468,13 +417,10 @@ def calibration_report(
         }
         if rows
         else None,
-        "consistency": consistency(records),
-        "verification": verification_stats(records),
-        "stages": stage_stats(records),
     }
     parts = []
     if summary["auroc"]:
-        chart = draw_selective_chart(records, out)
+        chart = draw_selective_chart(view, out)
         table = markdown(
             ["strategy", "top-k", "questions", "AUROC correct", "AUROC answerable"],
             ([r["strategy"], r["top_k"], r["n"], _auc(r["correct"]), _auc(r["answerable"])] for r in summary["auroc"]),
@@ -499,7 +445,6 @@ def calibration_report(
               *([dollars(r["cost_per_question"], r["cost_per_question_ci"])] if priced else [])]
              for r in shown),
         )  # fmt: skip
-        same, compared = summary["consistency"]
         parts.append(
             "\n## concat_pf replayed at each threshold\n\nReplayed exactly from the concatenation records (the first "
             "round) and the later rounds' records of the same questions: post_fusion, else an escalated concat_pf or "
@@ -508,26 +453,5 @@ def calibration_report(
             "fallback %: the share passed on to the later rounds"
             + ("; cost/q: the first round's cost, plus the later rounds' when passed on" if priced else "")
             + f".\n\n{table}\n\n{summary['tau_choice']['reason']}"
-            + (f"\n\nThe text-only replay reproduces {same} of {compared} concat_pf records." if compared else "")
-        )
-    if summary["verification"]:
-        table = markdown(
-            ["strategy", "top-k", "verified", "validity not all True %", "candidate (a) wins %",
-             "label-only summaries %"],
-            ([r["strategy"], r["top_k"], r["verified"], _pct(r["not_all_valid"]), _pct(r["first_wins"]),
-              _pct(r["label_summaries"])] for r in summary["verification"]),
-        )  # fmt: skip
-        parts.append(f"\n## SuRe's verification\n\n{table}")
-    if summary["stages"]:
-        table = markdown(
-            ["strategy", "top-k", "questions", "answered at", "left a stage because"],
-            ([r["strategy"], r["top_k"], r["n"],
-              ", ".join(f"{stage} {share:.1f}%" for stage, share in r["answered_at"].items()),
-              "; ".join(f"{stage}: " + ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
-                        for stage, kinds in r["reasons"].items()) or "–"] for r in summary["stages"]),
-        )  # fmt: skip
-        parts.append(
-            "\n## Which stage answered\n\nThe fallback strategies' stage traces: the share of questions answered at "
-            f"each stage, and why questions left a stage (number of questions).\n\n{table}"
         )
     return "\n".join(parts) + ("\n" if parts else ""), summary

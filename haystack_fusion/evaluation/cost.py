@@ -1,12 +1,7 @@
 """
-What a run costs: prices per model, each question's cost in US dollars, calls and tokens per model, the share of
-questions escalated, and accuracy against cost as a chart (matplotlib, the `eval` extra).
-
-A price is US dollars per million prompt (input) and completion (output) tokens. A question's usage per model is
-`evidence["usage_by_model"]` (model name -> `prompt_tokens`, `completion_tokens`, `calls`, ...); a record without it
-counts its whole usage against the run's one model (`with_model`). A question is escalated when the first round
-(concatenation) passed it on to the later rounds (`evidence["fallback"]`, set by `concat_pf` and `cascade`); FrugalGPT
-(Chen et al., 2023) reads a cascade by these two figures, the cost and the share that reached the strong model.
+The cost section of a report: prices per model, each run's cost per question in US dollars, calls and tokens per model,
+the share of questions escalated, and accuracy against cost as a chart (matplotlib, the `eval` extra). The facts per
+question (usage per model, cost, escalation) are `view.Run`'s.
 """
 
 from __future__ import annotations
@@ -19,14 +14,8 @@ from typing import Any
 
 from haystack_fusion.evaluation.metrics import DEFAULT_SEED, mean_ci, rate_ci
 from haystack_fusion.evaluation.records import QuestionRecord
+from haystack_fusion.evaluation.view import Price, Run, score_usage, usage_cost
 
-Price = tuple[float, float]
-"""US dollars per million (prompt, completion) tokens."""
-
-UNNAMED_MODEL = "model"
-"""The model name of records without `usage_by_model` when their run does not name its model."""
-
-TOKENS_PER_PRICE = 1_000_000
 COST_CHART = "accuracy_vs_cost.png"
 
 
@@ -58,53 +47,20 @@ def parse_prices(texts: Iterable[str]) -> dict[str, Price]:
     return dict(parse_price(text) for text in texts)
 
 
-def _score_usage(record: QuestionRecord) -> dict[str, int]:
-    score = record.score
-    return {"prompt_tokens": score.prompt_tokens, "completion_tokens": score.completion_tokens, "calls": score.calls}
-
-
 def with_model(records: Iterable[QuestionRecord], model: str) -> list[QuestionRecord]:
     """The records (same order), those without `usage_by_model` given one that counts all their usage against
     `model`."""
     return [
         record
         if record.evidence.get("usage_by_model")
-        else dataclasses.replace(record, evidence={**record.evidence, "usage_by_model": {model: _score_usage(record)}})
+        else dataclasses.replace(
+            record, evidence={**record.evidence, "usage_by_model": {model: score_usage(record.score)}}
+        )
         for record in records
     ]
 
 
-def model_usage(record: QuestionRecord) -> dict[str, Mapping[str, Any]]:
-    """A question's usage per model: `evidence["usage_by_model"]`, else its whole usage under `UNNAMED_MODEL`."""
-    by_model = record.evidence.get("usage_by_model")
-    if isinstance(by_model, Mapping) and by_model:
-        return {str(name): usage for name, usage in by_model.items()}
-    return {UNNAMED_MODEL: _score_usage(record)}
-
-
-def usage_cost(usage: Mapping[str, Any], price: Price | None) -> float | None:
-    """The cost in US dollars of one model's usage at `price`; None without a price (0.0 for no tokens)."""
-    prompt, completion = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-    if price is None:
-        return 0.0 if prompt + completion == 0 else None
-    return (prompt * price[0] + completion * price[1]) / TOKENS_PER_PRICE
-
-
-def question_cost(record: QuestionRecord, prices: Mapping[str, Price]) -> float | None:
-    """A question's cost in US dollars over every model it used; None when a model that spent tokens has no price."""
-    costs = [usage_cost(usage, prices.get(model)) for model, usage in model_usage(record).items()]
-    return None if None in costs else sum(c for c in costs if c is not None)
-
-
-def escalated(record: QuestionRecord) -> bool | None:
-    """Whether the first round passed the question on to the later rounds; None for a strategy without rounds."""
-    fallback = record.evidence.get("fallback")
-    return None if fallback is None else bool(fallback)
-
-
-def run_cost(
-    records: Sequence[QuestionRecord], prices: Mapping[str, Price], *, seed: int = DEFAULT_SEED
-) -> dict[str, Any]:
+def run_cost(run: Run, prices: Mapping[str, Price], *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
     """
     A run's cost figures, means over its questions.
 
@@ -113,13 +69,11 @@ def run_cost(
         `models` (one dict per model: `model`, `calls_per_question`, `prompt_tokens_per_question`,
         `completion_tokens_per_question`, `cost_per_question`), `unpriced_models`.
     """
-    n = len(records)
-    usages = [model_usage(record) for record in records]
-    costs = [question_cost(record, prices) for record in records]
-    flags = [flag for record in records if (flag := escalated(record)) is not None]
+    n = len(run.records)
+    flags = [flag for flag in run.escalated if flag is not None]
     models = []
-    for model in dict.fromkeys(name for usage in usages for name in usage):
-        mine = [usage.get(model) or {} for usage in usages]
+    for model in dict.fromkeys(name for usage in run.usage for name in usage):
+        mine = [usage.get(model) or {} for usage in run.usage]
         spent = [usage_cost(usage, prices.get(model)) for usage in mine]
         models.append({
             "model": model,
@@ -127,7 +81,7 @@ def run_cost(
                for key in ("calls", "prompt_tokens", "completion_tokens")},
             "cost_per_question": None if None in spent else sum(c for c in spent if c is not None) / n,
         })  # fmt: skip
-    known = [cost for cost in costs if cost is not None]
+    known = [cost for cost in run.costs if cost is not None]
     priced = bool(known) and len(known) == n
     cost_ci = mean_ci(known, seed=seed) if priced else None
     escalated_ci = rate_ci(flags, seed=seed) if flags else None

@@ -101,14 +101,6 @@ class QuestionRecord:
             raise ValueError(f"not an evaluation record: {line[:80]!r}") from error
 
 
-def group_runs(records: Iterable[QuestionRecord]) -> dict[tuple[str, int, str], list[QuestionRecord]]:
-    """The records per run (strategy, k, setting), in the order the records first name them."""
-    groups: dict[tuple[str, int, str], list[QuestionRecord]] = {}
-    for record in records:
-        groups.setdefault((record.strategy, record.top_k, record.setting), []).append(record)
-    return groups
-
-
 def split_evidence(evidence: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Split a run's evidence into (structured, text): `text` holds `TEXT_EVIDENCE_KEYS` and the notes' texts."""
     structured = {key: value for key, value in evidence.items() if key not in TEXT_EVIDENCE_KEYS}

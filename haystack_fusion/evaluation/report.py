@@ -9,7 +9,6 @@ folders are told apart by a run label per record. Charts need matplotlib (`eval`
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from collections import Counter
@@ -20,7 +19,7 @@ from typing import Any
 
 from haystack_fusion.answers import DEMONSTRATION, copies_demonstration
 from haystack_fusion.evaluation.calibration import calibration_report, dollars, markdown
-from haystack_fusion.evaluation.cost import Price, draw_cost_chart, label, run_cost
+from haystack_fusion.evaluation.cost import draw_cost_chart, label, run_cost
 from haystack_fusion.evaluation.metrics import (
     BOOTSTRAP_RESAMPLES,
     DEFAULT_SEED,
@@ -30,9 +29,9 @@ from haystack_fusion.evaluation.metrics import (
     paired_difference_ci,
     rate_ci,
     summarize,
-    with_answer_outcome,
 )
-from haystack_fusion.evaluation.records import QuestionRecord, group_runs
+from haystack_fusion.evaluation.records import QuestionRecord
+from haystack_fusion.evaluation.view import Price, ReportView, Run
 from haystack_fusion.prompts import PROMPTS
 from haystack_fusion.strategies import STRATEGIES
 
@@ -53,21 +52,10 @@ RATES: dict[str, Callable[[Sequence[Any]], list[Any]]] = {
     "recall_at_k": lambda scores: [s.retrieval_hit for s in scores if s.answerable and s.retrieval_hit is not None],
 }
 
-_RunKey = tuple[str, str, int, str]
-"""(run label, strategy, k, setting); the label is "" for records of one run."""
-
 
 def _ci(values: Sequence[Any], seed: int) -> list[float] | None:
     interval = rate_ci(values, seed=seed)
     return list(interval) if interval is not None else None
-
-
-def outcome_records(records: Sequence[QuestionRecord]) -> list[QuestionRecord]:
-    """The records (same order) with their scores' answer-outcome flags set (`metrics.with_answer_outcome`)."""
-    return [
-        dataclasses.replace(record, score=with_answer_outcome(record.score, record.prediction, record.evidence))
-        for record in records
-    ]
 
 
 def demonstration_answers(strategy: str) -> dict[str, tuple[str, ...]]:
@@ -76,70 +64,42 @@ def demonstration_answers(strategy: str) -> dict[str, tuple[str, ...]]:
     return {name: PROMPTS[name].demonstrations for name in spec.prompts if PROMPTS[name].demonstrations} if spec else {}
 
 
-def run_groups(
-    records: Sequence[QuestionRecord], runs: Sequence[str] | None = None
-) -> dict[_RunKey, list[QuestionRecord]]:
-    """
-    The records per run: `records.group_runs` within each run label (`runs`: one per record, same order; None: all "").
-
-    :raises ValueError: If `runs` does not have one label per record.
-    """
-    labels = [""] * len(records) if runs is None else list(runs)
-    if len(labels) != len(records):
-        raise ValueError(f"one run label per record: got {len(labels)} labels and {len(records)} records")
+def answer_outcomes(run: Run, *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
+    """The answers of a run that are not answers: `metrics.outcome_counts`, invalid reasons, demonstration copies."""
+    group = run.records
+    demos = demonstration_answers(run.strategy)
+    every = tuple(answer for answers in demos.values() for answer in answers)
+    flags = [copies_demonstration(record.prediction, every, ()) for record in group]
+    rejected = [
+        r.evidence.get("invalid_reason") == DEMONSTRATION
+        or any(DEMONSTRATION in str(stage.get("reason") or "") for stage in r.evidence.get("stages") or [])
+        for r in group
+    ]
+    reasons = Counter(str(r.evidence.get("invalid_reason")) for r in group if r.score.invalid)
     return {
-        (label, *key): group
-        for label in dict.fromkeys(labels)
-        for key, group in group_runs(r for r, mine in zip(records, labels, strict=True) if mine == label).items()
+        **outcome_counts([record.score for record in group]),
+        "invalid_reasons": dict(sorted(reasons.items())),
+        "demo_copy_count": sum(flags),
+        "demo_copy_rate": 100.0 * sum(flags) / len(flags) if demos else None,
+        "demo_copy_rate_ci": _ci(flags, seed) if demos else None,
+        "demo_copy_prompts": {
+            name: sum(copies_demonstration(record.prediction, answers, ()) for record in group)
+            for name, answers in demos.items()
+        },
+        "demo_rejected_count": sum(rejected),
     }
 
 
-def answer_outcomes(
-    records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED, runs: Sequence[str] | None = None
-) -> dict[_RunKey, dict[str, Any]]:
-    """The answers that are not answers per run: `metrics.outcome_counts`, invalid reasons, demonstration copies."""
-    outcomes: dict[_RunKey, dict[str, Any]] = {}
-    for key, group in run_groups(outcome_records(records), runs).items():
-        demos = demonstration_answers(key[1])
-        every = tuple(answer for answers in demos.values() for answer in answers)
-        flags = [copies_demonstration(record.prediction, every, ()) for record in group]
-        rejected = [
-            r.evidence.get("invalid_reason") == DEMONSTRATION
-            or any(DEMONSTRATION in str(stage.get("reason") or "") for stage in r.evidence.get("stages") or [])
-            for r in group
-        ]
-        reasons = Counter(str(r.evidence.get("invalid_reason")) for r in group if r.score.invalid)
-        outcomes[key] = {
-            **outcome_counts([record.score for record in group]),
-            "invalid_reasons": dict(sorted(reasons.items())),
-            "demo_copy_count": sum(flags),
-            "demo_copy_rate": 100.0 * sum(flags) / len(flags) if demos else None,
-            "demo_copy_rate_ci": _ci(flags, seed) if demos else None,
-            "demo_copy_prompts": {
-                name: sum(copies_demonstration(record.prediction, answers, ()) for record in group)
-                for name, answers in demos.items()
-            },
-            "demo_rejected_count": sum(rejected),
-        }
-    return outcomes
-
-
-def summarize_runs(
-    records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED, runs: Sequence[str] | None = None
-) -> list[dict[str, Any]]:
-    """One `metrics.summarize` per run, with `<key>_ci` (`metrics.rate_ci`) after each rate of `RATES`; `run` first
-    when the run has a label."""
-    summaries = []
-    for (run, strategy, top_k, setting), group in run_groups(records, runs).items():
-        scores = [record.score for record in group]
-        summary: dict[str, Any] = {**({"run": run} if run else {}), "strategy": strategy, "top_k": top_k,
-                                   "setting": setting}  # fmt: skip
-        for key, value in summarize(scores).items():
-            summary[key] = value
-            if key in RATES:
-                summary[f"{key}_ci"] = _ci(RATES[key](scores), seed)
-        summaries.append(summary)
-    return summaries
+def summarize_run(run: Run, *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
+    """A run's `metrics.summarize` after its `Run.head`, with `<key>_ci` (`metrics.rate_ci`) after each rate of
+    `RATES`."""
+    scores = run.scores
+    summary = run.head()
+    for key, value in summarize(scores).items():
+        summary[key] = value
+        if key in RATES:
+            summary[f"{key}_ci"] = _ci(RATES[key](scores), seed)
+    return summary
 
 
 def resolve_baseline(records: Sequence[QuestionRecord], baseline: str | None = None) -> str | None:
@@ -152,34 +112,59 @@ def resolve_baseline(records: Sequence[QuestionRecord], baseline: str | None = N
     return baseline
 
 
-def baseline_differences(
-    records: Sequence[QuestionRecord], baseline: str, *, seed: int = DEFAULT_SEED, runs: Sequence[str] | None = None
-) -> dict[_RunKey, dict[str, Any]]:
-    """The EM and F1 difference of every other run against the baseline at the same k and setting (of the same run
-    label, else of the first that has it), in percentage points with paired bootstrap intervals
-    (`metrics.paired_difference_ci`), over answerable questions both answered."""
-    groups = run_groups(records, runs)
-    differences = {}
-    for (run, strategy, top_k, setting), group in groups.items():
-        if strategy == baseline:
-            continue
-        same = [g for (label, name, k, s), g in groups.items() if (name, k, s) == (baseline, top_k, setting)]
-        base_group = groups.get((run, baseline, top_k, setting)) or (same[0] if same else [])
-        theirs = {r.question_id: r.score for r in base_group if r.score.answerable}
-        mine = {r.question_id: r.score for r in group if r.score.answerable and r.question_id in theirs}
-        entry: dict[str, Any] = {"paired_questions": len(mine)}
-        for metric in ("em", "f1"):
-            ours = [getattr(score, metric) for score in mine.values()]
-            base = [getattr(theirs[question_id], metric) for question_id in mine]
-            result = paired_difference_ci(ours, base, seed=seed)
-            # fewer than two pairs: the difference without an interval
-            entry[f"{metric}_diff"] = result[0] if result else (100.0 * (ours[0] - base[0]) if ours else None)
-            entry[f"{metric}_diff_ci"] = [result[1], result[2]] if result else None
-        for metric in ("em", "f1"):
-            entry[f"{metric}_diff_significant"] = excludes_zero(entry[f"{metric}_diff_ci"])
-        entry["diff_significant"] = entry["em_diff_significant"] or entry["f1_diff_significant"]
-        differences[(run, strategy, top_k, setting)] = entry
-    return differences
+def baseline_run(view: ReportView, run: Run, baseline: str) -> Run | None:
+    """The run `run` is compared with: the baseline at the same k and setting, of the same run label, else of the
+    first that has it; None for the baseline itself or when none ran there."""
+    if run.strategy == baseline:
+        return None
+    same = [r for r in view.runs.values() if (r.strategy, r.top_k, r.setting) == (baseline, run.top_k, run.setting)]
+    return view.runs.get((run.label, baseline, run.top_k, run.setting)) or (same[0] if same else None)
+
+
+def baseline_difference(run: Run, base: Run | None, *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
+    """The EM and F1 difference of a run against its baseline run in percentage points, with paired bootstrap
+    intervals (`metrics.paired_difference_ci`), over answerable questions both answered."""
+    theirs = {r.question_id: r.score for r in (base.records if base else []) if r.score.answerable}
+    mine = {r.question_id: r.score for r in run.records if r.score.answerable and r.question_id in theirs}
+    entry: dict[str, Any] = {"paired_questions": len(mine)}
+    for metric in ("em", "f1"):
+        ours = [getattr(score, metric) for score in mine.values()]
+        base_values = [getattr(theirs[question_id], metric) for question_id in mine]
+        result = paired_difference_ci(ours, base_values, seed=seed)
+        # fewer than two pairs: the difference without an interval
+        entry[f"{metric}_diff"] = result[0] if result else (100.0 * (ours[0] - base_values[0]) if ours else None)
+        entry[f"{metric}_diff_ci"] = [result[1], result[2]] if result else None
+    for metric in ("em", "f1"):
+        entry[f"{metric}_diff_significant"] = excludes_zero(entry[f"{metric}_diff_ci"])
+    entry["diff_significant"] = entry["em_diff_significant"] or entry["f1_diff_significant"]
+    return entry
+
+
+def summarize_runs(
+    view: ReportView,
+    *,
+    seed: int = DEFAULT_SEED,
+    baseline: str | None = None,
+    sas: Mapping[tuple[str, int, str, str], float | None] | None = None,
+) -> list[dict[str, Any]]:
+    """
+    One summary per run: `summarize_run`, `answer_outcomes`, the `baseline_difference` (with a `baseline`),
+    `cost.run_cost` at the view's prices, and `sas` with `sas_ci` (with `sas`).
+
+    :param sas: SAS per record key (`haystack_eval.records_sas`, in [-1, 1]).
+    """
+    summaries = []
+    for run in view.runs.values():
+        summary = {**summarize_run(run, seed=seed), **answer_outcomes(run, seed=seed)}
+        if baseline is not None and run.strategy != baseline:
+            summary.update(baseline_difference(run, baseline_run(view, run, baseline), seed=seed))
+        summary.update(run_cost(run, view.prices, seed=seed))
+        if sas is not None:
+            values = [float(v) for r in run.records if r.answerable and (v := sas.get(r.key())) is not None]
+            summary["sas"] = 100 * sum(values) / len(values) if values else None
+            summary["sas_ci"] = _ci(values, seed)
+        summaries.append(summary)
+    return summaries
 
 
 def noise_ratio(setting: str) -> float | None:
@@ -442,25 +427,13 @@ def write_report(
         raise ValueError("no answered questions to report")
     resolved = resolve_baseline(records, baseline)
     out = Path(out)
-    prices = dict(prices or {})
-    records = outcome_records(records)
-    summaries = summarize_runs(records, seed=seed, runs=runs)
-    outcomes = answer_outcomes(records, seed=seed, runs=runs)
-    differences = baseline_differences(records, resolved, seed=seed, runs=runs) if resolved is not None else {}
-    groups = run_groups(records, runs)
-    for s in summaries:
-        key = (s.get("run", ""), s["strategy"], s["top_k"], s["setting"])
-        s.update(outcomes[key])
-        s.update(differences.get(key, {}))
-        s.update(run_cost(groups[key], prices, seed=seed))
-        if sas is not None:
-            values = [float(v) for r in groups[key] if r.answerable and (v := sas.get(r.key())) is not None]
-            s["sas"] = 100 * sum(values) / len(values) if values else None
-            s["sas_ci"] = _ci(values, seed)
+    view = ReportView.of(records, runs, prices)
+    summaries = summarize_runs(view, seed=seed, baseline=resolved, sas=sas)
     bootstrap = bootstrap_settings(seed)
     calibrated, calibration = calibration_report(
-        records, out, seed=seed, prices=prices, target_accuracy=target_accuracy, target_escalation=target_escalation
+        view, out, seed=seed, target_accuracy=target_accuracy, target_escalation=target_escalation
     )
+    prices = view.prices
     unpriced = list(dict.fromkeys(model for s in summaries for model in s["unpriced_models"]))
     if prices and unpriced:
         notes = [*notes, f"No price for {', '.join(unpriced)}: their runs' cost is unknown (-)."]
@@ -477,7 +450,7 @@ def write_report(
     several = len({s["setting"] for s in summaries}) > 1
     table = markdown_table(summaries, baseline=resolved, bootstrap=bootstrap)
     text = (f"{title}\n\n" if title else "") + "".join(f"Note: {note}\n\n" for note in notes) + table[:-1]
-    if prices or any(r.evidence.get("usage_by_model") for r in records):
+    if prices or any(r.evidence.get("usage_by_model") for r in view.records):
         per_model = [{**s, **model} for s in summaries for model in s["models"]]
         text += (
             f"\n\nCalls and tokens per model (means over all questions)\n\n{_table(per_model, MODEL_COLUMNS, several)}"

@@ -11,18 +11,10 @@ import pytest
 
 from haystack_fusion.cli import main
 from haystack_fusion.evaluation.calibration import choose, replay, sweep
-from haystack_fusion.evaluation.cost import (
-    COST_CHART,
-    UNNAMED_MODEL,
-    model_usage,
-    parse_price,
-    parse_prices,
-    question_cost,
-    run_cost,
-    with_model,
-)
+from haystack_fusion.evaluation.cost import COST_CHART, parse_price, parse_prices, run_cost, with_model
 from haystack_fusion.evaluation.records import RUN_FILE, QuestionRecord, read_run_manifest, write_run_manifest
 from haystack_fusion.evaluation.report import SUMMARY_FILE, TABLE_FILE, write_report
+from haystack_fusion.evaluation.view import UNNAMED_MODEL, ReportView, model_usage, question_cost
 from tests.unit.capitals_dataset import make_evaluator
 from tests.unit.scores import outcome_score
 
@@ -101,8 +93,13 @@ class TestCost:
         assert model_usage(named) == {SMALL: usage(10, 2)}
         assert question_cost(named, PRICES) == pytest.approx(14 / 1e6)
 
+    @staticmethod
+    def cost(records: list[QuestionRecord], prices: dict) -> dict:
+        (run,) = ReportView.of(records, prices=prices).runs.values()
+        return run_cost(run, prices)
+
     def test_run_cost(self):
-        cost = run_cost(cascade_records()[:3], PRICES)
+        cost = self.cost(cascade_records()[:3], PRICES)
         assert cost["cost_per_question"] == pytest.approx((3 * 1020 + 2 * 51000) / 1e6 / 3)
         assert cost["cost_per_question_ci"][0] <= cost["cost_per_question"] <= cost["cost_per_question_ci"][1]
         assert cost["escalated_rate"] == pytest.approx(200 / 3)
@@ -110,10 +107,10 @@ class TestCost:
         assert (small["model"], small["calls_per_question"], small["prompt_tokens_per_question"]) == (SMALL, 1, 1000)
         assert (strong["calls_per_question"], strong["completion_tokens_per_question"]) == (10 / 3, 100 / 3)
         assert cost["unpriced_models"] == []
-        unpriced = run_cost(cascade_records()[:3], {SMALL: (1.0, 2.0)})
+        unpriced = self.cost(cascade_records()[:3], {SMALL: (1.0, 2.0)})
         assert unpriced["cost_per_question"] is None
         assert unpriced["unpriced_models"] == [STRONG]
-        assert run_cost(cascade_records()[3:], PRICES)["escalated_rate"] is None
+        assert self.cost(cascade_records()[3:], PRICES)["escalated_rate"] is None
 
 
 class TestReport:

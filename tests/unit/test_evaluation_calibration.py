@@ -12,15 +12,13 @@ from haystack_fusion.evaluation.calibration import (
     calibration,
     calibration_report,
     choose,
-    consistency,
     replay,
     selective_curve,
-    stage_stats,
     sweep,
-    verification_stats,
 )
 from haystack_fusion.evaluation.metrics import QuestionScore
 from haystack_fusion.evaluation.records import QuestionRecord
+from haystack_fusion.evaluation.view import ReportView
 
 
 def record(strategy: str, qid: str, *, answerable: bool = True, em: float = 0.0, unknown: bool = False,
@@ -72,7 +70,7 @@ class TestConfidence:
             record("concatenation", "u", answerable=False, unknown=True, confidence=0.9),
             record("concatenation", "v", answerable=False, confidence=0.5),
         ]
-        (row,) = calibration(records)
+        (row,) = calibration(ReportView.of(records))
         assert row["n"] == 4
         assert row["correct"]["auroc"] == 1.0
         # answerable (0.9, 0.3) against unanswerable (0.1, 0.5): 0.9 beats both, 0.3 beats 0.1 -> 3/4
@@ -118,7 +116,6 @@ class TestReplay:
         unsure = replay(records, 0.5)[(5, "retrieved")]
         assert unsure["q2"].stage == "post_fusion"
         assert unsure["q2"].em == 1.0
-        assert consistency(records) == (3, 3)
 
     def test_sweep_and_choose(self):
         rows = sweep(fallback_records(), [0.2, 0.5])
@@ -130,60 +127,10 @@ class TestReplay:
         assert best["fallback_rate"] == pytest.approx(200 / 3)
 
 
-def test_verification_stats():
-    scores = [{"candidate_index": 1, "validity": 0.2}, {"candidate_index": 0, "validity": 0.9}]
-    records = [
-        record("sure", "a", scores=scores, label_summaries=1, candidates=["x", "y"]),
-        record(
-            "sure",
-            "b",
-            scores=[{"candidate_index": 0, "validity": 1.0}, {"candidate_index": 1, "validity": 1.0}],
-            label_summaries=0,
-            candidates=["x", "y"],
-        ),
-    ]
-    (row,) = verification_stats(records)
-    assert row["verified"] == 2
-    assert row["not_all_valid"] == pytest.approx(50.0)
-    assert row["first_wins"] == pytest.approx(50.0)
-    assert row["label_summaries"] == pytest.approx(25.0)
-
-
-def test_stage_stats():
-    concatenation = {"stage": "concatenation", "reason": None}
-    records = [
-        record("cascade", "a", stages=[concatenation]),
-        record(
-            "cascade",
-            "b",
-            stages=[
-                {"stage": "concatenation", "reason": "confidence 0.18 < 0.25"},
-                {"stage": "post_fusion", "reason": "tie at the top"},
-                {"stage": "sure", "reason": None},
-            ],
-        ),
-        record(
-            "cascade",
-            "c",
-            stages=[{"stage": "concatenation", "reason": "unknown answer"}, {"stage": "post_fusion", "reason": None}],
-        ),
-        record("cascade", "d", stages=[concatenation]),
-        record("concatenation", "a"),  # no trace: not counted
-    ]
-    (row,) = stage_stats(records)
-    assert (row["strategy"], row["n"]) == ("cascade", 4)
-    assert list(row["answered_at"]) == ["concatenation", "post_fusion", "sure"]
-    assert row["answered_at"] == {"concatenation": 50.0, "post_fusion": 25.0, "sure": 25.0}
-    assert row["reasons"] == {
-        "concatenation": {"low confidence": 1, "unknown answer": 1},
-        "post_fusion": {"tie at the top": 1},
-    }
-
-
 def test_report_sections(tmp_path):
     pytest.importorskip("matplotlib", reason="the `eval` extra")
-    markdown, summary = calibration_report(fallback_records(), tmp_path)
+    markdown, summary = calibration_report(ReportView.of(fallback_records()), tmp_path)
     assert "## Answer confidence" in markdown
     assert "## concat_pf replayed at each threshold" in markdown
     assert (tmp_path / "selective_answering.png").is_file()
-    assert summary["consistency"] == (3, 3)
+    assert set(summary) == {"auroc", "concat_pf_sweep", "tau_choice"}
