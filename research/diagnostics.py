@@ -14,8 +14,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from haystack_fusion.evaluation.calibration import markdown, replay
+from haystack_fusion.evaluation.calibration import replay
 from haystack_fusion.evaluation.records import QuestionRecord, read_run_records
+from haystack_fusion.evaluation.tables import markdown
 
 
 def _by_run(records: Iterable[QuestionRecord]) -> dict[tuple[str, int, str], list[QuestionRecord]]:

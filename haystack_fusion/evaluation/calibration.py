@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -28,8 +27,6 @@ from haystack_fusion.evaluation.metrics import (
 )
 from haystack_fusion.evaluation.records import QuestionRecord
 from haystack_fusion.evaluation.view import Price, ReportView, escalated, model_usage, question_cost, usage_cost
-
-SELECTIVE_CHART = "selective_answering.png"
 
 DEFAULT_THRESHOLDS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(1, 20))
 """The tau grid of a sweep: 0.05, 0.10, ..., 0.95."""
@@ -98,44 +95,6 @@ def calibration(view: ReportView, *, seed: int = DEFAULT_SEED) -> list[dict[str,
             rows.append({"strategy": strategy, "top_k": top_k, "setting": setting, "n": len(scored),
                          "correct": correct, "answerable": versus})  # fmt: skip
     return rows
-
-
-def selective_curve(records: Sequence[QuestionRecord]) -> list[tuple[float, float]]:
-    """Selective answering: (coverage, accuracy) points in percent as the confidence threshold falls."""
-    answered = sorted(
-        ((float(r.evidence["confidence"]), r.answerable and r.score.em == 1.0) for r in records
-         if r.evidence.get("confidence") is not None and not r.score.unknown),
-        reverse=True,
-    )  # fmt: skip
-    right = np.cumsum([correct for _, correct in answered])
-    return [(100.0 * i / len(records), 100.0 * float(right[i - 1]) / i) for i in range(1, len(answered) + 1)]
-
-
-def draw_selective_chart(view: ReportView, out: Path) -> Path | None:
-    """Draw `selective_answering.png` (one line per run with confidences); None when no run has them."""
-    curves = {
-        f"{strategy} (top-{top_k})": curve
-        for (strategy, top_k, _), group in view.unlabelled().items()
-        if (curve := selective_curve(group))
-    }
-    if not curves:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(6.4, 4.4))
-    for label, curve in curves.items():
-        axes.plot([c for c, _ in curve], [a for _, a in curve], label=label)
-    axes.set(xlabel="coverage (% of questions answered)", ylabel="accuracy of the answered questions (EM %)",
-             title="Selective answering: threshold on answer confidence", xlim=(0, 100), ylim=(0, 100))  # fmt: skip
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(out / SELECTIVE_CHART, dpi=120)
-    plt.close(figure)
-    return out / SELECTIVE_CHART
 
 
 class Replayed(NamedTuple):
@@ -360,54 +319,25 @@ def choice_reason(
     return "" if best is None else f"tau {best['tau']:g} has the highest SQuAD 2.0 EM."
 
 
-def _pct(value: float | None, ci: Sequence[float] | None = None) -> str:
-    if value is None:
-        return "–"
-    return f"{value:.1f}" + (f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else "")
-
-
-def dollars(value: float | None, ci: Sequence[float] | None = None, *, missing: str = "–") -> str:
-    """US dollars to three significant digits, with the interval when there is one: `0.000123 [0.000101, 0.00015]`;
-    `missing` for None."""
-    if value is None:
-        return missing
-    return f"{value:.3g}" + (f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else "")
-
-
-def _auc(result: dict[str, Any] | None) -> str:
-    if result is None:
-        return "–"
-    interval = f" [{result['ci'][0]:.2f}, {result['ci'][1]:.2f}]" if result["ci"] else ""
-    return f"{result['auroc']:.2f}{interval} ({result['positives']}/{result['negatives']})"
-
-
-def markdown(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """A markdown table: the header, then one line per row of cells."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
-
-
-def calibration_report(
+def calibrate(
     view: ReportView,
-    out: Path,
     *,
     seed: int = DEFAULT_SEED,
     target_accuracy: float | None = None,
     target_escalation: float | None = None,
-) -> tuple[str, dict[str, Any]]:
+) -> dict[str, Any]:
     """
-    The calibration sections of a report, each only when its records are there; the replay's cost at `view.prices`.
+    The calibration figures of a report: `auroc` (`calibration`), `concat_pf_sweep` (`sweep`, costs at the view's
+    prices) and `tau_choice` (`choose`'s `tau`, `top_k`, `setting`, the `target`, the `reason`; None without a sweep).
 
-    :param target_accuracy: The SQuAD 2.0 EM (%) the chosen tau must reach (`choose`).
-    :param target_escalation: The largest share of questions escalated (%) the chosen tau may have (`choose`).
-    :returns: (markdown, summary dict with `auroc`, `concat_pf_sweep`, `tau_choice` (the chosen `tau`, `top_k`,
-        `setting`, `target`, `reason`; None without a sweep)).
+    :param target_accuracy: The SQuAD 2.0 EM (%) the chosen tau must reach.
+    :param target_escalation: The largest share of questions escalated (%) the chosen tau may have.
     :raises ValueError: As `choose`.
     """
     targets = {"target_accuracy": target_accuracy, "target_escalation": target_escalation}
     rows = sweep(view.records, seed=seed, prices=view.prices)
     best = choose(rows, **targets)
-    summary: dict[str, Any] = {
+    return {
         "auroc": calibration(view, seed=seed),
         "concat_pf_sweep": rows,
         "tau_choice": {
@@ -418,40 +348,3 @@ def calibration_report(
         if rows
         else None,
     }
-    parts = []
-    if summary["auroc"]:
-        chart = draw_selective_chart(view, out)
-        table = markdown(
-            ["strategy", "top-k", "questions", "AUROC correct", "AUROC answerable"],
-            ([r["strategy"], r["top_k"], r["n"], _auc(r["correct"]), _auc(r["answerable"])] for r in summary["auroc"]),
-        )
-        parts.append(
-            "\n## Answer confidence\n\nAUROC of the answering confidence with its 95% bootstrap CI and "
-            "(positives/negatives): `correct` = answered exactly right among answerable questions; `answerable` = "
-            f"answerable against unanswerable.\n\n{table}"
-            + (f"\n\n![selective answering]({chart.name})\n" if chart else "")
-        )
-    if rows:
-        priced = any(row["cost_per_question"] is not None for row in rows)
-        shown = [
-            row for row in rows if row is best or row["tau"] is None or round(row["tau"] * 100) in (20, 40, 60, 80)
-        ]
-        table = markdown(
-            ["top-k", "tau", "questions", "SQuAD 2.0 EM", "EM", "F1", "reject rate", "fallback %",
-             *(["cost/q $"] if priced else [])],
-            ([r["top_k"], "–" if r["tau"] is None else r["tau"], r["n"],
-              _pct(r["squad2_em"], r["squad2_em_ci"]) + (" **chosen**" if r is best else ""), _pct(r["em"], r["em_ci"]),
-              _pct(r["f1"], r["f1_ci"]), _pct(r["reject_rate"], r["reject_rate_ci"]), _pct(r["fallback_rate"]),
-              *([dollars(r["cost_per_question"], r["cost_per_question_ci"])] if priced else [])]
-             for r in shown),
-        )  # fmt: skip
-        parts.append(
-            "\n## concat_pf replayed at each threshold\n\nReplayed exactly from the concatenation records (the first "
-            "round) and the later rounds' records of the same questions: post_fusion, else an escalated concat_pf or "
-            "cascade record, from any folder given (tau `–`: text only, the paper's); a selection of the grid, all of "
-            "it in summary.json. SQuAD 2.0 EM counts an unanswerable question right when the answer is unknown; "
-            "fallback %: the share passed on to the later rounds"
-            + ("; cost/q: the first round's cost, plus the later rounds' when passed on" if priced else "")
-            + f".\n\n{table}\n\n{summary['tau_choice']['reason']}"
-        )
-    return "\n".join(parts) + ("\n" if parts else ""), summary

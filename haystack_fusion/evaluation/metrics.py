@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -299,6 +299,29 @@ def paired_difference_ci(
         paired=True, seed=seed, resamples=resamples,
     )  # fmt: skip
     return (difference, low, high)
+
+
+RATES: dict[str, Callable[[Sequence[QuestionScore]], list[Any]]] = {
+    "em": lambda scores: [s.em for s in scores if s.answerable],
+    "f1": lambda scores: [s.f1 for s in scores if s.answerable],
+    "accuracy": lambda scores: [s.accuracy for s in scores if s.answerable],
+    "unknown_rate": lambda scores: [s.unknown for s in scores if s.answerable],
+    "reject_rate": lambda scores: [s.unknown for s in scores if not s.answerable],
+    "recall_at_k": lambda scores: [s.retrieval_hit for s in scores if s.answerable and s.retrieval_hit is not None],
+}
+"""The rates of `summarize` that carry a bootstrap confidence interval, and the per-question values each is the mean
+of, over the same questions as `summarize`."""
+
+
+def summarize_with_intervals(scores: Sequence[QuestionScore], *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
+    """`summarize`, with `<key>_ci` (`rate_ci`, a list, None for fewer than two values) after each rate of `RATES`."""
+    summary: dict[str, Any] = {}
+    for key, value in summarize(scores).items():
+        summary[key] = value
+        if key in RATES:
+            interval = rate_ci(RATES[key](scores), seed=seed)
+            summary[f"{key}_ci"] = list(interval) if interval is not None else None
+    return summary
 
 
 def excludes_zero(interval: Sequence[float] | None) -> bool:

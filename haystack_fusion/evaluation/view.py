@@ -12,7 +12,8 @@ and the share that reached the strong model.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,47 @@ TOKENS_PER_PRICE = 1_000_000
 
 RunKey = tuple[str, str, int, str]
 """(run label, strategy, k, setting); the label is "" for records of one run."""
+
+
+def parse_price(text: str) -> tuple[str, Price]:
+    """
+    Read `MODEL=IN,OUT` (US dollars per million input and output tokens), e.g. `gpt-4o-mini=0.15,0.60`.
+
+    :returns: (model, (input price, output price)).
+    :raises ValueError: If the text is not of that form or a price is negative or not a number.
+    """
+    model, _, figures = text.rpartition("=")
+    parts = figures.split(",")
+    try:
+        if not model.strip() or len(parts) != 2:
+            raise ValueError
+        prompt, completion = float(parts[0]), float(parts[1])
+    except ValueError:
+        raise ValueError(
+            f"price {text!r}: expected MODEL=IN,OUT in US dollars per million input and output tokens, "
+            "e.g. gpt-4o-mini=0.15,0.60"
+        ) from None
+    if not all(math.isfinite(value) and value >= 0 for value in (prompt, completion)):
+        raise ValueError(f"price {text!r}: prices must be finite numbers >= 0")
+    return model.strip(), (prompt, completion)
+
+
+def parse_prices(texts: Iterable[str]) -> dict[str, Price]:
+    """`parse_price` of each text, a later price of a model replacing an earlier one. :raises ValueError: As it."""
+    return dict(parse_price(text) for text in texts)
+
+
+def with_model(records: Iterable[QuestionRecord], model: str) -> list[QuestionRecord]:
+    """The records (same order), those without `usage_by_model` given one that counts all their usage against
+    `model`."""
+    return [
+        record
+        if record.evidence.get("usage_by_model")
+        else dataclasses.replace(
+            record, evidence={**record.evidence, "usage_by_model": {model: score_usage(record.score)}}
+        )
+        for record in records
+    ]
 
 
 def score_usage(score: QuestionScore) -> dict[str, int]:
@@ -132,6 +174,11 @@ class ReportView:
             for key, group in grouped.items()
         }  # fmt: skip
         return cls(flagged, runs, prices)
+
+    @property
+    def by_model(self) -> bool:
+        """Whether some record keeps its usage per model (`evidence["usage_by_model"]`)."""
+        return any(record.evidence.get("usage_by_model") for record in self.records)
 
     def unlabelled(self) -> dict[tuple[str, int, str], list[QuestionRecord]]:
         """The records per (strategy, k, setting), the runs of every label together, in record order."""

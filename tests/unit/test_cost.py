@@ -11,10 +11,19 @@ import pytest
 
 from haystack_fusion.cli import main
 from haystack_fusion.evaluation.calibration import choose, replay, sweep
-from haystack_fusion.evaluation.cost import COST_CHART, parse_price, parse_prices, run_cost, with_model
+from haystack_fusion.evaluation.charts import COST_CHART
+from haystack_fusion.evaluation.figures import run_cost
 from haystack_fusion.evaluation.records import RUN_FILE, QuestionRecord, read_run_manifest, write_run_manifest
 from haystack_fusion.evaluation.report import SUMMARY_FILE, TABLE_FILE, write_report
-from haystack_fusion.evaluation.view import UNNAMED_MODEL, ReportView, model_usage, question_cost
+from haystack_fusion.evaluation.view import (
+    UNNAMED_MODEL,
+    ReportView,
+    model_usage,
+    parse_price,
+    parse_prices,
+    question_cost,
+    with_model,
+)
 from tests.unit.capitals_dataset import make_evaluator
 from tests.unit.scores import outcome_score
 

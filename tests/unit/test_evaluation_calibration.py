@@ -9,15 +9,16 @@ import pytest
 from haystack_fusion.evaluation.calibration import (
     answering_confidence,
     auroc,
+    calibrate,
     calibration,
-    calibration_report,
     choose,
     replay,
-    selective_curve,
     sweep,
 )
+from haystack_fusion.evaluation.charts import draw_selective_chart, selective_curve
 from haystack_fusion.evaluation.metrics import QuestionScore
 from haystack_fusion.evaluation.records import QuestionRecord
+from haystack_fusion.evaluation.tables import calibration_markdown
 from haystack_fusion.evaluation.view import ReportView
 
 
@@ -129,8 +130,14 @@ class TestReplay:
 
 def test_report_sections(tmp_path):
     pytest.importorskip("matplotlib", reason="the `eval` extra")
-    markdown, summary = calibration_report(ReportView.of(fallback_records()), tmp_path)
+    view = ReportView.of(fallback_records())
+    summary = calibrate(view)
+    chart = draw_selective_chart(view, tmp_path)
+    assert chart == tmp_path / "selective_answering.png"
+    assert chart.is_file()
+    markdown = calibration_markdown(summary, chart.name)
     assert "## Answer confidence" in markdown
+    assert "![selective answering](selective_answering.png)" in markdown
     assert "## concat_pf replayed at each threshold" in markdown
-    assert (tmp_path / "selective_answering.png").is_file()
+    assert "**chosen**" in markdown
     assert set(summary) == {"auroc", "concat_pf_sweep", "tau_choice"}
