@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from haystack_fusion.evaluation.calibration import replay
-from haystack_fusion.evaluation.records import QuestionRecord, read_run_records
+from haystack_fusion.evaluation.records import RESULTS_FILE, QuestionRecord, read_records
 from haystack_fusion.evaluation.tables import markdown
+from haystack_fusion.evaluation.view import ReportView
 
 
 def _by_run(records: Iterable[QuestionRecord]) -> dict[tuple[str, int, str], list[QuestionRecord]]:
@@ -30,10 +31,11 @@ def _by_run(records: Iterable[QuestionRecord]) -> dict[tuple[str, int, str], lis
 def consistency(records: Sequence[QuestionRecord]) -> tuple[int, int]:
     """How many `concat_pf` records the text-only replay reproduces: (same prediction outcome, compared), a check that
     the replay is exact on this run."""
-    replayed = replay(records, None)
+    view = ReportView.of(records)
+    replayed = replay(view, None)
     pairs = [
         (outcome, record.score)
-        for record in records
+        for record in view.records
         if record.strategy == "concat_pf"
         and (outcome := replayed.get((record.top_k, record.setting), {}).get(record.question_id)) is not None
     ]
@@ -129,7 +131,8 @@ def diagnostics(records: Sequence[QuestionRecord]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].strip())
     parser.add_argument("runs", nargs="+", type=Path, help="eval --out folders (their results.jsonl)")
-    print(diagnostics(read_run_records(parser.parse_args(argv).runs)), end="")
+    folders = parser.parse_args(argv).runs
+    print(diagnostics([record for folder in folders for record in read_records(folder / RESULTS_FILE)]), end="")
 
 
 if __name__ == "__main__":

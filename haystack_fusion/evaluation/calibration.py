@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -26,7 +26,7 @@ from haystack_fusion.evaluation.metrics import (
     rate_ci,
 )
 from haystack_fusion.evaluation.records import QuestionRecord
-from haystack_fusion.evaluation.view import Price, ReportView, escalated, model_usage, question_cost, usage_cost
+from haystack_fusion.evaluation.view import Question, ReportView, total
 
 DEFAULT_THRESHOLDS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(1, 20))
 """The tau grid of a sweep: 0.05, 0.10, ..., 0.95."""
@@ -86,8 +86,8 @@ def auroc(
 def calibration(view: ReportView, *, seed: int = DEFAULT_SEED) -> list[dict[str, Any]]:
     """Both AUROC readings (`correct`, `answerable`: `auroc` results) for every run with confidences."""
     rows = []
-    for (strategy, top_k, setting), group in view.unlabelled().items():
-        scored = [(record, value) for record in group if (value := answering_confidence(record)) is not None]
+    for (strategy, top_k, setting), group in view.by_strategy.items():
+        scored = [(q.record, value) for q in group if (value := answering_confidence(q.record)) is not None]
         answerable = [(record, value) for record, value in scored if record.answerable]
         if scored:
             correct = auroc([v for _, v in answerable], [r.score.em == 1.0 for r, _ in answerable], seed=seed)
@@ -114,56 +114,49 @@ class Replayed(NamedTuple):
         return bool(self.em == 1.0) if self.answerable else self.unknown
 
 
-def _later_rounds(records: Sequence[QuestionRecord]) -> dict[tuple[int, str, str], QuestionRecord]:
-    """The later rounds' record of each (k, setting, question): a `post_fusion` record, else a record of an escalated
-    question (`concat_pf`, `cascade`), whose answer the later rounds gave; the first such record of the folders."""
-    later: dict[tuple[int, str, str], QuestionRecord] = {}
-    for record in records:
-        if record.strategy == "post_fusion" or escalated(record):
+def _later_rounds(questions: Sequence[Question]) -> dict[tuple[int, str, str], Question]:
+    """The later rounds' question of each (k, setting, question id): a `post_fusion` record, else a record of an
+    escalated question (`concat_pf`, `cascade`), whose answer the later rounds gave; the first such of the folders."""
+    later: dict[tuple[int, str, str], Question] = {}
+    for question in questions:
+        record = question.record
+        if record.strategy == "post_fusion" or question.escalated:
             key = (record.top_k, record.setting, record.question_id)
-            if record.strategy == "post_fusion" and later.get(key, record).strategy != "post_fusion":
+            if record.strategy == "post_fusion" and later.get(key, question).record.strategy != "post_fusion":
                 del later[key]
-            later.setdefault(key, record)
+            later.setdefault(key, question)
     return later
 
 
-def _judged(records: Sequence[QuestionRecord]) -> dict[tuple[int, str, str], QuestionRecord]:
-    """The `concat_pf` or `cascade` record of each (k, setting, question) whose stage trace holds the first round's
-    confidence (its router's: the agreement of sampled answers, or log-probabilities); the first of the folders."""
-    judged: dict[tuple[int, str, str], QuestionRecord] = {}
-    for record in records:
-        stages = record.evidence.get("stages") or [{}]
-        if stages[0].get("confidence") is not None:
-            judged.setdefault((record.top_k, record.setting, record.question_id), record)
+def _judged(questions: Sequence[Question]) -> dict[tuple[int, str, str], Question]:
+    """The `concat_pf` or `cascade` question of each (k, setting, question id) whose stage trace holds the first
+    round's confidence (its router's: the agreement of sampled answers, or log-probabilities); the first of them."""
+    judged: dict[tuple[int, str, str], Question] = {}
+    for question in questions:
+        record = question.record
+        if (record.evidence.get("stages") or [{}])[0].get("confidence") is not None:
+            judged.setdefault((record.top_k, record.setting, record.question_id), question)
     return judged
 
 
-def _first_cost(
-    first: QuestionRecord, judged: QuestionRecord | None, prices: Mapping[str, Price] | None
-) -> float | None:
-    """The first round's cost: the concatenation record's; with a judging record, that record's usage on the first
+def _first_cost(first: Question, judged: Question | None) -> float | None:
+    """The first round's cost: the concatenation record's; with a judging record, that record's cost on the first
     round's models (its call and the agreement's samples)."""
-    if prices is None:
-        return None
     if judged is None:
-        return question_cost(first, prices)
-    models = model_usage(first)
-    costs = [usage_cost(usage, prices.get(m)) for m, usage in model_usage(judged).items() if m in models]
-    return None if None in costs else sum(c for c in costs if c is not None)
+        return first.cost
+    return total(cost for model, cost in judged.model_costs.items() if model in first.usage)
 
 
-def _later_cost(later: QuestionRecord, first_cost: float | None, prices: Mapping[str, Price]) -> float | None:
+def _later_cost(later: Question, first_cost: float | None) -> float | None:
     """The later rounds' cost: a post_fusion record's whole cost; an escalated record's cost less its first round,
     taken to be the replayed one's (same first-round model, greedy decoding)."""
-    cost = question_cost(later, prices)
-    if cost is None or later.strategy == "post_fusion":
+    cost = later.cost
+    if cost is None or later.record.strategy == "post_fusion":
         return cost
     return None if first_cost is None else max(0.0, cost - first_cost)
 
 
-def replay(
-    records: Sequence[QuestionRecord], tau: float | None, *, prices: Mapping[str, Price] | None = None
-) -> dict[tuple[int, str], dict[str, Replayed]]:
+def replay(view: ReportView, tau: float | None) -> dict[tuple[int, str], dict[str, Replayed]]:
     """
     Replay `concat_pf` at tau (None: the text-only fallback, Liu et al.) from the questions with a `concatenation`
     record (the first round; the first of the folders) with a confidence, its own or, when it has none, the one a
@@ -173,54 +166,52 @@ def replay(
     one run on a stronger model). A question answered at the first round by the judging run has no later rounds'
     record: it is replayed at the taus that keep its answer (confidence >= tau), left out at the others (`sweep`
     keeps only the taus that replay every question). An unknown first answer, or one the answer checks rejected
-    (`answer_source` "invalid"), is passed on at every tau, as `UnknownRouter` passes it on.
+    (`answer_source` "invalid"), is passed on at every tau, as `UnknownRouter` passes it on. Each outcome's `cost`
+    (with the view's prices) is the first round's cost plus, when the question is passed on, the later rounds' cost.
 
-    :param prices: US dollars per million tokens per model: each outcome's `cost` is the first round's cost plus, when
-        the question is passed on, the later rounds' cost.
     :returns: (k, setting) -> question id -> `Replayed`.
     """
-    return _replay_at(_first_rounds(records), tau, prices)
+    return _replay_at(_first_rounds(view), tau)
 
 
-_FirstRound = tuple[QuestionRecord, QuestionRecord | None, QuestionRecord | None, float]
+_FirstRound = tuple[Question, Question | None, Question | None, float]
 """A replayable question: (its concatenation record, later rounds' record, judging record, first-round confidence)."""
 
 
-def _first_rounds(records: Sequence[QuestionRecord]) -> list[_FirstRound]:
+def _first_rounds(view: ReportView) -> list[_FirstRound]:
     """The questions `replay` replays, the same at every tau (`replay` says which)."""
-    index: dict[tuple[str, int, str, str], QuestionRecord] = {}
-    for record in records:
-        index.setdefault(record.key(), record)
-    later, judging = _later_rounds(records), _judged(records)
+    index: dict[tuple[str, int, str, str], Question] = {}
+    questions = [q for run in view.runs.values() for q in run.questions]  # folder by folder
+    for question in questions:
+        index.setdefault(question.record.key(), question)
+    later, judging = _later_rounds(questions), _judged(questions)
     rounds = []
     for (strategy, top_k, setting, question_id), first in index.items():
         fused, judged = later.get((top_k, setting, question_id)), judging.get((top_k, setting, question_id))
-        confidence = first.evidence.get("confidence")
+        confidence = first.record.evidence.get("confidence")
         if confidence is not None:
             judged = None  # the first round's own confidence: the run judged its answer as a replay would
         elif judged is not None:
-            confidence = judged.evidence["stages"][0]["confidence"]
+            confidence = judged.record.evidence["stages"][0]["confidence"]
         if strategy == "concatenation" and confidence is not None and (fused is not None or judged is not None):
             rounds.append((first, fused, judged, float(confidence)))
     return rounds
 
 
-def _replay_at(
-    rounds: Sequence[_FirstRound], tau: float | None, prices: Mapping[str, Price] | None
-) -> dict[tuple[int, str], dict[str, Replayed]]:
+def _replay_at(rounds: Sequence[_FirstRound], tau: float | None) -> dict[tuple[int, str], dict[str, Replayed]]:
     replayed: dict[tuple[int, str], dict[str, Replayed]] = {}
     for first, fused, judged, confidence in rounds:
-        rejected = first.evidence.get("answer_source") == "invalid"  # the router passes a rejected answer on too
-        fell_back = first.score.unknown or rejected or (tau is not None and confidence < tau)
+        rejected = first.record.evidence.get("answer_source") == "invalid"  # the router passes it on too
+        fell_back = first.record.score.unknown or rejected or (tau is not None and confidence < tau)
         if fell_back and fused is None:
             continue
-        chosen, stage = (fused, "post_fusion") if fell_back and fused else (first, "concatenation")
-        cost = _first_cost(first, judged, prices)
+        chosen, stage = (fused.record, "post_fusion") if fell_back and fused else (first.record, "concatenation")
+        cost = _first_cost(first, judged)
         if fell_back and cost is not None and fused is not None:
-            extra = _later_cost(fused, cost, prices or {})
+            extra = _later_cost(fused, cost)
             cost = None if extra is None else cost + extra
         outcome = Replayed(chosen.answerable, chosen.score.em, chosen.score.f1, chosen.score.unknown, stage, cost)
-        replayed.setdefault((first.top_k, first.setting), {})[first.question_id] = outcome
+        replayed.setdefault((first.record.top_k, first.record.setting), {})[first.record.question_id] = outcome
     return replayed
 
 
@@ -250,20 +241,16 @@ def replay_summary(outcomes: Iterable[Replayed], *, seed: int = DEFAULT_SEED) ->
 
 
 def sweep(
-    records: Sequence[QuestionRecord],
-    thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
-    *,
-    seed: int = DEFAULT_SEED,
-    prices: Mapping[str, Price] | None = None,
+    view: ReportView, thresholds: Sequence[float] = DEFAULT_THRESHOLDS, *, seed: int = DEFAULT_SEED
 ) -> list[dict[str, Any]]:
     """Replay `concat_pf` at each tau of a grid and at tau None (text only): one row per (k, setting, tau), those keys
-    plus `replay_summary`'s rates (and cost, with `prices`); a tau that replays fewer questions than tau None (above
+    plus `replay_summary`'s rates and cost; a tau that replays fewer questions than tau None (above
     the tau of a judging run, `replay`) has no row."""
-    rounds = _first_rounds(records)
+    rounds = _first_rounds(view)
     rows = [
         {"top_k": top_k, "setting": setting, "tau": tau, **replay_summary(outcomes.values(), seed=seed)}
         for tau in [None, *thresholds]
-        for (top_k, setting), outcomes in _replay_at(rounds, tau, prices).items()
+        for (top_k, setting), outcomes in _replay_at(rounds, tau).items()
     ]
     whole = {(row["top_k"], row["setting"]): row["n"] for row in rows if row["tau"] is None}
     return [row for row in rows if row["n"] >= whole.get((row["top_k"], row["setting"]), 0)]
@@ -335,7 +322,7 @@ def calibrate(
     :raises ValueError: As `choose`.
     """
     targets = {"target_accuracy": target_accuracy, "target_escalation": target_escalation}
-    rows = sweep(view.records, seed=seed, prices=view.prices)
+    rows = sweep(view, seed=seed)
     best = choose(rows, **targets)
     return {
         "auroc": calibration(view, seed=seed),

@@ -153,8 +153,8 @@ def draw_selective_chart(view: ReportView, out: Path) -> Path | None:
     """Draw `selective_answering.png` (one line per run with confidences); None when no run has them."""
     curves = {
         f"{strategy} (top-{top_k})": curve
-        for (strategy, top_k, _), group in view.unlabelled().items()
-        if (curve := selective_curve(group))
+        for (strategy, top_k, _), group in view.by_strategy.items()
+        if (curve := selective_curve([question.record for question in group]))
     }
     if not curves:
         return None

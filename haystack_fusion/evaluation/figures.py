@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from haystack_fusion.answers import DEMONSTRATION, copies_demonstration
+from haystack_fusion.answers import DEMONSTRATION
 from haystack_fusion.evaluation.metrics import (
     DEFAULT_SEED,
     excludes_zero,
@@ -20,9 +20,7 @@ from haystack_fusion.evaluation.metrics import (
     rate_ci,
     summarize_with_intervals,
 )
-from haystack_fusion.evaluation.view import Price, ReportView, Run, usage_cost
-from haystack_fusion.prompts import PROMPTS
-from haystack_fusion.strategies import STRATEGIES
+from haystack_fusion.evaluation.view import ReportView, Run, total
 
 DEFAULT_BASELINE = "concatenation"
 
@@ -32,34 +30,26 @@ def _ci(values: Sequence[Any], seed: int) -> list[float] | None:
     return list(interval) if interval is not None else None
 
 
-def demonstration_answers(strategy: str) -> dict[str, tuple[str, ...]]:
-    """Prompt name -> few-shot demonstration answers, for the prompts of a strategy that have any (none if unknown)."""
-    spec = STRATEGIES.get(strategy)
-    return {name: PROMPTS[name].demonstrations for name in spec.prompts if PROMPTS[name].demonstrations} if spec else {}
-
-
 def answer_outcomes(run: Run, *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
-    """The answers of a run that are not answers: `metrics.outcome_counts`, invalid reasons, demonstration copies."""
-    group = run.records
-    demos = demonstration_answers(run.strategy)
-    every = tuple(answer for answers in demos.values() for answer in answers)
-    flags = [copies_demonstration(record.prediction, every, ()) for record in group]
+    """The answers of a run that are not answers: `metrics.outcome_counts`, invalid reasons, demonstration copies
+    (`view.Question.demo_copies`; no rate for a strategy without demonstrations)."""
+    records = run.records
+    demos = bool(run.questions) and bool(run.questions[0].demo_copies)
+    flags = [any(question.demo_copies.values()) for question in run.questions]
     rejected = [
         r.evidence.get("invalid_reason") == DEMONSTRATION
         or any(DEMONSTRATION in str(stage.get("reason") or "") for stage in r.evidence.get("stages") or [])
-        for r in group
+        for r in records
     ]
-    reasons = Counter(str(r.evidence.get("invalid_reason")) for r in group if r.score.invalid)
+    reasons = Counter(str(r.evidence.get("invalid_reason")) for r in records if r.score.invalid)
+    prompts = run.questions[0].demo_copies if run.questions else {}
     return {
-        **outcome_counts([record.score for record in group]),
+        **outcome_counts(run.scores),
         "invalid_reasons": dict(sorted(reasons.items())),
         "demo_copy_count": sum(flags),
         "demo_copy_rate": 100.0 * sum(flags) / len(flags) if demos else None,
         "demo_copy_rate_ci": _ci(flags, seed) if demos else None,
-        "demo_copy_prompts": {
-            name: sum(copies_demonstration(record.prediction, answers, ()) for record in group)
-            for name, answers in demos.items()
-        },
+        "demo_copy_prompts": {name: sum(q.demo_copies[name] for q in run.questions) for name in prompts},
         "demo_rejected_count": sum(rejected),
     }
 
@@ -102,28 +92,28 @@ def baseline_difference(run: Run, base: Run | None, *, seed: int = DEFAULT_SEED)
     return entry
 
 
-def run_cost(run: Run, prices: Mapping[str, Price], *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
+def run_cost(run: Run, *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
     """
-    A run's cost figures, means over its questions.
+    A run's cost figures, means over its questions (`view.Question`'s usage and cost per model).
 
     :returns: `cost_per_question` (US dollars; None when a model lacks a price) and `cost_per_question_ci` (95%
         bootstrap, `metrics.mean_ci`), `escalated_rate` (%, None for strategies without rounds) and its `_ci`,
         `models` (one dict per model: `model`, `calls_per_question`, `prompt_tokens_per_question`,
         `completion_tokens_per_question`, `cost_per_question`), `unpriced_models`.
     """
-    n = len(run.records)
-    flags = [flag for flag in run.escalated if flag is not None]
+    questions, n = run.questions, len(run.questions)
+    flags = [q.escalated for q in questions if q.escalated is not None]
     models = []
-    for model in dict.fromkeys(name for usage in run.usage for name in usage):
-        mine = [usage.get(model) or {} for usage in run.usage]
-        spent = [usage_cost(usage, prices.get(model)) for usage in mine]
+    for model in dict.fromkeys(name for q in questions for name in q.usage):
+        mine = [q.usage.get(model) or {} for q in questions]
+        spent = total(q.model_costs.get(model, 0.0) for q in questions)
         models.append({
             "model": model,
             **{f"{key}_per_question": sum(int(u.get(key) or 0) for u in mine) / n
                for key in ("calls", "prompt_tokens", "completion_tokens")},
-            "cost_per_question": None if None in spent else sum(c for c in spent if c is not None) / n,
+            "cost_per_question": None if spent is None else spent / n,
         })  # fmt: skip
-    known = [cost for cost in run.costs if cost is not None]
+    known = [cost for q in questions if (cost := q.cost) is not None]
     priced = bool(known) and len(known) == n
     cost_ci = mean_ci(known, seed=seed) if priced else None
     escalated_ci = rate_ci(flags, seed=seed) if flags else None
@@ -145,7 +135,7 @@ def summarize_runs(
     sas: Mapping[tuple[str, int, str, str], float | None] | None = None,
 ) -> list[dict[str, Any]]:
     """
-    One summary per run: `summarize_run`, `answer_outcomes`, the `baseline_difference` (with a `baseline`),
+    One summary per run: `Run.head`, `metrics.summarize_with_intervals`, `answer_outcomes`, the `baseline_difference` (with a `baseline`),
     `run_cost` at the view's prices, and `sas` with `sas_ci` (with `sas`).
 
     :param sas: SAS per record key (`haystack_eval.records_sas`, in [-1, 1]).
@@ -155,7 +145,7 @@ def summarize_runs(
         summary = {**run.head(), **summarize_with_intervals(run.scores, seed=seed), **answer_outcomes(run, seed=seed)}
         if baseline is not None and run.strategy != baseline:
             summary.update(baseline_difference(run, baseline_run(view, run, baseline), seed=seed))
-        summary.update(run_cost(run, view.prices, seed=seed))
+        summary.update(run_cost(run, seed=seed))
         if sas is not None:
             values = [float(v) for r in run.records if r.answerable and (v := sas.get(r.key())) is not None]
             summary["sas"] = 100 * sum(values) / len(values) if values else None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -210,11 +210,6 @@ def read_failures(path: Path) -> list[QuestionRecord]:
         else:
             clean.add(record.key())
     return [record for key, record in failures.items() if key not in clean]
-
-
-def read_run_records(folders: Iterable[str | Path]) -> list[QuestionRecord]:
-    """The records of several run folders (their `results.jsonl`), in folder order."""
-    return [record for folder in folders for record in read_records(Path(folder) / RESULTS_FILE)]
 
 
 RUN_FILE = "run.json"

@@ -1,6 +1,7 @@
 """
-The records of a report grouped once: one `Run` per (run label, strategy, k, setting), each question with its outcome
-flags, usage per model, cost and escalation, read by every section of the report.
+The records of a report grouped once: one `Run` per (run label, strategy, k, setting) of `Question`s, each record
+with what the report derives from it (outcome flags, usage and cost per model, escalation, demonstration copies), read
+by every section of the report.
 
 A price is US dollars per million prompt (input) and completion (output) tokens. A question's usage per model is
 `evidence["usage_by_model"]` (model name -> `prompt_tokens`, `completion_tokens`, `calls`, ...), else its whole usage
@@ -17,8 +18,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from haystack_fusion.answers import copies_demonstration
 from haystack_fusion.evaluation.metrics import QuestionScore, with_answer_outcome
 from haystack_fusion.evaluation.records import QuestionRecord
+from haystack_fusion.prompts import PROMPTS
+from haystack_fusion.strategies import STRATEGIES
 
 Price = tuple[float, float]
 """US dollars per million (prompt, completion) tokens."""
@@ -94,39 +98,70 @@ def usage_cost(usage: Mapping[str, Any], price: Price | None) -> float | None:
     return (prompt * price[0] + completion * price[1]) / TOKENS_PER_PRICE
 
 
-def question_cost(record: QuestionRecord, prices: Mapping[str, Price]) -> float | None:
-    """A question's cost in US dollars over every model it used; None when a model that spent tokens has no price."""
-    costs = [usage_cost(usage, prices.get(model)) for model, usage in model_usage(record).items()]
+def total(costs: Iterable[float | None]) -> float | None:
+    """The sum of costs in US dollars; None when one is unknown."""
+    costs = list(costs)
     return None if None in costs else sum(c for c in costs if c is not None)
 
 
-def escalated(record: QuestionRecord) -> bool | None:
-    """Whether the first round passed the question on to the later rounds; None for a strategy without rounds."""
-    fallback = record.evidence.get("fallback")
-    return None if fallback is None else bool(fallback)
+def demonstration_answers(strategy: str) -> dict[str, tuple[str, ...]]:
+    """Prompt name -> few-shot demonstration answers, for the prompts of a strategy that have any (none if unknown)."""
+    spec = STRATEGIES.get(strategy)
+    return {name: PROMPTS[name].demonstrations for name in spec.prompts if PROMPTS[name].demonstrations} if spec else {}
+
+
+@dataclass(frozen=True)
+class Question:
+    """
+    One record with what the report derives from it: its outcome flags set (`metrics.with_answer_outcome`), its usage
+    (`model_usage`) and cost in US dollars (`usage_cost`, None without a price) per model, whether the first round
+    passed it on (`escalated`, None for a strategy without rounds), and whether its answer copies a few-shot
+    demonstration answer, per prompt of its strategy that has any (`answers.copies_demonstration`).
+    """
+
+    record: QuestionRecord
+    usage: dict[str, Mapping[str, Any]]
+    model_costs: dict[str, float | None]
+    escalated: bool | None
+    demo_copies: dict[str, bool]
+
+    @classmethod
+    def of(cls, record: QuestionRecord, prices: Mapping[str, Price]) -> Question:
+        record = dataclasses.replace(
+            record, score=with_answer_outcome(record.score, record.prediction, record.evidence)
+        )
+        usage = model_usage(record)
+        fallback = record.evidence.get("fallback")
+        copies = {
+            name: copies_demonstration(record.prediction, answers, ())
+            for name, answers in demonstration_answers(record.strategy).items()
+        }
+        costs = {model: usage_cost(used, prices.get(model)) for model, used in usage.items()}
+        return cls(record, usage, costs, None if fallback is None else bool(fallback), copies)
+
+    @property
+    def cost(self) -> float | None:
+        """The question's cost in US dollars over every model it used; None when one that spent tokens has no price."""
+        return total(self.model_costs.values())
 
 
 @dataclass(frozen=True)
 class Run:
-    """One run's questions: the records (outcome flags set) and, per question in the same order, its usage per model,
-    cost in US dollars (None without a price) and escalation (None for a strategy without rounds)."""
+    """The questions of one run, in record order."""
 
     label: str
     strategy: str
     top_k: int
     setting: str
-    records: list[QuestionRecord]
-    usage: list[dict[str, Mapping[str, Any]]]
-    costs: list[float | None]
-    escalated: list[bool | None]
+    questions: list[Question]
 
     @property
-    def key(self) -> RunKey:
-        return (self.label, self.strategy, self.top_k, self.setting)
+    def records(self) -> list[QuestionRecord]:
+        return [question.record for question in self.questions]
 
     @property
     def scores(self) -> list[QuestionScore]:
-        return [record.score for record in self.records]
+        return [question.record.score for question in self.questions]
 
     def head(self) -> dict[str, Any]:
         """The keys that name the run in a summary: `run` (when labelled), `strategy`, `top_k`, `setting`."""
@@ -136,11 +171,15 @@ class Run:
 
 @dataclass(frozen=True)
 class ReportView:
-    """Every record of a report once: `records` in their order with outcome flags set, `runs` in the order the records
-    first name them (within each run label), and the `prices` their costs are at."""
+    """
+    Every record of a report once, as a `Question`: `questions` in record order, `runs` by (run label, strategy, k,
+    setting) and `by_strategy` by (strategy, k, setting), the runs of every label together, each in the order the
+    records first name it; and the `prices` their costs are at.
+    """
 
-    records: list[QuestionRecord]
+    questions: list[Question]
     runs: dict[RunKey, Run]
+    by_strategy: dict[tuple[str, int, str], list[Question]]
     prices: dict[str, Price]
 
     @classmethod
@@ -151,8 +190,8 @@ class ReportView:
         prices: Mapping[str, Price] | None = None,
     ) -> ReportView:
         """
-        Group the records by run (`labels`: a run label per record, same order; None: all "") and derive each
-        question's facts (`metrics.with_answer_outcome`, `model_usage`, `question_cost`, `escalated`).
+        Derive each record's `Question` and group them by run (`labels`: a run label per record, same order; None:
+        all "").
 
         :raises ValueError: If `labels` does not have one label per record.
         """
@@ -160,29 +199,24 @@ class ReportView:
         if len(labels) != len(records):
             raise ValueError(f"one run label per record: got {len(labels)} labels and {len(records)} records")
         prices = dict(prices or {})
-        flagged = [
-            dataclasses.replace(r, score=with_answer_outcome(r.score, r.prediction, r.evidence)) for r in records
-        ]
-        grouped: dict[RunKey, list[QuestionRecord]] = {}
+        questions = [Question.of(record, prices) for record in records]
+        runs: dict[RunKey, Run] = {}
+        by_strategy: dict[tuple[str, int, str], list[Question]] = {}
         for label in dict.fromkeys(labels):
-            for record, mine in zip(flagged, labels, strict=True):
+            for question, mine in zip(questions, labels, strict=True):
                 if mine == label:
-                    grouped.setdefault((label, record.strategy, record.top_k, record.setting), []).append(record)
-        runs = {
-            key: Run(*key, group, [model_usage(r) for r in group], [question_cost(r, prices) for r in group],
-                     [escalated(r) for r in group])
-            for key, group in grouped.items()
-        }  # fmt: skip
-        return cls(flagged, runs, prices)
+                    r = question.record
+                    run = Run(label, r.strategy, r.top_k, r.setting, [])
+                    runs.setdefault((label, r.strategy, r.top_k, r.setting), run).questions.append(question)
+                    by_strategy.setdefault((r.strategy, r.top_k, r.setting), []).append(question)
+        return cls(questions, runs, by_strategy, prices)
+
+    @property
+    def records(self) -> list[QuestionRecord]:
+        """The records in their order, outcome flags set."""
+        return [question.record for question in self.questions]
 
     @property
     def by_model(self) -> bool:
         """Whether some record keeps its usage per model (`evidence["usage_by_model"]`)."""
-        return any(record.evidence.get("usage_by_model") for record in self.records)
-
-    def unlabelled(self) -> dict[tuple[str, int, str], list[QuestionRecord]]:
-        """The records per (strategy, k, setting), the runs of every label together, in record order."""
-        merged: dict[tuple[str, int, str], list[QuestionRecord]] = {}
-        for run in self.runs.values():
-            merged.setdefault((run.strategy, run.top_k, run.setting), []).extend(run.records)
-        return merged
+        return any(question.record.evidence.get("usage_by_model") for question in self.questions)

@@ -108,18 +108,18 @@ def fallback_records() -> list[QuestionRecord]:
 class TestReplay:
     def test_text_only_and_tau(self):
         records = fallback_records()
-        text = replay(records, None)[(5, "retrieved")]
+        text = replay(ReportView.of(records), None)[(5, "retrieved")]
         assert {q: (o.em, o.stage) for q, o in text.items()} == {
             "q1": (1.0, "concatenation"),
             "q2": (0.0, "concatenation"),
             "q3": (0.0, "post_fusion"),
         }
-        unsure = replay(records, 0.5)[(5, "retrieved")]
+        unsure = replay(ReportView.of(records), 0.5)[(5, "retrieved")]
         assert unsure["q2"].stage == "post_fusion"
         assert unsure["q2"].em == 1.0
 
     def test_sweep_and_choose(self):
-        rows = sweep(fallback_records(), [0.2, 0.5])
+        rows = sweep(ReportView.of(fallback_records()), [0.2, 0.5])
         assert [row["tau"] for row in rows] == [None, 0.2, 0.5]
         best = choose(rows)
         assert best is not None

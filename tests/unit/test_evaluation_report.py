@@ -16,13 +16,13 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 from haystack_fusion.answers import DEMONSTRATION, PASSAGE_MARKUP, invalid_meta
 from haystack_fusion.cli import main
 from haystack_fusion.evaluation.charts import NOISE_CHART, TOKENS_CHART, TOPK_CHART
-from haystack_fusion.evaluation.figures import answer_outcomes, demonstration_answers, summarize_runs
+from haystack_fusion.evaluation.figures import answer_outcomes, summarize_runs
 from haystack_fusion.evaluation.passages import PassageSetting
 from haystack_fusion.evaluation.records import QuestionRecord
 from haystack_fusion.evaluation.report import SUMMARY_FILE, TABLE_FILE, write_report
 from haystack_fusion.evaluation.runner import EvalConfig, Evaluator
 from haystack_fusion.evaluation.tables import markdown_table
-from haystack_fusion.evaluation.view import ReportView
+from haystack_fusion.evaluation.view import ReportView, demonstration_answers
 from haystack_fusion.prompts import PROMPTS
 from tests.unit.capitals_dataset import THREE_CAPITALS, THREE_CAPITALS_DATASET, make_evaluator
 from tests.unit.scores import DEMO, outcome_score
