@@ -6,7 +6,8 @@ et al. Figures 3 and 4, Yu et al. Table 3), accuracy against cost, and selective
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,19 +34,32 @@ def noise_ratio(setting: str) -> float | None:
     return float(match.group(1)) if match else None
 
 
-def _em_lines(points: Sequence[tuple[str, Any, float]], path: Path, *, xlabel: str, title: str) -> None:
-    """One line of EM over x per strategy, from (strategy, x, EM) points, saved as a PNG at `path`."""
+@contextmanager
+def _chart(path: Path, size: tuple[float, float] = (6, 4)) -> Iterator[Any]:
+    """The axes of a new figure, saved as a PNG at `path` (120 dpi) when the block ends. :raises ImportError: Without
+    matplotlib (the `eval` extra)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(6, 4))
-    for strategy in dict.fromkeys(name for name, _, _ in points):
-        series = sorted((x, em) for name, x, em in points if name == strategy)
-        axes.plot([x for x, _ in series], [em for _, em in series], marker="o", label=strategy)
-    axes.set(xlabel=xlabel, ylabel="EM (answerable questions)", title=title)
-    axes.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    figure, axes = plt.subplots(figsize=size)
+    try:
+        yield axes
+        figure.tight_layout()
+        figure.savefig(path, dpi=120)
+    finally:
+        plt.close(figure)
+
+
+def _em_lines(points: Sequence[tuple[str, Any, float]], path: Path, *, xlabel: str, title: str) -> None:
+    """One line of EM over x per strategy, from (strategy, x, EM) points, saved as a PNG at `path`."""
+    with _chart(path) as axes:
+        for strategy in dict.fromkeys(name for name, _, _ in points):
+            series = sorted((x, em) for name, x, em in points if name == strategy)
+            axes.plot([x for x, _ in series], [em for _, em in series], marker="o", label=strategy)
+        axes.set(xlabel=xlabel, ylabel="EM (answerable questions)", title=title)
+        axes.legend()
 
 
 def draw_charts(
@@ -60,24 +74,16 @@ def draw_charts(
     """
     cost = draw_cost_chart(summaries, sweep_rows, out)
     selective = draw_selective_chart(view, out)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     smallest = min(s["top_k"] for s in summaries)
     first_setting = summaries[0]["setting"]
     points = [s for s in summaries if s["top_k"] == smallest and s["setting"] == first_setting and s["em"] is not None]
-    figure, axes = plt.subplots(figsize=(6, 4))
-    for index, s in enumerate(points):
-        axes.scatter(s["tokens_per_question"], s["em"])
-        offset = (4, 4) if index % 2 == 0 else (4, -12)  # alternate, so labels of nearby points do not overlap
-        axes.annotate(label(s), (s["tokens_per_question"], s["em"]), textcoords="offset points", xytext=offset)
-    axes.set(xlabel="tokens per question (prompt + completion)", ylabel="EM (answerable questions)",
-             title=f"EM vs tokens, top-{smallest} (cf. Liu et al. Figure 3)")  # fmt: skip
-    figure.tight_layout()
-    figure.savefig(out / TOKENS_CHART, dpi=120)
-    plt.close(figure)
+    with _chart(out / TOKENS_CHART) as axes:
+        for index, s in enumerate(points):
+            axes.scatter(s["tokens_per_question"], s["em"])
+            offset = (4, 4) if index % 2 == 0 else (4, -12)  # alternate, so labels of nearby points do not overlap
+            axes.annotate(label(s), (s["tokens_per_question"], s["em"]), textcoords="offset points", xytext=offset)
+        axes.set(xlabel="tokens per question (prompt + completion)", ylabel="EM (answerable questions)",
+                 title=f"EM vs tokens, top-{smallest} (cf. Liu et al. Figure 3)")  # fmt: skip
     if len({s["top_k"] for s in summaries}) > 1:
         by_k = [(label(s), s["top_k"], s["em"]) for s in summaries if s["em"] is not None]
         _em_lines(by_k, out / TOPK_CHART, xlabel="top-k passages", title="EM vs top-k (cf. Liu et al. Figure 4)")
@@ -108,33 +114,25 @@ def draw_cost_chart(
     )  # fmt: skip
     if not points and not line:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(6.4, 4.4))
-    for index, s in enumerate(points):
-        axes.scatter(s["cost_per_question"], s["em"])
-        offset = (4, 4) if index % 2 == 0 else (4, -12)
-        axes.annotate(f"{label(s)} (top-{s['top_k']})", (s["cost_per_question"], s["em"]), fontsize=8,
-                      textcoords="offset points", xytext=offset)  # fmt: skip
-    if line:
-        axes.plot([c for c, _, _ in line], [em for _, em, _ in line], marker=".", alpha=0.6,
-                  label=f"concat_pf replayed over tau (top-{first[0]})" if first else None)  # fmt: skip
-        spots: dict[tuple[float, float], list[float]] = {}  # taus that replay alike share a point and a label
-        for cost, em, tau in line:
-            spots.setdefault((cost, em), []).append(tau)
-        for (cost, em), taus in spots.items():
-            text = f"tau {taus[0]:g}" + (f"-{taus[-1]:g}" if len(taus) > 1 else "")
-            axes.annotate(text, (cost, em), fontsize=7, textcoords="offset points", xytext=(3, -10))
-        axes.legend(fontsize=8)
-    axes.set(xlabel="cost per question (US dollars)", ylabel="EM (answerable questions)",
-             title="Accuracy against cost")  # fmt: skip
-    axes.grid(alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(out / COST_CHART, dpi=120)
-    plt.close(figure)
+    with _chart(out / COST_CHART, (6.4, 4.4)) as axes:
+        for index, s in enumerate(points):
+            axes.scatter(s["cost_per_question"], s["em"])
+            offset = (4, 4) if index % 2 == 0 else (4, -12)
+            axes.annotate(f"{label(s)} (top-{s['top_k']})", (s["cost_per_question"], s["em"]), fontsize=8,
+                          textcoords="offset points", xytext=offset)  # fmt: skip
+        if line:
+            axes.plot([c for c, _, _ in line], [em for _, em, _ in line], marker=".", alpha=0.6,
+                      label=f"concat_pf replayed over tau (top-{first[0]})" if first else None)  # fmt: skip
+            spots: dict[tuple[float, float], list[float]] = {}  # taus that replay alike share a point and a label
+            for cost, em, tau in line:
+                spots.setdefault((cost, em), []).append(tau)
+            for (cost, em), taus in spots.items():
+                text = f"tau {taus[0]:g}" + (f"-{taus[-1]:g}" if len(taus) > 1 else "")
+                axes.annotate(text, (cost, em), fontsize=7, textcoords="offset points", xytext=(3, -10))
+            axes.legend(fontsize=8)
+        axes.set(xlabel="cost per question (US dollars)", ylabel="EM (answerable questions)",
+                 title="Accuracy against cost")  # fmt: skip
+        axes.grid(alpha=0.3)
     return out / COST_CHART
 
 
@@ -158,19 +156,11 @@ def draw_selective_chart(view: ReportView, out: Path) -> Path | None:
     }
     if not curves:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(6.4, 4.4))
-    for label, curve in curves.items():
-        axes.plot([c for c, _ in curve], [a for _, a in curve], label=label)
-    axes.set(xlabel="coverage (% of questions answered)", ylabel="accuracy of the answered questions (EM %)",
-             title="Selective answering: threshold on answer confidence", xlim=(0, 100), ylim=(0, 100))  # fmt: skip
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(out / SELECTIVE_CHART, dpi=120)
-    plt.close(figure)
+    with _chart(out / SELECTIVE_CHART, (6.4, 4.4)) as axes:
+        for name, curve in curves.items():
+            axes.plot([c for c, _ in curve], [a for _, a in curve], label=name)
+        axes.set(xlabel="coverage (% of questions answered)", ylabel="accuracy of the answered questions (EM %)",
+                 title="Selective answering: threshold on answer confidence", xlim=(0, 100), ylim=(0, 100))  # fmt: skip
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=8)
     return out / SELECTIVE_CHART

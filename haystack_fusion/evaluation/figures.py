@@ -135,8 +135,8 @@ def summarize_runs(
     sas: Mapping[tuple[str, int, str, str], float | None] | None = None,
 ) -> list[dict[str, Any]]:
     """
-    One summary per run: `Run.head`, `metrics.summarize_with_intervals`, `answer_outcomes`, the `baseline_difference` (with a `baseline`),
-    `run_cost` at the view's prices, and `sas` with `sas_ci` (with `sas`).
+    One summary per run: `Run.head`, `metrics.summarize_with_intervals`, `answer_outcomes`, the `baseline_difference`
+    (with a `baseline`), `run_cost`, and `sas` with `sas_ci` (with `sas`).
 
     :param sas: SAS per record key (`haystack_eval.records_sas`, in [-1, 1]).
     """
