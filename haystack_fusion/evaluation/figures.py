@@ -33,8 +33,7 @@ def _ci(values: Sequence[Any], seed: int) -> list[float] | None:
 def answer_outcomes(run: Run, *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
     """The answers of a run that are not answers: `metrics.outcome_counts`, invalid reasons, demonstration copies
     (`view.Question.demo_copies`; no rate for a strategy without demonstrations)."""
-    records = run.records
-    demos = bool(run.questions) and bool(run.questions[0].demo_copies)
+    records, prompts = run.records, run.questions[0].demo_copies  # the same prompts for every question of a run
     flags = [any(question.demo_copies.values()) for question in run.questions]
     rejected = [
         r.evidence.get("invalid_reason") == DEMONSTRATION
@@ -42,13 +41,12 @@ def answer_outcomes(run: Run, *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
         for r in records
     ]
     reasons = Counter(str(r.evidence.get("invalid_reason")) for r in records if r.score.invalid)
-    prompts = run.questions[0].demo_copies if run.questions else {}
     return {
         **outcome_counts(run.scores),
         "invalid_reasons": dict(sorted(reasons.items())),
         "demo_copy_count": sum(flags),
-        "demo_copy_rate": 100.0 * sum(flags) / len(flags) if demos else None,
-        "demo_copy_rate_ci": _ci(flags, seed) if demos else None,
+        "demo_copy_rate": 100.0 * sum(flags) / len(flags) if prompts else None,
+        "demo_copy_rate_ci": _ci(flags, seed) if prompts else None,
         "demo_copy_prompts": {name: sum(q.demo_copies[name] for q in run.questions) for name in prompts},
         "demo_rejected_count": sum(rejected),
     }
