@@ -378,10 +378,10 @@ def _write_report(
 
 def cmd_report(args: argparse.Namespace) -> int:
     """`haystack-fusion report`: rebuild tables and charts from run folders' records, rescored against the dataset."""
-    from haystack_fusion.evaluation.cost import with_model
     from haystack_fusion.evaluation.datasets import load_dataset
     from haystack_fusion.evaluation.records import RESULTS_FILE, read_records, read_run_manifest
     from haystack_fusion.evaluation.runner import rescore
+    from haystack_fusion.evaluation.view import with_model
 
     manifests = [read_run_manifest(run) for run in args.runs]
     folders = [read_records(Path(run) / RESULTS_FILE) for run in args.runs]
@@ -547,8 +547,8 @@ STRATEGY_OPTIONS: list[Option] = [
 
 
 def _price(text: str) -> tuple[str, tuple[float, float]]:
-    """`--price MODEL=IN,OUT` (`cost.parse_price`), as an argparse error naming the bad value."""
-    from haystack_fusion.evaluation.cost import parse_price
+    """`--price MODEL=IN,OUT` (`view.parse_price`), as an argparse error naming the bad value."""
+    from haystack_fusion.evaluation.view import parse_price
 
     try:
         return parse_price(text)

@@ -11,18 +11,19 @@ import pytest
 
 from haystack_fusion.cli import main
 from haystack_fusion.evaluation.calibration import choose, replay, sweep
-from haystack_fusion.evaluation.cost import (
-    COST_CHART,
+from haystack_fusion.evaluation.charts import COST_CHART
+from haystack_fusion.evaluation.figures import run_cost
+from haystack_fusion.evaluation.records import RUN_FILE, QuestionRecord, read_run_manifest, write_run_manifest
+from haystack_fusion.evaluation.report import SUMMARY_FILE, TABLE_FILE, write_report
+from haystack_fusion.evaluation.view import (
     UNNAMED_MODEL,
+    Question,
+    ReportView,
     model_usage,
     parse_price,
     parse_prices,
-    question_cost,
-    run_cost,
     with_model,
 )
-from haystack_fusion.evaluation.records import RUN_FILE, QuestionRecord, read_run_manifest, write_run_manifest
-from haystack_fusion.evaluation.report import SUMMARY_FILE, TABLE_FILE, write_report
 from tests.unit.capitals_dataset import make_evaluator
 from tests.unit.scores import outcome_score
 
@@ -91,18 +92,23 @@ class TestPrices:
 class TestCost:
     def test_question_cost_per_model(self):
         strong = cascade_records()[1]
-        assert question_cost(strong, PRICES) == pytest.approx((1000 * 1 + 10 * 2 + 5000 * 10 + 50 * 20) / 1e6)
-        assert question_cost(strong, {SMALL: (1.0, 2.0)}) is None
+        assert Question.of(strong, PRICES).cost == pytest.approx((1000 * 1 + 10 * 2 + 5000 * 10 + 50 * 20) / 1e6)
+        assert Question.of(strong, {SMALL: (1.0, 2.0)}).cost is None
 
     def test_records_without_usage_by_model(self):
         old = record("concatenation", "q1")  # 10 prompt and 2 completion tokens, one call
         assert model_usage(old) == {UNNAMED_MODEL: usage(10, 2)}
         (named,) = with_model([old], SMALL)
         assert model_usage(named) == {SMALL: usage(10, 2)}
-        assert question_cost(named, PRICES) == pytest.approx(14 / 1e6)
+        assert Question.of(named, PRICES).cost == pytest.approx(14 / 1e6)
+
+    @staticmethod
+    def cost(records: list[QuestionRecord], prices: dict) -> dict:
+        (run,) = ReportView.of(records, prices=prices).runs.values()
+        return run_cost(run)
 
     def test_run_cost(self):
-        cost = run_cost(cascade_records()[:3], PRICES)
+        cost = self.cost(cascade_records()[:3], PRICES)
         assert cost["cost_per_question"] == pytest.approx((3 * 1020 + 2 * 51000) / 1e6 / 3)
         assert cost["cost_per_question_ci"][0] <= cost["cost_per_question"] <= cost["cost_per_question_ci"][1]
         assert cost["escalated_rate"] == pytest.approx(200 / 3)
@@ -110,10 +116,10 @@ class TestCost:
         assert (small["model"], small["calls_per_question"], small["prompt_tokens_per_question"]) == (SMALL, 1, 1000)
         assert (strong["calls_per_question"], strong["completion_tokens_per_question"]) == (10 / 3, 100 / 3)
         assert cost["unpriced_models"] == []
-        unpriced = run_cost(cascade_records()[:3], {SMALL: (1.0, 2.0)})
+        unpriced = self.cost(cascade_records()[:3], {SMALL: (1.0, 2.0)})
         assert unpriced["cost_per_question"] is None
         assert unpriced["unpriced_models"] == [STRONG]
-        assert run_cost(cascade_records()[3:], PRICES)["escalated_rate"] is None
+        assert self.cost(cascade_records()[3:], PRICES)["escalated_rate"] is None
 
 
 class TestReport:
@@ -179,7 +185,7 @@ def two_model_records() -> list[QuestionRecord]:
 
 class TestCalibration:
     def test_replay_pairs_the_later_rounds_of_another_folder_and_carries_the_cost(self):
-        low = replay(two_model_records(), 0.3, prices=PRICES)[(5, "retrieved")]
+        low = replay(ReportView.of(two_model_records(), prices=PRICES), 0.3)[(5, "retrieved")]
         assert {q: (o.stage, o.em) for q, o in low.items()} == {
             "q1": ("concatenation", 1.0),
             "q2": ("concatenation", 0.0),
@@ -187,12 +193,12 @@ class TestCalibration:
         }
         assert low["q1"].cost == pytest.approx(1020 / 1e6)
         assert low["q3"].cost == pytest.approx(52020 / 1e6)  # the first round once, then the strong model's rounds
-        high = replay(two_model_records(), 0.5, prices=PRICES)[(5, "retrieved")]
+        high = replay(ReportView.of(two_model_records(), prices=PRICES), 0.5)[(5, "retrieved")]
         assert (high["q2"].stage, high["q2"].em) == ("post_fusion", 1.0)
-        assert replay(two_model_records(), 0.5)[(5, "retrieved")]["q2"].cost is None
+        assert replay(ReportView.of(two_model_records()), 0.5)[(5, "retrieved")]["q2"].cost is None
 
     def test_choose_for_a_target(self):
-        rows = sweep(two_model_records(), [0.3, 0.5, 0.95], prices=PRICES)
+        rows = sweep(ReportView.of(two_model_records(), prices=PRICES), [0.3, 0.5, 0.95])
         by_tau = {row["tau"]: row for row in rows}
         assert by_tau[0.3]["squad2_em"] == pytest.approx(100 / 3)
         assert by_tau[0.5]["squad2_em"] == by_tau[0.95]["squad2_em"] == pytest.approx(200 / 3)
@@ -252,7 +258,7 @@ def agreement_records() -> list[QuestionRecord]:
 
 class TestAgreementReplay:
     def test_the_router_confidence_of_a_judging_run_replays_lower_taus(self):
-        outcomes = replay(agreement_records(), 0.4, prices=PRICES)[(5, "retrieved")]
+        outcomes = replay(ReportView.of(agreement_records(), prices=PRICES), 0.4)[(5, "retrieved")]
         assert {q: o.stage for q, o in outcomes.items()} == {
             "q1": "concatenation",
             "q2": "concatenation",  # 0.5 >= 0.4: its first answer stands, right on the small model
@@ -266,9 +272,9 @@ class TestAgreementReplay:
     def test_a_rejected_first_answer_is_passed_on_at_every_tau(self):
         records = agreement_records()
         records[1].evidence["answer_source"] = "invalid"  # q2's first answer repeated the question
-        assert replay(records, 0.1)[(5, "retrieved")]["q2"].stage == "post_fusion"
+        assert replay(ReportView.of(records), 0.1)[(5, "retrieved")]["q2"].stage == "post_fusion"
 
     def test_taus_above_the_judging_runs_are_not_replayed(self):
-        rows = sweep(agreement_records(), thresholds=[0.3, 0.75, 1.0], prices=PRICES)
+        rows = sweep(ReportView.of(agreement_records(), prices=PRICES), [0.3, 0.75, 1.0])
         assert [row["tau"] for row in rows] == [None, 0.3, 0.75]  # at 1.0, q1's later rounds never ran
         assert [row["fallback_rate"] for row in rows] == pytest.approx([0.0, 100 / 3, 200 / 3])
