@@ -181,7 +181,7 @@ class TestCallLimitedChatGenerator:
         llm = CallLimitedChatGenerator(chat_generator=MockChatGenerator())
         assert llm.to_dict() == {
             "type": "haystack_fusion.llm.CallLimitedChatGenerator",
-            "init_parameters": {"chat_generator": MOCK_DICT},
+            "init_parameters": {"chat_generator": MOCK_DICT, "breaker": None, "generation_kwargs": None},
         }
 
     def test_from_dict(self):
