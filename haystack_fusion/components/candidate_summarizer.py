@@ -138,24 +138,33 @@ class CandidateSummarizer(ChatGeneratorWrapper):
             variables=("passages", "query") if generic else ("candidates", "passages", "query", "target"),
         )
 
-    def _round_one(
-        self, query: str, documents: list[Document] | None, candidates: list[str] | None
-    ) -> tuple[str, str, list[list[ChatMessage]]]:
-        """Validate; the passages shown, and round 1's prompt (Listing 6 or 13; Listing 11 in generic mode), none
-        without passages or when `candidates` are given."""
-        if candidates is not None and self.mode != "conditional":
+    def _rounds(
+        self,
+        query: str,
+        documents: list[Document] | None,
+        given: list[str] | None,
+        candidate_documents: list[list[Document]] | None,
+    ) -> Rounds:
+        """Round 1: the candidates (Listing 6 or 13) or the generic summary (Listing 11), none without passages or
+        with `candidates` given; round 2: a summary per candidate (Listing 7)."""
+        if given is not None and self.mode != "conditional":
             raise ValueError(f"Given `candidates` need the conditional mode, not {self.mode!r}")
         query = validate_query(query)
         documents = list(documents or [])
         passages = format_passages(documents, self.max_passage_chars, layout="titled")
-        if candidates is not None or not documents:
-            return query, passages, []
-        if self.mode == "generic":
-            return query, passages, [self._summary_prompt.render(passages=passages, query=query)]
-        variables: dict[str, Any] = candidate_prompt_variables(self.num_candidates)
-        variables["examples"] = few_shot_examples(self.num_candidates)
-        prompt = self._candidate_prompt.render(passages=passages, query=query, num_passages=len(documents), **variables)
-        return query, passages, [prompt]
+        prompts = []
+        if given is None and documents and self.mode == "generic":
+            prompts = [self._summary_prompt.render(passages=passages, query=query)]
+        elif given is None and documents:
+            variables: dict[str, Any] = candidate_prompt_variables(self.num_candidates)
+            variables["examples"] = few_shot_examples(self.num_candidates)
+            variables.update(passages=passages, query=query, num_passages=len(documents))
+            prompts = [self._candidate_prompt.render(**variables)]
+        first = yield Round(prompts)
+        reply = first.replies[0].text if first and first.replies[0] is not None else None
+        found, rejected, prompts = self._round_two(query, passages, reply, given, candidate_documents)
+        second = yield Round(prompts)
+        return self._outputs(reply, first, second, found, rejected)
 
     def _round_two(
         self,
@@ -259,24 +268,3 @@ class CandidateSummarizer(ChatGeneratorWrapper):
     ) -> dict[str, Any]:
         """Async form of `run`."""
         return await self._drive_async(self._rounds(query, documents, candidates, candidate_documents))
-
-    def _rounds(
-        self,
-        query: str,
-        documents: list[Document] | None,
-        candidates: list[str] | None,
-        candidate_documents: list[list[Document]] | None,
-    ) -> Rounds:
-        """Round 1 (the candidates, or the generic summary), then round 2 (a summary per candidate)."""
-        query, passages, prompts = self._round_one(query, documents, candidates)
-        first = yield Round(prompts)
-        reply = _text(first)
-        found, rejected, prompts = self._round_two(query, passages, reply, candidates, candidate_documents)
-        second = yield Round(prompts)
-        return self._outputs(reply, first, second, found, rejected)
-
-
-def _text(calls: FanOutResult | None) -> str | None:
-    """The text of a one-call round's reply; None when the round did not run or the call failed."""
-    reply = calls.replies[0] if calls else None
-    return reply.text if reply is not None else None

@@ -16,7 +16,6 @@ from haystack_fusion.answers import check_answer, invalid_answer
 from haystack_fusion.llm import (
     DEFAULT_SAMPLING_KWARGS,
     ChatGeneratorWrapper,
-    FanOutResult,
     Round,
     Rounds,
     backend_unusable,
@@ -118,15 +117,11 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
     def _rounds(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None) -> Rounds:
         """The call, then the m samples when it answered; a failure saying the backend is unusable raises."""
         calls = yield Round([messages], generation_kwargs, raise_if=backend_unusable)
-        sampled = None
-        if self.samples and calls is not None and calls.replies[0] is not None:
+        assert calls is not None  # a round of one call
+        reply, sampled = calls.replies[0], None
+        if self.samples and reply is not None:
             sampling = {**(generation_kwargs or {}), **(self.sampling_generation_kwargs or DEFAULT_SAMPLING_KWARGS)}
             sampled = yield Round([messages] * self.samples, sampling, raise_if=backend_unusable)
-        return self._outputs(calls, sampled)
-
-    @staticmethod
-    def _outputs(calls: FanOutResult, sampled: FanOutResult | None = None) -> dict[str, Any]:
-        reply = calls.replies[0]
         samples = [sample for sample in (sampled.replies if sampled else []) if sample is not None]
         errors = [*calls.errors, *(sampled.errors if sampled else [])]
         return {

@@ -133,23 +133,6 @@ class NoteTaker(ChatGeneratorWrapper):
             required=("passages", "query") if single else ("notes", "query"),
         )
 
-    def _first_round(self, query: str, documents: list[Document] | None) -> tuple[str, list[Document], list[Any]]:
-        """Validate; the single prompt, or one note prompt per passage (none without passages in that mode)."""
-        query = validate_query(query)
-        documents = list(documents or [])
-        if self.mode == "per_document":
-            passages = [format_passages([d], self.max_passage_chars, "titled") for d in documents]
-            return query, documents, [self._note_prompt.render(query=query, passages=p) for p in passages]
-        if not documents and not self.allow_parametric_knowledge:
-            return query, documents, []
-        variables = single_call_variables(
-            query,
-            documents,
-            allow_parametric_knowledge=self.allow_parametric_knowledge,
-            max_passage_chars=self.max_passage_chars,
-        )
-        return query, documents, [self._answer_prompt.render(**variables)]
-
     def _notes(self, documents: list[Document], first: FanOutResult | None) -> tuple[list[dict[str, Any]], str | None]:
         """The notes (one per passage, input order) and, in single-call mode, the answer text (None: no reply)."""
         replies = [
@@ -180,10 +163,17 @@ class NoteTaker(ChatGeneratorWrapper):
         return [self._answer_prompt.render(query=query, notes=shown, step_5=step_5)]
 
     def _rounds(self, query: str, documents: list[Document] | None, callback: StreamingCallbackT | None) -> Rounds:
-        """The single call or the note calls, then the per-document synthesis; the call that writes the answer
-        streams."""
-        query, documents, prompts = self._first_round(query, documents)
-        single = self.mode == "single_call"
+        """The single call (none without passages or knowledge), or a note call per passage then the synthesis; the
+        call that writes the answer streams."""
+        query, documents = validate_query(query), list(documents or [])
+        single, prompts = self.mode == "single_call", []
+        if not single:
+            passages = [format_passages([d], self.max_passage_chars, "titled") for d in documents]
+            prompts = [self._note_prompt.render(query=query, passages=p) for p in passages]
+        elif documents or self.allow_parametric_knowledge:
+            knowledge = {"allow_parametric_knowledge": self.allow_parametric_knowledge}
+            variables = single_call_variables(query, documents, max_passage_chars=self.max_passage_chars, **knowledge)
+            prompts = [self._answer_prompt.render(**variables)]
         first = yield Round(prompts, self.generation_kwargs, streaming_callback=callback if single else None)
         notes, answer_text = self._notes(documents, first)
         synthesis = self._synthesis(query, notes)  # it stops at the answer line
