@@ -260,12 +260,9 @@ class SummaryVerifier(ChatGeneratorWrapper):
         """Async form of `run`."""
         answers = await self._drive_async(self._rounds(query, candidates, summaries))
         documents = list(documents or [])
-        inputs = self._ranker_inputs(answers, documents)
-        ranked = None
-        if inputs:
-            ranker = self._document_ranker
-            run = (
-                ranker.run_async(**inputs) if hasattr(ranker, "run_async") else asyncio.to_thread(ranker.run, **inputs)
-            )
-            ranked = (await run)["documents"]
+        inputs, ranker = self._ranker_inputs(answers, documents), self._document_ranker
+        if inputs and hasattr(ranker, "run_async"):
+            ranked = (await ranker.run_async(**inputs))["documents"]
+        else:  # a ranker without `run_async` runs in a worker thread
+            ranked = (await asyncio.to_thread(ranker.run, **inputs))["documents"] if inputs else None
         return self._attach(answers, documents, ranked)
