@@ -395,19 +395,3 @@ class ChatPrompt:
     def extract_answer(self, reply: str | None) -> str:
         """The answer in a reply, read with the default's answer pattern."""
         return self.default.extract_answer(reply)
-
-
-def prompt_settings(**settings: ChatTemplate | None) -> dict[str, Any]:
-    """
-    A component's template and system-prompt parameters as its `to_dict` writes them: those that are set (templates
-    as `template_to_dict` writes them); one left at None (the paper's template, no system message) is not written, so
-    a component with the papers' prompts serializes as one without these parameters.
-    """
-    return {name: template_to_dict(value) for name, value in settings.items() if value is not None}
-
-
-def prompt_settings_from_dict(parameters: dict[str, Any], names: Sequence[str]) -> None:
-    """Turn the serialized templates among `parameters[name]` back into templates, in place (`template_from_dict`)."""
-    for name in names:
-        if name in parameters:
-            parameters[name] = template_from_dict(parameters[name])

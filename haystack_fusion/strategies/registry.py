@@ -14,10 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from haystack import Pipeline, logging
+from haystack import Pipeline
 from haystack.components.generators.chat.types import ChatGenerator
 from haystack.components.joiners import AnswerJoiner
-from haystack.core.serialization import component_from_dict, component_to_dict
 
 from haystack_fusion.components.candidate_summarizer import CandidateSummarizer, SummaryMode
 from haystack_fusion.components.concatenation import AbstainingChatGenerator, CheckedAnswerBuilder, PassageFormatter
@@ -29,8 +28,6 @@ from haystack_fusion.components.unknown_router import UnknownRouter
 from haystack_fusion.llm import CallLimitedChatGenerator, stop_kwargs, unwrap_call_limit
 from haystack_fusion.prompts import PROMPTS, ChatPrompt, PassageLayout
 from haystack_fusion.strategies.config import DOCUMENTS, RETRIEVER, SPLIT_ROUTER, Parts, Stage, Strategy, StrategyConfig
-
-logger = logging.getLogger(__name__)
 
 ANSWER = Stage("answer", "llm")
 CONCATENATION = Stage("concatenation", "router")
@@ -50,27 +47,20 @@ is verified by SuRe (`SplitVoteRouter`). Not yet chosen on data."""
 
 def _chain_generator(chat_generator: ChatGenerator, stop: tuple[str, ...]) -> ChatGenerator:
     """
-    The generator of a one-prompt chain whose reply should end at `stop`: a copy of `chat_generator` rebuilt from its
-    `to_dict` (the embedded model's copies share the loaded model) whose `generation_kwargs` add `stop`
-    (`llm.stop_kwargs`), so the pipeline's YAML shows them; a `CallLimitedChatGenerator` gives a wrapped copy with the
-    same breaker. The generator itself when there is nothing to add, when it takes no `generation_kwargs` (a mock) or
-    cannot be serialized (a secret given as a token): the prompt's answer pattern still reads the first line.
+    The generator of a one-prompt chain whose reply should end at `stop`: `chat_generator` in a
+    `CallLimitedChatGenerator` whose `generation_kwargs` send `stop` with each call (`llm.stop_kwargs`), so the
+    pipeline's YAML shows them; a `CallLimitedChatGenerator` given is rewrapped with its breaker. The generator itself
+    when there is nothing to add, or it takes no `generation_kwargs` (a mock): the prompt's answer pattern still reads
+    the first line.
     """
     generator = unwrap_call_limit(chat_generator)
+    limited = chat_generator if isinstance(chat_generator, CallLimitedChatGenerator) else None
     own = getattr(generator, "generation_kwargs", None)
-    kwargs = stop_kwargs(generator, stop)
+    kwargs = stop_kwargs(generator, stop, limited.generation_kwargs if limited else None)
     if not kwargs or not isinstance(own, dict) or kwargs.get("stop") == own.get("stop"):
         return chat_generator
-    try:
-        data = component_to_dict(generator, "llm")
-    except Exception as error:  # e.g. Secret.from_token: not serializable, so not copied
-        logger.warning("Cannot copy {generator} to add stop sequences: {error}", generator=type(generator), error=error)
-        return chat_generator
-    data["init_parameters"]["generation_kwargs"] = {**own, **kwargs}
-    copy = component_from_dict(type(generator), data, "llm")
-    if isinstance(chat_generator, CallLimitedChatGenerator):
-        return CallLimitedChatGenerator(chat_generator=copy, breaker=chat_generator.breaker)
-    return copy
+    breaker = limited.breaker if limited else None
+    return CallLimitedChatGenerator(chat_generator=generator, breaker=breaker, generation_kwargs=kwargs)
 
 
 def _prompt_chain(
