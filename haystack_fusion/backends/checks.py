@@ -1,18 +1,26 @@
-"""Whether the backend the environment names can run: extras installed, variables set, servers reachable. Serving
-refuses to start on a backend that fails, naming what is missing, rather than fall back to another one."""
+"""Whether the backend the environment names can run: extras installed, variables set, servers reachable (serving
+refuses to start on a backend that fails, naming what is missing, rather than fall back to another one); and whether
+an OpenAI-compatible server sends the token log-probabilities it was asked for (`missing_logprobs`)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import threading
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from haystack import logging
+from haystack.dataclasses import GeneratedAnswer
 
 from haystack_fusion.backends.config import DEFAULT_MODELS, BackendConfig
-from haystack_fusion.backends.errors import safe_url
+from haystack_fusion.backends.errors import OPENAI_DEFAULT_URL, safe_url
 from haystack_fusion.settings import DOCUMENT_STORE_VARIABLE, LLM_VARIABLE, STORE_VARIABLE
+
+logger = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_SECONDS = 5.0
 """How long `check_backend` waits for an Elasticsearch or Ollama server to answer, in seconds."""
@@ -180,3 +188,47 @@ def setup_message(problems: list[str]) -> str:
     """The `BackendSetupError` message: what is missing, one problem a line."""
     lines = "\n".join(f"- {problem}" for problem in problems)
     return f"The backend is not configured (see docs/serving.md); haystack-fusion does not pick one for you:\n{lines}"
+
+
+_warned: set[str] = set()
+_lock = threading.Lock()
+
+
+def missing_logprobs(generator: Any, answers: Iterable[GeneratedAnswer]) -> str | None:
+    """
+    Whether a server sent no token log-probabilities although `generator` asked for them: an answer built from one
+    reply (with its `finish_reason`) and no `meta["logprobs"]` shows it; a vote or SuRe's pick says nothing.
+
+    :param generator: The ChatGenerator the answers came from (its `generation_kwargs` and `api_base_url` are read).
+    :param answers: A run's answers (`StrategyRun.answers`).
+    :returns: None when the generator did not ask for them, or no answer shows them missing; else one line naming the
+        server (without credentials) and what was sent.
+    """
+    kwargs = getattr(generator, "generation_kwargs", None) or {}
+    asked = {name: kwargs[name] for name in ("logprobs", "top_logprobs") if name in kwargs}
+    if not kwargs.get("logprobs"):
+        return None
+    if not any("finish_reason" in answer.meta and not answer.meta.get("logprobs") for answer in answers):
+        return None
+    server = safe_url(getattr(generator, "api_base_url", None) or OPENAI_DEFAULT_URL)
+    return (
+        f"the OpenAI-compatible server at {server} returned no token log-probabilities although the requests asked "
+        f"for them ({json.dumps(asked)}): answers carry no confidence, so a confidence threshold (tau, "
+        "--min-confidence) never routes a question"
+    )
+
+
+def warn_missing_logprobs(generator: Any, answers: Iterable[GeneratedAnswer]) -> str | None:
+    """
+    `missing_logprobs`, logged as a warning once per process for each distinct message.
+
+    :returns: The message (every time it applies, for the caller to record), or None.
+    """
+    message = missing_logprobs(generator, answers)
+    if message is not None:
+        with _lock:
+            first = message not in _warned
+            _warned.add(message)
+        if first:
+            logger.warning("{message}", message=message)
+    return message

@@ -1,22 +1,16 @@
 """
 Token log-probabilities, what `answers.answer_confidence` reads and a confidence threshold (tau, `min_confidence`)
 routes on: the embedded model's, recorded while it decodes (`LogprobRecorder`), and those of OpenAI-compatible
-servers (`OPENAI_LOGPROBS_KWARGS`, and a warning when a server sends none although asked).
+servers (`OPENAI_LOGPROBS_KWARGS`; `checks.missing_logprobs` tells when a server sends none although asked).
 """
 
 from __future__ import annotations
 
-import json
 import math
-import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from haystack import logging
-from haystack.dataclasses import GeneratedAnswer
-
-logger = logging.getLogger(__name__)
 
 OPENAI_LOGPROBS_KWARGS: dict[str, Any] = {"logprobs": True, "top_logprobs": 0}
 """The `generation_kwargs` that ask an OpenAI-compatible server for each generated token's log-probability:
@@ -92,50 +86,3 @@ class LogprobRecorder:
                 break
             content.append({**shown, "top_logprobs": [entry(*alternative) for alternative in top]})
         return {"content": content}
-
-
-_warned: set[str] = set()
-_lock = threading.Lock()
-
-
-def missing_logprobs(generator: Any, answers: Iterable[GeneratedAnswer]) -> str | None:
-    """
-    Whether a server sent no token log-probabilities although `generator` asked for them: an answer built from one
-    reply (with its `finish_reason`) and no `meta["logprobs"]` shows it; a vote or SuRe's pick says nothing.
-
-    :param generator: The ChatGenerator the answers came from (its `generation_kwargs` and `api_base_url` are read).
-    :param answers: A run's answers (`StrategyRun.answers`).
-    :returns: None when the generator did not ask for them, or no answer shows them missing; else one line naming the
-        server (without credentials) and what was sent.
-    """
-    # errors imports config, which imports this module
-    from haystack_fusion.backends.errors import OPENAI_DEFAULT_URL, safe_url
-
-    kwargs = getattr(generator, "generation_kwargs", None) or {}
-    asked = {name: kwargs[name] for name in ("logprobs", "top_logprobs") if name in kwargs}
-    if not kwargs.get("logprobs"):
-        return None
-    if not any("finish_reason" in answer.meta and not answer.meta.get("logprobs") for answer in answers):
-        return None
-    server = safe_url(getattr(generator, "api_base_url", None) or OPENAI_DEFAULT_URL)
-    return (
-        f"the OpenAI-compatible server at {server} returned no token log-probabilities although the requests asked "
-        f"for them ({json.dumps(asked)}): answers carry no confidence, so a confidence threshold (tau, "
-        "--min-confidence) never routes a question"
-    )
-
-
-def warn_missing_logprobs(generator: Any, answers: Iterable[GeneratedAnswer]) -> str | None:
-    """
-    `missing_logprobs`, logged as a warning once per process for each distinct message.
-
-    :returns: The message (every time it applies, for the caller to record), or None.
-    """
-    message = missing_logprobs(generator, answers)
-    if message is not None:
-        with _lock:
-            first = message not in _warned
-            _warned.add(message)
-        if first:
-            logger.warning("{message}", message=message)
-    return message

@@ -24,8 +24,8 @@ from haystack.core.errors import PipelineRuntimeError
 from tqdm import tqdm
 
 from haystack_fusion.backends import backend_pipeline
+from haystack_fusion.backends.checks import warn_missing_logprobs
 from haystack_fusion.backends.errors import exception_chain, queued_timeout_advice
-from haystack_fusion.backends.logprobs import warn_missing_logprobs
 from haystack_fusion.corpus import Question
 from haystack_fusion.evaluation.datasets import EvalDataset
 from haystack_fusion.evaluation.metrics import (
