@@ -45,6 +45,7 @@ from haystack_fusion.settings import (
     STORE_VARIABLE,
     index_path,
     strategy_defaults,
+    warn_deprecated,
 )
 from haystack_fusion.strategies import (
     CASCADE_MIN_CONFIDENCE,
@@ -240,8 +241,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-SERVER_CONCURRENCY = 4
-"""`eval --concurrency` default for an LLM behind a server (openai, ollama): questions answered at once."""
+SERVER_PARALLEL_QUESTIONS = 4
+"""`eval --parallel-questions` default for an LLM behind a server (openai, ollama): questions answered at once."""
+
+
+def _parallel_questions(args: argparse.Namespace, llm: str) -> int:
+    """`--parallel-questions`, else its deprecated name `--concurrency` (with a warning), else the default for `llm`."""
+    if args.concurrency is not None:
+        warn_deprecated("--concurrency", "--parallel-questions")
+    return args.parallel_questions or args.concurrency or (1 if llm == "local" else SERVER_PARALLEL_QUESTIONS)
 
 
 def _eval_retriever_factory(config: BackendConfig, documents: list[Any]) -> Any:
@@ -273,12 +281,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     dataset = load_dataset(args.dataset, corpus=args.corpus, cache_dir=args.cache_dir).only(args.questions)
     dataset = dataset.sample(args.sample, seed=args.seed).limit(args.limit)
     backends = _backends(args)
-    concurrency = args.concurrency or (1 if backends.llm == "local" else SERVER_CONCURRENCY)
     config = EvalConfig(
         strategies=[name.strip() for name in args.strategies.split(",") if name.strip()],
         top_ks=[int(k) for k in str(args.top_k).split(",")],
         setting=PassageSetting(gold_passage=args.gold_passage, noise_ratio=args.noise_ratio, seed=args.seed),
-        concurrency=concurrency,
+        parallel_questions=_parallel_questions(args, backends.llm),
         max_concurrency=args.max_concurrency,
         max_calls_in_flight=args.max_calls_in_flight,
         closed_book_filter=args.closed_book_filter,
@@ -630,11 +637,13 @@ def build_parser() -> argparse.ArgumentParser:
                       "(default: no sample, every question)"}),
         ("--questions", {"default": "all", "choices": ["all", "answerable", "unanswerable"], "help": "which "
                          "questions: all (default), answerable (noise robustness), unanswerable (reject rate)"}),
-        ("--concurrency", {"type": int, "help": "questions answered at once (default: 1 for the embedded model, "
-                           f"which runs one call at a time; {SERVER_CONCURRENCY} for an openai or ollama server)"}),
+        ("--parallel-questions", {"type": int, "help": "questions answered at once (default: 1 for the embedded "
+                                  "model, which runs one call at a time; "
+                                  f"{SERVER_PARALLEL_QUESTIONS} for an openai or ollama server)"}),
+        ("--concurrency", {"type": int, "help": "deprecated: the old name of --parallel-questions, with its default"}),
         ("--max-concurrency", {"type": int, "help": MAX_CONCURRENCY_HELP}),
         ("--max-calls-in-flight", {"type": int, "help": "LLM calls under way at once in the whole run, shared by "
-                                   "the --concurrency questions and their rounds (default: "
+                                   "the --parallel-questions questions and their rounds (default: "
                                    f"${MAX_CALLS_IN_FLIGHT_ENV}, else no limit): set it to what a rate-limited API "
                                    "allows, so a storm of 429s slows the run down instead of failing calls. Failed "
                                    "questions are recorded as failed, kept out of the report, and asked again by the "

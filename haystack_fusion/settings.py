@@ -13,7 +13,7 @@ Every setting the environment gives, and the defaults that depend on the LLM: th
 | `HAYSTACK_FUSION_<FIELD>` | `BackendConfig`'s | any other `BackendConfig` field: `RETRIEVER`, `TOP_K`, ... |
 | `HAYSTACK_FUSION_LLAMA_LOG` | unset: only llama.cpp's errors | 1: the embedded model's llama.cpp log lines on stderr |
 | `HAYSTACK_FUSION_SQUAD` | unset: the official SQuAD 2.0 dev set, downloaded once | the demo's SQuAD file |
-| `HAYSTACK_FUSION_MAX_IN_FLIGHT` | 1 local, 32 openai, 4 ollama | served requests that run at once |
+| `HAYSTACK_FUSION_MAX_REQUESTS` | 1 local, 32 openai, 4 ollama | served requests that run at once |
 | `HAYSTACK_FUSION_MAX_WAITING` | 64 | served requests that may wait for a slot |
 | `HAYSTACK_FUSION_QUEUE_TIMEOUT` | 300 local, 30 openai, 120 ollama | seconds a served request waits for a slot |
 | `HAYSTACK_FUSION_MAX_QUESTION_CHARS` | 2000 | the longest question served, in characters |
@@ -28,12 +28,16 @@ Every setting the environment gives, and the defaults that depend on the LLM: th
 | `HAYHOOKS_LOG_LEVEL` | INFO | Hayhooks' variable: the lowest level `haystack-fusion serve` logs |
 
 `ELASTICSEARCH_URL`, `OPENAI_BASE_URL` and `OLLAMA_HOST` are read here too, for `BackendConfig`. Needs no extra.
+`HAYSTACK_FUSION_MAX_IN_FLIGHT` is a deprecated name of `HAYSTACK_FUSION_MAX_REQUESTS` (`DEPRECATED_VARIABLES`). The
+concurrency settings of every level (a round, the process, the server, an evaluation) are in one table in
+docs/serving.md, "Concurrency".
 """
 
 from __future__ import annotations
 
 import os
 import re
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,12 +85,29 @@ _BACKEND_CASTS: dict[str, Callable[[str], Any]] = {
 }
 
 SERVING_LIMIT_VARIABLES = {
-    "max_in_flight": "HAYSTACK_FUSION_MAX_IN_FLIGHT",
+    "max_requests": "HAYSTACK_FUSION_MAX_REQUESTS",
     "max_waiting": "HAYSTACK_FUSION_MAX_WAITING",
     "queue_timeout": "HAYSTACK_FUSION_QUEUE_TIMEOUT",
     "max_question_chars": "HAYSTACK_FUSION_MAX_QUESTION_CHARS",
 }
 """`serving.hayhooks.ServingLimits` fields and the variables that set them."""
+
+DEPRECATED_VARIABLES = {"HAYSTACK_FUSION_MAX_IN_FLIGHT": "HAYSTACK_FUSION_MAX_REQUESTS"}
+"""Deprecated variable -> the variable it is an old name of: read when that one is unset, with a warning."""
+
+
+def warn_deprecated(old: str, new: str) -> None:
+    """Warn in one line (a `FutureWarning`, shown to users) that `old` is a deprecated name of `new`."""
+    warnings.warn(f"{old} is deprecated: it is an old name of {new}", FutureWarning, stacklevel=3)
+
+
+def _variable(env: Mapping[str, str], variable: str) -> str:
+    """`variable`, or the deprecated name of it when only that one is set (with a warning)."""
+    for old, new in DEPRECATED_VARIABLES.items():
+        if new == variable and not env.get(new, "").strip() and env.get(old, "").strip():
+            warn_deprecated(old, new)
+            return old
+    return variable
 
 
 def backend_values(fields: Iterable[str], env: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -117,7 +138,7 @@ def serving_limit_values(env: Mapping[str, str] | None = None) -> dict[str, floa
     env = os.environ if env is None else env
     values: dict[str, float | int] = {}
     for name, variable in SERVING_LIMIT_VARIABLES.items():
-        value = _number(env, variable, float if name == "queue_timeout" else int)
+        value = _number(env, _variable(env, variable), float if name == "queue_timeout" else int)
         if value is not None:
             values[name] = value
     return values
