@@ -252,6 +252,13 @@ def _parallel_questions(args: argparse.Namespace, llm: str) -> int:
     return args.parallel_questions or args.concurrency or (1 if llm == "local" else SERVER_PARALLEL_QUESTIONS)
 
 
+def _target_fallback(args: argparse.Namespace) -> float | None:
+    """`--target-fallback`, else its deprecated name `--target-escalation` (with a warning)."""
+    if args.target_escalation is not None:
+        warn_deprecated("--target-escalation", "--target-fallback")
+    return args.target_fallback if args.target_fallback is not None else args.target_escalation
+
+
 def _eval_retriever_factory(config: BackendConfig, documents: list[Any]) -> Any:
     """
     Retrievers for `eval`: over a new in-memory store of the dataset's passages, or the Elasticsearch index as it is.
@@ -304,7 +311,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     sample = f", stratified sample of {args.sample} (seed {args.seed})" if args.sample else ""
     title = (
         f"{dataset.name}: {len(dataset.questions)} questions{sample}; {backends.retrieval_label()}, "
-        f"{config.setting.label()}; LLM: {backends.escalation_label()}"
+        f"{config.setting.label()}; LLM: {backends.llms_label()}"
         + (", closed-book filtered" if config.closed_book_filter else "")
     )
     Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -368,7 +375,7 @@ def _write_report(
     runs: list[str] | None = None,
 ) -> None:
     """The report of `eval` and `report`, with `--baseline`, `--sas`, the run folders' notes and prices (`--price`
-    over them), `--target-accuracy` / `--target-escalation` and the records' run labels."""
+    over them), `--target-accuracy` / `--target-fallback` and the records' run labels."""
     from haystack_fusion.evaluation.report import write_report
 
     sas_scores = None
@@ -379,7 +386,7 @@ def _write_report(
     prices = {**prices, **dict(args.price or [])}
     write_report(records, out, title=title, baseline=args.baseline, sas=sas_scores, notes=notes, runs=runs,
                  prices={model: (float(price[0]), float(price[1])) for model, price in prices.items()},
-                 target_accuracy=args.target_accuracy, target_escalation=args.target_escalation)  # fmt: skip
+                 target_accuracy=args.target_accuracy, target_fallback=_target_fallback(args))  # fmt: skip
     print((Path(out) / "results.md").read_text(encoding="utf-8"))
 
 
@@ -574,8 +581,11 @@ REPORT_OPTIONS: list[Option] = [
                  "overrides them (default: none, cost unknown)"}),
     ("--target-accuracy", {"type": float, "metavar": "PERCENT", "help": "calibration: the cheapest tau whose "
                            "replayed SQuAD 2.0 EM reaches PERCENT (0-100) (default: the most accurate tau)"}),
-    ("--target-escalation", {"type": float, "metavar": "PERCENT", "help": "calibration: the most accurate tau that "
-                             "passes at most PERCENT (0-100) of the questions on to the later rounds (default: none)"}),
+    ("--target-fallback", {"type": float, "metavar": "PERCENT", "help": "calibration: the most accurate tau that "
+                           "passes at most PERCENT (0-100) of the questions on to the fallback rounds (default: "
+                           "none)"}),
+    ("--target-escalation", {"type": float, "metavar": "PERCENT", "help": "deprecated: the old name of "
+                             "--target-fallback, with its default"}),
 ]  # fmt: skip
 
 
@@ -700,7 +710,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("--llm", {"default": "local", "help": "local (the embedded model, default), openai (gpt-4o-mini; "
                    "$OPENAI_API_KEY and $OPENAI_BASE_URL read when the pipeline runs) or ollama (qwen3:0.6b at "
                    "http://localhost:11434); edit a file's `model:` for another"}),
-        ("--fallback-llm", {"help": "the LLM of the later rounds of concat_pf, pf_concat and cascade, as --llm "
+        ("--fallback-llm", {"help": "the LLM of the fallback rounds of concat_pf, pf_concat and cascade, as --llm "
                             "(default: --llm for every round); the file names end in _to_<it>"}),
         ("--es-url", {"default": es_url, "help": f"Elasticsearch hosts written into the YAML (default: {es_url})"}),
         ("--es-index", {"default": es_index, "help": "Elasticsearch index written into the YAML, the one `index "

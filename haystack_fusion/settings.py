@@ -6,7 +6,7 @@ Every setting the environment gives, and the defaults that depend on the LLM: th
 |---|---|---|
 | `HAYSTACK_FUSION_LLM` | local (the CLI); required when serving | the LLM backend: local, openai or ollama |
 | `HAYSTACK_FUSION_MODEL` | per backend (`backends.DEFAULT_MODELS`) | the model name for openai or ollama |
-| `HAYSTACK_FUSION_FALLBACK_LLM` | unset: the LLM | the LLM of the later rounds of concat_pf, pf_concat, cascade |
+| `HAYSTACK_FUSION_FALLBACK_LLM` | unset: the LLM | the LLM of the fallback rounds of concat_pf, pf_concat, cascade |
 | `HAYSTACK_FUSION_FALLBACK_MODEL`, `..._API_BASE_URL` | per backend | its model name and OpenAI-compatible server |
 | `HAYSTACK_FUSION_DOCUMENT_STORE` | memory (the CLI); required when serving | memory or elasticsearch |
 | `HAYSTACK_FUSION_STORE` | `~/.cache/haystack_fusion/index.json` | the saved in-memory index |

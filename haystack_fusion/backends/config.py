@@ -73,7 +73,7 @@ class BackendConfig:
     :param logprobs: Ask an OpenAI-compatible LLM for token log-probabilities, so answers carry a confidence (the
         embedded model returns them always; ollama-haystack none, so True is an error there).
     :param llama_log: Print the embedded model's llama.cpp log lines on stderr (by default only its errors).
-    :param fallback_llm: The LLM of the later rounds of `concat_pf`, `pf_concat` and `cascade` (`fallback_config`):
+    :param fallback_llm: The LLM of the fallback rounds of `concat_pf`, `pf_concat` and `cascade` (`fallback_config`):
         "local", "openai" or "ollama"; None: `llm` for every round.
     :param fallback_model: Its model name; None: `DEFAULT_MODELS` (the embedded model for "local").
     :param fallback_api_base_url: Its OpenAI-compatible server's URL; None: OpenAI (`OPENAI_BASE_URL`).
@@ -140,10 +140,10 @@ class BackendConfig:
         where = self.api_base_url if self.llm == "openai" else self.ollama_url
         return f"{self.llm} {model}" + (f" at {where}" if where else "")
 
-    def escalation_label(self) -> str:
-        """The LLM and, with a fallback, the escalation, e.g. "openai a at URL; later rounds: openai b at URL"."""
+    def llms_label(self) -> str:
+        """The LLM and the fallback LLM when there is one, e.g. "openai a at URL; fallback: openai b at URL"."""
         fallback = fallback_config(self)
-        return self.llm_label() + (f"; later rounds: {fallback.llm_label()}" if fallback else "")
+        return self.llm_label() + (f"; fallback: {fallback.llm_label()}" if fallback else "")
 
     def retrieval_label(self) -> str:
         """The retrieval as a report names it, e.g. "BM25 over memory" or "hybrid over elasticsearch index 'x'"."""
@@ -255,7 +255,7 @@ def retriever(config: BackendConfig, store: Any | None = None) -> Any:
 
 def fallback_config(config: BackendConfig) -> BackendConfig | None:
     """
-    The configuration of the later rounds' LLM (`fallback_llm`, `fallback_model`, `fallback_api_base_url`; the
+    The configuration of the fallback LLM (`fallback_llm`, `fallback_model`, `fallback_api_base_url`; the
     other settings shared where that LLM takes them: no timeout or retries for the embedded model, log-probabilities
     only from an OpenAI-compatible one); None without `fallback_llm`.
     """
@@ -284,7 +284,7 @@ request, so retries multiply; a server that keeps failing is the LLM server's ci
 
 
 def fallback_chat_generator(config: BackendConfig, *, default_max_retries: int | None = None) -> Any | None:
-    """The later rounds' ChatGenerator (`chat_generator` of `fallback_config`, with `default_max_retries`), or None
+    """The fallback rounds' ChatGenerator (`chat_generator` of `fallback_config`, with `default_max_retries`), or None
     without `fallback_llm`."""
     fallback = fallback_config(config)
     return None if fallback is None else chat_generator(fallback, default_max_retries=default_max_retries)

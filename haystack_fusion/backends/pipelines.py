@@ -33,7 +33,7 @@ def backend_pipeline(
     1. `settings.strategy_defaults(config.llm)`: what the LLM needs (the embedded base model: SuRe's few-shot
        candidate prompt, 400 tokens for Chain-of-Note's notes);
     2. `settings`, the caller's explicit `StrategyConfig` fields (command-line flags, `EvalConfig.strategy_options`);
-    3. the later rounds' LLM: `fallback_chat_generator`, else the backend's (`config.fallback_chat_generator`), for
+    3. the fallback LLM: `fallback_chat_generator`, else the backend's (`config.fallback_chat_generator`), for
        `concat_pf`, `pf_concat` and `cascade`;
 
     then `strategies.strategy_settings` leaves out what the strategy does not take, and `strategies.build_pipeline`
@@ -51,18 +51,18 @@ def backend_pipeline(
     ```
 
     :param strategy: A registered strategy name.
-    :param config: The backend: store, retriever, LLM and later rounds' LLM. None (an evaluation's own retriever and
+    :param config: The backend: store, retriever, LLM and fallback LLM. None (an evaluation's own retriever and
         generators): no defaults and no backend components, so `chat_generator` is required, the pipeline takes its
-        passages as the `documents` input without `retriever`, and the later rounds' LLM is `fallback_chat_generator`
+        passages as the `documents` input without `retriever`, and the fallback LLM is `fallback_chat_generator`
         or the one `settings` names.
     :param settings: `StrategyConfig` fields (`num_candidates`, `few_shot`, `note_generation_kwargs`, ...); fields the
-        strategy does not take (`fallback_chat_generator` outside the escalating strategies, the confidence settings
+        strategy does not take (`fallback_chat_generator` outside `FALLBACK_STRATEGIES`, the confidence settings
         without a concatenation round) are left out.
     :param retriever: A retriever component (`query` and `top_k` inputs, a `documents` output), e.g. the YAML's
         `SavedInMemoryBM25Retriever` or an evaluation's `EvalRetriever`; None: the backend's.
     :param chat_generator: The LLM of every round (a ChatGenerator, e.g. serving's `CallLimitedChatGenerator`); None:
         the backend's.
-    :param fallback_chat_generator: The later rounds' ChatGenerator; None: the backend's (None without
+    :param fallback_chat_generator: The fallback rounds' ChatGenerator; None: the backend's (None without
         `fallback_llm`: every round on `chat_generator`).
     :param max_concurrency: LLM calls of one round under way at once (None: all of them).
     :returns: A new Pipeline, not warmed up (the embedded model and a saved index load on `warm_up` or the first run).

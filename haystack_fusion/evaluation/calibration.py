@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from scipy import stats
 
-from haystack_fusion.evaluation.cost import Price, escalated, model_usage, question_cost, usage_cost
+from haystack_fusion.evaluation.cost import Price, fell_back, model_usage, question_cost, usage_cost
 from haystack_fusion.evaluation.metrics import (
     _RNG_KEYWORD,
     BOOTSTRAP_RESAMPLES,
@@ -156,12 +156,12 @@ class Replayed(NamedTuple):
         return bool(self.em == 1.0) if self.answerable else self.unknown
 
 
-def _later_rounds(records: Sequence[QuestionRecord]) -> dict[tuple[int, str, str], QuestionRecord]:
-    """The later rounds' record of each (k, setting, question): a `post_fusion` record, else a record of an escalated
-    question (`concat_pf`, `cascade`), whose answer the later rounds gave; the first such record of the folders."""
+def _fallback_records(records: Sequence[QuestionRecord]) -> dict[tuple[int, str, str], QuestionRecord]:
+    """The fallback rounds' record of each (k, setting, question): a `post_fusion` record, else a record of a question
+    that fell back (`concat_pf`, `cascade`), whose answer the fallback rounds gave; the first such of the folders."""
     later: dict[tuple[int, str, str], QuestionRecord] = {}
     for record in records:
-        if record.strategy == "post_fusion" or escalated(record):
+        if record.strategy == "post_fusion" or fell_back(record):
             key = (record.top_k, record.setting, record.question_id)
             if record.strategy == "post_fusion" and later.get(key, record).strategy != "post_fusion":
                 del later[key]
@@ -195,7 +195,7 @@ def _first_cost(
 
 
 def _later_cost(later: QuestionRecord, first_cost: float | None, prices: Mapping[str, Price]) -> float | None:
-    """The later rounds' cost: a post_fusion record's whole cost; an escalated record's cost less its first round,
+    """The fallback rounds' cost: a post_fusion record's whole cost; a fallen-back record's cost less its first round,
     taken to be the replayed one's (same first-round model, greedy decoding)."""
     cost = question_cost(later, prices)
     if cost is None or later.strategy == "post_fusion":
@@ -210,21 +210,21 @@ def replay(
     Replay `concat_pf` at tau (None: the text-only fallback, Liu et al.) from the questions with a `concatenation`
     record (the first round; the first of the folders) with a confidence, its own or, when it has none, the one a
     `concat_pf` or `cascade` run's router gave the same first answer (`_judged`: the agreement of sampled answers,
-    which a lone concatenation call does not have), and a later rounds' record at the same k and setting
-    (`_later_rounds`: a `post_fusion` record, else an escalated `concat_pf` or `cascade` record, from any folder, e.g.
-    one run on a stronger model). A question answered at the first round by the judging run has no later rounds'
-    record: it is replayed at the taus that keep its answer (confidence >= tau), left out at the others (`sweep`
-    keeps only the taus that replay every question). An unknown first answer, or one the answer checks rejected
+    which a lone concatenation call does not have), and a fallback rounds' record at the same k and setting
+    (`_fallback_records`: a `post_fusion` record, else a `concat_pf` or `cascade` record that fell back, from any
+    folder, e.g. one run on a stronger model). A question answered at the first round by the judging run has no
+    fallback record: it is replayed at the taus that keep its answer (confidence >= tau), left out at the others
+    (`sweep` keeps only the taus that replay every question). An unknown first answer, or one the answer checks rejected
     (`answer_source` "invalid"), is passed on at every tau, as `UnknownRouter` passes it on.
 
     :param prices: US dollars per million tokens per model: each outcome's `cost` is the first round's cost plus, when
-        the question is passed on, the later rounds' cost.
+        the question is passed on, the fallback rounds' cost.
     :returns: (k, setting) -> question id -> `Replayed`.
     """
     index: dict[tuple[str, int, str, str], QuestionRecord] = {}
     for record in records:
         index.setdefault(record.key(), record)
-    later, judging = _later_rounds(records), _judged(records)
+    later, judging = _fallback_records(records), _judged(records)
     replayed: dict[tuple[int, str], dict[str, Replayed]] = {}
     for (strategy, top_k, setting, question_id), first in index.items():
         fused, judged = later.get((top_k, setting, question_id)), judging.get((top_k, setting, question_id))
@@ -252,7 +252,7 @@ def replay(
 def replay_summary(outcomes: Iterable[Replayed], *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
     """
     The rates of replayed outcomes, in percent with 95% bootstrap CIs: `squad2_em`, `em`, `f1` (answerable),
-    `reject_rate` (unanswerable answered "unknown") and `fallback_rate` (passed on to the later rounds); and
+    `reject_rate` (unanswerable answered "unknown") and `fallback_rate` (passed on to the fallback rounds); and
     `cost_per_question` in US dollars with its CI (None unless every outcome has a cost).
     """
     items = list(outcomes)
@@ -294,7 +294,7 @@ def sweep(
 
 
 def _cheapness(row: dict[str, Any]) -> float:
-    """A row's cost per question, else its fallback rate (the later rounds' calls) when the cost is unknown."""
+    """A row's cost per question, else its fallback rate (the fallback rounds' calls) when the cost is unknown."""
     return row["cost_per_question"] if row.get("cost_per_question") is not None else row["fallback_rate"]
 
 
@@ -302,44 +302,44 @@ def choose(
     rows: Sequence[dict[str, Any]],
     *,
     target_accuracy: float | None = None,
-    target_escalation: float | None = None,
+    target_fallback: float | None = None,
 ) -> dict[str, Any] | None:
     """
     The sweep row (a tau, not the text-only row) to run with. With no target: the highest SQuAD 2.0 EM, ties to the
     smaller fallback rate, then to the smaller tau. `target_accuracy` (SQuAD 2.0 EM, %): the cheapest row that reaches
-    it (cost per question, else fallback rate). `target_escalation` (%): the most accurate row whose fallback rate is
+    it (cost per question, else fallback rate). `target_fallback` (%): the most accurate row whose fallback rate is
     at most it.
 
     :returns: The row; None for no rows, or no row that meets the target.
     :raises ValueError: If both targets are given, or a target is outside [0, 100].
     """
-    if target_accuracy is not None and target_escalation is not None:
-        raise ValueError("give `target_accuracy` or `target_escalation`, not both")
-    for name, target in (("target_accuracy", target_accuracy), ("target_escalation", target_escalation)):
+    if target_accuracy is not None and target_fallback is not None:
+        raise ValueError("give `target_accuracy` or `target_fallback`, not both")
+    for name, target in (("target_accuracy", target_accuracy), ("target_fallback", target_fallback)):
         if target is not None and not 0.0 <= target <= 100.0:
             raise ValueError(f"`{name}` is a percentage in [0, 100], got {target!r}")
     candidates = [row for row in rows if row.get("squad2_em") is not None and row.get("tau") is not None]
     if target_accuracy is not None:
         reaching = [row for row in candidates if row["squad2_em"] >= target_accuracy]
         return min(reaching, key=lambda row: (_cheapness(row), -row["squad2_em"], row["tau"]), default=None)
-    if target_escalation is not None:
-        candidates = [row for row in candidates if row["fallback_rate"] <= target_escalation]
+    if target_fallback is not None:
+        candidates = [row for row in candidates if row["fallback_rate"] <= target_fallback]
     return max(candidates, key=lambda row: (row["squad2_em"], -row["fallback_rate"], -row["tau"]), default=None)
 
 
 def choice_reason(
-    best: dict[str, Any] | None, *, target_accuracy: float | None = None, target_escalation: float | None = None
+    best: dict[str, Any] | None, *, target_accuracy: float | None = None, target_fallback: float | None = None
 ) -> str:
     """Why `choose` picked its row (or none), one sentence for the report."""
     if target_accuracy is not None:
         if best is None:
             return f"No tau reaches {target_accuracy:g}% SQuAD 2.0 EM."
-        cost = "cheapest" if best.get("cost_per_question") is not None else "least escalating (no prices)"
+        cost = "cheapest" if best.get("cost_per_question") is not None else "least falling back (no prices)"
         return f"tau {best['tau']:g} is the {cost} tau with SQuAD 2.0 EM >= {target_accuracy:g}%."
-    if target_escalation is not None:
+    if target_fallback is not None:
         if best is None:
-            return f"No tau escalates at most {target_escalation:g}% of the questions."
-        return f"tau {best['tau']:g} is the most accurate tau that escalates at most {target_escalation:g}%."
+            return f"No tau passes at most {target_fallback:g}% of the questions on to the fallback rounds."
+        return f"tau {best['tau']:g} is the most accurate tau whose fallback rate is at most {target_fallback:g}%."
     return "" if best is None else f"tau {best['tau']:g} has the highest SQuAD 2.0 EM."
 
 
@@ -443,19 +443,19 @@ def calibration_report(
     seed: int = DEFAULT_SEED,
     prices: Mapping[str, Price] | None = None,
     target_accuracy: float | None = None,
-    target_escalation: float | None = None,
+    target_fallback: float | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """
     The calibration sections of a report, each only when its records are there.
 
     :param prices: US dollars per million tokens per model, for the replay's cost per question.
     :param target_accuracy: The SQuAD 2.0 EM (%) the chosen tau must reach (`choose`).
-    :param target_escalation: The largest share of questions escalated (%) the chosen tau may have (`choose`).
+    :param target_fallback: The largest share of questions that fall back (%) the chosen tau may have (`choose`).
     :returns: (markdown, summary dict with `auroc`, `concat_pf_sweep`, `tau_choice` (the chosen `tau`, `top_k`,
         `setting`, `target`, `reason`; None without a sweep), `consistency`, `verification`, `stages`).
     :raises ValueError: As `choose`.
     """
-    targets = {"target_accuracy": target_accuracy, "target_escalation": target_escalation}
+    targets = {"target_accuracy": target_accuracy, "target_fallback": target_fallback}
     rows = sweep(records, seed=seed, prices=prices)
     best = choose(rows, **targets)
     summary: dict[str, Any] = {
@@ -502,11 +502,11 @@ def calibration_report(
         same, compared = summary["consistency"]
         parts.append(
             "\n## concat_pf replayed at each threshold\n\nReplayed exactly from the concatenation records (the first "
-            "round) and the later rounds' records of the same questions: post_fusion, else an escalated concat_pf or "
-            "cascade record, from any folder given (tau `–`: text only, the paper's); a selection of the grid, all of "
-            "it in summary.json. SQuAD 2.0 EM counts an unanswerable question right when the answer is unknown; "
-            "fallback %: the share passed on to the later rounds"
-            + ("; cost/q: the first round's cost, plus the later rounds' when passed on" if priced else "")
+            "round) and the fallback rounds' records of the same questions: post_fusion, else a concat_pf or cascade "
+            "record that fell back, from any folder given (tau `–`: text only, the paper's); a selection of the grid, "
+            "all of it in summary.json. SQuAD 2.0 EM counts an unanswerable question right when the answer is unknown; "
+            "fallback %: the share passed on to the fallback rounds"
+            + ("; cost/q: the first round's cost, plus the fallback rounds' when passed on" if priced else "")
             + f".\n\n{table}\n\n{summary['tau_choice']['reason']}"
             + (f"\n\nThe text-only replay reproduces {same} of {compared} concat_pf records." if compared else "")
         )

@@ -1,12 +1,13 @@
 """
 What a run costs: prices per model, each question's cost in US dollars, calls and tokens per model, the share of
-questions escalated, and accuracy against cost as a chart (matplotlib, the `eval` extra).
+questions that fell back, and accuracy against cost as a chart (matplotlib, the `eval` extra).
 
 A price is US dollars per million prompt (input) and completion (output) tokens. A question's usage per model is
 `evidence["usage_by_model"]` (model name -> `prompt_tokens`, `completion_tokens`, `calls`, ...); a record without it
-counts its whole usage against the run's one model (`with_model`). A question is escalated when the first round
-(concatenation) passed it on to the later rounds (`evidence["fallback"]`, set by `concat_pf` and `cascade`); FrugalGPT
-(Chen et al., 2023) reads a cascade by these two figures, the cost and the share that reached the strong model.
+counts its whole usage against the run's one model (`with_model`). A question falls back when the first round
+(concatenation) passes it on to the fallback rounds (`evidence["fallback"]`, set by `concat_pf` and `cascade`);
+FrugalGPT (Chen et al., 2023) reads a cascade by these two figures, the cost and the share that reached the strong
+model.
 """
 
 from __future__ import annotations
@@ -96,8 +97,8 @@ def question_cost(record: QuestionRecord, prices: Mapping[str, Price]) -> float 
     return None if None in costs else sum(c for c in costs if c is not None)
 
 
-def escalated(record: QuestionRecord) -> bool | None:
-    """Whether the first round passed the question on to the later rounds; None for a strategy without rounds."""
+def fell_back(record: QuestionRecord) -> bool | None:
+    """Whether the first round passed the question on to the fallback rounds; None for a strategy without rounds."""
     fallback = record.evidence.get("fallback")
     return None if fallback is None else bool(fallback)
 
@@ -109,14 +110,14 @@ def run_cost(
     A run's cost figures, means over its questions.
 
     :returns: `cost_per_question` (US dollars; None when a model lacks a price) and `cost_per_question_ci` (95%
-        bootstrap, `metrics.mean_ci`), `escalated_rate` (%, None for strategies without rounds) and its `_ci`,
-        `models` (one dict per model: `model`, `calls_per_question`, `prompt_tokens_per_question`,
-        `completion_tokens_per_question`, `cost_per_question`), `unpriced_models`.
+        bootstrap, `metrics.mean_ci`), `escalated_rate` (% of the questions that fell back; None for strategies
+        without rounds) and its `_ci`, `models` (one dict per model: `model`, `calls_per_question`,
+        `prompt_tokens_per_question`, `completion_tokens_per_question`, `cost_per_question`), `unpriced_models`.
     """
     n = len(records)
     usages = [model_usage(record) for record in records]
     costs = [question_cost(record, prices) for record in records]
-    flags = [flag for record in records if (flag := escalated(record)) is not None]
+    flags = [flag for record in records if (flag := fell_back(record)) is not None]
     models = []
     for model in dict.fromkeys(name for usage in usages for name in usage):
         mine = [usage.get(model) or {} for usage in usages]
@@ -130,12 +131,12 @@ def run_cost(
     known = [cost for cost in costs if cost is not None]
     priced = bool(known) and len(known) == n
     cost_ci = mean_ci(known, seed=seed) if priced else None
-    escalated_ci = rate_ci(flags, seed=seed) if flags else None
+    fallback_ci = rate_ci(flags, seed=seed) if flags else None
     return {
         "cost_per_question": sum(known) / n if priced else None,
         "cost_per_question_ci": list(cost_ci) if cost_ci else None,
         "escalated_rate": 100.0 * sum(flags) / len(flags) if flags else None,
-        "escalated_rate_ci": list(escalated_ci) if escalated_ci else None,
+        "escalated_rate_ci": list(fallback_ci) if fallback_ci else None,
         "models": models,
         "unpriced_models": [m["model"] for m in models if m["cost_per_question"] is None],
     }

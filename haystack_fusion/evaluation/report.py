@@ -3,8 +3,8 @@ The evaluation report: summary JSON, a markdown table laid out like Liu et al.'s
 
 Rates carry 95% bootstrap intervals; strategies are compared with a baseline by paired bootstrap intervals of their EM
 and F1 difference (Kim et al., Appendix H; `metrics.rate_ci`). With prices, each run's cost per question in US dollars
-and the share of questions escalated (`cost.run_cost`), and accuracy against cost as a chart. Records of several run
-folders are told apart by a run label per record. Charts need matplotlib (`eval` extra).
+and the share of questions that fell back (`cost.run_cost`), and accuracy against cost as a chart. Records of several
+run folders are told apart by a run label per record. Charts need matplotlib (`eval` extra).
 """
 
 from __future__ import annotations
@@ -231,7 +231,7 @@ MAIN_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
 
 COST_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "cost/q $": lambda s: dollars(s["cost_per_question"], s.get("cost_per_question_ci"), missing="-"),
-    "escalated": lambda s: _rate(s, "escalated_rate", True),
+    "fallback %": lambda s: _rate(s, "escalated_rate", True),
 }
 """Main-table columns after F1, each only when some run has its figure (`cost.run_cost`)."""
 
@@ -303,7 +303,7 @@ def _table(
 
 def main_columns(summaries: Sequence[dict[str, Any]]) -> dict[str, Callable[[dict[str, Any]], Any]]:
     """`MAIN_COLUMNS` with the `COST_COLUMNS` some run has a figure for after F1."""
-    figures = {"cost/q $": "cost_per_question", "escalated": "escalated_rate"}
+    figures = {"cost/q $": "cost_per_question", "fallback %": "escalated_rate"}
     columns: dict[str, Callable[[dict[str, Any]], Any]] = {}
     for name, cell in MAIN_COLUMNS.items():
         columns[name] = cell
@@ -344,7 +344,7 @@ def markdown_table(
         )
     if any(s.get("escalated_rate") is not None for s in summaries):
         notes += (
-            "\n\nescalated: share of the questions (%) the first round (concatenation) passed on to the later rounds; "
+            "\n\nfallback %: share of the questions the first round (concatenation) passed on to the fallback rounds; "
             "- for strategies without rounds."
         )
     compared = [s for s in summaries if s["strategy"] != baseline and "em_diff" in s] if baseline else []
@@ -420,7 +420,7 @@ def write_report(
     runs: Sequence[str] | None = None,
     prices: Mapping[str, Price] | None = None,
     target_accuracy: float | None = None,
-    target_escalation: float | None = None,
+    target_fallback: float | None = None,
 ) -> dict[str, Any]:
     """
     Write `summary.json` (`title`, `baseline`, `bootstrap`, `prices`, `runs`, `calibration`, `notes`), `results.md`
@@ -433,7 +433,8 @@ def write_report(
     :param prices: US dollars per million prompt and completion tokens per model (`cost.parse_prices`): each run's
         `cost_per_question` and the `accuracy_vs_cost.png` chart.
     :param target_accuracy: SQuAD 2.0 EM (%) the calibrated tau must reach (`calibration.choose`).
-    :param target_escalation: The largest share escalated (%) the calibrated tau may have (`calibration.choose`).
+    :param target_fallback: The largest share of questions that fall back (%) the calibrated tau may have
+        (`calibration.choose`).
     :returns: The summary written.
     :raises ValueError: If there are no records, `baseline` names a strategy that has no records, `runs` does not
         have one label per record, or the targets are invalid (`calibration.choose`).
@@ -459,7 +460,7 @@ def write_report(
             s["sas_ci"] = _ci(values, seed)
     bootstrap = bootstrap_settings(seed)
     calibrated, calibration = calibration_report(
-        records, out, seed=seed, prices=prices, target_accuracy=target_accuracy, target_escalation=target_escalation
+        records, out, seed=seed, prices=prices, target_accuracy=target_accuracy, target_fallback=target_fallback
     )
     unpriced = list(dict.fromkeys(model for s in summaries for model in s["unpriced_models"]))
     if prices and unpriced:

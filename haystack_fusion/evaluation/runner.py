@@ -178,7 +178,7 @@ class Evaluator:
 
     :param retriever_factory: Makes a fresh retriever (one per pipeline).
     :param generator_factory: Makes a fresh ChatGenerator (one per pipeline).
-    :param fallback_generator_factory: Makes the ChatGenerator of the later rounds of `concat_pf`, `pf_concat` and
+    :param fallback_generator_factory: Makes the ChatGenerator of the fallback rounds of `concat_pf`, `pf_concat` and
         `cascade` (`StrategyConfig.fallback_chat_generator`); None: `generator_factory`'s for every round.
     """
 

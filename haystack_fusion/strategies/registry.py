@@ -124,8 +124,8 @@ def _templates(config: StrategyConfig, **names: str) -> dict[str, Any]:
     return {**templates, "system_prompt": config.system_prompt}
 
 
-def _later_rounds(config: StrategyConfig) -> ChatGenerator:
-    """The LLM of every round after the first of `concat_pf`, `pf_concat` and `cascade`: the escalation model."""
+def _fallback_llm(config: StrategyConfig) -> ChatGenerator:
+    """The LLM of every round after the first of `concat_pf`, `pf_concat` and `cascade`: the fallback LLM."""
     return config.fallback_chat_generator or config.chat_generator
 
 
@@ -149,7 +149,7 @@ def _fallback_chain(config: StrategyConfig, min_confidence: float | None) -> Par
     """
     Concatenation, routed on its answer (unknown, or confidence below `min_confidence`: from token log-probabilities
     or from the agreement of sampled answers, `config.confidence`) to post-fusion over the same passages (Liu et al.,
-    section 3.3) on the escalation model; the concatenation answer goes to the joiner, the caller connects the voter's.
+    section 3.3) on the fallback LLM; the concatenation answer goes to the joiner, the caller connects the voter's.
     A failed concatenation call goes to post-fusion too: its generator is wrapped in an `AbstainingChatGenerator`,
     which reports the failure instead of raising it (and makes the agreement's sampled calls).
     """
@@ -168,7 +168,7 @@ def _fallback_chain(config: StrategyConfig, min_confidence: float | None) -> Par
             demonstrations=list(PROMPTS["figure7"].demonstrations),
             confidence=config.confidence,
         ),
-        voter=_voter(config, _later_rounds(config)),
+        voter=_voter(config, _fallback_llm(config)),
         joiner=AnswerJoiner(),
     )
     connections += [
@@ -195,12 +195,12 @@ def _cascade(config: StrategyConfig) -> Parts:
     components, connections = _fallback_chain(config, tau)
     components.update(
         {SPLIT_ROUTER: SplitVoteRouter(min_vote_share=share, max_candidates=max(2, config.num_candidates))},
-        summarizer=_summarizer(config, "conditional", _later_rounds(config)),
+        summarizer=_summarizer(config, "conditional", _fallback_llm(config)),
         verifier=_verifier(
             config,
             True,
             config.verifier_scoring or "probability",
-            config.verifier_chat_generator or _later_rounds(config),
+            config.verifier_chat_generator or _fallback_llm(config),
         ),
     )
     connections += [
@@ -223,7 +223,7 @@ def _pf_concat(config: StrategyConfig) -> Parts:
     """Post-fusion candidates, then one concatenation over the passages that did not say unknown (section 3.3); when
     every passage said unknown the distiller does not run and the voter's "unknown" reaches the joiner."""
     components, connections = _prompt_chain(
-        config, "distiller", "voter.documents", chat_generator=_later_rounds(config)
+        config, "distiller", "voter.documents", chat_generator=_fallback_llm(config)
     )
     components.update(voter=_voter(config), joiner=AnswerJoiner())
     connections += [
@@ -410,16 +410,16 @@ def _check_prompts(strategy: Strategy, config: StrategyConfig) -> None:
             )
 
 
-ESCALATING = ("concat_pf", "pf_concat", "cascade")
-"""The strategies whose later rounds run on `StrategyConfig.fallback_chat_generator`."""
+FALLBACK_STRATEGIES = ("concat_pf", "pf_concat", "cascade")
+"""The strategies whose fallback rounds run on `StrategyConfig.fallback_chat_generator`."""
 
 
-def _check_escalation(strategy: Strategy, config: StrategyConfig) -> None:
-    """A fallback LLM only for `ESCALATING` strategies, a confidence setting only for those with a concatenation
+def _check_fallback(strategy: Strategy, config: StrategyConfig) -> None:
+    """A fallback LLM only for `FALLBACK_STRATEGIES`, a confidence setting only for the strategies with a concatenation
     round to judge; raises ValueError naming the strategies that take it."""
-    if config.fallback_chat_generator is not None and strategy.name not in ESCALATING:
+    if config.fallback_chat_generator is not None and strategy.name not in FALLBACK_STRATEGIES:
         raise ValueError(
-            f"`fallback_chat_generator` is for the strategies with later rounds ({', '.join(ESCALATING)}), "
+            f"`fallback_chat_generator` is for the strategies with fallback rounds ({', '.join(FALLBACK_STRATEGIES)}), "
             f"not {strategy.name!r}"
         )
     judged = [name for name, s in STRATEGIES.items() if CONCATENATION in s.stages]
@@ -432,14 +432,14 @@ def _check_escalation(strategy: Strategy, config: StrategyConfig) -> None:
 def strategy_settings(name: str, settings: dict[str, Any]) -> dict[str, Any]:
     """
     `settings` (`StrategyConfig` fields) without those strategy `name` does not take: `fallback_chat_generator`
-    outside `ESCALATING`, the confidence settings without a concatenation round to judge. For a command line or an
-    evaluation that gives several strategies the same flags; `build_pipeline` itself rejects them.
+    outside `FALLBACK_STRATEGIES`, the confidence settings without a concatenation round to judge. For a command line or
+    an evaluation that gives several strategies the same flags; `build_pipeline` itself rejects them.
 
     :raises ValueError: If the strategy is not registered.
     """
     strategy = get_strategy(name)
     left_out = set()
-    if strategy.name not in ESCALATING:
+    if strategy.name not in FALLBACK_STRATEGIES:
         left_out.add("fallback_chat_generator")
     if CONCATENATION not in strategy.stages:
         left_out |= {"confidence", "agreement_samples", "agreement_temperature"}
@@ -493,12 +493,12 @@ def build_pipeline(name: str, *, retriever: Any | None = None, **config: Any) ->
     :returns: A new Pipeline.
     :raises ValueError: If the strategy is not registered, `prompts` names a prompt the strategy does not render, a
         template there or in a component does not use the variables its prompt needs or uses others, a setting is out
-        of range, or `fallback_chat_generator` / `confidence` is given to a strategy without later rounds / without a
+        of range, or `fallback_chat_generator` / `confidence` is given to a strategy without fallback rounds / without a
         first answer to judge.
     """
     strategy, settings = get_strategy(name), StrategyConfig(**config)
     _check_prompts(strategy, settings)
-    _check_escalation(strategy, settings)
+    _check_fallback(strategy, settings)
     components, connections = strategy.build(settings)
     if retriever is not None:
         components = {**components, RETRIEVER: retriever}
