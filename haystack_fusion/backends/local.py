@@ -47,8 +47,7 @@ DEFAULT_CONTEXT_TOKENS = 8192
 
 DEFAULT_BATCH_TOKENS = 512
 """llama.cpp's prompt batch size, in tokens, and the granularity of the reused prefix. The batch size changes
-llama.cpp's floating-point results (a SQuAD 2.0 prompt gets another greedy answer at 64 or 128 than at 512): keep
-512."""
+llama.cpp's floating-point results, so greedy answers too: keep 512."""
 
 REPLY_CACHE_SIZE = 4096
 """Greedy replies a loaded embedded model remembers (least recently used first out): a few MB of text."""

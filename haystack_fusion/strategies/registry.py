@@ -40,12 +40,12 @@ VERIFICATION = Stage("verification", "verifier")
 NOTES = Stage("notes", "note_taker")
 
 CASCADE_MIN_CONFIDENCE = 0.25
-"""tau, the `cascade` strategy's default confidence floor for the concatenation answer: the replayed concat_pf sweep's
-best SQuAD 2.0 EM on a development split kept apart from the reported sample."""
+"""tau, the `cascade` strategy's default confidence floor for the concatenation answer (how it was chosen:
+docs/post-fusion.md)."""
 
 CASCADE_MIN_VOTE_SHARE = 0.5
 """s, the `cascade` strategy's default: a post-fusion winner with less than half of the votes (or a tie at the top)
-is verified by SuRe (`SplitVoteRouter`). Not yet chosen on data."""
+is verified by SuRe (`SplitVoteRouter`)."""
 
 
 def _chain_generator(chat_generator: ChatGenerator, stop: tuple[str, ...]) -> ChatGenerator:
