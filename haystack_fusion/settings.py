@@ -58,7 +58,6 @@ CACHE_DIR = Path("~/.cache/haystack_fusion")
 """Where downloads and the default index live."""
 
 DEFAULT_INDEX_PATH = "~/.cache/haystack_fusion/index.json"
-"""The saved in-memory index when neither `--store` nor `HAYSTACK_FUSION_STORE` names one."""
 
 BACKEND_VARIABLES = {
     "store": DOCUMENT_STORE_VARIABLE,
@@ -67,11 +66,10 @@ BACKEND_VARIABLES = {
     "api_base_url": "OPENAI_BASE_URL",
     "ollama_url": "OLLAMA_HOST",
 }
-"""`BackendConfig` fields read from variables of their own; every other field `f` from `HAYSTACK_FUSION_<F>`."""
+"""`BackendConfig` fields with variables of their own; any other field `f` is read from `HAYSTACK_FUSION_<F>`."""
 
 
 def _is_on(value: str) -> bool:
-    """A boolean variable's value: 1, true, yes or on (any case) is True, anything else False."""
     return value.lower() in ("1", "true", "yes", "on")
 
 
@@ -112,11 +110,10 @@ def _variable(env: Mapping[str, str], variable: str) -> str:
 
 def backend_values(fields: Iterable[str], env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """
-    The `BackendConfig` fields the environment (default `os.environ`) sets: `BACKEND_VARIABLES`, else
-    `HAYSTACK_FUSION_<FIELD>`.
+    The `BackendConfig` fields the environment (default `os.environ`) sets, from `BACKEND_VARIABLES`, else
+    `HAYSTACK_FUSION_<FIELD>`: numbers as int (`timeout` as float), `logprobs` and `llama_log` as bool (1, true, yes,
+    on), the rest as str; unset and empty variables left out.
 
-    :returns: Field -> value for each variable that is set and not empty: `top_k`, `max_retries`, `max_tokens` as
-        int, `timeout` as float (seconds), `logprobs` and `llama_log` as bool (1, true, yes, on), the rest as str.
     :raises ValueError: If a number variable does not hold a number.
     """
     env = os.environ if env is None else env
@@ -129,12 +126,8 @@ def backend_values(fields: Iterable[str], env: Mapping[str, str] | None = None) 
 
 
 def serving_limit_values(env: Mapping[str, str] | None = None) -> dict[str, float | int]:
-    """
-    The serving limits the environment (default `os.environ`) sets (`SERVING_LIMIT_VARIABLES`).
-
-    :returns: Field -> value for each variable that is set: `queue_timeout` as float (seconds), the rest as int.
-    :raises ValueError: If a variable is not a number, naming it.
-    """
+    """The `SERVING_LIMIT_VARIABLES` the environment (default `os.environ`) sets: `queue_timeout` a float (seconds), the
+    rest int; raises ValueError naming a variable that is not a number."""
     env = os.environ if env is None else env
     values: dict[str, float | int] = {}
     for name, variable in SERVING_LIMIT_VARIABLES.items():
@@ -145,9 +138,7 @@ def serving_limit_values(env: Mapping[str, str] | None = None) -> dict[str, floa
 
 
 def _number(env: Mapping[str, str], variable: str, cast: Callable[[str], float | int]) -> float | int | None:
-    """`variable`'s value in `env` as `cast` reads it; None when unset or empty.
-
-    :raises ValueError: If the value is not a number, naming the variable."""
+    """`variable`'s value as `cast` reads it; None when unset or empty; ValueError naming it when no number."""
     raw = env.get(variable, "").strip()
     if not raw:
         return None
@@ -175,27 +166,20 @@ def squad_file(env: Mapping[str, str] | None = None) -> str | None:
 
 
 def strategy_defaults(llm: str) -> dict[str, Any]:
-    """
-    Strategy settings that depend on the LLM (`BackendConfig.llm`), as `StrategyConfig` fields.
-
-    The embedded model is a base model that continues text: it gets SuRe's few-shot candidate prompt (Kim et al.,
-    Listing 13) and 400 tokens for Chain-of-Note's notes. Chat models get the papers' defaults (zero-shot Listing 6).
-    """
+    """`StrategyConfig` fields that depend on the LLM: the embedded base model gets SuRe's few-shot candidate prompt
+    (Kim et al., Listing 13) and 400 tokens for Chain-of-Note's notes; chat models the papers' defaults (Listing 6)."""
     if llm == "local":
         return {"few_shot": True, "note_generation_kwargs": {"max_tokens": 400}}
     return {}
 
 
-_ORIGIN = re.compile(r"https?://[^/\s*]+")
-"""A web origin: scheme, host and optional port, no path and no wildcard."""
+_ORIGIN = re.compile(r"https?://[^/\s*]+")  # scheme, host and optional port; no path, no wildcard
 
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 """The largest request body a served app reads by default, in bytes (1 MiB; the longest question: 2,000 characters)."""
 
-_HOST = re.compile(r"(?:\*\.)?[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
-"""A `Host` name of `HAYSTACK_FUSION_ALLOWED_HOSTS`: a DNS name or IPv4 address (`*.` prefix allowed), or an IPv6
-address in brackets; no port."""
+_HOST = re.compile(r"(?:\*\.)?[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")  # a name (`*.` allowed), IPv4 or [IPv6]; no port
 
 
 @dataclass(frozen=True)
@@ -238,12 +222,8 @@ class AccessSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AccessSettings:
-        """
-        The settings of `HAYSTACK_FUSION_API_KEY`, `..._CORS_ORIGINS`, `..._ALLOWED_HOSTS` (comma-separated) and
-        `..._MAX_BODY_BYTES` in `env` (default `os.environ`); an empty value counts as unset.
-
-        :raises ValueError: As the constructor, naming the variable.
-        """
+        """The settings of `HAYSTACK_FUSION_API_KEY`, `..._CORS_ORIGINS`, `..._ALLOWED_HOSTS` (comma-separated) and
+        `..._MAX_BODY_BYTES` in `env` (default `os.environ`); empty is unset. Raises ValueError naming the variable."""
         env = os.environ if env is None else env
         key = env.get(API_KEY_VARIABLE, "").strip() or None
         origins = tuple(
@@ -269,17 +249,13 @@ class AccessSettings:
 
 
 MAX_CALLS_IN_FLIGHT_ENV = "HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT"
-"""The environment variable that sets the process-wide limit on LLM calls in flight (an integer >= 1), read at every
-call; unset: no process-wide limit. `llm.max_calls_in_flight` overrides it for a block of code."""
+"""The process-wide limit on LLM calls in flight (an integer >= 1; unset: none), read at every call;
+`llm.max_calls_in_flight` overrides it for a block of code."""
 
 
 def calls_in_flight_limit_from_env(env: Mapping[str, str] | None = None) -> int | None:
-    """
-    The process-wide limit on LLM calls in flight the environment (default `os.environ`) sets, read now.
-
-    :returns: `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` when set (calls), else None (no limit).
-    :raises ValueError: If the variable is set to anything but an integer >= 1.
-    """
+    """`HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` in `env` (default `os.environ`), else None (no limit); ValueError for
+    anything but an integer >= 1."""
     value = (os.environ if env is None else env).get(MAX_CALLS_IN_FLIGHT_ENV, "").strip()
     if not value:
         return None
@@ -297,13 +273,8 @@ CHAT_CLIENTS = ("auto", "open-webui", "openai")
 
 
 def chat_client_from_env(env: Mapping[str, str] | None = None) -> str:
-    """
-    The served chat's client setting: `HAYSTACK_FUSION_CHAT_CLIENT` in `env` (default `os.environ`), lower-cased;
-    unset or empty: "auto".
-
-    :returns: One of `CHAT_CLIENTS`.
-    :raises ValueError: If the variable holds another value, naming the variable and the values it takes.
-    """
+    """`HAYSTACK_FUSION_CHAT_CLIENT` in `env` (default `os.environ`), lower-cased, one of `CHAT_CLIENTS` (unset:
+    "auto"); ValueError naming the variable and its values for another value."""
     value = (os.environ if env is None else env).get(CHAT_CLIENT_VARIABLE, "").strip().lower() or "auto"
     if value not in CHAT_CLIENTS:
         raise ValueError(f"{CHAT_CLIENT_VARIABLE} must be one of {', '.join(CHAT_CLIENTS)}, got {value!r}")
@@ -341,17 +312,12 @@ class BreakerSettings:
 
     @property
     def enabled(self) -> bool:
-        """Whether the LLM servers get a breaker (`failure_threshold` >= 1)."""
         return self.failure_threshold > 0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> BreakerSettings:
-        """
-        The settings of `HAYSTACK_FUSION_BREAKER_FAILURES` (calls) and `HAYSTACK_FUSION_BREAKER_COOLDOWN` (seconds)
-        in `env` (default `os.environ`); an empty value counts as unset.
-
-        :raises ValueError: If a variable is not a number or is out of range, naming the variable.
-        """
+        """The settings of `HAYSTACK_FUSION_BREAKER_FAILURES` (calls) and `..._COOLDOWN` (seconds) in `env` (default
+        `os.environ`); empty is unset. Raises ValueError naming a variable out of range or not a number."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
         for name, variable, cast in (
