@@ -80,7 +80,7 @@ EMBEDDING_DIM = 384
 
 
 class _PackagedModel:
-    """`model=None`: the packaged model, serialized as `model: null`; the other arguments go to the Haystack component."""
+    """`model=None`: the packaged model, serialized as `model: null`; other arguments go to the Haystack component."""
 
     def __init__(self, *, model: str | None = None, **kwargs: Any) -> None:
         super().__init__(model=packaged_embedding_model_path() if model is None else model, **kwargs)  # type: ignore[call-arg]

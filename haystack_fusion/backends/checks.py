@@ -109,12 +109,8 @@ def _presence_problems(config: BackendConfig, env: Mapping[str, str]) -> list[st
 
 
 def reachability_problems(config: BackendConfig) -> list[str]:
-    """
-    Whether Elasticsearch (any HTTP status counts) and Ollama (with the model pulled) answer within
-    `PROBE_TIMEOUT_SECONDS`; OpenAI is not called (a wrong key or URL shows on the first request).
-
-    :returns: One line per problem, naming the variable and the URL (without credentials); empty when all answer.
-    """
+    """Whether Elasticsearch (any HTTP status) and Ollama (with the model pulled) answer within
+    `PROBE_TIMEOUT_SECONDS` (OpenAI is not called): one line per problem, naming the variable and URL."""
     problems = []
     if config.llm == "ollama":
         url = safe_url(config.ollama_url)
@@ -137,11 +133,9 @@ def reachability_problems(config: BackendConfig) -> list[str]:
 
 def check_backend(*, probe: bool = True, env: Mapping[str, str] | None = None) -> BackendConfig:
     """
-    The backend the environment configures, checked before anything is built: never a default one.
-
-    `HAYSTACK_FUSION_LLM` and `HAYSTACK_FUSION_DOCUMENT_STORE` must be set, then each backend's extra and variables
-    (`OPENAI_API_KEY`, `OLLAMA_HOST`, `ELASTICSEARCH_URL`, `HAYSTACK_FUSION_STORE` naming a saved index); with
-    `probe`, `reachability_problems` too.
+    The backend the environment configures, checked before anything is built, never a default one:
+    `HAYSTACK_FUSION_LLM` and `HAYSTACK_FUSION_DOCUMENT_STORE`, then each backend's extra and variables; with `probe`,
+    `reachability_problems` too.
 
     ### Usage example
     ```python
@@ -153,9 +147,8 @@ def check_backend(*, probe: bool = True, env: Mapping[str, str] | None = None) -
         print(error)  # names OPENAI_API_KEY and HAYSTACK_FUSION_STORE unless both are set
     ```
 
-    :param probe: Check that the Elasticsearch and Ollama servers answer (False: presence checks only).
     :param env: The variables to read (default `os.environ`).
-    :returns: The `BackendConfig` (`BackendConfig.from_env` of the same variables).
+    :returns: `BackendConfig.from_env` of the same variables.
     :raises BackendSetupError: Listing every problem found, one per line, each naming the variable or extra.
     """
     env = os.environ if env is None else env
@@ -196,13 +189,11 @@ _lock = threading.Lock()
 
 def missing_logprobs(generator: Any, answers: Iterable[GeneratedAnswer]) -> str | None:
     """
-    Whether a server sent no token log-probabilities although `generator` asked for them: an answer built from one
-    reply (with its `finish_reason`) and no `meta["logprobs"]` shows it; a vote or SuRe's pick says nothing.
+    Whether a server sent no token log-probabilities although `generator` asked for them (`generation_kwargs`): an
+    answer of one reply (with a `finish_reason`) without `meta["logprobs"]` shows it; a vote or SuRe's pick does not.
 
-    :param generator: The ChatGenerator the answers came from (its `generation_kwargs` and `api_base_url` are read).
     :param answers: A run's answers (`StrategyRun.answers`).
-    :returns: None when the generator did not ask for them, or no answer shows them missing; else one line naming the
-        server (without credentials) and what was sent.
+    :returns: None, or one line naming the server (`api_base_url`, without credentials) and what was asked.
     """
     kwargs = getattr(generator, "generation_kwargs", None) or {}
     asked = {name: kwargs[name] for name in ("logprobs", "top_logprobs") if name in kwargs}
@@ -219,11 +210,7 @@ def missing_logprobs(generator: Any, answers: Iterable[GeneratedAnswer]) -> str 
 
 
 def warn_missing_logprobs(generator: Any, answers: Iterable[GeneratedAnswer]) -> str | None:
-    """
-    `missing_logprobs`, logged as a warning once per process for each distinct message.
-
-    :returns: The message (every time it applies, for the caller to record), or None.
-    """
+    """`missing_logprobs`, logged once per process per message; returned every time it applies."""
     message = missing_logprobs(generator, answers)
     if message is not None:
         with _lock:

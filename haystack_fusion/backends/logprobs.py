@@ -24,10 +24,9 @@ Step = tuple[int, float, list[tuple[int, float]]]
 
 class LogprobRecorder:
     """
-    A llama-cpp-python logits processor (`create_completion(logits_processor=...)`) that records each generated
-    token's log-probability and changes no logit, so the model needs no `logits_all=True`. Each step sees the next
-    token's logits (before penalties, temperature or a grammar) and the tokens so far, whose last the previous step
-    chose; the last step's token is the row's most probable one whose bytes end the reply (greedy decoding's choice).
+    A llama-cpp-python logits processor that records each generated token's log-probability and changes no logit (no
+    `logits_all=True` needed). A step sees the next token's logits and the tokens so far, the last chosen by the
+    previous step; the last step's token is the most probable one whose bytes end the reply (greedy's choice).
 
     :param top_logprobs: Alternatives to record per token.
     """
@@ -45,9 +44,7 @@ class LogprobRecorder:
         return logits
 
     def step(self, token: int, logits: Any) -> Step:
-        """
-        The log-softmax of one row of logits at `token` and at its `top_logprobs` best tokens (natural logs, <= 0).
-        """
+        """The log-softmax of a row of logits at `token` and at its `top_logprobs` best tokens (natural logs)."""
         highest = float(logits.max())
         log_total = highest + math.log(float(np.exp(logits - highest).sum(dtype=np.float64)))
         top: list[tuple[int, float]] = []
@@ -57,14 +54,8 @@ class LogprobRecorder:
         return token, float(logits[token]) - log_total, top
 
     def openai(self, text: str | None, detokenize: Callable[[list[int]], bytes]) -> dict[str, Any]:
-        """
-        The reply's tokens in the OpenAI shape of OpenAIChatGenerator's `meta["logprobs"]`: `{"content": [{"token",
-        "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}`, only those inside the reply's text
-        (not a stop sequence's, not end-of-generation), as OpenAI does.
-
-        :param text: The reply's text.
-        :param detokenize: Token ids -> bytes (the model's detokenizer).
-        """
+        """The reply's tokens in OpenAI's `meta["logprobs"]` shape, `{"content": [{"token", "logprob", "bytes",
+        "top_logprobs": [...]}]}`, only those inside `text` (as OpenAI does); `detokenize`: token ids -> bytes."""
         budget = (text or "").encode("utf-8")
         steps = self.steps
         rest = budget[len(b"".join(detokenize([token]) for token, _, _ in steps)) :]

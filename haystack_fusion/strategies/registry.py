@@ -1,12 +1,7 @@
 """
-The strategy registry, `STRATEGIES` (name -> `Strategy`: its builder, stages and sources, the single source of truth),
-and the builders: one function per strategy, from a `StrategyConfig` to its components and connections.
-
-Every strategy is a `Pipeline` from the passages (a `documents` input, or a retriever's `documents`) to one list of
-`GeneratedAnswer` (the output of the component named by `Strategy.answer_component`). Every question socket is named
-`query`, so `pipeline.run({"query": ..., "documents": ...})` reaches the prompt builders, the answer builders (and a
-retriever) alike. Strategies that need no component of their own are this package's PassageFormatter plus Haystack's
-ChatPromptBuilder, the ChatGenerator and AnswerBuilder.
+`STRATEGIES` (name -> `Strategy`: builder, stages, sources) and the builders, from a `StrategyConfig` to components and
+connections. Every strategy is a `Pipeline` from the passages (`documents`, or a retriever's) to the answers of
+`Strategy.answer_component`; every question socket is named `query`.
 """
 
 from __future__ import annotations
@@ -50,11 +45,9 @@ is verified by SuRe (`SplitVoteRouter`)."""
 
 def _chain_generator(chat_generator: ChatGenerator, stop: tuple[str, ...]) -> ChatGenerator:
     """
-    The generator of a one-prompt chain whose reply should end at `stop`: a copy of `chat_generator` rebuilt from its
-    `to_dict` (the embedded model's copies share the loaded model) whose `generation_kwargs` add `stop`
-    (`llm.stop_kwargs`), so the pipeline's YAML shows them; a `CallLimitedChatGenerator` gives a wrapped copy with the
-    same breaker. The generator itself when there is nothing to add, when it takes no `generation_kwargs` (a mock) or
-    cannot be serialized (a secret given as a token): the prompt's answer pattern still reads the first line.
+    `chat_generator` with `stop` added to its `generation_kwargs` (`llm.stop_kwargs`), as a copy rebuilt from its
+    `to_dict` so the YAML shows them (a `CallLimitedChatGenerator` keeps its breaker); the generator itself when there
+    is nothing to add, it takes no `generation_kwargs` or cannot be serialized.
     """
     generator = unwrap_call_limit(chat_generator)
     own = getattr(generator, "generation_kwargs", None)
@@ -80,9 +73,8 @@ def _prompt_chain(
     layout: PassageLayout | None = "numbered",
     chat_generator: ChatGenerator | None = None,
 ) -> Parts:
-    """passages -> prompt_builder -> llm -> answer_builder for one prompt (`config.prompts` may replace its template,
-    with the same variables), fed with passages from a socket; with `layout` None the prompt shows no passages (no
-    PassageFormatter), the answer still cites them. The LLM is `chat_generator`, else `config.chat_generator`."""
+    """passages -> prompt_builder -> llm -> answer_builder for one prompt (`config.prompts` may replace it), fed from
+    `documents_from`; `layout` None shows no passages. The LLM: `chat_generator`, else `config.chat_generator`."""
     prompt = PROMPTS[prompt_name]
     template = (config.prompts or {}).get(prompt_name)
     chat = ChatPrompt(prompt, template, system_prompt=config.system_prompt, parameter=f"prompts[{prompt_name!r}]")
@@ -116,9 +108,8 @@ def _single_prompt(prompt_name: str, layout: PassageLayout = "numbered") -> Call
 
 
 def _templates(config: StrategyConfig, **names: str) -> dict[str, Any]:
-    """A component's prompt parameters from `config` (`parameter=PROMPTS name`): the templates `config.prompts` gives
-    for those names, and `system_prompt`. `build_pipeline` has checked that the strategy renders every name given, so
-    a name a component does not render with its settings is never among them."""
+    """A component's prompt parameters (`parameter=PROMPTS name`): the templates `config.prompts` gives for those
+    names, and `system_prompt`."""
     given = config.prompts or {}
     templates = {parameter: given[name] for parameter, name in names.items() if name in given}
     return {**templates, "system_prompt": config.system_prompt}
@@ -147,11 +138,8 @@ def _post_fusion(config: StrategyConfig) -> Parts:
 
 def _fallback_chain(config: StrategyConfig, min_confidence: float | None) -> Parts:
     """
-    Concatenation, routed on its answer (unknown, or confidence below `min_confidence`: from token log-probabilities
-    or from the agreement of sampled answers, `config.confidence`) to post-fusion over the same passages (Liu et al.,
-    section 3.3) on the fallback LLM; the concatenation answer goes to the joiner, the caller connects the voter's.
-    A failed concatenation call goes to post-fusion too: its generator is wrapped in an `AbstainingChatGenerator`,
-    which reports the failure instead of raising it (and makes the agreement's sampled calls).
+    Concatenation, routed when unknown, failed or below `min_confidence` (`config.confidence`) to post-fusion over the
+    same passages on the fallback LLM (Liu et al., section 3.3); the caller connects the voter's answers.
     """
     components, connections = _prompt_chain(config, "figure7", DOCUMENTS)
     agreement = config.confidence == "agreement"
@@ -385,11 +373,8 @@ Yu et al.'s Chain-of-Note."""
 
 
 def _rendered_prompts(strategy: Strategy, config: StrategyConfig) -> tuple[str, ...]:
-    """
-    The `PROMPTS` a strategy's pipeline renders with these settings, the names `StrategyConfig.prompts` may replace:
-    its `prompts`, without the SuRe listings `few_shot` does not pick (Listing 6 or 13, Listing 7 with or without its
-    demonstration) and, for single-call Chain-of-Note, without the synthesis prompt of the per-document mode.
-    """
+    """The `PROMPTS` a strategy renders with these settings (those `StrategyConfig.prompts` may replace): without the
+    SuRe listings `few_shot` does not pick, and single-call Chain-of-Note's without the synthesis prompt."""
     zero_shot, few_shot = ("sure_candidates", "sure_summary"), ("sure_few_shot_candidates", "sure_few_shot_summary")
     left_out = set(zero_shot if config.few_shot else few_shot)
     if "con_single_call" in strategy.prompts:
@@ -431,9 +416,9 @@ def _check_fallback(strategy: Strategy, config: StrategyConfig) -> None:
 
 def strategy_settings(name: str, settings: dict[str, Any]) -> dict[str, Any]:
     """
-    `settings` (`StrategyConfig` fields) without those strategy `name` does not take: `fallback_chat_generator`
-    outside `FALLBACK_STRATEGIES`, the confidence settings without a concatenation round to judge. For a command line or
-    an evaluation that gives several strategies the same flags; `build_pipeline` itself rejects them.
+    `settings` without the fields strategy `name` does not take (`fallback_chat_generator` outside
+    `FALLBACK_STRATEGIES`, the confidence settings without a concatenation round), for flags shared by several
+    strategies; `build_pipeline` itself rejects them.
 
     :raises ValueError: If the strategy is not registered.
     """
@@ -447,32 +432,21 @@ def strategy_settings(name: str, settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def get_strategy(name: str) -> Strategy:
-    """
-    Look a strategy up by name.
-
-    :raises ValueError: If there is no such strategy; the message lists the registered names.
-    """
+    """The strategy of a name; ValueError listing the registered names for another."""
     if name not in STRATEGIES:
         raise ValueError(f"Unknown strategy {name!r}; registered strategies: {', '.join(STRATEGIES)}")
     return STRATEGIES[name]
 
 
 def strategy_of(pipeline: Pipeline) -> Strategy:
-    """
-    The strategy a pipeline was built for, from its `metadata["strategy"]` (written by `build_pipeline`).
-
-    :raises ValueError: If the pipeline names no registered strategy.
-    """
+    """The strategy of a pipeline's `metadata["strategy"]` (`build_pipeline`); ValueError if it names none."""
     return get_strategy(pipeline.metadata.get("strategy", "(none)"))
 
 
 def build_pipeline(name: str, *, retriever: Any | None = None, **config: Any) -> Pipeline:
     """
-    Build the pipeline of a registered strategy: the passages in (`documents`), the answers out; with a retriever,
-    your retriever followed by the strategy.
-
-    Components are added by name and connections grouped by sender in that order, the order
-    `Pipeline.loads(pipeline.dumps())` rebuilds a pipeline in, so the round trip gives an equal pipeline.
+    The pipeline of a registered strategy: the passages in (`documents`, or a retriever's), the answers out.
+    Components are added in the order `Pipeline.loads(pipeline.dumps())` rebuilds them, so the round trip is equal.
 
     ### Usage example
     ```python
@@ -486,11 +460,9 @@ def build_pipeline(name: str, *, retriever: Any | None = None, **config: Any) ->
     print(run_strategy(pipe, "Which river flows through the capital?").answer.data)
     ```
 
-    :param name: A registered strategy name, kept in the pipeline's `metadata["strategy"]`.
-    :param retriever: A retriever component (`query` and `top_k` inputs, a `documents` output), added as
-        `retriever`; None: the pipeline takes the passages as its `documents` input.
+    :param name: Kept in the pipeline's `metadata["strategy"]`.
+    :param retriever: A retriever component (`query`, `top_k` in; `documents` out); None: a `documents` input.
     :param config: The fields of `StrategyConfig` (`chat_generator` is required).
-    :returns: A new Pipeline.
     :raises ValueError: If the strategy is not registered, `prompts` names a prompt the strategy does not render, a
         template there or in a component does not use the variables its prompt needs or uses others, a setting is out
         of range, or `fallback_chat_generator` / `confidence` is given to a strategy without fallback rounds / without a
