@@ -187,11 +187,9 @@ class VoteResult:
     """
     The outcome of majority voting over per-passage answers (Liu et al., Eq. 2).
 
-    :param answer: The winning answer as the model wrote it (from the best-ranked passage that gave it), or "unknown"
-        when nothing voted.
-    :param votes: Normalized answer -> votes, winner first, then by votes and best passage rank; no abstentions.
-    :param candidates: The candidate pool: one surface form per normalized answer, in the order of `votes`.
-    :param best_rank: Normalized answer -> 0-based rank of the best-ranked passage that gave it.
+    :param answer: The winner as its best-ranked passage's reply wrote it; "unknown" when nothing voted.
+    :param votes: Normalized answer -> votes, winner first, then by votes and best passage rank (`best_rank`, 0-based).
+    :param candidates: One surface form per normalized answer, in the order of `votes`.
     """
 
     answer: str
@@ -201,7 +199,6 @@ class VoteResult:
 
     @property
     def is_unknown(self) -> bool:
-        """True when no answer got a vote (every passage abstained or failed)."""
         return not self.votes
 
 
@@ -323,8 +320,7 @@ _FILLER = frozenset({"…", "...", "..", "-", "–", "—", ",", ";", "and", "et
 
 
 def is_passage_markup(answer: str) -> bool:
-    """Whether an answer is or holds passage markup: a delimiter tag or fragment, a bare 8-hex-digit key with a letter,
-    `[i]` or `Passage #i ...`."""
+    """Whether an answer holds passage markup (`_MARKUP`) or is a bare delimiter key (8 hex digits, one a letter)."""
     text = answer.strip().lower()
     if _MARKUP.search(text):
         return True
@@ -333,8 +329,7 @@ def is_passage_markup(answer: str) -> bool:
 
 
 def is_empty_enumeration(answer: str) -> bool:
-    """Whether an answer is only list labels (`(i) (ii)`, `(a) (b)`) and filler ("…", ",", "and"), with one label at
-    least."""
+    """Whether an answer is only list labels (`(i) (ii)`) and filler ("…", ",", "and"), one label at least."""
     labels = 0
     for token in answer.lower().replace(",", " , ").split():
         if _ENUMERATOR.fullmatch(token.rstrip(".,;:")):
@@ -420,8 +415,7 @@ INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf"})
 
 
 def has_visible_text(text: str) -> bool:
-    """Whether `text` holds a character that is neither whitespace nor of an `INVISIBLE_CATEGORIES` category (a lone
-    surrogate counts as visible: `validate_query` names it)."""
+    """Whether `text` holds a character that is neither whitespace nor of `INVISIBLE_CATEGORIES`."""
     return any(unicodedata.category(char) not in INVISIBLE_CATEGORIES for char in text if not char.isspace())
 
 

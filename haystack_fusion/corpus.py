@@ -47,8 +47,7 @@ class Question:
 
 
 def _existing(path: str | Path) -> Path:
-    path = Path(path).expanduser()
-    if not path.exists():
+    if not (path := Path(path).expanduser()).exists():
         raise FileNotFoundError(f"No such file or directory: '{path}'")
     return path
 
@@ -156,13 +155,8 @@ def load_jsonl_passages(path: str | Path) -> list[Document]:
 
 @dataclass(frozen=True)
 class SkippedFile:
-    """
-    A file of a text folder that gave no passages, and why.
-
-    :param file: Its path relative to the folder, with `/` separators.
-    :param reason: "not UTF-8", "empty" or "unreadable".
-    :param detail: E.g. "invalid start byte at byte 1234".
-    """
+    """A file of a text folder that gave no passages (`file`: relative, `/` separators), and why: `reason` "not UTF-8",
+    "empty" or "unreadable", `detail` e.g. "invalid start byte at byte 1234"."""
 
     file: str
     reason: str

@@ -188,13 +188,11 @@ class AccessSettings:
     Who may reach a served app, and what a request may hold.
 
     :param api_key: The key every route but `GET /status` requires (`Authorization: Bearer <key>`); None: no key.
-    :param cors_origins: Web origins whose pages may call the app from a browser (CORS), each `scheme://host[:port]`;
-        empty: none (the embedded chat UI is the app's own origin and needs none).
-    :param allowed_hosts: `Host` names answered besides the loopback names and the bound address (the names a proxy
-        or other machines reach the server by); empty: none.
+    :param cors_origins: Web origins (`scheme://host[:port]`) whose pages may call the app from a browser (CORS).
+    :param allowed_hosts: `Host` names answered besides the loopback names and the bound address.
     :param max_body_bytes: The largest request body, in bytes (>= 1); larger ones get HTTP 413 unread.
-    :raises ValueError: If the key is empty or holds whitespace, an origin is not `scheme://host[:port]` (a wildcard
-        `*` included), a host is not a name or address (no port, no path), or `max_body_bytes` is below 1.
+    :raises ValueError: If the key is empty or holds whitespace, an origin is not `scheme://host[:port]`, a host is
+        not a name or address (no port, no path), or `max_body_bytes` is below 1.
     """
 
     api_key: str | None = None
@@ -283,10 +281,8 @@ def chat_client_from_env(env: Mapping[str, str] | None = None) -> str:
 
 BREAKER_FAILURES_VARIABLE = "HAYSTACK_FUSION_BREAKER_FAILURES"
 BREAKER_COOLDOWN_VARIABLE = "HAYSTACK_FUSION_BREAKER_COOLDOWN"
-DEFAULT_BREAKER_FAILURES = 5
-"""Consecutive failed calls that open an LLM server's circuit breaker, by default."""
-DEFAULT_BREAKER_COOLDOWN = 30.0
-"""Seconds an open circuit breaker fails calls at once before it lets one probe call through, by default."""
+DEFAULT_BREAKER_FAILURES = 5  # `BreakerSettings.failure_threshold`
+DEFAULT_BREAKER_COOLDOWN = 30.0  # `BreakerSettings.cooldown`, seconds
 
 
 @dataclass(frozen=True)
@@ -296,7 +292,6 @@ class BreakerSettings:
 
     :param failure_threshold: Consecutive failed calls that open a server's breaker (>= 1), or 0: no breaker.
     :param cooldown: Seconds an open breaker fails calls at once before it lets one probe call through (> 0).
-    :raises ValueError: If `failure_threshold` is negative or `cooldown` is not a positive number, naming it.
     """
 
     failure_threshold: int = DEFAULT_BREAKER_FAILURES
@@ -324,12 +319,10 @@ class BreakerSettings:
             ("failure_threshold", BREAKER_FAILURES_VARIABLE, int),
             ("cooldown", BREAKER_COOLDOWN_VARIABLE, float),
         ):
-            value = _number(env, variable, cast)
-            if value is None:
-                continue
-            values[name] = value
-            try:
-                cls(**{name: values[name]})
-            except ValueError as error:
-                raise ValueError(f"{variable}: {error}") from None
+            if (value := _number(env, variable, cast)) is not None:
+                values[name] = value
+                try:
+                    cls(**{name: value})
+                except ValueError as error:
+                    raise ValueError(f"{variable}: {error}") from None
         return cls(**values)

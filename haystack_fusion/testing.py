@@ -1,12 +1,7 @@
 """
-Test doubles for pipelines built on haystack-fusion, as `haystack.testing` is for Haystack: no model, no network.
-
-- `ScriptedChatGenerator` (and `AsyncScriptedChatGenerator`, with `run_async`): replies from a script, fails on chosen
-  prompts, records every call.
-- `PromptReplies` answers each prompt of `haystack_fusion.prompts.PROMPTS` in the form its parser reads;
-  `PromptAwareChatGenerator` replies with it, so every strategy runs end to end; `identify_prompt` tells which
-  registered template a prompt was rendered from.
-- `call_first_tool`: a reply function for Haystack's `MockChatGenerator` that drives an `Agent` through one tool call.
+Test doubles for pipelines built on haystack-fusion, as `haystack.testing` is for Haystack (no model, no network):
+`ScriptedChatGenerator` (and `AsyncScriptedChatGenerator`), `PromptReplies` / `PromptAwareChatGenerator` (every
+strategy end to end), `identify_prompt`, and `call_first_tool` (an `Agent` through one tool call).
 """
 
 from __future__ import annotations
@@ -150,7 +145,7 @@ class AsyncScriptedChatGenerator(ScriptedChatGenerator):
 
 @cache
 def _fixed_text(template_text: str) -> tuple[str, ...]:
-    """The literal parts of a template that every rendering holds, in order (stripped; those outside any block)."""
+    """The literal parts of a template outside any block, stripped, in order: what every rendering holds."""
     parsed = jinja2.Environment().parse(template_text)
     outputs = (node.nodes for node in parsed.body if isinstance(node, nodes.Output))
     parts = (child.data.strip() for children in outputs for child in children if isinstance(child, nodes.TemplateData))

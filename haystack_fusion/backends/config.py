@@ -51,8 +51,8 @@ DEFAULT_OPENAI_EMBEDDING_MODEL = "text-embedding-3-small"
 @dataclass(frozen=True)
 class BackendConfig:
     """
-    Which document store, retriever, embedder and LLM a pipeline uses, each a Haystack integration's own component.
-    Secrets never appear here: the integrations read them from the environment (`OPENAI_API_KEY`, `ELASTIC_API_KEY`).
+    Which document store, retriever, embedder and LLM a pipeline uses (Haystack integrations' own components); the
+    integrations read secrets from the environment (`OPENAI_API_KEY`, `ELASTIC_API_KEY`), never from here.
 
     :param store: "memory" (Haystack's in-memory store, saved at `index_path`) or "elasticsearch".
     :param retriever: "bm25", "dense" (embedding similarity) or "hybrid" (both, reciprocal rank fusion).
@@ -151,11 +151,8 @@ class BackendConfig:
 
 
 def document_store(config: BackendConfig) -> Any:
-    """
-    :returns: The saved in-memory store (a new empty one when `index_path` does not exist yet) or an
-        ElasticsearchDocumentStore (no connection is made until it is used).
-    :raises ImportError: For Elasticsearch without the `elasticsearch` extra.
-    """
+    """The saved in-memory store (empty while `index_path` does not exist) or an ElasticsearchDocumentStore (which
+    connects when used); ImportError for Elasticsearch without the `elasticsearch` extra."""
     if config.store == "memory":
         path = Path(config.index_path).expanduser()
         return InMemoryDocumentStore.load_from_disk(str(path)) if path.is_file() else InMemoryDocumentStore()
@@ -196,10 +193,9 @@ def document_embedder(config: BackendConfig) -> Any:
 
 def retriever(config: BackendConfig, store: Any | None = None) -> Any:
     """
-    The configured retriever over `store` (default: `document_store(config)`), with `query` and `top_k` inputs and a
-    `documents` output.
+    The configured retriever (`query`, `top_k` in; `documents` out) over `store` (default `document_store(config)`):
+    a BM25 retriever of the store's kind, a `DenseRetriever` or a `HybridRetriever`.
 
-    :returns: A BM25 retriever of the store's kind, or a `DenseRetriever` / `HybridRetriever`.
     :raises ValueError: For dense or hybrid retrieval over an in-memory store whose passages have no embeddings.
     :raises ImportError: For Elasticsearch without the `elasticsearch` extra, or the packaged embedder without the
         `dense` extra.

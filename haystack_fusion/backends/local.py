@@ -42,7 +42,7 @@ LOCAL_GENERATION_KWARGS: dict[str, Any] = {
 reply's token log-probabilities (`meta["logprobs"]`), so every answer carries its confidence."""
 
 DEFAULT_CONTEXT_TOKENS = 8192
-"""Context window of the embedded model, in tokens: room for 20 passages of ~100 words plus the prompt."""
+"""Context window of the embedded model, in tokens: 20 passages of ~100 words and the prompt."""
 
 DEFAULT_BATCH_TOKENS = 512
 """llama.cpp's prompt batch size, in tokens, and the granularity of the reused prefix. The batch size changes
@@ -107,14 +107,12 @@ def packaged_model_path() -> str:
 
 
 def _is_greedy(generation_kwargs: dict[str, Any]) -> bool:
-    """Whether these `create_completion` settings decode greedily, so one prompt always gets one reply."""
+    """Whether these settings decode greedily (one prompt, one reply)."""
     return float(generation_kwargs.get("temperature", 0.8)) <= 0.0 or int(generation_kwargs.get("top_k", 40)) == 1
 
 
 @dataclass
 class _SharedModel:
-    """A loaded `llama_cpp.Llama`, the lock that serializes its calls, and its cache of greedy replies."""
-
     llama: Any
     lock: threading.RLock = field(default_factory=threading.RLock)
     replies: OrderedDict[str, ChatMessage] = field(default_factory=OrderedDict)
@@ -277,7 +275,7 @@ else:
             generation_kwargs: dict[str, Any] | None,
             callback: Callable[[StreamingChunk], None] | None,
         ) -> dict[str, list[ChatMessage]]:
-            """One reply (see `run`), each chunk passed to a sync `callback` when one is given."""
+            """`run`, each chunk passed to a sync `callback` when one is given."""
             if not messages:
                 return {"replies": []}
             self.warm_up()
@@ -331,7 +329,7 @@ else:
                 return {"replies": [reply]}
 
         def _stream(self, chunks: Any, callback: Callable[[StreamingChunk], None]) -> tuple[str, dict[str, Any]]:
-            """Pass each completion chunk to `callback` as a `StreamingChunk`; the text and meta of the whole reply."""
+            """Each completion chunk to `callback` as a `StreamingChunk`; returns the reply's text and meta."""
             info = ComponentInfo.from_component(self)
             pieces: list[str] = []
             meta: dict[str, Any] = {"model": None, "index": 0, "finish_reason": None}

@@ -100,7 +100,7 @@ def check_document_store(config: BackendConfig) -> None:
     Fail before a question is asked when the configured store has no passages (Elasticsearch's index checked with the
     official client: the integration's store would create a missing one).
 
-    :raises FileNotFoundError: If the in-memory store has no saved index at `index_path`.
+    :raises FileNotFoundError: If there is no saved index at `index_path`.
     :raises BackendError: If the Elasticsearch index does not exist or holds no passages.
     :raises ImportError: For Elasticsearch without the `elasticsearch` extra.
     :raises elastic_transport.ConnectionError: If Elasticsearch cannot be reached (`backend_error_message` words it).
@@ -143,12 +143,8 @@ def index_documents(
 
 
 def write_documents(config: BackendConfig, store: Any, documents: list[Document], *, batch_size: int = 64) -> None:
-    """
-    Write passages to `store` in batches with a progress bar, through the document embedder when the retriever is
-    dense or hybrid; passages with the same id are overwritten. Nothing is saved to disk.
-
-    :raises ValueError: If `batch_size` is below 1.
-    """
+    """Write passages to `store` in batches with a progress bar, embedded for a dense or hybrid retriever, the same id
+    overwritten; nothing saved to disk. ValueError for a `batch_size` below 1."""
     from tqdm import tqdm
 
     if batch_size < 1:

@@ -141,8 +141,7 @@ def strip_delimiters(text: str) -> str:
 
 
 def number_words(n: int) -> str:
-    """A count as the papers' prompts write it ("two" candidates, Kim et al., Listing 6; "five" passages, Yu et al.,
-    Appendix A.5): in words up to ten, else in digits."""
+    """A count as the papers' prompts write it (Kim et al., Listing 6; Yu et al., Appendix A.5): words up to ten."""
     return _NUMBER_WORDS[n] if 0 <= n < len(_NUMBER_WORDS) else str(n)
 
 
