@@ -322,7 +322,7 @@ class BreakerSettings:
             if (value := _number(env, variable, cast)) is not None:
                 values[name] = value
                 try:
-                    cls(**{name: value})
+                    cls(**{name: values[name]})
                 except ValueError as error:
                     raise ValueError(f"{variable}: {error}") from None
         return cls(**values)
