@@ -114,13 +114,13 @@ class Replayed(NamedTuple):
         return bool(self.em == 1.0) if self.answerable else self.unknown
 
 
-def _later_rounds(questions: Sequence[Question]) -> dict[tuple[int, str, str], Question]:
-    """The later rounds' question of each (k, setting, question id): a `post_fusion` record, else a record of an
-    escalated question (`concat_pf`, `cascade`), whose answer the later rounds gave; the first such of the folders."""
+def _fallback_records(questions: Sequence[Question]) -> dict[tuple[int, str, str], Question]:
+    """The fallback rounds' question of each (k, setting, question id): a `post_fusion` record, else a record of a
+    question that fell back (`concat_pf`, `cascade`), whose answer the fallback rounds gave; the first found."""
     later: dict[tuple[int, str, str], Question] = {}
     for question in questions:
         record = question.record
-        if record.strategy == "post_fusion" or question.escalated:
+        if record.strategy == "post_fusion" or question.fell_back:
             key = (record.top_k, record.setting, record.question_id)
             if record.strategy == "post_fusion" and later.get(key, question).record.strategy != "post_fusion":
                 del later[key]
@@ -148,7 +148,7 @@ def _first_cost(first: Question, judged: Question | None) -> float | None:
 
 
 def _later_cost(later: Question, first_cost: float | None) -> float | None:
-    """The later rounds' cost: a post_fusion record's whole cost; an escalated record's cost less its first round,
+    """The fallback rounds' cost: a post_fusion record's whole cost; a fallen-back record's cost less its first round,
     taken to be the replayed one's (same first-round model, greedy decoding)."""
     cost = later.cost
     if cost is None or later.record.strategy == "post_fusion":
@@ -161,13 +161,13 @@ def replay(view: ReportView, tau: float | None) -> dict[tuple[int, str], dict[st
     Replay `concat_pf` at tau (None: the text-only fallback, Liu et al.) from the questions with a `concatenation`
     record (the first round; the first of the folders) with a confidence, its own or, when it has none, the one a
     `concat_pf` or `cascade` run's router gave the same first answer (`_judged`: the agreement of sampled answers,
-    which a lone concatenation call does not have), and a later rounds' record at the same k and setting
-    (`_later_rounds`: a `post_fusion` record, else an escalated `concat_pf` or `cascade` record, from any folder, e.g.
-    one run on a stronger model). A question answered at the first round by the judging run has no later rounds'
-    record: it is replayed at the taus that keep its answer (confidence >= tau), left out at the others (`sweep`
-    keeps only the taus that replay every question). An unknown first answer, or one the answer checks rejected
+    which a lone concatenation call does not have), and a fallback rounds' record at the same k and setting
+    (`_fallback_records`: a `post_fusion` record, else a `concat_pf` or `cascade` record that fell back, from any
+    folder, e.g. one run on a stronger model). A question answered at the first round by the judging run has no
+    fallback record: it is replayed at the taus that keep its answer (confidence >= tau), left out at the others
+    (`sweep` keeps only the taus that replay every question). An unknown first answer, or one the answer checks rejected
     (`answer_source` "invalid"), is passed on at every tau, as `UnknownRouter` passes it on. Each outcome's `cost`
-    (with the view's prices) is the first round's cost plus, when the question is passed on, the later rounds' cost.
+    (with the view's prices) is the first round's cost plus, when the question is passed on, the fallback rounds' cost.
 
     :returns: (k, setting) -> question id -> `Replayed`.
     """
@@ -175,7 +175,7 @@ def replay(view: ReportView, tau: float | None) -> dict[tuple[int, str], dict[st
 
 
 _FirstRound = tuple[Question, Question | None, Question | None, float]
-"""A replayable question: (its concatenation record, later rounds' record, judging record, first-round confidence)."""
+"""A replayable question: (its concatenation record, fallback record, judging record, first-round confidence)."""
 
 
 def _first_rounds(view: ReportView) -> list[_FirstRound]:
@@ -184,7 +184,7 @@ def _first_rounds(view: ReportView) -> list[_FirstRound]:
     questions = [q for run in view.runs.values() for q in run.questions]  # folder by folder
     for question in questions:
         index.setdefault(question.record.key(), question)
-    later, judging = _later_rounds(questions), _judged(questions)
+    later, judging = _fallback_records(questions), _judged(questions)
     rounds = []
     for (strategy, top_k, setting, question_id), first in index.items():
         fused, judged = later.get((top_k, setting, question_id)), judging.get((top_k, setting, question_id))
@@ -218,7 +218,7 @@ def _replay_at(rounds: Sequence[_FirstRound], tau: float | None) -> dict[tuple[i
 def replay_summary(outcomes: Iterable[Replayed], *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
     """
     The rates of replayed outcomes, in percent with 95% bootstrap CIs: `squad2_em`, `em`, `f1` (answerable),
-    `reject_rate` (unanswerable answered "unknown") and `fallback_rate` (passed on to the later rounds); and
+    `reject_rate` (unanswerable answered "unknown") and `fallback_rate` (passed on to the fallback rounds); and
     `cost_per_question` in US dollars with its CI (None unless every outcome has a cost).
     """
     items = list(outcomes)
@@ -257,7 +257,7 @@ def sweep(
 
 
 def _cheapness(row: dict[str, Any]) -> float:
-    """A row's cost per question, else its fallback rate (the later rounds' calls) when the cost is unknown."""
+    """A row's cost per question, else its fallback rate (the fallback rounds' calls) when the cost is unknown."""
     return row["cost_per_question"] if row.get("cost_per_question") is not None else row["fallback_rate"]
 
 
@@ -265,44 +265,44 @@ def choose(
     rows: Sequence[dict[str, Any]],
     *,
     target_accuracy: float | None = None,
-    target_escalation: float | None = None,
+    target_fallback: float | None = None,
 ) -> dict[str, Any] | None:
     """
     The sweep row (a tau, not the text-only row) to run with. With no target: the highest SQuAD 2.0 EM, ties to the
     smaller fallback rate, then to the smaller tau. `target_accuracy` (SQuAD 2.0 EM, %): the cheapest row that reaches
-    it (cost per question, else fallback rate). `target_escalation` (%): the most accurate row whose fallback rate is
+    it (cost per question, else fallback rate). `target_fallback` (%): the most accurate row whose fallback rate is
     at most it.
 
     :returns: The row; None for no rows, or no row that meets the target.
     :raises ValueError: If both targets are given, or a target is outside [0, 100].
     """
-    if target_accuracy is not None and target_escalation is not None:
-        raise ValueError("give `target_accuracy` or `target_escalation`, not both")
-    for name, target in (("target_accuracy", target_accuracy), ("target_escalation", target_escalation)):
+    if target_accuracy is not None and target_fallback is not None:
+        raise ValueError("give `target_accuracy` or `target_fallback`, not both")
+    for name, target in (("target_accuracy", target_accuracy), ("target_fallback", target_fallback)):
         if target is not None and not 0.0 <= target <= 100.0:
             raise ValueError(f"`{name}` is a percentage in [0, 100], got {target!r}")
     candidates = [row for row in rows if row.get("squad2_em") is not None and row.get("tau") is not None]
     if target_accuracy is not None:
         reaching = [row for row in candidates if row["squad2_em"] >= target_accuracy]
         return min(reaching, key=lambda row: (_cheapness(row), -row["squad2_em"], row["tau"]), default=None)
-    if target_escalation is not None:
-        candidates = [row for row in candidates if row["fallback_rate"] <= target_escalation]
+    if target_fallback is not None:
+        candidates = [row for row in candidates if row["fallback_rate"] <= target_fallback]
     return max(candidates, key=lambda row: (row["squad2_em"], -row["fallback_rate"], -row["tau"]), default=None)
 
 
 def choice_reason(
-    best: dict[str, Any] | None, *, target_accuracy: float | None = None, target_escalation: float | None = None
+    best: dict[str, Any] | None, *, target_accuracy: float | None = None, target_fallback: float | None = None
 ) -> str:
     """Why `choose` picked its row (or none), one sentence for the report."""
     if target_accuracy is not None:
         if best is None:
             return f"No tau reaches {target_accuracy:g}% SQuAD 2.0 EM."
-        cost = "cheapest" if best.get("cost_per_question") is not None else "least escalating (no prices)"
+        cost = "cheapest" if best.get("cost_per_question") is not None else "least falling back (no prices)"
         return f"tau {best['tau']:g} is the {cost} tau with SQuAD 2.0 EM >= {target_accuracy:g}%."
-    if target_escalation is not None:
+    if target_fallback is not None:
         if best is None:
-            return f"No tau escalates at most {target_escalation:g}% of the questions."
-        return f"tau {best['tau']:g} is the most accurate tau that escalates at most {target_escalation:g}%."
+            return f"No tau passes at most {target_fallback:g}% of the questions on to the fallback rounds."
+        return f"tau {best['tau']:g} is the most accurate tau whose fallback rate is at most {target_fallback:g}%."
     return "" if best is None else f"tau {best['tau']:g} has the highest SQuAD 2.0 EM."
 
 
@@ -311,17 +311,17 @@ def calibrate(
     *,
     seed: int = DEFAULT_SEED,
     target_accuracy: float | None = None,
-    target_escalation: float | None = None,
+    target_fallback: float | None = None,
 ) -> dict[str, Any]:
     """
     The calibration figures of a report: `auroc` (`calibration`), `concat_pf_sweep` (`sweep`, costs at the view's
     prices) and `tau_choice` (`choose`'s `tau`, `top_k`, `setting`, the `target`, the `reason`; None without a sweep).
 
     :param target_accuracy: The SQuAD 2.0 EM (%) the chosen tau must reach.
-    :param target_escalation: The largest share of questions escalated (%) the chosen tau may have.
+    :param target_fallback: The largest share of questions that fall back (%) the chosen tau may have.
     :raises ValueError: As `choose`.
     """
-    targets = {"target_accuracy": target_accuracy, "target_escalation": target_escalation}
+    targets = {"target_accuracy": target_accuracy, "target_fallback": target_fallback}
     rows = sweep(view, seed=seed)
     best = choose(rows, **targets)
     return {

@@ -1,7 +1,7 @@
 """
 The figures of each run of a report, read from its `view.Run`: rates with 95% bootstrap intervals
 (`metrics.summarize_with_intervals`), answer outcomes, the paired EM and F1 difference against a baseline (Kim et al.,
-Appendix H), cost per question in US dollars and share escalated, and SAS.
+Appendix H), cost per question in US dollars and share that fell back, and SAS.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def run_cost(run: Run, *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
         `completion_tokens_per_question`, `cost_per_question`), `unpriced_models`.
     """
     questions, n = run.questions, len(run.questions)
-    flags = [q.escalated for q in questions if q.escalated is not None]
+    flags = [q.fell_back for q in questions if q.fell_back is not None]
     models = []
     for model in dict.fromkeys(name for q in questions for name in q.usage):
         mine = [q.usage.get(model) or {} for q in questions]
@@ -114,12 +114,12 @@ def run_cost(run: Run, *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
     known = [cost for q in questions if (cost := q.cost) is not None]
     priced = bool(known) and len(known) == n
     cost_ci = mean_ci(known, seed=seed) if priced else None
-    escalated_ci = rate_ci(flags, seed=seed) if flags else None
+    fallback_ci = rate_ci(flags, seed=seed) if flags else None
     return {
         "cost_per_question": sum(known) / n if priced else None,
         "cost_per_question_ci": list(cost_ci) if cost_ci else None,
         "escalated_rate": 100.0 * sum(flags) / len(flags) if flags else None,
-        "escalated_rate_ci": list(escalated_ci) if escalated_ci else None,
+        "escalated_rate_ci": list(fallback_ci) if fallback_ci else None,
         "models": models,
         "unpriced_models": [m["model"] for m in models if m["cost_per_question"] is None],
     }

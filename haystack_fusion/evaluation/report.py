@@ -35,7 +35,7 @@ def write_report(
     runs: Sequence[str] | None = None,
     prices: Mapping[str, Price] | None = None,
     target_accuracy: float | None = None,
-    target_escalation: float | None = None,
+    target_fallback: float | None = None,
 ) -> dict[str, Any]:
     """
     Write `summary.json` (`title`, `baseline`, `bootstrap`, `prices`, `runs`, `calibration`, `notes`), `results.md`
@@ -48,7 +48,8 @@ def write_report(
     :param prices: US dollars per million prompt and completion tokens per model (`view.parse_prices`): each run's
         `cost_per_question` and the `accuracy_vs_cost.png` chart.
     :param target_accuracy: SQuAD 2.0 EM (%) the calibrated tau must reach (`calibration.choose`).
-    :param target_escalation: The largest share escalated (%) the calibrated tau may have (`calibration.choose`).
+    :param target_fallback: The largest share of questions that fall back (%) the calibrated tau may have
+        (`calibration.choose`).
     :returns: The summary written.
     :raises ValueError: If there are no records, `baseline` names a strategy that has no records, `runs` does not
         have one label per record, or the targets are invalid (`calibration.choose`).
@@ -59,7 +60,7 @@ def write_report(
     view = ReportView.of(records, runs, prices)
     resolved = resolve_baseline(view, baseline)
     summaries = summarize_runs(view, seed=seed, baseline=resolved, sas=sas)
-    calibration = calibrate(view, seed=seed, target_accuracy=target_accuracy, target_escalation=target_escalation)
+    calibration = calibrate(view, seed=seed, target_accuracy=target_accuracy, target_fallback=target_fallback)
     unpriced = list(dict.fromkeys(model for s in summaries for model in s["unpriced_models"]))
     if view.prices and unpriced:
         notes = [*notes, f"No price for {', '.join(unpriced)}: their runs' cost is unknown (-)."]

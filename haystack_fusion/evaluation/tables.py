@@ -82,7 +82,7 @@ MAIN_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
 
 COST_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "cost/q $": lambda s: dollars(s["cost_per_question"], s.get("cost_per_question_ci"), missing="-"),
-    "escalated": lambda s: _rate(s, "escalated_rate", True),
+    "fallback %": lambda s: _rate(s, "escalated_rate", True),
 }
 """Main-table columns after F1, each only when some run has its figure (`figures.run_cost`)."""
 
@@ -154,7 +154,7 @@ def _table(
 
 def main_columns(summaries: Sequence[dict[str, Any]]) -> dict[str, Callable[[dict[str, Any]], Any]]:
     """`MAIN_COLUMNS` with the `COST_COLUMNS` some run has a figure for after F1."""
-    figures = {"cost/q $": "cost_per_question", "escalated": "escalated_rate"}
+    figures = {"cost/q $": "cost_per_question", "fallback %": "escalated_rate"}
     columns: dict[str, Callable[[dict[str, Any]], Any]] = {}
     for name, cell in MAIN_COLUMNS.items():
         columns[name] = cell
@@ -195,7 +195,7 @@ def markdown_table(
         )
     if any(s.get("escalated_rate") is not None for s in summaries):
         notes += (
-            "\n\nescalated: share of the questions (%) the first round (concatenation) passed on to the later rounds; "
+            "\n\nfallback %: share of the questions the first round (concatenation) passed on to the fallback rounds; "
             "- for strategies without rounds."
         )
     compared = [s for s in summaries if s["strategy"] != baseline and "em_diff" in s] if baseline else []
@@ -244,11 +244,11 @@ def calibration_markdown(calibration: Mapping[str, Any], selective_chart: str | 
         )  # fmt: skip
         parts.append(
             "\n## concat_pf replayed at each threshold\n\nReplayed exactly from the concatenation records (the first "
-            "round) and the later rounds' records of the same questions: post_fusion, else an escalated concat_pf or "
+            "round) and the fallback records of the same questions: post_fusion, else a fallen-back concat_pf or "
             "cascade record, from any folder given (tau `–`: text only, the paper's); a selection of the grid, all of "
             "it in summary.json. SQuAD 2.0 EM counts an unanswerable question right when the answer is unknown; "
-            "fallback %: the share passed on to the later rounds"
-            + ("; cost/q: the first round's cost, plus the later rounds' when passed on" if priced else "")
+            "fallback %: the share passed on to the fallback rounds"
+            + ("; cost/q: the first round's cost, plus the fallback rounds' when passed on" if priced else "")
             + f".\n\n{table}\n\n{summary['tau_choice']['reason']}"
         )
     return "\n".join(parts) + ("\n" if parts else "")

@@ -1,11 +1,11 @@
 """
 The records of a report grouped once: one `Run` per (run label, strategy, k, setting) of `Question`s, each record
-with what the report derives from it (outcome flags, usage and cost per model, escalation, demonstration copies), read
+with what the report derives from it (outcome flags, usage and cost per model, fallback, demonstration copies), read
 by every section of the report.
 
 A price is US dollars per million prompt (input) and completion (output) tokens. A question's usage per model is
 `evidence["usage_by_model"]` (model name -> `prompt_tokens`, `completion_tokens`, `calls`, ...), else its whole usage
-under `UNNAMED_MODEL`. A question is escalated when the first round (concatenation) passed it on to the later rounds
+under `UNNAMED_MODEL`. A question falls back when the first round (concatenation) passed it on to the fallback rounds
 (`evidence["fallback"]`, set by `concat_pf` and `cascade`); FrugalGPT (Chen et al., 2023) reads a cascade by its cost
 and the share that reached the strong model.
 """
@@ -115,14 +115,14 @@ class Question:
     """
     One record with what the report derives from it: its outcome flags set (`metrics.with_answer_outcome`), its usage
     (`model_usage`) and cost in US dollars (`usage_cost`, None without a price) per model, whether the first round
-    passed it on (`escalated`, None for a strategy without rounds), and whether its answer copies a few-shot
+    passed it on (`fell_back`, None for a strategy without rounds), and whether its answer copies a few-shot
     demonstration answer, per prompt of its strategy that has any (`answers.copies_demonstration`).
     """
 
     record: QuestionRecord
     usage: dict[str, Mapping[str, Any]]
     model_costs: dict[str, float | None]
-    escalated: bool | None
+    fell_back: bool | None
     demo_copies: dict[str, bool]
 
     @classmethod

@@ -53,7 +53,7 @@ class StrategyRun:
     :param seconds: Wall-clock time of the run, in seconds.
     :param strategy: The registered strategy that ran.
     :param usage_by_model: `usage` split by the model that served the calls (`llm.model_name`): model -> the same
-        counters; one entry per model (e.g. the small model's first round and the strong model's escalation).
+        counters; one entry per model (e.g. the small model's first round and the strong model's fallback rounds).
     """
 
     answer: GeneratedAnswer

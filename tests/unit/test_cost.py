@@ -1,6 +1,6 @@
 """
-What runs cost: prices, cost per question, share escalated, calls and tokens per model, the accuracy-vs-cost chart, run
-labels for several folders, and the tau chosen for a target accuracy or escalation share.
+What runs cost: prices, cost per question, share that fell back, calls and tokens per model, the accuracy-vs-cost chart,
+run labels for several folders, and the tau chosen for a target accuracy or fallback share.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ class TestReport:
     def test_cost_columns_model_table_and_chart(self, tmp_path):
         summary = write_report(cascade_records(), tmp_path, prices=PRICES)
         text = (tmp_path / TABLE_FILE).read_text()
-        assert "| strategy | top-k | EM | F1 | cost/q $ | escalated |" in text
+        assert "| strategy | top-k | EM | F1 | cost/q $ | fallback % |" in text
         assert "| cascade | 5 | 66.7 [0.0, 100.0] | 66.7 [0.0, 100.0] | 0.035 [" in text
         assert "| model | calls/q | prompt tokens/q | completion tokens/q | cost/q $ |" in text
         assert "| cascade | 5 | strong | 3.33 | 3333 | 33 | 0.034 |" in text
@@ -169,8 +169,8 @@ class TestReport:
 
 
 def two_model_records() -> list[QuestionRecord]:
-    """The first round on the small model (concatenation, with confidences) and the later rounds on the strong one,
-    as escalated records of a cascade run (another folder)."""
+    """The first round on the small model (concatenation, with confidences) and the fallback rounds on the strong one,
+    as fallen-back records of a cascade run (another folder)."""
     first = [
         record("concatenation", "q1", {SMALL: usage(1000, 10)}, confidence=0.9),
         record("concatenation", "q2", {SMALL: usage(1000, 10)}, confidence=0.4, em=0.0),
@@ -207,20 +207,20 @@ class TestCalibration:
         assert choose(rows, target_accuracy=60)["tau"] == 0.5  # the cheapest that reaches it
         assert choose(rows, target_accuracy=30)["tau"] == 0.3
         assert choose(rows, target_accuracy=90) is None
-        assert choose(rows, target_escalation=40)["tau"] == 0.3  # the most accurate under it
-        assert choose(rows, target_escalation=10) is None
+        assert choose(rows, target_fallback=40)["tau"] == 0.3  # the most accurate under it
+        assert choose(rows, target_fallback=10) is None
         with pytest.raises(ValueError, match="not both"):
-            choose(rows, target_accuracy=50, target_escalation=50)
+            choose(rows, target_accuracy=50, target_fallback=50)
         with pytest.raises(ValueError, match="target_accuracy"):
             choose(rows, target_accuracy=150)
 
     def test_the_report_says_which_tau_and_why(self, tmp_path):
-        summary = write_report(two_model_records(), tmp_path, prices=PRICES, target_escalation=70)
+        summary = write_report(two_model_records(), tmp_path, prices=PRICES, target_fallback=70)
         choice = summary["calibration"]["tau_choice"]
         # q2's confidence is 0.4: from tau 0.45 on it reaches the strong model, which answers it right
-        assert (choice["tau"], choice["target"]) == (0.45, {"target_escalation": 70})
+        assert (choice["tau"], choice["target"]) == (0.45, {"target_fallback": 70})
         text = (tmp_path / TABLE_FILE).read_text()
-        assert "tau 0.45 is the most accurate tau that escalates at most 70%." in text
+        assert "tau 0.45 is the most accurate tau whose fallback rate is at most 70%." in text
         assert "| cost/q $ |" in text.split("## concat_pf replayed")[1]
 
 
@@ -276,5 +276,5 @@ class TestAgreementReplay:
 
     def test_taus_above_the_judging_runs_are_not_replayed(self):
         rows = sweep(ReportView.of(agreement_records(), prices=PRICES), [0.3, 0.75, 1.0])
-        assert [row["tau"] for row in rows] == [None, 0.3, 0.75]  # at 1.0, q1's later rounds never ran
+        assert [row["tau"] for row in rows] == [None, 0.3, 0.75]  # at 1.0, q1's fallback rounds never ran
         assert [row["fallback_rate"] for row in rows] == pytest.approx([0.0, 100 / 3, 200 / 3])
