@@ -1,15 +1,12 @@
 """
-What an answer is: normalization, unknown detection, validity, confidence, token F1 and voting. Pure functions shared by
-every component, so voting, routing and evaluation agree on what "the same answer" (the official SQuAD normalization)
-and "unknown" (Liu et al., section 3.1) mean.
+What an answer is: normalization, unknown detection, validity, confidence, token F1 and voting, shared by every
+component so that voting, routing and evaluation agree on "the same answer" (the official SQuAD normalization) and
+"unknown" (Liu et al., section 3.1).
 
-Validity (`check_answer`, wherever an answer is read from a reply; `validate_query` checks the question before any
-LLM call): a reply can hold text with an answer's shape that is not an answer: passage markup (a delimiter, key or
-label of `prompts.format_passages`'s block, which small models echo), a copied demonstration (Liu et al., Figure 7's
-"1925"; Yu et al., Table 6's "1996") that no passage contains, an enumeration of bare labels (`(i) (ii) (iii)`), or a
-repeat of the question. A rejected answer is not an abstention: components return an empty answer whose `meta` says
-`answer_source="invalid"` with the reason and the rejected text (`invalid_answer`), and the evaluation counts it apart
-from "unknown".
+Validity (`check_answer`): a reply can have an answer's shape without being one: passage markup (which small models
+echo), a copied demonstration (Liu et al., Figure 7's "1925"; Yu et al., Table 6's "1996") that no passage contains,
+bare list labels (`(i) (ii)`), or a repeat of the question. A rejected answer is not an abstention: components return
+an empty answer with `meta["answer_source"] == "invalid"` (`invalid_answer`), counted apart from "unknown".
 """
 
 from __future__ import annotations
@@ -52,18 +49,15 @@ DEFAULT_UNKNOWN_PATTERNS: tuple[str, ...] = (
     r"\b(not|never) (mentioned|specified|provided|stated|given) in the\b",
     r"\bno (information|mention|answer) (is |was )?(given|provided|available|about|on|of)\b",
 )
-"""Regular expressions (searched in the cleaned answer and in its core, `unknown_core`) that mark an abstention: the
-literal "unknown" the prompts ask for (Liu et al., section 3.1, Figure 7) and the usual paraphrases ("I don't know",
-"not enough information", "the context does not contain ...", which section 3.1 quotes). "It is unknown" counts only
-at the end or before punctuation, a line break or a word that goes on with the sentence ("... unknown from the
-passages", "... unknown whether ..."), so "The answer is Unknown Pleasures" is an answer."""
+"""Regular expressions that mark an abstention: the literal "unknown" the prompts ask for (Liu et al., section 3.1,
+Figure 7) and its usual paraphrases ("I don't know", "the context does not contain ..."). "It is unknown" counts only
+where the sentence ends or goes on ("... unknown from the passages"), so "The answer is Unknown Pleasures" is an
+answer."""
 
 
 def normalize_answer(text: str) -> str:
-    """
-    Normalize an answer as the official SQuAD evaluation does (Liu et al., section 4; Rajpurkar et al., 2016):
-    lowercase, no punctuation, no articles "a", "an", "the", whitespace collapsed; "" when nothing else is left.
-    """
+    """The official SQuAD normalization (Liu et al., section 4; Rajpurkar et al., 2016): lowercase, no punctuation, no
+    articles, whitespace collapsed."""
     text = text.lower()
     text = "".join(ch for ch in text if ch not in _PUNCTUATION)
     text = _ARTICLES.sub(" ", text)
@@ -82,11 +76,8 @@ _ASCII_LETTERS = frozenset(string.ascii_letters)
 
 
 def trim_answer(text: str) -> str:
-    """
-    An answer or candidate read from a reply (whitespace already collapsed), trimmed of surrounding whitespace, quotes,
-    markdown emphasis and trailing ".,;:", repeatedly; a trailing abbreviation such as "D.C." keeps its period. Linear
-    time in the text's length.
-    """
+    """An answer read from a reply, trimmed of surrounding whitespace, quotes, markdown emphasis and trailing ".,;:",
+    repeatedly; a trailing abbreviation ("D.C.") keeps its period. Linear time."""
     start, end = 0, len(text)
     previous = None
     while (start, end) != previous:
@@ -106,8 +97,7 @@ def trim_answer(text: str) -> str:
 
 
 def _ends_with_abbreviation(text: str, start: int, end: int) -> bool:
-    """Whether `text[start:end]` ends with an abbreviation of 2+ letters ("U.S.", "D.C."), preceded by whitespace or
-    nothing; in time linear in the abbreviation's length."""
+    """Whether `text[start:end]` ends with an abbreviation of 2+ letters ("U.S."), preceded by whitespace or nothing."""
     first = end
     while first - 2 >= start and text[first - 1] == "." and text[first - 2] in _ASCII_LETTERS:
         first -= 2
@@ -115,20 +105,16 @@ def _ends_with_abbreviation(text: str, start: int, end: int) -> bool:
 
 
 _LEAD_IN = re.compile(r"(?:(?:the )?(?:final )?answer(?: is|[*_\s]*:)|it(?: is|'s|’s))(?![\w'’])")
-"""A lead-in before an answer, matched at the start of a cleaned (lowercased) answer: "the answer is", "answer is",
-"answer:", "answer**:", "the final answer is", "final answer:", "it is", "it's"."""
+"""A lead-in before an answer: "the answer is", "answer:", "answer**:", "final answer:", "it is", "it's"."""
 _CORE_WRAPPING = frozenset(TRIM_CHARACTERS + ".,;:!?()[]")
 """What `unknown_core` strips from both ends: `TRIM_CHARACTERS`, punctuation and brackets."""
 
 
 def unknown_core(cleaned: str) -> str:
     """
-    What a cleaned answer (`clean_answer`) says without its wrapping: surrounding whitespace, quotes, markdown
-    emphasis, brackets and punctuation (`_CORE_WRAPPING`) and a leading lead-in (`_LEAD_IN`), removed until none is
-    left. `'the answer is "unknown"'`, `"answer:** **unknown"` and `"it is unknown"` have the core `"unknown"`; `"the
-    unknown soldier"` and `"it is the unknown soldier"` have `"the unknown soldier"`. Used only to recognize
-    abstentions (Liu et al., section 3.3: the fallback fires on an "unknown" reply), never as the answer. Linear time
-    in the text's length.
+    A cleaned answer without its wrapping (`_CORE_WRAPPING`) and lead-ins (`_LEAD_IN`), removed until none is left:
+    `'the answer is "unknown"'` -> `"unknown"`, `"it is the unknown soldier"` -> `"the unknown soldier"`. Only to
+    recognize abstentions (Liu et al., section 3.3), never as the answer. Linear time.
     """
     start, end = 0, len(cleaned)
     while True:
@@ -145,17 +131,10 @@ def unknown_core(cleaned: str) -> str:
 @dataclass(frozen=True)
 class UnknownDetector:
     """
-    Decides whether an answer is an abstention ("unknown"), the one rule every component shares (the router's
-    fallback, Liu et al., section 3.3; post-fusion's vote; Chain-of-Note's answer; the evaluation's %Unk): None or an
-    answer with no word is unknown, else each pattern is searched in `clean_answer` of it and in that text's
-    `unknown_core` (wrapping and a lead-in removed).
-
-    With the default patterns, the literal "unknown" is recognized however it is wrapped: in any case, quoted
-    (`"unknown"`, `'unknown'`, `“unknown”`), in markdown (`**unknown**`), with punctuation (`unknown.`, `unknown!`) and
-    after a lead-in ("The answer is unknown.", 'The answer is "unknown".', "Answer: unknown", "It is unknown."); so
-    are the abstention sentences of `DEFAULT_UNKNOWN_PATTERNS`, with or without a lead-in. "unknown" with other words
-    of an answer ("the unknown soldier", "Unknown Pleasures", "an unknown number of people", "The answer is Unknown
-    Pleasures.") is an answer.
+    Whether an answer is an abstention ("unknown"), the one rule of the router's fallback (Liu et al., section 3.3),
+    post-fusion's vote, Chain-of-Note and the evaluation's %Unk: None or no word is unknown, else each pattern is
+    searched in `clean_answer` of it and in its `unknown_core`. So "unknown" counts however it is quoted, emphasized,
+    punctuated or led in ("Answer: **unknown**."); with other words ("the unknown soldier") it is an answer.
 
     ### Usage example
     ```python
@@ -189,12 +168,11 @@ class UnknownDetector:
 
     @classmethod
     def from_patterns(cls, patterns: Sequence[str] | None) -> UnknownDetector:
-        """Build a detector from a component's `unknown_patterns` parameter (None means the defaults)."""
+        """The detector of a component's `unknown_patterns` (None: the defaults)."""
         return cls() if patterns is None else cls(tuple(patterns))
 
     def is_unknown(self, answer: str | None) -> bool:
-        """Whether an answer abstains: None (a failed call), no word, or a pattern found in its cleaned text or core
-        (see the class docstring)."""
+        """Whether an answer abstains: None (a failed call), no word, or a pattern found in its cleaned text or core."""
         if answer is None:
             return True
         cleaned = clean_answer(answer)
@@ -209,11 +187,9 @@ class VoteResult:
     """
     The outcome of majority voting over per-passage answers (Liu et al., Eq. 2).
 
-    :param answer: The winning answer as the model wrote it (from the best-ranked passage that gave it), or "unknown"
-        when nothing voted.
-    :param votes: Normalized answer -> votes, winner first, then by votes and best passage rank; no abstentions.
-    :param candidates: The candidate pool: one surface form per normalized answer, in the order of `votes`.
-    :param best_rank: Normalized answer -> 0-based rank of the best-ranked passage that gave it.
+    :param answer: The winner as its best-ranked passage's reply wrote it; "unknown" when nothing voted.
+    :param votes: Normalized answer -> votes, winner first, then by votes and best passage rank (`best_rank`, 0-based).
+    :param candidates: One surface form per normalized answer, in the order of `votes`.
     """
 
     answer: str
@@ -223,7 +199,6 @@ class VoteResult:
 
     @property
     def is_unknown(self) -> bool:
-        """True when no answer got a vote (every passage abstained or failed)."""
         return not self.votes
 
 
@@ -231,15 +206,10 @@ def majority_vote(
     answers: Sequence[str | None], ranks: Sequence[int] | None = None, detector: UnknownDetector | None = None
 ) -> VoteResult:
     """
-    Majority vote over answers, one per passage (or per sample), as in Liu et al., Eq. 2.
+    Majority vote over the answers of each passage (or sample), Liu et al., Eq. 2: compared after `normalize_answer`;
+    abstentions and failed calls (None) do not vote; a tie goes to the better-ranked passage; no vote: "unknown".
 
-    Answers are compared after `normalize_answer`; abstentions (by the detector, default `UnknownDetector()`) and failed
-    calls (None) do not vote; a tie goes to the better-ranked passage; with no vote the answer is "unknown".
-
-    :param answers: The answers in passage order; None marks a failed call.
-    :param ranks: The 0-based retrieval rank of each answer's passage (p samples of a passage share it); defaults to
-        the position.
-    :returns: A `VoteResult`.
+    :param ranks: The 0-based retrieval rank of each answer's passage (p samples share it); default: the position.
     :raises ValueError: If `ranks` and `answers` differ in length.
     """
     detector = detector or UnknownDetector()
@@ -268,11 +238,8 @@ def majority_vote(
 
 
 def token_f1(prediction: str, gold: str) -> float:
-    """
-    Official SQuAD token F1 between two answers (Liu et al., section 4; Rajpurkar et al., 2016): tokens of
-    `normalize_answer`, overlap = multiset intersection, F1 = 2PR / (P + R); 1.0 if both have no tokens, 0.0 if one
-    has none. Symmetric; a fraction in [0, 1].
-    """
+    """Official SQuAD token F1 in [0, 1] (Liu et al., section 4; Rajpurkar et al., 2016) over `normalize_answer`'s
+    tokens; 1.0 if both have none, 0.0 if one has none."""
     prediction_tokens = normalize_answer(prediction).split()
     gold_tokens = normalize_answer(gold).split()
     if not prediction_tokens or not gold_tokens:
@@ -286,11 +253,8 @@ def token_f1(prediction: str, gold: str) -> float:
 
 
 def token_logprobs(meta: Mapping[str, Any] | None) -> list[Mapping[str, Any]] | None:
-    """
-    The per-token log-probabilities in a reply's (or an AnswerBuilder answer's) `meta["logprobs"]["content"]`, as
-    OpenAIChatGenerator (with `logprobs`) and the embedded generator write them: `{"token", "logprob", ...}` entries
-    in generation order, or None when there are none.
-    """
+    """The `{"token", "logprob", ...}` entries of a reply's `meta["logprobs"]["content"]` (OpenAI's shape, as the
+    embedded generator writes it too), in generation order; None when there are none."""
     logprobs = (meta or {}).get("logprobs")
     tokens = logprobs.get("content") if isinstance(logprobs, Mapping) else logprobs
     if not isinstance(tokens, list) or not tokens:
@@ -303,13 +267,9 @@ def answer_confidence(meta: Mapping[str, Any] | None, answer: str | None = None)
     r"""
     The model's confidence in an answer: the geometric mean of the probabilities of the answer's tokens.
 
-    The tokens that overlap the answer's first occurrence in the reply (by character span) count, so an answer read
-    from a longer reply is judged on its own tokens; when it is not found verbatim, or `answer` is None, the reply's
-    first non-blank line counts. Whitespace-only tokens do not count. The aggregate is exp(mean log p), the
-    length-normalized sequence probability; for an abstention it is the confidence in abstaining.
+    The non-blank tokens that overlap the answer's first occurrence in the reply count (else, or for `answer` None,
+    the reply's first non-blank line's): exp(mean log p), the length-normalized sequence probability.
 
-    :param meta: The reply's `meta` (or an AnswerBuilder answer's), read by `token_logprobs`.
-    :param answer: The answer as extracted from the reply; None counts the first line.
     :returns: A probability in [0, 1]; None when the meta carries no log-probabilities or no token counts.
     """
     tokens = token_logprobs(meta)
@@ -340,20 +300,15 @@ INVALID = "invalid"
 """The `answer_source` of a rejected answer (`meta["answer_source"]`)."""
 
 PASSAGE_MARKUP = "passage markup"
-"""Reason: the answer holds a passage delimiter, key or label."""
 DEMONSTRATION = "demonstration answer"
-"""Reason: the answer is a demonstration's answer that the passages do not contain."""
 EMPTY_ENUMERATION = "empty enumeration"
-"""Reason: the answer is only list labels."""
 REPEATS_QUESTION = "repeats the question"
-"""Reason: the answer is only words of the question (`repeats_question`)."""
-
 REASONS: tuple[str, ...] = (PASSAGE_MARKUP, DEMONSTRATION, EMPTY_ENUMERATION, REPEATS_QUESTION)
-"""Every reason `check_answer` gives, in the order it checks them."""
+"""Every reason `check_answer` gives, in the order it checks them (`is_passage_markup`, `copies_demonstration`,
+`is_empty_enumeration`, `repeats_question`)."""
 
 _MARKUP = re.compile(r"</?\s*passage\b|\bpassage\s+key\b|\bkey\s*=\s*[\"']|^\[\d{1,3}\]$|^passage\s*#\s*\d{1,3}\b")
-"""Fragments of the passage block's markup, searched in the lowercased answer: the tags, their `key="..."`, a bare
-`[i]` label or a leading `Passage #i`. Linear time: no nested quantifiers."""
+"""The passage block's markup in a lowercased answer: tags, `key="..."`, a bare `[i]`, a leading `Passage #i`."""
 
 _KEY = re.compile(r"[0-9a-f]{8}")
 """A delimiter key (`prompts.passage_key`: 8 hex digits); as an answer it counts as markup unless all digits."""
@@ -365,8 +320,7 @@ _FILLER = frozenset({"…", "...", "..", "-", "–", "—", ",", ";", "and", "et
 
 
 def is_passage_markup(answer: str) -> bool:
-    """Whether an answer is or holds passage markup: a delimiter tag or fragment, a bare 8-hex-digit key with a letter,
-    `[i]` or `Passage #i ...`."""
+    """Whether an answer holds passage markup (`_MARKUP`) or is a bare delimiter key (8 hex digits, one a letter)."""
     text = answer.strip().lower()
     if _MARKUP.search(text):
         return True
@@ -375,8 +329,7 @@ def is_passage_markup(answer: str) -> bool:
 
 
 def is_empty_enumeration(answer: str) -> bool:
-    """Whether an answer is only list labels (`(i) (ii)`, `(a) (b)`) and filler ("…", ",", "and"), with one label at
-    least."""
+    """Whether an answer is only list labels (`(i) (ii)`) and filler ("…", ",", "and"), one label at least."""
     labels = 0
     for token in answer.lower().replace(",", " , ").split():
         if _ENUMERATOR.fullmatch(token.rstrip(".,;:")):
@@ -387,12 +340,7 @@ def is_empty_enumeration(answer: str) -> bool:
 
 
 def copies_demonstration(answer: str, demonstrations: Iterable[str], passages: Iterable[str]) -> bool:
-    """
-    Whether an answer is a demonstration's answer that the passages do not contain.
-
-    Compared after `answers.normalize_answer`; a passage contains the answer when its normalized text holds it as a
-    whole-word phrase.
-    """
+    """Whether an answer is a demonstration's answer that no passage holds as a whole-word phrase (normalized)."""
     key = normalize_answer(answer)
     if not key or key not in {normalize_answer(demo) for demo in demonstrations}:
         return False
@@ -401,19 +349,10 @@ def copies_demonstration(answer: str, demonstrations: Iterable[str], passages: I
 
 def repeats_question(answer: str, question: str) -> bool:
     """
-    Whether an answer only repeats words of the question, so it says nothing the question did not.
-
-    Compared word by word after `answers.normalize_answer`. The answer repeats the question when
-
-    1. it has at least two words (a one-word answer found in the question is often the answer: "Paris" for "Is the
-       capital Paris or Lyon?"; "yes", "no" and "unknown" never count);
-    2. every one of its words occurs in the question, in any order; and
-    3. it is not one of the question's alternatives: an answer without "or" that holds a word next to an "or" of the
-       question is a choice ("Jane Austen" for "Was it written by Jane Austen or Charlotte Bronte?").
-
-    :param answer: The answer as read from the reply.
-    :param question: The question it answers.
-    :returns: True when the answer repeats the question by the rule above.
+    Whether an answer only repeats words of the question (normalized): it has two words or more (a one-word answer
+    from the question is often right: "Paris" for "Is the capital Paris or Lyon?"), all of them in the question, and
+    it is not one of the question's alternatives (an answer without "or" holding a word next to the question's "or":
+    "Jane Austen" for "Was it written by Jane Austen or Charlotte Bronte?").
     """
     words = normalize_answer(answer).split()
     if len(words) < 2:
@@ -447,12 +386,11 @@ def check_answer(
     check_answer("Paris", question="Is the capital Paris or Lyon?")  # None
     ```
 
-    :param answer: The answer text; None or empty is not checked (an abstention or a failed call).
-    :param question: The question; None or empty skips the repeat rule.
-    :param demonstrations: The few-shot answers of the prompt that produced the answer; empty skips that rule.
+    :param answer: None or empty is not checked (an abstention or a failed call).
+    :param question: None or empty skips the repeat rule.
+    :param demonstrations: The few-shot answers of the prompt; empty skips that rule.
     :param passages: The passage texts that prompt showed.
-    :returns: The reason (`PASSAGE_MARKUP`, `DEMONSTRATION`, `EMPTY_ENUMERATION` or `REPEATS_QUESTION`) the answer is
-        rejected, or None when it is valid.
+    :returns: One of `REASONS` when the answer is rejected, else None.
     """
     if not answer or not answer.strip():
         return None
@@ -473,25 +411,20 @@ def invalid_meta(answer: str, reason: str) -> dict[str, Any]:
 
 
 INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf"})
-"""The Unicode categories of characters that show nothing: control characters (NUL, escape, DEL, the C1 controls) and
-format characters (zero-width spaces and joiners, direction marks, the byte order mark)."""
+"""The Unicode categories that show nothing: control and format characters (zero-width spaces, direction marks)."""
 
 
 def has_visible_text(text: str) -> bool:
-    """Whether `text` holds a character that is neither whitespace nor of an `INVISIBLE_CATEGORIES` category (a lone
-    surrogate counts as visible: `validate_query` names it)."""
+    """Whether `text` holds a character that is neither whitespace nor of `INVISIBLE_CATEGORIES`."""
     return any(unicodedata.category(char) not in INVISIBLE_CATEGORIES for char in text if not char.isspace())
 
 
 def validate_query(query: str) -> str:
     """
-    Check a question before any LLM call.
+    Check a question before any LLM call; returns it stripped.
 
-    :param query: The question.
-    :returns: The question, stripped of whitespace.
-    :raises ValueError: If the question is not a string, holds no visible text (empty, or only whitespace, control and
-        format characters: `has_visible_text`), or is not valid Unicode text (a lone surrogate such as `\\ud800`,
-        which no UTF-8 encoder, tokenizer or HTTP client accepts), naming the position of the first bad character.
+    :raises ValueError: If it is not a string, holds no visible text (`has_visible_text`), or holds a lone surrogate
+        (no UTF-8 encoder accepts it), naming the position of the first bad character.
     """
     if not isinstance(query, str) or not has_visible_text(query):
         shown = query if not isinstance(query, str) or len(query) <= 40 else f"{query[:40]}..."

@@ -45,6 +45,7 @@ from haystack_fusion.settings import (
     STORE_VARIABLE,
     index_path,
     strategy_defaults,
+    warn_deprecated,
 )
 from haystack_fusion.strategies import (
     CASCADE_MIN_CONFIDENCE,
@@ -240,8 +241,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-SERVER_CONCURRENCY = 4
-"""`eval --concurrency` default for an LLM behind a server (openai, ollama): questions answered at once."""
+SERVER_PARALLEL_QUESTIONS = 4
+"""`eval --parallel-questions` default for an LLM behind a server (openai, ollama): questions answered at once."""
+
+
+def _parallel_questions(args: argparse.Namespace, llm: str) -> int:
+    """`--parallel-questions`, else its deprecated name `--concurrency` (with a warning), else the default for `llm`."""
+    if args.concurrency is not None:
+        warn_deprecated("--concurrency", "--parallel-questions")
+    return args.parallel_questions or args.concurrency or (1 if llm == "local" else SERVER_PARALLEL_QUESTIONS)
+
+
+def _target_fallback(args: argparse.Namespace) -> float | None:
+    """`--target-fallback`, else its deprecated name `--target-escalation` (with a warning)."""
+    if args.target_escalation is not None:
+        warn_deprecated("--target-escalation", "--target-fallback")
+    return args.target_fallback if args.target_fallback is not None else args.target_escalation
 
 
 def _eval_retriever_factory(config: BackendConfig, documents: list[Any]) -> Any:
@@ -273,12 +288,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     dataset = load_dataset(args.dataset, corpus=args.corpus, cache_dir=args.cache_dir).only(args.questions)
     dataset = dataset.sample(args.sample, seed=args.seed).limit(args.limit)
     backends = _backends(args)
-    concurrency = args.concurrency or (1 if backends.llm == "local" else SERVER_CONCURRENCY)
     config = EvalConfig(
         strategies=[name.strip() for name in args.strategies.split(",") if name.strip()],
         top_ks=[int(k) for k in str(args.top_k).split(",")],
         setting=PassageSetting(gold_passage=args.gold_passage, noise_ratio=args.noise_ratio, seed=args.seed),
-        concurrency=concurrency,
+        parallel_questions=_parallel_questions(args, backends.llm),
         max_concurrency=args.max_concurrency,
         max_calls_in_flight=args.max_calls_in_flight,
         closed_book_filter=args.closed_book_filter,
@@ -297,7 +311,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     sample = f", stratified sample of {args.sample} (seed {args.seed})" if args.sample else ""
     title = (
         f"{dataset.name}: {len(dataset.questions)} questions{sample}; {backends.retrieval_label()}, "
-        f"{config.setting.label()}; LLM: {backends.escalation_label()}"
+        f"{config.setting.label()}; LLM: {backends.llms_label()}"
         + (", closed-book filtered" if config.closed_book_filter else "")
     )
     Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -361,7 +375,7 @@ def _write_report(
     runs: list[str] | None = None,
 ) -> None:
     """The report of `eval` and `report`, with `--baseline`, `--sas`, the run folders' notes and prices (`--price`
-    over them), `--target-accuracy` / `--target-escalation` and the records' run labels."""
+    over them), `--target-accuracy` / `--target-fallback` and the records' run labels."""
     from haystack_fusion.evaluation.report import write_report
 
     sas_scores = None
@@ -372,16 +386,16 @@ def _write_report(
     prices = {**prices, **dict(args.price or [])}
     write_report(records, out, title=title, baseline=args.baseline, sas=sas_scores, notes=notes, runs=runs,
                  prices={model: (float(price[0]), float(price[1])) for model, price in prices.items()},
-                 target_accuracy=args.target_accuracy, target_escalation=args.target_escalation)  # fmt: skip
+                 target_accuracy=args.target_accuracy, target_fallback=_target_fallback(args))  # fmt: skip
     print((Path(out) / "results.md").read_text(encoding="utf-8"))
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     """`haystack-fusion report`: rebuild tables and charts from run folders' records, rescored against the dataset."""
-    from haystack_fusion.evaluation.cost import with_model
     from haystack_fusion.evaluation.datasets import load_dataset
     from haystack_fusion.evaluation.records import RESULTS_FILE, read_records, read_run_manifest
     from haystack_fusion.evaluation.runner import rescore
+    from haystack_fusion.evaluation.view import with_model
 
     manifests = [read_run_manifest(run) for run in args.runs]
     folders = [read_records(Path(run) / RESULTS_FILE) for run in args.runs]
@@ -547,8 +561,8 @@ STRATEGY_OPTIONS: list[Option] = [
 
 
 def _price(text: str) -> tuple[str, tuple[float, float]]:
-    """`--price MODEL=IN,OUT` (`cost.parse_price`), as an argparse error naming the bad value."""
-    from haystack_fusion.evaluation.cost import parse_price
+    """`--price MODEL=IN,OUT` (`view.parse_price`), as an argparse error naming the bad value."""
+    from haystack_fusion.evaluation.view import parse_price
 
     try:
         return parse_price(text)
@@ -567,8 +581,11 @@ REPORT_OPTIONS: list[Option] = [
                  "overrides them (default: none, cost unknown)"}),
     ("--target-accuracy", {"type": float, "metavar": "PERCENT", "help": "calibration: the cheapest tau whose "
                            "replayed SQuAD 2.0 EM reaches PERCENT (0-100) (default: the most accurate tau)"}),
-    ("--target-escalation", {"type": float, "metavar": "PERCENT", "help": "calibration: the most accurate tau that "
-                             "passes at most PERCENT (0-100) of the questions on to the later rounds (default: none)"}),
+    ("--target-fallback", {"type": float, "metavar": "PERCENT", "help": "calibration: the most accurate tau that "
+                           "passes at most PERCENT (0-100) of the questions on to the fallback rounds (default: "
+                           "none)"}),
+    ("--target-escalation", {"type": float, "metavar": "PERCENT", "help": "deprecated: the old name of "
+                             "--target-fallback, with its default"}),
 ]  # fmt: skip
 
 
@@ -630,11 +647,13 @@ def build_parser() -> argparse.ArgumentParser:
                       "(default: no sample, every question)"}),
         ("--questions", {"default": "all", "choices": ["all", "answerable", "unanswerable"], "help": "which "
                          "questions: all (default), answerable (noise robustness), unanswerable (reject rate)"}),
-        ("--concurrency", {"type": int, "help": "questions answered at once (default: 1 for the embedded model, "
-                           f"which runs one call at a time; {SERVER_CONCURRENCY} for an openai or ollama server)"}),
+        ("--parallel-questions", {"type": int, "help": "questions answered at once (default: 1 for the embedded "
+                                  "model, which runs one call at a time; "
+                                  f"{SERVER_PARALLEL_QUESTIONS} for an openai or ollama server)"}),
+        ("--concurrency", {"type": int, "help": "deprecated: the old name of --parallel-questions, with its default"}),
         ("--max-concurrency", {"type": int, "help": MAX_CONCURRENCY_HELP}),
         ("--max-calls-in-flight", {"type": int, "help": "LLM calls under way at once in the whole run, shared by "
-                                   "the --concurrency questions and their rounds (default: "
+                                   "the --parallel-questions questions and their rounds (default: "
                                    f"${MAX_CALLS_IN_FLIGHT_ENV}, else no limit): set it to what a rate-limited API "
                                    "allows, so a storm of 429s slows the run down instead of failing calls. Failed "
                                    "questions are recorded as failed, kept out of the report, and asked again by the "
@@ -691,7 +710,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("--llm", {"default": "local", "help": "local (the embedded model, default), openai (gpt-4o-mini; "
                    "$OPENAI_API_KEY and $OPENAI_BASE_URL read when the pipeline runs) or ollama (qwen3:0.6b at "
                    "http://localhost:11434); edit a file's `model:` for another"}),
-        ("--fallback-llm", {"help": "the LLM of the later rounds of concat_pf, pf_concat and cascade, as --llm "
+        ("--fallback-llm", {"help": "the LLM of the fallback rounds of concat_pf, pf_concat and cascade, as --llm "
                             "(default: --llm for every round); the file names end in _to_<it>"}),
         ("--es-url", {"default": es_url, "help": f"Elasticsearch hosts written into the YAML (default: {es_url})"}),
         ("--es-index", {"default": es_index, "help": "Elasticsearch index written into the YAML, the one `index "

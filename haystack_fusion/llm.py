@@ -12,18 +12,19 @@ import contextlib
 import contextvars
 import inspect
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict, logging, tracing
 from haystack.components.generators.chat.types import ChatGenerator
 from haystack.core.serialization import component_to_dict
-from haystack.dataclasses import ChatMessage, StreamingCallbackT, StreamingChunk
-from haystack.utils import deserialize_chatgenerator_inplace
+from haystack.dataclasses import ChatMessage, ComponentInfo, StreamingCallbackT, StreamingChunk
+from haystack.utils import deserialize_callable, deserialize_component_inplace, serialize_callable
 
 from haystack_fusion.breaker import CircuitBreaker
+from haystack_fusion.prompts import template_from_dict, template_to_dict
 from haystack_fusion.settings import calls_in_flight_limit_from_env
 
 logger = logging.getLogger(__name__)
@@ -261,15 +262,83 @@ async def _run_async(generator: Any, **inputs: Any) -> dict[str, Any]:
     return await asyncio.to_thread(generator.run, **inputs)
 
 
-class ChatGeneratorWrapper:
-    """Mixin of components calling a ChatGenerator (`self._chat_generator`, serialized as `chat_generator`);
-    `warm_up_async` / `close_async` prefer a wrapped part's async method, as Haystack's `LLMRanker` does."""
+@dataclass
+class Round:
+    """One round of a component's LLM calls (`ChatGeneratorWrapper._drive`): its prompts, the calls' run-time
+    `generation_kwargs` with the prompt's `stop` sequences merged in (`stop_kwargs`), the streaming callback and which
+    failures re-raise (`run_chat_calls`'s `raise_if`)."""
+
+    prompts: list[list[ChatMessage]]
+    generation_kwargs: dict[str, Any] | None = None
+    stop: Sequence[str] = ()
+    streaming_callback: StreamingCallbackT | None = None
+    raise_if: Callable[[Exception], bool] | None = None
+
+
+Rounds = Generator[Round, "FanOutResult | None", Any]
+"""A component's calls as a generator: it yields each `Round`, gets its `FanOutResult` back (None for a round
+without prompts) and returns the outputs; `_drive` runs it with `run`, `_drive_async` with `run_async`."""
+
+
+def round_usage(*rounds: FanOutResult | None) -> dict[str, int]:
+    """The summed usage (`reply_usage`) of a component's rounds, None for one that did not run, with `rounds` = how
+    many ran."""
+    ran = [calls for calls in rounds if calls is not None]
+    return dict(sum_usage(calls.usage for calls in ran), rounds=len(ran))
+
+
+class InitSerialization:
+    """
+    Mixin serializing every init parameter from the attribute of its name, as `default_to_dict` writes it: the
+    components in `_COMPONENTS` (kept as `self._<name>`) by `component_to_dict`, the prompt templates (parameters
+    named `*prompt`) by `prompts.template_to_dict`, a streaming callback by its import path.
+    """
+
+    _COMPONENTS: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize this component with every init parameter."""
+        parameters: dict[str, Any] = {}
+        for name in list(inspect.signature(type(self).__init__).parameters)[1:]:
+            if name in self._COMPONENTS:
+                part = getattr(self, f"_{name}")
+                parameters[name] = None if part is None else component_to_dict(obj=part, name=name)
+            elif name == "streaming_callback":
+                callback = getattr(self, name)
+                parameters[name] = serialize_callable(callback) if callback else None
+            else:
+                value = getattr(self, name)
+                parameters[name] = template_to_dict(value) if name.endswith("prompt") else value
+        return default_to_dict(self, **parameters)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Any:
+        """Deserialize `to_dict`'s output."""
+        parameters = data["init_parameters"]
+        for name, value in parameters.items():
+            if value is not None and name.endswith("prompt"):
+                parameters[name] = template_from_dict(value)
+            elif value is not None and name == "streaming_callback":
+                parameters[name] = deserialize_callable(value)
+        for name in cls._COMPONENTS:
+            if parameters.get(name) is not None:
+                deserialize_component_inplace(parameters, key=name)
+        return default_from_dict(cls, data)
+
+
+class ChatGeneratorWrapper(InitSerialization):
+    """
+    Mixin of components calling a ChatGenerator (`self._chat_generator`): their rounds of calls (`_drive`), the
+    lifecycle of the wrapped components (`warm_up_async` / `close_async` prefer a part's async method, as Haystack's
+    `LLMRanker` does) and serialization (`InitSerialization`).
+    """
 
     _chat_generator: ChatGenerator
+    _COMPONENTS: tuple[str, ...] = ("chat_generator",)
 
     def _wrapped_parts(self) -> list[Any]:
-        """The components this one warms up and closes: its chat generator (SummaryVerifier adds its ranker)."""
-        return [self._chat_generator]
+        """The components this one warms up and closes."""
+        return [part for name in self._COMPONENTS if (part := getattr(self, f"_{name}")) is not None]
 
     def _each(self, name: str) -> None:
         for part in self._wrapped_parts():
@@ -299,19 +368,41 @@ class ChatGeneratorWrapper:
         """Release the wrapped chat generator's async resources."""
         await self._each_async("close")
 
-    def to_dict(self) -> dict[str, Any]:
-        """Serialize this component, with its chat generator and its other init parameters, to a dictionary."""
-        names = [
-            name for name in inspect.signature(type(self).__init__).parameters if name not in ("self", "chat_generator")
-        ]
-        chat_generator = component_to_dict(obj=self._chat_generator, name="chat_generator")
-        return default_to_dict(self, chat_generator=chat_generator, **{name: getattr(self, name) for name in names})
+    def _settings(self, step: Round) -> dict[str, Any]:
+        """`run_chat_calls`'s settings for a round: the component's `max_concurrency` and `raise_on_failure`."""
+        return {
+            "max_concurrency": getattr(self, "max_concurrency", None),
+            "raise_on_failure": getattr(self, "raise_on_failure", False),
+            "raise_if": step.raise_if,
+            "generation_kwargs": stop_kwargs(self._chat_generator, step.stop, step.generation_kwargs or None),
+            "streaming_callback": step.streaming_callback,
+        }
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Any:
-        """Deserialize this component, with its chat generator, from a dictionary."""
-        deserialize_chatgenerator_inplace(data["init_parameters"], key="chat_generator")
-        return default_from_dict(cls, data)
+    def _drive(self, rounds: Rounds) -> Any:
+        """Run the rounds with `run_chat_calls`; returns what `rounds` returns."""
+        calls: FanOutResult | None = None
+        try:
+            while True:
+                step = rounds.send(calls)
+                calls = (
+                    run_chat_calls(self._chat_generator, step.prompts, **self._settings(step)) if step.prompts else None
+                )
+        except StopIteration as done:
+            return done.value
+
+    async def _drive_async(self, rounds: Rounds) -> Any:
+        """Run the rounds with `run_chat_calls_async`; returns what `rounds` returns."""
+        calls: FanOutResult | None = None
+        try:
+            while True:
+                step = rounds.send(calls)
+                calls = (
+                    await run_chat_calls_async(self._chat_generator, step.prompts, **self._settings(step))
+                    if step.prompts
+                    else None
+                )
+        except StopIteration as done:
+            return done.value
 
 
 @component
@@ -320,7 +411,9 @@ class CallLimitedChatGenerator(ChatGeneratorWrapper):
     Wraps a ChatGenerator so that each call holds one of the process-wide slots (`calls_in_flight_limit`, one
     `threading.BoundedSemaphore` across threads and loops) while it runs and, with a `breaker`, goes through its
     backend's circuit breaker first: while the breaker is open a call raises `breaker.CircuitOpenError` at once,
-    never sent and without waiting for a slot. Inputs are the wrapped generator's; output is `replies`.
+    never sent and without waiting for a slot. With `generation_kwargs` (a prompt's stop sequences), each call carries
+    them under its own, at run time: the wrapped generator is never copied. Inputs are the wrapped generator's;
+    output is `replies`; streamed chunks name this component when it is in a pipeline.
 
     ### Usage example
     ```python
@@ -339,14 +432,22 @@ class CallLimitedChatGenerator(ChatGeneratorWrapper):
     ```
     """
 
-    def __init__(self, *, chat_generator: ChatGenerator, breaker: CircuitBreaker | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        chat_generator: ChatGenerator,
+        breaker: CircuitBreaker | None = None,
+        generation_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         """
         :param chat_generator: Any component whose `run(messages=...)` returns `replies`.
         :param breaker: The circuit breaker of the generator's backend (shared by every wrapper of that backend);
             None: none.
+        :param generation_kwargs: Sent with every call, under the call's own `generation_kwargs`; None: none.
         """
         self._chat_generator = chat_generator
         self.breaker = breaker
+        self.generation_kwargs = generation_kwargs
         for parameter in inspect.signature(chat_generator.run).parameters.values():
             if parameter.name != "messages" and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
                 component.set_input_type(self, parameter.name, Any, parameter.default)
@@ -355,13 +456,22 @@ class CallLimitedChatGenerator(ChatGeneratorWrapper):
     def _breaker(self) -> contextlib.AbstractContextManager[None]:
         return self.breaker.calling() if self.breaker is not None else contextlib.nullcontext()
 
+    def _inputs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The wrapped generator's inputs: `generation_kwargs` over this wrapper's, chunks tagged with this one."""
+        if self.generation_kwargs:
+            kwargs["generation_kwargs"] = {**self.generation_kwargs, **(kwargs.get("generation_kwargs") or {})}
+        callback, info = kwargs.get("streaming_callback"), ComponentInfo.from_component(self)
+        if callback is not None and info.name is not None:
+            kwargs["streaming_callback"] = _tagged(callback, info)
+        return kwargs
+
     def run(self, messages: list[ChatMessage], **kwargs: Any) -> dict[str, Any]:
         """Call the wrapped generator holding a call slot; returns its `replies`, raises what it raised.
 
         :raises CircuitOpenError: If the breaker refuses the call (it was not sent).
         :raises ValueError: If `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` is set to anything but an integer >= 1."""
         with self._breaker(), _semaphore() or contextlib.nullcontext():
-            return self._chat_generator.run(messages=messages, **kwargs)
+            return self._chat_generator.run(messages=messages, **self._inputs(kwargs))
 
     async def run_async(self, messages: list[ChatMessage], **kwargs: Any) -> dict[str, Any]:
         """Async form of `run`: waits for its slot without blocking the loop."""
@@ -370,27 +480,41 @@ class CallLimitedChatGenerator(ChatGeneratorWrapper):
             if semaphore is not None:
                 await _acquire_async(semaphore)
             try:
-                return await _run_async(self._chat_generator, messages=messages, **kwargs)
+                return await _run_async(self._chat_generator, messages=messages, **self._inputs(kwargs))
             finally:
                 if semaphore is not None:
                     semaphore.release()
 
     def to_dict(self) -> dict[str, Any]:
-        """Serialize this component, with its chat generator and, when it has one, its breaker's settings
-        (`CircuitBreaker.to_dict`)."""
-        chat_generator = component_to_dict(obj=self._chat_generator, name="chat_generator")
-        breaker = {} if self.breaker is None else {"breaker": self.breaker.to_dict()}
-        return default_to_dict(self, chat_generator=chat_generator, **breaker)
+        """Serialize this component: its chat generator, its breaker's settings (`CircuitBreaker.to_dict`) and
+        `generation_kwargs`."""
+        data = InitSerialization.to_dict(self)
+        data["init_parameters"]["breaker"] = None if self.breaker is None else self.breaker.to_dict()
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CallLimitedChatGenerator:
         """Deserialize this component; its breaker is the process's one of that name and settings
         (`CircuitBreaker.shared`)."""
         parameters = data["init_parameters"]
-        deserialize_chatgenerator_inplace(parameters, key="chat_generator")
         if parameters.get("breaker") is not None:
             parameters["breaker"] = CircuitBreaker.shared(**parameters["breaker"])
-        return default_from_dict(cls, data)
+        return InitSerialization.from_dict.__func__(cls, data)  # type: ignore[attr-defined]
+
+
+def _tagged(callback: StreamingCallbackT, info: ComponentInfo) -> StreamingCallbackT:
+    """`callback` (sync or async) given each chunk with `info` as its `component_info`."""
+    if is_async_callback(callback):
+
+        async def tag_async(chunk: StreamingChunk) -> None:
+            await callback(replace(chunk, component_info=info))  # type: ignore[misc]
+
+        return tag_async
+
+    def tag(chunk: StreamingChunk) -> None:
+        callback(replace(chunk, component_info=info))
+
+    return tag
 
 
 def model_name(chat_generator: Any) -> str:

@@ -30,10 +30,7 @@ class DenseRetriever:
     """
 
     def __init__(self, *, text_embedder: Any, embedding_retriever: Any) -> None:
-        """
-        :param text_embedder: A Haystack text embedder, with the model the documents were embedded with.
-        :param embedding_retriever: A Haystack embedding retriever (`run(query_embedding, top_k)`).
-        """
+        """`text_embedder` must use the model the documents were embedded with."""
         self.text_embedder = text_embedder
         self.embedding_retriever = embedding_retriever
         pipeline = Pipeline()
@@ -50,17 +47,10 @@ class DenseRetriever:
             """Load the embedding model."""
 
         def run(self, query: str, top_k: int | None = None) -> dict[str, list[Document]]:
-            """
-            Retrieve by embedding similarity.
-
-            :param query: The question.
-            :param top_k: Passages to return; None keeps the embedding retriever's own `top_k`.
-            :returns: `documents`: at most top_k passages, most similar first.
-            """
+            """`documents`: at most `top_k` (None: the retriever's own) passages, most similar first."""
             ...
 
     def to_dict(self) -> dict[str, Any]:
-        """Serialize this component, with its embedder and retriever, to a dictionary."""
         return default_to_dict(
             self,
             text_embedder=component_to_dict(obj=self.text_embedder, name="text_embedder"),
@@ -69,7 +59,6 @@ class DenseRetriever:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DenseRetriever:
-        """Deserialize this component, with its embedder and retriever, from a dictionary."""
         for key in ("text_embedder", "embedding_retriever"):
             deserialize_component_inplace(data["init_parameters"], key=key)
         return default_from_dict(cls, data)
@@ -107,10 +96,7 @@ class HybridRetriever:
         top_k: int = 10,
     ) -> None:
         """
-        :param bm25_retriever: A Haystack keyword retriever (`run(query, top_k)`).
-        :param text_embedder: A Haystack text embedder for the query (the documents' embedding model).
-        :param embedding_retriever: A Haystack embedding retriever (`run(query_embedding, top_k)`).
-        :param join_mode: DocumentJoiner's join mode (default reciprocal rank fusion).
+        :param join_mode: DocumentJoiner's join mode.
         :param top_k: Passages retrieved by each retriever and kept after joining, unless `run` gets a `top_k`.
         :raises ValueError: If `join_mode` is not one of DocumentJoiner's modes or `top_k` is below 1.
         """
@@ -143,17 +129,10 @@ class HybridRetriever:
             """Load the embedding model."""
 
         def run(self, query: str, top_k: int | None = None) -> dict[str, list[Document]]:
-            """
-            Retrieve with BM25 and embeddings and fuse the rankings.
-
-            :param query: The question.
-            :param top_k: Passages per retriever and after fusion; None keeps the components' own settings.
-            :returns: `documents`: at most top_k passages, best fused rank first.
-            """
+            """`documents`: at most `top_k` (None: the components' own) passages, best fused rank first."""
             ...
 
     def to_dict(self) -> dict[str, Any]:
-        """Serialize this component, with its retrievers and embedder, to a dictionary."""
         return default_to_dict(
             self,
             bm25_retriever=component_to_dict(obj=self.bm25_retriever, name="bm25_retriever"),
@@ -165,7 +144,6 @@ class HybridRetriever:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HybridRetriever:
-        """Deserialize this component, with its retrievers and embedder, from a dictionary."""
         for key in ("bm25_retriever", "text_embedder", "embedding_retriever"):
             deserialize_component_inplace(data["init_parameters"], key=key)
         return default_from_dict(cls, data)

@@ -6,14 +6,14 @@ Every setting the environment gives, and the defaults that depend on the LLM: th
 |---|---|---|
 | `HAYSTACK_FUSION_LLM` | local (the CLI); required when serving | the LLM backend: local, openai or ollama |
 | `HAYSTACK_FUSION_MODEL` | per backend (`backends.DEFAULT_MODELS`) | the model name for openai or ollama |
-| `HAYSTACK_FUSION_FALLBACK_LLM` | unset: the LLM | the LLM of the later rounds of concat_pf, pf_concat, cascade |
+| `HAYSTACK_FUSION_FALLBACK_LLM` | unset: the LLM | the LLM of the fallback rounds of concat_pf, pf_concat, cascade |
 | `HAYSTACK_FUSION_FALLBACK_MODEL`, `..._API_BASE_URL` | per backend | its model name and OpenAI-compatible server |
 | `HAYSTACK_FUSION_DOCUMENT_STORE` | memory (the CLI); required when serving | memory or elasticsearch |
 | `HAYSTACK_FUSION_STORE` | `~/.cache/haystack_fusion/index.json` | the saved in-memory index |
 | `HAYSTACK_FUSION_<FIELD>` | `BackendConfig`'s | any other `BackendConfig` field: `RETRIEVER`, `TOP_K`, ... |
 | `HAYSTACK_FUSION_LLAMA_LOG` | unset: only llama.cpp's errors | 1: the embedded model's llama.cpp log lines on stderr |
 | `HAYSTACK_FUSION_SQUAD` | unset: the official SQuAD 2.0 dev set, downloaded once | the demo's SQuAD file |
-| `HAYSTACK_FUSION_MAX_IN_FLIGHT` | 1 local, 32 openai, 4 ollama | served requests that run at once |
+| `HAYSTACK_FUSION_MAX_REQUESTS` | 1 local, 32 openai, 4 ollama | served requests that run at once |
 | `HAYSTACK_FUSION_MAX_WAITING` | 64 | served requests that may wait for a slot |
 | `HAYSTACK_FUSION_QUEUE_TIMEOUT` | 300 local, 30 openai, 120 ollama | seconds a served request waits for a slot |
 | `HAYSTACK_FUSION_MAX_QUESTION_CHARS` | 2000 | the longest question served, in characters |
@@ -28,12 +28,16 @@ Every setting the environment gives, and the defaults that depend on the LLM: th
 | `HAYHOOKS_LOG_LEVEL` | INFO | Hayhooks' variable: the lowest level `haystack-fusion serve` logs |
 
 `ELASTICSEARCH_URL`, `OPENAI_BASE_URL` and `OLLAMA_HOST` are read here too, for `BackendConfig`. Needs no extra.
+`HAYSTACK_FUSION_MAX_IN_FLIGHT` is a deprecated name of `HAYSTACK_FUSION_MAX_REQUESTS` (`DEPRECATED_VARIABLES`). The
+concurrency settings of every level (a round, the process, the server, an evaluation) are in one table in
+docs/serving.md, "Concurrency".
 """
 
 from __future__ import annotations
 
 import os
 import re
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +58,6 @@ CACHE_DIR = Path("~/.cache/haystack_fusion")
 """Where downloads and the default index live."""
 
 DEFAULT_INDEX_PATH = "~/.cache/haystack_fusion/index.json"
-"""The saved in-memory index when neither `--store` nor `HAYSTACK_FUSION_STORE` names one."""
 
 BACKEND_VARIABLES = {
     "store": DOCUMENT_STORE_VARIABLE,
@@ -63,11 +66,10 @@ BACKEND_VARIABLES = {
     "api_base_url": "OPENAI_BASE_URL",
     "ollama_url": "OLLAMA_HOST",
 }
-"""`BackendConfig` fields read from variables of their own; every other field `f` from `HAYSTACK_FUSION_<F>`."""
+"""`BackendConfig` fields with variables of their own; any other field `f` is read from `HAYSTACK_FUSION_<F>`."""
 
 
 def _is_on(value: str) -> bool:
-    """A boolean variable's value: 1, true, yes or on (any case) is True, anything else False."""
     return value.lower() in ("1", "true", "yes", "on")
 
 
@@ -81,21 +83,37 @@ _BACKEND_CASTS: dict[str, Callable[[str], Any]] = {
 }
 
 SERVING_LIMIT_VARIABLES = {
-    "max_in_flight": "HAYSTACK_FUSION_MAX_IN_FLIGHT",
+    "max_requests": "HAYSTACK_FUSION_MAX_REQUESTS",
     "max_waiting": "HAYSTACK_FUSION_MAX_WAITING",
     "queue_timeout": "HAYSTACK_FUSION_QUEUE_TIMEOUT",
     "max_question_chars": "HAYSTACK_FUSION_MAX_QUESTION_CHARS",
 }
 """`serving.hayhooks.ServingLimits` fields and the variables that set them."""
 
+DEPRECATED_VARIABLES = {"HAYSTACK_FUSION_MAX_IN_FLIGHT": "HAYSTACK_FUSION_MAX_REQUESTS"}
+"""Deprecated variable -> the variable it is an old name of: read when that one is unset, with a warning."""
+
+
+def warn_deprecated(old: str, new: str) -> None:
+    """Warn in one line (a `FutureWarning`, shown to users) that `old` is a deprecated name of `new`."""
+    warnings.warn(f"{old} is deprecated: it is an old name of {new}", FutureWarning, stacklevel=3)
+
+
+def _variable(env: Mapping[str, str], variable: str) -> str:
+    """`variable`, or the deprecated name of it when only that one is set (with a warning)."""
+    for old, new in DEPRECATED_VARIABLES.items():
+        if new == variable and not env.get(new, "").strip() and env.get(old, "").strip():
+            warn_deprecated(old, new)
+            return old
+    return variable
+
 
 def backend_values(fields: Iterable[str], env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """
-    The `BackendConfig` fields the environment (default `os.environ`) sets: `BACKEND_VARIABLES`, else
-    `HAYSTACK_FUSION_<FIELD>`.
+    The `BackendConfig` fields the environment (default `os.environ`) sets, from `BACKEND_VARIABLES`, else
+    `HAYSTACK_FUSION_<FIELD>`: numbers as int (`timeout` as float), `logprobs` and `llama_log` as bool (1, true, yes,
+    on), the rest as str; unset and empty variables left out.
 
-    :returns: Field -> value for each variable that is set and not empty: `top_k`, `max_retries`, `max_tokens` as
-        int, `timeout` as float (seconds), `logprobs` and `llama_log` as bool (1, true, yes, on), the rest as str.
     :raises ValueError: If a number variable does not hold a number.
     """
     env = os.environ if env is None else env
@@ -108,25 +126,19 @@ def backend_values(fields: Iterable[str], env: Mapping[str, str] | None = None) 
 
 
 def serving_limit_values(env: Mapping[str, str] | None = None) -> dict[str, float | int]:
-    """
-    The serving limits the environment (default `os.environ`) sets (`SERVING_LIMIT_VARIABLES`).
-
-    :returns: Field -> value for each variable that is set: `queue_timeout` as float (seconds), the rest as int.
-    :raises ValueError: If a variable is not a number, naming it.
-    """
+    """The `SERVING_LIMIT_VARIABLES` the environment (default `os.environ`) sets: `queue_timeout` a float (seconds), the
+    rest int; raises ValueError naming a variable that is not a number."""
     env = os.environ if env is None else env
     values: dict[str, float | int] = {}
     for name, variable in SERVING_LIMIT_VARIABLES.items():
-        value = _number(env, variable, float if name == "queue_timeout" else int)
+        value = _number(env, _variable(env, variable), float if name == "queue_timeout" else int)
         if value is not None:
             values[name] = value
     return values
 
 
 def _number(env: Mapping[str, str], variable: str, cast: Callable[[str], float | int]) -> float | int | None:
-    """`variable`'s value in `env` as `cast` reads it; None when unset or empty.
-
-    :raises ValueError: If the value is not a number, naming the variable."""
+    """`variable`'s value as `cast` reads it; None when unset or empty; ValueError naming it when no number."""
     raw = env.get(variable, "").strip()
     if not raw:
         return None
@@ -154,27 +166,20 @@ def squad_file(env: Mapping[str, str] | None = None) -> str | None:
 
 
 def strategy_defaults(llm: str) -> dict[str, Any]:
-    """
-    Strategy settings that depend on the LLM (`BackendConfig.llm`), as `StrategyConfig` fields.
-
-    The embedded model is a base model that continues text: it gets SuRe's few-shot candidate prompt (Kim et al.,
-    Listing 13) and 400 tokens for Chain-of-Note's notes. Chat models get the papers' defaults (zero-shot Listing 6).
-    """
+    """`StrategyConfig` fields that depend on the LLM: the embedded base model gets SuRe's few-shot candidate prompt
+    (Kim et al., Listing 13) and 400 tokens for Chain-of-Note's notes; chat models the papers' defaults (Listing 6)."""
     if llm == "local":
         return {"few_shot": True, "note_generation_kwargs": {"max_tokens": 400}}
     return {}
 
 
-_ORIGIN = re.compile(r"https?://[^/\s*]+")
-"""A web origin: scheme, host and optional port, no path and no wildcard."""
+_ORIGIN = re.compile(r"https?://[^/\s*]+")  # scheme, host and optional port; no path, no wildcard
 
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 """The largest request body a served app reads by default, in bytes (1 MiB; the longest question: 2,000 characters)."""
 
-_HOST = re.compile(r"(?:\*\.)?[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
-"""A `Host` name of `HAYSTACK_FUSION_ALLOWED_HOSTS`: a DNS name or IPv4 address (`*.` prefix allowed), or an IPv6
-address in brackets; no port."""
+_HOST = re.compile(r"(?:\*\.)?[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")  # a name (`*.` allowed), IPv4 or [IPv6]; no port
 
 
 @dataclass(frozen=True)
@@ -183,13 +188,11 @@ class AccessSettings:
     Who may reach a served app, and what a request may hold.
 
     :param api_key: The key every route but `GET /status` requires (`Authorization: Bearer <key>`); None: no key.
-    :param cors_origins: Web origins whose pages may call the app from a browser (CORS), each `scheme://host[:port]`;
-        empty: none (the embedded chat UI is the app's own origin and needs none).
-    :param allowed_hosts: `Host` names answered besides the loopback names and the bound address (the names a proxy
-        or other machines reach the server by); empty: none.
+    :param cors_origins: Web origins (`scheme://host[:port]`) whose pages may call the app from a browser (CORS).
+    :param allowed_hosts: `Host` names answered besides the loopback names and the bound address.
     :param max_body_bytes: The largest request body, in bytes (>= 1); larger ones get HTTP 413 unread.
-    :raises ValueError: If the key is empty or holds whitespace, an origin is not `scheme://host[:port]` (a wildcard
-        `*` included), a host is not a name or address (no port, no path), or `max_body_bytes` is below 1.
+    :raises ValueError: If the key is empty or holds whitespace, an origin is not `scheme://host[:port]`, a host is
+        not a name or address (no port, no path), or `max_body_bytes` is below 1.
     """
 
     api_key: str | None = None
@@ -217,12 +220,8 @@ class AccessSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AccessSettings:
-        """
-        The settings of `HAYSTACK_FUSION_API_KEY`, `..._CORS_ORIGINS`, `..._ALLOWED_HOSTS` (comma-separated) and
-        `..._MAX_BODY_BYTES` in `env` (default `os.environ`); an empty value counts as unset.
-
-        :raises ValueError: As the constructor, naming the variable.
-        """
+        """The settings of `HAYSTACK_FUSION_API_KEY`, `..._CORS_ORIGINS`, `..._ALLOWED_HOSTS` (comma-separated) and
+        `..._MAX_BODY_BYTES` in `env` (default `os.environ`); empty is unset. Raises ValueError naming the variable."""
         env = os.environ if env is None else env
         key = env.get(API_KEY_VARIABLE, "").strip() or None
         origins = tuple(
@@ -248,17 +247,13 @@ class AccessSettings:
 
 
 MAX_CALLS_IN_FLIGHT_ENV = "HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT"
-"""The environment variable that sets the process-wide limit on LLM calls in flight (an integer >= 1), read at every
-call; unset: no process-wide limit. `llm.max_calls_in_flight` overrides it for a block of code."""
+"""The process-wide limit on LLM calls in flight (an integer >= 1; unset: none), read at every call;
+`llm.max_calls_in_flight` overrides it for a block of code."""
 
 
 def calls_in_flight_limit_from_env(env: Mapping[str, str] | None = None) -> int | None:
-    """
-    The process-wide limit on LLM calls in flight the environment (default `os.environ`) sets, read now.
-
-    :returns: `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` when set (calls), else None (no limit).
-    :raises ValueError: If the variable is set to anything but an integer >= 1.
-    """
+    """`HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` in `env` (default `os.environ`), else None (no limit); ValueError for
+    anything but an integer >= 1."""
     value = (os.environ if env is None else env).get(MAX_CALLS_IN_FLIGHT_ENV, "").strip()
     if not value:
         return None
@@ -276,13 +271,8 @@ CHAT_CLIENTS = ("auto", "open-webui", "openai")
 
 
 def chat_client_from_env(env: Mapping[str, str] | None = None) -> str:
-    """
-    The served chat's client setting: `HAYSTACK_FUSION_CHAT_CLIENT` in `env` (default `os.environ`), lower-cased;
-    unset or empty: "auto".
-
-    :returns: One of `CHAT_CLIENTS`.
-    :raises ValueError: If the variable holds another value, naming the variable and the values it takes.
-    """
+    """`HAYSTACK_FUSION_CHAT_CLIENT` in `env` (default `os.environ`), lower-cased, one of `CHAT_CLIENTS` (unset:
+    "auto"); ValueError naming the variable and its values for another value."""
     value = (os.environ if env is None else env).get(CHAT_CLIENT_VARIABLE, "").strip().lower() or "auto"
     if value not in CHAT_CLIENTS:
         raise ValueError(f"{CHAT_CLIENT_VARIABLE} must be one of {', '.join(CHAT_CLIENTS)}, got {value!r}")
@@ -291,10 +281,8 @@ def chat_client_from_env(env: Mapping[str, str] | None = None) -> str:
 
 BREAKER_FAILURES_VARIABLE = "HAYSTACK_FUSION_BREAKER_FAILURES"
 BREAKER_COOLDOWN_VARIABLE = "HAYSTACK_FUSION_BREAKER_COOLDOWN"
-DEFAULT_BREAKER_FAILURES = 5
-"""Consecutive failed calls that open an LLM server's circuit breaker, by default."""
-DEFAULT_BREAKER_COOLDOWN = 30.0
-"""Seconds an open circuit breaker fails calls at once before it lets one probe call through, by default."""
+DEFAULT_BREAKER_FAILURES = 5  # `BreakerSettings.failure_threshold`
+DEFAULT_BREAKER_COOLDOWN = 30.0  # `BreakerSettings.cooldown`, seconds
 
 
 @dataclass(frozen=True)
@@ -304,7 +292,6 @@ class BreakerSettings:
 
     :param failure_threshold: Consecutive failed calls that open a server's breaker (>= 1), or 0: no breaker.
     :param cooldown: Seconds an open breaker fails calls at once before it lets one probe call through (> 0).
-    :raises ValueError: If `failure_threshold` is negative or `cooldown` is not a positive number, naming it.
     """
 
     failure_threshold: int = DEFAULT_BREAKER_FAILURES
@@ -320,29 +307,22 @@ class BreakerSettings:
 
     @property
     def enabled(self) -> bool:
-        """Whether the LLM servers get a breaker (`failure_threshold` >= 1)."""
         return self.failure_threshold > 0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> BreakerSettings:
-        """
-        The settings of `HAYSTACK_FUSION_BREAKER_FAILURES` (calls) and `HAYSTACK_FUSION_BREAKER_COOLDOWN` (seconds)
-        in `env` (default `os.environ`); an empty value counts as unset.
-
-        :raises ValueError: If a variable is not a number or is out of range, naming the variable.
-        """
+        """The settings of `HAYSTACK_FUSION_BREAKER_FAILURES` (calls) and `..._COOLDOWN` (seconds) in `env` (default
+        `os.environ`); empty is unset. Raises ValueError naming a variable out of range or not a number."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
         for name, variable, cast in (
             ("failure_threshold", BREAKER_FAILURES_VARIABLE, int),
             ("cooldown", BREAKER_COOLDOWN_VARIABLE, float),
         ):
-            value = _number(env, variable, cast)
-            if value is None:
-                continue
-            values[name] = value
-            try:
-                cls(**{name: values[name]})
-            except ValueError as error:
-                raise ValueError(f"{variable}: {error}") from None
+            if (value := _number(env, variable, cast)) is not None:
+                values[name] = value
+                try:
+                    cls(**{name: values[name]})
+                except ValueError as error:
+                    raise ValueError(f"{variable}: {error}") from None
         return cls(**values)

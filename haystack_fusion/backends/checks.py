@@ -1,18 +1,26 @@
-"""Whether the backend the environment names can run: extras installed, variables set, servers reachable. Serving
-refuses to start on a backend that fails, naming what is missing, rather than fall back to another one."""
+"""Whether the backend the environment names can run: extras installed, variables set, servers reachable (serving
+refuses to start on a backend that fails, naming what is missing, rather than fall back to another one); and whether
+an OpenAI-compatible server sends the token log-probabilities it was asked for (`missing_logprobs`)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import threading
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from haystack import logging
+from haystack.dataclasses import GeneratedAnswer
 
 from haystack_fusion.backends.config import DEFAULT_MODELS, BackendConfig
-from haystack_fusion.backends.errors import safe_url
+from haystack_fusion.backends.errors import OPENAI_DEFAULT_URL, safe_url
 from haystack_fusion.settings import DOCUMENT_STORE_VARIABLE, LLM_VARIABLE, STORE_VARIABLE
+
+logger = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_SECONDS = 5.0
 """How long `check_backend` waits for an Elasticsearch or Ollama server to answer, in seconds."""
@@ -101,12 +109,8 @@ def _presence_problems(config: BackendConfig, env: Mapping[str, str]) -> list[st
 
 
 def reachability_problems(config: BackendConfig) -> list[str]:
-    """
-    Whether Elasticsearch (any HTTP status counts) and Ollama (with the model pulled) answer within
-    `PROBE_TIMEOUT_SECONDS`; OpenAI is not called (a wrong key or URL shows on the first request).
-
-    :returns: One line per problem, naming the variable and the URL (without credentials); empty when all answer.
-    """
+    """Whether Elasticsearch (any HTTP status) and Ollama (with the model pulled) answer within
+    `PROBE_TIMEOUT_SECONDS` (OpenAI is not called): one line per problem, naming the variable and URL."""
     problems = []
     if config.llm == "ollama":
         url = safe_url(config.ollama_url)
@@ -129,11 +133,9 @@ def reachability_problems(config: BackendConfig) -> list[str]:
 
 def check_backend(*, probe: bool = True, env: Mapping[str, str] | None = None) -> BackendConfig:
     """
-    The backend the environment configures, checked before anything is built: never a default one.
-
-    `HAYSTACK_FUSION_LLM` and `HAYSTACK_FUSION_DOCUMENT_STORE` must be set, then each backend's extra and variables
-    (`OPENAI_API_KEY`, `OLLAMA_HOST`, `ELASTICSEARCH_URL`, `HAYSTACK_FUSION_STORE` naming a saved index); with
-    `probe`, `reachability_problems` too.
+    The backend the environment configures, checked before anything is built, never a default one:
+    `HAYSTACK_FUSION_LLM` and `HAYSTACK_FUSION_DOCUMENT_STORE`, then each backend's extra and variables; with `probe`,
+    `reachability_problems` too.
 
     ### Usage example
     ```python
@@ -145,9 +147,8 @@ def check_backend(*, probe: bool = True, env: Mapping[str, str] | None = None) -
         print(error)  # names OPENAI_API_KEY and HAYSTACK_FUSION_STORE unless both are set
     ```
 
-    :param probe: Check that the Elasticsearch and Ollama servers answer (False: presence checks only).
     :param env: The variables to read (default `os.environ`).
-    :returns: The `BackendConfig` (`BackendConfig.from_env` of the same variables).
+    :returns: `BackendConfig.from_env` of the same variables.
     :raises BackendSetupError: Listing every problem found, one per line, each naming the variable or extra.
     """
     env = os.environ if env is None else env
@@ -180,3 +181,41 @@ def setup_message(problems: list[str]) -> str:
     """The `BackendSetupError` message: what is missing, one problem a line."""
     lines = "\n".join(f"- {problem}" for problem in problems)
     return f"The backend is not configured (see docs/serving.md); haystack-fusion does not pick one for you:\n{lines}"
+
+
+_warned: set[str] = set()
+_lock = threading.Lock()
+
+
+def missing_logprobs(generator: Any, answers: Iterable[GeneratedAnswer]) -> str | None:
+    """
+    Whether a server sent no token log-probabilities although `generator` asked for them (`generation_kwargs`): an
+    answer of one reply (with a `finish_reason`) without `meta["logprobs"]` shows it; a vote or SuRe's pick does not.
+
+    :param answers: A run's answers (`StrategyRun.answers`).
+    :returns: None, or one line naming the server (`api_base_url`, without credentials) and what was asked.
+    """
+    kwargs = getattr(generator, "generation_kwargs", None) or {}
+    asked = {name: kwargs[name] for name in ("logprobs", "top_logprobs") if name in kwargs}
+    if not kwargs.get("logprobs"):
+        return None
+    if not any("finish_reason" in answer.meta and not answer.meta.get("logprobs") for answer in answers):
+        return None
+    server = safe_url(getattr(generator, "api_base_url", None) or OPENAI_DEFAULT_URL)
+    return (
+        f"the OpenAI-compatible server at {server} returned no token log-probabilities although the requests asked "
+        f"for them ({json.dumps(asked)}): answers carry no confidence, so a confidence threshold (tau, "
+        "--min-confidence) never routes a question"
+    )
+
+
+def warn_missing_logprobs(generator: Any, answers: Iterable[GeneratedAnswer]) -> str | None:
+    """`missing_logprobs`, logged once per process per message; returned every time it applies."""
+    message = missing_logprobs(generator, answers)
+    if message is not None:
+        with _lock:
+            first = message not in _warned
+            _warned.add(message)
+        if first:
+            logger.warning("{message}", message=message)
+    return message

@@ -22,8 +22,7 @@ from haystack_fusion.backends.logprobs import OPENAI_LOGPROBS_KWARGS
 from haystack_fusion.retrieval import DenseRetriever, HybridRetriever
 from haystack_fusion.settings import DEFAULT_INDEX_PATH, backend_values
 
-_MISSING_EXTRAS: dict[str, ImportError] = {}
-"""The optional extras whose integration failed to import, by extra name."""
+_MISSING_EXTRAS: dict[str, ImportError] = {}  # the extras whose integration failed to import
 
 try:
     from haystack_integrations.components.retrievers.elasticsearch import (
@@ -45,38 +44,30 @@ EmbedderKind = Literal["packaged", "openai"]
 LLMKind = Literal["local", "openai", "ollama"]
 
 DEFAULT_MODELS = {"openai": "gpt-4o-mini", "ollama": "qwen3:0.6b"}
-"""The model each hosted or server LLM uses when none is given (Ollama: the integration's own default)."""
+"""The model of each server LLM when none is given."""
 DEFAULT_OPENAI_EMBEDDING_MODEL = "text-embedding-3-small"
 
 
 @dataclass(frozen=True)
 class BackendConfig:
     """
-    Which document store, retriever, embedder and LLM a pipeline uses, each a Haystack integration's own component.
-    Secrets never appear here: the integrations read them from the environment (`OPENAI_API_KEY`, `ELASTIC_API_KEY`).
+    Which document store, retriever, embedder and LLM a pipeline uses (Haystack integrations' own components); the
+    integrations read secrets from the environment (`OPENAI_API_KEY`, `ELASTIC_API_KEY`), never from here.
 
     :param store: "memory" (Haystack's in-memory store, saved at `index_path`) or "elasticsearch".
-    :param index_path: The saved in-memory index file.
-    :param elasticsearch_url: Elasticsearch hosts (`ELASTICSEARCH_URL` in `from_env`).
-    :param elasticsearch_index: The Elasticsearch index name.
     :param retriever: "bm25", "dense" (embedding similarity) or "hybrid" (both, reciprocal rank fusion).
     :param embedder: "packaged" (all-MiniLM-L6-v2 from the `dense` extra, 384 dimensions) or "openai".
-    :param embedding_model: The embedding model; None: the packaged one, or `text-embedding-3-small` for OpenAI.
+    :param embedding_model: None: the packaged one, or `text-embedding-3-small` for OpenAI.
     :param llm: "local" (the embedded GGUF model), "openai" (or any OpenAI-compatible server) or "ollama".
-    :param model: The LLM's model name; None: `DEFAULT_MODELS` (the embedded model for "local").
-    :param api_base_url: An OpenAI-compatible server's URL (`OPENAI_BASE_URL` in `from_env`); None: OpenAI.
-    :param ollama_url: The Ollama server (`OLLAMA_HOST` in `from_env`).
-    :param top_k: Passages to retrieve.
-    :param timeout: Seconds an OpenAI or Ollama call may take (None: the integration's default); not for "local".
-    :param max_retries: Retries of a failed OpenAI call, done by the `openai` client (None: its default).
+    :param model: None: `DEFAULT_MODELS` (the embedded model for "local").
+    :param api_base_url: An OpenAI-compatible server's URL; None: OpenAI.
+    :param timeout: Seconds an OpenAI or Ollama call may take (None: the integration's default).
+    :param max_retries: Retries of a failed OpenAI call, by the `openai` client (None: its default).
     :param max_tokens: Completion budget of a call, in tokens (None: the LLM's own; the embedded model's is 128).
-    :param logprobs: Ask an OpenAI-compatible LLM for token log-probabilities, so answers carry a confidence (the
-        embedded model returns them always; ollama-haystack none, so True is an error there).
-    :param llama_log: Print the embedded model's llama.cpp log lines on stderr (by default only its errors).
-    :param fallback_llm: The LLM of the later rounds of `concat_pf`, `pf_concat` and `cascade` (`fallback_config`):
-        "local", "openai" or "ollama"; None: `llm` for every round.
-    :param fallback_model: Its model name; None: `DEFAULT_MODELS` (the embedded model for "local").
-    :param fallback_api_base_url: Its OpenAI-compatible server's URL; None: OpenAI (`OPENAI_BASE_URL`).
+    :param logprobs: Ask an OpenAI-compatible LLM for token log-probabilities (the embedded model sends them always).
+    :param llama_log: Print all the embedded model's llama.cpp log lines on stderr (by default only its errors).
+    :param fallback_llm: The LLM of the fallback rounds of `concat_pf`, `pf_concat` and `cascade` (`fallback_config`);
+        None: `llm` for every round. `fallback_model` and `fallback_api_base_url` as `model` and `api_base_url`.
     :raises ValueError: If a kind is unknown, `top_k` or `max_tokens` is below 1, `timeout` / `max_retries` /
         `logprobs` is set for an LLM that does not take it, or a fallback setting is given without `fallback_llm`.
     """
@@ -133,20 +124,20 @@ class BackendConfig:
             raise ValueError(f"`max_retries` must be at least 0, got {self.max_retries}")
 
     def llm_label(self) -> str:
-        """The LLM as a report names it, e.g. "openai gpt-4o-mini at http://127.0.0.1:8000/v1"."""
+        """E.g. "openai gpt-4o-mini at http://127.0.0.1:8000/v1"."""
         if self.llm == "local":
             return f"embedded llama.cpp {Path(self.model).name if self.model else 'packaged gemma3 270M (Q4_K_M)'}"
         model = self.model or DEFAULT_MODELS[self.llm]
         where = self.api_base_url if self.llm == "openai" else self.ollama_url
         return f"{self.llm} {model}" + (f" at {where}" if where else "")
 
-    def escalation_label(self) -> str:
-        """The LLM and, with a fallback, the escalation, e.g. "openai a at URL; later rounds: openai b at URL"."""
+    def llms_label(self) -> str:
+        """The LLM and the fallback LLM when there is one, e.g. "openai a at URL; fallback: openai b at URL"."""
         fallback = fallback_config(self)
-        return self.llm_label() + (f"; later rounds: {fallback.llm_label()}" if fallback else "")
+        return self.llm_label() + (f"; fallback: {fallback.llm_label()}" if fallback else "")
 
     def retrieval_label(self) -> str:
-        """The retrieval as a report names it, e.g. "BM25 over memory" or "hybrid over elasticsearch index 'x'"."""
+        """E.g. "BM25 over in-memory store" or "hybrid ... over elasticsearch index 'x'"."""
         kind = {"bm25": "BM25", "dense": "dense", "hybrid": "hybrid (BM25 + dense, RRF)"}[self.retriever]
         where = "in-memory store" if self.store == "memory" else f"elasticsearch index {self.elasticsearch_index!r}"
         return f"{kind} over {where}"
@@ -160,11 +151,8 @@ class BackendConfig:
 
 
 def document_store(config: BackendConfig) -> Any:
-    """
-    :returns: The saved in-memory store (a new empty one when `index_path` does not exist yet) or an
-        ElasticsearchDocumentStore (no connection is made until it is used).
-    :raises ImportError: For Elasticsearch without the `elasticsearch` extra.
-    """
+    """The saved in-memory store (empty while `index_path` does not exist) or an ElasticsearchDocumentStore (which
+    connects when used); ImportError for Elasticsearch without the `elasticsearch` extra."""
     if config.store == "memory":
         path = Path(config.index_path).expanduser()
         return InMemoryDocumentStore.load_from_disk(str(path)) if path.is_file() else InMemoryDocumentStore()
@@ -173,7 +161,6 @@ def document_store(config: BackendConfig) -> Any:
 
 
 def _require_extra(extra: str, what: str) -> None:
-    """Raise an ImportError saying how to install `extra` when its integration failed to import."""
     if extra in _MISSING_EXTRAS:
         raise ImportError(
             f"{what} needs the `{extra}` extra: pip install 'haystack-fusion[{extra}]'"
@@ -184,29 +171,21 @@ _EMBEDDINGS_IMPORT_LOCK = threading.Lock()
 
 
 def _packaged_embeddings() -> ModuleType:
-    """`haystack_fusion.embeddings`, imported on first use (it loads torch) by one thread at a time."""
+    """`haystack_fusion.embeddings`, imported on first use (torch) by one thread at a time."""
     with _EMBEDDINGS_IMPORT_LOCK:
         from haystack_fusion import embeddings
     return embeddings
 
 
 def text_embedder(config: BackendConfig) -> Any:
-    """
-    The query embedder of dense and hybrid retrieval.
-
-    :raises ImportError: For the packaged embedder without the `dense` extra.
-    """
+    """The query embedder of dense and hybrid retrieval; ImportError for the packaged one without the `dense` extra."""
     if config.embedder == "openai":
         return OpenAITextEmbedder(model=config.embedding_model or DEFAULT_OPENAI_EMBEDDING_MODEL)
     return _packaged_embeddings().PackagedTextEmbedder(model=config.embedding_model, progress_bar=False)
 
 
 def document_embedder(config: BackendConfig) -> Any:
-    """
-    The passage embedder of dense and hybrid indexing.
-
-    :raises ImportError: For the packaged embedder without the `dense` extra.
-    """
+    """The passage embedder of dense and hybrid indexing; ImportError as `text_embedder`."""
     if config.embedder == "openai":
         return OpenAIDocumentEmbedder(model=config.embedding_model or DEFAULT_OPENAI_EMBEDDING_MODEL)
     return _packaged_embeddings().PackagedDocumentEmbedder(model=config.embedding_model, progress_bar=False)
@@ -214,10 +193,9 @@ def document_embedder(config: BackendConfig) -> Any:
 
 def retriever(config: BackendConfig, store: Any | None = None) -> Any:
     """
-    The configured retriever over `store` (default: `document_store(config)`), with `query` and `top_k` inputs and a
-    `documents` output.
+    The configured retriever (`query`, `top_k` in; `documents` out) over `store` (default `document_store(config)`):
+    a BM25 retriever of the store's kind, a `DenseRetriever` or a `HybridRetriever`.
 
-    :returns: A BM25 retriever of the store's kind, or a `DenseRetriever` / `HybridRetriever`.
     :raises ValueError: For dense or hybrid retrieval over an in-memory store whose passages have no embeddings.
     :raises ImportError: For Elasticsearch without the `elasticsearch` extra, or the packaged embedder without the
         `dense` extra.
@@ -254,11 +232,8 @@ def retriever(config: BackendConfig, store: Any | None = None) -> Any:
 
 
 def fallback_config(config: BackendConfig) -> BackendConfig | None:
-    """
-    The configuration of the later rounds' LLM (`fallback_llm`, `fallback_model`, `fallback_api_base_url`; the
-    other settings shared where that LLM takes them: no timeout or retries for the embedded model, log-probabilities
-    only from an OpenAI-compatible one); None without `fallback_llm`.
-    """
+    """The fallback LLM's configuration, the other settings shared where that LLM takes them; None without
+    `fallback_llm`."""
     if config.fallback_llm is None:
         return None
     kind = config.fallback_llm
@@ -277,15 +252,12 @@ def fallback_config(config: BackendConfig) -> BackendConfig | None:
 
 
 SERVING_MAX_RETRIES = 1
-"""Retries of a failed OpenAI call when serving and no retries are set (Haystack's `OpenAIChatGenerator` makes 5 by
-default): a served question makes several calls (concat_pf over 5 passages: 6) and a chat client may retry the whole
-request, so retries multiply; a server that keeps failing is the LLM server's circuit breaker's
-(`breaker.CircuitBreaker`)."""
+"""Retries of a failed OpenAI call when serving and none are set (Haystack's default: 5): a question makes several
+calls and a chat client may retry the request, so retries multiply; a failing server is the circuit breaker's."""
 
 
 def fallback_chat_generator(config: BackendConfig, *, default_max_retries: int | None = None) -> Any | None:
-    """The later rounds' ChatGenerator (`chat_generator` of `fallback_config`, with `default_max_retries`), or None
-    without `fallback_llm`."""
+    """`chat_generator` of `fallback_config`, or None without `fallback_llm`."""
     fallback = fallback_config(config)
     return None if fallback is None else chat_generator(fallback, default_max_retries=default_max_retries)
 
@@ -294,11 +266,9 @@ def chat_generator(config: BackendConfig, *, default_max_retries: int | None = N
     """
     The configured LLM as a Haystack ChatGenerator, greedy (temperature 0) as in the papers.
 
-    :param default_max_retries: Retries of a failed OpenAI call when neither `config.max_retries` nor the `openai`
-        client's `OPENAI_MAX_RETRIES` is set (serving: `SERVING_MAX_RETRIES`); None: `OpenAIChatGenerator`'s default
-        (5).
-    :returns: The embedded `LocalChatGenerator`, an `OpenAIChatGenerator` (the key from `OPENAI_API_KEY`; any
-        OpenAI-compatible server with `api_base_url`) or an `OllamaChatGenerator`.
+    :param default_max_retries: Retries of a failed OpenAI call when neither `config.max_retries` nor
+        `OPENAI_MAX_RETRIES` is set (serving: `SERVING_MAX_RETRIES`); None: `OpenAIChatGenerator`'s default (5).
+    :returns: A `LocalChatGenerator`, `OpenAIChatGenerator` (key from `OPENAI_API_KEY`) or `OllamaChatGenerator`.
     :raises ImportError: For a backend whose extra is not installed (`local`, `ollama`).
     """
     budget = {} if config.max_tokens is None else {"max_tokens": config.max_tokens}

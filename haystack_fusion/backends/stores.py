@@ -28,11 +28,7 @@ def save_store(documents: list[Document], path: str | Path) -> InMemoryDocumentS
 
 
 def load_store(path: str | Path) -> InMemoryDocumentStore:
-    """
-    Load an in-memory document store saved by `save_store` (or `haystack-fusion index`).
-
-    :raises FileNotFoundError: If there is no such file; the message says how to make one.
-    """
+    """The store `save_store` (or `haystack-fusion index`) saved; FileNotFoundError saying how to make one."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"No saved index at {path}; create one with `haystack-fusion index`")
     return InMemoryDocumentStore.load_from_disk(str(path))
@@ -58,7 +54,6 @@ class SavedInMemoryBM25Retriever:
     def __init__(self, index_path: str = DEFAULT_INDEX_PATH, top_k: int = 10, scale_score: bool = False) -> None:
         """
         :param index_path: The saved index (`haystack-fusion index --store PATH`, `save_store`).
-        :param top_k: Passages to retrieve.
         :param scale_score: Scale BM25 scores to [0, 1] (`InMemoryBM25Retriever`'s parameter).
         :raises ValueError: If `top_k` is below 1.
         """
@@ -71,11 +66,7 @@ class SavedInMemoryBM25Retriever:
         self._lock = threading.Lock()
 
     def warm_up(self) -> None:
-        """
-        Load the saved index (once).
-
-        :raises FileNotFoundError: If there is no file at `index_path`.
-        """
+        """Load the saved index (once); FileNotFoundError without a file at `index_path`."""
         self._loaded()
 
     def _loaded(self) -> InMemoryBM25Retriever:
@@ -93,22 +84,14 @@ class SavedInMemoryBM25Retriever:
         top_k: int | None = None,
         scale_score: bool | None = None,
     ) -> dict[str, list[Document]]:
-        """
-        Retrieve the passages that match `query` best (BM25), loading the index first if `warm_up` has not.
-
-        :param top_k: Passages to retrieve; None: this component's `top_k` (`scale_score` alike).
-        :returns: `documents`, best first.
-        :raises FileNotFoundError: If there is no file at `index_path`.
-        """
+        """The `documents` that match `query` best (BM25), loading the index first; None settings: the init ones."""
         return self._loaded().run(query=query, filters=filters, top_k=top_k, scale_score=scale_score)
 
     def to_dict(self) -> dict[str, Any]:
-        """Serialize the index path and settings (not the passages)."""
         return default_to_dict(self, index_path=self.index_path, top_k=self.top_k, scale_score=self.scale_score)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SavedInMemoryBM25Retriever:
-        """Deserialize; the index is loaded by `warm_up`."""
         return default_from_dict(cls, data)
 
 
@@ -117,7 +100,7 @@ def check_document_store(config: BackendConfig) -> None:
     Fail before a question is asked when the configured store has no passages (Elasticsearch's index checked with the
     official client: the integration's store would create a missing one).
 
-    :raises FileNotFoundError: If the in-memory store has no saved index at `index_path`.
+    :raises FileNotFoundError: If there is no saved index at `index_path`.
     :raises BackendError: If the Elasticsearch index does not exist or holds no passages.
     :raises ImportError: For Elasticsearch without the `elasticsearch` extra.
     :raises elastic_transport.ConnectionError: If Elasticsearch cannot be reached (`backend_error_message` words it).
@@ -145,10 +128,9 @@ def index_documents(
     config: BackendConfig, documents: list[Document], *, batch_size: int = 64, fresh: bool = False
 ) -> int:
     """
-    Write passages to the configured store (`write_documents`, idempotent), then save an in-memory store.
+    Write passages to the configured store (`write_documents`), then save an in-memory store; returns the store's count.
 
     :param fresh: In-memory store only: start from an empty store, so the saved index holds exactly `documents`.
-    :returns: The number of passages in the store afterwards.
     :raises ValueError: If `batch_size` is below 1.
     """
     store = InMemoryDocumentStore() if fresh and config.store == "memory" else document_store(config)
@@ -161,12 +143,8 @@ def index_documents(
 
 
 def write_documents(config: BackendConfig, store: Any, documents: list[Document], *, batch_size: int = 64) -> None:
-    """
-    Write passages to `store` in batches with a progress bar, through the document embedder when the retriever is
-    dense or hybrid; passages with the same id are overwritten. Nothing is saved to disk.
-
-    :raises ValueError: If `batch_size` is below 1.
-    """
+    """Write passages to `store` in batches with a progress bar, embedded for a dense or hybrid retriever, the same id
+    overwritten; nothing saved to disk. ValueError for a `batch_size` below 1."""
     from tqdm import tqdm
 
     if batch_size < 1:

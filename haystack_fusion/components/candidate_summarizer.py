@@ -5,33 +5,22 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from haystack import Document, component, logging
+from haystack import Document, component
 from haystack.components.generators.chat.types import ChatGenerator
 from haystack.dataclasses import ChatMessage
 
 from haystack_fusion.answers import check_answer, validate_query
-from haystack_fusion.llm import (
-    ChatGeneratorWrapper,
-    FanOutResult,
-    check_max_concurrency,
-    run_chat_calls,
-    run_chat_calls_async,
-    sum_usage,
-)
+from haystack_fusion.llm import ChatGeneratorWrapper, FanOutResult, Round, Rounds, check_max_concurrency, round_usage
 from haystack_fusion.prompts import (
     DEFAULT_MAX_PASSAGE_CHARS,
     PROMPTS,
     ChatPrompt,
     ChatTemplate,
     format_passages,
-    prompt_settings,
-    prompt_settings_from_dict,
     strip_delimiters,
 )
 from haystack_fusion.prompts.sure import DONE_MARKER, candidate_prompt_variables, few_shot_examples
 from haystack_fusion.sure import parse_candidates
-
-logger = logging.getLogger(__name__)
 
 SummaryMode = Literal["conditional", "generic", "candidates"]
 SUMMARY_MODES: tuple[str, ...] = ("conditional", "generic", "candidates")
@@ -96,21 +85,17 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         :param max_passage_chars: Per-passage context budget in characters (None: no limit).
         :param few_shot: Listing 13 candidates (Appendix B.5) and a one-shot Listing 7, for base models.
         :param raise_on_failure: A failed call raises; by default it is reported in `meta["failures"]`.
-        :param candidates_prompt: Round 1's prompt (conditional and candidates modes), a template as Haystack's
-            `ChatPromptBuilder(template=...)` takes it (a Jinja string, which may use `{% message %}` blocks, or a
-            list of ChatMessage templates); None: Kim et al.'s Listing 6 (Appendix A.1), Listing 13 with `few_shot`
-            (Appendix B.5). Its variables: `passages` (str, the N passages as a titled `prompts.format_passages`
-            block), `query` (str), `num_passages` (int, N), `k_words` (str, K in words: "two"), `answer_form` (str,
-            "(a) xx, (b) yy" for K = 2) and `examples` (list of dicts with `question` and `answer`, Listing 13's
-            demonstrations in that form); it must use `passages` and `query`. The reply must list the candidates as
-            "(a) ... (b) ..." (`sure.parse_candidates` reads at most K); the default's demonstration answers stay in
-            force.
-        :param summary_prompt: Round 2's prompt, a template as `candidates_prompt`; None: Listing 7 (Appendix A.2,
-            with a demonstration when `few_shot`), in generic mode Listing 11 (Appendix A.6). Its variables:
-            `passages` (str, titled block: all passages, or the candidate's `candidate_documents`), `query` (str),
-            and in conditional mode `candidates` (list of str, all K) and `target` (int, the 0-based index of the
-            candidate this summary supports: `candidates[target]`); it must use them all. The reply is the summary,
-            up to "[DONE]" or a line that starts another prompt field ("Question:", ...), as `clean_summary` reads it.
+        :param candidates_prompt: Round 1's prompt (conditional and candidates modes), a `ChatPromptBuilder`
+            template (Jinja string or ChatMessage list); None: Listing 6 (Appendix A.1), Listing 13 with `few_shot`
+            (Appendix B.5). Its variables: `passages` (str, titled block of the N passages) and `query` (str), both
+            to be used, `num_passages` (int, N), `k_words` (str, K in words: "two"), `answer_form` (str, "(a) xx,
+            (b) yy" for K = 2) and `examples` (list of `question` / `answer` dicts, Listing 13's). The reply lists
+            the candidates as "(a) ... (b) ..." (`sure.parse_candidates`).
+        :param summary_prompt: Round 2's prompt, a template as `candidates_prompt`; None: Listing 7 (Appendix A.2),
+            in generic mode Listing 11 (Appendix A.6). Its variables, all to be used: `passages` (str, titled block:
+            all passages, or the candidate's `candidate_documents`), `query` (str), and in conditional mode
+            `candidates` (list of str, all K) and `target` (int, the index of the candidate this summary supports).
+            The reply is the summary, up to "[DONE]" or a line starting another prompt field (`clean_summary`).
         :param system_prompt: A system message sent before every prompt (for chat models); None: none.
         :raises ValueError: If `num_candidates` is below 1, `max_concurrency` is neither None nor an integer >= 1,
             `mode` is unknown, `max_passage_chars` is not positive, a prompt is given for a round `mode` does not
@@ -153,48 +138,33 @@ class CandidateSummarizer(ChatGeneratorWrapper):
             variables=("passages", "query") if generic else ("candidates", "passages", "query", "target"),
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        """Serialize this component, with its chat generator; the prompts and `system_prompt` only when set."""
-        data = ChatGeneratorWrapper.to_dict(self)
-        parameters = data["init_parameters"]
-        del parameters["candidates_prompt"], parameters["summary_prompt"], parameters["system_prompt"]
-        parameters.update(
-            prompt_settings(
-                candidates_prompt=self.candidates_prompt,
-                summary_prompt=self.summary_prompt,
-                system_prompt=self.system_prompt,
-            )
-        )
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CandidateSummarizer:
-        """Deserialize this component, with its chat generator and prompts, from a dictionary."""
-        prompt_settings_from_dict(data["init_parameters"], ["candidates_prompt", "summary_prompt"])
-        # `@component` rebuilds the class, so a zero-argument super() does not reach the mixin
-        return ChatGeneratorWrapper.from_dict.__func__(cls, data)  # type: ignore[attr-defined]
-
-    def _fan_out(self) -> dict[str, Any]:
-        return {"max_concurrency": self.max_concurrency, "raise_on_failure": self.raise_on_failure}
-
-    def _round_one(
-        self, query: str, documents: list[Document] | None, candidates: list[str] | None
-    ) -> tuple[str, str, list[list[ChatMessage]]]:
-        """Validate; the passages shown, and round 1's prompt (Listing 6 or 13; Listing 11 in generic mode), none
-        without passages or when `candidates` are given."""
-        if candidates is not None and self.mode != "conditional":
+    def _rounds(
+        self,
+        query: str,
+        documents: list[Document] | None,
+        given: list[str] | None,
+        candidate_documents: list[list[Document]] | None,
+    ) -> Rounds:
+        """Round 1: the candidates (Listing 6 or 13) or the generic summary (Listing 11), none without passages or
+        with `candidates` given; round 2: a summary per candidate (Listing 7)."""
+        if given is not None and self.mode != "conditional":
             raise ValueError(f"Given `candidates` need the conditional mode, not {self.mode!r}")
         query = validate_query(query)
         documents = list(documents or [])
         passages = format_passages(documents, self.max_passage_chars, layout="titled")
-        if candidates is not None or not documents:
-            return query, passages, []
-        if self.mode == "generic":
-            return query, passages, [self._summary_prompt.render(passages=passages, query=query)]
-        variables: dict[str, Any] = candidate_prompt_variables(self.num_candidates)
-        variables["examples"] = few_shot_examples(self.num_candidates)
-        prompt = self._candidate_prompt.render(passages=passages, query=query, num_passages=len(documents), **variables)
-        return query, passages, [prompt]
+        prompts = []
+        if given is None and documents and self.mode == "generic":
+            prompts = [self._summary_prompt.render(passages=passages, query=query)]
+        elif given is None and documents:
+            variables: dict[str, Any] = candidate_prompt_variables(self.num_candidates)
+            variables["examples"] = few_shot_examples(self.num_candidates)
+            variables.update(passages=passages, query=query, num_passages=len(documents))
+            prompts = [self._candidate_prompt.render(**variables)]
+        first = yield Round(prompts)
+        reply = first.replies[0].text if first and first.replies[0] is not None else None
+        found, rejected, prompts = self._round_two(query, passages, reply, given, candidate_documents)
+        second = yield Round(prompts)
+        return self._outputs(reply, first, second, found, rejected)
 
     def _round_two(
         self,
@@ -254,14 +224,12 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         if second:
             summaries = [clean_summary(r.text if r is not None else None) for r in second.replies]
         rounds = (("candidates", first), ("summaries", second))
-        usage = sum_usage([first.usage if first else None, second.usage if second else None])
-        usage["rounds"] = int(first is not None) + int(second is not None)
         meta = {
             "source": "Kim et al., section 3.2, Eq. 2-3",
             "mode": self.mode,
             "candidates_reply": reply if self.mode != "generic" else None,
             "failures": [{"round": name, **failure} for name, calls in rounds if calls for failure in calls.failures],
-            "usage": usage,
+            "usage": round_usage(first, second),
         }
         if rejected:
             meta["invalid_candidates"] = rejected
@@ -288,12 +256,7 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         :raises ValueError: If `query` is empty or only whitespace, `candidates` are given outside the conditional
             mode, or `candidate_documents` has another length than `candidates`.
         """
-        query, passages, prompts = self._round_one(query, documents, candidates)
-        first = run_chat_calls(self._chat_generator, prompts, **self._fan_out()) if prompts else None
-        reply = _text(first)
-        found, rejected, prompts = self._round_two(query, passages, reply, candidates, candidate_documents)
-        second = run_chat_calls(self._chat_generator, prompts, **self._fan_out()) if prompts else None
-        return self._outputs(reply, first, second, found, rejected)
+        return self._drive(self._rounds(query, documents, candidates, candidate_documents))
 
     @component.output_types(candidates=list[str], summaries=list[str], meta=dict[str, Any])
     async def run_async(
@@ -304,15 +267,4 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         candidate_documents: list[list[Document]] | None = None,
     ) -> dict[str, Any]:
         """Async form of `run`."""
-        query, passages, prompts = self._round_one(query, documents, candidates)
-        first = await run_chat_calls_async(self._chat_generator, prompts, **self._fan_out()) if prompts else None
-        reply = _text(first)
-        found, rejected, prompts = self._round_two(query, passages, reply, candidates, candidate_documents)
-        second = await run_chat_calls_async(self._chat_generator, prompts, **self._fan_out()) if prompts else None
-        return self._outputs(reply, first, second, found, rejected)
-
-
-def _text(calls: FanOutResult | None) -> str | None:
-    """The text of a one-call round's reply; None when the round did not run or the call failed."""
-    reply = calls.replies[0] if calls else None
-    return reply.text if reply is not None else None
+        return await self._drive_async(self._rounds(query, documents, candidates, candidate_documents))

@@ -16,12 +16,11 @@ from haystack_fusion.answers import check_answer, invalid_answer
 from haystack_fusion.llm import (
     DEFAULT_SAMPLING_KWARGS,
     ChatGeneratorWrapper,
-    FanOutResult,
+    Round,
+    Rounds,
     backend_unusable,
     meta_truncated,
-    run_chat_calls,
-    run_chat_calls_async,
-    sum_usage,
+    round_usage,
 )
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PASSAGE_LAYOUTS, PassageLayout, format_passages
 
@@ -115,18 +114,20 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
         self.samples = samples
         self.sampling_generation_kwargs = sampling_generation_kwargs
 
-    def _sampling(self, generation_kwargs: dict[str, Any] | None) -> dict[str, Any]:
-        return {**(generation_kwargs or {}), **(self.sampling_generation_kwargs or DEFAULT_SAMPLING_KWARGS)}
-
-    @staticmethod
-    def _outputs(calls: FanOutResult, sampled: FanOutResult | None = None) -> dict[str, Any]:
-        reply = calls.replies[0]
+    def _rounds(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None) -> Rounds:
+        """The call, then the m samples when it answered; a failure saying the backend is unusable raises."""
+        calls = yield Round([messages], generation_kwargs, raise_if=backend_unusable)
+        assert calls is not None  # a round of one call
+        reply, sampled = calls.replies[0], None
+        if self.samples and reply is not None:
+            sampling = {**(generation_kwargs or {}), **(self.sampling_generation_kwargs or DEFAULT_SAMPLING_KWARGS)}
+            sampled = yield Round([messages] * self.samples, sampling, raise_if=backend_unusable)
         samples = [sample for sample in (sampled.replies if sampled else []) if sample is not None]
         errors = [*calls.errors, *(sampled.errors if sampled else [])]
         return {
             "replies": [] if reply is None else [reply, *samples],
             "meta": {
-                "usage": dict(sum_usage([calls.usage, sampled.usage if sampled else None]), rounds=1 + bool(sampled)),
+                "usage": round_usage(calls, sampled),
                 "failures": [{"error": error} for error in errors if error is not None],
             },
         }
@@ -141,25 +142,14 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
             `{"error": "ExceptionType: message"}` per failed call).
         :raises Exception: The generator's exception when the backend is unusable (refused connection or key).
         """
-        kwargs: dict[str, Any] = {"generation_kwargs": generation_kwargs, "raise_if": backend_unusable}
-        calls = run_chat_calls(self._chat_generator, [messages], **kwargs)
-        if not self.samples or calls.replies[0] is None:
-            return self._outputs(calls)
-        kwargs["generation_kwargs"] = self._sampling(generation_kwargs)
-        return self._outputs(calls, run_chat_calls(self._chat_generator, [messages] * self.samples, **kwargs))
+        return self._drive(self._rounds(messages, generation_kwargs))
 
     @component.output_types(replies=list[ChatMessage], meta=dict[str, Any])
     async def run_async(
         self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         """Async form of `run`."""
-        kwargs: dict[str, Any] = {"generation_kwargs": generation_kwargs, "raise_if": backend_unusable}
-        calls = await run_chat_calls_async(self._chat_generator, [messages], **kwargs)
-        if not self.samples or calls.replies[0] is None:
-            return self._outputs(calls)
-        kwargs["generation_kwargs"] = self._sampling(generation_kwargs)
-        sampled = await run_chat_calls_async(self._chat_generator, [messages] * self.samples, **kwargs)
-        return self._outputs(calls, sampled)
+        return await self._drive_async(self._rounds(messages, generation_kwargs))
 
 
 @component

@@ -4,22 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from haystack import Document, component, default_to_dict, logging
+from haystack import Document, component
 from haystack.components.generators.chat.types import ChatGenerator
-from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage, GeneratedAnswer, StreamingCallbackT, select_streaming_callback
-from haystack.utils import deserialize_callable, serialize_callable
 
 from haystack_fusion.answers import UNKNOWN, UnknownDetector, check_answer, invalid_meta, validate_query
-from haystack_fusion.llm import (
-    ChatGeneratorWrapper,
-    FanOutResult,
-    check_max_concurrency,
-    run_chat_calls,
-    run_chat_calls_async,
-    stop_kwargs,
-    sum_usage,
-)
+from haystack_fusion.llm import ChatGeneratorWrapper, FanOutResult, Round, Rounds, check_max_concurrency, round_usage
 from haystack_fusion.notes import CONTEXT, DIRECT, classify_note, parse_document_note, parse_single_call
 from haystack_fusion.prompts import (
     DEFAULT_MAX_PASSAGE_CHARS,
@@ -27,8 +17,6 @@ from haystack_fusion.prompts import (
     ChatPrompt,
     ChatTemplate,
     format_passages,
-    prompt_settings,
-    prompt_settings_from_dict,
     strip_delimiters,
 )
 from haystack_fusion.prompts.chain_of_note import (
@@ -37,8 +25,6 @@ from haystack_fusion.prompts.chain_of_note import (
     STEP_5_UNKNOWN,
     single_call_variables,
 )
-
-logger = logging.getLogger(__name__)
 
 NoteMode = Literal["single_call", "per_document"]
 NOTE_MODES: tuple[str, ...] = ("single_call", "per_document")
@@ -98,25 +84,19 @@ class NoteTaker(ChatGeneratorWrapper):
             "unknown", both reported in `meta["failures"]`.
         :param streaming_callback: Called with each `StreamingChunk` of the call that writes the answer: the single
             call (its notes, then the answer) or the per-document synthesis call; the note calls are not streamed.
-            A sync callback for `run`, sync or async for `run_async` (what `Pipeline.stream()` injects).
-        :param note_prompt: The per-document note prompt (per-document mode), a template as Haystack's
-            `ChatPromptBuilder(template=...)` takes it (a Jinja string, which may use `{% message %}` blocks, or a
-            list of ChatMessage templates); None: ours after Yu et al., section 2.3.1 and Appendix A.5
-            (`PROMPTS["con_document_note"]`). Its variables, both to be used: `query` (str) and `passages` (str, the
-            one passage as a titled `prompts.format_passages` block, numbered 1). The reply is the note, then a line
-            "Relevance: (a) answers directly", "(b) useful context" or "(c) irrelevant" (`notes.parse_document_note`;
-            without that line the note's words decide).
-        :param answer_prompt: The prompt that writes the answer, a template as `note_prompt`. In single-call mode the
-            one prompt (None: Appendix A.5 with Table 6's first case, `PROMPTS["con_single_call"]`); its variables:
-            `query` (str), `passages` (str, the k passages as a titled block), `k_words` (str, k in words) and
-            `step_5` (str, Appendix A.5's step 5 or its "answer unknown" form, by `allow_parametric_knowledge`); it
-            must use `query` and `passages`. The reply must hold notes that name their passages ("Passage #1",
-            "[1]") and state the answer as "the answer is X" or "Answer: X" (`notes.parse_single_call`). In
-            per-document mode the synthesis prompt (None: steps 4-5 of Appendix A.5, `PROMPTS["con_synthesis"]`);
-            its variables: `query` (str), `notes` (list of dicts, one per passage in rank order: `label`, the
-            relevance in words, and `note`, on one line) and `step_5`; it must use `query` and `notes`; the reply's
-            first line is the answer (the default prompt ends with "the answer is"). The default's answer pattern,
-            stop sequence and demonstration answers stay in force.
+            Sync for `run`, sync or async for `run_async` (`Pipeline.stream()` injects an async one).
+        :param note_prompt: The per-document note prompt, a `ChatPromptBuilder` template (Jinja string or
+            ChatMessage list); None: ours after section 2.3.1 and Appendix A.5. Its variables, both to be used:
+            `query` and `passages` (the one passage as a titled block), str. The reply is the note, then a line
+            "Relevance: (a) answers directly", "(b) useful context" or "(c) irrelevant" (`notes.parse_document_note`).
+        :param answer_prompt: The prompt that writes the answer, a template as `note_prompt`. Single-call mode: the
+            one prompt (None: Appendix A.5 with Table 6's first case); variables `query` and `passages` (the k
+            passages as a titled block), to be used, `k_words` (k in words) and `step_5` (Appendix A.5's step 5 or
+            its "answer unknown" form, by `allow_parametric_knowledge`), all str; the reply holds notes naming their
+            passages ("Passage #1") and "the answer is X" (`notes.parse_single_call`). Per-document mode: the
+            synthesis prompt (None: steps 4-5 of Appendix A.5); variables `query` and `notes` (one dict per passage:
+            `label`, the relevance in words, and `note`), to be used, and `step_5`; the reply's first line is the
+            answer. The default's answer pattern, stop sequence and demonstration answers stay in force.
         :param system_prompt: A system message sent before every prompt (for chat models); None: none.
         :raises ValueError: If `mode` is unknown, `max_concurrency` is neither None nor an integer >= 1,
             `max_passage_chars` is not positive, `note_prompt` is given in single-call mode, or a prompt does not use
@@ -153,58 +133,6 @@ class NoteTaker(ChatGeneratorWrapper):
             required=("passages", "query") if single else ("notes", "query"),
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        """Serialize this component, with its chat generator, to a dictionary."""
-        return default_to_dict(
-            self,
-            chat_generator=component_to_dict(obj=self._chat_generator, name="chat_generator"),
-            mode=self.mode,
-            allow_parametric_knowledge=self.allow_parametric_knowledge,
-            max_concurrency=self.max_concurrency,
-            max_passage_chars=self.max_passage_chars,
-            generation_kwargs=self.generation_kwargs,
-            unknown_patterns=self.unknown_patterns,
-            raise_on_failure=self.raise_on_failure,
-            streaming_callback=serialize_callable(self.streaming_callback) if self.streaming_callback else None,
-            **prompt_settings(
-                note_prompt=self.note_prompt, answer_prompt=self.answer_prompt, system_prompt=self.system_prompt
-            ),
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> NoteTaker:
-        """Deserialize this component, with its chat generator, streaming callback and prompts, from a dictionary."""
-        prompt_settings_from_dict(data["init_parameters"], ["note_prompt", "answer_prompt"])
-        callback = data.get("init_parameters", {}).get("streaming_callback")
-        if callback:
-            data["init_parameters"]["streaming_callback"] = deserialize_callable(callback)
-        # `@component` rebuilds the class, so a zero-argument super() does not reach the mixin
-        return ChatGeneratorWrapper.from_dict.__func__(cls, data)  # type: ignore[attr-defined]
-
-    def _fan_out(self, generation_kwargs: dict[str, Any] | None) -> dict[str, Any]:
-        return {
-            "max_concurrency": self.max_concurrency,
-            "generation_kwargs": generation_kwargs,
-            "raise_on_failure": self.raise_on_failure,
-        }
-
-    def _first_round(self, query: str, documents: list[Document] | None) -> tuple[str, list[Document], list[Any]]:
-        """Validate; the single prompt, or one note prompt per passage (none without passages in that mode)."""
-        query = validate_query(query)
-        documents = list(documents or [])
-        if self.mode == "per_document":
-            passages = [format_passages([d], self.max_passage_chars, "titled") for d in documents]
-            return query, documents, [self._note_prompt.render(query=query, passages=p) for p in passages]
-        if not documents and not self.allow_parametric_knowledge:
-            return query, documents, []
-        variables = single_call_variables(
-            query,
-            documents,
-            allow_parametric_knowledge=self.allow_parametric_knowledge,
-            max_passage_chars=self.max_passage_chars,
-        )
-        return query, documents, [self._answer_prompt.render(**variables)]
-
     def _notes(self, documents: list[Document], first: FanOutResult | None) -> tuple[list[dict[str, Any]], str | None]:
         """The notes (one per passage, input order) and, in single-call mode, the answer text (None: no reply)."""
         replies = [
@@ -225,16 +153,32 @@ class NoteTaker(ChatGeneratorWrapper):
             notes.append({"document_id": document.id, "note": note, "relevance": relevance})
         return notes, None
 
-    def _synthesis(self, query: str, notes: list[dict[str, Any]]) -> tuple[list[list[ChatMessage]], dict[str, Any]]:
-        """Per-document round 2 (steps 4-5 over the notes; none when nothing is relevant and knowledge is not
-        allowed): its prompt and settings (it also stops at the answer line)."""
+    def _synthesis(self, query: str, notes: list[dict[str, Any]]) -> list[list[ChatMessage]]:
+        """Per-document round 2's prompt (steps 4-5 over the notes; none when nothing is relevant and knowledge is
+        not allowed)."""
         if self.mode != "per_document" or (not _relevant(notes) and not self.allow_parametric_knowledge):
-            return [], {}
+            return []
         shown = [{"label": RELEVANCE_WORDS[n["relevance"]], "note": " ".join(n["note"].split())} for n in notes]
         step_5 = STEP_5_PARAMETRIC if self.allow_parametric_knowledge else STEP_5_UNKNOWN
-        prompt = self._answer_prompt.render(query=query, notes=shown, step_5=step_5)
-        kwargs = stop_kwargs(self._chat_generator, PROMPTS["con_synthesis"].stop, self.generation_kwargs)
-        return [prompt], self._fan_out(kwargs)
+        return [self._answer_prompt.render(query=query, notes=shown, step_5=step_5)]
+
+    def _rounds(self, query: str, documents: list[Document] | None, callback: StreamingCallbackT | None) -> Rounds:
+        """The single call (none without passages or knowledge), or a note call per passage then the synthesis; the
+        call that writes the answer streams."""
+        query, documents = validate_query(query), list(documents or [])
+        single, prompts = self.mode == "single_call", []
+        if not single:
+            passages = [format_passages([d], self.max_passage_chars, "titled") for d in documents]
+            prompts = [self._note_prompt.render(query=query, passages=p) for p in passages]
+        elif documents or self.allow_parametric_knowledge:
+            knowledge = {"allow_parametric_knowledge": self.allow_parametric_knowledge}
+            variables = single_call_variables(query, documents, max_passage_chars=self.max_passage_chars, **knowledge)
+            prompts = [self._answer_prompt.render(**variables)]
+        first = yield Round(prompts, self.generation_kwargs, streaming_callback=callback if single else None)
+        notes, answer_text = self._notes(documents, first)
+        synthesis = self._synthesis(query, notes)  # it stops at the answer line
+        second = yield Round(synthesis, self.generation_kwargs, self._answer_prompt.stop, callback)
+        return self._outputs(query, documents, notes, answer_text, first, second)
 
     def _outputs(
         self,
@@ -260,15 +204,13 @@ class NoteTaker(ChatGeneratorWrapper):
         if not answer or self._detector.is_unknown(answer):
             answer, source = UNKNOWN, "none"
         rounds = [("notes", first), ("answer", second)]
-        usage = sum_usage(calls.usage for _, calls in rounds if calls)
-        usage["rounds"] = sum(1 for _, calls in rounds if calls)
         meta = {
             "strategy": f"chain_of_note ({self.mode})",
             "source": "Yu et al., section 2.3, Appendix A.5",
             "notes": notes,
             "answer_source": source,
             "failures": [{"round": name, **failure} for name, calls in rounds if calls for failure in calls.failures],
-            "usage": usage,
+            "usage": round_usage(first, second),
         }
         if source != "none":
             prompt = PROMPTS["con_single_call" if self.mode == "single_call" else "con_synthesis"]
@@ -298,44 +240,15 @@ class NoteTaker(ChatGeneratorWrapper):
             takes those).
         """
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
-        query, documents, prompts = self._first_round(query, documents)
-        settings = self._fan_out(self.generation_kwargs)
-        streams = callback if self.mode == "single_call" else None  # the single call writes the answer
-        first = (
-            run_chat_calls(self._chat_generator, prompts, **settings, streaming_callback=streams) if prompts else None
-        )
-        notes, answer_text = self._notes(documents, first)
-        synthesis, settings = self._synthesis(query, notes)
-        second = (
-            run_chat_calls(self._chat_generator, synthesis, **settings, streaming_callback=callback)
-            if synthesis
-            else None
-        )
-        return self._outputs(query, documents, notes, answer_text, first, second)
+        return self._drive(self._rounds(query, documents, callback))
 
     @component.output_types(answers=list[GeneratedAnswer], notes=list[dict[str, Any]])
     async def run_async(
         self, query: str, documents: list[Document], streaming_callback: StreamingCallbackT | None = None
     ) -> dict[str, Any]:
-        """Async form of `run`, with the same inputs, outputs and errors; calls the generator's `run_async`. The
-        streaming callback may be sync or async (`Pipeline.stream()` injects an async one)."""
-        callback = streaming_callback or self.streaming_callback
-        query, documents, prompts = self._first_round(query, documents)
-        settings = self._fan_out(self.generation_kwargs)
-        streams = callback if self.mode == "single_call" else None
-        first = (
-            await run_chat_calls_async(self._chat_generator, prompts, **settings, streaming_callback=streams)
-            if prompts
-            else None
-        )
-        notes, answer_text = self._notes(documents, first)
-        synthesis, settings = self._synthesis(query, notes)
-        second = (
-            await run_chat_calls_async(self._chat_generator, synthesis, **settings, streaming_callback=callback)
-            if synthesis
-            else None
-        )
-        return self._outputs(query, documents, notes, answer_text, first, second)
+        """Async form of `run`; the streaming callback may be sync or async (`Pipeline.stream()` injects one)."""
+        callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=True)
+        return await self._drive_async(self._rounds(query, documents, callback))
 
 
 def _relevant(notes: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack import Document, component, logging
+from haystack import Document, component
 from haystack.components.generators.chat.types import ChatGenerator
 from haystack.dataclasses import GeneratedAnswer
 
@@ -20,24 +20,12 @@ from haystack_fusion.llm import (
     DEFAULT_SAMPLING_KWARGS,
     ChatGeneratorWrapper,
     FanOutResult,
+    Round,
+    Rounds,
     check_max_concurrency,
-    empty_usage,
-    run_chat_calls,
-    run_chat_calls_async,
-    stop_kwargs,
+    round_usage,
 )
-from haystack_fusion.prompts import (
-    DEFAULT_MAX_PASSAGE_CHARS,
-    PROMPTS,
-    ChatPrompt,
-    ChatTemplate,
-    format_passages,
-    prompt_settings,
-    prompt_settings_from_dict,
-)
-
-logger = logging.getLogger(__name__)
-
+from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, ChatPrompt, ChatTemplate, format_passages
 
 _OUTPUT_TYPES: dict[str, Any] = {
     "answers": list[GeneratedAnswer],
@@ -84,20 +72,18 @@ class PostFusionVoter(ChatGeneratorWrapper):
         system_prompt: str | None = None,
     ) -> None:
         """
-        :param max_concurrency: Most LLM calls under way at once (an integer >= 1); None: all p x k at once.
+        :param max_concurrency: Most LLM calls under way at once (>= 1); None: all p x k at once.
         :param samples_per_passage: p, the answers sampled per passage (>= 1).
-        :param sampling_generation_kwargs: `generation_kwargs` when p > 1; default `{"temperature": 0.7}` (4.4).
+        :param sampling_generation_kwargs: The calls' `generation_kwargs` when p > 1; None: `{"temperature": 0.7}`
+            (section 4.4).
         :param max_passage_chars: Per-passage context budget in characters (None: no limit).
         :param unknown_patterns: Regular expressions that mark an abstention; None uses the shared defaults.
         :param raise_on_failure: The first failed call raises; by default it counts as an abstention in `failures`.
         :param datamark: Datamark each passage's text (`prompts.format_passages`).
-        :param prompt: The per-passage prompt, a template as Haystack's `ChatPromptBuilder(template=...)` takes it (a
-            Jinja string, which may use `{% message %}` blocks, or a list of ChatMessage templates); None: Liu et al.'s
-            Figure 7 (Appendix A, `PROMPTS["figure7"]`). Its variables: `passages` (str, the one passage as a numbered
-            `prompts.format_passages` block) and `query` (str, the question); it must use both. The reply must start
-            with the answer on its first line (Figure 7's pattern reads it; "unknown", or another abstention
-            `unknown_patterns` matches, does not vote); Figure 7's stop sequence (the newline) and demonstration
-            answers stay in force.
+        :param prompt: The per-passage prompt, a `ChatPromptBuilder` template (Jinja string or ChatMessage list);
+            None: Figure 7 (Appendix A). Its variables, both to be used: `passages` (str, the one passage as a
+            numbered block) and `query` (str). The reply's first line is the answer ("unknown" does not vote);
+            Figure 7's stop sequence (the newline) and demonstration answers stay in force.
         :param system_prompt: A system message sent before every prompt (for chat models); None: none.
         :raises ValueError: If `max_concurrency` is neither None nor an integer >= 1, `samples_per_passage` is below
             1, `max_passage_chars` is not positive, or `prompt` does not use `passages` and `query` or uses another
@@ -120,23 +106,8 @@ class PostFusionVoter(ChatGeneratorWrapper):
         self.system_prompt = system_prompt
         self._prompt = ChatPrompt(PROMPTS["figure7"], prompt, system_prompt=system_prompt, parameter="prompt")
 
-    def to_dict(self) -> dict[str, Any]:
-        """Serialize this component, with its chat generator; `prompt` and `system_prompt` only when set."""
-        data = ChatGeneratorWrapper.to_dict(self)
-        parameters = data["init_parameters"]
-        del parameters["prompt"], parameters["system_prompt"]
-        parameters.update(prompt_settings(prompt=self.prompt, system_prompt=self.system_prompt))
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PostFusionVoter:
-        """Deserialize this component, with its chat generator and prompt, from a dictionary."""
-        prompt_settings_from_dict(data["init_parameters"], ["prompt"])
-        # `@component` rebuilds the class, so a zero-argument super() does not reach the mixin
-        return ChatGeneratorWrapper.from_dict.__func__(cls, data)  # type: ignore[attr-defined]
-
-    def _plan(self, query: str, documents: list[Document] | None) -> tuple[str, list[Document], list[Any], dict]:
-        """Validate; p Figure 7 prompts per passage in rank order, and the fan-out's settings."""
+    def _rounds(self, query: str, documents: list[Document] | None) -> Rounds:
+        """One round: p Figure 7 prompts per passage in rank order; then the vote."""
         query = validate_query(query)
         documents = list(documents or [])
         prompts = []
@@ -147,12 +118,8 @@ class PostFusionVoter(ChatGeneratorWrapper):
         if self.samples_per_passage > 1:
             sampling = self.sampling_generation_kwargs
             sampling = DEFAULT_SAMPLING_KWARGS if sampling is None else sampling
-        settings = {
-            "max_concurrency": self.max_concurrency,
-            "generation_kwargs": stop_kwargs(self._chat_generator, self._prompt.stop, sampling),
-            "raise_on_failure": self.raise_on_failure,
-        }
-        return query, documents, prompts, settings
+        calls = yield Round(prompts, sampling, stop=self._prompt.stop)
+        return self._vote(query, documents, calls)
 
     def _vote(self, query: str, documents: list[Document], calls: FanOutResult | None) -> dict[str, Any]:
         """Turn the per-passage replies into the outputs (also for zero documents, with `calls` None)."""
@@ -210,7 +177,7 @@ class PostFusionVoter(ChatGeneratorWrapper):
                 {"rank": failure["index"] // p, "sample": failure["index"] % p, "error": failure["error"]}
                 for failure in (calls.failures if calls else [])
             ],
-            "usage": dict(calls.usage if calls else empty_usage(), rounds=1 if calls else 0),
+            "usage": round_usage(calls),
             "invalid_answers": sum(reason is not None for reason in invalid),
         }
         winner_documents = supporting(winner_key) if winner_key else []
@@ -243,13 +210,9 @@ class PostFusionVoter(ChatGeneratorWrapper):
             - `unknown`: the "unknown" answer alone, instead of `candidates` and `documents` when no passage answered.
         :raises ValueError: If `query` is empty or only whitespace.
         """
-        query, documents, prompts, settings = self._plan(query, documents)
-        calls = run_chat_calls(self._chat_generator, prompts, **settings) if prompts else None
-        return self._vote(query, documents, calls)
+        return self._drive(self._rounds(query, documents))
 
     @component.output_types(**_OUTPUT_TYPES)
     async def run_async(self, query: str, documents: list[Document]) -> dict[str, Any]:
         """Async form of `run`."""
-        query, documents, prompts, settings = self._plan(query, documents)
-        calls = await run_chat_calls_async(self._chat_generator, prompts, **settings) if prompts else None
-        return self._vote(query, documents, calls)
+        return await self._drive_async(self._rounds(query, documents))

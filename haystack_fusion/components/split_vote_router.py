@@ -34,8 +34,6 @@ class SplitVoteRouter:
 
     def __init__(self, *, min_vote_share: float, max_candidates: int = 2) -> None:
         """
-        Create a SplitVoteRouter.
-
         :param min_vote_share: s in (0, 1]: a vote whose winner has a smaller share of the votes is split.
         :param max_candidates: K, the candidates a split vote passes on, most votes first (>= 2).
         :raises ValueError: If `min_vote_share` is outside (0, 1] or `max_candidates` is below 2.
@@ -56,8 +54,6 @@ class SplitVoteRouter:
     )
     def run(self, query: str, answers: list[GeneratedAnswer]) -> dict[str, Any]:
         """
-        Route one vote.
-
         :param query: The question.
         :param answers: The voter's answers: the winner first (its `meta` holds `votes`, `vote_share` and `tie`),
             then the other candidates by votes, each with the passages that gave it as `documents`.

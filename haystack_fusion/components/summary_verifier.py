@@ -6,23 +6,21 @@ import asyncio
 from dataclasses import replace
 from typing import Any, Literal
 
-from haystack import Document, component, default_from_dict, default_to_dict, logging
+from haystack import Document, component
 from haystack.components.generators.chat.types import ChatGenerator
-from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage, GeneratedAnswer
-from haystack.utils import deserialize_chatgenerator_inplace, deserialize_component_inplace
 
 from haystack_fusion.answers import UNKNOWN, validate_query
 from haystack_fusion.llm import (
     ChatGeneratorWrapper,
     FanOutResult,
+    Round,
+    Rounds,
     check_max_concurrency,
-    empty_usage,
     logprob_kwargs,
-    run_chat_calls,
-    run_chat_calls_async,
+    round_usage,
 )
-from haystack_fusion.prompts import PROMPTS, ChatPrompt, ChatTemplate, prompt_settings, prompt_settings_from_dict
+from haystack_fusion.prompts import PROMPTS, ChatPrompt, ChatTemplate
 from haystack_fusion.prompts.sure import one_line
 from haystack_fusion.sure import (
     PREFERENCE_CHOICES,
@@ -35,8 +33,6 @@ from haystack_fusion.sure import (
     ranking_pairs,
     select,
 )
-
-logger = logging.getLogger(__name__)
 
 Pair = tuple[int, int]
 Scoring = Literal["text", "probability"]
@@ -88,18 +84,14 @@ class SummaryVerifier(ChatGeneratorWrapper):
         :param document_ranker: Optional Haystack ranker reordering the passages by the winning summary (Table 4).
         :param raise_on_failure: A failed call raises; by default it is reported in `meta["failures"]`.
         :param scoring: "text" (the paper's, v in {0, 1}) or "probability" (from token log-probabilities).
-        :param validity_prompt: The validity prompt, a template as Haystack's `ChatPromptBuilder(template=...)` takes
-            it (a Jinja string, which may use `{% message %}` blocks, or a list of ChatMessage templates); None: Kim
-            et al.'s Listing 8 (Appendix A.3). Its variables, all to be used: `query` (str), `prediction` (str, the
-            candidate) and `summary` (str, its summary on one line). The reply must say True or False (its first
-            "true" / "false" word decides, else "yes" / "no": `sure.parse_validity`; with `scoring="probability"`,
-            the probabilities of those words, `sure.choice_probability`).
+        :param validity_prompt: The validity prompt, a `ChatPromptBuilder` template (Jinja string or ChatMessage
+            list); None: Listing 8 (Appendix A.3). Its variables, all to be used: `query`, `prediction` (the
+            candidate) and `summary` (its summary on one line), all str. The reply says True or False
+            (`sure.parse_validity`; with `scoring="probability"`, those words' probabilities).
         :param ranking_prompt: The pair-wise ranking prompt, a template as `validity_prompt`; None: Listing 9
-            (Appendix A.4). Its variables, all to be used: `query` (str), `summary_1` and `summary_2` (str, the two
-            summaries on one line each, shown in both orders). The reply must name the better one as "Passage 1"
-            or "Passage 2" ("the first" / "the second", or a bare 1 / 2 at its start: `sure.parse_preference`; with
-            `scoring="probability"`, the probabilities of those words). A template that names the summaries otherwise
-            must still ask for that answer.
+            (Appendix A.4). Its variables, all to be used: `query`, `summary_1` and `summary_2` (the two summaries
+            on one line each, shown in both orders), all str. The reply names the better one as "Passage 1" or
+            "Passage 2" (`sure.parse_preference`).
         :param system_prompt: A system message sent before every prompt (for chat models); None: none.
         :raises ValueError: If `max_concurrency` is neither None nor an integer >= 1, `scoring` is neither
             "text" nor "probability", `validity_prompt` is given with `use_validity=False`, or a prompt does not use
@@ -125,38 +117,7 @@ class SummaryVerifier(ChatGeneratorWrapper):
             PROMPTS["sure_ranking"], ranking_prompt, system_prompt=system_prompt, parameter="ranking_prompt"
         )
 
-    def _wrapped_parts(self) -> list[Any]:
-        """The chat generator and the document ranker, which `warm_up`, `close` and their async forms delegate to."""
-        return [part for part in (self._chat_generator, self._document_ranker) if part is not None]
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialize this component, with its chat generator and document ranker, to a dictionary; the prompts and
-        `system_prompt` only when set."""
-        ranker = self._document_ranker
-        return default_to_dict(
-            self,
-            chat_generator=component_to_dict(obj=self._chat_generator, name="chat_generator"),
-            use_validity=self.use_validity,
-            max_concurrency=self.max_concurrency,
-            document_ranker=None if ranker is None else component_to_dict(obj=ranker, name="document_ranker"),
-            raise_on_failure=self.raise_on_failure,
-            scoring=self.scoring,
-            **prompt_settings(
-                validity_prompt=self.validity_prompt,
-                ranking_prompt=self.ranking_prompt,
-                system_prompt=self.system_prompt,
-            ),
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SummaryVerifier:
-        """Deserialize this component, with its chat generator, document ranker and prompts, from a dictionary."""
-        parameters = data["init_parameters"]
-        prompt_settings_from_dict(parameters, ["validity_prompt", "ranking_prompt"])
-        deserialize_chatgenerator_inplace(parameters, key="chat_generator")
-        if parameters.get("document_ranker") is not None:
-            deserialize_component_inplace(parameters, key="document_ranker")
-        return default_from_dict(cls, data)
+    _COMPONENTS = ("chat_generator", "document_ranker")  # warmed up, closed and serialized with this component
 
     def _plan(
         self, query: str, candidates: list[str] | None, summaries: list[str] | None
@@ -195,7 +156,7 @@ class SummaryVerifier(ChatGeneratorWrapper):
         """Eq. 4-6 from the replies: the answers best first, without documents."""
         k = len(candidates)
         if k == 0:
-            nothing = {"strategy": "sure", "source": "Kim et al., Eq. 6", "usage": dict(empty_usage(), rounds=0)}
+            nothing = {"strategy": "sure", "source": "Kim et al., Eq. 6", "usage": round_usage()}
             return [GeneratedAnswer(data=UNKNOWN, query=query, documents=[], meta=nothing)]
         replies = calls.replies if calls else []
         validity = [0.0] * k
@@ -222,7 +183,7 @@ class SummaryVerifier(ChatGeneratorWrapper):
         counted = [v if self.use_validity else 0.0 for v in validity]
         scores = [v + r for v, r in zip(counted, ranking, strict=True)]
         order = select(counted, ranking)
-        usage = dict(calls.usage if calls else empty_usage(), rounds=1 if calls else 0)
+        usage = round_usage(calls)
         failures = [{"call": asks[failure["index"]][0], **failure} for failure in (calls.failures if calls else [])]
         answers: list[GeneratedAnswer] = []
         for position, index in enumerate(order):
@@ -246,13 +207,12 @@ class SummaryVerifier(ChatGeneratorWrapper):
             answers.append(GeneratedAnswer(data=candidates[index], query=query, documents=[], meta=meta))
         return answers
 
-    def _fan_out(self) -> dict[str, Any]:
-        extra = logprob_kwargs(self._chat_generator, SCORING_TOP_LOGPROBS) if self.scoring == "probability" else {}
-        return {
-            "max_concurrency": self.max_concurrency,
-            "raise_on_failure": self.raise_on_failure,
-            "generation_kwargs": extra or None,
-        }
+    def _rounds(self, query: str, candidates: list[str] | None, summaries: list[str] | None) -> Rounds:
+        """One round of the validity and ranking calls; then the answers, scored."""
+        query, candidates, summaries, asks, prompts = self._plan(query, candidates, summaries)
+        kwargs = logprob_kwargs(self._chat_generator, SCORING_TOP_LOGPROBS) if self.scoring == "probability" else None
+        calls = yield Round(prompts, kwargs)
+        return self._score(query, candidates, summaries, asks, calls)
 
     def _ranker_inputs(self, answers: list[GeneratedAnswer], documents: list[Document]) -> dict[str, Any] | None:
         """The document ranker's inputs (the winning summary as query, Table 4), or None: nothing to rank."""
@@ -287,9 +247,7 @@ class SummaryVerifier(ChatGeneratorWrapper):
             `scoring`, `scored_by`, `failures` (`call`, `index`, `error`) and `usage`. No candidates: "unknown".
         :raises ValueError: If `query` is empty, or `candidates` and `summaries` differ in length.
         """
-        query, candidates, summaries, asks, prompts = self._plan(query, candidates, summaries)
-        calls = run_chat_calls(self._chat_generator, prompts, **self._fan_out()) if prompts else None
-        answers = self._score(query, candidates, summaries, asks, calls)
+        answers = self._drive(self._rounds(query, candidates, summaries))
         documents = list(documents or [])
         inputs = self._ranker_inputs(answers, documents)
         ranked = self._document_ranker.run(**inputs)["documents"] if inputs else None
@@ -300,16 +258,11 @@ class SummaryVerifier(ChatGeneratorWrapper):
         self, query: str, candidates: list[str], summaries: list[str], documents: list[Document] | None = None
     ) -> dict[str, Any]:
         """Async form of `run`."""
-        query, candidates, summaries, asks, prompts = self._plan(query, candidates, summaries)
-        calls = await run_chat_calls_async(self._chat_generator, prompts, **self._fan_out()) if prompts else None
-        answers = self._score(query, candidates, summaries, asks, calls)
+        answers = await self._drive_async(self._rounds(query, candidates, summaries))
         documents = list(documents or [])
-        inputs = self._ranker_inputs(answers, documents)
-        ranked = None
-        if inputs:
-            ranker = self._document_ranker
-            run = (
-                ranker.run_async(**inputs) if hasattr(ranker, "run_async") else asyncio.to_thread(ranker.run, **inputs)
-            )
-            ranked = (await run)["documents"]
+        inputs, ranker = self._ranker_inputs(answers, documents), self._document_ranker
+        if inputs and hasattr(ranker, "run_async"):
+            ranked = (await ranker.run_async(**inputs))["documents"]
+        else:  # a ranker without `run_async` runs in a worker thread
+            ranked = (await asyncio.to_thread(ranker.run, **inputs))["documents"] if inputs else None
         return self._attach(answers, documents, ranked)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from haystack import Document, component, default_from_dict, default_to_dict, logging
+from haystack import Document, component, logging
 from haystack.dataclasses import (
     ChatMessage,
     ComponentInfo,
@@ -12,10 +12,9 @@ from haystack.dataclasses import (
     StreamingChunk,
     select_streaming_callback,
 )
-from haystack.utils import deserialize_callable, serialize_callable
 
 from haystack_fusion.answers import UnknownDetector, answer_confidence, check_answer, normalize_answer
-from haystack_fusion.llm import emit_chunk
+from haystack_fusion.llm import InitSerialization, emit_chunk
 from haystack_fusion.prompts import PROMPTS, extract_answer
 
 logger = logging.getLogger(__name__)
@@ -35,7 +34,7 @@ _OUTPUT_TYPES: dict[str, Any] = {
 
 
 @component
-class UnknownRouter:
+class UnknownRouter(InitSerialization):
     """
     Routes an LLM reply to `known` or `unknown`, so a pipeline can fall back when the model abstains (Liu et al.,
     section 3.1 "unknown"; section 3.3 Post-Fusion as the Fallback). Rejected answers (`answers.check_answer`) and,
@@ -93,26 +92,6 @@ class UnknownRouter:
         self.confidence = confidence
         self.streaming_callback = streaming_callback
         self._detector = UnknownDetector.from_patterns(unknown_patterns)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialize the init parameters; a streaming callback by its import path."""
-        return default_to_dict(
-            self,
-            answer_pattern=self.answer_pattern,
-            unknown_patterns=self.unknown_patterns,
-            min_confidence=self.min_confidence,
-            demonstrations=self.demonstrations,
-            confidence=self.confidence,
-            streaming_callback=serialize_callable(self.streaming_callback) if self.streaming_callback else None,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> UnknownRouter:
-        """Deserialize `to_dict`'s output."""
-        callback = data["init_parameters"].get("streaming_callback")
-        if callback:
-            data["init_parameters"]["streaming_callback"] = deserialize_callable(callback)
-        return default_from_dict(cls, data)
 
     def _answer(self, reply: ChatMessage) -> str:
         text = reply.text
@@ -203,7 +182,7 @@ class UnknownRouter:
         streaming_callback: StreamingCallbackT | None = None,
     ) -> dict[str, Any]:
         """Async form of `run`; the streaming callback may be sync or async (`Pipeline.stream()` injects one)."""
-        callback = streaming_callback or self.streaming_callback
+        callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=True)
         output = self._route(replies, query, documents)
         if callback is not None and "known" in output:
             await emit_chunk(callback, self._chunk(self._answer(replies[0])))

@@ -4,22 +4,19 @@ Calibration of answer confidence, from evaluation records: AUROC, selective answ
 A record's confidence is `evidence["confidence"]` (`answers.answer_confidence`); its AUROC (Mann-Whitney U over n+ x
 n-) is read as `correct` (among answerable questions) and `answerable` (against unanswerable ones). Decoding is greedy,
 so `concat_pf` at tau is replayed exactly from the concatenation and post_fusion records, with what each tau costs
-(`cost.question_cost`).
+(`view.question_cost`).
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 from scipy import stats
 
-from haystack_fusion.evaluation.cost import Price, escalated, model_usage, question_cost, usage_cost
 from haystack_fusion.evaluation.metrics import (
     _RNG_KEYWORD,
     BOOTSTRAP_RESAMPLES,
@@ -28,9 +25,8 @@ from haystack_fusion.evaluation.metrics import (
     mean_ci,
     rate_ci,
 )
-from haystack_fusion.evaluation.records import QuestionRecord, group_runs
-
-SELECTIVE_CHART = "selective_answering.png"
+from haystack_fusion.evaluation.records import QuestionRecord
+from haystack_fusion.evaluation.view import Question, ReportView, total
 
 DEFAULT_THRESHOLDS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(1, 20))
 """The tau grid of a sweep: 0.05, 0.10, ..., 0.95."""
@@ -87,11 +83,11 @@ def auroc(
     return result
 
 
-def calibration(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED) -> list[dict[str, Any]]:
+def calibration(view: ReportView, *, seed: int = DEFAULT_SEED) -> list[dict[str, Any]]:
     """Both AUROC readings (`correct`, `answerable`: `auroc` results) for every run with confidences."""
     rows = []
-    for (strategy, top_k, setting), group in group_runs(records).items():
-        scored = [(record, value) for record in group if (value := answering_confidence(record)) is not None]
+    for (strategy, top_k, setting), group in view.by_strategy.items():
+        scored = [(q.record, value) for q in group if (value := answering_confidence(q.record)) is not None]
         answerable = [(record, value) for record, value in scored if record.answerable]
         if scored:
             correct = auroc([v for _, v in answerable], [r.score.em == 1.0 for r, _ in answerable], seed=seed)
@@ -99,44 +95,6 @@ def calibration(records: Sequence[QuestionRecord], *, seed: int = DEFAULT_SEED) 
             rows.append({"strategy": strategy, "top_k": top_k, "setting": setting, "n": len(scored),
                          "correct": correct, "answerable": versus})  # fmt: skip
     return rows
-
-
-def selective_curve(records: Sequence[QuestionRecord]) -> list[tuple[float, float]]:
-    """Selective answering: (coverage, accuracy) points in percent as the confidence threshold falls."""
-    answered = sorted(
-        ((float(r.evidence["confidence"]), r.answerable and r.score.em == 1.0) for r in records
-         if r.evidence.get("confidence") is not None and not r.score.unknown),
-        reverse=True,
-    )  # fmt: skip
-    right = np.cumsum([correct for _, correct in answered])
-    return [(100.0 * i / len(records), 100.0 * float(right[i - 1]) / i) for i in range(1, len(answered) + 1)]
-
-
-def draw_selective_chart(records: Sequence[QuestionRecord], out: Path) -> Path | None:
-    """Draw `selective_answering.png` (one line per run with confidences); None when no run has them."""
-    curves = {
-        f"{strategy} (top-{top_k})": curve
-        for (strategy, top_k, _), group in group_runs(records).items()
-        if (curve := selective_curve(group))
-    }
-    if not curves:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(6.4, 4.4))
-    for label, curve in curves.items():
-        axes.plot([c for c, _ in curve], [a for _, a in curve], label=label)
-    axes.set(xlabel="coverage (% of questions answered)", ylabel="accuracy of the answered questions (EM %)",
-             title="Selective answering: threshold on answer confidence", xlim=(0, 100), ylim=(0, 100))  # fmt: skip
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(out / SELECTIVE_CHART, dpi=120)
-    plt.close(figure)
-    return out / SELECTIVE_CHART
 
 
 class Replayed(NamedTuple):
@@ -156,103 +114,111 @@ class Replayed(NamedTuple):
         return bool(self.em == 1.0) if self.answerable else self.unknown
 
 
-def _later_rounds(records: Sequence[QuestionRecord]) -> dict[tuple[int, str, str], QuestionRecord]:
-    """The later rounds' record of each (k, setting, question): a `post_fusion` record, else a record of an escalated
-    question (`concat_pf`, `cascade`), whose answer the later rounds gave; the first such record of the folders."""
-    later: dict[tuple[int, str, str], QuestionRecord] = {}
-    for record in records:
-        if record.strategy == "post_fusion" or escalated(record):
+def _fallback_records(questions: Sequence[Question]) -> dict[tuple[int, str, str], Question]:
+    """The fallback rounds' question of each (k, setting, question id): a `post_fusion` record, else a record of a
+    question that fell back (`concat_pf`, `cascade`), whose answer the fallback rounds gave; the first found."""
+    later: dict[tuple[int, str, str], Question] = {}
+    for question in questions:
+        record = question.record
+        if record.strategy == "post_fusion" or question.fell_back:
             key = (record.top_k, record.setting, record.question_id)
-            if record.strategy == "post_fusion" and later.get(key, record).strategy != "post_fusion":
+            if record.strategy == "post_fusion" and later.get(key, question).record.strategy != "post_fusion":
                 del later[key]
-            later.setdefault(key, record)
+            later.setdefault(key, question)
     return later
 
 
-def _judged(records: Sequence[QuestionRecord]) -> dict[tuple[int, str, str], QuestionRecord]:
-    """The `concat_pf` or `cascade` record of each (k, setting, question) whose stage trace holds the first round's
-    confidence (its router's: the agreement of sampled answers, or log-probabilities); the first of the folders."""
-    judged: dict[tuple[int, str, str], QuestionRecord] = {}
-    for record in records:
-        stages = record.evidence.get("stages") or [{}]
-        if stages[0].get("confidence") is not None:
-            judged.setdefault((record.top_k, record.setting, record.question_id), record)
+def _judged(questions: Sequence[Question]) -> dict[tuple[int, str, str], Question]:
+    """The `concat_pf` or `cascade` question of each (k, setting, question id) whose stage trace holds the first
+    round's confidence (its router's: the agreement of sampled answers, or log-probabilities); the first of them."""
+    judged: dict[tuple[int, str, str], Question] = {}
+    for question in questions:
+        record = question.record
+        if (record.evidence.get("stages") or [{}])[0].get("confidence") is not None:
+            judged.setdefault((record.top_k, record.setting, record.question_id), question)
     return judged
 
 
-def _first_cost(
-    first: QuestionRecord, judged: QuestionRecord | None, prices: Mapping[str, Price] | None
-) -> float | None:
-    """The first round's cost: the concatenation record's; with a judging record, that record's usage on the first
+def _first_cost(first: Question, judged: Question | None) -> float | None:
+    """The first round's cost: the concatenation record's; with a judging record, that record's cost on the first
     round's models (its call and the agreement's samples)."""
-    if prices is None:
-        return None
     if judged is None:
-        return question_cost(first, prices)
-    models = model_usage(first)
-    costs = [usage_cost(usage, prices.get(m)) for m, usage in model_usage(judged).items() if m in models]
-    return None if None in costs else sum(c for c in costs if c is not None)
+        return first.cost
+    return total(cost for model, cost in judged.model_costs.items() if model in first.usage)
 
 
-def _later_cost(later: QuestionRecord, first_cost: float | None, prices: Mapping[str, Price]) -> float | None:
-    """The later rounds' cost: a post_fusion record's whole cost; an escalated record's cost less its first round,
+def _later_cost(later: Question, first_cost: float | None) -> float | None:
+    """The fallback rounds' cost: a post_fusion record's whole cost; a fallen-back record's cost less its first round,
     taken to be the replayed one's (same first-round model, greedy decoding)."""
-    cost = question_cost(later, prices)
-    if cost is None or later.strategy == "post_fusion":
+    cost = later.cost
+    if cost is None or later.record.strategy == "post_fusion":
         return cost
     return None if first_cost is None else max(0.0, cost - first_cost)
 
 
-def replay(
-    records: Sequence[QuestionRecord], tau: float | None, *, prices: Mapping[str, Price] | None = None
-) -> dict[tuple[int, str], dict[str, Replayed]]:
+def replay(view: ReportView, tau: float | None) -> dict[tuple[int, str], dict[str, Replayed]]:
     """
     Replay `concat_pf` at tau (None: the text-only fallback, Liu et al.) from the questions with a `concatenation`
     record (the first round; the first of the folders) with a confidence, its own or, when it has none, the one a
     `concat_pf` or `cascade` run's router gave the same first answer (`_judged`: the agreement of sampled answers,
-    which a lone concatenation call does not have), and a later rounds' record at the same k and setting
-    (`_later_rounds`: a `post_fusion` record, else an escalated `concat_pf` or `cascade` record, from any folder, e.g.
-    one run on a stronger model). A question answered at the first round by the judging run has no later rounds'
-    record: it is replayed at the taus that keep its answer (confidence >= tau), left out at the others (`sweep`
-    keeps only the taus that replay every question). An unknown first answer, or one the answer checks rejected
-    (`answer_source` "invalid"), is passed on at every tau, as `UnknownRouter` passes it on.
+    which a lone concatenation call does not have), and a fallback rounds' record at the same k and setting
+    (`_fallback_records`: a `post_fusion` record, else a `concat_pf` or `cascade` record that fell back, from any
+    folder, e.g. one run on a stronger model). A question answered at the first round by the judging run has no
+    fallback record: it is replayed at the taus that keep its answer (confidence >= tau), left out at the others
+    (`sweep` keeps only the taus that replay every question). An unknown first answer, or one the answer checks rejected
+    (`answer_source` "invalid"), is passed on at every tau, as `UnknownRouter` passes it on. Each outcome's `cost`
+    (with the view's prices) is the first round's cost plus, when the question is passed on, the fallback rounds' cost.
 
-    :param prices: US dollars per million tokens per model: each outcome's `cost` is the first round's cost plus, when
-        the question is passed on, the later rounds' cost.
     :returns: (k, setting) -> question id -> `Replayed`.
     """
-    index: dict[tuple[str, int, str, str], QuestionRecord] = {}
-    for record in records:
-        index.setdefault(record.key(), record)
-    later, judging = _later_rounds(records), _judged(records)
-    replayed: dict[tuple[int, str], dict[str, Replayed]] = {}
+    return _replay_at(_first_rounds(view), tau)
+
+
+_FirstRound = tuple[Question, Question | None, Question | None, float]
+"""A replayable question: (its concatenation record, fallback record, judging record, first-round confidence)."""
+
+
+def _first_rounds(view: ReportView) -> list[_FirstRound]:
+    """The questions `replay` replays, the same at every tau (`replay` says which)."""
+    index: dict[tuple[str, int, str, str], Question] = {}
+    questions = [q for run in view.runs.values() for q in run.questions]  # folder by folder
+    for question in questions:
+        index.setdefault(question.record.key(), question)
+    later, judging = _fallback_records(questions), _judged(questions)
+    rounds = []
     for (strategy, top_k, setting, question_id), first in index.items():
         fused, judged = later.get((top_k, setting, question_id)), judging.get((top_k, setting, question_id))
-        confidence = first.evidence.get("confidence")
+        confidence = first.record.evidence.get("confidence")
         if confidence is not None:
             judged = None  # the first round's own confidence: the run judged its answer as a replay would
         elif judged is not None:
-            confidence = judged.evidence["stages"][0]["confidence"]
-        if strategy != "concatenation" or confidence is None or (fused is None and judged is None):
-            continue
-        rejected = first.evidence.get("answer_source") == "invalid"  # the router passes a rejected answer on too
-        fell_back = first.score.unknown or rejected or (tau is not None and confidence < tau)
+            confidence = judged.record.evidence["stages"][0]["confidence"]
+        if strategy == "concatenation" and confidence is not None and (fused is not None or judged is not None):
+            rounds.append((first, fused, judged, float(confidence)))
+    return rounds
+
+
+def _replay_at(rounds: Sequence[_FirstRound], tau: float | None) -> dict[tuple[int, str], dict[str, Replayed]]:
+    replayed: dict[tuple[int, str], dict[str, Replayed]] = {}
+    for first, fused, judged, confidence in rounds:
+        rejected = first.record.evidence.get("answer_source") == "invalid"  # the router passes it on too
+        fell_back = first.record.score.unknown or rejected or (tau is not None and confidence < tau)
         if fell_back and fused is None:
             continue
-        chosen, stage = (fused, "post_fusion") if fell_back and fused else (first, "concatenation")
-        cost = _first_cost(first, judged, prices)
+        chosen, stage = (fused.record, "post_fusion") if fell_back and fused else (first.record, "concatenation")
+        cost = _first_cost(first, judged)
         if fell_back and cost is not None and fused is not None:
-            extra = _later_cost(fused, cost, prices or {})
+            extra = _later_cost(fused, cost)
             cost = None if extra is None else cost + extra
         outcome = Replayed(chosen.answerable, chosen.score.em, chosen.score.f1, chosen.score.unknown, stage, cost)
-        replayed.setdefault((top_k, setting), {})[question_id] = outcome
+        replayed.setdefault((first.record.top_k, first.record.setting), {})[first.record.question_id] = outcome
     return replayed
 
 
 def replay_summary(outcomes: Iterable[Replayed], *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
     """
     The rates of replayed outcomes, in percent with 95% bootstrap CIs: `squad2_em`, `em`, `f1` (answerable),
-    `reject_rate` (unanswerable answered "unknown") and `fallback_rate` (passed on to the later rounds); and
+    `reject_rate` (unanswerable answered "unknown") and `fallback_rate` (passed on to the fallback rounds); and
     `cost_per_question` in US dollars with its CI (None unless every outcome has a cost).
     """
     items = list(outcomes)
@@ -275,26 +241,23 @@ def replay_summary(outcomes: Iterable[Replayed], *, seed: int = DEFAULT_SEED) ->
 
 
 def sweep(
-    records: Sequence[QuestionRecord],
-    thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
-    *,
-    seed: int = DEFAULT_SEED,
-    prices: Mapping[str, Price] | None = None,
+    view: ReportView, thresholds: Sequence[float] = DEFAULT_THRESHOLDS, *, seed: int = DEFAULT_SEED
 ) -> list[dict[str, Any]]:
     """Replay `concat_pf` at each tau of a grid and at tau None (text only): one row per (k, setting, tau), those keys
-    plus `replay_summary`'s rates (and cost, with `prices`); a tau that replays fewer questions than tau None (above
+    plus `replay_summary`'s rates and cost; a tau that replays fewer questions than tau None (above
     the tau of a judging run, `replay`) has no row."""
+    rounds = _first_rounds(view)
     rows = [
         {"top_k": top_k, "setting": setting, "tau": tau, **replay_summary(outcomes.values(), seed=seed)}
         for tau in [None, *thresholds]
-        for (top_k, setting), outcomes in replay(records, tau, prices=prices).items()
+        for (top_k, setting), outcomes in _replay_at(rounds, tau).items()
     ]
     whole = {(row["top_k"], row["setting"]): row["n"] for row in rows if row["tau"] is None}
     return [row for row in rows if row["n"] >= whole.get((row["top_k"], row["setting"]), 0)]
 
 
 def _cheapness(row: dict[str, Any]) -> float:
-    """A row's cost per question, else its fallback rate (the later rounds' calls) when the cost is unknown."""
+    """A row's cost per question, else its fallback rate (the fallback rounds' calls) when the cost is unknown."""
     return row["cost_per_question"] if row.get("cost_per_question") is not None else row["fallback_rate"]
 
 
@@ -302,164 +265,67 @@ def choose(
     rows: Sequence[dict[str, Any]],
     *,
     target_accuracy: float | None = None,
-    target_escalation: float | None = None,
+    target_fallback: float | None = None,
 ) -> dict[str, Any] | None:
     """
     The sweep row (a tau, not the text-only row) to run with. With no target: the highest SQuAD 2.0 EM, ties to the
     smaller fallback rate, then to the smaller tau. `target_accuracy` (SQuAD 2.0 EM, %): the cheapest row that reaches
-    it (cost per question, else fallback rate). `target_escalation` (%): the most accurate row whose fallback rate is
+    it (cost per question, else fallback rate). `target_fallback` (%): the most accurate row whose fallback rate is
     at most it.
 
     :returns: The row; None for no rows, or no row that meets the target.
     :raises ValueError: If both targets are given, or a target is outside [0, 100].
     """
-    if target_accuracy is not None and target_escalation is not None:
-        raise ValueError("give `target_accuracy` or `target_escalation`, not both")
-    for name, target in (("target_accuracy", target_accuracy), ("target_escalation", target_escalation)):
+    if target_accuracy is not None and target_fallback is not None:
+        raise ValueError("give `target_accuracy` or `target_fallback`, not both")
+    for name, target in (("target_accuracy", target_accuracy), ("target_fallback", target_fallback)):
         if target is not None and not 0.0 <= target <= 100.0:
             raise ValueError(f"`{name}` is a percentage in [0, 100], got {target!r}")
     candidates = [row for row in rows if row.get("squad2_em") is not None and row.get("tau") is not None]
     if target_accuracy is not None:
         reaching = [row for row in candidates if row["squad2_em"] >= target_accuracy]
         return min(reaching, key=lambda row: (_cheapness(row), -row["squad2_em"], row["tau"]), default=None)
-    if target_escalation is not None:
-        candidates = [row for row in candidates if row["fallback_rate"] <= target_escalation]
+    if target_fallback is not None:
+        candidates = [row for row in candidates if row["fallback_rate"] <= target_fallback]
     return max(candidates, key=lambda row: (row["squad2_em"], -row["fallback_rate"], -row["tau"]), default=None)
 
 
 def choice_reason(
-    best: dict[str, Any] | None, *, target_accuracy: float | None = None, target_escalation: float | None = None
+    best: dict[str, Any] | None, *, target_accuracy: float | None = None, target_fallback: float | None = None
 ) -> str:
     """Why `choose` picked its row (or none), one sentence for the report."""
     if target_accuracy is not None:
         if best is None:
             return f"No tau reaches {target_accuracy:g}% SQuAD 2.0 EM."
-        cost = "cheapest" if best.get("cost_per_question") is not None else "least escalating (no prices)"
+        cost = "cheapest" if best.get("cost_per_question") is not None else "least falling back (no prices)"
         return f"tau {best['tau']:g} is the {cost} tau with SQuAD 2.0 EM >= {target_accuracy:g}%."
-    if target_escalation is not None:
+    if target_fallback is not None:
         if best is None:
-            return f"No tau escalates at most {target_escalation:g}% of the questions."
-        return f"tau {best['tau']:g} is the most accurate tau that escalates at most {target_escalation:g}%."
+            return f"No tau passes at most {target_fallback:g}% of the questions on to the fallback rounds."
+        return f"tau {best['tau']:g} is the most accurate tau whose fallback rate is at most {target_fallback:g}%."
     return "" if best is None else f"tau {best['tau']:g} has the highest SQuAD 2.0 EM."
 
 
-def consistency(records: Sequence[QuestionRecord]) -> tuple[int, int]:
-    """How many `concat_pf` records the text-only replay reproduces: (same prediction outcome, compared), a check that
-    the replay is exact on this run."""
-    replayed = replay(records, None)
-    pairs = [
-        (outcome, record.score)
-        for record in records
-        if record.strategy == "concat_pf"
-        and (outcome := replayed.get((record.top_k, record.setting), {}).get(record.question_id)) is not None
-    ]
-    same = sum((o.em, o.f1, o.unknown) == (score.em, score.f1, score.unknown) for o, score in pairs)
-    return same, len(pairs)
-
-
-def _percent(count: float, total: int) -> float | None:
-    return 100.0 * count / total if total else None
-
-
-def verification_stats(records: Sequence[QuestionRecord]) -> list[dict[str, Any]]:
-    """How much SuRe's verification decided, per run with verifier scores (Kim et al., Eq. 4-6), in %."""
-    rows = []
-    for (strategy, top_k, setting), group in group_runs(records).items():
-        scored = [scores for r in group if len(scores := r.evidence.get("scores") or []) > 1]
-        counted = [r.evidence for r in group if r.evidence.get("label_summaries") is not None]
-        judged = [v for scores in scored if None not in (v := [s.get("validity") for s in scores])]
-        if scored:
-            rows.append({
-                "strategy": strategy, "top_k": top_k, "setting": setting, "verified": len(scored),
-                "not_all_valid": _percent(sum(any(x < 0.5 for x in v) for v in judged), len(judged)),
-                "first_wins": _percent(sum(scores[0].get("candidate_index") == 0 for scores in scored), len(scored)),
-                "label_summaries": _percent(sum(e["label_summaries"] for e in counted),
-                                            sum(len(e.get("candidates") or []) for e in counted)),
-            })  # fmt: skip
-    return rows
-
-
-def _reason_kind(reason: str | None) -> str:
-    """A stage trace's reason without its figures: "confidence 0.18 < 0.25" -> "low confidence"."""
-    if not reason:
-        return "none"
-    if reason.startswith("confidence"):
-        return "low confidence"
-    return "split vote" if reason.startswith("vote share") else reason
-
-
-def stage_stats(records: Sequence[QuestionRecord]) -> list[dict[str, Any]]:
-    """Which stage of a fallback strategy answered (`answered_at`, %) and why questions left a stage (`reasons`)."""
-    order = ["concatenation", "post_fusion", "sure"]
-    rows = []
-    for (strategy, top_k, setting), group in group_runs(records).items():
-        traces: list[list[dict[str, Any]]] = [trace for r in group if (trace := r.evidence.get("stages"))]
-        if not traces:
-            continue
-        answered = Counter(trace[-1]["stage"] for trace in traces)
-        reasons: dict[str, dict[str, int]] = {}
-        for step in (step for trace in traces for step in trace[:-1]):
-            kinds = reasons.setdefault(step["stage"], {})
-            kind = _reason_kind(step.get("reason"))
-            kinds[kind] = kinds.get(kind, 0) + 1
-        stages = sorted(answered, key=lambda stage: order.index(stage) if stage in order else len(order))
-        shares = {stage: 100.0 * answered[stage] / len(traces) for stage in stages}
-        rows.append({"strategy": strategy, "top_k": top_k, "setting": setting, "n": len(traces),
-                     "answered_at": shares, "reasons": reasons})  # fmt: skip
-    return rows
-
-
-def _pct(value: float | None, ci: Sequence[float] | None = None) -> str:
-    if value is None:
-        return "–"
-    return f"{value:.1f}" + (f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else "")
-
-
-def dollars(value: float | None, ci: Sequence[float] | None = None, *, missing: str = "–") -> str:
-    """US dollars to three significant digits, with the interval when there is one: `0.000123 [0.000101, 0.00015]`;
-    `missing` for None."""
-    if value is None:
-        return missing
-    return f"{value:.3g}" + (f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else "")
-
-
-def _auc(result: dict[str, Any] | None) -> str:
-    if result is None:
-        return "–"
-    interval = f" [{result['ci'][0]:.2f}, {result['ci'][1]:.2f}]" if result["ci"] else ""
-    return f"{result['auroc']:.2f}{interval} ({result['positives']}/{result['negatives']})"
-
-
-def markdown(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """A markdown table: the header, then one line per row of cells."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
-
-
-def calibration_report(
-    records: Sequence[QuestionRecord],
-    out: Path,
+def calibrate(
+    view: ReportView,
     *,
     seed: int = DEFAULT_SEED,
-    prices: Mapping[str, Price] | None = None,
     target_accuracy: float | None = None,
-    target_escalation: float | None = None,
-) -> tuple[str, dict[str, Any]]:
+    target_fallback: float | None = None,
+) -> dict[str, Any]:
     """
-    The calibration sections of a report, each only when its records are there.
+    The calibration figures of a report: `auroc` (`calibration`), `concat_pf_sweep` (`sweep`, costs at the view's
+    prices) and `tau_choice` (`choose`'s `tau`, `top_k`, `setting`, the `target`, the `reason`; None without a sweep).
 
-    :param prices: US dollars per million tokens per model, for the replay's cost per question.
-    :param target_accuracy: The SQuAD 2.0 EM (%) the chosen tau must reach (`choose`).
-    :param target_escalation: The largest share of questions escalated (%) the chosen tau may have (`choose`).
-    :returns: (markdown, summary dict with `auroc`, `concat_pf_sweep`, `tau_choice` (the chosen `tau`, `top_k`,
-        `setting`, `target`, `reason`; None without a sweep), `consistency`, `verification`, `stages`).
+    :param target_accuracy: The SQuAD 2.0 EM (%) the chosen tau must reach.
+    :param target_fallback: The largest share of questions that fall back (%) the chosen tau may have.
     :raises ValueError: As `choose`.
     """
-    targets = {"target_accuracy": target_accuracy, "target_escalation": target_escalation}
-    rows = sweep(records, seed=seed, prices=prices)
+    targets = {"target_accuracy": target_accuracy, "target_fallback": target_fallback}
+    rows = sweep(view, seed=seed)
     best = choose(rows, **targets)
-    summary: dict[str, Any] = {
-        "auroc": calibration(records, seed=seed),
+    return {
+        "auroc": calibration(view, seed=seed),
         "concat_pf_sweep": rows,
         "tau_choice": {
             **({key: best[key] for key in ("tau", "top_k", "setting")} if best else {"tau": None}),
@@ -468,66 +334,4 @@ def calibration_report(
         }
         if rows
         else None,
-        "consistency": consistency(records),
-        "verification": verification_stats(records),
-        "stages": stage_stats(records),
     }
-    parts = []
-    if summary["auroc"]:
-        chart = draw_selective_chart(records, out)
-        table = markdown(
-            ["strategy", "top-k", "questions", "AUROC correct", "AUROC answerable"],
-            ([r["strategy"], r["top_k"], r["n"], _auc(r["correct"]), _auc(r["answerable"])] for r in summary["auroc"]),
-        )
-        parts.append(
-            "\n## Answer confidence\n\nAUROC of the answering confidence with its 95% bootstrap CI and "
-            "(positives/negatives): `correct` = answered exactly right among answerable questions; `answerable` = "
-            f"answerable against unanswerable.\n\n{table}"
-            + (f"\n\n![selective answering]({chart.name})\n" if chart else "")
-        )
-    if rows:
-        priced = any(row["cost_per_question"] is not None for row in rows)
-        shown = [
-            row for row in rows if row is best or row["tau"] is None or round(row["tau"] * 100) in (20, 40, 60, 80)
-        ]
-        table = markdown(
-            ["top-k", "tau", "questions", "SQuAD 2.0 EM", "EM", "F1", "reject rate", "fallback %",
-             *(["cost/q $"] if priced else [])],
-            ([r["top_k"], "–" if r["tau"] is None else r["tau"], r["n"],
-              _pct(r["squad2_em"], r["squad2_em_ci"]) + (" **chosen**" if r is best else ""), _pct(r["em"], r["em_ci"]),
-              _pct(r["f1"], r["f1_ci"]), _pct(r["reject_rate"], r["reject_rate_ci"]), _pct(r["fallback_rate"]),
-              *([dollars(r["cost_per_question"], r["cost_per_question_ci"])] if priced else [])]
-             for r in shown),
-        )  # fmt: skip
-        same, compared = summary["consistency"]
-        parts.append(
-            "\n## concat_pf replayed at each threshold\n\nReplayed exactly from the concatenation records (the first "
-            "round) and the later rounds' records of the same questions: post_fusion, else an escalated concat_pf or "
-            "cascade record, from any folder given (tau `–`: text only, the paper's); a selection of the grid, all of "
-            "it in summary.json. SQuAD 2.0 EM counts an unanswerable question right when the answer is unknown; "
-            "fallback %: the share passed on to the later rounds"
-            + ("; cost/q: the first round's cost, plus the later rounds' when passed on" if priced else "")
-            + f".\n\n{table}\n\n{summary['tau_choice']['reason']}"
-            + (f"\n\nThe text-only replay reproduces {same} of {compared} concat_pf records." if compared else "")
-        )
-    if summary["verification"]:
-        table = markdown(
-            ["strategy", "top-k", "verified", "validity not all True %", "candidate (a) wins %",
-             "label-only summaries %"],
-            ([r["strategy"], r["top_k"], r["verified"], _pct(r["not_all_valid"]), _pct(r["first_wins"]),
-              _pct(r["label_summaries"])] for r in summary["verification"]),
-        )  # fmt: skip
-        parts.append(f"\n## SuRe's verification\n\n{table}")
-    if summary["stages"]:
-        table = markdown(
-            ["strategy", "top-k", "questions", "answered at", "left a stage because"],
-            ([r["strategy"], r["top_k"], r["n"],
-              ", ".join(f"{stage} {share:.1f}%" for stage, share in r["answered_at"].items()),
-              "; ".join(f"{stage}: " + ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
-                        for stage, kinds in r["reasons"].items()) or "–"] for r in summary["stages"]),
-        )  # fmt: skip
-        parts.append(
-            "\n## Which stage answered\n\nThe fallback strategies' stage traces: the share of questions answered at "
-            f"each stage, and why questions left a stage (number of questions).\n\n{table}"
-        )
-    return "\n".join(parts) + ("\n" if parts else ""), summary

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,6 +167,18 @@ def _percent(flags: Sequence[float | bool]) -> float | None:
     return 100.0 * sum(flags) / len(flags) if flags else None
 
 
+RATES: dict[str, Callable[[Sequence[QuestionScore]], list[Any]]] = {
+    "em": lambda scores: [s.em for s in scores if s.answerable],
+    "f1": lambda scores: [s.f1 for s in scores if s.answerable],
+    "accuracy": lambda scores: [s.accuracy for s in scores if s.answerable],
+    "unknown_rate": lambda scores: [s.unknown for s in scores if s.answerable],
+    "reject_rate": lambda scores: [s.unknown for s in scores if not s.answerable],
+    "recall_at_k": lambda scores: [s.retrieval_hit for s in scores if s.answerable and s.retrieval_hit is not None],
+}
+"""The rates of `summarize`, each the mean of these per-question values (x100); `summarize_with_intervals` gives each a
+bootstrap confidence interval over the same values."""
+
+
 def summarize(scores: Sequence[QuestionScore]) -> dict[str, float | int | None]:
     """
     Aggregate per-question scores into the figures of a report, unrounded; percentages x100, None for a rate whose
@@ -182,13 +194,11 @@ def summarize(scores: Sequence[QuestionScore]) -> dict[str, float | int | None]:
     if not scores:
         raise ValueError("`scores` is empty: there is nothing to summarize (the run scored no question)")
     answerable = [score for score in scores if score.answerable]
-    unanswerable = [score for score in scores if not score.answerable]
     n = len(scores)
-
+    rates = {key: _percent(values(scores)) for key, values in RATES.items()}
     has_pool = any(score.pool_has_gold is not None for score in scores)
     with_gold = [score for score in answerable if score.pool_has_gold]
     nm_count = sum(1 for score in with_gold if score.majority_correct is False)
-    measured = [score.retrieval_hit for score in answerable if score.retrieval_hit is not None]
     prompt_tokens = sum(score.prompt_tokens for score in scores)
     completion_tokens = sum(score.completion_tokens for score in scores)
     seconds = [score.seconds for score in scores]
@@ -196,16 +206,13 @@ def summarize(scores: Sequence[QuestionScore]) -> dict[str, float | int | None]:
     return {
         "questions": n,
         "answerable": len(answerable),
-        "unanswerable": len(unanswerable),
-        "em": _percent([score.em for score in answerable]),
-        "f1": _percent([score.f1 for score in answerable]),
-        "accuracy": _percent([score.accuracy for score in answerable]),
-        "unknown_rate": _percent([score.unknown for score in answerable]),
+        "unanswerable": n - len(answerable),
+        **{key: rates[key] for key in ("em", "f1", "accuracy", "unknown_rate")},
         "nm_rate": (100.0 * nm_count / len(with_gold) if with_gold else None) if has_pool else None,
         "nm_count": nm_count if has_pool else None,
         "pool_has_gold_count": len(with_gold) if has_pool else None,
-        "reject_rate": _percent([score.unknown for score in unanswerable]),
-        "recall_at_k": _percent(measured),
+        "reject_rate": rates["reject_rate"],
+        "recall_at_k": rates["recall_at_k"],
         "calls_per_question": sum(score.calls for score in scores) / n,
         "prompt_tokens_per_question": prompt_tokens / n,
         "completion_tokens_per_question": completion_tokens / n,
@@ -299,6 +306,17 @@ def paired_difference_ci(
         paired=True, seed=seed, resamples=resamples,
     )  # fmt: skip
     return (difference, low, high)
+
+
+def summarize_with_intervals(scores: Sequence[QuestionScore], *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
+    """`summarize`, with `<key>_ci` (`rate_ci`, a list, None for fewer than two values) after each rate of `RATES`."""
+    summary: dict[str, Any] = {}
+    for key, value in summarize(scores).items():
+        summary[key] = value
+        if key in RATES:
+            interval = rate_ci(RATES[key](scores), seed=seed)
+            summary[f"{key}_ci"] = list(interval) if interval is not None else None
+    return summary
 
 
 def excludes_zero(interval: Sequence[float] | None) -> bool:

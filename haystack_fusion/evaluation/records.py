@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -99,14 +99,6 @@ class QuestionRecord:
             return cls(**data)
         except (json.JSONDecodeError, TypeError, KeyError) as error:
             raise ValueError(f"not an evaluation record: {line[:80]!r}") from error
-
-
-def group_runs(records: Iterable[QuestionRecord]) -> dict[tuple[str, int, str], list[QuestionRecord]]:
-    """The records per run (strategy, k, setting), in the order the records first name them."""
-    groups: dict[tuple[str, int, str], list[QuestionRecord]] = {}
-    for record in records:
-        groups.setdefault((record.strategy, record.top_k, record.setting), []).append(record)
-    return groups
 
 
 def split_evidence(evidence: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -218,11 +210,6 @@ def read_failures(path: Path) -> list[QuestionRecord]:
         else:
             clean.add(record.key())
     return [record for key, record in failures.items() if key not in clean]
-
-
-def read_run_records(folders: Iterable[str | Path]) -> list[QuestionRecord]:
-    """The records of several run folders (their `results.jsonl`), in folder order."""
-    return [record for folder in folders for record in read_records(Path(folder) / RESULTS_FILE)]
 
 
 RUN_FILE = "run.json"

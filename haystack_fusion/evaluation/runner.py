@@ -24,8 +24,8 @@ from haystack.core.errors import PipelineRuntimeError
 from tqdm import tqdm
 
 from haystack_fusion.backends import backend_pipeline
+from haystack_fusion.backends.checks import warn_missing_logprobs
 from haystack_fusion.backends.errors import exception_chain, queued_timeout_advice
-from haystack_fusion.backends.logprobs import warn_missing_logprobs
 from haystack_fusion.corpus import Question
 from haystack_fusion.evaluation.datasets import EvalDataset
 from haystack_fusion.evaluation.metrics import (
@@ -77,17 +77,17 @@ class FingerprintMismatchError(ValueError):
 class EvalConfig:
     """
     What to evaluate: `strategies` at every k of `top_ks` (Liu et al. Figure 4: 5, 10, 20) in the passage `setting`;
-    `concurrency` questions at once, `max_concurrency` LLM calls per round (None: all), `max_calls_in_flight` in the
-    process (`llm.max_calls_in_flight`). `closed_book_filter`: Liu et al. section 4 "Dataset Filter".
+    `parallel_questions` questions at once, `max_concurrency` LLM calls per round (None: all), `max_calls_in_flight`
+    in the process (`llm.max_calls_in_flight`). `closed_book_filter`: Liu et al. section 4 "Dataset Filter".
 
-    :raises ValueError: For an unregistered strategy, a k below 1, a concurrency below 1 or a `max_concurrency` or
-        `max_calls_in_flight` neither None nor an integer >= 1.
+    :raises ValueError: For an unregistered strategy, a k below 1, `parallel_questions` below 1 or a
+        `max_concurrency` or `max_calls_in_flight` neither None nor an integer >= 1.
     """
 
     strategies: list[str]
     top_ks: list[int] = field(default_factory=lambda: [5])
     setting: PassageSetting = field(default_factory=PassageSetting)
-    concurrency: int = 1
+    parallel_questions: int = 1
     max_concurrency: int | None = None
     max_calls_in_flight: int | None = None
     closed_book_filter: bool = False
@@ -100,8 +100,8 @@ class EvalConfig:
             raise ValueError("`strategies` is empty")
         if any(k < 1 for k in self.top_ks) or not self.top_ks:
             raise ValueError(f"every top-k must be at least 1, got {self.top_ks}")
-        if self.concurrency < 1:
-            raise ValueError(f"`concurrency` must be at least 1, got {self.concurrency}")
+        if self.parallel_questions < 1:
+            raise ValueError(f"`parallel_questions` must be at least 1, got {self.parallel_questions}")
         check_max_concurrency(self.max_concurrency)
         check_max_concurrency(self.max_calls_in_flight)
 
@@ -178,7 +178,7 @@ class Evaluator:
 
     :param retriever_factory: Makes a fresh retriever (one per pipeline).
     :param generator_factory: Makes a fresh ChatGenerator (one per pipeline).
-    :param fallback_generator_factory: Makes the ChatGenerator of the later rounds of `concat_pf`, `pf_concat` and
+    :param fallback_generator_factory: Makes the ChatGenerator of the fallback rounds of `concat_pf`, `pf_concat` and
         `cascade` (`StrategyConfig.fallback_chat_generator`); None: `generator_factory`'s for every round.
     """
 
@@ -372,7 +372,7 @@ class Evaluator:
 
         with (
             tqdm(total=len(questions), initial=len(questions) - len(todo), desc=label, unit="q") as progress,
-            ThreadPoolExecutor(max_workers=self.config.concurrency) as pool,
+            ThreadPoolExecutor(max_workers=self.config.parallel_questions) as pool,
         ):
             for answered in pool.map(answer, todo):
                 for record in answered:

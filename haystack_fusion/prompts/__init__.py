@@ -1,8 +1,7 @@
 """
-Prompt templates (Jinja2, rendered as Haystack's ChatPromptBuilder renders them), one module per paper: `liu`
-(Figures 7-9 and the distiller), `sure` (Listings 6-13), `chain_of_note` (Appendix A.5), and `conversation` (a chat's
-follow-up as a standalone question). `templates` formats the passage block every template reads and renders the
-templates (`ChatPrompt`: a component's prompt, the paper's template or a user's); `PROMPTS` names them all.
+Prompt templates (Jinja2), one module per paper: `liu` (Figures 7-9, the distiller), `sure` (Listings 6-13),
+`chain_of_note` (Appendix A.5), and `conversation` (a chat's follow-up as a standalone question); `templates` formats
+passages and renders prompts. `PROMPTS` names them all.
 """
 
 from haystack_fusion.prompts import chain_of_note, conversation, liu, sure
@@ -20,8 +19,6 @@ from haystack_fusion.prompts.templates import (
     extract_answer,
     format_passages,
     passage_key,
-    prompt_settings,
-    prompt_settings_from_dict,
     render,
     strip_delimiters,
     template_from_dict,
@@ -68,8 +65,6 @@ __all__ = [
     "extract_answer",
     "format_passages",
     "passage_key",
-    "prompt_settings",
-    "prompt_settings_from_dict",
     "render",
     "single_call_prompt",
     "strip_delimiters",

@@ -148,13 +148,8 @@ def single_call_variables(
     max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
 ) -> dict[str, str]:
     """
-    The variables of the single-call prompt (`SINGLE_CALL`) over k passages.
-
-    :param query: The question.
-    :param documents: The k passages, best-ranked first (titled layout).
-    :param allow_parametric_knowledge: Step 5 as in the paper (answer without the passages) or "answer unknown".
-    :param max_passage_chars: Per-passage context budget in characters (None: no limit).
-    :returns: `query`, `passages` (the titled `format_passages` block), `k_words` (k in words) and `step_5`.
+    The variables of `SINGLE_CALL` over k passages (best-ranked first): `query`, `passages` (titled layout),
+    `k_words` and `step_5`, as in the paper (answer without the passages) or "answer unknown".
     """
     return {
         "query": query,
@@ -171,14 +166,7 @@ def single_call_prompt(
     allow_parametric_knowledge: bool = True,
     max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
 ) -> list[ChatMessage]:
-    """
-    The single-call prompt over k passages (`SINGLE_CALL` with `single_call_variables`), as one user ChatMessage.
-
-    :param query: The question.
-    :param documents: The k passages, best-ranked first (titled layout).
-    :param allow_parametric_knowledge: Step 5 as in the paper (answer without the passages) or "answer unknown".
-    :param max_passage_chars: Per-passage context budget in characters (None: no limit).
-    """
+    """`SINGLE_CALL` rendered with `single_call_variables`, as one user ChatMessage."""
     variables = single_call_variables(
         query, documents, allow_parametric_knowledge=allow_parametric_knowledge, max_passage_chars=max_passage_chars
     )

@@ -1,9 +1,7 @@
 """
-The standalone question of a follow-up: the last user message of a chat rewritten so that retrieval and the strategy
-can read it without the chat (conversational query rewriting). None of the three papers has a chat, and a follow-up
-such as "How many LLM calls does it make?" names its subject only in an earlier turn; one LLM call rewrites it first.
-The prompt is completion-style with four demonstrations; the chat's turns come in as one pre-formatted string
-variable `history`, so chat text is never evaluated as template syntax.
+The standalone question of a follow-up (conversational query rewriting; no paper has a chat): "How many LLM calls
+does it make?" names its subject in an earlier turn, so one LLM call rewrites it first. The chat's turns are one string
+variable, `history`, so chat text is never evaluated as template syntax.
 """
 
 from __future__ import annotations
@@ -49,6 +47,5 @@ Standalone question:""",
     answer_pattern=FIGURE7.answer_pattern,
     stop=ANSWER_LINE_STOP,
 )
-"""Variables: `history` (the earlier turns, one "User: ..." or "Assistant: ..." line each), `query` (the last user
-message). The standalone question is the first line of the completion that is not blank, stripped, read as Figure 7's
-answer line is; an empty completion gives "" (the caller then keeps the question as asked)."""
+"""Variables: `history` (one "User: ..." or "Assistant: ..." line per earlier turn), `query` (the last user message).
+The question is read as Figure 7's answer line; "" keeps the question as asked."""

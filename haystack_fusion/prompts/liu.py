@@ -2,11 +2,9 @@
 Liu et al. (KnowLLM 2024, arXiv:2308.12574), Appendix A: the prompts of Concatenation and Post-Fusion (Figure 7), the
 one-shot chain-of-thought Pruning and Summary prompts (Figures 8, 9) and the distiller of PF+Concat (section 3.3).
 
-The figures are text extractions of a PDF whose right-hand columns were cut; where a demonstration passage or
-rationale is visibly truncated, the missing words are completed from the visible fragments (marked in the comments).
-The structure (task line, three answer-format examples, format description, one-shot demonstration, then the live
-context and question) follows the figures exactly. Every template reads `passages` (a `format_passages` block) and
-`query`.
+The figures are text extractions of a PDF whose right-hand columns were cut; words visibly cut from a demonstration
+are completed from the visible fragments (marked in the comments). The structure follows the figures exactly. Every
+template reads `passages` (a `format_passages` block) and `query`.
 """
 
 from __future__ import annotations

@@ -252,13 +252,8 @@ _PLACEHOLDERS = ("xx", "yy", "zz", "ww", "vv", "uu", "tt", "ss", "rr", "qq")
 
 
 def candidate_prompt_variables(k: int) -> dict[str, str]:
-    """
-    The K-dependent words of Listing 6: "two" and "(a) xx, (b) yy" for K = 2.
-
-    :param k: Number of candidates K (>= 1).
-    :returns: `k_words` (the number in words up to ten, else digits) and `answer_form` (K labelled placeholders).
-    :raises ValueError: If `k` is below 1.
-    """
+    """The K-dependent words of Listing 6, `k_words` and `answer_form`: "two" and "(a) xx, (b) yy" for K = 2;
+    ValueError for K below 1."""
     if k < 1:
         raise ValueError(f"The number of candidates must be at least 1, got {k}")
     form = ", ".join(f"({CHOICE_LETTERS[i % 26]}) {_PLACEHOLDERS[i % len(_PLACEHOLDERS)]}" for i in range(k))

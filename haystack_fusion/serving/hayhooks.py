@@ -95,7 +95,7 @@ _SETUP_LOCK = threading.Lock()  # Hayhooks sets wrappers up in threads; lazy imp
 
 # Per LLM kind: requests run at once (the embedded model answers one call at a time) and seconds a request waits for
 # a slot (an embedded-model question takes 30-140 s), by default
-DEFAULT_MAX_IN_FLIGHT = {"local": 1, "openai": 32, "ollama": 4}
+DEFAULT_MAX_REQUESTS = {"local": 1, "openai": 32, "ollama": 4}
 DEFAULT_QUEUE_TIMEOUT = {"local": 300.0, "openai": 30.0, "ollama": 120.0}
 
 
@@ -112,7 +112,7 @@ class ServingLimits:
     """
     The limits a served wrapper applies before it runs a question.
 
-    :param max_in_flight: Requests that run at once, process-wide (>= 1).
+    :param max_requests: Requests that run at once, process-wide (>= 1).
     :param max_waiting: Requests that may wait for a slot (>= 0); the next ones are refused at once.
     :param queue_timeout: Seconds a request waits for a slot before it is refused (> 0).
     :param max_question_chars: The longest question served, in characters after stripping (>= 1; SQuAD 2.0 dev
@@ -120,13 +120,13 @@ class ServingLimits:
     :raises ValueError: If a value is out of its range, naming the parameter.
     """
 
-    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT["openai"]
+    max_requests: int = DEFAULT_MAX_REQUESTS["openai"]
     max_waiting: int = 64
     queue_timeout: float = DEFAULT_QUEUE_TIMEOUT["openai"]
     max_question_chars: int = 2000
 
     def __post_init__(self) -> None:
-        for name, low in (("max_in_flight", 1), ("max_waiting", 0), ("max_question_chars", 1)):
+        for name, low in (("max_requests", 1), ("max_waiting", 0), ("max_question_chars", 1)):
             if getattr(self, name) < low:
                 raise ValueError(f"`{name}` must be at least {low}, got {getattr(self, name)}")
         if not self.queue_timeout > 0:
@@ -141,7 +141,7 @@ class ServingLimits:
         :raises ValueError: If a variable is not a number or is out of range, naming the variable.
         """
         values = serving_limit_values(env)
-        values.setdefault("max_in_flight", DEFAULT_MAX_IN_FLIGHT.get(llm, DEFAULT_MAX_IN_FLIGHT["openai"]))
+        values.setdefault("max_requests", DEFAULT_MAX_REQUESTS.get(llm, DEFAULT_MAX_REQUESTS["openai"]))
         values.setdefault("queue_timeout", DEFAULT_QUEUE_TIMEOUT.get(llm, DEFAULT_QUEUE_TIMEOUT["openai"]))
         for name, value in values.items():
             try:
@@ -161,29 +161,29 @@ class ServingLimits:
 
 class AdmissionLimit:
     """
-    At most `max_in_flight` requests at once; up to `max_waiting` more wait in arrival order, each at most
+    At most `max_requests` requests at once; up to `max_waiting` more wait in arrival order, each at most
     `queue_timeout` seconds; the others are refused with `ServerBusyError`. Used from the server's one event loop.
 
     :raises ValueError: If a value is out of its range (as `ServingLimits`).
     """
 
-    def __init__(self, *, max_in_flight: int, max_waiting: int, queue_timeout: float) -> None:
-        ServingLimits(max_in_flight=max_in_flight, max_waiting=max_waiting, queue_timeout=queue_timeout)
-        self.max_in_flight, self.max_waiting, self.queue_timeout = max_in_flight, max_waiting, queue_timeout
-        self.in_flight = self.waiting = 0  # requests holding a slot, waiting for one
-        self._semaphore = asyncio.Semaphore(max_in_flight)
+    def __init__(self, *, max_requests: int, max_waiting: int, queue_timeout: float) -> None:
+        ServingLimits(max_requests=max_requests, max_waiting=max_waiting, queue_timeout=queue_timeout)
+        self.max_requests, self.max_waiting, self.queue_timeout = max_requests, max_waiting, queue_timeout
+        self.running = self.waiting = 0  # requests holding a slot, waiting for one
+        self._semaphore = asyncio.Semaphore(max_requests)
 
     @property
     def busy(self) -> bool:
         """Whether a request that arrives now has to wait: every slot is taken, or others wait already."""
-        return self.in_flight >= self.max_in_flight or self.waiting > 0
+        return self.running >= self.max_requests or self.waiting > 0
 
     def check_room(self) -> None:
         """:raises ServerBusyError: If a request arriving now would be refused at once (`max_waiting` wait)."""
         if self.busy and self.waiting >= self.max_waiting:
             raise self._busy(
-                f"The server is busy: {self.in_flight} requests are running and {self.waiting} waiting (the limits: "
-                f"{self.max_in_flight} and {self.max_waiting}); retry later"
+                f"The server is busy: {self.running} requests are running and {self.waiting} waiting (the limits: "
+                f"{self.max_requests} and {self.max_waiting}); retry later"
             )
 
     def _busy(self, message: str) -> ServerBusyError:
@@ -206,15 +206,15 @@ class AdmissionLimit:
             except TimeoutError:
                 raise self._busy(
                     f"The server is busy: no request slot came free within {self.queue_timeout:g} s (the limit: "
-                    f"{self.max_in_flight} {'request' if self.max_in_flight == 1 else 'requests'} at once); retry later"
+                    f"{self.max_requests} {'request' if self.max_requests == 1 else 'requests'} at once); retry later"
                 ) from None
             finally:
                 self.waiting -= 1
-        self.in_flight += 1
+        self.running += 1
         try:
             yield
         finally:
-            self.in_flight -= 1
+            self.running -= 1
             self._semaphore.release()
 
 
@@ -226,7 +226,7 @@ def admission_limit(limits: ServingLimits) -> AdmissionLimit:
     if not _LIMITS:  # wrappers are set up one at a time (`hayhooks._SETUP_LOCK`)
         _LIMITS.append(
             AdmissionLimit(
-                max_in_flight=limits.max_in_flight, max_waiting=limits.max_waiting, queue_timeout=limits.queue_timeout
+                max_requests=limits.max_requests, max_waiting=limits.max_waiting, queue_timeout=limits.queue_timeout
             )
         )
     return _LIMITS[0]
@@ -623,7 +623,7 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
             if reply is not None:
                 yield reply.start()
             if narrated and self.admission.busy:
-                ahead = self.admission.in_flight + self.admission.waiting
+                ahead = self.admission.running + self.admission.waiting
                 yield create_status_event(f"Waiting for the server: {plural(ahead, 'question')} ahead", done=False)
             async with self.admission.slot():
                 if narrated and chat.follow_up:

@@ -72,8 +72,8 @@ def backend_name(config: BackendConfig) -> str:
     """The backend part of a YAML file's name, `<store>_<retriever>_<llm>[_to_<fallback llm>]`: `memory_bm25_local`,
     `es_hybrid_openai`, `memory_bm25_ollama_to_openai`."""
     store = "es" if config.store == "elasticsearch" else config.store
-    escalation = f"_to_{config.fallback_llm}" if config.fallback_llm else ""
-    return f"{store}_{config.retriever}_{config.llm}{escalation}"
+    fallback = f"_to_{config.fallback_llm}" if config.fallback_llm else ""
+    return f"{store}_{config.retriever}_{config.llm}{fallback}"
 
 
 def pipeline_name(strategy: str, backend: str) -> str:

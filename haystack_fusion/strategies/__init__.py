@@ -38,7 +38,7 @@ from haystack_fusion.strategies.record import (
 from haystack_fusion.strategies.registry import (
     CASCADE_MIN_CONFIDENCE,
     CASCADE_MIN_VOTE_SHARE,
-    ESCALATING,
+    FALLBACK_STRATEGIES,
     STRATEGIES,
     build_pipeline,
     get_strategy,
@@ -62,7 +62,7 @@ from haystack_fusion.strategies.tool import strategy_tool, tool_text
 __all__ = [
     "CASCADE_MIN_CONFIDENCE",
     "CASCADE_MIN_VOTE_SHARE",
-    "ESCALATING",
+    "FALLBACK_STRATEGIES",
     "PAPERS",
     "RETRIEVER",
     "SPLIT_ROUTER",

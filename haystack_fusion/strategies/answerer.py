@@ -73,7 +73,7 @@ class FusionAnswerer:
         :param strategy: A registered strategy name, e.g. "concat_pf", "sure", "chain_of_note", "cascade".
         :param chat_generator: The LLM every component of the strategy calls (the first round's only, with
             `fallback_chat_generator`).
-        :param fallback_chat_generator: The LLM of every later round of `concat_pf`, `pf_concat` and `cascade`: a
+        :param fallback_chat_generator: The LLM of every fallback round of `concat_pf`, `pf_concat` and `cascade`: a
             strong model that answers only the questions the first round passes on; None: `chat_generator`.
         :param settings: Further `StrategyConfig` fields (JSON values), e.g. `{"num_candidates": 3,
             "few_shot": True, "min_confidence": 0.25}`; unset fields keep the strategy's defaults.
@@ -83,7 +83,7 @@ class FusionAnswerer:
             async for `run_async`.
         :raises ValueError: If the strategy is not registered, `settings` holds `chat_generator`, a component field
             or a field `StrategyConfig` does not have, or `build_pipeline` rejects the settings (a fallback LLM for a
-            strategy without later rounds).
+            strategy without fallback rounds).
         """
         self.strategy = strategy
         self.chat_generator = chat_generator

@@ -1,12 +1,7 @@
 """
-The strategy registry, `STRATEGIES` (name -> `Strategy`: its builder, stages and sources, the single source of truth),
-and the builders: one function per strategy, from a `StrategyConfig` to its components and connections.
-
-Every strategy is a `Pipeline` from the passages (a `documents` input, or a retriever's `documents`) to one list of
-`GeneratedAnswer` (the output of the component named by `Strategy.answer_component`). Every question socket is named
-`query`, so `pipeline.run({"query": ..., "documents": ...})` reaches the prompt builders, the answer builders (and a
-retriever) alike. Strategies that need no component of their own are this package's PassageFormatter plus Haystack's
-ChatPromptBuilder, the ChatGenerator and AnswerBuilder.
+`STRATEGIES` (name -> `Strategy`: builder, stages, sources) and the builders, from a `StrategyConfig` to components and
+connections. Every strategy is a `Pipeline` from the passages (`documents`, or a retriever's) to the answers of
+`Strategy.answer_component`; every question socket is named `query`.
 """
 
 from __future__ import annotations
@@ -14,10 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from haystack import Pipeline, logging
+from haystack import Pipeline
 from haystack.components.generators.chat.types import ChatGenerator
 from haystack.components.joiners import AnswerJoiner
-from haystack.core.serialization import component_from_dict, component_to_dict
 
 from haystack_fusion.components.candidate_summarizer import CandidateSummarizer, SummaryMode
 from haystack_fusion.components.concatenation import AbstainingChatGenerator, CheckedAnswerBuilder, PassageFormatter
@@ -30,8 +24,6 @@ from haystack_fusion.llm import CallLimitedChatGenerator, stop_kwargs, unwrap_ca
 from haystack_fusion.prompts import PROMPTS, ChatPrompt, PassageLayout
 from haystack_fusion.strategies.config import DOCUMENTS, RETRIEVER, SPLIT_ROUTER, Parts, Stage, Strategy, StrategyConfig
 
-logger = logging.getLogger(__name__)
-
 ANSWER = Stage("answer", "llm")
 CONCATENATION = Stage("concatenation", "router")
 POST_FUSION = Stage("post_fusion", "voter")
@@ -40,37 +32,30 @@ VERIFICATION = Stage("verification", "verifier")
 NOTES = Stage("notes", "note_taker")
 
 CASCADE_MIN_CONFIDENCE = 0.25
-"""tau, the `cascade` strategy's default confidence floor for the concatenation answer: the replayed concat_pf sweep's
-best SQuAD 2.0 EM on a development split kept apart from the reported sample."""
+"""tau, the `cascade` strategy's default confidence floor for the concatenation answer (how it was chosen:
+docs/post-fusion.md)."""
 
 CASCADE_MIN_VOTE_SHARE = 0.5
 """s, the `cascade` strategy's default: a post-fusion winner with less than half of the votes (or a tie at the top)
-is verified by SuRe (`SplitVoteRouter`). Not yet chosen on data."""
+is verified by SuRe (`SplitVoteRouter`)."""
 
 
 def _chain_generator(chat_generator: ChatGenerator, stop: tuple[str, ...]) -> ChatGenerator:
     """
-    The generator of a one-prompt chain whose reply should end at `stop`: a copy of `chat_generator` rebuilt from its
-    `to_dict` (the embedded model's copies share the loaded model) whose `generation_kwargs` add `stop`
-    (`llm.stop_kwargs`), so the pipeline's YAML shows them; a `CallLimitedChatGenerator` gives a wrapped copy with the
-    same breaker. The generator itself when there is nothing to add, when it takes no `generation_kwargs` (a mock) or
-    cannot be serialized (a secret given as a token): the prompt's answer pattern still reads the first line.
+    The generator of a one-prompt chain whose reply should end at `stop`: `chat_generator` in a
+    `CallLimitedChatGenerator` whose `generation_kwargs` send `stop` with each call (`llm.stop_kwargs`), so the
+    pipeline's YAML shows them; a `CallLimitedChatGenerator` given is rewrapped with its breaker. The generator itself
+    when there is nothing to add, or it takes no `generation_kwargs` (a mock): the prompt's answer pattern still reads
+    the first line.
     """
     generator = unwrap_call_limit(chat_generator)
+    limited = chat_generator if isinstance(chat_generator, CallLimitedChatGenerator) else None
     own = getattr(generator, "generation_kwargs", None)
-    kwargs = stop_kwargs(generator, stop)
+    kwargs = stop_kwargs(generator, stop, limited.generation_kwargs if limited else None)
     if not kwargs or not isinstance(own, dict) or kwargs.get("stop") == own.get("stop"):
         return chat_generator
-    try:
-        data = component_to_dict(generator, "llm")
-    except Exception as error:  # e.g. Secret.from_token: not serializable, so not copied
-        logger.warning("Cannot copy {generator} to add stop sequences: {error}", generator=type(generator), error=error)
-        return chat_generator
-    data["init_parameters"]["generation_kwargs"] = {**own, **kwargs}
-    copy = component_from_dict(type(generator), data, "llm")
-    if isinstance(chat_generator, CallLimitedChatGenerator):
-        return CallLimitedChatGenerator(chat_generator=copy, breaker=chat_generator.breaker)
-    return copy
+    breaker = limited.breaker if limited else None
+    return CallLimitedChatGenerator(chat_generator=generator, breaker=breaker, generation_kwargs=kwargs)
 
 
 def _prompt_chain(
@@ -80,9 +65,8 @@ def _prompt_chain(
     layout: PassageLayout | None = "numbered",
     chat_generator: ChatGenerator | None = None,
 ) -> Parts:
-    """passages -> prompt_builder -> llm -> answer_builder for one prompt (`config.prompts` may replace its template,
-    with the same variables), fed with passages from a socket; with `layout` None the prompt shows no passages (no
-    PassageFormatter), the answer still cites them. The LLM is `chat_generator`, else `config.chat_generator`."""
+    """passages -> prompt_builder -> llm -> answer_builder for one prompt (`config.prompts` may replace it), fed from
+    `documents_from`; `layout` None shows no passages. The LLM: `chat_generator`, else `config.chat_generator`."""
     prompt = PROMPTS[prompt_name]
     template = (config.prompts or {}).get(prompt_name)
     chat = ChatPrompt(prompt, template, system_prompt=config.system_prompt, parameter=f"prompts[{prompt_name!r}]")
@@ -116,16 +100,15 @@ def _single_prompt(prompt_name: str, layout: PassageLayout = "numbered") -> Call
 
 
 def _templates(config: StrategyConfig, **names: str) -> dict[str, Any]:
-    """A component's prompt parameters from `config` (`parameter=PROMPTS name`): the templates `config.prompts` gives
-    for those names, and `system_prompt`. `build_pipeline` has checked that the strategy renders every name given, so
-    a name a component does not render with its settings is never among them."""
+    """A component's prompt parameters (`parameter=PROMPTS name`): the templates `config.prompts` gives for those
+    names, and `system_prompt`."""
     given = config.prompts or {}
     templates = {parameter: given[name] for parameter, name in names.items() if name in given}
     return {**templates, "system_prompt": config.system_prompt}
 
 
-def _later_rounds(config: StrategyConfig) -> ChatGenerator:
-    """The LLM of every round after the first of `concat_pf`, `pf_concat` and `cascade`: the escalation model."""
+def _fallback_llm(config: StrategyConfig) -> ChatGenerator:
+    """The LLM of every round after the first of `concat_pf`, `pf_concat` and `cascade`: the fallback LLM."""
     return config.fallback_chat_generator or config.chat_generator
 
 
@@ -147,11 +130,8 @@ def _post_fusion(config: StrategyConfig) -> Parts:
 
 def _fallback_chain(config: StrategyConfig, min_confidence: float | None) -> Parts:
     """
-    Concatenation, routed on its answer (unknown, or confidence below `min_confidence`: from token log-probabilities
-    or from the agreement of sampled answers, `config.confidence`) to post-fusion over the same passages (Liu et al.,
-    section 3.3) on the escalation model; the concatenation answer goes to the joiner, the caller connects the voter's.
-    A failed concatenation call goes to post-fusion too: its generator is wrapped in an `AbstainingChatGenerator`,
-    which reports the failure instead of raising it (and makes the agreement's sampled calls).
+    Concatenation, routed when unknown, failed or below `min_confidence` (`config.confidence`) to post-fusion over the
+    same passages on the fallback LLM (Liu et al., section 3.3); the caller connects the voter's answers.
     """
     components, connections = _prompt_chain(config, "figure7", DOCUMENTS)
     agreement = config.confidence == "agreement"
@@ -168,7 +148,7 @@ def _fallback_chain(config: StrategyConfig, min_confidence: float | None) -> Par
             demonstrations=list(PROMPTS["figure7"].demonstrations),
             confidence=config.confidence,
         ),
-        voter=_voter(config, _later_rounds(config)),
+        voter=_voter(config, _fallback_llm(config)),
         joiner=AnswerJoiner(),
     )
     connections += [
@@ -195,12 +175,12 @@ def _cascade(config: StrategyConfig) -> Parts:
     components, connections = _fallback_chain(config, tau)
     components.update(
         {SPLIT_ROUTER: SplitVoteRouter(min_vote_share=share, max_candidates=max(2, config.num_candidates))},
-        summarizer=_summarizer(config, "conditional", _later_rounds(config)),
+        summarizer=_summarizer(config, "conditional", _fallback_llm(config)),
         verifier=_verifier(
             config,
             True,
             config.verifier_scoring or "probability",
-            config.verifier_chat_generator or _later_rounds(config),
+            config.verifier_chat_generator or _fallback_llm(config),
         ),
     )
     connections += [
@@ -223,7 +203,7 @@ def _pf_concat(config: StrategyConfig) -> Parts:
     """Post-fusion candidates, then one concatenation over the passages that did not say unknown (section 3.3); when
     every passage said unknown the distiller does not run and the voter's "unknown" reaches the joiner."""
     components, connections = _prompt_chain(
-        config, "distiller", "voter.documents", chat_generator=_later_rounds(config)
+        config, "distiller", "voter.documents", chat_generator=_fallback_llm(config)
     )
     components.update(voter=_voter(config), joiner=AnswerJoiner())
     connections += [
@@ -385,11 +365,8 @@ Yu et al.'s Chain-of-Note."""
 
 
 def _rendered_prompts(strategy: Strategy, config: StrategyConfig) -> tuple[str, ...]:
-    """
-    The `PROMPTS` a strategy's pipeline renders with these settings, the names `StrategyConfig.prompts` may replace:
-    its `prompts`, without the SuRe listings `few_shot` does not pick (Listing 6 or 13, Listing 7 with or without its
-    demonstration) and, for single-call Chain-of-Note, without the synthesis prompt of the per-document mode.
-    """
+    """The `PROMPTS` a strategy renders with these settings (those `StrategyConfig.prompts` may replace): without the
+    SuRe listings `few_shot` does not pick, and single-call Chain-of-Note's without the synthesis prompt."""
     zero_shot, few_shot = ("sure_candidates", "sure_summary"), ("sure_few_shot_candidates", "sure_few_shot_summary")
     left_out = set(zero_shot if config.few_shot else few_shot)
     if "con_single_call" in strategy.prompts:
@@ -410,16 +387,16 @@ def _check_prompts(strategy: Strategy, config: StrategyConfig) -> None:
             )
 
 
-ESCALATING = ("concat_pf", "pf_concat", "cascade")
-"""The strategies whose later rounds run on `StrategyConfig.fallback_chat_generator`."""
+FALLBACK_STRATEGIES = ("concat_pf", "pf_concat", "cascade")
+"""The strategies whose fallback rounds run on `StrategyConfig.fallback_chat_generator`."""
 
 
-def _check_escalation(strategy: Strategy, config: StrategyConfig) -> None:
-    """A fallback LLM only for `ESCALATING` strategies, a confidence setting only for those with a concatenation
+def _check_fallback(strategy: Strategy, config: StrategyConfig) -> None:
+    """A fallback LLM only for `FALLBACK_STRATEGIES`, a confidence setting only for the strategies with a concatenation
     round to judge; raises ValueError naming the strategies that take it."""
-    if config.fallback_chat_generator is not None and strategy.name not in ESCALATING:
+    if config.fallback_chat_generator is not None and strategy.name not in FALLBACK_STRATEGIES:
         raise ValueError(
-            f"`fallback_chat_generator` is for the strategies with later rounds ({', '.join(ESCALATING)}), "
+            f"`fallback_chat_generator` is for the strategies with fallback rounds ({', '.join(FALLBACK_STRATEGIES)}), "
             f"not {strategy.name!r}"
         )
     judged = [name for name, s in STRATEGIES.items() if CONCATENATION in s.stages]
@@ -431,15 +408,15 @@ def _check_escalation(strategy: Strategy, config: StrategyConfig) -> None:
 
 def strategy_settings(name: str, settings: dict[str, Any]) -> dict[str, Any]:
     """
-    `settings` (`StrategyConfig` fields) without those strategy `name` does not take: `fallback_chat_generator`
-    outside `ESCALATING`, the confidence settings without a concatenation round to judge. For a command line or an
-    evaluation that gives several strategies the same flags; `build_pipeline` itself rejects them.
+    `settings` without the fields strategy `name` does not take (`fallback_chat_generator` outside
+    `FALLBACK_STRATEGIES`, the confidence settings without a concatenation round), for flags shared by several
+    strategies; `build_pipeline` itself rejects them.
 
     :raises ValueError: If the strategy is not registered.
     """
     strategy = get_strategy(name)
     left_out = set()
-    if strategy.name not in ESCALATING:
+    if strategy.name not in FALLBACK_STRATEGIES:
         left_out.add("fallback_chat_generator")
     if CONCATENATION not in strategy.stages:
         left_out |= {"confidence", "agreement_samples", "agreement_temperature"}
@@ -447,32 +424,21 @@ def strategy_settings(name: str, settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def get_strategy(name: str) -> Strategy:
-    """
-    Look a strategy up by name.
-
-    :raises ValueError: If there is no such strategy; the message lists the registered names.
-    """
+    """The strategy of a name; ValueError listing the registered names for another."""
     if name not in STRATEGIES:
         raise ValueError(f"Unknown strategy {name!r}; registered strategies: {', '.join(STRATEGIES)}")
     return STRATEGIES[name]
 
 
 def strategy_of(pipeline: Pipeline) -> Strategy:
-    """
-    The strategy a pipeline was built for, from its `metadata["strategy"]` (written by `build_pipeline`).
-
-    :raises ValueError: If the pipeline names no registered strategy.
-    """
+    """The strategy of a pipeline's `metadata["strategy"]` (`build_pipeline`); ValueError if it names none."""
     return get_strategy(pipeline.metadata.get("strategy", "(none)"))
 
 
 def build_pipeline(name: str, *, retriever: Any | None = None, **config: Any) -> Pipeline:
     """
-    Build the pipeline of a registered strategy: the passages in (`documents`), the answers out; with a retriever,
-    your retriever followed by the strategy.
-
-    Components are added by name and connections grouped by sender in that order, the order
-    `Pipeline.loads(pipeline.dumps())` rebuilds a pipeline in, so the round trip gives an equal pipeline.
+    The pipeline of a registered strategy: the passages in (`documents`, or a retriever's), the answers out.
+    Components are added in the order `Pipeline.loads(pipeline.dumps())` rebuilds them, so the round trip is equal.
 
     ### Usage example
     ```python
@@ -486,19 +452,17 @@ def build_pipeline(name: str, *, retriever: Any | None = None, **config: Any) ->
     print(run_strategy(pipe, "Which river flows through the capital?").answer.data)
     ```
 
-    :param name: A registered strategy name, kept in the pipeline's `metadata["strategy"]`.
-    :param retriever: A retriever component (`query` and `top_k` inputs, a `documents` output), added as
-        `retriever`; None: the pipeline takes the passages as its `documents` input.
+    :param name: Kept in the pipeline's `metadata["strategy"]`.
+    :param retriever: A retriever component (`query`, `top_k` in; `documents` out); None: a `documents` input.
     :param config: The fields of `StrategyConfig` (`chat_generator` is required).
-    :returns: A new Pipeline.
     :raises ValueError: If the strategy is not registered, `prompts` names a prompt the strategy does not render, a
         template there or in a component does not use the variables its prompt needs or uses others, a setting is out
-        of range, or `fallback_chat_generator` / `confidence` is given to a strategy without later rounds / without a
+        of range, or `fallback_chat_generator` / `confidence` is given to a strategy without fallback rounds / without a
         first answer to judge.
     """
     strategy, settings = get_strategy(name), StrategyConfig(**config)
     _check_prompts(strategy, settings)
-    _check_escalation(strategy, settings)
+    _check_fallback(strategy, settings)
     components, connections = strategy.build(settings)
     if retriever is not None:
         components = {**components, RETRIEVER: retriever}

@@ -17,9 +17,9 @@ The script starts `tests.support.openai_server` on 127.0.0.1 in a thread (replie
    `--reruns` times): each re-run's records must be exactly the failed ones.
 3. The 429 storm: a server that takes `--capacity` requests at once and answers 429 with Retry-After beyond (no other
    fault), `eval --strategies concat_pf` with every concatenation answering "unknown" (so each question fans out k
-   post-fusion calls) and `--concurrency` questions at once; without `--max-calls-in-flight`, then with it set to the
-   capacity; and, for comparison, the same run against a server without a capacity limit (no storm). It prints the
-   429s, the failed records and the wall time of each.
+   post-fusion calls) and `--parallel-questions` questions at once; without `--max-calls-in-flight`, then with it set
+   to the capacity; and, for comparison, the same run against a server without a capacity limit (no storm). It prints
+   the 429s, the failed records and the wall time of each.
 
 Run: `.venv/bin/python -m research.benchmarks.faults [--questions 200] [--fault-rate 0.2] [--max-retries 2]
 [--timeout 2]`.
@@ -163,7 +163,7 @@ def batch(args: argparse.Namespace, work: Path) -> None:
 def storm(args: argparse.Namespace, work: Path) -> None:
     print(
         f"\n## The 429 storm: a server that takes {args.capacity} requests at once, concat_pf falling back to "
-        f"post-fusion on every question, --concurrency {args.concurrency}\n"
+        f"post-fusion on every question, --parallel-questions {args.parallel_questions}\n"
     )
     for capacity, limit in ((None, None), (args.capacity, None), (args.capacity, args.capacity)):
         with OpenAIServer(
@@ -174,7 +174,7 @@ def storm(args: argparse.Namespace, work: Path) -> None:
             max_requests=1_000_000,
             lifetime=3600,
         ) as server:
-            extra = ["--concurrency", str(args.concurrency)]
+            extra = ["--parallel-questions", str(args.parallel_questions)]
             extra += ["--max-calls-in-flight", str(limit)] if limit else []
             out = work / f"storm-{capacity or 'none'}-{limit or 'none'}"
             command, status, seconds, _ = run_eval(server, out, args, "concat_pf", args.storm_questions, extra)
@@ -201,7 +201,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--reruns", type=int, default=3)
     parser.add_argument("--capacity", type=int, default=4, help="the storm server's requests at once")
-    parser.add_argument("--concurrency", type=int, default=8, help="the storm run's questions at once")
+    parser.add_argument("--parallel-questions", type=int, default=8, help="the storm run's questions at once")
     parser.add_argument("--latency", type=float, default=0.2, help="the storm server's seconds per request")
     parser.add_argument("--storm-questions", type=int, default=40)
     parser.add_argument("--skip-batch", action="store_true")

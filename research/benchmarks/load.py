@@ -13,17 +13,17 @@ Two modes:
   the trend (least-squares slope over the marks after the first 200 requests, in MB per 100 requests).
 - `--embedded`: the embedded llama.cpp model over the SQuAD 2.0 subset `$HAYSTACK_FUSION_SQUAD` names (`SUBSET`),
   which serializes its calls: `--clients` requests at once (default 6), one question each, against the admission
-  limit's queue (`HAYSTACK_FUSION_MAX_IN_FLIGHT` 1 by default there). Prints each request's status and seconds: the
+  limit's queue (`HAYSTACK_FUSION_MAX_REQUESTS` 1 by default there). Prints each request's status and seconds: the
   answered ones one after another, the others refused with 503 once they have waited `--queue-timeout` seconds.
 
-The admission limit comes from `--max-in-flight`, `--max-waiting` and `--queue-timeout` (unset: the wrappers'
+The admission limit comes from `--max-requests`, `--max-waiting` and `--queue-timeout` (unset: the wrappers'
 defaults, `haystack_fusion.serving.hayhooks`). The clients do not retry (`max_retries=0`) and give up after
 `--client-timeout` seconds, which would count as a hang. With `--unauthenticated-every n`, the server requires
 `HAYSTACK_FUSION_API_KEY` and every n-th request carries a wrong key: each of those should be a 401.
 
     .venv/bin/python -m research.benchmarks.load --requests 1000 --clients 50 --latency 0.2
     .venv/bin/python -m research.benchmarks.load --requests 1000 --clients 50 --latency 0.2 \
-        --max-in-flight 8 --max-waiting 16
+        --max-requests 8 --max-waiting 16
     .venv/bin/python -m research.benchmarks.load --embedded --clients 6 --queue-timeout 30
     .venv/bin/python -m research.benchmarks.load --requests 1000 --clients 50 --latency 0.2 --unauthenticated-every 10
 """
@@ -182,7 +182,7 @@ async def drive(
 def limit_env(args: argparse.Namespace) -> dict[str, str]:
     env = {}
     for option, variable in (
-        ("max_in_flight", "HAYSTACK_FUSION_MAX_IN_FLIGHT"),
+        ("max_requests", "HAYSTACK_FUSION_MAX_REQUESTS"),
         ("max_waiting", "HAYSTACK_FUSION_MAX_WAITING"),
         ("queue_timeout", "HAYSTACK_FUSION_QUEUE_TIMEOUT"),
     ):
@@ -250,7 +250,7 @@ def run_openai(args: argparse.Namespace, workdir: Path) -> None:
     print(
         f"concat_pf on haystack-fusion serve, OpenAI backend = the test server, {args.latency * 1000:.0f} ms per call"
     )
-    limits = limit_env(args) or {"(defaults)": "HAYSTACK_FUSION_MAX_IN_FLIGHT 32, MAX_WAITING 64, QUEUE_TIMEOUT 30"}
+    limits = limit_env(args) or {"(defaults)": "HAYSTACK_FUSION_MAX_REQUESTS 32, MAX_WAITING 64, QUEUE_TIMEOUT 30"}
     print("limits   ", ", ".join(f"{key}={value}" for key, value in limits.items()))
     print(f"warm-up   {args.warmup} requests ({len(warmup.answered)} answered) before measuring")
     print(f"requests  {args.requests} from {args.clients} concurrent clients in {wall:.1f} s")
@@ -296,7 +296,7 @@ def run_embedded(args: argparse.Namespace, workdir: Path) -> None:
         outcomes = asyncio.run(drive(hayhooks.url, "concat_pf", asked, args.clients, args.client_timeout))
         wall = time.monotonic() - start
         log = hayhooks.log()
-    limits = limit_env(args) or {"(defaults)": "HAYSTACK_FUSION_MAX_IN_FLIGHT 1, MAX_WAITING 64, QUEUE_TIMEOUT 30"}
+    limits = limit_env(args) or {"(defaults)": "HAYSTACK_FUSION_MAX_REQUESTS 1, MAX_WAITING 64, QUEUE_TIMEOUT 30"}
     print("concat_pf on Hayhooks, embedded llama.cpp model, BM25 top-5 over the SQuAD 2.0 subset")
     print("limits   ", ", ".join(f"{key}={value}" for key, value in limits.items()))
     print(f"requests  {args.clients} at once (the first {args.clients} questions), all done in {wall:.1f} s")
@@ -316,7 +316,7 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.2, help="the test LLM server's seconds per call")
     parser.add_argument("--warmup", type=int, default=50, help="requests before the measured run")
     parser.add_argument("--client-timeout", type=float, default=300.0, help="seconds before a client gives up")
-    parser.add_argument("--max-in-flight", type=int, default=None)
+    parser.add_argument("--max-requests", type=int, default=None)
     parser.add_argument("--max-waiting", type=int, default=None)
     parser.add_argument("--queue-timeout", type=float, default=None)
     parser.add_argument(

@@ -3,10 +3,11 @@ The concurrent path starts cleanly every time, in fresh processes.
 
 Haystack's packages load their classes lazily (`LazyImporter`): the first `from haystack.components.x import Y` of a
 process imports the submodule then, and two threads doing it at the same moment can race, one of them getting
-"ImportError: cannot import name 'Y'". `eval --concurrency N` builds each worker thread's retriever and generator with
-the backend factories, so the factories' Haystack classes are imported when `haystack_fusion.backends.config` loads,
-before any thread starts. A race shows only in a process's first imports and only now and then, so each test starts
-many fresh processes (two at a time, for the 2-core machines the suite runs on) and requires every one to succeed.
+"ImportError: cannot import name 'Y'". `eval --parallel-questions N` builds each worker thread's retriever and generator
+with the backend factories, so the factories' Haystack classes are imported when `haystack_fusion.backends.config`
+loads, before any thread starts. A race shows only in a process's first imports and only now and then, so each test
+starts many fresh processes (two at a time, for the 2-core machines the suite runs on) and requires every one to
+succeed.
 """
 
 from __future__ import annotations
@@ -61,14 +62,15 @@ def child_env() -> dict[str, str]:
 
 
 def test_eval_with_concurrent_questions_succeeds_in_every_fresh_process(start_openai_server, tmp_path):
-    """`haystack-fusion eval --llm openai --concurrency 4` as a user runs it: 4 worker threads build their pipelines."""
+    """`haystack-fusion eval --llm openai --parallel-questions 4` as a user runs it: 4 worker threads build their
+    pipelines."""
     env = child_env()
     if not env.get(SQUAD_VARIABLE):
         pytest.skip("$HAYSTACK_FUSION_SQUAD is unset and ../shared/data/squad2-dev-subset is not there")
     server = start_openai_server(reply=PromptReplies(), max_requests=100_000, lifetime=600)
     args = [sys.executable, "-m", "haystack_fusion.cli", "eval", "--llm", "openai", "--api-base-url", server.base_url]
     args += ["--model", "m", "--dataset", env[SQUAD_VARIABLE], "--strategies", "concatenation,cascade"]
-    args += ["--sample", "8", "--concurrency", "4"]
+    args += ["--sample", "8", "--parallel-questions", "4"]
     commands = [[*args, "--out", str(tmp_path / f"run{index}")] for index in range(RUNS)]
     results = run_fresh_processes(commands, env)
     assert not failures(results), "\n".join(failures(results))

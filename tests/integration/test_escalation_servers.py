@@ -1,5 +1,5 @@
 """
-A small model first and a strong one for the later rounds, each behind its own OpenAI-compatible server on
+A small model first and a strong one for the fallback rounds, each behind its own OpenAI-compatible server on
 127.0.0.1, through `haystack-fusion eval` and `ask` with the real `OpenAIChatGenerator`: only the questions the small
 model passes on reach the strong one, and the records, the report and `ask --json` count each model's calls.
 """
@@ -53,7 +53,7 @@ def test_eval_sends_only_the_passed_on_questions_to_the_strong_server(squad, tmp
             expected = {"small", "strong"} if record in passed_on else {"small"}
             assert set(by_model) == expected, record.question_id
         report = (out / "results.md").read_text()
-        assert "later rounds: openai strong" in report.splitlines()[0]
+        assert "fallback: openai strong" in report.splitlines()[0]
         assert "| strong |" in report  # the calls and tokens per model table
 
         capsys.readouterr()

@@ -11,7 +11,7 @@ def test_eval_is_deterministic_and_resumes(tmp_path, squad, llm, capsys):
     dataset = str(default_squad_path())
     args = ["eval", "--dataset", dataset, "--strategies", "concatenation", "--limit", "3"]
     assert main([*args, "--out", str(tmp_path / "a")]) == 0
-    assert main([*args, "--out", str(tmp_path / "b"), "--concurrency", "2"]) == 0
+    assert main([*args, "--out", str(tmp_path / "b"), "--parallel-questions", "2"]) == 0
     first, second = (read_records(tmp_path / run / RESULTS_FILE) for run in ("a", "b"))
     assert len(first) == 3
     assert {r.question_id: r.prediction for r in first} == {r.question_id: r.prediction for r in second}

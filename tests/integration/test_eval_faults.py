@@ -90,7 +90,7 @@ def test_twenty_percent_faults_lose_nothing_and_a_rerun_retries_only_the_failed(
 def test_a_429_storm_slows_the_run_and_does_not_fail_it(start_openai_server, api_key, tmp_path, limit):
     """A server that takes 3 requests at once (429 beyond, with Retry-After): the process-wide limit keeps within it."""
     server = start_openai_server(reply=PromptReplies(concatenation_unknown=1.0), latency=0.1, capacity=3)
-    extra = ["--concurrency", "4", "--max-retries", "0"]
+    extra = ["--parallel-questions", "4", "--max-retries", "0"]
     extra += ["--max-calls-in-flight", str(limit)] if limit else []
     out = tmp_path / "run"
     status = main(eval_args(server, out, strategies=("concat_pf",), questions=12, extra=extra))
@@ -130,7 +130,7 @@ def test_a_server_that_is_down_stops_the_batch_after_ten_questions(api_key, tmp_
         base_url = "http://127.0.0.1:9/v1"  # the discard port: nothing listens
 
     out = tmp_path / "run"
-    args = eval_args(Closed(), out, strategies=(strategy,), questions=30, extra=["--concurrency", "1"])
+    args = eval_args(Closed(), out, strategies=(strategy,), questions=30, extra=["--parallel-questions", "1"])
     args[args.index("--max-retries") + 1] = "0"
     assert main(args) == 1
     err = capsys.readouterr().err.strip().splitlines()

@@ -132,9 +132,7 @@ def first_round_calls() -> list[dict[str, Any]]:
             recorder = ScriptedChatGenerator("unknown", generation_kwargs=dict(LOCAL_GENERATION_KWARGS))
             pipeline = build_pipeline(strategy, retriever=_retriever(), chat_generator=recorder, few_shot=True)
             run_strategy(pipeline, question)
-            # a one-prompt chain calls a copy of the generator, with the prompt's stop sequences added
-            copies = [part for _, part in pipeline.walk() if isinstance(part, ScriptedChatGenerator)]
-            (llm,) = (generator for generator in (recorder, *copies) if generator.calls)
+            llm = recorder  # a one-prompt chain sends its prompt's stop sequences with the call
             first = llm.messages[:TOP_K] if strategy == "post_fusion" else llm.messages[:1]
             kwargs = [{**llm.generation_kwargs, **(call or {})} for call in llm.kwargs[: len(first)]]
             recorded = sorted(zip(first, kwargs, strict=True), key=lambda call: call[0][-1].text or "")

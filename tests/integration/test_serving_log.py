@@ -65,7 +65,7 @@ def served(tmp_path_factory) -> Served:
             "HAYSTACK_FUSION_DOCUMENT_STORE": "memory",
             "HAYSTACK_FUSION_STORE": str(workdir / "index.json"),
             "HAYSTACK_FUSION_API_KEY": KEY,
-            "HAYSTACK_FUSION_MAX_IN_FLIGHT": "1",
+            "HAYSTACK_FUSION_MAX_REQUESTS": "1",
             "HAYSTACK_FUSION_MAX_WAITING": "1",
             "HAYSTACK_FUSION_QUEUE_TIMEOUT": "1",
         }

@@ -33,7 +33,7 @@ def test_the_embedded_model_gets_its_defaults_and_explicit_settings_win(embedded
     assert settings_named(backend_pipeline("sure", chat), "few_shot") == [False]
 
 
-def test_the_backend_fallback_only_for_escalating_strategies(embedded):
+def test_the_backend_fallback_only_for_fallback_strategies(embedded):
     config = BackendConfig(index_path=embedded.index_path, fallback_llm="openai")
     later_rounds = json.dumps(backend_pipeline("concat_pf", config).to_dict()["components"]["voter"])
     assert "OpenAIChatGenerator" in later_rounds

@@ -212,3 +212,25 @@ def test_llama_log_is_asked_for(monkeypatch):
     assert _backends(build_parser().parse_args(["ask", "Who?"])).llama_log is False
     assert _backends(build_parser().parse_args(["ask", "Who?", "--llama-log"])).llama_log is True
     assert _backends(build_parser().parse_args(["demo", "--llama-log"])).llama_log is True
+
+
+def test_eval_concurrency_is_a_deprecated_name_of_parallel_questions():
+    from haystack_fusion.cli import _parallel_questions
+
+    args = build_parser().parse_args(["eval", "--dataset", "d.json", "--out", "o", "--concurrency", "3"])
+    with pytest.warns(FutureWarning, match="--concurrency is deprecated.*--parallel-questions"):
+        assert _parallel_questions(args, "openai") == 3
+    args = build_parser().parse_args(["eval", "--dataset", "d.json", "--out", "o", "--parallel-questions", "2"])
+    assert _parallel_questions(args, "openai") == 2
+    args = build_parser().parse_args(["eval", "--dataset", "d.json", "--out", "o"])
+    assert (_parallel_questions(args, "local"), _parallel_questions(args, "openai")) == (1, 4)
+
+
+def test_report_target_escalation_is_a_deprecated_name_of_target_fallback():
+    from haystack_fusion.cli import _target_fallback
+
+    args = build_parser().parse_args(["report", "runs", "--out", "o", "--target-escalation", "40"])
+    with pytest.warns(FutureWarning, match="--target-escalation is deprecated.*--target-fallback"):
+        assert _target_fallback(args) == 40
+    assert _target_fallback(build_parser().parse_args(["report", "runs", "--out", "o", "--target-fallback", "0"])) == 0
+    assert _target_fallback(build_parser().parse_args(["report", "runs", "--out", "o"])) is None

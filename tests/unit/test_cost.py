@@ -1,6 +1,6 @@
 """
-What runs cost: prices, cost per question, share escalated, calls and tokens per model, the accuracy-vs-cost chart, run
-labels for several folders, and the tau chosen for a target accuracy or escalation share.
+What runs cost: prices, cost per question, share that fell back, calls and tokens per model, the accuracy-vs-cost chart,
+run labels for several folders, and the tau chosen for a target accuracy or fallback share.
 """
 
 from __future__ import annotations
@@ -11,18 +11,19 @@ import pytest
 
 from haystack_fusion.cli import main
 from haystack_fusion.evaluation.calibration import choose, replay, sweep
-from haystack_fusion.evaluation.cost import (
-    COST_CHART,
+from haystack_fusion.evaluation.charts import COST_CHART
+from haystack_fusion.evaluation.figures import run_cost
+from haystack_fusion.evaluation.records import RUN_FILE, QuestionRecord, read_run_manifest, write_run_manifest
+from haystack_fusion.evaluation.report import SUMMARY_FILE, TABLE_FILE, write_report
+from haystack_fusion.evaluation.view import (
     UNNAMED_MODEL,
+    Question,
+    ReportView,
     model_usage,
     parse_price,
     parse_prices,
-    question_cost,
-    run_cost,
     with_model,
 )
-from haystack_fusion.evaluation.records import RUN_FILE, QuestionRecord, read_run_manifest, write_run_manifest
-from haystack_fusion.evaluation.report import SUMMARY_FILE, TABLE_FILE, write_report
 from tests.unit.capitals_dataset import make_evaluator
 from tests.unit.scores import outcome_score
 
@@ -91,18 +92,23 @@ class TestPrices:
 class TestCost:
     def test_question_cost_per_model(self):
         strong = cascade_records()[1]
-        assert question_cost(strong, PRICES) == pytest.approx((1000 * 1 + 10 * 2 + 5000 * 10 + 50 * 20) / 1e6)
-        assert question_cost(strong, {SMALL: (1.0, 2.0)}) is None
+        assert Question.of(strong, PRICES).cost == pytest.approx((1000 * 1 + 10 * 2 + 5000 * 10 + 50 * 20) / 1e6)
+        assert Question.of(strong, {SMALL: (1.0, 2.0)}).cost is None
 
     def test_records_without_usage_by_model(self):
         old = record("concatenation", "q1")  # 10 prompt and 2 completion tokens, one call
         assert model_usage(old) == {UNNAMED_MODEL: usage(10, 2)}
         (named,) = with_model([old], SMALL)
         assert model_usage(named) == {SMALL: usage(10, 2)}
-        assert question_cost(named, PRICES) == pytest.approx(14 / 1e6)
+        assert Question.of(named, PRICES).cost == pytest.approx(14 / 1e6)
+
+    @staticmethod
+    def cost(records: list[QuestionRecord], prices: dict) -> dict:
+        (run,) = ReportView.of(records, prices=prices).runs.values()
+        return run_cost(run)
 
     def test_run_cost(self):
-        cost = run_cost(cascade_records()[:3], PRICES)
+        cost = self.cost(cascade_records()[:3], PRICES)
         assert cost["cost_per_question"] == pytest.approx((3 * 1020 + 2 * 51000) / 1e6 / 3)
         assert cost["cost_per_question_ci"][0] <= cost["cost_per_question"] <= cost["cost_per_question_ci"][1]
         assert cost["escalated_rate"] == pytest.approx(200 / 3)
@@ -110,17 +116,17 @@ class TestCost:
         assert (small["model"], small["calls_per_question"], small["prompt_tokens_per_question"]) == (SMALL, 1, 1000)
         assert (strong["calls_per_question"], strong["completion_tokens_per_question"]) == (10 / 3, 100 / 3)
         assert cost["unpriced_models"] == []
-        unpriced = run_cost(cascade_records()[:3], {SMALL: (1.0, 2.0)})
+        unpriced = self.cost(cascade_records()[:3], {SMALL: (1.0, 2.0)})
         assert unpriced["cost_per_question"] is None
         assert unpriced["unpriced_models"] == [STRONG]
-        assert run_cost(cascade_records()[3:], PRICES)["escalated_rate"] is None
+        assert self.cost(cascade_records()[3:], PRICES)["escalated_rate"] is None
 
 
 class TestReport:
     def test_cost_columns_model_table_and_chart(self, tmp_path):
         summary = write_report(cascade_records(), tmp_path, prices=PRICES)
         text = (tmp_path / TABLE_FILE).read_text()
-        assert "| strategy | top-k | EM | F1 | cost/q $ | escalated |" in text
+        assert "| strategy | top-k | EM | F1 | cost/q $ | fallback % |" in text
         assert "| cascade | 5 | 66.7 [0.0, 100.0] | 66.7 [0.0, 100.0] | 0.035 [" in text
         assert "| model | calls/q | prompt tokens/q | completion tokens/q | cost/q $ |" in text
         assert "| cascade | 5 | strong | 3.33 | 3333 | 33 | 0.034 |" in text
@@ -163,8 +169,8 @@ class TestReport:
 
 
 def two_model_records() -> list[QuestionRecord]:
-    """The first round on the small model (concatenation, with confidences) and the later rounds on the strong one,
-    as escalated records of a cascade run (another folder)."""
+    """The first round on the small model (concatenation, with confidences) and the fallback rounds on the strong one,
+    as fallen-back records of a cascade run (another folder)."""
     first = [
         record("concatenation", "q1", {SMALL: usage(1000, 10)}, confidence=0.9),
         record("concatenation", "q2", {SMALL: usage(1000, 10)}, confidence=0.4, em=0.0),
@@ -179,7 +185,7 @@ def two_model_records() -> list[QuestionRecord]:
 
 class TestCalibration:
     def test_replay_pairs_the_later_rounds_of_another_folder_and_carries_the_cost(self):
-        low = replay(two_model_records(), 0.3, prices=PRICES)[(5, "retrieved")]
+        low = replay(ReportView.of(two_model_records(), prices=PRICES), 0.3)[(5, "retrieved")]
         assert {q: (o.stage, o.em) for q, o in low.items()} == {
             "q1": ("concatenation", 1.0),
             "q2": ("concatenation", 0.0),
@@ -187,12 +193,12 @@ class TestCalibration:
         }
         assert low["q1"].cost == pytest.approx(1020 / 1e6)
         assert low["q3"].cost == pytest.approx(52020 / 1e6)  # the first round once, then the strong model's rounds
-        high = replay(two_model_records(), 0.5, prices=PRICES)[(5, "retrieved")]
+        high = replay(ReportView.of(two_model_records(), prices=PRICES), 0.5)[(5, "retrieved")]
         assert (high["q2"].stage, high["q2"].em) == ("post_fusion", 1.0)
-        assert replay(two_model_records(), 0.5)[(5, "retrieved")]["q2"].cost is None
+        assert replay(ReportView.of(two_model_records()), 0.5)[(5, "retrieved")]["q2"].cost is None
 
     def test_choose_for_a_target(self):
-        rows = sweep(two_model_records(), [0.3, 0.5, 0.95], prices=PRICES)
+        rows = sweep(ReportView.of(two_model_records(), prices=PRICES), [0.3, 0.5, 0.95])
         by_tau = {row["tau"]: row for row in rows}
         assert by_tau[0.3]["squad2_em"] == pytest.approx(100 / 3)
         assert by_tau[0.5]["squad2_em"] == by_tau[0.95]["squad2_em"] == pytest.approx(200 / 3)
@@ -201,20 +207,20 @@ class TestCalibration:
         assert choose(rows, target_accuracy=60)["tau"] == 0.5  # the cheapest that reaches it
         assert choose(rows, target_accuracy=30)["tau"] == 0.3
         assert choose(rows, target_accuracy=90) is None
-        assert choose(rows, target_escalation=40)["tau"] == 0.3  # the most accurate under it
-        assert choose(rows, target_escalation=10) is None
+        assert choose(rows, target_fallback=40)["tau"] == 0.3  # the most accurate under it
+        assert choose(rows, target_fallback=10) is None
         with pytest.raises(ValueError, match="not both"):
-            choose(rows, target_accuracy=50, target_escalation=50)
+            choose(rows, target_accuracy=50, target_fallback=50)
         with pytest.raises(ValueError, match="target_accuracy"):
             choose(rows, target_accuracy=150)
 
     def test_the_report_says_which_tau_and_why(self, tmp_path):
-        summary = write_report(two_model_records(), tmp_path, prices=PRICES, target_escalation=70)
+        summary = write_report(two_model_records(), tmp_path, prices=PRICES, target_fallback=70)
         choice = summary["calibration"]["tau_choice"]
         # q2's confidence is 0.4: from tau 0.45 on it reaches the strong model, which answers it right
-        assert (choice["tau"], choice["target"]) == (0.45, {"target_escalation": 70})
+        assert (choice["tau"], choice["target"]) == (0.45, {"target_fallback": 70})
         text = (tmp_path / TABLE_FILE).read_text()
-        assert "tau 0.45 is the most accurate tau that escalates at most 70%." in text
+        assert "tau 0.45 is the most accurate tau whose fallback rate is at most 70%." in text
         assert "| cost/q $ |" in text.split("## concat_pf replayed")[1]
 
 
@@ -252,7 +258,7 @@ def agreement_records() -> list[QuestionRecord]:
 
 class TestAgreementReplay:
     def test_the_router_confidence_of_a_judging_run_replays_lower_taus(self):
-        outcomes = replay(agreement_records(), 0.4, prices=PRICES)[(5, "retrieved")]
+        outcomes = replay(ReportView.of(agreement_records(), prices=PRICES), 0.4)[(5, "retrieved")]
         assert {q: o.stage for q, o in outcomes.items()} == {
             "q1": "concatenation",
             "q2": "concatenation",  # 0.5 >= 0.4: its first answer stands, right on the small model
@@ -266,9 +272,9 @@ class TestAgreementReplay:
     def test_a_rejected_first_answer_is_passed_on_at_every_tau(self):
         records = agreement_records()
         records[1].evidence["answer_source"] = "invalid"  # q2's first answer repeated the question
-        assert replay(records, 0.1)[(5, "retrieved")]["q2"].stage == "post_fusion"
+        assert replay(ReportView.of(records), 0.1)[(5, "retrieved")]["q2"].stage == "post_fusion"
 
     def test_taus_above_the_judging_runs_are_not_replayed(self):
-        rows = sweep(agreement_records(), thresholds=[0.3, 0.75, 1.0], prices=PRICES)
-        assert [row["tau"] for row in rows] == [None, 0.3, 0.75]  # at 1.0, q1's later rounds never ran
+        rows = sweep(ReportView.of(agreement_records(), prices=PRICES), [0.3, 0.75, 1.0])
+        assert [row["tau"] for row in rows] == [None, 0.3, 0.75]  # at 1.0, q1's fallback rounds never ran
         assert [row["fallback_rate"] for row in rows] == pytest.approx([0.0, 100 / 3, 200 / 3])

@@ -138,9 +138,10 @@ class TestPostFusionVoter:
         with pytest.raises(ValueError, match=r"^`prompt` does not use the variable\(s\) query"):
             PostFusionVoter(chat_generator=ScriptedChatGenerator(), prompt="Kontext: {{ passages }}\nAntwort:")
 
-    def test_to_dict_writes_the_prompts_only_when_set(self):
+    def test_to_dict_writes_the_prompts_unset_as_none(self):
         llm = ScriptedChatGenerator()
-        assert "prompt" not in PostFusionVoter(chat_generator=llm).to_dict()["init_parameters"]
+        default = PostFusionVoter(chat_generator=llm).to_dict()["init_parameters"]
+        assert default["prompt"] is default["system_prompt"] is None
         voter = PostFusionVoter(chat_generator=llm, prompt=MESSAGES, system_prompt=SYSTEM)
         parameters = voter.to_dict()["init_parameters"]
         assert parameters["prompt"] == [message.to_dict() for message in MESSAGES]
@@ -218,7 +219,7 @@ class TestCandidateSummarizer:
         restored = round_trip(summarizer)
         assert restored.summary_prompt == [ChatMessage.from_user(SUMMARY_PROMPT)]
         default = CandidateSummarizer(chat_generator=ScriptedChatGenerator()).to_dict()["init_parameters"]
-        assert not {"candidates_prompt", "summary_prompt", "system_prompt"} & set(default)
+        assert [default[name] for name in ("candidates_prompt", "summary_prompt", "system_prompt")] == [None] * 3
 
 
 VALIDITY_PROMPT = "Frage: {{ query }}\nVorhersage: {{ prediction }}\nText: {{ summary }}\nStimmt das? True oder False:"
@@ -259,7 +260,7 @@ class TestSummaryVerifier:
         )
         parameters = verifier.to_dict()["init_parameters"]
         assert parameters["validity_prompt"] == VALIDITY_PROMPT
-        assert "ranking_prompt" not in parameters
+        assert parameters["ranking_prompt"] is None
         assert round_trip(verifier).validity_prompt == VALIDITY_PROMPT
 
 

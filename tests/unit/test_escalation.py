@@ -1,5 +1,5 @@
 """
-Escalation across models: the later rounds of concat_pf, pf_concat and cascade on `fallback_chat_generator`, the
+Falling back across models: the fallback rounds of concat_pf, pf_concat and cascade on `fallback_chat_generator`, the
 first round judged by token log-probabilities, by the agreement of sampled answers or not at all, and the usage
 reported per model. Two scripted generators stand for a small and a strong model.
 """
@@ -22,7 +22,7 @@ from haystack_fusion.llm import model_name
 from haystack_fusion.serving.presentation import api_result, format_run
 from haystack_fusion.serving.yaml import pipeline_yaml
 from haystack_fusion.strategies import build_pipeline
-from haystack_fusion.strategies.registry import ESCALATING, strategy_settings
+from haystack_fusion.strategies.registry import FALLBACK_STRATEGIES, strategy_settings
 from haystack_fusion.strategies.run import StrategyRun, strategy_run
 from haystack_fusion.testing import ScriptedChatGenerator
 
@@ -116,7 +116,7 @@ class TestOnlyUnsureQuestionsReachTheStrongModel:
         assert abstains.answer.data == "Bern"
         assert strong.calls > before
 
-    def test_unknown_alone_escalates_with_confidence_none(self):
+    def test_unknown_alone_falls_back_with_confidence_none(self):
         small, strong = models()
         pipeline = build_pipeline(
             "concat_pf", chat_generator=small, fallback_chat_generator=strong, confidence="none", min_confidence=1.0
@@ -127,7 +127,7 @@ class TestOnlyUnsureQuestionsReachTheStrongModel:
         assert ask(pipeline, "Switzerland").answer.data == "Bern"
         assert strong.calls == len(DOCUMENTS)
 
-    def test_logprobs_without_logprobs_escalates_on_unknown_only(self):
+    def test_logprobs_without_logprobs_falls_back_on_unknown_only(self):
         small, strong = models()
         pipeline = build_pipeline("concat_pf", chat_generator=small, fallback_chat_generator=strong, min_confidence=1)
         assert ask(pipeline, "Italy").answer.data == "Rome"
@@ -151,7 +151,7 @@ class TestOnlyUnsureQuestionsReachTheStrongModel:
 
 class TestSettings:
     @pytest.mark.parametrize("strategy", ["concatenation", "post_fusion", "sure", "chain_of_note"])
-    def test_fallback_only_for_strategies_with_later_rounds(self, strategy):
+    def test_fallback_only_for_strategies_with_fallback_rounds(self, strategy):
         small, strong = models()
         with pytest.raises(ValueError, match=r"fallback_chat_generator.*concat_pf, pf_concat, cascade"):
             build_pipeline(strategy, chat_generator=small, fallback_chat_generator=strong)
@@ -173,8 +173,8 @@ class TestSettings:
         with pytest.raises(ValueError, match=message):
             build_pipeline("concat_pf", chat_generator=models()[0], **settings)
 
-    def test_escalating_strategies(self):
-        assert ESCALATING == ("concat_pf", "pf_concat", "cascade")
+    def test_fallback_strategies(self):
+        assert FALLBACK_STRATEGIES == ("concat_pf", "pf_concat", "cascade")
 
     def test_cascade_verifies_on_the_strong_model_unless_a_verifier_is_given(self):
         small, strong = models()
@@ -215,7 +215,8 @@ class TestAgreement:
         small = ScriptedChatGenerator(["Rome", "Milan", "Rome"], generation_kwargs={})
         llm = AbstainingChatGenerator(chat_generator=small, samples=2)
         result = llm.run(messages=[ChatMessage.from_user("Capital of Italy?")])
-        assert [reply.text for reply in result["replies"]] == ["Rome", "Milan", "Rome"]
+        first, *samples = [reply.text for reply in result["replies"]]
+        assert (first, sorted(samples)) == ("Rome", ["Milan", "Rome"])  # the two samples are made concurrently
         assert small.kwargs[0] is None
         assert small.kwargs[1] == small.kwargs[2] == {"temperature": 0.7}
         assert result["meta"]["usage"]["calls"] == 3
@@ -271,8 +272,8 @@ class TestBackends:
         assert (fallback.llm, fallback.model, fallback.api_base_url) == ("local", None, None)
         assert (fallback.timeout, fallback.max_retries, fallback.logprobs) == (None, None, False)
         assert fallback_config(BackendConfig()) is None
-        assert config.escalation_label() == (
-            "openai small at http://127.0.0.1:8081/v1; later rounds: embedded llama.cpp packaged gemma3 270M (Q4_K_M)"
+        assert config.llms_label() == (
+            "openai small at http://127.0.0.1:8081/v1; fallback: embedded llama.cpp packaged gemma3 270M (Q4_K_M)"
         )
 
     def test_the_settings_variables_name_the_fallback(self):
@@ -333,7 +334,7 @@ def test_the_terminal_and_the_served_json_show_each_models_usage():
     assert "small" not in format_run("Capital?", ask(build_pipeline("concat_pf", chat_generator=small), "France"))
 
 
-def test_the_yaml_of_an_escalating_strategy_names_both_models(tmp_path):
+def test_the_yaml_of_a_fallback_strategy_names_both_models(tmp_path):
     config = BackendConfig(
         llm="openai", model="small", index_path=str(tmp_path / "index.json"), fallback_llm="openai",
         fallback_model="strong", fallback_api_base_url="http://127.0.0.1:8082/v1",
@@ -342,10 +343,10 @@ def test_the_yaml_of_an_escalating_strategy_names_both_models(tmp_path):
     loaded = Pipeline.loads(text)
     assert model_name(loaded.get_component("llm")) == "small"
     assert {model_name(loaded.get_component(name)) for name in ("voter", "summarizer", "verifier")} == {"strong"}
-    assert "strong" not in pipeline_yaml("sure", config)  # no later rounds: the fallback is left out
+    assert "strong" not in pipeline_yaml("sure", config)  # no fallback rounds: the fallback LLM is left out
 
 
-def test_pipelines_command_writes_the_escalation(tmp_path, capsys):
+def test_pipelines_command_writes_the_fallback(tmp_path, capsys):
     assert main(["pipelines", "--out", str(tmp_path), "--fallback-llm", "openai"]) == 0
     assert "memory_bm25_local_to_openai" in capsys.readouterr().out
     cascade = Pipeline.loads((tmp_path / "yaml" / "cascade__memory_bm25_local_to_openai.yml").read_text())

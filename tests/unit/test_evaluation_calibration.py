@@ -9,18 +9,17 @@ import pytest
 from haystack_fusion.evaluation.calibration import (
     answering_confidence,
     auroc,
+    calibrate,
     calibration,
-    calibration_report,
     choose,
-    consistency,
     replay,
-    selective_curve,
-    stage_stats,
     sweep,
-    verification_stats,
 )
+from haystack_fusion.evaluation.charts import draw_selective_chart, selective_curve
 from haystack_fusion.evaluation.metrics import QuestionScore
 from haystack_fusion.evaluation.records import QuestionRecord
+from haystack_fusion.evaluation.tables import calibration_markdown
+from haystack_fusion.evaluation.view import ReportView
 
 
 def record(strategy: str, qid: str, *, answerable: bool = True, em: float = 0.0, unknown: bool = False,
@@ -72,7 +71,7 @@ class TestConfidence:
             record("concatenation", "u", answerable=False, unknown=True, confidence=0.9),
             record("concatenation", "v", answerable=False, confidence=0.5),
         ]
-        (row,) = calibration(records)
+        (row,) = calibration(ReportView.of(records))
         assert row["n"] == 4
         assert row["correct"]["auroc"] == 1.0
         # answerable (0.9, 0.3) against unanswerable (0.1, 0.5): 0.9 beats both, 0.3 beats 0.1 -> 3/4
@@ -109,19 +108,18 @@ def fallback_records() -> list[QuestionRecord]:
 class TestReplay:
     def test_text_only_and_tau(self):
         records = fallback_records()
-        text = replay(records, None)[(5, "retrieved")]
+        text = replay(ReportView.of(records), None)[(5, "retrieved")]
         assert {q: (o.em, o.stage) for q, o in text.items()} == {
             "q1": (1.0, "concatenation"),
             "q2": (0.0, "concatenation"),
             "q3": (0.0, "post_fusion"),
         }
-        unsure = replay(records, 0.5)[(5, "retrieved")]
+        unsure = replay(ReportView.of(records), 0.5)[(5, "retrieved")]
         assert unsure["q2"].stage == "post_fusion"
         assert unsure["q2"].em == 1.0
-        assert consistency(records) == (3, 3)
 
     def test_sweep_and_choose(self):
-        rows = sweep(fallback_records(), [0.2, 0.5])
+        rows = sweep(ReportView.of(fallback_records()), [0.2, 0.5])
         assert [row["tau"] for row in rows] == [None, 0.2, 0.5]
         best = choose(rows)
         assert best is not None
@@ -130,60 +128,16 @@ class TestReplay:
         assert best["fallback_rate"] == pytest.approx(200 / 3)
 
 
-def test_verification_stats():
-    scores = [{"candidate_index": 1, "validity": 0.2}, {"candidate_index": 0, "validity": 0.9}]
-    records = [
-        record("sure", "a", scores=scores, label_summaries=1, candidates=["x", "y"]),
-        record(
-            "sure",
-            "b",
-            scores=[{"candidate_index": 0, "validity": 1.0}, {"candidate_index": 1, "validity": 1.0}],
-            label_summaries=0,
-            candidates=["x", "y"],
-        ),
-    ]
-    (row,) = verification_stats(records)
-    assert row["verified"] == 2
-    assert row["not_all_valid"] == pytest.approx(50.0)
-    assert row["first_wins"] == pytest.approx(50.0)
-    assert row["label_summaries"] == pytest.approx(25.0)
-
-
-def test_stage_stats():
-    concatenation = {"stage": "concatenation", "reason": None}
-    records = [
-        record("cascade", "a", stages=[concatenation]),
-        record(
-            "cascade",
-            "b",
-            stages=[
-                {"stage": "concatenation", "reason": "confidence 0.18 < 0.25"},
-                {"stage": "post_fusion", "reason": "tie at the top"},
-                {"stage": "sure", "reason": None},
-            ],
-        ),
-        record(
-            "cascade",
-            "c",
-            stages=[{"stage": "concatenation", "reason": "unknown answer"}, {"stage": "post_fusion", "reason": None}],
-        ),
-        record("cascade", "d", stages=[concatenation]),
-        record("concatenation", "a"),  # no trace: not counted
-    ]
-    (row,) = stage_stats(records)
-    assert (row["strategy"], row["n"]) == ("cascade", 4)
-    assert list(row["answered_at"]) == ["concatenation", "post_fusion", "sure"]
-    assert row["answered_at"] == {"concatenation": 50.0, "post_fusion": 25.0, "sure": 25.0}
-    assert row["reasons"] == {
-        "concatenation": {"low confidence": 1, "unknown answer": 1},
-        "post_fusion": {"tie at the top": 1},
-    }
-
-
 def test_report_sections(tmp_path):
     pytest.importorskip("matplotlib", reason="the `eval` extra")
-    markdown, summary = calibration_report(fallback_records(), tmp_path)
+    view = ReportView.of(fallback_records())
+    summary = calibrate(view)
+    chart = draw_selective_chart(view, tmp_path)
+    assert chart == tmp_path / "selective_answering.png"
+    assert chart.is_file()
+    markdown = calibration_markdown(summary, chart.name)
     assert "## Answer confidence" in markdown
+    assert "![selective answering](selective_answering.png)" in markdown
     assert "## concat_pf replayed at each threshold" in markdown
-    assert (tmp_path / "selective_answering.png").is_file()
-    assert summary["consistency"] == (3, 3)
+    assert "**chosen**" in markdown
+    assert set(summary) == {"auroc", "concat_pf_sweep", "tau_choice"}

@@ -32,11 +32,8 @@ from haystack_fusion.evaluation.records import (
     split_evidence,
     write_run_manifest,
 )
-from haystack_fusion.evaluation.report import (
-    outcome_records,
-    summarize_runs,
-)
 from haystack_fusion.evaluation.runner import EvalConfig, Evaluator, FingerprintMismatchError, rescore
+from haystack_fusion.evaluation.view import ReportView
 from haystack_fusion.prompts import PROMPTS
 from tests.unit.capitals_dataset import (
     DATASET,
@@ -279,8 +276,9 @@ class TestRecordsWithoutOutcomeFlags:
         )
         answered = dataclasses.replace(old, question_id="q1", prediction="Paris")
         records = [old, answered]
-        assert summarize_runs(outcome_records(records)) == summarize_runs(records)
-        (flagged,) = outcome_records([old])
+        view = ReportView.of(records)
+        assert ReportView.of(view.records).runs == view.runs  # setting the flags twice changes nothing
+        (flagged,) = ReportView.of([old]).records
         assert (flagged.score.empty, flagged.score.unknown) == (True, True)  # a blank answer without flags abstains
 
     def test_new_flags_round_trip(self):

@@ -15,21 +15,14 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from haystack_fusion.answers import DEMONSTRATION, PASSAGE_MARKUP, invalid_meta
 from haystack_fusion.cli import main
+from haystack_fusion.evaluation.charts import NOISE_CHART, TOKENS_CHART, TOPK_CHART
+from haystack_fusion.evaluation.figures import answer_outcomes, summarize_runs
 from haystack_fusion.evaluation.passages import PassageSetting
 from haystack_fusion.evaluation.records import QuestionRecord
-from haystack_fusion.evaluation.report import (
-    NOISE_CHART,
-    SUMMARY_FILE,
-    TABLE_FILE,
-    TOKENS_CHART,
-    TOPK_CHART,
-    answer_outcomes,
-    demonstration_answers,
-    markdown_table,
-    summarize_runs,
-    write_report,
-)
+from haystack_fusion.evaluation.report import SUMMARY_FILE, TABLE_FILE, write_report
 from haystack_fusion.evaluation.runner import EvalConfig, Evaluator
+from haystack_fusion.evaluation.tables import markdown_table
+from haystack_fusion.evaluation.view import ReportView, demonstration_answers
 from haystack_fusion.prompts import PROMPTS
 from tests.unit.capitals_dataset import THREE_CAPITALS, THREE_CAPITALS_DATASET, make_evaluator
 from tests.unit.scores import DEMO, outcome_score
@@ -66,7 +59,7 @@ class TestDemonstrationCopies:
             record("concat_pf", "Paris", {"stages": [{"reason": f"invalid answer ({DEMONSTRATION})"}, {}]}, id="e"),
             record("base", DEMO, id="f"),  # no few-shot prompt: no rate
         ]
-        outcomes = answer_outcomes(records)
+        outcomes = {key: answer_outcomes(run) for key, run in ReportView.of(records).runs.items()}
         concatenation = outcomes[("", "concatenation", 5, "retrieved")]
         assert concatenation["demo_copy_count"] == 1
         assert concatenation["demo_copy_rate"] == pytest.approx(25.0)
@@ -169,7 +162,7 @@ class TestReport:
 
     def test_explicit_baseline_and_significance_marker(self, tmp_path):
         records = make_evaluator(tmp_path).run()
-        runs = summarize_runs(records)
+        runs = summarize_runs(ReportView.of(records))
         runs[1].update(em_diff=80.0, em_diff_ci=[62.0, 96.0], f1_diff=1.0, f1_diff_ci=[-2.0, 4.0], paired_questions=50)
         table = markdown_table(runs, baseline="concatenation")
         assert "| post_fusion | 2 | +80.0 [+62.0, +96.0]* | +1.0 [-2.0, +4.0] | 50 |" in table
@@ -193,7 +186,9 @@ class TestReport:
 
     def test_table_of_summaries_without_intervals(self, tmp_path):
         records = make_evaluator(tmp_path, strategies=["concatenation"]).run()
-        plain = [{k: v for k, v in run.items() if not k.endswith("_ci")} for run in summarize_runs(records)]
+        plain = [
+            {k: v for k, v in run.items() if not k.endswith("_ci")} for run in summarize_runs(ReportView.of(records))
+        ]
         table = markdown_table(plain)
         assert "| concatenation | 2 | 50.0 | 50.0 | 0.0% |" in table
         assert "bootstrap" not in table

@@ -75,7 +75,7 @@ class TestEvaluator:
 
     def test_concurrent_questions_give_the_same_records(self, tmp_path):
         serial = make_evaluator(tmp_path / "a").run()
-        concurrent = make_evaluator(tmp_path / "b", concurrency=3).run()
+        concurrent = make_evaluator(tmp_path / "b", parallel_questions=3).run()
         assert [(r.strategy, r.question_id, r.prediction) for r in serial] == [
             (r.strategy, r.question_id, r.prediction) for r in concurrent
         ]
@@ -91,8 +91,8 @@ class TestEvaluator:
             EvalConfig(strategies=["nope"])
         with pytest.raises(ValueError, match="top-k"):
             EvalConfig(strategies=["concatenation"], top_ks=[0])
-        with pytest.raises(ValueError, match="`concurrency`"):
-            EvalConfig(strategies=["concatenation"], concurrency=0)
+        with pytest.raises(ValueError, match="`parallel_questions`"):
+            EvalConfig(strategies=["concatenation"], parallel_questions=0)
         with pytest.raises(ValueError, match="`max_concurrency`"):
             EvalConfig(strategies=["concatenation"], max_concurrency=0)
         assert EvalConfig(strategies=["concatenation"]).max_concurrency is None

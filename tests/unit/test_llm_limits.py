@@ -181,7 +181,7 @@ class TestCallLimitedChatGenerator:
         llm = CallLimitedChatGenerator(chat_generator=MockChatGenerator())
         assert llm.to_dict() == {
             "type": "haystack_fusion.llm.CallLimitedChatGenerator",
-            "init_parameters": {"chat_generator": MOCK_DICT},
+            "init_parameters": {"chat_generator": MOCK_DICT, "breaker": None, "generation_kwargs": None},
         }
 
     def test_from_dict(self):
@@ -229,6 +229,28 @@ class TestCallLimitedChatGenerator:
         pipeline.add_component("llm", llm)
         pipeline.run({"llm": {"messages": messages(), "streaming_callback": chunks.append}})
         assert "".join(chunk.content for chunk in chunks) == "Paris"
+        assert {chunk.component_info.name for chunk in chunks} == {"llm"}  # the pipeline's name for the call
+
+    def test_pipeline_stream_names_the_wrapper(self):
+        pipeline = Pipeline()
+        pipeline.add_component("llm", CallLimitedChatGenerator(chat_generator=MockChatGenerator(responses=["Paris"])))
+
+        async def stream() -> list[Any]:
+            return [chunk async for chunk in pipeline.stream({"llm": {"messages": messages()}})]
+
+        chunks = asyncio.run(stream())
+        assert "".join(chunk.content for chunk in chunks) == "Paris"
+        assert {chunk.component_info.name for chunk in chunks} == {"llm"}
+
+    @pytest.mark.parametrize("asynchronous", [False, True])
+    def test_its_generation_kwargs_go_with_each_call_under_the_calls_own(self, asynchronous):
+        scripted = ScriptedChatGenerator(reply="Paris", generation_kwargs={"temperature": 0.0})
+        llm = CallLimitedChatGenerator(chat_generator=scripted, generation_kwargs={"stop": ["\n"], "temperature": 0})
+        llm.run(messages=messages())
+        call = {"messages": messages(), "generation_kwargs": {"temperature": 0.5}}
+        asyncio.run(llm.run_async(**call)) if asynchronous else llm.run(**call)
+        assert scripted.kwargs == [{"stop": ["\n"], "temperature": 0}, {"stop": ["\n"], "temperature": 0.5}]
+        assert scripted.generation_kwargs == {"temperature": 0.0}  # the generator's own settings stay as given
 
     def test_run_holds_a_slot(self):
         gauge = Gauge()

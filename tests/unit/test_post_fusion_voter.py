@@ -315,6 +315,8 @@ class TestPostFusionVoter:
                 "unknown_patterns": None,
                 "raise_on_failure": False,
                 "datamark": False,
+                "prompt": None,
+                "system_prompt": None,
             },
         }
 
@@ -338,6 +340,8 @@ class TestPostFusionVoter:
             "unknown_patterns": ["^no idea$"],
             "raise_on_failure": True,
             "datamark": True,
+            "prompt": None,
+            "system_prompt": None,
         }
 
     def test_from_dict_round_trip(self):

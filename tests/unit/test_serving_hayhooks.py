@@ -64,7 +64,7 @@ def wrapper_for(strategy: str, llm, *, limits: ServingLimits | None = None) -> S
     wrapper.pipeline = pipeline_for(strategy, llm)
     wrapper.limits = limits or ServingLimits()
     wrapper.admission = AdmissionLimit(
-        max_in_flight=wrapper.limits.max_in_flight,
+        max_requests=wrapper.limits.max_requests,
         max_waiting=wrapper.limits.max_waiting,
         queue_timeout=wrapper.limits.queue_timeout,
     )
@@ -312,7 +312,7 @@ class TestChatCompletions:
             prompts.append(messages[-1].text or "")
             return '{"title": "Capitals"}'
 
-        wrapper = wrapper_for("cascade", MockChatGenerator(response_fn=reply), limits=ServingLimits(max_in_flight=1))
+        wrapper = wrapper_for("cascade", MockChatGenerator(response_fn=reply), limits=ServingLimits(max_requests=1))
         task = "### Task:\nGenerate a concise title.\n<chat_history>\nUSER: What is the capital of France?"
 
         async def ask() -> str:
@@ -465,7 +465,7 @@ class TestChatCompletions:
             assert refused.value.status_code == 400
 
     def test_a_queued_question_streams_that_it_waits(self):
-        wrapper = wrapper_for("concatenation", fake_llm("Paris"), limits=ServingLimits(max_in_flight=1))
+        wrapper = wrapper_for("concatenation", fake_llm("Paris"), limits=ServingLimits(max_requests=1))
 
         async def ask() -> list:
             async with wrapper.admission.slot():
@@ -480,7 +480,7 @@ class TestChatCompletions:
         assert text_of(events).startswith("Paris")
 
     def test_a_full_queue_is_refused_before_anything_streams(self):
-        wrapper = wrapper_for("concatenation", fake_llm("Paris"), limits=ServingLimits(max_in_flight=1, max_waiting=0))
+        wrapper = wrapper_for("concatenation", fake_llm("Paris"), limits=ServingLimits(max_requests=1, max_waiting=0))
 
         async def ask() -> None:
             async with wrapper.admission.slot():

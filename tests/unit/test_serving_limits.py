@@ -12,11 +12,11 @@ from haystack_fusion.serving.hayhooks import AdmissionLimit, ServerBusyError, Se
 class TestServingLimits:
     def test_defaults_per_llm(self):
         local = ServingLimits.from_env("local", {})
-        assert (local.max_in_flight, local.queue_timeout) == (1, 300.0)  # one question at a time; the next waits
+        assert (local.max_requests, local.queue_timeout) == (1, 300.0)  # one question at a time; the next waits
         hosted = ServingLimits.from_env("openai", {})
-        assert (hosted.max_in_flight, hosted.queue_timeout) == (32, 30.0)
+        assert (hosted.max_requests, hosted.queue_timeout) == (32, 30.0)
         limits = ServingLimits.from_env("ollama", {})
-        assert (limits.max_in_flight, limits.max_waiting, limits.queue_timeout, limits.max_question_chars) == (
+        assert (limits.max_requests, limits.max_waiting, limits.queue_timeout, limits.max_question_chars) == (
             4,
             64,
             120.0,
@@ -25,7 +25,7 @@ class TestServingLimits:
 
     def test_environment_overrides(self):
         env = {
-            "HAYSTACK_FUSION_MAX_IN_FLIGHT": "3",
+            "HAYSTACK_FUSION_MAX_REQUESTS": "3",
             "HAYSTACK_FUSION_MAX_WAITING": "0",
             "HAYSTACK_FUSION_QUEUE_TIMEOUT": "2.5",
             "HAYSTACK_FUSION_MAX_QUESTION_CHARS": "10",
@@ -35,7 +35,7 @@ class TestServingLimits:
     @pytest.mark.parametrize(
         ("variable", "value", "match"),
         [
-            ("HAYSTACK_FUSION_MAX_IN_FLIGHT", "0", "HAYSTACK_FUSION_MAX_IN_FLIGHT: `max_in_flight` must be at least 1"),
+            ("HAYSTACK_FUSION_MAX_REQUESTS", "0", "HAYSTACK_FUSION_MAX_REQUESTS: `max_requests` must be at least 1"),
             ("HAYSTACK_FUSION_QUEUE_TIMEOUT", "soon", "HAYSTACK_FUSION_QUEUE_TIMEOUT must be a number"),
             ("HAYSTACK_FUSION_MAX_WAITING", "-1", "`max_waiting` must be at least 0"),
         ],
@@ -64,8 +64,8 @@ async def _hold(limit: AdmissionLimit, seconds: float, log: list[str], name: str
 
 
 class TestAdmissionLimit:
-    def test_runs_at_most_max_in_flight_and_queues_in_order(self):
-        limit = AdmissionLimit(max_in_flight=2, max_waiting=10, queue_timeout=5)
+    def test_runs_at_most_max_requests_and_queues_in_order(self):
+        limit = AdmissionLimit(max_requests=2, max_waiting=10, queue_timeout=5)
         log: list[str] = []
         peak = 0
 
@@ -73,16 +73,16 @@ class TestAdmissionLimit:
             nonlocal peak
             tasks = [asyncio.create_task(_hold(limit, 0.05, log, str(i))) for i in range(6)]
             while not all(task.done() for task in tasks):
-                peak = max(peak, limit.in_flight)
+                peak = max(peak, limit.running)
                 await asyncio.sleep(0.005)
 
         asyncio.run(main())
         assert peak == 2
         assert [entry for entry in log if entry.endswith(" in")] == [f"{i} in" for i in range(6)]
-        assert (limit.in_flight, limit.waiting) == (0, 0)
+        assert (limit.running, limit.waiting) == (0, 0)
 
     def test_a_full_queue_refuses_at_once(self):
-        limit = AdmissionLimit(max_in_flight=1, max_waiting=1, queue_timeout=5)
+        limit = AdmissionLimit(max_requests=1, max_waiting=1, queue_timeout=5)
         log: list[str] = []
 
         async def main() -> float:
@@ -102,7 +102,7 @@ class TestAdmissionLimit:
         assert log == ["a in", "a out", "b in", "b out"]
 
     def test_the_wait_is_bounded_by_the_queue_timeout(self):
-        limit = AdmissionLimit(max_in_flight=1, max_waiting=5, queue_timeout=0.1)
+        limit = AdmissionLimit(max_requests=1, max_waiting=5, queue_timeout=0.1)
         log: list[str] = []
 
         async def main() -> None:
@@ -111,10 +111,10 @@ class TestAdmissionLimit:
         asyncio.run(main())
         assert log[0] == "a in"
         assert log[1].startswith("b refused: The server is busy: no request slot came free within 0.1 s")
-        assert (limit.in_flight, limit.waiting) == (0, 0)
+        assert (limit.running, limit.waiting) == (0, 0)
 
     def test_a_cancelled_waiter_leaks_no_slot(self):
-        limit = AdmissionLimit(max_in_flight=1, max_waiting=5, queue_timeout=5)
+        limit = AdmissionLimit(max_requests=1, max_waiting=5, queue_timeout=5)
 
         async def main() -> None:
             async with limit.slot():
@@ -126,4 +126,4 @@ class TestAdmissionLimit:
                 pass
 
         asyncio.run(main())
-        assert (limit.in_flight, limit.waiting) == (0, 0)
+        assert (limit.running, limit.waiting) == (0, 0)

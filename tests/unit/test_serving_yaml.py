@@ -144,7 +144,7 @@ def test_every_strategy_has_an_embedded_and_an_openai_compatible_yaml_over_the_s
 def test_the_embedded_yaml_is_machine_independent(rendered):
     """No CPU count, model path or home folder written in: the loading machine supplies its own."""
     text = rendered[f"{YAML_SUBDIR}/{pipeline_name('concatenation', EMBEDDED)}.yml"]
-    init = components_of(text)["llm"]["init_parameters"]
+    init = components_of(text)["llm"]["init_parameters"]["chat_generator"]["init_parameters"]  # in the call limit
     assert "n_threads" not in init["model_kwargs"]
     assert init["model"] is None
     assert "model_path" not in init["model_kwargs"]

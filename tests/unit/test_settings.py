@@ -78,13 +78,19 @@ class TestBackendValues:
 
 class TestServingLimitValues:
     def test_reads_each_limit_with_its_type(self):
-        env = {"HAYSTACK_FUSION_MAX_IN_FLIGHT": "4", "HAYSTACK_FUSION_QUEUE_TIMEOUT": "1.5"}
-        assert serving_limit_values(env) == {"max_in_flight": 4, "queue_timeout": 1.5}
+        env = {"HAYSTACK_FUSION_MAX_REQUESTS": "4", "HAYSTACK_FUSION_QUEUE_TIMEOUT": "1.5"}
+        assert serving_limit_values(env) == {"max_requests": 4, "queue_timeout": 1.5}
         assert serving_limit_values({}) == {}
 
     def test_the_error_names_the_variable(self):
         with pytest.raises(ValueError, match=r"^HAYSTACK_FUSION_MAX_WAITING must be a number, got 'lots'"):
             serving_limit_values({"HAYSTACK_FUSION_MAX_WAITING": "lots"})
+
+    def test_the_deprecated_name_still_sets_the_limit_with_a_warning(self):
+        with pytest.warns(FutureWarning, match="HAYSTACK_FUSION_MAX_IN_FLIGHT is deprecated.*MAX_REQUESTS"):
+            assert serving_limit_values({"HAYSTACK_FUSION_MAX_IN_FLIGHT": "2"}) == {"max_requests": 2}
+        both = {"HAYSTACK_FUSION_MAX_IN_FLIGHT": "2", "HAYSTACK_FUSION_MAX_REQUESTS": "3"}
+        assert serving_limit_values(both) == {"max_requests": 3}
 
 
 class TestPaths:

@@ -2,13 +2,20 @@
 The pipelines the builders make for each strategy: YAML round trips, the answer component and the query inputs.
 """
 
+import logging
+import threading
+from typing import Any
+
 import pytest
-from haystack import Pipeline
+from haystack import Document, Pipeline
 from haystack.components.generators.chat import MockChatGenerator, OpenAIChatGenerator
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
+from haystack.utils import Secret
 
 import haystack_fusion  # noqa: F401  (allowlists the package for deserialization)
+from haystack_fusion import FusionAnswerer
+from haystack_fusion.breaker import CircuitBreaker
 from haystack_fusion.llm import CallLimitedChatGenerator, unwrap_call_limit
 from haystack_fusion.prompts import ANSWER_LINE_STOP, PROMPTS
 from haystack_fusion.strategies import STRATEGIES, build_pipeline, get_strategy
@@ -58,26 +65,29 @@ class TestPipelines:
 
 
 class TestChainGenerator:
-    def test_a_copy_with_the_stops(self, monkeypatch):
+    """A one-prompt chain sends its prompt's stop sequences with each call, at run time: no copy of the generator."""
+
+    def test_the_generator_wrapped_with_the_stops(self, monkeypatch):
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
         original = OpenAIChatGenerator(generation_kwargs={"max_completion_tokens": 16})
-        copy = chain_generator(original, ANSWER_LINE_STOP)
-        assert copy is not original
-        assert copy.generation_kwargs == {"max_completion_tokens": 16, "stop": ["\n"]}
+        wrapped = chain_generator(original, ANSWER_LINE_STOP)
+        assert isinstance(wrapped, CallLimitedChatGenerator)
+        assert unwrap_call_limit(wrapped) is original
+        assert wrapped.generation_kwargs == {"stop": ["\n"]}
         assert original.generation_kwargs == {"max_completion_tokens": 16}
 
-    def test_a_limited_generator_gives_a_limited_copy(self, monkeypatch):
+    def test_a_limited_generator_is_rewrapped_with_its_breaker(self, monkeypatch):
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
         original = OpenAIChatGenerator(generation_kwargs={"max_completion_tokens": 16})
-        limited = CallLimitedChatGenerator(chat_generator=original)
-        copy = chain_generator(limited, ANSWER_LINE_STOP)
-        assert isinstance(copy, CallLimitedChatGenerator)
-        assert copy is not limited
-        assert unwrap_call_limit(copy) is not original
-        assert unwrap_call_limit(copy).generation_kwargs == {"max_completion_tokens": 16, "stop": ["\n"]}
-        assert original.generation_kwargs == {"max_completion_tokens": 16}
+        limited = CallLimitedChatGenerator(chat_generator=original, breaker=CircuitBreaker.shared("chain-test"))
+        wrapped = chain_generator(limited, ANSWER_LINE_STOP)
+        assert isinstance(wrapped, CallLimitedChatGenerator)
+        assert wrapped is not limited
+        assert wrapped.breaker is limited.breaker
+        assert unwrap_call_limit(wrapped) is original
+        assert wrapped.generation_kwargs == {"stop": ["\n"]}
 
-    def test_no_copy_without_stops_or_generation_kwargs(self, monkeypatch):
+    def test_not_wrapped_without_stops_or_generation_kwargs(self, monkeypatch):
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
         generator = OpenAIChatGenerator()
         assert chain_generator(generator, ()) is generator
@@ -88,6 +98,30 @@ class TestChainGenerator:
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
         pipe = build_pipeline("concatenation", retriever=_retriever(), chat_generator=OpenAIChatGenerator())
         assert pipe.get_component("llm").generation_kwargs == {"stop": ["\n"]}
+        assert Pipeline.loads(pipe.dumps()).get_component("llm").generation_kwargs == {"stop": ["\n"]}
+
+    @pytest.mark.parametrize("strategy", ["concatenation", "concat_pf", "post_fusion", "pf_concat"])
+    def test_a_token_secret_generator_is_used_as_given_and_its_calls_carry_the_stops(
+        self, strategy, start_openai_server, caplog
+    ):
+        bodies: list[dict[str, Any]] = []
+        lock = threading.Lock()
+
+        def reply(body: dict[str, Any]) -> str:
+            with lock:
+                bodies.append(body)
+            return "Paris"
+
+        server = start_openai_server(reply=reply)
+        generator = OpenAIChatGenerator(api_key=Secret.from_token("x"), api_base_url=server.base_url, max_retries=0)
+        with caplog.at_level(logging.WARNING):
+            pipe = build_pipeline(strategy, chat_generator=generator)
+            FusionAnswerer(strategy=strategy, chat_generator=generator)
+        assert [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING] == []
+        documents = [Document(content="Paris is the capital of France."), Document(content="Lyon is in France.")]
+        pipe.run({"query": "What is the capital of France?", "documents": documents})
+        assert bodies
+        assert all(body.get("stop") == ["\n"] for body in bodies)
 
     def test_chain_of_thought_prompts_have_no_answer_line_stop(self):
         assert PROMPTS["pruning"].stop == ()

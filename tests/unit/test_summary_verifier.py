@@ -279,18 +279,19 @@ class TestProbabilityScoring:
         assert answers[0].meta["validity"] == 1.0
         assert answers[0].meta["scored_by"] == {"probability": 0, "text": 1}
 
-    def test_asks_logprob_generators_for_logprobs(self):
-        from haystack.components.generators.chat import OpenAIChatGenerator
-        from haystack.utils import Secret
-
-        generator = OpenAIChatGenerator(api_key=Secret.from_token("x"), generation_kwargs={"logprobs": True})
-        verifier = SummaryVerifier(chat_generator=generator, scoring="probability")
-        assert verifier._fan_out()["generation_kwargs"] == {"logprobs": True, "top_logprobs": 10}
-        assert SummaryVerifier(chat_generator=generator)._fan_out()["generation_kwargs"] is None
-        plain = OpenAIChatGenerator(api_key=Secret.from_token("x"))  # a server not said to return them is not asked
-        assert SummaryVerifier(chat_generator=plain, scoring="probability")._fan_out()["generation_kwargs"] is None
-        mock = SummaryVerifier(chat_generator=MockChatGenerator(responses=["x"]), scoring="probability")
-        assert mock._fan_out()["generation_kwargs"] is None
+    @pytest.mark.parametrize(
+        ("own", "scoring", "sent"),
+        [
+            ({"logprobs": True}, "probability", {"logprobs": True, "top_logprobs": 10}),
+            ({"logprobs": True}, "text", None),
+            ({}, "probability", None),  # a server not said to return them is not asked
+            (None, "probability", None),  # nor a generator without settings
+        ],
+    )
+    def test_asks_logprob_generators_for_logprobs(self, own, scoring, sent):
+        generator = ScriptedChatGenerator("True", generation_kwargs=own)
+        SummaryVerifier(chat_generator=generator, scoring=scoring).run(query="q", candidates=["Paris"], summaries=["s"])
+        assert generator.kwargs == [sent]
 
     def test_invalid_scoring(self):
         with pytest.raises(ValueError, match="scoring"):
