@@ -15,8 +15,7 @@ from haystack import Document
 from haystack.dataclasses import GeneratedAnswer
 
 from haystack_fusion.failures import CallFailure
-
-_OPTIONAL_COUNTERS = ("rounds", "cached_tokens", "cached_calls", "truncated")
+from haystack_fusion.llm import sum_usage
 
 
 @dataclass
@@ -44,22 +43,13 @@ class Usage:
         return cls(**counted)
 
     def __add__(self, other: Usage) -> Usage:
-        """The two usages counter by counter (an optional counter stays None only when both are None)."""
-        sums: dict[str, Any] = {}
-        for f in fields(self):
-            mine, theirs = getattr(self, f.name), getattr(other, f.name)
-            sums[f.name] = None if mine is None and theirs is None else (mine or 0) + (theirs or 0)
-        return Usage(**sums)
+        """The two usages counter by counter (`llm.sum_usage`)."""
+        return sum_usages([self, other])
 
     @property
     def from_cache(self) -> bool:
         """Whether every call was answered from the embedded model's reply cache."""
         return bool(self.calls) and (self.cached_calls or 0) >= self.calls
-
-    @property
-    def every_call_failed(self) -> bool:
-        """Whether calls were made and every one of them failed."""
-        return bool(self.calls) and self.failed_calls >= self.calls
 
     def to_dict(self) -> dict[str, int]:
         """The counters as JSON values; the optional ones only when reported."""
@@ -88,11 +78,6 @@ class StageResult:
         record.update({} if self.confidence is None else {"confidence": self.confidence})
         record["answered"] = self.answered
         return record if self.answered else {**record, "reason": self.reason}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> StageResult:
-        """The stage `to_dict` wrote."""
-        return cls(data["stage"], bool(data["answered"]), data.get("reason"), data.get("confidence"))
 
 
 @dataclass(frozen=True)
@@ -242,11 +227,8 @@ class Evidence:
 
 
 def sum_usages(usages: Iterable[Usage]) -> Usage:
-    """The usages added up (`Usage()` for none)."""
-    total = Usage()
-    for usage in usages:
-        total = total + usage
-    return total
+    """The usages added up counter by counter (`llm.sum_usage`); `Usage()` for none."""
+    return Usage.of(sum_usage(usage.to_dict() for usage in usages))
 
 
 @dataclass
