@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, Literal
 
+from haystack_fusion.failures import error_status
 from haystack_fusion.settings import DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES
 
 BreakerState = Literal["closed", "open", "half_open"]
@@ -25,22 +26,6 @@ BreakerState = Literal["closed", "open", "half_open"]
 _ANSWERED_STATUSES = frozenset(range(400, 500)) - {401, 403, 408, 429}
 """HTTP statuses that say the server answered and refused this one request (a prompt over the context, a content
 filter): such a failure does not count against the backend. 401 / 403 (a refused key), 408 and 429 do."""
-
-
-def error_status(error: BaseException) -> int | None:
-    """The HTTP status an exception or one it was raised from carries (`status_code`, or `status`), else None."""
-    seen: set[int] = set()
-    stack: list[BaseException | None] = [error]
-    while stack:
-        link = stack.pop()
-        if link is None or id(link) in seen:
-            continue
-        seen.add(id(link))
-        status = getattr(link, "status_code", None) or getattr(link, "status", None)
-        if isinstance(status, int) and not isinstance(status, bool):
-            return status
-        stack.extend([link.__context__, link.__cause__])
-    return None
 
 
 def counts_as_backend_failure(error: BaseException) -> bool:

@@ -18,7 +18,9 @@ except LLMCallsFailedError as error:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+import contextlib
+import contextvars
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -79,17 +81,19 @@ def error_status(error: BaseException) -> int | None:
     return None
 
 
-def classify(error: BaseException, service: str | None = None) -> tuple[str, str] | None:
+def classify(error: BaseException, service: str | None = None, *, skip: Collection[str] = ()) -> tuple[str, str] | None:
     """
     (service, kind) of the first `_KINDS` entry along the exception's chain and each link's bases, or None when no
     link is a known client's error.
 
     :param service: Only entries of this service (`LLM` or `DOCUMENT_STORE`); None: either.
+    :param skip: Top-level modules whose entries do not count: ("builtins", "httpx") for an LLM that is not ollama's.
     """
     for link in exception_chain(error):
         for cls in type(link).__mro__:
-            found = _KINDS.get((cls.__module__.split(".")[0], cls.__name__))
-            if found is not None and (service is None or found[0] == service):
+            module = cls.__module__.split(".")[0]
+            found = _KINDS.get((module, cls.__name__))
+            if found is not None and (service is None or found[0] == service) and module not in skip:
                 return found
     return None
 
@@ -141,8 +145,12 @@ class CallFailure:
     def from_dict(cls, data: Mapping[str, Any]) -> CallFailure:
         """The record `to_dict` wrote."""
         return cls(
-            **{name: data.get(name) for name in ("kind", "error_type", "message", "status", "index")},
-            component=data.get("component") or "",
+            data["kind"],
+            data["error_type"],
+            data["message"],
+            data.get("status"),
+            data.get("component") or "",
+            data.get("index"),
         )
 
     def __str__(self) -> str:
@@ -155,9 +163,59 @@ class LLMCallsFailedError(RuntimeError):
     Every LLM call of a component or a strategy failed: there is no answer, and "unknown" would hide the failure.
 
     :param failures: One `CallFailure` per failed call, in call order (earlier rounds' first).
+    :param what: What failed, for the message: "PostFusionVoter 'voter'".
     """
 
     def __init__(self, failures: Iterable[CallFailure], what: str = "a run") -> None:
-        self.failures = list(failures)
+        self.failures, self.what = list(failures), what
         first = f": {self.failures[0]}" if self.failures else ""
-        super().__init__(f"every LLM call of {what} failed ({len(self.failures)} calls){first}")
+        count = len(self.failures)
+        super().__init__(f"every LLM call of {what} failed ({count} failed call{'s' * (count != 1)}){first}")
+
+
+def calls_failed(error: BaseException) -> LLMCallsFailedError | None:
+    """The `LLMCallsFailedError` an exception is or was raised from (a pipeline wraps it), else None."""
+    return next((link for link in exception_chain(error) if isinstance(link, LLMCallsFailedError)), None)
+
+
+_RECORDED: contextvars.ContextVar[list[CallFailure] | None] = contextvars.ContextVar("failed_calls", default=None)
+
+
+def record(failure: CallFailure) -> None:
+    """Add a failed call to the run under way (`failed_run`), if any."""
+    recorded = _RECORDED.get()
+    if recorded is not None:
+        recorded.append(failure)
+
+
+@contextlib.contextmanager
+def failed_run(what: str, *, reader: str | None = None) -> Iterator[list[CallFailure]]:
+    """
+    Run a pipeline in the block, with every failed LLM call its components record (`record`, in the threads and
+    tasks the block starts too) gathered in the list it yields. When the pipeline fails because every call of one of
+    its components failed (`calls_failed`), or because `reader` raised (the pipeline component name of a strategy's
+    only LLM call: its one failed call), the block raises one `LLMCallsFailedError` with every failed call of the
+    run, earlier rounds' first (e.g. concatenation's, which fell back to post-fusion). A nested run's failures count
+    in the outer run too.
+
+    :param what: What ran, for the message when no component names itself ("the concatenation strategy").
+    :raises LLMCallsFailedError: As said, raised from the pipeline's error.
+    """
+    recorded: list[CallFailure] = []
+    token = _RECORDED.set(recorded)
+    try:
+        yield recorded
+    except Exception as error:
+        failed = calls_failed(error)
+        cause = error.__cause__
+        if failed is None and reader is not None and getattr(error, "component_name", None) == reader and cause:
+            recorded.append(CallFailure.of(cause, component=reader))
+            failed = LLMCallsFailedError(recorded[-1:], what)
+        if failed is None:
+            raise
+        raise LLMCallsFailedError(recorded or failed.failures, failed.what) from error
+    finally:
+        _RECORDED.reset(token)
+        outer = _RECORDED.get()
+        if outer is not None:
+            outer.extend(recorded)

@@ -13,7 +13,9 @@ from haystack_fusion.answers import check_answer, validate_query
 from haystack_fusion.llm import (
     ChatGeneratorWrapper,
     FanOutResult,
+    check_answered,
     check_max_concurrency,
+    failures_meta,
     run_chat_calls,
     run_chat_calls_async,
     sum_usage,
@@ -175,7 +177,7 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         return ChatGeneratorWrapper.from_dict.__func__(cls, data)  # type: ignore[attr-defined]
 
     def _fan_out(self) -> dict[str, Any]:
-        return {"max_concurrency": self.max_concurrency, "raise_on_failure": self.raise_on_failure}
+        return {"max_concurrency": self.max_concurrency, "raise_on_failure": self.raise_on_failure, "caller": self}
 
     def _round_one(
         self, query: str, documents: list[Document] | None, candidates: list[str] | None
@@ -253,14 +255,13 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         summaries = [clean_summary(reply)] if self.mode == "generic" and first else []
         if second:
             summaries = [clean_summary(r.text if r is not None else None) for r in second.replies]
-        rounds = (("candidates", first), ("summaries", second))
         usage = sum_usage([first.usage if first else None, second.usage if second else None])
         usage["rounds"] = int(first is not None) + int(second is not None)
         meta = {
             "source": "Kim et al., section 3.2, Eq. 2-3",
             "mode": self.mode,
             "candidates_reply": reply if self.mode != "generic" else None,
-            "failures": [{"round": name, **failure} for name, calls in rounds if calls for failure in calls.failures],
+            "failures": failures_meta(first, second),
             "usage": usage,
         }
         if rejected:
@@ -283,16 +284,20 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         :returns: A dictionary with:
             - `candidates`: at most K distinct answer candidates in the model's order (empty in generic mode).
             - `summaries`: one per candidate ("" for a failed call); the one generic summary; or empty.
-            - `meta`: `source`, `mode`, `candidates_reply`, `failures` (`round`, `index`, `error`), `usage` and
-              `invalid_candidates` (`candidate`, `reason`) when the answer checks dropped some.
+            - `meta`: `source`, `mode`, `candidates_reply`, `failures` (`failures.CallFailure.to_dict`; `index`: the
+              candidate's), `usage` and `invalid_candidates` (`candidate`, `reason`) when the answer checks dropped
+              some.
         :raises ValueError: If `query` is empty or only whitespace, `candidates` are given outside the conditional
             mode, or `candidate_documents` has another length than `candidates`.
+        :raises LLMCallsFailedError: If every call of a round failed (`failures.LLMCallsFailedError`).
         """
         query, passages, prompts = self._round_one(query, documents, candidates)
         first = run_chat_calls(self._chat_generator, prompts, **self._fan_out()) if prompts else None
+        check_answered(self, first)
         reply = _text(first)
         found, rejected, prompts = self._round_two(query, passages, reply, candidates, candidate_documents)
         second = run_chat_calls(self._chat_generator, prompts, **self._fan_out()) if prompts else None
+        check_answered(self, first, second)
         return self._outputs(reply, first, second, found, rejected)
 
     @component.output_types(candidates=list[str], summaries=list[str], meta=dict[str, Any])
@@ -306,9 +311,11 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         """Async form of `run`."""
         query, passages, prompts = self._round_one(query, documents, candidates)
         first = await run_chat_calls_async(self._chat_generator, prompts, **self._fan_out()) if prompts else None
+        check_answered(self, first)
         reply = _text(first)
         found, rejected, prompts = self._round_two(query, passages, reply, candidates, candidate_documents)
         second = await run_chat_calls_async(self._chat_generator, prompts, **self._fan_out()) if prompts else None
+        check_answered(self, first, second)
         return self._outputs(reply, first, second, found, rejected)
 
 

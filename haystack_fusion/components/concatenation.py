@@ -18,6 +18,7 @@ from haystack_fusion.llm import (
     ChatGeneratorWrapper,
     FanOutResult,
     backend_unusable,
+    failures_meta,
     meta_truncated,
     run_chat_calls,
     run_chat_calls_async,
@@ -80,18 +81,13 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
 
     ### Usage example
     ```python
-    from haystack.components.generators.chat import OpenAIChatGenerator
     from haystack.dataclasses import ChatMessage
-    from haystack.utils import Secret
     from haystack_fusion.components import AbstainingChatGenerator
+    from haystack_fusion.testing import ScriptedChatGenerator
 
-    # nothing listens on the discard port: the call fails, and the failure is reported
-    unreachable = OpenAIChatGenerator(
-        api_key=Secret.from_token("unused"), api_base_url="http://127.0.0.1:9/v1", max_retries=0
-    )
-    llm = AbstainingChatGenerator(chat_generator=unreachable)
+    llm = AbstainingChatGenerator(chat_generator=ScriptedChatGenerator(fail_on="France"))  # a failing call
     result = llm.run(messages=[ChatMessage.from_user("What is the capital of France?")])
-    print(result["replies"], result["meta"]["failures"])  # [] [{'error': 'APIConnectionError: Connection error.'}]
+    print(result["replies"], result["meta"]["failures"][0]["error_type"])  # [] RuntimeError
     ```
     """
 
@@ -122,12 +118,11 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
     def _outputs(calls: FanOutResult, sampled: FanOutResult | None = None) -> dict[str, Any]:
         reply = calls.replies[0]
         samples = [sample for sample in (sampled.replies if sampled else []) if sample is not None]
-        errors = [*calls.errors, *(sampled.errors if sampled else [])]
         return {
             "replies": [] if reply is None else [reply, *samples],
             "meta": {
                 "usage": dict(sum_usage([calls.usage, sampled.usage if sampled else None]), rounds=1 + bool(sampled)),
-                "failures": [{"error": error} for error in errors if error is not None],
+                "failures": failures_meta(calls, sampled),
             },
         }
 
@@ -138,10 +133,10 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
         :param generation_kwargs: The call's `generation_kwargs`, on top of the generator's own.
         :returns: `replies` (the first reply, then the m samples that did not fail; [] when the first call failed) and
             `meta`: `usage` (`llm.FanOutResult`'s, `rounds` = 1, 2 with samples) and `failures` (one
-            `{"error": "ExceptionType: message"}` per failed call).
+            `failures.CallFailure.to_dict` per failed call).
         :raises Exception: The generator's exception when the backend is unusable (refused connection or key).
         """
-        kwargs: dict[str, Any] = {"generation_kwargs": generation_kwargs, "raise_if": backend_unusable}
+        kwargs: dict[str, Any] = {"generation_kwargs": generation_kwargs, "raise_if": backend_unusable, "caller": self}
         calls = run_chat_calls(self._chat_generator, [messages], **kwargs)
         if not self.samples or calls.replies[0] is None:
             return self._outputs(calls)
@@ -153,7 +148,7 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
         self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         """Async form of `run`."""
-        kwargs: dict[str, Any] = {"generation_kwargs": generation_kwargs, "raise_if": backend_unusable}
+        kwargs: dict[str, Any] = {"generation_kwargs": generation_kwargs, "raise_if": backend_unusable, "caller": self}
         calls = await run_chat_calls_async(self._chat_generator, [messages], **kwargs)
         if not self.samples or calls.replies[0] is None:
             return self._outputs(calls)

@@ -14,7 +14,9 @@ from haystack_fusion.answers import UNKNOWN, UnknownDetector, check_answer, inva
 from haystack_fusion.llm import (
     ChatGeneratorWrapper,
     FanOutResult,
+    check_answered,
     check_max_concurrency,
+    failures_meta,
     run_chat_calls,
     run_chat_calls_async,
     stop_kwargs,
@@ -94,8 +96,8 @@ class NoteTaker(ChatGeneratorWrapper):
         :param max_passage_chars: Per-passage context budget in characters (None: no limit).
         :param generation_kwargs: `generation_kwargs` for every call; None keeps the generator's own.
         :param unknown_patterns: Regular expressions that mark an abstention; None uses the shared defaults.
-        :param raise_on_failure: A failed call raises; by default a failed note is irrelevant, a failed answer
-            "unknown", both reported in `meta["failures"]`.
+        :param raise_on_failure: A failed call raises; by default a failed note is irrelevant and reported in
+            `meta["failures"]` (a round whose every call failed raises `failures.LLMCallsFailedError`).
         :param streaming_callback: Called with each `StreamingChunk` of the call that writes the answer: the single
             call (its notes, then the answer) or the per-document synthesis call; the note calls are not streamed.
             A sync callback for `run`, sync or async for `run_async` (what `Pipeline.stream()` injects).
@@ -186,6 +188,7 @@ class NoteTaker(ChatGeneratorWrapper):
             "max_concurrency": self.max_concurrency,
             "generation_kwargs": generation_kwargs,
             "raise_on_failure": self.raise_on_failure,
+            "caller": self,
         }
 
     def _first_round(self, query: str, documents: list[Document] | None) -> tuple[str, list[Document], list[Any]]:
@@ -259,15 +262,14 @@ class NoteTaker(ChatGeneratorWrapper):
         answer = (answer_text or "").strip()
         if not answer or self._detector.is_unknown(answer):
             answer, source = UNKNOWN, "none"
-        rounds = [("notes", first), ("answer", second)]
-        usage = sum_usage(calls.usage for _, calls in rounds if calls)
-        usage["rounds"] = sum(1 for _, calls in rounds if calls)
+        usage = sum_usage(calls.usage for calls in (first, second) if calls)
+        usage["rounds"] = int(first is not None) + int(second is not None)
         meta = {
             "strategy": f"chain_of_note ({self.mode})",
             "source": "Yu et al., section 2.3, Appendix A.5",
             "notes": notes,
             "answer_source": source,
-            "failures": [{"round": name, **failure} for name, calls in rounds if calls for failure in calls.failures],
+            "failures": failures_meta(first, second),
             "usage": usage,
         }
         if source != "none":
@@ -296,6 +298,7 @@ class NoteTaker(ChatGeneratorWrapper):
               section 2.3.1) and `note`.
         :raises ValueError: If `query` is empty or only whitespace, or the streaming callback is async (`run_async`
             takes those).
+        :raises LLMCallsFailedError: If every call of a round failed (`failures.LLMCallsFailedError`).
         """
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
         query, documents, prompts = self._first_round(query, documents)
@@ -304,6 +307,7 @@ class NoteTaker(ChatGeneratorWrapper):
         first = (
             run_chat_calls(self._chat_generator, prompts, **settings, streaming_callback=streams) if prompts else None
         )
+        check_answered(self, first)
         notes, answer_text = self._notes(documents, first)
         synthesis, settings = self._synthesis(query, notes)
         second = (
@@ -311,6 +315,7 @@ class NoteTaker(ChatGeneratorWrapper):
             if synthesis
             else None
         )
+        check_answered(self, first, second)
         return self._outputs(query, documents, notes, answer_text, first, second)
 
     @component.output_types(answers=list[GeneratedAnswer], notes=list[dict[str, Any]])
@@ -328,6 +333,7 @@ class NoteTaker(ChatGeneratorWrapper):
             if prompts
             else None
         )
+        check_answered(self, first)
         notes, answer_text = self._notes(documents, first)
         synthesis, settings = self._synthesis(query, notes)
         second = (
@@ -335,6 +341,7 @@ class NoteTaker(ChatGeneratorWrapper):
             if synthesis
             else None
         )
+        check_answered(self, first, second)
         return self._outputs(query, documents, notes, answer_text, first, second)
 
 

@@ -20,8 +20,10 @@ from haystack_fusion.llm import (
     DEFAULT_SAMPLING_KWARGS,
     ChatGeneratorWrapper,
     FanOutResult,
+    check_answered,
     check_max_concurrency,
     empty_usage,
+    failures_meta,
     run_chat_calls,
     run_chat_calls_async,
     stop_kwargs,
@@ -54,8 +56,9 @@ class PostFusionVoter(ChatGeneratorWrapper):
 
     Each of the k passages goes to the LLM alone with the Figure 7 prompt; with `samples_per_passage` p > 1 each is
     sampled p times and all p x k answers vote (self-consistency, section 4.4). "unknown" answers, failed calls and
-    rejected answers (`answers.check_answer`) do not vote; ties go to the better-ranked passage. It also outputs the
-    candidate pool and the passages that voted for PF+Concat's distiller round (section 3.3), or `unknown` instead.
+    rejected answers (`answers.check_answer`) do not vote; ties go to the better-ranked passage; when every call
+    failed it raises. It also outputs the candidate pool and the passages that voted for PF+Concat's distiller round
+    (section 3.3), or `unknown` instead.
 
     ### Usage example
     ```python
@@ -151,6 +154,8 @@ class PostFusionVoter(ChatGeneratorWrapper):
             "max_concurrency": self.max_concurrency,
             "generation_kwargs": stop_kwargs(self._chat_generator, self._prompt.stop, sampling),
             "raise_on_failure": self.raise_on_failure,
+            "caller": self,
+            "indexes": [rank for rank in range(len(documents)) for _ in range(self.samples_per_passage)],
         }
         return query, documents, prompts, settings
 
@@ -206,10 +211,7 @@ class PostFusionVoter(ChatGeneratorWrapper):
             "tie": len(counts) > 1 and counts[0] == counts[1],
             "confidence": sum(known) / len(known) if known else None,
             "passage_answers": passage_answers,
-            "failures": [
-                {"rank": failure["index"] // p, "sample": failure["index"] % p, "error": failure["error"]}
-                for failure in (calls.failures if calls else [])
-            ],
+            "failures": failures_meta(calls),
             "usage": dict(calls.usage if calls else empty_usage(), rounds=1 if calls else 0),
             "invalid_answers": sum(reason is not None for reason in invalid),
         }
@@ -236,15 +238,17 @@ class PostFusionVoter(ChatGeneratorWrapper):
         :returns: A dictionary with:
             - `answers`: the voted answer first, then the other candidates by votes. The first's `meta` holds `votes`,
               `vote_share` (0 when nothing voted), `tie`, `confidence` (None without log-probabilities),
-              `passage_answers` (`rank`, `document_id`, p `answers`, `invalid` reasons), `failures` (`rank`,
-              `sample`, `error`), `usage` and `invalid_answers`.
+              `passage_answers` (`rank`, `document_id`, p `answers`, `invalid` reasons), `failures`
+              (`failures.CallFailure.to_dict`, `index` the passage's rank), `usage` and `invalid_answers`.
             - `candidates`: distinct non-unknown answers, most votes first.
             - `documents`: the passages at least one of whose answers voted, in rank order.
             - `unknown`: the "unknown" answer alone, instead of `candidates` and `documents` when no passage answered.
         :raises ValueError: If `query` is empty or only whitespace.
+        :raises LLMCallsFailedError: If every call failed (`failures.LLMCallsFailedError`, with each call's failure).
         """
         query, documents, prompts, settings = self._plan(query, documents)
         calls = run_chat_calls(self._chat_generator, prompts, **settings) if prompts else None
+        check_answered(self, calls)
         return self._vote(query, documents, calls)
 
     @component.output_types(**_OUTPUT_TYPES)
@@ -252,4 +256,5 @@ class PostFusionVoter(ChatGeneratorWrapper):
         """Async form of `run`."""
         query, documents, prompts, settings = self._plan(query, documents)
         calls = await run_chat_calls_async(self._chat_generator, prompts, **settings) if prompts else None
+        check_answered(self, calls)
         return self._vote(query, documents, calls)

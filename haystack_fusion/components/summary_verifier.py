@@ -16,8 +16,10 @@ from haystack_fusion.answers import UNKNOWN, validate_query
 from haystack_fusion.llm import (
     ChatGeneratorWrapper,
     FanOutResult,
+    check_answered,
     check_max_concurrency,
     empty_usage,
+    failures_meta,
     logprob_kwargs,
     run_chat_calls,
     run_chat_calls_async,
@@ -54,7 +56,8 @@ class SummaryVerifier(ChatGeneratorWrapper):
     `document_ranker` (e.g. `embeddings.summary_reranker()`) reorders the winner's passages by its summary (Table 4).
 
     `scoring="probability"` reads v and r_pair from token log-probabilities (`sure.choice_probability`). An empty
-    summary is invalid and loses every pair; a failed call counts as False or 0.5 and is listed in `meta["failures"]`.
+    summary is invalid and loses every pair; a failed call counts as False or 0.5 and is listed in `meta["failures"]`;
+    when every call failed it raises `LLMCallsFailedError`.
 
     ### Usage example
     ```python
@@ -223,7 +226,6 @@ class SummaryVerifier(ChatGeneratorWrapper):
         scores = [v + r for v, r in zip(counted, ranking, strict=True)]
         order = select(counted, ranking)
         usage = dict(calls.usage if calls else empty_usage(), rounds=1 if calls else 0)
-        failures = [{"call": asks[failure["index"]][0], **failure} for failure in (calls.failures if calls else [])]
         answers: list[GeneratedAnswer] = []
         for position, index in enumerate(order):
             meta: dict[str, Any] = {
@@ -240,7 +242,7 @@ class SummaryVerifier(ChatGeneratorWrapper):
                     preferences={f"{a},{b}": value for (a, b), value in sorted(preferences.items())},
                     scoring=self.scoring,
                     scored_by=scored_by,
-                    failures=failures,
+                    failures=failures_meta(calls),
                     usage=usage,
                 )
             answers.append(GeneratedAnswer(data=candidates[index], query=query, documents=[], meta=meta))
@@ -252,6 +254,7 @@ class SummaryVerifier(ChatGeneratorWrapper):
             "max_concurrency": self.max_concurrency,
             "raise_on_failure": self.raise_on_failure,
             "generation_kwargs": extra or None,
+            "caller": self,
         }
 
     def _ranker_inputs(self, answers: list[GeneratedAnswer], documents: list[Document]) -> dict[str, Any] | None:
@@ -284,11 +287,14 @@ class SummaryVerifier(ChatGeneratorWrapper):
         :param documents: The passages attached to every answer (the winner's reordered by `document_ranker`).
         :returns: `answers`: K GeneratedAnswers, best first by Eq. 6, with `meta` `candidate_index`, `validity`
             (None without validity), `ranking` (0 to K-1), `score` and `rationale`; the first also `preferences`,
-            `scoring`, `scored_by`, `failures` (`call`, `index`, `error`) and `usage`. No candidates: "unknown".
+            `scoring`, `scored_by`, `failures` (`failures.CallFailure.to_dict`; `index`: the call's place, validity
+            calls first) and `usage`. No candidates: "unknown".
         :raises ValueError: If `query` is empty, or `candidates` and `summaries` differ in length.
+        :raises LLMCallsFailedError: If every call failed (`failures.LLMCallsFailedError`).
         """
         query, candidates, summaries, asks, prompts = self._plan(query, candidates, summaries)
         calls = run_chat_calls(self._chat_generator, prompts, **self._fan_out()) if prompts else None
+        check_answered(self, calls)
         answers = self._score(query, candidates, summaries, asks, calls)
         documents = list(documents or [])
         inputs = self._ranker_inputs(answers, documents)
@@ -302,6 +308,7 @@ class SummaryVerifier(ChatGeneratorWrapper):
         """Async form of `run`."""
         query, candidates, summaries, asks, prompts = self._plan(query, candidates, summaries)
         calls = await run_chat_calls_async(self._chat_generator, prompts, **self._fan_out()) if prompts else None
+        check_answered(self, calls)
         answers = self._score(query, candidates, summaries, asks, calls)
         documents = list(documents or [])
         inputs = self._ranker_inputs(answers, documents)
