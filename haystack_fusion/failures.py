@@ -213,7 +213,13 @@ def failed_run(what: str, *, reader: str | None = None) -> Iterator[list[CallFai
             failed = LLMCallsFailedError(recorded[-1:], what)
         if failed is None:
             raise
-        raise LLMCallsFailedError(recorded or failed.failures, failed.what) from error
+        earlier = len(recorded) - len(failed.failures)
+        what = (
+            f"{failed.what} (after {earlier} failed call{'s' * (earlier != 1)} of earlier rounds)"
+            if earlier > 0
+            else failed.what
+        )
+        raise LLMCallsFailedError(recorded or failed.failures, what) from error
     finally:
         _RECORDED.reset(token)
         outer = _RECORDED.get()
