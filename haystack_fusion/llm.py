@@ -484,7 +484,6 @@ class _Calls:
         if self.raise_if is not None and self.raise_if(error):
             raise error
         failure = CallFailure.of(error, component=self.component, index=self.indexes[index])
-        record(failure)
         logger.warning("An LLM call failed and counts as an abstention: {failure}", failure=failure)
         return None, failure
 
@@ -510,6 +509,9 @@ def _result(outcomes: list[Outcome]) -> FanOutResult:
     replies, errors = [reply for reply, _ in outcomes], [error for _, error in outcomes]
     usage = sum_usage(reply_usage(reply) for reply in replies)
     usage["failed_calls"] = sum(error is not None for error in errors)
+    for error in errors:
+        if error is not None:
+            record(error)  # in the run under way, in input order
     return FanOutResult(replies=replies, errors=errors, usage=usage)
 
 
