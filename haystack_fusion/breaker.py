@@ -1,12 +1,7 @@
 """
 A circuit breaker for one LLM backend: after a run of failed calls, calls fail at once for a cool-down instead of
-being sent to a server that is failing, then one probe call finds out whether it answers again.
-
-No circuit-breaker library from PyPI fitted, so this is a small state machine of its own: purgatory 3.0.1,
-circuitbreaker 2.1.3, pybreaker 1.4.1 and aiobreaker 1.2.0 all let every call through once the cool-down has passed
-(their half-open state admits concurrent calls, not one probe); besides, pybreaker holds one lock for the whole call
-(calls through it run one at a time) and wraps coroutines with tornado, aiobreaker serves asyncio only, and neither
-purgatory nor circuitbreaker guards its state with a lock across threads. Needs no extra.
+being sent to a server that is failing, then one probe call finds out whether it answers again. A state machine of
+its own: none of four circuit-breaker libraries on PyPI probes with one call (research/notes/reliability.md).
 """
 
 from __future__ import annotations

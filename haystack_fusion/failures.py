@@ -1,13 +1,11 @@
 """
 What a failed call is, in one taxonomy: `failure_kind` names what went wrong with an exception (and the exceptions it
-was raised from), `CallFailure` records one failed LLM call in a run, and `LLMCallsFailedError` is what a component
-or a strategy raises when every LLM call it made failed ("failures are never answers", as Haystack's
+was raised from), `CallFailure` records one failed LLM call, and `LLMCallsFailedError` is what a component or a
+strategy raises when every LLM call of a round failed ("failures are never answers", as Haystack's
 `FallbackChatGenerator` raises when every generator fails).
 
 ### Usage example
 ```python
-from haystack_fusion.failures import CallFailure, LLMCallsFailedError
-
 try:
     voter.run(query="Who wrote Hamlet?", documents=documents)
 except LLMCallsFailedError as error:
@@ -44,10 +42,9 @@ _KINDS: dict[tuple[str, str], tuple[str, str]] = {
     ("elasticsearch", "AuthorizationException"): (DOCUMENT_STORE, "key"),
     ("elasticsearch", "NotFoundError"): (DOCUMENT_STORE, "not_found"),
 }
-"""(top-level module, class name) of an exception or one of its bases -> (service, kind). The first match along an
-exception's bases wins (`openai.APITimeoutError` subclasses `APIConnectionError`). The builtin `ConnectionError` is
-ollama's refused call (and `ConnectionRefusedError`); `CircuitOpenError` is a call the LLM server's circuit breaker
-refused without sending it (`breaker.CircuitBreaker`)."""
+"""(top-level module, class name) of an exception or one of its bases -> (service, kind); the first match along the
+bases wins (`openai.APITimeoutError` subclasses `APIConnectionError`). The builtin `ConnectionError` is ollama's
+refused call; `CircuitOpenError` a call the LLM server's circuit breaker refused unsent (`breaker.CircuitBreaker`)."""
 
 KINDS = ("key", "not_found", "timeout", "unreachable", "circuit_open", "failing")
 """Every kind of failure: a refused key (HTTP 401/403), a missing model or index (404), no answer in time, no
@@ -169,8 +166,11 @@ class LLMCallsFailedError(RuntimeError):
     def __init__(self, failures: Iterable[CallFailure], what: str = "a run") -> None:
         self.failures, self.what = list(failures), what
         first = f": {self.failures[0]}" if self.failures else ""
-        count = len(self.failures)
-        super().__init__(f"every LLM call of {what} failed ({count} failed call{'s' * (count != 1)}){first}")
+        super().__init__(f"every LLM call of {what} failed ({_calls(len(self.failures))}){first}")
+
+
+def _calls(count: int) -> str:
+    return f"{count} failed call{'s' * (count != 1)}"
 
 
 def calls_failed(error: BaseException) -> LLMCallsFailedError | None:
@@ -191,14 +191,13 @@ def record(failure: CallFailure) -> None:
 @contextlib.contextmanager
 def failed_run(what: str, *, reader: str | None = None) -> Iterator[list[CallFailure]]:
     """
-    Run a pipeline in the block, with every failed LLM call its components record (`record`, in the threads and
-    tasks the block starts too) gathered in the list it yields. When the pipeline fails because every call of one of
-    its components failed (`calls_failed`), or because `reader` raised (the pipeline component name of a strategy's
-    only LLM call: its one failed call), the block raises one `LLMCallsFailedError` with every failed call of the
-    run, earlier rounds' first (e.g. concatenation's, which fell back to post-fusion). A nested run's failures count
-    in the outer run too.
+    Run a pipeline in the block, gathering every failed LLM call its components `record` (in the threads and tasks
+    the block starts too) in the list it yields, and the outer run's. When the pipeline fails because every call of a
+    round failed (`calls_failed`), or because `reader` raised (the component name of a strategy's only LLM call), the
+    block raises one `LLMCallsFailedError` with every failed call of the run, earlier rounds' first (e.g.
+    concatenation's, which fell back to post-fusion).
 
-    :param what: What ran, for the message when no component names itself ("the concatenation strategy").
+    :param what: What ran, for the message of `reader`'s failure: "strategy 'concatenation'".
     :raises LLMCallsFailedError: As said, raised from the pipeline's error.
     """
     recorded: list[CallFailure] = []
@@ -214,11 +213,7 @@ def failed_run(what: str, *, reader: str | None = None) -> Iterator[list[CallFai
         if failed is None:
             raise
         earlier = len(recorded) - len(failed.failures)
-        what = (
-            f"{failed.what} (after {earlier} failed call{'s' * (earlier != 1)} of earlier rounds)"
-            if earlier > 0
-            else failed.what
-        )
+        what = f"{failed.what} (after {_calls(earlier)} of earlier rounds)" if earlier > 0 else failed.what
         raise LLMCallsFailedError(recorded or failed.failures, what) from error
     finally:
         _RECORDED.reset(token)

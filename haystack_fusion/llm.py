@@ -1,8 +1,8 @@
 """
-LLM calls over Haystack's ChatGenerators: the fan-out, the process-wide call limit and a backend's circuit breaker
-(`CallLimitedChatGenerator`), the components' wrapper mixin,
+LLM calls over Haystack's ChatGenerators: the fan-out (a failed call recorded as a `failures.CallFailure`), the
+process-wide call limit and a backend's circuit breaker (`CallLimitedChatGenerator`), the components' wrapper mixin,
 token usage (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`; `rounds`, `cached_tokens`,
-`cached_calls`, `truncated` only when reported), call `generation_kwargs`, and what a client's exception means.
+`cached_calls`, `truncated` only when reported) and call `generation_kwargs`.
 """
 
 from __future__ import annotations
@@ -425,14 +425,10 @@ def _component_name(caller: Any) -> str:
 
 
 def check_answered(caller: Any, *rounds: FanOutResult | None) -> None:
-    """
-    Failures are never answers: raise when the last of a component's rounds made calls and every one failed.
+    """Failures are never answers: raise when the last of a component's `rounds` so far (None: did not run) made
+    calls and every one failed.
 
-    :param caller: The component, named in the error (with its pipeline name).
-    :param rounds: Its rounds so far, in order (None: a round that did not run).
-    :raises LLMCallsFailedError: With the failed calls of every round, as Haystack's `FallbackChatGenerator` raises
-        when every generator failed.
-    """
+    :raises LLMCallsFailedError: With the failed calls of every round, naming `caller` and its pipeline name."""
     last = rounds[-1] if rounds else None
     if last is not None and last.replies and all(reply is None for reply in last.replies):
         name = _component_name(caller)
@@ -530,7 +526,7 @@ def run_chat_calls(
     """
     Independent ChatGenerator calls, one per prompt, in a `ThreadPoolExecutor` (as Haystack's `LLMMetadataExtractor`),
     each in a copy of the caller's context. A failed call is an abstention, logged and recorded as a `CallFailure`
-    (and in the run under way, `failures.failed_run`).
+    (also in the run under way: `failures.failed_run`).
 
     :param prompts: n prompts, each a list of ChatMessage.
     :param max_concurrency: None: all n calls at once; an integer >= 1: at most that many under way at once.

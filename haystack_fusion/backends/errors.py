@@ -1,12 +1,9 @@
 """
-One-line messages, printed instead of a traceback, for backends that cannot be used (a server that refuses the
-connection or does not answer, a key it refuses, a missing Elasticsearch index, an LLM server whose circuit breaker
-is open), and for a question whose every LLM call failed (`failures.LLMCallsFailedError`), by the kinds of
-`haystack_fusion.failures`. For the operator (`backend_error_message`, `failed_calls_message`: the command line, the
-server log), each names the URL and the option or variable to fix; for a served chat's user (`user_error_message`,
-`failed_calls_user_message`), each says what happened in the user's terms and names no URL, flag or variable. Never a
-secret: built from the configuration and the failure's kind, class and HTTP status, never from a server's text, with
-URLs stripped of user name, password and query.
+One-line messages, printed instead of a traceback, for a backend that cannot be used and for a question whose every LLM
+call failed (`failures.LLMCallsFailedError`), by the kinds of `haystack_fusion.failures`. The operator's
+(`backend_error_message`, `failed_calls_message`) name the URL and the option or variable to fix; a chat user's
+(`user_error_message`, `failed_calls_user_message`) say what happened and name no URL, flag or variable. Never a
+secret: built from the configuration and a failure's kind, class and HTTP status, with URLs stripped of credentials.
 """
 
 from __future__ import annotations
@@ -39,10 +36,8 @@ class BackendError(RuntimeError):
 
 
 def safe_url(url: str) -> str:
-    """
-    A URL fit for a message: `https://elastic:secret@host:9200/?api_key=x` -> `https://host:9200/` (no user name,
-    password, query or fragment); the input unchanged when it has no host.
-    """
+    """A URL fit for a message: `https://elastic:secret@host:9200/?api_key=x` -> `https://host:9200/` (no user name,
+    password, query or fragment); the input unchanged when it has no host."""
     parts = urlsplit(url)
     if not parts.hostname:
         return url
@@ -76,8 +71,7 @@ _MESSAGES = {
     (DOCUMENT_STORE, "key"): "Elasticsearch at {es} refused the credentials in $ELASTIC_API_KEY / "
     "$ELASTIC_API_KEY_ID{status}",
 }
-"""The operator's line for each (LLM client or document store, `failures.KINDS` kind); a document store's
-"not_found" is `missing_index_message`, the other kinds have none."""
+"""The operator's line for each (LLM client or document store, `failures.KINDS` kind) that has one."""
 
 
 def _classify(error: BaseException, config: BackendConfig) -> tuple[str, str] | None:
@@ -107,20 +101,16 @@ def _message(
         )
     if service == DOCUMENT_STORE and kind == "not_found":
         return missing_index_message(config)
-    template = _MESSAGES.get(
-        ("ollama" if config.llm == "ollama" else "openai", kind) if service == LLM else (service, kind)
-    )
-    return (
-        None
-        if template is None
-        else template.format(
-            openai=safe_url(config.api_base_url or OPENAI_DEFAULT_URL),
-            ollama=safe_url(config.ollama_url),
-            es=safe_url(config.elasticsearch_url),
-            reason=_reason(error) if error is not None else "",
-            status=f" (HTTP {status})" if status is not None else "",
-            limit=f"{config.timeout:g} s" if config.timeout is not None else "the client's default timeout",
-        )
+    client = ("ollama" if config.llm == "ollama" else "openai") if service == LLM else service
+    if (template := _MESSAGES.get((client, kind))) is None:
+        return None
+    return template.format(
+        openai=safe_url(config.api_base_url or OPENAI_DEFAULT_URL),
+        ollama=safe_url(config.ollama_url),
+        es=safe_url(config.elasticsearch_url),
+        reason=_reason(error) if error is not None else "",
+        status=f" (HTTP {status})" if status is not None else "",
+        limit=f"{config.timeout:g} s" if config.timeout is not None else "the client's default timeout",
     )
 
 
@@ -136,9 +126,8 @@ def missing_index_message(config: BackendConfig) -> str:
 
 def backend_error_message(error: BaseException, config: BackendConfig) -> str | None:
     """
-    One line that says which backend failed and how to fix it, read from the exception and its causes (the openai,
-    ollama and Elasticsearch clients' connection, timeout, authentication and not-found errors), or
-    `failed_calls_message` for an `LLMCallsFailedError`.
+    One line that says which backend failed and how to fix it, read from the exception and its causes
+    (`failures.classify`), or `failed_calls_message` for an `LLMCallsFailedError`.
 
     :param config: The backends the command used (for the URLs and the timeout).
     :returns: The message (no trailing period, no secret), or None when the error is not a backend's.
@@ -164,24 +153,15 @@ has the measurement)."""
 def queued_timeout_advice(
     failures: Iterable[CallFailure], *, calls: int, rounds: int, max_calls_in_flight: int | None
 ) -> str | None:
-    """
-    `QUEUED_TIMEOUT_ADVICE` when a failed call timed out and calls went out together (more calls than rounds, and no
-    limit of one call in flight).
-
-    :param failures: The run's failed calls.
-    :param max_calls_in_flight: The process-wide bound on calls under way (None: none).
-    """
+    """`QUEUED_TIMEOUT_ADVICE` when a failed call timed out and calls went out together (more calls than rounds, and
+    `max_calls_in_flight`, the process-wide bound on calls under way, is not 1), else None."""
     timed_out = any(failure.kind == "timeout" for failure in failures)
     return QUEUED_TIMEOUT_ADVICE if timed_out and calls > rounds and max_calls_in_flight != 1 else None
 
 
 def failed_calls_message(failures: Iterable[CallFailure], calls: int, config: BackendConfig) -> str:
-    """
-    The message for a question whose every one of `calls` LLM calls failed.
-
-    :returns: The line of the first failure whose kind has one (as `backend_error_message`'s), else a line naming
-        the LLM's URL and variables and pointing at the warnings logged for each call.
-    """
+    """The message for a question whose every one of `calls` LLM calls failed: the line of the first failure whose
+    kind has one (as `backend_error_message`'s), else one naming the LLM's URL and variables and the logged warnings."""
     for failure in failures:
         if (line := _message(LLM, failure.kind, config, failure.status, None)) is not None:
             return line
@@ -196,52 +176,30 @@ def failed_calls_message(failures: Iterable[CallFailure], calls: int, config: Ba
     )
 
 
-LLM_SERVER = "The language model server"
-STORE = "The document store"
-
-_USER_MESSAGES = {
-    "unreachable": f"{LLM_SERVER} cannot be reached",
-    "timeout": f"{LLM_SERVER} did not answer in time",
-    "failing": f"{LLM_SERVER} is failing",
-    "key": f"{LLM_SERVER} refused this service's access{{status}}; its operator has to fix it",
-    "es_unreachable": f"{STORE} cannot be reached",
-    "es_key": f"{STORE} refused this service's access{{status}}; its operator has to fix it",
-    "es_index": f"{STORE} holds no passages to search; this service's operator has to fix it",
+_USER_PHRASES = {
+    "unreachable": "cannot be reached",
+    "timeout": "did not answer in time",
+    "failing": "is failing",
+    "key": "refused this service's access{status}; its operator has to fix it",
+    "not_found": "holds no passages to search; this service's operator has to fix it",
 }
-"""What a chat user reads for each kind of failure (`user_error_message`): no URL, flag or variable. The kinds whose
-line does not tell the operator to act end with when to try again."""
+"""What a chat user reads for each kind of failure, after "The language model server" or "The document store": no URL,
+flag or variable. The kinds whose line does not tell the operator to act end with when to try again."""
 
 
-def _http_status(status: int | None) -> str:
-    """ "HTTP 500 Internal Server Error" for a status (its reason phrase when it is a standard one); "" for None."""
-    if status is None:
-        return ""
-    try:
-        return f"HTTP {status} {http.HTTPStatus(status).phrase}"
-    except ValueError:
-        return f"HTTP {status}"
+_REASONS = {status.value: f" {status.phrase}" for status in http.HTTPStatus}
 
 
-def user_message(kind: str, *, status: int | None = None, retry_after: float | None = None) -> str:
-    """
-    The line a chat user reads for a failure of `kind` (`_USER_MESSAGES`: "unreachable", "timeout", "failing", "key",
-    "es_unreachable", "es_key", "es_index"), e.g. "The language model server is failing: HTTP 500 Internal Server
-    Error; try again later".
-
-    :param status: The HTTP status the server answered with, if any (named after "failing", in brackets after "key").
-    :param retry_after: Seconds until the server may be called again (an open circuit breaker): "try again in 30 s"
-        instead of "try again later"; None or <= 0: "later".
-    """
-    status_text = _http_status(status)
-    if kind in ("key", "es_key"):
-        return _USER_MESSAGES[kind].format(status=f" ({status_text})" if status_text else "")
-    line = _USER_MESSAGES.get(kind, _USER_MESSAGES["failing"])
-    if kind == "es_index":
-        return line
-    if kind == "failing" and status_text:
-        line += f": {status_text}"
-    when = f"in {math.ceil(retry_after)} s" if retry_after is not None and retry_after > 0 else "later"
-    return f"{line}; try again {when}"
+def _user_line(kind: str, *, store: bool = False, status: int | None = None, retry_after: float | None = None) -> str:
+    """E.g. "The language model server is failing: HTTP 500 Internal Server Error; try again in 30 s" (`retry_after`
+    None or <= 0: "later"); a status is named after "failing", in brackets after "key"."""
+    status_text = "" if status is None else f"HTTP {status}{_REASONS.get(status, '')}"
+    phrase = _USER_PHRASES.get(kind, _USER_PHRASES["failing"])
+    line = ("The document store " if store else "The language model server ") + phrase
+    if kind in ("key", "not_found"):
+        return line.format(status=f" ({status_text})" if status_text else "")
+    line += f": {status_text}" if kind == "failing" and status_text else ""
+    return f"{line}; try again {f'in {math.ceil(retry_after)} s' if retry_after and retry_after > 0 else 'later'}"
 
 
 def user_error_message(error: BaseException, config: BackendConfig, *, retry_after: float | None = None) -> str | None:
@@ -249,8 +207,8 @@ def user_error_message(error: BaseException, config: BackendConfig, *, retry_aft
     The line a chat user reads for a backend's exception (one `backend_error_message` recognizes), in the user's
     terms: "The language model server cannot be reached; try again later", "... did not answer in time ...", "The
     language model server is failing: HTTP 500 Internal Server Error; try again in 30 s" (an open circuit breaker:
-    the last failure's status, and the breaker's wait unless `retry_after` is given); `failed_calls_user_message`
-    for an `LLMCallsFailedError`.
+    its last failure, and its wait unless `retry_after` is given); `failed_calls_user_message`'s for an
+    `LLMCallsFailedError`.
 
     :param retry_after: Seconds until the LLM server may be called again (its open circuit breaker), if known; not
         said of a document store's failure.
@@ -261,35 +219,31 @@ def user_error_message(error: BaseException, config: BackendConfig, *, retry_aft
     found = (DOCUMENT_STORE, "not_found") if isinstance(error, BackendError) else _classify(error, config)
     if found is None or found == (LLM, "not_found"):
         return None
-    service, kind = found
-    if service == DOCUMENT_STORE:
-        return user_message(
-            {"unreachable": "es_unreachable", "key": "es_key"}.get(kind, "es_index"), status=error_status(error)
-        )
-    if kind == "circuit_open" and (refusal := _circuit_open(error)) is not None:
-        last = failure_kind(refusal.last_error) if refusal.last_error is not None else None
+    if found[0] == DOCUMENT_STORE:
+        return _user_line(found[1], store=True, status=error_status(error))
+    if found[1] == "circuit_open" and (refusal := _circuit_open(error)) is not None:
+        last = refusal.last_error
+        kind = failure_kind(last) if last is not None else "failing"
         wait = retry_after if retry_after is not None else refusal.retry_after
-        return user_message(
-            last if last in ("unreachable", "timeout") else "failing", status=refusal.status, retry_after=wait
+        return _user_line(
+            kind if kind in ("unreachable", "timeout") else "failing", status=refusal.status, retry_after=wait
         )
-    return user_message(kind, status=error_status(error), retry_after=retry_after)
+    return failed_calls_user_message([CallFailure.of(error)], retry_after=retry_after)
 
 
 def failed_calls_user_message(failures: Iterable[CallFailure], *, retry_after: float | None = None) -> str:
     """
     The line a chat user reads when every LLM call of a question failed, from the first of its failed calls whose
-    kind or HTTP status tells what went wrong: a refused key, a timeout, a refused connection, or an HTTP status ("The
-    language model server is failing: HTTP 500 Internal Server Error; try again later"); "The language model server
-    is failing; try again later" when none does.
+    kind or HTTP status tells what went wrong (a refused key, a timeout, a refused connection, an HTTP status); "The
+    language model server is failing; try again later" when none does.
 
     :param retry_after: Seconds until the LLM server may be called again (its open circuit breaker), if known.
     """
     for failure in failures:
-        if failure.kind in ("key", "timeout", "unreachable"):
-            return user_message(failure.kind, status=failure.status, retry_after=retry_after)
-        if failure.status is not None:
-            return user_message("failing", status=failure.status, retry_after=retry_after)
-    return user_message("failing", retry_after=retry_after)
+        if failure.kind in ("key", "timeout", "unreachable") or failure.status is not None:
+            kind = failure.kind if failure.kind in ("key", "timeout", "unreachable") else "failing"
+            return _user_line(kind, status=failure.status, retry_after=retry_after)
+    return _user_line("failing", retry_after=retry_after)
 
 
 def llm_server_name(config: BackendConfig) -> str | None:

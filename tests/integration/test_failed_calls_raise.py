@@ -55,6 +55,7 @@ class TestComponentsRaise:
     @pytest.mark.parametrize("asynchronous", [False, True])
     def test_post_fusion_voter(self, failing, asynchronous):
         voter = PostFusionVoter(chat_generator=openai_llm(failing))
+
         def run() -> Any:
             if asynchronous:
                 return asyncio.run(voter.run_async(query=QUERY, documents=DOCUMENTS))
