@@ -75,18 +75,6 @@ class CircuitBreaker:
     threads and event loops together (`calling` is a plain context manager: `with breaker.calling(): await ...`).
     A call that was already under way when the breaker opened changes nothing when it ends.
 
-    ### Usage example
-    ```python
-    from haystack_fusion.breaker import CircuitBreaker, CircuitOpenError
-
-    breaker = CircuitBreaker("openai http://127.0.0.1:8000/v1", failure_threshold=5, cooldown=30.0)
-    try:
-        with breaker.calling():
-            pass  # the call to the backend
-    except CircuitOpenError as error:
-        print(f"not sent; retry in {error.retry_after:.0f} s")
-    ```
-
     :param name: Which backend (for the server log and `shared`).
     :param failure_threshold: Consecutive failed calls that open it (>= 1).
     :param cooldown: Seconds it stays open before the probe (> 0).

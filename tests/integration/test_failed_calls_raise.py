@@ -92,6 +92,14 @@ class TestComponentsRaise:
         assert all(failure.status == 500 for failure in raised.value.failures)
 
 
+def test_fusion_answerer_run_async_raises_with_both_rounds_failures(failing):
+    answerer = FusionAnswerer(strategy="concat_pf", chat_generator=openai_llm(failing))
+    with pytest.raises(LLMCallsFailedError) as raised:
+        asyncio.run(answerer.run_async(query=QUERY, documents=DOCUMENTS))
+    assert_every_call_failed(raised, 1 + len(DOCUMENTS), failing)
+    assert [failure.component for failure in raised.value.failures] == ["llm", "voter", "voter", "voter"]
+
+
 def retriever() -> InMemoryBM25Retriever:
     store = InMemoryDocumentStore()
     store.write_documents(DOCUMENTS)
