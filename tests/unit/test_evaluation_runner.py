@@ -205,6 +205,20 @@ class TestFailedRecords:
         assert failure.error.endswith(f"TimeoutError: Request timed out. ({QUEUED_TIMEOUT_ADVICE})")
         assert failure.evidence["failures"][0]["component"] == "voter"
 
+    def test_a_question_whose_every_call_failed_gets_a_failed_record_not_an_answer(self, tmp_path):
+        def timeout(messages):
+            if "take 2?" in messages[-1].text:
+                raise TimeoutError("Request timed out.")
+            return "Paris"
+
+        evaluator(tmp_path, timeout, strategies=("post_fusion",)).run()
+        (failure,) = read_failures(tmp_path / RESULTS_FILE)
+        assert (failure.question_id, failure.prediction) == ("q2", "")
+        assert failure.error == (
+            "2 of 2 LLM calls failed: voter (index 0): TimeoutError: Request timed out.; voter (index 1): "
+            f"TimeoutError: Request timed out. ({QUEUED_TIMEOUT_ADVICE})"
+        )
+
     def test_a_clean_record_has_no_error_key(self, tmp_path):
         evaluator(tmp_path, fails_on()).run()
         line = (tmp_path / RESULTS_FILE).read_text().splitlines()[0]
