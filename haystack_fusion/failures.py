@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Collection, Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 LLM = "llm"
@@ -140,15 +140,8 @@ class CallFailure:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CallFailure:
-        """The record `to_dict` wrote."""
-        return cls(
-            data["kind"],
-            data["error_type"],
-            data["message"],
-            data.get("status"),
-            data.get("component") or "",
-            data.get("index"),
-        )
+        """The record `to_dict` wrote (keys it does not know are left out)."""
+        return cls(**{field.name: data[field.name] for field in fields(cls) if field.name in data})
 
     def __str__(self) -> str:
         """ "ExceptionType: message", as a log line names the failure."""
@@ -189,7 +182,7 @@ def record(failure: CallFailure) -> None:
 
 
 @contextlib.contextmanager
-def failed_run(what: str, *, reader: str | None = None) -> Iterator[list[CallFailure]]:
+def failed_run(what: str = "a run", *, reader: str | None = None) -> Iterator[list[CallFailure]]:
     """
     Run a pipeline in the block, gathering every failed LLM call its components `record` (in the threads and tasks
     the block starts too) in the list it yields, and the outer run's. When the pipeline fails because every call of a

@@ -42,7 +42,7 @@ from haystack_fusion.backends import (
 )
 from haystack_fusion.backends.checks import BackendSetupError, check_backend, reachability_problems, setup_message
 from haystack_fusion.breaker import CircuitBreaker
-from haystack_fusion.failures import exception_chain
+from haystack_fusion.failures import exception_chain, failed_run
 from haystack_fusion.llm import CallLimitedChatGenerator, sum_usage, threaded_callback
 from haystack_fusion.serving.chat import Chat, answer_task, digest, read_chat, standalone_question
 from haystack_fusion.serving.guards import ServingError, openai_error
@@ -280,9 +280,10 @@ async def stream_strategy(pipeline: Pipeline, query: str, *, stream_tokens: bool
     async def drive() -> None:
         outputs: dict[str, dict[str, Any]] = {}
         try:
-            async for partial in pipeline.run_async_generator(data=data, include_outputs_from=names):
-                await queue.put(("partial", partial))
-                outputs.update(partial)
+            with failed_run():  # every call of a round failed: one error with every failed call of the run
+                async for partial in pipeline.run_async_generator(data=data, include_outputs_from=names):
+                    await queue.put(("partial", partial))
+                    outputs.update(partial)
         except Exception as error:  # handed to the consumer, which re-raises it
             await queue.put(("error", error))
             return
