@@ -260,7 +260,7 @@ class ChatGeneratorWrapper:
 
     async def _each_async(self, name: str) -> None:
         for part in self._wrapped_parts():
-            if hasattr(part, f"{name}_async"):
+            if hasattr(part, f"{name}_async") and _on_first_loop(part):  # an async client is bound to its first loop
                 await getattr(part, f"{name}_async")()
             elif hasattr(part, name):
                 getattr(part, name)()

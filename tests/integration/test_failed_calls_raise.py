@@ -152,3 +152,15 @@ def test_a_fresh_event_loop_per_question_makes_every_call(start_openai_server):
         answers.append(answer.data)
     assert answers == ["Paris"] * 3
     assert server.stats.requests == server.stats.first_attempts == 3 * len(DOCUMENTS)
+
+
+def test_a_strategy_pipeline_on_a_fresh_event_loop_per_question(start_openai_server):
+    """`Pipeline.run_async` warms its components up on each loop (`warm_up_async`) and runs them there."""
+    server = start_openai_server(reply=PromptReplies(["Paris"], concatenation_unknown=1.0))
+    pipeline = build_pipeline("concat_pf", retriever=retriever(), chat_generator=openai_llm(server))
+    for _ in range(3):
+        data = {name: {"query": QUERY} for name, sockets in pipeline.inputs().items() if "query" in sockets}
+        outputs = asyncio.run(pipeline.run_async(data))
+        (answer,) = [a for a in outputs["joiner"]["answers"] if a.meta.get("votes")]
+        assert (answer.data, answer.meta["failures"]) == ("Paris", [])
+    assert server.stats.requests == server.stats.first_attempts == 3 * (1 + len(DOCUMENTS))
