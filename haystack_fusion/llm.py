@@ -221,9 +221,10 @@ _FIRST_LOOPS: weakref.WeakKeyDictionary[Any, weakref.ref[asyncio.AbstractEventLo
 
 
 def _on_first_loop(generator: Any) -> bool:
-    """Whether this is the event loop the generator's `run_async` was first awaited on here (recorded now if none): an
-    async client stays bound to the loop it was first used on (openai's, so Haystack's `OpenAIChatGenerator`: on
-    another loop its calls fail with "Event loop is closed"). True for a generator that cannot be weakly referenced."""
+    """Whether this is the event loop this package first awaited the generator's `run_async` or `warm_up_async` on
+    (recorded now if none): an async client stays bound to the loop it was first used on (openai's, so Haystack's
+    `OpenAIChatGenerator`: on another loop its calls fail with "Event loop is closed"). True for a generator that
+    cannot be weakly referenced."""
     loop = asyncio.get_running_loop()
     try:
         with _LOCK:
