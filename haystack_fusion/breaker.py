@@ -1,12 +1,7 @@
 """
 A circuit breaker for one LLM backend: after a run of failed calls, calls fail at once for a cool-down instead of
-being sent to a server that is failing, then one probe call finds out whether it answers again.
-
-No circuit-breaker library from PyPI fitted, so this is a small state machine of its own: purgatory 3.0.1,
-circuitbreaker 2.1.3, pybreaker 1.4.1 and aiobreaker 1.2.0 all let every call through once the cool-down has passed
-(their half-open state admits concurrent calls, not one probe); besides, pybreaker holds one lock for the whole call
-(calls through it run one at a time) and wraps coroutines with tornado, aiobreaker serves asyncio only, and neither
-purgatory nor circuitbreaker guards its state with a lock across threads. Needs no extra.
+being sent to a server that is failing, then one probe call finds out whether it answers again. A state machine of
+its own: none of four circuit-breaker libraries on PyPI probes with one call.
 """
 
 from __future__ import annotations
@@ -18,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, Literal
 
+from haystack_fusion.failures import error_status
 from haystack_fusion.settings import DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES
 
 BreakerState = Literal["closed", "open", "half_open"]
@@ -25,22 +21,6 @@ BreakerState = Literal["closed", "open", "half_open"]
 _ANSWERED_STATUSES = frozenset(range(400, 500)) - {401, 403, 408, 429}
 """HTTP statuses that say the server answered and refused this one request (a prompt over the context, a content
 filter): such a failure does not count against the backend. 401 / 403 (a refused key), 408 and 429 do."""
-
-
-def error_status(error: BaseException) -> int | None:
-    """The HTTP status an exception or one it was raised from carries (`status_code`, or `status`), else None."""
-    seen: set[int] = set()
-    stack: list[BaseException | None] = [error]
-    while stack:
-        link = stack.pop()
-        if link is None or id(link) in seen:
-            continue
-        seen.add(id(link))
-        status = getattr(link, "status_code", None) or getattr(link, "status", None)
-        if isinstance(status, int) and not isinstance(status, bool):
-            return status
-        stack.extend([link.__context__, link.__cause__])
-    return None
 
 
 def counts_as_backend_failure(error: BaseException) -> bool:
@@ -94,18 +74,6 @@ class CircuitBreaker:
     The state is guarded by a lock held only to read and change it, never during a call, so one breaker serves
     threads and event loops together (`calling` is a plain context manager: `with breaker.calling(): await ...`).
     A call that was already under way when the breaker opened changes nothing when it ends.
-
-    ### Usage example
-    ```python
-    from haystack_fusion.breaker import CircuitBreaker, CircuitOpenError
-
-    breaker = CircuitBreaker("openai http://127.0.0.1:8000/v1", failure_threshold=5, cooldown=30.0)
-    try:
-        with breaker.calling():
-            pass  # the call to the backend
-    except CircuitOpenError as error:
-        print(f"not sent; retry in {error.retry_after:.0f} s")
-    ```
 
     :param name: Which backend (for the server log and `shared`).
     :param failure_threshold: Consecutive failed calls that open it (>= 1).

@@ -1,13 +1,11 @@
 """
 What a failed call is, in one taxonomy: `failure_kind` names what went wrong with an exception (and the exceptions it
-was raised from), `CallFailure` records one failed LLM call in a run, and `LLMCallsFailedError` is what a component
-or a strategy raises when every LLM call it made failed ("failures are never answers", as Haystack's
+was raised from), `CallFailure` records one failed LLM call, and `LLMCallsFailedError` is what a component or a
+strategy raises when every LLM call of a round failed ("failures are never answers", as Haystack's
 `FallbackChatGenerator` raises when every generator fails).
 
 ### Usage example
 ```python
-from haystack_fusion.failures import CallFailure, LLMCallsFailedError
-
 try:
     voter.run(query="Who wrote Hamlet?", documents=documents)
 except LLMCallsFailedError as error:
@@ -18,7 +16,9 @@ except LLMCallsFailedError as error:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+import contextlib
+import contextvars
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -42,10 +42,9 @@ _KINDS: dict[tuple[str, str], tuple[str, str]] = {
     ("elasticsearch", "AuthorizationException"): (DOCUMENT_STORE, "key"),
     ("elasticsearch", "NotFoundError"): (DOCUMENT_STORE, "not_found"),
 }
-"""(top-level module, class name) of an exception or one of its bases -> (service, kind). The first match along an
-exception's bases wins (`openai.APITimeoutError` subclasses `APIConnectionError`). The builtin `ConnectionError` is
-ollama's refused call (and `ConnectionRefusedError`); `CircuitOpenError` is a call the LLM server's circuit breaker
-refused without sending it (`breaker.CircuitBreaker`)."""
+"""(top-level module, class name) of an exception or one of its bases -> (service, kind); the first match along the
+bases wins (`openai.APITimeoutError` subclasses `APIConnectionError`). The builtin `ConnectionError` is ollama's
+refused call; `CircuitOpenError` a call the LLM server's circuit breaker refused unsent (`breaker.CircuitBreaker`)."""
 
 KINDS = ("key", "not_found", "timeout", "unreachable", "circuit_open", "failing")
 """Every kind of failure: a refused key (HTTP 401/403), a missing model or index (404), no answer in time, no
@@ -79,17 +78,19 @@ def error_status(error: BaseException) -> int | None:
     return None
 
 
-def classify(error: BaseException, service: str | None = None) -> tuple[str, str] | None:
+def classify(error: BaseException, service: str | None = None, *, skip: Collection[str] = ()) -> tuple[str, str] | None:
     """
     (service, kind) of the first `_KINDS` entry along the exception's chain and each link's bases, or None when no
     link is a known client's error.
 
     :param service: Only entries of this service (`LLM` or `DOCUMENT_STORE`); None: either.
+    :param skip: Top-level modules whose entries do not count: ("builtins", "httpx") for an LLM that is not ollama's.
     """
     for link in exception_chain(error):
         for cls in type(link).__mro__:
-            found = _KINDS.get((cls.__module__.split(".")[0], cls.__name__))
-            if found is not None and (service is None or found[0] == service):
+            module = cls.__module__.split(".")[0]
+            found = _KINDS.get((module, cls.__name__))
+            if found is not None and (service is None or found[0] == service) and module not in skip:
                 return found
     return None
 
@@ -139,7 +140,7 @@ class CallFailure:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CallFailure:
-        """The record `to_dict` wrote."""
+        """The record `to_dict` wrote (keys it does not know are left out)."""
         status, index = data.get("status"), data.get("index")
         return cls(
             str(data["kind"]),
@@ -160,9 +161,63 @@ class LLMCallsFailedError(RuntimeError):
     Every LLM call of a component or a strategy failed: there is no answer, and "unknown" would hide the failure.
 
     :param failures: One `CallFailure` per failed call, in call order (earlier rounds' first).
+    :param what: What failed, for the message: "PostFusionVoter 'voter'".
     """
 
     def __init__(self, failures: Iterable[CallFailure], what: str = "a run") -> None:
-        self.failures = list(failures)
+        self.failures, self.what = list(failures), what
         first = f": {self.failures[0]}" if self.failures else ""
-        super().__init__(f"every LLM call of {what} failed ({len(self.failures)} calls){first}")
+        super().__init__(f"every LLM call of {what} failed ({_calls(len(self.failures))}){first}")
+
+
+def _calls(count: int) -> str:
+    return f"{count} failed call{'s' * (count != 1)}"
+
+
+def calls_failed(error: BaseException) -> LLMCallsFailedError | None:
+    """The `LLMCallsFailedError` an exception is or was raised from (a pipeline wraps it), else None."""
+    return next((link for link in exception_chain(error) if isinstance(link, LLMCallsFailedError)), None)
+
+
+_RECORDED: contextvars.ContextVar[list[CallFailure] | None] = contextvars.ContextVar("failed_calls", default=None)
+
+
+def record(failure: CallFailure) -> None:
+    """Add a failed call to the run under way (`failed_run`), if any."""
+    recorded = _RECORDED.get()
+    if recorded is not None:
+        recorded.append(failure)
+
+
+@contextlib.contextmanager
+def failed_run(what: str = "a run", *, reader: str | None = None) -> Iterator[list[CallFailure]]:
+    """
+    Run a pipeline in the block, gathering every failed LLM call its components `record` (in the threads and tasks
+    the block starts too) in the list it yields, and the outer run's. When the pipeline fails because every call of a
+    round failed (`calls_failed`), or because `reader` raised (the component name of a strategy's only LLM call), the
+    block raises one `LLMCallsFailedError` with every failed call of the run, earlier rounds' first (e.g.
+    concatenation's, which fell back to post-fusion).
+
+    :param what: What ran, for the message of `reader`'s failure: "strategy 'concatenation'".
+    :raises LLMCallsFailedError: As said, raised from the pipeline's error.
+    """
+    recorded: list[CallFailure] = []
+    token = _RECORDED.set(recorded)
+    try:
+        yield recorded
+    except Exception as error:
+        failed = calls_failed(error)
+        cause = error.__cause__
+        if failed is None and reader is not None and getattr(error, "component_name", None) == reader and cause:
+            recorded.append(CallFailure.of(cause, component=reader))
+            failed = LLMCallsFailedError(recorded[-1:], what)
+        if failed is None:
+            raise
+        earlier = len(recorded) - len(failed.failures)
+        what = f"{failed.what} (after {_calls(earlier)} of earlier rounds)" if earlier > 0 else failed.what
+        raise LLMCallsFailedError(recorded or failed.failures, what) from error
+    finally:
+        _RECORDED.reset(token)
+        outer = _RECORDED.get()
+        if outer is not None:
+            outer.extend(recorded)

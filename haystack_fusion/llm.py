@@ -1,8 +1,8 @@
 """
-LLM calls over Haystack's ChatGenerators: the fan-out, the process-wide call limit and a backend's circuit breaker
-(`CallLimitedChatGenerator`), the components' wrapper mixin,
+LLM calls over Haystack's ChatGenerators: the fan-out (a failed call recorded as a `failures.CallFailure`), the
+process-wide call limit and a backend's circuit breaker (`CallLimitedChatGenerator`), the components' wrapper mixin,
 token usage (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`; `rounds`, `cached_tokens`,
-`cached_calls`, `truncated` only when reported), call `generation_kwargs`, and what a client's exception means.
+`cached_calls`, `truncated` only when reported) and call `generation_kwargs`.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import contextlib
 import contextvars
 import inspect
 import threading
+import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
@@ -24,6 +25,7 @@ from haystack.dataclasses import ChatMessage, ComponentInfo, StreamingCallbackT,
 from haystack.utils import deserialize_callable, deserialize_component_inplace, serialize_callable
 
 from haystack_fusion.breaker import CircuitBreaker
+from haystack_fusion.failures import UNUSABLE_KINDS, CallFailure, LLMCallsFailedError, failure_kind, record
 from haystack_fusion.prompts import template_from_dict, template_to_dict
 from haystack_fusion.settings import calls_in_flight_limit_from_env
 
@@ -37,47 +39,11 @@ DEFAULT_SAMPLING_KWARGS: dict[str, Any] = {"temperature": 0.7}
 """Sampling for self-consistency: post-fusion's p > 1 samples per passage and the agreement confidence's samples
 (Liu et al., section 4.4 and Figure 5: temperature 0.7)."""
 
-ERROR_KINDS: dict[tuple[str, str], str] = {
-    ("openai", "AuthenticationError"): "openai_key",
-    ("openai", "PermissionDeniedError"): "openai_key",
-    ("openai", "APITimeoutError"): "openai_timeout",
-    ("openai", "APIConnectionError"): "openai_unreachable",
-    ("elastic_transport", "ConnectionTimeout"): "es_unreachable",
-    ("elastic_transport", "ConnectionError"): "es_unreachable",
-    ("elasticsearch", "AuthenticationException"): "es_key",
-    ("elasticsearch", "AuthorizationException"): "es_key",
-    ("elasticsearch", "NotFoundError"): "es_index",
-    ("httpx", "TimeoutException"): "ollama_timeout",
-    ("builtins", "ConnectionError"): "ollama_unreachable",
-    ("haystack_fusion", "CircuitOpenError"): "llm_circuit_open",
-}
-"""(top-level module, class name) of an exception or a base -> what went wrong; the first match along the bases
-wins (`APITimeoutError` subclasses `APIConnectionError`). The builtin `ConnectionError` is ollama's refused call;
-`CircuitOpenError` a call the LLM server's circuit breaker refused (`breaker.CircuitBreaker`)."""
-
-
-def exception_chain(error: BaseException) -> Iterator[BaseException]:
-    """`error`, then the exceptions it was raised from (causes and contexts), depth first, each once."""
-    seen: set[int] = set()
-    stack: list[BaseException | None] = [error]
-    while stack:
-        current = stack.pop()
-        if current is not None and id(current) not in seen:
-            seen.add(id(current))
-            yield current
-            stack.extend([current.__context__, current.__cause__])
-
 
 def backend_unusable(error: BaseException) -> bool:
-    """Whether an LLM call's exception says its backend is unusable (refused connection or key, or an open circuit
-    breaker), not just this call: the first LLM-client `ERROR_KINDS` entry along the chain is `openai_key`,
-    `openai_unreachable`, `ollama_unreachable` or `llm_circuit_open`."""
-    for link in exception_chain(error):
-        for cls in type(link).__mro__:
-            kind = ERROR_KINDS.get((cls.__module__.split(".")[0], cls.__name__))
-            if kind is not None and not kind.startswith("es_"):
-                return kind in ("openai_key", "openai_unreachable", "ollama_unreachable", "llm_circuit_open")
-    return False
+    """Whether an LLM call's exception says its backend is unusable for every call, not just this one: its
+    `failures.failure_kind` is in `failures.UNUSABLE_KINDS` (a refused connection or key, an open circuit breaker)."""
+    return failure_kind(error) in UNUSABLE_KINDS
 
 
 def empty_usage() -> dict[str, int]:
@@ -252,10 +218,27 @@ def takes_streaming_callback(generator: Any) -> bool:
     return run is not None and "streaming_callback" in inspect.signature(run).parameters
 
 
+_FIRST_LOOPS: weakref.WeakKeyDictionary[Any, weakref.ref[asyncio.AbstractEventLoop]] = weakref.WeakKeyDictionary()
+
+
+def _on_first_loop(generator: Any) -> bool:
+    """Whether this is the event loop this package first awaited the generator's `run_async` or `warm_up_async` on
+    (recorded now if none): an async client stays bound to the loop it was first used on (openai's, so Haystack's
+    `OpenAIChatGenerator`: on another loop its calls fail with "Event loop is closed"). True for a generator that
+    cannot be weakly referenced."""
+    loop = asyncio.get_running_loop()
+    try:
+        with _LOCK:
+            return _FIRST_LOOPS.setdefault(generator, weakref.ref(loop))() is loop
+    except TypeError:
+        return True
+
+
 async def _run_async(generator: Any, **inputs: Any) -> dict[str, Any]:
-    """The generator's `run_async`, or its `run` in a worker thread when it has none (an async streaming callback
-    then runs on this loop)."""
-    if hasattr(generator, "run_async"):
+    """The generator's `run_async` on the loop it was first awaited on (`_on_first_loop`); else, or when it has none,
+    its `run` in a worker thread (an async streaming callback then runs on this loop), so that a fresh
+    `asyncio.run` per question makes every call."""
+    if hasattr(generator, "run_async") and _on_first_loop(generator):
         return await generator.run_async(**inputs)
     if inputs.get("streaming_callback") is not None:
         inputs["streaming_callback"] = threaded_callback(inputs["streaming_callback"], asyncio.get_running_loop())
@@ -265,14 +248,15 @@ async def _run_async(generator: Any, **inputs: Any) -> dict[str, Any]:
 @dataclass
 class Round:
     """One round of a component's LLM calls (`ChatGeneratorWrapper._drive`): its prompts, the calls' run-time
-    `generation_kwargs` with the prompt's `stop` sequences merged in (`stop_kwargs`), the streaming callback and which
-    failures re-raise (`run_chat_calls`'s `raise_if`)."""
+    `generation_kwargs` with the prompt's `stop` sequences merged in (`stop_kwargs`), the streaming callback, which
+    failures re-raise and each call's `CallFailure.index` (`run_chat_calls`'s `raise_if` and `indexes`)."""
 
     prompts: list[list[ChatMessage]]
     generation_kwargs: dict[str, Any] | None = None
     stop: Sequence[str] = ()
     streaming_callback: StreamingCallbackT | None = None
     raise_if: Callable[[Exception], bool] | None = None
+    indexes: Sequence[int] | None = None
 
 
 Rounds = Generator[Round, "FanOutResult | None", Any]
@@ -328,13 +312,16 @@ class InitSerialization:
 
 class ChatGeneratorWrapper(InitSerialization):
     """
-    Mixin of components calling a ChatGenerator (`self._chat_generator`): their rounds of calls (`_drive`), the
-    lifecycle of the wrapped components (`warm_up_async` / `close_async` prefer a part's async method, as Haystack's
-    `LLMRanker` does) and serialization (`InitSerialization`).
+    Mixin of components calling a ChatGenerator (`self._chat_generator`): their rounds of calls (`_drive`, which
+    raises `LLMCallsFailedError` when every call of a round failed unless `_ROUND_MAY_FAIL`), the lifecycle of the
+    wrapped components (`warm_up_async` / `close_async` prefer a part's async method, as Haystack's `LLMRanker` does)
+    and serialization (`InitSerialization`).
     """
 
     _chat_generator: ChatGenerator
     _COMPONENTS: tuple[str, ...] = ("chat_generator",)
+    _ROUND_MAY_FAIL = False
+    """Whether a round whose every call failed is an output (an abstention) rather than `LLMCallsFailedError`."""
 
     def _wrapped_parts(self) -> list[Any]:
         """The components this one warms up and closes."""
@@ -347,7 +334,7 @@ class ChatGeneratorWrapper(InitSerialization):
 
     async def _each_async(self, name: str) -> None:
         for part in self._wrapped_parts():
-            if hasattr(part, f"{name}_async"):
+            if hasattr(part, f"{name}_async") and _on_first_loop(part):  # an async client is bound to its first loop
                 await getattr(part, f"{name}_async")()
             elif hasattr(part, name):
                 getattr(part, name)()
@@ -376,23 +363,36 @@ class ChatGeneratorWrapper(InitSerialization):
             "raise_if": step.raise_if,
             "generation_kwargs": stop_kwargs(self._chat_generator, step.stop, step.generation_kwargs or None),
             "streaming_callback": step.streaming_callback,
+            "caller": self,
+            "indexes": step.indexes,
         }
 
+    def _ran(self, ran: list[FanOutResult | None], calls: FanOutResult | None) -> None:
+        """Add a round's result to `ran`; failures are never answers: `check_answered` unless `_ROUND_MAY_FAIL`."""
+        ran.append(calls)
+        if not self._ROUND_MAY_FAIL:
+            check_answered(self, *ran)
+
     def _drive(self, rounds: Rounds) -> Any:
-        """Run the rounds with `run_chat_calls`; returns what `rounds` returns."""
+        """Run the rounds with `run_chat_calls`; returns what `rounds` returns.
+
+        :raises LLMCallsFailedError: If every call of a round failed (with every round's failed calls so far)."""
         calls: FanOutResult | None = None
+        ran: list[FanOutResult | None] = []
         try:
             while True:
                 step = rounds.send(calls)
                 calls = (
                     run_chat_calls(self._chat_generator, step.prompts, **self._settings(step)) if step.prompts else None
                 )
+                self._ran(ran, calls)
         except StopIteration as done:
             return done.value
 
     async def _drive_async(self, rounds: Rounds) -> Any:
-        """Run the rounds with `run_chat_calls_async`; returns what `rounds` returns."""
+        """Run the rounds with `run_chat_calls_async`; returns and raises what `_drive` does."""
         calls: FanOutResult | None = None
+        ran: list[FanOutResult | None] = []
         try:
             while True:
                 step = rounds.send(calls)
@@ -401,6 +401,7 @@ class ChatGeneratorWrapper(InitSerialization):
                     if step.prompts
                     else None
                 )
+                self._ran(ran, calls)
         except StopIteration as done:
             return done.value
 
@@ -544,39 +545,59 @@ class FanOutResult:
     """What a fan-out of n calls returned, in input order.
 
     :param replies: n entries: each call's first reply, or None where it failed.
-    :param errors: n entries: None, or `"ExceptionType: message"` for a failed call.
+    :param errors: n entries: None, or the `CallFailure` of a failed call.
     :param usage: Summed usage of the calls (see `reply_usage`)."""
 
     replies: list[ChatMessage | None]
-    errors: list[str | None]
+    errors: list[CallFailure | None]
     usage: dict[str, int] = field(default_factory=empty_usage)
 
     @property
-    def failures(self) -> list[dict[str, Any]]:
-        """The failed calls as `{"index": i, "error": "..."}` dicts, ready for an answer's `meta`."""
-        return [{"index": i, "error": error} for i, error in enumerate(self.errors) if error is not None]
+    def failures(self) -> list[CallFailure]:
+        """The failed calls, in input order."""
+        return [error for error in self.errors if error is not None]
 
 
-Outcome = tuple[ChatMessage | None, str | None]
+def failures_meta(*rounds: FanOutResult | None) -> list[dict[str, Any]]:
+    """The failed calls of a component's rounds (None: did not run) as an answer's `meta["failures"]`."""
+    return [failure.to_dict() for calls in rounds if calls for failure in calls.failures]
+
+
+def _component_name(caller: Any) -> str:
+    return (ComponentInfo.from_component(caller).name or "") if caller is not None else ""
+
+
+def check_answered(caller: Any, *rounds: FanOutResult | None) -> None:
+    """Failures are never answers: raise when the last of a component's `rounds` so far (None: did not run) made
+    calls and every one failed.
+
+    :raises LLMCallsFailedError: With the failed calls of every round, naming `caller` and its pipeline name."""
+    last = rounds[-1] if rounds else None
+    if last is not None and last.replies and all(reply is None for reply in last.replies):
+        name = _component_name(caller)
+        what = type(caller).__name__ + (f" {name!r}" if name else "")
+        raise LLMCallsFailedError([failure for calls in rounds if calls for failure in calls.failures], what)
+
+
+Outcome = tuple[ChatMessage | None, CallFailure | None]
 
 
 class _Calls:
     """A fan-out's calls, each in a `haystack.chat_generator.run` child span tagged with its token counts."""
 
-    def __init__(
-        self,
-        generator: Any,
-        generation_kwargs: dict[str, Any] | None,
-        raise_if: Callable | None,
-        streaming_callback: StreamingCallbackT | None = None,
-    ) -> None:
-        self.generator, self.raise_if = generator, raise_if
-        self.kwargs: dict[str, Any] = {"generation_kwargs": generation_kwargs} if generation_kwargs else {}
+    def __init__(self, generator: Any, prompts: list[list[ChatMessage]], **settings: Any) -> None:
+        check_max_concurrency(settings["max_concurrency"])
+        self.generator, self.prompts = generator, prompts
+        self.raise_if = (lambda _: True) if settings["raise_on_failure"] else settings["raise_if"]
+        kwargs = settings["generation_kwargs"]
+        self.kwargs: dict[str, Any] = {"generation_kwargs": kwargs} if kwargs else {}
+        callback = settings["streaming_callback"]
         self.streaming = (
-            {"streaming_callback": streaming_callback}
-            if streaming_callback is not None and takes_streaming_callback(generator)
-            else {}
+            {"streaming_callback": callback} if callback is not None and takes_streaming_callback(generator) else {}
         )
+        self.component = _component_name(settings["caller"])
+        indexes = settings["indexes"]
+        self.indexes = list(indexes) if indexes is not None else [*range(len(prompts))] if len(prompts) > 1 else [None]
         self.parent = tracing.tracer.current_span()
         self.tags = {
             "haystack.component.name": "chat_generator",
@@ -598,32 +619,38 @@ class _Calls:
             raise RuntimeError("the chat generator returned no reply")
         return reply, None
 
-    def _failed(self, error: Exception) -> Outcome:
+    def _failed(self, index: int, error: Exception) -> Outcome:
         if self.raise_if is not None and self.raise_if(error):
             raise error
-        logger.warning("An LLM call failed and counts as an abstention: {error}", error=error)
-        return None, f"{type(error).__name__}: {error}"
+        failure = CallFailure.of(error, component=self.component, index=self.indexes[index])
+        logger.warning("An LLM call failed and counts as an abstention: {failure}", failure=failure)
+        return None, failure
 
-    def run(self, messages: list[ChatMessage]) -> Outcome:
+    def run(self, index: int) -> Outcome:
+        messages = self.prompts[index]
         try:
             with self._span(messages) as span:
                 return self._outcome(span, self.generator.run(messages=messages, **self.kwargs, **self.streaming))
         except Exception as error:
-            return self._failed(error)
+            return self._failed(index, error)
 
-    async def run_async(self, messages: list[ChatMessage]) -> Outcome:
+    async def run_async(self, index: int) -> Outcome:
+        messages = self.prompts[index]
         try:
             with self._span(messages) as span:
                 result = await _run_async(self.generator, messages=messages, **self.kwargs, **self.streaming)
                 return self._outcome(span, result)
         except Exception as error:
-            return self._failed(error)
+            return self._failed(index, error)
 
 
 def _result(outcomes: list[Outcome]) -> FanOutResult:
     replies, errors = [reply for reply, _ in outcomes], [error for _, error in outcomes]
     usage = sum_usage(reply_usage(reply) for reply in replies)
     usage["failed_calls"] = sum(error is not None for error in errors)
+    for error in errors:
+        if error is not None:
+            record(error)  # in the run under way, in input order
     return FanOutResult(replies=replies, errors=errors, usage=usage)
 
 
@@ -636,10 +663,13 @@ def run_chat_calls(
     raise_on_failure: bool = False,
     raise_if: Callable[[Exception], bool] | None = None,
     streaming_callback: StreamingCallbackT | None = None,
+    caller: Any = None,
+    indexes: Sequence[int] | None = None,
 ) -> FanOutResult:
     """
     Independent ChatGenerator calls, one per prompt, in a `ThreadPoolExecutor` (as Haystack's `LLMMetadataExtractor`),
-    each in a copy of the caller's context. A failed call is an abstention, logged and recorded.
+    each in a copy of the caller's context. A failed call is an abstention, logged and recorded as a `CallFailure`
+    (also in the run under way: `failures.failed_run`).
 
     :param prompts: n prompts, each a list of ChatMessage.
     :param max_concurrency: None: all n calls at once; an integer >= 1: at most that many under way at once.
@@ -647,30 +677,31 @@ def run_chat_calls(
     :param raise_if: Re-raise a failure for which `raise_if(error)` is true (`backend_unusable`).
     :param streaming_callback: Passed to each call whose generator's `run` takes one (meant for a round of one call:
         the chunks of concurrent calls would interleave); a sync callback here, sync or async in the async form.
+    :param caller: The component making the calls: its pipeline name is each `CallFailure.component`.
+    :param indexes: n entries, each call's `CallFailure.index` (post-fusion: its passage's rank); None: the call's
+        place in the round, None for a round of one call.
     :returns: A `FanOutResult` with n replies and n errors in input order.
     :raises ValueError: If `max_concurrency` is not None or an integer >= 1.
     :raises Exception: A failure re-raised by `raise_on_failure` or `raise_if` (`RuntimeError` for no reply).
     """
-    check_max_concurrency(max_concurrency)
+    settings = {key: value for key, value in locals().items() if key not in ("chat_generator", "prompts")}
+    calls = _Calls(chat_generator, prompts, **settings)
     if not prompts:
         return _result([])
-    calls = _Calls(
-        chat_generator, generation_kwargs, (lambda _: True) if raise_on_failure else raise_if, streaming_callback
-    )
     failed = threading.Event()
 
-    def call(messages: list[ChatMessage]) -> Outcome:
-        if failed.is_set():  # a call re-raised its failure: the queued ones never start
-            return None, "CancelledError: another call failed"
+    def call(index: int) -> Outcome:
+        if failed.is_set():  # a call re-raised its failure: the queued ones never start (nor count: it raises)
+            return None, None
         try:
-            return calls.run(messages)
+            return calls.run(index)
         except Exception:
             failed.set()
             raise
 
     pool = ThreadPoolExecutor(max_workers=min(max_concurrency or len(prompts), len(prompts)))
     try:
-        futures = [pool.submit(contextvars.copy_context().run, call, messages) for messages in prompts]
+        futures = [pool.submit(contextvars.copy_context().run, call, index) for index in range(len(prompts))]
         wait(futures, return_when=FIRST_EXCEPTION)
         for future in futures:
             if future.done() and future.exception() is not None:
@@ -689,26 +720,26 @@ async def run_chat_calls_async(
     raise_on_failure: bool = False,
     raise_if: Callable[[Exception], bool] | None = None,
     streaming_callback: StreamingCallbackT | None = None,
+    caller: Any = None,
+    indexes: Sequence[int] | None = None,
 ) -> FanOutResult:
     """Async form of `run_chat_calls` (same parameters, result, errors): `asyncio.gather` under an
     `asyncio.Semaphore(max_concurrency)`; a re-raised failure cancels the other calls."""
-    check_max_concurrency(max_concurrency)
-    calls = _Calls(
-        chat_generator, generation_kwargs, (lambda _: True) if raise_on_failure else raise_if, streaming_callback
-    )
+    settings = {key: value for key, value in locals().items() if key not in ("chat_generator", "prompts")}
+    calls = _Calls(chat_generator, prompts, **settings)
     semaphore = asyncio.Semaphore(max_concurrency or max(1, len(prompts)))
 
-    async def bounded(messages: list[ChatMessage]) -> Outcome:
+    async def bounded(index: int) -> Outcome:
         async with semaphore:
             try:
-                return await calls.run_async(messages)
+                return await calls.run_async(index)
             except Exception:  # re-raised: cancel the others before this call's turn goes to a waiting one
                 for task in tasks:
                     if task is not asyncio.current_task():
                         task.cancel()
                 raise
 
-    tasks = [asyncio.ensure_future(bounded(messages)) for messages in prompts]
+    tasks = [asyncio.ensure_future(bounded(index)) for index in range(len(prompts))]
     try:
         return _result(await asyncio.gather(*tasks))
     except BaseException:

@@ -21,7 +21,6 @@ from haystack_fusion.backends.config import (
 from haystack_fusion.backends.errors import (
     BackendError,
     backend_error_message,
-    every_call_failed_message,
     exception_chain,
     failed_calls_message,
     failed_calls_user_message,
@@ -61,7 +60,6 @@ __all__ = [
     "check_document_store",
     "document_embedder",
     "document_store",
-    "every_call_failed_message",
     "exception_chain",
     "failed_calls_message",
     "failed_calls_user_message",

@@ -10,7 +10,15 @@ from haystack.components.generators.chat.types import ChatGenerator
 from haystack.dataclasses import ChatMessage
 
 from haystack_fusion.answers import check_answer, validate_query
-from haystack_fusion.llm import ChatGeneratorWrapper, FanOutResult, Round, Rounds, check_max_concurrency, round_usage
+from haystack_fusion.llm import (
+    ChatGeneratorWrapper,
+    FanOutResult,
+    Round,
+    Rounds,
+    check_max_concurrency,
+    failures_meta,
+    round_usage,
+)
 from haystack_fusion.prompts import (
     DEFAULT_MAX_PASSAGE_CHARS,
     PROMPTS,
@@ -223,12 +231,11 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         summaries = [clean_summary(reply)] if self.mode == "generic" and first else []
         if second:
             summaries = [clean_summary(r.text if r is not None else None) for r in second.replies]
-        rounds = (("candidates", first), ("summaries", second))
         meta = {
             "source": "Kim et al., section 3.2, Eq. 2-3",
             "mode": self.mode,
             "candidates_reply": reply if self.mode != "generic" else None,
-            "failures": [{"round": name, **failure} for name, calls in rounds if calls for failure in calls.failures],
+            "failures": failures_meta(first, second),
             "usage": round_usage(first, second),
         }
         if rejected:
@@ -251,10 +258,12 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         :returns: A dictionary with:
             - `candidates`: at most K distinct answer candidates in the model's order (empty in generic mode).
             - `summaries`: one per candidate ("" for a failed call); the one generic summary; or empty.
-            - `meta`: `source`, `mode`, `candidates_reply`, `failures` (`round`, `index`, `error`), `usage` and
-              `invalid_candidates` (`candidate`, `reason`) when the answer checks dropped some.
+            - `meta`: `source`, `mode`, `candidates_reply`, `failures` (`failures.CallFailure.to_dict`; `index`: the
+              candidate's), `usage` and `invalid_candidates` (`candidate`, `reason`) when the answer checks dropped
+              some.
         :raises ValueError: If `query` is empty or only whitespace, `candidates` are given outside the conditional
             mode, or `candidate_documents` has another length than `candidates`.
+        :raises LLMCallsFailedError: If every call of a round failed (`failures.LLMCallsFailedError`).
         """
         return self._drive(self._rounds(query, documents, candidates, candidate_documents))
 

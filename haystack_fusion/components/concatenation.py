@@ -19,6 +19,7 @@ from haystack_fusion.llm import (
     Round,
     Rounds,
     backend_unusable,
+    failures_meta,
     meta_truncated,
     round_usage,
 )
@@ -79,20 +80,17 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
 
     ### Usage example
     ```python
-    from haystack.components.generators.chat import OpenAIChatGenerator
     from haystack.dataclasses import ChatMessage
-    from haystack.utils import Secret
     from haystack_fusion.components import AbstainingChatGenerator
+    from haystack_fusion.testing import ScriptedChatGenerator
 
-    # nothing listens on the discard port: the call fails, and the failure is reported
-    unreachable = OpenAIChatGenerator(
-        api_key=Secret.from_token("unused"), api_base_url="http://127.0.0.1:9/v1", max_retries=0
-    )
-    llm = AbstainingChatGenerator(chat_generator=unreachable)
+    llm = AbstainingChatGenerator(chat_generator=ScriptedChatGenerator(fail_on="France"))  # a failing call
     result = llm.run(messages=[ChatMessage.from_user("What is the capital of France?")])
-    print(result["replies"], result["meta"]["failures"])  # [] [{'error': 'APIConnectionError: Connection error.'}]
+    print(result["replies"], result["meta"]["failures"][0]["error_type"])  # [] RuntimeError
     ```
     """
+
+    _ROUND_MAY_FAIL = True  # a failed call is no reply, for the fallback to post-fusion
 
     def __init__(
         self,
@@ -123,12 +121,11 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
             sampling = {**(generation_kwargs or {}), **(self.sampling_generation_kwargs or DEFAULT_SAMPLING_KWARGS)}
             sampled = yield Round([messages] * self.samples, sampling, raise_if=backend_unusable)
         samples = [sample for sample in (sampled.replies if sampled else []) if sample is not None]
-        errors = [*calls.errors, *(sampled.errors if sampled else [])]
         return {
             "replies": [] if reply is None else [reply, *samples],
             "meta": {
                 "usage": round_usage(calls, sampled),
-                "failures": [{"error": error} for error in errors if error is not None],
+                "failures": failures_meta(calls, sampled),
             },
         }
 
@@ -139,7 +136,7 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
         :param generation_kwargs: The call's `generation_kwargs`, on top of the generator's own.
         :returns: `replies` (the first reply, then the m samples that did not fail; [] when the first call failed) and
             `meta`: `usage` (`llm.FanOutResult`'s, `rounds` = 1, 2 with samples) and `failures` (one
-            `{"error": "ExceptionType: message"}` per failed call).
+            `failures.CallFailure.to_dict` per failed call).
         :raises Exception: The generator's exception when the backend is unusable (refused connection or key).
         """
         return self._drive(self._rounds(messages, generation_kwargs))

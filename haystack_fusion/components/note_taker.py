@@ -9,7 +9,15 @@ from haystack.components.generators.chat.types import ChatGenerator
 from haystack.dataclasses import ChatMessage, GeneratedAnswer, StreamingCallbackT, select_streaming_callback
 
 from haystack_fusion.answers import UNKNOWN, UnknownDetector, check_answer, invalid_meta, validate_query
-from haystack_fusion.llm import ChatGeneratorWrapper, FanOutResult, Round, Rounds, check_max_concurrency, round_usage
+from haystack_fusion.llm import (
+    ChatGeneratorWrapper,
+    FanOutResult,
+    Round,
+    Rounds,
+    check_max_concurrency,
+    failures_meta,
+    round_usage,
+)
 from haystack_fusion.notes import CONTEXT, DIRECT, classify_note, parse_document_note, parse_single_call
 from haystack_fusion.prompts import (
     DEFAULT_MAX_PASSAGE_CHARS,
@@ -80,8 +88,8 @@ class NoteTaker(ChatGeneratorWrapper):
         :param max_passage_chars: Per-passage context budget in characters (None: no limit).
         :param generation_kwargs: `generation_kwargs` for every call; None keeps the generator's own.
         :param unknown_patterns: Regular expressions that mark an abstention; None uses the shared defaults.
-        :param raise_on_failure: A failed call raises; by default a failed note is irrelevant, a failed answer
-            "unknown", both reported in `meta["failures"]`.
+        :param raise_on_failure: A failed call raises; by default a failed note is irrelevant and reported in
+            `meta["failures"]` (a round whose every call failed raises `failures.LLMCallsFailedError`).
         :param streaming_callback: Called with each `StreamingChunk` of the call that writes the answer: the single
             call (its notes, then the answer) or the per-document synthesis call; the note calls are not streamed.
             Sync for `run`, sync or async for `run_async` (`Pipeline.stream()` injects an async one).
@@ -203,13 +211,12 @@ class NoteTaker(ChatGeneratorWrapper):
         answer = (answer_text or "").strip()
         if not answer or self._detector.is_unknown(answer):
             answer, source = UNKNOWN, "none"
-        rounds = [("notes", first), ("answer", second)]
         meta = {
             "strategy": f"chain_of_note ({self.mode})",
             "source": "Yu et al., section 2.3, Appendix A.5",
             "notes": notes,
             "answer_source": source,
-            "failures": [{"round": name, **failure} for name, calls in rounds if calls for failure in calls.failures],
+            "failures": failures_meta(first, second),
             "usage": round_usage(first, second),
         }
         if source != "none":
@@ -238,6 +245,7 @@ class NoteTaker(ChatGeneratorWrapper):
               section 2.3.1) and `note`.
         :raises ValueError: If `query` is empty or only whitespace, or the streaming callback is async (`run_async`
             takes those).
+        :raises LLMCallsFailedError: If every call of a round failed (`failures.LLMCallsFailedError`).
         """
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
         return self._drive(self._rounds(query, documents, callback))

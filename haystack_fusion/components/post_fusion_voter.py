@@ -23,6 +23,7 @@ from haystack_fusion.llm import (
     Round,
     Rounds,
     check_max_concurrency,
+    failures_meta,
     round_usage,
 )
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS, ChatPrompt, ChatTemplate, format_passages
@@ -42,8 +43,9 @@ class PostFusionVoter(ChatGeneratorWrapper):
 
     Each of the k passages goes to the LLM alone with the Figure 7 prompt; with `samples_per_passage` p > 1 each is
     sampled p times and all p x k answers vote (self-consistency, section 4.4). "unknown" answers, failed calls and
-    rejected answers (`answers.check_answer`) do not vote; ties go to the better-ranked passage. It also outputs the
-    candidate pool and the passages that voted for PF+Concat's distiller round (section 3.3), or `unknown` instead.
+    rejected answers (`answers.check_answer`) do not vote; ties go to the better-ranked passage; when every call
+    failed it raises. It also outputs the candidate pool and the passages that voted for PF+Concat's distiller round
+    (section 3.3), or `unknown` instead.
 
     ### Usage example
     ```python
@@ -118,7 +120,8 @@ class PostFusionVoter(ChatGeneratorWrapper):
         if self.samples_per_passage > 1:
             sampling = self.sampling_generation_kwargs
             sampling = DEFAULT_SAMPLING_KWARGS if sampling is None else sampling
-        calls = yield Round(prompts, sampling, stop=self._prompt.stop)
+        indexes = [rank for rank in range(len(documents)) for _ in range(self.samples_per_passage)]
+        calls = yield Round(prompts, sampling, stop=self._prompt.stop, indexes=indexes)
         return self._vote(query, documents, calls)
 
     def _vote(self, query: str, documents: list[Document], calls: FanOutResult | None) -> dict[str, Any]:
@@ -173,10 +176,7 @@ class PostFusionVoter(ChatGeneratorWrapper):
             "tie": len(counts) > 1 and counts[0] == counts[1],
             "confidence": sum(known) / len(known) if known else None,
             "passage_answers": passage_answers,
-            "failures": [
-                {"rank": failure["index"] // p, "sample": failure["index"] % p, "error": failure["error"]}
-                for failure in (calls.failures if calls else [])
-            ],
+            "failures": failures_meta(calls),
             "usage": round_usage(calls),
             "invalid_answers": sum(reason is not None for reason in invalid),
         }
@@ -203,12 +203,13 @@ class PostFusionVoter(ChatGeneratorWrapper):
         :returns: A dictionary with:
             - `answers`: the voted answer first, then the other candidates by votes. The first's `meta` holds `votes`,
               `vote_share` (0 when nothing voted), `tie`, `confidence` (None without log-probabilities),
-              `passage_answers` (`rank`, `document_id`, p `answers`, `invalid` reasons), `failures` (`rank`,
-              `sample`, `error`), `usage` and `invalid_answers`.
+              `passage_answers` (`rank`, `document_id`, p `answers`, `invalid` reasons), `failures`
+              (`failures.CallFailure.to_dict`, `index` the passage's rank), `usage` and `invalid_answers`.
             - `candidates`: distinct non-unknown answers, most votes first.
             - `documents`: the passages at least one of whose answers voted, in rank order.
             - `unknown`: the "unknown" answer alone, instead of `candidates` and `documents` when no passage answered.
         :raises ValueError: If `query` is empty or only whitespace.
+        :raises LLMCallsFailedError: If every call failed (`failures.LLMCallsFailedError`, with each call's failure).
         """
         return self._drive(self._rounds(query, documents))
 

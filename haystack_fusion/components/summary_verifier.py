@@ -17,6 +17,7 @@ from haystack_fusion.llm import (
     Round,
     Rounds,
     check_max_concurrency,
+    failures_meta,
     logprob_kwargs,
     round_usage,
 )
@@ -50,7 +51,8 @@ class SummaryVerifier(ChatGeneratorWrapper):
     `document_ranker` (e.g. `embeddings.summary_reranker()`) reorders the winner's passages by its summary (Table 4).
 
     `scoring="probability"` reads v and r_pair from token log-probabilities (`sure.choice_probability`). An empty
-    summary is invalid and loses every pair; a failed call counts as False or 0.5 and is listed in `meta["failures"]`.
+    summary is invalid and loses every pair; a failed call counts as False or 0.5 and is listed in `meta["failures"]`;
+    when every call failed it raises `LLMCallsFailedError`.
 
     ### Usage example
     ```python
@@ -184,7 +186,6 @@ class SummaryVerifier(ChatGeneratorWrapper):
         scores = [v + r for v, r in zip(counted, ranking, strict=True)]
         order = select(counted, ranking)
         usage = round_usage(calls)
-        failures = [{"call": asks[failure["index"]][0], **failure} for failure in (calls.failures if calls else [])]
         answers: list[GeneratedAnswer] = []
         for position, index in enumerate(order):
             meta: dict[str, Any] = {
@@ -201,7 +202,7 @@ class SummaryVerifier(ChatGeneratorWrapper):
                     preferences={f"{a},{b}": value for (a, b), value in sorted(preferences.items())},
                     scoring=self.scoring,
                     scored_by=scored_by,
-                    failures=failures,
+                    failures=failures_meta(calls),
                     usage=usage,
                 )
             answers.append(GeneratedAnswer(data=candidates[index], query=query, documents=[], meta=meta))
@@ -244,8 +245,10 @@ class SummaryVerifier(ChatGeneratorWrapper):
         :param documents: The passages attached to every answer (the winner's reordered by `document_ranker`).
         :returns: `answers`: K GeneratedAnswers, best first by Eq. 6, with `meta` `candidate_index`, `validity`
             (None without validity), `ranking` (0 to K-1), `score` and `rationale`; the first also `preferences`,
-            `scoring`, `scored_by`, `failures` (`call`, `index`, `error`) and `usage`. No candidates: "unknown".
+            `scoring`, `scored_by`, `failures` (`failures.CallFailure.to_dict`; `index`: the call's place, validity
+            calls first) and `usage`. No candidates: "unknown".
         :raises ValueError: If `query` is empty, or `candidates` and `summaries` differ in length.
+        :raises LLMCallsFailedError: If every call failed (`failures.LLMCallsFailedError`).
         """
         answers = self._drive(self._rounds(query, candidates, summaries))
         documents = list(documents or [])

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from haystack_fusion.backends import backend_pipeline
 from haystack_fusion.backends.checks import warn_missing_logprobs
-from haystack_fusion.backends.errors import exception_chain, queued_timeout_advice
+from haystack_fusion.backends.errors import queued_timeout_advice
 from haystack_fusion.corpus import Question
 from haystack_fusion.evaluation.datasets import EvalDataset
 from haystack_fusion.evaluation.metrics import (
@@ -50,6 +50,14 @@ from haystack_fusion.evaluation.records import (
     run_fingerprint,
     split_evidence,
 )
+from haystack_fusion.failures import (
+    CONFIGURATION_KINDS,
+    DOCUMENT_STORE,
+    CallFailure,
+    calls_failed,
+    classify,
+    failure_kind,
+)
 from haystack_fusion.llm import (
     CallLimitedChatGenerator,
     calls_in_flight_limit,
@@ -64,9 +72,6 @@ logger = logging.getLogger(__name__)
 FAILURES_IN_A_ROW_TO_STOP = 10
 """A run stops, raising the last error, when this many questions in a row failed outright (the pipeline raised, or
 every LLM call failed)."""
-
-CONFIGURATION_ERRORS = ("AuthenticationError", "PermissionDeniedError", "NotFoundError")
-"""The openai client's errors no retry can cure (a refused key, a missing model or route): the first stops the run."""
 
 
 class FingerprintMismatchError(ValueError):
@@ -106,22 +111,29 @@ class EvalConfig:
         check_max_concurrency(self.max_calls_in_flight)
 
 
-def _describe_failure(failure: dict[str, Any]) -> str:
-    """A failed call of `evidence["failures"]` in words, e.g. "voter (rank 2, sample 0): APITimeoutError: ..."."""
-    where = ", ".join(f"{key} {value}" for key, value in failure.items() if key not in ("component", "error"))
-    return f"{failure.get('component')}{f' ({where})' if where else ''}: {failure.get('error')}"
+def _describe_failure(failure: CallFailure) -> str:
+    """A failed call in words, e.g. "voter (index 2): APITimeoutError: ..."."""
+    return f"{failure.component}{f' (index {failure.index})' if failure.index is not None else ''}: {failure}"
 
 
 class BatchStoppedError(RuntimeError):
     """
-    An evaluation stopped: an LLM call was refused (`CONFIGURATION_ERRORS`), or `FAILURES_IN_A_ROW_TO_STOP` questions
-    in a row had every LLM call fail. `failures`: the last question's failed calls; `calls`: its LLM calls.
+    An evaluation stopped: an LLM call was refused (`failures.CONFIGURATION_KINDS`), or `FAILURES_IN_A_ROW_TO_STOP`
+    questions in a row had every LLM call fail. `failures`: the last question's failed calls; `calls`: its LLM calls.
     """
 
-    def __init__(self, message: str, *, failures: list[dict[str, Any]] | None = None, calls: int = 0) -> None:
+    def __init__(self, message: str, *, failures: list[CallFailure] | None = None, calls: int = 0) -> None:
         super().__init__(message)
         self.failures = list(failures or [])
         self.calls = calls
+
+
+def _refused(failures: list[CallFailure], calls: int) -> BatchStoppedError | None:
+    """What stops a run whose question had a failed call no retry cures (`failures.CONFIGURATION_KINDS`: a refused
+    key, a missing model or route), else None."""
+    refused = [failure for failure in failures if failure.kind in CONFIGURATION_KINDS]
+    message = f"stopped: an LLM call was refused ({refused[0].error_type})" if refused else ""
+    return BatchStoppedError(message, failures=refused, calls=calls) if refused else None
 
 
 def score_run(question: Question, prediction: str, evidence: dict[str, Any], passages: list[Document],
@@ -242,24 +254,19 @@ class Evaluator:
         evidence, usage = run_record["evidence"], run_record["usage"]
         structured, text = split_evidence({**evidence, "usage": usage, "usage_by_model": run_record["usage_by_model"]})
         score = score_run(question, prediction, evidence, run.documents, usage, run.seconds)
-        failures = evidence.get("failures") or []
-        error = None
-        if failures:
-            listed = "; ".join(_describe_failure(failure) for failure in failures[:3])
-            calls = run.usage.calls
-            in_flight = self.config.max_calls_in_flight or calls_in_flight_limit()
-            advice = queued_timeout_advice(
-                failures,
-                calls=calls,
-                rounds=run.usage.rounds or 0,
-                max_calls_in_flight=1 if self.config.max_concurrency == 1 else in_flight,
-            )
-            error = self._one_line(
-                f"{len(failures)} of {calls} LLM calls failed: {listed}" + (f" ({advice})" if advice else ""),
-                limit=1000,
-            )
+        error = self._calls_failed(run.failures, run.usage.calls, run.usage.rounds or 0) if run.failures else None
         passages = [d.id for d in run.documents]
         return QuestionRecord(*key, prediction, structured, passages, score, fingerprint, error=error), text
+
+    def _calls_failed(self, failures: list[CallFailure], calls: int, rounds: int) -> str:
+        """A record's `error` for its failed calls: how many, the first three, and `queued_timeout_advice`."""
+        listed = "; ".join(_describe_failure(failure) for failure in failures[:3])
+        in_flight = (
+            1 if self.config.max_concurrency == 1 else self.config.max_calls_in_flight or calls_in_flight_limit()
+        )
+        advice = queued_timeout_advice(failures, calls=calls, rounds=rounds, max_calls_in_flight=in_flight)
+        line = f"{len(failures)} of {calls} LLM calls failed: {listed}" + (f" ({advice})" if advice else "")
+        return self._one_line(line, limit=1000)
 
     @staticmethod
     def _one_line(message: str, limit: int = 500) -> str:
@@ -278,6 +285,9 @@ class Evaluator:
         score = score_run(question, "", {}, [], {}, seconds)
         key = (strategy, top_k, setting.label(), question.id, not question.is_impossible)
         error_text = self._one_line(f"{where}{type(cause).__name__}: {cause}")
+        if (failed := calls_failed(error)) is not None:  # every call failed: each component's calls count as a round
+            rounds = len({failure.component for failure in failed.failures})
+            error_text = self._calls_failed(failed.failures, len(failed.failures), rounds)
         return QuestionRecord(*key, "", {}, [], score, fingerprint, error=error_text)
 
     def _run_all(self, path: Path, runs: list[tuple[str, int]], setting: PassageSetting,
@@ -321,8 +331,12 @@ class Evaluator:
                 try:
                     record, text = self._answer(pipeline, strategy, top_k, setting, question, fingerprint, generator)
                 except Exception as error:
-                    if any(type(e).__module__.startswith("openai") and type(e).__name__ in CONFIGURATION_ERRORS
-                           for e in exception_chain(error)):  # fmt: skip
+                    failed = calls_failed(error)
+                    if failed is not None and (stopping := _refused(failed.failures, len(failed.failures))):
+                        stop.set()
+                        raise stopping from error
+                    llm = failed is None and classify(error, DOCUMENT_STORE) is None
+                    if llm and failure_kind(error) in CONFIGURATION_KINDS:  # a refused key, a missing model or route
                         stop.set()
                         raise
                     elapsed = time.perf_counter() - start
@@ -336,28 +350,21 @@ class Evaluator:
                         error=record.error,
                     )
                     outright: Exception | None = error
-                else:
-                    calls = record.evidence.get("usage", {}).get("calls", 0)
-                    failures = record.evidence.get("failures") or []
-                    refused = [f for f in failures if str(f.get("error")).split(":", 1)[0] in CONFIGURATION_ERRORS]
-                    if refused:  # inside a fan-out, a refused key is an abstention: stop before recording it
-                        stop.set()
-                        raise BatchStoppedError(
-                            f"stopped: an LLM call was refused ({str(refused[0].get('error')).split(':', 1)[0]})",
-                            failures=refused,
-                            calls=calls,
-                        )
-                    outright = (
-                        BatchStoppedError(
+                    if failed is not None:
+                        outright = BatchStoppedError(
                             f"stopped after {FAILURES_IN_A_ROW_TO_STOP} questions in a row failed, every LLM call of "
                             "each; the records so far are kept (each failed one says what failed): fix the backend "
                             "and run the same command again to go on",
-                            failures=failures,
-                            calls=calls,
+                            failures=failed.failures,
+                            calls=len(failed.failures),
                         )
-                        if record.failed and calls and len(failures) >= calls
-                        else None
-                    )
+                else:
+                    failures = [CallFailure.from_dict(f) for f in record.evidence.get("failures") or []]
+                    calls = record.evidence.get("usage", {}).get("calls", 0)
+                    if stopping := _refused(failures, calls):  # in a fan-out a refused key is one failed call
+                        stop.set()
+                        raise stopping
+                    outright = None
                 with self._lock:
                     if text and not record.failed:
                         line = {"key": list(record.key()), **text}
@@ -400,7 +407,7 @@ class Evaluator:
         :param questions: The questions (default: the dataset's).
         :returns: The clean records, in strategy, k, question order (failed ones: `records.read_failures`).
         :raises FingerprintMismatchError: If `out` holds records of the same run made with other settings.
-        :raises Exception: A question's error on `CONFIGURATION_ERRORS` or after `FAILURES_IN_A_ROW_TO_STOP`
+        :raises Exception: A question's error on `failures.CONFIGURATION_KINDS` or after `FAILURES_IN_A_ROW_TO_STOP`
             outright failures (`BatchStoppedError` when every LLM call failed).
         """
         self.out.mkdir(parents=True, exist_ok=True)

@@ -34,8 +34,6 @@ from haystack_fusion.backends import (
     backend_error_message,
     backend_pipeline,
     chat_generator,
-    every_call_failed_message,
-    failed_calls_user_message,
     fallback_chat_generator,
     fallback_config,
     llm_server_name,
@@ -44,7 +42,8 @@ from haystack_fusion.backends import (
 )
 from haystack_fusion.backends.checks import BackendSetupError, check_backend, reachability_problems, setup_message
 from haystack_fusion.breaker import CircuitBreaker
-from haystack_fusion.llm import CallLimitedChatGenerator, exception_chain, threaded_callback
+from haystack_fusion.failures import exception_chain, failed_run
+from haystack_fusion.llm import CallLimitedChatGenerator, threaded_callback
 from haystack_fusion.serving.chat import Chat, answer_task, digest, read_chat, standalone_question
 from haystack_fusion.serving.guards import ServingError, openai_error
 from haystack_fusion.serving.presentation import (
@@ -282,9 +281,10 @@ async def stream_strategy(pipeline: Pipeline, query: str, *, stream_tokens: bool
     async def drive() -> None:
         outputs: dict[str, dict[str, Any]] = {}
         try:
-            async for partial in pipeline.run_async_generator(data=data, include_outputs_from=names):
-                await queue.put(("partial", partial))
-                outputs.update(partial)
+            with failed_run():  # every call of a round failed: one error with every failed call of the run
+                async for partial in pipeline.run_async_generator(data=data, include_outputs_from=names):
+                    await queue.put(("partial", partial))
+                    outputs.update(partial)
         except Exception as error:  # handed to the consumer, which re-raises it
             await queue.put(("error", error))
             return
@@ -515,19 +515,13 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
     ) -> StrategyRun:
         """
         The run as served; a follow-up's gets `evidence["asked"]`, `evidence["standalone_question"]`, the rewrite's
-        call in `usage` and its `rewrite_seconds` in `seconds`.
-
-        :raises ServingError: 503 when every LLM call failed (a failure, not "unknown"), saying what failed in the
-            user's terms; the log names the backend.
+        call in `usage` and its `rewrite_seconds` in `seconds`. (A run whose every LLM call failed raised
+        `failures.LLMCallsFailedError`: `_failure` answers it with a 503 in the user's terms.)
         """
         if asked is not None and rewrite is not None:
             evidence = dataclasses.replace(run.evidence, asked=asked, standalone_question=run.answer.query or asked)
             usage, seconds = run.usage + rewrite, run.seconds + rewrite_seconds
             run = dataclasses.replace(run, usage=usage, evidence=evidence, seconds=seconds)
-        cause = every_call_failed_message(run.usage.to_dict(), run.evidence.to_dict(), self.config)
-        if cause is not None:
-            failures = run.evidence.to_dict().get("failures") or []
-            raise self._unavailable(failed_calls_user_message(failures, retry_after=self._retry_after() or None), cause)
         warn_missing_logprobs(self.generator, run.answers)  # logged once per process
         return run
 

@@ -238,13 +238,6 @@ def round_start(pipeline: Pipeline, k: int) -> str:
     return _ROUND_STARTS.get(kind, _ROUND_STARTS["notes"]).format(k=k)
 
 
-def _every_call_failed(meta: dict[str, Any]) -> bool:
-    """Whether a stage's answer `meta` records LLM calls and every one of them failed (`usage`: `calls`,
-    `failed_calls`): its "unknown" is a failure, not an abstention of the passages."""
-    usage = meta.get("usage") or {}
-    return bool(usage.get("calls")) and usage.get("failed_calls", 0) >= usage["calls"]
-
-
 def narrate(
     component: str, output: dict[str, Any], pipeline: Pipeline, state: dict[str, Any]
 ) -> list[tuple[str, bool]]:
@@ -279,8 +272,6 @@ def narrate(
         return [(f"Concatenation {why}: reading the {state.get('k', 0)} passages one by one", False)]
     if kind == "post_fusion":
         votes = answers[0].meta.get("votes") or {} if answers else {}
-        if _every_call_failed(answers[0].meta if answers else {}):
-            return [("Post-fusion: every LLM call failed", True)]
         if output.get("unknown") or not votes:
             return [("Post-fusion: every passage answered unknown", True)]
         ended = f"Post-fusion: {answers[0].data} won {next(iter(votes.values()), 0)} of "

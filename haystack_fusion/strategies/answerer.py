@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +14,7 @@ from haystack.utils import deserialize_callable, serialize_callable
 from haystack.utils.deserialization import deserialize_component_inplace
 
 from haystack_fusion.answers import validate_query
+from haystack_fusion.failures import CallFailure, failed_run
 from haystack_fusion.llm import emit_chunk, is_async_callback
 from haystack_fusion.strategies.config import StrategyConfig
 from haystack_fusion.strategies.registry import build_pipeline, get_strategy
@@ -120,6 +122,12 @@ class FusionAnswerer:
         else:
             component.set_input_type(self, "streaming_callback", StreamingCallbackT | None, None)
 
+    def _failed_run(self) -> contextlib.AbstractContextManager[list[CallFailure]]:
+        """`failures.failed_run` for the strategy's pipeline: its only LLM call, or a round's every call, failed."""
+        stages = get_strategy(self.strategy).stages
+        reader = stages[0].component if len(stages) == 1 and stages[0].kind == "answer" else None
+        return failed_run(f"strategy {self.strategy!r}", reader=reader)
+
     def _split_callback(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         """The inputs without `streaming_callback`, and the run's callback: a class is `SuperComponent`'s stand-in
         for an input the pipeline did not give (no streaming callback is a class), so it is no callback."""
@@ -149,13 +157,17 @@ class FusionAnswerer:
         :returns: `answers`: the strategy's `GeneratedAnswer` list, best first.
         :raises ValueError: If the question is empty, only whitespace or not valid Unicode text, or the streaming
             callback is async (`run_async` takes those).
+        :raises LLMCallsFailedError: If every LLM call of a round failed, or the strategy's only call did, with every
+            failed call of the run (`failures.LLMCallsFailedError`).
         """
         inputs, runtime = self._split_callback(kwargs)
         callback = select_streaming_callback(self.streaming_callback, runtime, requires_async=False)
         if callback is None:
-            return SuperComponent.run(self, **inputs)  # type: ignore[arg-type]
+            with self._failed_run():
+                return SuperComponent.run(self, **inputs)  # type: ignore[arg-type]
         streamed = _Joined(callback)
-        result = SuperComponent.run(self, **inputs, streaming_callback=streamed.callback)  # type: ignore[arg-type]
+        with self._failed_run():
+            result = SuperComponent.run(self, **inputs, streaming_callback=streamed.callback)  # type: ignore[arg-type]
         if (last := self._last_chunk(result, streamed.text)) is not None:
             callback(last)
         return result
@@ -166,9 +178,11 @@ class FusionAnswerer:
         inputs, runtime = self._split_callback(kwargs)
         callback = runtime or self.streaming_callback
         if callback is None:
-            return await SuperComponent.run_async(self, **inputs)  # type: ignore[arg-type]
+            with self._failed_run():
+                return await SuperComponent.run_async(self, **inputs)  # type: ignore[arg-type]
         streamed = _Joined(callback)
-        result = await SuperComponent.run_async(self, **inputs, streaming_callback=streamed.callback)  # type: ignore[arg-type]
+        with self._failed_run():
+            result = await SuperComponent.run_async(self, **inputs, streaming_callback=streamed.callback)  # type: ignore[arg-type]
         if (last := self._last_chunk(result, streamed.text)) is not None:
             await emit_chunk(callback, last)
         return result

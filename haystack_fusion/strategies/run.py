@@ -18,7 +18,7 @@ from haystack_fusion.answers import (
     normalize_answer,
     validate_query,
 )
-from haystack_fusion.failures import CallFailure
+from haystack_fusion.failures import CallFailure, failed_run
 from haystack_fusion.llm import ChatGeneratorWrapper, model_name, reply_usage
 from haystack_fusion.strategies.config import RETRIEVER, SPLIT_ROUTER
 from haystack_fusion.strategies.record import (
@@ -129,15 +129,19 @@ def run_strategy(
     :param retriever_inputs: Further run inputs of the `retriever` component (e.g. the evaluation's gold data).
     :raises ValueError: If the question is empty, only whitespace or not valid Unicode text, or the pipeline names no
         registered strategy.
+    :raises LLMCallsFailedError: If every LLM call of a round failed, or the strategy's only call did: one
+        `failures.LLMCallsFailedError` with every failed call of the run (`failures.failed_run`).
     """
-    strategy_of(pipeline)  # ValueError for an unregistered strategy, before anything runs
+    stages = strategy_of(pipeline).stages  # ValueError for an unregistered strategy, before anything runs
+    reader = stages[0].component if len(stages) == 1 and stages[0].kind == "answer" else None
     query = validate_query(query)
     data: dict[str, dict[str, Any]] = {name: {"query": query} for name, s in pipeline.inputs().items() if "query" in s}
     retriever = {**({"top_k": top_k} if top_k is not None else {}), **(retriever_inputs or {})}
     if retriever:
         data.setdefault(RETRIEVER, {}).update(retriever)
     start = time.perf_counter()
-    outputs = pipeline.run(data=data, include_outputs_from={name for name, _ in pipeline.walk()})
+    with failed_run(f"strategy {pipeline.metadata['strategy']!r}", reader=reader):
+        outputs = pipeline.run(data=data, include_outputs_from={name for name, _ in pipeline.walk()})
     return strategy_run(pipeline, query, outputs, seconds=time.perf_counter() - start)
 
 

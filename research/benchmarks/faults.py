@@ -82,7 +82,7 @@ def failure_kind(error: str) -> str:
     """What failed, in a few words: whether the pipeline raised or a call failed, and the first exception's type."""
     if error.startswith("component "):  # "component 'llm' (OpenAIChatGenerator) failed: JSONDecodeError: ..."
         return f"pipeline raised: {error.split('failed: ', 1)[1].split(':', 1)[0]}"
-    first = error.split("LLM calls failed: ", 1)[-1]  # "voter (rank 2, sample 0): APITimeoutError: ..."
+    first = error.split("LLM calls failed: ", 1)[-1]  # "voter (index 2): APITimeoutError: ..."
     return f"a call failed: {first.split(': ')[1] if ': ' in first else first}"
 
 

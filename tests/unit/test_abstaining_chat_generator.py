@@ -9,10 +9,12 @@ from haystack.components.generators.chat import MockChatGenerator
 from haystack.dataclasses import ChatMessage
 
 from haystack_fusion import AbstainingChatGenerator, UnknownRouter
+from haystack_fusion.failures import CallFailure
 from haystack_fusion.llm import backend_unusable
 from haystack_fusion.testing import ScriptedChatGenerator
 
 MESSAGES = [ChatMessage.from_user("What is the capital of France?")]
+EXPLODED = CallFailure("failing", "RuntimeError", "backend exploded").to_dict()
 
 
 @component
@@ -37,14 +39,16 @@ class TestAbstainingChatGenerator:
         generator = ScriptedChatGenerator("Paris", fail_on="capital")
         result = AbstainingChatGenerator(chat_generator=generator).run(messages=MESSAGES)
         assert result["replies"] == []
-        assert result["meta"]["failures"] == [{"error": "RuntimeError: backend exploded"}]
+        assert result["meta"]["failures"] == [EXPLODED]
         assert result["meta"]["usage"]["calls"] == result["meta"]["usage"]["failed_calls"] == 1
         assert generator.calls == 1  # retries are the generator's own: none here
 
     def test_no_reply_is_a_failure_too(self):
         result = AbstainingChatGenerator(chat_generator=NoReply()).run(messages=MESSAGES)
         assert result["replies"] == []
-        assert result["meta"]["failures"] == [{"error": "RuntimeError: the chat generator returned no reply"}]
+        assert result["meta"]["failures"] == [
+            CallFailure("failing", "RuntimeError", "the chat generator returned no reply").to_dict()
+        ]
 
     def test_generation_kwargs_reach_the_generator(self):
         generator = ScriptedChatGenerator("Paris")
@@ -63,7 +67,7 @@ class TestAbstainingChatGenerator:
         )
         assert [r.text for r in ok["replies"]] == ["Paris"]
         assert failed["replies"] == []
-        assert failed["meta"]["failures"] == [{"error": "RuntimeError: backend exploded"}]
+        assert failed["meta"]["failures"] == [EXPLODED]
 
     def test_a_router_behind_it_falls_back_on_a_failed_call(self):
         pipeline = Pipeline()
@@ -75,7 +79,7 @@ class TestAbstainingChatGenerator:
         result = pipeline.run({"llm": {"messages": MESSAGES}, "router": {"query": "What is the capital of France?"}})
         assert result["router"]["reason"] == "no reply"
         assert result["router"]["fallback_query"] == "What is the capital of France?"
-        assert result["llm"]["meta"]["failures"] == [{"error": "RuntimeError: backend exploded"}]
+        assert result["llm"]["meta"]["failures"] == [{**EXPLODED, "component": "llm"}]
 
     def test_serialization_round_trip(self):
         llm = AbstainingChatGenerator(chat_generator=MockChatGenerator(responses=["Paris"]))
@@ -130,10 +134,13 @@ class TestUnusableBackends:
     def test_a_timeout_or_an_error_status_is_one_call_s_failure(self):
         request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
         server_error = openai.InternalServerError("boom", response=httpx.Response(500, request=request), body=None)
-        for error in (openai.APITimeoutError(request=request), server_error, ValueError("malformed")):
+        cases = {openai.APITimeoutError(request=request): ("timeout", None), server_error: ("failing", 500)}
+        cases[ValueError("malformed")] = ("failing", None)
+        for error, (kind, status) in cases.items():
             result = AbstainingChatGenerator(chat_generator=Raising(error)).run(messages=MESSAGES)
             assert result["replies"] == []
-            assert result["meta"]["failures"][0]["error"].startswith(type(error).__name__)
+            (failure,) = result["meta"]["failures"]
+            assert (failure["kind"], failure["error_type"], failure["status"]) == (kind, type(error).__name__, status)
 
     @pytest.mark.parametrize(
         ("error", "unusable"),

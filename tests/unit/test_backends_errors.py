@@ -16,6 +16,7 @@ from haystack_fusion.backends.errors import (
     user_error_message,
 )
 from haystack_fusion.breaker import CircuitBreaker, CircuitOpenError
+from haystack_fusion.failures import CallFailure, LLMCallsFailedError
 
 KEY = "sk-unit-test-SECRET-9876"
 
@@ -98,15 +99,18 @@ class TestBackendErrorMessage:
 class TestFailedCallsMessage:
     def test_known_failure_type_gives_the_same_line(self):
         config = BackendConfig(llm="openai", api_base_url="http://127.0.0.1:9/v1")
-        message = failed_calls_message([{"error": "AuthenticationError: Error code: 401"}], 3, config)
+        refused = CallFailure("key", "AuthenticationError", "Error code: 401", 401)
+        message = failed_calls_message([refused], 3, config)
         assert message == (
             "the OpenAI-compatible server at http://127.0.0.1:9/v1 refused the API key in $OPENAI_API_KEY (HTTP 401): "
             "set $OPENAI_API_KEY to a valid key"
         )
+        # a run whose every call failed raised it: the command line's line is the same
+        assert backend_error_message(wrapped(LLMCallsFailedError([refused] * 3)), config) == message
 
     def test_unknown_failures_name_the_url_and_variables(self):
         config = BackendConfig(llm="ollama", ollama_url="http://127.0.0.1:9")
-        message = failed_calls_message([{"error": "RuntimeError: odd"}], 2, config)
+        message = failed_calls_message([CallFailure("failing", "RuntimeError", "odd")], 2, config)
         assert message == (
             "every LLM call failed (2 of 2) on the ollama LLM: check $OLLAMA_HOST (http://127.0.0.1:9); the warnings "
             "above give each call's error"
@@ -178,33 +182,40 @@ class TestUserErrorMessage:
 
 
 class TestFailedCallsUserMessage:
+    request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+
     @pytest.mark.parametrize(
         ("error", "expected"),
         [
             (
-                "InternalServerError: Error code: 500 - {'error': {'message': 'boom'}}",
+                status_error(openai.InternalServerError, 500),
                 "The language model server is failing: HTTP 500 Internal Server Error; try again later",
             ),
             (
-                "APITimeoutError: Request timed out.",
+                openai.APITimeoutError(request=request),
                 "The language model server did not answer in time; try again later",
             ),
-            ("APIConnectionError: Connection error.", "The language model server cannot be reached; try again later"),
             (
-                "CircuitOpenError: the LLM server failed 5 calls in a row (the last: InternalServerError (HTTP 502)); "
-                "calls fail at once for 30 s more, then one probe call goes",
+                openai.APIConnectionError(request=request),
+                "The language model server cannot be reached; try again later",
+            ),
+            (
+                refusal(status_error(openai.InternalServerError, 502)),
                 "The language model server is failing: HTTP 502 Bad Gateway; try again later",
             ),
-            ("RuntimeError: odd", "The language model server is failing; try again later"),
+            (RuntimeError("odd"), "The language model server is failing; try again later"),
         ],
     )
-    def test_from_the_recorded_failures(self, error, expected):
-        message = failed_calls_user_message([{"error": error}, {"error": "RuntimeError: later"}])
+    def test_from_the_failed_calls(self, error, expected):
+        failures = [CallFailure.of(error), CallFailure.of(RuntimeError("later"))]
+        message = failed_calls_user_message(failures)
         assert message == expected
         assert not any(word in message for word in NAMES_NO_SETTING), message
+        config = TestBackendErrorMessage.config
+        assert user_error_message(wrapped(LLMCallsFailedError(failures)), config) == expected
 
     def test_an_open_breakers_wait(self):
-        failures = [{"error": "InternalServerError: Error code: 503 - x"}]
+        failures = [CallFailure.of(status_error(openai.InternalServerError, 503))]
         assert failed_calls_user_message(failures, retry_after=29.5) == (
             "The language model server is failing: HTTP 503 Service Unavailable; try again in 30 s"
         )
@@ -220,7 +231,7 @@ def test_llm_server_names():
     assert llm_server_name(BackendConfig(llm="local")) is None
 
 
-TIMED_OUT = ({"component": "summarizer", "candidate": 1, "error": "APITimeoutError: Request timed out."},)
+TIMED_OUT = (CallFailure("timeout", "APITimeoutError", "Request timed out.", component="summarizer", index=1),)
 
 
 class TestQueuedTimeoutAdvice:
@@ -236,7 +247,7 @@ class TestQueuedTimeoutAdvice:
         [
             (TIMED_OUT, 8, 3, 1),  # already one at a time
             (TIMED_OUT, 3, 3, None),  # one call per round: nothing waited behind another
-            ([{"component": "summarizer", "error": "BadRequestError: ..."}], 8, 3, None),  # not a timeout
+            ([CallFailure("failing", "BadRequestError", "...", 400, "summarizer")], 8, 3, None),  # not a timeout
             ([], 8, 3, None),
         ],
     )

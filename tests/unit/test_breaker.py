@@ -263,7 +263,10 @@ class TestCallLimitedChatGenerator:
         result = run_chat_calls(llm, [self.PROMPT] * 3)
         assert len(calls) == 2  # never sent
         assert result.usage["failed_calls"] == 3
-        assert all(error.startswith("CircuitOpenError: the LLM server failed 2 calls") for error in result.errors)
+        assert {(failure.kind, failure.error_type, failure.status) for failure in result.failures} == {
+            ("circuit_open", "CircuitOpenError", 500)  # the status of the last failed call
+        }
+        assert all(failure.message.startswith("the LLM server failed 2 calls") for failure in result.failures)
 
     def test_async_calls_too(self):
         calls: list[int] = []
@@ -275,7 +278,7 @@ class TestCallLimitedChatGenerator:
 
         result = asyncio.run(run())
         assert len(calls) == 2
-        assert [error.split(":")[0] for error in result.errors] == ["CircuitOpenError"] * 4
+        assert [failure.kind for failure in result.failures] == ["circuit_open"] * 4
 
     def test_serialized_with_its_breakers_settings_and_shared_when_loaded(self):
         breaker = CircuitBreaker.shared("test-roundtrip", failure_threshold=4, cooldown=12)

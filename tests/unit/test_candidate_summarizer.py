@@ -9,6 +9,7 @@ from haystack_fusion.answers import (
     DEMONSTRATION,
 )
 from haystack_fusion.components.candidate_summarizer import clean_summary
+from haystack_fusion.failures import CallFailure, LLMCallsFailedError
 from haystack_fusion.testing import ScriptedChatGenerator
 
 QUERY = "What is the capital of France?"
@@ -126,13 +127,20 @@ class TestCandidateSummarizer:
         with pytest.raises(ValueError, match="query"):
             CandidateSummarizer(chat_generator=scripted_generator()).run(query=query, documents=DOCUMENTS)
 
-    def test_failed_candidate_call(self):
+    def test_a_failed_candidate_call_raises(self):
         llm = scripted_generator(fail_on="Below are")
-        result = CandidateSummarizer(chat_generator=llm).run(query=QUERY, documents=DOCUMENTS)
-        assert result["candidates"] == []
-        assert result["summaries"] == []
-        assert result["meta"]["failures"][0]["round"] == "candidates"
-        assert result["meta"]["usage"]["failed_calls"] == 1
+        with pytest.raises(LLMCallsFailedError) as raised:
+            CandidateSummarizer(chat_generator=llm).run(query=QUERY, documents=DOCUMENTS)
+        assert raised.value.failures == [CallFailure("failing", "RuntimeError", "backend exploded")]
+        assert str(raised.value) == (
+            "every LLM call of CandidateSummarizer failed (1 failed call): RuntimeError: backend exploded"
+        )
+
+    def test_a_summary_round_whose_every_call_failed_raises_with_its_failures(self):
+        llm = scripted_generator(fail_on="Prediction:")
+        with pytest.raises(LLMCallsFailedError) as raised:
+            asyncio.run(CandidateSummarizer(chat_generator=llm).run_async(query=QUERY, documents=DOCUMENTS))
+        assert [failure.index for failure in raised.value.failures] == [0, 1]  # the candidates'
 
     def test_failed_summary_keeps_its_place(self):
         llm = scripted_generator(fail_on="Prediction: (a) Paris")
@@ -140,8 +148,7 @@ class TestCandidateSummarizer:
         assert result["candidates"] == ["Paris", "Lyon"]
         assert result["summaries"] == ["", "Summary for (b) Lyon."]
         (failure,) = result["meta"]["failures"]
-        assert (failure["round"], failure["index"]) == ("summaries", 0)
-        assert "backend exploded" in failure["error"]
+        assert failure == CallFailure("failing", "RuntimeError", "backend exploded", index=0).to_dict()
 
     def test_raise_on_failure(self):
         llm = scripted_generator(fail_on="Prediction: (b)")

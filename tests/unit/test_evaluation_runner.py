@@ -10,7 +10,6 @@ import openai
 import pytest
 from haystack.components.generators.chat import MockChatGenerator
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
-from haystack.core.errors import PipelineRuntimeError
 from haystack.dataclasses import GeneratedAnswer
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
@@ -173,7 +172,8 @@ class TestFailedRecords:
         assert len(lines) == 12
         failed = [line for line in lines if "error" in line]
         assert sorted(line["question_id"] for line in failed) == ["q3", "q7"]
-        assert failed[0]["error"] == ("component 'llm' (MockChatGenerator) failed: RuntimeError: the server went away")
+        # the strategy's one call failed: a failure, not an answer
+        assert failed[0]["error"] == "1 of 1 LLM calls failed: llm: RuntimeError: the server went away"
         assert failed[0]["prediction"] == ""
         assert [r.question_id for r in read_failures(tmp_path / RESULTS_FILE)] == ["q3", "q7"]
         assert len(read_records(tmp_path / RESULTS_FILE)) == 10  # reports see the clean ones only
@@ -205,6 +205,20 @@ class TestFailedRecords:
         assert failure.error.endswith(f"TimeoutError: Request timed out. ({QUEUED_TIMEOUT_ADVICE})")
         assert failure.evidence["failures"][0]["component"] == "voter"
 
+    def test_a_question_whose_every_call_failed_gets_a_failed_record_not_an_answer(self, tmp_path):
+        def timeout(messages):
+            if "take 2?" in messages[-1].text:
+                raise TimeoutError("Request timed out.")
+            return "Paris"
+
+        evaluator(tmp_path, timeout, strategies=("post_fusion",)).run()
+        (failure,) = read_failures(tmp_path / RESULTS_FILE)
+        assert (failure.question_id, failure.prediction) == ("q2", "")
+        assert failure.error == (
+            "2 of 2 LLM calls failed: voter (index 0): TimeoutError: Request timed out.; voter (index 1): "
+            f"TimeoutError: Request timed out. ({QUEUED_TIMEOUT_ADVICE})"
+        )
+
     def test_a_clean_record_has_no_error_key(self, tmp_path):
         evaluator(tmp_path, fails_on()).run()
         line = (tmp_path / RESULTS_FILE).read_text().splitlines()[0]
@@ -214,9 +228,9 @@ class TestFailedRecords:
     def test_a_refused_key_stops_the_run_at_once(self, tmp_path):
         response = httpx.Response(401, request=httpx.Request("POST", "http://127.0.0.1:1/v1/chat/completions"))
         refused = openai.AuthenticationError("Incorrect API key provided", response=response, body=None)
-        with pytest.raises(PipelineRuntimeError) as raised:
+        with pytest.raises(BatchStoppedError, match=r"refused \(AuthenticationError\)") as raised:
             evaluator(tmp_path, fails_on(*range(12), error=refused)).run()
-        assert isinstance(raised.value.__cause__, openai.AuthenticationError)
+        assert [(failure.kind, failure.status) for failure in raised.value.failures] == [("key", 401)]
         assert not (tmp_path / RESULTS_FILE).exists()  # no failed record for a configuration error
 
     def test_questions_failing_in_a_row_stop_the_run(self, tmp_path):

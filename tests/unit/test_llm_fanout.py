@@ -12,6 +12,7 @@ from haystack.components.generators.chat import MockChatGenerator
 from haystack.dataclasses import ChatMessage
 
 from haystack_fusion import CandidateSummarizer, NoteTaker, PostFusionVoter, SummaryVerifier
+from haystack_fusion.failures import CallFailure
 from haystack_fusion.llm import (
     FanOutResult,
     check_max_concurrency,
@@ -160,8 +161,9 @@ class TestRunChatCalls:
             None,
             "echo:c",
         ]
-        assert result.errors == [None, None, "RuntimeError: cannot answer boom", None]
-        assert result.failures == [{"index": 2, "error": "RuntimeError: cannot answer boom"}]
+        boom = CallFailure("failing", "RuntimeError", "cannot answer boom", index=2)
+        assert result.errors == [None, None, boom, None]
+        assert result.failures == [boom]
         assert result.usage["calls"] == 4
         assert result.usage["failed_calls"] == 1
 
@@ -169,7 +171,9 @@ class TestRunChatCalls:
         result = run_chat_calls(NoReplyGenerator(), prompts_of(["x", "silent"]), max_concurrency=2)
         assert result.replies[0].text == "ok"
         assert result.replies[1] is None
-        assert result.failures == [{"index": 1, "error": "RuntimeError: the chat generator returned no reply"}]
+        assert result.failures == [
+            CallFailure("failing", "RuntimeError", "the chat generator returned no reply", index=1)
+        ]
         assert result.usage["failed_calls"] == 1
 
     @pytest.mark.parametrize("make_generator", [failing_sync_generator, failing_async_generator])
@@ -239,12 +243,21 @@ class TestRunChatCalls:
     async def test_async_form_records_a_failing_call(self):
         result = await run_chat_calls_async(failing_async_generator(), prompts_of(["a", "boom"]), max_concurrency=2)
         assert [reply.text if reply else None for reply in result.replies] == ["echo:a", None]
-        assert "cannot answer boom" in result.errors[1]
+        assert result.errors[1] == CallFailure("failing", "RuntimeError", "cannot answer boom", index=1)
 
     async def test_async_form_uses_run_async(self):
         generator = LoopBoundGenerator()
         result = await run_chat_calls_async(generator, prompts_of(["a"]), max_concurrency=1)
         assert (result.failures, generator.async_calls, generator.sync_calls) == ([], 1, 0)
+
+    def test_a_fresh_event_loop_per_question_makes_every_call(self):
+        """On a loop other than its first, a generator's `run` goes to a worker thread: its async client stays bound
+        to the first loop (a script's `asyncio.run` per question)."""
+        generator = LoopBoundGenerator()
+        for _ in range(3):
+            result = asyncio.run(run_chat_calls_async(generator, prompts_of(["a", "b"]), max_concurrency=2))
+            assert result.failures == []
+        assert (generator.async_calls, generator.sync_calls) == (2, 4)
 
     @pytest.mark.parametrize("max_concurrency", [0, -1])
     def test_invalid_max_concurrency(self, max_concurrency):
@@ -401,7 +414,7 @@ class TestCancellationOnFailure:
         prompts = prompts_of(["slow", "boom", "slow"])
         result = asyncio.run(run_chat_calls_async(generator, prompts, max_concurrency=2))
         assert (generator.started, generator.finished, generator.cancelled) == (3, 2, 0)
-        assert result.errors[1] == "RuntimeError: cannot answer boom"
+        assert str(result.errors[1]) == "RuntimeError: cannot answer boom"
 
     async def test_component_run_async_cancels_the_other_calls(self):
         generator = SlowAsyncGenerator(fail_on="Passage 4.")

@@ -90,7 +90,7 @@ class TestCallSpans:
 
     def test_a_failed_call_is_an_error_span(self, spans):
         result = run_chat_calls(failing_sync_generator(), prompts_of(["a", "boom"]), max_concurrency=2)
-        assert result.failures[0]["index"] == 1
+        assert result.failures[0].index == 1
         statuses = sorted(span.status.status_code.name for span in spans.get_finished_spans())
         assert statuses == ["ERROR", "UNSET"]
 

@@ -8,6 +8,7 @@ from haystack_fusion import NoteTaker
 from haystack_fusion.answers import (
     INVALID,
 )
+from haystack_fusion.failures import CallFailure, LLMCallsFailedError
 from haystack_fusion.prompts.chain_of_note import ANSWER_LEAD, STEP_5_PARAMETRIC, STEP_5_UNKNOWN
 from haystack_fusion.testing import ScriptedChatGenerator
 
@@ -109,12 +110,11 @@ class TestSingleCall:
         result = NoteTaker(chat_generator=llm).run(query=QUERY, documents=DOCUMENTS[1:2])
         assert result["answers"][0].data == "unknown"
 
-    def test_failed_call(self):
+    def test_a_failed_call_raises_not_unknown(self):
         llm = scripted_generator(fail_on=QUERY)
-        result = NoteTaker(chat_generator=llm).run(query=QUERY, documents=DOCUMENTS)
-        assert result["answers"][0].data == "unknown"
-        assert [n["relevance"] for n in result["notes"]] == ["irrelevant"] * 3
-        assert result["answers"][0].meta["failures"][0]["round"] == "notes"
+        with pytest.raises(LLMCallsFailedError) as raised:
+            NoteTaker(chat_generator=llm).run(query=QUERY, documents=DOCUMENTS)
+        assert raised.value.failures == [CallFailure("failing", "RuntimeError", "backend exploded")]
 
     def test_generation_kwargs_reach_every_call(self):
         llm = scripted_generator()

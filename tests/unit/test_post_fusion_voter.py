@@ -11,6 +11,7 @@ from haystack.dataclasses import ChatMessage, GeneratedAnswer
 from haystack_fusion import NoteTaker, PostFusionVoter
 from haystack_fusion.answers import DEMONSTRATION, PASSAGE_MARKUP, has_visible_text, validate_query
 from haystack_fusion.components.split_vote_router import SplitVoteRouter
+from haystack_fusion.failures import CallFailure, LLMCallsFailedError
 from haystack_fusion.llm import DEFAULT_SAMPLING_KWARGS
 from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PROMPTS
 from haystack_fusion.testing import ScriptedChatGenerator
@@ -215,7 +216,9 @@ class TestPostFusionVoter:
         winner = result["answers"][0]
         assert winner.data == "Paris"
         assert winner.meta["votes"] == {"paris": 1, "lyon": 1}
-        assert winner.meta["failures"] == [{"rank": 2, "sample": 0, "error": "RuntimeError: backend exploded"}]
+        assert winner.meta["failures"] == [
+            CallFailure("failing", "RuntimeError", "backend exploded", index=2).to_dict()
+        ]
         assert winner.meta["passage_answers"][2] == {"rank": 2, "document_id": "d2", "answers": [None]}
         assert winner.meta["usage"]["calls"] == 4
         assert winner.meta["usage"]["failed_calls"] == 1
@@ -244,13 +247,25 @@ class TestPostFusionVoter:
             ["Lyon"] * 3,
         ]
 
-    def test_samples_failures_carry_rank_and_sample(self):
+    def test_samples_failures_carry_their_passage_s_rank(self):
         generator = recording_generator(fail_on="Lyon")
         result = PostFusionVoter(chat_generator=generator, samples_per_passage=2).run(query=QUERY, documents=DOCUMENTS)
-        assert result["answers"][0].meta["failures"] == [
-            {"rank": 3, "sample": 0, "error": "RuntimeError: backend exploded"},
-            {"rank": 3, "sample": 1, "error": "RuntimeError: backend exploded"},
-        ]
+        assert (
+            result["answers"][0].meta["failures"]
+            == [CallFailure("failing", "RuntimeError", "backend exploded", index=3).to_dict()] * 2
+        )
+
+    @pytest.mark.parametrize("samples", [1, 2])
+    def test_every_call_failed_raises_not_unknown(self, samples):
+        voter = PostFusionVoter(chat_generator=recording_generator(fail_on=QUERY), samples_per_passage=samples)
+        with pytest.raises(LLMCallsFailedError) as raised:
+            voter.run(query=QUERY, documents=DOCUMENTS)
+        ranks = [rank for rank in range(len(DOCUMENTS)) for _ in range(samples)]
+        assert [failure.index for failure in raised.value.failures] == ranks
+        assert str(raised.value) == (
+            f"every LLM call of PostFusionVoter failed ({samples * len(DOCUMENTS)} failed calls): RuntimeError: "
+            "backend exploded"
+        )
 
     def test_custom_sampling_kwargs(self):
         generator = recording_generator()
@@ -375,7 +390,7 @@ class TestPostFusionVoter:
         generator = recording_generator(fail_on="Eiffel")
         result = await PostFusionVoter(chat_generator=generator).run_async(query=QUERY, documents=DOCUMENTS)
         assert result["answers"][0].data == "Paris"
-        assert result["answers"][0].meta["failures"][0]["rank"] == 2
+        assert result["answers"][0].meta["failures"][0]["index"] == 2
 
     def test_run_inside_pipeline(self):
         pipeline = Pipeline()

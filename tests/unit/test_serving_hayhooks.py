@@ -17,6 +17,7 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 from haystack_fusion.backends.config import BackendConfig
 from haystack_fusion.breaker import CircuitBreaker
 from haystack_fusion.components.note_taker import NoteTaker
+from haystack_fusion.failures import CallFailure
 from haystack_fusion.llm import CallLimitedChatGenerator
 from haystack_fusion.strategies import build_pipeline
 
@@ -100,7 +101,7 @@ class TestStreamStrategy:
         assert ("Concatenation failed: reading the 2 passages one by one", False) in statuses
         run = items[-1].run
         assert run.answer.data == "Paris"
-        assert run.evidence.to_dict()["failures"] == [{"component": "llm", "error": "TimeoutError: Request timed out."}]
+        assert run.failures == [CallFailure("timeout", "TimeoutError", "Request timed out.", component="llm")]
         assert run.usage.calls == 3
         assert run.usage.failed_calls == 1
 
@@ -424,7 +425,7 @@ class TestChatCompletions:
         assert len(calls) == 3
         assert breaker.state == "open"
         failing = r"The language model server is failing: HTTP 500 Internal Server Error; try again in (5\d|60) s"
-        assert statuses(events)[-2] == "Post-fusion: every LLM call failed"
+        assert statuses(events)[-2] == "Concatenation failed: reading the 2 passages one by one"
         assert re.fullmatch(f"Failed: {failing}", statuses(events)[-1])
         events = stream(wrapper, question)  # refused by the breaker: never sent
         assert re.fullmatch(failing, events[-1].model_dump()["error"]["message"])

@@ -170,21 +170,6 @@ def test_narration_follows_the_declared_stages():
     )
 
 
-def test_a_vote_whose_every_call_failed_is_told_as_a_failure_not_as_unknown():
-    pipeline = pipeline_for("concat_pf")
-    usage = {"calls": 5, "failed_calls": 5, "prompt_tokens": 0, "completion_tokens": 0}
-    failed = GeneratedAnswer(data="unknown", query="q", documents=[], meta={"votes": {}, "usage": usage})
-    assert narrate("voter", {"answers": [failed], "unknown": [failed]}, pipeline, {}) == [
-        ("Post-fusion: every LLM call failed", True)
-    ]
-    abstained = GeneratedAnswer(
-        data="unknown", query="q", documents=[], meta={"votes": {}, "usage": {**usage, "failed_calls": 4}}
-    )
-    assert narrate("voter", {"answers": [abstained], "unknown": [abstained]}, pipeline, {}) == [
-        ("Post-fusion: every passage answered unknown", True)
-    ]
-
-
 def test_only_a_final_reply_that_nothing_replaces_is_streamed():
     streamed = {name: streamed_component(pipeline_for(name)) for name in STRATEGIES}
     assert streamed["concatenation"] == streamed["pf_concat"] == streamed["sure_sum_all"] == "llm"

@@ -8,6 +8,7 @@ from haystack.core.errors import PipelineRuntimeError
 from haystack.dataclasses import ChatMessage, GeneratedAnswer
 
 import haystack_fusion  # noqa: F401  (allowlists the package for deserialization)
+from haystack_fusion.failures import CallFailure, LLMCallsFailedError
 from haystack_fusion.strategies import (
     STRATEGIES,
     StrategyRun,
@@ -15,6 +16,7 @@ from haystack_fusion.strategies import (
     run_strategy,
     strategy_run,
 )
+from haystack_fusion.testing import ScriptedChatGenerator
 from tests.unit.scripted_pipelines import (
     DISTILLER_START,
     QUERY,
@@ -264,9 +266,9 @@ class TestRunStrategy:
         run = run_strategy(make_pipeline(name, generator, top_k=5), QUERY)
         assert run.answer.data == "Paris"
         assert run.answer.meta["votes"] == {"paris": 2, "lyon": 1}
-        failure = {"component": "llm", "error": "RuntimeError: backend exploded"}
-        assert run.evidence.to_dict()["failures"] == [failure]
-        assert run.answer.meta["failures"] == [failure]
+        failure = CallFailure("failing", "RuntimeError", "backend exploded", component="llm")
+        assert run.failures == [failure]
+        assert run.answer.meta["failures"] == [failure.to_dict()]
         assert run.answers[0] is run.answer
         assert run.evidence.fallback is True
         assert run.evidence.to_dict()["stages"] == [
@@ -282,7 +284,7 @@ class TestRunStrategy:
         generator = concatenation_fails(passages=("Lyon is the third-largest city",))
         run = run_strategy(make_pipeline("concat_pf", generator), QUERY)
         assert run.answer.data == "Paris"
-        assert [(failure["component"], failure.get("rank")) for failure in run.answer.meta["failures"]] == [
+        assert [(failure["component"], failure["index"]) for failure in run.answer.meta["failures"]] == [
             ("llm", None),
             ("voter", 2),
         ]
@@ -291,8 +293,26 @@ class TestRunStrategy:
 
     def test_a_failed_concatenation_call_fails_the_concatenation_strategy(self):
         pipeline = make_pipeline("concatenation", concatenation_fails())
-        with pytest.raises(PipelineRuntimeError, match="backend exploded"):
+        with pytest.raises(LLMCallsFailedError) as raised:
             run_strategy(pipeline, QUERY)
+        assert raised.value.failures == [CallFailure("failing", "RuntimeError", "backend exploded", component="llm")]
+        assert isinstance(raised.value.__cause__, PipelineRuntimeError)
+
+    @pytest.mark.parametrize("name", ["concat_pf", "cascade"])
+    def test_when_the_fallback_fails_too_the_run_raises_with_both_rounds_failures(self, name):
+        generator = ScriptedChatGenerator("Paris", fail_on=lambda prompt: True)
+        with pytest.raises(LLMCallsFailedError) as raised:
+            run_strategy(make_pipeline(name, generator), QUERY)
+        assert [(failure.component, failure.index) for failure in raised.value.failures] == [
+            ("llm", None),
+            ("voter", 0),
+            ("voter", 1),
+            ("voter", 2),
+        ]
+        assert str(raised.value) == (
+            "every LLM call of PostFusionVoter 'voter' (after 1 failed call of earlier rounds) failed (4 failed "
+            "calls): RuntimeError: backend exploded"
+        )
 
     def test_pf_concat_distiller_prompt(self):
         generator = recording_generator()

@@ -7,6 +7,7 @@ from haystack.components.generators.chat import MockChatGenerator
 from haystack.dataclasses import ChatMessage
 
 from haystack_fusion import SummaryVerifier
+from haystack_fusion.failures import LLMCallsFailedError
 from haystack_fusion.testing import ScriptedChatGenerator
 
 QUERY = "What is the capital of France?"
@@ -133,8 +134,14 @@ class TestCalls:
         answers = verify(judge)
         meta = answers[0].meta
         assert meta["usage"]["failed_calls"] == 1
-        assert meta["failures"][0]["call"] == "validity"
+        assert meta["failures"][0]["index"] == 0  # the first call: Paris's validity
         assert answers[0].data == "Lyon"  # failed validity counts as False; the ranking split 0.5 / 0.5
+
+    def test_every_call_failed_raises_not_a_pick(self):
+        judge = judge_generator({"S-paris", "S-lyon"}, fail_on=QUERY)
+        with pytest.raises(LLMCallsFailedError) as raised:
+            verify(judge)
+        assert [failure.index for failure in raised.value.failures] == list(range(judge.calls))
 
     def test_empty_summary_is_not_sent(self):
         judge = judge_generator({"S-paris", "S-lyon"})
