@@ -250,12 +250,11 @@ class Evaluator:
                     self.notes.append(note)
         prediction = run.answer.data or ""
         key = (strategy, top_k, setting.label(), question.id, not question.is_impossible)
-        structured, text = split_evidence({**run.evidence, "usage": run.usage, "usage_by_model": run.usage_by_model})
-        score = score_run(question, prediction, run.evidence, run.documents, run.usage, run.seconds)
-        failures = [CallFailure.from_dict(failure) for failure in run.evidence.get("failures") or []]
-        error = (
-            self._calls_failed(failures, run.usage.get("calls", 0), run.usage.get("rounds", 0)) if failures else None
-        )
+        run_record = run.to_dict()
+        evidence, usage = run_record["evidence"], run_record["usage"]
+        structured, text = split_evidence({**evidence, "usage": usage, "usage_by_model": run_record["usage_by_model"]})
+        score = score_run(question, prediction, evidence, run.documents, usage, run.seconds)
+        error = self._calls_failed(run.failures, run.usage.calls, run.usage.rounds or 0) if run.failures else None
         passages = [d.id for d in run.documents]
         return QuestionRecord(*key, prediction, structured, passages, score, fingerprint, error=error), text
 

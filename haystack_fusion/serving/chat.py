@@ -15,8 +15,9 @@ from typing import Any
 from haystack.dataclasses import ChatMessage
 
 from haystack_fusion.answers import has_visible_text
-from haystack_fusion.llm import empty_usage, reply_usage, stop_kwargs
+from haystack_fusion.llm import reply_usage, stop_kwargs
 from haystack_fusion.prompts import PROMPTS, render
+from haystack_fusion.strategies.record import Usage
 
 TASK_PREFIX = "### Task:"
 """How Open WebUI's background task prompts start (title, tags, follow-up suggestions, query generation)."""
@@ -214,7 +215,7 @@ def standalone_question_prompt(history: Sequence[tuple[str, str]], question: str
 
 async def standalone_question(
     chat_generator: Any, history: Sequence[tuple[str, str]], question: str, *, max_chars: int | None = None
-) -> tuple[str, dict[str, int]]:
+) -> tuple[str, Usage]:
     """
     Rewrite a follow-up as a standalone question with one LLM call (`standalone_question_prompt`).
 
@@ -225,10 +226,10 @@ async def standalone_question(
     :returns: The standalone question and the call's usage (`rounds` 1; all zeros when no call was made).
     """
     if not history:
-        return question, empty_usage()
+        return question, Usage()
     kwargs = stop_kwargs(chat_generator, PROMPTS["standalone_question"].stop)
     reply = await _one_call(chat_generator, standalone_question_prompt(history, question), generation_kwargs=kwargs)
-    usage = {**reply_usage(reply), "rounds": 1}
+    usage = Usage.of({**reply_usage(reply), "rounds": 1})
     rewrite = PROMPTS["standalone_question"].extract_answer(reply.text if reply is not None else None)
     if not rewrite or (max_chars is not None and len(rewrite) > max_chars):
         rewrite = question
@@ -263,7 +264,7 @@ async def _one_call(chat_generator: Any, messages: list[ChatMessage], **kwargs: 
     return replies[0] if replies else None
 
 
-async def answer_task(chat_generator: Any, prompt: str) -> tuple[str, dict[str, int]]:
+async def answer_task(chat_generator: Any, prompt: str) -> tuple[str, Usage]:
     """A chat client's background task answered with one plain LLM call: the reply's JSON object (`{}` when it holds
     none) and the call's usage."""
     reply = await _one_call(chat_generator, [ChatMessage.from_user(prompt)])
@@ -273,4 +274,4 @@ async def answer_task(chat_generator: Any, prompt: str) -> tuple[str, dict[str, 
         answer = candidate if isinstance(json.loads(candidate), dict) else "{}"
     except ValueError:
         answer = "{}"
-    return answer, reply_usage(reply)
+    return answer, Usage.of(reply_usage(reply))

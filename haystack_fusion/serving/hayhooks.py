@@ -43,7 +43,7 @@ from haystack_fusion.backends import (
 from haystack_fusion.backends.checks import BackendSetupError, check_backend, reachability_problems, setup_message
 from haystack_fusion.breaker import CircuitBreaker
 from haystack_fusion.failures import exception_chain, failed_run
-from haystack_fusion.llm import CallLimitedChatGenerator, sum_usage, threaded_callback
+from haystack_fusion.llm import CallLimitedChatGenerator, threaded_callback
 from haystack_fusion.serving.chat import Chat, answer_task, digest, read_chat, standalone_question
 from haystack_fusion.serving.guards import ServingError, openai_error
 from haystack_fusion.serving.presentation import (
@@ -74,6 +74,7 @@ from haystack_fusion.settings import (
 )
 from haystack_fusion.strategies import (
     StrategyRun,
+    Usage,
     chat_text,
     get_strategy,
     passages,
@@ -509,7 +510,7 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         run: StrategyRun,
         *,
         asked: str | None = None,
-        rewrite: dict[str, int] | None = None,
+        rewrite: Usage | None = None,
         rewrite_seconds: float = 0.0,
     ) -> StrategyRun:
         """
@@ -518,8 +519,8 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         `failures.LLMCallsFailedError`: `_failure` answers it with a 503 in the user's terms.)
         """
         if asked is not None and rewrite is not None:
-            evidence = {**run.evidence, "asked": asked, "standalone_question": run.answer.query or asked}
-            usage, seconds = sum_usage([run.usage, rewrite]), run.seconds + rewrite_seconds
+            evidence = dataclasses.replace(run.evidence, asked=asked, standalone_question=run.answer.query or asked)
+            usage, seconds = run.usage + rewrite, run.seconds + rewrite_seconds
             run = dataclasses.replace(run, usage=usage, evidence=evidence, seconds=seconds)
         warn_missing_logprobs(self.generator, run.answers)  # logged once per process
         return run
@@ -600,7 +601,7 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         return self._events(question, chat, model=model, dialect=spoken, reply=reply)
 
     async def _task_chunks(
-        self, model: str, answer: str, usage: dict[str, int], *, include_usage: bool
+        self, model: str, answer: str, usage: Usage, *, include_usage: bool
     ) -> AsyncIterator[ChatCompletion]:
         reply = CompletionStream(model, include_usage)
         for chunk in (reply.start(), reply.text(answer), *reply.end(usage, [])):

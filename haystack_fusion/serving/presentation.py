@@ -13,7 +13,7 @@ from typing import Any
 
 from haystack import Document, Pipeline
 
-from haystack_fusion.strategies import RETRIEVER, SPLIT_ROUTER, StrategyRun, get_strategy, strategy_of
+from haystack_fusion.strategies import RETRIEVER, SPLIT_ROUTER, StageResult, StrategyRun, get_strategy, strategy_of
 from haystack_fusion.strategies.run import (
     cited_sources,
     evidence_line,
@@ -39,27 +39,22 @@ def _markdown(text: str | None) -> str:
     return "\n".join(line.lstrip() for line in escaped.splitlines())
 
 
-def _from_cache(usage: dict[str, int]) -> bool:
-    """Whether every LLM call of a run was answered from the embedded model's reply cache."""
-    return bool(usage.get("calls")) and usage.get("cached_calls", 0) >= usage["calls"]
-
-
-def _stage_text(stage: dict[str, Any]) -> str:
-    """One stage of `evidence["stages"]`: "concatenation: passed on (unknown answer)", "post_fusion: answered"."""
-    reason = f" ({stage['reason']})" if stage.get("reason") else ""
-    return f"{stage['stage']}: {'answered' if stage['answered'] else 'passed on'}{reason}"
+def _stage_text(stage: StageResult) -> str:
+    """One stage of `evidence.stages`: "concatenation: passed on (unknown answer)", "post_fusion: answered"."""
+    reason = f" ({stage.reason})" if stage.reason else ""
+    return f"{stage.stage}: {'answered' if stage.answered else 'passed on'}{reason}"
 
 
 def _usage_text(run: StrategyRun) -> str:
     """LLM calls, rounds, tokens and time, e.g. "6 LLM calls in 2 rounds, 900 prompt + 12 completion tokens, 4.2 s";
     with calls on more than one model, each model's: "...; small: 1 call, 450 + 4 tokens; strong: 5 calls, ..."."""
-    usage, calls, cached = run.usage, run.usage.get("calls", 0), run.usage.get("cached_calls", 0)
-    if _from_cache(usage):
-        return f"answered from the cache: {plural(calls, 'earlier LLM call')} reused, no LLM call made"
+    usage, cached = run.usage, run.usage.cached_calls
+    if usage.from_cache:
+        return f"answered from the cache: {plural(usage.calls, 'earlier LLM call')} reused, no LLM call made"
     return (
-        f"{plural(calls, 'LLM call')}{f' ({cached} from the cache)' if cached else ''} in "
-        f"{plural(usage.get('rounds', 0), 'round')}, "
-        f"{usage.get('prompt_tokens', 0)} prompt + {usage.get('completion_tokens', 0)} completion tokens, "
+        f"{plural(usage.calls, 'LLM call')}{f' ({cached} from the cache)' if cached else ''} in "
+        f"{plural(usage.rounds or 0, 'round')}, "
+        f"{usage.prompt_tokens} prompt + {usage.completion_tokens} completion tokens, "
         f"{run.seconds:.1f} s{_by_model(run)}"
     )
 
@@ -70,8 +65,7 @@ def _by_model(run: StrategyRun) -> str:
     if len(run.usage_by_model) < 2:
         return ""
     return "".join(
-        f"; {model}: {plural(used.get('calls', 0), 'call')}, "
-        f"{used.get('prompt_tokens', 0)} + {used.get('completion_tokens', 0)} tokens"
+        f"; {model}: {plural(used.calls, 'call')}, {used.prompt_tokens} + {used.completion_tokens} tokens"
         for model, used in run.usage_by_model.items()
     )
 
@@ -88,11 +82,11 @@ def format_run(question: str, run: StrategyRun, *, passage_chars: int = 160) -> 
         f"Answer:   {run.answer_text()}",
         f"Evidence: {evidence_line(run) or 'single LLM round'}",
     ]
-    if evidence.get("confidence") is not None:
-        lines.append(f"Confidence: {evidence['confidence']:.2f}")
-    if stages := evidence.get("stages"):
-        trace = [f"{stage['stage']} ({stage.get('reason')})" for stage in stages if not stage.get("answered")]
-        trace.append(f"{stages[-1]['stage']} answered")
+    if evidence.confidence is not None:
+        lines.append(f"Confidence: {evidence.confidence:.2f}")
+    if stages := evidence.stages:
+        trace = [f"{stage.stage} ({stage.reason})" for stage in stages if not stage.answered]
+        trace.append(f"{stages[-1].stage} answered")
         lines.append(f"Stages:   {' -> '.join(trace)}")
     lines.append(f"Sources (top-{len(run.documents)}):")
     for rank, document in enumerate(run.documents, start=1):
@@ -100,9 +94,8 @@ def format_run(question: str, run: StrategyRun, *, passage_chars: int = 160) -> 
         text = excerpt(document.content, passage_chars)
         lines.append(f"  [{rank}] {source_title(document)} (score {score}) {text}")
     lines.append(
-        f"LLM: {plural(usage['calls'], 'call')} ({usage['failed_calls']} failed) in "
-        f"{plural(usage.get('rounds', 0), 'round')}, "
-        f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens{_by_model(run)}"
+        f"LLM: {plural(usage.calls, 'call')} ({usage.failed_calls} failed) in {plural(usage.rounds or 0, 'round')}, "
+        f"{usage.prompt_tokens} prompt + {usage.completion_tokens} completion tokens{_by_model(run)}"
     )
     lines.append(f"Time: {run.seconds:.2f} s")
     return "\n".join(lines)
@@ -114,45 +107,45 @@ def evidence_markdown(run: StrategyRun, *, chars: int = 300) -> str:
     the passages read (`chars` characters of each), stages, votes, candidates, scores, notes and usage.
     """
     evidence, supporting, parts = run.evidence, supporting_ids(run), []
-    if evidence.get("standalone_question"):
-        parts += [f"**Question** (from the chat): {_markdown(evidence['standalone_question'])}", ""]
+    if evidence.standalone_question:
+        parts += [f"**Question** (from the chat): {_markdown(evidence.standalone_question)}", ""]
     parts += ["**Sources**", ""]
     for index, document in enumerate(passages(run), start=1):
         label = "supported the answer" if document.id in supporting else "retrieved"
         text = _markdown(excerpt(document.content, chars))
         parts.append(f"{index}. **{_markdown(source_title(document))}** ({label}) {text}")
-    if evidence.get("stages"):
-        parts += ["", "**Stages**", "", *(f"- {_stage_text(stage)}" for stage in evidence["stages"])]
-    if evidence.get("votes"):
-        parts += ["", "**Votes**: " + ", ".join(f"{_markdown(a)} {n}" for a, n in evidence["votes"].items())]
-    if evidence.get("candidates"):
-        parts += ["", "**Candidates**: " + ", ".join(_markdown(str(c)) for c in evidence["candidates"])]
-    if evidence.get("scores"):
+    if evidence.stages:
+        parts += ["", "**Stages**", "", *(f"- {_stage_text(stage)}" for stage in evidence.stages)]
+    if evidence.votes:
+        parts += ["", "**Votes**: " + ", ".join(f"{_markdown(a)} {n}" for a, n in evidence.votes.items())]
+    if evidence.candidates:
+        parts += ["", "**Candidates**: " + ", ".join(_markdown(str(c)) for c in evidence.candidates)]
+    if evidence.sure is not None and evidence.sure.scores:
         parts += ["", "**Scores** (validity + ranking)", ""]
         parts += [
-            f"- candidate {s.get('candidate_index')}: validity {rounded(s.get('validity'))}, ranking "
-            f"{rounded(s.get('ranking'))}, score {rounded(s.get('score'))}"
-            for s in evidence["scores"]
+            f"- candidate {s.candidate_index}: validity {rounded(s.validity)}, ranking {rounded(s.ranking)}, score "
+            f"{rounded(s.score)}"
+            for s in evidence.sure.scores
         ]
-    if evidence.get("notes"):
+    if evidence.notes is not None and evidence.notes.notes:
         parts += ["", "**Notes**", ""]
         parts += [
             f"{i}. ({note.get('relevance')}) {_markdown(excerpt(note.get('note'), chars))}"
-            for i, note in enumerate(evidence["notes"], start=1)
+            for i, note in enumerate(evidence.notes.notes, start=1)
         ]
     return "\n".join([*parts, "", f"**Usage**: {_usage_text(run)}"])
 
 
 def evidence_summary(run: StrategyRun) -> str:
     """The title of the evidence block, e.g. "Sources and evidence (1 LLM call)", or "... (from the cache)"."""
-    if _from_cache(run.usage):
+    if run.usage.from_cache:
         return "Sources and evidence (from the cache)"
-    return f"Sources and evidence ({plural(run.usage.get('calls', 0), 'LLM call')})"
+    return f"Sources and evidence ({plural(run.usage.calls, 'LLM call')})"
 
 
 def answered_text(run: StrategyRun) -> str:
     """The line ending a streamed reply, e.g. "Answered in 4.2 s: 2 of 5 passages support it"."""
-    if _from_cache(run.usage):
+    if run.usage.from_cache:
         return "Answered from the cache (no LLM call made)"
     read, supporting = passages(run), supporting_ids(run)
     held = sum(document.id in supporting for document in read)
@@ -191,7 +184,7 @@ def evidence_element_props(run: StrategyRun, *, chars: int = 300) -> dict[str, A
             }
             for index, document in enumerate(passages(run), start=1)
         ],
-        "stages": [_stage_text(stage) for stage in run.evidence.get("stages") or []],
+        "stages": [_stage_text(stage) for stage in run.evidence.stages],
         "evidence": evidence_line(run),
         "usage": _usage_text(run),
     }
@@ -207,9 +200,9 @@ def api_result(run: StrategyRun) -> dict[str, Any]:
     return {
         "answer": run.answer.data,
         "sources": sources,
-        "evidence": run.evidence,
-        "usage": run.usage,
-        "usage_by_model": run.usage_by_model,
+        "evidence": run.evidence.to_dict(),
+        "usage": run.usage.to_dict(),
+        "usage_by_model": {model: usage.to_dict() for model, usage in run.usage_by_model.items()},
     }
 
 

@@ -22,7 +22,7 @@ from fastapi_openai_compat import ChatCompletion, Choice, Message
 from haystack import Document
 
 from haystack_fusion.serving.guards import ServingError
-from haystack_fusion.strategies import StrategyRun, cited_sources, rounded, source_title, supporting_ids
+from haystack_fusion.strategies import StrategyRun, Usage, cited_sources, rounded, source_title, supporting_ids
 
 Dialect = Literal["openai", "open-webui", "chainlit"]
 """What a streamed reply holds besides OpenAI's chunks: nothing ("openai"); Open WebUI's status and source events
@@ -101,10 +101,10 @@ def include_usage(body: Mapping[str, Any]) -> bool:
     return isinstance(options, Mapping) and bool(options.get("include_usage"))
 
 
-def openai_usage(usage: Mapping[str, Any]) -> dict[str, int]:
-    """OpenAI's `usage` from a run's counters: `prompt_tokens`, `completion_tokens` and their `total_tokens`, summed
-    over every LLM call the reply made (the strategy's, and a follow-up's rewrite)."""
-    prompt, completion = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+def openai_usage(usage: Usage) -> dict[str, int]:
+    """OpenAI's `usage` from a run's: `prompt_tokens`, `completion_tokens` and their `total_tokens`, summed over every
+    LLM call the reply made (the strategy's, and a follow-up's rewrite)."""
+    prompt, completion = usage.prompt_tokens, usage.completion_tokens
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
@@ -134,9 +134,7 @@ def completion_id() -> str:
     return f"chatcmpl-{uuid.uuid4().hex[:24]}"
 
 
-def completion(
-    model: str, content: str, usage: Mapping[str, Any], sources: list[dict[str, Any]] | None = None
-) -> ChatCompletion:
+def completion(model: str, content: str, usage: Usage, sources: list[dict[str, Any]] | None = None) -> ChatCompletion:
     """
     An unstreamed reply: one `chat.completion` choice holding `content`, `finish_reason` "stop", `usage`
     (`openai_usage`) and, when given, `sources` (`source_records`).
@@ -179,7 +177,7 @@ class CompletionStream:
         """A content delta."""
         return self._chunk([Choice(index=0, delta=Message(role="assistant", content=content))])
 
-    def end(self, usage: Mapping[str, Any], sources: list[dict[str, Any]]) -> list[ChatCompletion]:
+    def end(self, usage: Usage, sources: list[dict[str, Any]]) -> list[ChatCompletion]:
         """The last chunks: `finish_reason` "stop" with `sources`, then `usage` when the request asked for it."""
         chunks = [
             self._chunk([Choice(index=0, delta=Message(role="assistant"), finish_reason="stop")], sources=sources)

@@ -5,8 +5,10 @@ The strategies: each one's settings, pipeline, stages and sources, and how its r
   the papers it cites;
 - `registry`: one pipeline builder per strategy, `STRATEGIES` (name -> `Strategy`, the single source of truth),
   `get_strategy`, `build_pipeline`, `strategy_of` (the strategy a pipeline's metadata names);
-- `run`: `run_strategy`, `strategy_run` and `StrategyRun` (answer, evidence, usage, failures, stages), and a run as
-  plain text (`chat_text`, `sources_text`, `evidence_line`, `passages`, `source_title`);
+- `record`: `StrategyRun`, the typed record of a run (answer, `Evidence` per strategy family, `Usage` per model,
+  failed calls);
+- `run`: `run_strategy`, `strategy_run` (a `StrategyRun` from a pipeline's outputs), and a run as plain text
+  (`chat_text`, `sources_text`, `evidence_line`, `passages`, `source_title`);
 - `answerer`: `FusionAnswerer`, any strategy as one SuperComponent;
 - `tool`: `strategy_tool`, a strategy over your retriever as one tool for a Haystack `Agent` (`tool_text`).
 """
@@ -22,6 +24,17 @@ from haystack_fusion.strategies.config import (
     StrategyConfig,
     cite,
 )
+from haystack_fusion.strategies.record import (
+    Evidence,
+    InvalidAnswer,
+    Notes,
+    StageResult,
+    StrategyRun,
+    SureEvidence,
+    SureScore,
+    Usage,
+    Vote,
+)
 from haystack_fusion.strategies.registry import (
     CASCADE_MIN_CONFIDENCE,
     CASCADE_MIN_VOTE_SHARE,
@@ -33,7 +46,6 @@ from haystack_fusion.strategies.registry import (
     strategy_settings,
 )
 from haystack_fusion.strategies.run import (
-    StrategyRun,
     chat_text,
     cited_sources,
     evidence_line,
@@ -55,12 +67,20 @@ __all__ = [
     "RETRIEVER",
     "SPLIT_ROUTER",
     "STRATEGIES",
+    "Evidence",
     "FusionAnswerer",
+    "InvalidAnswer",
+    "Notes",
     "Stage",
     "StageKind",
+    "StageResult",
     "Strategy",
     "StrategyConfig",
     "StrategyRun",
+    "SureEvidence",
+    "SureScore",
+    "Usage",
+    "Vote",
     "build_pipeline",
     "chat_text",
     "cite",

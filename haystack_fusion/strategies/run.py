@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import textwrap
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from haystack import Document, Pipeline
@@ -19,77 +18,25 @@ from haystack_fusion.answers import (
     normalize_answer,
     validate_query,
 )
-from haystack_fusion.failures import failed_run
-from haystack_fusion.llm import ChatGeneratorWrapper, model_name, reply_usage, sum_usage
+from haystack_fusion.failures import CallFailure, failed_run
+from haystack_fusion.llm import ChatGeneratorWrapper, model_name, reply_usage
 from haystack_fusion.strategies.config import RETRIEVER, SPLIT_ROUTER
+from haystack_fusion.strategies.record import (
+    Evidence,
+    InvalidAnswer,
+    Notes,
+    StageResult,
+    StrategyRun,
+    SureEvidence,
+    SureScore,
+    Usage,
+    Vote,
+    sum_usages,
+)
 from haystack_fusion.strategies.registry import strategy_of
 from haystack_fusion.sure import summary_is_label
 
 _DETECTOR = UnknownDetector()
-_SCORE_KEYS = ("candidate_index", "validity", "ranking", "score")
-"""What `evidence["scores"]` holds of each SuRe answer's `meta`."""
-_INVALID_KEYS = ("answer_source", "invalid_reason", "rejected_answer")
-"""What the evidence holds of a rejected answer's `meta` (`answers.invalid_meta`)."""
-
-
-@dataclass
-class StrategyRun:
-    """
-    The outcome of one question through one strategy pipeline (`run_strategy`, `strategy_run`).
-
-    :param answer: The strategy's answer (the first of `answers`; "unknown" when there is none).
-    :param answers: The answer list of the strategy's answer component.
-    :param documents: The retrieved passages, in rank order.
-    :param evidence: What the strategy saw: `components_run` (sorted names), `votes` (normalized answer -> count),
-        `vote_share` (post-fusion's winner), `candidates` (the post-fusion pool, or SuRe's candidates), `summaries` and
-        `label_summaries` (SuRe: how many summaries are only a candidate's label, `sure.summary_is_label`), `scores`
-        (SuRe, per answer: `candidate_index`, `validity`, `ranking`, `score`), `notes` and `answer_source`
-        (Chain-of-Note), `fallback` and `stages` (concat_pf, cascade: each stage that ran, `stage`, `answered`, and
-        for one that passed the question on its router's `reason`, e.g. "unknown answer", "tie at the top"),
-        `confidence` (in [0, 1], None when unavailable), `finish_reason` (a one-reply answer's), `invalid_reason`,
-        `rejected_answer`, `invalid_answers`, `invalid_candidates` (answer checks), and `failures` (only when an LLM
-        call failed: `component`, the component's own keys such as `rank` or `sample`, `error` "ExceptionType: ...").
-    :param usage: Summed usage of every LLM call: `prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`,
-        `rounds`, and `cached_tokens` when a provider reported them.
-    :param seconds: Wall-clock time of the run, in seconds.
-    :param strategy: The registered strategy that ran.
-    :param usage_by_model: `usage` split by the model that served the calls (`llm.model_name`): model -> the same
-        counters; one entry per model (e.g. the small model's first round and the strong model's fallback rounds).
-    """
-
-    answer: GeneratedAnswer
-    answers: list[GeneratedAnswer]
-    documents: list[Document]
-    evidence: dict[str, Any]
-    usage: dict[str, int]
-    seconds: float
-    strategy: str
-    usage_by_model: dict[str, dict[str, int]] = field(default_factory=dict)
-
-    def answer_text(self) -> str:
-        """The answer, or what the answer checks rejected and why: `(no valid answer: passage markup: '<p...')`."""
-        if self.evidence.get("answer_source") == "invalid":
-            reason, rejected = self.evidence.get("invalid_reason"), self.evidence.get("rejected_answer")
-            return f"(no valid answer: {reason}: {rejected!r})"
-        return self.answer.data or ""
-
-    def to_dict(self) -> dict[str, Any]:
-        """
-        The run as JSON values (`haystack-fusion ask --json`).
-
-        :returns: `question`, `answer` (text), `strategy`, `evidence`, `sources` (the retrieved passages: `id`,
-            `score`, `meta`, `content`), `usage`, `usage_by_model` and `seconds`.
-        """
-        return {
-            "question": self.answer.query,
-            "answer": self.answer.data,
-            "strategy": self.strategy,
-            "evidence": self.evidence,
-            "sources": [{"id": d.id, "score": d.score, "meta": d.meta, "content": d.content} for d in self.documents],
-            "usage": self.usage,
-            "usage_by_model": self.usage_by_model,
-            "seconds": self.seconds,
-        }
 
 
 def excerpt(text: str | None, chars: int) -> str:
@@ -127,21 +74,21 @@ def cited_sources(run: StrategyRun) -> list[Document]:
 def evidence_line(run: StrategyRun) -> str:
     """The evidence as plain text: fallback, votes, SuRe scores or candidates, notes, joined by " | "; "" for none."""
     evidence, parts = run.evidence, []
-    if "fallback" in evidence:
-        parts.append(f"fallback fired: {'yes' if evidence['fallback'] else 'no'}")
-    if evidence.get("votes") is not None:
-        votes = ", ".join(f"{answer!r}: {count}" for answer, count in evidence["votes"].items())
+    if evidence.fallback is not None:
+        parts.append(f"fallback fired: {'yes' if evidence.fallback else 'no'}")
+    if evidence.votes is not None:
+        votes = ", ".join(f"{answer!r}: {count}" for answer, count in evidence.votes.items())
         parts.append(f"votes: {{{votes}}}" if votes else "votes: none (every passage said unknown)")
-    if evidence.get("scores"):
+    if evidence.sure is not None and evidence.sure.scores:
         scores = [
             f"{a.data!r}: v={rounded(a.meta.get('validity'))} r={rounded(a.meta.get('ranking'))}" for a in run.answers
         ]
         parts.append(f"SuRe scores: {', '.join(scores)}")
-    elif evidence.get("candidates") is not None and evidence.get("votes") is None:
-        parts.append(f"candidates: {evidence['candidates']}")
-    if evidence.get("notes") is not None:
-        relevance = ", ".join(f"[{i}] {note['relevance']}" for i, note in enumerate(evidence["notes"], start=1))
-        parts.append(f"notes: {relevance or 'none'}; answer from {evidence.get('answer_source')}")
+    elif evidence.candidates is not None and evidence.votes is None:
+        parts.append(f"candidates: {evidence.candidates}")
+    if evidence.notes is not None:
+        relevance = ", ".join(f"[{i}] {note['relevance']}" for i, note in enumerate(evidence.notes.notes, start=1))
+        parts.append(f"notes: {relevance or 'none'}; answer from {evidence.notes.answer_source}")
     return " | ".join(parts)
 
 
@@ -218,58 +165,58 @@ def strategy_run(
     answer = answers[0] if answers else GeneratedAnswer(data=UNKNOWN, query=query, documents=[], meta={})
     voted = (ran.get("post_fusion", {}).get("answers") or [None])[0]
     summarizer = ran.get("summaries")
-    evidence: dict[str, Any] = {
-        "components_run": sorted(outputs),
-        "votes": voted.meta.get("votes") if voted else None,
-        "candidates": (summarizer or ran.get("post_fusion") or {}).get("candidates"),
-    }
-    if summarizer:
-        evidence["summaries"] = summaries = summarizer.get("summaries")
-        labels = [summary_is_label(summary, summarizer.get("candidates") or []) for summary in summaries or []]
-        evidence["label_summaries"] = sum(labels)
-        if rejected := (summarizer.get("meta") or {}).get("invalid_candidates"):
-            evidence["invalid_candidates"] = len(rejected)
+    evidence = Evidence(
+        components_run=sorted(outputs), candidates=(summarizer or ran.get("post_fusion") or {}).get("candidates")
+    )
     if voted:
-        evidence["vote_share"] = voted.meta.get("vote_share")
+        evidence.vote = Vote(voted.meta.get("votes"), voted.meta.get("vote_share"), voted.meta.get("invalid_answers"))
+    if summarizer or "verification" in ran:
+        summaries = summarizer.get("summaries") if summarizer else None
+        candidates = (summarizer or {}).get("candidates") or []
+        evidence.sure = SureEvidence(
+            summaries=summaries,
+            label_summaries=sum(summary_is_label(summary, candidates) for summary in summaries or []),
+            invalid_candidates=len(((summarizer or {}).get("meta") or {}).get("invalid_candidates") or []),
+            scores=[SureScore.of(a.meta) for a in answers] if "verification" in ran else None,
+        )
     if "notes" in ran:
-        evidence.update(notes=ran["notes"].get("notes"), answer_source=answer.meta.get("answer_source"))
-    if "verification" in ran:
-        evidence["scores"] = [{key: a.meta.get(key) for key in _SCORE_KEYS} for a in answers]
+        evidence.notes = Notes(ran["notes"].get("notes") or [], answer.meta.get("answer_source"))
     if "concatenation" in ran:
-        evidence["fallback"] = "unknown" in ran["concatenation"]
-        evidence["stages"] = stages = _stages(ran, outputs.get(SPLIT_ROUTER, {}).get("split_reason"))
+        evidence.stages = _stages(ran, outputs.get(SPLIT_ROUTER, {}).get("split_reason"))
+        stages = [stage.to_dict() for stage in evidence.stages]
         answer.meta.update(stage=stages[-1]["stage"], stages=stages)
     for item in answers:
         if "confidence" not in item.meta and (confidence := answer_confidence(item.meta, item.data)) is not None:
             item.meta["confidence"] = confidence
-    evidence["confidence"] = answer.meta.get("confidence")
-    if answer.meta.get("finish_reason") is not None:  # a one-reply answer: did the token cap cut it?
-        evidence["finish_reason"] = answer.meta["finish_reason"]
-    if is_invalid(answer.meta):
-        evidence.update({key: answer.meta.get(key) for key in _INVALID_KEYS})
-    if voted and voted.meta.get("invalid_answers"):
-        evidence["invalid_answers"] = voted.meta["invalid_answers"]
-    usages: dict[str, list[dict[str, Any] | None]] = {}
-    failures: list[dict[str, Any]] = []
+    evidence.confidence = answer.meta.get("confidence")
+    evidence.finish_reason = answer.meta.get("finish_reason")  # a one-reply answer: did the token cap cut it?
+    evidence.invalid = _invalid(answer.meta)
+    usages: dict[str, list[Usage]] = {}
     for name, output in outputs.items():
         meta = _own_meta(pipeline, name, output)
-        failures += [{"component": name, **failure} for failure in meta.get("failures") or []]
+        evidence.failures += [CallFailure.from_dict({**f, "component": name}) for f in meta.get("failures") or []]
         if meta.get("usage") is not None:
-            used = [meta["usage"]]
+            used = [Usage.of(meta["usage"])]
         elif replies := output.get("replies"):
-            used = [*(reply_usage(reply) for reply in replies), {"rounds": 1}]
+            used = [*(Usage.of(reply_usage(reply)) for reply in replies), Usage(rounds=1)]
         else:
             continue
         usages.setdefault(model_name(pipeline.get_component(name)), []).extend(used)
-    if failures:
-        evidence["failures"] = failures
-        if "concatenation" in ran:  # the later stage's answer lists the earlier stages' failed calls too
-            answer = dataclasses.replace(answer, meta={**answer.meta, "failures": failures})
-            answers = [answer, *answers[1:]] if answers else answers
+    if evidence.failures and "concatenation" in ran:  # the later stage's answer lists the earlier stages' failures
+        answer = dataclasses.replace(answer, meta={**answer.meta, "failures": [f.to_dict() for f in evidence.failures]})
+        answers = [answer, *answers[1:]] if answers else answers
     documents = outputs.get(RETRIEVER, {}).get("documents") or []
-    by_model = {model: sum_usage(used) for model, used in usages.items()}
-    total = sum_usage(usage for used in usages.values() for usage in used)
+    by_model = {model: sum_usages(used) for model, used in usages.items()}
+    total = sum_usages(usage for used in usages.values() for usage in used)
     return StrategyRun(answer, answers, documents, evidence, total, seconds, strategy.name, by_model)
+
+
+def _invalid(meta: dict[str, Any]) -> InvalidAnswer | None:
+    """The rejected answer an answer's `meta` records (`answers.invalid_meta`), or None."""
+    if not is_invalid(meta):
+        return None
+    source = meta.get("answer_source") or "invalid"
+    return InvalidAnswer(meta.get("invalid_reason"), meta.get("rejected_answer"), source)
 
 
 def answers_run(answers: list[GeneratedAnswer], documents: list[Document]) -> StrategyRun:
@@ -284,14 +231,14 @@ def answers_run(answers: list[GeneratedAnswer], documents: list[Document]) -> St
     """
     answer = answers[0] if answers else GeneratedAnswer(data=UNKNOWN, query="", documents=[], meta={})
     meta = answer.meta
-    evidence: dict[str, Any] = {"votes": meta.get("votes"), "confidence": meta.get("confidence")}
+    evidence = Evidence(confidence=meta.get("confidence"), invalid=_invalid(meta))
+    if meta.get("votes") is not None:
+        evidence.vote = Vote(meta["votes"], meta.get("vote_share"))
     if any("validity" in item.meta or "ranking" in item.meta for item in answers):
-        evidence["scores"] = [{key: item.meta.get(key) for key in _SCORE_KEYS} for item in answers]
+        evidence.sure = SureEvidence(scores=[SureScore.of(item.meta) for item in answers])
     if "notes" in meta:
-        evidence.update(notes=meta["notes"], answer_source=meta.get("answer_source"))
-    if is_invalid(meta):
-        evidence.update({key: meta.get(key) for key in _INVALID_KEYS})
-    return StrategyRun(answer, answers, documents, evidence, usage={}, seconds=0.0, strategy="")
+        evidence.notes = Notes(meta["notes"] or [], meta.get("answer_source"))
+    return StrategyRun(answer, answers, documents, evidence, usage=Usage(), seconds=0.0, strategy="")
 
 
 def _own_meta(pipeline: Pipeline, name: str, output: dict[str, Any]) -> dict[str, Any]:
@@ -303,21 +250,16 @@ def _own_meta(pipeline: Pipeline, name: str, output: dict[str, Any]) -> dict[str
     return next((answer.meta for answer in output.get("answers") or []), {})
 
 
-def _stages(ran: dict[str, dict[str, Any]], split_reason: str | None) -> list[dict[str, Any]]:
+def _stages(ran: dict[str, dict[str, Any]], split_reason: str | None) -> list[StageResult]:
     """A fallback strategy's stages that ran, in order; each but the last passed the question on, with a reason. The
     concatenation stage carries its answer's `confidence` (the router's, by agreement or log-probabilities) when
     there is one, so a replay can move tau over the run's records."""
     routed = ran["concatenation"]
     reply = next(iter(routed.get("known") or routed.get("unknown") or []), None)
-    first: dict[str, Any] = {"stage": "concatenation"}
-    if reply is not None:
-        confidence = reply.meta.get("confidence", answer_confidence(reply.meta))
-        first.update({} if confidence is None else {"confidence": confidence})
-    trace: list[dict[str, Any]] = []
-    if "unknown" in routed:
-        trace.append({**first, "answered": False, "reason": routed.get("reason")})
-        if split_reason and "post_fusion" in ran:
-            trace.append({"stage": "post_fusion", "answered": False, "reason": split_reason})
-            return [*trace, {"stage": "sure", "answered": "verification" in ran}]
-        return [*trace, {"stage": "post_fusion", "answered": True}]
-    return [{**first, "answered": True}]
+    confidence = None if reply is None else reply.meta.get("confidence", answer_confidence(reply.meta))
+    if "unknown" not in routed:
+        return [StageResult("concatenation", True, confidence=confidence)]
+    trace = [StageResult("concatenation", False, routed.get("reason"), confidence)]
+    if split_reason and "post_fusion" in ran:
+        return [*trace, StageResult("post_fusion", False, split_reason), StageResult("sure", "verification" in ran)]
+    return [*trace, StageResult("post_fusion", True)]

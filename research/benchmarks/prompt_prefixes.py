@@ -239,7 +239,7 @@ def main() -> None:
             "| {name} | {calls} | {rounds} | {chars} | {tokens} | {mean} | {reuse_c} | {reuse_t} | {embedded} |".format(
                 name=name,
                 calls=len(prompts),
-                rounds=run.usage.get("rounds", "-"),
+                rounds=run.usage.rounds if run.usage.rounds is not None else "-",
                 chars=chars.total,
                 tokens=tokens.total if tokens else "-",
                 mean=percent(chars.mean_share),

@@ -38,17 +38,17 @@ def test_the_fallback_answers_when_the_concatenation_call_fails(server, retrieve
     run = run_strategy(pipeline, questions[0].question)
 
     assert run.answer.data in ANSWERS
-    (failure,) = run.evidence["failures"]
-    assert (failure["component"], failure["error_type"], failure["status"]) == ("llm", "InternalServerError", 500)
-    assert run.answer.meta["failures"] == [failure]
+    (failure,) = run.failures
+    assert (failure.component, failure.error_type, failure.status) == ("llm", "InternalServerError", 500)
+    assert run.answer.meta["failures"] == [failure.to_dict()]
     stages = run.answer.meta["stages"]
     assert stages[0] == {"stage": "concatenation", "answered": False, "reason": "no reply"}
     assert stages[-1]["answered"] is True
     assert stages[-1]["stage"] in ("post_fusion", "sure")
     assert run.answer.meta["stage"] == stages[-1]["stage"]
-    assert run.evidence["votes"]  # post-fusion ran and voted
-    assert run.usage["failed_calls"] == 1
-    assert run.usage["calls"] >= 1 + len(run.documents)
+    assert run.evidence.votes  # post-fusion ran and voted
+    assert run.usage.failed_calls == 1
+    assert run.usage.calls >= 1 + len(run.documents)
     # the server refused the concatenation call's request and each retry
     assert server.stats.refused == 1 + MAX_RETRIES
 

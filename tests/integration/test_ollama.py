@@ -27,4 +27,4 @@ def test_strategy_answers_through_ollama(name, retriever, questions):
     for question in questions[:2]:
         run = run_strategy(pipeline, question.question)
         assert run.answer_text().strip()  # an answer, or what the answer checks rejected and why
-        assert run.usage["failed_calls"] == 0
+        assert run.usage.failed_calls == 0

@@ -62,9 +62,9 @@ def test_strategy_through_openai_chat_generator(name, server_url, retriever, que
     run = run_strategy(pipeline, questions[0].question)
     assert run.answer_text().strip()  # an answer, or what the answer checks rejected and why
     assert len(run.documents) == TOP_K
-    assert run.usage["failed_calls"] == 0
-    assert run.usage["prompt_tokens"] > 0  # the server reports OpenAI-style usage
-    assert run.usage["completion_tokens"] > 0
+    assert run.usage.failed_calls == 0
+    assert run.usage.prompt_tokens > 0  # the server reports OpenAI-style usage
+    assert run.usage.completion_tokens > 0
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +121,7 @@ class TestConfidence:
         pipeline = build_pipeline("concatenation", retriever=InMemoryBM25Retriever(load_store(index)),
                                   chat_generator=generator)  # fmt: skip
         run = run_strategy(pipeline, questions[0].question)
-        assert run.evidence["confidence"] is None
+        assert run.evidence.confidence is None
         message = missing_logprobs(generator, run.answers)
         assert message == (
             f"the OpenAI-compatible server at {server_url} returned no token log-probabilities although the "

@@ -45,11 +45,11 @@ def test_paper_002_strategy_answers_real_questions(name, retriever, llm, questio
         run = run_strategy(pipeline, question.question)
         assert run.answer_text().strip()  # an answer, or what the answer checks rejected and why
         assert len(run.documents) == TOP_K
-        assert run.usage["calls"] in PAPER_002[name]
-        assert run.usage["failed_calls"] == 0
-        if name.startswith("sure") and name != "sure_sum_all" and run.evidence["candidates"]:
-            assert run.answer.data in run.evidence["candidates"]
-            assert run.usage["rounds"] == 3
+        assert run.usage.calls in PAPER_002[name]
+        assert run.usage.failed_calls == 0
+        if name.startswith("sure") and name != "sure_sum_all" and run.evidence.candidates:
+            assert run.answer.data in run.evidence.candidates
+            assert run.usage.rounds == 3
         print(f"{name}: {question.question!r} -> {run.answer.data!r} (gold {question.answers}) {run.evidence}")
 
 
@@ -63,12 +63,12 @@ def test_chain_of_note_answers_real_questions(name, retriever, llm, questions):
     for question in questions[:2]:
         run = run_strategy(pipeline, question.question)
         assert run.answer_text().strip()  # an answer, or what the answer checks rejected (e.g. the demo's "1996")
-        assert run.usage["calls"] in PAPER_004[name]
-        assert run.usage["failed_calls"] == 0
-        notes = run.evidence["notes"]
+        assert run.usage.calls in PAPER_004[name]
+        assert run.usage.failed_calls == 0
+        notes = run.evidence.to_dict()["notes"]
         assert [note["document_id"] for note in notes] == [d.id for d in run.documents]
         assert {note["relevance"] for note in notes} <= {"direct", "context", "irrelevant"}
-        assert run.evidence["answer_source"] in {"passages", "parametric", "none", "invalid"}
+        assert run.evidence.to_dict()["answer_source"] in {"passages", "parametric", "none", "invalid"}
         print(f"{name}: {question.question!r} -> {run.answer.data!r} (gold {question.answers})")
         for note in notes:
             print(f"   [{note['relevance']}] {note['note'][:150]}")
@@ -82,10 +82,10 @@ def test_strategy_answers_five_real_questions(name, retriever, llm, questions):
         assert isinstance(run.answer.data, str)
         assert run.answer_text().strip()  # an answer, or what the answer checks rejected and why
         assert len(run.documents) == TOP_K
-        assert run.usage["calls"] in EXPECTED_CALLS[name]
-        assert run.usage["failed_calls"] == 0
-        assert run.usage["prompt_tokens"] > 0
-        assert run.usage["completion_tokens"] > 0
+        assert run.usage.calls in EXPECTED_CALLS[name]
+        assert run.usage.failed_calls == 0
+        assert run.usage.prompt_tokens > 0
+        assert run.usage.completion_tokens > 0
         print(f"{name}: {question.question!r} -> {run.answer.data!r} (gold {question.answers})")
 
 
@@ -98,9 +98,9 @@ def test_yaml_round_trip_with_the_embedded_generator(name, retriever, llm):
 def test_concat_pf_makes_one_call_when_the_first_answer_is_known(retriever, llm, questions):
     pipeline = build_pipeline("concat_pf", retriever=retriever, chat_generator=llm)
     run = run_strategy(pipeline, questions[0].question)
-    assert run.evidence["fallback"] is False
-    assert run.usage["calls"] == 1
-    assert run.usage["rounds"] == 1
+    assert run.evidence.fallback is False
+    assert run.usage.calls == 1
+    assert run.usage.rounds == 1
 
 
 def test_concat_pf_makes_one_plus_k_calls_when_the_first_answer_is_unknown(retriever, store, llm, squad):
@@ -113,10 +113,10 @@ def test_concat_pf_makes_one_plus_k_calls_when_the_first_answer_is_unknown(retri
     pipeline = build_pipeline("concat_pf", retriever=InMemoryBM25Retriever(document_store=store, top_k=TOP_K),
                               chat_generator=local_chat_generator(), unknown_patterns=patterns)  # fmt: skip
     run = run_strategy(pipeline, question)
-    assert run.evidence["fallback"] is True
-    assert run.usage["calls"] == 1 + TOP_K
-    assert run.usage["rounds"] == 2
-    assert "voter" in run.evidence["components_run"]
+    assert run.evidence.fallback is True
+    assert run.usage.calls == 1 + TOP_K
+    assert run.usage.rounds == 2
+    assert "voter" in run.evidence.components_run
     assert run.answer.meta["usage"]["calls"] == TOP_K
 
 
@@ -147,9 +147,9 @@ def test_concat_pf_falls_back_on_a_real_empty_first_answer(retriever, llm, squad
     the full concatenation run over the subset: 8 of 626 answers were unknown, 6 of them empty)."""
     question = next(q for q in squad[1] if q.id == "56e19724cd28a01900c679f8").question
     run = run_strategy(build_pipeline("concat_pf", retriever=retriever, chat_generator=llm), question)
-    assert run.evidence["fallback"] is True, f"the first answer was not unknown this time: {run.answer.data!r}"
-    assert run.usage["calls"] == 1 + TOP_K
-    assert run.usage["rounds"] == 2
+    assert run.evidence.fallback is True, f"the first answer was not unknown this time: {run.answer.data!r}"
+    assert run.usage.calls == 1 + TOP_K
+    assert run.usage.rounds == 2
 
 
 def test_every_registered_strategy_is_covered():

@@ -92,27 +92,27 @@ class TestOnlyUnsureQuestionsReachTheStrongModel:
         sure = ask(pipeline, "France")
         assert strong.calls == 0  # the small model was sure: the strong one never ran
         assert sure.answer.data == "Paris"
-        assert sure.evidence["fallback"] is False
+        assert sure.evidence.fallback is False
         assert sure.answer.meta["confidence"] == 1.0
         assert sure.answer.meta["agreement_samples"] == 4
         assert small.calls == 5  # the greedy call and its 4 samples
         assert sure.usage_by_model == {"small": sure.usage}
 
         unsure = ask(pipeline, "Italy")
-        assert unsure.evidence["fallback"] is True
-        assert unsure.evidence["stages"][0]["reason"] == "confidence 0.25 < 0.75"  # 1 of 4 samples said Rome
-        assert unsure.evidence["stages"][0]["confidence"] == 0.25  # kept for a replay at another tau
+        assert unsure.evidence.fallback is True
+        assert unsure.evidence.stages[0].reason == "confidence 0.25 < 0.75"  # 1 of 4 samples said Rome
+        assert unsure.evidence.stages[0].confidence == 0.25  # kept for a replay at another tau
         assert unsure.answer.data == "Rome"
         assert strong.calls >= len(DOCUMENTS)  # post-fusion: one call per passage, on the strong model
         assert all("Question: What is the capital of France?" not in prompt for prompt in strong.prompts)
         assert set(unsure.usage_by_model) == {"small", "strong"}
-        assert unsure.usage_by_model["small"]["calls"] == 5
-        assert unsure.usage_by_model["strong"]["calls"] == strong.calls
-        assert unsure.usage["calls"] == 5 + strong.calls
+        assert unsure.usage_by_model["small"].calls == 5
+        assert unsure.usage_by_model["strong"].calls == strong.calls
+        assert unsure.usage.calls == 5 + strong.calls
 
         before = strong.calls
         abstains = ask(pipeline, "Switzerland")
-        assert abstains.evidence["stages"][0]["reason"] == "unknown answer"
+        assert abstains.evidence.stages[0].reason == "unknown answer"
         assert abstains.answer.data == "Bern"
         assert strong.calls > before
 
@@ -146,7 +146,7 @@ class TestOnlyUnsureQuestionsReachTheStrongModel:
         pipeline = build_pipeline("concat_pf", chat_generator=small, confidence="agreement", min_confidence=0.75)
         run = ask(pipeline, "Italy")
         assert set(run.usage_by_model) == {"small"}
-        assert run.evidence["fallback"] is True
+        assert run.evidence.fallback is True
 
 
 class TestSettings:
@@ -330,7 +330,7 @@ def test_the_terminal_and_the_served_json_show_each_models_usage():
     )
     run = ask(pipeline, "Italy")
     assert "; small: 5 calls, 0 + 0 tokens; strong: 3 calls, 0 + 0 tokens" in format_run("Capital?", run)
-    assert api_result(run)["usage_by_model"] == run.usage_by_model
+    assert api_result(run)["usage_by_model"] == {model: used.to_dict() for model, used in run.usage_by_model.items()}
     assert "small" not in format_run("Capital?", ask(build_pipeline("concat_pf", chat_generator=small), "France"))
 
 

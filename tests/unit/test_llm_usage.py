@@ -160,5 +160,5 @@ class TestTruncatedUsage:
             chat_generator=MockChatGenerator(responses=cut("Paris")),
         )
         run = run_strategy(pipeline, "What is the capital of France?")
-        assert run.usage["truncated"] == 1
+        assert run.usage.truncated == 1
         assert run.answer.meta["finish_reason"] == "length"  # the answer builder passes the reply's meta on

@@ -17,7 +17,6 @@ from haystack.dataclasses import ChatMessage
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from haystack_fusion.llm import empty_usage
 from haystack_fusion.prompts import PROMPTS
 from haystack_fusion.serving.chat import (
     MAX_TURN_CHARS,
@@ -37,6 +36,7 @@ from haystack_fusion.serving.chat import (
     without_evidence,
     without_sources,
 )
+from haystack_fusion.strategies import Usage
 from tests.unit.fuzz_settings import FUZZ
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "open_webui"
@@ -363,7 +363,7 @@ class TestStandaloneQuestion:
         llm = RecordingGenerator(" How many LLM calls does Chain-of-Note make?\nmore")
         question, usage = asyncio.run(standalone_question(llm, self.HISTORY, "How many LLM calls does it make?"))
         assert question == "How many LLM calls does Chain-of-Note make?"
-        assert (usage["calls"], usage["rounds"]) == (1, 1)
+        assert (usage.calls, usage.rounds) == (1, 1)
         assert len(llm.prompts) == 1
         assert "User: What is Chain-of-Note?\nAssistant: A strategy" in llm.prompts[0]
         assert llm.prompts[0].endswith("Last question: How many LLM calls does it make?\nStandalone question:")
@@ -372,7 +372,7 @@ class TestStandaloneQuestion:
         llm = RecordingGenerator("How many LLM calls does it make?")  # a small model's unchanged question
         question, usage = asyncio.run(standalone_question(llm, self.HISTORY, "How many LLM calls does it make?"))
         assert question == "What is Chain-of-Note? How many LLM calls does it make?"
-        assert usage["calls"] == 1
+        assert usage.calls == 1
 
     @pytest.mark.parametrize(
         ("rewrite", "expected"),
@@ -388,7 +388,7 @@ class TestStandaloneQuestion:
 
     def test_no_history_no_call(self):
         llm = RecordingGenerator("unused")
-        assert asyncio.run(standalone_question(llm, (), "Who?")) == ("Who?", empty_usage())
+        assert asyncio.run(standalone_question(llm, (), "Who?")) == ("Who?", Usage())
         assert llm.prompts == []
 
     @pytest.mark.parametrize("reply", ["", "\n\n", "x" * 50])
@@ -397,7 +397,7 @@ class TestStandaloneQuestion:
             standalone_question(RecordingGenerator(reply), self.HISTORY, "Why?", max_chars=20)
         )
         assert question == "Why?"
-        assert usage["calls"] == 1
+        assert usage.calls == 1
 
     def test_chat_text_is_no_template(self):
         messages = standalone_question_prompt((("user", "{{ query }} {% if 1 %}x{% endif %}"),), "{{ history }}")
@@ -412,7 +412,7 @@ def test_a_task_is_one_plain_call():
     llm = RecordingGenerator('Here it is: {"title": "Chain-of-Note"} as asked')
     text, usage = asyncio.run(answer_task(llm, f"{TASK_PREFIX}\nGenerate a title."))
     assert text == '{"title": "Chain-of-Note"}'
-    assert usage["calls"] == 1
+    assert usage.calls == 1
     assert llm.prompts == [f"{TASK_PREFIX}\nGenerate a title."]
 
 

@@ -85,9 +85,9 @@ class TestStreamStrategy:
         assert items[-1].kind == "result"
         run = items[-1].run
         assert run.answer.data == "Paris"
-        assert run.evidence["fallback"] is True
-        assert [stage["stage"] for stage in run.evidence["stages"]] == ["concatenation", "post_fusion"]
-        assert run.usage["calls"] == 3
+        assert run.evidence.fallback is True
+        assert [stage["stage"] for stage in run.evidence.to_dict()["stages"]] == ["concatenation", "post_fusion"]
+        assert run.usage.calls == 3
 
     def test_a_failed_concatenation_call_falls_back_with_a_status(self):
         def reply(messages: list[ChatMessage]) -> str:
@@ -101,11 +101,9 @@ class TestStreamStrategy:
         assert ("Concatenation failed: reading the 2 passages one by one", False) in statuses
         run = items[-1].run
         assert run.answer.data == "Paris"
-        assert run.evidence["failures"] == [
-            CallFailure("timeout", "TimeoutError", "Request timed out.", component="llm").to_dict()
-        ]
-        assert run.usage["calls"] == 3
-        assert run.usage["failed_calls"] == 1
+        assert run.failures == [CallFailure("timeout", "TimeoutError", "Request timed out.", component="llm")]
+        assert run.usage.calls == 3
+        assert run.usage.failed_calls == 1
 
     def test_the_result_is_what_run_strategy_gathers(self):
         from haystack_fusion.strategies import run_strategy

@@ -17,12 +17,24 @@ from haystack_fusion.serving.presentation import (
     source_title,
     streamed_component,
 )
-from haystack_fusion.strategies import STRATEGIES, StrategyRun, build_pipeline, chat_text
+from haystack_fusion.strategies import (
+    STRATEGIES,
+    Evidence,
+    InvalidAnswer,
+    Notes,
+    StageResult,
+    StrategyRun,
+    SureEvidence,
+    SureScore,
+    Usage,
+    build_pipeline,
+    chat_text,
+)
 
-USAGE = {"prompt_tokens": 10, "completion_tokens": 2, "calls": 1, "failed_calls": 0, "rounds": 1}
+USAGE = Usage(prompt_tokens=10, completion_tokens=2, calls=1, failed_calls=0, rounds=1)
 
 
-def run_with(evidence: dict, answers: list[GeneratedAnswer], strategy: str = "concatenation") -> StrategyRun:
+def run_with(evidence: Evidence, answers: list[GeneratedAnswer], strategy: str = "concatenation") -> StrategyRun:
     return StrategyRun(
         answer=answers[0],
         answers=answers,
@@ -44,7 +56,14 @@ def test_sure_evidence_line():
         GeneratedAnswer(data="Paris", query="q", documents=[], meta={"validity": 1.0, "ranking": 1.0}),
         GeneratedAnswer(data="Lyon", query="q", documents=[], meta={"validity": 0.0, "ranking": 0.0}),
     ]
-    text = format_run("q", run_with({"candidates": ["Paris", "Lyon"], "scores": [{}], "votes": None}, answers, "sure"))
+    text = format_run(
+        "q",
+        run_with(
+            Evidence(candidates=["Paris", "Lyon"], sure=SureEvidence(scores=[SureScore(0, 1.0, 1.0, 2.0)])),
+            answers,
+            "sure",
+        ),
+    )
     assert "SuRe scores: 'Paris': v=1.0 r=1.0, 'Lyon': v=0.0 r=0.0" in text
     assert "Strategy: sure (Kim et al." in text
 
@@ -52,31 +71,30 @@ def test_sure_evidence_line():
 def test_chain_of_note_evidence_line():
     notes = [{"document_id": "d", "note": "says Paris", "relevance": "direct"}]
     answer = GeneratedAnswer(data="Paris", query="q", documents=[], meta={})
-    text = format_run("q", run_with({"notes": notes, "answer_source": "passages"}, [answer]))
+    text = format_run("q", run_with(Evidence(notes=Notes(notes, "passages")), [answer]))
     assert "notes: [1] direct; answer from passages" in text
 
 
 def test_an_invalid_answer_says_what_was_rejected():
     answer = GeneratedAnswer(data="", query="q", documents=[], meta={})
-    evidence = {"answer_source": "invalid", "invalid_reason": "passage markup", "rejected_answer": "1005dbc6"}
-    text = format_run("q", run_with({**evidence, "votes": None}, [answer]))
+    text = format_run("q", run_with(Evidence(invalid=InvalidAnswer("passage markup", "1005dbc6")), [answer]))
     assert "Answer:   (no valid answer: passage markup: '1005dbc6')" in text
 
 
 def test_mcq_candidates_line():
     answer = GeneratedAnswer(data="Paris", query="q", documents=[], meta={})
-    text = format_run("q", run_with({"candidates": ["Paris", "Lyon"], "votes": None}, [answer]))
+    text = format_run("q", run_with(Evidence(candidates=["Paris", "Lyon"]), [answer]))
     assert "candidates: ['Paris', 'Lyon']" in text
 
 
 def test_cascade_stages_and_confidence_lines():
     stages = [
-        {"stage": "concatenation", "answered": False, "reason": "confidence 0.21 < 0.25"},
-        {"stage": "post_fusion", "answered": False, "reason": "tie at the top"},
-        {"stage": "sure", "answered": True},
+        StageResult("concatenation", False, "confidence 0.21 < 0.25"),
+        StageResult("post_fusion", False, "tie at the top"),
+        StageResult("sure", True),
     ]
     answer = GeneratedAnswer(data="Paris", query="q", documents=[], meta={})
-    text = format_run("q", run_with({"stages": stages, "confidence": 0.5, "votes": None}, [answer]))
+    text = format_run("q", run_with(Evidence(stages=stages, confidence=0.5), [answer]))
     assert "Stages:   concatenation (confidence 0.21 < 0.25) -> post_fusion (tie at the top) -> sure answered" in text
     assert "Confidence: 0.50" in text
 
@@ -88,7 +106,7 @@ def test_counts_read_as_english():
         "3 passages",
     )
     answer = GeneratedAnswer(data="Paris", query="q", documents=[], meta={})
-    run = run_with({"votes": None}, [answer])
+    run = run_with(Evidence(), [answer])
     assert evidence_summary(run) == "Sources and evidence (1 LLM call)"
     assert "**Usage**: 1 LLM call in 1 round, 10 prompt + 2 completion tokens" in evidence_markdown(run)
     assert "LLM: 1 call (0 failed) in 1 round, 10 prompt + 2 completion tokens" in format_run("q", run)
@@ -103,7 +121,7 @@ def test_a_source_is_named_by_its_title_else_its_file_else_its_id():
 
 def test_chat_text_and_api_result_show_the_answer_and_its_sources():
     answer = GeneratedAnswer(data="Paris", query="q", documents=[], meta={})
-    run = run_with({"votes": None}, [answer])
+    run = run_with(Evidence(), [answer])
     assert chat_text(run) == "Paris\n\nSources:\n[1] Paris: Paris is the capital."
     result = api_result(run)
     assert (result["answer"], [source["title"] for source in result["sources"]]) == ("Paris", ["Paris"])
@@ -170,7 +188,7 @@ def test_the_cli_names_each_source_by_its_title_else_its_file_else_its_id():
         answer=answer,
         answers=[answer],
         documents=documents,
-        evidence={},
+        evidence=Evidence(),
         usage=USAGE,
         seconds=0.5,
         strategy="concatenation",

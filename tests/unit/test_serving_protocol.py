@@ -21,6 +21,7 @@ from haystack_fusion.serving.protocol import (
     include_usage,
 )
 from haystack_fusion.settings import chat_client_from_env
+from haystack_fusion.strategies import Usage
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "open_webui"
 
@@ -104,7 +105,7 @@ def test_include_usage():
 
 
 def test_a_completion_and_a_stream_in_openai_shape():
-    usage = {"calls": 2, "prompt_tokens": 7, "completion_tokens": 3}
+    usage = Usage(calls=2, prompt_tokens=7, completion_tokens=3)
     reply = json.loads(completion("cascade", "Paris", usage, []).model_dump_json())
     assert reply["usage"] == {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
     assert reply["choices"][0]["message"] == {

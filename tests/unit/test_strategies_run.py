@@ -62,18 +62,18 @@ class TestRunStrategy:
         assert run.answers[0] is run.answer
         assert len(run.documents) == 3
         assert run.documents[0].id == "paris"
-        assert run.usage["calls"] == calls
-        assert run.usage["failed_calls"] == 0
-        assert run.usage["prompt_tokens"] > 0
+        assert run.usage.calls == calls
+        assert run.usage.failed_calls == 0
+        assert run.usage.prompt_tokens > 0
         assert run.seconds >= 0
-        assert "retriever" in run.evidence["components_run"]
-        assert get_strategy(name).answer_component in run.evidence["components_run"]
+        assert "retriever" in run.evidence.components_run
+        assert get_strategy(name).answer_component in run.evidence.components_run
 
     def test_to_dict_is_the_json_of_ask(self):
         run = run_strategy(make_pipeline("post_fusion", MockChatGenerator(response_fn=answer_from_context)), QUERY)
         result = json.loads(json.dumps(run.to_dict(), default=str))
         assert (result["question"], result["answer"], result["strategy"]) == (QUERY, "Paris", "post_fusion")
-        assert result["evidence"]["votes"] == run.evidence["votes"]
+        assert result["evidence"]["votes"] == run.evidence.votes
         assert [source["id"] for source in result["sources"]] == [d.id for d in run.documents]
         assert (result["usage"]["calls"], result["seconds"]) == (3, run.seconds)
 
@@ -94,11 +94,11 @@ class TestRunStrategy:
     def test_post_fusion_evidence(self):
         pipeline = make_pipeline("post_fusion", MockChatGenerator(response_fn=answer_from_context), top_k=5)
         run = run_strategy(pipeline, QUERY)
-        assert run.evidence["votes"] == {"paris": 2, "lyon": 1}
-        assert run.evidence["candidates"] == ["Paris", "Lyon"]
-        assert "fallback" not in run.evidence
-        assert run.usage["calls"] == 5
-        assert run.usage["rounds"] == 1
+        assert run.evidence.votes == {"paris": 2, "lyon": 1}
+        assert run.evidence.candidates == ["Paris", "Lyon"]
+        assert run.evidence.fallback is None
+        assert run.usage.calls == 5
+        assert run.usage.rounds == 1
 
     @pytest.mark.parametrize("k", [2, 3])
     def test_sure_calls_and_rounds(self, k):
@@ -106,12 +106,12 @@ class TestRunStrategy:
         generator = recording_generator()
         pipeline = make_pipeline("sure", generator, num_candidates=k)
         run = run_strategy(pipeline, QUERY)
-        assert run.usage["calls"] == len(generator.prompts)
+        assert run.usage.calls == len(generator.prompts)
         # the mock gives two candidates whatever K is asked for
-        candidates = len(run.evidence["candidates"])
+        candidates = len(run.evidence.candidates)
         assert candidates == 2
-        assert run.usage["calls"] == 1 + candidates + candidates + candidates * (candidates - 1)
-        assert run.usage["rounds"] == 3
+        assert run.usage.calls == 1 + candidates + candidates + candidates * (candidates - 1)
+        assert run.usage.rounds == 3
         assert f"provide {['two', 'three'][k - 2]} correct candidates" in generator.prompts[0]
 
     def test_sure_evidence_and_rationale(self):
@@ -119,9 +119,14 @@ class TestRunStrategy:
         run = run_strategy(pipeline, QUERY)
         assert run.answer.data == "Paris"
         assert run.answer.meta["rationale"] == "Paris is the capital of France."
-        assert run.evidence["candidates"] == ["Paris", "Lyon"]
-        assert run.evidence["summaries"] == ["Paris is the capital of France.", "Lyon is a French city."]
-        assert run.evidence["scores"][0] == {"candidate_index": 0, "validity": 1.0, "ranking": 1.0, "score": 2.0}
+        assert run.evidence.candidates == ["Paris", "Lyon"]
+        assert run.evidence.to_dict()["summaries"] == ["Paris is the capital of France.", "Lyon is a French city."]
+        assert run.evidence.to_dict()["scores"][0] == {
+            "candidate_index": 0,
+            "validity": 1.0,
+            "ranking": 1.0,
+            "score": 2.0,
+        }
         assert [d.id for d in run.answer.documents] == [d.id for d in run.documents]
 
     def test_sure_with_a_separate_verifier(self):
@@ -131,7 +136,7 @@ class TestRunStrategy:
         run = run_strategy(pipeline, QUERY)
         assert (len(writer.prompts), len(judge.prompts)) == (3, 4)
         assert all("Target Question:" in p or p.endswith("[True, False]. Answer:") for p in judge.prompts)
-        assert run.usage["calls"] == 7
+        assert run.usage.calls == 7
         assert Pipeline.loads(pipeline.dumps(), allowed_modules=["tests.unit.scripted_pipelines"]) == pipeline
 
     @pytest.mark.parametrize(("name", "rounds"), [("chain_of_note", 1), ("chain_of_note_per_document", 2)])
@@ -139,10 +144,10 @@ class TestRunStrategy:
         pipeline = make_pipeline(name, MockChatGenerator(response_fn=answer_from_context))
         run = run_strategy(pipeline, QUERY)
         assert run.answer.data == "Paris"
-        assert run.evidence["answer_source"] == "passages"
-        assert [note["document_id"] for note in run.evidence["notes"]] == [d.id for d in run.documents]
-        assert run.evidence["notes"][0]["relevance"] == "direct"
-        assert run.usage["rounds"] == rounds
+        assert run.evidence.to_dict()["answer_source"] == "passages"
+        assert [note["document_id"] for note in run.evidence.to_dict()["notes"]] == [d.id for d in run.documents]
+        assert run.evidence.to_dict()["notes"][0]["relevance"] == "direct"
+        assert run.usage.rounds == rounds
         assert [d.id for d in run.answer.documents] == ["paris"]
 
     def test_post_fusion_samples(self):
@@ -150,49 +155,49 @@ class TestRunStrategy:
             "post_fusion", MockChatGenerator(response_fn=answer_from_context), samples_per_passage=2
         )
         run = run_strategy(pipeline, QUERY)
-        assert run.usage["calls"] == 6
+        assert run.usage.calls == 6
         expected: dict[str, int] = {}
         for document in run.documents:
             answer = answer_of(document.content)
             if answer != "unknown":
                 expected[answer.lower()] = expected.get(answer.lower(), 0) + 2
-        assert run.evidence["votes"] == expected
+        assert run.evidence.votes == expected
         assert run.answer.data == "Paris"
 
     def test_concat_pf_known_needs_one_call(self):
         pipeline = make_pipeline("concat_pf", MockChatGenerator(response_fn=answer_from_context))
         run = run_strategy(pipeline, QUERY)
         assert run.answer.data == "Paris"
-        assert run.evidence["fallback"] is False
-        assert run.usage["calls"] == 1
-        assert run.usage["rounds"] == 1
-        assert "voter" not in run.evidence["components_run"]
-        assert run.evidence["votes"] is None
+        assert run.evidence.fallback is False
+        assert run.usage.calls == 1
+        assert run.usage.rounds == 1
+        assert "voter" not in run.evidence.components_run
+        assert run.evidence.votes is None
 
     def test_concat_pf_unknown_falls_back_to_post_fusion(self):
         pipeline = make_pipeline("concat_pf", MockChatGenerator(response_fn=unknown_for_concatenation), top_k=5)
         run = run_strategy(pipeline, QUERY)
-        assert run.evidence["fallback"] is True
-        assert "voter" in run.evidence["components_run"]
-        assert "answer_builder" not in run.evidence["components_run"]
+        assert run.evidence.fallback is True
+        assert "voter" in run.evidence.components_run
+        assert "answer_builder" not in run.evidence.components_run
         assert run.answer.data == "Paris"
         assert run.answer.meta["strategy"] == "post_fusion"
         assert run.answer.meta["votes"] == {"paris": 2, "lyon": 1}
-        assert run.evidence["votes"] == {"paris": 2, "lyon": 1}
+        assert run.evidence.votes == {"paris": 2, "lyon": 1}
         assert [answer.data for answer in run.answers] == ["Paris", "Lyon"]
 
     def test_concat_pf_fallback_usage(self):
         k = 5
         pipeline = make_pipeline("concat_pf", MockChatGenerator(response_fn=unknown_for_concatenation), top_k=k)
         run = run_strategy(pipeline, QUERY)
-        assert run.evidence["fallback"] is True
-        assert run.usage["calls"] == 1 + k
-        assert run.usage["rounds"] == 2
+        assert run.evidence.fallback is True
+        assert run.usage.calls == 1 + k
+        assert run.usage.rounds == 2
 
     def test_concat_pf_fallback_with_unknown_everywhere(self):
         pipeline = make_pipeline("concat_pf", MockChatGenerator(responses="unknown"))
         run = run_strategy(pipeline, QUERY)
-        assert run.evidence["fallback"] is True
+        assert run.evidence.fallback is True
         assert run.answer.data == "unknown"
 
     def test_cascade_concatenation_answers(self):
@@ -200,7 +205,7 @@ class TestRunStrategy:
         run = run_strategy(pipeline, QUERY)
         assert run.answer.data == "Paris"
         assert run.answer.meta["stage"] == "concatenation"
-        assert run.evidence["stages"] == [{"stage": "concatenation", "answered": True}]
+        assert run.evidence.to_dict()["stages"] == [{"stage": "concatenation", "answered": True}]
 
     def test_cascade_clear_vote_answers_at_post_fusion(self):
         pipeline = make_pipeline("cascade", MockChatGenerator(response_fn=unknown_for_concatenation), top_k=5)
@@ -210,8 +215,8 @@ class TestRunStrategy:
             {"stage": "concatenation", "answered": False, "reason": "unknown answer"},
             {"stage": "post_fusion", "answered": True},
         ]
-        assert run.usage["calls"] == 1 + 5
-        assert "verifier" not in run.evidence["components_run"]
+        assert run.usage.calls == 1 + 5
+        assert "verifier" not in run.evidence.components_run
 
     def test_cascade_split_vote_is_verified_from_each_candidates_passages(self):
         def respond(messages: list[ChatMessage]) -> str:
@@ -228,8 +233,8 @@ class TestRunStrategy:
             "answered": False,
             "reason": "tie at the top",
         }
-        assert run.usage["calls"] == 1 + 3 + 2 + 2 + 2
-        assert run.usage["rounds"] == 4
+        assert run.usage.calls == 1 + 3 + 2 + 2 + 2
+        assert run.usage.rounds == 4
         assert run.answer.meta["scoring"] == "probability"
 
     def test_concat_pf_min_confidence_falls_back_on_an_unsure_answer(self):
@@ -253,7 +258,7 @@ class TestRunStrategy:
         default = run_strategy(make_pipeline("concat_pf", MockChatGenerator(response_fn=respond)), QUERY)
         assert default.answer.data == "Lyon"
         assert default.answer.meta["confidence"] == pytest.approx(0.0498, abs=1e-3)
-        assert default.evidence["confidence"] == default.answer.meta["confidence"]
+        assert default.evidence.confidence == default.answer.meta["confidence"]
 
     @pytest.mark.parametrize("name", ["concat_pf", "cascade"])
     def test_a_failed_concatenation_call_falls_back_to_post_fusion(self, name):
@@ -261,19 +266,19 @@ class TestRunStrategy:
         run = run_strategy(make_pipeline(name, generator, top_k=5), QUERY)
         assert run.answer.data == "Paris"
         assert run.answer.meta["votes"] == {"paris": 2, "lyon": 1}
-        failure = CallFailure("failing", "RuntimeError", "backend exploded", component="llm").to_dict()
-        assert run.evidence["failures"] == [failure]
-        assert run.answer.meta["failures"] == [failure]
+        failure = CallFailure("failing", "RuntimeError", "backend exploded", component="llm")
+        assert run.failures == [failure]
+        assert run.answer.meta["failures"] == [failure.to_dict()]
         assert run.answers[0] is run.answer
-        assert run.evidence["fallback"] is True
-        assert run.evidence["stages"] == [
+        assert run.evidence.fallback is True
+        assert run.evidence.to_dict()["stages"] == [
             {"stage": "concatenation", "answered": False, "reason": "no reply"},
             {"stage": "post_fusion", "answered": True},
         ]
         assert generator.calls == 1 + 5
-        assert run.usage["calls"] == 1 + 5
-        assert run.usage["failed_calls"] == 1
-        assert run.usage["rounds"] == 2
+        assert run.usage.calls == 1 + 5
+        assert run.usage.failed_calls == 1
+        assert run.usage.rounds == 2
 
     def test_the_answer_lists_the_failed_calls_of_every_stage(self):
         generator = concatenation_fails(passages=("Lyon is the third-largest city",))
@@ -283,8 +288,8 @@ class TestRunStrategy:
             ("llm", None),
             ("voter", 2),
         ]
-        assert run.evidence["failures"] == run.answer.meta["failures"]
-        assert run.usage["failed_calls"] == 2
+        assert run.evidence.to_dict()["failures"] == run.answer.meta["failures"]
+        assert run.usage.failed_calls == 2
 
     def test_a_failed_concatenation_call_fails_the_concatenation_strategy(self):
         pipeline = make_pipeline("concatenation", concatenation_fails())
@@ -327,9 +332,9 @@ class TestRunStrategy:
         assert f"Question: {QUERY}\nCandidate answers: (a) Paris (b) Lyon\nAnswer:" in prompt
         assert run.answer.data == "Paris"  # "(a) Paris (b) something else" read by the distiller pattern
         assert [document.content for document in run.answer.documents] == answering
-        assert run.evidence["candidates"] == ["Paris", "Lyon"]
-        assert run.usage["calls"] == 6
-        assert run.usage["rounds"] == 2
+        assert run.evidence.candidates == ["Paris", "Lyon"]
+        assert run.usage.calls == 6
+        assert run.usage.rounds == 2
 
     def test_pf_concat_all_unknown_skips_distiller(self):
         generator = recording_generator()
@@ -339,7 +344,7 @@ class TestRunStrategy:
         run = run_strategy(pipeline, "How high is Mount Everest?")
         assert run.answer.data == "unknown"
         assert [prompt for prompt in generator.prompts if prompt.startswith(DISTILLER_START)] == []
-        assert run.usage["calls"] == 1
+        assert run.usage.calls == 1
 
     def test_usage_counts_each_call_once(self):
         reply = ChatMessage.from_assistant("x", meta={"usage": {"prompt_tokens": 5, "completion_tokens": 1}})
@@ -363,7 +368,13 @@ class TestRunStrategy:
                 "retriever": {"documents": []},
             },
         ).usage
-        assert usage == {"prompt_tokens": 25, "completion_tokens": 3, "calls": 3, "failed_calls": 1, "rounds": 2}
+        assert usage.to_dict() == {
+            "prompt_tokens": 25,
+            "completion_tokens": 3,
+            "calls": 3,
+            "failed_calls": 1,
+            "rounds": 2,
+        }
 
     @pytest.mark.parametrize(("name", "calls"), [("concatenation", 1), ("sure", 7), ("cascade", 1)])
     def test_cached_tokens_summed_when_reported(self, name, calls):
@@ -372,13 +383,13 @@ class TestRunStrategy:
             return ChatMessage.from_assistant(answer_from_context(messages), meta={"usage": usage})
 
         run = run_strategy(make_pipeline(name, MockChatGenerator(response_fn=respond)), QUERY)
-        assert run.usage["calls"] == calls
-        assert run.usage["prompt_tokens"] == 100 * calls
-        assert run.usage["cached_tokens"] == 60 * calls
+        assert run.usage.calls == calls
+        assert run.usage.prompt_tokens == 100 * calls
+        assert run.usage.cached_tokens == 60 * calls
 
     def test_cached_tokens_absent_when_not_reported(self):
         run = run_strategy(make_pipeline("sure", MockChatGenerator(response_fn=answer_from_context)), QUERY)
-        assert "cached_tokens" not in run.usage
+        assert run.usage.cached_tokens is None
 
     @pytest.mark.parametrize("query", ["  ", ""])
     def test_empty_query_raises(self, query):

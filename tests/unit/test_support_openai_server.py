@@ -128,14 +128,14 @@ class TestPromptReplies:
             llm = OpenAIChatGenerator(api_base_url=server.base_url, api_key=Secret.from_token("x"), model="m")
             pipeline = build_pipeline(strategy, retriever=InMemoryBM25Retriever(store), chat_generator=llm)
             run = run_strategy(pipeline, "What is the capital of France?", top_k=5)
-            assert run.usage["failed_calls"] == 0, strategy
+            assert run.usage.failed_calls == 0, strategy
             if strategy == "concatenation":
                 assert run.answer.data == "unknown"
             else:
                 assert run.answer.data in ("Paris", "Lyon"), strategy
             if strategy == "sure":
-                assert sorted(run.evidence["candidates"]) == ["Lyon", "Paris"]
-                assert run.evidence["label_summaries"] == 0
+                assert sorted(run.evidence.candidates) == ["Lyon", "Paris"]
+                assert run.evidence.to_dict()["label_summaries"] == 0
 
 
 AGENT_TOOLS = [{"type": "function", "function": {"name": "answer_with_sure", "parameters": {"type": "object"}}}]

@@ -155,23 +155,23 @@ class TestStrategies:
         )
         run = run_strategy(pipe, "Who was born in Dayton?")
         assert run.answer.data == ""
-        assert run.evidence["answer_source"] == INVALID
-        assert run.evidence["invalid_reason"] == DEMONSTRATION
-        assert run.evidence["rejected_answer"] == "Butch Vig"
+        assert run.evidence.to_dict()["answer_source"] == INVALID
+        assert run.evidence.to_dict()["invalid_reason"] == DEMONSTRATION
+        assert run.evidence.to_dict()["rejected_answer"] == "Butch Vig"
 
     def test_the_answer_replys_finish_reason_is_evidence(self):
         reply = ChatMessage.from_assistant("Tom Hale", meta={"finish_reason": "length"})
         pipe = build_pipeline("concatenation", retriever=self.retriever(), chat_generator=MockChatGenerator([reply]))
         run = run_strategy(pipe, "Who was born in Dayton?")
-        assert run.evidence["finish_reason"] == "length"
+        assert run.evidence.finish_reason == "length"
         assert run.answer.meta["truncated"] is True
 
     def test_concat_pf_falls_back_on_an_invalid_answer(self):
         llm = MockChatGenerator(responses=['<passage key="0a1b2c3d">', "Tom Hale", "unknown"])
         pipe = build_pipeline("concat_pf", retriever=self.retriever(), chat_generator=llm, max_concurrency=1)
         run = run_strategy(pipe, "Who was born in Dayton?")
-        assert run.evidence["fallback"] is True
-        assert run.evidence["stages"][0]["reason"] == "invalid answer (passage markup)"
+        assert run.evidence.fallback is True
+        assert run.evidence.stages[0].reason == "invalid answer (passage markup)"
         assert run.answer.data == "Tom Hale"
 
     def test_concat_pf_falls_back_on_an_answer_that_repeats_the_question(self):
@@ -188,8 +188,8 @@ class TestStrategies:
         llm = ScriptedChatGenerator(reply=reply)
         pipe = build_pipeline("concat_pf", retriever=self.retriever(documents), chat_generator=llm, max_concurrency=1)
         run = run_strategy(pipe, "What does post-fusion answer with?")
-        assert run.evidence["fallback"] is True
-        assert run.evidence["stages"][0]["reason"] == f"invalid answer ({REPEATS_QUESTION})"
+        assert run.evidence.fallback is True
+        assert run.evidence.stages[0].reason == f"invalid answer ({REPEATS_QUESTION})"
         assert run.answer.data == "the majority vote"
         assert llm.calls == 3
 
@@ -207,5 +207,5 @@ class TestStrategies:
         pipe = build_pipeline("concatenation", retriever=self.retriever(), chat_generator=llm)
         run = run_strategy(pipe, "Who was born in Dayton?")
         assert run.answer.data == ""
-        assert run.evidence["invalid_reason"] == REPEATS_QUESTION
-        assert run.evidence["rejected_answer"] == "born in Dayton"
+        assert run.evidence.to_dict()["invalid_reason"] == REPEATS_QUESTION
+        assert run.evidence.to_dict()["rejected_answer"] == "born in Dayton"
