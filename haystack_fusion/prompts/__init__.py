@@ -1,8 +1,5 @@
-"""
-Prompt templates (Jinja2), one module per paper: `liu` (Figures 7-9, the distiller), `sure` (Listings 6-13),
-`chain_of_note` (Appendix A.5), and `conversation` (a chat's follow-up as a standalone question); `templates` formats
-passages and renders prompts. `PROMPTS` names them all.
-"""
+"""Prompt templates (Jinja2), one module per paper (`liu`, `sure`, `chain_of_note`) and a chat's follow-up
+(`conversation`); `templates` formats passages and renders prompts. `PROMPTS` names them all."""
 
 from haystack_fusion.prompts import chain_of_note, conversation, liu, sure
 from haystack_fusion.prompts.chain_of_note import single_call_prompt
