@@ -13,7 +13,7 @@ from haystack.utils import deserialize_component_inplace
 @super_component
 class DenseRetriever:
     """
-    A text embedder in front of an embedding retriever: `query` -> query embedding -> top-k `documents`.
+    A text embedder (the model the documents were embedded with) in front of an embedding retriever.
 
     ### Usage example
     ```python
@@ -30,7 +30,6 @@ class DenseRetriever:
     """
 
     def __init__(self, *, text_embedder: Any, embedding_retriever: Any) -> None:
-        """`text_embedder` must use the model the documents were embedded with."""
         self.text_embedder = text_embedder
         self.embedding_retriever = embedding_retriever
         pipeline = Pipeline()
@@ -67,8 +66,8 @@ class DenseRetriever:
 @super_component
 class HybridRetriever:
     """
-    BM25 and dense retrieval of the same query, top_k passages each, fused by Haystack's DocumentJoiner (reciprocal
-    rank fusion by default), the top_k best kept: `query` -> top-k `documents`.
+    BM25 and dense retrieval, top_k passages each, fused by Haystack's DocumentJoiner (`join_mode`, reciprocal rank
+    fusion by default), the top_k best kept; `top_k` (>= 1, else ValueError) unless `run` gets one.
 
     ### Usage example
     ```python
@@ -95,11 +94,6 @@ class HybridRetriever:
         join_mode: str = "reciprocal_rank_fusion",
         top_k: int = 10,
     ) -> None:
-        """
-        :param join_mode: DocumentJoiner's join mode.
-        :param top_k: Passages retrieved by each retriever and kept after joining, unless `run` gets a `top_k`.
-        :raises ValueError: If `join_mode` is not one of DocumentJoiner's modes or `top_k` is below 1.
-        """
         if top_k < 1:
             raise ValueError(f"`top_k` must be at least 1, got {top_k}")
         self.bm25_retriever = bm25_retriever
