@@ -1,10 +1,11 @@
-"""Dense and hybrid retrieval as single retriever components (`query`, `top_k` in; `documents` out) for any store."""
+"""Dense and hybrid retrieval as single retriever components for any store: `run(query, top_k=None)` gives
+`{"documents": [...]}`, at most `top_k` (None: the components' own), best first; `warm_up` loads the embedding model."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from haystack import Document, Pipeline, default_from_dict, default_to_dict, super_component
+from haystack import Pipeline, default_from_dict, default_to_dict, super_component
 from haystack.components.joiners import DocumentJoiner
 from haystack.core.serialization import component_to_dict
 from haystack.utils import deserialize_component_inplace
@@ -39,15 +40,6 @@ class DenseRetriever:
         self.pipeline = pipeline
         self.input_mapping = {"query": ["text_embedder.text"], "top_k": ["embedding_retriever.top_k"]}
         self.output_mapping = {"embedding_retriever.documents": "documents"}
-
-    if TYPE_CHECKING:
-
-        def warm_up(self) -> None:
-            """Load the embedding model."""
-
-        def run(self, query: str, top_k: int | None = None) -> dict[str, list[Document]]:
-            """`documents`: at most `top_k` (None: the retriever's own) passages, most similar first."""
-            ...
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
@@ -116,15 +108,6 @@ class HybridRetriever:
             "top_k": ["bm25_retriever.top_k", "embedding_retriever.top_k", "joiner.top_k"],
         }
         self.output_mapping = {"joiner.documents": "documents"}
-
-    if TYPE_CHECKING:
-
-        def warm_up(self) -> None:
-            """Load the embedding model."""
-
-        def run(self, query: str, top_k: int | None = None) -> dict[str, list[Document]]:
-            """`documents`: at most `top_k` (None: the components' own) passages, best fused rank first."""
-            ...
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
