@@ -140,16 +140,14 @@ class UnknownDetector:
     _compiled: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        compiled = []
-        for pattern in self.patterns:
-            try:
-                compiled.append(re.compile(pattern))
-            except re.error as error:
-                raise ValueError(
-                    f"`unknown_patterns` holds an invalid regular expression {pattern!r}: {error}"
-                ) from error
+        try:
+            compiled = tuple(re.compile(pattern) for pattern in self.patterns)
+        except re.error as error:
+            raise ValueError(
+                f"`unknown_patterns` holds an invalid regular expression {error.pattern!r}: {error}"
+            ) from error
         object.__setattr__(self, "patterns", tuple(self.patterns))
-        object.__setattr__(self, "_compiled", tuple(compiled))
+        object.__setattr__(self, "_compiled", compiled)
 
     @classmethod
     def from_patterns(cls, patterns: Sequence[str] | None) -> UnknownDetector:

@@ -209,21 +209,6 @@ def _file_pieces(file: Path, piece_words: int) -> Iterator[str]:
         yield " ".join(words)
 
 
-def _split_file(
-    file: Path, name: str, splitter: DocumentSplitter, piece_words: int
-) -> tuple[list[Document], SkippedFile | None]:
-    """A file's passages, or none and why (`SkippedFile`): not UTF-8, unreadable, or empty."""
-    passages: list[Document] = []
-    try:
-        for piece in _file_pieces(file, piece_words):
-            passages.extend(splitter.run(documents=[Document(content=piece, meta={"file": name})])["documents"])
-    except UnicodeDecodeError as e:
-        return [], SkippedFile(name, "not UTF-8", f"{e.reason} at byte {e.start}")
-    except OSError as e:
-        return [], SkippedFile(name, "unreadable", e.strerror or type(e).__name__)
-    return passages, None if passages else SkippedFile(name, "empty", "no text")
-
-
 def load_text_folder(
     path: str | Path, words_per_passage: int = 100, *, skipped: list[SkippedFile] | None = None
 ) -> list[Document]:
@@ -250,9 +235,18 @@ def load_text_folder(
     skips: list[SkippedFile] = []
     for file in files:
         name = file.relative_to(folder).as_posix()
-        passages, skip = _split_file(file, name, splitter, words_per_passage * PIECE_PASSAGES)
-        documents.extend(passages)
-        if skip is not None:
+        passages: list[Document] = []
+        try:
+            for piece in _file_pieces(file, words_per_passage * PIECE_PASSAGES):
+                passages.extend(splitter.run(documents=[Document(content=piece, meta={"file": name})])["documents"])
+            skip = None if passages else SkippedFile(name, "empty", "no text")
+        except UnicodeDecodeError as e:
+            skip = SkippedFile(name, "not UTF-8", f"{e.reason} at byte {e.start}")
+        except OSError as e:
+            skip = SkippedFile(name, "unreadable", e.strerror or type(e).__name__)
+        if skip is None:
+            documents.extend(passages)
+        else:
             skips.append(skip)
             logger.warning(
                 "Skipped {file}: {reason} ({detail})", file=str(file), reason=skip.reason, detail=skip.detail

@@ -150,15 +150,6 @@ def identify_prompt(text: str) -> str | None:
     """
     The name of the `PROMPTS` template a prompt was rendered from, or None: of those whose fixed text it holds, the
     one with the most.
-
-    ### Usage example
-    ```python
-    from haystack_fusion.prompts import PROMPTS, format_passages, render
-    from haystack_fusion.testing import identify_prompt
-
-    prompt = render(PROMPTS["figure7"], passages=format_passages([]), query="Who?")[0].text
-    assert identify_prompt(prompt) == "figure7"
-    ```
     """
     best, best_size = None, -1
     for name, template in PROMPTS.items():
@@ -191,15 +182,6 @@ class PromptReplies:
     prompt (Figure 7 over several passages) says "unknown" for a share `concatenation_unknown` of the questions and
     raises `RuntimeError` for a share `concatenation_fails`; SuRe's validity says "True" for a share `validity_true`,
     its ranking "Passage 1" for a share `prefer_first`.
-
-    ### Usage example
-    ```python
-    from haystack_fusion.testing import PromptAwareChatGenerator, PromptReplies
-
-    replies = PromptReplies(["Paris", "Lyon"], concatenation_unknown=1.0)
-    replies("Who?")  # "Paris" or "Lyon": not one of our prompts
-    llm = PromptAwareChatGenerator(replies)  # a ChatGenerator for every strategy, no model
-    ```
 
     :param choose: The answer to a prompt, a function of its text; None: one of `answers`, drawn.
     :raises ValueError: For no answers, or a share outside [0, 1].
@@ -299,15 +281,6 @@ def call_first_tool(messages: list[ChatMessage], tools: ToolsType | None = None)
     """
     An Agent's turn for `MockChatGenerator(response_fn=call_first_tool)`: a call of the first tool with `{"query": <the
     last user message>}`, then "Based on the tool: <the last tool result>".
-
-    ### Usage example
-    ```python
-    from haystack.components.agents import Agent
-    from haystack.components.generators.chat import MockChatGenerator
-    from haystack_fusion.testing import call_first_tool
-
-    agent = Agent(chat_generator=MockChatGenerator(response_fn=call_first_tool), tools=[tool])
-    ```
     """
     results = [result for message in messages for result in message.tool_call_results]
     if results:

@@ -143,15 +143,6 @@ class PromptTemplate:
     """
     One prompt of a paper: its Jinja text, its source, and how to read the answer from the reply.
 
-    ### Usage example
-    ```python
-    from haystack_fusion.prompts import PROMPTS
-
-    prompt = PROMPTS["figure7"]
-    print(prompt.source)  # Liu et al., Appendix A, Figure 7
-    print(prompt.extract_answer("  Paris\\nThe passages say so."))  # Paris
-    ```
-
     :param text: The Jinja template; the passages are one string variable, `passages` (`format_passages`).
     :param answer_pattern: A regular expression whose first group is the answer; no match: "", which counts as unknown.
     :param demonstrations: The answers of its few-shot demonstrations (rejected when no passage holds them).
@@ -182,15 +173,6 @@ def _compiled(text: str) -> tuple[Template, tuple[str, ...]]:
 def render(prompt: PromptTemplate, **variables: Any) -> list[ChatMessage]:
     """
     `prompt.builder().run(**variables)["prompt"]` (one user ChatMessage) from the text compiled once in a Jinja sandbox.
-
-    ### Usage example
-    ```python
-    from haystack import Document
-    from haystack_fusion.prompts import PROMPTS, format_passages, render
-
-    passages = format_passages([Document(content="Paris is the capital of France.")])
-    print(render(PROMPTS["figure7"], passages=passages, query="Capital of France?")[0].text)
-    ```
 
     :raises ValueError: If a variable the template uses is missing.
     """
