@@ -45,18 +45,7 @@ def packaged_embedding_model_path() -> str:
 def summary_reranker(model: str | None = None, top_k: int | None = None) -> SentenceTransformersDiversityRanker:
     """
     A ranker by cosine similarity to `query` (MMR, `lambda_threshold=1.0`): SuRe's reranking by the winning summary
-    (Kim et al., section 4.3, Table 4) for `SummaryVerifier(document_ranker=...)`.
-
-    ### Usage example
-    ```python
-    from haystack import Document
-    from haystack_fusion.embeddings import summary_reranker
-
-    ranker = summary_reranker()
-    passages = [Document(content="Paris is the capital of France."), Document(content="Berlin is in Germany.")]
-    summary = "The passages say that Berlin is the capital of Germany."
-    print(ranker.run(query=summary, documents=passages)["documents"][0].content)  # Berlin is in Germany.
-    ```
+    (Kim et al., section 4.3, Table 4) for `SummaryVerifier(document_ranker=...)`; docs/sure.md shows it in use.
 
     :param model: A sentence-transformers model name or folder; None: the packaged one.
     :param top_k: The most passages to return; None: all.

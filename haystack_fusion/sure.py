@@ -68,29 +68,22 @@ def _split_on_markers(text: str, family: str) -> list[str] | None:
     """The items of `text` cut at one family's markers, or None for none or a lone "A." (an initial: "A. Lincoln")."""
     limit = len(CHOICE_LETTERS) if family == "letter" else 1000
     first = _marker(family, 0).search(text)
-    second = _marker(family, 1).search(text) if limit > 1 else None
+    second = _marker(family, 1).search(text)
     if first is not None and second is not None and second.start() < first.start():
         first = None
-    found: list[re.Match[str]] = []
-    position = 0
-    index = 1
-    if first is not None:
-        found.append(first)
-        position = first.end()
-    while index < limit:
+    found: list[re.Match[str]] = [] if first is None else [first]
+    position = 0 if first is None else first.end()
+    for index in range(1, limit):
         match = _marker(family, index).search(text, position)
         if match is None:
             break
         found.append(match)
         position = match.end()
-        index += 1
     if not found or (len(found) == 1 and family == "letter" and found[0].lastgroup == "dot"):
         return None
     items: list[str] = []
-    if first is None:
-        before = _lines(text[: found[0].start()])
-        if before:
-            items.append(before[-1])
+    if first is None and (before := _lines(text[: found[0].start()])):
+        items.append(before[-1])
     for match, following in zip(found, [*found[1:], None], strict=True):
         end = len(text) if following is None else following.start()
         lines = _lines(text[match.end() : end])
