@@ -189,15 +189,11 @@ class AccessSettings:
         if raw_limit and not raw_limit.isdigit():
             raise ValueError(f"{MAX_BODY_BYTES_VARIABLE} must be a whole number of bytes, got {raw_limit!r}")
         limit = int(raw_limit) if raw_limit else DEFAULT_MAX_BODY_BYTES
-        checks = (
-            (API_KEY_VARIABLE, {"api_key": key}),
-            (CORS_ORIGINS_VARIABLE, {"cors_origins": origins}),
-            (ALLOWED_HOSTS_VARIABLE, {"allowed_hosts": hosts}),
-            (MAX_BODY_BYTES_VARIABLE, {"max_body_bytes": limit}),
-        )
-        for variable, values in checks:
+        names = ("api_key", "cors_origins", "allowed_hosts", "max_body_bytes")
+        variables = (API_KEY_VARIABLE, CORS_ORIGINS_VARIABLE, ALLOWED_HOSTS_VARIABLE, MAX_BODY_BYTES_VARIABLE)
+        for name, variable, value in zip(names, variables, (key, origins, hosts, limit), strict=True):
             try:
-                cls(**values)  # type: ignore[arg-type]
+                cls(**{name: value})  # type: ignore[arg-type]
             except ValueError as error:
                 raise ValueError(f"{variable}: {error}") from None
         return cls(api_key=key, cors_origins=origins, allowed_hosts=hosts, max_body_bytes=limit)
