@@ -339,14 +339,6 @@ def check_answer(
     """
     Check one answer read from a reply: the package's one validator (module docstring).
 
-    ### Usage example
-    ```python
-    from haystack_fusion.answers import check_answer
-
-    check_answer('<passage key="1c6071d9">')  # 'passage markup'
-    check_answer("Paris", question="Is the capital Paris or Lyon?")  # None
-    ```
-
     :param demonstrations: The few-shot answers of the prompt, rejected unless one of `passages` holds them.
     :returns: One of `REASONS` when the answer is rejected, else None (also for no answer).
     """

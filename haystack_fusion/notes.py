@@ -210,13 +210,9 @@ def _assign(region: str, k: int) -> tuple[list[str], list[bool]]:
 @dataclass(frozen=True)
 class ParsedNotes:
     """
-    A single-call Chain-of-Note reply split into its segments [y_{d_1}, ..., y_{d_k}, y] (Yu et al., section 2.3).
-
-    :param notes: k notes in passage order, each on one line as the model wrote it (its references included, as in
-        Table 6's "Wikipedia passage #1 discusses ..."); "" for a passage no note names.
-    :param answer: The final answer y, without the "the answer is" / "Answer:" lead and trailing period or quotes;
-        "" when the reply gives none.
-    :param mentioned: k flags in passage order: True when the notes name that passage.
+    A single-call Chain-of-Note reply split into [y_{d_1}, ..., y_{d_k}, y] (Yu et al., section 2.3): k `notes` in
+    passage order, each on one line as written ("" for a passage no note names), the final `answer` y without its lead
+    ("" for none), and k `mentioned` flags, True for a passage the notes name.
     """
 
     notes: list[str]

@@ -70,13 +70,11 @@ Reading notes:""",
 )
 """Appendix A.5 (RALM with CoN). Variables: `single_call_variables`'s."""
 
-_RELEVANCE_LABELS = "(a) answers directly, (b) useful context, or (c) irrelevant"
-
 DOCUMENT_NOTE = PromptTemplate(
     "con_document_note",
     "Yu et al., section 2.3.1, Appendix A.5",
     f"""Task Description: Read the given question and Wikipedia passage, write a reading note on what the \
-passage says about the question, and judge its relevance: {_RELEVANCE_LABELS}.
+passage says about the question, and judge its relevance: (a) answers directly, (b) useful context, or (c) irrelevant.
 
 Question: {_DEMO_QUESTION}
 {format_passages(_DEMO_DOCUMENTS[:1], layout="titled")}

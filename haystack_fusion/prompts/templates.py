@@ -85,14 +85,6 @@ def format_passages(
     "titled", `Passage #i Title: <meta["title"]>` (if any) and `Passage #i Text: <passage key="K">` ..., a blank line
     between passages. With `datamark`, texts and titles are datamarked after `DATAMARK_NOTICE`.
 
-    ### Usage example
-    ```python
-    from haystack import Document
-    from haystack_fusion.prompts import format_passages
-
-    print(format_passages([Document(content="Paris is the capital of France.")]))
-    ```
-
     :param max_chars: Per-passage budget in characters (None: no limit); a longer text is cut at a word and ends " ...".
     :raises ValueError: If `max_chars` is not positive or `layout` is unknown.
     """
@@ -100,11 +92,9 @@ def format_passages(
         raise ValueError(f"`max_chars` must be positive or None, got {max_chars}")
     if layout not in PASSAGE_LAYOUTS:
         raise ValueError(f"`layout` must be one of {', '.join(PASSAGE_LAYOUTS)}, got {layout!r}")
-    texts = [_passage_text(document, max_chars) for document in documents]
-    if not texts:
-        return ""
     mark = datamark_text if datamark else (lambda text: text)
-    texts = [mark(text) for text in texts]
+    if not (texts := [mark(_passage_text(document, max_chars)) for document in documents]):
+        return ""
     notice = f"{DATAMARK_NOTICE}\n" if datamark else ""
     if layout == "numbered":
         key = passage_key(texts)
