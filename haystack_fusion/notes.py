@@ -144,9 +144,7 @@ def _split_answer(text: str) -> tuple[str, str]:
     pieces: list[str] = []
     position = 0
     for start, end in spans:
-        if start > position:
-            pieces.append(text[position:start])
-        pieces.append("\n")
+        pieces += [text[position:start], "\n"]  # "" for a span that starts inside the one before
         position = max(position, end)
     pieces.append(text[position:])
     return ("" if answer is None else trim_answer(_collapse(text[answer[0] : answer[1]]))), "".join(pieces)
@@ -157,15 +155,13 @@ def _referenced(match: re.Match[str], k: int) -> set[int]:
     listed = match.group("numbers") or match.group("bracket") or ""
     numbers = list(re.finditer(r"\d+", listed))
     named: set[int] = set()
-    for index, number in enumerate(numbers):
+    for number, following in zip(numbers, [*numbers[1:], None], strict=True):
         value = int(number.group())
         if 1 <= value <= k:
             named.add(value)
-        if index + 1 < len(numbers):
-            following = numbers[index + 1]
-            upper = int(following.group())
-            if value < upper <= k and _RANGE_JOIN.match(listed[number.end() : following.start()]):
-                named.update(range(max(value, 1), upper + 1))
+        upper = int(following.group()) if following is not None else 0
+        if following is not None and value < upper <= k and _RANGE_JOIN.match(listed[number.end() : following.start()]):
+            named.update(range(max(value, 1), upper + 1))
     return named
 
 
@@ -199,12 +195,8 @@ def _assign(region: str, k: int) -> tuple[list[str], list[bool]]:
             for number in current:
                 units[number].append(unit)
         start = end
-    notes = []
-    for number in range(1, k + 1):
-        note = " ".join(units[number])
-        marker = _ANSWER_MARKER.search(note)
-        notes.append(note[: marker.start()].rstrip() if marker else note)
-    return notes, mentioned
+    notes = [" ".join(units[number]) for number in range(1, k + 1)]
+    return [note[: m.start()].rstrip() if (m := _ANSWER_MARKER.search(note)) else note for note in notes], mentioned
 
 
 @dataclass(frozen=True)
