@@ -287,17 +287,12 @@ def _retrieve(url: str, target: Path, sha256: str | None) -> Path:
     """`target`, downloaded with `pooch.retrieve` unless there; pooch's info lines muted."""
     if not target.is_file():
         logger.info("Downloading {url} to {path}", url=url, path=str(target))
+    known_hash = None if sha256 is None else f"sha256:{sha256}"
     pooch_logger = pooch.get_logger()
     level = pooch_logger.level
     pooch_logger.setLevel(WARNING)
     try:
-        pooch.retrieve(
-            url,
-            known_hash=None if sha256 is None else f"sha256:{sha256}",
-            fname=target.name,
-            path=target.parent,
-            progressbar=True,
-        )
+        pooch.retrieve(url, known_hash=known_hash, fname=target.name, path=target.parent, progressbar=True)
     finally:
         pooch_logger.setLevel(level)
     return target

@@ -205,13 +205,11 @@ MAX_CALLS_IN_FLIGHT_ENV = "HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT"  # read at every
 def calls_in_flight_limit_from_env(env: Mapping[str, str] | None = None) -> int | None:
     """`HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT`, else None (no limit); ValueError for anything but an integer >= 1."""
     value = (os.environ if env is None else env).get(MAX_CALLS_IN_FLIGHT_ENV, "").strip()
-    if not value:
-        return None
     try:
-        number = int(value)
+        number = int(value) if value else None
     except ValueError:
         number = 0
-    if number < 1:
+    if number is not None and number < 1:
         raise ValueError(f"`{MAX_CALLS_IN_FLIGHT_ENV}` must be an integer >= 1 (LLM calls in flight), got {value!r}")
     return number
 
