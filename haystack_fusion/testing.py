@@ -147,10 +147,8 @@ def _fixed_text(template_text: str) -> tuple[str, ...]:
 
 
 def identify_prompt(text: str) -> str | None:
-    """
-    The name of the `PROMPTS` template a prompt was rendered from, or None: of those whose fixed text it holds, the
-    one with the most.
-    """
+    """The name of the `PROMPTS` template a prompt was rendered from, or None: of those whose fixed text it holds, the
+    one with the most."""
     best, best_size = None, -1
     for name, template in PROMPTS.items():
         parts, position = _fixed_text(template.text), 0
@@ -278,10 +276,8 @@ class PromptAwareChatGenerator(ScriptedChatGenerator):
 
 
 def call_first_tool(messages: list[ChatMessage], tools: ToolsType | None = None) -> ChatMessage:
-    """
-    An Agent's turn for `MockChatGenerator(response_fn=call_first_tool)`: a call of the first tool with `{"query": <the
-    last user message>}`, then "Based on the tool: <the last tool result>".
-    """
+    """An Agent's turn for `MockChatGenerator(response_fn=call_first_tool)`: a call of the first tool with `{"query":
+    <the last user message>}`, then "Based on the tool: <the last tool result>"."""
     results = [result for message in messages for result in message.tool_call_results]
     if results:
         return ChatMessage.from_assistant(f"Based on the tool: {results[-1].result}")
