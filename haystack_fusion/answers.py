@@ -1,12 +1,11 @@
 """
-What an answer is: normalization, unknown detection, validity, confidence, token F1 and voting, shared by every
-component so that voting, routing and evaluation agree on "the same answer" (the official SQuAD normalization) and
-"unknown" (Liu et al., section 3.1).
+What an answer is, shared by every component so that voting, routing and evaluation agree on "the same answer" (the
+official SQuAD normalization) and "unknown" (Liu et al., section 3.1): normalization, unknown detection, validity,
+confidence, token F1 and voting.
 
-Validity (`check_answer`): a reply can have an answer's shape without being one: passage markup (which small models
-echo), a copied demonstration (Liu et al., Figure 7's "1925"; Yu et al., Table 6's "1996") that no passage contains,
-bare list labels (`(i) (ii)`), or a repeat of the question. A rejected answer is not an abstention: components return
-an empty answer with `meta["answer_source"] == "invalid"` (`invalid_answer`), counted apart from "unknown".
+Validity (`check_answer`): passage markup, a copied demonstration (Liu et al., Figure 7's "1925"; Yu et al., Table 6's
+"1996") that no passage contains, bare list labels (`(i) (ii)`) or a repeat of the question is no answer. A rejected
+answer is not an abstention: components return an empty answer with `meta["answer_source"] == "invalid"`.
 """
 
 from __future__ import annotations
@@ -49,10 +48,8 @@ DEFAULT_UNKNOWN_PATTERNS: tuple[str, ...] = (
     r"\b(not|never) (mentioned|specified|provided|stated|given) in the\b",
     r"\bno (information|mention|answer) (is |was )?(given|provided|available|about|on|of)\b",
 )
-"""Regular expressions that mark an abstention: the literal "unknown" the prompts ask for (Liu et al., section 3.1,
-Figure 7) and its usual paraphrases ("I don't know", "the context does not contain ..."). "It is unknown" counts only
-where the sentence ends or goes on ("... unknown from the passages"), so "The answer is Unknown Pleasures" is an
-answer."""
+"""The literal "unknown" (Liu et al., section 3.1, Figure 7) and its usual paraphrases ("I don't know", "the context
+does not contain ..."); "The answer is Unknown Pleasures" is an answer."""
 
 
 def normalize_answer(text: str) -> str:
@@ -65,13 +62,11 @@ def normalize_answer(text: str) -> str:
 
 
 def clean_answer(answer: str) -> str:
-    """The answer the unknown patterns are searched in: lowercased, without surrounding whitespace, quotes, asterisks
-    and trailing punctuation."""
+    """An answer lowercased, without surrounding whitespace, quotes, asterisks and trailing punctuation."""
     return answer.strip().strip("\"'`*").rstrip(".!;: ").strip().lower()
 
 
-TRIM_CHARACTERS = " \t\n\r\"'`“”‘’„«»*_"
-"""What `trim_answer` strips from both ends: whitespace, quotes and markdown emphasis."""
+TRIM_CHARACTERS = " \t\n\r\"'`“”‘’„«»*_"  # whitespace, quotes and markdown emphasis
 _ASCII_LETTERS = frozenset(string.ascii_letters)
 
 
@@ -91,31 +86,22 @@ def trim_answer(text: str) -> str:
             start += 1
         while end > start and text[end - 1].isspace():
             end -= 1
-        if end > start and text[end - 1] == "." and not _ends_with_abbreviation(text, start, end):
-            end -= 1
+        if end > start and text[end - 1] == ".":
+            first = end  # an abbreviation of 2+ letters ("U.S.") after whitespace or nothing keeps its period
+            while first - 2 >= start and text[first - 1] == "." and text[first - 2] in _ASCII_LETTERS:
+                first -= 2
+            if not (end - first >= 4 and (first == start or text[first - 1].isspace())):
+                end -= 1
     return text[start:end]
 
 
-def _ends_with_abbreviation(text: str, start: int, end: int) -> bool:
-    """Whether `text[start:end]` ends with an abbreviation of 2+ letters ("U.S."), preceded by whitespace or nothing."""
-    first = end
-    while first - 2 >= start and text[first - 1] == "." and text[first - 2] in _ASCII_LETTERS:
-        first -= 2
-    return end - first >= 4 and (first == start or text[first - 1].isspace())
-
-
 _LEAD_IN = re.compile(r"(?:(?:the )?(?:final )?answer(?: is|[*_\s]*:)|it(?: is|'s|’s))(?![\w'’])")
-"""A lead-in before an answer: "the answer is", "answer:", "answer**:", "final answer:", "it is", "it's"."""
 _CORE_WRAPPING = frozenset(TRIM_CHARACTERS + ".,;:!?()[]")
-"""What `unknown_core` strips from both ends: `TRIM_CHARACTERS`, punctuation and brackets."""
 
 
 def unknown_core(cleaned: str) -> str:
-    """
-    A cleaned answer without its wrapping (`_CORE_WRAPPING`) and lead-ins (`_LEAD_IN`), removed until none is left:
-    `'the answer is "unknown"'` -> `"unknown"`, `"it is the unknown soldier"` -> `"the unknown soldier"`. Only to
-    recognize abstentions (Liu et al., section 3.3), never as the answer. Linear time.
-    """
+    """A cleaned answer without wrapping and lead-ins: `'the answer is "unknown"'` -> `"unknown"`, `"it's the unknown
+    soldier"` -> `"the unknown soldier"`. Only to recognize abstentions, never as the answer. Linear time."""
     start, end = 0, len(cleaned)
     while True:
         while start < end and cleaned[start] in _CORE_WRAPPING:
@@ -131,10 +117,9 @@ def unknown_core(cleaned: str) -> str:
 @dataclass(frozen=True)
 class UnknownDetector:
     """
-    Whether an answer is an abstention ("unknown"), the one rule of the router's fallback (Liu et al., section 3.3),
-    post-fusion's vote, Chain-of-Note and the evaluation's %Unk: None or no word is unknown, else each pattern is
-    searched in `clean_answer` of it and in its `unknown_core`. So "unknown" counts however it is quoted, emphasized,
-    punctuated or led in ("Answer: **unknown**."); with other words ("the unknown soldier") it is an answer.
+    Whether an answer is an abstention ("unknown"): the one rule of the router's fallback (Liu et al., section 3.3),
+    post-fusion's vote, Chain-of-Note and the evaluation's %Unk. None or no word is unknown, else each pattern is
+    searched in `clean_answer` of it and in its `unknown_core` ("Answer: **unknown**." is unknown).
 
     ### Usage example
     ```python
@@ -155,16 +140,14 @@ class UnknownDetector:
     _compiled: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        compiled = []
-        for pattern in self.patterns:
-            try:
-                compiled.append(re.compile(pattern))
-            except re.error as error:
-                raise ValueError(
-                    f"`unknown_patterns` holds an invalid regular expression {pattern!r}: {error}"
-                ) from error
+        try:
+            compiled = tuple(re.compile(pattern) for pattern in self.patterns)
+        except re.error as error:
+            raise ValueError(
+                f"`unknown_patterns` holds an invalid regular expression {error.pattern!r}: {error}"
+            ) from error
         object.__setattr__(self, "patterns", tuple(self.patterns))
-        object.__setattr__(self, "_compiled", tuple(compiled))
+        object.__setattr__(self, "_compiled", compiled)
 
     @classmethod
     def from_patterns(cls, patterns: Sequence[str] | None) -> UnknownDetector:
@@ -172,7 +155,6 @@ class UnknownDetector:
         return cls() if patterns is None else cls(tuple(patterns))
 
     def is_unknown(self, answer: str | None) -> bool:
-        """Whether an answer abstains: None (a failed call), no word, or a pattern found in its cleaned text or core."""
         if answer is None:
             return True
         cleaned = clean_answer(answer)
@@ -206,11 +188,9 @@ def majority_vote(
     answers: Sequence[str | None], ranks: Sequence[int] | None = None, detector: UnknownDetector | None = None
 ) -> VoteResult:
     """
-    Majority vote over the answers of each passage (or sample), Liu et al., Eq. 2: compared after `normalize_answer`;
-    abstentions and failed calls (None) do not vote; a tie goes to the better-ranked passage; no vote: "unknown".
-
-    :param ranks: The 0-based retrieval rank of each answer's passage (p samples share it); default: the position.
-    :raises ValueError: If `ranks` and `answers` differ in length.
+    Majority vote over the answers of each passage (Liu et al., Eq. 2), compared normalized; abstentions and None do not
+    vote; a tie goes to the better-ranked passage (`ranks`, 0-based; default: the position). ValueError for `ranks` of
+    another length.
     """
     detector = detector or UnknownDetector()
     if ranks is None:
@@ -238,8 +218,7 @@ def majority_vote(
 
 
 def token_f1(prediction: str, gold: str) -> float:
-    """Official SQuAD token F1 in [0, 1] (Liu et al., section 4; Rajpurkar et al., 2016) over `normalize_answer`'s
-    tokens; 1.0 if both have none, 0.0 if one has none."""
+    """Official SQuAD token F1 in [0, 1] (Liu et al., section 4); 1.0 if both have no token, 0.0 if one has none."""
     prediction_tokens = normalize_answer(prediction).split()
     gold_tokens = normalize_answer(gold).split()
     if not prediction_tokens or not gold_tokens:
@@ -253,8 +232,8 @@ def token_f1(prediction: str, gold: str) -> float:
 
 
 def token_logprobs(meta: Mapping[str, Any] | None) -> list[Mapping[str, Any]] | None:
-    """The `{"token", "logprob", ...}` entries of a reply's `meta["logprobs"]["content"]` (OpenAI's shape, as the
-    embedded generator writes it too), in generation order; None when there are none."""
+    """The `{"token", "logprob", ...}` entries of a reply's `meta["logprobs"]["content"]` (OpenAI's shape), in order;
+    None when there are none."""
     logprobs = (meta or {}).get("logprobs")
     tokens = logprobs.get("content") if isinstance(logprobs, Mapping) else logprobs
     if not isinstance(tokens, list) or not tokens:
@@ -264,14 +243,8 @@ def token_logprobs(meta: Mapping[str, Any] | None) -> list[Mapping[str, Any]] | 
 
 
 def answer_confidence(meta: Mapping[str, Any] | None, answer: str | None = None) -> float | None:
-    r"""
-    The model's confidence in an answer: the geometric mean of the probabilities of the answer's tokens.
-
-    The non-blank tokens that overlap the answer's first occurrence in the reply count (else, or for `answer` None,
-    the reply's first non-blank line's): exp(mean log p), the length-normalized sequence probability.
-
-    :returns: A probability in [0, 1]; None when the meta carries no log-probabilities or no token counts.
-    """
+    """The geometric mean of the probabilities of the non-blank tokens over the answer's first occurrence in the reply
+    (else the reply's first non-blank line), in [0, 1]; None without log-probabilities."""
     tokens = token_logprobs(meta)
     if tokens is None:
         return None
@@ -296,31 +269,23 @@ def answer_confidence(meta: Mapping[str, Any] | None, answer: str | None = None)
     return min(1.0, math.exp(0.0 if mean > 0 else mean))  # a log-probability above 0 (malformed) would overflow exp
 
 
-INVALID = "invalid"
-"""The `answer_source` of a rejected answer (`meta["answer_source"]`)."""
+INVALID = "invalid"  # the `meta["answer_source"]` of a rejected answer
 
 PASSAGE_MARKUP = "passage markup"
 DEMONSTRATION = "demonstration answer"
 EMPTY_ENUMERATION = "empty enumeration"
 REPEATS_QUESTION = "repeats the question"
 REASONS: tuple[str, ...] = (PASSAGE_MARKUP, DEMONSTRATION, EMPTY_ENUMERATION, REPEATS_QUESTION)
-"""Every reason `check_answer` gives, in the order it checks them (`is_passage_markup`, `copies_demonstration`,
-`is_empty_enumeration`, `repeats_question`)."""
+"""Every reason `check_answer` gives, in the order it checks them."""
 
 _MARKUP = re.compile(r"</?\s*passage\b|\bpassage\s+key\b|\bkey\s*=\s*[\"']|^\[\d{1,3}\]$|^passage\s*#\s*\d{1,3}\b")
-"""The passage block's markup in a lowercased answer: tags, `key="..."`, a bare `[i]`, a leading `Passage #i`."""
-
-_KEY = re.compile(r"[0-9a-f]{8}")
-"""A delimiter key (`prompts.passage_key`: 8 hex digits); as an answer it counts as markup unless all digits."""
-
-_ENUMERATOR = re.compile(r"\(?(?:[ivxlcdm]{1,8}|[a-z]|\d{1,3})\)")
-"""One list label: `(i)`, `ii)`, `(a)`, `(3)`."""
+_KEY = re.compile(r"[0-9a-f]{8}")  # a delimiter key (`prompts.passage_key`)
+_ENUMERATOR = re.compile(r"\(?(?:[ivxlcdm]{1,8}|[a-z]|\d{1,3})\)")  # `(i)`, `ii)`, `(a)`, `(3)`
 _FILLER = frozenset({"…", "...", "..", "-", "–", "—", ",", ";", "and", "etc", "etc."})
-"""Tokens an empty enumeration may hold besides its labels (`(i) (ii) … (xxi)`)."""
 
 
 def is_passage_markup(answer: str) -> bool:
-    """Whether an answer holds passage markup (`_MARKUP`) or is a bare delimiter key (8 hex digits, one a letter)."""
+    """Whether an answer holds passage markup (tags, `key="..."`, `[i]`, `Passage #i`) or is a bare delimiter key."""
     text = answer.strip().lower()
     if _MARKUP.search(text):
         return True
@@ -348,12 +313,8 @@ def copies_demonstration(answer: str, demonstrations: Iterable[str], passages: I
 
 
 def repeats_question(answer: str, question: str) -> bool:
-    """
-    Whether an answer only repeats words of the question (normalized): it has two words or more (a one-word answer
-    from the question is often right: "Paris" for "Is the capital Paris or Lyon?"), all of them in the question, and
-    it is not one of the question's alternatives (an answer without "or" holding a word next to the question's "or":
-    "Jane Austen" for "Was it written by Jane Austen or Charlotte Bronte?").
-    """
+    """Whether an answer of two words or more only repeats words of the question and is none of its alternatives
+    ("Jane Austen" for "Was it written by Jane Austen or Charlotte Bronte?" is an answer)."""
     words = normalize_answer(answer).split()
     if len(words) < 2:
         return False
@@ -378,19 +339,8 @@ def check_answer(
     """
     Check one answer read from a reply: the package's one validator (module docstring).
 
-    ### Usage example
-    ```python
-    from haystack_fusion.answers import check_answer
-
-    check_answer('<passage key="1c6071d9">')  # 'passage markup'
-    check_answer("Paris", question="Is the capital Paris or Lyon?")  # None
-    ```
-
-    :param answer: None or empty is not checked (an abstention or a failed call).
-    :param question: None or empty skips the repeat rule.
-    :param demonstrations: The few-shot answers of the prompt; empty skips that rule.
-    :param passages: The passage texts that prompt showed.
-    :returns: One of `REASONS` when the answer is rejected, else None.
+    :param demonstrations: The few-shot answers of the prompt, rejected unless one of `passages` holds them.
+    :returns: One of `REASONS` when the answer is rejected, else None (also for no answer).
     """
     if not answer or not answer.strip():
         return None
@@ -410,22 +360,16 @@ def invalid_meta(answer: str, reason: str) -> dict[str, Any]:
     return {"answer_source": INVALID, "invalid_reason": reason, "rejected_answer": answer}
 
 
-INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf"})
-"""The Unicode categories that show nothing: control and format characters (zero-width spaces, direction marks)."""
+INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf"})  # control and format characters (zero-width spaces, direction marks)
 
 
 def has_visible_text(text: str) -> bool:
-    """Whether `text` holds a character that is neither whitespace nor of `INVISIBLE_CATEGORIES`."""
+    """Whether `text` holds a character that is neither whitespace nor a control or format character."""
     return any(unicodedata.category(char) not in INVISIBLE_CATEGORIES for char in text if not char.isspace())
 
 
 def validate_query(query: str) -> str:
-    """
-    Check a question before any LLM call; returns it stripped.
-
-    :raises ValueError: If it is not a string, holds no visible text (`has_visible_text`), or holds a lone surrogate
-        (no UTF-8 encoder accepts it), naming the position of the first bad character.
-    """
+    """A question checked before any LLM call, stripped; ValueError for no text, no visible text, a lone surrogate."""
     if not isinstance(query, str) or not has_visible_text(query):
         shown = query if not isinstance(query, str) or len(query) <= 40 else f"{query[:40]}..."
         raise ValueError(
@@ -440,11 +384,11 @@ def validate_query(query: str) -> str:
 
 
 def invalid_answer(answer: GeneratedAnswer, reason: str) -> GeneratedAnswer:
-    """The empty answer (same query and documents) replacing a rejected one, its `meta` extended by `invalid_meta`."""
+    """The empty answer replacing a rejected one, its `meta` extended by `invalid_meta`."""
     meta = {**answer.meta, **invalid_meta(answer.data or "", reason)}
     return GeneratedAnswer(data="", query=answer.query, documents=answer.documents, meta=meta)
 
 
 def is_invalid(meta: dict[str, Any] | None) -> bool:
-    """Whether an answer's (or an evaluation record's evidence's) `answer_source` says it was rejected."""
+    """Whether a `meta`'s `answer_source` says the answer was rejected."""
     return bool(meta) and meta.get("answer_source") == INVALID  # type: ignore[union-attr]

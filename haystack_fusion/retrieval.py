@@ -1,10 +1,11 @@
-"""Dense and hybrid retrieval as single retriever components (`query`, `top_k` in; `documents` out) for any store."""
+"""Dense and hybrid retrieval as single retriever components for any store: `run(query, top_k=None)` gives
+`{"documents": [...]}`, at most `top_k` (None: the components' own), best first; `warm_up` loads the embedding model."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from haystack import Document, Pipeline, default_from_dict, default_to_dict, super_component
+from haystack import Pipeline, default_from_dict, default_to_dict, super_component
 from haystack.components.joiners import DocumentJoiner
 from haystack.core.serialization import component_to_dict
 from haystack.utils import deserialize_component_inplace
@@ -13,7 +14,7 @@ from haystack.utils import deserialize_component_inplace
 @super_component
 class DenseRetriever:
     """
-    A text embedder in front of an embedding retriever: `query` -> query embedding -> top-k `documents`.
+    A text embedder (the model the documents were embedded with) in front of an embedding retriever.
 
     ### Usage example
     ```python
@@ -30,7 +31,6 @@ class DenseRetriever:
     """
 
     def __init__(self, *, text_embedder: Any, embedding_retriever: Any) -> None:
-        """`text_embedder` must use the model the documents were embedded with."""
         self.text_embedder = text_embedder
         self.embedding_retriever = embedding_retriever
         pipeline = Pipeline()
@@ -40,15 +40,6 @@ class DenseRetriever:
         self.pipeline = pipeline
         self.input_mapping = {"query": ["text_embedder.text"], "top_k": ["embedding_retriever.top_k"]}
         self.output_mapping = {"embedding_retriever.documents": "documents"}
-
-    if TYPE_CHECKING:
-
-        def warm_up(self) -> None:
-            """Load the embedding model."""
-
-        def run(self, query: str, top_k: int | None = None) -> dict[str, list[Document]]:
-            """`documents`: at most `top_k` (None: the retriever's own) passages, most similar first."""
-            ...
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
@@ -67,8 +58,8 @@ class DenseRetriever:
 @super_component
 class HybridRetriever:
     """
-    BM25 and dense retrieval of the same query, top_k passages each, fused by Haystack's DocumentJoiner (reciprocal
-    rank fusion by default), the top_k best kept: `query` -> top-k `documents`.
+    BM25 and dense retrieval, top_k passages each, fused by Haystack's DocumentJoiner (`join_mode`, reciprocal rank
+    fusion by default), the top_k best kept; `top_k` (>= 1, else ValueError) unless `run` gets one.
 
     ### Usage example
     ```python
@@ -95,11 +86,6 @@ class HybridRetriever:
         join_mode: str = "reciprocal_rank_fusion",
         top_k: int = 10,
     ) -> None:
-        """
-        :param join_mode: DocumentJoiner's join mode.
-        :param top_k: Passages retrieved by each retriever and kept after joining, unless `run` gets a `top_k`.
-        :raises ValueError: If `join_mode` is not one of DocumentJoiner's modes or `top_k` is below 1.
-        """
         if top_k < 1:
             raise ValueError(f"`top_k` must be at least 1, got {top_k}")
         self.bm25_retriever = bm25_retriever
@@ -122,15 +108,6 @@ class HybridRetriever:
             "top_k": ["bm25_retriever.top_k", "embedding_retriever.top_k", "joiner.top_k"],
         }
         self.output_mapping = {"joiner.documents": "documents"}
-
-    if TYPE_CHECKING:
-
-        def warm_up(self) -> None:
-            """Load the embedding model."""
-
-        def run(self, query: str, top_k: int | None = None) -> dict[str, list[Document]]:
-            """`documents`: at most `top_k` (None: the components' own) passages, best fused rank first."""
-            ...
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(

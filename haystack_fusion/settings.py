@@ -1,36 +1,7 @@
 """
-Every setting the environment gives, and the defaults that depend on the LLM: the one place that reads
-`HAYSTACK_FUSION_*` variables, for the command line and serving alike.
-
-| variable | default | what |
-|---|---|---|
-| `HAYSTACK_FUSION_LLM` | local (the CLI); required when serving | the LLM backend: local, openai or ollama |
-| `HAYSTACK_FUSION_MODEL` | per backend (`backends.DEFAULT_MODELS`) | the model name for openai or ollama |
-| `HAYSTACK_FUSION_FALLBACK_LLM` | unset: the LLM | the LLM of the fallback rounds of concat_pf, pf_concat, cascade |
-| `HAYSTACK_FUSION_FALLBACK_MODEL`, `..._API_BASE_URL` | per backend | its model name and OpenAI-compatible server |
-| `HAYSTACK_FUSION_DOCUMENT_STORE` | memory (the CLI); required when serving | memory or elasticsearch |
-| `HAYSTACK_FUSION_STORE` | `~/.cache/haystack_fusion/index.json` | the saved in-memory index |
-| `HAYSTACK_FUSION_<FIELD>` | `BackendConfig`'s | any other `BackendConfig` field: `RETRIEVER`, `TOP_K`, ... |
-| `HAYSTACK_FUSION_LLAMA_LOG` | unset: only llama.cpp's errors | 1: the embedded model's llama.cpp log lines on stderr |
-| `HAYSTACK_FUSION_SQUAD` | unset: the official SQuAD 2.0 dev set, downloaded once | the demo's SQuAD file |
-| `HAYSTACK_FUSION_MAX_REQUESTS` | 1 local, 32 openai, 4 ollama | served requests that run at once |
-| `HAYSTACK_FUSION_MAX_WAITING` | 64 | served requests that may wait for a slot |
-| `HAYSTACK_FUSION_QUEUE_TIMEOUT` | 300 local, 30 openai, 120 ollama | seconds a served request waits for a slot |
-| `HAYSTACK_FUSION_MAX_QUESTION_CHARS` | 2000 | the longest question served, in characters |
-| `HAYSTACK_FUSION_API_KEY` | unset: no key | every route but `GET /status` needs `Authorization: Bearer <key>` |
-| `HAYSTACK_FUSION_CORS_ORIGINS` | unset: none | comma-separated origins (`https://app.example.com`) allowed by CORS |
-| `HAYSTACK_FUSION_ALLOWED_HOSTS` | unset: loopback and the bound address | comma-separated `Host` names also answered |
-| `HAYSTACK_FUSION_MAX_BODY_BYTES` | 1048576 (1 MiB) | the largest request body served, in bytes |
-| `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` | unset: no limit | LLM calls under way at once in the whole process |
-| `HAYSTACK_FUSION_CHAT_CLIENT` | auto | the served chat's dialect: auto, open-webui or openai |
-| `HAYSTACK_FUSION_BREAKER_FAILURES` | 5 | served: failed LLM calls in a row that open a server's breaker (0: none) |
-| `HAYSTACK_FUSION_BREAKER_COOLDOWN` | 30 | served: seconds an open breaker fails calls at once, then one probe |
-| `HAYHOOKS_LOG_LEVEL` | INFO | Hayhooks' variable: the lowest level `haystack-fusion serve` logs |
-
-`ELASTICSEARCH_URL`, `OPENAI_BASE_URL` and `OLLAMA_HOST` are read here too, for `BackendConfig`. Needs no extra.
-`HAYSTACK_FUSION_MAX_IN_FLIGHT` is a deprecated name of `HAYSTACK_FUSION_MAX_REQUESTS` (`DEPRECATED_VARIABLES`). The
-concurrency settings of every level (a round, the process, the server, an evaluation) are in one table in
-docs/serving.md, "Concurrency".
+Every setting the environment gives (the one place that reads `HAYSTACK_FUSION_*`, `ELASTICSEARCH_URL`,
+`OPENAI_BASE_URL` and `OLLAMA_HOST`), and the defaults that depend on the LLM; the variables are listed in
+docs/reference/settings.md.
 """
 
 from __future__ import annotations
@@ -54,9 +25,7 @@ SQUAD_VARIABLE = "HAYSTACK_FUSION_SQUAD"
 CHAT_CLIENT_VARIABLE = "HAYSTACK_FUSION_CHAT_CLIENT"
 LOG_LEVEL_VARIABLE = "HAYHOOKS_LOG_LEVEL"
 
-CACHE_DIR = Path("~/.cache/haystack_fusion")
-"""Where downloads and the default index live."""
-
+CACHE_DIR = Path("~/.cache/haystack_fusion")  # downloads and the default index
 DEFAULT_INDEX_PATH = "~/.cache/haystack_fusion/index.json"
 
 BACKEND_VARIABLES = {
@@ -91,16 +60,16 @@ SERVING_LIMIT_VARIABLES = {
 """`serving.hayhooks.ServingLimits` fields and the variables that set them."""
 
 DEPRECATED_VARIABLES = {"HAYSTACK_FUSION_MAX_IN_FLIGHT": "HAYSTACK_FUSION_MAX_REQUESTS"}
-"""Deprecated variable -> the variable it is an old name of: read when that one is unset, with a warning."""
+"""Deprecated variable -> its new name: read when that one is unset, with a warning."""
 
 
 def warn_deprecated(old: str, new: str) -> None:
-    """Warn in one line (a `FutureWarning`, shown to users) that `old` is a deprecated name of `new`."""
+    """Warn (a `FutureWarning`, shown to users) that `old` is a deprecated name of `new`."""
     warnings.warn(f"{old} is deprecated: it is an old name of {new}", FutureWarning, stacklevel=3)
 
 
 def _variable(env: Mapping[str, str], variable: str) -> str:
-    """`variable`, or the deprecated name of it when only that one is set (with a warning)."""
+    """`variable`, or its deprecated name when only that one is set (with a warning)."""
     for old, new in DEPRECATED_VARIABLES.items():
         if new == variable and not env.get(new, "").strip() and env.get(old, "").strip():
             warn_deprecated(old, new)
@@ -109,13 +78,8 @@ def _variable(env: Mapping[str, str], variable: str) -> str:
 
 
 def backend_values(fields: Iterable[str], env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """
-    The `BackendConfig` fields the environment (default `os.environ`) sets, from `BACKEND_VARIABLES`, else
-    `HAYSTACK_FUSION_<FIELD>`: numbers as int (`timeout` as float), `logprobs` and `llama_log` as bool (1, true, yes,
-    on), the rest as str; unset and empty variables left out.
-
-    :raises ValueError: If a number variable does not hold a number.
-    """
+    """The `BackendConfig` fields the environment (default `os.environ`) sets (`BACKEND_VARIABLES`, else
+    `HAYSTACK_FUSION_<FIELD>`), cast: numbers, bools (1, true, yes, on), str; ValueError for a number that is none."""
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
     for field_name in fields:
@@ -126,8 +90,7 @@ def backend_values(fields: Iterable[str], env: Mapping[str, str] | None = None) 
 
 
 def serving_limit_values(env: Mapping[str, str] | None = None) -> dict[str, float | int]:
-    """The `SERVING_LIMIT_VARIABLES` the environment (default `os.environ`) sets: `queue_timeout` a float (seconds), the
-    rest int; raises ValueError naming a variable that is not a number."""
+    """The `SERVING_LIMIT_VARIABLES` the environment sets: `queue_timeout` in seconds, the rest int; ValueError."""
     env = os.environ if env is None else env
     values: dict[str, float | int] = {}
     for name, variable in SERVING_LIMIT_VARIABLES.items():
@@ -138,7 +101,7 @@ def serving_limit_values(env: Mapping[str, str] | None = None) -> dict[str, floa
 
 
 def _number(env: Mapping[str, str], variable: str, cast: Callable[[str], float | int]) -> float | int | None:
-    """`variable`'s value as `cast` reads it; None when unset or empty; ValueError naming it when no number."""
+    """`variable`'s value cast; None when unset or empty; ValueError naming it when no number."""
     raw = env.get(variable, "").strip()
     if not raw:
         return None
@@ -149,7 +112,7 @@ def _number(env: Mapping[str, str], variable: str, cast: Callable[[str], float |
 
 
 def log_level(env: Mapping[str, str] | None = None) -> str:
-    """The lowest level `haystack-fusion serve` logs: `HAYHOOKS_LOG_LEVEL` (Hayhooks' own variable), else "INFO"."""
+    """The lowest level `haystack-fusion serve` logs: `HAYHOOKS_LOG_LEVEL`, else "INFO"."""
     env = os.environ if env is None else env
     return (env.get(LOG_LEVEL_VARIABLE) or "INFO").strip().upper()
 
@@ -166,19 +129,15 @@ def squad_file(env: Mapping[str, str] | None = None) -> str | None:
 
 
 def strategy_defaults(llm: str) -> dict[str, Any]:
-    """`StrategyConfig` fields that depend on the LLM: the embedded base model gets SuRe's few-shot candidate prompt
-    (Kim et al., Listing 13) and 400 tokens for Chain-of-Note's notes; chat models the papers' defaults (Listing 6)."""
+    """`StrategyConfig` fields that depend on the LLM: the embedded base model gets SuRe's few-shot prompt (Kim et al.,
+    Listing 13) and 400 tokens for Chain-of-Note's notes."""
     if llm == "local":
         return {"few_shot": True, "note_generation_kwargs": {"max_tokens": 400}}
     return {}
 
 
 _ORIGIN = re.compile(r"https?://[^/\s*]+")  # scheme, host and optional port; no path, no wildcard
-
-
-DEFAULT_MAX_BODY_BYTES = 1024 * 1024
-"""The largest request body a served app reads by default, in bytes (1 MiB; the longest question: 2,000 characters)."""
-
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024  # the largest request body a served app reads by default, in bytes
 _HOST = re.compile(r"(?:\*\.)?[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")  # a name (`*.` allowed), IPv4 or [IPv6]; no port
 
 
@@ -191,8 +150,7 @@ class AccessSettings:
     :param cors_origins: Web origins (`scheme://host[:port]`) whose pages may call the app from a browser (CORS).
     :param allowed_hosts: `Host` names answered besides the loopback names and the bound address.
     :param max_body_bytes: The largest request body, in bytes (>= 1); larger ones get HTTP 413 unread.
-    :raises ValueError: If the key is empty or holds whitespace, an origin is not `scheme://host[:port]`, a host is
-        not a name or address (no port, no path), or `max_body_bytes` is below 1.
+    :raises ValueError: For an empty key or one with whitespace, a malformed origin or host, or a limit below 1.
     """
 
     api_key: str | None = None
@@ -220,8 +178,7 @@ class AccessSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AccessSettings:
-        """The settings of `HAYSTACK_FUSION_API_KEY`, `..._CORS_ORIGINS`, `..._ALLOWED_HOSTS` (comma-separated) and
-        `..._MAX_BODY_BYTES` in `env` (default `os.environ`); empty is unset. Raises ValueError naming the variable."""
+        """The settings the environment's variables give (lists comma-separated); ValueError naming the variable."""
         env = os.environ if env is None else env
         key = env.get(API_KEY_VARIABLE, "").strip() or None
         origins = tuple(
@@ -232,47 +189,36 @@ class AccessSettings:
         if raw_limit and not raw_limit.isdigit():
             raise ValueError(f"{MAX_BODY_BYTES_VARIABLE} must be a whole number of bytes, got {raw_limit!r}")
         limit = int(raw_limit) if raw_limit else DEFAULT_MAX_BODY_BYTES
-        checks = (
-            (API_KEY_VARIABLE, {"api_key": key}),
-            (CORS_ORIGINS_VARIABLE, {"cors_origins": origins}),
-            (ALLOWED_HOSTS_VARIABLE, {"allowed_hosts": hosts}),
-            (MAX_BODY_BYTES_VARIABLE, {"max_body_bytes": limit}),
-        )
-        for variable, values in checks:
+        names = ("api_key", "cors_origins", "allowed_hosts", "max_body_bytes")
+        variables = (API_KEY_VARIABLE, CORS_ORIGINS_VARIABLE, ALLOWED_HOSTS_VARIABLE, MAX_BODY_BYTES_VARIABLE)
+        for name, variable, value in zip(names, variables, (key, origins, hosts, limit), strict=True):
             try:
-                cls(**values)  # type: ignore[arg-type]
+                cls(**{name: value})  # type: ignore[arg-type]
             except ValueError as error:
                 raise ValueError(f"{variable}: {error}") from None
         return cls(api_key=key, cors_origins=origins, allowed_hosts=hosts, max_body_bytes=limit)
 
 
-MAX_CALLS_IN_FLIGHT_ENV = "HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT"
-"""The process-wide limit on LLM calls in flight (an integer >= 1; unset: none), read at every call;
-`llm.max_calls_in_flight` overrides it for a block of code."""
+MAX_CALLS_IN_FLIGHT_ENV = "HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT"  # read at every call (`llm.max_calls_in_flight`)
 
 
 def calls_in_flight_limit_from_env(env: Mapping[str, str] | None = None) -> int | None:
-    """`HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` in `env` (default `os.environ`), else None (no limit); ValueError for
-    anything but an integer >= 1."""
+    """`HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT`, else None (no limit); ValueError for anything but an integer >= 1."""
     value = (os.environ if env is None else env).get(MAX_CALLS_IN_FLIGHT_ENV, "").strip()
-    if not value:
-        return None
     try:
-        number = int(value)
+        number = int(value) if value else None
     except ValueError:
         number = 0
-    if number < 1:
+    if number is not None and number < 1:
         raise ValueError(f"`{MAX_CALLS_IN_FLIGHT_ENV}` must be an integer >= 1 (LLM calls in flight), got {value!r}")
     return number
 
 
-CHAT_CLIENTS = ("auto", "open-webui", "openai")
-"""The values of `HAYSTACK_FUSION_CHAT_CLIENT`: which dialect the served chat speaks (`serving.protocol.dialect`)."""
+CHAT_CLIENTS = ("auto", "open-webui", "openai")  # the served chat's dialects (`serving.protocol.dialect`)
 
 
 def chat_client_from_env(env: Mapping[str, str] | None = None) -> str:
-    """`HAYSTACK_FUSION_CHAT_CLIENT` in `env` (default `os.environ`), lower-cased, one of `CHAT_CLIENTS` (unset:
-    "auto"); ValueError naming the variable and its values for another value."""
+    """`HAYSTACK_FUSION_CHAT_CLIENT`, lower-cased, one of `CHAT_CLIENTS` (unset: "auto"); else ValueError."""
     value = (os.environ if env is None else env).get(CHAT_CLIENT_VARIABLE, "").strip().lower() or "auto"
     if value not in CHAT_CLIENTS:
         raise ValueError(f"{CHAT_CLIENT_VARIABLE} must be one of {', '.join(CHAT_CLIENTS)}, got {value!r}")
@@ -311,8 +257,7 @@ class BreakerSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> BreakerSettings:
-        """The settings of `HAYSTACK_FUSION_BREAKER_FAILURES` (calls) and `..._COOLDOWN` (seconds) in `env` (default
-        `os.environ`); empty is unset. Raises ValueError naming a variable out of range or not a number."""
+        """The settings the environment's variables give; ValueError naming a variable out of range or no number."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
         for name, variable, cast in (

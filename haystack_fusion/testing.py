@@ -1,8 +1,4 @@
-"""
-Test doubles for pipelines built on haystack-fusion, as `haystack.testing` is for Haystack (no model, no network):
-`ScriptedChatGenerator` (and `AsyncScriptedChatGenerator`), `PromptReplies` / `PromptAwareChatGenerator` (every
-strategy end to end), `identify_prompt`, and `call_first_tool` (an `Agent` through one tool call).
-"""
+"""Test doubles for pipelines built on haystack-fusion, as `haystack.testing` is for Haystack: no model, no network."""
 
 from __future__ import annotations
 
@@ -30,8 +26,8 @@ from haystack_fusion.prompts.sure import CHOICE_LETTERS
 @component
 class ScriptedChatGenerator:
     """
-    A ChatGenerator that replies to the last message's text from a script and records every call (thread-safe), failed
-    ones too, in call order: `prompts` (the last message's text), `messages`, `kwargs` (`generation_kwargs`); `calls`.
+    A ChatGenerator that replies to the last message's text from a script and records every call, failed ones too, in
+    order (thread-safe): `prompts` (the last message's text), `messages`, `kwargs` (`generation_kwargs`); `calls`.
 
     ### Usage example
     ```python
@@ -45,12 +41,11 @@ class ScriptedChatGenerator:
     ScriptedChatGenerator(reply=["(a) Paris, (b) Lyon", "True"])  # one reply per call, in order
     ```
 
-    :param reply: The reply text of every call; a list of texts, one per call in call order (a call after the last
-        raises `RuntimeError`); or a function of the prompt text (it may raise, as a failing backend does).
+    :param reply: Every call's reply; a list, one per call (then `RuntimeError`); or a function of the prompt text.
     :param fail_on: Calls whose prompt contains this text (or for which this function returns True) raise
         `RuntimeError(error)`.
-    :param generation_kwargs: Its own settings, as a real ChatGenerator's; None: none, like a mock.
-    :param latency: Seconds each call waits before replying, as an API round trip.
+    :param generation_kwargs: Its own settings, as a real ChatGenerator's.
+    :param latency: Seconds each call waits before replying.
     :param model: The model name it stands for (`llm.model_name`); None: the class name.
     :raises ValueError: For a negative latency.
     """
@@ -75,7 +70,7 @@ class ScriptedChatGenerator:
         self._lock = threading.Lock()
 
     def to_dict(self) -> dict[str, Any]:
-        """The settings (not the calls); a function by its import path (SerializationError for a lambda)."""
+        """The settings; a function by its import path (SerializationError for a lambda)."""
         functions = {key: getattr(self, key) for key in ("reply", "fail_on")}
         functions = {key: {"callable": serialize_callable(f)} if callable(f) else f for key, f in functions.items()}
         settings = {"error": self.error, "generation_kwargs": self.generation_kwargs, "latency": self.latency}
@@ -115,7 +110,7 @@ class ScriptedChatGenerator:
 
     @component.output_types(replies=list[ChatMessage])
     def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Record the call, then fail (RuntimeError: `fail_on` matched, or the script is used up) or reply."""
+        """Record the call, then reply or raise RuntimeError (`fail_on` matched, or the script is used up)."""
         time.sleep(self.latency)
         return self._answer(messages, generation_kwargs)
 
@@ -123,7 +118,7 @@ class ScriptedChatGenerator:
 @component
 class AsyncScriptedChatGenerator(ScriptedChatGenerator):
     """
-    A `ScriptedChatGenerator` with a `run_async` too, so components call it on their event loop, not in threads.
+    A `ScriptedChatGenerator` with a `run_async` (waiting with `asyncio.sleep`, so concurrent calls overlap).
 
     ### Usage example
     ```python
@@ -138,14 +133,13 @@ class AsyncScriptedChatGenerator(ScriptedChatGenerator):
     async def run_async(
         self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        """`run`, waiting with `asyncio.sleep` (concurrent calls overlap)."""
         await asyncio.sleep(self.latency)
         return self._answer(messages, generation_kwargs)
 
 
 @cache
 def _fixed_text(template_text: str) -> tuple[str, ...]:
-    """The literal parts of a template outside any block, stripped, in order: what every rendering holds."""
+    """The literal parts of a template outside any block, stripped, in order."""
     parsed = jinja2.Environment().parse(template_text)
     outputs = (node.nodes for node in parsed.body if isinstance(node, nodes.Output))
     parts = (child.data.strip() for children in outputs for child in children if isinstance(child, nodes.TemplateData))
@@ -153,19 +147,8 @@ def _fixed_text(template_text: str) -> tuple[str, ...]:
 
 
 def identify_prompt(text: str) -> str | None:
-    """
-    The name of the `PROMPTS` template a prompt was rendered from (None: none): the one whose fixed text the prompt
-    holds, in order; of several, the one with the most fixed text (a few-shot template holds its zero-shot twin's).
-
-    ### Usage example
-    ```python
-    from haystack_fusion.prompts import PROMPTS, format_passages, render
-    from haystack_fusion.testing import identify_prompt
-
-    prompt = render(PROMPTS["figure7"], passages=format_passages([]), query="Who?")[0].text
-    assert identify_prompt(prompt) == "figure7"
-    ```
-    """
+    """The name of the `PROMPTS` template a prompt was rendered from, or None: of those whose fixed text it holds, the
+    one with the most."""
     best, best_size = None, -1
     for name, template in PROMPTS.items():
         parts, position = _fixed_text(template.text), 0
@@ -192,27 +175,11 @@ _ANSWER_FORMS = {  # the reply forms that only fill in the answer, by template n
 @dataclass
 class PromptReplies:
     """
-    A reply function that answers each prompt of `PROMPTS` (`identify_prompt`) in the form its parser reads, with the
-    answer `choose` returns or one of `answers` drawn by a hash of the prompt (the same prompt, the same reply).
-
-    - Figure 7 (Liu et al., Appendix A) and the distiller: the answer. A prompt of more than one passage
-      (concatenation) says "unknown" for a share `concatenation_unknown` of the questions and raises `RuntimeError`
-      for a share `concatenation_fails` (the test server answers HTTP 500 to it, retries included).
-    - Figures 8 and 9 (chain of thought): a rationale, then "Answer: <answer>".
-    - SuRe (Kim et al.): Listings 6 and 13 "(a) <answer 1>, (b) <answer 2>" with as many candidates as the prompt
-      asks for; Listings 7 and 11 a summary ending "[DONE]"; Listing 8 "True" (a share `validity_true`) or "False";
-      Listing 9 "Passage 1" (a share `prefer_first`) or "Passage 2"; Listings 10, 12 and Table 3's prompts the answer.
-    - Chain-of-Note (Yu et al.): reading notes ending "the answer is <answer>."; a per-document note with a
-      "Relevance:" line ("(c) irrelevant" for the answer "unknown"); the synthesis " <answer>.".
-
-    ### Usage example
-    ```python
-    from haystack_fusion.testing import PromptAwareChatGenerator, PromptReplies
-
-    replies = PromptReplies(["Paris", "Lyon"], concatenation_unknown=1.0)
-    replies("Who?")  # "Paris" or "Lyon": not one of our prompts
-    llm = PromptAwareChatGenerator(replies)  # a ChatGenerator for every strategy, no model
-    ```
+    A reply function that answers each prompt of `PROMPTS` in the form its parser reads, with the answer `choose`
+    returns or one of `answers` drawn by a hash of the prompt (the same prompt, the same reply). A concatenation
+    prompt (Figure 7 over several passages) says "unknown" for a share `concatenation_unknown` of the questions and
+    raises `RuntimeError` for a share `concatenation_fails`; SuRe's validity says "True" for a share `validity_true`,
+    its ranking "Passage 1" for a share `prefer_first`.
 
     :param choose: The answer to a prompt, a function of its text; None: one of `answers`, drawn.
     :raises ValueError: For no answers, or a share outside [0, 1].
@@ -240,12 +207,7 @@ class PromptReplies:
         return int.from_bytes(digest[:8], "big") / 2**64
 
     def __call__(self, prompt: str | Mapping[str, Any]) -> str:
-        """
-        The reply to a prompt text, or to a chat-completions request body (its last message).
-
-        :raises RuntimeError: For a concatenation prompt drawn to fail (`concatenation_fails`).
-        :raises KeyError: For a registered template this class has no reply form for.
-        """
+        """The reply to a prompt text or a chat-completions request body; RuntimeError for `concatenation_fails`."""
         if not isinstance(prompt, str):
             content = (prompt.get("messages") or [{}])[-1].get("content") or ""
             if isinstance(content, list):  # content parts
@@ -306,7 +268,6 @@ class PromptAwareChatGenerator(ScriptedChatGenerator):
     print(llm.calls, llm.prompts[0])
     ```
 
-    :param replies: None: `PromptReplies()`.
     :param settings: `ScriptedChatGenerator`'s other settings.
     """
 
@@ -315,19 +276,8 @@ class PromptAwareChatGenerator(ScriptedChatGenerator):
 
 
 def call_first_tool(messages: list[ChatMessage], tools: ToolsType | None = None) -> ChatMessage:
-    """
-    An Agent's turn for `MockChatGenerator(response_fn=call_first_tool)`: without a tool result yet, a call of the
-    first tool with `{"query": <the last user message>}`; then "Based on the tool: <the last tool result>".
-
-    ### Usage example
-    ```python
-    from haystack.components.agents import Agent
-    from haystack.components.generators.chat import MockChatGenerator
-    from haystack_fusion.testing import call_first_tool
-
-    agent = Agent(chat_generator=MockChatGenerator(response_fn=call_first_tool), tools=[tool])
-    ```
-    """
+    """An Agent's turn for `MockChatGenerator(response_fn=call_first_tool)`: a call of the first tool with `{"query":
+    <the last user message>}`, then "Based on the tool: <the last tool result>"."""
     results = [result for message in messages for result in message.tool_call_results]
     if results:
         return ChatMessage.from_assistant(f"Based on the tool: {results[-1].result}")

@@ -1,8 +1,5 @@
-"""
-Prompt templates (Jinja2), one module per paper: `liu` (Figures 7-9, the distiller), `sure` (Listings 6-13),
-`chain_of_note` (Appendix A.5), and `conversation` (a chat's follow-up as a standalone question); `templates` formats
-passages and renders prompts. `PROMPTS` names them all.
-"""
+"""Prompt templates (Jinja2), one module per paper (`liu`, `sure`, `chain_of_note`) and a chat's follow-up
+(`conversation`); `templates` formats passages and renders prompts. `PROMPTS` names them all."""
 
 from haystack_fusion.prompts import chain_of_note, conversation, liu, sure
 from haystack_fusion.prompts.chain_of_note import single_call_prompt
@@ -26,28 +23,10 @@ from haystack_fusion.prompts.templates import (
 )
 
 PROMPTS: dict[str, PromptTemplate] = {
-    prompt.name: prompt
-    for prompt in (
-        liu.FIGURE7,
-        liu.PRUNING,
-        liu.SUMMARY,
-        liu.DISTILLER,
-        sure.CANDIDATES,
-        sure.FEW_SHOT_CANDIDATES,
-        sure.CONDITIONAL_SUMMARY,
-        sure.FEW_SHOT_SUMMARY,
-        sure.GENERIC_SUMMARY,
-        sure.VALIDITY,
-        sure.RANKING,
-        sure.BASE,
-        sure.MCQ,
-        sure.SUM_AND_PRED,
-        chain_of_note.SINGLE_CALL,
-        chain_of_note.DOCUMENT_NOTE,
-        chain_of_note.SYNTHESIS,
-        sure.SUM_ALL,
-        conversation.STANDALONE_QUESTION,
-    )
+    value.name: value
+    for module in (liu, sure, chain_of_note, conversation)
+    for value in vars(module).values()
+    if isinstance(value, PromptTemplate)
 }
 """Every prompt template of the package, by name."""
 

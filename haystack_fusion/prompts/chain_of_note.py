@@ -1,11 +1,7 @@
 """
-Yu et al. (Chain-of-Note, arXiv:2311.09210), Appendix A.5 and Table 6: the reading-notes prompts of NoteTaker.
-
-The single-call prompt is Appendix A.5's five-step task description, then a one-shot demonstration built from the
-first case study of Table 6 (the paper prompts GPT-4 zero-shot, section 3.1.2; a base model that continues text needs
-the demonstration), then the live question and passages ("titled" layout, as Table 6 names each document's Wikipedia
-page). The per-document mode (ours, for models that lose track across long contexts) asks for one note per passage
-with the note types of section 2.3.1 as a relevance label, then synthesizes the answer with steps 4 and 5.
+Yu et al. (Chain-of-Note, arXiv:2311.09210), Appendix A.5 and Table 6: NoteTaker's prompts. The single call is A.5's
+task with Table 6's first case as a demonstration (for base models; the paper prompts GPT-4 zero-shot). The
+per-document mode (ours) asks for one note and relevance label (section 2.3.1) per passage, then steps 4-5.
 """
 
 from __future__ import annotations
@@ -22,11 +18,8 @@ from haystack_fusion.prompts.templates import (
     render,
 )
 
-STEP_5_PARAMETRIC = "5. If no passage is relevant, directly provide answer without considering the passages."
-"""Appendix A.5, step 5, verbatim: the model answers from its own knowledge when no passage is relevant."""
-
-STEP_5_UNKNOWN = '5. If no passage is relevant, answer "unknown".'
-"""Step 5 when parametric knowledge is not allowed (section 2.3.1, Figure 2 (c): "unknown")."""
+STEP_5_PARAMETRIC = "5. If no passage is relevant, directly provide answer without considering the passages."  # A.5
+STEP_5_UNKNOWN = '5. If no passage is relevant, answer "unknown".'  # without parametric knowledge (Figure 2 (c))
 
 _DEMO_QUESTION = "When was the last Summer Olympics in the USA?"
 _DEMO_DOCUMENTS = [
@@ -47,15 +40,14 @@ _DEMO_NOTES = [
     "Passage #2 confirms that the 1996 Summer Olympics were the most recent edition of the Summer Olympics to be held "
     "in the United States.",
 ]
-ANSWER_LEAD = "Based on the information given in above passages, the answer is"
-"""How Table 6's Chain-of-Note outputs state the final answer."""
+ANSWER_LEAD = "Based on the information given in above passages, the answer is"  # as Table 6's outputs state it
 _DEMO_ANSWER = "1996"
 _DEMO_IRRELEVANT = Document(
     content="Sourdough bread is leavened by a culture of wild yeast and lactic acid bacteria rather than by baker's "
     "yeast.",
     meta={"title": "Sourdough"},
 )
-"""Ours: Table 6 shows note types (a) and (b); this passage shows type (c), irrelevant (section 2.3.1)."""
+"""Ours: note type (c), irrelevant (Table 6 shows types (a) and (b))."""
 
 SINGLE_CALL = PromptTemplate(
     "con_single_call",
@@ -76,17 +68,13 @@ Question: {{{{ query }}}}
 Reading notes:""",
     demonstrations=(_DEMO_ANSWER,),
 )
-"""Appendix A.5 (RALM with CoN) with Table 6's first case as the demonstration. Variables: `k_words` (the number of
-passages in words, "five" in the paper), `step_5` (`STEP_5_PARAMETRIC` or `STEP_5_UNKNOWN`), `query`, `passages`
-(titled layout)."""
-
-_RELEVANCE_LABELS = "(a) answers directly, (b) useful context, or (c) irrelevant"
+"""Appendix A.5 (RALM with CoN). Variables: `single_call_variables`'s."""
 
 DOCUMENT_NOTE = PromptTemplate(
     "con_document_note",
     "Yu et al., section 2.3.1, Appendix A.5",
     f"""Task Description: Read the given question and Wikipedia passage, write a reading note on what the \
-passage says about the question, and judge its relevance: {_RELEVANCE_LABELS}.
+passage says about the question, and judge its relevance: (a) answers directly, (b) useful context, or (c) irrelevant.
 
 Question: {_DEMO_QUESTION}
 {format_passages(_DEMO_DOCUMENTS[:1], layout="titled")}
@@ -107,9 +95,7 @@ Question: {{{{ query }}}}
 {{{{ passages }}}}
 Reading note:""",
 )
-"""Per-document mode, round 1: one passage (titled layout, numbered 1), a note and one of the three relevance labels
-of section 2.3.1, shown on the two passages of Table 6's first case (types (a) and (b)) and on an irrelevant passage
-of ours (type (c)). Variables: `query`, `passages` (one passage)."""
+"""Per-document mode, round 1: a note and relevance label on one passage. Variables: `query`, `passages`."""
 
 SYNTHESIS = PromptTemplate(
     "con_synthesis",
@@ -132,12 +118,10 @@ Reading notes:
     demonstrations=(_DEMO_ANSWER,),
     stop=ANSWER_LINE_STOP,
 )
-"""Per-document mode, round 2: steps 4-5 of Appendix A.5 over the notes of round 1. Variables: `step_5`, `query`,
-`notes` (per passage, in rank order: `label`, the relevance in words, and `note`, on one line). The answer is the
-first line of the completion (it continues "the answer is") without a final period; linear time."""
+"""Per-document mode, round 2: steps 4-5 over round 1's notes. Variables: `step_5`, `query`, `notes` (`label` in
+words, `note`). The answer is the completion's first line without a final period; linear time."""
 
 RELEVANCE_WORDS = {"direct": "answers directly", "context": "useful context", "irrelevant": "irrelevant"}
-"""How the synthesis prompt names each relevance label (section 2.3.1's note types)."""
 
 
 def single_call_variables(
@@ -147,10 +131,7 @@ def single_call_variables(
     allow_parametric_knowledge: bool = True,
     max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS,
 ) -> dict[str, str]:
-    """
-    The variables of `SINGLE_CALL` over k passages (best-ranked first): `query`, `passages` (titled layout),
-    `k_words` and `step_5`, as in the paper (answer without the passages) or "answer unknown".
-    """
+    """`SINGLE_CALL`'s variables: `query`, `passages`, `k_words` ("five" in the paper) and `step_5`."""
     return {
         "query": query,
         "passages": format_passages(documents, max_passage_chars, layout="titled"),

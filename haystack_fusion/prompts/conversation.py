@@ -1,8 +1,4 @@
-"""
-The standalone question of a follow-up (conversational query rewriting; no paper has a chat): "How many LLM calls
-does it make?" names its subject in an earlier turn, so one LLM call rewrites it first. The chat's turns are one string
-variable, `history`, so chat text is never evaluated as template syntax.
-"""
+"""The standalone question of a chat's follow-up (no paper has a chat), used by `serving.chat.standalone_question`."""
 
 from __future__ import annotations
 
@@ -47,5 +43,4 @@ Standalone question:""",
     answer_pattern=FIGURE7.answer_pattern,
     stop=ANSWER_LINE_STOP,
 )
-"""Variables: `history` (one "User: ..." or "Assistant: ..." line per earlier turn), `query` (the last user message).
-The question is read as Figure 7's answer line; "" keeps the question as asked."""
+"""Variables: `history` (one "User: ..." or "Assistant: ..." line per turn, a string: never evaluated), `query`."""

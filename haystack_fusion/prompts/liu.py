@@ -1,10 +1,7 @@
 """
-Liu et al. (KnowLLM 2024, arXiv:2308.12574), Appendix A: the prompts of Concatenation and Post-Fusion (Figure 7), the
-one-shot chain-of-thought Pruning and Summary prompts (Figures 8, 9) and the distiller of PF+Concat (section 3.3).
-
-The figures are text extractions of a PDF whose right-hand columns were cut; words visibly cut from a demonstration
-are completed from the visible fragments (marked in the comments). The structure follows the figures exactly. Every
-template reads `passages` (a `format_passages` block) and `query`.
+Liu et al. (KnowLLM 2024, arXiv:2308.12574), Appendix A: Figure 7 (Concatenation and Post-Fusion), Figures 8-9
+(Pruning, Summary) and the distiller of PF+Concat (section 3.3). Words the PDF's extraction cut from a demonstration
+are completed (marked in the comments). Every template reads `passages` and `query`.
 """
 
 from __future__ import annotations
@@ -20,12 +17,8 @@ Answer: Boston, Massachusetts
 Question: In what year was the star of To Hell and Back born?
 Answer: 1925"""
 """The three "Answer Format Example" pairs of Figures 7, 8 and 9."""
-
 FORMAT_EXAMPLE_ANSWERS: tuple[str, ...] = ("Butch Vig", "Boston, Massachusetts", "1925")
-"""The answers of `ANSWER_FORMAT_EXAMPLES`, which the answer validator rejects unless a passage holds them."""
-
-UNKNOWN_INSTRUCTION = "If don't know the answer, just say unknown"
-"""The abstention instruction of Liu et al., section 3.1 (Figure 7 wording, kept verbatim)."""
+UNKNOWN_INSTRUCTION = "If don't know the answer, just say unknown"  # section 3.1, Figure 7's wording verbatim
 
 # Demonstration passages of Figures 8 and 9. The extraction cut each line at the column edge; the completions
 # after the cut ("Canadian actor.", "the sequels", "Costas Mandylor ...") are ours.
@@ -47,9 +40,7 @@ _DEMO_ANSWER = "Saw VI"
 
 
 def _one_shot_cot_template(*, rationale_format: str, demo_rationale: str) -> str:
-    """The shared layout of Figures 8 and 9: task line, answer-format examples, format description (`rationale_format`
-    says what the Rationale holds), the one-shot demonstration (`demo_rationale`), then the live context and question
-    and "Rationale: Let's think step by step." for the model to continue."""
+    """The shared layout of Figures 8 and 9, with what the Rationale holds and the demonstration's rationale."""
     return f"""Answer questions with short factoid answers.
 
 {ANSWER_FORMAT_EXAMPLES}
@@ -88,9 +79,8 @@ Answer:""",
     demonstrations=FORMAT_EXAMPLE_ANSWERS,
     stop=ANSWER_LINE_STOP,
 )
-"""The zero-shot prompt of Concatenation, all top-k passages in `passages` (section 3.2.1, Eq. 1), and Post-Fusion,
-one passage at a time (Eq. 2). The answer is the first line of the completion (after leading whitespace) without its
-trailing whitespace; each whitespace run is read once, so a long run inside the line costs no backtracking."""
+"""Concatenation's prompt, all top-k passages (section 3.2.1, Eq. 1), and Post-Fusion's, one passage (Eq. 2). The
+answer is the completion's first line, stripped (linear time)."""
 
 PRUNING = PromptTemplate(
     "pruning",
@@ -106,8 +96,7 @@ PRUNING = PromptTemplate(
     answer_pattern=COT_ANSWER_PATTERN,
     demonstrations=(*FORMAT_EXAMPLE_ANSWERS, _DEMO_ANSWER),
 )
-"""The one-shot chain-of-thought Pruning prompt (section 3.2.2): the demonstration's rationale eliminates irrelevant
-sources one by one ("Elimination Reasoning Demo")."""
+"""Pruning (section 3.2.2): the demonstration eliminates irrelevant sources one by one."""
 
 SUMMARY = PromptTemplate(
     "summary",
@@ -123,8 +112,7 @@ SUMMARY = PromptTemplate(
     answer_pattern=COT_ANSWER_PATTERN,
     demonstrations=(*FORMAT_EXAMPLE_ANSWERS, _DEMO_ANSWER),
 )
-"""The one-shot chain-of-thought Summary prompt (section 3.2.2): the demonstration's rationale summarizes the
-relevant sources before answering ("Summary Reasoning Demo")."""
+"""Summary (section 3.2.2): the demonstration summarizes the relevant sources before answering."""
 
 # Figure 7's three answer-format examples, each with a candidate line (the wrong candidates are ours).
 _DISTILLER_EXAMPLES = """Question: Who produced the album that included a re-recording of "Lithium"?
@@ -163,10 +151,7 @@ Answer:""",
     demonstrations=("Butch Vig", "Boston, Massachusetts", "1925", "Kurt Cobain", "Salem", "1955"),
     stop=ANSWER_LINE_STOP,
 )
-"""The second round of PF+Concat (section 3.3, Figure 2 bottom). The paper gives no figure: the LLM "is prompted with
-the concatenation of the unfiltered passages, along with the question and answer candidates generated from the first
-round". We keep Figure 7's structure and add the candidates ("(a) X (b) Y", most votes first: variable `candidates`);
-the format examples show a candidate line too, so that a completion-style model answers with one candidate instead of
-copying the list. `passages` holds the passages whose post-fusion answer was not unknown. The answer is the first line
-without a leading label "(a) " and without further candidates (" (b) ..."): "(a) Rollo (b) Ragnar" picked "Rollo".
-Linear time: each run of whitespace is read as one token."""
+"""PF+Concat's second round (section 3.3; no figure: "the concatenation of the unfiltered passages, along with the
+question and answer candidates generated from the first round"): Figure 7 with `candidates` ("(a) X (b) Y", most votes
+first), also in the format examples. The answer is the first line without a leading "(a) " or further candidates
+("(a) Rollo (b) Ragnar" picked "Rollo"); linear time."""

@@ -1,21 +1,15 @@
 """
-Kim et al. (SuRe, ICLR 2024, arXiv:2404.13081), Appendix A: the prompts of SuRe and of its baselines, Listings 6-13.
-
-The wording and layout follow the listings; passages are listed in the "titled" layout of `format_passages`
-("Passage #i Title: ..." / "Passage #i Text: ..."), each text inside its delimited block. The listings are written for
-K = 2 ("provide two correct candidates", "(a) xx, (b) yy"); for other K the number word and the form grow with K.
-Summaries are model output: they are shown on one line each (whitespace collapsed), as the listings show them.
+Kim et al. (SuRe, ICLR 2024, arXiv:2404.13081), Appendix A: the prompts of SuRe and of its baselines, Listings 6-13,
+passages in the "titled" layout. The listings are written for K = 2 ("two", "(a) xx, (b) yy"); for other K the number
+word and the form grow with K. Summaries are shown on one line each, as the listings show them.
 """
 
 from __future__ import annotations
 
 from haystack_fusion.prompts.templates import ANSWER_LINE_STOP, PromptTemplate, number_words
 
-CHOICE_LETTERS = "abcdefghijklmnopqrstuvwxyz"
-"""Candidate labels "(a)", "(b)", ... (Listings 6, 7, 12); the 27th candidate wraps to "(a)" again."""
-
-DONE_MARKER = "[DONE]"
-"""What Listings 7 and 11 ask the model to write after the summary; it is cut from the summary with what follows."""
+CHOICE_LETTERS = "abcdefghijklmnopqrstuvwxyz"  # "(a)", "(b)", ... (Listings 6, 7, 12); the 27th wraps to "(a)"
+DONE_MARKER = "[DONE]"  # Listings 7 and 11's end of a summary
 
 # The Choices line, "(a) Choice 1 (b) Choice 2" (Listings 7 and 12), from the variable `candidates`.
 _CHOICES = (
@@ -37,9 +31,8 @@ SHORT_ANSWER_PATTERN = (
     r"|(?:[^\S\n]|\.)*\.(?=[^\S\n]*[^\S \t\n][^\S\n]*\n\s*\([a-z]\)\s)"
     r")*)(?:\s*\([a-z]\)\s[^\n]*)?[ \t.]*(?:\n|$)"
 )
-"""Listings 10-12 end with "Answer:": the answer is the first line of the completion, without a leading choice label
-"(a) ", without further listed choices (" (b) ...": a model that answers "France (b) Germany" picked "France") and
-without a trailing period. Linear time: each run of whitespace and periods is read as one token."""
+"""Listings 10-12's answer: the completion's first line without a leading "(a) ", further choices ("France (b)
+Germany" picked "France") and a trailing period. Linear time."""
 
 CANDIDATES = PromptTemplate(
     "sure_candidates",
@@ -54,16 +47,15 @@ Question: {{ query }}
 
 Answer:""",
 )
-"""p_can (Eq. 2). Variables: `num_passages` (N), `k_words` ("two" for K = 2), `answer_form` ("(a) xx, (b) yy" for
-K = 2): both from `candidate_prompt_variables(k)`, `passages` (titled layout), `query`."""
+"""p_can (Eq. 2). Variables: `num_passages`, `k_words` and `answer_form` (`candidate_prompt_variables`), `passages`,
+`query`."""
 
 FEW_SHOT_EXAMPLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ('Who produced the album that included a re-recording of "Lithium"?', ("Butch Vig", "Kurt Cobain", "Steve Albini")),
     ("What city was the victim of Joseph Druces working in?", ("Boston, Massachusetts", "Salem", "Cambridge")),
     ("In what year was the star of To Hell and Back born?", ("1925", "1955", "1945")),
 )
-"""Demonstrations for Listing 13: Liu et al.'s three answer-format questions (their gold answer first), each with
-further plausible candidates of ours, so that a completion-style model sees the "(a) xx, (b) yy" form filled in."""
+"""Listing 13's demonstrations: Liu et al.'s answer-format questions (gold answer first), candidates of ours."""
 
 FEW_SHOT_CANDIDATE_ANSWERS: tuple[str, ...] = tuple(answer for _, answers in FEW_SHOT_EXAMPLES for answer in answers)
 
@@ -84,9 +76,8 @@ Answer: {{ example.answer }}
 Provide {{ k_words }} correct candidates for the answer:""",
     demonstrations=FEW_SHOT_CANDIDATE_ANSWERS,
 )
-"""Listing 6 with question-answer demonstrations (Appendix B.5, Table 9), for base models that continue text rather
-than follow instructions. Variables: as Listing 6, plus `examples` (`question`, `answer` = the K candidates in the
-answer form) from `few_shot_examples(k)`."""
+"""Listing 6 with question-answer demonstrations (Appendix B.5), for base models. Variables: as Listing 6, plus
+`examples` (`few_shot_examples(k)`)."""
 
 _CONDITIONAL_SUMMARY = (
     """{{ passages }}
@@ -108,13 +99,11 @@ Passage:"""
 )
 
 CONDITIONAL_SUMMARY = PromptTemplate("sure_summary", "Kim et al., Appendix A.2, Listing 7", _CONDITIONAL_SUMMARY)
-"""p_sum (Eq. 3). Variables: `passages`, `query`, `candidates` (all K), `target` (0-based index of the candidate this
-summary supports)."""
+"""p_sum (Eq. 3). Variables: `passages`, `query`, `candidates` (all K), `target` (0-based, the supported one)."""
 
 _SUMMARY_HEAD, _SUMMARY_TAIL = _CONDITIONAL_SUMMARY.split("Question: {{ query }}", 1)
 
-# A made-up question whose names ("River Alpha") cannot be mistaken for a real answer or copied into one, showing that
-# a summary is a passage of full sentences that ends with [DONE], not the next choice label.
+# A made-up question (no real answer to copy): a summary is full sentences ending [DONE], not the next choice label.
 _FEW_SHOT_SUMMARY_EXAMPLE = """Question: Which river flows through the town of Example?
 Choices: (a) River Alpha (b) River Beta
 Prediction: (a) River Alpha
@@ -128,9 +117,8 @@ FEW_SHOT_SUMMARY = PromptTemplate(
     "Kim et al., Appendix A.2, Listing 7 (with a demonstration, as Listing 13)",
     _SUMMARY_HEAD + _FEW_SHOT_SUMMARY_EXAMPLE + "Question: {{ query }}" + _SUMMARY_TAIL,
 )
-"""Listing 7 with one demonstration before the question, for base models (as Listing 13 does for Listing 6): without
-it, a base model continues the Choices / Prediction list and returns a candidate's label as its "summary"
-(`haystack_fusion.sure.summary_is_label`). Variables: as Listing 7."""
+"""Listing 7 with one demonstration, for base models, which otherwise continue the Choices list (`summary_is_label`).
+Variables: as Listing 7."""
 
 GENERIC_SUMMARY = PromptTemplate(
     "sure_generic_summary",
@@ -227,8 +215,7 @@ Answer:""",
     answer_pattern=SHORT_ANSWER_PATTERN,
     stop=ANSWER_LINE_STOP,
 )
-"""Table 3 "Sum-and-pred (Gen)": Listing 10 with the generic summary (Listing 11) in place of the passages.
-Variables: `summaries` (the one generic summary; empty when nothing was retrieved), `query`."""
+"""Table 3 "Sum-and-pred (Gen)": Listing 10 over the generic summary (Listing 11). Variables: `summaries`, `query`."""
 
 SUM_ALL = PromptTemplate(
     "sure_sum_all",
@@ -245,15 +232,14 @@ Answer:""",
     answer_pattern=SHORT_ANSWER_PATTERN,
     stop=ANSWER_LINE_STOP,
 )
-"""Table 3 "+ Conditional summarizations": Listing 10 with all K conditional summaries appended after the passages
-as "Summary #k:" lines (the paper shows no listing for it). Variables: `passages`, `summaries`, `query`."""
+"""Table 3 "+ Conditional summarizations" (no listing): Listing 10 with the K summaries after the passages.
+Variables: `passages`, `summaries`, `query`."""
 
 _PLACEHOLDERS = ("xx", "yy", "zz", "ww", "vv", "uu", "tt", "ss", "rr", "qq")
 
 
 def candidate_prompt_variables(k: int) -> dict[str, str]:
-    """The K-dependent words of Listing 6, `k_words` and `answer_form`: "two" and "(a) xx, (b) yy" for K = 2;
-    ValueError for K below 1."""
+    """Listing 6's `k_words` and `answer_form` ("two", "(a) xx, (b) yy" for K = 2); ValueError for K below 1."""
     if k < 1:
         raise ValueError(f"The number of candidates must be at least 1, got {k}")
     form = ", ".join(f"({CHOICE_LETTERS[i % 26]}) {_PLACEHOLDERS[i % len(_PLACEHOLDERS)]}" for i in range(k))
@@ -261,8 +247,7 @@ def candidate_prompt_variables(k: int) -> dict[str, str]:
 
 
 def few_shot_examples(k: int) -> list[dict[str, str]]:
-    """The three Listing 13 demonstrations for K candidates (`question`, `answer`): each answer is "(a) .., (b) .."
-    with the first K (at most three) candidates of `FEW_SHOT_EXAMPLES`."""
+    """Listing 13's demonstrations (`question`, `answer`) with the first K (at most 3) candidates each."""
     return [
         {"question": question, "answer": ", ".join(f"({CHOICE_LETTERS[i]}) {c}" for i, c in enumerate(candidates[:k]))}
         for question, candidates in FEW_SHOT_EXAMPLES
@@ -270,5 +255,5 @@ def few_shot_examples(k: int) -> list[dict[str, str]]:
 
 
 def one_line(text: str | None) -> str:
-    """A summary as the verification prompts show it: whitespace collapsed to single spaces ("" for None)."""
+    """A summary as the verification prompts show it: on one line ("" for None)."""
     return " ".join((text or "").split())
