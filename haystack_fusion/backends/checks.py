@@ -1,6 +1,5 @@
-"""Whether the backend the environment names can run: extras installed, variables set, servers reachable (serving
-refuses to start on a backend that fails, naming what is missing, rather than fall back to another one); and whether
-an OpenAI-compatible server sends the token log-probabilities it was asked for (`missing_logprobs`)."""
+"""Whether the environment's backend can run (extras, variables, servers: serving refuses to start on one that fails
+rather than pick another), and whether a server sends the token log-probabilities asked for (`missing_logprobs`)."""
 
 from __future__ import annotations
 
@@ -23,11 +22,11 @@ from haystack_fusion.settings import DOCUMENT_STORE_VARIABLE, LLM_VARIABLE, STOR
 logger = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_SECONDS = 5.0
-"""How long `check_backend` waits for an Elasticsearch or Ollama server to answer, in seconds."""
+"""How long `check_backend` waits for Elasticsearch or Ollama to answer, in seconds."""
 
 
 class BackendSetupError(RuntimeError):
-    """The environment does not configure a backend the wrapper can run on; the message lists what is missing."""
+    """The environment configures no backend that can run; the message lists what is missing."""
 
 
 def _has_module(name: str) -> bool:
@@ -57,17 +56,16 @@ def _ollama_models(url: str) -> tuple[list[str] | None, str | None]:
         return None, str(getattr(error, "reason", error))
 
 
-EXTRA_MODULES = {
+EXTRA_MODULES = {  # the module each optional extra installs
     "local": "llama_cpp",
     "ollama": "haystack_integrations.components.generators.ollama",
     "elasticsearch": "haystack_integrations.document_stores.elasticsearch",
     "dense": "haystack_integrations.components.embedders.sentence_transformers",
 }
-"""The module each optional extra installs, by extra name."""
 
 
 def _presence_problems(config: BackendConfig, env: Mapping[str, str]) -> list[str]:
-    """What the LLM, the store and the retriever lack: extras not installed, variables not set, a missing index."""
+    """What the LLM, the store and the retriever lack: extras, variables, the saved index."""
     problems: list[str] = []
 
     def extra(setting: str, name: str, what: str = "") -> None:
@@ -109,8 +107,8 @@ def _presence_problems(config: BackendConfig, env: Mapping[str, str]) -> list[st
 
 
 def reachability_problems(config: BackendConfig) -> list[str]:
-    """Whether Elasticsearch (any HTTP status) and Ollama (with the model pulled) answer within
-    `PROBE_TIMEOUT_SECONDS` (OpenAI is not called): one line per problem, naming the variable and URL."""
+    """Whether Elasticsearch (any HTTP status) and Ollama (with the model pulled) answer (OpenAI is not called): a
+    line per problem, naming the variable and URL."""
     problems = []
     if config.llm == "ollama":
         url = safe_url(config.ollama_url)
@@ -133,9 +131,8 @@ def reachability_problems(config: BackendConfig) -> list[str]:
 
 def check_backend(*, probe: bool = True, env: Mapping[str, str] | None = None) -> BackendConfig:
     """
-    The backend the environment configures, checked before anything is built, never a default one:
-    `HAYSTACK_FUSION_LLM` and `HAYSTACK_FUSION_DOCUMENT_STORE`, then each backend's extra and variables; with `probe`,
-    `reachability_problems` too.
+    The backend the environment configures (`HAYSTACK_FUSION_LLM`, `HAYSTACK_FUSION_DOCUMENT_STORE`, never a default),
+    its extras and variables checked before anything is built; with `probe`, `reachability_problems` too.
 
     ### Usage example
     ```python
@@ -148,8 +145,8 @@ def check_backend(*, probe: bool = True, env: Mapping[str, str] | None = None) -
     ```
 
     :param env: The variables to read (default `os.environ`).
-    :returns: `BackendConfig.from_env` of the same variables.
-    :raises BackendSetupError: Listing every problem found, one per line, each naming the variable or extra.
+    :returns: `BackendConfig.from_env(env)`.
+    :raises BackendSetupError: Listing every problem, a line each, naming the variable or extra.
     """
     env = os.environ if env is None else env
     missing = []
@@ -178,7 +175,7 @@ def check_backend(*, probe: bool = True, env: Mapping[str, str] | None = None) -
 
 
 def setup_message(problems: list[str]) -> str:
-    """The `BackendSetupError` message: what is missing, one problem a line."""
+    """The `BackendSetupError` message, a problem a line."""
     lines = "\n".join(f"- {problem}" for problem in problems)
     return f"The backend is not configured (see docs/serving.md); haystack-fusion does not pick one for you:\n{lines}"
 
@@ -188,13 +185,8 @@ _lock = threading.Lock()
 
 
 def missing_logprobs(generator: Any, answers: Iterable[GeneratedAnswer]) -> str | None:
-    """
-    Whether a server sent no token log-probabilities although `generator` asked for them (`generation_kwargs`): an
-    answer of one reply (with a `finish_reason`) without `meta["logprobs"]` shows it; a vote or SuRe's pick does not.
-
-    :param answers: A run's answers (`StrategyRun.answers`).
-    :returns: None, or one line naming the server (`api_base_url`, without credentials) and what was asked.
-    """
+    """Whether a server sent no token log-probabilities although `generator` asked for them: an answer of one reply
+    (with a `finish_reason`) without `meta["logprobs"]` shows it. None, or a line naming the server and the request."""
     kwargs = getattr(generator, "generation_kwargs", None) or {}
     asked = {name: kwargs[name] for name in ("logprobs", "top_logprobs") if name in kwargs}
     if not kwargs.get("logprobs"):

@@ -1,8 +1,5 @@
-"""
-`STRATEGIES` (name -> `Strategy`: builder, stages, sources) and the builders, from a `StrategyConfig` to components and
-connections. Every strategy is a `Pipeline` from the passages (`documents`, or a retriever's) to the answers of
-`Strategy.answer_component`; every question socket is named `query`.
-"""
+"""`STRATEGIES` and their builders: each strategy is a `Pipeline` from the passages (`documents`, or a retriever's) to
+the answers of `Strategy.answer_component`; every question socket is named `query`."""
 
 from __future__ import annotations
 
@@ -32,22 +29,15 @@ VERIFICATION = Stage("verification", "verifier")
 NOTES = Stage("notes", "note_taker")
 
 CASCADE_MIN_CONFIDENCE = 0.25
-"""tau, the `cascade` strategy's default confidence floor for the concatenation answer (how it was chosen:
-docs/post-fusion.md)."""
+"""tau, `cascade`'s default confidence floor for the concatenation answer (chosen in docs/post-fusion.md)."""
 
 CASCADE_MIN_VOTE_SHARE = 0.5
-"""s, the `cascade` strategy's default: a post-fusion winner with less than half of the votes (or a tie at the top)
-is verified by SuRe (`SplitVoteRouter`)."""
+"""s, `cascade`'s default: a post-fusion winner with less than half of the votes (or a tie) is verified by SuRe."""
 
 
 def _chain_generator(chat_generator: ChatGenerator, stop: tuple[str, ...]) -> ChatGenerator:
-    """
-    The generator of a one-prompt chain whose reply should end at `stop`: `chat_generator` in a
-    `CallLimitedChatGenerator` whose `generation_kwargs` send `stop` with each call (`llm.stop_kwargs`), so the
-    pipeline's YAML shows them; a `CallLimitedChatGenerator` given is rewrapped with its breaker. The generator itself
-    when there is nothing to add, or it takes no `generation_kwargs` (a mock): the prompt's answer pattern still reads
-    the first line.
-    """
+    """`chat_generator` in a `CallLimitedChatGenerator` (rewrapped with its breaker) sending `stop` with each call
+    (`llm.stop_kwargs`), shown in the YAML; itself when there is nothing to add or it takes no `generation_kwargs`."""
     generator = unwrap_call_limit(chat_generator)
     limited = chat_generator if isinstance(chat_generator, CallLimitedChatGenerator) else None
     own = getattr(generator, "generation_kwargs", None)
@@ -64,9 +54,10 @@ def _prompt_chain(
     documents_from: str,
     layout: PassageLayout | None = "numbered",
     chat_generator: ChatGenerator | None = None,
+    replies_from: str = "llm.replies",
 ) -> Parts:
-    """passages -> prompt_builder -> llm -> answer_builder for one prompt (`config.prompts` may replace it), fed from
-    `documents_from`; `layout` None shows no passages. The LLM: `chat_generator`, else `config.chat_generator`."""
+    """passages -> prompt_builder -> llm -> answer_builder for one prompt, fed from `documents_from`; `layout` None
+    shows no passages."""
     prompt = PROMPTS[prompt_name]
     template = (config.prompts or {}).get(prompt_name)
     chat = ChatPrompt(prompt, template, system_prompt=config.system_prompt, parameter=f"prompts[{prompt_name!r}]")
@@ -77,7 +68,11 @@ def _prompt_chain(
             pattern=prompt.answer_pattern, demonstrations=list(prompt.demonstrations) or None
         ),
     }
-    connections = [("prompt_builder.prompt", "llm.messages"), (documents_from, "answer_builder.documents")]
+    connections = [
+        ("prompt_builder.prompt", "llm.messages"),
+        (documents_from, "answer_builder.documents"),
+        (replies_from, "answer_builder.replies"),
+    ]
     if layout is not None:
         components["passages"] = PassageFormatter(
             max_passage_chars=config.max_passage_chars, layout=layout, datamark=config.datamark
@@ -91,24 +86,17 @@ def _prompt_chain(
 
 
 def _single_prompt(prompt_name: str, layout: PassageLayout = "numbered") -> Callable[[StrategyConfig], Parts]:
-    def build(config: StrategyConfig) -> Parts:
-        components, connections = _prompt_chain(config, prompt_name, DOCUMENTS, layout)
-        connections.append(("llm.replies", "answer_builder.replies"))
-        return components, connections
-
-    return build
+    return lambda config: _prompt_chain(config, prompt_name, DOCUMENTS, layout)
 
 
 def _templates(config: StrategyConfig, **names: str) -> dict[str, Any]:
-    """A component's prompt parameters (`parameter=PROMPTS name`): the templates `config.prompts` gives for those
-    names, and `system_prompt`."""
+    """A component's prompt parameters (`parameter=PROMPTS name`) that `config.prompts` gives, and `system_prompt`."""
     given = config.prompts or {}
     templates = {parameter: given[name] for parameter, name in names.items() if name in given}
     return {**templates, "system_prompt": config.system_prompt}
 
 
 def _fallback_llm(config: StrategyConfig) -> ChatGenerator:
-    """The LLM of every round after the first of `concat_pf`, `pf_concat` and `cascade`: the fallback LLM."""
     return config.fallback_chat_generator or config.chat_generator
 
 
@@ -129,11 +117,9 @@ def _post_fusion(config: StrategyConfig) -> Parts:
 
 
 def _fallback_chain(config: StrategyConfig, min_confidence: float | None) -> Parts:
-    """
-    Concatenation, routed when unknown, failed or below `min_confidence` (`config.confidence`) to post-fusion over the
-    same passages on the fallback LLM (Liu et al., section 3.3); the caller connects the voter's answers.
-    """
-    components, connections = _prompt_chain(config, "figure7", DOCUMENTS)
+    """Concatenation, routed when unknown, failed or below `min_confidence` to post-fusion on the fallback LLM (Liu et
+    al., section 3.3); the caller connects the voter's answers."""
+    components, connections = _prompt_chain(config, "figure7", DOCUMENTS, replies_from="router.known")
     agreement = config.confidence == "agreement"
     components.update(
         llm=AbstainingChatGenerator(
@@ -154,7 +140,6 @@ def _fallback_chain(config: StrategyConfig, min_confidence: float | None) -> Par
     connections += [
         ("llm.replies", "router.replies"),
         (DOCUMENTS, "router.documents"),
-        ("router.known", "answer_builder.replies"),
         ("router.fallback_query", "voter.query"),
         ("router.fallback_documents", "voter.documents"),
         ("answer_builder.answers", "joiner.answers"),
@@ -168,19 +153,17 @@ def _concat_pf(config: StrategyConfig) -> Parts:
 
 
 def _cascade(config: StrategyConfig) -> Parts:
-    """Concatenation -> post-fusion when it says unknown or is unsure -> SuRe's verification of the top-K post-fusion
-    candidates when the vote is split, each candidate summarized from the passages that produced it."""
+    """Concatenation -> post-fusion when unknown or unsure -> SuRe's verification of the top-K candidates when the
+    vote is split, each summarized from the passages that produced it."""
     tau = CASCADE_MIN_CONFIDENCE if config.min_confidence is None else config.min_confidence
     share = CASCADE_MIN_VOTE_SHARE if config.min_vote_share is None else config.min_vote_share
     components, connections = _fallback_chain(config, tau)
+    fallback = _fallback_llm(config)
     components.update(
         {SPLIT_ROUTER: SplitVoteRouter(min_vote_share=share, max_candidates=max(2, config.num_candidates))},
-        summarizer=_summarizer(config, "conditional", _fallback_llm(config)),
+        summarizer=_summarizer(config, "conditional", fallback),
         verifier=_verifier(
-            config,
-            True,
-            config.verifier_scoring or "probability",
-            config.verifier_chat_generator or _fallback_llm(config),
+            config, True, config.verifier_scoring or "probability", config.verifier_chat_generator or fallback
         ),
     )
     connections += [
@@ -200,8 +183,8 @@ def _cascade(config: StrategyConfig) -> Parts:
 
 
 def _pf_concat(config: StrategyConfig) -> Parts:
-    """Post-fusion candidates, then one concatenation over the passages that did not say unknown (section 3.3); when
-    every passage said unknown the distiller does not run and the voter's "unknown" reaches the joiner."""
+    """Post-fusion candidates, then one concatenation over the passages that did not say unknown (section 3.3); else
+    the voter's "unknown" reaches the joiner."""
     components, connections = _prompt_chain(
         config, "distiller", "voter.documents", chat_generator=_fallback_llm(config)
     )
@@ -209,7 +192,6 @@ def _pf_concat(config: StrategyConfig) -> Parts:
     connections += [
         (DOCUMENTS, "voter.documents"),
         ("voter.candidates", "prompt_builder.candidates"),
-        ("llm.replies", "answer_builder.replies"),
         ("answer_builder.answers", "joiner.answers"),
         ("voter.unknown", "joiner.answers"),
     ]
@@ -267,18 +249,14 @@ def _sure(use_validity: bool) -> Callable[[StrategyConfig], Parts]:
 
 
 def _summarize_then_answer(mode: SummaryMode, prompt_name: str, reads: str) -> Callable[[StrategyConfig], Parts]:
-    """Kim et al.'s prompting baselines: a CandidateSummarizer round, then one answer prompt that reads its `reads`
-    output, with the passages (titled layout) unless the generic summary replaces them (Sum-and-pred (Gen))."""
+    """Kim et al.'s baselines: a CandidateSummarizer round, then an answer prompt reading its `reads` output, with the
+    passages unless the generic summary replaces them (Sum-and-pred (Gen))."""
 
     def build(config: StrategyConfig) -> Parts:
         layout: PassageLayout | None = None if mode == "generic" else "titled"
         components, connections = _prompt_chain(config, prompt_name, DOCUMENTS, layout=layout)
         components.update(summarizer=_summarizer(config, mode))
-        connections += [
-            (DOCUMENTS, "summarizer.documents"),
-            (f"summarizer.{reads}", f"prompt_builder.{reads}"),
-            ("llm.replies", "answer_builder.replies"),
-        ]
+        connections += [(DOCUMENTS, "summarizer.documents"), (f"summarizer.{reads}", f"prompt_builder.{reads}")]
         return components, connections
 
     return build
@@ -360,13 +338,12 @@ STRATEGIES: dict[str, Strategy] = {strategy.name: strategy for strategy in (
              (NOTES,), ("con_document_note", "con_synthesis"), "k+1"),
 )}
 # fmt: on
-"""Every registered strategy, by name: Liu et al.'s Table 1, Kim et al.'s SuRe with its ablations and baselines, then
-Yu et al.'s Chain-of-Note."""
+"""Every strategy, by name: Liu et al.'s Table 1, Kim et al.'s SuRe with ablations and baselines, Yu et al.'s CoN."""
 
 
 def _rendered_prompts(strategy: Strategy, config: StrategyConfig) -> tuple[str, ...]:
-    """The `PROMPTS` a strategy renders with these settings (those `StrategyConfig.prompts` may replace): without the
-    SuRe listings `few_shot` does not pick, and single-call Chain-of-Note's without the synthesis prompt."""
+    """The `PROMPTS` a strategy renders with these settings: the SuRe listings `few_shot` picks, and single-call
+    Chain-of-Note without the synthesis prompt."""
     zero_shot, few_shot = ("sure_candidates", "sure_summary"), ("sure_few_shot_candidates", "sure_few_shot_summary")
     left_out = set(zero_shot if config.few_shot else few_shot)
     if "con_single_call" in strategy.prompts:
@@ -375,7 +352,6 @@ def _rendered_prompts(strategy: Strategy, config: StrategyConfig) -> tuple[str, 
 
 
 def _check_prompts(strategy: Strategy, config: StrategyConfig) -> None:
-    """`config.prompts` names only prompts the strategy renders; raises ValueError naming the others."""
     rendered = _rendered_prompts(strategy, config)
     for name in config.prompts or {}:
         if name not in PROMPTS:
@@ -387,13 +363,11 @@ def _check_prompts(strategy: Strategy, config: StrategyConfig) -> None:
             )
 
 
-FALLBACK_STRATEGIES = ("concat_pf", "pf_concat", "cascade")
-"""The strategies whose fallback rounds run on `StrategyConfig.fallback_chat_generator`."""
+FALLBACK_STRATEGIES = ("concat_pf", "pf_concat", "cascade")  # with rounds on `fallback_chat_generator`
 
 
 def _check_fallback(strategy: Strategy, config: StrategyConfig) -> None:
-    """A fallback LLM only for `FALLBACK_STRATEGIES`, a confidence setting only for the strategies with a concatenation
-    round to judge; raises ValueError naming the strategies that take it."""
+    """A fallback LLM only for `FALLBACK_STRATEGIES`, a confidence setting only with a concatenation round to judge."""
     if config.fallback_chat_generator is not None and strategy.name not in FALLBACK_STRATEGIES:
         raise ValueError(
             f"`fallback_chat_generator` is for the strategies with fallback rounds ({', '.join(FALLBACK_STRATEGIES)}), "
@@ -407,13 +381,8 @@ def _check_fallback(strategy: Strategy, config: StrategyConfig) -> None:
 
 
 def strategy_settings(name: str, settings: dict[str, Any]) -> dict[str, Any]:
-    """
-    `settings` without the fields strategy `name` does not take (`fallback_chat_generator` outside
-    `FALLBACK_STRATEGIES`, the confidence settings without a concatenation round), for flags shared by several
-    strategies; `build_pipeline` itself rejects them.
-
-    :raises ValueError: If the strategy is not registered.
-    """
+    """`settings` without the fields strategy `name` does not take (which `build_pipeline` rejects), for flags shared
+    by several strategies; ValueError for an unregistered strategy."""
     strategy = get_strategy(name)
     left_out = set()
     if strategy.name not in FALLBACK_STRATEGIES:
@@ -437,8 +406,8 @@ def strategy_of(pipeline: Pipeline) -> Strategy:
 
 def build_pipeline(name: str, *, retriever: Any | None = None, **config: Any) -> Pipeline:
     """
-    The pipeline of a registered strategy: the passages in (`documents`, or a retriever's), the answers out.
-    Components are added in the order `Pipeline.loads(pipeline.dumps())` rebuilds them, so the round trip is equal.
+    The pipeline of a registered strategy, its components added in the order `Pipeline.loads(pipeline.dumps())`
+    rebuilds them, so the round trip is equal.
 
     ### Usage example
     ```python
@@ -453,12 +422,10 @@ def build_pipeline(name: str, *, retriever: Any | None = None, **config: Any) ->
     ```
 
     :param name: Kept in the pipeline's `metadata["strategy"]`.
-    :param retriever: A retriever component (`query`, `top_k` in; `documents` out); None: a `documents` input.
+    :param retriever: A retriever (`query`, `top_k` in; `documents` out); None: a `documents` input.
     :param config: The fields of `StrategyConfig` (`chat_generator` is required).
-    :raises ValueError: If the strategy is not registered, `prompts` names a prompt the strategy does not render, a
-        template there or in a component does not use the variables its prompt needs or uses others, a setting is out
-        of range, or `fallback_chat_generator` / `confidence` is given to a strategy without fallback rounds / without a
-        first answer to judge.
+    :raises ValueError: For an unregistered strategy, a prompt it does not render or a template with other variables
+        than its prompt's, a setting out of range, or a setting the strategy does not take.
     """
     strategy, settings = get_strategy(name), StrategyConfig(**config)
     _check_prompts(strategy, settings)
