@@ -134,16 +134,6 @@ def check_backend(*, probe: bool = True, env: Mapping[str, str] | None = None) -
     The backend the environment configures (`HAYSTACK_FUSION_LLM`, `HAYSTACK_FUSION_DOCUMENT_STORE`, never a default),
     its extras and variables checked before anything is built; with `probe`, `reachability_problems` too.
 
-    ### Usage example
-    ```python
-    from haystack_fusion.backends.checks import BackendSetupError, check_backend
-
-    try:
-        config = check_backend(env={"HAYSTACK_FUSION_LLM": "openai", "HAYSTACK_FUSION_DOCUMENT_STORE": "memory"})
-    except BackendSetupError as error:
-        print(error)  # names OPENAI_API_KEY and HAYSTACK_FUSION_STORE unless both are set
-    ```
-
     :param env: The variables to read (default `os.environ`).
     :returns: `BackendConfig.from_env(env)`.
     :raises BackendSetupError: Listing every problem, a line each, naming the variable or extra.

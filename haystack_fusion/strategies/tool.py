@@ -30,26 +30,6 @@ def strategy_tool(
     over `retriever` -> `FusionAnswerer(strategy=...)` whose one parameter is `query` and whose result is `tool_text`.
     It serializes with the Agent.
 
-    ### Usage example
-    ```python
-    from haystack import Document
-    from haystack.components.agents import Agent
-    from haystack.components.generators.chat import MockChatGenerator
-    from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
-    from haystack.dataclasses import ChatMessage
-    from haystack.document_stores.in_memory import InMemoryDocumentStore
-    from haystack_fusion.strategies import strategy_tool
-    from haystack_fusion.testing import PromptAwareChatGenerator, PromptReplies, call_first_tool
-
-    store = InMemoryDocumentStore()
-    store.write_documents([Document(content="Paris is the capital of France.", meta={"title": "France"})])
-    llm = PromptAwareChatGenerator(PromptReplies(["Paris"]))  # your LLM, e.g. OpenAIChatGenerator(...)
-    tool = strategy_tool("concat_pf", retriever=InMemoryBM25Retriever(document_store=store), chat_generator=llm)
-    agent = Agent(chat_generator=MockChatGenerator(response_fn=call_first_tool), tools=[tool])
-    result = agent.run([ChatMessage.from_user("What is the capital of France?")])
-    print(result["messages"][2].tool_call_result.result)  # "Paris\\n\\nSources:\\n[1] France: Paris is ..."
-    ```
-
     :param strategy: A registered strategy name, e.g. "concat_pf", "sure".
     :param retriever: A component taking `query` and returning `documents`, not yet in a pipeline.
     :param chat_generator: The LLM every component of the strategy calls.
