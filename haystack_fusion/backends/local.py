@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import inspect
 import json
 import math
 import os
@@ -39,8 +40,7 @@ LOCAL_GENERATION_KWARGS: dict[str, Any] = {
 """Greedy decoding (Liu et al. section 4), stopped where a base model would start the next few-shot example, with
 token log-probabilities (`meta["logprobs"]`), so every answer carries its confidence."""
 
-DEFAULT_CONTEXT_TOKENS = 8192
-"""Context window of the embedded model, in tokens: 20 passages of ~100 words and the prompt."""
+DEFAULT_CONTEXT_TOKENS = 8192  # the embedded model's context, in tokens: 20 passages of ~100 words and the prompt
 
 DEFAULT_BATCH_TOKENS = 512
 """llama.cpp's prompt batch size, in tokens, and the granularity of the reused prefix (it changes llama.cpp's
@@ -58,18 +58,13 @@ def use_extra_buffer_types(system_info: str) -> bool:
     return not any(re.fullmatch(r"AMX\w*\s*=\s*1", feature) for feature in features)
 
 
-Step = tuple[int, float, list[tuple[int, float]]]
-"""One generated token: (token id, log-probability, its alternatives as (token id, log-probability), best first)."""
+Step = tuple[int, float, list[tuple[int, float]]]  # a token, its log-probability, the best alternatives'
 
 
 class LogprobRecorder:
-    """
-    A llama-cpp-python logits processor that records each generated token's log-probability and changes no logit (no
-    `logits_all=True` needed). A step sees the next token's logits and the tokens so far, the last chosen by the
-    previous step; the last step's token is the most probable one whose bytes end the reply (greedy's choice).
-
-    :param top_logprobs: Alternatives to record per token.
-    """
+    """A llama-cpp-python logits processor recording each generated token's log-probability and `top_logprobs`
+    alternatives, changing no logit. A step sees the next token's logits and the token the previous step chose; the
+    last token is the most probable one whose bytes end the reply (greedy's choice)."""
 
     def __init__(self, top_logprobs: int = 0) -> None:
         self.top_logprobs = top_logprobs
@@ -77,14 +72,13 @@ class LogprobRecorder:
         self._row: Any = None
 
     def __call__(self, input_ids: Any, logits: Any) -> Any:
-        """Record the previous step's token against its row and keep this one; `logits` are returned as they are."""
         if self._row is not None:
             self.steps.append(self.step(int(input_ids[-1]), self._row))
         self._row = np.array(logits, dtype=np.float32)
         return logits
 
     def step(self, token: int, logits: Any) -> Step:
-        """The log-softmax of a row of logits at `token` and at its `top_logprobs` best tokens (natural logs)."""
+        """The log-softmax of a row of logits at `token` and at its `top_logprobs` best tokens."""
         highest = float(logits.max())
         log_total = highest + math.log(float(np.exp(logits - highest).sum(dtype=np.float64)))
         top: list[tuple[int, float]] = []
@@ -94,8 +88,7 @@ class LogprobRecorder:
         return token, float(logits[token]) - log_total, top
 
     def openai(self, text: str | None, detokenize: Callable[[list[int]], bytes]) -> dict[str, Any]:
-        """The reply's tokens in OpenAI's `meta["logprobs"]` shape, `{"content": [{"token", "logprob", "bytes",
-        "top_logprobs": [...]}]}`, only those inside `text` (as OpenAI does); `detokenize`: token ids -> bytes."""
+        """The tokens inside `text`, OpenAI's `{"content": [{"token", "logprob", "bytes", "top_logprobs"}]}`."""
         budget = (text or "").encode("utf-8")
         steps = self.steps
         rest = budget[len(b"".join(detokenize([token]) for token, _, _ in steps)) :]
@@ -109,7 +102,7 @@ class LogprobRecorder:
             return {"token": piece.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(piece)}
 
         content: list[dict[str, Any]] = []
-        used = 0
+        used = 0  # bytes
         for token, logprob, top in steps:
             shown = entry(token, logprob)
             used += len(shown["bytes"])
@@ -237,29 +230,18 @@ else:
             :param reply_cache: Answer a repeated greedy prompt (not streamed) from memory (`REPLY_CACHE_SIZE`) with the
                 usage of the call it stands for and `meta["cached"] = True`.
             """
-            self.model = model
-            self.n_ctx = n_ctx
-            self.n_batch = n_batch
-            self.model_kwargs = dict(model_kwargs or {})
+            self.model, self.n_ctx, self.n_batch, self.model_kwargs = model, n_ctx, n_batch, dict(model_kwargs or {})
             self.generation_kwargs = dict(LOCAL_GENERATION_KWARGS if generation_kwargs is None else generation_kwargs)
-            self.streaming_callback = streaming_callback
-            self.prefix_cache = prefix_cache
-            self.reply_cache = reply_cache
+            self.streaming_callback, self.prefix_cache, self.reply_cache = streaming_callback, prefix_cache, reply_cache
             self._shared: _SharedModel | None = None
 
         def to_dict(self) -> dict[str, Any]:
-            callback = serialize_callable(self.streaming_callback) if self.streaming_callback else None
-            return default_to_dict(
-                self,
-                model=self.model,
-                n_ctx=self.n_ctx,
-                n_batch=self.n_batch,
-                model_kwargs=self.model_kwargs,
-                generation_kwargs=self.generation_kwargs,
-                streaming_callback=callback,
-                prefix_cache=self.prefix_cache,
-                reply_cache=self.reply_cache,
+            names = list(inspect.signature(type(self).__init__).parameters)[1:]  # without `self`
+            init = {name: getattr(self, name) for name in names}
+            init["streaming_callback"] = (
+                serialize_callable(self.streaming_callback) if self.streaming_callback else None
             )
+            return default_to_dict(self, **init)
 
         @classmethod
         def from_dict(cls, data: dict[str, Any]) -> Any:
@@ -349,14 +331,9 @@ else:
                 details = {"prompt_tokens_details": {"cached_tokens": reused}}
                 if callback is None:
                     response = llama.create_completion(tokens, **settings)
-                    choice = response["choices"][0]
-                    text, finish_reason = choice["text"], choice["finish_reason"]
-                    meta: dict[str, Any] = {
-                        "model": response["model"],
-                        "index": 0,
-                        "finish_reason": finish_reason,
-                        "usage": {**response["usage"], **details},
-                    }
+                    text, finish = response["choices"][0]["text"], response["choices"][0]["finish_reason"]
+                    meta: dict[str, Any] = {"model": response["model"], "index": 0, "finish_reason": finish}
+                    meta["usage"] = {**response["usage"], **details}
                 else:
                     text, meta = self._stream(llama.create_completion(tokens, stream=True, **settings), callback)
                     completion = len(llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)) if text else 0
