@@ -3,6 +3,7 @@ the answers of `Strategy.answer_component`; every question socket is named `quer
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -74,9 +75,7 @@ def _prompt_chain(
         (replies_from, "answer_builder.replies"),
     ]
     if layout is not None:
-        components["passages"] = PassageFormatter(
-            max_passage_chars=config.max_passage_chars, layout=layout, datamark=config.datamark
-        )
+        components["passages"] = _component(PassageFormatter, config, {}, layout=layout)
         connections = [
             (documents_from, "passages.documents"),
             ("passages.passages", "prompt_builder.passages"),
@@ -89,11 +88,14 @@ def _single_prompt(prompt_name: str, layout: PassageLayout = "numbered") -> Call
     return lambda config: _prompt_chain(config, prompt_name, DOCUMENTS, layout)
 
 
-def _templates(config: StrategyConfig, **names: str) -> dict[str, Any]:
-    """A component's prompt parameters (`parameter=PROMPTS name`) that `config.prompts` gives, and `system_prompt`."""
+def _component(cls: Any, config: StrategyConfig, prompts: dict[str, str], **overrides: Any) -> Any:
+    """`cls` with the `StrategyConfig` fields its init takes by name, the templates `config.prompts` gives for its
+    prompt parameters (`prompts`: parameter -> `PROMPTS` name), then the `overrides` that are not None."""
+    taken = inspect.signature(cls.__init__).parameters
+    kwargs = {name: getattr(config, name) for name in taken if name in StrategyConfig.__dataclass_fields__}
     given = config.prompts or {}
-    templates = {parameter: given[name] for parameter, name in names.items() if name in given}
-    return {**templates, "system_prompt": config.system_prompt}
+    kwargs.update({parameter: given[name] for parameter, name in prompts.items() if name in given})
+    return cls(**kwargs | {name: value for name, value in overrides.items() if value is not None})
 
 
 def _fallback_llm(config: StrategyConfig) -> ChatGenerator:
@@ -101,15 +103,7 @@ def _fallback_llm(config: StrategyConfig) -> ChatGenerator:
 
 
 def _voter(config: StrategyConfig, chat_generator: ChatGenerator | None = None) -> PostFusionVoter:
-    return PostFusionVoter(
-        chat_generator=chat_generator or config.chat_generator,
-        max_concurrency=config.max_concurrency,
-        samples_per_passage=config.samples_per_passage,
-        max_passage_chars=config.max_passage_chars,
-        unknown_patterns=config.unknown_patterns,
-        datamark=config.datamark,
-        **_templates(config, prompt="figure7"),
-    )
+    return _component(PostFusionVoter, config, {"prompt": "figure7"}, chat_generator=chat_generator)
 
 
 def _post_fusion(config: StrategyConfig) -> Parts:
@@ -209,27 +203,17 @@ def _summarizer(
     _no_datamark(config, "CandidateSummarizer")
     few_shot = "few_shot_" if config.few_shot else ""
     summary = "sure_generic_summary" if mode == "generic" else f"sure_{few_shot}summary"
-    return CandidateSummarizer(
-        chat_generator=chat_generator or config.chat_generator,
-        num_candidates=config.num_candidates,
-        mode=mode,
-        max_concurrency=config.max_concurrency,
-        max_passage_chars=config.max_passage_chars,
-        few_shot=config.few_shot,
-        **_templates(config, candidates_prompt=f"sure_{few_shot}candidates", summary_prompt=summary),
-    )
+    prompts = {"candidates_prompt": f"sure_{few_shot}candidates", "summary_prompt": summary}
+    return _component(CandidateSummarizer, config, prompts, mode=mode, chat_generator=chat_generator)
 
 
 def _verifier(
     config: StrategyConfig, use_validity: bool, scoring: Scoring, chat_generator: ChatGenerator | None = None
 ) -> SummaryVerifier:
-    return SummaryVerifier(
-        chat_generator=chat_generator or config.verifier_chat_generator or config.chat_generator,
-        use_validity=use_validity,
-        max_concurrency=config.max_concurrency,
-        document_ranker=config.document_ranker,
-        scoring=scoring,
-        **_templates(config, validity_prompt="sure_validity", ranking_prompt="sure_ranking"),
+    prompts = {"validity_prompt": "sure_validity", "ranking_prompt": "sure_ranking"}
+    generator = chat_generator or config.verifier_chat_generator
+    return _component(
+        SummaryVerifier, config, prompts, chat_generator=generator, use_validity=use_validity, scoring=scoring
     )
 
 
@@ -266,16 +250,8 @@ def _chain_of_note(mode: NoteMode) -> Callable[[StrategyConfig], Parts]:
     def build(config: StrategyConfig) -> Parts:
         _no_datamark(config, "NoteTaker")
         answer = "con_synthesis" if mode == "per_document" else "con_single_call"
-        note_taker = NoteTaker(
-            chat_generator=config.chat_generator,
-            mode=mode,
-            allow_parametric_knowledge=config.allow_parametric_knowledge,
-            max_concurrency=config.max_concurrency,
-            max_passage_chars=config.max_passage_chars,
-            generation_kwargs=config.note_generation_kwargs,
-            unknown_patterns=config.unknown_patterns,
-            **_templates(config, note_prompt="con_document_note", answer_prompt=answer),
-        )
+        prompts = {"note_prompt": "con_document_note", "answer_prompt": answer}
+        note_taker = _component(NoteTaker, config, prompts, mode=mode, generation_kwargs=config.note_generation_kwargs)
         return {"note_taker": note_taker}, [(DOCUMENTS, "note_taker.documents")]
 
     return build
@@ -341,25 +317,21 @@ STRATEGIES: dict[str, Strategy] = {strategy.name: strategy for strategy in (
 """Every strategy, by name: Liu et al.'s Table 1, Kim et al.'s SuRe with ablations and baselines, Yu et al.'s CoN."""
 
 
-def _rendered_prompts(strategy: Strategy, config: StrategyConfig) -> tuple[str, ...]:
-    """The `PROMPTS` a strategy renders with these settings: the SuRe listings `few_shot` picks, and single-call
-    Chain-of-Note without the synthesis prompt."""
+def _check_prompts(strategy: Strategy, config: StrategyConfig) -> None:
+    """`config.prompts` names only prompts the strategy renders with these settings: the SuRe listings `few_shot`
+    picks, single-call Chain-of-Note without the synthesis prompt."""
     zero_shot, few_shot = ("sure_candidates", "sure_summary"), ("sure_few_shot_candidates", "sure_few_shot_summary")
     left_out = set(zero_shot if config.few_shot else few_shot)
     if "con_single_call" in strategy.prompts:
         left_out.add("con_synthesis")
-    return tuple(name for name in strategy.prompts if name not in left_out)
-
-
-def _check_prompts(strategy: Strategy, config: StrategyConfig) -> None:
-    rendered = _rendered_prompts(strategy, config)
+    rendered = [name for name in strategy.prompts if name not in left_out]
     for name in config.prompts or {}:
         if name not in PROMPTS:
-            raise ValueError(f"`prompts` names no prompt {name!r}; strategy {strategy.name!r} renders {list(rendered)}")
+            raise ValueError(f"`prompts` names no prompt {name!r}; strategy {strategy.name!r} renders {rendered}")
         if name not in rendered:
             raise ValueError(
                 f"`prompts` names {name!r}, which strategy {strategy.name!r} does not render with these settings; "
-                f"it renders {list(rendered)}"
+                f"it renders {rendered}"
             )
 
 
