@@ -165,10 +165,8 @@ def served_openapi(schema: dict[str, Any], *, api_key: bool, models: Sequence[st
             responses.update({code: {"description": _ERRORS[code], "content": content} for code in codes})
     if "/status" in paths:
         up = {"type": "object", "required": ["status"], "properties": {"status": {"type": "string", "enum": ["Up!"]}}}
-        ok = {"description": "The server is up.", "content": {"application/json": {"schema": up}}}
-        paths["/status"] = {
-            "get": {"summary": "Whether the server is up", "operationId": "status", "responses": {"200": ok}}
-        }
+        ok = {"200": {"description": "The server is up.", "content": {"application/json": {"schema": up}}}}
+        paths["/status"] = {"get": {"summary": "Whether the server is up", "operationId": "status", "responses": ok}}
     _drop_unused_schemas(schema)
     return schema
 
@@ -198,13 +196,6 @@ def _wrappers_dir(strategies: Sequence[str] | None, pipelines_dir: str | Path | 
         (Path(folder.name) / strategy).mkdir()
         (Path(folder.name) / strategy / WRAPPER_FILE).write_text(source, encoding="utf-8")
     return folder.name, folder
-
-
-def _served_names(folder: str) -> list[str]:
-    """The names a pipelines folder serves: its wrapper folders and YAML files."""
-    root = Path(folder)
-    wrappers = {path.parent.name for path in root.glob(f"*/{WRAPPER_FILE}")}
-    return sorted(wrappers | {path.stem for pattern in ("*.yml", "*.yaml") for path in root.glob(pattern)})
 
 
 def _pin_hayhooks_settings(pipelines_dir: str, access: AccessSettings, *, with_chainlit: bool) -> Any:
@@ -283,7 +274,9 @@ def create_app(
     app.router.routes.insert(0, Route("/status", lambda _: JSONResponse({"status": "Up!"}), methods=["GET"]))
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
-    spec, models = app.openapi, _served_names(folder)
+    wrappers = {path.parent.name for path in Path(folder).glob(f"*/{WRAPPER_FILE}")}
+    models = sorted(wrappers | {path.stem for pattern in ("*.yml", "*.yaml") for path in Path(folder).glob(pattern)})
+    spec = app.openapi
     app.openapi = lambda: served_openapi(spec(), api_key=access.api_key is not None, models=models)  # type: ignore[method-assign]
     app.state.wrappers_dir = keep_alive
     # Added innermost first: a request meets the Host check, the Origin check, the key, the body limit, then the rest.

@@ -23,14 +23,9 @@ OPENAI_PATHS = ("/v1/", "/chat/completions", "/models")  # the OpenAI-compatible
 
 
 class ServingError(HTTPException):
-    """
-    An error answer: HTTP status, one line and a short code; in OpenAI's shape on the OpenAI-compatible routes.
-
-    :param message: What failed and what to change; never a secret, never the user's text.
-    :param code: A short code: "invalid_request", "server_busy", "backend_unavailable", ...
-    :param param: The request field it is about (OpenAI's `param`: "n", "tool_choice", ...), or None.
-    :param cause: For the server log only (URL, variable, flag), never sent.
-    """
+    """An error answer, in OpenAI's shape on its routes: `message` (what failed and what to change, never a secret nor
+    the user's text), a short `code` ("server_busy", ...), the request field it is about (`param`) and, for the server
+    log only, its `cause` (URL, variable, flag)."""
 
     def __init__(
         self,
@@ -160,17 +155,12 @@ class BodyLimitMiddleware:
             too_large = f"Request body too large: this server takes at most {self.max_bytes} bytes"
             await refuse(scope, receive, send, 413, too_large, code="request_too_large")
             return
-        await self._run(scope, b"".join(chunks), receive, send)
-
-    async def _run(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> None:
+        pending: list[Message] = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
         disconnected = asyncio.Event()
-        delivered = False
 
         async def replay() -> Message:
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": body, "more_body": False}
+            if pending:
+                return pending.pop()
             await disconnected.wait()
             return {"type": "http.disconnect"}
 

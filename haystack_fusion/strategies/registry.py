@@ -98,6 +98,13 @@ def _component(cls: Any, config: StrategyConfig, prompts: dict[str, str], **over
     return cls(**kwargs | {name: value for name, value in overrides.items() if value is not None})
 
 
+_VERIFICATION = [
+    (DOCUMENTS, "verifier.documents"),
+    ("summarizer.candidates", "verifier.candidates"),
+    ("summarizer.summaries", "verifier.summaries"),
+]
+
+
 def _fallback_llm(config: StrategyConfig) -> ChatGenerator:
     return config.fallback_chat_generator or config.chat_generator
 
@@ -168,9 +175,7 @@ def _cascade(config: StrategyConfig) -> Parts:
         (f"{SPLIT_ROUTER}.split_candidates", "summarizer.candidates"),
         (f"{SPLIT_ROUTER}.split_documents", "summarizer.candidate_documents"),
         (f"{SPLIT_ROUTER}.split_query", "verifier.query"),
-        (DOCUMENTS, "verifier.documents"),
-        ("summarizer.candidates", "verifier.candidates"),
-        ("summarizer.summaries", "verifier.summaries"),
+        *_VERIFICATION,
         ("verifier.answers", "joiner.answers"),
     ]
     return components, connections
@@ -221,13 +226,7 @@ def _sure(use_validity: bool) -> Callable[[StrategyConfig], Parts]:
     def build(config: StrategyConfig) -> Parts:
         verifier = _verifier(config, use_validity, config.verifier_scoring or "text")
         components = {"summarizer": _summarizer(config, "conditional"), "verifier": verifier}
-        connections = [
-            (DOCUMENTS, "summarizer.documents"),
-            (DOCUMENTS, "verifier.documents"),
-            ("summarizer.candidates", "verifier.candidates"),
-            ("summarizer.summaries", "verifier.summaries"),
-        ]
-        return components, connections
+        return components, [(DOCUMENTS, "summarizer.documents"), *_VERIFICATION]
 
     return build
 
