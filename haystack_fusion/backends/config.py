@@ -192,13 +192,8 @@ def document_embedder(config: BackendConfig) -> Any:
 
 
 def retriever(config: BackendConfig, store: Any | None = None) -> Any:
-    """
-    The configured retriever (`query`, `top_k` in; `documents` out) over `store` (default `document_store(config)`):
-    the store's BM25 retriever, a `DenseRetriever` or a `HybridRetriever`.
-
-    :raises ValueError: For dense or hybrid retrieval over an in-memory store whose passages have no embeddings.
-    :raises ImportError: For a backend whose extra (`elasticsearch`, `dense`) is not installed.
-    """
+    """The configured retriever (`query`, `top_k` in; `documents` out) over `store` (default `document_store(config)`);
+    ValueError for dense or hybrid retrieval over passages without embeddings, ImportError without its extra."""
     store = document_store(config) if store is None else store
     if config.retriever != "bm25" and isinstance(store, InMemoryDocumentStore):
         documents = store.filter_documents()
@@ -261,13 +256,8 @@ def fallback_chat_generator(config: BackendConfig, *, default_max_retries: int |
 
 
 def chat_generator(config: BackendConfig, *, default_max_retries: int | None = None) -> Any:
-    """
-    The configured LLM, greedy (temperature 0) as in the papers: a `LocalChatGenerator`, `OpenAIChatGenerator` or
-    `OllamaChatGenerator`; ImportError for a backend whose extra is not installed.
-
-    :param default_max_retries: OpenAI retries when neither `config.max_retries` nor `OPENAI_MAX_RETRIES` is set
-        (serving: `SERVING_MAX_RETRIES`); None: `OpenAIChatGenerator`'s default.
-    """
+    """The configured LLM, greedy (temperature 0) as in the papers; ImportError without its extra. OpenAI's retries:
+    `config.max_retries`, `OPENAI_MAX_RETRIES`, else `default_max_retries` (None: `OpenAIChatGenerator`'s)."""
     budget = {} if config.max_tokens is None else {"max_tokens": config.max_tokens}
     retries = config.max_retries
     if retries is None and not os.environ.get("OPENAI_MAX_RETRIES"):

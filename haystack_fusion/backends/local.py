@@ -221,14 +221,11 @@ else:
             Nothing is loaded until `warm_up`.
 
             :param model: Path of a GGUF file; None: the packaged model (found at warm-up, so YAML stays portable).
-            :param model_kwargs: `llama_cpp.Llama` arguments over `n_threads` = the CPU count and `verbose=False`;
-                `use_extra_bufts` unset: `use_extra_buffer_types`.
+            :param model_kwargs: `llama_cpp.Llama` arguments over `n_threads` = the CPU count and `verbose=False`.
             :param generation_kwargs: `Llama.create_completion` arguments; default `LOCAL_GENERATION_KWARGS`.
-            :param prefix_cache: Reuse the KV cache of the prefix shared with the previous prompt, cut to a multiple
-                of `n_batch` so replies equal a fresh evaluation (`pinned.reuse_prefix`); reported as OpenAI does,
-                `meta["usage"]["prompt_tokens_details"]["cached_tokens"]`.
-            :param reply_cache: Answer a repeated greedy prompt (not streamed) from memory (`REPLY_CACHE_SIZE`) with the
-                usage of the call it stands for and `meta["cached"] = True`.
+            :param prefix_cache: Reuse the KV cache of the prefix shared with the previous prompt, cut to a multiple of
+                `n_batch` (`pinned.reuse_prefix`); `meta["usage"]["prompt_tokens_details"]["cached_tokens"]` counts it.
+            :param reply_cache: Answer a repeated greedy prompt (not streamed) from memory (`meta["cached"]`).
             """
             self.model, self.n_ctx, self.n_batch, self.model_kwargs = model, n_ctx, n_batch, dict(model_kwargs or {})
             self.generation_kwargs = dict(LOCAL_GENERATION_KWARGS if generation_kwargs is None else generation_kwargs)
@@ -285,9 +282,8 @@ else:
             """
             One reply, one call at a time (or from the reply cache).
 
-            :param generation_kwargs: `Llama.create_completion` arguments over the init ones; `logprobs=True` (and
-                `top_logprobs=N`) give `meta["logprobs"]` in OpenAI's shape; `grammar` (GBNF text) constrains it.
-            :param streaming_callback: Overrides the init one; a streamed call bypasses the reply cache.
+            :param generation_kwargs: Over the init ones; `logprobs=True` (and `top_logprobs=N`) give `meta["logprobs"]`
+                in OpenAI's shape; `grammar` (GBNF text) constrains the reply.
             :returns: `replies`: one assistant `ChatMessage` (none for no messages), `meta` with `model`, `index`,
                 `finish_reason`, `usage`, `logprobs` when asked for, and `cached: True` from the reply cache.
             :raises ValueError: If a `grammar` does not parse as GBNF, or the prompt exceeds `n_ctx`.

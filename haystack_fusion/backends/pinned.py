@@ -39,14 +39,9 @@ def _check_llama_cpp() -> Any:
 
 
 def reuse_prefix(llama: Any, tokens: Sequence[int], n_batch: int) -> int:
-    """
-    Keep the KV cache of the prefix `tokens` share with the loaded context, cut back to a multiple of `n_batch`, so
-    the next `create_completion(tokens)` evaluates the rest in a fresh evaluation's batches: the same logits bit for
-    bit. llama-cpp-python reuses the prefix up to the first differing token, and llama.cpp's results depend on where a
-    batch starts; the cut takes setting `Llama.n_tokens`. The last token is always evaluated again.
-
-    :returns: The prompt tokens kept, a multiple of `n_batch` (0: the context starts from scratch).
-    """
+    """Keep the KV cache of the prefix `tokens` share with the loaded context, cut to a multiple of `n_batch` (setting
+    `Llama.n_tokens`), so the next `create_completion(tokens)` evaluates the rest in a fresh evaluation's batches: the
+    same logits bit for bit. Returns the tokens kept (0: from scratch); the last token is always evaluated again."""
     _check_llama_cpp()
     shared = llama.longest_token_prefix(llama.input_ids[: llama.n_tokens], tokens[:-1])
     kept = shared - shared % n_batch

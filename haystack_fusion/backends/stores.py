@@ -52,11 +52,7 @@ class SavedInMemoryBM25Retriever:
     """
 
     def __init__(self, index_path: str = DEFAULT_INDEX_PATH, top_k: int = 10, scale_score: bool = False) -> None:
-        """
-        :param index_path: The saved index (`haystack-fusion index --store PATH`, `save_store`).
-        :param scale_score: Scale BM25 scores to [0, 1] (`InMemoryBM25Retriever`'s).
-        :raises ValueError: If `top_k` is below 1.
-        """
+        """`index_path`: the saved index (`haystack-fusion index --store PATH`); ValueError for `top_k` 0."""
         if top_k < 1:
             raise ValueError(f"`top_k` must be at least 1, got {top_k}")
         self.index_path, self.top_k, self.scale_score = index_path, top_k, scale_score
@@ -94,15 +90,9 @@ class SavedInMemoryBM25Retriever:
 
 
 def check_document_store(config: BackendConfig) -> None:
-    """
-    Fail before a question is asked when the store has no passages (Elasticsearch's index read with the official
-    client: the integration's store would create a missing one).
-
-    :raises FileNotFoundError: If there is no saved index at `index_path`.
-    :raises BackendError: If the Elasticsearch index does not exist or holds no passages.
-    :raises ImportError: For Elasticsearch without the `elasticsearch` extra.
-    :raises elastic_transport.ConnectionError: If Elasticsearch cannot be reached.
-    """
+    """Fail before a question is asked when the store has no passages: FileNotFoundError without the saved index,
+    BackendError for a missing or empty Elasticsearch index (read with the official client: the integration's store
+    would create it), ImportError without the extra, `elastic_transport.ConnectionError`."""
     if config.store == "memory":
         if not Path(config.index_path).expanduser().is_file():
             raise FileNotFoundError(f"No saved index at {config.index_path}; create one with `haystack-fusion index`")

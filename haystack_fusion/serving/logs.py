@@ -1,14 +1,10 @@
 """
-The served apps' log: one line per refused or failed request (`RefusalLogMiddleware`), and the one line format of
-the `haystack-fusion serve` process (`configure_serve_logging`), where the standard library's `logging` (Haystack,
-uvicorn) goes through loguru (Hayhooks') to one sink:
+The served apps' log: a line per refused or failed request (`RefusalLogMiddleware`), and the one line format of the
+`haystack-fusion serve` process (`configure_serve_logging`), the request id being Hayhooks' `X-Request-ID`:
 
 ```text
 2026-05-04T13:45:01.234+00:00 | INFO     | haystack_fusion.serving.logs | 3f2a9c1b | Refused POST /v1/models: ...
 ```
-
-The request id (`-` outside a request) is Hayhooks' `X-Request-ID`, in loguru's context, which `asyncio.to_thread`
-and Starlette's thread pool copy into their threads.
 """
 
 from __future__ import annotations
@@ -51,12 +47,10 @@ def note_refusal(scope: Scope, code: str, reason: str, error: BaseException | No
 
 
 class RefusalLogMiddleware:
-    """
-    ASGI middleware: a log line per HTTP answer of status 400 or more with method, path, status, code and reason
-    (`note_refusal`'s, else the error body's, never a validation error's `input`): INFO for a 4xx, WARNING for a 5xx,
-    ERROR with the traceback for a 500; and one per WebSocket a guard closed. An unhandled exception gets a plain 500
-    here, logged inside the request (with its id); one raised after the response started is re-raised.
-    """
+    """ASGI middleware: a log line per HTTP answer of status 400 or more (`note_refusal`'s reason, else the error
+    body's): INFO for a 4xx, WARNING for a 5xx, ERROR with the traceback for a 500; one per WebSocket a guard closed. An
+    unhandled exception gets a plain 500 here, logged with the request id; one raised after the response started is
+    re-raised."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -202,12 +196,11 @@ def _write(message: Any) -> None:
 
 def configure_serve_logging(level: str | None = None) -> None:
     """
-    Every log line of this process as `format_record` on stderr: loguru's handlers replaced by one sink, `logging`'s
-    records and `warnings` routed into loguru. Process-wide: for the `haystack-fusion serve` process only.
+    Every log line of this process (loguru's, `logging`'s, `warnings`) as `format_record` on stderr; process-wide, for
+    `haystack-fusion serve` only.
 
-    :param level: The lowest level written (None: `HAYHOOKS_LOG_LEVEL`, else INFO). Below INFO libraries may log
-        request bodies (the user's text).
-    :raises ValueError: If the level is not one of loguru's, naming the variable.
+    :param level: The lowest level written (None: `HAYHOOKS_LOG_LEVEL`, else INFO); below INFO libraries may log the
+        user's text. ValueError naming the variable for no level of loguru's.
     """
     name = (level or log_level()).upper()
     try:

@@ -61,13 +61,9 @@ def pipeline_name(strategy: str, backend: str) -> str:
 
 
 def pipeline_yaml(strategy: str, config: BackendConfig) -> str:
-    """
-    A strategy's `backends.backend_pipeline` as YAML with Hayhooks' `inputs` (`query`) and `outputs` (`answers`). Over
-    the in-memory store the retriever is a `SavedInMemoryBM25Retriever` naming the saved index.
-
-    :raises ValueError: For an unregistered strategy, or dense or hybrid retrieval over the in-memory store.
-    :raises ImportError: For a backend whose extra is not installed.
-    """
+    """A strategy's `backends.backend_pipeline` as YAML with Hayhooks' `inputs` (`query`) and `outputs` (`answers`),
+    over the in-memory store with a `SavedInMemoryBM25Retriever`. Errors as `render`, and ValueError for no registered
+    name."""
     if config.store == "memory" and config.retriever != "bm25":
         raise ValueError(
             f"YAML over the in-memory store retrieves with BM25, not {config.retriever}: dense and hybrid YAML "
@@ -95,13 +91,8 @@ def wrapper_source(strategy: str) -> str:
 
 
 def render(config: BackendConfig | None = None) -> dict[str, str]:
-    """
-    What `generate` writes: file contents by POSIX path relative to the output folder, sorted.
-
-    :param config: The backend of the YAML; None: `BackendConfig()`, the embedded model over the saved index.
-    :raises ValueError: For dense or hybrid retrieval over the in-memory store.
-    :raises ImportError: If an extra the backend needs is not installed.
-    """
+    """What `generate` writes, by POSIX path in the output folder, sorted; `config` None: `BackendConfig()`. ValueError
+    for dense or hybrid retrieval over the in-memory store, ImportError for a backend whose extra is not installed."""
     config = BackendConfig() if config is None else config
     files = {f"{strategy}/{WRAPPER_FILE}": wrapper_source(strategy) for strategy in STRATEGIES}
     for strategy in STRATEGIES:
