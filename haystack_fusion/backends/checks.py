@@ -130,14 +130,9 @@ def reachability_problems(config: BackendConfig) -> list[str]:
 
 
 def check_backend(*, probe: bool = True, env: Mapping[str, str] | None = None) -> BackendConfig:
-    """
-    The backend the environment configures (`HAYSTACK_FUSION_LLM`, `HAYSTACK_FUSION_DOCUMENT_STORE`, never a default),
-    its extras and variables checked before anything is built; with `probe`, `reachability_problems` too.
-
-    :param env: The variables to read (default `os.environ`).
-    :returns: `BackendConfig.from_env(env)`.
-    :raises BackendSetupError: Listing every problem, a line each, naming the variable or extra.
-    """
+    """The backend `env` (default `os.environ`) configures, never a default one, as `BackendConfig.from_env(env)`, its
+    extras and variables checked before anything is built (with `probe`, `reachability_problems` too); else
+    BackendSetupError listing every problem, a line each, naming the variable or extra."""
     env = os.environ if env is None else env
     missing = []
     if not env.get(LLM_VARIABLE):

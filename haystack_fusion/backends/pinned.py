@@ -1,8 +1,5 @@
-"""
-The uses of other libraries' internals that have no public equivalent, pinned to the versions they were tested on
-(`PINNED_VERSIONS`, which pyproject.toml requires exactly). On another version each function raises
-`PinnedVersionError`; each docstring says which internal it uses.
-"""
+"""The uses of other libraries' internals that have no public equivalent, pinned to the versions they were tested on
+(`PINNED_VERSIONS`, which pyproject.toml requires exactly): each raises `PinnedVersionError` on another version."""
 
 from __future__ import annotations
 

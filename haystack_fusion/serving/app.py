@@ -245,17 +245,15 @@ def create_app(
     host: str | None = None,
 ) -> FastAPI:
     """
-    The served HTTP app: `/{name}/run` and `/v1/chat/completions` per strategy, optionally Hayhooks' chat UI at
-    `/chat`; no deploy routes, CORS pinned, the `Host`, `Origin`, key and body checks (`serving.guards`), OpenAI-shaped
-    errors on `/v1/...`, a request id and a log line per refused request (`serving.logs`), never the user's text. The
-    process's logging is left as it is; the backend comes from the environment (`HAYSTACK_FUSION_LLM`, ...).
+    The served HTTP app: `/{name}/run` and `/v1/chat/completions` per strategy, optionally Hayhooks' chat UI at `/chat`;
+    no deploy routes, CORS pinned, the `serving.guards` checks, OpenAI-shaped errors on `/v1/...`, a request id and a
+    log line per refused request (`serving.logs`). The process's logging is left as it is; the backend comes from the
+    environment (`HAYSTACK_FUSION_LLM`, ...). Run it with uvicorn, one worker.
 
-    :param strategies: Registered strategy names (None: all).
-    :param pipelines_dir: Instead of `strategies`, a folder of wrapper folders and YAML pipelines.
-    :param with_chainlit: Mount Hayhooks' Chainlit chat UI at `/chat` (the `chainlit` extra).
+    :param strategies: Registered strategy names (None: all), or instead `pipelines_dir`, a folder of wrapper folders
+        and YAML pipelines.
     :param access: Key, CORS origins, allowed hosts, body limit (None: `AccessSettings.from_env()`).
-    :param host: The bound address; its `Host` is answered besides loopback and `access.allowed_hosts`.
-    :returns: The FastAPI app, for uvicorn (one worker: the embedded model is loaded per process).
+    :param host: The bound address, whose `Host` is answered besides loopback and `access.allowed_hosts`.
     :raises ValueError: For an unregistered strategy, both `strategies` and `pipelines_dir`, or invalid access settings.
     :raises ImportError: For `with_chainlit` without Chainlit.
     :raises hayhooks.server.exceptions.PipelineModuleLoadError: If a pipeline fails to load, saying why.
@@ -382,11 +380,9 @@ def serve(
 ) -> None:
     """
     Run the served app with uvicorn until interrupted (`haystack-fusion serve`), the process's log lines in one format
-    (`serving.logs.configure_serve_logging`).
+    (`serving.logs.configure_serve_logging`); binding a non-loopback `host` without an API key is logged as a warning.
 
-    :param host: The address to bind; non-loopback without `HAYSTACK_FUSION_API_KEY` is logged as a warning.
-    :param port: None: Hayhooks' 1416, or 1417 with `mcp`.
-    :param mcp: Serve the MCP app instead of the HTTP one (not with `with_chainlit`).
+    :param port: None: Hayhooks' 1416, or 1417 with `mcp` (the MCP app instead of the HTTP one).
     :raises ValueError: As `create_app`, for `with_chainlit` with `mcp`, or a `HAYHOOKS_LOG_LEVEL` that is no level.
     :raises BackendSetupError: If the environment configures no backend, listing what is missing.
     """

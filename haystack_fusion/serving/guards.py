@@ -95,12 +95,10 @@ def allowed_hosts(bind_host: str | None, extra: Sequence[str] = ()) -> list[str]
 
 
 class OriginMiddleware:
-    """
-    ASGI middleware: a request whose `Origin` is neither its own (its `Host`) nor in `allowed_origins`
-    (`scheme://host[:port]`) gets HTTP 403 (a CORS preflight too), a WebSocket is closed (1008). No `Origin` (an API
-    client) passes, `Origin: null` does not: browsers send `Origin` with every cross-origin request, so another
-    origin's page can neither read nor drive the app (socket.io long-polling included), whatever the CORS answers.
-    """
+    """ASGI middleware: a request whose `Origin` is neither its own (its `Host`) nor in `allowed_origins` gets HTTP 403
+    (a CORS preflight too), a WebSocket is closed (1008). No `Origin` (an API client) passes, `Origin: null` does not:
+    browsers send `Origin` with every cross-origin request, so another origin's page can neither read nor drive the
+    app."""
 
     def __init__(self, app: ASGIApp, *, allowed_origins: Iterable[str] = ()) -> None:
         self.app = app

@@ -113,13 +113,10 @@ class Strategy:
     """
     A registered strategy.
 
-    :param summary: One line for `haystack-fusion strategies`.
-    :param source: The paper location it implements.
+    :param summary: One line for `haystack-fusion strategies`; `source`: the paper location it implements.
     :param rounds: Dependent LLM rounds on the critical path (at most).
     :param answer_component: The component whose `answers` are the strategy's.
-    :param build: The pipeline's components and connections from a `StrategyConfig`.
     :param stages: Its rounds in the order they can run (which component does what, for runs, traces and streams).
-    :param prompts: The `PROMPTS` its pipeline can render.
     :param calls: LLM calls per question, in k (top-k passages) and K (SuRe's answer candidates), e.g. "1 or 1+k".
     """
 

@@ -378,9 +378,8 @@ def strategy_of(pipeline: Pipeline) -> Strategy:
 def build_pipeline(name: str, *, retriever: Any | None = None, **config: Any) -> Pipeline:
     """
     The pipeline of a registered strategy, its components added in the order `Pipeline.loads(pipeline.dumps())`
-    rebuilds them, so the round trip is equal.
+    rebuilds them, so the round trip is equal; `name` is kept in its `metadata["strategy"]`.
 
-    :param name: Kept in the pipeline's `metadata["strategy"]`.
     :param retriever: A retriever (`query`, `top_k` in; `documents` out); None: a `documents` input.
     :param config: The fields of `StrategyConfig` (`chat_generator` is required).
     :raises ValueError: For an unregistered strategy, a prompt it does not render or a template with other variables

@@ -26,13 +26,11 @@ def strategy_tool(
     settings: dict[str, Any] | None = None,
 ) -> PipelineTool:
     """
-    A Haystack `Agent`'s tool answering a question from your documents with a registered strategy: a `PipelineTool`
-    over `retriever` -> `FusionAnswerer(strategy=...)` whose one parameter is `query` and whose result is `tool_text`.
-    It serializes with the Agent.
+    A Haystack `Agent`'s tool answering a question from your documents with a registered strategy: a `PipelineTool` over
+    `retriever` -> `FusionAnswerer(strategy=...)` whose one parameter is `query` and whose result is `tool_text`. It
+    serializes with the Agent.
 
-    :param strategy: A registered strategy name, e.g. "concat_pf", "sure".
     :param retriever: A component taking `query` and returning `documents`, not yet in a pipeline.
-    :param chat_generator: The LLM every component of the strategy calls.
     :param name: None: "answer_with_<strategy>".
     :param description: What the agent is told the tool does; None: `Strategy.description`.
     :param settings: Further `StrategyConfig` fields, as `FusionAnswerer` takes them.
@@ -57,11 +55,9 @@ def strategy_tool(
 
 
 def tool_text(result: dict[str, Any]) -> str:
-    """
-    The text a strategy tool gives the agent from its `answers` and `documents`: the answer (or what the answer checks
-    rejected), a blank line, "Sources:" and a line "[i] title: text" per cited passage in rank order (`chat_text`),
-    then "Evidence: ..." when there is any (votes, SuRe scores, notes).
-    """
+    """The text a strategy tool gives the agent from its `answers` and `documents`: the answer (or what the checks
+    rejected), "Sources:" with a line "[i] title: text" per cited passage in rank order (`chat_text`), then "Evidence:
+    ..." if any."""
     run = answers_run(result.get("answers") or [], result.get("documents") or [])
     evidence = evidence_line(run)
     return chat_text(run) + (f"\n\nEvidence: {evidence}" if evidence else "")
