@@ -52,22 +52,19 @@ with `top_logprobs` too, and OpenAI, vLLM and llama.cpp's servers all accept 0."
 class BackendConfig:
     """
     Which document store, retriever, embedder and LLM a pipeline uses (Haystack integrations' components, which read
-    secrets such as `OPENAI_API_KEY` and `ELASTIC_API_KEY` from the environment, never from here).
+    secrets such as `OPENAI_API_KEY` from the environment, never from here).
 
     :param store: "memory" (Haystack's in-memory store, saved at `index_path`) or "elasticsearch".
     :param retriever: "bm25", "dense" or "hybrid" (both, reciprocal rank fusion).
-    :param embedder: "packaged" (all-MiniLM-L6-v2, the `dense` extra, 384 dimensions) or "openai".
-    :param embedding_model: None: the packaged one, or `text-embedding-3-small` for OpenAI.
-    :param llm: "local" (the embedded GGUF model), "openai" (or any OpenAI-compatible server) or "ollama".
-    :param model: None: `DEFAULT_MODELS` (the embedded model for "local").
-    :param api_base_url: An OpenAI-compatible server's URL; None: OpenAI.
-    :param timeout: Seconds an OpenAI or Ollama call may take (None: the integration's default).
-    :param max_retries: Retries of a failed OpenAI call (None: the client's default).
+    :param embedder: "packaged" (all-MiniLM-L6-v2, the `dense` extra) or "openai" (`text-embedding-3-small`).
+    :param llm: "local" (the embedded GGUF model), "openai" (or any OpenAI-compatible server at `api_base_url`) or
+        "ollama"; `model` None: `DEFAULT_MODELS`.
+    :param timeout: Seconds an OpenAI or Ollama call may take; `max_retries`: of a failed OpenAI call.
     :param max_tokens: Completion budget of a call, in tokens (None: the LLM's own; the embedded model's is 128).
     :param logprobs: Ask an OpenAI-compatible LLM for token log-probabilities (the embedded model sends them always).
     :param llama_log: Print all of llama.cpp's log lines on stderr (by default only its errors).
     :param fallback_llm: The LLM of the fallback rounds of `concat_pf`, `pf_concat` and `cascade` (None: `llm`), with
-        `fallback_model` and `fallback_api_base_url` as `model` and `api_base_url` (`fallback_config`).
+        `fallback_model` and `fallback_api_base_url` (`fallback_config`).
     :raises ValueError: For an unknown kind, a value out of range, a setting the LLM does not take, or a fallback
         setting without `fallback_llm`.
     """

@@ -1,11 +1,8 @@
 """
-The `pipelines/` folder (`haystack-fusion pipelines`), generated from the registry:
-
-- `<strategy>/pipeline_wrapper.py`: a `serving.hayhooks.StrategyPipelineWrapper` on the environment's backend, what
-  `serve` and `hayhooks run --pipelines-dir` deploy.
-- `yaml/<strategy>__<backend>.yml` (`pipeline_name`, `backend_name`): `Pipeline.dumps()` without YAML aliases, with
-  Hayhooks' `inputs` / `outputs`; in a sub-folder since `hayhooks run` deploys every top-level `*.yml`. Secrets appear
-  only as environment variables.
+The `pipelines/` folder (`haystack-fusion pipelines`), generated from the registry: `<strategy>/pipeline_wrapper.py`
+(a `serving.hayhooks.StrategyPipelineWrapper` on the environment's backend) and `yaml/<strategy>__<backend>.yml`
+(`Pipeline.dumps()` without aliases, with Hayhooks' `inputs` / `outputs`, in a sub-folder since `hayhooks run` deploys
+every top-level `*.yml`). Secrets appear only as environment variables.
 """
 
 from __future__ import annotations

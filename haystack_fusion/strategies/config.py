@@ -43,37 +43,31 @@ class StrategyConfig:
     :param max_concurrency: Most LLM calls of one round under way at once (>= 1); None: all of them.
     :param samples_per_passage: p for post-fusion self-consistency (Liu et al., section 4.4).
     :param max_passage_chars: Per-passage context budget in characters (None: no limit).
-    :param unknown_patterns: The unknown detector's patterns for the router and the voter (None: the defaults).
+    :param unknown_patterns: The unknown detector's patterns (None: the defaults).
     :param num_candidates: K, SuRe's answer candidates (Kim et al., section 4.1: K = 2).
     :param verifier_chat_generator: The LLM of SuRe's validity and ranking calls (Kim et al., Table 10); None:
         `fallback_chat_generator` in `cascade`, else `chat_generator`.
-    :param fallback_chat_generator: The LLM of every round after the first in `concat_pf`, `pf_concat` and `cascade`,
-        so a small model answers first and a strong one only the questions passed on; None: `chat_generator`.
-    :param document_ranker: A Haystack ranker reordering SuRe's passages by the winning summary (Kim et al., Table 4),
-        e.g. `haystack_fusion.embeddings.summary_reranker()`; None keeps retrieval order.
+    :param fallback_chat_generator: The LLM of every round after the first in `concat_pf`, `pf_concat` and `cascade`
+        (a strong model for the questions a small one passes on); None: `chat_generator`.
+    :param document_ranker: A ranker reordering SuRe's passages by the winning summary (Kim et al., Table 4).
     :param few_shot: SuRe's candidates from the few-shot Listing 13 instead of Listing 6 (for base models).
     :param allow_parametric_knowledge: Chain-of-Note answers from the model's own knowledge when no passage is
         relevant (Yu et al., Appendix A.5 step 5); False: "unknown".
-    :param note_generation_kwargs: `generation_kwargs` of Chain-of-Note's calls (k notes need a larger completion
-        budget than a short answer); None keeps the generator's own.
-    :param min_confidence: tau, a probability: the concatenation answer of `concat_pf` and `cascade` falls back to
-        post-fusion when its confidence is below it, as when it says unknown. None: off for `concat_pf` (Liu et al.),
-        `CASCADE_MIN_CONFIDENCE` for `cascade`.
-    :param confidence: What tau is compared with: "logprobs" (`answers.answer_confidence`; none returned: no check),
-        "agreement" (the share of `agreement_samples` sampled answers equal to the greedy one, for backends without
-        log-probabilities) or "none" (only an unknown or invalid answer falls back).
-    :param agreement_samples: m, the extra sampled concatenation calls of `confidence="agreement"` (>= 1).
-    :param agreement_temperature: Their sampling temperature (> 0).
+    :param note_generation_kwargs: `generation_kwargs` of Chain-of-Note's calls (k notes need a larger budget).
+    :param min_confidence: tau: `concat_pf` and `cascade` fall back to post-fusion when the concatenation answer's
+        confidence is below it, as when it is unknown; None: off in `concat_pf`, `CASCADE_MIN_CONFIDENCE` in `cascade`.
+    :param confidence: What tau is compared with: "logprobs" (`answers.answer_confidence`), "agreement" (the share of
+        `agreement_samples` sampled answers equal to the greedy one, at `agreement_temperature`) or "none".
     :param min_vote_share: s: `cascade` verifies a post-fusion vote whose winner has a smaller share (or ties at the
         top); None: `CASCADE_MIN_VOTE_SHARE`.
     :param verifier_scoring: SuRe's validity and ranking read from the reply's words ("text", Kim et al.) or token
         probabilities ("probability"); None: "text" for the SuRe strategies, "probability" for `cascade`.
-    :param datamark: Datamark the passages of every prompt (`prompts.format_passages`) against instructions written
-        in passages ("spotlighting", Hines et al., 2024); Liu et al.'s strategies only.
-    :param prompts: Jinja templates (as `ChatPromptBuilder(template=...)` takes them) replacing the papers' prompts,
-        by the `PROMPTS` names the strategy renders (e.g. `{"figure7": "..."}`), each with the variables of the prompt
-        it replaces; the answer pattern, stop sequences and demonstrations stay the paper's.
-    :param system_prompt: A system message before every prompt (for chat models); None: none.
+    :param datamark: Datamark the passages of every prompt against instructions written in them ("spotlighting", Hines
+        et al., 2024); Liu et al.'s strategies only.
+    :param prompts: Jinja templates replacing the papers' prompts, by the `PROMPTS` names the strategy renders (e.g.
+        `{"figure7": "..."}`), each with the variables of the prompt it replaces; the answer pattern, stop sequences and
+        demonstrations stay the paper's.
+    :param system_prompt: A system message before every prompt (for chat models).
     """
 
     chat_generator: ChatGenerator
