@@ -200,25 +200,19 @@ def retriever(config: BackendConfig, store: Any | None = None) -> Any:
                 f"nothing: index them with `--retriever {config.retriever}` (or `index_documents` with this "
                 "configuration)"
             )
-    bm25: Any
-    embedding: Any
-    if config.store == "memory":
-        bm25, embedding = InMemoryBM25Retriever, InMemoryEmbeddingRetriever
-    else:
+    memory = config.store == "memory"
+    if not memory:
         _require_extra("elasticsearch", "Elasticsearch")
-        bm25, embedding = ElasticsearchBM25Retriever, ElasticsearchEmbeddingRetriever
+    keyword_class: Any = InMemoryBM25Retriever if memory else ElasticsearchBM25Retriever
+    keyword = keyword_class(document_store=store, top_k=config.top_k)
     if config.retriever == "bm25":
-        return bm25(document_store=store, top_k=config.top_k)
+        return keyword
+    embedding_class: Any = InMemoryEmbeddingRetriever if memory else ElasticsearchEmbeddingRetriever
+    embedding = embedding_class(document_store=store, top_k=config.top_k)
     if config.retriever == "dense":
-        return DenseRetriever(
-            text_embedder=text_embedder(config),
-            embedding_retriever=embedding(document_store=store, top_k=config.top_k),
-        )
+        return DenseRetriever(text_embedder=text_embedder(config), embedding_retriever=embedding)
     return HybridRetriever(
-        bm25_retriever=bm25(document_store=store, top_k=config.top_k),
-        text_embedder=text_embedder(config),
-        embedding_retriever=embedding(document_store=store, top_k=config.top_k),
-        top_k=config.top_k,
+        bm25_retriever=keyword, text_embedder=text_embedder(config), embedding_retriever=embedding, top_k=config.top_k
     )
 
 

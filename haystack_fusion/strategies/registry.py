@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from haystack import Pipeline
@@ -222,38 +223,28 @@ def _verifier(
     )
 
 
-def _sure(use_validity: bool) -> Callable[[StrategyConfig], Parts]:
-    def build(config: StrategyConfig) -> Parts:
-        verifier = _verifier(config, use_validity, config.verifier_scoring or "text")
-        components = {"summarizer": _summarizer(config, "conditional"), "verifier": verifier}
-        return components, [(DOCUMENTS, "summarizer.documents"), *_VERIFICATION]
-
-    return build
+def _sure(use_validity: bool, config: StrategyConfig) -> Parts:
+    verifier = _verifier(config, use_validity, config.verifier_scoring or "text")
+    components = {"summarizer": _summarizer(config, "conditional"), "verifier": verifier}
+    return components, [(DOCUMENTS, "summarizer.documents"), *_VERIFICATION]
 
 
-def _summarize_then_answer(mode: SummaryMode, prompt_name: str, reads: str) -> Callable[[StrategyConfig], Parts]:
+def _summarize_then_answer(mode: SummaryMode, prompt_name: str, reads: str, config: StrategyConfig) -> Parts:
     """Kim et al.'s baselines: a CandidateSummarizer round, then an answer prompt reading its `reads` output, with the
     passages unless the generic summary replaces them (Sum-and-pred (Gen))."""
-
-    def build(config: StrategyConfig) -> Parts:
-        layout: PassageLayout | None = None if mode == "generic" else "titled"
-        components, connections = _prompt_chain(config, prompt_name, DOCUMENTS, layout=layout)
-        components.update(summarizer=_summarizer(config, mode))
-        connections += [(DOCUMENTS, "summarizer.documents"), (f"summarizer.{reads}", f"prompt_builder.{reads}")]
-        return components, connections
-
-    return build
+    layout: PassageLayout | None = None if mode == "generic" else "titled"
+    components, connections = _prompt_chain(config, prompt_name, DOCUMENTS, layout=layout)
+    components.update(summarizer=_summarizer(config, mode))
+    connections += [(DOCUMENTS, "summarizer.documents"), (f"summarizer.{reads}", f"prompt_builder.{reads}")]
+    return components, connections
 
 
-def _chain_of_note(mode: NoteMode) -> Callable[[StrategyConfig], Parts]:
-    def build(config: StrategyConfig) -> Parts:
-        _no_datamark(config, "NoteTaker")
-        answer = "con_synthesis" if mode == "per_document" else "con_single_call"
-        prompts = {"note_prompt": "con_document_note", "answer_prompt": answer}
-        note_taker = _component(NoteTaker, config, prompts, mode=mode, generation_kwargs=config.note_generation_kwargs)
-        return {"note_taker": note_taker}, [(DOCUMENTS, "note_taker.documents")]
-
-    return build
+def _chain_of_note(mode: NoteMode, config: StrategyConfig) -> Parts:
+    _no_datamark(config, "NoteTaker")
+    answer = "con_synthesis" if mode == "per_document" else "con_single_call"
+    prompts = {"note_prompt": "con_document_note", "answer_prompt": answer}
+    note_taker = _component(NoteTaker, config, prompts, mode=mode, generation_kwargs=config.note_generation_kwargs)
+    return {"note_taker": note_taker}, [(DOCUMENTS, "note_taker.documents")]
 
 
 _SURE_SUMMARIES = ("sure_candidates", "sure_few_shot_candidates", "sure_summary", "sure_few_shot_summary")
@@ -288,29 +279,29 @@ STRATEGIES: dict[str, Strategy] = {strategy.name: strategy for strategy in (
     Strategy("base", f"{_ONE_PROMPT} (Kim et al.'s Base)", "Kim et al., Appendix A.5, Listing 10, Table 3 (Base)",
              "1", "answer_builder", _single_prompt("sure_base", layout="titled"), (ANSWER,), ("sure_base",)),
     Strategy("sure", "K answer candidates, a summary per candidate, pick by validity + pair-wise ranking",
-             "Kim et al., section 3, Algorithm 1, Eq. 2-6", "3", "verifier", _sure(use_validity=True),
+             "Kim et al., section 3, Algorithm 1, Eq. 2-6", "3", "verifier", partial(_sure, True),
              (SUMMARIES, VERIFICATION), (*_SURE_SUMMARIES, "sure_validity", "sure_ranking"), "1+2K+K(K-1)"),
     Strategy("sure_rank_only", "SuRe without instance-wise validity: pick by pair-wise ranking alone",
-             "Kim et al., section 4.3, Table 3 (+ Pair-wise ranking)", "3", "verifier", _sure(use_validity=False),
+             "Kim et al., section 4.3, Table 3 (+ Pair-wise ranking)", "3", "verifier", partial(_sure, False),
              (SUMMARIES, VERIFICATION), (*_SURE_SUMMARIES, "sure_ranking"), "1+K+K(K-1)"),
     Strategy("sure_sum_all", "all conditional summaries appended to the passages, one answer call",
              "Kim et al., section 4.3, Table 3 (+ Conditional summarizations)", "3", "answer_builder",
-             _summarize_then_answer("conditional", "sure_sum_all", "summaries"), (SUMMARIES, ANSWER),
+             partial(_summarize_then_answer, "conditional", "sure_sum_all", "summaries"), (SUMMARIES, ANSWER),
              (*_SURE_SUMMARIES, "sure_sum_all"), "1+K+1"),
     Strategy("mcq", "the answer candidates as multiple choices next to the passages",
              "Kim et al., Appendix A.7, Listing 12, Table 3 (MCQ prompt)", "2", "answer_builder",
-             _summarize_then_answer("candidates", "sure_mcq", "candidates"), (SUMMARIES, ANSWER),
+             partial(_summarize_then_answer, "candidates", "sure_mcq", "candidates"), (SUMMARIES, ANSWER),
              ("sure_candidates", "sure_few_shot_candidates", "sure_mcq"), "2"),
     Strategy("generic_summary", "one generic summary of the passages, then the answer from the summary",
              "Kim et al., Appendix A.6, Listing 11, Table 3 (Sum-and-pred (Gen))", "2", "answer_builder",
-             _summarize_then_answer("generic", "sure_sum_and_pred", "summaries"), (SUMMARIES, ANSWER),
+             partial(_summarize_then_answer, "generic", "sure_sum_and_pred", "summaries"), (SUMMARIES, ANSWER),
              ("sure_generic_summary", "sure_sum_and_pred"), "2"),
     Strategy("chain_of_note", "one prompt: a reading note per passage with its relevance, then the answer",
-             "Yu et al., section 2.3, Appendix A.5", "1", "note_taker", _chain_of_note("single_call"), (NOTES,),
-             ("con_single_call", "con_synthesis")),
+             "Yu et al., section 2.3, Appendix A.5", "1", "note_taker", partial(_chain_of_note, "single_call"),
+             (NOTES,), ("con_single_call", "con_synthesis")),
     Strategy("chain_of_note_per_document", "a reading note per passage concurrently, then one synthesis call",
-             "Yu et al., section 2.3.1 (per-document notes)", "2", "note_taker", _chain_of_note("per_document"),
-             (NOTES,), ("con_document_note", "con_synthesis"), "k+1"),
+             "Yu et al., section 2.3.1 (per-document notes)", "2", "note_taker",
+             partial(_chain_of_note, "per_document"), (NOTES,), ("con_document_note", "con_synthesis"), "k+1"),
 )}
 # fmt: on
 """Every strategy, by name: Liu et al.'s Table 1, Kim et al.'s SuRe with ablations and baselines, Yu et al.'s CoN."""
