@@ -122,10 +122,9 @@ def reachability_problems(config: BackendConfig) -> list[str]:
                 f"HAYSTACK_FUSION_MODEL to one it has ({', '.join(models) or 'none pulled'})"
             )
     # without user and password: urllib takes them for part of the host name (the cluster's 401 counts as an answer)
-    if config.store == "elasticsearch" and (error := _probe(safe_url(config.elasticsearch_url))) is not None:
-        problems.append(
-            f"Elasticsearch is not reachable at ELASTICSEARCH_URL={safe_url(config.elasticsearch_url)}: {error}"
-        )
+    url = safe_url(config.elasticsearch_url)
+    if config.store == "elasticsearch" and (error := _probe(url)) is not None:
+        problems.append(f"Elasticsearch is not reachable at ELASTICSEARCH_URL={url}: {error}")
     return problems
 
 
@@ -174,9 +173,7 @@ def missing_logprobs(generator: Any, answers: Iterable[GeneratedAnswer]) -> str 
     (with a `finish_reason`) without `meta["logprobs"]` shows it. None, or a line naming the server and the request."""
     kwargs = getattr(generator, "generation_kwargs", None) or {}
     asked = {name: kwargs[name] for name in ("logprobs", "top_logprobs") if name in kwargs}
-    if not kwargs.get("logprobs"):
-        return None
-    if not any("finish_reason" in answer.meta and not answer.meta.get("logprobs") for answer in answers):
+    if not kwargs.get("logprobs") or all("finish_reason" not in a.meta or a.meta.get("logprobs") for a in answers):
         return None
     server = safe_url(getattr(generator, "api_base_url", None) or OPENAI_DEFAULT_URL)
     return (

@@ -61,14 +61,10 @@ class SavedInMemoryBM25Retriever:
 
     def warm_up(self) -> None:
         """Load the saved index, once; FileNotFoundError without one."""
-        self._loaded()
-
-    def _loaded(self) -> InMemoryBM25Retriever:
         with self._lock:
             if self._retriever is None:
                 store = load_store(Path(self.index_path).expanduser())
                 self._retriever = InMemoryBM25Retriever(store, top_k=self.top_k, scale_score=self.scale_score)
-            return self._retriever
 
     @component.output_types(documents=list[Document])
     def run(
@@ -79,7 +75,9 @@ class SavedInMemoryBM25Retriever:
         scale_score: bool | None = None,
     ) -> dict[str, list[Document]]:
         """The `documents` that match `query` best (BM25); None settings: the init ones."""
-        return self._loaded().run(query=query, filters=filters, top_k=top_k, scale_score=scale_score)
+        self.warm_up()
+        assert self._retriever is not None
+        return self._retriever.run(query=query, filters=filters, top_k=top_k, scale_score=scale_score)
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(self, index_path=self.index_path, top_k=self.top_k, scale_score=self.scale_score)

@@ -306,11 +306,8 @@ async def _http_error(request: Request, error: Exception) -> Response:
     note_refusal(request.scope, code or f"http_{error.status_code}", reason, cause)
     if not is_openai_path(route_path(request.scope)):
         return await http_exception_handler(request, error)
-    return JSONResponse(
-        openai_error(str(error.detail), status=error.status_code, code=code, param=getattr(error, "param", None)),
-        status_code=error.status_code,
-        headers=getattr(error, "headers", None),
-    )
+    body = openai_error(str(error.detail), status=error.status_code, code=code, param=getattr(error, "param", None))
+    return JSONResponse(body, status_code=error.status_code, headers=getattr(error, "headers", None))
 
 
 async def _validation_error(request: Request, error: Exception) -> Response:

@@ -48,9 +48,8 @@ class ServingError(HTTPException):
 
 def openai_error(message: str, *, status: int, code: str | None = None, param: str | None = None) -> dict[str, Any]:
     """`{"error": {"message", "type", "code", "param"}}`, OpenAI's shape; `code` None: "http_<status>"."""
-    kind = {401: "authentication_error", 429: "rate_limit_error"}.get(status) or (
-        "invalid_request_error" if status < 500 else "server_error"
-    )
+    kind = {401: "authentication_error", 429: "rate_limit_error"}.get(status)
+    kind = kind or ("invalid_request_error" if status < 500 else "server_error")
     one_line = " ".join(str(message).split())
     return {"error": {"message": one_line, "type": kind, "code": code or f"http_{status}", "param": param}}
 
@@ -195,9 +194,8 @@ class StreamEndMiddleware:
         async def send_with_end(message: Message) -> None:
             nonlocal streaming
             if message["type"] == "http.response.start":
-                streaming = (
-                    Headers(raw=message.get("headers", [])).get("content-type", "").startswith("text/event-stream")
-                )
+                content_type = Headers(raw=message.get("headers", [])).get("content-type", "")
+                streaming = content_type.startswith("text/event-stream")
             elif streaming and message["type"] == "http.response.body" and not message.get("more_body", False):
                 await send({"type": "http.response.body", "body": message.get("body", b""), "more_body": True})
                 message = {"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False}

@@ -122,11 +122,8 @@ def _read_error_body(body: bytes) -> tuple[str | None, str]:
         return (str(code) if code else None), " ".join(str(error.get("message", "")).split())
     detail = data.get("detail")
     if isinstance(detail, list):
-        problems = [
-            f"{'.'.join(str(part) for part in item.get('loc', ()))}: {item.get('msg', 'invalid')}"
-            for item in detail
-            if isinstance(item, dict)
-        ]
+        items = [item for item in detail if isinstance(item, dict)]
+        problems = [f"{'.'.join(map(str, item.get('loc', ())))}: {item.get('msg', 'invalid')}" for item in items]
         return None, "Invalid request body: " + "; ".join(problems)
     return None, " ".join(str(detail).split()) if isinstance(detail, str) else ""
 

@@ -128,11 +128,7 @@ class Strategy:
     def description(self) -> str:
         """One line with its LLM calls, rounds and sources (`cite`): its served tool's description (MCP, OpenAPI)."""
         rounds = "1 round" if self.rounds == "1" else f"{self.rounds} rounds"
-        legend = [
-            text
-            for symbol, text in (("k", "k = top-k passages"), ("K", "K = answer candidates"))
-            if symbol in self.calls
-        ]
+        legend = [text for s, text in (("k", "k = top-k passages"), ("K", "K = answer candidates")) if s in self.calls]
         calls = f"{self.calls} in {rounds}" + (f" ({', '.join(legend)})" if legend else "")
         return (
             f"Answer a question from the retrieved passages with {self.name}: {self.summary}. "
