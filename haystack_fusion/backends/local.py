@@ -280,7 +280,7 @@ else:
             streaming_callback: StreamingCallbackT | None = None,
         ) -> dict[str, list[ChatMessage]]:
             """
-            One reply, one call at a time (or from the reply cache).
+            One reply, one call at a time (or from the reply cache); a `streaming_callback` bypasses the reply cache.
 
             :param generation_kwargs: Over the init ones; `logprobs=True` (and `top_logprobs=N`) give `meta["logprobs"]`
                 in OpenAI's shape; `grammar` (GBNF text) constrains the reply.

@@ -24,15 +24,14 @@ def backend_pipeline(
     max_concurrency: int | None = None,
 ) -> Pipeline:
     """
-    A registered strategy's pipeline on a backend, not warmed up, with `settings.strategy_defaults(config.llm)` under
-    `settings` (`StrategyConfig` fields; those the strategy does not take left out).
+    A registered strategy's pipeline on a backend (`config`), not warmed up, with
+    `settings.strategy_defaults(config.llm)` under `settings` (`StrategyConfig` fields; those the strategy does not take
+    left out); `retriever`, `chat_generator` and `fallback_chat_generator` None: the backend's. `config` None (an
+    evaluation's own parts): no defaults, `chat_generator` required, and the passages are the `documents` input unless
+    `retriever` is given.
 
-    :param config: None (an evaluation's own parts): no defaults, `chat_generator` required, and the passages are the
-        `documents` input unless `retriever` is given.
-    :param retriever: None: the backend's, as for `chat_generator` and `fallback_chat_generator`.
-    :param max_concurrency: LLM calls of one round under way at once (None: all).
-    :raises ValueError: For an unregistered strategy, a setting out of range, no `config` nor `chat_generator`, or
-        dense or hybrid retrieval over in-memory passages without embeddings.
+    :raises ValueError: For an unregistered strategy, a setting out of range, no `config` nor `chat_generator`, or dense
+        or hybrid retrieval over in-memory passages without embeddings.
     :raises ImportError: If the backend needs an extra that is not installed.
     """
     if config is None and chat_generator is None:

@@ -245,15 +245,12 @@ def create_app(
     host: str | None = None,
 ) -> FastAPI:
     """
-    The served HTTP app: `/{name}/run` and `/v1/chat/completions` per strategy, optionally Hayhooks' chat UI at `/chat`;
-    no deploy routes, CORS pinned, the `serving.guards` checks, OpenAI-shaped errors on `/v1/...`, a request id and a
-    log line per refused request (`serving.logs`). The process's logging is left as it is; the backend comes from the
-    environment (`HAYSTACK_FUSION_LLM`, ...). Run it with uvicorn, one worker.
+    The served HTTP app: `/{name}/run` and `/v1/chat/completions` per strategy (`strategies`, None: all; or the wrapper
+    folders and YAML of `pipelines_dir`), optionally Hayhooks' chat UI at `/chat`; no deploy routes, CORS pinned, the
+    `serving.guards` checks for `access` (None: `AccessSettings.from_env()`) and the bound `host`, OpenAI-shaped errors
+    on `/v1/...`, a log line per refused request (`serving.logs`). The process's logging is left as it is; the backend
+    comes from the environment. Run it with uvicorn, one worker.
 
-    :param strategies: Registered strategy names (None: all), or instead `pipelines_dir`, a folder of wrapper folders
-        and YAML pipelines.
-    :param access: Key, CORS origins, allowed hosts, body limit (None: `AccessSettings.from_env()`).
-    :param host: The bound address, whose `Host` is answered besides loopback and `access.allowed_hosts`.
     :raises ValueError: For an unregistered strategy, both `strategies` and `pipelines_dir`, or invalid access settings.
     :raises ImportError: For `with_chainlit` without Chainlit.
     :raises hayhooks.server.exceptions.PipelineModuleLoadError: If a pipeline fails to load, saying why.
@@ -376,10 +373,10 @@ def serve(
     mcp: bool = False,
 ) -> None:
     """
-    Run the served app with uvicorn until interrupted (`haystack-fusion serve`), the process's log lines in one format
-    (`serving.logs.configure_serve_logging`); binding a non-loopback `host` without an API key is logged as a warning.
+    Run the served app with uvicorn until interrupted (`haystack-fusion serve`), its log lines in one format
+    (`serving.logs.configure_serve_logging`); `port` None: 1416, or 1417 for the MCP app (`mcp`). A non-loopback `host`
+    without an API key is logged as a warning.
 
-    :param port: None: Hayhooks' 1416, or 1417 with `mcp` (the MCP app instead of the HTTP one).
     :raises ValueError: As `create_app`, for `with_chainlit` with `mcp`, or a `HAYHOOKS_LOG_LEVEL` that is no level.
     :raises BackendSetupError: If the environment configures no backend, listing what is missing.
     """

@@ -192,13 +192,9 @@ def _write(message: Any) -> None:
 
 
 def configure_serve_logging(level: str | None = None) -> None:
-    """
-    Every log line of this process (loguru's, `logging`'s, `warnings`) as `format_record` on stderr; process-wide, for
-    `haystack-fusion serve` only.
-
-    :param level: The lowest level written (None: `HAYHOOKS_LOG_LEVEL`, else INFO); below INFO libraries may log the
-        user's text. ValueError naming the variable for no level of loguru's.
-    """
+    """Every log line of this process (loguru's, `logging`'s, `warnings`) as `format_record` on stderr, from `level`
+    (None: `HAYHOOKS_LOG_LEVEL`, else INFO; below INFO libraries may log the user's text; ValueError for no level).
+    Process-wide: for `haystack-fusion serve` only."""
     name = (level or log_level()).upper()
     try:
         number = loguru_logger.level(name).no

@@ -368,11 +368,10 @@ def strategy_of(pipeline: Pipeline) -> Strategy:
 
 def build_pipeline(name: str, *, retriever: Any | None = None, **config: Any) -> Pipeline:
     """
-    The pipeline of a registered strategy, its components added in the order `Pipeline.loads(pipeline.dumps())`
-    rebuilds them, so the round trip is equal; `name` is kept in its `metadata["strategy"]`.
+    The pipeline of a registered strategy (`name`, kept in its `metadata["strategy"]`) from `StrategyConfig` fields
+    (`chat_generator` required), after `retriever` if given (else a `documents` input). Components are added in the
+    order `Pipeline.loads(pipeline.dumps())` rebuilds them, so the round trip is equal.
 
-    :param retriever: A retriever (`query`, `top_k` in; `documents` out); None: a `documents` input.
-    :param config: The fields of `StrategyConfig` (`chat_generator` is required).
     :raises ValueError: For an unregistered strategy, a prompt it does not render or a template with other variables
         than its prompt's, a setting out of range, or a setting the strategy does not take.
     """

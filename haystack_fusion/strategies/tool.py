@@ -27,13 +27,10 @@ def strategy_tool(
 ) -> PipelineTool:
     """
     A Haystack `Agent`'s tool answering a question from your documents with a registered strategy: a `PipelineTool` over
-    `retriever` -> `FusionAnswerer(strategy=...)` whose one parameter is `query` and whose result is `tool_text`. It
-    serializes with the Agent.
+    `retriever` (not yet in a pipeline) -> `FusionAnswerer(strategy=..., settings=...)`, whose one parameter is `query`
+    and whose result is `tool_text`; it serializes with the Agent. `name` None: "answer_with_<strategy>"; `description`
+    None: `Strategy.description`.
 
-    :param retriever: A component taking `query` and returning `documents`, not yet in a pipeline.
-    :param name: None: "answer_with_<strategy>".
-    :param description: What the agent is told the tool does; None: `Strategy.description`.
-    :param settings: Further `StrategyConfig` fields, as `FusionAnswerer` takes them.
     :raises ValueError: If the strategy is not registered, or `settings` holds a field `FusionAnswerer` does not take.
     :raises PipelineError: If the retriever is already in a pipeline.
     """
