@@ -133,17 +133,11 @@ def check_backend(*, probe: bool = True, env: Mapping[str, str] | None = None) -
     extras and variables checked before anything is built (with `probe`, `reachability_problems` too); else
     BackendSetupError listing every problem, a line each, naming the variable or extra."""
     env = os.environ if env is None else env
-    missing = []
-    if not env.get(LLM_VARIABLE):
-        missing.append(
-            "HAYSTACK_FUSION_LLM is not set: local (the embedded model), openai (OPENAI_API_KEY) or ollama "
-            "(OLLAMA_HOST)"
-        )
-    if not env.get(DOCUMENT_STORE_VARIABLE):
-        missing.append(
-            "HAYSTACK_FUSION_DOCUMENT_STORE is not set: memory (a saved index at HAYSTACK_FUSION_STORE) or "
-            "elasticsearch (ELASTICSEARCH_URL)"
-        )
+    kinds = {
+        LLM_VARIABLE: "local (the embedded model), openai (OPENAI_API_KEY) or ollama (OLLAMA_HOST)",
+        DOCUMENT_STORE_VARIABLE: "memory (a saved index at HAYSTACK_FUSION_STORE) or elasticsearch (ELASTICSEARCH_URL)",
+    }
+    missing = [f"{name} is not set: {kind}" for name, kind in kinds.items() if not env.get(name)]
     if missing:
         raise BackendSetupError(setup_message(missing))
     try:

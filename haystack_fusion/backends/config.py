@@ -62,7 +62,7 @@ class BackendConfig:
     :param timeout: Seconds an OpenAI or Ollama call may take; `max_retries`: of a failed OpenAI call.
     :param max_tokens: Completion budget of a call, in tokens (None: the LLM's own; the embedded model's is 128).
     :param logprobs: Ask an OpenAI-compatible LLM for token log-probabilities (the embedded model sends them always).
-    :param llama_log: Print all of llama.cpp's log lines on stderr (by default only its errors).
+    :param llama_log: Print all of llama.cpp's log lines on stderr, not only its errors.
     :param fallback_llm: The LLM of the fallback rounds of `concat_pf`, `pf_concat` and `cascade` (None: `llm`), with
         `fallback_model` and `fallback_api_base_url` (`fallback_config`).
     :raises ValueError: For an unknown kind, a value out of range, a setting the LLM does not take, or a fallback

@@ -218,14 +218,12 @@ else:
             reply_cache: bool = True,
         ) -> None:
             """
-            Nothing is loaded until `warm_up`.
-
-            :param model: Path of a GGUF file; None: the packaged model (found at warm-up, so YAML stays portable).
-            :param model_kwargs: `llama_cpp.Llama` arguments over `n_threads` = the CPU count and `verbose=False`.
-            :param generation_kwargs: `Llama.create_completion` arguments; default `LOCAL_GENERATION_KWARGS`.
-            :param prefix_cache: Reuse the KV cache of the prefix shared with the previous prompt, cut to a multiple of
-                `n_batch` (`pinned.reuse_prefix`); `meta["usage"]["prompt_tokens_details"]["cached_tokens"]` counts it.
-            :param reply_cache: Answer a repeated greedy prompt (not streamed) from memory (`meta["cached"]`).
+            Nothing is loaded until `warm_up`. `model`: a GGUF file's path (None: the packaged model, found at warm-up,
+            so YAML stays portable); `model_kwargs`: `llama_cpp.Llama` arguments; `generation_kwargs`:
+            `Llama.create_completion` arguments (default `LOCAL_GENERATION_KWARGS`); `prefix_cache`: reuse the KV cache
+            of the prefix shared with the previous prompt, cut to a multiple of `n_batch` (`pinned.reuse_prefix`;
+            counted in `meta["usage"]`, as OpenAI counts `cached_tokens`); `reply_cache`: answer a repeated greedy
+            prompt (not streamed) from memory (`meta["cached"]`).
             """
             self.model, self.n_ctx, self.n_batch, self.model_kwargs = model, n_ctx, n_batch, dict(model_kwargs or {})
             self.generation_kwargs = dict(LOCAL_GENERATION_KWARGS if generation_kwargs is None else generation_kwargs)

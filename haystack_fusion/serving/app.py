@@ -356,13 +356,6 @@ def create_mcp_app(
     return with_request_ids(RefusalLogMiddleware(guarded))
 
 
-def _is_loopback(host: str) -> bool:
-    try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def serve(
     strategies: Sequence[str] | None = None,
     *,
@@ -386,7 +379,11 @@ def serve(
     check_backend(probe=False)
     configure_serve_logging()  # once the command's checks passed: this process is the server's
     port = port or (1417 if mcp else 1416)  # Hayhooks' ports
-    if access.api_key is None and not _is_loopback(host):
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if access.api_key is None and not loopback:
         warning = "Serving on {host} without {variable}: anyone who reaches port {port} can run questions"
         logger.warning(warning, host=host, variable=API_KEY_VARIABLE, port=port)
     settings = set_hayhooks_settings(host=host, port=port)  # where the chat UI reaches the app

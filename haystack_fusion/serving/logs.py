@@ -15,7 +15,7 @@ import logging
 import re
 import sys
 import traceback
-from collections.abc import Iterable, Iterator, MutableMapping
+from collections.abc import Iterable, Iterator
 from http import HTTPStatus
 from typing import Any
 
@@ -42,8 +42,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 def note_refusal(scope: Scope, code: str, reason: str, error: BaseException | None = None) -> None:
     """Leave a refusal's code, reason (never the user's text) and, for a 500, its error in `scope`, for the log line."""
-    state: MutableMapping[str, Any] = scope.setdefault("state", {})
-    state[_REFUSAL] = (code, " ".join(str(reason).split()), error)
+    scope.setdefault("state", {})[_REFUSAL] = (code, " ".join(str(reason).split()), error)
 
 
 class RefusalLogMiddleware:

@@ -100,11 +100,8 @@ def render(config: BackendConfig | None = None) -> dict[str, str]:
 def generate(out_dir: str | Path, config: BackendConfig | None = None) -> list[Path]:
     """Write `render(config)` to `out_dir` (other files left alone); returns the files written, sorted. Errors as
     `render`, before anything is written."""
-    out = Path(out_dir)
-    written = []
-    for relative, text in render(config).items():
-        path = out / relative
+    files = {Path(out_dir) / relative: text for relative, text in render(config).items()}
+    for path, text in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
-        written.append(path)
-    return sorted(written)
+    return sorted(files)

@@ -39,7 +39,6 @@ class StrategyConfig:
     """
     What every strategy builder takes (`build_pipeline` raises ValueError for a setting a strategy does not take).
 
-    :param chat_generator: The LLM, one instance shared by the pipeline's components.
     :param max_concurrency: Most LLM calls of one round under way at once (>= 1); None: all of them.
     :param samples_per_passage: p for post-fusion self-consistency (Liu et al., section 4.4).
     :param max_passage_chars: Per-passage context budget in characters (None: no limit).
@@ -67,7 +66,6 @@ class StrategyConfig:
     :param prompts: Jinja templates replacing the papers' prompts, by the `PROMPTS` names the strategy renders (e.g.
         `{"figure7": "..."}`), each with the variables of the prompt it replaces; the answer pattern, stop sequences and
         demonstrations stay the paper's.
-    :param system_prompt: A system message before every prompt (for chat models).
     """
 
     chat_generator: ChatGenerator
@@ -105,13 +103,10 @@ class StrategyConfig:
 @dataclass(frozen=True)
 class Strategy:
     """
-    A registered strategy.
-
-    :param summary: One line for `haystack-fusion strategies`; `source`: the paper location it implements.
-    :param rounds: Dependent LLM rounds on the critical path (at most).
-    :param answer_component: The component whose `answers` are the strategy's.
-    :param stages: Its rounds in the order they can run (which component does what, for runs, traces and streams).
-    :param calls: LLM calls per question, in k (top-k passages) and K (SuRe's answer candidates), e.g. "1 or 1+k".
+    A registered strategy: a line for `haystack-fusion strategies` (`summary`), the paper location it implements
+    (`source`), its dependent LLM rounds on the critical path (`rounds`), the component whose `answers` are its own, its
+    rounds in the order they can run (`stages`), the `PROMPTS` it can render, and its LLM calls per question in k (top-k
+    passages) and K (SuRe's answer candidates), e.g. "1 or 1+k".
     """
 
     name: str
@@ -144,11 +139,7 @@ PAPERS: dict[str, str] = {  # each paper's arXiv id, by its short citation in `S
 
 
 def cite(source: str) -> str:
-    """
-    A `Strategy.source` with each paper's short citation followed by its arXiv id.
-
-    >>> cite("Liu et al., section 3.3")
-    'Liu et al. (arXiv:2308.12574), section 3.3'
-    """
+    """A `Strategy.source` with each paper's short citation followed by its arXiv id: "Liu et al. (arXiv:2308.12574),
+    section 3.3"."""
     names = "|".join(re.escape(name) for name in PAPERS)
     return re.sub(f"({names})", lambda match: f"{match[1]} (arXiv:{PAPERS[match[1]]})", source)

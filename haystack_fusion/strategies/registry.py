@@ -106,10 +106,6 @@ _VERIFICATION = [
 ]
 
 
-def _fallback_llm(config: StrategyConfig) -> ChatGenerator:
-    return config.fallback_chat_generator or config.chat_generator
-
-
 def _voter(config: StrategyConfig, chat_generator: ChatGenerator | None = None) -> PostFusionVoter:
     return _component(PostFusionVoter, config, {"prompt": "figure7"}, chat_generator=chat_generator)
 
@@ -136,7 +132,7 @@ def _fallback_chain(config: StrategyConfig, min_confidence: float | None) -> Par
             demonstrations=list(PROMPTS["figure7"].demonstrations),
             confidence=config.confidence,
         ),
-        voter=_voter(config, _fallback_llm(config)),
+        voter=_voter(config, config.fallback_chat_generator),  # None: `chat_generator`
         joiner=AnswerJoiner(),
     )
     connections += [
@@ -160,7 +156,7 @@ def _cascade(config: StrategyConfig) -> Parts:
     tau = CASCADE_MIN_CONFIDENCE if config.min_confidence is None else config.min_confidence
     share = CASCADE_MIN_VOTE_SHARE if config.min_vote_share is None else config.min_vote_share
     components, connections = _fallback_chain(config, tau)
-    fallback = _fallback_llm(config)
+    fallback = config.fallback_chat_generator
     components.update(
         {SPLIT_ROUTER: SplitVoteRouter(min_vote_share=share, max_candidates=max(2, config.num_candidates))},
         summarizer=_summarizer(config, "conditional", fallback),
@@ -186,7 +182,7 @@ def _pf_concat(config: StrategyConfig) -> Parts:
     """Post-fusion candidates, then one concatenation over the passages that did not say unknown (section 3.3); else
     the voter's "unknown" reaches the joiner."""
     components, connections = _prompt_chain(
-        config, "distiller", "voter.documents", chat_generator=_fallback_llm(config)
+        config, "distiller", "voter.documents", chat_generator=config.fallback_chat_generator
     )
     components.update(voter=_voter(config), joiner=AnswerJoiner())
     connections += [
