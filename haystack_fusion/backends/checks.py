@@ -1,6 +1,5 @@
-"""Whether the backend the environment names can run: extras installed, variables set, servers reachable (serving
-refuses to start on a backend that fails, naming what is missing, rather than fall back to another one); and whether
-an OpenAI-compatible server sends the token log-probabilities it was asked for (`missing_logprobs`)."""
+"""Whether the environment's backend can run (extras, variables, servers: serving refuses to start on one that fails
+rather than pick another), and whether a server sends the token log-probabilities asked for (`missing_logprobs`)."""
 
 from __future__ import annotations
 
@@ -23,11 +22,11 @@ from haystack_fusion.settings import DOCUMENT_STORE_VARIABLE, LLM_VARIABLE, STOR
 logger = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_SECONDS = 5.0
-"""How long `check_backend` waits for an Elasticsearch or Ollama server to answer, in seconds."""
+"""How long `check_backend` waits for Elasticsearch or Ollama to answer, in seconds."""
 
 
 class BackendSetupError(RuntimeError):
-    """The environment does not configure a backend the wrapper can run on; the message lists what is missing."""
+    """The environment configures no backend that can run; the message lists what is missing."""
 
 
 def _has_module(name: str) -> bool:
@@ -57,17 +56,16 @@ def _ollama_models(url: str) -> tuple[list[str] | None, str | None]:
         return None, str(getattr(error, "reason", error))
 
 
-EXTRA_MODULES = {
+EXTRA_MODULES = {  # the module each optional extra installs
     "local": "llama_cpp",
     "ollama": "haystack_integrations.components.generators.ollama",
     "elasticsearch": "haystack_integrations.document_stores.elasticsearch",
     "dense": "haystack_integrations.components.embedders.sentence_transformers",
 }
-"""The module each optional extra installs, by extra name."""
 
 
 def _presence_problems(config: BackendConfig, env: Mapping[str, str]) -> list[str]:
-    """What the LLM, the store and the retriever lack: extras not installed, variables not set, a missing index."""
+    """What the LLM, the store and the retriever lack: extras, variables, the saved index."""
     problems: list[str] = []
 
     def extra(setting: str, name: str, what: str = "") -> None:
@@ -109,8 +107,8 @@ def _presence_problems(config: BackendConfig, env: Mapping[str, str]) -> list[st
 
 
 def reachability_problems(config: BackendConfig) -> list[str]:
-    """Whether Elasticsearch (any HTTP status) and Ollama (with the model pulled) answer within
-    `PROBE_TIMEOUT_SECONDS` (OpenAI is not called): one line per problem, naming the variable and URL."""
+    """Whether Elasticsearch (any HTTP status) and Ollama (with the model pulled) answer (OpenAI is not called): a
+    line per problem, naming the variable and URL."""
     problems = []
     if config.llm == "ollama":
         url = safe_url(config.ollama_url)
@@ -124,45 +122,22 @@ def reachability_problems(config: BackendConfig) -> list[str]:
                 f"HAYSTACK_FUSION_MODEL to one it has ({', '.join(models) or 'none pulled'})"
             )
     # without user and password: urllib takes them for part of the host name (the cluster's 401 counts as an answer)
-    if config.store == "elasticsearch" and (error := _probe(safe_url(config.elasticsearch_url))) is not None:
-        problems.append(
-            f"Elasticsearch is not reachable at ELASTICSEARCH_URL={safe_url(config.elasticsearch_url)}: {error}"
-        )
+    url = safe_url(config.elasticsearch_url)
+    if config.store == "elasticsearch" and (error := _probe(url)) is not None:
+        problems.append(f"Elasticsearch is not reachable at ELASTICSEARCH_URL={url}: {error}")
     return problems
 
 
 def check_backend(*, probe: bool = True, env: Mapping[str, str] | None = None) -> BackendConfig:
-    """
-    The backend the environment configures, checked before anything is built, never a default one:
-    `HAYSTACK_FUSION_LLM` and `HAYSTACK_FUSION_DOCUMENT_STORE`, then each backend's extra and variables; with `probe`,
-    `reachability_problems` too.
-
-    ### Usage example
-    ```python
-    from haystack_fusion.backends.checks import BackendSetupError, check_backend
-
-    try:
-        config = check_backend(env={"HAYSTACK_FUSION_LLM": "openai", "HAYSTACK_FUSION_DOCUMENT_STORE": "memory"})
-    except BackendSetupError as error:
-        print(error)  # names OPENAI_API_KEY and HAYSTACK_FUSION_STORE unless both are set
-    ```
-
-    :param env: The variables to read (default `os.environ`).
-    :returns: `BackendConfig.from_env` of the same variables.
-    :raises BackendSetupError: Listing every problem found, one per line, each naming the variable or extra.
-    """
+    """The backend `env` (default `os.environ`) configures, never a default one, as `BackendConfig.from_env(env)`, its
+    extras and variables checked before anything is built (with `probe`, `reachability_problems` too); else
+    BackendSetupError listing every problem, a line each, naming the variable or extra."""
     env = os.environ if env is None else env
-    missing = []
-    if not env.get(LLM_VARIABLE):
-        missing.append(
-            "HAYSTACK_FUSION_LLM is not set: local (the embedded model), openai (OPENAI_API_KEY) or ollama "
-            "(OLLAMA_HOST)"
-        )
-    if not env.get(DOCUMENT_STORE_VARIABLE):
-        missing.append(
-            "HAYSTACK_FUSION_DOCUMENT_STORE is not set: memory (a saved index at HAYSTACK_FUSION_STORE) or "
-            "elasticsearch (ELASTICSEARCH_URL)"
-        )
+    kinds = {
+        LLM_VARIABLE: "local (the embedded model), openai (OPENAI_API_KEY) or ollama (OLLAMA_HOST)",
+        DOCUMENT_STORE_VARIABLE: "memory (a saved index at HAYSTACK_FUSION_STORE) or elasticsearch (ELASTICSEARCH_URL)",
+    }
+    missing = [f"{name} is not set: {kind}" for name, kind in kinds.items() if not env.get(name)]
     if missing:
         raise BackendSetupError(setup_message(missing))
     try:
@@ -178,7 +153,7 @@ def check_backend(*, probe: bool = True, env: Mapping[str, str] | None = None) -
 
 
 def setup_message(problems: list[str]) -> str:
-    """The `BackendSetupError` message: what is missing, one problem a line."""
+    """The `BackendSetupError` message, a problem a line."""
     lines = "\n".join(f"- {problem}" for problem in problems)
     return f"The backend is not configured (see docs/serving.md); haystack-fusion does not pick one for you:\n{lines}"
 
@@ -188,18 +163,11 @@ _lock = threading.Lock()
 
 
 def missing_logprobs(generator: Any, answers: Iterable[GeneratedAnswer]) -> str | None:
-    """
-    Whether a server sent no token log-probabilities although `generator` asked for them (`generation_kwargs`): an
-    answer of one reply (with a `finish_reason`) without `meta["logprobs"]` shows it; a vote or SuRe's pick does not.
-
-    :param answers: A run's answers (`StrategyRun.answers`).
-    :returns: None, or one line naming the server (`api_base_url`, without credentials) and what was asked.
-    """
+    """Whether a server sent no token log-probabilities although `generator` asked for them: an answer of one reply
+    (with a `finish_reason`) without `meta["logprobs"]` shows it. None, or a line naming the server and the request."""
     kwargs = getattr(generator, "generation_kwargs", None) or {}
     asked = {name: kwargs[name] for name in ("logprobs", "top_logprobs") if name in kwargs}
-    if not kwargs.get("logprobs"):
-        return None
-    if not any("finish_reason" in answer.meta and not answer.meta.get("logprobs") for answer in answers):
+    if not kwargs.get("logprobs") or all("finish_reason" not in a.meta or a.meta.get("logprobs") for a in answers):
         return None
     server = safe_url(getattr(generator, "api_base_url", None) or OPENAI_DEFAULT_URL)
     return (

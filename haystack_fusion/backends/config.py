@@ -10,15 +10,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
-# Imported when the module loads, not in the factories: Haystack loads classes lazily, and two of the evaluation's
-# worker threads importing one for the first time can race ("ImportError: cannot import name ...").
+# Imported here, not in the factories: two threads importing a lazily loaded Haystack class at once can race
 from haystack.components.embedders import OpenAIDocumentEmbedder, OpenAITextEmbedder
 from haystack.components.generators.chat import OpenAIChatGenerator
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMemoryEmbeddingRetriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from haystack_fusion.backends.local import LOCAL_GENERATION_KWARGS, local_chat_generator
-from haystack_fusion.backends.logprobs import OPENAI_LOGPROBS_KWARGS
 from haystack_fusion.retrieval import DenseRetriever, HybridRetriever
 from haystack_fusion.settings import DEFAULT_INDEX_PATH, backend_values
 
@@ -43,33 +41,32 @@ RetrieverKind = Literal["bm25", "dense", "hybrid"]
 EmbedderKind = Literal["packaged", "openai"]
 LLMKind = Literal["local", "openai", "ollama"]
 
-DEFAULT_MODELS = {"openai": "gpt-4o-mini", "ollama": "qwen3:0.6b"}
-"""The model of each server LLM when none is given."""
+DEFAULT_MODELS = {"openai": "gpt-4o-mini", "ollama": "qwen3:0.6b"}  # each server LLM's model when none is given
 DEFAULT_OPENAI_EMBEDDING_MODEL = "text-embedding-3-small"
+OPENAI_LOGPROBS_KWARGS: dict[str, Any] = {"logprobs": True, "top_logprobs": 0}
+"""What asks an OpenAI-compatible server for each token's log-probability: llama-cpp-python's server sends them only
+with `top_logprobs` too, and OpenAI, vLLM and llama.cpp's servers all accept 0."""
 
 
 @dataclass(frozen=True)
 class BackendConfig:
     """
-    Which document store, retriever, embedder and LLM a pipeline uses (Haystack integrations' own components); the
-    integrations read secrets from the environment (`OPENAI_API_KEY`, `ELASTIC_API_KEY`), never from here.
+    Which document store, retriever, embedder and LLM a pipeline uses (Haystack integrations' components, which read
+    secrets such as `OPENAI_API_KEY` from the environment, never from here).
 
     :param store: "memory" (Haystack's in-memory store, saved at `index_path`) or "elasticsearch".
-    :param retriever: "bm25", "dense" (embedding similarity) or "hybrid" (both, reciprocal rank fusion).
-    :param embedder: "packaged" (all-MiniLM-L6-v2 from the `dense` extra, 384 dimensions) or "openai".
-    :param embedding_model: None: the packaged one, or `text-embedding-3-small` for OpenAI.
-    :param llm: "local" (the embedded GGUF model), "openai" (or any OpenAI-compatible server) or "ollama".
-    :param model: None: `DEFAULT_MODELS` (the embedded model for "local").
-    :param api_base_url: An OpenAI-compatible server's URL; None: OpenAI.
-    :param timeout: Seconds an OpenAI or Ollama call may take (None: the integration's default).
-    :param max_retries: Retries of a failed OpenAI call, by the `openai` client (None: its default).
+    :param retriever: "bm25", "dense" or "hybrid" (both, reciprocal rank fusion).
+    :param embedder: "packaged" (all-MiniLM-L6-v2, the `dense` extra) or "openai" (`text-embedding-3-small`).
+    :param llm: "local" (the embedded GGUF model), "openai" (or any OpenAI-compatible server at `api_base_url`) or
+        "ollama"; `model` None: `DEFAULT_MODELS`.
+    :param timeout: Seconds an OpenAI or Ollama call may take; `max_retries`: of a failed OpenAI call.
     :param max_tokens: Completion budget of a call, in tokens (None: the LLM's own; the embedded model's is 128).
     :param logprobs: Ask an OpenAI-compatible LLM for token log-probabilities (the embedded model sends them always).
-    :param llama_log: Print all the embedded model's llama.cpp log lines on stderr (by default only its errors).
-    :param fallback_llm: The LLM of the fallback rounds of `concat_pf`, `pf_concat` and `cascade` (`fallback_config`);
-        None: `llm` for every round. `fallback_model` and `fallback_api_base_url` as `model` and `api_base_url`.
-    :raises ValueError: If a kind is unknown, `top_k` or `max_tokens` is below 1, `timeout` / `max_retries` /
-        `logprobs` is set for an LLM that does not take it, or a fallback setting is given without `fallback_llm`.
+    :param llama_log: Print all of llama.cpp's log lines on stderr, not only its errors.
+    :param fallback_llm: The LLM of the fallback rounds of `concat_pf`, `pf_concat` and `cascade` (None: `llm`), with
+        `fallback_model` and `fallback_api_base_url` (`fallback_config`).
+    :raises ValueError: For an unknown kind, a value out of range, a setting the LLM does not take, or a fallback
+        setting without `fallback_llm`.
     """
 
     store: StoreKind = "memory"
@@ -132,7 +129,7 @@ class BackendConfig:
         return f"{self.llm} {model}" + (f" at {where}" if where else "")
 
     def llms_label(self) -> str:
-        """The LLM and the fallback LLM when there is one, e.g. "openai a at URL; fallback: openai b at URL"."""
+        """E.g. "openai a at URL; fallback: openai b at URL"."""
         fallback = fallback_config(self)
         return self.llm_label() + (f"; fallback: {fallback.llm_label()}" if fallback else "")
 
@@ -144,15 +141,15 @@ class BackendConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> BackendConfig:
-        """A configuration from `env` (default `os.environ`; `settings.backend_values`), then non-None `overrides`."""
+        """From `env` (default `os.environ`; `settings.backend_values`), then the non-None `overrides`."""
         values = backend_values(cls.__dataclass_fields__, env)
         values.update({key: value for key, value in overrides.items() if value is not None})
         return cls(**values)
 
 
 def document_store(config: BackendConfig) -> Any:
-    """The saved in-memory store (empty while `index_path` does not exist) or an ElasticsearchDocumentStore (which
-    connects when used); ImportError for Elasticsearch without the `elasticsearch` extra."""
+    """The saved in-memory store (empty without a file at `index_path`) or an ElasticsearchDocumentStore (connecting
+    when used; ImportError without the `elasticsearch` extra)."""
     if config.store == "memory":
         path = Path(config.index_path).expanduser()
         return InMemoryDocumentStore.load_from_disk(str(path)) if path.is_file() else InMemoryDocumentStore()
@@ -171,7 +168,7 @@ _EMBEDDINGS_IMPORT_LOCK = threading.Lock()
 
 
 def _packaged_embeddings() -> ModuleType:
-    """`haystack_fusion.embeddings`, imported on first use (torch) by one thread at a time."""
+    """`haystack_fusion.embeddings` (torch), imported on first use by one thread at a time."""
     with _EMBEDDINGS_IMPORT_LOCK:
         from haystack_fusion import embeddings
     return embeddings
@@ -192,14 +189,8 @@ def document_embedder(config: BackendConfig) -> Any:
 
 
 def retriever(config: BackendConfig, store: Any | None = None) -> Any:
-    """
-    The configured retriever (`query`, `top_k` in; `documents` out) over `store` (default `document_store(config)`):
-    a BM25 retriever of the store's kind, a `DenseRetriever` or a `HybridRetriever`.
-
-    :raises ValueError: For dense or hybrid retrieval over an in-memory store whose passages have no embeddings.
-    :raises ImportError: For Elasticsearch without the `elasticsearch` extra, or the packaged embedder without the
-        `dense` extra.
-    """
+    """The configured retriever (`query`, `top_k` in; `documents` out) over `store` (default `document_store(config)`);
+    ValueError for dense or hybrid retrieval over passages without embeddings, ImportError without its extra."""
     store = document_store(config) if store is None else store
     if config.retriever != "bm25" and isinstance(store, InMemoryDocumentStore):
         documents = store.filter_documents()
@@ -209,31 +200,24 @@ def retriever(config: BackendConfig, store: Any | None = None) -> Any:
                 f"nothing: index them with `--retriever {config.retriever}` (or `index_documents` with this "
                 "configuration)"
             )
-    bm25: Any
-    embedding: Any
-    if config.store == "memory":
-        bm25, embedding = InMemoryBM25Retriever, InMemoryEmbeddingRetriever
-    else:
+    memory = config.store == "memory"
+    if not memory:
         _require_extra("elasticsearch", "Elasticsearch")
-        bm25, embedding = ElasticsearchBM25Retriever, ElasticsearchEmbeddingRetriever
+    keyword_class: Any = InMemoryBM25Retriever if memory else ElasticsearchBM25Retriever
+    keyword = keyword_class(document_store=store, top_k=config.top_k)
     if config.retriever == "bm25":
-        return bm25(document_store=store, top_k=config.top_k)
+        return keyword
+    embedding_class: Any = InMemoryEmbeddingRetriever if memory else ElasticsearchEmbeddingRetriever
+    embedding = embedding_class(document_store=store, top_k=config.top_k)
     if config.retriever == "dense":
-        return DenseRetriever(
-            text_embedder=text_embedder(config),
-            embedding_retriever=embedding(document_store=store, top_k=config.top_k),
-        )
+        return DenseRetriever(text_embedder=text_embedder(config), embedding_retriever=embedding)
     return HybridRetriever(
-        bm25_retriever=bm25(document_store=store, top_k=config.top_k),
-        text_embedder=text_embedder(config),
-        embedding_retriever=embedding(document_store=store, top_k=config.top_k),
-        top_k=config.top_k,
+        bm25_retriever=keyword, text_embedder=text_embedder(config), embedding_retriever=embedding, top_k=config.top_k
     )
 
 
 def fallback_config(config: BackendConfig) -> BackendConfig | None:
-    """The fallback LLM's configuration, the other settings shared where that LLM takes them; None without
-    `fallback_llm`."""
+    """The fallback LLM's configuration (the settings it takes shared); None without `fallback_llm`."""
     if config.fallback_llm is None:
         return None
     kind = config.fallback_llm
@@ -252,8 +236,8 @@ def fallback_config(config: BackendConfig) -> BackendConfig | None:
 
 
 SERVING_MAX_RETRIES = 1
-"""Retries of a failed OpenAI call when serving and none are set (Haystack's default: 5): a question makes several
-calls and a chat client may retry the request, so retries multiply; a failing server is the circuit breaker's."""
+"""Retries of a failed OpenAI call when serving and none are set (Haystack's: 5): a question makes several calls and
+a chat client may retry too, so retries multiply; a failing server is the circuit breaker's."""
 
 
 def fallback_chat_generator(config: BackendConfig, *, default_max_retries: int | None = None) -> Any | None:
@@ -263,14 +247,8 @@ def fallback_chat_generator(config: BackendConfig, *, default_max_retries: int |
 
 
 def chat_generator(config: BackendConfig, *, default_max_retries: int | None = None) -> Any:
-    """
-    The configured LLM as a Haystack ChatGenerator, greedy (temperature 0) as in the papers.
-
-    :param default_max_retries: Retries of a failed OpenAI call when neither `config.max_retries` nor
-        `OPENAI_MAX_RETRIES` is set (serving: `SERVING_MAX_RETRIES`); None: `OpenAIChatGenerator`'s default (5).
-    :returns: A `LocalChatGenerator`, `OpenAIChatGenerator` (key from `OPENAI_API_KEY`) or `OllamaChatGenerator`.
-    :raises ImportError: For a backend whose extra is not installed (`local`, `ollama`).
-    """
+    """The configured LLM, greedy (temperature 0) as in the papers; ImportError without its extra. OpenAI's retries:
+    `config.max_retries`, `OPENAI_MAX_RETRIES`, else `default_max_retries` (None: `OpenAIChatGenerator`'s)."""
     budget = {} if config.max_tokens is None else {"max_tokens": config.max_tokens}
     retries = config.max_retries
     if retries is None and not os.environ.get("OPENAI_MAX_RETRIES"):

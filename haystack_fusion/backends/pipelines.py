@@ -1,5 +1,4 @@
-"""`backend_pipeline`: the one place a `BackendConfig` and strategy settings become a Pipeline, for `ask`, `demo`,
-`eval`, `serve` and the YAML of `haystack-fusion pipelines` alike."""
+"""`backend_pipeline`: where a `BackendConfig` and strategy settings become a Pipeline (`ask`, `eval`, `serve`)."""
 
 from __future__ import annotations
 
@@ -25,29 +24,14 @@ def backend_pipeline(
     max_concurrency: int | None = None,
 ) -> Pipeline:
     """
-    The pipeline of a registered strategy on a backend: `settings.strategy_defaults(config.llm)`, overridden by
-    `settings`, and the fallback LLM; `strategies.strategy_settings` leaves out what the strategy does not take.
+    A registered strategy's pipeline on a backend (`config`), not warmed up, with
+    `settings.strategy_defaults(config.llm)` under `settings` (`StrategyConfig` fields; those the strategy does not take
+    left out); `retriever`, `chat_generator` and `fallback_chat_generator` None: the backend's. `config` None (an
+    evaluation's own parts): no defaults, `chat_generator` required, and the passages are the `documents` input unless
+    `retriever` is given.
 
-    ### Usage example
-    ```python
-    from haystack_fusion.backends import BackendConfig, backend_pipeline
-    from haystack_fusion.strategies import run_strategy
-
-    # the embedded model over the index `haystack-fusion index` saved, with `ask --candidate-prompt zero-shot`
-    pipeline = backend_pipeline("sure", BackendConfig(), {"few_shot": False}, max_concurrency=2)
-    print(run_strategy(pipeline, "Which river flows through Orleans?").answer.data)
-    ```
-
-    :param config: The backend. None (an evaluation's own parts): no defaults, `chat_generator` required, and the
-        passages are the `documents` input unless `retriever` is given.
-    :param settings: `StrategyConfig` fields (`num_candidates`, `few_shot`, ...).
-    :param retriever: A retriever component (`query`, `top_k` in, `documents` out); None: the backend's.
-    :param chat_generator: The LLM of every round; None: the backend's.
-    :param fallback_chat_generator: The fallback rounds' LLM; None: the backend's (none without `fallback_llm`).
-    :param max_concurrency: LLM calls of one round under way at once (None: all of them).
-    :returns: A new Pipeline, not warmed up.
-    :raises ValueError: If the strategy is not registered, a setting is out of range, or `config` and
-        `chat_generator` are both None; for dense or hybrid retrieval over an in-memory store without embeddings.
+    :raises ValueError: For an unregistered strategy, a setting out of range, no `config` nor `chat_generator`, or dense
+        or hybrid retrieval over in-memory passages without embeddings.
     :raises ImportError: If the backend needs an extra that is not installed.
     """
     if config is None and chat_generator is None:

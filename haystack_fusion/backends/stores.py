@@ -37,8 +37,8 @@ def load_store(path: str | Path) -> InMemoryDocumentStore:
 @component
 class SavedInMemoryBM25Retriever:
     """
-    Haystack's `InMemoryBM25Retriever` over the in-memory index saved at `index_path`, serialized as that path (`~`
-    expanded on the machine that runs it); `warm_up` loads the index.
+    Haystack's `InMemoryBM25Retriever` over the index saved at `index_path`, serialized as that path (`~` expanded
+    where it runs); `warm_up` loads the index.
 
     ### Usage example
     ```python
@@ -52,29 +52,19 @@ class SavedInMemoryBM25Retriever:
     """
 
     def __init__(self, index_path: str = DEFAULT_INDEX_PATH, top_k: int = 10, scale_score: bool = False) -> None:
-        """
-        :param index_path: The saved index (`haystack-fusion index --store PATH`, `save_store`).
-        :param scale_score: Scale BM25 scores to [0, 1] (`InMemoryBM25Retriever`'s parameter).
-        :raises ValueError: If `top_k` is below 1.
-        """
+        """`index_path`: the saved index (`haystack-fusion index --store PATH`); ValueError for `top_k` 0."""
         if top_k < 1:
             raise ValueError(f"`top_k` must be at least 1, got {top_k}")
-        self.index_path = index_path
-        self.top_k = top_k
-        self.scale_score = scale_score
+        self.index_path, self.top_k, self.scale_score = index_path, top_k, scale_score
         self._retriever: InMemoryBM25Retriever | None = None
         self._lock = threading.Lock()
 
     def warm_up(self) -> None:
-        """Load the saved index (once); FileNotFoundError without a file at `index_path`."""
-        self._loaded()
-
-    def _loaded(self) -> InMemoryBM25Retriever:
+        """Load the saved index, once; FileNotFoundError without one."""
         with self._lock:
             if self._retriever is None:
                 store = load_store(Path(self.index_path).expanduser())
                 self._retriever = InMemoryBM25Retriever(store, top_k=self.top_k, scale_score=self.scale_score)
-            return self._retriever
 
     @component.output_types(documents=list[Document])
     def run(
@@ -84,8 +74,10 @@ class SavedInMemoryBM25Retriever:
         top_k: int | None = None,
         scale_score: bool | None = None,
     ) -> dict[str, list[Document]]:
-        """The `documents` that match `query` best (BM25), loading the index first; None settings: the init ones."""
-        return self._loaded().run(query=query, filters=filters, top_k=top_k, scale_score=scale_score)
+        """The `documents` that match `query` best (BM25); None settings: the init ones."""
+        self.warm_up()
+        assert self._retriever is not None
+        return self._retriever.run(query=query, filters=filters, top_k=top_k, scale_score=scale_score)
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(self, index_path=self.index_path, top_k=self.top_k, scale_score=self.scale_score)
@@ -96,15 +88,9 @@ class SavedInMemoryBM25Retriever:
 
 
 def check_document_store(config: BackendConfig) -> None:
-    """
-    Fail before a question is asked when the configured store has no passages (Elasticsearch's index checked with the
-    official client: the integration's store would create a missing one).
-
-    :raises FileNotFoundError: If there is no saved index at `index_path`.
-    :raises BackendError: If the Elasticsearch index does not exist or holds no passages.
-    :raises ImportError: For Elasticsearch without the `elasticsearch` extra.
-    :raises elastic_transport.ConnectionError: If Elasticsearch cannot be reached (`backend_error_message` words it).
-    """
+    """Fail before a question is asked when the store has no passages: FileNotFoundError without the saved index,
+    BackendError for a missing or empty Elasticsearch index (read with the official client: the integration's store
+    would create it), ImportError without the extra, `elastic_transport.ConnectionError`."""
     if config.store == "memory":
         if not Path(config.index_path).expanduser().is_file():
             raise FileNotFoundError(f"No saved index at {config.index_path}; create one with `haystack-fusion index`")
@@ -127,12 +113,8 @@ def check_document_store(config: BackendConfig) -> None:
 def index_documents(
     config: BackendConfig, documents: list[Document], *, batch_size: int = 64, fresh: bool = False
 ) -> int:
-    """
-    Write passages to the configured store (`write_documents`), then save an in-memory store; returns the store's count.
-
-    :param fresh: In-memory store only: start from an empty store, so the saved index holds exactly `documents`.
-    :raises ValueError: If `batch_size` is below 1.
-    """
+    """Write passages to the configured store (`write_documents`), then save an in-memory store; returns its count.
+    `fresh` (in-memory only): start empty, so the index holds exactly `documents`. ValueError for `batch_size` < 1."""
     store = InMemoryDocumentStore() if fresh and config.store == "memory" else document_store(config)
     write_documents(config, store, documents, batch_size=batch_size)
     if config.store == "memory":
@@ -143,8 +125,8 @@ def index_documents(
 
 
 def write_documents(config: BackendConfig, store: Any, documents: list[Document], *, batch_size: int = 64) -> None:
-    """Write passages to `store` in batches with a progress bar, embedded for a dense or hybrid retriever, the same id
-    overwritten; nothing saved to disk. ValueError for a `batch_size` below 1."""
+    """Write passages to `store` in batches with a progress bar, embedded for dense or hybrid retrieval, the same id
+    overwritten; nothing saved. ValueError for `batch_size` < 1."""
     from tqdm import tqdm
 
     if batch_size < 1:

@@ -66,16 +66,12 @@ from haystack_fusion.strategies import STRATEGIES
 
 logger = logging.getLogger(__name__)
 
-UNAUTHORIZED = "Unauthorized: send the API key as Authorization: Bearer <key>"
-"""The message of every 401: what to send and nothing about the server."""
+UNAUTHORIZED = "Unauthorized: send the API key as Authorization: Bearer <key>"  # every 401's message
 
 
 class ApiKeyMiddleware:
-    """
-    ASGI middleware: `Authorization: Bearer <key>`, Basic with the key as password, a CORS preflight and `/status`
-    pass; anything else gets HTTP 401 (a `Basic` challenge under the `browser_paths` prefixes, the chat UI's, else
-    `Bearer`), a WebSocket is closed.
-    """
+    """ASGI middleware: `Bearer <key>`, Basic with the key as password, a CORS preflight and `/status` pass; else
+    HTTP 401 (a `Basic` challenge under the `browser_paths` prefixes, else `Bearer`), a WebSocket is closed."""
 
     def __init__(self, app: ASGIApp, *, api_key: str, browser_paths: Iterable[str] = ()) -> None:
         self.app, self._api_key, self.browser_paths = app, api_key.encode(), tuple(browser_paths)
@@ -110,22 +106,9 @@ class ApiKeyMiddleware:
 UNSERVED_PATHS = ("/responses", "/v1/responses", "/files", "/v1/files", "/traces", "/draw/", "/status/")
 
 _STRING: dict[str, Any] = {"type": "string"}
-_ERROR_SCHEMA = {  # OpenAI's error shape
-    "type": "object",
-    "required": ["error"],
-    "properties": {
-        "error": {
-            "type": "object",
-            "required": ["message", "type", "code"],
-            "properties": {
-                "message": _STRING,
-                "type": _STRING,
-                "code": _STRING,
-                "param": {**_STRING, "nullable": True},
-            },
-        }
-    },
-}
+_FIELDS = {"message": _STRING, "type": _STRING, "code": _STRING, "param": {**_STRING, "nullable": True}}
+_ERROR = {"type": "object", "required": ["message", "type", "code"], "properties": _FIELDS}
+_ERROR_SCHEMA = {"type": "object", "required": ["error"], "properties": {"error": _ERROR}}  # OpenAI's error shape
 _DETAIL_SCHEMA = {"type": "object", "required": ["detail"], "properties": {"detail": {}}}
 _ERRORS = {
     "400": "The request cannot be answered as sent: no user message, content parts that are not text, an empty or too "
@@ -162,11 +145,8 @@ def _unserved(path: str) -> bool:
 
 
 def served_openapi(schema: dict[str, Any], *, api_key: bool, models: Sequence[str] = ()) -> dict[str, Any]:
-    """
-    Hayhooks' spec (changed in place) without `UNSERVED_PATHS` and the schemas only they used, `/status` as served,
-    the chat request's `model` as one of `models` (empty: any string), and each route's errors (OpenAI's shape and 400
-    for 422 on its routes).
-    """
+    """Hayhooks' spec (changed in place) without `UNSERVED_PATHS` and their schemas, `/status` as served, the chat
+    request's `model` one of `models` (empty: any string), and each route's errors (OpenAI's shape on its routes)."""
     paths = schema.get("paths", {})
     chat_request = schema.get("components", {}).get("schemas", {}).get("ChatRequest", {})
     if models and "model" in chat_request.get("properties", {}):
@@ -185,16 +165,13 @@ def served_openapi(schema: dict[str, Any], *, api_key: bool, models: Sequence[st
             responses.update({code: {"description": _ERRORS[code], "content": content} for code in codes})
     if "/status" in paths:
         up = {"type": "object", "required": ["status"], "properties": {"status": {"type": "string", "enum": ["Up!"]}}}
-        ok = {"description": "The server is up.", "content": {"application/json": {"schema": up}}}
-        paths["/status"] = {
-            "get": {"summary": "Whether the server is up", "operationId": "status", "responses": {"200": ok}}
-        }
+        ok = {"200": {"description": "The server is up.", "content": {"application/json": {"schema": up}}}}
+        paths["/status"] = {"get": {"summary": "Whether the server is up", "operationId": "status", "responses": ok}}
     _drop_unused_schemas(schema)
     return schema
 
 
 def _drop_unused_schemas(schema: dict[str, Any]) -> None:
-    """Remove the component schemas that no remaining path refers to, directly or through other schemas."""
     schemas = schema.get("components", {}).get("schemas") or {}
     used: set[str] = set()
     pending: list[Any] = [schema.get("paths", {})]
@@ -208,11 +185,7 @@ def _drop_unused_schemas(schema: dict[str, Any]) -> None:
 
 
 def _wrappers_dir(strategies: Sequence[str] | None, pipelines_dir: str | Path | None) -> tuple[str, Any]:
-    """
-    The folder to load (given, or a temporary one with a wrapper folder per strategy) and what keeps it alive.
-
-    :raises ValueError: If a name is not a registered strategy, or both arguments are given.
-    """
+    """The folder to load (given, or a temporary one of wrapper folders) and what keeps it alive; ValueError."""
     if pipelines_dir is not None:
         if strategies:
             raise ValueError("Give strategies or a pipelines folder, not both")
@@ -223,13 +196,6 @@ def _wrappers_dir(strategies: Sequence[str] | None, pipelines_dir: str | Path | 
         (Path(folder.name) / strategy).mkdir()
         (Path(folder.name) / strategy / WRAPPER_FILE).write_text(source, encoding="utf-8")
     return folder.name, folder
-
-
-def _served_names(folder: str) -> list[str]:
-    """The names a pipelines folder serves: its wrapper folders (with a `pipeline_wrapper.py`) and YAML files."""
-    root = Path(folder)
-    wrappers = {path.parent.name for path in root.glob(f"*/{WRAPPER_FILE}")}
-    return sorted(wrappers | {path.stem for pattern in ("*.yml", "*.yaml") for path in root.glob(pattern)})
 
 
 def _pin_hayhooks_settings(pipelines_dir: str, access: AccessSettings, *, with_chainlit: bool) -> Any:
@@ -251,11 +217,8 @@ def _pin_hayhooks_settings(pipelines_dir: str, access: AccessSettings, *, with_c
 
 
 class ChatUiMiddleware:
-    """
-    ASGI middleware: `create_app` puts `CHAT_UI_CLIENT:token` as user and password in Hayhooks' `host`, so the chat UI
-    sends them as Basic credentials; a request carrying exactly those gets `CHAT_UI_HEADER` and, with a key, `Bearer
-    <key>` instead.
-    """
+    """ASGI middleware: the chat UI sends `CHAT_UI_CLIENT:token` (in Hayhooks' `host`, `create_app`) as Basic
+    credentials; a request with exactly those gets `CHAT_UI_HEADER` and, with a key, `Bearer <key>` instead."""
 
     def __init__(self, app: ASGIApp, *, token: str, api_key: str | None) -> None:
         self.app = app
@@ -282,34 +245,15 @@ def create_app(
     host: str | None = None,
 ) -> FastAPI:
     """
-    Build the served HTTP app: `/{name}/run` and the OpenAI-compatible `/v1/chat/completions` for each strategy,
-    optionally Hayhooks' chat UI at `/chat`; no deploy routes, CORS pinned to `HAYSTACK_FUSION_CORS_ORIGINS`, the
-    `Host`, `Origin`, key and body checks (`serving.guards`), OpenAI-shaped errors on `/v1/...`, a request id
-    (`X-Request-ID`) and one log line per refused request (`serving.logs`), and logs without the user's text. The
-    process's logging configuration (loguru's and the standard library's) is left as it is: `serve` sets its own.
-    The backend comes from the environment (`HAYSTACK_FUSION_LLM`, ...).
+    The served HTTP app: `/{name}/run` and `/v1/chat/completions` per strategy (`strategies`, None: all; or the wrapper
+    folders and YAML of `pipelines_dir`), optionally Hayhooks' chat UI at `/chat`; no deploy routes, CORS pinned, the
+    `serving.guards` checks for `access` (None: `AccessSettings.from_env()`) and the bound `host`, OpenAI-shaped errors
+    on `/v1/...`, a log line per refused request (`serving.logs`). The process's logging is left as it is; the backend
+    comes from the environment. Run it with uvicorn, one worker.
 
-    :param strategies: Registered strategy names to serve (None: all of them).
-    :param pipelines_dir: Instead of `strategies`, a folder of wrapper folders and YAML pipelines, loaded once.
-    :param with_chainlit: Mount Hayhooks' Chainlit chat UI at `/chat` (the `chainlit` extra).
-    :param access: The API key, CORS origins, allowed hosts and body limit (None: `AccessSettings.from_env()`).
-    :param host: The address the app is bound to; its `Host` is answered besides loopback and `access.allowed_hosts`.
-    :returns: The FastAPI app; run it with uvicorn (one worker: the embedded model is loaded per process).
-    :raises ValueError: If a strategy is not registered, both `strategies` and `pipelines_dir` are given, or the
-        environment's access settings are invalid (naming the variable).
-    :raises ImportError: For `with_chainlit` without Chainlit installed.
-    :raises hayhooks.server.exceptions.PipelineModuleLoadError: If a pipeline fails to load or set up, saying why.
-
-    ### Usage example
-    ```python
-    import uvicorn
-
-    from haystack_fusion.serving.app import create_app
-
-    # HAYSTACK_FUSION_LLM=local HAYSTACK_FUSION_DOCUMENT_STORE=memory HAYSTACK_FUSION_STORE=index.json
-    app = create_app(["cascade", "sure"])
-    uvicorn.run(app, host="127.0.0.1", port=1416)
-    ```
+    :raises ValueError: For an unregistered strategy, both `strategies` and `pipelines_dir`, or invalid access settings.
+    :raises ImportError: For `with_chainlit` without Chainlit.
+    :raises hayhooks.server.exceptions.PipelineModuleLoadError: If a pipeline fails to load, saying why.
     """
     access = AccessSettings.from_env() if access is None else access
     if with_chainlit and importlib.util.find_spec("chainlit") is None:
@@ -325,7 +269,9 @@ def create_app(
     app.router.routes.insert(0, Route("/status", lambda _: JSONResponse({"status": "Up!"}), methods=["GET"]))
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
-    spec, models = app.openapi, _served_names(folder)
+    wrappers = {path.parent.name for path in Path(folder).glob(f"*/{WRAPPER_FILE}")}
+    models = sorted(wrappers | {path.stem for pattern in ("*.yml", "*.yaml") for path in Path(folder).glob(pattern)})
+    spec = app.openapi
     app.openapi = lambda: served_openapi(spec(), api_key=access.api_key is not None, models=models)  # type: ignore[method-assign]
     app.state.wrappers_dir = keep_alive
     # Added innermost first: a request meets the Host check, the Origin check, the key, the body limit, then the rest.
@@ -350,7 +296,6 @@ def create_app(
 
 
 async def _http_error(request: Request, error: Exception) -> Response:
-    """In OpenAI's shape on the OpenAI-compatible routes (`ServingError`'s code), else FastAPI's."""
     assert isinstance(error, StarletteHTTPException)
     code = getattr(error, "code", None) or {404: "model_not_found"}.get(error.status_code)
     cause = error.__context__ if error.status_code == 500 else None  # a wrapper's failure, for its traceback
@@ -358,16 +303,12 @@ async def _http_error(request: Request, error: Exception) -> Response:
     note_refusal(request.scope, code or f"http_{error.status_code}", reason, cause)
     if not is_openai_path(route_path(request.scope)):
         return await http_exception_handler(request, error)
-    return JSONResponse(
-        openai_error(str(error.detail), status=error.status_code, code=code, param=getattr(error, "param", None)),
-        status_code=error.status_code,
-        headers=getattr(error, "headers", None),
-    )
+    body = openai_error(str(error.detail), status=error.status_code, code=code, param=getattr(error, "param", None))
+    return JSONResponse(body, status_code=error.status_code, headers=getattr(error, "headers", None))
 
 
 async def _validation_error(request: Request, error: Exception) -> Response:
-    """A body that does not validate: OpenAI's 400 on the OpenAI-compatible routes (naming the first bad field), else
-    FastAPI's 422 with each error's `type`, `loc` and `msg` only: never the request's own values (`input`, `ctx`)."""
+    """OpenAI's 400 on its routes (naming the first bad field), else FastAPI's 422 without `input` and `ctx`."""
     assert isinstance(error, RequestValidationError)
     first = (error.errors() or [{}])[0]
     if first.get("type") == "json_invalid":
@@ -383,8 +324,7 @@ async def _validation_error(request: Request, error: Exception) -> Response:
 
 
 def _summarize_params(record: dict[str, Any]) -> None:
-    """Hayhooks' run log record (`patch_hayhooks_run_log`) without the user's text (`params` by length and hash) and
-    no `<` (loguru colour markup, which Hayhooks' own format uses)."""
+    """Hayhooks' run log record with `params` by length and hash, and no `<` (loguru colour markup)."""
     extra = record["extra"]
     for key, value in list(extra.items()):
         if key == "params" and isinstance(value, dict):
@@ -400,14 +340,8 @@ def create_mcp_app(
     access: AccessSettings | None = None,
     host: str | None = None,
 ) -> ASGIApp:
-    """
-    Build the served MCP app (Hayhooks' `mcp` extra): one tool per strategy at `/mcp` (Streamable HTTP) and `/sse`,
-    no deploy tool; parameters and checks as `create_app`.
-
-    :returns: The Starlette app; run it with uvicorn.
-    :raises ValueError: As `create_app`.
-    :raises hayhooks.server.exceptions.PipelineModuleLoadError: As `create_app`.
-    """
+    """The served MCP app (Hayhooks' `mcp` extra): a tool per strategy at `/mcp` and `/sse`, no deploy tool; the
+    parameters, checks and errors of `create_app`. Returns the Starlette app."""
     access = AccessSettings.from_env() if access is None else access
     folder, keep_alive = _wrappers_dir(strategies, pipelines_dir)
     _pin_hayhooks_settings(folder, access, with_chainlit=False)
@@ -422,13 +356,6 @@ def create_mcp_app(
     return with_request_ids(RefusalLogMiddleware(guarded))
 
 
-def _is_loopback(host: str) -> bool:
-    try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def serve(
     strategies: Sequence[str] | None = None,
     *,
@@ -439,12 +366,10 @@ def serve(
     mcp: bool = False,
 ) -> None:
     """
-    Run the served app with uvicorn until interrupted (`haystack-fusion serve`), every log line of the process in
-    one format (`serving.logs.configure_serve_logging`, at `HAYHOOKS_LOG_LEVEL`).
+    Run the served app with uvicorn until interrupted (`haystack-fusion serve`), its log lines in one format
+    (`serving.logs.configure_serve_logging`); `port` None: 1416, or 1417 for the MCP app (`mcp`). A non-loopback `host`
+    without an API key is logged as a warning.
 
-    :param host: The address to bind; non-loopback without `HAYSTACK_FUSION_API_KEY` is logged as a warning.
-    :param port: The port (None: Hayhooks' 1416, or 1417 with `mcp`).
-    :param mcp: Serve the MCP app instead of the HTTP one (not with `with_chainlit`).
     :raises ValueError: As `create_app`, for `with_chainlit` with `mcp`, or a `HAYHOOKS_LOG_LEVEL` that is no level.
     :raises BackendSetupError: If the environment configures no backend, listing what is missing.
     """
@@ -454,13 +379,13 @@ def serve(
     check_backend(probe=False)
     configure_serve_logging()  # once the command's checks passed: this process is the server's
     port = port or (1417 if mcp else 1416)  # Hayhooks' ports
-    if access.api_key is None and not _is_loopback(host):
-        logger.warning(
-            "Serving on {host} without {variable}: anyone who reaches port {port} can run questions",
-            host=host,
-            variable=API_KEY_VARIABLE,
-            port=port,
-        )
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if access.api_key is None and not loopback:
+        warning = "Serving on {host} without {variable}: anyone who reaches port {port} can run questions"
+        logger.warning(warning, host=host, variable=API_KEY_VARIABLE, port=port)
     settings = set_hayhooks_settings(host=host, port=port)  # where the chat UI reaches the app
     if mcp:
         app: ASGIApp = create_mcp_app(strategies, pipelines_dir=pipelines_dir, access=access, host=host)

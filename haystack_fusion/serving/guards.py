@@ -1,7 +1,5 @@
-"""
-The ASGI middleware `serving.app` puts in front of Hayhooks' apps (`serve` extra): a server on 127.0.0.1 is still
-reachable from web pages (DNS rebinding), so `Host` (`allowed_hosts`), `Origin` and body size are checked.
-"""
+"""The ASGI middleware in front of Hayhooks' apps: a server on 127.0.0.1 is still reachable from web pages (DNS
+rebinding), so `Host` (`allowed_hosts`), `Origin` and body size are checked."""
 
 from __future__ import annotations
 
@@ -25,14 +23,9 @@ OPENAI_PATHS = ("/v1/", "/chat/completions", "/models")  # the OpenAI-compatible
 
 
 class ServingError(HTTPException):
-    """
-    An error answer: HTTP status, one line and a short code; in OpenAI's shape on the OpenAI-compatible routes.
-
-    :param message: One line: what failed and what to change; never a secret, never the user's text.
-    :param code: A short machine-readable code: "invalid_request", "server_busy", "backend_unavailable", ...
-    :param param: The request field the error is about (OpenAI's `param`: "n", "tool_choice", ...), or None.
-    :param cause: For the server log only: the operator's line behind it (URL, variable, flag), never sent.
-    """
+    """An error answer, in OpenAI's shape on its routes: `message` (what failed and what to change, never a secret nor
+    the user's text), a short `code` ("server_busy", ...), the request field it is about (`param`) and, for the server
+    log only, its `cause` (URL, variable, flag)."""
 
     def __init__(
         self,
@@ -49,22 +42,20 @@ class ServingError(HTTPException):
 
     @property
     def logged(self) -> str:
-        """What the server log says of it: the message, and the operator's `cause` when there is one."""
+        """The message, and the `cause` when there is one."""
         return f"{self.detail} (cause: {self.cause})" if self.cause else str(self.detail)
 
 
 def openai_error(message: str, *, status: int, code: str | None = None, param: str | None = None) -> dict[str, Any]:
-    """An error in OpenAI's shape, `{"error": {"message", "type", "code", "param"}}`; `code` None: "http_<status>";
-    `param`: the request field it is about."""
-    kind = {401: "authentication_error", 429: "rate_limit_error"}.get(status) or (
-        "invalid_request_error" if status < 500 else "server_error"
-    )
+    """`{"error": {"message", "type", "code", "param"}}`, OpenAI's shape; `code` None: "http_<status>"."""
+    kind = {401: "authentication_error", 429: "rate_limit_error"}.get(status)
+    kind = kind or ("invalid_request_error" if status < 500 else "server_error")
     one_line = " ".join(str(message).split())
     return {"error": {"message": one_line, "type": kind, "code": code or f"http_{status}", "param": param}}
 
 
 def is_openai_path(path: str) -> bool:
-    """Whether a request path (without the app's root path) is one of the OpenAI-compatible routes."""
+    """Whether a path (without the root path) is one of the OpenAI-compatible routes."""
     return any(path == prefix.rstrip("/") or path.startswith(prefix) for prefix in OPENAI_PATHS)
 
 
@@ -77,9 +68,8 @@ def route_path(scope: Scope) -> str:
 async def refuse(
     scope: Scope, receive: Receive, send: Send, status: int, message: str, *, code: str, **kwargs: Any
 ) -> None:
-    """Close a WebSocket before it opens; answer HTTP with `status` and `{"detail": message}` (`openai_error` on the
-    OpenAI-compatible routes). `kwargs` go to `JSONResponse` (e.g. `headers`). The code and message go to the
-    request's refusal log line (`logs.RefusalLogMiddleware`)."""
+    """Close a WebSocket; answer HTTP with `status` and `{"detail": message}` (`openai_error` on the OpenAI-compatible
+    routes; `kwargs` to `JSONResponse`), noted for the refusal log line (`logs.note_refusal`)."""
     note_refusal(scope, code, message)
     if scope["type"] == "websocket":
         await WebSocketClose(code=1008)(scope, receive, send)
@@ -89,8 +79,8 @@ async def refuse(
 
 
 def allowed_hosts(bind_host: str | None, extra: Sequence[str] = ()) -> list[str]:
-    """The `Host` names a served app answers, lower-cased, each once: `LOOPBACK_HOSTS`, the bound address (unless a
-    wildcard; IPv6 in brackets) and `extra`."""
+    """The `Host` names a served app answers, lower-cased, once each: `LOOPBACK_HOSTS`, the bound address (unless a
+    wildcard) and `extra`."""
     candidates = [*LOOPBACK_HOSTS, *extra]
     if bind_host:
         try:
@@ -104,22 +94,17 @@ def allowed_hosts(bind_host: str | None, extra: Sequence[str] = ()) -> list[str]
 
 
 class OriginMiddleware:
-    """
-    ASGI middleware: a request whose `Origin` is neither its own (the `Host` it was sent to) nor in `allowed_origins`
-    is refused before the app runs, on every transport: HTTP 403 (a CORS preflight too), a WebSocket closed (1008).
-    A request without `Origin` (an API or MCP client, curl) passes; `Origin: null` (a sandboxed page, a file) does
-    not. Browsers send `Origin` with every cross-origin request, so a page of another origin can neither read nor
-    drive the app (the chat UI's socket.io long-polling included), whatever each route's own CORS answers.
-
-    :param allowed_origins: Other origins allowed, each `scheme://host[:port]`.
-    """
+    """ASGI middleware: a request whose `Origin` is neither its own (its `Host`) nor in `allowed_origins` gets HTTP 403
+    (a CORS preflight too), a WebSocket is closed (1008). No `Origin` (an API client) passes, `Origin: null` does not:
+    browsers send `Origin` with every cross-origin request, so another origin's page can neither read nor drive the
+    app."""
 
     def __init__(self, app: ASGIApp, *, allowed_origins: Iterable[str] = ()) -> None:
         self.app = app
         self.allowed_origins = frozenset(origin.rstrip("/").lower() for origin in allowed_origins)
 
     def allows(self, origin: str, host: str) -> bool:
-        """Whether a request to `host` (its `Host` header) from `origin` (its `Origin` header) is let in."""
+        """Whether a request to `host` (`Host` header) from `origin` (`Origin` header) is let in."""
         origin = origin.strip().rstrip("/").lower()
         if origin in self.allowed_origins:
             return True
@@ -141,19 +126,13 @@ class OriginMiddleware:
 
 
 class BodyLimitMiddleware:
-    """
-    ASGI middleware: a body over `max_bytes` gets HTTP 413; a client that disconnects while the app works (a chat
-    client's Stop) cancels the app's task, so pending LLM calls are never made.
-
-    :param max_bytes: The largest body, in bytes.
-    :raises ValueError: If `max_bytes` is below 1.
-    """
+    """ASGI middleware: a body over `max_bytes` gets HTTP 413 (ValueError for `max_bytes` below 1); a client that
+    disconnects while the app works (a chat client's Stop) cancels the app's task, so pending LLM calls are not made."""
 
     def __init__(self, app: ASGIApp, *, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
         if max_bytes < 1:
             raise ValueError(f"`max_bytes` must be at least 1, got {max_bytes}")
-        self.app = app
-        self.max_bytes = max_bytes
+        self.app, self.max_bytes = app, max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -173,17 +152,12 @@ class BodyLimitMiddleware:
             too_large = f"Request body too large: this server takes at most {self.max_bytes} bytes"
             await refuse(scope, receive, send, 413, too_large, code="request_too_large")
             return
-        await self._run(scope, b"".join(chunks), receive, send)
-
-    async def _run(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> None:
+        pending: list[Message] = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
         disconnected = asyncio.Event()
-        delivered = False
 
         async def replay() -> Message:
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": body, "more_body": False}
+            if pending:
+                return pending.pop()
             await disconnected.wait()
             return {"type": "http.disconnect"}
 
@@ -220,9 +194,8 @@ class StreamEndMiddleware:
         async def send_with_end(message: Message) -> None:
             nonlocal streaming
             if message["type"] == "http.response.start":
-                streaming = (
-                    Headers(raw=message.get("headers", [])).get("content-type", "").startswith("text/event-stream")
-                )
+                content_type = Headers(raw=message.get("headers", [])).get("content-type", "")
+                streaming = content_type.startswith("text/event-stream")
             elif streaming and message["type"] == "http.response.body" and not message.get("more_body", False):
                 await send({"type": "http.response.body", "body": message.get("body", b""), "more_body": True})
                 message = {"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False}

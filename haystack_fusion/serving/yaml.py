@@ -1,26 +1,8 @@
 """
-The `pipelines/` folder, generated from the registry (`haystack-fusion pipelines`; a test fails when the repository's
-`pipelines/` differs from `render()`):
-
-- `<strategy>/pipeline_wrapper.py` for every strategy: a `serving.hayhooks.StrategyPipelineWrapper` naming it, which
-  builds the pipeline on the backend the environment names; what `serve` and `hayhooks run --pipelines-dir` deploy.
-- `yaml/<strategy>__<store>_<retriever>_<llm>.yml` (`pipeline_name`, `backend_name`): every strategy on one backend,
-  `Pipeline.dumps()` without YAML aliases plus the `inputs` / `outputs` sections Hayhooks reads. The default,
-  `memory_bm25_local`, reads the saved index at `~/.cache/haystack_fusion/index.json` with the packaged model. They
-  sit in a sub-folder because `hayhooks run` deploys every top-level `*.yml`; copy the ones you can run to a folder
-  and serve it (`haystack-fusion serve --pipelines-dir FOLDER`). Secrets appear only as environment variables.
-
-### Usage example
-```python
-from haystack_fusion.backends import BackendConfig
-from haystack_fusion.serving.yaml import generate
-
-config = BackendConfig(
-    store="elasticsearch", llm="openai", elasticsearch_url="http://es.internal:9200", elasticsearch_index="passages"
-)
-# a wrapper folder per strategy and yaml/<strategy>__es_bm25_openai.yml for every strategy, as paths
-written = generate("my_pipelines", config)
-```
+The `pipelines/` folder (`haystack-fusion pipelines`), generated from the registry: `<strategy>/pipeline_wrapper.py`
+(a `serving.hayhooks.StrategyPipelineWrapper` on the environment's backend) and `yaml/<strategy>__<backend>.yml`
+(`Pipeline.dumps()` without aliases, with Hayhooks' `inputs` / `outputs`, in a sub-folder since `hayhooks run` deploys
+every top-level `*.yml`). Secrets appear only as environment variables.
 """
 
 from __future__ import annotations
@@ -58,48 +40,34 @@ class _NoAliasDumper(YamlDumper):
         return True
 
 
-class _NoAliasMarshaller:
-    """A Haystack `Marshaller` that dumps with `_NoAliasDumper` and loads as Haystack's own does."""
-
+class _NoAliasMarshaller(YamlMarshaller):
     def marshal(self, dict_: dict[str, Any]) -> str:
         return yaml.dump(dict_, Dumper=_NoAliasDumper)
 
-    def unmarshal(self, data_: str | bytes | bytearray) -> dict[str, Any]:
-        return YamlMarshaller().unmarshal(data_)
-
 
 def backend_name(config: BackendConfig) -> str:
-    """The backend part of a YAML file's name, `<store>_<retriever>_<llm>[_to_<fallback llm>]`: `memory_bm25_local`,
-    `es_hybrid_openai`, `memory_bm25_ollama_to_openai`."""
+    """`<store>_<retriever>_<llm>[_to_<fallback llm>]`, e.g. `memory_bm25_local`, `es_hybrid_ollama_to_openai`."""
     store = "es" if config.store == "elasticsearch" else config.store
     fallback = f"_to_{config.fallback_llm}" if config.fallback_llm else ""
     return f"{store}_{config.retriever}_{config.llm}{fallback}"
 
 
 def pipeline_name(strategy: str, backend: str) -> str:
-    """The file stem (and Hayhooks pipeline name) of a strategy on a backend, e.g. `concat_pf__es_bm25_openai`."""
+    """The file stem and Hayhooks pipeline name, e.g. `concat_pf__es_bm25_openai`."""
     return f"{strategy}__{backend}"
 
 
 def pipeline_yaml(strategy: str, config: BackendConfig) -> str:
-    """
-    The YAML of a strategy on given backends (`backends.backend_pipeline`: the settings `ask` and `serve` run it
-    with), with Hayhooks' sections (`inputs`: `query` -> every `query` socket;
-    `outputs`: `answers` -> the answer component's) and no YAML aliases. Over the in-memory store the retriever is a
-    `SavedInMemoryBM25Retriever` naming the saved index (Haystack's in-memory store serializes no passages).
-
-    :raises ValueError: If the strategy is not registered, or for dense or hybrid retrieval over the in-memory store.
-    :raises ImportError: For a backend whose extra is not installed.
-    """
+    """A strategy's `backends.backend_pipeline` as YAML with Hayhooks' `inputs` (`query`) and `outputs` (`answers`),
+    over the in-memory store with a `SavedInMemoryBM25Retriever`. Errors as `render`, and ValueError for no registered
+    name."""
     if config.store == "memory" and config.retriever != "bm25":
         raise ValueError(
             f"YAML over the in-memory store retrieves with BM25, not {config.retriever}: dense and hybrid YAML "
             "reads Elasticsearch (`--document-store elasticsearch`)"
         )
-    search = None  # the backend's retriever
-    if config.store == "memory":
-        search = SavedInMemoryBM25Retriever(index_path=config.index_path, top_k=config.top_k)
-    pipeline = backend_pipeline(strategy, config, retriever=search)
+    saved = SavedInMemoryBM25Retriever(index_path=config.index_path, top_k=config.top_k)
+    pipeline = backend_pipeline(strategy, config, retriever=saved if config.store == "memory" else None)
     targets = sorted(f"{name}.query" for name, sockets in pipeline.inputs().items() if "query" in sockets)
     sections = {
         "inputs": {"query": targets},
@@ -110,11 +78,7 @@ def pipeline_yaml(strategy: str, config: BackendConfig) -> str:
 
 
 def wrapper_source(strategy: str) -> str:
-    """
-    The `pipeline_wrapper.py` of a strategy.
-
-    :raises ValueError: If the strategy is not registered.
-    """
+    """The `pipeline_wrapper.py` of a strategy; ValueError if it is not registered."""
     entry = get_strategy(strategy)
     paragraph = (
         f"{entry.summary[:1].upper()}{entry.summary[1:]} ({entry.source}). Serves `POST /{strategy}/run` and model "
@@ -124,14 +88,8 @@ def wrapper_source(strategy: str) -> str:
 
 
 def render(config: BackendConfig | None = None) -> dict[str, str]:
-    """
-    Everything `generate` writes, without writing it.
-
-    :param config: The backend of the YAML; None: `BackendConfig()`, the embedded model over the saved index.
-    :returns: File contents by POSIX path relative to the output folder, sorted by path.
-    :raises ValueError: For dense or hybrid retrieval over the in-memory store.
-    :raises ImportError: If an extra the backend needs is not installed (`local`, `elasticsearch`, `ollama`, `dense`).
-    """
+    """What `generate` writes, by POSIX path in the output folder, sorted; `config` None: `BackendConfig()`. ValueError
+    for dense or hybrid retrieval over the in-memory store, ImportError for a backend whose extra is not installed."""
     config = BackendConfig() if config is None else config
     files = {f"{strategy}/{WRAPPER_FILE}": wrapper_source(strategy) for strategy in STRATEGIES}
     for strategy in STRATEGIES:
@@ -140,18 +98,10 @@ def render(config: BackendConfig | None = None) -> dict[str, str]:
 
 
 def generate(out_dir: str | Path, config: BackendConfig | None = None) -> list[Path]:
-    """
-    Write `render(config)` to `out_dir` (created if missing; its files are overwritten, others left alone).
-
-    :returns: The files written, sorted.
-    :raises ValueError: As `render` (nothing is written).
-    :raises ImportError: As `render` (nothing is written).
-    """
-    out = Path(out_dir)
-    written = []
-    for relative, text in render(config).items():
-        path = out / relative
+    """Write `render(config)` to `out_dir` (other files left alone); returns the files written, sorted. Errors as
+    `render`, before anything is written."""
+    files = {Path(out_dir) / relative: text for relative, text in render(config).items()}
+    for path, text in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
-        written.append(path)
-    return sorted(written)
+    return sorted(files)

@@ -1,12 +1,11 @@
-"""
-`STRATEGIES` (name -> `Strategy`: builder, stages, sources) and the builders, from a `StrategyConfig` to components and
-connections. Every strategy is a `Pipeline` from the passages (`documents`, or a retriever's) to the answers of
-`Strategy.answer_component`; every question socket is named `query`.
-"""
+"""`STRATEGIES` and their builders: each strategy is a `Pipeline` from the passages (`documents`, or a retriever's) to
+the answers of `Strategy.answer_component`; every question socket is named `query`."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from haystack import Pipeline
@@ -32,22 +31,15 @@ VERIFICATION = Stage("verification", "verifier")
 NOTES = Stage("notes", "note_taker")
 
 CASCADE_MIN_CONFIDENCE = 0.25
-"""tau, the `cascade` strategy's default confidence floor for the concatenation answer (how it was chosen:
-docs/post-fusion.md)."""
+"""tau, `cascade`'s default confidence floor for the concatenation answer (chosen in docs/post-fusion.md)."""
 
 CASCADE_MIN_VOTE_SHARE = 0.5
-"""s, the `cascade` strategy's default: a post-fusion winner with less than half of the votes (or a tie at the top)
-is verified by SuRe (`SplitVoteRouter`)."""
+"""s, `cascade`'s default: a post-fusion winner with less than half of the votes (or a tie) is verified by SuRe."""
 
 
 def _chain_generator(chat_generator: ChatGenerator, stop: tuple[str, ...]) -> ChatGenerator:
-    """
-    The generator of a one-prompt chain whose reply should end at `stop`: `chat_generator` in a
-    `CallLimitedChatGenerator` whose `generation_kwargs` send `stop` with each call (`llm.stop_kwargs`), so the
-    pipeline's YAML shows them; a `CallLimitedChatGenerator` given is rewrapped with its breaker. The generator itself
-    when there is nothing to add, or it takes no `generation_kwargs` (a mock): the prompt's answer pattern still reads
-    the first line.
-    """
+    """`chat_generator` in a `CallLimitedChatGenerator` (rewrapped with its breaker) sending `stop` with each call
+    (`llm.stop_kwargs`), shown in the YAML; itself when there is nothing to add or it takes no `generation_kwargs`."""
     generator = unwrap_call_limit(chat_generator)
     limited = chat_generator if isinstance(chat_generator, CallLimitedChatGenerator) else None
     own = getattr(generator, "generation_kwargs", None)
@@ -64,9 +56,10 @@ def _prompt_chain(
     documents_from: str,
     layout: PassageLayout | None = "numbered",
     chat_generator: ChatGenerator | None = None,
+    replies_from: str = "llm.replies",
 ) -> Parts:
-    """passages -> prompt_builder -> llm -> answer_builder for one prompt (`config.prompts` may replace it), fed from
-    `documents_from`; `layout` None shows no passages. The LLM: `chat_generator`, else `config.chat_generator`."""
+    """passages -> prompt_builder -> llm -> answer_builder for one prompt, fed from `documents_from`; `layout` None
+    shows no passages."""
     prompt = PROMPTS[prompt_name]
     template = (config.prompts or {}).get(prompt_name)
     chat = ChatPrompt(prompt, template, system_prompt=config.system_prompt, parameter=f"prompts[{prompt_name!r}]")
@@ -77,11 +70,13 @@ def _prompt_chain(
             pattern=prompt.answer_pattern, demonstrations=list(prompt.demonstrations) or None
         ),
     }
-    connections = [("prompt_builder.prompt", "llm.messages"), (documents_from, "answer_builder.documents")]
+    connections = [
+        ("prompt_builder.prompt", "llm.messages"),
+        (documents_from, "answer_builder.documents"),
+        (replies_from, "answer_builder.replies"),
+    ]
     if layout is not None:
-        components["passages"] = PassageFormatter(
-            max_passage_chars=config.max_passage_chars, layout=layout, datamark=config.datamark
-        )
+        components["passages"] = _component(PassageFormatter, config, {}, layout=layout)
         connections = [
             (documents_from, "passages.documents"),
             ("passages.passages", "prompt_builder.passages"),
@@ -91,37 +86,28 @@ def _prompt_chain(
 
 
 def _single_prompt(prompt_name: str, layout: PassageLayout = "numbered") -> Callable[[StrategyConfig], Parts]:
-    def build(config: StrategyConfig) -> Parts:
-        components, connections = _prompt_chain(config, prompt_name, DOCUMENTS, layout)
-        connections.append(("llm.replies", "answer_builder.replies"))
-        return components, connections
-
-    return build
+    return lambda config: _prompt_chain(config, prompt_name, DOCUMENTS, layout)
 
 
-def _templates(config: StrategyConfig, **names: str) -> dict[str, Any]:
-    """A component's prompt parameters (`parameter=PROMPTS name`): the templates `config.prompts` gives for those
-    names, and `system_prompt`."""
+def _component(cls: Any, config: StrategyConfig, prompts: dict[str, str], **overrides: Any) -> Any:
+    """`cls` with the `StrategyConfig` fields its init takes by name, the templates `config.prompts` gives for its
+    prompt parameters (`prompts`: parameter -> `PROMPTS` name), then the `overrides` that are not None."""
+    taken = inspect.signature(cls.__init__).parameters
+    kwargs = {name: getattr(config, name) for name in taken if name in StrategyConfig.__dataclass_fields__}
     given = config.prompts or {}
-    templates = {parameter: given[name] for parameter, name in names.items() if name in given}
-    return {**templates, "system_prompt": config.system_prompt}
+    kwargs.update({parameter: given[name] for parameter, name in prompts.items() if name in given})
+    return cls(**kwargs | {name: value for name, value in overrides.items() if value is not None})
 
 
-def _fallback_llm(config: StrategyConfig) -> ChatGenerator:
-    """The LLM of every round after the first of `concat_pf`, `pf_concat` and `cascade`: the fallback LLM."""
-    return config.fallback_chat_generator or config.chat_generator
+_VERIFICATION = [
+    (DOCUMENTS, "verifier.documents"),
+    ("summarizer.candidates", "verifier.candidates"),
+    ("summarizer.summaries", "verifier.summaries"),
+]
 
 
 def _voter(config: StrategyConfig, chat_generator: ChatGenerator | None = None) -> PostFusionVoter:
-    return PostFusionVoter(
-        chat_generator=chat_generator or config.chat_generator,
-        max_concurrency=config.max_concurrency,
-        samples_per_passage=config.samples_per_passage,
-        max_passage_chars=config.max_passage_chars,
-        unknown_patterns=config.unknown_patterns,
-        datamark=config.datamark,
-        **_templates(config, prompt="figure7"),
-    )
+    return _component(PostFusionVoter, config, {"prompt": "figure7"}, chat_generator=chat_generator)
 
 
 def _post_fusion(config: StrategyConfig) -> Parts:
@@ -129,11 +115,9 @@ def _post_fusion(config: StrategyConfig) -> Parts:
 
 
 def _fallback_chain(config: StrategyConfig, min_confidence: float | None) -> Parts:
-    """
-    Concatenation, routed when unknown, failed or below `min_confidence` (`config.confidence`) to post-fusion over the
-    same passages on the fallback LLM (Liu et al., section 3.3); the caller connects the voter's answers.
-    """
-    components, connections = _prompt_chain(config, "figure7", DOCUMENTS)
+    """Concatenation, routed when unknown, failed or below `min_confidence` to post-fusion on the fallback LLM (Liu et
+    al., section 3.3); the caller connects the voter's answers."""
+    components, connections = _prompt_chain(config, "figure7", DOCUMENTS, replies_from="router.known")
     agreement = config.confidence == "agreement"
     components.update(
         llm=AbstainingChatGenerator(
@@ -148,13 +132,12 @@ def _fallback_chain(config: StrategyConfig, min_confidence: float | None) -> Par
             demonstrations=list(PROMPTS["figure7"].demonstrations),
             confidence=config.confidence,
         ),
-        voter=_voter(config, _fallback_llm(config)),
+        voter=_voter(config, config.fallback_chat_generator),  # None: `chat_generator`
         joiner=AnswerJoiner(),
     )
     connections += [
         ("llm.replies", "router.replies"),
         (DOCUMENTS, "router.documents"),
-        ("router.known", "answer_builder.replies"),
         ("router.fallback_query", "voter.query"),
         ("router.fallback_documents", "voter.documents"),
         ("answer_builder.answers", "joiner.answers"),
@@ -168,19 +151,17 @@ def _concat_pf(config: StrategyConfig) -> Parts:
 
 
 def _cascade(config: StrategyConfig) -> Parts:
-    """Concatenation -> post-fusion when it says unknown or is unsure -> SuRe's verification of the top-K post-fusion
-    candidates when the vote is split, each candidate summarized from the passages that produced it."""
+    """Concatenation -> post-fusion when unknown or unsure -> SuRe's verification of the top-K candidates when the
+    vote is split, each summarized from the passages that produced it."""
     tau = CASCADE_MIN_CONFIDENCE if config.min_confidence is None else config.min_confidence
     share = CASCADE_MIN_VOTE_SHARE if config.min_vote_share is None else config.min_vote_share
     components, connections = _fallback_chain(config, tau)
+    fallback = config.fallback_chat_generator
     components.update(
         {SPLIT_ROUTER: SplitVoteRouter(min_vote_share=share, max_candidates=max(2, config.num_candidates))},
-        summarizer=_summarizer(config, "conditional", _fallback_llm(config)),
+        summarizer=_summarizer(config, "conditional", fallback),
         verifier=_verifier(
-            config,
-            True,
-            config.verifier_scoring or "probability",
-            config.verifier_chat_generator or _fallback_llm(config),
+            config, True, config.verifier_scoring or "probability", config.verifier_chat_generator or fallback
         ),
     )
     connections += [
@@ -191,25 +172,22 @@ def _cascade(config: StrategyConfig) -> Parts:
         (f"{SPLIT_ROUTER}.split_candidates", "summarizer.candidates"),
         (f"{SPLIT_ROUTER}.split_documents", "summarizer.candidate_documents"),
         (f"{SPLIT_ROUTER}.split_query", "verifier.query"),
-        (DOCUMENTS, "verifier.documents"),
-        ("summarizer.candidates", "verifier.candidates"),
-        ("summarizer.summaries", "verifier.summaries"),
+        *_VERIFICATION,
         ("verifier.answers", "joiner.answers"),
     ]
     return components, connections
 
 
 def _pf_concat(config: StrategyConfig) -> Parts:
-    """Post-fusion candidates, then one concatenation over the passages that did not say unknown (section 3.3); when
-    every passage said unknown the distiller does not run and the voter's "unknown" reaches the joiner."""
+    """Post-fusion candidates, then one concatenation over the passages that did not say unknown (section 3.3); else
+    the voter's "unknown" reaches the joiner."""
     components, connections = _prompt_chain(
-        config, "distiller", "voter.documents", chat_generator=_fallback_llm(config)
+        config, "distiller", "voter.documents", chat_generator=config.fallback_chat_generator
     )
     components.update(voter=_voter(config), joiner=AnswerJoiner())
     connections += [
         (DOCUMENTS, "voter.documents"),
         ("voter.candidates", "prompt_builder.candidates"),
-        ("llm.replies", "answer_builder.replies"),
         ("answer_builder.answers", "joiner.answers"),
         ("voter.unknown", "joiner.answers"),
     ]
@@ -227,80 +205,42 @@ def _summarizer(
     _no_datamark(config, "CandidateSummarizer")
     few_shot = "few_shot_" if config.few_shot else ""
     summary = "sure_generic_summary" if mode == "generic" else f"sure_{few_shot}summary"
-    return CandidateSummarizer(
-        chat_generator=chat_generator or config.chat_generator,
-        num_candidates=config.num_candidates,
-        mode=mode,
-        max_concurrency=config.max_concurrency,
-        max_passage_chars=config.max_passage_chars,
-        few_shot=config.few_shot,
-        **_templates(config, candidates_prompt=f"sure_{few_shot}candidates", summary_prompt=summary),
-    )
+    prompts = {"candidates_prompt": f"sure_{few_shot}candidates", "summary_prompt": summary}
+    return _component(CandidateSummarizer, config, prompts, mode=mode, chat_generator=chat_generator)
 
 
 def _verifier(
     config: StrategyConfig, use_validity: bool, scoring: Scoring, chat_generator: ChatGenerator | None = None
 ) -> SummaryVerifier:
-    return SummaryVerifier(
-        chat_generator=chat_generator or config.verifier_chat_generator or config.chat_generator,
-        use_validity=use_validity,
-        max_concurrency=config.max_concurrency,
-        document_ranker=config.document_ranker,
-        scoring=scoring,
-        **_templates(config, validity_prompt="sure_validity", ranking_prompt="sure_ranking"),
+    prompts = {"validity_prompt": "sure_validity", "ranking_prompt": "sure_ranking"}
+    generator = chat_generator or config.verifier_chat_generator
+    return _component(
+        SummaryVerifier, config, prompts, chat_generator=generator, use_validity=use_validity, scoring=scoring
     )
 
 
-def _sure(use_validity: bool) -> Callable[[StrategyConfig], Parts]:
-    def build(config: StrategyConfig) -> Parts:
-        verifier = _verifier(config, use_validity, config.verifier_scoring or "text")
-        components = {"summarizer": _summarizer(config, "conditional"), "verifier": verifier}
-        connections = [
-            (DOCUMENTS, "summarizer.documents"),
-            (DOCUMENTS, "verifier.documents"),
-            ("summarizer.candidates", "verifier.candidates"),
-            ("summarizer.summaries", "verifier.summaries"),
-        ]
-        return components, connections
-
-    return build
+def _sure(use_validity: bool, config: StrategyConfig) -> Parts:
+    verifier = _verifier(config, use_validity, config.verifier_scoring or "text")
+    components = {"summarizer": _summarizer(config, "conditional"), "verifier": verifier}
+    return components, [(DOCUMENTS, "summarizer.documents"), *_VERIFICATION]
 
 
-def _summarize_then_answer(mode: SummaryMode, prompt_name: str, reads: str) -> Callable[[StrategyConfig], Parts]:
-    """Kim et al.'s prompting baselines: a CandidateSummarizer round, then one answer prompt that reads its `reads`
-    output, with the passages (titled layout) unless the generic summary replaces them (Sum-and-pred (Gen))."""
-
-    def build(config: StrategyConfig) -> Parts:
-        layout: PassageLayout | None = None if mode == "generic" else "titled"
-        components, connections = _prompt_chain(config, prompt_name, DOCUMENTS, layout=layout)
-        components.update(summarizer=_summarizer(config, mode))
-        connections += [
-            (DOCUMENTS, "summarizer.documents"),
-            (f"summarizer.{reads}", f"prompt_builder.{reads}"),
-            ("llm.replies", "answer_builder.replies"),
-        ]
-        return components, connections
-
-    return build
+def _summarize_then_answer(mode: SummaryMode, prompt_name: str, reads: str, config: StrategyConfig) -> Parts:
+    """Kim et al.'s baselines: a CandidateSummarizer round, then an answer prompt reading its `reads` output, with the
+    passages unless the generic summary replaces them (Sum-and-pred (Gen))."""
+    layout: PassageLayout | None = None if mode == "generic" else "titled"
+    components, connections = _prompt_chain(config, prompt_name, DOCUMENTS, layout=layout)
+    components.update(summarizer=_summarizer(config, mode))
+    connections += [(DOCUMENTS, "summarizer.documents"), (f"summarizer.{reads}", f"prompt_builder.{reads}")]
+    return components, connections
 
 
-def _chain_of_note(mode: NoteMode) -> Callable[[StrategyConfig], Parts]:
-    def build(config: StrategyConfig) -> Parts:
-        _no_datamark(config, "NoteTaker")
-        answer = "con_synthesis" if mode == "per_document" else "con_single_call"
-        note_taker = NoteTaker(
-            chat_generator=config.chat_generator,
-            mode=mode,
-            allow_parametric_knowledge=config.allow_parametric_knowledge,
-            max_concurrency=config.max_concurrency,
-            max_passage_chars=config.max_passage_chars,
-            generation_kwargs=config.note_generation_kwargs,
-            unknown_patterns=config.unknown_patterns,
-            **_templates(config, note_prompt="con_document_note", answer_prompt=answer),
-        )
-        return {"note_taker": note_taker}, [(DOCUMENTS, "note_taker.documents")]
-
-    return build
+def _chain_of_note(mode: NoteMode, config: StrategyConfig) -> Parts:
+    _no_datamark(config, "NoteTaker")
+    answer = "con_synthesis" if mode == "per_document" else "con_single_call"
+    prompts = {"note_prompt": "con_document_note", "answer_prompt": answer}
+    note_taker = _component(NoteTaker, config, prompts, mode=mode, generation_kwargs=config.note_generation_kwargs)
+    return {"note_taker": note_taker}, [(DOCUMENTS, "note_taker.documents")]
 
 
 _SURE_SUMMARIES = ("sure_candidates", "sure_few_shot_candidates", "sure_summary", "sure_few_shot_summary")
@@ -335,65 +275,57 @@ STRATEGIES: dict[str, Strategy] = {strategy.name: strategy for strategy in (
     Strategy("base", f"{_ONE_PROMPT} (Kim et al.'s Base)", "Kim et al., Appendix A.5, Listing 10, Table 3 (Base)",
              "1", "answer_builder", _single_prompt("sure_base", layout="titled"), (ANSWER,), ("sure_base",)),
     Strategy("sure", "K answer candidates, a summary per candidate, pick by validity + pair-wise ranking",
-             "Kim et al., section 3, Algorithm 1, Eq. 2-6", "3", "verifier", _sure(use_validity=True),
+             "Kim et al., section 3, Algorithm 1, Eq. 2-6", "3", "verifier", partial(_sure, True),
              (SUMMARIES, VERIFICATION), (*_SURE_SUMMARIES, "sure_validity", "sure_ranking"), "1+2K+K(K-1)"),
     Strategy("sure_rank_only", "SuRe without instance-wise validity: pick by pair-wise ranking alone",
-             "Kim et al., section 4.3, Table 3 (+ Pair-wise ranking)", "3", "verifier", _sure(use_validity=False),
+             "Kim et al., section 4.3, Table 3 (+ Pair-wise ranking)", "3", "verifier", partial(_sure, False),
              (SUMMARIES, VERIFICATION), (*_SURE_SUMMARIES, "sure_ranking"), "1+K+K(K-1)"),
     Strategy("sure_sum_all", "all conditional summaries appended to the passages, one answer call",
              "Kim et al., section 4.3, Table 3 (+ Conditional summarizations)", "3", "answer_builder",
-             _summarize_then_answer("conditional", "sure_sum_all", "summaries"), (SUMMARIES, ANSWER),
+             partial(_summarize_then_answer, "conditional", "sure_sum_all", "summaries"), (SUMMARIES, ANSWER),
              (*_SURE_SUMMARIES, "sure_sum_all"), "1+K+1"),
     Strategy("mcq", "the answer candidates as multiple choices next to the passages",
              "Kim et al., Appendix A.7, Listing 12, Table 3 (MCQ prompt)", "2", "answer_builder",
-             _summarize_then_answer("candidates", "sure_mcq", "candidates"), (SUMMARIES, ANSWER),
+             partial(_summarize_then_answer, "candidates", "sure_mcq", "candidates"), (SUMMARIES, ANSWER),
              ("sure_candidates", "sure_few_shot_candidates", "sure_mcq"), "2"),
     Strategy("generic_summary", "one generic summary of the passages, then the answer from the summary",
              "Kim et al., Appendix A.6, Listing 11, Table 3 (Sum-and-pred (Gen))", "2", "answer_builder",
-             _summarize_then_answer("generic", "sure_sum_and_pred", "summaries"), (SUMMARIES, ANSWER),
+             partial(_summarize_then_answer, "generic", "sure_sum_and_pred", "summaries"), (SUMMARIES, ANSWER),
              ("sure_generic_summary", "sure_sum_and_pred"), "2"),
     Strategy("chain_of_note", "one prompt: a reading note per passage with its relevance, then the answer",
-             "Yu et al., section 2.3, Appendix A.5", "1", "note_taker", _chain_of_note("single_call"), (NOTES,),
-             ("con_single_call", "con_synthesis")),
+             "Yu et al., section 2.3, Appendix A.5", "1", "note_taker", partial(_chain_of_note, "single_call"),
+             (NOTES,), ("con_single_call", "con_synthesis")),
     Strategy("chain_of_note_per_document", "a reading note per passage concurrently, then one synthesis call",
-             "Yu et al., section 2.3.1 (per-document notes)", "2", "note_taker", _chain_of_note("per_document"),
-             (NOTES,), ("con_document_note", "con_synthesis"), "k+1"),
+             "Yu et al., section 2.3.1 (per-document notes)", "2", "note_taker",
+             partial(_chain_of_note, "per_document"), (NOTES,), ("con_document_note", "con_synthesis"), "k+1"),
 )}
 # fmt: on
-"""Every registered strategy, by name: Liu et al.'s Table 1, Kim et al.'s SuRe with its ablations and baselines, then
-Yu et al.'s Chain-of-Note."""
+"""Every strategy, by name: Liu et al.'s Table 1, Kim et al.'s SuRe with ablations and baselines, Yu et al.'s CoN."""
 
 
-def _rendered_prompts(strategy: Strategy, config: StrategyConfig) -> tuple[str, ...]:
-    """The `PROMPTS` a strategy renders with these settings (those `StrategyConfig.prompts` may replace): without the
-    SuRe listings `few_shot` does not pick, and single-call Chain-of-Note's without the synthesis prompt."""
+def _check_prompts(strategy: Strategy, config: StrategyConfig) -> None:
+    """`config.prompts` names only prompts the strategy renders with these settings: the SuRe listings `few_shot`
+    picks, single-call Chain-of-Note without the synthesis prompt."""
     zero_shot, few_shot = ("sure_candidates", "sure_summary"), ("sure_few_shot_candidates", "sure_few_shot_summary")
     left_out = set(zero_shot if config.few_shot else few_shot)
     if "con_single_call" in strategy.prompts:
         left_out.add("con_synthesis")
-    return tuple(name for name in strategy.prompts if name not in left_out)
-
-
-def _check_prompts(strategy: Strategy, config: StrategyConfig) -> None:
-    """`config.prompts` names only prompts the strategy renders; raises ValueError naming the others."""
-    rendered = _rendered_prompts(strategy, config)
+    rendered = [name for name in strategy.prompts if name not in left_out]
     for name in config.prompts or {}:
         if name not in PROMPTS:
-            raise ValueError(f"`prompts` names no prompt {name!r}; strategy {strategy.name!r} renders {list(rendered)}")
+            raise ValueError(f"`prompts` names no prompt {name!r}; strategy {strategy.name!r} renders {rendered}")
         if name not in rendered:
             raise ValueError(
                 f"`prompts` names {name!r}, which strategy {strategy.name!r} does not render with these settings; "
-                f"it renders {list(rendered)}"
+                f"it renders {rendered}"
             )
 
 
-FALLBACK_STRATEGIES = ("concat_pf", "pf_concat", "cascade")
-"""The strategies whose fallback rounds run on `StrategyConfig.fallback_chat_generator`."""
+FALLBACK_STRATEGIES = ("concat_pf", "pf_concat", "cascade")  # with rounds on `fallback_chat_generator`
 
 
 def _check_fallback(strategy: Strategy, config: StrategyConfig) -> None:
-    """A fallback LLM only for `FALLBACK_STRATEGIES`, a confidence setting only for the strategies with a concatenation
-    round to judge; raises ValueError naming the strategies that take it."""
+    """A fallback LLM only for `FALLBACK_STRATEGIES`, a confidence setting only with a concatenation round to judge."""
     if config.fallback_chat_generator is not None and strategy.name not in FALLBACK_STRATEGIES:
         raise ValueError(
             f"`fallback_chat_generator` is for the strategies with fallback rounds ({', '.join(FALLBACK_STRATEGIES)}), "
@@ -407,13 +339,8 @@ def _check_fallback(strategy: Strategy, config: StrategyConfig) -> None:
 
 
 def strategy_settings(name: str, settings: dict[str, Any]) -> dict[str, Any]:
-    """
-    `settings` without the fields strategy `name` does not take (`fallback_chat_generator` outside
-    `FALLBACK_STRATEGIES`, the confidence settings without a concatenation round), for flags shared by several
-    strategies; `build_pipeline` itself rejects them.
-
-    :raises ValueError: If the strategy is not registered.
-    """
+    """`settings` without the fields strategy `name` does not take (which `build_pipeline` rejects), for flags shared
+    by several strategies; ValueError for an unregistered strategy."""
     strategy = get_strategy(name)
     left_out = set()
     if strategy.name not in FALLBACK_STRATEGIES:
@@ -437,28 +364,12 @@ def strategy_of(pipeline: Pipeline) -> Strategy:
 
 def build_pipeline(name: str, *, retriever: Any | None = None, **config: Any) -> Pipeline:
     """
-    The pipeline of a registered strategy: the passages in (`documents`, or a retriever's), the answers out.
-    Components are added in the order `Pipeline.loads(pipeline.dumps())` rebuilds them, so the round trip is equal.
+    The pipeline of a registered strategy (`name`, kept in its `metadata["strategy"]`) from `StrategyConfig` fields
+    (`chat_generator` required), after `retriever` if given (else a `documents` input). Components are added in the
+    order `Pipeline.loads(pipeline.dumps())` rebuilds them, so the round trip is equal.
 
-    ### Usage example
-    ```python
-    from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
-    from haystack_fusion.backends import load_store, local_chat_generator
-    from haystack_fusion.strategies import build_pipeline, run_strategy
-
-    # the index made by `haystack-fusion index passages.jsonl --store index.json`
-    retriever = InMemoryBM25Retriever(load_store("index.json"), top_k=5)
-    pipe = build_pipeline("concat_pf", retriever=retriever, chat_generator=local_chat_generator())
-    print(run_strategy(pipe, "Which river flows through the capital?").answer.data)
-    ```
-
-    :param name: Kept in the pipeline's `metadata["strategy"]`.
-    :param retriever: A retriever component (`query`, `top_k` in; `documents` out); None: a `documents` input.
-    :param config: The fields of `StrategyConfig` (`chat_generator` is required).
-    :raises ValueError: If the strategy is not registered, `prompts` names a prompt the strategy does not render, a
-        template there or in a component does not use the variables its prompt needs or uses others, a setting is out
-        of range, or `fallback_chat_generator` / `confidence` is given to a strategy without fallback rounds / without a
-        first answer to judge.
+    :raises ValueError: For an unregistered strategy, a prompt it does not render or a template with other variables
+        than its prompt's, a setting out of range, or a setting the strategy does not take.
     """
     strategy, settings = get_strategy(name), StrategyConfig(**config)
     _check_prompts(strategy, settings)

@@ -12,12 +12,8 @@ from haystack_fusion.strategies.answerer import FusionAnswerer
 from haystack_fusion.strategies.registry import get_strategy
 from haystack_fusion.strategies.run import answers_run, chat_text, evidence_line
 
-_PARAMETERS = {
-    "type": "object",
-    "properties": {"query": {"type": "string", "description": "The question to answer from the documents."}},
-    "required": ["query"],
-}
-"""The tool's JSON schema: the question alone (the retriever's `top_k` and filters are no parameter the LLM fills)."""
+_QUERY = {"query": {"type": "string", "description": "The question to answer from the documents."}}
+_PARAMETERS = {"type": "object", "properties": _QUERY, "required": ["query"]}  # not the retriever's top_k or filters
 
 
 def strategy_tool(
@@ -30,40 +26,11 @@ def strategy_tool(
     settings: dict[str, Any] | None = None,
 ) -> PipelineTool:
     """
-    A tool that answers a question from your documents with one registered strategy, for a Haystack `Agent`.
+    A Haystack `Agent`'s tool answering a question from your documents with a registered strategy: a `PipelineTool` over
+    `retriever` (not yet in a pipeline) -> `FusionAnswerer(strategy=..., settings=...)`, whose one parameter is `query`
+    and whose result is `tool_text`; it serializes with the Agent. `name` None: "answer_with_<strategy>"; `description`
+    None: `Strategy.description`.
 
-    It is a `PipelineTool` over `retriever` -> `FusionAnswerer(strategy=...)`: its one parameter is `query` (a
-    string; the retriever's `top_k` and filters stay the retriever's own), and what the agent reads is `tool_text`
-    of the run: the answer, its sources numbered [1], [2] ... in rank order (with their title when they have one)
-    and the evidence line (votes, SuRe scores, notes). It serializes with the Agent (`Agent.to_dict` / `from_dict`).
-
-    ### Usage example
-    ```python
-    from haystack import Document
-    from haystack.components.agents import Agent
-    from haystack.components.generators.chat import MockChatGenerator
-    from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
-    from haystack.dataclasses import ChatMessage
-    from haystack.document_stores.in_memory import InMemoryDocumentStore
-    from haystack_fusion.strategies import strategy_tool
-    from haystack_fusion.testing import PromptAwareChatGenerator, PromptReplies, call_first_tool
-
-    store = InMemoryDocumentStore()
-    store.write_documents([Document(content="Paris is the capital of France.", meta={"title": "France"})])
-    llm = PromptAwareChatGenerator(PromptReplies(["Paris"]))  # your LLM, e.g. OpenAIChatGenerator(...)
-    tool = strategy_tool("concat_pf", retriever=InMemoryBM25Retriever(document_store=store), chat_generator=llm)
-    agent = Agent(chat_generator=MockChatGenerator(response_fn=call_first_tool), tools=[tool])
-    result = agent.run([ChatMessage.from_user("What is the capital of France?")])
-    print(result["messages"][2].tool_call_result.result)  # "Paris\\n\\nSources:\\n[1] France: Paris is ..."
-    ```
-
-    :param strategy: A registered strategy name (`haystack-fusion strategies`), e.g. "concat_pf", "sure".
-    :param retriever: Your retriever, a component taking `query` and returning `documents`; not yet in a pipeline.
-    :param chat_generator: The LLM every component of the strategy calls.
-    :param name: The tool's name; None: "answer_with_<strategy>".
-    :param description: What the agent is told the tool does; None: the strategy's `Strategy.description`.
-    :param settings: Further `StrategyConfig` fields, as `FusionAnswerer` takes them.
-    :returns: The tool (`ComponentTool`'s subclass `PipelineTool`), for `Agent(tools=[...])`.
     :raises ValueError: If the strategy is not registered, or `settings` holds a field `FusionAnswerer` does not take.
     :raises PipelineError: If the retriever is already in a pipeline.
     """
@@ -85,15 +52,9 @@ def strategy_tool(
 
 
 def tool_text(result: dict[str, Any]) -> str:
-    """
-    The text a strategy tool gives the agent: `chat_text` and `evidence_line` of `answers_run` of its outputs.
-
-    :param result: The tool's outputs: `answers` (the strategy's `GeneratedAnswer` list, best first) and `documents`
-        (the retriever's, in rank order).
-    :returns: The answer (or what the answer checks rejected), a blank line, "Sources:" and one line per cited
-        passage "[i] title: text" (the passages holding the answer or voting for it, else every retrieved one), then
-        "Evidence: ..." when the answers carry any (votes, SuRe scores, notes).
-    """
+    """The text a strategy tool gives the agent from its `answers` and `documents`: the answer (or what the checks
+    rejected), "Sources:" with a line "[i] title: text" per cited passage in rank order (`chat_text`), then "Evidence:
+    ..." if any."""
     run = answers_run(result.get("answers") or [], result.get("documents") or [])
     evidence = evidence_line(run)
     return chat_text(run) + (f"\n\nEvidence: {evidence}" if evidence else "")

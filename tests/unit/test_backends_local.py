@@ -11,10 +11,10 @@ from haystack_fusion.backends.local import (
     LLAMA_LOG,
     LlamaLog,
     LocalChatGenerator,
+    LogprobRecorder,
     _is_greedy,
     use_extra_buffer_types,
 )
-from haystack_fusion.backends.logprobs import LogprobRecorder
 
 pytestmark = pytest.mark.skipif(LocalChatGenerator is None, reason="the `local` extra is not installed")
 
