@@ -1,13 +1,7 @@
 """
-The records of a report grouped once: one `Run` per (run label, strategy, k, setting) of `Question`s, each record
-with what the report derives from it (outcome flags, usage and cost per model, fallback, demonstration copies), read
-by every section of the report.
-
-A price is US dollars per million prompt (input) and completion (output) tokens. A question's usage per model is
-`evidence["usage_by_model"]` (model name -> `prompt_tokens`, `completion_tokens`, `calls`, ...), else its whole usage
-under `UNNAMED_MODEL`. A question falls back when the first round (concatenation) passed it on to the fallback rounds
-(`evidence["fallback"]`, set by `concat_pf` and `cascade`); FrugalGPT (Chen et al., 2023) reads a cascade by its cost
-and the share that reached the strong model.
+The records of a report grouped once (`ReportView`): one `Run` per (run label, strategy, k, setting) of `Question`s,
+each a record with what every section of the report derives from it. A cascade is read by its cost and the share that
+fell back (FrugalGPT, Chen et al., 2023).
 """
 
 from __future__ import annotations
@@ -29,11 +23,8 @@ Price = tuple[float, float]
 
 UNNAMED_MODEL = "model"
 """The model name of records without `usage_by_model` when their run does not name its model."""
-
 TOKENS_PER_PRICE = 1_000_000
-
-RunKey = tuple[str, str, int, str]
-"""(run label, strategy, k, setting); the label is "" for records of one run."""
+RunKey = tuple[str, str, int, str]  # (run label, strategy, k, setting); the label is "" for records of one run
 
 
 def parse_price(text: str) -> tuple[str, Price]:
@@ -44,11 +35,10 @@ def parse_price(text: str) -> tuple[str, Price]:
     :raises ValueError: If the text is not of that form or a price is negative or not a number.
     """
     model, _, figures = text.rpartition("=")
-    parts = figures.split(",")
     try:
-        if not model.strip() or len(parts) != 2:
+        prompt, completion = map(float, figures.split(","))
+        if not model.strip():
             raise ValueError
-        prompt, completion = float(parts[0]), float(parts[1])
     except ValueError:
         raise ValueError(
             f"price {text!r}: expected MODEL=IN,OUT in US dollars per million input and output tokens, "
@@ -65,16 +55,9 @@ def parse_prices(texts: Iterable[str]) -> dict[str, Price]:
 
 
 def with_model(records: Iterable[QuestionRecord], model: str) -> list[QuestionRecord]:
-    """The records (same order), those without `usage_by_model` given one that counts all their usage against
-    `model`."""
-    return [
-        record
-        if record.evidence.get("usage_by_model")
-        else dataclasses.replace(
-            record, evidence={**record.evidence, "usage_by_model": {model: score_usage(record.score)}}
-        )
-        for record in records
-    ]
+    """The records, those without `usage_by_model` given one that counts all their usage against `model`."""
+    return [record if record.evidence.get("usage_by_model") else dataclasses.replace(record, evidence={
+        **record.evidence, "usage_by_model": {model: score_usage(record.score)}}) for record in records]  # fmt: skip
 
 
 def score_usage(score: QuestionScore) -> dict[str, int]:
@@ -91,7 +74,7 @@ def model_usage(record: QuestionRecord) -> dict[str, Mapping[str, Any]]:
 
 
 def usage_cost(usage: Mapping[str, Any], price: Price | None) -> float | None:
-    """The cost in US dollars of one model's usage at `price`; None without a price (0.0 for no tokens)."""
+    """The cost in US dollars of one model's usage at `price`; None without a price (unless no tokens)."""
     prompt, completion = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
     if price is None:
         return 0.0 if prompt + completion == 0 else None
@@ -113,10 +96,9 @@ def demonstration_answers(strategy: str) -> dict[str, tuple[str, ...]]:
 @dataclass(frozen=True)
 class Question:
     """
-    One record with what the report derives from it: its outcome flags set (`metrics.with_answer_outcome`), its usage
-    (`model_usage`) and cost in US dollars (`usage_cost`, None without a price) per model, whether the first round
-    passed it on (`fell_back`, None for a strategy without rounds), and whether its answer copies a few-shot
-    demonstration answer, per prompt of its strategy that has any (`answers.copies_demonstration`).
+    One record (outcome flags set) with its usage (`model_usage`) and cost in US dollars (`usage_cost`) per model,
+    whether the first round passed it on to the fallback rounds (`fell_back`: `evidence["fallback"]`, None for a
+    strategy without rounds), and whether its answer copies a few-shot demonstration answer, per prompt that has any.
     """
 
     record: QuestionRecord
@@ -127,15 +109,11 @@ class Question:
 
     @classmethod
     def of(cls, record: QuestionRecord, prices: Mapping[str, Price]) -> Question:
-        record = dataclasses.replace(
-            record, score=with_answer_outcome(record.score, record.prediction, record.evidence)
-        )
-        usage = model_usage(record)
-        fallback = record.evidence.get("fallback")
-        copies = {
-            name: copies_demonstration(record.prediction, answers, ())
-            for name, answers in demonstration_answers(record.strategy).items()
-        }
+        score = with_answer_outcome(record.score, record.prediction, record.evidence)
+        record = dataclasses.replace(record, score=score)
+        usage, fallback = model_usage(record), record.evidence.get("fallback")
+        copies = {name: copies_demonstration(record.prediction, answers, ())
+                  for name, answers in demonstration_answers(record.strategy).items()}  # fmt: skip
         costs = {model: usage_cost(used, prices.get(model)) for model, used in usage.items()}
         return cls(record, usage, costs, None if fallback is None else bool(fallback), copies)
 
@@ -171,11 +149,8 @@ class Run:
 
 @dataclass(frozen=True)
 class ReportView:
-    """
-    Every record of a report once, as a `Question`: `questions` in record order, `runs` by (run label, strategy, k,
-    setting) and `by_strategy` by (strategy, k, setting), the runs of every label together, each in the order the
-    records first name it; and the `prices` their costs are at.
-    """
+    """Every record of a report once, as a `Question`: `questions` in record order, `runs` by `RunKey` and
+    `by_strategy` by (strategy, k, setting) (the runs of every label together), and the `prices` of their costs."""
 
     questions: list[Question]
     runs: dict[RunKey, Run]
@@ -183,15 +158,9 @@ class ReportView:
     prices: dict[str, Price]
 
     @classmethod
-    def of(
-        cls,
-        records: Sequence[QuestionRecord],
-        labels: Sequence[str] | None = None,
-        prices: Mapping[str, Price] | None = None,
-    ) -> ReportView:
-        """
-        Derive each record's `Question` and group them by run (`labels`: a run label per record, same order; None:
-        all "").
+    def of(cls, records: Sequence[QuestionRecord], labels: Sequence[str] | None = None,
+           prices: Mapping[str, Price] | None = None) -> ReportView:  # fmt: skip
+        """Group the records by run (`labels`: a run label per record; None: all "").
 
         :raises ValueError: If `labels` does not have one label per record.
         """
