@@ -1,7 +1,5 @@
-"""
-An evaluation run as Haystack's `EvaluationRunResult`s, and an optional semantic-answer-similarity (SAS) score from
-Haystack's `SASEvaluator` on the packaged all-MiniLM-L6-v2 model (the `dense` extra). See `docs/evaluation-haystack.md`.
-"""
+"""An evaluation run as Haystack's `EvaluationRunResult`s, and semantic answer similarity (SAS) from Haystack's
+`SASEvaluator` on the packaged all-MiniLM-L6-v2 (the `dense` extra). See `docs/evaluation-haystack.md`."""
 
 from __future__ import annotations
 
@@ -27,7 +25,6 @@ INPUT_COLUMNS = ("question_id", "question", "ground_truth_answers", "answerable"
 
 
 def _questions_in_order(records: Sequence[QuestionRecord], dataset: EvalDataset) -> list[Question]:
-    """The dataset's questions that some record answers, in dataset order; ValueError for an unknown id."""
     answered = {record.question_id for record in records}
     unknown = sorted(answered - {question.id for question in dataset.questions})
     if unknown:
@@ -41,20 +38,17 @@ def _questions_in_order(records: Sequence[QuestionRecord], dataset: EvalDataset)
 
 
 def _mean(values: list[float]) -> float | None:
-    """The mean of the values that are not NaN; None when there are none."""
     kept = [value for value in values if not math.isnan(value)]
     return math.fsum(kept) / len(kept) if kept else None
 
 
-def to_evaluation_run_results(
-    records: Iterable[QuestionRecord], dataset: EvalDataset, *, sas: Mapping[RecordKey, float | None] | None = None
-) -> dict[str, EvaluationRunResult]:
+def to_evaluation_run_results(records: Iterable[QuestionRecord], dataset: EvalDataset, *,
+                              sas: Mapping[RecordKey, float | None] | None = None,
+                              ) -> dict[str, EvaluationRunResult]:  # fmt: skip
     """
-    Convert the records of an evaluation run into one Haystack `EvaluationRunResult` per (strategy, k, setting).
-
-    Every result lists the same questions in dataset order (`comparative_detailed_report` compares any two); `results`
-    are fractions in [0, 1]: `exact_match`, `f1`, `accuracy` (answerable), `reject` (unanswerable), `sas` when given,
-    NaN where a metric does not apply or a run did not answer.
+    One Haystack `EvaluationRunResult` per (strategy, k, setting) of the records, each over the same questions in
+    dataset order (so `comparative_detailed_report` compares any two); `results` in [0, 1]: `exact_match`, `f1`,
+    `accuracy` (answerable), `reject` (unanswerable), `sas` when given, NaN where it does not apply or no answer.
 
     :param sas: SAS score by `QuestionRecord.key()` (`records_sas`); None leaves the `sas` metric out.
     :returns: `EvaluationRunResult` by name, in the order the records first name each run.
@@ -76,13 +70,9 @@ def to_evaluation_run_results(
     for (strategy, top_k, setting), by_id in groups.items():
         name = strategy if single else f"{strategy} top-{top_k} {setting}"
         if missing := len(questions) - len(by_id):
-            logger.warning(
-                "Run {run_name!r} did not answer {missing} of the {total} questions; their rows have no prediction "
-                "and NaN scores",
-                run_name=name,
-                missing=missing,
-                total=len(questions),
-            )
+            logger.warning("Run {run_name!r} did not answer {missing} of the {total} questions; their rows have "
+                           "no prediction and NaN scores", run_name=name, missing=missing,
+                           total=len(questions))  # fmt: skip
         inputs: dict[str, list] = {column: [] for column in INPUT_COLUMNS}
         scores: dict[str, list[float]] = {metric: [] for metric in metrics}
         for question in questions:
@@ -110,18 +100,13 @@ def to_evaluation_run_results(
                     values["sas"] = float(value)
             for metric, value in values.items():
                 scores[metric].append(value)
-        results[name] = EvaluationRunResult(
-            run_name=name,
-            inputs=inputs,
-            results={
-                metric: {"score": _mean(values), "individual_scores": values} for metric, values in scores.items()
-            },
-        )
+        results[name] = EvaluationRunResult(run_name=name, inputs=inputs, results={
+            metric: {"score": _mean(values), "individual_scores": values} for metric, values in scores.items()},
+        )  # fmt: skip
     return results
 
 
 def _sas_evaluator(model: str | None, batch_size: int) -> SASEvaluator:
-    """A warmed-up `SASEvaluator` on `model` (None: the packaged all-MiniLM-L6-v2)."""
     try:
         import sentence_transformers  # noqa: F401
     except ImportError as error:
@@ -138,13 +123,11 @@ def _sas_evaluator(model: str | None, batch_size: int) -> SASEvaluator:
     return evaluator
 
 
-def sas_scores(
-    predictions: Sequence[str], golds: Sequence[Sequence[str]], *, model: str | None = None, batch_size: int = 32
-) -> list[float | None]:
+def sas_scores(predictions: Sequence[str], golds: Sequence[Sequence[str]], *, model: str | None = None,
+               batch_size: int = 32) -> list[float | None]:  # fmt: skip
     """
-    Semantic answer similarity (SAS) of each prediction to its gold answers, with Haystack's `SASEvaluator`.
-
-    Unit: the cosine similarity of the two embeddings (about 0.0 unrelated to 1.0 same meaning), best over the golds.
+    SAS of each prediction: the cosine similarity of its and a gold answer's embeddings (about 0.0 unrelated to 1.0
+    same meaning), best over the golds, with Haystack's `SASEvaluator`.
 
     :param model: A sentence-transformers model folder or name; None: the packaged all-MiniLM-L6-v2.
     :returns: One score per question, in order; None for a question without gold answers.
@@ -170,9 +153,8 @@ def sas_scores(
     ]
 
 
-def records_sas(
-    records: Iterable[QuestionRecord], dataset: EvalDataset, *, model: str | None = None, batch_size: int = 32
-) -> dict[RecordKey, float | None]:
+def records_sas(records: Iterable[QuestionRecord], dataset: EvalDataset, *, model: str | None = None,
+                batch_size: int = 32) -> dict[RecordKey, float | None]:  # fmt: skip
     """
     The SAS of every record (`sas_scores`), by `QuestionRecord.key()`; None for unanswerable questions.
 
@@ -186,9 +168,8 @@ def records_sas(
     return {record.key(): score for record, score in zip(records, scores, strict=True)}
 
 
-def load_evaluation_run_results(
-    runs: str | Path | Sequence[str | Path], dataset: EvalDataset, *, sas: bool = False, sas_model: str | None = None
-) -> dict[str, EvaluationRunResult]:
+def load_evaluation_run_results(runs: str | Path | Sequence[str | Path], dataset: EvalDataset, *, sas: bool = False,
+                                sas_model: str | None = None) -> dict[str, EvaluationRunResult]:  # fmt: skip
     """
     Read `eval --out` folders and convert their records (`to_evaluation_run_results`); `sas=True` adds `sas`.
 
@@ -199,6 +180,5 @@ def load_evaluation_run_results(
     records = [record for folder in folders for record in read_records(folder / RESULTS_FILE)]
     if not records:
         raise FileNotFoundError(f"No {RESULTS_FILE} records in {', '.join(str(folder) for folder in folders)}")
-    return to_evaluation_run_results(
-        records, dataset, sas=records_sas(records, dataset, model=sas_model) if sas else None
-    )
+    by_key = records_sas(records, dataset, model=sas_model) if sas else None
+    return to_evaluation_run_results(records, dataset, sas=by_key)
