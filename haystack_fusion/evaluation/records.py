@@ -1,18 +1,16 @@
 """
-Evaluation records: one JSON line per answered question, fingerprinted, safe to resume.
-
-A run folder holds `results.jsonl` (`QuestionRecord`s: ids, scores, no question, gold or passage text),
-`evidence_text.jsonl` (model text that may quote passages; git-ignored) and `run.json` (`write_run_manifest`). Lines
-are whole appends plus `fsync`; `repair` cuts a torn last line. Failed records are skipped by `read_records` and asked
-again on re-run (`read_failures`).
+Evaluation records: a run folder holds `results.jsonl` (one `QuestionRecord` per answered question: ids and scores, no
+dataset text), `evidence_text.jsonl` (model text that may quote passages; git-ignored) and `run.json`. Lines are whole
+appends plus `fsync`; `repair` cuts a torn last line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -32,20 +30,8 @@ TEXT_EVIDENCE_KEYS = ("summaries",)
 """Evidence keys whose values are model text that may quote passages: kept out of the records."""
 NOTE_TEXT_KEY = "note"
 """The free-text field of a Chain-of-Note note (its `relevance` label stays in the record)."""
-
-RUNTIME_SETTINGS = (
-    "max_concurrency",
-    "max_calls_in_flight",
-    "n_threads",
-    "n_threads_batch",
-    "verbose",
-    "timeout",
-    "max_retries",
-    "logprobs",
-    "top_logprobs",
-    "api_base_url",
-    "index",
-)
+RUNTIME_SETTINGS = ("max_concurrency", "max_calls_in_flight", "n_threads", "n_threads_batch", "verbose", "timeout",
+                    "max_retries", "logprobs", "top_logprobs", "api_base_url", "index")  # fmt: skip
 """Init parameters that change speed, what a reply reports or where a model or store is reached, not predictions:
 not fingerprinted, so a run resumes with other values of them."""
 
@@ -53,12 +39,9 @@ not fingerprinted, so a run resumes with other values of them."""
 @dataclass
 class QuestionRecord:
     """
-    One line of `results.jsonl`: a question answered by one registered `strategy` at one `top_k` in one passage
-    `setting` (`PassageSetting.label()`).
-
-    `evidence` is the structured evidence without free text (`split_evidence`); `passages` the ids shown, in rank
-    order; `fingerprint` the `run_fingerprint` of the pipeline. `redacted`: text was cut out afterwards, so rescoring
-    keeps `score`. `error`: None for a clean answer, else what failed, on one line.
+    One line of `results.jsonl`: a question answered by a `strategy` at a `top_k` in a `setting` (`PassageSetting
+    .label()`). `evidence`: without free text (`split_evidence`); `passages`: the ids shown, in rank order;
+    `fingerprint`: `run_fingerprint`; `redacted`: text was cut out, so rescoring keeps `score`; `error`: what failed.
     """
 
     strategy: str
@@ -80,7 +63,7 @@ class QuestionRecord:
         return self.error is not None
 
     def key(self) -> tuple[str, int, str, str]:
-        """The resume key: (strategy, k, setting, question id)."""
+        """(strategy, k, setting, question id)."""
         return (self.strategy, self.top_k, self.setting, self.question_id)
 
     def to_json(self) -> str:
@@ -114,11 +97,9 @@ def split_evidence(evidence: Mapping[str, Any]) -> tuple[dict[str, Any], dict[st
 
 def merge_evidence(structured: Mapping[str, Any], text: Mapping[str, Any] | None) -> dict[str, Any]:
     """The inverse of `split_evidence` (notes get their `note` text back when it was kept)."""
-    merged = dict(structured)
-    for key in TEXT_EVIDENCE_KEYS:
-        if text and key in text:
-            merged[key] = text[key]
-    if text and "notes" in text and merged.get("notes") is not None:
+    text = text or {}
+    merged = {**structured, **{key: text[key] for key in TEXT_EVIDENCE_KEYS if key in text}}
+    if "notes" in text and merged.get("notes") is not None:
         merged["notes"] = [
             {**note, NOTE_TEXT_KEY: note_text} for note, note_text in zip(merged["notes"], text["notes"], strict=False)
         ]
@@ -126,7 +107,6 @@ def merge_evidence(structured: Mapping[str, Any], text: Mapping[str, Any] | None
 
 
 def _without_runtime(value: Any) -> Any:
-    """The value without `RUNTIME_SETTINGS` keys at any depth."""
     if isinstance(value, dict):
         return {k: _without_runtime(v) for k, v in value.items() if k not in RUNTIME_SETTINGS}
     if isinstance(value, list | tuple):
@@ -143,11 +123,9 @@ def _component_dict(name: str, instance: Any) -> dict[str, Any]:
 
 def run_fingerprint(pipeline: Pipeline) -> str:
     """
-    The fingerprint of a run's records, so a resumed run never mixes records made with other settings: a hash of the
-    pipeline's `to_dict()` without `RUNTIME_SETTINGS` (a component that cannot be serialized counts by its class) and
-    of every prompt template (`PROMPTS`).
-
-    :returns: The first 16 hex digits of the SHA-256 of their canonical JSON.
+    The fingerprint of a run's records, so a resumed run never mixes in records made with other settings: the first
+    16 hex digits of the SHA-256 of the pipeline's `to_dict()` without `RUNTIME_SETTINGS` (a component that cannot be
+    serialized counts by its class) and of every prompt template (`PROMPTS`).
     """
     try:
         serialized = pipeline.to_dict()
@@ -181,20 +159,17 @@ def append_line(path: Path, line: str) -> None:
         os.close(fd)
 
 
-def _read_lines(path: Path) -> Iterator[QuestionRecord]:
-    if not path.is_file():
-        return
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            yield QuestionRecord.from_json(line)
-        except ValueError:  # a torn last line (a run killed mid-write)
-            continue
+def _json_lines(path: Path, parse: Callable[[str], Any]) -> Iterator[Any]:
+    """`parse` of each line of a file (none without the file), skipping a torn line (a run killed mid-write)."""
+    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            yield parse(line)
 
 
 def read_records(path: Path) -> list[QuestionRecord]:
     """The clean records of a `results.jsonl` file in file order, first of each key; none when there is no file."""
     records: dict[tuple[str, int, str, str], QuestionRecord] = {}
-    for record in _read_lines(path):
+    for record in _json_lines(path, QuestionRecord.from_json):
         if not record.failed:
             records.setdefault(record.key(), record)
     return list(records.values())
@@ -204,7 +179,7 @@ def read_failures(path: Path) -> list[QuestionRecord]:
     """The last failed record of each key with no clean record (what a re-run asks again), by first failure."""
     clean: set[tuple[str, int, str, str]] = set()
     failures: dict[tuple[str, int, str, str], QuestionRecord] = {}
-    for record in _read_lines(path):
+    for record in _json_lines(path, QuestionRecord.from_json):
         if record.failed:
             failures[record.key()] = record
         else:
@@ -216,25 +191,17 @@ RUN_FILE = "run.json"
 """A run folder's manifest: report title, dataset, command, strategy options, prices."""
 
 
-def write_run_manifest(
-    folder: str | Path,
-    *,
-    title: str,
-    dataset: str,
-    command: list[str] | None = None,
-    runtime: Mapping[str, str] | None = None,
-    notes: Sequence[str] = (),
-    strategy_options: Mapping[str, Any] | None = None,
-    prices: Mapping[str, Sequence[float]] | None = None,
-) -> None:
+def write_run_manifest(folder: str | Path, *, title: str, dataset: str, command: list[str] | None = None,
+                       runtime: Mapping[str, str] | None = None, notes: Sequence[str] = (),
+                       strategy_options: Mapping[str, Any] | None = None,
+                       prices: Mapping[str, Sequence[float]] | None = None) -> None:  # fmt: skip
     """
     Write the run folder's `run.json`, read by `haystack-fusion report` (`title`, `dataset` path or URL).
 
     :param runtime: The runtime that answers (llama.cpp build); every distinct one is listed under `runtimes`.
     :param notes: What the report should say beside the figures, added to those kept, each once.
     :param strategy_options: The `StrategyConfig` fields the run set; None keeps those in `run.json`.
-    :param prices: US dollars per million (input, output) tokens per model, for `report`; None or empty keeps those
-        in `run.json`.
+    :param prices: US dollars per million (input, output) tokens per model; None or empty keeps those in `run.json`.
     """
     previous = read_run_manifest(folder)
     runtimes = list(previous.get("runtimes") or [])
@@ -264,15 +231,13 @@ def read_run_manifest(folder: str | Path) -> dict[str, Any]:
 
 def read_evidence_text(folder: Path) -> dict[tuple[str, int, str, str], dict[str, Any]]:
     """The free-text evidence kept beside a run's records (`evidence_text.jsonl`), by record key; torn lines skipped."""
-    path = folder / EVIDENCE_TEXT_FILE
+
+    def parse(line: str) -> tuple[tuple[str, int, str, str], dict[str, Any]]:
+        data = json.loads(line)
+        strategy, top_k, setting, question_id = data.pop("key")
+        return (strategy, int(top_k), setting, question_id), data
+
     texts: dict[tuple[str, int, str, str], dict[str, Any]] = {}
-    if not path.is_file():
-        return texts
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            data = json.loads(line)
-            strategy, top_k, setting, question_id = data.pop("key")
-        except (json.JSONDecodeError, ValueError, KeyError, TypeError):
-            continue
-        texts.setdefault((strategy, int(top_k), setting, question_id), data)
+    for key, data in _json_lines(folder / EVIDENCE_TEXT_FILE, parse):
+        texts.setdefault(key, data)
     return texts
