@@ -1,8 +1,5 @@
-"""
-Evaluation datasets: a passage corpus plus questions with gold answers and, where known, a gold passage.
-
-`load_dataset` reads the formats of Liu et al. (section 4): SQuAD JSON and NQ-open JSONL over a passage corpus.
-"""
+"""Evaluation datasets: a passage corpus plus questions with gold answers and, where known, a gold passage, in the
+formats of Liu et al. (section 4): SQuAD JSON, and NQ-open JSONL over a passage corpus."""
 
 from __future__ import annotations
 
@@ -38,8 +35,8 @@ class EvalDataset:
 
     @property
     def unanswerable(self) -> int:
-        """The number of questions without a gold answer (`is_impossible`)."""
-        return sum(q.is_impossible for q in self.questions)
+        """The number of questions without one."""
+        return len(self.questions) - self.answerable
 
     def _keep(self, questions: list[Question]) -> EvalDataset:
         return dataclasses.replace(self, questions=questions)
@@ -57,12 +54,8 @@ class EvalDataset:
         return self._keep(list(self.questions[:n]))
 
     def sample(self, n: int | None, *, seed: int = 0) -> EvalDataset:
-        """
-        A fixed stratified random sample of `n` questions (None: all), half answerable and half unanswerable (a short
-        stratum is taken whole, the other fills the rest), in file order; the same `n` and `seed` give the same ones.
-
-        :raises ValueError: If `n` is negative.
-        """
+        """A fixed stratified random sample of `n` questions (None: all), half answerable and half unanswerable (a short
+        stratum is taken whole), in file order. :raises ValueError: If `n` is negative."""
         if n is None:
             return self._keep(list(self.questions))
         if n < 0:
@@ -100,8 +93,7 @@ def _load_nq_questions(path: Path) -> list[Question]:
             qid = str(record["id"]) if record.get("id") is not None else f"q{line_no}"
             if qid in seen:
                 raise ValueError(f"{where}: duplicate question id '{qid}' (first on line {seen[qid]})")
-            seen[qid] = line_no
-            unique = tuple(dict.fromkeys(answers))
+            seen[qid], unique = line_no, tuple(dict.fromkeys(answers))
             questions.append(Question(qid, question, unique, is_impossible=not unique, gold_document_id=None))
     if not questions:
         raise ValueError(f"{path}: no questions found")
@@ -121,9 +113,7 @@ def load_dpr_tsv_passages(path: str | Path) -> list[Document]:
     with path.open(encoding="utf-8-sig", newline="") as f:
         reader = csv.reader(f, delimiter="\t")
         header_seen = False
-        for row in reader:
-            if not row:
-                continue
+        for row in filter(None, reader):
             where = f"{path}: line {reader.line_num}"
             if not header_seen:
                 if tuple(cell.strip().lower() for cell in row) != DPR_TSV_HEADER:
@@ -159,29 +149,22 @@ def load_dataset(
     suffix = path.suffix.lower()
     if suffix == ".json":
         if corpus is not None:
-            raise ValueError(
-                f"'{dataset}' is a SQuAD file, which carries its own passages: `--corpus` is only for .jsonl datasets"
-            )
+            raise ValueError(f"'{dataset}' is a SQuAD file, which carries its own passages: `--corpus` is only for "
+                             ".jsonl datasets")  # fmt: skip
         documents, questions = _corpus.load_squad(path)
         return EvalDataset(name=path.stem, documents=documents, questions=questions)
     if suffix != ".jsonl":
-        raise ValueError(
-            f"Cannot load an evaluation dataset from '{dataset}': expected a SQuAD .json or an NQ-open .jsonl file"
-        )
+        raise ValueError(f"Cannot load an evaluation dataset from '{dataset}': expected a SQuAD .json or an NQ-open "
+                         ".jsonl file")  # fmt: skip
     if corpus is None:
-        raise ValueError(
-            f"'{dataset}' is an NQ-open question file: `--corpus` is needed (a .jsonl or DPR-style .tsv passage "
-            "file to retrieve from)"
-        )
+        raise ValueError(f"'{dataset}' is an NQ-open question file: `--corpus` is needed (a .jsonl or DPR-style .tsv "
+                         "passage file to retrieve from)")  # fmt: skip
     corpus_file = _corpus.local_path(corpus, cache_dir=cache_dir)
     questions = _load_nq_questions(path)
-    if corpus_file.suffix.lower() == ".tsv":
-        documents = load_dpr_tsv_passages(corpus_file)
-    elif corpus_file.suffix.lower() == ".jsonl":
-        documents = _corpus.load_jsonl_passages(corpus_file)
-    else:
+    loaders = {".tsv": load_dpr_tsv_passages, ".jsonl": _corpus.load_jsonl_passages}
+    if (load := loaders.get(corpus_file.suffix.lower())) is None:
         raise ValueError(f"Cannot load a passage corpus from '{corpus_file}': expected a .jsonl or DPR-style .tsv file")
-    logger.info(
-        "Loaded {q} questions from {path} over {n} passages", q=len(questions), path=str(path), n=len(documents)
-    )
+    documents = load(corpus_file)
+    logger.info("Loaded {q} questions from {path} over {n} passages", q=len(questions), path=str(path),
+                n=len(documents))  # fmt: skip
     return EvalDataset(name=path.stem, documents=documents, questions=questions)
