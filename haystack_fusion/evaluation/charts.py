@@ -1,7 +1,4 @@
-"""
-The report's charts, PNG files drawn with matplotlib (the `eval` extra): EM against tokens, top-k and noise ratio (Liu
-et al. Figures 3 and 4, Yu et al. Table 3), accuracy against cost, and selective answering.
-"""
+"""The report's PNG charts, drawn with matplotlib (the `eval` extra); each `draw_*` raises ImportError without it."""
 
 from __future__ import annotations
 
@@ -36,8 +33,7 @@ def noise_ratio(setting: str) -> float | None:
 
 @contextmanager
 def _chart(path: Path, size: tuple[float, float] = (6, 4)) -> Iterator[Any]:
-    """The axes of a new figure, saved as a PNG at `path` (120 dpi) when the block ends. :raises ImportError: Without
-    matplotlib (the `eval` extra)."""
+    """The axes of a new figure, saved as a PNG at `path` (120 dpi) when the block ends."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -53,7 +49,7 @@ def _chart(path: Path, size: tuple[float, float] = (6, 4)) -> Iterator[Any]:
 
 
 def _em_lines(points: Sequence[tuple[str, Any, float]], path: Path, *, xlabel: str, title: str) -> None:
-    """One line of EM over x per strategy, from (strategy, x, EM) points, saved as a PNG at `path`."""
+    """One line of EM over x per strategy, from (strategy, x, EM) points."""
     with _chart(path) as axes:
         for strategy in dict.fromkeys(name for name, _, _ in points):
             series = sorted((x, em) for name, x, em in points if name == strategy)
@@ -62,15 +58,13 @@ def _em_lines(points: Sequence[tuple[str, Any, float]], path: Path, *, xlabel: s
         axes.legend()
 
 
-def draw_charts(
-    view: ReportView, summaries: Sequence[dict[str, Any]], sweep_rows: Sequence[dict[str, Any]], out: Path
-) -> tuple[str | None, str | None]:
+def draw_charts(view: ReportView, summaries: Sequence[dict[str, Any]], sweep_rows: Sequence[dict[str, Any]],
+                out: Path) -> tuple[str | None, str | None]:  # fmt: skip
     """
     Draw EM vs tokens (Liu et al. Figure 3), EM vs top-k (Figure 4), EM vs noise ratio (Yu et al. Table 3), accuracy
-    against cost (`draw_cost_chart`) and selective answering (`draw_selective_chart`), each when it has points.
+    against cost and selective answering, each when it has points.
 
     :returns: The file names of the cost and the selective answering charts, None for one not drawn.
-    :raises ImportError: Without matplotlib (the `eval` extra).
     """
     cost = draw_cost_chart(summaries, sweep_rows, out)
     selective = draw_selective_chart(view, out)
@@ -78,10 +72,7 @@ def draw_charts(
     first_setting = summaries[0]["setting"]
     points = [s for s in summaries if s["top_k"] == smallest and s["setting"] == first_setting and s["em"] is not None]
     with _chart(out / TOKENS_CHART) as axes:
-        for index, s in enumerate(points):
-            axes.scatter(s["tokens_per_question"], s["em"])
-            offset = (4, 4) if index % 2 == 0 else (4, -12)  # alternate, so labels of nearby points do not overlap
-            axes.annotate(label(s), (s["tokens_per_question"], s["em"]), textcoords="offset points", xytext=offset)
+        _scatter(axes, [(s["tokens_per_question"], s["em"], label(s)) for s in points])
         axes.set(xlabel="tokens per question (prompt + completion)", ylabel="EM (answerable questions)",
                  title=f"EM vs tokens, top-{smallest} (cf. Liu et al. Figure 3)")  # fmt: skip
     if len({s["top_k"] for s in summaries}) > 1:
@@ -95,15 +86,20 @@ def draw_charts(
     return (cost.name if cost else None), (selective.name if selective else None)
 
 
-def draw_cost_chart(
-    summaries: Sequence[dict[str, Any]], sweep_rows: Sequence[dict[str, Any]], out: Path
-) -> Path | None:
+def _scatter(axes: Any, points: Sequence[tuple[float, float, str]], **text: Any) -> None:
+    """Labelled points, the labels alternately above and below, so labels of nearby points do not overlap."""
+    for index, (x, y, name) in enumerate(points):
+        axes.scatter(x, y)
+        axes.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4) if index % 2 == 0 else (4, -12), **text)
+
+
+def draw_cost_chart(summaries: Sequence[dict[str, Any]], sweep_rows: Sequence[dict[str, Any]],
+                    out: Path) -> Path | None:  # fmt: skip
     """
-    Draw EM (answerable questions) against cost per question: one labelled point per run, and the replayed concat_pf
-    (`calibration.sweep`) as a line over its taus, at the first k and setting it has. Only priced runs and taus.
+    Draw EM (answerable questions) against cost per question: one point per priced run, and the replayed concat_pf
+    (`calibration.sweep`) as a line over its priced taus, at the first k and setting it has.
 
     :returns: The chart's path; None (nothing drawn) when no run or tau has a cost.
-    :raises ImportError: Without matplotlib (the `eval` extra).
     """
     points = [s for s in summaries if s.get("cost_per_question") is not None and s["em"] is not None]
     first = next(((r["top_k"], r["setting"]) for r in sweep_rows), None)
@@ -115,11 +111,8 @@ def draw_cost_chart(
     if not points and not line:
         return None
     with _chart(out / COST_CHART, (6.4, 4.4)) as axes:
-        for index, s in enumerate(points):
-            axes.scatter(s["cost_per_question"], s["em"])
-            offset = (4, 4) if index % 2 == 0 else (4, -12)
-            axes.annotate(f"{label(s)} (top-{s['top_k']})", (s["cost_per_question"], s["em"]), fontsize=8,
-                          textcoords="offset points", xytext=offset)  # fmt: skip
+        runs = [(s["cost_per_question"], s["em"], f"{label(s)} (top-{s['top_k']})") for s in points]
+        _scatter(axes, runs, fontsize=8)
         if line:
             axes.plot([c for c, _, _ in line], [em for _, em, _ in line], marker=".", alpha=0.6,
                       label=f"concat_pf replayed over tau (top-{first[0]})" if first else None)  # fmt: skip
