@@ -91,12 +91,10 @@ class QuestionScore:
 
     def __post_init__(self) -> None:
         for name in ("em", "f1", "accuracy"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
+            if not 0.0 <= (value := getattr(self, name)) <= 1.0:
                 raise ValueError(f"QuestionScore {self.id!r}: `{name}` must be in [0, 1], got {value!r}")
         for name in ("prompt_tokens", "completion_tokens", "calls", "seconds", "truncated_calls"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
+            if not (math.isfinite(value := getattr(self, name)) and value >= 0):
                 raise ValueError(f"QuestionScore {self.id!r}: `{name}` must be a finite number >= 0, got {value!r}")
         if self.pool_has_gold and self.majority_correct is None:
             raise ValueError(f"QuestionScore {self.id!r}: `majority_correct` is None but `pool_has_gold` is True")
@@ -125,14 +123,10 @@ def with_answer_outcome(score: QuestionScore, prediction: str | None, evidence: 
 
 def outcome_counts(scores: Sequence[QuestionScore]) -> dict[str, int]:
     """How many of a run's final answers were not answers, and how many were answered."""
-    return {
-        "answered_count": sum(not (s.empty or s.invalid or s.unknown) for s in scores),
-        "unknown_count": sum(s.unknown for s in scores),
-        "empty_count": sum(s.empty for s in scores),
-        "invalid_count": sum(s.invalid for s in scores),
-        "truncated_count": sum(s.truncated for s in scores),
-        "truncated_calls": sum(s.truncated_calls for s in scores),
-    }
+    return {"answered_count": sum(not (s.empty or s.invalid or s.unknown) for s in scores),
+            **{f"{flag}_count": sum(getattr(s, flag) for s in scores) for flag in ("unknown", "empty", "invalid",
+                                                                                   "truncated")},
+            "truncated_calls": sum(s.truncated_calls for s in scores)}  # fmt: skip
 
 
 RATES: dict[str, Callable[[Sequence[QuestionScore]], list[Any]]] = {
@@ -166,22 +160,16 @@ def summarize(scores: Sequence[QuestionScore]) -> dict[str, float | int | None]:
     completion_tokens = sum(score.completion_tokens for score in scores)
     seconds = [score.seconds for score in scores]
     return {
-        "questions": n,
-        "answerable": len(answerable),
-        "unanswerable": n - len(answerable),
+        "questions": n, "answerable": len(answerable), "unanswerable": n - len(answerable),
         **{key: rates[key] for key in ("em", "f1", "accuracy", "unknown_rate")},
         "nm_rate": (100.0 * nm_count / len(with_gold) if with_gold else None) if has_pool else None,
-        "nm_count": nm_count if has_pool else None,
-        "pool_has_gold_count": len(with_gold) if has_pool else None,
-        "reject_rate": rates["reject_rate"],
-        "recall_at_k": rates["recall_at_k"],
+        "nm_count": nm_count if has_pool else None, "pool_has_gold_count": len(with_gold) if has_pool else None,
+        "reject_rate": rates["reject_rate"], "recall_at_k": rates["recall_at_k"],
         "calls_per_question": sum(score.calls for score in scores) / n,
-        "prompt_tokens_per_question": prompt_tokens / n,
-        "completion_tokens_per_question": completion_tokens / n,
+        "prompt_tokens_per_question": prompt_tokens / n, "completion_tokens_per_question": completion_tokens / n,
         "tokens_per_question": (prompt_tokens + completion_tokens) / n,
-        "latency_p50": float(np.percentile(seconds, 50)),
-        "latency_p95": float(np.percentile(seconds, 95)),
-    }
+        "latency_p50": float(np.percentile(seconds, 50)), "latency_p95": float(np.percentile(seconds, 95)),
+    }  # fmt: skip
 
 
 def bootstrap_settings(seed: int = DEFAULT_SEED, resamples: int = BOOTSTRAP_RESAMPLES) -> dict[str, Any]:
@@ -256,8 +244,7 @@ def summarize_with_intervals(scores: Sequence[QuestionScore], *, seed: int = DEF
     for key, value in summarize(scores).items():
         summary[key] = value
         if key in RATES:
-            interval = rate_ci(RATES[key](scores), seed=seed)
-            summary[f"{key}_ci"] = list(interval) if interval is not None else None
+            summary[f"{key}_ci"] = list(interval) if (interval := rate_ci(RATES[key](scores), seed=seed)) else None
     return summary
 
 

@@ -100,9 +100,8 @@ def merge_evidence(structured: Mapping[str, Any], text: Mapping[str, Any] | None
     text = text or {}
     merged = {**structured, **{key: text[key] for key in TEXT_EVIDENCE_KEYS if key in text}}
     if "notes" in text and merged.get("notes") is not None:
-        merged["notes"] = [
-            {**note, NOTE_TEXT_KEY: note_text} for note, note_text in zip(merged["notes"], text["notes"], strict=False)
-        ]
+        merged["notes"] = [{**note, NOTE_TEXT_KEY: note_text}
+                           for note, note_text in zip(merged["notes"], text["notes"], strict=False)]  # fmt: skip
     return merged
 
 
@@ -209,17 +208,12 @@ def write_run_manifest(folder: str | Path, *, title: str, dataset: str, command:
         runtimes.append(dict(runtime))
     kept = list(previous.get("notes") or [])
     kept += [note for note in notes if note not in kept]
-    manifest: dict[str, Any] = {"title": title, "dataset": dataset, "command": command}
-    if runtimes:
-        manifest["runtimes"] = runtimes
-    if kept:
-        manifest["notes"] = kept
     options = previous.get("strategy_options") if strategy_options is None else dict(strategy_options)
-    if options is not None:
-        manifest["strategy_options"] = json.loads(json.dumps(options, default=str))
     kept_prices = {model: list(price) for model, price in prices.items()} if prices else previous.get("prices")
-    if kept_prices:
-        manifest["prices"] = kept_prices
+    manifest: dict[str, Any] = {"title": title, "dataset": dataset, "command": command}
+    options = None if options is None else json.loads(json.dumps(options, default=str))
+    manifest.update((key, value) for key, value in (("runtimes", runtimes or None), ("notes", kept or None),
+                    ("strategy_options", options), ("prices", kept_prices or None)) if value is not None)  # fmt: skip
     (Path(folder) / RUN_FILE).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
 
 

@@ -152,13 +152,9 @@ class Evaluator:
     dataset = load_dataset(default_squad_path()).sample(20, seed=0)
     store = InMemoryDocumentStore()
     store.write_documents(dataset.documents)
-    records = Evaluator(
-        dataset,
-        EvalConfig(strategies=["concatenation", "concat_pf"]),
-        "runs/demo",
-        retriever_factory=lambda: InMemoryBM25Retriever(document_store=store),
-        generator_factory=local_chat_generator,
-    ).run()
+    records = Evaluator(dataset, EvalConfig(strategies=["concatenation", "concat_pf"]), "runs/demo",
+                        retriever_factory=lambda: InMemoryBM25Retriever(document_store=store),
+                        generator_factory=local_chat_generator).run()
     ```
 
     :param retriever_factory: Makes a fresh retriever (one per pipeline).
@@ -170,11 +166,8 @@ class Evaluator:
     def __init__(self, dataset: EvalDataset, config: EvalConfig, out: str | Path, *,
                  retriever_factory: Callable[[], Any], generator_factory: Callable[[], ChatGenerator],
                  fallback_generator_factory: Callable[[], ChatGenerator] | None = None) -> None:  # fmt: skip
-        self.dataset = dataset
-        self.config = config
-        self.out = Path(out)
-        self.retriever_factory = retriever_factory
-        self.generator_factory = generator_factory
+        self.dataset, self.config, self.out = dataset, config, Path(out)
+        self.retriever_factory, self.generator_factory = retriever_factory, generator_factory
         self.fallback_generator_factory = fallback_generator_factory
         self._gold = {d.id: d for d in dataset.documents}
         self._lock = threading.Lock()
@@ -361,9 +354,8 @@ class Evaluator:
 
     def run(self, questions: Iterable[Question] | None = None) -> list[QuestionRecord]:
         """
-        Evaluate every strategy at every k, question by question.
+        Evaluate every strategy at every k on `questions` (default: the dataset's), question by question.
 
-        :param questions: The questions (default: the dataset's).
         :returns: The clean records, in strategy, k, question order (failed ones: `records.read_failures`).
         :raises FingerprintMismatchError: If `out` holds records of the same run made with other settings (another
             pipeline, LLM or prompt).

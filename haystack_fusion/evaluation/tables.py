@@ -26,8 +26,7 @@ def dollars(value: float | None, ci: Sequence[float] | None = None, *, missing: 
 def _auc(result: dict[str, Any] | None) -> str:
     if result is None:
         return "–"
-    interval = f" [{result['ci'][0]:.2f}, {result['ci'][1]:.2f}]" if result["ci"] else ""
-    return f"{result['auroc']:.2f}{interval} ({result['positives']}/{result['negatives']})"
+    return _cell(result["auroc"], result["ci"], spec=".2f") + f" ({result['positives']}/{result['negatives']})"
 
 
 def markdown(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
@@ -119,11 +118,8 @@ def _table(runs: Sequence[dict[str, Any]], columns: Columns, setting: bool) -> s
     """One row per run: (run, when labelled,) strategy, (setting,) top-k, then `columns`."""
     labelled = any("run" in s for s in runs)
     header = [*(["run"] if labelled else []), "strategy", *(["setting"] if setting else []), "top-k", *columns]
-    return markdown(
-        header,
-        ([*([s.get("run", "")] if labelled else []), s["strategy"], *([s["setting"]] if setting else []), s["top_k"],
-          *(c(s) for c in columns.values())] for s in runs),
-    )  # fmt: skip
+    return markdown(header, ([*([s.get("run", "")] if labelled else []), s["strategy"], *([s["setting"]] if setting
+                             else []), s["top_k"], *(c(s) for c in columns.values())] for s in runs))  # fmt: skip
 
 
 def main_columns(summaries: Sequence[dict[str, Any]]) -> Columns:
@@ -159,15 +155,11 @@ def markdown_table(summaries: Sequence[dict[str, Any]], *, baseline: str | None 
             + " (Kim et al., Appendix H); none with fewer than two questions."
         )
     if any(s.get("cost_per_question") is not None for s in summaries):
-        notes += (
-            "\n\ncost/q $: US dollars per question at the prices below, mean over all questions (bracket: 95% "
-            "bootstrap interval)."
-        )
+        notes += ("\n\ncost/q $: US dollars per question at the prices below, mean over all questions (bracket: 95% "
+                  "bootstrap interval).")  # fmt: skip
     if any(s.get("escalated_rate") is not None for s in summaries):
-        notes += (
-            "\n\nfallback %: share of the questions the first round (concatenation) passed on to the fallback rounds; "
-            "- for strategies without rounds."
-        )
+        notes += ("\n\nfallback %: share of the questions the first round (concatenation) passed on to the fallback "
+                  "rounds; - for strategies without rounds.")  # fmt: skip
     compared = [s for s in summaries if s["strategy"] != baseline and "em_diff" in s] if baseline else []
     if compared:
         notes += (
@@ -200,9 +192,7 @@ def calibration_markdown(calibration: Mapping[str, Any], selective_chart: str | 
         )
     if rows:
         priced = any(row["cost_per_question"] is not None for row in rows)
-        shown = [
-            row for row in rows if row is best or row["tau"] is None or round(row["tau"] * 100) in (20, 40, 60, 80)
-        ]
+        shown = [r for r in rows if r is best or r["tau"] is None or round(r["tau"] * 100) in (20, 40, 60, 80)]
         table = markdown(
             ["top-k", "tau", "questions", "SQuAD 2.0 EM", "EM", "F1", "reject rate", "fallback %",
              *(["cost/q $"] if priced else [])],
