@@ -13,14 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from scipy import stats
 
-from haystack_fusion.evaluation.metrics import (
-    _RNG_KEYWORD,
-    BOOTSTRAP_RESAMPLES,
-    CONFIDENCE,
-    DEFAULT_SEED,
-    mean_ci,
-    rate_ci,
-)
+from haystack_fusion.evaluation.metrics import BOOTSTRAP_RESAMPLES, DEFAULT_SEED, _bootstrap, mean_ci, rate_ci
 from haystack_fusion.evaluation.records import QuestionRecord
 from haystack_fusion.evaluation.view import Question, ReportView, total
 
@@ -61,17 +54,11 @@ def auroc(scores: Sequence[float], labels: Sequence[bool], *, seed: int = DEFAUL
         return result
     with warnings.catch_warnings():  # a constant statistic (perfect separation) is a point interval, not a problem
         warnings.simplefilter("ignore", stats.DegenerateDataWarning)
-        interval = stats.bootstrap(
-            (positives, negatives),
-            lambda pos, neg: _auroc(np.concatenate([pos, neg]), np.arange(len(pos) + len(neg)) < len(pos)),
-            vectorized=False,
-            n_resamples=resamples,
-            confidence_level=CONFIDENCE,
-            method="percentile",
-            **{_RNG_KEYWORD: np.random.default_rng(seed)},
-        ).confidence_interval
-    if not (math.isnan(interval.low) or math.isnan(interval.high)):
-        result["ci"] = [interval.low, interval.high]
+        low, high = _bootstrap((positives, negatives), lambda pos, neg: _auroc(
+            np.concatenate([pos, neg]), np.arange(len(pos) + len(neg)) < len(pos)), paired=False, vectorized=False,
+            seed=seed, resamples=resamples)  # fmt: skip
+    if not (math.isnan(low) or math.isnan(high)):
+        result["ci"] = [low, high]
     return result
 
 

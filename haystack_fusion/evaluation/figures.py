@@ -30,21 +30,14 @@ def answer_outcomes(run: Run, *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
     """`metrics.outcome_counts`, invalid reasons, demonstration copies (no rate for a strategy without any)."""
     records, prompts = run.records, run.questions[0].demo_copies  # the same prompts for every question of a run
     flags = [any(question.demo_copies.values()) for question in run.questions]
-    rejected = [
-        r.evidence.get("invalid_reason") == DEMONSTRATION
-        or any(DEMONSTRATION in str(stage.get("reason") or "") for stage in r.evidence.get("stages") or [])
-        for r in records
-    ]
+    rejected = [r.evidence.get("invalid_reason") == DEMONSTRATION or any(DEMONSTRATION in str(stage.get("reason") or "")
+                for stage in r.evidence.get("stages") or []) for r in records]  # fmt: skip
     reasons = Counter(str(r.evidence.get("invalid_reason")) for r in records if r.score.invalid)
-    return {
-        **outcome_counts(run.scores),
-        "invalid_reasons": dict(sorted(reasons.items())),
-        "demo_copy_count": sum(flags),
-        "demo_copy_rate": 100.0 * sum(flags) / len(flags) if prompts else None,
-        "demo_copy_rate_ci": _ci(rate_ci(flags, seed=seed)) if prompts else None,
-        "demo_copy_prompts": {name: sum(q.demo_copies[name] for q in run.questions) for name in prompts},
-        "demo_rejected_count": sum(rejected),
-    }
+    return {**outcome_counts(run.scores), "invalid_reasons": dict(sorted(reasons.items())),
+            "demo_copy_count": sum(flags), "demo_copy_rate": 100.0 * sum(flags) / len(flags) if prompts else None,
+            "demo_copy_rate_ci": _ci(rate_ci(flags, seed=seed)) if prompts else None,
+            "demo_copy_prompts": {name: sum(q.demo_copies[name] for q in run.questions) for name in prompts},
+            "demo_rejected_count": sum(rejected)}  # fmt: skip
 
 
 def resolve_baseline(view: ReportView, baseline: str | None = None) -> str | None:
@@ -78,8 +71,7 @@ def baseline_difference(run: Run, base: Run | None, *, seed: int = DEFAULT_SEED)
         # fewer than two pairs: the difference without an interval
         entry[f"{metric}_diff"] = result[0] if result else (100.0 * (ours[0] - base_values[0]) if ours else None)
         entry[f"{metric}_diff_ci"] = [result[1], result[2]] if result else None
-    for metric in ("em", "f1"):
-        entry[f"{metric}_diff_significant"] = excludes_zero(entry[f"{metric}_diff_ci"])
+    entry.update({f"{metric}_diff_significant": excludes_zero(entry[f"{metric}_diff_ci"]) for metric in ("em", "f1")})
     entry["diff_significant"] = entry["em_diff_significant"] or entry["f1_diff_significant"]
     return entry
 
@@ -105,14 +97,12 @@ def run_cost(run: Run, *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
         })  # fmt: skip
     known = [cost for q in questions if (cost := q.cost) is not None]
     priced = bool(known) and len(known) == n
-    return {
-        "cost_per_question": sum(known) / n if priced else None,
-        "cost_per_question_ci": _ci(mean_ci(known, seed=seed)) if priced else None,
-        "escalated_rate": 100.0 * sum(flags) / len(flags) if flags else None,
-        "escalated_rate_ci": _ci(rate_ci(flags, seed=seed)) if flags else None,
-        "models": models,
-        "unpriced_models": [m["model"] for m in models if m["cost_per_question"] is None],
-    }
+    return {"cost_per_question": sum(known) / n if priced else None,
+            "cost_per_question_ci": _ci(mean_ci(known, seed=seed)) if priced else None,
+            "escalated_rate": 100.0 * sum(flags) / len(flags) if flags else None,
+            "escalated_rate_ci": _ci(rate_ci(flags, seed=seed)) if flags else None,
+            "models": models,
+            "unpriced_models": [m["model"] for m in models if m["cost_per_question"] is None]}  # fmt: skip
 
 
 def summarize_runs(view: ReportView, *, seed: int = DEFAULT_SEED, baseline: str | None = None,

