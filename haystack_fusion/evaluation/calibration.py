@@ -162,20 +162,17 @@ def replay_summary(outcomes: Iterable[Replayed], *, seed: int = DEFAULT_SEED) ->
     `fallback_rate`; `cost_per_question` in US dollars with its CI (None unless every outcome has a cost)."""
     items = list(outcomes)
     values: dict[str, list[Any]] = {
-        "squad2_em": [o.correct for o in items],
-        "em": [o.em for o in items if o.answerable],
-        "f1": [o.f1 for o in items if o.answerable],
-        "reject_rate": [o.unknown for o in items if not o.answerable],
-        "fallback_rate": [o.stage != "concatenation" for o in items],
-    }
+        "squad2_em": [o.correct for o in items], "em": [o.em for o in items if o.answerable],
+        "f1": [o.f1 for o in items if o.answerable], "reject_rate": [o.unknown for o in items if not o.answerable],
+        "fallback_rate": [o.stage != "concatenation" for o in items]}  # fmt: skip
     summary: dict[str, Any] = {"n": len(items)}
     for name, flags in values.items():
         summary[name] = 100.0 * sum(flags) / len(flags) if flags else None
         summary[f"{name}_ci"] = rate_ci(flags, seed=seed) if flags else None
-    costs = [o.cost for o in items]
-    priced = bool(costs) and None not in costs
-    summary["cost_per_question"] = sum(c for c in costs if c is not None) / len(costs) if priced else None
-    summary["cost_per_question_ci"] = mean_ci([c for c in costs if c is not None], seed=seed) if priced else None
+    costs = [o.cost for o in items if o.cost is not None]
+    priced = bool(costs) and len(costs) == len(items)
+    summary["cost_per_question"] = sum(costs) / len(costs) if priced else None
+    summary["cost_per_question_ci"] = mean_ci(costs, seed=seed) if priced else None
     return summary
 
 
@@ -184,11 +181,8 @@ def sweep(view: ReportView, thresholds: Sequence[float] = DEFAULT_THRESHOLDS, *,
     """`replay` at tau None and each tau of a grid: one row per (k, setting, tau) with `replay_summary`'s figures; a
     tau that replays fewer questions than tau None has no row."""
     rounds = _first_rounds(view)
-    rows = [
-        {"top_k": top_k, "setting": setting, "tau": tau, **replay_summary(outcomes.values(), seed=seed)}
-        for tau in [None, *thresholds]
-        for (top_k, setting), outcomes in _replay_at(rounds, tau).items()
-    ]
+    rows = [{"top_k": k, "setting": setting, "tau": tau, **replay_summary(outcomes.values(), seed=seed)}
+            for tau in [None, *thresholds] for (k, setting), outcomes in _replay_at(rounds, tau).items()]  # fmt: skip
     whole = {(row["top_k"], row["setting"]): row["n"] for row in rows if row["tau"] is None}
     return [row for row in rows if row["n"] >= whole.get((row["top_k"], row["setting"]), 0)]
 
@@ -223,15 +217,13 @@ def choose(rows: Sequence[dict[str, Any]], *, target_accuracy: float | None = No
     return max(candidates, key=lambda row: (row["squad2_em"], -row["fallback_rate"], -row["tau"]), default=None)
 
 
-def choice_reason(
-    best: dict[str, Any] | None, *, target_accuracy: float | None = None, target_fallback: float | None = None
-) -> str:
+def choice_reason(best: dict[str, Any] | None, *, target_accuracy: float | None = None,
+                  target_fallback: float | None = None) -> str:  # fmt: skip
     """Why `choose` picked its row (or none), one sentence for the report."""
     if target_accuracy is not None:
-        if best is None:
-            return f"No tau reaches {target_accuracy:g}% SQuAD 2.0 EM."
-        cost = "cheapest" if best.get("cost_per_question") is not None else "least falling back (no prices)"
-        return f"tau {best['tau']:g} is the {cost} tau with SQuAD 2.0 EM >= {target_accuracy:g}%."
+        cost = "cheapest" if (best or {}).get("cost_per_question") is not None else "least falling back (no prices)"
+        return (f"No tau reaches {target_accuracy:g}% SQuAD 2.0 EM." if best is None
+                else f"tau {best['tau']:g} is the {cost} tau with SQuAD 2.0 EM >= {target_accuracy:g}%.")  # fmt: skip
     if target_fallback is not None:
         if best is None:
             return f"No tau passes at most {target_fallback:g}% of the questions on to the fallback rounds."
@@ -250,14 +242,7 @@ def calibrate(view: ReportView, *, seed: int = DEFAULT_SEED, target_accuracy: fl
     targets = {"target_accuracy": target_accuracy, "target_fallback": target_fallback}
     rows = sweep(view, seed=seed)
     best = choose(rows, **targets)
-    return {
-        "auroc": calibration(view, seed=seed),
-        "concat_pf_sweep": rows,
-        "tau_choice": {
-            **({key: best[key] for key in ("tau", "top_k", "setting")} if best else {"tau": None}),
-            "target": {key: value for key, value in targets.items() if value is not None} or None,
-            "reason": choice_reason(best, **targets),
-        }
-        if rows
-        else None,
-    }
+    choice = {**({key: best[key] for key in ("tau", "top_k", "setting")} if best else {"tau": None}),
+              "target": {key: value for key, value in targets.items() if value is not None} or None,
+              "reason": choice_reason(best, **targets)}  # fmt: skip
+    return {"auroc": calibration(view, seed=seed), "concat_pf_sweep": rows, "tau_choice": choice if rows else None}
