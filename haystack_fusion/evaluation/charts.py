@@ -103,11 +103,8 @@ def draw_cost_chart(summaries: Sequence[dict[str, Any]], sweep_rows: Sequence[di
     """
     points = [s for s in summaries if s.get("cost_per_question") is not None and s["em"] is not None]
     first = next(((r["top_k"], r["setting"]) for r in sweep_rows), None)
-    line = sorted(
-        (r["cost_per_question"], r["em"], r["tau"]) for r in sweep_rows
-        if (r["top_k"], r["setting"]) == first and r["tau"] is not None and r["cost_per_question"] is not None
-        and r["em"] is not None
-    )  # fmt: skip
+    line = sorted((r["cost_per_question"], r["em"], r["tau"]) for r in sweep_rows if (r["top_k"], r["setting"]) == first
+                  and None not in (r["tau"], r["cost_per_question"], r["em"]))  # fmt: skip
     if not points and not line:
         return None
     with _chart(out / COST_CHART, (6.4, 4.4)) as axes:
@@ -131,22 +128,16 @@ def draw_cost_chart(summaries: Sequence[dict[str, Any]], sweep_rows: Sequence[di
 
 def selective_curve(records: Sequence[QuestionRecord]) -> list[tuple[float, float]]:
     """Selective answering: (coverage, accuracy) points in percent as the confidence threshold falls."""
-    answered = sorted(
-        ((float(r.evidence["confidence"]), r.answerable and r.score.em == 1.0) for r in records
-         if r.evidence.get("confidence") is not None and not r.score.unknown),
-        reverse=True,
-    )  # fmt: skip
+    answered = sorted(((float(r.evidence["confidence"]), r.answerable and r.score.em == 1.0) for r in records
+                       if r.evidence.get("confidence") is not None and not r.score.unknown), reverse=True)  # fmt: skip
     right = np.cumsum([correct for _, correct in answered])
     return [(100.0 * i / len(records), 100.0 * float(right[i - 1]) / i) for i in range(1, len(answered) + 1)]
 
 
 def draw_selective_chart(view: ReportView, out: Path) -> Path | None:
     """Draw `selective_answering.png` (one line per run with confidences); None when no run has them."""
-    curves = {
-        f"{strategy} (top-{top_k})": curve
-        for (strategy, top_k, _), group in view.by_strategy.items()
-        if (curve := selective_curve([question.record for question in group]))
-    }
+    curves = {f"{strategy} (top-{top_k})": curve for (strategy, top_k, _), group in view.by_strategy.items()
+              if (curve := selective_curve([question.record for question in group]))}  # fmt: skip
     if not curves:
         return None
     with _chart(out / SELECTIVE_CHART, (6.4, 4.4)) as axes:

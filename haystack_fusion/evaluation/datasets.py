@@ -39,7 +39,7 @@ class EvalDataset:
         return len(self.questions) - self.answerable
 
     def _keep(self, questions: list[Question]) -> EvalDataset:
-        return dataclasses.replace(self, questions=questions)
+        return dataclasses.replace(self, questions=list(questions))
 
     def only(self, kind: str) -> EvalDataset:
         """Keep "all", the "answerable" or the "unanswerable" questions, in order. :raises ValueError: Another kind."""
@@ -51,23 +51,19 @@ class EvalDataset:
         """The first `n` questions (None: all), over the whole corpus. :raises ValueError: If `n` is negative."""
         if n is not None and n < 0:
             raise ValueError(f"`n` must be None or at least 0, got {n}")
-        return self._keep(list(self.questions[:n]))
+        return self._keep(self.questions[:n])
 
     def sample(self, n: int | None, *, seed: int = 0) -> EvalDataset:
         """A fixed stratified random sample of `n` questions (None: all), half answerable and half unanswerable (a short
         stratum is taken whole), in file order. :raises ValueError: If `n` is negative."""
-        if n is None:
-            return self._keep(list(self.questions))
-        if n < 0:
-            raise ValueError(f"`n` must be None or at least 0, got {n}")
+        if n is None or n < 0:
+            return self.limit(n)
         answerable = [q for q in self.questions if not q.is_impossible]
         unanswerable = [q for q in self.questions if q.is_impossible]
-        n_unanswerable = min(n // 2, len(unanswerable))
-        n_answerable = min(n - n_unanswerable, len(answerable))
+        n_answerable = min(n - min(n // 2, len(unanswerable)), len(answerable))
         n_unanswerable = min(n - n_answerable, len(unanswerable))
         rng = random.Random(seed)
-        chosen = {q.id for q in rng.sample(answerable, n_answerable)}
-        chosen |= {q.id for q in rng.sample(unanswerable, n_unanswerable)}
+        chosen = {q.id for q in [*rng.sample(answerable, n_answerable), *rng.sample(unanswerable, n_unanswerable)]}
         return self._keep([q for q in self.questions if q.id in chosen])
 
 
@@ -111,15 +107,12 @@ def load_dpr_tsv_passages(path: str | Path) -> list[Document]:
     path = _corpus.local_path(path)
     documents: list[Document] = []
     with path.open(encoding="utf-8-sig", newline="") as f:
-        reader = csv.reader(f, delimiter="\t")
-        header_seen = False
-        for row in filter(None, reader):
+        rows = filter(None, reader := csv.reader(f, delimiter="\t"))
+        if (header := next(rows, None)) is not None and tuple(c.strip().lower() for c in header) != DPR_TSV_HEADER:
+            raise ValueError(f"{path}: line {reader.line_num}: expected the header row 'id<TAB>text<TAB>title', got "
+                             f"{header!r}")  # fmt: skip
+        for row in rows:
             where = f"{path}: line {reader.line_num}"
-            if not header_seen:
-                if tuple(cell.strip().lower() for cell in row) != DPR_TSV_HEADER:
-                    raise ValueError(f"{where}: expected the header row 'id<TAB>text<TAB>title', got {row!r}")
-                header_seen = True
-                continue
             if len(row) != len(DPR_TSV_HEADER):
                 raise ValueError(f"{where}: expected 3 tab-separated columns (id, text, title), got {len(row)}")
             source_id, text, title = row
