@@ -1,7 +1,5 @@
-"""
-Calibration of answer confidence (`evidence["confidence"]`) from evaluation records: AUROC (Mann-Whitney U), and
-`concat_pf` replayed exactly at each threshold tau (decoding is greedy) with what each tau costs.
-"""
+"""Calibration of answer confidence (`evidence["confidence"]`) from evaluation records: AUROC (Mann-Whitney U), and
+`concat_pf` replayed exactly at each threshold tau (decoding is greedy) with what each tau costs."""
 
 from __future__ import annotations
 
@@ -35,13 +33,10 @@ def _auroc(scores: np.ndarray, labels: np.ndarray) -> float:
 
 def auroc(scores: Sequence[float], labels: Sequence[bool], *, seed: int = DEFAULT_SEED,
           resamples: int = BOOTSTRAP_RESAMPLES) -> dict[str, Any] | None:  # fmt: skip
-    """
-    The AUROC of scores against binary labels, with its stratified 95% bootstrap CI (Kim et al. Appendix H).
-
+    """The AUROC of scores against binary labels, with its stratified 95% bootstrap CI (Kim et al. Appendix H).
     :returns: `auroc` in [0, 1], `ci` (None with fewer than two of a class), `positives`, `negatives`; None when
         either class is empty.
-    :raises ValueError: If the lengths differ.
-    """
+    :raises ValueError: If the lengths differ."""
     if len(scores) != len(labels):
         raise ValueError(f"one label per score: got {len(scores)} scores and {len(labels)} labels")
     values, flags = np.asarray(scores, dtype=float), np.asarray(labels, dtype=bool)
@@ -93,17 +88,14 @@ class Replayed(NamedTuple):
 
 
 def replay(view: ReportView, tau: float | None) -> dict[tuple[int, str], dict[str, Replayed]]:
-    """
-    Replay `concat_pf` at tau (None: the text-only fallback, Liu et al.) from the questions with a `concatenation`
+    """Replay `concat_pf` at tau (None: the text-only fallback, Liu et al.) from the questions with a `concatenation`
     record (the first of the folders) with a confidence, its own or else the one a `concat_pf` or `cascade` run's
     router gave the same first answer, and a fallback rounds' record at the same k and setting (`post_fusion`, else a
     fallen-back `concat_pf` or `cascade` record, from any folder). A question the judging run answered at the first
     round is replayed only at the taus that keep its answer. An unknown or rejected (`answer_source` "invalid") first
     answer is passed on at every tau, as `UnknownRouter` does. `cost`: the first round's, plus the fallback rounds'
     when passed on (a fallen-back record's cost less its first round).
-
-    :returns: (k, setting) -> question id -> `Replayed`.
-    """
+    :returns: (k, setting) -> question id -> `Replayed`."""
     return _replay_at(_first_rounds(view), tau)
 
 
@@ -194,15 +186,12 @@ def _cheapness(row: dict[str, Any]) -> float:
 
 def choose(rows: Sequence[dict[str, Any]], *, target_accuracy: float | None = None,
            target_fallback: float | None = None) -> dict[str, Any] | None:  # fmt: skip
-    """
-    The sweep row (a tau, not the text-only row) to run with. With no target: the highest SQuAD 2.0 EM, ties to the
+    """The sweep row (a tau, not the text-only row) to run with. With no target: the highest SQuAD 2.0 EM, ties to the
     smaller fallback rate, then to the smaller tau. `target_accuracy` (SQuAD 2.0 EM, %): the cheapest row that reaches
     it (cost per question, else fallback rate). `target_fallback` (%): the most accurate row whose fallback rate is
     at most it.
-
     :returns: The row; None for no rows, or no row that meets the target.
-    :raises ValueError: If both targets are given, or a target is outside [0, 100].
-    """
+    :raises ValueError: If both targets are given, or a target is outside [0, 100]."""
     if target_accuracy is not None and target_fallback is not None:
         raise ValueError("give `target_accuracy` or `target_fallback`, not both")
     for name, target in (("target_accuracy", target_accuracy), ("target_fallback", target_fallback)):
@@ -233,12 +222,9 @@ def choice_reason(best: dict[str, Any] | None, *, target_accuracy: float | None 
 
 def calibrate(view: ReportView, *, seed: int = DEFAULT_SEED, target_accuracy: float | None = None,
               target_fallback: float | None = None) -> dict[str, Any]:  # fmt: skip
-    """
-    The calibration figures of a report: `auroc` (`calibration`), `concat_pf_sweep` (`sweep`) and `tau_choice`
+    """The calibration figures of a report: `auroc` (`calibration`), `concat_pf_sweep` (`sweep`) and `tau_choice`
     (`choose`'s `tau`, `top_k`, `setting`, the `target`, the `reason`; None without a sweep).
-
-    :raises ValueError: As `choose`.
-    """
+    :raises ValueError: As `choose`."""
     targets = {"target_accuracy": target_accuracy, "target_fallback": target_fallback}
     rows = sweep(view, seed=seed)
     best = choose(rows, **targets)

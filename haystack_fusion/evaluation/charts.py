@@ -60,12 +60,9 @@ def _em_lines(points: Sequence[tuple[str, Any, float]], path: Path, *, xlabel: s
 
 def draw_charts(view: ReportView, summaries: Sequence[dict[str, Any]], sweep_rows: Sequence[dict[str, Any]],
                 out: Path) -> tuple[str | None, str | None]:  # fmt: skip
-    """
-    Draw EM vs tokens (Liu et al. Figure 3), EM vs top-k (Figure 4), EM vs noise ratio (Yu et al. Table 3), accuracy
+    """Draw EM vs tokens (Liu et al. Figure 3), EM vs top-k (Figure 4), EM vs noise ratio (Yu et al. Table 3), accuracy
     against cost and selective answering, each when it has points.
-
-    :returns: The file names of the cost and the selective answering charts, None for one not drawn.
-    """
+    :returns: The file names of the cost and the selective answering charts, None for one not drawn."""
     cost = draw_cost_chart(summaries, sweep_rows, out)
     selective = draw_selective_chart(view, out)
     smallest = min(s["top_k"] for s in summaries)
@@ -95,12 +92,9 @@ def _scatter(axes: Any, points: Sequence[tuple[float, float, str]], **text: Any)
 
 def draw_cost_chart(summaries: Sequence[dict[str, Any]], sweep_rows: Sequence[dict[str, Any]],
                     out: Path) -> Path | None:  # fmt: skip
-    """
-    Draw EM (answerable questions) against cost per question: one point per priced run, and the replayed concat_pf
+    """Draw EM (answerable questions) against cost per question: one point per priced run, and the replayed concat_pf
     (`calibration.sweep`) as a line over its priced taus, at the first k and setting it has.
-
-    :returns: The chart's path; None (nothing drawn) when no run or tau has a cost.
-    """
+    :returns: The chart's path; None (nothing drawn) when no run or tau has a cost."""
     points = [s for s in summaries if s.get("cost_per_question") is not None and s["em"] is not None]
     first = next(((r["top_k"], r["setting"]) for r in sweep_rows), None)
     line = sorted((r["cost_per_question"], r["em"], r["tau"]) for r in sweep_rows if (r["top_k"], r["setting"]) == first

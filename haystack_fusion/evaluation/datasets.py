@@ -97,13 +97,10 @@ def _load_nq_questions(path: Path) -> list[Question]:
 
 
 def load_dpr_tsv_passages(path: str | Path) -> list[Document]:
-    """
-    Load a DPR-style passage TSV (header `id`, `text`, `title`; DPR's `psgs_w100.tsv`, Liu et al., section 4) as
+    """Load a DPR-style passage TSV (header `id`, `text`, `title`; DPR's `psgs_w100.tsv`, Liu et al., section 4) as
     Documents with `meta` `{"title", "source_id"}`.
-
     :raises FileNotFoundError: If `path` does not exist.
-    :raises ValueError: For a missing header, a malformed row (the message names the line) or no passages.
-    """
+    :raises ValueError: For a missing header, a malformed row (the message names the line) or no passages."""
     path = _corpus.local_path(path)
     documents: list[Document] = []
     with path.open(encoding="utf-8-sig", newline="") as f:
@@ -128,16 +125,12 @@ def load_dpr_tsv_passages(path: str | Path) -> list[Document]:
 def load_dataset(
     dataset: str | Path, *, corpus: str | Path | None = None, cache_dir: str | Path | None = None
 ) -> EvalDataset:
-    """
-    Load an evaluation dataset from a path or an http(s) URL (downloaded once into `cache_dir`).
-
+    """Load an evaluation dataset from a path or an http(s) URL (downloaded once into `cache_dir`).
     - A SQuAD v1.1 or v2.0 `.json` (`corpus.load_squad`): each paragraph is the gold passage of its questions.
     - An NQ-open `.jsonl` (`question`, `answer` list, optional `id`) over a `corpus` (`.jsonl` or DPR-style `.tsv`).
-
     :raises FileNotFoundError: If a local path does not exist.
     :raises ValueError: For another suffix, a `.jsonl` without `corpus`, a `.json` with one, or a malformed file.
-    :raises requests.RequestException: If a download fails.
-    """
+    :raises requests.RequestException: If a download fails."""
     path = _corpus.local_path(dataset, cache_dir=cache_dir)
     suffix = path.suffix.lower()
     if suffix == ".json":

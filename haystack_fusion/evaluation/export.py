@@ -17,13 +17,10 @@ from haystack_fusion.prompts.chain_of_note import ANSWER_LEAD
 def training_record(query: str, documents: list[Document], notes: list[dict[str, Any]], answer: str, *,
                     allow_parametric_knowledge: bool = True,
                     max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS) -> dict[str, Any]:  # fmt: skip
-    """
-    One chat fine-tuning example for distilling Chain-of-Note (Yu et al., section 2.3.2) from the question, its k
+    """One chat fine-tuning example for distilling Chain-of-Note (Yu et al., section 2.3.2) from the question, its k
     passages, their notes (empty ones left out) and the final answer; `max_passage_chars` in characters.
-
     :returns: `{"messages": [user, assistant]}` (OpenAI chat fine-tuning format): the single-call prompt, then the
-        notes and the answer in Table 6's format.
-    """
+        notes and the answer in Table 6's format."""
     prompt = single_call_prompt(query, documents, allow_parametric_knowledge=allow_parametric_knowledge,
                                 max_passage_chars=max_passage_chars)  # fmt: skip
     written = []
@@ -38,15 +35,12 @@ def training_record(query: str, documents: list[Document], notes: list[dict[str,
 def export_notes(run: str | Path, dataset: EvalDataset, path: str | Path, *, correct_only: bool = False,
                  allow_parametric_knowledge: bool = True,
                  max_passage_chars: int | None = DEFAULT_MAX_PASSAGE_CHARS) -> int:  # fmt: skip
-    """
-    Write the Chain-of-Note records of an `eval --out` folder `run` (those with kept note texts) as chat fine-tuning
+    """Write the Chain-of-Note records of an `eval --out` folder `run` (those with kept note texts) as chat fine-tuning
     examples (`training_record`), one JSON object per line, to `path` (overwritten).
-
     :param correct_only: Keep only right predictions (EM, or "unknown" on unanswerable questions).
     :param allow_parametric_knowledge: Which step 5 the prompts state; `max_passage_chars`: match the run's settings.
     :returns: The number of examples written.
-    :raises KeyError: If a record names a question or passage id that `dataset` does not hold.
-    """
+    :raises KeyError: If a record names a question or passage id that `dataset` does not hold."""
     questions = {question.id: question for question in dataset.questions}
     documents = {document.id: document for document in dataset.documents}
     texts = read_evidence_text(Path(run))

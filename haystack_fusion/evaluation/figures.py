@@ -77,12 +77,10 @@ def baseline_difference(run: Run, base: Run | None, *, seed: int = DEFAULT_SEED)
 
 
 def run_cost(run: Run, *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
-    """
-    A run's cost figures, means over its questions: `cost_per_question` (US dollars; None when a model lacks a price)
+    """A run's cost figures, means over its questions: `cost_per_question` (US dollars; None when a model lacks a price)
     and its `_ci`, `escalated_rate` (%, None for strategies without rounds) and its `_ci`, `models` (per model:
     `model`, `calls_per_question`, `prompt_tokens_per_question`, `completion_tokens_per_question`,
-    `cost_per_question`), `unpriced_models`.
-    """
+    `cost_per_question`), `unpriced_models`."""
     questions, n = run.questions, len(run.questions)
     flags = [q.fell_back for q in questions if q.fell_back is not None]
     models = []

@@ -44,16 +44,13 @@ def _mean(values: list[float]) -> float | None:
 def to_evaluation_run_results(records: Iterable[QuestionRecord], dataset: EvalDataset, *,
                               sas: Mapping[RecordKey, float | None] | None = None,
                               ) -> dict[str, EvaluationRunResult]:  # fmt: skip
-    """
-    One Haystack `EvaluationRunResult` per (strategy, k, setting) of the records, each over the same questions in
+    """One Haystack `EvaluationRunResult` per (strategy, k, setting) of the records, each over the same questions in
     dataset order (so `comparative_detailed_report` compares any two); `results` in [0, 1]: `exact_match`, `f1`,
     `accuracy` (answerable), `reject` (unanswerable), `sas` when given, NaN where it does not apply or no answer.
-
     :param sas: SAS score by `QuestionRecord.key()` (`records_sas`); None leaves the `sas` metric out.
     :returns: `EvaluationRunResult` by name, in the order the records first name each run.
     :raises ValueError: If there are no records, a record's question id is not in `dataset` or its `answerable`
-        disagrees with it, or `sas` has no score for an answered answerable question.
-    """
+        disagrees with it, or `sas` has no score for an answered answerable question."""
     records = list(records)
     if not records:
         raise ValueError("no records to convert: the run answered no question")
@@ -72,8 +69,7 @@ def to_evaluation_run_results(records: Iterable[QuestionRecord], dataset: EvalDa
             logger.warning("Run {run_name!r} did not answer {missing} of the {total} questions; their rows have "
                            "no prediction and NaN scores", run_name=name, missing=missing,
                            total=len(questions))  # fmt: skip
-        inputs: dict[str, list] = {column: [] for column in INPUT_COLUMNS}
-        scores: dict[str, list[float]] = {metric: [] for metric in metrics}
+        rows, scores = [], []
         for question in questions:
             found, answerable = by_id.get(question.id), not question.is_impossible
             if found is not None and found.answerable != answerable:
@@ -81,9 +77,8 @@ def to_evaluation_run_results(records: Iterable[QuestionRecord], dataset: EvalDa
                 raise ValueError(f"Record {found.key()} says answerable={found.answerable}, but question "
                                  f"{question.id!r} of dataset {dataset.name!r} is {kind}: is this the dataset the "
                                  "run was made with?")  # fmt: skip
-            row = [question.id, question.question, list(question.answers), answerable, found and found.prediction]
-            for column, value in zip(INPUT_COLUMNS, row, strict=True):
-                inputs[column].append(value)
+            rows.append([question.id, question.question, list(question.answers), answerable, found and
+                         found.prediction])  # fmt: skip
             values = dict.fromkeys(metrics, math.nan)
             if found is not None and not answerable:
                 values["reject"] = float(found.score.unknown)
@@ -94,11 +89,11 @@ def to_evaluation_run_results(records: Iterable[QuestionRecord], dataset: EvalDa
                         raise ValueError(f"`sas` has no score for the answerable record {found.key()}: compute it "
                                          "with `records_sas` over the same records")  # fmt: skip
                     values["sas"] = float(value)
-            for metric, value in values.items():
-                scores[metric].append(value)
+            scores.append(list(values.values()))
+        inputs = dict(zip(INPUT_COLUMNS, map(list, zip(*rows, strict=True)), strict=True))
+        columns = zip(metrics, map(list, zip(*scores, strict=True)), strict=True)
         results[name] = EvaluationRunResult(run_name=name, inputs=inputs, results={
-            metric: {"score": _mean(values), "individual_scores": values} for metric, values in scores.items()},
-        )  # fmt: skip
+            metric: {"score": _mean(values), "individual_scores": values} for metric, values in columns})  # fmt: skip
     return results
 
 
@@ -119,16 +114,13 @@ def _sas_evaluator(model: str | None, batch_size: int) -> SASEvaluator:
 
 def sas_scores(predictions: Sequence[str], golds: Sequence[Sequence[str]], *, model: str | None = None,
                batch_size: int = 32) -> list[float | None]:  # fmt: skip
-    """
-    SAS of each prediction: the cosine similarity of its and a gold answer's embeddings (about 0.0 unrelated to 1.0
+    """SAS of each prediction: the cosine similarity of its and a gold answer's embeddings (about 0.0 unrelated to 1.0
     same meaning), best over the golds, with Haystack's `SASEvaluator`.
-
     :param model: A sentence-transformers model folder or name; None: the packaged all-MiniLM-L6-v2.
     :returns: One score per question, in order; None for a question without gold answers.
     :raises ValueError: If `predictions` and `golds` differ in length.
     :raises ImportError: If the `dense` extra is not installed.
-    :raises FileNotFoundError: If `model` is None and the packaged model folder is missing.
-    """
+    :raises FileNotFoundError: If `model` is None and the packaged model folder is missing."""
     if len(predictions) != len(golds):
         raise ValueError(f"`predictions` has {len(predictions)} entries but `golds` has {len(golds)}")
     pairs: dict[tuple[str, str], int] = {}
@@ -149,12 +141,9 @@ def sas_scores(predictions: Sequence[str], golds: Sequence[Sequence[str]], *, mo
 
 def records_sas(records: Iterable[QuestionRecord], dataset: EvalDataset, *, model: str | None = None,
                 batch_size: int = 32) -> dict[RecordKey, float | None]:  # fmt: skip
-    """
-    The SAS of every record (`sas_scores`), by `QuestionRecord.key()`; None for unanswerable questions.
-
+    """The SAS of every record (`sas_scores`), by `QuestionRecord.key()`; None for unanswerable questions.
     :raises ValueError: If a record's question id is not in `dataset`.
-    :raises ImportError: If the `dense` extra is not installed (only when some question has a gold answer).
-    """
+    :raises ImportError: If the `dense` extra is not installed (only when some question has a gold answer)."""
     records = list(records)
     by_id = {question.id: question for question in _questions_in_order(records, dataset)}
     golds = [list(by_id[record.question_id].answers) for record in records]
@@ -164,12 +153,9 @@ def records_sas(records: Iterable[QuestionRecord], dataset: EvalDataset, *, mode
 
 def load_evaluation_run_results(runs: str | Path | Sequence[str | Path], dataset: EvalDataset, *, sas: bool = False,
                                 sas_model: str | None = None) -> dict[str, EvaluationRunResult]:  # fmt: skip
-    """
-    Read `eval --out` folders and convert their records (`to_evaluation_run_results`); `sas=True` adds `sas`.
-
+    """Read `eval --out` folders and convert their records (`to_evaluation_run_results`); `sas=True` adds `sas`.
     :raises FileNotFoundError: If the folders hold no records.
-    :raises ValueError: As `to_evaluation_run_results`.
-    """
+    :raises ValueError: As `to_evaluation_run_results`."""
     folders = [Path(runs)] if isinstance(runs, str | Path) else [Path(run) for run in runs]
     records = [record for folder in folders for record in read_records(folder / RESULTS_FILE)]
     if not records:

@@ -1,8 +1,6 @@
-"""
-The papers' evaluation metrics as pure functions: per-question scores and their aggregate over a run, normalized as
+"""The papers' evaluation metrics as pure functions: per-question scores and their aggregate over a run, normalized as
 `haystack_fusion.answers` (so voting and evaluation agree). Rates carry 95% bootstrap confidence intervals over
-questions (Kim et al., Appendix H), "percentile" method (BCa can return nan on small 0/1 samples), seeded afresh.
-"""
+questions (Kim et al., Appendix H), "percentile" method (BCa can return nan on small 0/1 samples), seeded afresh."""
 
 from __future__ import annotations
 
@@ -63,13 +61,10 @@ def retrieval_hit(passages: Sequence[str], golds: Sequence[str]) -> bool:
 
 @dataclass(frozen=True)
 class QuestionScore:
-    """
-    The scores and costs of one question under one strategy: `em`, `f1`, `accuracy` in [0, 1]; `pool_has_gold` and
+    """The scores and costs of one question under one strategy: `em`, `f1`, `accuracy` in [0, 1]; `pool_has_gold` and
     `majority_correct` None without a post-fusion pool; `seconds` of wall time; outcome flags: `with_answer_outcome`.
-
     :raises ValueError: If a score is outside [0, 1], a cost is negative or not finite, `pool_has_gold` is True with
-        `majority_correct` None, or an answer is both invalid and unknown.
-    """
+        `majority_correct` None, or an answer is both invalid and unknown."""
 
     id: str
     answerable: bool
@@ -194,12 +189,9 @@ def _bootstrap(data: tuple[np.ndarray, ...], statistic: Any, *, paired: bool, se
 
 def rate_ci(values: Sequence[float | bool] | np.ndarray, *, seed: int = DEFAULT_SEED,
             resamples: int = BOOTSTRAP_RESAMPLES) -> tuple[float, float] | None:  # fmt: skip
-    """
-    The 95% bootstrap confidence interval of a rate, the mean of per-question values in [0, 1] x100.
-
+    """The 95% bootstrap confidence interval of a rate, the mean of per-question values in [0, 1] x100.
     :returns: (low, high) in percent; None for fewer than two values.
-    :raises ValueError: If `values` is not one-dimensional.
-    """
+    :raises ValueError: If `values` is not one-dimensional."""
     return mean_ci(_sample(values), seed=seed, resamples=resamples)
 
 

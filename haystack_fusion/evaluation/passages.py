@@ -21,9 +21,7 @@ NOISE_POOL_FACTOR = 10
 
 @dataclass(frozen=True)
 class PassageSetting:
-    """
-    How the top-k passages of a question are put together for evaluation.
-
+    """How the top-k passages of a question are put together for evaluation.
     :param gold_passage: "none": retrieval as it is (Liu et al. Table 2); "random": the gold passage inserted at a
         random position when retrieval missed it, dropping the last passage (Liu et al. Table 1); "first" / "last":
         the gold passage always at the start / end (Liu et al. section 4.5, Figure 6).
@@ -31,8 +29,7 @@ class PassageSetting:
         passage; Yu et al. section 3.1.1); None: no noise setting.
     :param closed_book: No passages at all (Liu et al. section 4 "Dataset Filter").
     :param seed: Seed of the per-question random choices (position, noise passages).
-    :raises ValueError: For an unknown `gold_passage` value or a `noise_ratio` outside [0, 1].
-    """
+    :raises ValueError: For an unknown `gold_passage` value or a `noise_ratio` outside [0, 1]."""
 
     gold_passage: GoldPosition = "none"
     noise_ratio: float | None = None

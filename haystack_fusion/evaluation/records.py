@@ -38,11 +38,9 @@ not fingerprinted, so a run resumes with other values of them."""
 
 @dataclass
 class QuestionRecord:
-    """
-    One line of `results.jsonl`: a question answered by a `strategy` at a `top_k` in a `setting` (`PassageSetting
+    """One line of `results.jsonl`: a question answered by a `strategy` at a `top_k` in a `setting` (`PassageSetting
     .label()`). `evidence`: without free text (`split_evidence`); `passages`: the ids shown, in rank order;
-    `fingerprint`: `run_fingerprint`; `redacted`: text was cut out, so rescoring keeps `score`; `error`: what failed.
-    """
+    `fingerprint`: `run_fingerprint`; `redacted`: text was cut out, so rescoring keeps `score`; `error`: what failed."""
 
     strategy: str
     top_k: int
@@ -121,11 +119,9 @@ def _component_dict(name: str, instance: Any) -> dict[str, Any]:
 
 
 def run_fingerprint(pipeline: Pipeline) -> str:
-    """
-    The fingerprint of a run's records, so a resumed run never mixes in records made with other settings: the first
+    """The fingerprint of a run's records, so a resumed run never mixes in records made with other settings: the first
     16 hex digits of the SHA-256 of the pipeline's `to_dict()` without `RUNTIME_SETTINGS` (a component that cannot be
-    serialized counts by its class) and of every prompt template (`PROMPTS`).
-    """
+    serialized counts by its class) and of every prompt template (`PROMPTS`)."""
     try:
         serialized = pipeline.to_dict()
     except SerializationError:  # e.g. a lambda callback: each component that cannot be serialized counts by its class
@@ -194,14 +190,11 @@ def write_run_manifest(folder: str | Path, *, title: str, dataset: str, command:
                        runtime: Mapping[str, str] | None = None, notes: Sequence[str] = (),
                        strategy_options: Mapping[str, Any] | None = None,
                        prices: Mapping[str, Sequence[float]] | None = None) -> None:  # fmt: skip
-    """
-    Write the run folder's `run.json`, read by `haystack-fusion report` (`title`, `dataset` path or URL).
-
+    """Write the run folder's `run.json`, read by `haystack-fusion report` (`title`, `dataset` path or URL).
     :param runtime: The runtime that answers (llama.cpp build); every distinct one is listed under `runtimes`.
     :param notes: What the report should say beside the figures, added to those kept, each once.
     :param strategy_options: The `StrategyConfig` fields the run set; None keeps those in `run.json`.
-    :param prices: US dollars per million (input, output) tokens per model; None or empty keeps those in `run.json`.
-    """
+    :param prices: US dollars per million (input, output) tokens per model; None or empty keeps those in `run.json`."""
     previous = read_run_manifest(folder)
     runtimes = list(previous.get("runtimes") or [])
     if runtime is not None and dict(runtime) not in runtimes:

@@ -25,10 +25,8 @@ def write_report(records: Sequence[QuestionRecord], out: str | Path, *, title: s
                  notes: Sequence[str] = (), runs: Sequence[str] | None = None,
                  prices: Mapping[str, Price] | None = None, target_accuracy: float | None = None,
                  target_fallback: float | None = None) -> dict[str, Any]:  # fmt: skip
-    """
-    Write `summary.json` (`title`, `baseline`, `bootstrap`, `prices`, `runs`, `calibration`, `notes`), `results.md`
+    """Write `summary.json` (`title`, `baseline`, `bootstrap`, `prices`, `runs`, `calibration`, `notes`), `results.md`
     and the charts into `out`.
-
     :param baseline: The strategy the others are compared with; None for `concatenation` when it ran.
     :param sas: SAS per record key (`haystack_eval.records_sas`, in [-1, 1]).
     :param runs: A run label per record, e.g. its folder, to tell apart runs of one strategy; None: one run.
@@ -37,8 +35,7 @@ def write_report(records: Sequence[QuestionRecord], out: str | Path, *, title: s
     :param target_fallback: The largest share (%) of questions that fall back at the calibrated tau.
     :returns: The summary written.
     :raises ValueError: If there are no records, `baseline` did not run, `runs` does not have one label per record,
-        or the targets are invalid.
-    """
+        or the targets are invalid."""
     if not records:
         raise ValueError("no answered questions to report")
     out = Path(out)

@@ -71,14 +71,11 @@ class FingerprintMismatchError(ValueError):
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """
-    What to evaluate: `strategies` at every k of `top_ks` (Liu et al. Figure 4: 5, 10, 20) in the passage `setting`;
+    """What to evaluate: `strategies` at every k of `top_ks` (Liu et al. Figure 4: 5, 10, 20) in the passage `setting`;
     `parallel_questions` questions at once, `max_concurrency` LLM calls per round (None: all), `max_calls_in_flight`
     in the process. `closed_book_filter`: Liu et al. section 4 "Dataset Filter".
-
     :raises ValueError: For an unregistered strategy, a k or `parallel_questions` below 1, or a `max_concurrency` or
-        `max_calls_in_flight` neither None nor an integer >= 1.
-    """
+        `max_calls_in_flight` neither None nor an integer >= 1."""
 
     strategies: list[str]
     top_ks: list[int] = field(default_factory=lambda: [5])
@@ -108,10 +105,8 @@ def _describe_failure(failure: dict[str, Any]) -> str:
 
 
 class BatchStoppedError(RuntimeError):
-    """
-    An evaluation stopped: an LLM call was refused (`CONFIGURATION_ERRORS`), or `FAILURES_IN_A_ROW_TO_STOP` questions
-    in a row had every LLM call fail. `failures`: the last question's failed calls; `calls`: its LLM calls.
-    """
+    """An evaluation stopped: an LLM call was refused (`CONFIGURATION_ERRORS`), or `FAILURES_IN_A_ROW_TO_STOP` questions
+    in a row had every LLM call fail. `failures`: the last question's failed calls; `calls`: its LLM calls."""
 
     def __init__(self, message: str, *, failures: list[dict[str, Any]] | None = None, calls: int = 0) -> None:
         super().__init__(message)
@@ -353,15 +348,12 @@ class Evaluator:
         return [q for q in questions if q.id not in known]
 
     def run(self, questions: Iterable[Question] | None = None) -> list[QuestionRecord]:
-        """
-        Evaluate every strategy at every k on `questions` (default: the dataset's), question by question.
-
+        """Evaluate every strategy at every k on `questions` (default: the dataset's), question by question.
         :returns: The clean records, in strategy, k, question order (failed ones: `records.read_failures`).
         :raises FingerprintMismatchError: If `out` holds records of the same run made with other settings (another
             pipeline, LLM or prompt).
         :raises Exception: A question's error on `CONFIGURATION_ERRORS` or after `FAILURES_IN_A_ROW_TO_STOP`
-            outright failures (`BatchStoppedError` when every LLM call failed).
-        """
+            outright failures (`BatchStoppedError` when every LLM call failed)."""
         self.out.mkdir(parents=True, exist_ok=True)
         ignore = self.out / ".gitignore"
         if not ignore.is_file():
@@ -377,11 +369,8 @@ class Evaluator:
 
 
 def rescore(records: Iterable[QuestionRecord], dataset: EvalDataset) -> list[QuestionRecord]:
-    """
-    Score records again from their predictions and the dataset; usage, latency and a redacted record's score kept.
-
-    :raises ValueError: If a record's question id or passage id is not in the dataset.
-    """
+    """Score records again from their predictions and the dataset; usage, latency and a redacted record's score kept.
+    :raises ValueError: If a record's question id or passage id is not in the dataset."""
     questions = {q.id: q for q in dataset.questions}
     documents = {d.id: d for d in dataset.documents}
     rescored = []

@@ -1,8 +1,6 @@
-"""
-The records of a report grouped once (`ReportView`): one `Run` per (run label, strategy, k, setting) of `Question`s,
+"""The records of a report grouped once (`ReportView`): one `Run` per (run label, strategy, k, setting) of `Question`s,
 each a record with what every section of the report derives from it. A cascade is read by its cost and the share that
-fell back (FrugalGPT, Chen et al., 2023).
-"""
+fell back (FrugalGPT, Chen et al., 2023)."""
 
 from __future__ import annotations
 
@@ -28,12 +26,9 @@ RunKey = tuple[str, str, int, str]  # (run label, strategy, k, setting); the lab
 
 
 def parse_price(text: str) -> tuple[str, Price]:
-    """
-    Read `MODEL=IN,OUT` (US dollars per million input and output tokens), e.g. `gpt-4o-mini=0.15,0.60`.
-
+    """Read `MODEL=IN,OUT` (US dollars per million input and output tokens), e.g. `gpt-4o-mini=0.15,0.60`.
     :returns: (model, (input price, output price)).
-    :raises ValueError: If the text is not of that form or a price is negative or not a number.
-    """
+    :raises ValueError: If the text is not of that form or a price is negative or not a number."""
     model, _, figures = text.rpartition("=")
     try:
         prompt, completion = map(float, figures.split(","))
@@ -93,11 +88,9 @@ def demonstration_answers(strategy: str) -> dict[str, tuple[str, ...]]:
 
 @dataclass(frozen=True)
 class Question:
-    """
-    One record (outcome flags set) with its usage (`model_usage`) and cost in US dollars (`usage_cost`) per model,
+    """One record (outcome flags set) with its usage (`model_usage`) and cost in US dollars (`usage_cost`) per model,
     whether the first round passed it on to the fallback rounds (`fell_back`: `evidence["fallback"]`, None for a
-    strategy without rounds), and whether its answer copies a few-shot demonstration answer, per prompt that has any.
-    """
+    strategy without rounds), and whether its answer copies a few-shot demonstration answer, per prompt that has any."""
 
     record: QuestionRecord
     usage: dict[str, Mapping[str, Any]]
@@ -159,7 +152,6 @@ class ReportView:
     def of(cls, records: Sequence[QuestionRecord], labels: Sequence[str] | None = None,
            prices: Mapping[str, Price] | None = None) -> ReportView:  # fmt: skip
         """Group the records by run (`labels`: a run label per record; None: all "").
-
         :raises ValueError: If `labels` does not have one label per record.
         """
         labels = [""] * len(records) if labels is None else list(labels)
