@@ -63,27 +63,23 @@ MAIN_COLUMNS: Columns = {
     "reject rate": lambda s: _rate(s, "reject_rate", True), "recall@k": lambda s: _rate(s, "recall_at_k", True),
     "calls/q": lambda s: _cell(s["calls_per_question"], spec=".2f"),
     "tokens/q": lambda s: _cell(s["tokens_per_question"], spec=".0f"),
-    "p50 s": lambda s: _cell(s["latency_p50"], spec=".2f"), "p95 s": lambda s: _cell(s["latency_p95"], spec=".2f"),
-}  # fmt: skip
+    "p50 s": lambda s: _cell(s["latency_p50"], spec=".2f"),
+    "p95 s": lambda s: _cell(s["latency_p95"], spec=".2f")}  # fmt: skip
 """The main table's columns after strategy, (setting,) top-k."""
 
-COST_COLUMNS: Columns = {
-    "cost/q $": lambda s: dollars(s["cost_per_question"], s.get("cost_per_question_ci"), missing="-"),
-    "fallback %": lambda s: _rate(s, "escalated_rate", True),
-}
+COST_COLUMNS: Columns = {"cost/q $": lambda s: dollars(s["cost_per_question"], s.get("cost_per_question_ci"),
+                                                       missing="-"),
+                         "fallback %": lambda s: _rate(s, "escalated_rate", True)}  # fmt: skip
 """Main-table columns after F1, each only when some run has its figure (`figures.run_cost`)."""
 
 MODEL_COLUMNS: Columns = {
     "model": itemgetter("model"), "calls/q": lambda m: _cell(m["calls_per_question"], spec=".2f"),
     "prompt tokens/q": lambda m: _cell(m["prompt_tokens_per_question"], spec=".0f"),
     "completion tokens/q": lambda m: _cell(m["completion_tokens_per_question"], spec=".0f"),
-    "cost/q $": lambda m: dollars(m["cost_per_question"], missing="-"),
-}  # fmt: skip
+    "cost/q $": lambda m: dollars(m["cost_per_question"], missing="-")}  # fmt: skip
 
-DIFFERENCE_COLUMNS: Columns = {
-    "ΔEM": lambda s: _difference(s, "em"), "ΔF1": lambda s: _difference(s, "f1"),
-    "n": lambda s: s.get("paired_questions", 0),
-}  # fmt: skip
+DIFFERENCE_COLUMNS: Columns = {"ΔEM": lambda s: _difference(s, "em"), "ΔF1": lambda s: _difference(s, "f1"),
+                               "n": lambda s: s.get("paired_questions", 0)}  # fmt: skip
 
 OUTCOME_COLUMNS: Columns = {
     **{name: itemgetter(key) for name, key in (
@@ -91,27 +87,22 @@ OUTCOME_COLUMNS: Columns = {
         ("empty", "empty_count"), ("invalid", "invalid_count"), ("truncated", "truncated_count"),
         ("cut calls", "truncated_calls"), ("demo copies", "demo_copy_count"))},
     "demo copy rate": lambda s: _rate(s, "demo_copy_rate", True),
-    "demo rejected": itemgetter("demo_rejected_count"),
-}  # fmt: skip
+    "demo rejected": itemgetter("demo_rejected_count")}  # fmt: skip
 
-OUTCOME_NOTE = (
-    "Counts over all questions (answerable and unanswerable). answered: neither empty, invalid nor unknown. "
-    "unknown: abstentions (%Unk and the reject rate count these). empty: blank answers, the rejected ones "
-    "included. invalid: answers the answer checks rejected (passage markup, a demonstration answer no passage "
-    "holds, an empty enumeration, a repeat of the question); they are not unknown and score 0. truncated: "
-    "answers whose reply the token cap cut (the answer's own reply where the records keep its finish reason, "
-    "else any call of the question); cut calls: LLM calls the cap cut (both 0 for records that keep no finish "
-    "reason). demo copies: final answers equal, after normalization, to a few-shot demonstration answer of the "
-    "strategy's prompts (rate over all questions, brackets as above; - for a strategy without demonstrations); "
-    "demo rejected: answers the checks rejected as a demonstration answer."
-)
+OUTCOME_NOTE = ("Counts over all questions (answerable and unanswerable). answered: neither empty, invalid nor "
+    "unknown. unknown: abstentions (%Unk and the reject rate count these). empty: blank answers, the rejected ones "
+    "included. invalid: answers the answer checks rejected (passage markup, a demonstration answer no passage holds, "
+    "an empty enumeration, a repeat of the question); they are not unknown and score 0. truncated: answers whose "
+    "reply the token cap cut (the answer's own reply where the records keep its finish reason, else any call of the "
+    "question); cut calls: LLM calls the cap cut (both 0 for records that keep no finish reason). demo copies: final "
+    "answers equal, after normalization, to a few-shot demonstration answer of the strategy's prompts (rate over all "
+    "questions, brackets as above; - for a strategy without demonstrations); demo rejected: answers the checks "
+    "rejected as a demonstration answer.")  # fmt: skip
 
-SAS_NOTE = (
-    "SAS: semantic answer similarity x100, the cosine similarity of the prediction's and the best gold answer's "
-    "all-MiniLM-L6-v2 embeddings (Haystack's SASEvaluator), mean over the answerable questions; brackets as "
-    "above. It credits long answers that EM misses, but a long right answer can score below a short wrong one: "
-    "read it with accuracy (docs/evaluation-haystack.md)."
-)
+SAS_NOTE = ("SAS: semantic answer similarity x100, the cosine similarity of the prediction's and the best gold "
+    "answer's all-MiniLM-L6-v2 embeddings (Haystack's SASEvaluator), mean over the answerable questions; brackets as "
+    "above. It credits long answers that EM misses, but a long right answer can score below a short wrong one: read "
+    "it with accuracy (docs/evaluation-haystack.md).")  # fmt: skip
 
 
 def _table(runs: Sequence[dict[str, Any]], columns: Columns, setting: bool) -> str:
