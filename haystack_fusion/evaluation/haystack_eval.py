@@ -129,14 +129,11 @@ def sas_scores(predictions: Sequence[str], golds: Sequence[Sequence[str]], *, mo
             pairs.setdefault((prediction, gold), len(pairs))
     if not pairs:
         return [None] * len(predictions)
-    output = _sas_evaluator(model, batch_size).run(
-        ground_truth_answers=[gold for _, gold in pairs], predicted_answers=[prediction for prediction, _ in pairs]
-    )
+    output = _sas_evaluator(model, batch_size).run(ground_truth_answers=[gold for _, gold in pairs],
+                                                   predicted_answers=[p for p, _ in pairs])  # fmt: skip
     similarity = [float(score) for score in output["individual_scores"]]  # type: ignore[union-attr]
-    return [
-        max(similarity[pairs[(prediction, gold)]] for gold in answers) if answers else None
-        for prediction, answers in zip(predictions, golds, strict=True)
-    ]
+    return [max(similarity[pairs[(prediction, gold)]] for gold in answers) if answers else None
+            for prediction, answers in zip(predictions, golds, strict=True)]  # fmt: skip
 
 
 def records_sas(records: Iterable[QuestionRecord], dataset: EvalDataset, *, model: str | None = None,

@@ -1,8 +1,5 @@
-"""
-Evaluation records: a run folder holds `results.jsonl` (one `QuestionRecord` per answered question: ids and scores, no
-dataset text), `evidence_text.jsonl` (model text that may quote passages; git-ignored) and `run.json`. Lines are whole
-appends plus `fsync`; `repair` cuts a torn last line.
-"""
+"""Evaluation records: a run folder holds `results.jsonl` (a `QuestionRecord` per answered question: ids and scores,
+no dataset text), `evidence_text.jsonl` (model text that may quote passages; git-ignored) and `run.json`."""
 
 from __future__ import annotations
 
@@ -66,9 +63,7 @@ class QuestionRecord:
 
     def to_json(self) -> str:
         """The JSONL line (no trailing newline); `error` only in a failed record's line."""
-        data = asdict(self)
-        if data["error"] is None:
-            del data["error"]
+        data = {key: value for key, value in asdict(self).items() if key != "error" or value is not None}
         return json.dumps(data, default=str, ensure_ascii=False)
 
     @classmethod
