@@ -99,8 +99,7 @@ def _load_nq_questions(path: Path) -> list[Question]:
 def load_dpr_tsv_passages(path: str | Path) -> list[Document]:
     """Load a DPR-style passage TSV (header `id`, `text`, `title`; DPR's `psgs_w100.tsv`, Liu et al., section 4) as
     Documents with `meta` `{"title", "source_id"}`.
-    :raises FileNotFoundError: If `path` does not exist.
-    :raises ValueError: For a missing header, a malformed row (the message names the line) or no passages."""
+    :raises FileNotFoundError: If `path` does not exist. :raises ValueError: For a malformed file or no passages."""
     path = _corpus.local_path(path)
     documents: list[Document] = []
     with path.open(encoding="utf-8-sig", newline="") as f:

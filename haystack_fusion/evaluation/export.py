@@ -39,8 +39,7 @@ def export_notes(run: str | Path, dataset: EvalDataset, path: str | Path, *, cor
     examples (`training_record`), one JSON object per line, to `path` (overwritten).
     :param correct_only: Keep only right predictions (EM, or "unknown" on unanswerable questions).
     :param allow_parametric_knowledge: Which step 5 the prompts state; `max_passage_chars`: match the run's settings.
-    :returns: The number of examples written.
-    :raises KeyError: If a record names a question or passage id that `dataset` does not hold."""
+    :returns: The number of examples written. :raises KeyError: For a question or passage id not in `dataset`."""
     questions = {question.id: question for question in dataset.questions}
     documents = {document.id: document for document in dataset.documents}
     texts = read_evidence_text(Path(run))

@@ -28,7 +28,7 @@ class PassageSetting:
     :param noise_ratio: r in [0, 1]: k*r irrelevant and k*(1-r) relevant passages (holding a gold answer, or the gold
         passage; Yu et al. section 3.1.1); None: no noise setting.
     :param closed_book: No passages at all (Liu et al. section 4 "Dataset Filter").
-    :param seed: Seed of the per-question random choices (position, noise passages).
+    :param seed: Seed of the per-question random choices.
     :raises ValueError: For an unknown `gold_passage` value or a `noise_ratio` outside [0, 1]."""
 
     gold_passage: GoldPosition = "none"

@@ -26,14 +26,10 @@ def write_report(records: Sequence[QuestionRecord], out: str | Path, *, title: s
                  prices: Mapping[str, Price] | None = None, target_accuracy: float | None = None,
                  target_fallback: float | None = None) -> dict[str, Any]:  # fmt: skip
     """Write `summary.json` (`title`, `baseline`, `bootstrap`, `prices`, `runs`, `calibration`, `notes`), `results.md`
-    and the charts into `out`.
-    :param baseline: The strategy the others are compared with; None for `concatenation` when it ran.
-    :param sas: SAS per record key (`haystack_eval.records_sas`, in [-1, 1]).
-    :param runs: A run label per record, e.g. its folder, to tell apart runs of one strategy; None: one run.
-    :param prices: US dollars per million prompt and completion tokens per model.
-    :param target_accuracy: SQuAD 2.0 EM (%) the calibrated tau must reach (`calibration.choose`).
-    :param target_fallback: The largest share (%) of questions that fall back at the calibrated tau.
-    :returns: The summary written.
+    and the charts into `out`; return the summary. `baseline`: the strategy the others are compared with (None:
+    `concatenation` when it ran); `sas`: `haystack_eval.records_sas`; `runs`: a run label per record (e.g. its folder);
+    `prices`: US dollars per million prompt and completion tokens per model; `target_accuracy` / `target_fallback`:
+    `calibration.choose`'s targets (%).
     :raises ValueError: If there are no records, `baseline` did not run, `runs` does not have one label per record,
         or the targets are invalid."""
     if not records:

@@ -73,9 +73,8 @@ class FingerprintMismatchError(ValueError):
 class EvalConfig:
     """What to evaluate: `strategies` at every k of `top_ks` (Liu et al. Figure 4: 5, 10, 20) in the passage `setting`;
     `parallel_questions` questions at once, `max_concurrency` LLM calls per round (None: all), `max_calls_in_flight`
-    in the process. `closed_book_filter`: Liu et al. section 4 "Dataset Filter".
-    :raises ValueError: For an unregistered strategy, a k or `parallel_questions` below 1, or a `max_concurrency` or
-        `max_calls_in_flight` neither None nor an integer >= 1."""
+    in the process. `closed_book_filter`: Liu et al. section 4 "Dataset Filter". :raises ValueError: For a value
+    out of range or an unregistered strategy."""
 
     strategies: list[str]
     top_ks: list[int] = field(default_factory=lambda: [5])
@@ -152,10 +151,8 @@ class Evaluator:
                         generator_factory=local_chat_generator).run()
     ```
 
-    :param retriever_factory: Makes a fresh retriever (one per pipeline).
-    :param generator_factory: Makes a fresh ChatGenerator (one per pipeline).
-    :param fallback_generator_factory: Makes the ChatGenerator of the fallback rounds
-        (`StrategyConfig.fallback_chat_generator`); None: `generator_factory`'s for every round.
+    The factories make a fresh retriever, ChatGenerator and fallback rounds' ChatGenerator (None: `generator_factory`'s
+    for every round) per pipeline.
     """
 
     def __init__(self, dataset: EvalDataset, config: EvalConfig, out: str | Path, *,
@@ -350,8 +347,7 @@ class Evaluator:
     def run(self, questions: Iterable[Question] | None = None) -> list[QuestionRecord]:
         """Evaluate every strategy at every k on `questions` (default: the dataset's), question by question.
         :returns: The clean records, in strategy, k, question order (failed ones: `records.read_failures`).
-        :raises FingerprintMismatchError: If `out` holds records of the same run made with other settings (another
-            pipeline, LLM or prompt).
+        :raises FingerprintMismatchError: If `out` holds records of the same run made with other settings.
         :raises Exception: A question's error on `CONFIGURATION_ERRORS` or after `FAILURES_IN_A_ROW_TO_STOP`
             outright failures (`BatchStoppedError` when every LLM call failed)."""
         self.out.mkdir(parents=True, exist_ok=True)
