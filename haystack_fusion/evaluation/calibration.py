@@ -35,8 +35,7 @@ def auroc(scores: Sequence[float], labels: Sequence[bool], *, seed: int = DEFAUL
           resamples: int = BOOTSTRAP_RESAMPLES) -> dict[str, Any] | None:  # fmt: skip
     """The AUROC of scores against binary labels, with its stratified 95% bootstrap CI (Kim et al. Appendix H).
     :returns: `auroc` in [0, 1], `ci` (None with fewer than two of a class), `positives`, `negatives`; None when
-        either class is empty.
-    :raises ValueError: If the lengths differ."""
+        either class is empty. :raises ValueError: If the lengths differ."""
     if len(scores) != len(labels):
         raise ValueError(f"one label per score: got {len(scores)} scores and {len(labels)} labels")
     values, flags = np.asarray(scores, dtype=float), np.asarray(labels, dtype=bool)
@@ -223,8 +222,8 @@ def choice_reason(best: dict[str, Any] | None, *, target_accuracy: float | None 
 def calibrate(view: ReportView, *, seed: int = DEFAULT_SEED, target_accuracy: float | None = None,
               target_fallback: float | None = None) -> dict[str, Any]:  # fmt: skip
     """The calibration figures of a report: `auroc` (`calibration`), `concat_pf_sweep` (`sweep`) and `tau_choice`
-    (`choose`'s `tau`, `top_k`, `setting`, the `target`, the `reason`; None without a sweep).
-    :raises ValueError: As `choose`."""
+    (`choose`'s `tau`, `top_k`, `setting`, the `target`, the `reason`; None without a sweep). :raises ValueError: As
+    `choose`."""
     targets = {"target_accuracy": target_accuracy, "target_fallback": target_fallback}
     rows = sweep(view, seed=seed)
     best = choose(rows, **targets)

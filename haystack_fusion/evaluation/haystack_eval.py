@@ -116,10 +116,9 @@ def sas_scores(predictions: Sequence[str], golds: Sequence[Sequence[str]], *, mo
                batch_size: int = 32) -> list[float | None]:  # fmt: skip
     """SAS of each prediction: the cosine similarity of its and a gold answer's embeddings (about 0.0 unrelated to 1.0
     same meaning), best over the golds, with Haystack's `SASEvaluator`.
-    :param model: A sentence-transformers model folder or name; None: the packaged all-MiniLM-L6-v2.
+    `model`: a sentence-transformers model folder or name (None: the packaged all-MiniLM-L6-v2).
     :returns: One score per question, in order; None for a question without gold answers.
-    :raises ValueError: If `predictions` and `golds` differ in length.
-    :raises ImportError: If the `dense` extra is not installed.
+    :raises ValueError: If the lengths differ. :raises ImportError: Without the `dense` extra.
     :raises FileNotFoundError: If `model` is None and the packaged model folder is missing."""
     if len(predictions) != len(golds):
         raise ValueError(f"`predictions` has {len(predictions)} entries but `golds` has {len(golds)}")
@@ -139,8 +138,7 @@ def sas_scores(predictions: Sequence[str], golds: Sequence[Sequence[str]], *, mo
 def records_sas(records: Iterable[QuestionRecord], dataset: EvalDataset, *, model: str | None = None,
                 batch_size: int = 32) -> dict[RecordKey, float | None]:  # fmt: skip
     """The SAS of every record (`sas_scores`), by `QuestionRecord.key()`; None for unanswerable questions.
-    :raises ValueError: If a record's question id is not in `dataset`.
-    :raises ImportError: If the `dense` extra is not installed (only when some question has a gold answer)."""
+    :raises ValueError: If a record's question id is not in `dataset`. :raises ImportError: As `sas_scores`."""
     records = list(records)
     by_id = {question.id: question for question in _questions_in_order(records, dataset)}
     golds = [list(by_id[record.question_id].answers) for record in records]
@@ -151,8 +149,7 @@ def records_sas(records: Iterable[QuestionRecord], dataset: EvalDataset, *, mode
 def load_evaluation_run_results(runs: str | Path | Sequence[str | Path], dataset: EvalDataset, *, sas: bool = False,
                                 sas_model: str | None = None) -> dict[str, EvaluationRunResult]:  # fmt: skip
     """Read `eval --out` folders and convert their records (`to_evaluation_run_results`); `sas=True` adds `sas`.
-    :raises FileNotFoundError: If the folders hold no records.
-    :raises ValueError: As `to_evaluation_run_results`."""
+    :raises FileNotFoundError: If the folders hold no records. :raises ValueError: As `to_evaluation_run_results`."""
     folders = [Path(runs)] if isinstance(runs, str | Path) else [Path(run) for run in runs]
     records = [record for folder in folders for record in read_records(folder / RESULTS_FILE)]
     if not records:

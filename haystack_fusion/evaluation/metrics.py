@@ -99,10 +99,8 @@ class QuestionScore:
 
 def with_answer_outcome(score: QuestionScore, prediction: str | None, evidence: Mapping[str, Any] | None,
                         usage: Mapping[str, Any] | None = None) -> QuestionScore:  # fmt: skip
-    """
-    The score with `empty`, `invalid` (`answers.is_invalid`: then not unknown and EM, F1, accuracy 0.0),
-    `truncated_calls` (calls the token cap cut) and `truncated` (the final reply, or any call, was cut) set; idempotent.
-    """
+    """The score with `empty`, `invalid` (`answers.is_invalid`: then not unknown and EM, F1, accuracy 0.0),
+    `truncated_calls` (calls the token cap cut) and `truncated` (the final reply, or any call, was cut) set."""
     evidence = evidence or {}
     recorded = evidence.get("usage") if isinstance(evidence.get("usage"), Mapping) else {}
     truncated_calls = max(int((usage or {}).get("truncated") or 0), int((recorded or {}).get("truncated") or 0))
@@ -136,13 +134,9 @@ RATES: dict[str, Callable[[Sequence[QuestionScore]], list[Any]]] = {
 
 
 def summarize(scores: Sequence[QuestionScore]) -> dict[str, float | int | None]:
-    """
-    The figures of a report, unrounded: the `RATES` in percent (None for an empty denominator), `nm_rate` (%NM, Liu et
-    al., section 4: nm_count / pool_has_gold_count, None without a pool), costs per question (section 4.2) and
-    `latency_p50`, `latency_p95` in seconds.
-
-    :raises ValueError: If `scores` is empty.
-    """
+    """The figures of a report, unrounded: the `RATES` in percent (None for an empty denominator), `nm_rate` (%NM, Liu
+    et al., section 4: nm_count / pool_has_gold_count, None without a pool), costs per question (section 4.2) and
+    `latency_p50`, `latency_p95` in seconds. :raises ValueError: If `scores` is empty."""
     if not scores:
         raise ValueError("`scores` is empty: there is nothing to summarize (the run scored no question)")
     answerable = [score for score in scores if score.answerable]
@@ -189,9 +183,8 @@ def _bootstrap(data: tuple[np.ndarray, ...], statistic: Any, *, paired: bool, se
 
 def rate_ci(values: Sequence[float | bool] | np.ndarray, *, seed: int = DEFAULT_SEED,
             resamples: int = BOOTSTRAP_RESAMPLES) -> tuple[float, float] | None:  # fmt: skip
-    """The 95% bootstrap confidence interval of a rate, the mean of per-question values in [0, 1] x100.
-    :returns: (low, high) in percent; None for fewer than two values.
-    :raises ValueError: If `values` is not one-dimensional."""
+    """The 95% bootstrap CI (low, high) of a rate, the mean of per-question values in [0, 1] x100, in percent; None
+    for fewer than two values. :raises ValueError: If `values` is not one-dimensional."""
     return mean_ci(_sample(values), seed=seed, resamples=resamples)
 
 
@@ -209,13 +202,9 @@ def mean_ci(values: Sequence[float] | np.ndarray, *, seed: int = DEFAULT_SEED,
 def paired_difference_ci(a: Sequence[float | bool] | np.ndarray, b: Sequence[float | bool] | np.ndarray, *,
                          seed: int = DEFAULT_SEED, resamples: int = BOOTSTRAP_RESAMPLES,
                          ) -> tuple[float, float, float] | None:  # fmt: skip
-    """
-    The difference of two rates over the same questions (`a` minus `b`, one value in [0, 1] per question, same order),
-    with its 95% paired-bootstrap confidence interval.
-
-    :returns: (difference, low, high) in percentage points; None for fewer than two pairs.
-    :raises ValueError: If `a` and `b` are not one-dimensional or differ in length.
-    """
+    """The difference of two rates over the same questions (`a` minus `b`, one value in [0, 1] per question, same
+    order) with its 95% paired-bootstrap CI: (difference, low, high) in percentage points; None for fewer than two
+    pairs. :raises ValueError: If `a` and `b` are not one-dimensional or differ in length."""
     first, second = _sample(a), _sample(b)
     if first.shape != second.shape:
         raise ValueError(f"paired samples must have one value per question each, got {first.size} and {second.size}")

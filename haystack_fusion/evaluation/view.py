@@ -26,9 +26,8 @@ RunKey = tuple[str, str, int, str]  # (run label, strategy, k, setting); the lab
 
 
 def parse_price(text: str) -> tuple[str, Price]:
-    """Read `MODEL=IN,OUT` (US dollars per million input and output tokens), e.g. `gpt-4o-mini=0.15,0.60`.
-    :returns: (model, (input price, output price)).
-    :raises ValueError: If the text is not of that form or a price is negative or not a number."""
+    """Read `MODEL=IN,OUT` (US dollars per million input and output tokens), e.g. `gpt-4o-mini=0.15,0.60`, as (model,
+    (input price, output price)). :raises ValueError: For another form, or a price negative or not a number."""
     model, _, figures = text.rpartition("=")
     try:
         prompt, completion = map(float, figures.split(","))
@@ -151,9 +150,8 @@ class ReportView:
     @classmethod
     def of(cls, records: Sequence[QuestionRecord], labels: Sequence[str] | None = None,
            prices: Mapping[str, Price] | None = None) -> ReportView:  # fmt: skip
-        """Group the records by run (`labels`: a run label per record; None: all "").
-        :raises ValueError: If `labels` does not have one label per record.
-        """
+        """Group the records by run (`labels`: a run label per record; None: all ""). :raises ValueError: If `labels`
+        does not have one label per record."""
         labels = [""] * len(records) if labels is None else list(labels)
         if len(labels) != len(records):
             raise ValueError(f"one run label per record: got {len(labels)} labels and {len(records)} records")
