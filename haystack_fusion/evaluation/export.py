@@ -23,11 +23,8 @@ def training_record(query: str, documents: list[Document], notes: list[dict[str,
         notes and the answer in Table 6's format."""
     prompt = single_call_prompt(query, documents, allow_parametric_knowledge=allow_parametric_knowledge,
                                 max_passage_chars=max_passage_chars)  # fmt: skip
-    written = []
-    for index, note in enumerate(notes, start=1):
-        text = " ".join(str(note.get("note") or "").split())
-        if text:
-            written.append(text if f"#{index}" in text else f"Passage #{index}: {text}")
+    texts = [(index, " ".join(str(note.get("note") or "").split())) for index, note in enumerate(notes, start=1)]
+    written = [text if f"#{index}" in text else f"Passage #{index}: {text}" for index, text in texts if text]
     target = " ".join([*written, f"{ANSWER_LEAD} {answer}"])
     return {"messages": [{"role": "user", "content": prompt[0].text}, {"role": "assistant", "content": target}]}
 

@@ -14,7 +14,6 @@ from haystack.core.serialization import component_to_dict
 from haystack_fusion.evaluation.metrics import retrieval_hit
 
 GoldPosition = Literal["none", "random", "first", "last"]
-
 NOISE_POOL_FACTOR = 10
 """With a noise ratio, the retriever is asked for this many times k passages (Yu et al. section 3.1.1)."""
 

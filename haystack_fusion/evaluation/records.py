@@ -22,7 +22,8 @@ from haystack_fusion.prompts import PROMPTS
 RESULTS_FILE = "results.jsonl"
 CLOSED_BOOK_FILE = "closed_book.jsonl"
 EVIDENCE_TEXT_FILE = "evidence_text.jsonl"
-
+RUN_FILE = "run.json"
+"""A run folder's manifest: report title, dataset, command, strategy options, prices."""
 TEXT_EVIDENCE_KEYS = ("summaries",)
 """Evidence keys whose values are model text that may quote passages: kept out of the records."""
 NOTE_TEXT_KEY = "note"
@@ -175,10 +176,6 @@ def read_failures(path: Path) -> list[QuestionRecord]:
         else:
             clean.add(record.key())
     return [record for key, record in failures.items() if key not in clean]
-
-
-RUN_FILE = "run.json"
-"""A run folder's manifest: report title, dataset, command, strategy options, prices."""
 
 
 def write_run_manifest(folder: str | Path, *, title: str, dataset: str, command: list[str] | None = None,

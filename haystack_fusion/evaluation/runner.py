@@ -351,8 +351,7 @@ class Evaluator:
         :raises Exception: A question's error on `CONFIGURATION_ERRORS` or after `FAILURES_IN_A_ROW_TO_STOP`
             outright failures (`BatchStoppedError` when every LLM call failed)."""
         self.out.mkdir(parents=True, exist_ok=True)
-        ignore = self.out / ".gitignore"
-        if not ignore.is_file():
+        if not (ignore := self.out / ".gitignore").is_file():
             ignore.write_text(f"# model text that may quote passages: not committed\n{EVIDENCE_TEXT_FILE}\n")
         questions = list(self.dataset.questions if questions is None else questions)
         if self.config.closed_book_filter:

@@ -18,7 +18,6 @@ from haystack_fusion.strategies import STRATEGIES
 
 Price = tuple[float, float]
 """US dollars per million (prompt, completion) tokens."""
-
 UNNAMED_MODEL = "model"
 """The model name of records without `usage_by_model` when their run does not name its model."""
 TOKENS_PER_PRICE = 1_000_000
@@ -159,13 +158,11 @@ class ReportView:
         questions = [Question.of(record, prices) for record in records]
         runs: dict[RunKey, Run] = {}
         by_strategy: dict[tuple[str, int, str], list[Question]] = {}
-        for label in dict.fromkeys(labels):
-            for question, mine in zip(questions, labels, strict=True):
-                if mine == label:
-                    r = question.record
-                    run = Run(label, r.strategy, r.top_k, r.setting, [])
-                    runs.setdefault((label, r.strategy, r.top_k, r.setting), run).questions.append(question)
-                    by_strategy.setdefault((r.strategy, r.top_k, r.setting), []).append(question)
+        order = {label: index for index, label in enumerate(dict.fromkeys(labels))}  # runs label by label
+        for question, label in sorted(zip(questions, labels, strict=True), key=lambda pair: order[pair[1]]):
+            key = (question.record.strategy, question.record.top_k, question.record.setting)
+            runs.setdefault((label, *key), Run(label, *key, [])).questions.append(question)
+            by_strategy.setdefault(key, []).append(question)
         return cls(questions, runs, by_strategy, prices)
 
     @property
