@@ -27,8 +27,7 @@ def label(summary: Mapping[str, Any]) -> str:
 
 def noise_ratio(setting: str) -> float | None:
     """The noise ratio of a setting label ("retrieved, noise ratio 0.4" -> 0.4), None without one."""
-    match = re.search(r"noise ratio ([0-9.]+)", setting)
-    return float(match.group(1)) if match else None
+    return float(match.group(1)) if (match := re.search(r"noise ratio ([0-9.]+)", setting)) else None
 
 
 @contextmanager

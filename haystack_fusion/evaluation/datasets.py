@@ -121,18 +121,15 @@ def load_dpr_tsv_passages(path: str | Path) -> list[Document]:
     return documents
 
 
-def load_dataset(
-    dataset: str | Path, *, corpus: str | Path | None = None, cache_dir: str | Path | None = None
-) -> EvalDataset:
+def load_dataset(dataset: str | Path, *, corpus: str | Path | None = None,
+                 cache_dir: str | Path | None = None) -> EvalDataset:  # fmt: skip
     """Load an evaluation dataset from a path or an http(s) URL (downloaded once into `cache_dir`).
     - A SQuAD v1.1 or v2.0 `.json` (`corpus.load_squad`): each paragraph is the gold passage of its questions.
     - An NQ-open `.jsonl` (`question`, `answer` list, optional `id`) over a `corpus` (`.jsonl` or DPR-style `.tsv`).
-    :raises FileNotFoundError: If a local path does not exist.
-    :raises ValueError: For another suffix, a `.jsonl` without `corpus`, a `.json` with one, or a malformed file.
-    :raises requests.RequestException: If a download fails."""
+    :raises FileNotFoundError: If a local path does not exist. :raises requests.RequestException: If a download fails.
+    :raises ValueError: For another suffix, a `.jsonl` without `corpus`, a `.json` with one, or a malformed file."""
     path = _corpus.local_path(dataset, cache_dir=cache_dir)
-    suffix = path.suffix.lower()
-    if suffix == ".json":
+    if (suffix := path.suffix.lower()) == ".json":
         if corpus is not None:
             raise ValueError(f"'{dataset}' is a SQuAD file, which carries its own passages: `--corpus` is only for "
                              ".jsonl datasets")  # fmt: skip

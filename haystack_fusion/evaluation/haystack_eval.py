@@ -26,8 +26,7 @@ INPUT_COLUMNS = ("question_id", "question", "ground_truth_answers", "answerable"
 
 def _questions_in_order(records: Sequence[QuestionRecord], dataset: EvalDataset) -> list[Question]:
     answered = {record.question_id for record in records}
-    unknown = sorted(answered - {question.id for question in dataset.questions})
-    if unknown:
+    if unknown := sorted(answered - {question.id for question in dataset.questions}):
         shown = ", ".join(repr(question_id) for question_id in unknown[:5])
         more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
         raise ValueError(f"{len(unknown)} question id(s) of the records are not in dataset {dataset.name!r}: "

@@ -27,8 +27,7 @@ _RNG_KEYWORD = "rng" if "rng" in inspect.signature(stats.bootstrap).parameters e
 
 def exact_match(prediction: str, golds: Sequence[str]) -> float:
     """Exact match (EM), 1.0 or 0.0, as the official SQuAD script (Liu et al., section 4; Yu et al., section 3.1.3)."""
-    normalized = normalize_answer(prediction)
-    return float(any(normalized == normalize_answer(gold) for gold in golds))
+    return float(normalize_answer(prediction) in {normalize_answer(gold) for gold in golds})
 
 
 def f1(prediction: str, golds: Sequence[str]) -> float:
@@ -123,13 +122,12 @@ def outcome_counts(scores: Sequence[QuestionScore]) -> dict[str, int]:
 
 
 RATES: dict[str, Callable[[Sequence[QuestionScore]], list[Any]]] = {
-    "em": lambda scores: [s.em for s in scores if s.answerable],
-    "f1": lambda scores: [s.f1 for s in scores if s.answerable],
-    "accuracy": lambda scores: [s.accuracy for s in scores if s.answerable],
-    "unknown_rate": lambda scores: [s.unknown for s in scores if s.answerable],
-    "reject_rate": lambda scores: [s.unknown for s in scores if not s.answerable],
-    "recall_at_k": lambda scores: [s.retrieval_hit for s in scores if s.answerable and s.retrieval_hit is not None],
-}
+    "em": lambda ss: [s.em for s in ss if s.answerable], "f1": lambda ss: [s.f1 for s in ss if s.answerable],
+    "accuracy": lambda ss: [s.accuracy for s in ss if s.answerable],
+    "unknown_rate": lambda ss: [s.unknown for s in ss if s.answerable],
+    "reject_rate": lambda ss: [s.unknown for s in ss if not s.answerable],
+    "recall_at_k": lambda ss: [s.retrieval_hit for s in ss if s.answerable and s.retrieval_hit is not None],
+}  # fmt: skip
 """The rates of `summarize`: the mean of these per-question values x100 (`summarize_with_intervals`: their CI)."""
 
 

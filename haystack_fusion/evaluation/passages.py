@@ -106,10 +106,8 @@ class EvalRetriever:
     def __init__(self, retriever: Any, *, setting: PassageSetting | None = None, corpus: Sequence[Document] = (),
                  top_k: int = 5) -> None:  # fmt: skip
         """Wrap any retriever with `query` and `top_k` inputs; `corpus` gives the noise ratio's irrelevant passages."""
-        self.retriever = retriever
-        self.setting = setting or PassageSetting()
+        self.retriever, self.setting, self.top_k = retriever, setting or PassageSetting(), top_k
         self.corpus = list(corpus)
-        self.top_k = top_k
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize (for logs: the corpus is not serialized)."""

@@ -130,9 +130,7 @@ def run_fingerprint(pipeline: Pipeline) -> str:
 
 def repair(path: Path) -> None:
     """Cut a torn last line (a write killed mid-way) off a JSONL file, so the next append starts on a new line."""
-    if not path.is_file():
-        return
-    data = path.read_bytes()
+    data = path.read_bytes() if path.is_file() else b""
     if data and not data.endswith(b"\n"):
         with path.open("r+b") as file:
             file.truncate(data.rfind(b"\n") + 1)
@@ -216,7 +214,4 @@ def read_evidence_text(folder: Path) -> dict[tuple[str, int, str, str], dict[str
         strategy, top_k, setting, question_id = data.pop("key")
         return (strategy, int(top_k), setting, question_id), data
 
-    texts: dict[tuple[str, int, str, str], dict[str, Any]] = {}
-    for key, data in _json_lines(folder / EVIDENCE_TEXT_FILE, parse):
-        texts.setdefault(key, data)
-    return texts
+    return dict(reversed(list(_json_lines(folder / EVIDENCE_TEXT_FILE, parse))))  # the first line of each key

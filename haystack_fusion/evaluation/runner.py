@@ -249,8 +249,7 @@ class Evaluator:
                 raise FingerprintMismatchError(
                     f"{path} already holds {strategy} top-{top_k} records made with other settings (fingerprint "
                     f"{others[0] or 'none'}, now {fingerprint}: another pipeline, LLM or prompt). Resuming would mix "
-                    "them: use another --out folder, or delete those records to start them again."
-                )
+                    "them: use another --out folder, or delete those records to start them again.")  # fmt: skip
         done = {(r.strategy, r.top_k, r.question_id): r for r in existing if r.setting == setting.label()}
         todo = [(q, [run for run in runs if (*run, q.id) not in done]) for q in questions]
         todo = [(question, missing) for question, missing in todo if missing]

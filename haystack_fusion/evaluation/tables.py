@@ -18,8 +18,7 @@ def _cell(value: Any, ci: Sequence[float] | None = None, *, spec: str = ".1f", s
 
 
 def dollars(value: float | None, ci: Sequence[float] | None = None, *, missing: str = "–") -> str:
-    """US dollars to three significant digits, with the interval when there is one: `0.000123 [0.000101, 0.00015]`;
-    `missing` for None."""
+    """US dollars to three significant digits, with the interval when there is one; `missing` for None."""
     return _cell(value, ci, spec=".3g", missing=missing)
 
 
@@ -41,8 +40,7 @@ def _rate(s: dict[str, Any], key: str, percent: bool = False) -> str:
 
 def _signed(value: float) -> str:
     """Percentage points with their sign, one decimal; a rounded zero is +0.0, never -0.0."""
-    text = f"{value:+.1f}"
-    return "+0.0" if text == "-0.0" else text
+    return "+0.0" if (text := f"{value:+.1f}") == "-0.0" else text
 
 
 def _difference(s: dict[str, Any], metric: str) -> str:

@@ -74,8 +74,7 @@ def usage_cost(usage: Mapping[str, Any], price: Price | None) -> float | None:
 
 def total(costs: Iterable[float | None]) -> float | None:
     """The sum of costs in US dollars; None when one is unknown."""
-    costs = list(costs)
-    return None if None in costs else sum(c for c in costs if c is not None)
+    return None if None in (known := list(costs)) else sum(c for c in known if c is not None)
 
 
 def demonstration_answers(strategy: str) -> dict[str, tuple[str, ...]]:
