@@ -64,8 +64,7 @@ def draw_charts(view: ReportView, summaries: Sequence[dict[str, Any]], sweep_row
     :returns: The file names of the cost and the selective answering charts, None for one not drawn."""
     cost = draw_cost_chart(summaries, sweep_rows, out)
     selective = draw_selective_chart(view, out)
-    smallest = min(s["top_k"] for s in summaries)
-    first_setting = summaries[0]["setting"]
+    smallest, first_setting = min(s["top_k"] for s in summaries), summaries[0]["setting"]
     points = [s for s in summaries if s["top_k"] == smallest and s["setting"] == first_setting and s["em"] is not None]
     with _chart(out / TOKENS_CHART) as axes:
         _scatter(axes, [(s["tokens_per_question"], s["em"], label(s)) for s in points])

@@ -37,8 +37,7 @@ def export_notes(run: str | Path, dataset: EvalDataset, path: str | Path, *, cor
     :param correct_only: Keep only right predictions (EM, or "unknown" on unanswerable questions).
     :param allow_parametric_knowledge: Which step 5 the prompts state; `max_passage_chars`: match the run's settings.
     :returns: The number of examples written. :raises KeyError: For a question or passage id not in `dataset`."""
-    questions = {question.id: question for question in dataset.questions}
-    documents = {document.id: document for document in dataset.documents}
+    questions, documents = {q.id: q for q in dataset.questions}, {d.id: d for d in dataset.documents}
     texts = read_evidence_text(Path(run))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

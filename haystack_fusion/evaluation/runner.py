@@ -365,8 +365,7 @@ class Evaluator:
 def rescore(records: Iterable[QuestionRecord], dataset: EvalDataset) -> list[QuestionRecord]:
     """Score records again from their predictions and the dataset; usage, latency and a redacted record's score kept.
     :raises ValueError: If a record's question id or passage id is not in the dataset."""
-    questions = {q.id: q for q in dataset.questions}
-    documents = {d.id: d for d in dataset.documents}
+    questions, documents = {q.id: q for q in dataset.questions}, {d.id: d for d in dataset.documents}
     rescored = []
     for record in records:
         if record.question_id not in questions:

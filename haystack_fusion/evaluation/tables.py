@@ -163,8 +163,7 @@ def markdown_table(summaries: Sequence[dict[str, Any]], *, baseline: str | None 
 
 def calibration_markdown(calibration: Mapping[str, Any], selective_chart: str | None) -> str:
     """The calibration sections (`calibration.calibrate`'s figures), each only when it has figures."""
-    summary, rows = calibration, calibration["concat_pf_sweep"]
-    chosen = calibration["tau_choice"] or {}
+    summary, rows, chosen = calibration, calibration["concat_pf_sweep"], calibration["tau_choice"] or {}
     best = next((r for r in rows if r["tau"] is not None and all(r[k] == chosen.get(k) for k in ("tau", "top_k",
                  "setting"))), None)  # fmt: skip
     parts = []
