@@ -1,7 +1,4 @@
-"""
-The report's charts, PNG files drawn with matplotlib (the `eval` extra): EM against tokens, top-k and noise ratio (Liu
-et al. Figures 3 and 4, Yu et al. Table 3), accuracy against cost, and selective answering.
-"""
+"""The report's PNG charts, drawn with matplotlib (the `eval` extra); each `draw_*` raises ImportError without it."""
 
 from __future__ import annotations
 
@@ -30,14 +27,12 @@ def label(summary: Mapping[str, Any]) -> str:
 
 def noise_ratio(setting: str) -> float | None:
     """The noise ratio of a setting label ("retrieved, noise ratio 0.4" -> 0.4), None without one."""
-    match = re.search(r"noise ratio ([0-9.]+)", setting)
-    return float(match.group(1)) if match else None
+    return float(match.group(1)) if (match := re.search(r"noise ratio ([0-9.]+)", setting)) else None
 
 
 @contextmanager
 def _chart(path: Path, size: tuple[float, float] = (6, 4)) -> Iterator[Any]:
-    """The axes of a new figure, saved as a PNG at `path` (120 dpi) when the block ends. :raises ImportError: Without
-    matplotlib (the `eval` extra)."""
+    """The axes of a new figure, saved as a PNG at `path` (120 dpi) when the block ends."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -53,7 +48,7 @@ def _chart(path: Path, size: tuple[float, float] = (6, 4)) -> Iterator[Any]:
 
 
 def _em_lines(points: Sequence[tuple[str, Any, float]], path: Path, *, xlabel: str, title: str) -> None:
-    """One line of EM over x per strategy, from (strategy, x, EM) points, saved as a PNG at `path`."""
+    """One line of EM over x per strategy, from (strategy, x, EM) points."""
     with _chart(path) as axes:
         for strategy in dict.fromkeys(name for name, _, _ in points):
             series = sorted((x, em) for name, x, em in points if name == strategy)
@@ -62,26 +57,17 @@ def _em_lines(points: Sequence[tuple[str, Any, float]], path: Path, *, xlabel: s
         axes.legend()
 
 
-def draw_charts(
-    view: ReportView, summaries: Sequence[dict[str, Any]], sweep_rows: Sequence[dict[str, Any]], out: Path
-) -> tuple[str | None, str | None]:
-    """
-    Draw EM vs tokens (Liu et al. Figure 3), EM vs top-k (Figure 4), EM vs noise ratio (Yu et al. Table 3), accuracy
-    against cost (`draw_cost_chart`) and selective answering (`draw_selective_chart`), each when it has points.
-
-    :returns: The file names of the cost and the selective answering charts, None for one not drawn.
-    :raises ImportError: Without matplotlib (the `eval` extra).
-    """
+def draw_charts(view: ReportView, summaries: Sequence[dict[str, Any]], sweep_rows: Sequence[dict[str, Any]],
+                out: Path) -> tuple[str | None, str | None]:  # fmt: skip
+    """Draw EM vs tokens (Liu et al. Figure 3), EM vs top-k (Figure 4), EM vs noise ratio (Yu et al. Table 3), accuracy
+    against cost and selective answering, each when it has points.
+    :returns: The file names of the cost and the selective answering charts, None for one not drawn."""
     cost = draw_cost_chart(summaries, sweep_rows, out)
     selective = draw_selective_chart(view, out)
-    smallest = min(s["top_k"] for s in summaries)
-    first_setting = summaries[0]["setting"]
+    smallest, first_setting = min(s["top_k"] for s in summaries), summaries[0]["setting"]
     points = [s for s in summaries if s["top_k"] == smallest and s["setting"] == first_setting and s["em"] is not None]
     with _chart(out / TOKENS_CHART) as axes:
-        for index, s in enumerate(points):
-            axes.scatter(s["tokens_per_question"], s["em"])
-            offset = (4, 4) if index % 2 == 0 else (4, -12)  # alternate, so labels of nearby points do not overlap
-            axes.annotate(label(s), (s["tokens_per_question"], s["em"]), textcoords="offset points", xytext=offset)
+        _scatter(axes, [(s["tokens_per_question"], s["em"], label(s)) for s in points])
         axes.set(xlabel="tokens per question (prompt + completion)", ylabel="EM (answerable questions)",
                  title=f"EM vs tokens, top-{smallest} (cf. Liu et al. Figure 3)")  # fmt: skip
     if len({s["top_k"] for s in summaries}) > 1:
@@ -95,31 +81,27 @@ def draw_charts(
     return (cost.name if cost else None), (selective.name if selective else None)
 
 
-def draw_cost_chart(
-    summaries: Sequence[dict[str, Any]], sweep_rows: Sequence[dict[str, Any]], out: Path
-) -> Path | None:
-    """
-    Draw EM (answerable questions) against cost per question: one labelled point per run, and the replayed concat_pf
-    (`calibration.sweep`) as a line over its taus, at the first k and setting it has. Only priced runs and taus.
+def _scatter(axes: Any, points: Sequence[tuple[float, float, str]], **text: Any) -> None:
+    """Labelled points, the labels alternately above and below, so labels of nearby points do not overlap."""
+    for index, (x, y, name) in enumerate(points):
+        axes.scatter(x, y)
+        axes.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4) if index % 2 == 0 else (4, -12), **text)
 
-    :returns: The chart's path; None (nothing drawn) when no run or tau has a cost.
-    :raises ImportError: Without matplotlib (the `eval` extra).
-    """
+
+def draw_cost_chart(summaries: Sequence[dict[str, Any]], sweep_rows: Sequence[dict[str, Any]],
+                    out: Path) -> Path | None:  # fmt: skip
+    """Draw EM (answerable questions) against cost per question: one point per priced run, and the replayed concat_pf
+    (`calibration.sweep`) as a line over its priced taus, at the first k and setting it has.
+    :returns: The chart's path; None (nothing drawn) when no run or tau has a cost."""
     points = [s for s in summaries if s.get("cost_per_question") is not None and s["em"] is not None]
     first = next(((r["top_k"], r["setting"]) for r in sweep_rows), None)
-    line = sorted(
-        (r["cost_per_question"], r["em"], r["tau"]) for r in sweep_rows
-        if (r["top_k"], r["setting"]) == first and r["tau"] is not None and r["cost_per_question"] is not None
-        and r["em"] is not None
-    )  # fmt: skip
+    line = sorted((r["cost_per_question"], r["em"], r["tau"]) for r in sweep_rows if (r["top_k"], r["setting"]) == first
+                  and None not in (r["tau"], r["cost_per_question"], r["em"]))  # fmt: skip
     if not points and not line:
         return None
     with _chart(out / COST_CHART, (6.4, 4.4)) as axes:
-        for index, s in enumerate(points):
-            axes.scatter(s["cost_per_question"], s["em"])
-            offset = (4, 4) if index % 2 == 0 else (4, -12)
-            axes.annotate(f"{label(s)} (top-{s['top_k']})", (s["cost_per_question"], s["em"]), fontsize=8,
-                          textcoords="offset points", xytext=offset)  # fmt: skip
+        runs = [(s["cost_per_question"], s["em"], f"{label(s)} (top-{s['top_k']})") for s in points]
+        _scatter(axes, runs, fontsize=8)
         if line:
             axes.plot([c for c, _, _ in line], [em for _, em, _ in line], marker=".", alpha=0.6,
                       label=f"concat_pf replayed over tau (top-{first[0]})" if first else None)  # fmt: skip
@@ -138,22 +120,16 @@ def draw_cost_chart(
 
 def selective_curve(records: Sequence[QuestionRecord]) -> list[tuple[float, float]]:
     """Selective answering: (coverage, accuracy) points in percent as the confidence threshold falls."""
-    answered = sorted(
-        ((float(r.evidence["confidence"]), r.answerable and r.score.em == 1.0) for r in records
-         if r.evidence.get("confidence") is not None and not r.score.unknown),
-        reverse=True,
-    )  # fmt: skip
+    answered = sorted(((float(r.evidence["confidence"]), r.answerable and r.score.em == 1.0) for r in records
+                       if r.evidence.get("confidence") is not None and not r.score.unknown), reverse=True)  # fmt: skip
     right = np.cumsum([correct for _, correct in answered])
     return [(100.0 * i / len(records), 100.0 * float(right[i - 1]) / i) for i in range(1, len(answered) + 1)]
 
 
 def draw_selective_chart(view: ReportView, out: Path) -> Path | None:
     """Draw `selective_answering.png` (one line per run with confidences); None when no run has them."""
-    curves = {
-        f"{strategy} (top-{top_k})": curve
-        for (strategy, top_k, _), group in view.by_strategy.items()
-        if (curve := selective_curve([question.record for question in group]))
-    }
+    curves = {f"{strategy} (top-{top_k})": curve for (strategy, top_k, _), group in view.by_strategy.items()
+              if (curve := selective_curve([question.record for question in group]))}  # fmt: skip
     if not curves:
         return None
     with _chart(out / SELECTIVE_CHART, (6.4, 4.4)) as axes:

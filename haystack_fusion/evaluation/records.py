@@ -1,18 +1,13 @@
-"""
-Evaluation records: one JSON line per answered question, fingerprinted, safe to resume.
-
-A run folder holds `results.jsonl` (`QuestionRecord`s: ids, scores, no question, gold or passage text),
-`evidence_text.jsonl` (model text that may quote passages; git-ignored) and `run.json` (`write_run_manifest`). Lines
-are whole appends plus `fsync`; `repair` cuts a torn last line. Failed records are skipped by `read_records` and asked
-again on re-run (`read_failures`).
-"""
+"""Evaluation records: a run folder holds `results.jsonl` (a `QuestionRecord` per answered question: ids and scores,
+no dataset text), `evidence_text.jsonl` (model text that may quote passages; git-ignored) and `run.json`."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -27,39 +22,23 @@ from haystack_fusion.prompts import PROMPTS
 RESULTS_FILE = "results.jsonl"
 CLOSED_BOOK_FILE = "closed_book.jsonl"
 EVIDENCE_TEXT_FILE = "evidence_text.jsonl"
-
+RUN_FILE = "run.json"
+"""A run folder's manifest: report title, dataset, command, strategy options, prices."""
 TEXT_EVIDENCE_KEYS = ("summaries",)
 """Evidence keys whose values are model text that may quote passages: kept out of the records."""
 NOTE_TEXT_KEY = "note"
 """The free-text field of a Chain-of-Note note (its `relevance` label stays in the record)."""
-
-RUNTIME_SETTINGS = (
-    "max_concurrency",
-    "max_calls_in_flight",
-    "n_threads",
-    "n_threads_batch",
-    "verbose",
-    "timeout",
-    "max_retries",
-    "logprobs",
-    "top_logprobs",
-    "api_base_url",
-    "index",
-)
+RUNTIME_SETTINGS = ("max_concurrency", "max_calls_in_flight", "n_threads", "n_threads_batch", "verbose", "timeout",
+                    "max_retries", "logprobs", "top_logprobs", "api_base_url", "index")  # fmt: skip
 """Init parameters that change speed, what a reply reports or where a model or store is reached, not predictions:
 not fingerprinted, so a run resumes with other values of them."""
 
 
 @dataclass
 class QuestionRecord:
-    """
-    One line of `results.jsonl`: a question answered by one registered `strategy` at one `top_k` in one passage
-    `setting` (`PassageSetting.label()`).
-
-    `evidence` is the structured evidence without free text (`split_evidence`); `passages` the ids shown, in rank
-    order; `fingerprint` the `run_fingerprint` of the pipeline. `redacted`: text was cut out afterwards, so rescoring
-    keeps `score`. `error`: None for a clean answer, else what failed, on one line.
-    """
+    """One line of `results.jsonl`: a question answered by a `strategy` at a `top_k` in a `setting` (`PassageSetting
+    .label()`). `evidence`: without free text (`split_evidence`); `passages`: the ids shown, in rank order;
+    `fingerprint`: `run_fingerprint`; `redacted`: text was cut out, so rescoring keeps `score`; `error`: what failed."""
 
     strategy: str
     top_k: int
@@ -80,14 +59,12 @@ class QuestionRecord:
         return self.error is not None
 
     def key(self) -> tuple[str, int, str, str]:
-        """The resume key: (strategy, k, setting, question id)."""
+        """(strategy, k, setting, question id)."""
         return (self.strategy, self.top_k, self.setting, self.question_id)
 
     def to_json(self) -> str:
         """The JSONL line (no trailing newline); `error` only in a failed record's line."""
-        data = asdict(self)
-        if data["error"] is None:
-            del data["error"]
+        data = {key: value for key, value in asdict(self).items() if key != "error" or value is not None}
         return json.dumps(data, default=str, ensure_ascii=False)
 
     @classmethod
@@ -114,19 +91,15 @@ def split_evidence(evidence: Mapping[str, Any]) -> tuple[dict[str, Any], dict[st
 
 def merge_evidence(structured: Mapping[str, Any], text: Mapping[str, Any] | None) -> dict[str, Any]:
     """The inverse of `split_evidence` (notes get their `note` text back when it was kept)."""
-    merged = dict(structured)
-    for key in TEXT_EVIDENCE_KEYS:
-        if text and key in text:
-            merged[key] = text[key]
-    if text and "notes" in text and merged.get("notes") is not None:
-        merged["notes"] = [
-            {**note, NOTE_TEXT_KEY: note_text} for note, note_text in zip(merged["notes"], text["notes"], strict=False)
-        ]
+    text = text or {}
+    merged = {**structured, **{key: text[key] for key in TEXT_EVIDENCE_KEYS if key in text}}
+    if "notes" in text and merged.get("notes") is not None:
+        merged["notes"] = [{**note, NOTE_TEXT_KEY: note_text}
+                           for note, note_text in zip(merged["notes"], text["notes"], strict=False)]  # fmt: skip
     return merged
 
 
 def _without_runtime(value: Any) -> Any:
-    """The value without `RUNTIME_SETTINGS` keys at any depth."""
     if isinstance(value, dict):
         return {k: _without_runtime(v) for k, v in value.items() if k not in RUNTIME_SETTINGS}
     if isinstance(value, list | tuple):
@@ -142,13 +115,9 @@ def _component_dict(name: str, instance: Any) -> dict[str, Any]:
 
 
 def run_fingerprint(pipeline: Pipeline) -> str:
-    """
-    The fingerprint of a run's records, so a resumed run never mixes records made with other settings: a hash of the
-    pipeline's `to_dict()` without `RUNTIME_SETTINGS` (a component that cannot be serialized counts by its class) and
-    of every prompt template (`PROMPTS`).
-
-    :returns: The first 16 hex digits of the SHA-256 of their canonical JSON.
-    """
+    """The fingerprint of a run's records, so a resumed run never mixes in records made with other settings: the first
+    16 hex digits of the SHA-256 of the pipeline's `to_dict()` without `RUNTIME_SETTINGS` (a component that cannot be
+    serialized counts by its class) and of every prompt template (`PROMPTS`)."""
     try:
         serialized = pipeline.to_dict()
     except SerializationError:  # e.g. a lambda callback: each component that cannot be serialized counts by its class
@@ -161,9 +130,7 @@ def run_fingerprint(pipeline: Pipeline) -> str:
 
 def repair(path: Path) -> None:
     """Cut a torn last line (a write killed mid-way) off a JSONL file, so the next append starts on a new line."""
-    if not path.is_file():
-        return
-    data = path.read_bytes()
+    data = path.read_bytes() if path.is_file() else b""
     if data and not data.endswith(b"\n"):
         with path.open("r+b") as file:
             file.truncate(data.rfind(b"\n") + 1)
@@ -181,20 +148,17 @@ def append_line(path: Path, line: str) -> None:
         os.close(fd)
 
 
-def _read_lines(path: Path) -> Iterator[QuestionRecord]:
-    if not path.is_file():
-        return
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            yield QuestionRecord.from_json(line)
-        except ValueError:  # a torn last line (a run killed mid-write)
-            continue
+def _json_lines(path: Path, parse: Callable[[str], Any]) -> Iterator[Any]:
+    """`parse` of each line of a file (none without the file), skipping a torn line (a run killed mid-write)."""
+    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            yield parse(line)
 
 
 def read_records(path: Path) -> list[QuestionRecord]:
     """The clean records of a `results.jsonl` file in file order, first of each key; none when there is no file."""
     records: dict[tuple[str, int, str, str], QuestionRecord] = {}
-    for record in _read_lines(path):
+    for record in _json_lines(path, QuestionRecord.from_json):
         if not record.failed:
             records.setdefault(record.key(), record)
     return list(records.values())
@@ -204,7 +168,7 @@ def read_failures(path: Path) -> list[QuestionRecord]:
     """The last failed record of each key with no clean record (what a re-run asks again), by first failure."""
     clean: set[tuple[str, int, str, str]] = set()
     failures: dict[tuple[str, int, str, str], QuestionRecord] = {}
-    for record in _read_lines(path):
+    for record in _json_lines(path, QuestionRecord.from_json):
         if record.failed:
             failures[record.key()] = record
         else:
@@ -212,47 +176,27 @@ def read_failures(path: Path) -> list[QuestionRecord]:
     return [record for key, record in failures.items() if key not in clean]
 
 
-RUN_FILE = "run.json"
-"""A run folder's manifest: report title, dataset, command, strategy options, prices."""
-
-
-def write_run_manifest(
-    folder: str | Path,
-    *,
-    title: str,
-    dataset: str,
-    command: list[str] | None = None,
-    runtime: Mapping[str, str] | None = None,
-    notes: Sequence[str] = (),
-    strategy_options: Mapping[str, Any] | None = None,
-    prices: Mapping[str, Sequence[float]] | None = None,
-) -> None:
-    """
-    Write the run folder's `run.json`, read by `haystack-fusion report` (`title`, `dataset` path or URL).
-
+def write_run_manifest(folder: str | Path, *, title: str, dataset: str, command: list[str] | None = None,
+                       runtime: Mapping[str, str] | None = None, notes: Sequence[str] = (),
+                       strategy_options: Mapping[str, Any] | None = None,
+                       prices: Mapping[str, Sequence[float]] | None = None) -> None:  # fmt: skip
+    """Write the run folder's `run.json`, read by `haystack-fusion report` (`title`, `dataset` path or URL).
     :param runtime: The runtime that answers (llama.cpp build); every distinct one is listed under `runtimes`.
     :param notes: What the report should say beside the figures, added to those kept, each once.
     :param strategy_options: The `StrategyConfig` fields the run set; None keeps those in `run.json`.
-    :param prices: US dollars per million (input, output) tokens per model, for `report`; None or empty keeps those
-        in `run.json`.
-    """
+    :param prices: US dollars per million (input, output) tokens per model; None or empty keeps those in `run.json`."""
     previous = read_run_manifest(folder)
     runtimes = list(previous.get("runtimes") or [])
     if runtime is not None and dict(runtime) not in runtimes:
         runtimes.append(dict(runtime))
     kept = list(previous.get("notes") or [])
     kept += [note for note in notes if note not in kept]
-    manifest: dict[str, Any] = {"title": title, "dataset": dataset, "command": command}
-    if runtimes:
-        manifest["runtimes"] = runtimes
-    if kept:
-        manifest["notes"] = kept
     options = previous.get("strategy_options") if strategy_options is None else dict(strategy_options)
-    if options is not None:
-        manifest["strategy_options"] = json.loads(json.dumps(options, default=str))
     kept_prices = {model: list(price) for model, price in prices.items()} if prices else previous.get("prices")
-    if kept_prices:
-        manifest["prices"] = kept_prices
+    manifest: dict[str, Any] = {"title": title, "dataset": dataset, "command": command}
+    options = None if options is None else json.loads(json.dumps(options, default=str))
+    manifest.update((key, value) for key, value in (("runtimes", runtimes or None), ("notes", kept or None),
+                    ("strategy_options", options), ("prices", kept_prices or None)) if value is not None)  # fmt: skip
     (Path(folder) / RUN_FILE).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
 
 
@@ -264,15 +208,10 @@ def read_run_manifest(folder: str | Path) -> dict[str, Any]:
 
 def read_evidence_text(folder: Path) -> dict[tuple[str, int, str, str], dict[str, Any]]:
     """The free-text evidence kept beside a run's records (`evidence_text.jsonl`), by record key; torn lines skipped."""
-    path = folder / EVIDENCE_TEXT_FILE
-    texts: dict[tuple[str, int, str, str], dict[str, Any]] = {}
-    if not path.is_file():
-        return texts
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            data = json.loads(line)
-            strategy, top_k, setting, question_id = data.pop("key")
-        except (json.JSONDecodeError, ValueError, KeyError, TypeError):
-            continue
-        texts.setdefault((strategy, int(top_k), setting, question_id), data)
-    return texts
+
+    def parse(line: str) -> tuple[tuple[str, int, str, str], dict[str, Any]]:
+        data = json.loads(line)
+        strategy, top_k, setting, question_id = data.pop("key")
+        return (strategy, int(top_k), setting, question_id), data
+
+    return dict(reversed(list(_json_lines(folder / EVIDENCE_TEXT_FILE, parse))))  # the first line of each key

@@ -1,8 +1,5 @@
-"""
-The evaluation report of `eval` and `report`: `summary.json`, `results.md` and PNG charts, from the records grouped once
-into a `view.ReportView` that every section reads: the figures of each run (`figures`), the calibration of the
-fallback threshold (`calibration`), the charts (`charts`, matplotlib: the `eval` extra) and the markdown (`tables`).
-"""
+"""The evaluation report of `eval` and `report`: `summary.json`, `results.md` and PNG charts, every section read from
+one `view.ReportView` (`figures`, `calibration`, `charts`, `tables`)."""
 
 from __future__ import annotations
 
@@ -23,37 +20,18 @@ SUMMARY_FILE = "summary.json"
 TABLE_FILE = "results.md"
 
 
-def write_report(
-    records: Sequence[QuestionRecord],
-    out: str | Path,
-    *,
-    title: str = "",
-    baseline: str | None = None,
-    seed: int = DEFAULT_SEED,
-    sas: Mapping[tuple[str, int, str, str], float | None] | None = None,
-    notes: Sequence[str] = (),
-    runs: Sequence[str] | None = None,
-    prices: Mapping[str, Price] | None = None,
-    target_accuracy: float | None = None,
-    target_fallback: float | None = None,
-) -> dict[str, Any]:
-    """
-    Write `summary.json` (`title`, `baseline`, `bootstrap`, `prices`, `runs`, `calibration`, `notes`), `results.md`
-    and the charts into `out`.
-
-    :param baseline: The strategy the others are compared with; None for `concatenation` when it ran.
-    :param sas: SAS per record key (`haystack_eval.records_sas`, in [-1, 1]): adds each run's `sas` and `sas_ci`.
-    :param runs: A run label per record (same order), e.g. its folder, to tell apart runs of one strategy made with
-        other LLM setups; None: one run.
-    :param prices: US dollars per million prompt and completion tokens per model (`view.parse_prices`): each run's
-        `cost_per_question` and the `accuracy_vs_cost.png` chart.
-    :param target_accuracy: SQuAD 2.0 EM (%) the calibrated tau must reach (`calibration.choose`).
-    :param target_fallback: The largest share of questions that fall back (%) the calibrated tau may have
-        (`calibration.choose`).
-    :returns: The summary written.
-    :raises ValueError: If there are no records, `baseline` names a strategy that has no records, `runs` does not
-        have one label per record, or the targets are invalid (`calibration.choose`).
-    """
+def write_report(records: Sequence[QuestionRecord], out: str | Path, *, title: str = "", baseline: str | None = None,
+                 seed: int = DEFAULT_SEED, sas: Mapping[tuple[str, int, str, str], float | None] | None = None,
+                 notes: Sequence[str] = (), runs: Sequence[str] | None = None,
+                 prices: Mapping[str, Price] | None = None, target_accuracy: float | None = None,
+                 target_fallback: float | None = None) -> dict[str, Any]:  # fmt: skip
+    """Write `summary.json` (`title`, `baseline`, `bootstrap`, `prices`, `runs`, `calibration`, `notes`), `results.md`
+    and the charts into `out`; return the summary. `baseline`: the strategy the others are compared with (None:
+    `concatenation` when it ran); `sas`: `haystack_eval.records_sas`; `runs`: a run label per record (e.g. its folder);
+    `prices`: US dollars per million prompt and completion tokens per model; `target_accuracy` / `target_fallback`:
+    `calibration.choose`'s targets (%).
+    :raises ValueError: If there are no records, `baseline` did not run, `runs` does not have one label per record,
+        or the targets are invalid."""
     if not records:
         raise ValueError("no answered questions to report")
     out = Path(out)

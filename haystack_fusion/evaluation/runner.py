@@ -1,9 +1,5 @@
-"""
-The evaluation runner: strategies x top-k x questions, concurrent, resumable, one JSONL line per answered question.
-
-Liu et al. section 4 is the protocol: top-k BM25 passages (optionally with the gold passage inserted), greedy
-decoding, EM / F1 / %Unk / %NM; Yu et al. section 3.1 adds the noise ratio and the reject rate.
-"""
+"""The evaluation runner: strategies x top-k x questions, concurrent, resumable, one JSONL line per answered question
+(the protocol of Liu et al. section 4, with Yu et al. section 3.1's noise ratio and reject rate)."""
 
 from __future__ import annotations
 
@@ -80,14 +76,10 @@ class FingerprintMismatchError(ValueError):
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """
-    What to evaluate: `strategies` at every k of `top_ks` (Liu et al. Figure 4: 5, 10, 20) in the passage `setting`;
+    """What to evaluate: `strategies` at every k of `top_ks` (Liu et al. Figure 4: 5, 10, 20) in the passage `setting`;
     `parallel_questions` questions at once, `max_concurrency` LLM calls per round (None: all), `max_calls_in_flight`
-    in the process (`llm.max_calls_in_flight`). `closed_book_filter`: Liu et al. section 4 "Dataset Filter".
-
-    :raises ValueError: For an unregistered strategy, a k below 1, `parallel_questions` below 1 or a
-        `max_concurrency` or `max_calls_in_flight` neither None nor an integer >= 1.
-    """
+    in the process. `closed_book_filter`: Liu et al. section 4 "Dataset Filter". :raises ValueError: For a value
+    out of range or an unregistered strategy."""
 
     strategies: list[str]
     top_ks: list[int] = field(default_factory=lambda: [5])
@@ -99,8 +91,7 @@ class EvalConfig:
     strategy_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in self.strategies:
-            get_strategy(name)
+        list(map(get_strategy, self.strategies))
         if not self.strategies:
             raise ValueError("`strategies` is empty")
         if any(k < 1 for k in self.top_ks) or not self.top_ks:
@@ -117,10 +108,8 @@ def _describe_failure(failure: CallFailure) -> str:
 
 
 class BatchStoppedError(RuntimeError):
-    """
-    An evaluation stopped: an LLM call was refused (`failures.CONFIGURATION_KINDS`), or `FAILURES_IN_A_ROW_TO_STOP`
-    questions in a row had every LLM call fail. `failures`: the last question's failed calls; `calls`: its LLM calls.
-    """
+    """An evaluation stopped: an LLM call was refused (`failures.CONFIGURATION_KINDS`), or `FAILURES_IN_A_ROW_TO_STOP`
+    questions in a row had every LLM call fail. `failures`: the last question's failed calls; `calls`: its LLM calls."""
 
     def __init__(self, message: str, *, failures: list[CallFailure] | None = None, calls: int = 0) -> None:
         super().__init__(message)
@@ -141,31 +130,21 @@ def score_run(question: Question, prediction: str, evidence: dict[str, Any], pas
     """Score one answered question; the post-fusion pool (`evidence["candidates"]`) gives %NM (Liu et al. section 4)."""
     golds = list(question.answers)
     candidates: list[str] = evidence.get("candidates") or []
-    has_pool = evidence.get("candidates") is not None and bool(question.answers)
+    pool = evidence.get("candidates") is not None and bool(golds)
     score = QuestionScore(
-        id=question.id,
-        answerable=not question.is_impossible,
-        em=exact_match(prediction, golds),
-        f1=f1(prediction, golds),
-        accuracy=accuracy(prediction, golds),
-        unknown=is_unknown(prediction),
-        pool_has_gold=gold_in_pool(candidates, golds) if has_pool else None,
-        majority_correct=bool(exact_match(candidates[0], golds)) if has_pool and candidates else None,
-        retrieval_hit=retrieval_hit([d.content or "" for d in passages], golds) if golds else None,
-        prompt_tokens=usage.get("prompt_tokens", 0),
-        completion_tokens=usage.get("completion_tokens", 0),
-        calls=usage.get("calls", 0),
-        seconds=seconds,
-    )
+        question.id, not question.is_impossible, exact_match(prediction, golds), f1(prediction, golds),
+        accuracy(prediction, golds), is_unknown(prediction), gold_in_pool(candidates, golds) if pool else None,
+        bool(exact_match(candidates[0], golds)) if pool and candidates else None,
+        retrieval_hit([d.content or "" for d in passages], golds) if golds else None, usage.get("prompt_tokens", 0),
+        usage.get("completion_tokens", 0), usage.get("calls", 0), seconds,
+    )  # fmt: skip
     return with_answer_outcome(score, prediction, evidence, usage)
 
 
 class Evaluator:
     """
-    Runs strategies over a dataset and appends one record per answered question to `out/results.jsonl`.
-
-    Re-running with the same `out` resumes (failed records are asked again); resuming with other settings raises
-    `FingerprintMismatchError`.
+    Runs strategies over a dataset and appends one record per answered question to `out/results.jsonl`; re-running
+    with the same `out` resumes (failed records are asked again).
 
     ### Usage example
     ```python
@@ -179,36 +158,20 @@ class Evaluator:
     dataset = load_dataset(default_squad_path()).sample(20, seed=0)
     store = InMemoryDocumentStore()
     store.write_documents(dataset.documents)
-    records = Evaluator(
-        dataset,
-        EvalConfig(strategies=["concatenation", "concat_pf"]),
-        "runs/demo",
-        retriever_factory=lambda: InMemoryBM25Retriever(document_store=store),
-        generator_factory=local_chat_generator,
-    ).run()
+    records = Evaluator(dataset, EvalConfig(strategies=["concatenation", "concat_pf"]), "runs/demo",
+                        retriever_factory=lambda: InMemoryBM25Retriever(document_store=store),
+                        generator_factory=local_chat_generator).run()
     ```
 
-    :param retriever_factory: Makes a fresh retriever (one per pipeline).
-    :param generator_factory: Makes a fresh ChatGenerator (one per pipeline).
-    :param fallback_generator_factory: Makes the ChatGenerator of the fallback rounds of `concat_pf`, `pf_concat` and
-        `cascade` (`StrategyConfig.fallback_chat_generator`); None: `generator_factory`'s for every round.
+    The factories make a fresh retriever, ChatGenerator and fallback rounds' ChatGenerator (None: `generator_factory`'s
+    for every round) per pipeline.
     """
 
-    def __init__(
-        self,
-        dataset: EvalDataset,
-        config: EvalConfig,
-        out: str | Path,
-        *,
-        retriever_factory: Callable[[], Any],
-        generator_factory: Callable[[], ChatGenerator],
-        fallback_generator_factory: Callable[[], ChatGenerator] | None = None,
-    ) -> None:
-        self.dataset = dataset
-        self.config = config
-        self.out = Path(out)
-        self.retriever_factory = retriever_factory
-        self.generator_factory = generator_factory
+    def __init__(self, dataset: EvalDataset, config: EvalConfig, out: str | Path, *,
+                 retriever_factory: Callable[[], Any], generator_factory: Callable[[], ChatGenerator],
+                 fallback_generator_factory: Callable[[], ChatGenerator] | None = None) -> None:  # fmt: skip
+        self.dataset, self.config, self.out = dataset, config, Path(out)
+        self.retriever_factory, self.generator_factory = retriever_factory, generator_factory
         self.fallback_generator_factory = fallback_generator_factory
         self._gold = {d.id: d for d in dataset.documents}
         self._lock = threading.Lock()
@@ -216,22 +179,16 @@ class Evaluator:
 
     def _pipeline(self, strategy: str, top_k: int, setting: PassageSetting, generator: ChatGenerator) -> Pipeline:
         retriever = EvalRetriever(self.retriever_factory(), setting=setting, corpus=self.dataset.documents, top_k=top_k)
-        fallback = None
-        if self.fallback_generator_factory is not None:
-            fallback = CallLimitedChatGenerator(chat_generator=self.fallback_generator_factory())
+        make_fallback = self.fallback_generator_factory
+        fallback = make_fallback and CallLimitedChatGenerator(chat_generator=make_fallback())
         # no backend configuration: `config.strategy_options` are every setting (`eval` puts the LLM's defaults in)
-        return backend_pipeline(
-            strategy,
-            None,
-            self.config.strategy_options,
-            retriever=retriever,
-            chat_generator=CallLimitedChatGenerator(chat_generator=generator),
-            fallback_chat_generator=fallback,
-            max_concurrency=self.config.max_concurrency,
-        )
+        return backend_pipeline(strategy, None, self.config.strategy_options, retriever=retriever,
+                                chat_generator=CallLimitedChatGenerator(chat_generator=generator),
+                                fallback_chat_generator=fallback,
+                                max_concurrency=self.config.max_concurrency)  # fmt: skip
 
     def fingerprint(self, strategy: str, top_k: int, setting: PassageSetting) -> str:
-        """The fingerprint a run's records carry: `records.run_fingerprint` of the pipeline the run builds."""
+        """The `records.run_fingerprint` of the run's pipeline."""
         return run_fingerprint(self._pipeline(strategy, top_k, setting, self.generator_factory()))
 
     def _answer(self, pipeline: Pipeline, strategy: str, top_k: int, setting: PassageSetting,
@@ -292,8 +249,8 @@ class Evaluator:
 
     def _run_all(self, path: Path, runs: list[tuple[str, int]], setting: PassageSetting,
                  questions: list[Question], label: str) -> list[QuestionRecord]:  # fmt: skip
-        """Answer the questions not yet in `path`, every run of `runs` on a question before the next; returns all
-        clean records of these runs on `questions`, in run, question order."""
+        """Answer the questions not yet in `path`, every run on a question before the next; all clean records of the
+        runs on `questions`, in run, question order."""
         repair(path)
         repair(self.out / EVIDENCE_TEXT_FILE)
         existing = read_records(path)
@@ -304,8 +261,7 @@ class Evaluator:
                 raise FingerprintMismatchError(
                     f"{path} already holds {strategy} top-{top_k} records made with other settings (fingerprint "
                     f"{others[0] or 'none'}, now {fingerprint}: another pipeline, LLM or prompt). Resuming would mix "
-                    "them: use another --out folder, or delete those records to start them again."
-                )
+                    "them: use another --out folder, or delete those records to start them again.")  # fmt: skip
         done = {(r.strategy, r.top_k, r.question_id): r for r in existing if r.setting == setting.label()}
         todo = [(q, [run for run in runs if (*run, q.id) not in done]) for q in questions]
         todo = [(question, missing) for question, missing in todo if missing]
@@ -390,64 +346,48 @@ class Evaluator:
 
     def closed_book_filter(self, questions: list[Question]) -> list[Question]:
         """Liu et al. section 4 "Dataset Filter": drop answerable questions closed-book concatenation gets right."""
-        records = self._run_all(
-            self.out / CLOSED_BOOK_FILE,
-            [("concatenation", self.config.top_ks[0])],
-            PassageSetting(closed_book=True),
-            [q for q in questions if not q.is_impossible],
-            "closed book",
-        )
+        records = self._run_all(self.out / CLOSED_BOOK_FILE, [("concatenation", self.config.top_ks[0])],
+                                PassageSetting(closed_book=True), [q for q in questions if not q.is_impossible],
+                                "closed book")  # fmt: skip
         known = {r.question_id for r in records if r.score.em == 1.0}
         return [q for q in questions if q.id not in known]
 
     def run(self, questions: Iterable[Question] | None = None) -> list[QuestionRecord]:
-        """
-        Evaluate every strategy at every k, question by question.
-
-        :param questions: The questions (default: the dataset's).
+        """Evaluate every strategy at every k on `questions` (default: the dataset's), question by question.
         :returns: The clean records, in strategy, k, question order (failed ones: `records.read_failures`).
         :raises FingerprintMismatchError: If `out` holds records of the same run made with other settings.
         :raises Exception: A question's error on `failures.CONFIGURATION_KINDS` or after `FAILURES_IN_A_ROW_TO_STOP`
-            outright failures (`BatchStoppedError` when every LLM call failed).
-        """
+            outright failures (`BatchStoppedError` when every LLM call failed)."""
         self.out.mkdir(parents=True, exist_ok=True)
-        ignore = self.out / ".gitignore"
-        if not ignore.is_file():
+        if not (ignore := self.out / ".gitignore").is_file():
             ignore.write_text(f"# model text that may quote passages: not committed\n{EVIDENCE_TEXT_FILE}\n")
         questions = list(self.dataset.questions if questions is None else questions)
         if self.config.closed_book_filter:
             questions = self.closed_book_filter(questions)
         runs = [(strategy, top_k) for strategy in self.config.strategies for top_k in self.config.top_ks]
-        label = f"{len(runs)} strategy x top-k runs"
         limit = self.config.max_calls_in_flight
         with max_calls_in_flight(limit) if limit is not None else contextlib.nullcontext():
-            return self._run_all(self.out / RESULTS_FILE, runs, self.config.setting, questions, label)
+            return self._run_all(self.out / RESULTS_FILE, runs, self.config.setting, questions,
+                                 f"{len(runs)} strategy x top-k runs")  # fmt: skip
 
 
 def rescore(records: Iterable[QuestionRecord], dataset: EvalDataset) -> list[QuestionRecord]:
-    """
-    Score records again from their predictions and the dataset; usage, latency and a redacted record's score kept.
-
-    :raises ValueError: If a record's question id or passage id is not in the dataset.
-    """
-    questions = {q.id: q for q in dataset.questions}
-    documents = {d.id: d for d in dataset.documents}
+    """Score records again from their predictions and the dataset; usage, latency and a redacted record's score kept.
+    :raises ValueError: If a record's question id or passage id is not in the dataset."""
+    questions, documents = {q.id: q for q in dataset.questions}, {d.id: d for d in dataset.documents}
     rescored = []
     for record in records:
         if record.question_id not in questions:
             raise ValueError(f"question {record.question_id!r} of the records is not in dataset {dataset.name!r}")
-        missing = [i for i in record.passages if i not in documents]
-        if missing:
+        if missing := [i for i in record.passages if i not in documents]:
             raise ValueError(f"passage {missing[0]!r} of question {record.question_id!r} is not in {dataset.name!r}")
-        old = record.score
         if record.redacted:
             rescored.append(record)
             continue
+        old, passages = record.score, [documents[i] for i in record.passages]
         usage = {"prompt_tokens": old.prompt_tokens, "completion_tokens": old.completion_tokens, "calls": old.calls}
-        passages = [documents[i] for i in record.passages]
-        score = score_run(
-            questions[record.question_id], record.prediction, record.evidence, passages, usage, old.seconds
-        )
+        score = score_run(questions[record.question_id], record.prediction, record.evidence, passages, usage,
+                          old.seconds)  # fmt: skip
         if old.retrieval_hit is None:  # not measured in the run (e.g. closed book): keep it so
             score = dataclasses.replace(score, retrieval_hit=None)
         rescored.append(dataclasses.replace(record, score=score))

@@ -1,7 +1,4 @@
-"""
-The report's markdown: the main table laid out like Liu et al.'s Table 1, paired differences against a baseline,
-calls and tokens per model, answer outcomes, SAS, and the calibration sections, from the figures of `summary.json`.
-"""
+"""The report's markdown (`results.md`) from the figures of `summary.json`; the main table as Liu et al.'s Table 1."""
 
 from __future__ import annotations
 
@@ -12,25 +9,23 @@ from typing import Any
 from haystack_fusion.evaluation.metrics import BOOTSTRAP_RESAMPLES, RATES
 
 
-def _pct(value: float | None, ci: Sequence[float] | None = None) -> str:
+def _cell(value: Any, ci: Sequence[float] | None = None, *, spec: str = ".1f", suffix: str = "",
+          missing: str = "-") -> str:  # fmt: skip
+    """`value` as `spec` (then `suffix`), with the interval `ci` when there is one: `32.5% [28.1, 37.0]`."""
     if value is None:
-        return "–"
-    return f"{value:.1f}" + (f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else "")
+        return missing
+    return f"{value:{spec}}{suffix}" + (f" [{ci[0]:{spec}}, {ci[1]:{spec}}]" if ci else "")
 
 
 def dollars(value: float | None, ci: Sequence[float] | None = None, *, missing: str = "–") -> str:
-    """US dollars to three significant digits, with the interval when there is one: `0.000123 [0.000101, 0.00015]`;
-    `missing` for None."""
-    if value is None:
-        return missing
-    return f"{value:.3g}" + (f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else "")
+    """US dollars to three significant digits, with the interval when there is one; `missing` for None."""
+    return _cell(value, ci, spec=".3g", missing=missing)
 
 
 def _auc(result: dict[str, Any] | None) -> str:
     if result is None:
         return "–"
-    interval = f" [{result['ci'][0]:.2f}, {result['ci'][1]:.2f}]" if result["ci"] else ""
-    return f"{result['auroc']:.2f}{interval} ({result['positives']}/{result['negatives']})"
+    return _cell(result["auroc"], result["ci"], spec=".2f") + f" ({result['positives']}/{result['negatives']})"
 
 
 def markdown(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
@@ -39,21 +34,13 @@ def markdown(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
 
 
-def _cell(value: Any, percent: bool = False, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}" + ("%" if percent else "")
-
-
 def _rate(s: dict[str, Any], key: str, percent: bool = False) -> str:
-    """A rate's cell with its confidence interval when the summary has one: `32.5 [28.1, 37.0]`."""
-    interval = s.get(f"{key}_ci")
-    cell = _cell(s[key], percent)
-    return f"{cell} [{interval[0]:.1f}, {interval[1]:.1f}]" if s[key] is not None and interval else cell
+    return _cell(s[key], s.get(f"{key}_ci"), suffix="%" if percent else "")
 
 
 def _signed(value: float) -> str:
     """Percentage points with their sign, one decimal; a rounded zero is +0.0, never -0.0."""
-    text = f"{value:+.1f}"
-    return "+0.0" if text == "-0.0" else text
+    return "+0.0" if (text := f"{value:+.1f}") == "-0.0" else text
 
 
 def _difference(s: dict[str, Any], metric: str) -> str:
@@ -65,97 +52,69 @@ def _difference(s: dict[str, Any], metric: str) -> str:
     return f"{_signed(difference)} [{_signed(interval[0])}, {_signed(interval[1])}]{star}"
 
 
-MAIN_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
-    "EM": lambda s: _rate(s, "em"),
-    "F1": lambda s: _rate(s, "f1"),
-    "%Unk": lambda s: _rate(s, "unknown_rate", True),
-    "%NM": lambda s: _cell(s["nm_rate"], True),
-    "accuracy": lambda s: _rate(s, "accuracy"),
-    "reject rate": lambda s: _rate(s, "reject_rate", True),
-    "recall@k": lambda s: _rate(s, "recall_at_k", True),
-    "calls/q": lambda s: _cell(s["calls_per_question"], digits=2),
-    "tokens/q": lambda s: _cell(s["tokens_per_question"], digits=0),
-    "p50 s": lambda s: _cell(s["latency_p50"], digits=2),
-    "p95 s": lambda s: _cell(s["latency_p95"], digits=2),
-}
-"""The main table's columns after strategy, (setting,) top-k: header -> the cell of a run's summary."""
+Columns = dict[str, Callable[[dict[str, Any]], Any]]
+"""A table's columns: header -> the cell of a run's summary (or of a model's figures)."""
 
-COST_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
-    "cost/q $": lambda s: dollars(s["cost_per_question"], s.get("cost_per_question_ci"), missing="-"),
-    "fallback %": lambda s: _rate(s, "escalated_rate", True),
-}
+MAIN_COLUMNS: Columns = {
+    "EM": lambda s: _rate(s, "em"), "F1": lambda s: _rate(s, "f1"), "%Unk": lambda s: _rate(s, "unknown_rate", True),
+    "%NM": lambda s: _cell(s["nm_rate"], suffix="%"), "accuracy": lambda s: _rate(s, "accuracy"),
+    "reject rate": lambda s: _rate(s, "reject_rate", True), "recall@k": lambda s: _rate(s, "recall_at_k", True),
+    "calls/q": lambda s: _cell(s["calls_per_question"], spec=".2f"),
+    "tokens/q": lambda s: _cell(s["tokens_per_question"], spec=".0f"),
+    "p50 s": lambda s: _cell(s["latency_p50"], spec=".2f"),
+    "p95 s": lambda s: _cell(s["latency_p95"], spec=".2f")}  # fmt: skip
+"""The main table's columns after strategy, (setting,) top-k."""
+
+COST_COLUMNS: Columns = {"cost/q $": lambda s: dollars(s["cost_per_question"], s.get("cost_per_question_ci"),
+                                                       missing="-"),
+                         "fallback %": lambda s: _rate(s, "escalated_rate", True)}  # fmt: skip
 """Main-table columns after F1, each only when some run has its figure (`figures.run_cost`)."""
 
-MODEL_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
-    "model": itemgetter("model"),
-    "calls/q": lambda m: _cell(m["calls_per_question"], digits=2),
-    "prompt tokens/q": lambda m: _cell(m["prompt_tokens_per_question"], digits=0),
-    "completion tokens/q": lambda m: _cell(m["completion_tokens_per_question"], digits=0),
-    "cost/q $": lambda m: dollars(m["cost_per_question"], missing="-"),
-}
+MODEL_COLUMNS: Columns = {
+    "model": itemgetter("model"), "calls/q": lambda m: _cell(m["calls_per_question"], spec=".2f"),
+    "prompt tokens/q": lambda m: _cell(m["prompt_tokens_per_question"], spec=".0f"),
+    "completion tokens/q": lambda m: _cell(m["completion_tokens_per_question"], spec=".0f"),
+    "cost/q $": lambda m: dollars(m["cost_per_question"], missing="-")}  # fmt: skip
 
-DIFFERENCE_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
-    "ΔEM": lambda s: _difference(s, "em"),
-    "ΔF1": lambda s: _difference(s, "f1"),
-    "n": lambda s: s.get("paired_questions", 0),
-}
+DIFFERENCE_COLUMNS: Columns = {"ΔEM": lambda s: _difference(s, "em"), "ΔF1": lambda s: _difference(s, "f1"),
+                               "n": lambda s: s.get("paired_questions", 0)}  # fmt: skip
 
-OUTCOME_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
-    **{
-        name: itemgetter(key)
-        for name, key in (
-            ("questions", "questions"),
-            ("answered", "answered_count"),
-            ("unknown", "unknown_count"),
-            ("empty", "empty_count"),
-            ("invalid", "invalid_count"),
-            ("truncated", "truncated_count"),
-            ("cut calls", "truncated_calls"),
-            ("demo copies", "demo_copy_count"),
-        )
-    },
+OUTCOME_COLUMNS: Columns = {
+    **{name: itemgetter(key) for name, key in (
+        ("questions", "questions"), ("answered", "answered_count"), ("unknown", "unknown_count"),
+        ("empty", "empty_count"), ("invalid", "invalid_count"), ("truncated", "truncated_count"),
+        ("cut calls", "truncated_calls"), ("demo copies", "demo_copy_count"))},
     "demo copy rate": lambda s: _rate(s, "demo_copy_rate", True),
-    "demo rejected": lambda s: s["demo_rejected_count"],
-}
+    "demo rejected": itemgetter("demo_rejected_count")}  # fmt: skip
 
-OUTCOME_NOTE = (
-    "Counts over all questions (answerable and unanswerable). answered: neither empty, invalid nor unknown. "
-    "unknown: abstentions (%Unk and the reject rate count these). empty: blank answers, the rejected ones "
-    "included. invalid: answers the answer checks rejected (passage markup, a demonstration answer no passage "
-    "holds, an empty enumeration, a repeat of the question); they are not unknown and score 0. truncated: "
-    "answers whose reply the token cap cut (the answer's own reply where the records keep its finish reason, "
-    "else any call of the question); cut calls: LLM calls the cap cut (both 0 for records that keep no finish "
-    "reason). demo copies: final answers equal, after normalization, to a few-shot demonstration answer of the "
-    "strategy's prompts (rate over all questions, brackets as above; - for a strategy without demonstrations); "
-    "demo rejected: answers the checks rejected as a demonstration answer."
-)
+OUTCOME_NOTE = ("Counts over all questions (answerable and unanswerable). answered: neither empty, invalid nor "
+    "unknown. unknown: abstentions (%Unk and the reject rate count these). empty: blank answers, the rejected ones "
+    "included. invalid: answers the answer checks rejected (passage markup, a demonstration answer no passage holds, "
+    "an empty enumeration, a repeat of the question); they are not unknown and score 0. truncated: answers whose "
+    "reply the token cap cut (the answer's own reply where the records keep its finish reason, else any call of the "
+    "question); cut calls: LLM calls the cap cut (both 0 for records that keep no finish reason). demo copies: final "
+    "answers equal, after normalization, to a few-shot demonstration answer of the strategy's prompts (rate over all "
+    "questions, brackets as above; - for a strategy without demonstrations); demo rejected: answers the checks "
+    "rejected as a demonstration answer.")  # fmt: skip
 
-SAS_NOTE = (
-    "SAS: semantic answer similarity x100, the cosine similarity of the prediction's and the best gold answer's "
-    "all-MiniLM-L6-v2 embeddings (Haystack's SASEvaluator), mean over the answerable questions; brackets as "
-    "above. It credits long answers that EM misses, but a long right answer can score below a short wrong one: "
-    "read it with accuracy (docs/evaluation-haystack.md)."
-)
+SAS_NOTE = ("SAS: semantic answer similarity x100, the cosine similarity of the prediction's and the best gold "
+    "answer's all-MiniLM-L6-v2 embeddings (Haystack's SASEvaluator), mean over the answerable questions; brackets as "
+    "above. It credits long answers that EM misses, but a long right answer can score below a short wrong one: read "
+    "it with accuracy (docs/evaluation-haystack.md).")  # fmt: skip
 
 
-def _table(
-    runs: Sequence[dict[str, Any]], columns: Mapping[str, Callable[[dict[str, Any]], Any]], setting: bool
-) -> str:
-    """A markdown table of one row per run: (run,) strategy, (setting,) top-k, then `columns` (header -> cell of a
-    run); the run column when the runs have labels."""
+def _table(runs: Sequence[dict[str, Any]], columns: Columns, setting: bool) -> str:
+    """One row per run: (run, when labelled,) strategy, (setting,) top-k, then `columns`."""
     labelled = any("run" in s for s in runs)
     header = [*(["run"] if labelled else []), "strategy", *(["setting"] if setting else []), "top-k", *columns]
-    return markdown(
-        header,
-        ([*([s.get("run", "")] if labelled else []), s["strategy"], *([s["setting"]] if setting else []), s["top_k"],
-          *(c(s) for c in columns.values())] for s in runs),
-    )  # fmt: skip
+    return markdown(header, ([*([s.get("run", "")] if labelled else []), s["strategy"], *([s["setting"]] if setting
+                             else []), s["top_k"], *(c(s) for c in columns.values())] for s in runs))  # fmt: skip
 
 
-def main_columns(summaries: Sequence[dict[str, Any]]) -> dict[str, Callable[[dict[str, Any]], Any]]:
+def main_columns(summaries: Sequence[dict[str, Any]]) -> Columns:
     """`MAIN_COLUMNS` with the `COST_COLUMNS` some run has a figure for after F1."""
     figures = {"cost/q $": "cost_per_question", "fallback %": "escalated_rate"}
-    columns: dict[str, Callable[[dict[str, Any]], Any]] = {}
+    columns: Columns = {}
     for name, cell in MAIN_COLUMNS.items():
         columns[name] = cell
         if name == "F1":
@@ -164,12 +123,8 @@ def main_columns(summaries: Sequence[dict[str, Any]]) -> dict[str, Callable[[dic
     return columns
 
 
-def markdown_table(
-    summaries: Sequence[dict[str, Any]],
-    *,
-    baseline: str | None = None,
-    bootstrap: dict[str, Any] | None = None,
-) -> str:
+def markdown_table(summaries: Sequence[dict[str, Any]], *, baseline: str | None = None,
+                   bootstrap: dict[str, Any] | None = None) -> str:  # fmt: skip
     """The results as a markdown table laid out like Liu et al.'s Table 1, and with a baseline paired differences."""
     several = len({s["setting"] for s in summaries}) > 1
     first = summaries[0] if summaries else {}
@@ -189,15 +144,11 @@ def markdown_table(
             + " (Kim et al., Appendix H); none with fewer than two questions."
         )
     if any(s.get("cost_per_question") is not None for s in summaries):
-        notes += (
-            "\n\ncost/q $: US dollars per question at the prices below, mean over all questions (bracket: 95% "
-            "bootstrap interval)."
-        )
+        notes += ("\n\ncost/q $: US dollars per question at the prices below, mean over all questions (bracket: 95% "
+                  "bootstrap interval).")  # fmt: skip
     if any(s.get("escalated_rate") is not None for s in summaries):
-        notes += (
-            "\n\nfallback %: share of the questions the first round (concatenation) passed on to the fallback rounds; "
-            "- for strategies without rounds."
-        )
+        notes += ("\n\nfallback %: share of the questions the first round (concatenation) passed on to the fallback "
+                  "rounds; - for strategies without rounds.")  # fmt: skip
     compared = [s for s in summaries if s["strategy"] != baseline and "em_diff" in s] if baseline else []
     if compared:
         notes += (
@@ -211,9 +162,8 @@ def markdown_table(
 
 
 def calibration_markdown(calibration: Mapping[str, Any], selective_chart: str | None) -> str:
-    """The calibration sections (`calibration.calibrate`'s figures), each only when it has figures; "" without."""
-    summary, rows = calibration, calibration["concat_pf_sweep"]
-    chosen = calibration["tau_choice"] or {}
+    """The calibration sections (`calibration.calibrate`'s figures), each only when it has figures."""
+    summary, rows, chosen = calibration, calibration["concat_pf_sweep"], calibration["tau_choice"] or {}
     best = next((r for r in rows if r["tau"] is not None and all(r[k] == chosen.get(k) for k in ("tau", "top_k",
                  "setting"))), None)  # fmt: skip
     parts = []
@@ -230,15 +180,14 @@ def calibration_markdown(calibration: Mapping[str, Any], selective_chart: str | 
         )
     if rows:
         priced = any(row["cost_per_question"] is not None for row in rows)
-        shown = [
-            row for row in rows if row is best or row["tau"] is None or round(row["tau"] * 100) in (20, 40, 60, 80)
-        ]
+        shown = [r for r in rows if r is best or r["tau"] is None or round(r["tau"] * 100) in (20, 40, 60, 80)]
         table = markdown(
             ["top-k", "tau", "questions", "SQuAD 2.0 EM", "EM", "F1", "reject rate", "fallback %",
              *(["cost/q $"] if priced else [])],
             ([r["top_k"], "–" if r["tau"] is None else r["tau"], r["n"],
-              _pct(r["squad2_em"], r["squad2_em_ci"]) + (" **chosen**" if r is best else ""), _pct(r["em"], r["em_ci"]),
-              _pct(r["f1"], r["f1_ci"]), _pct(r["reject_rate"], r["reject_rate_ci"]), _pct(r["fallback_rate"]),
+              _cell(r["squad2_em"], r["squad2_em_ci"], missing="–") + (" **chosen**" if r is best else ""),
+              *(_cell(r[key], r[f"{key}_ci"], missing="–") for key in ("em", "f1", "reject_rate")),
+              _cell(r["fallback_rate"], missing="–"),
               *([dollars(r["cost_per_question"], r["cost_per_question_ci"])] if priced else [])]
              for r in shown),
         )  # fmt: skip
@@ -254,13 +203,10 @@ def calibration_markdown(calibration: Mapping[str, Any], selective_chart: str | 
     return "\n".join(parts) + ("\n" if parts else "")
 
 
-def report_markdown(
-    summary: Mapping[str, Any], *, models: bool, cost_chart: str | None, selective_chart: str | None
-) -> str:
-    """
-    `results.md` from the report's `summary.json` figures: the title, notes, `markdown_table`, the table per model
-    (with `models`, or prices), answer outcomes, SAS (when some run has it), the cost chart and the calibration.
-    """
+def report_markdown(summary: Mapping[str, Any], *, models: bool, cost_chart: str | None,
+                    selective_chart: str | None) -> str:  # fmt: skip
+    """`results.md`: the title, notes, `markdown_table`, the table per model (with `models`, or prices), answer
+    outcomes, SAS (when some run has it), the cost chart and the calibration."""
     summaries, prices, notes, title = summary["runs"], summary["prices"], summary["notes"], summary["title"]
     several = len({s["setting"] for s in summaries}) > 1
     table = markdown_table(summaries, baseline=summary["baseline"], bootstrap=summary["bootstrap"])

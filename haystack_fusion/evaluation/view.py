@@ -1,14 +1,6 @@
-"""
-The records of a report grouped once: one `Run` per (run label, strategy, k, setting) of `Question`s, each record
-with what the report derives from it (outcome flags, usage and cost per model, fallback, demonstration copies), read
-by every section of the report.
-
-A price is US dollars per million prompt (input) and completion (output) tokens. A question's usage per model is
-`evidence["usage_by_model"]` (model name -> `prompt_tokens`, `completion_tokens`, `calls`, ...), else its whole usage
-under `UNNAMED_MODEL`. A question falls back when the first round (concatenation) passed it on to the fallback rounds
-(`evidence["fallback"]`, set by `concat_pf` and `cascade`); FrugalGPT (Chen et al., 2023) reads a cascade by its cost
-and the share that reached the strong model.
-"""
+"""The records of a report grouped once (`ReportView`): one `Run` per (run label, strategy, k, setting) of `Question`s,
+each a record with what every section of the report derives from it. A cascade is read by its cost and the share that
+fell back (FrugalGPT, Chen et al., 2023)."""
 
 from __future__ import annotations
 
@@ -26,34 +18,23 @@ from haystack_fusion.strategies import STRATEGIES
 
 Price = tuple[float, float]
 """US dollars per million (prompt, completion) tokens."""
-
 UNNAMED_MODEL = "model"
 """The model name of records without `usage_by_model` when their run does not name its model."""
-
 TOKENS_PER_PRICE = 1_000_000
-
-RunKey = tuple[str, str, int, str]
-"""(run label, strategy, k, setting); the label is "" for records of one run."""
+RunKey = tuple[str, str, int, str]  # (run label, strategy, k, setting); the label is "" for records of one run
 
 
 def parse_price(text: str) -> tuple[str, Price]:
-    """
-    Read `MODEL=IN,OUT` (US dollars per million input and output tokens), e.g. `gpt-4o-mini=0.15,0.60`.
-
-    :returns: (model, (input price, output price)).
-    :raises ValueError: If the text is not of that form or a price is negative or not a number.
-    """
+    """Read `MODEL=IN,OUT` (US dollars per million input and output tokens), e.g. `gpt-4o-mini=0.15,0.60`, as (model,
+    (input price, output price)). :raises ValueError: For another form, or a price negative or not a number."""
     model, _, figures = text.rpartition("=")
-    parts = figures.split(",")
     try:
-        if not model.strip() or len(parts) != 2:
+        prompt, completion = map(float, figures.split(","))
+        if not model.strip():
             raise ValueError
-        prompt, completion = float(parts[0]), float(parts[1])
     except ValueError:
-        raise ValueError(
-            f"price {text!r}: expected MODEL=IN,OUT in US dollars per million input and output tokens, "
-            "e.g. gpt-4o-mini=0.15,0.60"
-        ) from None
+        raise ValueError(f"price {text!r}: expected MODEL=IN,OUT in US dollars per million input and output tokens, "
+                         "e.g. gpt-4o-mini=0.15,0.60") from None  # fmt: skip
     if not all(math.isfinite(value) and value >= 0 for value in (prompt, completion)):
         raise ValueError(f"price {text!r}: prices must be finite numbers >= 0")
     return model.strip(), (prompt, completion)
@@ -65,16 +46,9 @@ def parse_prices(texts: Iterable[str]) -> dict[str, Price]:
 
 
 def with_model(records: Iterable[QuestionRecord], model: str) -> list[QuestionRecord]:
-    """The records (same order), those without `usage_by_model` given one that counts all their usage against
-    `model`."""
-    return [
-        record
-        if record.evidence.get("usage_by_model")
-        else dataclasses.replace(
-            record, evidence={**record.evidence, "usage_by_model": {model: score_usage(record.score)}}
-        )
-        for record in records
-    ]
+    """The records, those without `usage_by_model` given one that counts all their usage against `model`."""
+    return [record if record.evidence.get("usage_by_model") else dataclasses.replace(record, evidence={
+        **record.evidence, "usage_by_model": {model: score_usage(record.score)}}) for record in records]  # fmt: skip
 
 
 def score_usage(score: QuestionScore) -> dict[str, int]:
@@ -91,7 +65,7 @@ def model_usage(record: QuestionRecord) -> dict[str, Mapping[str, Any]]:
 
 
 def usage_cost(usage: Mapping[str, Any], price: Price | None) -> float | None:
-    """The cost in US dollars of one model's usage at `price`; None without a price (0.0 for no tokens)."""
+    """The cost in US dollars of one model's usage at `price`; None without a price (unless no tokens)."""
     prompt, completion = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
     if price is None:
         return 0.0 if prompt + completion == 0 else None
@@ -100,8 +74,7 @@ def usage_cost(usage: Mapping[str, Any], price: Price | None) -> float | None:
 
 def total(costs: Iterable[float | None]) -> float | None:
     """The sum of costs in US dollars; None when one is unknown."""
-    costs = list(costs)
-    return None if None in costs else sum(c for c in costs if c is not None)
+    return None if None in (known := list(costs)) else sum(c for c in known if c is not None)
 
 
 def demonstration_answers(strategy: str) -> dict[str, tuple[str, ...]]:
@@ -112,12 +85,9 @@ def demonstration_answers(strategy: str) -> dict[str, tuple[str, ...]]:
 
 @dataclass(frozen=True)
 class Question:
-    """
-    One record with what the report derives from it: its outcome flags set (`metrics.with_answer_outcome`), its usage
-    (`model_usage`) and cost in US dollars (`usage_cost`, None without a price) per model, whether the first round
-    passed it on (`fell_back`, None for a strategy without rounds), and whether its answer copies a few-shot
-    demonstration answer, per prompt of its strategy that has any (`answers.copies_demonstration`).
-    """
+    """One record (outcome flags set) with its usage (`model_usage`) and cost in US dollars (`usage_cost`) per model,
+    whether the first round passed it on to the fallback rounds (`fell_back`: `evidence["fallback"]`, None for a
+    strategy without rounds), and whether its answer copies a few-shot demonstration answer, per prompt that has any."""
 
     record: QuestionRecord
     usage: dict[str, Mapping[str, Any]]
@@ -127,15 +97,11 @@ class Question:
 
     @classmethod
     def of(cls, record: QuestionRecord, prices: Mapping[str, Price]) -> Question:
-        record = dataclasses.replace(
-            record, score=with_answer_outcome(record.score, record.prediction, record.evidence)
-        )
-        usage = model_usage(record)
-        fallback = record.evidence.get("fallback")
-        copies = {
-            name: copies_demonstration(record.prediction, answers, ())
-            for name, answers in demonstration_answers(record.strategy).items()
-        }
+        score = with_answer_outcome(record.score, record.prediction, record.evidence)
+        record = dataclasses.replace(record, score=score)
+        usage, fallback = model_usage(record), record.evidence.get("fallback")
+        copies = {name: copies_demonstration(record.prediction, answers, ())
+                  for name, answers in demonstration_answers(record.strategy).items()}  # fmt: skip
         costs = {model: usage_cost(used, prices.get(model)) for model, used in usage.items()}
         return cls(record, usage, costs, None if fallback is None else bool(fallback), copies)
 
@@ -171,11 +137,8 @@ class Run:
 
 @dataclass(frozen=True)
 class ReportView:
-    """
-    Every record of a report once, as a `Question`: `questions` in record order, `runs` by (run label, strategy, k,
-    setting) and `by_strategy` by (strategy, k, setting), the runs of every label together, each in the order the
-    records first name it; and the `prices` their costs are at.
-    """
+    """Every record of a report once, as a `Question`: `questions` in record order, `runs` by `RunKey` and
+    `by_strategy` by (strategy, k, setting) (the runs of every label together), and the `prices` of their costs."""
 
     questions: list[Question]
     runs: dict[RunKey, Run]
@@ -183,18 +146,10 @@ class ReportView:
     prices: dict[str, Price]
 
     @classmethod
-    def of(
-        cls,
-        records: Sequence[QuestionRecord],
-        labels: Sequence[str] | None = None,
-        prices: Mapping[str, Price] | None = None,
-    ) -> ReportView:
-        """
-        Derive each record's `Question` and group them by run (`labels`: a run label per record, same order; None:
-        all "").
-
-        :raises ValueError: If `labels` does not have one label per record.
-        """
+    def of(cls, records: Sequence[QuestionRecord], labels: Sequence[str] | None = None,
+           prices: Mapping[str, Price] | None = None) -> ReportView:  # fmt: skip
+        """Group the records by run (`labels`: a run label per record; None: all ""). :raises ValueError: If `labels`
+        does not have one label per record."""
         labels = [""] * len(records) if labels is None else list(labels)
         if len(labels) != len(records):
             raise ValueError(f"one run label per record: got {len(labels)} labels and {len(records)} records")
@@ -202,13 +157,11 @@ class ReportView:
         questions = [Question.of(record, prices) for record in records]
         runs: dict[RunKey, Run] = {}
         by_strategy: dict[tuple[str, int, str], list[Question]] = {}
-        for label in dict.fromkeys(labels):
-            for question, mine in zip(questions, labels, strict=True):
-                if mine == label:
-                    r = question.record
-                    run = Run(label, r.strategy, r.top_k, r.setting, [])
-                    runs.setdefault((label, r.strategy, r.top_k, r.setting), run).questions.append(question)
-                    by_strategy.setdefault((r.strategy, r.top_k, r.setting), []).append(question)
+        order = {label: index for index, label in enumerate(dict.fromkeys(labels))}  # runs label by label
+        for question, label in sorted(zip(questions, labels, strict=True), key=lambda pair: order[pair[1]]):
+            key = (question.record.strategy, question.record.top_k, question.record.setting)
+            runs.setdefault((label, *key), Run(label, *key, [])).questions.append(question)
+            by_strategy.setdefault(key, []).append(question)
         return cls(questions, runs, by_strategy, prices)
 
     @property
