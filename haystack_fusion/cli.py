@@ -27,13 +27,7 @@ from haystack_fusion.backends import (
 from haystack_fusion.backends import chat_generator as backend_chat_generator
 from haystack_fusion.backends import retriever as backend_retriever
 from haystack_fusion.backends.errors import QUEUED_TIMEOUT_ADVICE
-from haystack_fusion.corpus import (
-    SkippedFile,
-    default_squad_path,
-    load_passages,
-    load_squad,
-    local_path,
-)
+from haystack_fusion.corpus import SkippedFile, default_squad_path, load_passages, load_squad, local_path
 from haystack_fusion.serving.presentation import format_run
 from haystack_fusion.settings import (
     CACHE_DIR,
@@ -45,12 +39,7 @@ from haystack_fusion.settings import (
     strategy_defaults,
     warn_deprecated,
 )
-from haystack_fusion.strategies import (
-    CASCADE_MIN_CONFIDENCE,
-    CASCADE_MIN_VOTE_SHARE,
-    STRATEGIES,
-    run_strategy,
-)
+from haystack_fusion.strategies import CASCADE_MIN_CONFIDENCE, CASCADE_MIN_VOTE_SHARE, STRATEGIES, run_strategy
 
 DEFAULT_STORE = Path(DEFAULT_INDEX_PATH)
 DEMO_STORE = CACHE_DIR / "demo-index.json"

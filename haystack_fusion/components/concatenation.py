@@ -123,10 +123,7 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
         samples = [sample for sample in (sampled.replies if sampled else []) if sample is not None]
         return {
             "replies": [] if reply is None else [reply, *samples],
-            "meta": {
-                "usage": round_usage(calls, sampled),
-                "failures": failures_meta(calls, sampled),
-            },
+            "meta": {"usage": round_usage(calls, sampled), "failures": failures_meta(calls, sampled)},
         }
 
     @component.output_types(replies=list[ChatMessage], meta=dict[str, Any])

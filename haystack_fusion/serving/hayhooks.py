@@ -72,15 +72,7 @@ from haystack_fusion.settings import (
     chat_client_from_env,
     serving_limit_values,
 )
-from haystack_fusion.strategies import (
-    StrategyRun,
-    Usage,
-    chat_text,
-    get_strategy,
-    passages,
-    sources_text,
-    strategy_run,
-)
+from haystack_fusion.strategies import StrategyRun, Usage, chat_text, get_strategy, passages, sources_text, strategy_run
 
 logger = logging.getLogger(__name__)
 
@@ -506,12 +498,7 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
             raise failure from None
 
     def _finish(
-        self,
-        run: StrategyRun,
-        *,
-        asked: str | None = None,
-        rewrite: Usage | None = None,
-        rewrite_seconds: float = 0.0,
+        self, run: StrategyRun, *, asked: str | None = None, rewrite: Usage | None = None, rewrite_seconds: float = 0.0
     ) -> StrategyRun:
         """
         The run as served; a follow-up's gets `evidence["asked"]`, `evidence["standalone_question"]`, the rewrite's
