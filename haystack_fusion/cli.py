@@ -76,24 +76,18 @@ def _strategy_options(args: argparse.Namespace, llm: str) -> dict[str, Any]:
 
 def _backends(args: argparse.Namespace) -> BackendConfig:
     """The `BackendConfig` of the backend flags and the environment."""
+    llm = ("llm", "model", "api_base_url", "timeout", "max_retries", "max_tokens", "fallback_llm", "fallback_model")
     return BackendConfig.from_env(
         store=args.document_store,
         index_path=str(index_path(args.store)),
         elasticsearch_index=args.es_index,
         retriever=args.retriever,
         embedder=args.embedder,
-        llm=getattr(args, "llm", None),
-        model=getattr(args, "model", None),
-        api_base_url=getattr(args, "api_base_url", None),
         top_k=top_k if isinstance(top_k := getattr(args, "top_k", None), int) else None,
-        timeout=getattr(args, "timeout", None),
-        max_retries=getattr(args, "max_retries", None),
-        max_tokens=getattr(args, "max_tokens", None),
         logprobs=getattr(args, "logprobs", None) or None,
         llama_log=getattr(args, "llama_log", None) or None,
-        fallback_llm=getattr(args, "fallback_llm", None),
-        fallback_model=getattr(args, "fallback_model", None),
         fallback_api_base_url=getattr(args, "fallback_api_base_url", None),
+        **{name: getattr(args, name, None) for name in llm},
     )
 
 
@@ -425,11 +419,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         serve(
             args.strategy,
-            host=args.host,
-            port=args.port,
-            pipelines_dir=args.pipelines_dir,
-            with_chainlit=args.with_chainlit,
-            mcp=args.mcp,
+            **{name: getattr(args, name) for name in ("host", "port", "pipelines_dir", "with_chainlit", "mcp")},
         )
     except (BackendSetupError, PipelineModeError, PipelineModuleLoadError) as error:
         print(f"haystack-fusion: {error}", file=sys.stderr)

@@ -402,10 +402,8 @@ class CallLimitedChatGenerator(ChatGeneratorWrapper):
         generation_kwargs: dict[str, Any] | None = None,
     ) -> None:
         """
-        :param chat_generator: Any component whose `run(messages=...)` returns `replies`.
-        :param breaker: The circuit breaker of the generator's backend (shared by every wrapper of that backend);
-            None: none.
-        :param generation_kwargs: Sent with every call, under the call's own `generation_kwargs`; None: none.
+        :param breaker: The backend's circuit breaker (shared by every wrapper of that backend); None: none.
+        :param generation_kwargs: Sent with every call, under the call's own `generation_kwargs`.
         """
         self._chat_generator = chat_generator
         self.breaker = breaker
@@ -428,15 +426,12 @@ class CallLimitedChatGenerator(ChatGeneratorWrapper):
         return kwargs
 
     def run(self, messages: list[ChatMessage], **kwargs: Any) -> dict[str, Any]:
-        """Call the wrapped generator holding a call slot; returns its `replies`, raises what it raised.
-
-        :raises CircuitOpenError: If the breaker refuses the call (it was not sent).
-        :raises ValueError: If `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` is set to anything but an integer >= 1."""
+        """Call the wrapped generator holding a call slot. :raises CircuitOpenError: If the breaker refuses it."""
         with self._breaker(), _semaphore() or contextlib.nullcontext():
             return self._chat_generator.run(messages=messages, **self._inputs(kwargs))
 
     async def run_async(self, messages: list[ChatMessage], **kwargs: Any) -> dict[str, Any]:
-        """Async form of `run`: waits for its slot without blocking the loop."""
+        """Async form of `run`."""
         with self._breaker():
             semaphore = _semaphore()
             if semaphore is not None:

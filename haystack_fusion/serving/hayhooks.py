@@ -199,12 +199,8 @@ _LIMITS: list[AdmissionLimit] = []
 
 def admission_limit(limits: ServingLimits) -> AdmissionLimit:
     """The process's one `AdmissionLimit`, made from the first `limits` given."""
-    if not _LIMITS:  # wrappers are set up one at a time (`hayhooks._SETUP_LOCK`)
-        _LIMITS.append(
-            AdmissionLimit(
-                max_requests=limits.max_requests, max_waiting=limits.max_waiting, queue_timeout=limits.queue_timeout
-            )
-        )
+    if not _LIMITS:  # wrappers are set up one at a time (`_SETUP_LOCK`)
+        _LIMITS.append(AdmissionLimit(**{k: v for k, v in vars(limits).items() if k != "max_question_chars"}))
     return _LIMITS[0]
 
 

@@ -141,13 +141,10 @@ class FusionAnswerer:
         """
         inputs, runtime = self._split_callback(kwargs)
         callback = select_streaming_callback(self.streaming_callback, runtime, requires_async=False)
-        if callback is None:
-            with self._failed_run():
-                return SuperComponent.run(self, **inputs)  # type: ignore[arg-type]
-        streamed = _Joined(callback)
+        streamed = _Joined(callback, inputs)
         with self._failed_run():
-            result = SuperComponent.run(self, **inputs, streaming_callback=streamed.callback)  # type: ignore[arg-type]
-        if (last := self._last_chunk(result, streamed.text)) is not None:
+            result = SuperComponent.run(self, **inputs)  # type: ignore[arg-type]
+        if callback is not None and (last := self._last_chunk(result, streamed.text)) is not None:
             callback(last)
         return result
 
@@ -155,13 +152,10 @@ class FusionAnswerer:
         """Async form of `run`; the streaming callback may be sync or async."""
         inputs, runtime = self._split_callback(kwargs)
         callback = runtime or self.streaming_callback
-        if callback is None:
-            with self._failed_run():
-                return await SuperComponent.run_async(self, **inputs)  # type: ignore[arg-type]
-        streamed = _Joined(callback)
+        streamed = _Joined(callback, inputs)
         with self._failed_run():
-            result = await SuperComponent.run_async(self, **inputs, streaming_callback=streamed.callback)  # type: ignore[arg-type]
-        if (last := self._last_chunk(result, streamed.text)) is not None:
+            result = await SuperComponent.run_async(self, **inputs)  # type: ignore[arg-type]
+        if callback is not None and (last := self._last_chunk(result, streamed.text)) is not None:
             await emit_chunk(callback, last)
         return result
 
@@ -189,11 +183,13 @@ class FusionAnswerer:
 
 
 class _Joined:
-    """A streaming callback that keeps the text it passes on (`text`: None until a chunk came)."""
+    """A streaming callback that keeps the text it passes on (`text`: None until a chunk came), put in `inputs`."""
 
-    def __init__(self, callback: StreamingCallbackT) -> None:
+    def __init__(self, callback: StreamingCallbackT | None, inputs: dict[str, Any]) -> None:
         self.text: str | None = None
         self.callback: Callable[[StreamingChunk], Any]
+        if callback is None:
+            return
         if is_async_callback(callback):
 
             async def join_async(chunk: StreamingChunk) -> None:
@@ -208,3 +204,4 @@ class _Joined:
                 callback(chunk)
 
             self.callback = join
+        inputs["streaming_callback"] = self.callback
