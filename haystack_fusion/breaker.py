@@ -34,14 +34,8 @@ def describe_failure(error: BaseException) -> str:
 
 
 class CircuitOpenError(RuntimeError):
-    """
-    A call its backend's breaker refused unsent (the cool-down is not over, or the probe is under way).
-
-    :param backend: The breaker's name.
-    :param retry_after: Seconds until a probe call may go (> 0).
-    :param failures: The consecutive failed calls that opened the breaker.
-    :param last_error: The last failed call's exception, or None.
-    """
+    """A call its backend's breaker refused unsent: `retry_after` seconds (> 0) until a probe may go, after
+    `failures` failed calls in a row, the last raising `last_error`."""
 
     def __init__(
         self, backend: str, *, retry_after: float, failures: int, last_error: BaseException | None = None

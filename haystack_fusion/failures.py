@@ -75,12 +75,8 @@ def error_status(error: BaseException) -> int | None:
 
 
 def classify(error: BaseException, service: str | None = None, *, skip: Collection[str] = ()) -> tuple[str, str] | None:
-    """
-    (service, kind) of the first `_KINDS` entry along the exception chain and each link's bases, else None.
-
-    :param service: Only entries of this service (`LLM` or `DOCUMENT_STORE`); None: either.
-    :param skip: Top-level modules whose entries do not count.
-    """
+    """(service, kind) of the first `_KINDS` entry along the exception chain and each link's bases (only `service`'s,
+    none of `skip`'s modules), else None."""
     for link in exception_chain(error):
         for cls in type(link).__mro__:
             module = cls.__module__.split(".")[0]
@@ -102,14 +98,8 @@ def failure_kind(error: BaseException) -> str:
 
 @dataclass(frozen=True)
 class CallFailure:
-    """
-    One failed LLM call of a run.
-
-    :param kind: One of `KINDS` (`failure_kind`).
-    :param message: The exception's text (for the log and the operator, not for a chat user).
-    :param status: The server's HTTP status, None when there was no answer.
-    :param index: The call's place in its round (post-fusion: the passage's rank), None for a round of one call.
-    """
+    """One failed LLM call: its `KINDS` kind, exception class and text (for the operator, not a chat user), HTTP
+    status (None: no answer), component and place in its round (post-fusion: the passage's rank; None: one call)."""
 
     kind: str
     error_type: str

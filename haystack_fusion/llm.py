@@ -614,16 +614,13 @@ def run_chat_calls(
 ) -> FanOutResult:
     """
     One ChatGenerator call per prompt in a thread pool, each in a copy of the caller's context; a failed call is an
-    abstention, logged and recorded as a `CallFailure` (also in the run under way: `failures.failed_run`).
+    abstention, logged and recorded as a `CallFailure` (also in `failures.failed_run`).
 
-    :param max_concurrency: Calls under way at once (None: all n).
     :param raise_on_failure: Re-raise the first failure (queued calls never start); `raise_if`: those it is true for.
-    :param streaming_callback: For a round of one call, when the generator's `run` takes one.
-    :param caller: The calling component: its pipeline name is each `CallFailure.component`.
-    :param indexes: Each call's `CallFailure.index`; None: its place in the round (None for a round of one call).
-    :returns: A `FanOutResult` with n replies and n errors in input order.
+    :param caller: The calling component (each `CallFailure.component`); `indexes`: each `CallFailure.index`.
+    :returns: A `FanOutResult` in input order.
     :raises ValueError: If `max_concurrency` is not None or an integer >= 1.
-    :raises Exception: A failure re-raised by `raise_on_failure` or `raise_if` (`RuntimeError` for no reply).
+    :raises Exception: A failure re-raised by `raise_on_failure` or `raise_if`.
     """
     settings = {key: value for key, value in locals().items() if key not in ("chat_generator", "prompts")}
     calls = _Calls(chat_generator, prompts, **settings)

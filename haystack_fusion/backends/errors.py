@@ -181,12 +181,8 @@ def _user_line(kind: str, *, store: bool = False, status: int | None = None, ret
 
 
 def user_error_message(error: BaseException, config: BackendConfig, *, retry_after: float | None = None) -> str | None:
-    """
-    The chat user's line for a backend's exception, e.g. "The language model server cannot be reached; try again
-    later"; None when the error is not a backend's.
-
-    :param retry_after: Seconds until the LLM server may be called again, if known.
-    """
+    """The chat user's line for a backend's exception ("The language model server cannot be reached; try again
+    later"; `retry_after` seconds when known); None when the error is not a backend's."""
     if (failed := calls_failed(error)) is not None:
         return failed_calls_user_message(failed.failures, retry_after=retry_after)
     found = (DOCUMENT_STORE, "not_found") if isinstance(error, BackendError) else _classify(error, config)

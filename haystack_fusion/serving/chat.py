@@ -127,12 +127,8 @@ def turn_text(text: str) -> str:
 
 
 def read_chat(messages: Sequence[Mapping[str, Any]]) -> Chat:
-    """
-    Read a chat request's messages (oldest first) as a `Chat`.
-
-    :raises ChatRequestError: If the last message is not a user message with visible text, or a message holds
-        content parts that are not text.
-    """
+    """Read a chat request's messages (oldest first). :raises ChatRequestError: If the last is not a user message with
+    visible text, or content parts are not text."""
     if not messages or not isinstance(messages[-1], Mapping) or messages[-1].get("role") != "user":
         raise ChatRequestError("`messages` must end with a user message holding the question")
     question = without_attached_files(message_text(messages[-1]))

@@ -97,15 +97,8 @@ class ServerBusyError(RuntimeError):
 
 @dataclass(frozen=True)
 class ServingLimits:
-    """
-    The limits a served wrapper applies before it runs a question.
-
-    :param max_requests: Requests that run at once, process-wide (>= 1).
-    :param max_waiting: Requests that may wait for a slot (>= 0); the next ones are refused at once.
-    :param queue_timeout: Seconds a request waits for a slot before it is refused (> 0).
-    :param max_question_chars: The longest question served, in characters after stripping (>= 1).
-    :raises ValueError: If a value is out of its range, naming the parameter.
-    """
+    """The limits a served wrapper applies: requests at once process-wide (>= 1), waiting (>= 0), seconds waiting
+    (> 0), question characters after stripping (>= 1). :raises ValueError: If one is out of range."""
 
     max_requests: int = DEFAULT_MAX_REQUESTS["openai"]
     max_waiting: int = 64
@@ -224,12 +217,8 @@ class StreamItem:
 
 
 async def stream_strategy(pipeline: Pipeline, query: str, *, stream_tokens: bool = True) -> AsyncIterator[StreamItem]:
-    """
-    Run a strategy pipeline asynchronously: a status as each round starts and ends (`narrate`), with `stream_tokens`
-    the answer's tokens (`streamed_component`), then the result. `query` is already checked.
-
-    :raises PipelineRuntimeError: If a component fails.
-    """
+    """Run a strategy pipeline asynchronously: round statuses (`narrate`), with `stream_tokens` the answer's tokens,
+    then the result. :raises PipelineRuntimeError: If a component fails."""
     data: dict[str, dict[str, Any]] = {
         name: {"query": query} for name, sockets in pipeline.inputs().items() if "query" in sockets
     }
@@ -337,8 +326,8 @@ async def chat_events(
 
 class StrategyPipelineWrapper(BasePipelineWrapper):
     """
-    Base of the shipped Hayhooks wrappers: set `strategy` to a registered strategy name. Its `run_api_async`
-    docstring, the MCP tool's and route's description, starts with the strategy's `Strategy.description`.
+    Base of the shipped Hayhooks wrappers: set `strategy`; the MCP tool's and route's description is its
+    `Strategy.description`.
 
     ### Usage example
     ```python
@@ -371,12 +360,9 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         cls.run_api_async = run_api_async  # type: ignore[method-assign]
 
     def setup(self) -> None:
-        """
-        Check the backend (a server that does not answer yet gets 503s until it does), build the strategy's pipeline
-        on it with each LLM server's circuit breaker and warm it up.
+        """Build the strategy's pipeline on the checked backend, with each LLM server's breaker, and warm it up.
 
-        :raises BackendSetupError: If the environment configures no usable backend, or a setting is out of range.
-        """
+        :raises BackendSetupError: If the environment configures no usable backend, or a setting is out of range."""
         with _SETUP_LOCK:
             config = check_backend(probe=False)
             try:

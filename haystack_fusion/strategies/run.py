@@ -123,8 +123,7 @@ def run_strategy(
     :param top_k: Passages to retrieve; None keeps the retriever's own `top_k`.
     :param retriever_inputs: Further run inputs of the `retriever` component (e.g. the evaluation's gold data).
     :raises ValueError: If the question is empty or invalid, or the pipeline names no registered strategy.
-    :raises LLMCallsFailedError: If every LLM call of a round, or the strategy's only call, failed
-        (`failures.failed_run`).
+    :raises LLMCallsFailedError: If every LLM call of a round, or the strategy's only call, failed.
     """
     stages = strategy_of(pipeline).stages  # ValueError for an unregistered strategy, before anything runs
     reader = stages[0].component if len(stages) == 1 and stages[0].kind == "answer" else None
