@@ -58,12 +58,9 @@ class CircuitBreaker:
     Closed: calls go through; `failure_threshold` failed calls in a row (`counts_as_backend_failure`) open it.
     Open: calls fail at once with `CircuitOpenError` for `cooldown` seconds, never sent. Then half-open: the next
     call is the one probe (the calls arriving while it runs fail at once too); its success closes the breaker, its
-    failure opens it for another `cooldown`; a cancelled probe lets the next call probe. The lock is never held
-    during a call: one breaker serves threads and event loops together (`with breaker.calling(): await ...`).
+    failure opens it for another `cooldown` (seconds, > 0); a cancelled probe lets the next call probe. The lock is
+    never held during a call: one breaker serves threads and event loops (`with breaker.calling(): await ...`).
 
-    :param failure_threshold: Consecutive failed calls that open it (>= 1).
-    :param cooldown: Seconds it stays open before the probe (> 0).
-    :param clock: Monotonic seconds.
     :raises ValueError: If `failure_threshold` is below 1 or `cooldown` is not a positive number.
     """
 

@@ -301,12 +301,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(f"Wrote {count} Chain-of-Note training examples to {args.export_notes}")
     if failures:
         queued = any(QUEUED_TIMEOUT_ADVICE in (failure.error or "") for failure in failures)
-        again = (
-            "Run the same command again with --max-calls-in-flight 1 (and a --timeout that covers one call) to retry "
-            "them, and only them"
-            if queued
-            else "Run the same command again to retry them, and only them"
-        )
+        slower = " with --max-calls-in-flight 1 (and a --timeout that covers one call)" if queued else ""
+        again = f"Run the same command again{slower} to retry them, and only them"
         print(
             f"haystack-fusion: {len(failures)} question records failed (not in the report; each says what "
             f"failed in {Path(args.out) / 'results.jsonl'}), the first: {failures[0].strategy} top-{failures[0].top_k} "

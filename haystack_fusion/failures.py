@@ -166,11 +166,9 @@ def record(failure: CallFailure) -> None:
 def failed_run(what: str = "a run", *, reader: str | None = None) -> Iterator[list[CallFailure]]:
     """
     Gather every failed LLM call `record`ed in the block (its threads and tasks too) in the yielded list and the
-    outer run's.
+    outer run's; `reader`: the component of a strategy's only LLM call.
 
-    :param reader: The component of a strategy's only LLM call: its failure is a failed run too.
-    :raises LLMCallsFailedError: If every call of a round failed, or `reader` raised: with every failed call of the
-        run, earlier rounds' first.
+    :raises LLMCallsFailedError: If every call of a round failed, or `reader` raised: with every failed call.
     """
     recorded: list[CallFailure] = []
     token = _RECORDED.set(recorded)

@@ -306,19 +306,15 @@ class ChatGeneratorWrapper(InitSerialization):
                 getattr(part, name)()
 
     def warm_up(self) -> None:
-        """Warm up the wrapped chat generator (idempotent)."""
         self._each("warm_up")
 
     async def warm_up_async(self) -> None:
-        """Warm up the wrapped chat generator on the running loop."""
         await self._each_async("warm_up")
 
     def close(self) -> None:
-        """Release the wrapped chat generator's resources."""
         self._each("close")
 
     async def close_async(self) -> None:
-        """Release the wrapped chat generator's async resources."""
         await self._each_async("close")
 
     def _settings(self, step: Round) -> dict[str, Any]:

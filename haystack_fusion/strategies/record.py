@@ -118,14 +118,8 @@ class Notes:
 
 @dataclass
 class Evidence:
-    """
-    What a strategy saw: the fields of the strategy families that ran (the others None or empty).
-
-    :param candidates: The post-fusion pool (%NM), or SuRe's candidates (Kim et al., section 3.1).
-    :param confidence: The answer's confidence in [0, 1], None when unavailable.
-    :param finish_reason: A one-reply answer's finish reason ("length": the token cap cut it).
-    :param asked: A served follow-up's question as asked, before its rewrite into `standalone_question`.
-    """
+    """What a strategy saw: the fields of the strategy families that ran (the others None or empty); `candidates`
+    are the post-fusion pool (%NM) or SuRe's (Kim et al., section 3.1), `confidence` in [0, 1]."""
 
     components_run: list[str] = field(default_factory=list)
     candidates: list[str] | None = None
@@ -167,12 +161,8 @@ class Evidence:
             record.update(fallback=self.fallback, stages=[stage.to_dict() for stage in self.stages])
         record["confidence"] = self.confidence
         record.update({} if self.finish_reason is None else {"finish_reason": self.finish_reason})
-        if self.invalid is not None:
-            record.update(
-                answer_source=self.invalid.source,
-                invalid_reason=self.invalid.reason,
-                rejected_answer=self.invalid.rejected,
-            )
+        if (invalid := self.invalid) is not None:
+            record.update(answer_source=invalid.source, invalid_reason=invalid.reason, rejected_answer=invalid.rejected)
         if self.vote is not None and self.vote.invalid_answers:
             record["invalid_answers"] = self.vote.invalid_answers
         if self.failures:
@@ -189,15 +179,8 @@ def sum_usages(usages: Iterable[Usage]) -> Usage:
 
 @dataclass
 class StrategyRun:
-    """
-    One question through one strategy pipeline (`run_strategy`, `strategy_run`).
-
-    :param answer: The first of `answers` ("unknown" when there is none).
-    :param documents: The retrieved passages, in rank order.
-    :param seconds: Wall-clock time of the run.
-    :param strategy: The registered strategy that ran ("" when not known).
-    :param usage_by_model: `usage` split by the model that served the calls (`llm.model_name`).
-    """
+    """One question through one strategy pipeline: `answer` is the first of `answers` ("unknown" for none),
+    `documents` the retrieved passages in rank order, `usage_by_model` split by `llm.model_name`."""
 
     answer: GeneratedAnswer
     answers: list[GeneratedAnswer]

@@ -118,10 +118,9 @@ def run_strategy(
     pipeline: Pipeline, query: str, *, top_k: int | None = None, retriever_inputs: dict[str, Any] | None = None
 ) -> StrategyRun:
     """
-    Ask one question through a strategy pipeline (`build_pipeline` or its YAML) and gather the `StrategyRun`.
+    Ask one question through a strategy pipeline and gather the `StrategyRun`.
 
-    :param top_k: Passages to retrieve; None keeps the retriever's own `top_k`.
-    :param retriever_inputs: Further run inputs of the `retriever` component (e.g. the evaluation's gold data).
+    :param top_k: Passages to retrieve; None keeps the retriever's own. `retriever_inputs`: its further run inputs.
     :raises ValueError: If the question is empty or invalid, or the pipeline names no registered strategy.
     :raises LLMCallsFailedError: If every LLM call of a round, or the strategy's only call, failed.
     """
