@@ -531,12 +531,10 @@ class _Calls:
         check_max_concurrency(settings["max_concurrency"])
         self.generator, self.prompts = generator, prompts
         self.raise_if = (lambda _: True) if settings["raise_on_failure"] else settings["raise_if"]
-        kwargs = settings["generation_kwargs"]
-        self.kwargs: dict[str, Any] = {"generation_kwargs": kwargs} if kwargs else {}
-        callback = settings["streaming_callback"]
-        self.streaming = (
-            {"streaming_callback": callback} if callback is not None and takes_streaming_callback(generator) else {}
-        )
+        self.kwargs: dict[str, Any] = {"generation_kwargs": kw} if (kw := settings["generation_kwargs"]) else {}
+        self.streaming: dict[str, Any] = {}
+        if (callback := settings["streaming_callback"]) is not None and takes_streaming_callback(generator):
+            self.streaming["streaming_callback"] = callback
         self.component = _component_name(settings["caller"])
         indexes = settings["indexes"]
         self.indexes = list(indexes) if indexes is not None else [*range(len(prompts))] if len(prompts) > 1 else [None]

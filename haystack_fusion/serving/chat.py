@@ -179,13 +179,8 @@ def standalone_question_prompt(history: Sequence[tuple[str, str]], question: str
 async def standalone_question(
     chat_generator: Any, history: Sequence[tuple[str, str]], question: str, *, max_chars: int | None = None
 ) -> tuple[str, Usage]:
-    """
-    Rewrite a follow-up as a standalone question with one LLM call (none for an empty `history`). An empty or too long
-    reply keeps the question; one that still `refers_back` gets the previous user question prepended. A failed call
-    raises.
-
-    :returns: The standalone question and the call's usage.
-    """
+    """The standalone question and its call's usage: a follow-up rewritten with one LLM call (none for an empty
+    `history`; an empty or too long reply keeps the question; one that `refers_back` gets the previous one first)."""
     if not history:
         return question, Usage()
     kwargs = stop_kwargs(chat_generator, PROMPTS["standalone_question"].stop)

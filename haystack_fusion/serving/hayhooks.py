@@ -285,11 +285,9 @@ async def chat_events(
     finish: Callable[[StrategyRun], StrategyRun] | None = None,
 ) -> AsyncIterator[PipelineEvent | StreamingChunk]:
     """
-    A strategy's chat reply in Hayhooks' streaming form: the answer (token by token when it can, then "Answer: ..."
-    when the extracted answer differs), then by `dialect`: "openai" the `sources_text`; "open-webui" status events,
-    source events and a `<details>` evidence block; "chainlit" status events and one `EVIDENCE_ELEMENT`.
-
-    :param finish: Applied to the finished run before it is shown; may raise to report a failure.
+    A strategy's chat reply in Hayhooks' streaming form: the answer, then by `dialect`: "openai" the `sources_text`;
+    "open-webui" status and source events and a `<details>` evidence block; "chainlit" status events and one
+    `EVIDENCE_ELEMENT`. `finish` is applied to the finished run before it is shown (it may raise).
     """
     streamed: list[str] = []
     async for item in stream_strategy(pipeline, query):
@@ -431,12 +429,8 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         for link in exception_chain(error):
             status = getattr(link, "status_code", None)
             if isinstance(status, int):
-                return ServingError(
-                    502,
-                    f"the LLM or document store server refused a call: {type(link).__name__} (HTTP {status}); the "
-                    "server log has the details",
-                    code="llm_error",
-                )
+                refused = f"the LLM or document store server refused a call: {type(link).__name__} (HTTP {status})"
+                return ServingError(502, f"{refused}; the server log has the details", code="llm_error")
         return ServingError(
             500, f"internal error ({type(error).__name__}): the server log has the details", code="internal_error"
         )

@@ -46,12 +46,8 @@ def _refuse(param: str, message: str) -> ServingError:
 
 
 def check_request(body: Mapping[str, Any]) -> None:
-    """
-    Refuse what a strategy cannot do, before anything runs (docs/serving.md tabulates every field).
-
-    :raises ServingError: HTTP 400 naming the field: `n` > 1, a forced `tool_choice` / `function_call`, a
-        non-text `response_format` or `modalities`, `logprobs: true`.
-    """
+    """:raises ServingError: HTTP 400 naming the field a strategy cannot honor: `n` > 1, a forced `tool_choice` /
+    `function_call`, a non-text `response_format` or `modalities`, `logprobs: true` (docs/serving.md)."""
     n = body.get("n")
     if n is not None and n != 1:
         raise _refuse("n", f"this server answers with one choice per request, got n={n!r}; send n=1 or leave it out")
