@@ -1,8 +1,5 @@
-"""
-A circuit breaker for one LLM backend: after a run of failed calls, calls fail at once for a cool-down instead of
-being sent to a server that is failing, then one probe call finds out whether it answers again. A state machine of
-its own: none of four circuit-breaker libraries on PyPI probes with one call.
-"""
+"""A circuit breaker for one LLM backend: after a run of failed calls, calls fail at once for a cool-down, then one
+probe call finds out whether the server answers again (no PyPI breaker library probes with one call)."""
 
 from __future__ import annotations
 
@@ -18,14 +15,13 @@ from haystack_fusion.settings import DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_F
 
 BreakerState = Literal["closed", "open", "half_open"]
 
+# the server refused only this request (a prompt over the context, a content filter): not the backend's failure
 _ANSWERED_STATUSES = frozenset(range(400, 500)) - {401, 403, 408, 429}
-"""HTTP statuses that say the server answered and refused this one request (a prompt over the context, a content
-filter): such a failure does not count against the backend. 401 / 403 (a refused key), 408 and 429 do."""
 
 
 def counts_as_backend_failure(error: BaseException) -> bool:
-    """Whether a failed call counts against its backend: any exception but an HTTP 4xx answer that refuses only this
-    request (`_ANSWERED_STATUSES`) and the breaker's own `CircuitOpenError` (the call was never sent)."""
+    """Whether a failed call counts against its backend: not a 4xx refusing only this request nor a
+    `CircuitOpenError`."""
     if isinstance(error, CircuitOpenError):
         return False
     return error_status(error) not in _ANSWERED_STATUSES
@@ -38,15 +34,8 @@ def describe_failure(error: BaseException) -> str:
 
 
 class CircuitOpenError(RuntimeError):
-    """
-    A call the breaker of its backend refused without sending it: the backend failed its last calls, and the
-    cool-down is not over (or the one probe call is under way).
-
-    :param backend: The breaker's name (which backend; for the server log).
-    :param retry_after: Seconds until a probe call may go (> 0; the cool-down while a probe is under way).
-    :param failures: The consecutive failed calls that opened the breaker.
-    :param last_error: The exception of the last failed call (its class and HTTP status tell what failed), or None.
-    """
+    """A call its backend's breaker refused unsent: `retry_after` seconds (> 0) until a probe may go, after
+    `failures` failed calls in a row, the last raising `last_error`."""
 
     def __init__(
         self, backend: str, *, retry_after: float, failures: int, last_error: BaseException | None = None
@@ -60,7 +49,7 @@ class CircuitOpenError(RuntimeError):
 
     @property
     def status(self) -> int | None:
-        """The HTTP status of the last failed call, or None (no answer: refused connection, timeout)."""
+        """The HTTP status of the last failed call, or None."""
         return None if self.last_error is None else error_status(self.last_error)
 
 
@@ -69,16 +58,9 @@ class CircuitBreaker:
     Closed: calls go through; `failure_threshold` failed calls in a row (`counts_as_backend_failure`) open it.
     Open: calls fail at once with `CircuitOpenError` for `cooldown` seconds, never sent. Then half-open: the next
     call is the one probe (the calls arriving while it runs fail at once too); its success closes the breaker, its
-    failure opens it for another `cooldown`. A probe that ends otherwise (cancelled) lets the next call probe.
+    failure opens it for another `cooldown` (seconds, > 0); a cancelled probe lets the next call probe. The lock is
+    never held during a call: one breaker serves threads and event loops (`with breaker.calling(): await ...`).
 
-    The state is guarded by a lock held only to read and change it, never during a call, so one breaker serves
-    threads and event loops together (`calling` is a plain context manager: `with breaker.calling(): await ...`).
-    A call that was already under way when the breaker opened changes nothing when it ends.
-
-    :param name: Which backend (for the server log and `shared`).
-    :param failure_threshold: Consecutive failed calls that open it (>= 1).
-    :param cooldown: Seconds it stays open before the probe (> 0).
-    :param clock: Seconds, monotonic (`time.monotonic`; a test's clock).
     :raises ValueError: If `failure_threshold` is below 1 or `cooldown` is not a positive number.
     """
 
@@ -109,10 +91,7 @@ class CircuitBreaker:
     def shared(
         cls, name: str, *, failure_threshold: int = DEFAULT_BREAKER_FAILURES, cooldown: float = DEFAULT_BREAKER_COOLDOWN
     ) -> CircuitBreaker:
-        """The process's one breaker of this name and settings (made on first use): the wrappers of every served
-        strategy, and a pipeline loaded from YAML, share their backend's.
-
-        :raises ValueError: As the constructor."""
+        """The process's one breaker of this name and settings. :raises ValueError: As the constructor."""
         key = (name, failure_threshold, float(cooldown))
         with cls._SHARED_LOCK:
             if key not in cls._SHARED:
@@ -120,21 +99,19 @@ class CircuitBreaker:
             return cls._SHARED[key]
 
     def to_dict(self) -> dict[str, Any]:
-        """`name`, `failure_threshold` and `cooldown`, what `shared` takes (the state is the process's, not saved)."""
+        """What `shared` takes (the state is not saved)."""
         return {"name": self.name, "failure_threshold": self.failure_threshold, "cooldown": self.cooldown}
 
     @property
     def state(self) -> BreakerState:
-        """ "closed", "open" (failing calls at once) or "half_open" (the cool-down is over: a probe is under way, or
-        the next call is one)."""
+        """ "closed", "open" or "half_open" (the cool-down is over)."""
         with self._lock:
             if self._state == "open" and self._clock() >= self._opened_at + self.cooldown:
                 return "half_open"
             return self._state
 
     def retry_after(self) -> float:
-        """Seconds until a call may go again: 0 while closed or when the next call may probe; the cool-down while a
-        probe is under way (its outcome decides)."""
+        """Seconds until a call may go again (0: now; the cool-down while a probe is under way)."""
         with self._lock:
             return self._wait()
 
@@ -146,12 +123,7 @@ class CircuitBreaker:
         return max(0.0, self._opened_at + self.cooldown - self._clock())
 
     def admit(self) -> bool:
-        """
-        Let a call go, or refuse it.
-
-        :returns: Whether the call is the probe (then `succeeded`, `failed` or `abandoned` must follow).
-        :raises CircuitOpenError: While open, or half-open with the probe under way.
-        """
+        """:returns: Whether the call is the probe. :raises CircuitOpenError: If the breaker refuses it."""
         with self._lock:
             if self._state == "closed":
                 return False
@@ -165,7 +137,6 @@ class CircuitBreaker:
             )
 
     def succeeded(self, probe: bool) -> None:
-        """A call answered: a closed breaker's count starts afresh; the probe's success closes it."""
         with self._lock:
             if self._state == "closed":
                 self._failures = 0
@@ -173,8 +144,6 @@ class CircuitBreaker:
                 self._state, self._probing, self._failures, self._last_error = "closed", False, 0, None
 
     def failed(self, probe: bool, error: BaseException) -> None:
-        """A call failed (`counts_as_backend_failure`; other errors count as `succeeded`): the threshold's failure
-        in a row opens a closed breaker; the probe's failure opens it again."""
         if not counts_as_backend_failure(error):
             self.succeeded(probe)
             return
@@ -188,19 +157,13 @@ class CircuitBreaker:
                 self._state, self._probing, self._opened_at, self._last_error = "open", False, self._clock(), error
 
     def abandoned(self, probe: bool) -> None:
-        """A call ended with neither an answer nor a failure (cancelled): the probe's turn goes to the next call."""
         with self._lock:
             if probe and self._probing:
                 self._probing = False
 
     @contextlib.contextmanager
     def calling(self) -> Iterator[None]:
-        """
-        Run a call (the block) through the breaker: `admit` first, then its outcome: an `Exception` is `failed` (and
-        raised), another `BaseException` (cancellation) `abandoned`, else `succeeded`.
-
-        :raises CircuitOpenError: Instead of running the block, while the breaker refuses calls.
-        """
+        """Run a call (the block) through the breaker. :raises CircuitOpenError: If it refuses the call."""
         probe = self.admit()
         try:
             yield

@@ -27,13 +27,7 @@ from haystack_fusion.backends import (
 from haystack_fusion.backends import chat_generator as backend_chat_generator
 from haystack_fusion.backends import retriever as backend_retriever
 from haystack_fusion.backends.errors import QUEUED_TIMEOUT_ADVICE
-from haystack_fusion.corpus import (
-    SkippedFile,
-    default_squad_path,
-    load_passages,
-    load_squad,
-    local_path,
-)
+from haystack_fusion.corpus import SkippedFile, default_squad_path, load_passages, load_squad, local_path
 from haystack_fusion.serving.presentation import format_run
 from haystack_fusion.settings import (
     CACHE_DIR,
@@ -45,22 +39,12 @@ from haystack_fusion.settings import (
     strategy_defaults,
     warn_deprecated,
 )
-from haystack_fusion.strategies import (
-    CASCADE_MIN_CONFIDENCE,
-    CASCADE_MIN_VOTE_SHARE,
-    STRATEGIES,
-    run_strategy,
-)
+from haystack_fusion.strategies import CASCADE_MIN_CONFIDENCE, CASCADE_MIN_VOTE_SHARE, STRATEGIES, run_strategy
 
 DEFAULT_STORE = Path(DEFAULT_INDEX_PATH)
-DEMO_STORE = CACHE_DIR / "demo-index.json"
-"""Where `demo` saves its in-memory index (unless `--store`), so it never overwrites `index`'s."""
+DEMO_STORE = CACHE_DIR / "demo-index.json"  # `demo`'s own store and index: never `index`'s
 DEMO_ES_INDEX = "haystack_fusion_demo"
-"""The Elasticsearch index `demo` writes (unless `--es-index`), apart from `index`'s default `haystack_fusion`."""
-
-
-EXIT_FAILED_QUESTIONS = 3
-"""`eval`'s exit status when it finished with failed question records (re-running the same command retries them)."""
+EXIT_FAILED_QUESTIONS = 3  # `eval` finished with failed question records
 
 MAX_CONCURRENCY_HELP = (
     "LLM calls of one round under way at once, per question (default: all of the round's calls: k for post-fusion, "
@@ -91,25 +75,19 @@ def _strategy_options(args: argparse.Namespace, llm: str) -> dict[str, Any]:
 
 
 def _backends(args: argparse.Namespace) -> BackendConfig:
-    """The `BackendConfig` of the backend flags (and the environment: `ELASTICSEARCH_URL`, `OLLAMA_HOST`, ...)."""
+    """The `BackendConfig` of the backend flags and the environment."""
+    llm = ("llm", "model", "api_base_url", "timeout", "max_retries", "max_tokens", "fallback_llm", "fallback_model")
     return BackendConfig.from_env(
         store=args.document_store,
         index_path=str(index_path(args.store)),
         elasticsearch_index=args.es_index,
         retriever=args.retriever,
         embedder=args.embedder,
-        llm=getattr(args, "llm", None),
-        model=getattr(args, "model", None),
-        api_base_url=getattr(args, "api_base_url", None),
         top_k=top_k if isinstance(top_k := getattr(args, "top_k", None), int) else None,
-        timeout=getattr(args, "timeout", None),
-        max_retries=getattr(args, "max_retries", None),
-        max_tokens=getattr(args, "max_tokens", None),
         logprobs=getattr(args, "logprobs", None) or None,
         llama_log=getattr(args, "llama_log", None) or None,
-        fallback_llm=getattr(args, "fallback_llm", None),
-        fallback_model=getattr(args, "fallback_model", None),
         fallback_api_base_url=getattr(args, "fallback_api_base_url", None),
+        **{name: getattr(args, name, None) for name in llm},
     )
 
 
@@ -125,7 +103,7 @@ def _pipeline(
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    """`haystack-fusion index SOURCE`: passages from SQuAD JSON, JSONL, a text folder or a URL, to a saved store."""
+    """`haystack-fusion index SOURCE`."""
     skipped: list[SkippedFile] = []
     documents = load_passages(args.source, cache_dir=args.cache_dir, skipped=skipped)
     config = _backends(args)
@@ -138,7 +116,7 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def _skipped_note(skipped: list[SkippedFile], shown: int = 5) -> str:
-    """The note on the files a folder gave no passages from: `; skipped 2 files: a.txt (not UTF-8), b.md (empty)`."""
+    """E.g. `; skipped 2 files: a.txt (not UTF-8), b.md (empty)`."""
     if not skipped:
         return ""
     names = ", ".join(f"{skip.file} ({skip.reason})" for skip in skipped[:shown])
@@ -152,7 +130,7 @@ def _where(config: BackendConfig) -> str:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
-    """`haystack-fusion ask QUESTION`: answer with one strategy and show its evidence, sources and cost."""
+    """`haystack-fusion ask QUESTION`."""
     config = _backends(args)
     generator = backend_chat_generator(config)
     pipeline = _pipeline(args.strategy, config, args.max_concurrency, _strategy_options(args, config.llm), generator)
@@ -166,7 +144,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 def cmd_strategies(_: argparse.Namespace) -> int:
-    """`haystack-fusion strategies`: one line per registered strategy."""
+    """`haystack-fusion strategies`."""
     width = max(len(name) for name in STRATEGIES)
     for strategy in STRATEGIES.values():
         print(f"{strategy.name:<{width}}  {strategy.summary} [{strategy.source}; LLM rounds: {strategy.rounds}]")
@@ -174,7 +152,7 @@ def cmd_strategies(_: argparse.Namespace) -> int:
 
 
 def _download_failure(error: requests.RequestException) -> str:
-    """What a failed download says in a message: "HTTP 404", the operating system's words, or the error's type."""
+    """ "HTTP 404", the operating system's words, or the error's type."""
     response = getattr(error, "response", None)
     if response is not None:
         return f"HTTP {response.status_code}"
@@ -185,11 +163,7 @@ def _download_failure(error: requests.RequestException) -> str:
 
 
 def _demo_dataset(args: argparse.Namespace) -> Path | None:
-    """
-    The demo's SQuAD file: `--dataset`, else `$HAYSTACK_FUSION_SQUAD`, else the official SQuAD 2.0 dev set.
-
-    :returns: The local file, or None after a failed download is told on stderr with what to do instead.
-    """
+    """The demo's SQuAD file (`--dataset`, `$HAYSTACK_FUSION_SQUAD`, the dev set); None after a failed download."""
     try:
         if args.dataset:
             return local_path(args.dataset, cache_dir=args.cache_dir)
@@ -205,10 +179,7 @@ def _demo_dataset(args: argparse.Namespace) -> Path | None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """
-    `haystack-fusion demo`: index a SQuAD 2.0 file into the demo's own store (`DEMO_STORE`, `DEMO_ES_INDEX`) and
-    answer its first questions, about half of them unanswerable (`is_impossible`: "unknown" is right).
-    """
+    """`haystack-fusion demo`: about half of the questions unanswerable ("unknown" is right)."""
     source = _demo_dataset(args)
     if source is None:
         return 2
@@ -229,30 +200,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-SERVER_PARALLEL_QUESTIONS = 4
-"""`eval --parallel-questions` default for an LLM behind a server (openai, ollama): questions answered at once."""
+SERVER_PARALLEL_QUESTIONS = 4  # `eval --parallel-questions` default for openai and ollama
 
 
 def _parallel_questions(args: argparse.Namespace, llm: str) -> int:
-    """`--parallel-questions`, else its deprecated name `--concurrency` (with a warning), else the default for `llm`."""
+    """`--parallel-questions`, else the deprecated `--concurrency`, else the default for `llm`."""
     if args.concurrency is not None:
         warn_deprecated("--concurrency", "--parallel-questions")
     return args.parallel_questions or args.concurrency or (1 if llm == "local" else SERVER_PARALLEL_QUESTIONS)
 
 
 def _target_fallback(args: argparse.Namespace) -> float | None:
-    """`--target-fallback`, else its deprecated name `--target-escalation` (with a warning)."""
+    """`--target-fallback`, else the deprecated `--target-escalation`."""
     if args.target_escalation is not None:
         warn_deprecated("--target-escalation", "--target-fallback")
     return args.target_fallback if args.target_fallback is not None else args.target_escalation
 
 
 def _eval_retriever_factory(config: BackendConfig, documents: list[Any]) -> Any:
-    """
-    Retrievers for `eval`: over a new in-memory store of the dataset's passages, or the Elasticsearch index as it is.
-
-    :raises BackendError: If the Elasticsearch index does not exist or is empty.
-    """
+    """`eval`'s retrievers: over a new in-memory store of the passages, or the Elasticsearch index as it is."""
     from haystack.document_stores.in_memory import InMemoryDocumentStore
 
     from haystack_fusion.backends import document_store, write_documents
@@ -267,7 +233,7 @@ def _eval_retriever_factory(config: BackendConfig, documents: list[Any]) -> Any:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """`haystack-fusion eval`: strategies over a dataset on any backend, with the papers' metrics and settings."""
+    """`haystack-fusion eval`."""
     from haystack_fusion.evaluation.datasets import load_dataset
     from haystack_fusion.evaluation.passages import PassageSetting
     from haystack_fusion.evaluation.records import RESULTS_FILE, read_failures, read_run_manifest, write_run_manifest
@@ -335,12 +301,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(f"Wrote {count} Chain-of-Note training examples to {args.export_notes}")
     if failures:
         queued = any(QUEUED_TIMEOUT_ADVICE in (failure.error or "") for failure in failures)
-        again = (
-            "Run the same command again with --max-calls-in-flight 1 (and a --timeout that covers one call) to retry "
-            "them, and only them"
-            if queued
-            else "Run the same command again to retry them, and only them"
-        )
+        slower = " with --max-calls-in-flight 1 (and a --timeout that covers one call)" if queued else ""
+        again = f"Run the same command again{slower} to retry them, and only them"
         print(
             f"haystack-fusion: {len(failures)} question records failed (not in the report; each says what "
             f"failed in {Path(args.out) / 'results.jsonl'}), the first: {failures[0].strategy} top-{failures[0].top_k} "
@@ -362,8 +324,7 @@ def _write_report(
     prices: dict[str, Any],
     runs: list[str] | None = None,
 ) -> None:
-    """The report of `eval` and `report`, with `--baseline`, `--sas`, the run folders' notes and prices (`--price`
-    over them), `--target-accuracy` / `--target-fallback` and the records' run labels."""
+    """Write and print the report of `eval` and `report` (`--price` over the runs' prices)."""
     from haystack_fusion.evaluation.report import write_report
 
     sas_scores = None
@@ -379,7 +340,7 @@ def _write_report(
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """`haystack-fusion report`: rebuild tables and charts from run folders' records, rescored against the dataset."""
+    """`haystack-fusion report`."""
     from haystack_fusion.evaluation.datasets import load_dataset
     from haystack_fusion.evaluation.records import RESULTS_FILE, read_records, read_run_manifest
     from haystack_fusion.evaluation.runner import rescore
@@ -409,8 +370,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _run_labels(runs: list[str], folders: list[list[Any]]) -> list[str] | None:
-    """A run label per record, its folder's name (its path when names repeat), when a strategy, k and setting has
-    records in more than one folder; else None (the folders hold different runs, e.g. one per noise ratio)."""
+    """A run label per record (its folder's name, or path) when a run's records are in several folders, else None."""
     seen: dict[tuple[str, int, str], int] = {}
     for index, folder in enumerate(folders):
         for key in {(r.strategy, r.top_k, r.setting) for r in folder}:
@@ -422,7 +382,7 @@ def _run_labels(runs: list[str], folders: list[list[Any]]) -> list[str] | None:
 
 
 def cmd_pipelines(args: argparse.Namespace) -> int:
-    """`haystack-fusion pipelines`: a Hayhooks wrapper folder per strategy and every strategy's YAML (in `yaml/`)."""
+    """`haystack-fusion pipelines`."""
     from haystack_fusion.serving.yaml import YAML_SUBDIR, backend_name, generate
 
     config = BackendConfig(
@@ -444,7 +404,7 @@ def cmd_pipelines(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    """`haystack-fusion serve`: serve strategies over HTTP (or MCP) on the environment's backend (`serving.app`)."""
+    """`haystack-fusion serve`."""
     try:
         from hayhooks.server.exceptions import PipelineModeError, PipelineModuleLoadError
 
@@ -455,11 +415,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         serve(
             args.strategy,
-            host=args.host,
-            port=args.port,
-            pipelines_dir=args.pipelines_dir,
-            with_chainlit=args.with_chainlit,
-            mcp=args.mcp,
+            **{name: getattr(args, name) for name in ("host", "port", "pipelines_dir", "with_chainlit", "mcp")},
         )
     except (BackendSetupError, PipelineModeError, PipelineModuleLoadError) as error:
         print(f"haystack-fusion: {error}", file=sys.stderr)
@@ -478,7 +434,7 @@ Option = tuple[str, dict[str, Any]]
 
 
 def _store_options(demo: bool = False) -> list[Option]:
-    """`--store`, `--document-store`, `--es-index`, `--retriever`, `--embedder` (the demo's own store and index)."""
+    """The store options (the demo's own store and index)."""
     es_index = DEMO_ES_INDEX if demo else BackendConfig.elasticsearch_index
     store: dict[str, Any] = {"help": f"saved in-memory index file (default: ${STORE_VARIABLE} or {DEFAULT_STORE})"}
     if demo:
@@ -549,7 +505,7 @@ STRATEGY_OPTIONS: list[Option] = [
 
 
 def _price(text: str) -> tuple[str, tuple[float, float]]:
-    """`--price MODEL=IN,OUT` (`view.parse_price`), as an argparse error naming the bad value."""
+    """`--price MODEL=IN,OUT`; an argparse error for a bad value."""
     from haystack_fusion.evaluation.view import parse_price
 
     try:
@@ -578,7 +534,6 @@ REPORT_OPTIONS: list[Option] = [
 
 
 def _answer_options(default_strategy: str) -> list[Option]:
-    """`--strategy`, `--top-k`, `--max-concurrency` and `STRATEGY_OPTIONS`."""
     return [
         ("--strategy", {"default": default_strategy, "choices": list(STRATEGIES), "metavar": "NAME", "help": "the "
                         f"strategy: %(choices)s (default: {default_strategy}; `haystack-fusion strategies` tells what "
@@ -590,7 +545,7 @@ def _answer_options(default_strategy: str) -> list[Option]:
 
 
 def _add(sub: argparse.ArgumentParser, *groups: list[Option]) -> None:
-    """Add each option of `groups` to `sub` (`BACKEND_CHOICES` as the choices of the backend options)."""
+    """Add each option of `groups` to `sub`."""
     for group in groups:
         for flag, kwargs in group:
             choices: dict[str, Any] = {"choices": BACKEND_CHOICES[flag]} if flag in BACKEND_CHOICES else {}
@@ -745,10 +700,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """
-    Entry point of `haystack-fusion`; returns the exit status: 0, 2 for bad input, 1 for a backend that cannot be used
-    (unreachable, refusing the key, missing index), each with a one-line reason on stderr (`backend_error_message`).
-    """
+    """Entry point of `haystack-fusion`: exit status 0, 2 for bad input, 1 for an unusable backend (a line on
+    stderr)."""
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     top_k = getattr(args, "top_k", None)
@@ -769,7 +722,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _error_config(args: argparse.Namespace) -> BackendConfig:
-    """The backends a failed command used, for its error message (the environment's alone when its flags fail)."""
+    """The backends a failed command used (the environment's alone when its flags fail)."""
     try:
         return _backends(args)
     except (AttributeError, ValueError):

@@ -1,8 +1,6 @@
 """
-What a failed call is, in one taxonomy: `failure_kind` names what went wrong with an exception (and the exceptions it
-was raised from), `CallFailure` records one failed LLM call, and `LLMCallsFailedError` is what a component or a
-strategy raises when every LLM call of a round failed ("failures are never answers", as Haystack's
-`FallbackChatGenerator` raises when every generator fails).
+The one failure taxonomy: `failure_kind` of an exception chain, `CallFailure` (one failed LLM call), and
+`LLMCallsFailedError`, raised when every LLM call of a round failed (failures are never answers).
 
 ### Usage example
 ```python
@@ -42,23 +40,21 @@ _KINDS: dict[tuple[str, str], tuple[str, str]] = {
     ("elasticsearch", "AuthorizationException"): (DOCUMENT_STORE, "key"),
     ("elasticsearch", "NotFoundError"): (DOCUMENT_STORE, "not_found"),
 }
-"""(top-level module, class name) of an exception or one of its bases -> (service, kind); the first match along the
-bases wins (`openai.APITimeoutError` subclasses `APIConnectionError`). The builtin `ConnectionError` is ollama's
-refused call; `CircuitOpenError` a call the LLM server's circuit breaker refused unsent (`breaker.CircuitBreaker`)."""
+"""(top-level module, class name) of an exception or a base -> (service, kind); the first match along the bases
+wins. The builtin `ConnectionError` is ollama's refused call."""
 
 KINDS = ("key", "not_found", "timeout", "unreachable", "circuit_open", "failing")
-"""Every kind of failure: a refused key (HTTP 401/403), a missing model or index (404), no answer in time, no
-connection, an open circuit breaker, and anything else (e.g. HTTP 500, a reply that is not a reply)."""
+"""Refused key (401/403), missing model or index (404), timeout, no connection, open breaker, anything else."""
 
 CONFIGURATION_KINDS = frozenset({"key", "not_found"})
-"""The kinds that no retry fixes: the configuration names a key or a model the server refuses."""
+"""The kinds no retry fixes."""
 
 UNUSABLE_KINDS = frozenset({"key", "unreachable", "circuit_open"})
-"""The kinds that say an LLM backend is unusable for every call, not just this one."""
+"""The kinds that make an LLM backend unusable for every call."""
 
 
 def exception_chain(error: BaseException) -> Iterator[BaseException]:
-    """`error`, then the exceptions it was raised from (causes and contexts), depth first, each once."""
+    """`error`, then its causes and contexts, depth first, each once."""
     seen: set[int] = set()
     stack: list[BaseException | None] = [error]
     while stack:
@@ -79,13 +75,8 @@ def error_status(error: BaseException) -> int | None:
 
 
 def classify(error: BaseException, service: str | None = None, *, skip: Collection[str] = ()) -> tuple[str, str] | None:
-    """
-    (service, kind) of the first `_KINDS` entry along the exception's chain and each link's bases, or None when no
-    link is a known client's error.
-
-    :param service: Only entries of this service (`LLM` or `DOCUMENT_STORE`); None: either.
-    :param skip: Top-level modules whose entries do not count: ("builtins", "httpx") for an LLM that is not ollama's.
-    """
+    """(service, kind) of the first `_KINDS` entry along the exception chain and each link's bases (only `service`'s,
+    none of `skip`'s modules), else None."""
     for link in exception_chain(error):
         for cls in type(link).__mro__:
             module = cls.__module__.split(".")[0]
@@ -96,10 +87,7 @@ def classify(error: BaseException, service: str | None = None, *, skip: Collecti
 
 
 def failure_kind(error: BaseException) -> str:
-    """
-    The `KINDS` entry of an LLM call's exception: the known clients' errors by class (`_KINDS`), else by HTTP status
-    (401/403 "key", 404 "not_found", 408/504 "timeout"), else "failing".
-    """
+    """The `KINDS` entry of an LLM call's exception: by class (`_KINDS`), else by HTTP status, else "failing"."""
     found = classify(error, LLM)
     if found is not None:
         return found[1]
@@ -110,17 +98,8 @@ def failure_kind(error: BaseException) -> str:
 
 @dataclass(frozen=True)
 class CallFailure:
-    """
-    One failed LLM call of a run.
-
-    :param kind: What went wrong, one of `KINDS` (`failure_kind`).
-    :param error_type: The exception's class name, e.g. "APITimeoutError".
-    :param message: The exception's text (the client's words; for the log and the operator, not for a chat user).
-    :param status: The HTTP status the server answered with, None when there was no answer.
-    :param component: The pipeline component that made the call ("" when not known).
-    :param index: The call's place in its round (post-fusion: the passage's rank; SuRe: the candidate's), None for a
-        round of one call.
-    """
+    """One failed LLM call: its `KINDS` kind, exception class and text (for the operator, not a chat user), HTTP
+    status (None: no answer), component and place in its round (post-fusion: the passage's rank; None: one call)."""
 
     kind: str
     error_type: str
@@ -131,16 +110,15 @@ class CallFailure:
 
     @classmethod
     def of(cls, error: BaseException, *, component: str = "", index: int | None = None) -> CallFailure:
-        """The record of a call that raised `error`."""
         return cls(failure_kind(error), type(error).__name__, str(error), error_status(error), component, index)
 
     def to_dict(self) -> dict[str, Any]:
-        """The record as JSON values (in an answer's `meta["failures"]`, the CLI's `--json` and evaluation records)."""
+        """The record as JSON values."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CallFailure:
-        """The record `to_dict` wrote (keys it does not know are left out)."""
+        """The record `to_dict` wrote (unknown keys left out)."""
         status, index = data.get("status"), data.get("index")
         return cls(
             str(data["kind"]),
@@ -152,17 +130,12 @@ class CallFailure:
         )
 
     def __str__(self) -> str:
-        """ "ExceptionType: message", as a log line names the failure."""
         return f"{self.error_type}: {self.message}"
 
 
 class LLMCallsFailedError(RuntimeError):
-    """
-    Every LLM call of a component or a strategy failed: there is no answer, and "unknown" would hide the failure.
-
-    :param failures: One `CallFailure` per failed call, in call order (earlier rounds' first).
-    :param what: What failed, for the message: "PostFusionVoter 'voter'".
-    """
+    """Every LLM call of a component or strategy failed: `failures` in call order; `what` failed, e.g.
+    "PostFusionVoter 'voter'"."""
 
     def __init__(self, failures: Iterable[CallFailure], what: str = "a run") -> None:
         self.failures, self.what = list(failures), what
@@ -175,7 +148,7 @@ def _calls(count: int) -> str:
 
 
 def calls_failed(error: BaseException) -> LLMCallsFailedError | None:
-    """The `LLMCallsFailedError` an exception is or was raised from (a pipeline wraps it), else None."""
+    """The `LLMCallsFailedError` in an exception's chain, else None."""
     return next((link for link in exception_chain(error) if isinstance(link, LLMCallsFailedError)), None)
 
 
@@ -192,14 +165,10 @@ def record(failure: CallFailure) -> None:
 @contextlib.contextmanager
 def failed_run(what: str = "a run", *, reader: str | None = None) -> Iterator[list[CallFailure]]:
     """
-    Run a pipeline in the block, gathering every failed LLM call its components `record` (in the threads and tasks
-    the block starts too) in the list it yields, and the outer run's. When the pipeline fails because every call of a
-    round failed (`calls_failed`), or because `reader` raised (the component name of a strategy's only LLM call), the
-    block raises one `LLMCallsFailedError` with every failed call of the run, earlier rounds' first (e.g.
-    concatenation's, which fell back to post-fusion).
+    Gather every failed LLM call `record`ed in the block (its threads and tasks too) in the yielded list and the
+    outer run's; `reader`: the component of a strategy's only LLM call.
 
-    :param what: What ran, for the message of `reader`'s failure: "strategy 'concatenation'".
-    :raises LLMCallsFailedError: As said, raised from the pipeline's error.
+    :raises LLMCallsFailedError: If every call of a round failed, or `reader` raised: with every failed call.
     """
     recorded: list[CallFailure] = []
     token = _RECORDED.set(recorded)

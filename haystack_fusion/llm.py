@@ -1,9 +1,5 @@
-"""
-LLM calls over Haystack's ChatGenerators: the fan-out (a failed call recorded as a `failures.CallFailure`), the
-process-wide call limit and a backend's circuit breaker (`CallLimitedChatGenerator`), the components' wrapper mixin,
-token usage (`prompt_tokens`, `completion_tokens`, `calls`, `failed_calls`; `rounds`, `cached_tokens`,
-`cached_calls`, `truncated` only when reported) and call `generation_kwargs`.
-"""
+"""LLM calls over Haystack's ChatGenerators: the fan-out, the process-wide call limit and circuit breaker
+(`CallLimitedChatGenerator`), the components' wrapper mixin, token usage and call `generation_kwargs`."""
 
 from __future__ import annotations
 
@@ -35,24 +31,22 @@ INPUT_TOKENS_TAG = "gen_ai.usage.input_tokens"  # OpenTelemetry's generative-AI 
 OUTPUT_TOKENS_TAG = "gen_ai.usage.output_tokens"
 TRUNCATED_FINISH_REASON = "length"  # `meta["finish_reason"]` of a reply the token cap cut
 
+# self-consistency sampling: post-fusion's p > 1 samples, the agreement samples (Liu et al., section 4.4, Figure 5)
 DEFAULT_SAMPLING_KWARGS: dict[str, Any] = {"temperature": 0.7}
-"""Sampling for self-consistency: post-fusion's p > 1 samples per passage and the agreement confidence's samples
-(Liu et al., section 4.4 and Figure 5: temperature 0.7)."""
 
 
 def backend_unusable(error: BaseException) -> bool:
-    """Whether an LLM call's exception says its backend is unusable for every call, not just this one: its
-    `failures.failure_kind` is in `failures.UNUSABLE_KINDS` (a refused connection or key, an open circuit breaker)."""
+    """Whether the call's `failure_kind` is in `UNUSABLE_KINDS` (refused connection or key, open breaker)."""
     return failure_kind(error) in UNUSABLE_KINDS
 
 
 def empty_usage() -> dict[str, int]:
-    """A usage record with every counter at zero: prompt / completion tokens, calls made and calls failed."""
+    """A usage record with every counter at zero."""
     return dict.fromkeys(("prompt_tokens", "completion_tokens", "calls", "failed_calls"), 0)
 
 
 def sum_usage(usages: Iterable[Mapping[str, Any] | None]) -> dict[str, int]:
-    """Add usage records key by key (None skipped): `empty_usage`'s counters plus each optional key any input had."""
+    """Add usage records key by key (None skipped)."""
     total = empty_usage()
     for usage in usages:
         for key, value in (usage or {}).items():
@@ -62,16 +56,14 @@ def sum_usage(usages: Iterable[Mapping[str, Any] | None]) -> dict[str, int]:
 
 
 def meta_truncated(meta: Mapping[str, Any]) -> bool | None:
-    """Whether the reply behind `meta` was cut by the token cap, from its `finish_reason` or raw Ollama
-    `done_reason`; None when neither says (ollama-haystack 7.x maps a "length" `done_reason` to None)."""
+    """Whether the token cap cut the reply (`finish_reason` or Ollama's `done_reason`); None when neither says."""
     reasons = (meta.get("finish_reason"), meta.get("done_reason"))
     return None if reasons == (None, None) else TRUNCATED_FINISH_REASON in reasons
 
 
 def reply_usage(reply: ChatMessage | None) -> dict[str, int]:
-    """The usage of one call (its reply, None if it failed) from OpenAI-style `meta["usage"]`: token counts (0 when
-    not reported), `calls` = 1, `failed_calls` = 0; `cached_tokens` when the provider reported prefix-cache hits,
-    `cached_calls` = 1 for the embedded model's cached reply, `truncated` = 1 for a reply the token cap cut."""
+    """One call's usage from OpenAI-style `meta["usage"]` (reply None: failed); `cached_tokens`, `cached_calls`
+    and `truncated` only when reported."""
     meta = reply.meta if reply is not None else {}
     usage = meta.get("usage") or {}
     counted = {
@@ -92,11 +84,8 @@ def reply_usage(reply: ChatMessage | None) -> dict[str, int]:
 
 
 def logprob_kwargs(chat_generator: Any, top_logprobs: int = 0) -> dict[str, Any]:
-    """The `generation_kwargs` asking for token log-probabilities, for the embedded model (`LocalChatGenerator`) or a
-    generator whose own `generation_kwargs` ask for them; others are not asked (a server that refuses fails the call).
-
-    :param top_logprobs: Alternatives per token to return as well (0: none; OpenAI allows up to 20).
-    :returns: `{"logprobs": True, "top_logprobs": n}` (sent even at 0: some servers need it), or {}."""
+    """`{"logprobs": True, "top_logprobs": n}` for the embedded model or a generator whose `generation_kwargs` ask
+    for log-probabilities (sent even at n = 0: some servers need it); else {} (a refusing server fails the call)."""
     generator = unwrap_call_limit(chat_generator)
     local = any(cls.__name__ == "LocalChatGenerator" for cls in type(generator).__mro__)
     if local or (getattr(generator, "generation_kwargs", None) or {}).get("logprobs"):
@@ -107,9 +96,8 @@ def logprob_kwargs(chat_generator: Any, top_logprobs: int = 0) -> dict[str, Any]
 def stop_kwargs(
     chat_generator: Any, stop: Sequence[str], generation_kwargs: dict[str, Any] | None = None
 ) -> dict[str, Any] | None:
-    """The call's `generation_kwargs` with the prompt's `stop` sequences merged after the generator's (or the call's)
-    own, minus those containing another, at most the 4 shortest (OpenAI's limit); unchanged for a generator without
-    `generation_kwargs` settings."""
+    """`generation_kwargs` with `stop` merged after the generator's (or call's) own, minus those containing another,
+    at most the 4 shortest (OpenAI's limit); unchanged for a generator without `generation_kwargs`."""
     settings = getattr(unwrap_call_limit(chat_generator), "generation_kwargs", None)
     if not stop or not isinstance(settings, dict):
         return generation_kwargs
@@ -124,7 +112,6 @@ def stop_kwargs(
 
 
 def _none_or_positive(value: int | None, name: str, none: str) -> int | None:
-    """:raises ValueError: If `value` is neither None nor an integer >= 1."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise ValueError(f"`{name}` must be None ({none}) or an integer >= 1, got {value!r}")
     return value
@@ -138,8 +125,7 @@ def check_max_concurrency(max_concurrency: int | None) -> int | None:
 _LOCK = threading.Lock()
 _OVERRIDES: list[int | None] = []  # the `max_calls_in_flight` blocks under way, innermost last
 _SEMAPHORES: dict[int, threading.BoundedSemaphore] = {}
-_ASYNC_POLL = 0.05
-"""Seconds a coroutine's wait blocks a worker thread at a time: waiters never hold every thread a call may need."""
+_ASYNC_POLL = 0.05  # seconds a waiting coroutine blocks a worker thread at a time
 
 
 def calls_in_flight_limit() -> int | None:
@@ -192,10 +178,7 @@ def is_async_callback(callback: Any) -> bool:
 def threaded_callback(
     callback: StreamingCallbackT, loop: asyncio.AbstractEventLoop
 ) -> Callable[[StreamingChunk], None]:
-    """
-    A streaming callback for a call that runs in a worker thread: a sync callback as it is; an async one (what
-    `Pipeline.stream()` injects) run on `loop`, the thread waiting for each chunk's callback, so chunks stay in order.
-    """
+    """A callback for a call in a worker thread: a sync one as it is, an async one run on `loop`, chunks in order."""
     if not is_async_callback(callback):
         return callback  # type: ignore[return-value]
 
@@ -222,10 +205,8 @@ _FIRST_LOOPS: weakref.WeakKeyDictionary[Any, weakref.ref[asyncio.AbstractEventLo
 
 
 def _on_first_loop(generator: Any) -> bool:
-    """Whether this is the event loop this package first awaited the generator's `run_async` or `warm_up_async` on
-    (recorded now if none): an async client stays bound to the loop it was first used on (openai's, so Haystack's
-    `OpenAIChatGenerator`: on another loop its calls fail with "Event loop is closed"). True for a generator that
-    cannot be weakly referenced."""
+    """Whether the running loop is the one the generator was first awaited on (an async client such as openai's
+    stays bound to it: "Event loop is closed" elsewhere)."""
     loop = asyncio.get_running_loop()
     try:
         with _LOCK:
@@ -235,9 +216,7 @@ def _on_first_loop(generator: Any) -> bool:
 
 
 async def _run_async(generator: Any, **inputs: Any) -> dict[str, Any]:
-    """The generator's `run_async` on the loop it was first awaited on (`_on_first_loop`); else, or when it has none,
-    its `run` in a worker thread (an async streaming callback then runs on this loop), so that a fresh
-    `asyncio.run` per question makes every call."""
+    """`run_async` on the generator's first loop, else `run` in a worker thread."""
     if hasattr(generator, "run_async") and _on_first_loop(generator):
         return await generator.run_async(**inputs)
     if inputs.get("streaming_callback") is not None:
@@ -247,9 +226,7 @@ async def _run_async(generator: Any, **inputs: Any) -> dict[str, Any]:
 
 @dataclass
 class Round:
-    """One round of a component's LLM calls (`ChatGeneratorWrapper._drive`): its prompts, the calls' run-time
-    `generation_kwargs` with the prompt's `stop` sequences merged in (`stop_kwargs`), the streaming callback, which
-    failures re-raise and each call's `CallFailure.index` (`run_chat_calls`'s `raise_if` and `indexes`)."""
+    """One round of a component's LLM calls (`ChatGeneratorWrapper._drive`; fields as `run_chat_calls`'s)."""
 
     prompts: list[list[ChatMessage]]
     generation_kwargs: dict[str, Any] | None = None
@@ -260,23 +237,18 @@ class Round:
 
 
 Rounds = Generator[Round, "FanOutResult | None", Any]
-"""A component's calls as a generator: it yields each `Round`, gets its `FanOutResult` back (None for a round
-without prompts) and returns the outputs; `_drive` runs it with `run`, `_drive_async` with `run_async`."""
+"""A component's calls: yields each `Round`, gets its `FanOutResult` (None: no prompts), returns the outputs."""
 
 
 def round_usage(*rounds: FanOutResult | None) -> dict[str, int]:
-    """The summed usage (`reply_usage`) of a component's rounds, None for one that did not run, with `rounds` = how
-    many ran."""
+    """The summed usage of a component's rounds (None: did not run), with `rounds` = how many ran."""
     ran = [calls for calls in rounds if calls is not None]
     return dict(sum_usage(calls.usage for calls in ran), rounds=len(ran))
 
 
 class InitSerialization:
-    """
-    Mixin serializing every init parameter from the attribute of its name, as `default_to_dict` writes it: the
-    components in `_COMPONENTS` (kept as `self._<name>`) by `component_to_dict`, the prompt templates (parameters
-    named `*prompt`) by `prompts.template_to_dict`, a streaming callback by its import path.
-    """
+    """Mixin serializing every init parameter from its attribute: `_COMPONENTS` (as `self._<name>`), `*prompt`
+    templates and a streaming callback each in their own way."""
 
     _COMPONENTS: tuple[str, ...] = ()
 
@@ -311,20 +283,14 @@ class InitSerialization:
 
 
 class ChatGeneratorWrapper(InitSerialization):
-    """
-    Mixin of components calling a ChatGenerator (`self._chat_generator`): their rounds of calls (`_drive`, which
-    raises `LLMCallsFailedError` when every call of a round failed unless `_ROUND_MAY_FAIL`), the lifecycle of the
-    wrapped components (`warm_up_async` / `close_async` prefer a part's async method, as Haystack's `LLMRanker` does)
-    and serialization (`InitSerialization`).
-    """
+    """Mixin of components calling `self._chat_generator`: rounds of calls (`_drive`), the wrapped parts'
+    lifecycle and serialization (`InitSerialization`)."""
 
     _chat_generator: ChatGenerator
     _COMPONENTS: tuple[str, ...] = ("chat_generator",)
-    _ROUND_MAY_FAIL = False
-    """Whether a round whose every call failed is an output (an abstention) rather than `LLMCallsFailedError`."""
+    _ROUND_MAY_FAIL = False  # a round whose every call failed is an output, not `LLMCallsFailedError`
 
     def _wrapped_parts(self) -> list[Any]:
-        """The components this one warms up and closes."""
         return [part for name in self._COMPONENTS if (part := getattr(self, f"_{name}")) is not None]
 
     def _each(self, name: str) -> None:
@@ -340,23 +306,18 @@ class ChatGeneratorWrapper(InitSerialization):
                 getattr(part, name)()
 
     def warm_up(self) -> None:
-        """Warm up the wrapped chat generator (idempotent)."""
         self._each("warm_up")
 
     async def warm_up_async(self) -> None:
-        """Warm up the wrapped chat generator on the running loop."""
         await self._each_async("warm_up")
 
     def close(self) -> None:
-        """Release the wrapped chat generator's resources."""
         self._each("close")
 
     async def close_async(self) -> None:
-        """Release the wrapped chat generator's async resources."""
         await self._each_async("close")
 
     def _settings(self, step: Round) -> dict[str, Any]:
-        """`run_chat_calls`'s settings for a round: the component's `max_concurrency` and `raise_on_failure`."""
         return {
             "max_concurrency": getattr(self, "max_concurrency", None),
             "raise_on_failure": getattr(self, "raise_on_failure", False),
@@ -368,7 +329,6 @@ class ChatGeneratorWrapper(InitSerialization):
         }
 
     def _ran(self, ran: list[FanOutResult | None], calls: FanOutResult | None) -> None:
-        """Add a round's result to `ran`; failures are never answers: `check_answered` unless `_ROUND_MAY_FAIL`."""
         ran.append(calls)
         if not self._ROUND_MAY_FAIL:
             check_answered(self, *ran)
@@ -409,12 +369,9 @@ class ChatGeneratorWrapper(InitSerialization):
 @component
 class CallLimitedChatGenerator(ChatGeneratorWrapper):
     """
-    Wraps a ChatGenerator so that each call holds one of the process-wide slots (`calls_in_flight_limit`, one
-    `threading.BoundedSemaphore` across threads and loops) while it runs and, with a `breaker`, goes through its
-    backend's circuit breaker first: while the breaker is open a call raises `breaker.CircuitOpenError` at once,
-    never sent and without waiting for a slot. With `generation_kwargs` (a prompt's stop sequences), each call carries
-    them under its own, at run time: the wrapped generator is never copied. Inputs are the wrapped generator's;
-    output is `replies`; streamed chunks name this component when it is in a pipeline.
+    Wraps a ChatGenerator: each call holds one of the process-wide slots (`calls_in_flight_limit`) and, with a
+    `breaker`, goes through it first (open: `CircuitOpenError` at once, never sent). Inputs are the wrapped
+    generator's; output is `replies`; streamed chunks name this component.
 
     ### Usage example
     ```python
@@ -441,10 +398,8 @@ class CallLimitedChatGenerator(ChatGeneratorWrapper):
         generation_kwargs: dict[str, Any] | None = None,
     ) -> None:
         """
-        :param chat_generator: Any component whose `run(messages=...)` returns `replies`.
-        :param breaker: The circuit breaker of the generator's backend (shared by every wrapper of that backend);
-            None: none.
-        :param generation_kwargs: Sent with every call, under the call's own `generation_kwargs`; None: none.
+        :param breaker: The backend's circuit breaker (shared by every wrapper of that backend); None: none.
+        :param generation_kwargs: Sent with every call, under the call's own `generation_kwargs`.
         """
         self._chat_generator = chat_generator
         self.breaker = breaker
@@ -467,15 +422,12 @@ class CallLimitedChatGenerator(ChatGeneratorWrapper):
         return kwargs
 
     def run(self, messages: list[ChatMessage], **kwargs: Any) -> dict[str, Any]:
-        """Call the wrapped generator holding a call slot; returns its `replies`, raises what it raised.
-
-        :raises CircuitOpenError: If the breaker refuses the call (it was not sent).
-        :raises ValueError: If `HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT` is set to anything but an integer >= 1."""
+        """Call the wrapped generator holding a call slot. :raises CircuitOpenError: If the breaker refuses it."""
         with self._breaker(), _semaphore() or contextlib.nullcontext():
             return self._chat_generator.run(messages=messages, **self._inputs(kwargs))
 
     async def run_async(self, messages: list[ChatMessage], **kwargs: Any) -> dict[str, Any]:
-        """Async form of `run`: waits for its slot without blocking the loop."""
+        """Async form of `run`."""
         with self._breaker():
             semaphore = _semaphore()
             if semaphore is not None:
@@ -519,11 +471,8 @@ def _tagged(callback: StreamingCallbackT, info: ComponentInfo) -> StreamingCallb
 
 
 def model_name(chat_generator: Any) -> str:
-    """
-    The model a chat generator calls, for usage per model: the `model` of the generator inside our wrappers
-    (`ChatGeneratorWrapper`: a component's or a call limit's), the file name when it is a path (the embedded model
-    given as a GGUF file); else the generator's class name (the embedded packaged model: `LocalChatGenerator`).
-    """
+    """The model a chat generator calls (inside our wrappers): its `model` (a GGUF path's file name), else its class
+    name."""
     generator = chat_generator
     while isinstance(generator, ChatGeneratorWrapper):
         generator = generator._chat_generator
@@ -534,7 +483,7 @@ def model_name(chat_generator: Any) -> str:
 
 
 def unwrap_call_limit(chat_generator: Any) -> Any:
-    """The generator a `CallLimitedChatGenerator` wraps (where its own settings are read), or `chat_generator`."""
+    """The generator a `CallLimitedChatGenerator` wraps, or `chat_generator`."""
     while isinstance(chat_generator, CallLimitedChatGenerator):
         chat_generator = chat_generator._chat_generator
     return chat_generator
@@ -542,11 +491,8 @@ def unwrap_call_limit(chat_generator: Any) -> Any:
 
 @dataclass
 class FanOutResult:
-    """What a fan-out of n calls returned, in input order.
-
-    :param replies: n entries: each call's first reply, or None where it failed.
-    :param errors: n entries: None, or the `CallFailure` of a failed call.
-    :param usage: Summed usage of the calls (see `reply_usage`)."""
+    """A fan-out's n calls in input order: `replies` (None: failed), `errors` (`CallFailure` or None), summed
+    `usage`."""
 
     replies: list[ChatMessage | None]
     errors: list[CallFailure | None]
@@ -554,12 +500,11 @@ class FanOutResult:
 
     @property
     def failures(self) -> list[CallFailure]:
-        """The failed calls, in input order."""
         return [error for error in self.errors if error is not None]
 
 
 def failures_meta(*rounds: FanOutResult | None) -> list[dict[str, Any]]:
-    """The failed calls of a component's rounds (None: did not run) as an answer's `meta["failures"]`."""
+    """The failed calls of a component's rounds as an answer's `meta["failures"]`."""
     return [failure.to_dict() for calls in rounds if calls for failure in calls.failures]
 
 
@@ -568,10 +513,7 @@ def _component_name(caller: Any) -> str:
 
 
 def check_answered(caller: Any, *rounds: FanOutResult | None) -> None:
-    """Failures are never answers: raise when the last of a component's `rounds` so far (None: did not run) made
-    calls and every one failed.
-
-    :raises LLMCallsFailedError: With the failed calls of every round, naming `caller` and its pipeline name."""
+    """:raises LLMCallsFailedError: If every call of the last round failed (with every round's failures)."""
     last = rounds[-1] if rounds else None
     if last is not None and last.replies and all(reply is None for reply in last.replies):
         name = _component_name(caller)
@@ -589,12 +531,10 @@ class _Calls:
         check_max_concurrency(settings["max_concurrency"])
         self.generator, self.prompts = generator, prompts
         self.raise_if = (lambda _: True) if settings["raise_on_failure"] else settings["raise_if"]
-        kwargs = settings["generation_kwargs"]
-        self.kwargs: dict[str, Any] = {"generation_kwargs": kwargs} if kwargs else {}
-        callback = settings["streaming_callback"]
-        self.streaming = (
-            {"streaming_callback": callback} if callback is not None and takes_streaming_callback(generator) else {}
-        )
+        self.kwargs: dict[str, Any] = {"generation_kwargs": kw} if (kw := settings["generation_kwargs"]) else {}
+        self.streaming: dict[str, Any] = {}
+        if (callback := settings["streaming_callback"]) is not None and takes_streaming_callback(generator):
+            self.streaming["streaming_callback"] = callback
         self.component = _component_name(settings["caller"])
         indexes = settings["indexes"]
         self.indexes = list(indexes) if indexes is not None else [*range(len(prompts))] if len(prompts) > 1 else [None]
@@ -667,22 +607,14 @@ def run_chat_calls(
     indexes: Sequence[int] | None = None,
 ) -> FanOutResult:
     """
-    Independent ChatGenerator calls, one per prompt, in a `ThreadPoolExecutor` (as Haystack's `LLMMetadataExtractor`),
-    each in a copy of the caller's context. A failed call is an abstention, logged and recorded as a `CallFailure`
-    (also in the run under way: `failures.failed_run`).
+    One ChatGenerator call per prompt in a thread pool, each in a copy of the caller's context; a failed call is an
+    abstention, logged and recorded as a `CallFailure` (also in `failures.failed_run`).
 
-    :param prompts: n prompts, each a list of ChatMessage.
-    :param max_concurrency: None: all n calls at once; an integer >= 1: at most that many under way at once.
-    :param raise_on_failure: Re-raise the first failure (queued calls never start) instead of recording it.
-    :param raise_if: Re-raise a failure for which `raise_if(error)` is true (`backend_unusable`).
-    :param streaming_callback: Passed to each call whose generator's `run` takes one (meant for a round of one call:
-        the chunks of concurrent calls would interleave); a sync callback here, sync or async in the async form.
-    :param caller: The component making the calls: its pipeline name is each `CallFailure.component`.
-    :param indexes: n entries, each call's `CallFailure.index` (post-fusion: its passage's rank); None: the call's
-        place in the round, None for a round of one call.
-    :returns: A `FanOutResult` with n replies and n errors in input order.
+    :param raise_on_failure: Re-raise the first failure (queued calls never start); `raise_if`: those it is true for.
+    :param caller: The calling component (each `CallFailure.component`); `indexes`: each `CallFailure.index`.
+    :returns: A `FanOutResult` in input order.
     :raises ValueError: If `max_concurrency` is not None or an integer >= 1.
-    :raises Exception: A failure re-raised by `raise_on_failure` or `raise_if` (`RuntimeError` for no reply).
+    :raises Exception: A failure re-raised by `raise_on_failure` or `raise_if`.
     """
     settings = {key: value for key, value in locals().items() if key not in ("chat_generator", "prompts")}
     calls = _Calls(chat_generator, prompts, **settings)
@@ -723,8 +655,7 @@ async def run_chat_calls_async(
     caller: Any = None,
     indexes: Sequence[int] | None = None,
 ) -> FanOutResult:
-    """Async form of `run_chat_calls` (same parameters, result, errors): `asyncio.gather` under an
-    `asyncio.Semaphore(max_concurrency)`; a re-raised failure cancels the other calls."""
+    """Async form of `run_chat_calls`; a re-raised failure cancels the other calls."""
     settings = {key: value for key, value in locals().items() if key not in ("chat_generator", "prompts")}
     calls = _Calls(chat_generator, prompts, **settings)
     semaphore = asyncio.Semaphore(max_concurrency or max(1, len(prompts)))

@@ -1,9 +1,6 @@
 """
-One-line messages, printed instead of a traceback, for a backend that cannot be used and for a question whose every LLM
-call failed (`failures.LLMCallsFailedError`), by the kinds of `haystack_fusion.failures`. The operator's
-(`backend_error_message`, `failed_calls_message`) name the URL and the option or variable to fix; a chat user's
-(`user_error_message`, `failed_calls_user_message`) say what happened and name no URL, flag or variable. Never a
-secret: built from the configuration and a failure's kind, class and HTTP status, with URLs stripped of credentials.
+One-line messages for a backend that cannot be used or a question whose every LLM call failed: the operator's name
+the URL and what to fix; a chat user's name no URL, flag or variable. Never a secret (URLs stripped of credentials).
 """
 
 from __future__ import annotations
@@ -28,7 +25,6 @@ from haystack_fusion.failures import (
 from haystack_fusion.settings import BREAKER_COOLDOWN_VARIABLE, BREAKER_FAILURES_VARIABLE
 
 OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
-"""Where the `openai` client goes when neither `--api-base-url` nor `$OPENAI_BASE_URL` is set."""
 
 
 class BackendError(RuntimeError):
@@ -36,8 +32,7 @@ class BackendError(RuntimeError):
 
 
 def safe_url(url: str) -> str:
-    """A URL fit for a message: `https://elastic:secret@host:9200/?api_key=x` -> `https://host:9200/` (no user name,
-    password, query or fragment); the input unchanged when it has no host."""
+    """`https://elastic:secret@host:9200/?api_key=x` -> `https://host:9200/`; unchanged without a host."""
     parts = urlsplit(url)
     if not parts.hostname:
         return url
@@ -47,7 +42,6 @@ def safe_url(url: str) -> str:
 
 
 def _reason(error: BaseException) -> str:
-    """The operating system's words for a failed connection ("Connection refused"), when the chain has them."""
     for link in exception_chain(error):
         if isinstance(link, OSError) and link.strerror:
             return f" ({link.strerror})"
@@ -71,16 +65,13 @@ _MESSAGES = {
     (DOCUMENT_STORE, "key"): "Elasticsearch at {es} refused the credentials in $ELASTIC_API_KEY / "
     "$ELASTIC_API_KEY_ID{status}",
 }
-"""The operator's line for each (LLM client or document store, `failures.KINDS` kind) that has one."""
 
 
 def _classify(error: BaseException, config: BackendConfig) -> tuple[str, str] | None:
-    """`failures.classify`, where the builtin and httpx errors are an LLM's only when it is ollama's."""
     return classify(error, skip=() if config.llm == "ollama" else ("builtins", "httpx"))
 
 
 def _circuit_open(error: BaseException | None) -> CircuitOpenError | None:
-    """The `CircuitOpenError` in an exception's chain, or None."""
     links = exception_chain(error) if error is not None else ()
     return next((link for link in links if isinstance(link, CircuitOpenError)), None)
 
@@ -88,7 +79,6 @@ def _circuit_open(error: BaseException | None) -> CircuitOpenError | None:
 def _message(
     service: str, kind: str, config: BackendConfig, status: int | None, error: BaseException | None
 ) -> str | None:
-    """The operator's line for a failure of `kind` (`error`: its exception, None for a recorded failure)."""
     if service == LLM and kind == "circuit_open":
         refusal = _circuit_open(error)
         if refusal is None:
@@ -115,7 +105,7 @@ def _message(
 
 
 def missing_index_message(config: BackendConfig) -> str:
-    """The message for an Elasticsearch index that does not exist (or holds no passages)."""
+    """The message for a missing or empty Elasticsearch index."""
     return (
         f"Elasticsearch at {safe_url(config.elasticsearch_url)} has no index {config.elasticsearch_index!r} (or it "
         f"is empty): check --es-index, or create it with `haystack-fusion index SOURCE --document-store "
@@ -125,13 +115,8 @@ def missing_index_message(config: BackendConfig) -> str:
 
 
 def backend_error_message(error: BaseException, config: BackendConfig) -> str | None:
-    """
-    One line that says which backend failed and how to fix it, read from the exception and its causes
-    (`failures.classify`), or `failed_calls_message` for an `LLMCallsFailedError`.
-
-    :param config: The backends the command used (for the URLs and the timeout).
-    :returns: The message (no trailing period, no secret), or None when the error is not a backend's.
-    """
+    """The operator's line naming the failed backend and the fix (no trailing period), or None when the error is not
+    a backend's."""
     if isinstance(error, BackendError):
         return str(error)
     if (failed := calls_failed(error)) is not None:
@@ -146,22 +131,18 @@ QUEUED_TIMEOUT_ADVICE = (
     "set --max-calls-in-flight 1 ($HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT=1 when serving) so the calls go one at a time, "
     "and a --timeout ($HAYSTACK_FUSION_TIMEOUT) that covers one call"
 )
-"""What helps when a multi-call strategy's calls time out on a server that queues them (docs/serving.md,
-`HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT`)."""
 
 
 def queued_timeout_advice(
     failures: Iterable[CallFailure], *, calls: int, rounds: int, max_calls_in_flight: int | None
 ) -> str | None:
-    """`QUEUED_TIMEOUT_ADVICE` when a failed call timed out and calls went out together (more calls than rounds, and
-    `max_calls_in_flight`, the process-wide bound on calls under way, is not 1), else None."""
+    """`QUEUED_TIMEOUT_ADVICE` when a failed call timed out while calls went out together, else None."""
     timed_out = any(failure.kind == "timeout" for failure in failures)
     return QUEUED_TIMEOUT_ADVICE if timed_out and calls > rounds and max_calls_in_flight != 1 else None
 
 
 def failed_calls_message(failures: Iterable[CallFailure], calls: int, config: BackendConfig) -> str:
-    """The message for a question whose every one of `calls` LLM calls failed: the line of the first failure whose
-    kind has one (as `backend_error_message`'s), else one naming the LLM's URL and variables and the logged warnings."""
+    """The operator's line for a question whose every one of `calls` LLM calls failed."""
     for failure in failures:
         if (line := _message(LLM, failure.kind, config, failure.status, None)) is not None:
             return line
@@ -183,16 +164,13 @@ _USER_PHRASES = {
     "key": "refused this service's access{status}; its operator has to fix it",
     "not_found": "holds no passages to search; this service's operator has to fix it",
 }
-"""What a chat user reads for each kind of failure, after "The language model server" or "The document store": no URL,
-flag or variable. The kinds whose line does not tell the operator to act end with when to try again."""
 
 
 _REASONS = {status.value: f" {status.phrase}" for status in http.HTTPStatus}
 
 
 def _user_line(kind: str, *, store: bool = False, status: int | None = None, retry_after: float | None = None) -> str:
-    """E.g. "The language model server is failing: HTTP 500 Internal Server Error; try again in 30 s" (`retry_after`
-    None or <= 0: "later"); a status is named after "failing", in brackets after "key"."""
+    """E.g. "The language model server is failing: HTTP 500 Internal Server Error; try again in 30 s"."""
     status_text = "" if status is None else f"HTTP {status}{_REASONS.get(status, '')}"
     phrase = _USER_PHRASES.get(kind, _USER_PHRASES["failing"])
     line = ("The document store " if store else "The language model server ") + phrase
@@ -203,17 +181,8 @@ def _user_line(kind: str, *, store: bool = False, status: int | None = None, ret
 
 
 def user_error_message(error: BaseException, config: BackendConfig, *, retry_after: float | None = None) -> str | None:
-    """
-    The line a chat user reads for a backend's exception (one `backend_error_message` recognizes), in the user's
-    terms: "The language model server cannot be reached; try again later", "... did not answer in time ...", "The
-    language model server is failing: HTTP 500 Internal Server Error; try again in 30 s" (an open circuit breaker:
-    its last failure, and its wait unless `retry_after` is given); `failed_calls_user_message`'s for an
-    `LLMCallsFailedError`.
-
-    :param retry_after: Seconds until the LLM server may be called again (its open circuit breaker), if known; not
-        said of a document store's failure.
-    :returns: The line (no URL, flag, variable or server text), or None when the error is not a backend's.
-    """
+    """The chat user's line for a backend's exception ("The language model server cannot be reached; try again
+    later"; `retry_after` seconds when known); None when the error is not a backend's."""
     if (failed := calls_failed(error)) is not None:
         return failed_calls_user_message(failed.failures, retry_after=retry_after)
     found = (DOCUMENT_STORE, "not_found") if isinstance(error, BackendError) else _classify(error, config)
@@ -232,13 +201,7 @@ def user_error_message(error: BaseException, config: BackendConfig, *, retry_aft
 
 
 def failed_calls_user_message(failures: Iterable[CallFailure], *, retry_after: float | None = None) -> str:
-    """
-    The line a chat user reads when every LLM call of a question failed, from the first of its failed calls whose
-    kind or HTTP status tells what went wrong (a refused key, a timeout, a refused connection, an HTTP status); "The
-    language model server is failing; try again later" when none does.
-
-    :param retry_after: Seconds until the LLM server may be called again (its open circuit breaker), if known.
-    """
+    """The chat user's line when every LLM call failed, from the first failure that tells what went wrong."""
     for failure in failures:
         if failure.kind in ("key", "timeout", "unreachable") or failure.status is not None:
             kind = failure.kind if failure.kind in ("key", "timeout", "unreachable") else "failing"
@@ -247,8 +210,7 @@ def failed_calls_user_message(failures: Iterable[CallFailure], *, retry_after: f
 
 
 def llm_server_name(config: BackendConfig) -> str | None:
-    """Which LLM server `config` calls, as its circuit breaker is named (and shared): "openai http://host:8000/v1",
-    "ollama http://localhost:11434"; None for the embedded model (no server)."""
+    """The LLM server's breaker name ("ollama http://localhost:11434"); None for the embedded model."""
     if config.llm == "openai":
         return f"openai {safe_url(config.api_base_url or OPENAI_DEFAULT_URL)}"
     if config.llm == "ollama":

@@ -34,17 +34,13 @@ SummaryMode = Literal["conditional", "generic", "candidates"]
 SUMMARY_MODES: tuple[str, ...] = ("conditional", "generic", "candidates")
 
 _PREFIX = re.compile(r"^\s*(?:\([a-z]\)\s*)?(?:(?:passage|response|summary)\s*:\s*)?", re.IGNORECASE)
-# A field line: the newline right before it, then spaces or tabs (not more newlines, so that each newline of a long
-# blank run is tried once: linear). Where blank lines precede the field, the split falls at the last of them rather
-# than the first, and `clean_summary` strips what lies between.
+# a field line: the newline right before it, then spaces or tabs only (each newline tried once: linear)
 _NEXT_FIELD = re.compile(r"\n[^\S\n]*(?:passage|question|prediction|choices|answer)\b[^\n:]{0,12}:", re.IGNORECASE)
 
 
 def clean_summary(reply: str | None) -> str:
-    """
-    A summary as SuRe uses it: the reply up to "[DONE]" (Listings 7 and 11) or a line starting another prompt field,
-    without a choice label, "Passage:" / "Response:" prefix or passage delimiters, stripped. None gives "".
-    """
+    """A summary as SuRe uses it: the reply up to "[DONE]" (Listings 7 and 11) or another prompt field, without a
+    choice label, "Passage:" prefix or passage delimiters, stripped."""
     text = _PREFIX.sub("", strip_delimiters((reply or "").split(DONE_MARKER, 1)[0]))
     return _NEXT_FIELD.split(text, 1)[0].strip()
 
@@ -54,10 +50,9 @@ class CandidateSummarizer(ChatGeneratorWrapper):
     """
     Proposes K answer candidates, then summarizes the passages once per candidate (SuRe, Kim et al., section 3.2).
 
-    Round 1: one call with Listing 6 (p_can, Eq. 2) for K candidates "(a) xx, (b) yy". Round 2: one call per
-    candidate with Listing 7 (p_sum, Eq. 3). `generic` writes one summary (Listing 11, section 4.3); `candidates`
-    stops after round 1 (Appendix A.7). Rejected candidates go to `meta["invalid_candidates"]`. Given `candidates`
-    skip round 1, each summary then reading `candidate_documents[k]` when given.
+    Round 1: one call with Listing 6 (p_can, Eq. 2) for K candidates. Round 2: one call per candidate with Listing 7
+    (p_sum, Eq. 3). `generic` writes one summary (Listing 11, section 4.3); `candidates` stops after round 1
+    (Appendix A.7). Given `candidates` skip round 1.
 
     ### Usage example
     ```python
@@ -93,21 +88,15 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         :param max_passage_chars: Per-passage context budget in characters (None: no limit).
         :param few_shot: Listing 13 candidates (Appendix B.5) and a one-shot Listing 7, for base models.
         :param raise_on_failure: A failed call raises; by default it is reported in `meta["failures"]`.
-        :param candidates_prompt: Round 1's prompt (conditional and candidates modes), a `ChatPromptBuilder`
-            template (Jinja string or ChatMessage list); None: Listing 6 (Appendix A.1), Listing 13 with `few_shot`
-            (Appendix B.5). Its variables: `passages` (str, titled block of the N passages) and `query` (str), both
-            to be used, `num_passages` (int, N), `k_words` (str, K in words: "two"), `answer_form` (str, "(a) xx,
-            (b) yy" for K = 2) and `examples` (list of `question` / `answer` dicts, Listing 13's). The reply lists
-            the candidates as "(a) ... (b) ..." (`sure.parse_candidates`).
-        :param summary_prompt: Round 2's prompt, a template as `candidates_prompt`; None: Listing 7 (Appendix A.2),
-            in generic mode Listing 11 (Appendix A.6). Its variables, all to be used: `passages` (str, titled block:
-            all passages, or the candidate's `candidate_documents`), `query` (str), and in conditional mode
-            `candidates` (list of str, all K) and `target` (int, the index of the candidate this summary supports).
-            The reply is the summary, up to "[DONE]" or a line starting another prompt field (`clean_summary`).
-        :param system_prompt: A system message sent before every prompt (for chat models); None: none.
-        :raises ValueError: If `num_candidates` is below 1, `max_concurrency` is neither None nor an integer >= 1,
-            `mode` is unknown, `max_passage_chars` is not positive, a prompt is given for a round `mode` does not
-            run, or a prompt does not use a variable it must use or uses one it does not get.
+        :param candidates_prompt: Round 1's `ChatPromptBuilder` template; None: Listing 6 (Appendix A.1), Listing 13
+            with `few_shot` (Appendix B.5). Variables: `passages` and `query` (required), `num_passages`, `k_words`
+            ("two"), `answer_form` ("(a) xx, (b) yy") and `examples`. The reply lists "(a) ... (b) ...".
+        :param summary_prompt: Round 2's template; None: Listing 7 (Appendix A.2), in generic mode Listing 11
+            (Appendix A.6). Variables, all required: `passages`, `query`, and in conditional mode `candidates` (all
+            K) and `target` (the supported candidate's index). The reply is the summary (`clean_summary`).
+        :param system_prompt: A system message sent before every prompt; None: none.
+        :raises ValueError: If a value is out of range, a prompt is given for a round `mode` does not run, or a
+            prompt's variables do not match.
         """
         if num_candidates < 1:
             raise ValueError(f"`num_candidates` must be at least 1, got {num_candidates}")
@@ -153,8 +142,7 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         given: list[str] | None,
         candidate_documents: list[list[Document]] | None,
     ) -> Rounds:
-        """Round 1: the candidates (Listing 6 or 13) or the generic summary (Listing 11), none without passages or
-        with `candidates` given; round 2: a summary per candidate (Listing 7)."""
+        """Round 1: the candidates or the generic summary; round 2: a summary per candidate."""
         if given is not None and self.mode != "conditional":
             raise ValueError(f"Given `candidates` need the conditional mode, not {self.mode!r}")
         query = validate_query(query)
@@ -182,8 +170,7 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         given: list[str] | None,
         candidate_documents: list[list[Document]] | None,
     ) -> tuple[list[str], list[dict[str, str]], list[list[ChatMessage]]]:
-        """The candidates (given, or read from round 1's reply without those the validator rejects), the rejected
-        ones (`candidate`, `reason`) and one Listing 7 prompt per candidate (conditional mode only)."""
+        """The candidates, the rejected ones and one Listing 7 prompt per candidate (conditional mode only)."""
         rejected: list[dict[str, str]] = []
         if given is not None:
             candidates = [candidate.strip() for candidate in given]
@@ -227,7 +214,6 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         candidates: list[str],
         rejected: list[dict[str, str]],
     ) -> dict[str, Any]:
-        """Candidates, summaries and meta from the rounds that ran (None: the round did not run)."""
         summaries = [clean_summary(reply)] if self.mode == "generic" and first else []
         if second:
             summaries = [clean_summary(r.text if r is not None else None) for r in second.replies]
@@ -251,19 +237,15 @@ class CandidateSummarizer(ChatGeneratorWrapper):
         candidate_documents: list[list[Document]] | None = None,
     ) -> dict[str, Any]:
         """
-        :param query: The question.
         :param documents: The N passages, best-ranked first; none makes no LLM call (unless `candidates` are given).
         :param candidates: Candidates from elsewhere: round 1 is skipped (conditional mode only).
         :param candidate_documents: With `candidates`, the passages each one's summary reads (default: `documents`).
-        :returns: A dictionary with:
-            - `candidates`: at most K distinct answer candidates in the model's order (empty in generic mode).
-            - `summaries`: one per candidate ("" for a failed call); the one generic summary; or empty.
-            - `meta`: `source`, `mode`, `candidates_reply`, `failures` (`failures.CallFailure.to_dict`; `index`: the
-              candidate's), `usage` and `invalid_candidates` (`candidate`, `reason`) when the answer checks dropped
-              some.
-        :raises ValueError: If `query` is empty or only whitespace, `candidates` are given outside the conditional
-            mode, or `candidate_documents` has another length than `candidates`.
-        :raises LLMCallsFailedError: If every call of a round failed (`failures.LLMCallsFailedError`).
+        :returns: `candidates` (at most K, the model's order), `summaries` (one per candidate, "" for a failed call;
+            or the generic one) and `meta` (`source`, `mode`, `candidates_reply`, `failures`, `usage`,
+            `invalid_candidates` when some were rejected).
+        :raises ValueError: If `query` is empty, `candidates` are given outside conditional mode, or
+            `candidate_documents` has another length than `candidates`.
+        :raises LLMCallsFailedError: If every call of a round failed.
         """
         return self._drive(self._rounds(query, documents, candidates, candidate_documents))
 

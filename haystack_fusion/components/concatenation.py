@@ -1,7 +1,5 @@
-"""
-The concatenation stage's components: `PassageFormatter` (the passages as one context block), `AbstainingChatGenerator`
-(the call, a failure reported rather than raised) and `CheckedAnswerBuilder` (the answer read and validated).
-"""
+"""The concatenation stage's components: the passages as one context block, the call (a failure reported, not
+raised) and the answer read and validated."""
 
 from __future__ import annotations
 
@@ -29,8 +27,7 @@ from haystack_fusion.prompts import DEFAULT_MAX_PASSAGE_CHARS, PASSAGE_LAYOUTS, 
 @component
 class PassageFormatter:
     """
-    Turns passages into the delimited context block of the package's prompts (`prompts.format_passages`), for
-    retriever -> PassageFormatter -> ChatPromptBuilder (`{{ passages }}`); each passage trimmed to the budget.
+    Turns passages into the prompts' delimited context block, for retriever -> PassageFormatter -> ChatPromptBuilder.
 
     ### Usage example
     ```python
@@ -64,19 +61,16 @@ class PassageFormatter:
 
     @component.output_types(passages=str)
     def run(self, documents: list[Document]) -> dict[str, Any]:
-        """:param documents: The passages, best-ranked first (may be empty).
-        :returns: `passages`: the context block, one delimited block per document ("" for none)."""
+        """:returns: `passages`: the context block of the documents, best-ranked first ("" for none)."""
         return {"passages": format_passages(documents, self.max_passage_chars, self.layout, datamark=self.datamark)}
 
 
 @component
 class AbstainingChatGenerator(ChatGeneratorWrapper):
     """
-    Calls a ChatGenerator once per run; a failed call gives no reply and a report in `meta["failures"]` instead of an
-    exception, so `UnknownRouter` can fall back to post-fusion. A failure saying the backend is unusable
-    (`llm.backend_unusable`) is raised. With `samples` m > 0, m sampled calls of the same messages follow a
-    successful call (self-consistency, Wang et al., 2023; as Liu et al., section 4.4, sample post-fusion), their
-    replies after the first, for `UnknownRouter(confidence="agreement")`.
+    Calls a ChatGenerator once per run; a failed call gives no reply and a report in `meta["failures"]`, so
+    `UnknownRouter` can fall back to post-fusion (an unusable backend raises). With `samples` m > 0, m sampled calls
+    follow a successful one (self-consistency, Liu et al., section 4.4) for `UnknownRouter(confidence="agreement")`.
 
     ### Usage example
     ```python
@@ -100,8 +94,7 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
         sampling_generation_kwargs: dict[str, Any] | None = None,
     ) -> None:
         """
-        :param chat_generator: The ChatGenerator to call; its retries and timeout decide when a call has failed.
-        :param samples: m, sampled calls after a successful first one (0: none); each costs a call as long as the first.
+        :param samples: m, sampled calls after a successful first one (0: none).
         :param sampling_generation_kwargs: The sampled calls' `generation_kwargs`, on top of the call's; None:
             `{"temperature": 0.7}` (Liu et al., section 4.4).
         :raises ValueError: If `samples` is negative.
@@ -113,7 +106,6 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
         self.sampling_generation_kwargs = sampling_generation_kwargs
 
     def _rounds(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None) -> Rounds:
-        """The call, then the m samples when it answered; a failure saying the backend is unusable raises."""
         calls = yield Round([messages], generation_kwargs, raise_if=backend_unusable)
         assert calls is not None  # a round of one call
         reply, sampled = calls.replies[0], None
@@ -123,20 +115,14 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
         samples = [sample for sample in (sampled.replies if sampled else []) if sample is not None]
         return {
             "replies": [] if reply is None else [reply, *samples],
-            "meta": {
-                "usage": round_usage(calls, sampled),
-                "failures": failures_meta(calls, sampled),
-            },
+            "meta": {"usage": round_usage(calls, sampled), "failures": failures_meta(calls, sampled)},
         }
 
     @component.output_types(replies=list[ChatMessage], meta=dict[str, Any])
     def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
         """
-        :param messages: The conversation to send.
-        :param generation_kwargs: The call's `generation_kwargs`, on top of the generator's own.
-        :returns: `replies` (the first reply, then the m samples that did not fail; [] when the first call failed) and
-            `meta`: `usage` (`llm.FanOutResult`'s, `rounds` = 1, 2 with samples) and `failures` (one
-            `failures.CallFailure.to_dict` per failed call).
+        :returns: `replies` (the first reply, then the samples that did not fail; [] when the first call failed) and
+            `meta`: `usage` and `failures`.
         :raises Exception: The generator's exception when the backend is unusable (refused connection or key).
         """
         return self._drive(self._rounds(messages, generation_kwargs))
@@ -152,10 +138,8 @@ class AbstainingChatGenerator(ChatGeneratorWrapper):
 @component
 class CheckedAnswerBuilder(AnswerBuilder):
     """
-    Reads answers as Haystack's `AnswerBuilder` does, then empties what `answers.check_answer` rejects (passage
-    markup, an unsupported demonstration answer, an empty enumeration, a repeat of the question): its `meta` gets
-    `answer_source="invalid"`, `invalid_reason` and `rejected_answer`. `meta["truncated"]` says whether the token cap
-    cut the reply (`llm.meta_truncated`), when the reply said how it finished.
+    Reads answers as Haystack's `AnswerBuilder` does, then empties what `answers.check_answer` rejects (`meta`:
+    `answer_source="invalid"`, `invalid_reason`, `rejected_answer`); `meta["truncated"]` when the reply says.
 
     ### Usage example
     ```python
@@ -220,12 +204,7 @@ class CheckedAnswerBuilder(AnswerBuilder):
         reference_pattern: str | None = None,
         expand_reference_ranges: bool | None = None,
     ) -> dict[str, Any]:
-        """
-        Build the answers as AnswerBuilder does (same parameters), then check each against the `documents`' text.
-
-        :returns: `answers`: one `GeneratedAnswer` per reply, the rejected ones emptied.
-        :raises ValueError: As AnswerBuilder's (replies and meta of different lengths, a pattern with two groups).
-        """
+        """AnswerBuilder's answers (same parameters and errors), each checked against the `documents`' text."""
         answers = AnswerBuilder.run(
             self,
             query=query,

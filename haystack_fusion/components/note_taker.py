@@ -47,10 +47,8 @@ class NoteTaker(ChatGeneratorWrapper):
     relevant passage the model answers from its own knowledge if `allow_parametric_knowledge` (Appendix A.5 step 5),
     else the answer is "unknown" (Figure 2 (c)).
 
-    - `mode="single_call"` (the paper's): one call with Appendix A.5's instruction and Table 6's first case; the
-      reply is split by `notes.parse_single_call` and each note typed by `notes.classify_note`.
-    - `mode="per_document"`: one labelled note call per passage, concurrently, then one synthesis call (steps 4-5):
-      k + 1 calls in 2 rounds; the synthesis is skipped without parametric knowledge and relevant notes.
+    `mode="single_call"` (the paper's): one call with Appendix A.5's instruction and Table 6's first case.
+    `mode="per_document"`: a labelled note call per passage, then one synthesis call (steps 4-5).
 
     ### Usage example
     ```python
@@ -86,29 +84,21 @@ class NoteTaker(ChatGeneratorWrapper):
         :param allow_parametric_knowledge: With no relevant passage, answer from the model's knowledge (step 5).
         :param max_concurrency: Most note calls under way at once in per-document mode (>= 1); None: all k.
         :param max_passage_chars: Per-passage context budget in characters (None: no limit).
-        :param generation_kwargs: `generation_kwargs` for every call; None keeps the generator's own.
         :param unknown_patterns: Regular expressions that mark an abstention; None uses the shared defaults.
         :param raise_on_failure: A failed call raises; by default a failed note is irrelevant and reported in
-            `meta["failures"]` (a round whose every call failed raises `failures.LLMCallsFailedError`).
-        :param streaming_callback: Called with each `StreamingChunk` of the call that writes the answer: the single
-            call (its notes, then the answer) or the per-document synthesis call; the note calls are not streamed.
-            Sync for `run`, sync or async for `run_async` (`Pipeline.stream()` injects an async one).
-        :param note_prompt: The per-document note prompt, a `ChatPromptBuilder` template (Jinja string or
-            ChatMessage list); None: ours after section 2.3.1 and Appendix A.5. Its variables, both to be used:
-            `query` and `passages` (the one passage as a titled block), str. The reply is the note, then a line
-            "Relevance: (a) answers directly", "(b) useful context" or "(c) irrelevant" (`notes.parse_document_note`).
-        :param answer_prompt: The prompt that writes the answer, a template as `note_prompt`. Single-call mode: the
-            one prompt (None: Appendix A.5 with Table 6's first case); variables `query` and `passages` (the k
-            passages as a titled block), to be used, `k_words` (k in words) and `step_5` (Appendix A.5's step 5 or
-            its "answer unknown" form, by `allow_parametric_knowledge`), all str; the reply holds notes naming their
-            passages ("Passage #1") and "the answer is X" (`notes.parse_single_call`). Per-document mode: the
-            synthesis prompt (None: steps 4-5 of Appendix A.5); variables `query` and `notes` (one dict per passage:
-            `label`, the relevance in words, and `note`), to be used, and `step_5`; the reply's first line is the
-            answer. The default's answer pattern, stop sequence and demonstration answers stay in force.
-        :param system_prompt: A system message sent before every prompt (for chat models); None: none.
-        :raises ValueError: If `mode` is unknown, `max_concurrency` is neither None nor an integer >= 1,
-            `max_passage_chars` is not positive, `note_prompt` is given in single-call mode, or a prompt does not use
-            a variable it must use or uses one it does not get.
+            `meta["failures"]`.
+        :param streaming_callback: Gets the chunks of the call that writes the answer (not the note calls); sync for
+            `run`, sync or async for `run_async`.
+        :param note_prompt: The per-document note `ChatPromptBuilder` template; None: ours after section 2.3.1.
+            Variables, both required: `query`, `passages` (the one passage). The reply ends with a line
+            "Relevance: (a) answers directly", "(b) useful context" or "(c) irrelevant".
+        :param answer_prompt: The template that writes the answer. Single call (None: Appendix A.5): `query` and
+            `passages` required, `k_words`, `step_5`; the reply names passages ("Passage #1") and says "the answer is
+            X". Per document (None: steps 4-5): `query` and `notes` (`label`, `note`) required, `step_5`; the reply's
+            first line is the answer. The default's answer pattern, stop and demonstrations stay in force.
+        :param system_prompt: A system message sent before every prompt; None: none.
+        :raises ValueError: If a value is out of range, `note_prompt` is given in single-call mode, or a prompt's
+            variables do not match.
         """
         if mode not in NOTE_MODES:
             raise ValueError(f"`mode` must be one of {', '.join(NOTE_MODES)}, got {mode!r}")
@@ -142,7 +132,7 @@ class NoteTaker(ChatGeneratorWrapper):
         )
 
     def _notes(self, documents: list[Document], first: FanOutResult | None) -> tuple[list[dict[str, Any]], str | None]:
-        """The notes (one per passage, input order) and, in single-call mode, the answer text (None: no reply)."""
+        """The notes (input order) and, in single-call mode, the answer text."""
         replies = [
             None if r is None or r.text is None else strip_delimiters(r.text) for r in (first.replies if first else [])
         ]
@@ -162,8 +152,7 @@ class NoteTaker(ChatGeneratorWrapper):
         return notes, None
 
     def _synthesis(self, query: str, notes: list[dict[str, Any]]) -> list[list[ChatMessage]]:
-        """Per-document round 2's prompt (steps 4-5 over the notes; none when nothing is relevant and knowledge is
-        not allowed)."""
+        """Per-document round 2's prompt (steps 4-5), when it can answer."""
         if self.mode != "per_document" or (not _relevant(notes) and not self.allow_parametric_knowledge):
             return []
         shown = [{"label": RELEVANCE_WORDS[n["relevance"]], "note": " ".join(n["note"].split())} for n in notes]
@@ -171,8 +160,7 @@ class NoteTaker(ChatGeneratorWrapper):
         return [self._answer_prompt.render(query=query, notes=shown, step_5=step_5)]
 
     def _rounds(self, query: str, documents: list[Document] | None, callback: StreamingCallbackT | None) -> Rounds:
-        """The single call (none without passages or knowledge), or a note call per passage then the synthesis; the
-        call that writes the answer streams."""
+        """The single call, or a note call per passage then the synthesis."""
         query, documents = validate_query(query), list(documents or [])
         single, prompts = self.mode == "single_call", []
         if not single:
@@ -235,17 +223,13 @@ class NoteTaker(ChatGeneratorWrapper):
         self, query: str, documents: list[Document], streaming_callback: StreamingCallbackT | None = None
     ) -> dict[str, Any]:
         """
-        :param query: The question.
         :param documents: The k passages, best-ranked first (may be empty).
         :param streaming_callback: Overrides the one given at init for this run.
-        :returns: A dictionary with:
-            - `answers`: one GeneratedAnswer (or "unknown") with the relevant passages; `meta`: `notes`,
-              `answer_source` ("passages", "parametric", "none" or "invalid"), `failures` and `usage`.
-            - `notes`: k dicts in input order: `document_id`, `relevance` ("direct", "context" or "irrelevant";
-              section 2.3.1) and `note`.
-        :raises ValueError: If `query` is empty or only whitespace, or the streaming callback is async (`run_async`
-            takes those).
-        :raises LLMCallsFailedError: If every call of a round failed (`failures.LLMCallsFailedError`).
+        :returns: `answers`: one GeneratedAnswer (or "unknown") with the relevant passages; `meta`: `notes`,
+            `answer_source` ("passages", "parametric", "none" or "invalid"), `failures`, `usage`. `notes`: k dicts,
+            input order: `document_id`, `relevance` ("direct", "context", "irrelevant"; section 2.3.1), `note`.
+        :raises ValueError: If `query` is empty, or the streaming callback is async.
+        :raises LLMCallsFailedError: If every call of a round failed.
         """
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
         return self._drive(self._rounds(query, documents, callback))
@@ -254,7 +238,7 @@ class NoteTaker(ChatGeneratorWrapper):
     async def run_async(
         self, query: str, documents: list[Document], streaming_callback: StreamingCallbackT | None = None
     ) -> dict[str, Any]:
-        """Async form of `run`; the streaming callback may be sync or async (`Pipeline.stream()` injects one)."""
+        """Async form of `run`; the streaming callback may be sync or async."""
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=True)
         return await self._drive_async(self._rounds(query, documents, callback))
 

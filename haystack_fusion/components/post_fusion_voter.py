@@ -125,7 +125,6 @@ class PostFusionVoter(ChatGeneratorWrapper):
         return self._vote(query, documents, calls)
 
     def _vote(self, query: str, documents: list[Document], calls: FanOutResult | None) -> dict[str, Any]:
-        """Turn the per-passage replies into the outputs (also for zero documents, with `calls` None)."""
         p = self.samples_per_passage
         replies = calls.replies if calls else []
         answers = [None if reply is None else self._prompt.extract_answer(reply.text) for reply in replies]

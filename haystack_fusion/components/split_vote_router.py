@@ -11,13 +11,8 @@ from haystack.dataclasses import GeneratedAnswer
 @component
 class SplitVoteRouter:
     """
-    Routes a post-fusion vote (`PostFusionVoter`'s `answers`) to `answers` when it is decided, or on to SuRe's
-    verification (Kim et al., section 3.3) when it is split.
-
-    A vote is split when its winner's share of the votes (`meta["vote_share"]`) is below `min_vote_share` s, or when
-    the top two answers tie (`meta["tie"]`). A vote in which nothing voted ("unknown") is decided. Only the chosen
-    branch is emitted: `answers`, or the `split_*` outputs, which are what `CandidateSummarizer` needs to summarize
-    each of the top K candidates from the passages that gave it.
+    Routes a post-fusion vote to `answers` when it is decided, or its top K candidates on to SuRe's verification
+    (Kim et al., section 3.3) when it is split: the winner's `vote_share` is below s, or the top two tie.
 
     ### Usage example
     ```python
@@ -54,12 +49,9 @@ class SplitVoteRouter:
     )
     def run(self, query: str, answers: list[GeneratedAnswer]) -> dict[str, Any]:
         """
-        :param query: The question.
-        :param answers: The voter's answers: the winner first (its `meta` holds `votes`, `vote_share` and `tie`),
-            then the other candidates by votes, each with the passages that gave it as `documents`.
-        :returns: Either `answers` (the vote as given, when it is decided), or `split_reason` ("tie at the top",
-            "vote share 0.40 < 0.5"), `split_query`, `split_candidates` (the top K answers' text) and
-            `split_documents` (K lists: the passages that gave each, in rank order).
+        :param answers: `PostFusionVoter`'s answers, the winner first.
+        :returns: Either `answers` (a decided vote), or `split_reason` ("tie at the top", "vote share 0.40 < 0.5"),
+            `split_query`, `split_candidates` (the top K) and `split_documents` (the passages that gave each).
         """
         meta = answers[0].meta if answers else {}
         share, tie = meta.get("vote_share", 0.0), bool(meta.get("tie"))

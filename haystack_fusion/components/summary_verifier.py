@@ -44,15 +44,10 @@ class SummaryVerifier(ChatGeneratorWrapper):
     """
     Picks the answer candidate whose candidate-conditioned summary is valid and ranks best (SuRe, Kim et al., 3.3).
 
-    In one round of up to `max_concurrency` calls: K validity questions (Listing 8; Eq. 4: v(s_k) = 1 for True, else
-    0) and K(K-1) pair-wise rankings (Listing 9; Eq. 5), each pair in both orders; r_pair is 1 / 0 / 0.5 per call
-    (preferred / other / unreadable) averaged over both orders, r(s_k) sums it. Answers are ordered by v + r (Eq. 6),
-    ties to the earlier candidate (section 4.1). A cheaper `chat_generator` may verify (Table 10); a
-    `document_ranker` (e.g. `embeddings.summary_reranker()`) reorders the winner's passages by its summary (Table 4).
-
-    `scoring="probability"` reads v and r_pair from token log-probabilities (`sure.choice_probability`). An empty
-    summary is invalid and loses every pair; a failed call counts as False or 0.5 and is listed in `meta["failures"]`;
-    when every call failed it raises `LLMCallsFailedError`.
+    One round: K validity questions (Listing 8, Eq. 4) and K(K-1) pair-wise rankings (Listing 9, Eq. 5), each pair in
+    both orders; answers ordered by v + r (Eq. 6), ties to the earlier candidate (section 4.1). A `document_ranker`
+    reorders the winner's passages by its summary (Table 4). An empty summary is invalid and loses every pair; a
+    failed call counts as False or 0.5.
 
     ### Usage example
     ```python
@@ -83,21 +78,15 @@ class SummaryVerifier(ChatGeneratorWrapper):
         """
         :param use_validity: If False, ranking alone orders the candidates (Table 3, "+ Pair-wise ranking").
         :param max_concurrency: Most calls under way at once (>= 1); None: all K + K(K-1).
-        :param document_ranker: Optional Haystack ranker reordering the passages by the winning summary (Table 4).
         :param raise_on_failure: A failed call raises; by default it is reported in `meta["failures"]`.
         :param scoring: "text" (the paper's, v in {0, 1}) or "probability" (from token log-probabilities).
-        :param validity_prompt: The validity prompt, a `ChatPromptBuilder` template (Jinja string or ChatMessage
-            list); None: Listing 8 (Appendix A.3). Its variables, all to be used: `query`, `prediction` (the
-            candidate) and `summary` (its summary on one line), all str. The reply says True or False
-            (`sure.parse_validity`; with `scoring="probability"`, those words' probabilities).
-        :param ranking_prompt: The pair-wise ranking prompt, a template as `validity_prompt`; None: Listing 9
-            (Appendix A.4). Its variables, all to be used: `query`, `summary_1` and `summary_2` (the two summaries
-            on one line each, shown in both orders), all str. The reply names the better one as "Passage 1" or
-            "Passage 2" (`sure.parse_preference`).
-        :param system_prompt: A system message sent before every prompt (for chat models); None: none.
-        :raises ValueError: If `max_concurrency` is neither None nor an integer >= 1, `scoring` is neither
-            "text" nor "probability", `validity_prompt` is given with `use_validity=False`, or a prompt does not use
-            a variable it gets or uses one it does not get.
+        :param validity_prompt: A `ChatPromptBuilder` template; None: Listing 8 (Appendix A.3). Variables, all
+            required: `query`, `prediction` and `summary`. The reply says True or False.
+        :param ranking_prompt: A template; None: Listing 9 (Appendix A.4). Variables, all required: `query`,
+            `summary_1`, `summary_2`. The reply names "Passage 1" or "Passage 2".
+        :param system_prompt: A system message sent before every prompt; None: none.
+        :raises ValueError: If a value is out of range, `validity_prompt` is given with `use_validity=False`, or a
+            prompt's variables do not match.
         """
         if scoring not in ("text", "probability"):
             raise ValueError(f"`scoring` must be 'text' or 'probability', got {scoring!r}")
@@ -216,7 +205,7 @@ class SummaryVerifier(ChatGeneratorWrapper):
         return self._score(query, candidates, summaries, asks, calls)
 
     def _ranker_inputs(self, answers: list[GeneratedAnswer], documents: list[Document]) -> dict[str, Any] | None:
-        """The document ranker's inputs (the winning summary as query, Table 4), or None: nothing to rank."""
+        """The document ranker's inputs (the winning summary as query), or None."""
         rationale = answers[0].meta.get("rationale") if answers else None
         if self._document_ranker is None or not documents or not rationale:
             return None
@@ -226,7 +215,6 @@ class SummaryVerifier(ChatGeneratorWrapper):
     def _attach(
         answers: list[GeneratedAnswer], documents: list[Document], ranked: list[Document] | None
     ) -> dict[str, Any]:
-        """The answers with their documents: the winner's reranked when a ranker ran, the others' as retrieved."""
         return {
             "answers": [
                 replace(answer, documents=list(ranked if position == 0 and ranked is not None else documents))
@@ -239,16 +227,13 @@ class SummaryVerifier(ChatGeneratorWrapper):
         self, query: str, candidates: list[str], summaries: list[str], documents: list[Document] | None = None
     ) -> dict[str, Any]:
         """
-        :param query: The question.
-        :param candidates: The K answer candidates from CandidateSummarizer, in the order proposed.
         :param summaries: K summaries, `summaries[k]` supporting `candidates[k]` ("" for a failed summary).
         :param documents: The passages attached to every answer (the winner's reordered by `document_ranker`).
-        :returns: `answers`: K GeneratedAnswers, best first by Eq. 6, with `meta` `candidate_index`, `validity`
-            (None without validity), `ranking` (0 to K-1), `score` and `rationale`; the first also `preferences`,
-            `scoring`, `scored_by`, `failures` (`failures.CallFailure.to_dict`; `index`: the call's place, validity
-            calls first) and `usage`. No candidates: "unknown".
+        :returns: `answers`: K GeneratedAnswers, best first (Eq. 6), `meta`: `candidate_index`, `validity`, `ranking`,
+            `score`, `rationale`; the first also `preferences`, `scoring`, `scored_by`, `failures`, `usage`. No
+            candidates: "unknown".
         :raises ValueError: If `query` is empty, or `candidates` and `summaries` differ in length.
-        :raises LLMCallsFailedError: If every call failed (`failures.LLMCallsFailedError`).
+        :raises LLMCallsFailedError: If every call failed.
         """
         answers = self._drive(self._rounds(query, candidates, summaries))
         documents = list(documents or [])

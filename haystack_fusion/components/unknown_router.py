@@ -19,8 +19,7 @@ from haystack_fusion.prompts import PROMPTS, extract_answer
 
 logger = logging.getLogger(__name__)
 
-Confidence = Literal["logprobs", "agreement", "none"]
-"""What the first reply's confidence is read from: token log-probabilities, the agreement of samples, or nothing."""
+Confidence = Literal["logprobs", "agreement", "none"]  # what the first reply's confidence is read from
 
 CONFIDENCES: tuple[Confidence, ...] = ("logprobs", "agreement", "none")
 
@@ -36,15 +35,11 @@ _OUTPUT_TYPES: dict[str, Any] = {
 @component
 class UnknownRouter(InitSerialization):
     """
-    Routes an LLM reply to `known` or `unknown`, so a pipeline can fall back when the model abstains (Liu et al.,
-    section 3.1 "unknown"; section 3.3 Post-Fusion as the Fallback). Rejected answers (`answers.check_answer`) and,
-    with `min_confidence`, too uncertain ones go to `unknown` too, which passes `fallback_query` and
-    `fallback_documents` on. The confidence is read from the reply's token log-probabilities (`confidence="logprobs"`)
-    or, for a backend without them, from self-consistency (`confidence="agreement"`): the reply is the greedy one,
-    followed by m sampled replies to the same prompt (`AbstainingChatGenerator(samples=m)`), and the confidence is the
-    share of the samples whose answer equals the reply's (after SQuAD normalization). With a `streaming_callback`, an
-    accepted answer is streamed as one chunk (it is the answer of post-fusion as the fallback when concatenation knows
-    it), so `Pipeline.stream()` yields it at once.
+    Routes an LLM reply to `known` or `unknown` (with `fallback_query` and `fallback_documents`), so a pipeline can
+    fall back when the model abstains (Liu et al., sections 3.1 and 3.3); rejected and, with `min_confidence`, too
+    uncertain answers too. The confidence comes from token log-probabilities, or with `confidence="agreement"` from
+    the share of m samples (`AbstainingChatGenerator(samples=m)`) agreeing with the reply. An accepted answer is
+    streamed as one chunk.
 
     ### Usage example
     ```python

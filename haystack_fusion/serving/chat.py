@@ -1,7 +1,5 @@
-"""
-What a chat client sends, read for the strategies: the question, the earlier turns and the client's background tasks
-(`answer_task`); and the one LLM call that turns a follow-up into a standalone question (`standalone_question`).
-"""
+"""A chat request read for the strategies (question, earlier turns, background tasks), and the one LLM call that
+turns a follow-up into a standalone question."""
 
 from __future__ import annotations
 
@@ -19,42 +17,30 @@ from haystack_fusion.llm import reply_usage, stop_kwargs
 from haystack_fusion.prompts import PROMPTS, render
 from haystack_fusion.strategies.record import Usage
 
-TASK_PREFIX = "### Task:"
-"""How Open WebUI's background task prompts start (title, tags, follow-up suggestions, query generation)."""
+TASK_PREFIX = "### Task:"  # Open WebUI's background task prompts (title, tags, follow-ups, queries)
+TASK_HISTORY_TAG = "<chat_history>"  # every such task quotes the chat in it; its RAG template does not
+MAX_HISTORY_CHARS = 2000  # of the chat (the latest turns) the standalone-question prompt quotes
+MAX_TURN_CHARS = 500  # of one earlier turn (`turn_text`)
 
-TASK_HISTORY_TAG = "<chat_history>"
-"""What every Open WebUI background task quotes the chat in; its RAG template (a question) quotes none."""
-
-MAX_HISTORY_CHARS = 2000
-"""The most of the chat the standalone-question prompt quotes, in characters (the latest turns)."""
-
-MAX_TURN_CHARS = 500
-"""The most of one earlier turn the standalone-question prompt quotes, in characters (`turn_text`)."""
-
-# Open WebUI's list of attached files (no part of the question: the server answers from its index), and what this
-# server appends to a reply: the streamed `<details>` block and the unstreamed "Sources:" tail. Each is found in one
-# pass: the patterns below hold no quantifier that can give characters back, and `_SOURCES_TAIL` is tried only where a
-# whitespace run starts, so reading a chat takes time linear in its size.
+# Open WebUI's attached-file lists and this server's `<details>` block and "Sources:" tail, each found in one pass
+# (no backtracking quantifier): reading a chat is linear in its size.
 _FILES_OPEN = "<attached_files>"
 _FILES_CLOSE = "</attached_files>"
 _EVIDENCE_OPEN = re.compile(r"<details\b", re.IGNORECASE)
 _EVIDENCE_CLOSE = re.compile(r"</details>", re.IGNORECASE)
-_SOURCES_TAIL = re.compile(r"(?<!\s)[^\S\n]*+(\n)\s*+Sources:\n")
-"""From the first newline of a whitespace run that runs up to a "Sources:" line (group 1) to the text's end."""
+_SOURCES_TAIL = re.compile(r"(?<!\s)[^\S\n]*+(\n)\s*+Sources:\n")  # group 1: where the tail starts
 _NOT_SPACE = re.compile(r"\S")
 _WORD = re.compile(r"\S+")
 
 
 class ChatRequestError(ValueError):
-    """A chat request the wrappers cannot answer as sent: the message says what to change (HTTP 400)."""
+    """A chat request the wrappers cannot answer as sent (HTTP 400)."""
 
 
 @dataclass(frozen=True)
 class Chat:
-    """
-    A chat request as the wrappers read it: the last (user) message's text, the earlier user and assistant turns as
-    (role, `turn_text`) pairs, oldest first, and whether it is a client's background task (`TASK_PREFIX`).
-    """
+    """The last user message's text, the earlier turns as (role, `turn_text`) oldest first, and whether it is a
+    background task."""
 
     question: str
     history: tuple[tuple[str, str], ...] = ()
@@ -62,17 +48,12 @@ class Chat:
 
     @property
     def follow_up(self) -> bool:
-        """Whether the question follows earlier turns of the chat (so it may need `standalone_question`)."""
+        """Whether the question follows earlier turns (`standalone_question`)."""
         return bool(self.history) and not self.task
 
 
 def message_text(message: Mapping[str, Any]) -> str:
-    """
-    A message's text: its `content` string, or its text parts joined with newlines ("" for no content).
-
-    :raises ChatRequestError: If `content` holds a part that is not text (naming the types), or is neither a string,
-        a list nor null.
-    """
+    """A message's `content` string or text parts joined with newlines. :raises ChatRequestError: For other content."""
     content = message.get("content")
     if content is None or isinstance(content, str):
         return content or ""
@@ -96,10 +77,7 @@ def message_text(message: Mapping[str, Any]) -> str:
 
 
 def without_attached_files(text: str) -> str:
-    """
-    `text` without Open WebUI's lists of attached files: each `<attached_files>` up to the first `</attached_files>`
-    after it, and the whitespace that follows; an opening without a closing tag after it stays, as does what follows.
-    """
+    """`text` without Open WebUI's closed `<attached_files>` lists and the whitespace after each."""
     pieces, position = [], 0
     while (start := text.find(_FILES_OPEN, position)) >= 0:
         end = text.find(_FILES_CLOSE, start + len(_FILES_OPEN))
@@ -112,10 +90,7 @@ def without_attached_files(text: str) -> str:
 
 
 def without_evidence(text: str) -> str:
-    """
-    `text` without this server's evidence blocks: each `<details` (any case, then a character that is not a letter,
-    digit or underscore) up to its first `>`, then up to the first `</details>` (any case) after that.
-    """
+    """`text` without this server's `<details ...>...</details>` evidence blocks (any case)."""
     pieces, position = [], 0
     while (opening := _EVIDENCE_OPEN.search(text, position)) is not None:
         tag_end = text.find(">", opening.end())
@@ -128,15 +103,13 @@ def without_evidence(text: str) -> str:
 
 
 def without_sources(text: str) -> str:
-    """`text` up to the "Sources:" tail this server appends to an unstreamed reply: the whitespace before a line that
-    is "Sources:" exactly, from its first newline, and all that follows ("" for a text that starts with the tail)."""
+    """`text` up to the "Sources:" tail this server appends to an unstreamed reply."""
     tail = _SOURCES_TAIL.search(text)
     return text if tail is None else text[: tail.start(1)]
 
 
 def collapsed(text: str, max_chars: int) -> str:
-    """`text`'s words joined with single spaces, from its start up to the first word past `max_chars` characters (so
-    longer than `max_chars` exactly when all the words joined are), reading no further into `text`."""
+    """`text`'s words joined with single spaces, up to the first word past `max_chars` characters."""
     words, size = [], -1
     for word in _WORD.finditer(text):
         words.append(word.group())
@@ -147,25 +120,15 @@ def collapsed(text: str, max_chars: int) -> str:
 
 
 def turn_text(text: str) -> str:
-    """
-    An earlier turn without this server's evidence (`without_evidence`) and sources (`without_sources`), whitespace
-    collapsed, at most `MAX_TURN_CHARS` characters (a longer one is cut and ends with " ...").
-
-    Linear in `len(text)`: the two searches are single scans; only the words kept are split out and joined.
-    """
+    """An earlier turn without this server's evidence and sources, whitespace collapsed, at most `MAX_TURN_CHARS`
+    characters (a cut one ends with " ...")."""
     text = collapsed(without_sources(without_evidence(text)), MAX_TURN_CHARS)
     return text if len(text) <= MAX_TURN_CHARS else text[: MAX_TURN_CHARS - 4].rstrip() + " ..."
 
 
 def read_chat(messages: Sequence[Mapping[str, Any]]) -> Chat:
-    """
-    Read a chat request's messages (oldest first) as a `Chat`.
-
-    Linear in the messages' size: each earlier turn is read by `turn_text`, the question by `without_attached_files`.
-
-    :raises ChatRequestError: If the last message is not a user message with visible text (`has_visible_text`, once
-        the attached files are left out), or a message holds content parts that are not text.
-    """
+    """Read a chat request's messages (oldest first). :raises ChatRequestError: If the last is not a user message with
+    visible text, or content parts are not text."""
     if not messages or not isinstance(messages[-1], Mapping) or messages[-1].get("role") != "user":
         raise ChatRequestError("`messages` must end with a user message holding the question")
     question = without_attached_files(message_text(messages[-1]))
@@ -203,28 +166,21 @@ def history_text(history: Sequence[tuple[str, str]], *, max_chars: int = MAX_HIS
 
 
 def digest(text: str) -> str:
-    """What a log line says of a user's text: its length and a short hash ("412 characters, sha256 1a2b3c4d5e6f")."""
+    """A user's text in a log line: "412 characters, sha256 1a2b3c4d5e6f"."""
     data = text.encode("utf-8", "surrogatepass")
     return f"{len(text)} characters, sha256 {hashlib.sha256(data).hexdigest()[:12]}"
 
 
 def standalone_question_prompt(history: Sequence[tuple[str, str]], question: str) -> list[ChatMessage]:
-    """The `standalone_question` prompt for a follow-up: the chat's earlier turns (`history_text`) and the question."""
+    """The `standalone_question` prompt for a follow-up."""
     return render(PROMPTS["standalone_question"], history=history_text(history), query=" ".join(question.split()))
 
 
 async def standalone_question(
     chat_generator: Any, history: Sequence[tuple[str, str]], question: str, *, max_chars: int | None = None
 ) -> tuple[str, Usage]:
-    """
-    Rewrite a follow-up as a standalone question with one LLM call (`standalone_question_prompt`).
-
-    An empty reply, or one over `max_chars` characters, keeps the question as asked; a rewrite that still
-    `refers_back` gets the previous user question prepended (conversational search's baseline). A failed call raises.
-
-    :param history: `Chat.history`; empty keeps the question as asked without a call.
-    :returns: The standalone question and the call's usage (`rounds` 1; all zeros when no call was made).
-    """
+    """The standalone question and its call's usage: a follow-up rewritten with one LLM call (none for an empty
+    `history`; an empty or too long reply keeps the question; one that `refers_back` gets the previous one first)."""
     if not history:
         return question, Usage()
     kwargs = stop_kwargs(chat_generator, PROMPTS["standalone_question"].stop)
@@ -259,14 +215,12 @@ def refers_back(rewrite: str, asked: str, history: Sequence[tuple[str, str]]) ->
 
 
 async def _one_call(chat_generator: Any, messages: list[ChatMessage], **kwargs: Any) -> ChatMessage | None:
-    """One LLM call with `run_async`; its first reply, None when it gave none."""
     replies = (await chat_generator.run_async(messages=messages, **kwargs)).get("replies") or []
     return replies[0] if replies else None
 
 
 async def answer_task(chat_generator: Any, prompt: str) -> tuple[str, Usage]:
-    """A chat client's background task answered with one plain LLM call: the reply's JSON object (`{}` when it holds
-    none) and the call's usage."""
+    """A background task answered with one plain LLM call: the reply's JSON object (`{}` for none), usage."""
     reply = await _one_call(chat_generator, [ChatMessage.from_user(prompt)])
     text = (reply.text or "") if reply is not None else ""
     candidate = text[text.find("{") : text.rfind("}") + 1] if "{" in text else ""

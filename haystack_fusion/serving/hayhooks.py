@@ -72,34 +72,23 @@ from haystack_fusion.settings import (
     chat_client_from_env,
     serving_limit_values,
 )
-from haystack_fusion.strategies import (
-    StrategyRun,
-    Usage,
-    chat_text,
-    get_strategy,
-    passages,
-    sources_text,
-    strategy_run,
-)
+from haystack_fusion.strategies import StrategyRun, Usage, chat_text, get_strategy, passages, sources_text, strategy_run
 
 logger = logging.getLogger(__name__)
 
-# The embedded Chainlit chat UI's requests carry CHAT_UI_HEADER: CHAT_UI_CLIENT (`protocol.dialect` "chainlit"); their
-# stream ends in one EVIDENCE_ELEMENT (CHAINLIT_ELEMENTS_DIR/FusionEvidence.jsx, props: `evidence_element_props`).
+# the chat UI's stream ends in one EVIDENCE_ELEMENT (CHAINLIT_ELEMENTS_DIR/FusionEvidence.jsx)
 EVIDENCE_ELEMENT = "FusionEvidence"
 CHAINLIT_ELEMENTS_DIR = Path(__file__).parent / "chainlit_elements"
 
 _SETUP_LOCK = threading.Lock()  # Hayhooks sets wrappers up in threads; lazy imports and model loading are not safe
 
-
-# Per LLM kind: requests run at once (the embedded model answers one call at a time) and seconds a request waits for
-# a slot (an embedded-model question takes 30-140 s), by default
+# per LLM kind: requests run at once, and seconds a request waits for a slot
 DEFAULT_MAX_REQUESTS = {"local": 1, "openai": 32, "ollama": 4}
 DEFAULT_QUEUE_TIMEOUT = {"local": 300.0, "openai": 30.0, "ollama": 120.0}
 
 
 class ServerBusyError(RuntimeError):
-    """A request the admission limit refused; `retry_after`: seconds (>= 1) for the `Retry-After` header."""
+    """A request the admission limit refused; `retry_after`: seconds (>= 1) for `Retry-After`."""
 
     def __init__(self, message: str, *, retry_after: int) -> None:
         super().__init__(message)
@@ -108,16 +97,8 @@ class ServerBusyError(RuntimeError):
 
 @dataclass(frozen=True)
 class ServingLimits:
-    """
-    The limits a served wrapper applies before it runs a question.
-
-    :param max_requests: Requests that run at once, process-wide (>= 1).
-    :param max_waiting: Requests that may wait for a slot (>= 0); the next ones are refused at once.
-    :param queue_timeout: Seconds a request waits for a slot before it is refused (> 0).
-    :param max_question_chars: The longest question served, in characters after stripping (>= 1; SQuAD 2.0 dev
-        questions have at most a few hundred).
-    :raises ValueError: If a value is out of its range, naming the parameter.
-    """
+    """The limits a served wrapper applies: requests at once process-wide (>= 1), waiting (>= 0), seconds waiting
+    (> 0), question characters after stripping (>= 1). :raises ValueError: If one is out of range."""
 
     max_requests: int = DEFAULT_MAX_REQUESTS["openai"]
     max_waiting: int = 64
@@ -133,12 +114,9 @@ class ServingLimits:
 
     @classmethod
     def from_env(cls, llm: str, env: Mapping[str, str] | None = None) -> ServingLimits:
-        """
-        The limits `SERVING_LIMIT_VARIABLES` set in `env` (default `os.environ`), else the defaults for the LLM kind
-        (`BackendConfig.llm`).
+        """The limits `SERVING_LIMIT_VARIABLES` set in `env` (default `os.environ`), else the LLM kind's defaults.
 
-        :raises ValueError: If a variable is not a number or is out of range, naming the variable.
-        """
+        :raises ValueError: If a variable is not a number or is out of range, naming the variable."""
         values = serving_limit_values(env)
         values.setdefault("max_requests", DEFAULT_MAX_REQUESTS.get(llm, DEFAULT_MAX_REQUESTS["openai"]))
         values.setdefault("queue_timeout", DEFAULT_QUEUE_TIMEOUT.get(llm, DEFAULT_QUEUE_TIMEOUT["openai"]))
@@ -159,12 +137,8 @@ class ServingLimits:
 
 
 class AdmissionLimit:
-    """
-    At most `max_requests` requests at once; up to `max_waiting` more wait in arrival order, each at most
-    `queue_timeout` seconds; the others are refused with `ServerBusyError`. Used from the server's one event loop.
-
-    :raises ValueError: If a value is out of its range (as `ServingLimits`).
-    """
+    """At most `max_requests` requests at once; up to `max_waiting` more wait in arrival order, each at most
+    `queue_timeout` seconds; the others get `ServerBusyError`. Used from the server's one event loop."""
 
     def __init__(self, *, max_requests: int, max_waiting: int, queue_timeout: float) -> None:
         ServingLimits(max_requests=max_requests, max_waiting=max_waiting, queue_timeout=queue_timeout)
@@ -174,7 +148,7 @@ class AdmissionLimit:
 
     @property
     def busy(self) -> bool:
-        """Whether a request that arrives now has to wait: every slot is taken, or others wait already."""
+        """Whether a request arriving now has to wait."""
         return self.running >= self.max_requests or self.waiting > 0
 
     def check_room(self) -> None:
@@ -190,11 +164,7 @@ class AdmissionLimit:
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
-        """
-        Hold a slot for the block, waiting for one at most `queue_timeout` seconds.
-
-        :raises ServerBusyError: If `max_waiting` requests already wait, or no slot came within `queue_timeout`.
-        """
+        """Hold a slot for the block. :raises ServerBusyError: If too many wait, or none came in `queue_timeout`."""
         self.check_room()
         if not self.busy:
             await self._semaphore.acquire()  # free: taken at once, without yielding to the loop
@@ -221,19 +191,15 @@ _LIMITS: list[AdmissionLimit] = []
 
 
 def admission_limit(limits: ServingLimits) -> AdmissionLimit:
-    """The process's one `AdmissionLimit`, made from the first `limits` given (every wrapper shares the backend)."""
-    if not _LIMITS:  # wrappers are set up one at a time (`hayhooks._SETUP_LOCK`)
-        _LIMITS.append(
-            AdmissionLimit(
-                max_requests=limits.max_requests, max_waiting=limits.max_waiting, queue_timeout=limits.queue_timeout
-            )
-        )
+    """The process's one `AdmissionLimit`, made from the first `limits` given."""
+    if not _LIMITS:  # wrappers are set up one at a time (`_SETUP_LOCK`)
+        _LIMITS.append(AdmissionLimit(**{k: v for k, v in vars(limits).items() if k != "max_question_chars"}))
     return _LIMITS[0]
 
 
 def llm_breaker(config: BackendConfig | None, settings: BreakerSettings) -> CircuitBreaker | None:
-    """The circuit breaker of the LLM server `config` calls, shared by every wrapper (and the first-round and later
-    rounds' LLM, when one server serves both); None for the embedded model, no `config`, or breakers turned off."""
+    """The shared circuit breaker of the LLM server `config` calls; None for the embedded model, no `config`, or
+    breakers turned off."""
     name = None if config is None else llm_server_name(config)
     if name is None or not settings.enabled:
         return None
@@ -251,14 +217,8 @@ class StreamItem:
 
 
 async def stream_strategy(pipeline: Pipeline, query: str, *, stream_tokens: bool = True) -> AsyncIterator[StreamItem]:
-    """
-    Run a strategy pipeline asynchronously: a status as each round starts and ends (`narrate`, from
-    `Pipeline.run_async_generator`'s outputs), with `stream_tokens` the tokens of the component `streamed_component`
-    names, then the result.
-
-    :param query: The question, already checked (the wrappers check it when they parse the request).
-    :raises PipelineRuntimeError: If a component fails.
-    """
+    """Run a strategy pipeline asynchronously: round statuses (`narrate`), with `stream_tokens` the answer's tokens,
+    then the result. :raises PipelineRuntimeError: If a component fails."""
     data: dict[str, dict[str, Any]] = {
         name: {"query": query} for name, sockets in pipeline.inputs().items() if "query" in sockets
     }
@@ -272,7 +232,6 @@ async def stream_strategy(pipeline: Pipeline, query: str, *, stream_tokens: bool
             if chunk.content:
                 queue.put_nowait(("token", chunk.content))
 
-        # a component without `run_async` runs in a worker thread and calls back from there
         threaded = not hasattr(pipeline.get_component(target), "run_async")
         data.setdefault(target, {})["streaming_callback"] = (
             threaded_callback(queue_token, loop) if threaded else queue_token
@@ -326,12 +285,9 @@ async def chat_events(
     finish: Callable[[StrategyRun], StrategyRun] | None = None,
 ) -> AsyncIterator[PipelineEvent | StreamingChunk]:
     """
-    A strategy's chat reply in Hayhooks' streaming form: the answer (token by token when `streamed_component` names a
-    final call, then "Answer: ..." when the extracted answer differs), then, by `dialect` (`protocol.Dialect`):
-    "openai": the `sources_text` as text and nothing else; "open-webui": status events, one source event per passage
-    and a `<details>` evidence block; "chainlit": status events and one `EVIDENCE_ELEMENT` event.
-
-    :param finish: Applied to the finished run before it is shown; may add to it or raise to report a failure.
+    A strategy's chat reply in Hayhooks' streaming form: the answer, then by `dialect`: "openai" the `sources_text`;
+    "open-webui" status and source events and a `<details>` evidence block; "chainlit" status events and one
+    `EVIDENCE_ELEMENT`. `finish` is applied to the finished run before it is shown (it may raise).
     """
     streamed: list[str] = []
     async for item in stream_strategy(pipeline, query):
@@ -368,8 +324,8 @@ async def chat_events(
 
 class StrategyPipelineWrapper(BasePipelineWrapper):
     """
-    Base of the shipped Hayhooks wrappers: set `strategy` to a registered strategy name. Its `run_api_async`
-    docstring, the MCP tool's and route's description, starts with the strategy's `Strategy.description`.
+    Base of the shipped Hayhooks wrappers: set `strategy`; the MCP tool's and route's description is its
+    `Strategy.description`.
 
     ### Usage example
     ```python
@@ -402,15 +358,9 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         cls.run_api_async = run_api_async  # type: ignore[method-assign]
 
     def setup(self) -> None:
-        """
-        Check the backend (`check_backend`: never another one; a server that does not answer yet is logged, and its
-        requests get 503 until it does), build the strategy's pipeline on it and warm it up. Each LLM server gets the
-        process's circuit breaker for it (`llm_breaker`, `BreakerSettings`), and an OpenAI call `SERVING_MAX_RETRIES`
-        retries unless the environment sets them.
+        """Build the strategy's pipeline on the checked backend, with each LLM server's breaker, and warm it up.
 
-        :raises BackendSetupError: If the environment configures no backend this wrapper can run on, or a serving
-            limit or breaker setting out of range.
-        """
+        :raises BackendSetupError: If the environment configures no usable backend, or a setting is out of range."""
         with _SETUP_LOCK:
             config = check_backend(probe=False)
             try:
@@ -431,8 +381,6 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
             self.config = config
             self.admission: AdmissionLimit = admission_limit(self.limits)
             self.generator = chat_generator(config, default_max_retries=SERVING_MAX_RETRIES)
-            # every call (strategy, rewrite, background task) holds a HAYSTACK_FUSION_MAX_CALLS_IN_FLIGHT slot and
-            # goes through its LLM server's circuit breaker
             breaker = llm_breaker(config, breaker_settings)
             self.llm = CallLimitedChatGenerator(chat_generator=self.generator, breaker=breaker)
             fallback = fallback_chat_generator(config, default_max_retries=SERVING_MAX_RETRIES)
@@ -452,25 +400,20 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         return validate_query(question)
 
     def _retry_after(self) -> float:
-        """Seconds until this wrapper's LLM servers may be called again: the longest wait of its open breakers (0: none
-        is open)."""
+        """Seconds until this wrapper's LLM servers may be called again (0: no breaker is open)."""
         return max((breaker.retry_after() for breaker in self.breakers), default=0.0)
 
     def _unavailable(self, message: str, cause: str) -> ServingError:
-        """
-        The 503 of a backend that fails: `message` for the user, `cause` (the operator's line: URL, variable, flags)
-        for the request's one log line (`ServingError.logged`). `x-should-retry: false` tells the `openai` client not
-        to retry it at once, and `Retry-After` says when the LLM server's breaker lets calls through again, while one
-        is open.
-        """
+        """The 503 of a failing backend: `message` for the user, `cause` for the log; `x-should-retry: false` stops
+        the `openai` client's retries, `Retry-After` when a breaker is open."""
         headers = {"x-should-retry": "false"}
         if (wait := self._retry_after()) > 0:
             headers["Retry-After"] = str(max(1, math.ceil(wait)))
         return ServingError(503, message, code="backend_unavailable", headers=headers, cause=cause)
 
     def _failure(self, error: BaseException) -> ServingError:
-        """The `ServingError` a failure answers: 400, 503 (busy, with `Retry-After`; a backend, in the user's terms,
-        its cause logged), 502 (an LLM server's HTTP status) or 500 (logged with its traceback)."""
+        """The `ServingError` a failure answers: 400, 503 (busy or a backend), 502 (an LLM server's HTTP status) or
+        500."""
         if isinstance(error, ServingError):
             return error
         if isinstance(error, HTTPException):
@@ -486,38 +429,24 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         for link in exception_chain(error):
             status = getattr(link, "status_code", None)
             if isinstance(status, int):
-                return ServingError(
-                    502,
-                    f"the LLM or document store server refused a call: {type(link).__name__} (HTTP {status}); the "
-                    "server log has the details",
-                    code="llm_error",
-                )
+                refused = f"the LLM or document store server refused a call: {type(link).__name__} (HTTP {status})"
+                return ServingError(502, f"{refused}; the server log has the details", code="llm_error")
         return ServingError(
             500, f"internal error ({type(error).__name__}): the server log has the details", code="internal_error"
         )
 
     @contextlib.contextmanager
     def _answering(self) -> Iterator[None]:
-        """Raise a failure as its `ServingError` (the app logs it: `serving.logs.RefusalLogMiddleware`)."""
+        """Raise a failure as its `ServingError`."""
         try:
             yield
         except Exception as error:
-            failure = self._failure(error)
-            raise failure from None
+            raise self._failure(error) from None
 
     def _finish(
-        self,
-        run: StrategyRun,
-        *,
-        asked: str | None = None,
-        rewrite: Usage | None = None,
-        rewrite_seconds: float = 0.0,
+        self, run: StrategyRun, *, asked: str | None = None, rewrite: Usage | None = None, rewrite_seconds: float = 0.0
     ) -> StrategyRun:
-        """
-        The run as served; a follow-up's gets `evidence["asked"]`, `evidence["standalone_question"]`, the rewrite's
-        call in `usage` and its `rewrite_seconds` in `seconds`. (A run whose every LLM call failed raised
-        `failures.LLMCallsFailedError`: `_failure` answers it with a 503 in the user's terms.)
-        """
+        """The run as served; a follow-up's gets `asked`, `standalone_question` and the rewrite's usage and time."""
         if asked is not None and rewrite is not None:
             evidence = dataclasses.replace(run.evidence, asked=asked, standalone_question=run.answer.query or asked)
             usage, seconds = run.usage + rewrite, run.seconds + rewrite_seconds
@@ -526,8 +455,7 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         return run
 
     async def _standalone(self, chat: Chat | None, question: str) -> tuple[str, dict[str, Any]]:
-        """The question to run and `_finish`'s keyword arguments for a follow-up's rewrite: the question as asked, the
-        rewrite's usage and seconds (none when it is no follow-up)."""
+        """The question to run and `_finish`'s keyword arguments for a follow-up's rewrite."""
         if chat is None or not chat.follow_up:
             return question, {}
         start, limit = time.perf_counter(), self.limits.max_question_chars
@@ -562,23 +490,15 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         self, model: str, messages: list[dict], body: dict, headers: Headers | None = None
     ) -> ChatCompletion | AsyncIterator[PipelineEvent | StreamingChunk | str | ChatCompletion]:
         """
-        Answer a chat's last user message for `/v1/chat/completions`, in OpenAI's contract (`protocol`). A client's
-        background task (`chat.TASK_PREFIX`) gets one plain LLM call outside the admission limit; a follow-up is first
-        rewritten into a standalone question (`chat.standalone_question`, one call, in the usage).
+        Answer a chat's last user message for `/v1/chat/completions` in OpenAI's contract (`protocol`). A background
+        task gets one plain LLM call outside the admission limit; a follow-up is first rewritten (one call).
 
-        :param body: The request's JSON body: `"stream": true` asks for a streamed reply,
-            `stream_options.include_usage` for its usage; fields no strategy can honor are refused
-            (`protocol.check_request`).
-        :param headers: The request's headers: they choose the dialect (`protocol.dialect`, with
-            `HAYSTACK_FUSION_CHAT_CLIENT`).
-        :returns: Unstreamed, a `chat.completion` whose content is the answer and its `sources_text` (a task: the
-            model's reply), with `usage` and `sources` (`protocol.source_records`). Streamed, `chat.completion.chunk`s
-            (`protocol.CompletionStream`) for OpenAI's clients, or Hayhooks' events for Open WebUI and the chat UI
-            (`chat_events`); a failure after the stream started ends it with an error chunk (OpenAI's shape), never
-            with an answer.
-        :raises ServingError: Before anything streams: 400 for a field no strategy can honor (naming it), no user
-            message, content parts that are not text, or an empty, too long or invalid question; 503 when the server
-            is busy (with `Retry-After`); without streaming, as `run_api_async`.
+        :param headers: Choose the dialect (`protocol.dialect`).
+        :returns: Unstreamed, a `chat.completion` (answer and `sources_text`, `usage`, `sources`). Streamed, chunks
+            for OpenAI's clients or Hayhooks' events (`chat_events`); a failure after the stream started ends it with
+            an error chunk, never with an answer.
+        :raises ServingError: Before anything streams: 400 for a refused field, no user message, non-text content or
+            a bad question; 503 when busy; without streaming, as `run_api_async`.
         """
         with self._answering():
             check_request(body)
@@ -611,7 +531,7 @@ class StrategyPipelineWrapper(BasePipelineWrapper):
         self, question: str, chat: Chat, *, model: str, dialect: Dialect, reply: CompletionStream | None
     ) -> AsyncIterator[PipelineEvent | StreamingChunk | str | ChatCompletion]:
         """The streamed reply: Hayhooks' events (`reply` None), or each event's text as `reply`'s chunks."""
-        narrated = reply is None  # status events are Open WebUI's and the chat UI's
+        narrated = reply is None
         finished: list[StrategyRun] = []
         try:
             if reply is not None:

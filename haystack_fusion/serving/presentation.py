@@ -1,9 +1,5 @@
-"""
-How a strategy's run reads to a person: its rounds as status lines, its answer, evidence and sources as plain text
-(`haystack-fusion ask`, a chat reply that is not streamed) and as Markdown (a streamed chat reply's details block).
-
-Components are found through `Strategy.stages`, never by name.
-"""
+"""How a strategy's run reads to a person: status lines per round, answer, evidence and sources as plain text and as
+Markdown. Components are found through `Strategy.stages`, never by name."""
 
 from __future__ import annotations
 
@@ -24,30 +20,28 @@ from haystack_fusion.strategies.run import (
     supporting_ids,
 )
 
-_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]#+\-!|~$=^])")
-"""ASCII punctuation that starts Markdown structure; CommonMark reads it backslash-escaped as itself."""
+_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]#+\-!|~$=^])")  # CommonMark reads it escaped as itself
 
 
 def plural(count: int, noun: str) -> str:
-    """`count` and `noun`, the noun with an "s" unless the count is 1: "1 LLM call", "3 LLM calls"."""
+    """ "1 LLM call", "3 LLM calls"."""
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _markdown(text: str | None) -> str:
-    """Text a Markdown renderer shows as it is: HTML and Markdown punctuation escaped, no leading indentation."""
+    """Text a Markdown renderer shows as it is."""
     escaped = _MARKDOWN_PUNCTUATION.sub(r"\\\1", html.escape(text or "", quote=False))
     return "\n".join(line.lstrip() for line in escaped.splitlines())
 
 
 def _stage_text(stage: StageResult) -> str:
-    """One stage of `evidence.stages`: "concatenation: passed on (unknown answer)", "post_fusion: answered"."""
+    """E.g. "concatenation: passed on (unknown answer)"."""
     reason = f" ({stage.reason})" if stage.reason else ""
     return f"{stage.stage}: {'answered' if stage.answered else 'passed on'}{reason}"
 
 
 def _usage_text(run: StrategyRun) -> str:
-    """LLM calls, rounds, tokens and time, e.g. "6 LLM calls in 2 rounds, 900 prompt + 12 completion tokens, 4.2 s";
-    with calls on more than one model, each model's: "...; small: 1 call, 450 + 4 tokens; strong: 5 calls, ..."."""
+    """E.g. "6 LLM calls in 2 rounds, 900 prompt + 12 completion tokens, 4.2 s", then `_by_model`'s."""
     usage, cached = run.usage, run.usage.cached_calls
     if usage.from_cache:
         return f"answered from the cache: {plural(usage.calls, 'earlier LLM call')} reused, no LLM call made"
@@ -60,8 +54,7 @@ def _usage_text(run: StrategyRun) -> str:
 
 
 def _by_model(run: StrategyRun) -> str:
-    """Each model's calls and tokens when more than one model served the run ("; small: 5 calls, 900 + 8 tokens;
-    strong: ..."); "" for one model."""
+    """E.g. "; small: 5 calls, 900 + 8 tokens; strong: ..."; "" for one model."""
     if len(run.usage_by_model) < 2:
         return ""
     return "".join(
@@ -71,10 +64,7 @@ def _by_model(run: StrategyRun) -> str:
 
 
 def format_run(question: str, run: StrategyRun, *, passage_chars: int = 160) -> str:
-    """
-    One answered question as plain text for the terminal (`haystack-fusion ask`): question, strategy, answer,
-    evidence, confidence and stages (when any), sources (`passage_chars` characters of each), usage, time.
-    """
+    """One answered question as plain text for the terminal (`haystack-fusion ask`)."""
     evidence, usage = run.evidence, run.usage
     lines = [
         f"Question: {question}",
@@ -102,10 +92,7 @@ def format_run(question: str, run: StrategyRun, *, passage_chars: int = 160) -> 
 
 
 def evidence_markdown(run: StrategyRun, *, chars: int = 300) -> str:
-    """
-    The sources and evidence as Markdown (a streamed chat reply's details block): a follow-up's standalone question,
-    the passages read (`chars` characters of each), stages, votes, candidates, scores, notes and usage.
-    """
+    """The sources and evidence as Markdown (a streamed chat reply's details block)."""
     evidence, supporting, parts = run.evidence, supporting_ids(run), []
     if evidence.standalone_question:
         parts += [f"**Question** (from the chat): {_markdown(evidence.standalone_question)}", ""]
@@ -153,11 +140,7 @@ def answered_text(run: StrategyRun) -> str:
 
 
 def source_event_data(document: Document, index: int) -> dict[str, Any]:
-    """
-    One passage (the reply's `index`-th source, from 1) in Open WebUI's citation shape (`create_source_event`):
-    `source` (`name`, `id`), `document` (its text as it is: Open WebUI shows it as text), `metadata` (`source`,
-    `document_id`, `index`, `score` rounded).
-    """
+    """One passage (the reply's `index`-th source, from 1) in Open WebUI's citation shape."""
     name = source_title(document)
     return {
         "source": {"name": name, "id": document.id},
@@ -167,10 +150,7 @@ def source_event_data(document: Document, index: int) -> dict[str, Any]:
 
 
 def evidence_element_props(run: StrategyRun, *, chars: int = 300) -> dict[str, Any]:
-    """
-    The props of the chat UI's `FusionEvidence` element (JSON values): `summary`, `sources` (per passage read:
-    `index`, `title`, `excerpt` of `chars` characters, `score` rounded, `supporting`), `stages`, `evidence`, `usage`.
-    """
+    """The props of the chat UI's `FusionEvidence` element (JSON values)."""
     supporting = supporting_ids(run)
     return {
         "summary": evidence_summary(run),
@@ -191,8 +171,7 @@ def evidence_element_props(run: StrategyRun, *, chars: int = 300) -> dict[str, A
 
 
 def api_result(run: StrategyRun) -> dict[str, Any]:
-    """The served `/{name}/run` JSON: `answer`, `sources` (`id`, `title`, `content`, `score`), `evidence`, `usage`
-    and `usage_by_model` (model -> the same counters)."""
+    """The served `/{name}/run` JSON."""
     sources = [
         {"id": d.id, "title": (d.meta or {}).get("title"), "content": d.content, "score": d.score}
         for d in cited_sources(run)
@@ -207,10 +186,8 @@ def api_result(run: StrategyRun) -> dict[str, Any]:
 
 
 def streamed_component(pipeline: Pipeline) -> str | None:
-    """
-    The component whose tokens are the answer: the last stage when it is `answer` (and no `concatenation` stage may
-    pass the question on) or per-document `notes` (its synthesis call); None for votes and selections.
-    """
+    """The component whose tokens are the answer (a last `answer` stage without concatenation, or per-document
+    `notes`); None for votes and selections."""
     stages = strategy_of(pipeline).stages
     if not stages or any(stage.kind == "concatenation" for stage in stages):
         return None
@@ -230,7 +207,7 @@ _ROUND_STARTS = {  # by the first stage's kind
 
 
 def round_start(pipeline: Pipeline, k: int) -> str:
-    """The status line of the first round of the pipeline's strategy, which starts once `k` passages are retrieved."""
+    """The status line of the strategy's first round over `k` passages."""
     stages = strategy_of(pipeline).stages
     kind = stages[0].kind if stages else "answer"
     if kind == "summaries" and getattr(pipeline.get_component(stages[0].component), "mode", None) == "generic":
@@ -241,10 +218,7 @@ def round_start(pipeline: Pipeline, k: int) -> str:
 def narrate(
     component: str, output: dict[str, Any], pipeline: Pipeline, state: dict[str, Any]
 ) -> list[tuple[str, bool]]:
-    """
-    Status lines for one component's output while a strategy runs: (text, done) for the round it ends (done) and the
-    round it starts; none for a component that is no stage. `state` is kept between the calls of one run.
-    """
+    """(text, done) status lines for the rounds a component's output ends and starts; `state` lives for one run."""
     if component == RETRIEVER:
         state["k"] = k = len(output.get("documents") or [])
         return [(f"Retrieved {plural(k, 'passage')}", True), (round_start(pipeline, k), False)]

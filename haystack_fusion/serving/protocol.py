@@ -1,12 +1,7 @@
 """
-OpenAI's chat completions contract as the served chat speaks it (`serve` extra): which request fields a strategy can
-honor (`check_request`, the table in docs/serving.md), which client dialect a request gets (`dialect`), and the
-replies: a `chat.completion` with `usage` (`completion`) or a stream of `chat.completion.chunk`s (`CompletionStream`).
-
-Every reply carries the passages it cites twice: as plain text after the answer ("Sources:", numbered and titled,
-`strategies.chat_text`) and as structured data in a top-level `sources` list (`source_records`), on the completion and
-on a stream's last content chunk. OpenAI's own `annotations` are URL citations; passages have no URL, hence a field of
-its own, which OpenAI's clients keep as an extra field (`completion.sources` in the `openai` SDK).
+OpenAI's chat completions contract as the served chat speaks it: the request fields a strategy can honor, the client
+dialect, and the replies. Every reply cites its passages as "Sources:" text and as a top-level `sources` list (passages
+have no URL for OpenAI's `annotations`; the `openai` SDK keeps it as `completion.sources`).
 """
 
 from __future__ import annotations
@@ -24,30 +19,17 @@ from haystack import Document
 from haystack_fusion.serving.guards import ServingError
 from haystack_fusion.strategies import StrategyRun, Usage, cited_sources, rounded, source_title, supporting_ids
 
-Dialect = Literal["openai", "open-webui", "chainlit"]
-"""What a streamed reply holds besides OpenAI's chunks: nothing ("openai"); Open WebUI's status and source events
-and the `<details>` evidence block ("open-webui"); the embedded chat UI's status events and evidence element
-("chainlit")."""
+Dialect = Literal["openai", "open-webui", "chainlit"]  # what a stream holds besides OpenAI's chunks (`chat_events`)
 
-CHAT_UI_HEADER, CHAT_UI_CLIENT = "X-Haystack-Fusion-Client", "chainlit"
-"""The header (and value) the embedded Chainlit chat UI's requests carry (`serving.app.ChatUiMiddleware` sets it)."""
-
-OPEN_WEBUI_USER_AGENT = re.compile(r"Python/\S+ aiohttp/\S+")
-"""The user agent of Open WebUI's OpenAI connections: the bare `aiohttp` client's ("Python/3.11 aiohttp/3.12.15")."""
-
-OPEN_WEBUI_HEADER_PREFIX = "x-openwebui-"
-"""The headers Open WebUI sends with `ENABLE_FORWARD_USER_INFO_HEADERS` (`x-openwebui-chat-id`, ...)."""
+CHAT_UI_HEADER, CHAT_UI_CLIENT = "X-Haystack-Fusion-Client", "chainlit"  # set by `serving.app.ChatUiMiddleware`
+OPEN_WEBUI_USER_AGENT = re.compile(r"Python/\S+ aiohttp/\S+")  # Open WebUI's OpenAI connections (bare aiohttp)
+OPEN_WEBUI_HEADER_PREFIX = "x-openwebui-"  # sent with Open WebUI's `ENABLE_FORWARD_USER_INFO_HEADERS`
 
 
 def dialect(headers: Mapping[str, str] | None, setting: str = "auto") -> Dialect:
     """
-    The dialect a chat request gets.
-
-    :param headers: The request's headers (lower-cased names, as Starlette's `Headers`), or None.
-    :param setting: `HAYSTACK_FUSION_CHAT_CLIENT` (`settings.CHAT_CLIENTS`): "open-webui" gives every request Open
-        WebUI's dialect, "openai" none; "auto" gives it to the requests that look like Open WebUI's: a header that
-        starts with `OPEN_WEBUI_HEADER_PREFIX`, or the user agent `OPEN_WEBUI_USER_AGENT` (what Open WebUI 0.12's
-        requests carry, tests/fixtures/open_webui). The chat UI's header wins over the setting.
+    The dialect a chat request gets: the chat UI's header wins; else `setting` (`HAYSTACK_FUSION_CHAT_CLIENT`), and
+    with "auto" Open WebUI's for a request that looks like one (`OPEN_WEBUI_HEADER_PREFIX`, `OPEN_WEBUI_USER_AGENT`).
     """
     headers = headers or {}
     if headers.get(CHAT_UI_HEADER.lower()) == CHAT_UI_CLIENT:
@@ -64,14 +46,8 @@ def _refuse(param: str, message: str) -> ServingError:
 
 
 def check_request(body: Mapping[str, Any]) -> None:
-    """
-    Refuse what a strategy cannot do, before anything runs; every other field is honored or ignored as docs/serving.md
-    tabulates.
-
-    :raises ServingError: HTTP 400 in OpenAI's shape with `param` naming the field, for `n` > 1, a `tool_choice` (or
-        the older `function_call`) of "required" or naming a function, a `response_format` other than text,
-        `modalities` other than text, and `logprobs: true`.
-    """
+    """:raises ServingError: HTTP 400 naming the field a strategy cannot honor: `n` > 1, a forced `tool_choice` /
+    `function_call`, a non-text `response_format` or `modalities`, `logprobs: true` (docs/serving.md)."""
     n = body.get("n")
     if n is not None and n != 1:
         raise _refuse("n", f"this server answers with one choice per request, got n={n!r}; send n=1 or leave it out")
@@ -102,18 +78,14 @@ def include_usage(body: Mapping[str, Any]) -> bool:
 
 
 def openai_usage(usage: Usage) -> dict[str, int]:
-    """OpenAI's `usage` from a run's: `prompt_tokens`, `completion_tokens` and their `total_tokens`, summed over every
-    LLM call the reply made (the strategy's, and a follow-up's rewrite)."""
+    """OpenAI's `usage` (with `total_tokens`) from a run's."""
     prompt, completion = usage.prompt_tokens, usage.completion_tokens
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
 def source_records(run: StrategyRun) -> list[dict[str, Any]]:
-    """
-    The passages a reply cites (`cited_sources`, numbered as in its "Sources:" text): per passage `index` (from 1),
-    `id`, `title` (`source_title`), `content` (the whole passage text), `score` (the retriever's, rounded; None when it
-    gave none) and `supporting` (whether it voted for or holds the answer).
-    """
+    """The passages a reply cites, numbered as in its "Sources:" text: `index`, `id`, `title`, `content`, `score`
+    (rounded) and `supporting`."""
     supporting = supporting_ids(run)
     return [_record(index, document, document.id in supporting) for index, document in enumerate(cited_sources(run), 1)]
 
@@ -130,15 +102,11 @@ def _record(index: int, document: Document, supporting: bool) -> dict[str, Any]:
 
 
 def completion_id() -> str:
-    """A new completion id, in OpenAI's form ("chatcmpl-" and 24 hex digits)."""
     return f"chatcmpl-{uuid.uuid4().hex[:24]}"
 
 
 def completion(model: str, content: str, usage: Usage, sources: list[dict[str, Any]] | None = None) -> ChatCompletion:
-    """
-    An unstreamed reply: one `chat.completion` choice holding `content`, `finish_reason` "stop", `usage`
-    (`openai_usage`) and, when given, `sources` (`source_records`).
-    """
+    """An unstreamed `chat.completion` reply, with `sources` when given."""
     return ChatCompletion(
         id=completion_id(),
         object="chat.completion",
@@ -152,12 +120,7 @@ def completion(model: str, content: str, usage: Usage, sources: list[dict[str, A
 
 @dataclass
 class CompletionStream:
-    """
-    The `chat.completion.chunk`s of one streamed reply, all with the same `id`, `created` and `model`: `start` (the
-    assistant role), `text` (content deltas), `end` (`finish_reason` "stop" with `sources`, then, when the request asked
-    with `stream_options.include_usage`, a chunk with no choices and `usage`) and `error` (no choices and an `error`
-    in OpenAI's shape, which the `openai` SDK raises as an `APIError`).
-    """
+    """The `chat.completion.chunk`s of one streamed reply, sharing `id`, `created` and `model`."""
 
     model: str
     include_usage: bool = False
@@ -170,11 +133,10 @@ class CompletionStream:
         )
 
     def start(self) -> ChatCompletion:
-        """The first chunk: the assistant role and empty content, as OpenAI's streams begin."""
+        """The assistant role and empty content, as OpenAI's streams begin."""
         return self._chunk([Choice(index=0, delta=Message(role="assistant", content=""))])
 
     def text(self, content: str) -> ChatCompletion:
-        """A content delta."""
         return self._chunk([Choice(index=0, delta=Message(role="assistant", content=content))])
 
     def end(self, usage: Usage, sources: list[dict[str, Any]]) -> list[ChatCompletion]:
@@ -187,5 +149,5 @@ class CompletionStream:
         return chunks
 
     def error(self, body: dict[str, Any]) -> ChatCompletion:
-        """A chunk that ends the stream with an error: no choices and `body`'s `error` (`guards.openai_error`)."""
+        """No choices and `body`'s `error`: the `openai` SDK raises it as an `APIError`."""
         return self._chunk([], **body)

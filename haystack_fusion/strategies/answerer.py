@@ -19,26 +19,18 @@ from haystack_fusion.llm import emit_chunk, is_async_callback
 from haystack_fusion.strategies.config import StrategyConfig
 from haystack_fusion.strategies.registry import build_pipeline, get_strategy
 
-_COMPONENT_SETTINGS = ("fallback_chat_generator", "verifier_chat_generator", "document_ranker")
-"""`StrategyConfig` fields that hold components; they are passed and serialized as components, not as settings."""
+_COMPONENT_SETTINGS = ("fallback_chat_generator", "verifier_chat_generator", "document_ranker")  # not `settings`
 
 
 @super_component
 class FusionAnswerer:
     """
-    Any registered strategy (`haystack-fusion strategies`) after your own retriever, as one component.
+    Any registered strategy (`haystack-fusion strategies`) after your own retriever, as one component: the strategy's
+    pipeline without a retriever, reading the passages in the order given; each answer's `meta` carries its evidence.
 
-    It wraps the strategy's pipeline (`build_pipeline` without a retriever): the passages are read in the order
-    given (best-ranked first, as the papers assume); the answers are the strategy's, each `meta` carrying its
-    evidence (votes, candidates, notes, stages, confidence, usage).
-
-    Streaming (`streaming_callback`, and `Pipeline.stream()`, which injects one): when the strategy's last round is
-    one call whose reply is the answer (concatenation, the distiller, the MCQ and summary prompts, Chain-of-Note's
-    single call or synthesis), its tokens are streamed as they are generated; concatenation's answer in `concat_pf` and
-    `cascade` is streamed as one chunk once `UnknownRouter` accepts it. Otherwise (votes, SuRe's selection, a
-    fallback) the final answer is streamed as one chunk when the run ends. When the streamed reply is not just the
-    answer (a chain of thought, reading notes, an answer the checks rejected or turned into "unknown"), one last
-    chunk `"\n\nAnswer: <answer>"` follows, so the stream always ends with the answer of `answers[0]`.
+    Streaming: a last round of one call whose reply is the answer streams its tokens; otherwise the answer comes as
+    one chunk when it is known. A streamed reply that is not just the answer is followed by one chunk
+    `"\n\nAnswer: <answer>"`: the stream always ends with `answers[0]`.
 
     ### Usage example
     ```python
@@ -73,19 +65,14 @@ class FusionAnswerer:
     ) -> None:
         """
         :param strategy: A registered strategy name, e.g. "concat_pf", "sure", "chain_of_note", "cascade".
-        :param chat_generator: The LLM every component of the strategy calls (the first round's only, with
-            `fallback_chat_generator`).
-        :param fallback_chat_generator: The LLM of every fallback round of `concat_pf`, `pf_concat` and `cascade`: a
-            strong model that answers only the questions the first round passes on; None: `chat_generator`.
-        :param settings: Further `StrategyConfig` fields (JSON values), e.g. `{"num_candidates": 3,
-            "few_shot": True, "min_confidence": 0.25}`; unset fields keep the strategy's defaults.
+        :param chat_generator: The LLM of every call (the first round's only, with `fallback_chat_generator`).
+        :param fallback_chat_generator: The LLM of the fallback rounds of `concat_pf`, `pf_concat` and `cascade`.
+        :param settings: Further `StrategyConfig` fields (JSON values), e.g. `{"num_candidates": 3}`.
         :param verifier_chat_generator: SuRe's validity and ranking LLM (Kim et al., Table 10); None: `chat_generator`.
         :param document_ranker: SuRe's summary reranker (Kim et al., Table 4); None keeps the given order.
-        :param streaming_callback: Called with the answer's `StreamingChunk`s (see above); sync for `run`, sync or
-            async for `run_async`.
-        :raises ValueError: If the strategy is not registered, `settings` holds `chat_generator`, a component field
-            or a field `StrategyConfig` does not have, or `build_pipeline` rejects the settings (a fallback LLM for a
-            strategy without fallback rounds).
+        :param streaming_callback: Sync for `run`, sync or async for `run_async`.
+        :raises ValueError: If the strategy is not registered, `settings` holds a component or an unknown field, or
+            `build_pipeline` rejects the settings.
         """
         self.strategy = strategy
         self.chat_generator = chat_generator
@@ -123,21 +110,18 @@ class FusionAnswerer:
             component.set_input_type(self, "streaming_callback", StreamingCallbackT | None, None)
 
     def _failed_run(self) -> contextlib.AbstractContextManager[list[CallFailure]]:
-        """`failures.failed_run` for the strategy's pipeline: its only LLM call, or a round's every call, failed."""
         stages = get_strategy(self.strategy).stages
         reader = stages[0].component if len(stages) == 1 and stages[0].kind == "answer" else None
         return failed_run(f"strategy {self.strategy!r}", reader=reader)
 
     def _split_callback(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-        """The inputs without `streaming_callback`, and the run's callback: a class is `SuperComponent`'s stand-in
-        for an input the pipeline did not give (no streaming callback is a class), so it is no callback."""
+        """The inputs and the run's callback (a class is `SuperComponent`'s stand-in for a missing input)."""
         validate_query(kwargs.get("query", ""))
         inputs = {key: value for key, value in kwargs.items() if key != "streaming_callback"}
         runtime = kwargs.get("streaming_callback")
         return inputs, None if isinstance(runtime, type) else runtime
 
     def _last_chunk(self, result: dict[str, Any], streamed: str | None) -> StreamingChunk | None:
-        """The chunk that ends a stream with the answer (see the class docstring); None when nothing is missing."""
         answers = result["answers"]
         answer = (answers[0].data or "").strip() if answers else ""
         if not answer or (streamed is not None and streamed.strip() == answer):
@@ -148,42 +132,30 @@ class FusionAnswerer:
 
     def run(self, **kwargs: Any) -> dict[str, Any]:
         """
-        Answer `query` from `documents` (your retriever's, best-ranked first; none: "unknown" for most strategies).
+        Answer `query` from `documents` (best-ranked first).
 
-        The question is checked here, before any LLM call: not every strategy's first call is one of ours.
-
-        :param kwargs: `query` (str), `documents` (list of Document), optionally `streaming_callback` (overrides the
-            init one for this run).
+        :param kwargs: `query`, `documents`, optionally `streaming_callback` (overrides the init one).
         :returns: `answers`: the strategy's `GeneratedAnswer` list, best first.
-        :raises ValueError: If the question is empty, only whitespace or not valid Unicode text, or the streaming
-            callback is async (`run_async` takes those).
-        :raises LLMCallsFailedError: If every LLM call of a round failed, or the strategy's only call did, with every
-            failed call of the run (`failures.LLMCallsFailedError`).
+        :raises ValueError: If the question is empty or invalid, or the streaming callback is async.
+        :raises LLMCallsFailedError: If every LLM call of a round, or the strategy's only call, failed.
         """
         inputs, runtime = self._split_callback(kwargs)
         callback = select_streaming_callback(self.streaming_callback, runtime, requires_async=False)
-        if callback is None:
-            with self._failed_run():
-                return SuperComponent.run(self, **inputs)  # type: ignore[arg-type]
-        streamed = _Joined(callback)
+        streamed = _Joined(callback, inputs)
         with self._failed_run():
-            result = SuperComponent.run(self, **inputs, streaming_callback=streamed.callback)  # type: ignore[arg-type]
-        if (last := self._last_chunk(result, streamed.text)) is not None:
+            result = SuperComponent.run(self, **inputs)  # type: ignore[arg-type]
+        if callback is not None and (last := self._last_chunk(result, streamed.text)) is not None:
             callback(last)
         return result
 
     async def run_async(self, **kwargs: Any) -> dict[str, Any]:
-        """`run` with the strategy's pipeline run by `run_async`: same inputs, outputs and errors, except that the
-        streaming callback may be sync or async (`Pipeline.stream()` injects an async one)."""
+        """Async form of `run`; the streaming callback may be sync or async."""
         inputs, runtime = self._split_callback(kwargs)
         callback = runtime or self.streaming_callback
-        if callback is None:
-            with self._failed_run():
-                return await SuperComponent.run_async(self, **inputs)  # type: ignore[arg-type]
-        streamed = _Joined(callback)
+        streamed = _Joined(callback, inputs)
         with self._failed_run():
-            result = await SuperComponent.run_async(self, **inputs, streaming_callback=streamed.callback)  # type: ignore[arg-type]
-        if (last := self._last_chunk(result, streamed.text)) is not None:
+            result = await SuperComponent.run_async(self, **inputs)  # type: ignore[arg-type]
+        if callback is not None and (last := self._last_chunk(result, streamed.text)) is not None:
             await emit_chunk(callback, last)
         return result
 
@@ -211,11 +183,13 @@ class FusionAnswerer:
 
 
 class _Joined:
-    """A streaming callback (sync or async) that keeps the text it passes on (`text`: None until a chunk came)."""
+    """A streaming callback that keeps the text it passes on (`text`: None until a chunk came), put in `inputs`."""
 
-    def __init__(self, callback: StreamingCallbackT) -> None:
+    def __init__(self, callback: StreamingCallbackT | None, inputs: dict[str, Any]) -> None:
         self.text: str | None = None
         self.callback: Callable[[StreamingChunk], Any]
+        if callback is None:
+            return
         if is_async_callback(callback):
 
             async def join_async(chunk: StreamingChunk) -> None:
@@ -230,3 +204,4 @@ class _Joined:
                 callback(chunk)
 
             self.callback = join
+        inputs["streaming_callback"] = self.callback

@@ -1,9 +1,5 @@
-"""
-The typed record of one question through one strategy (`StrategyRun`): the answer, the evidence per strategy family
-(post-fusion's vote, SuRe's candidates and scores, Chain-of-Note's notes, a fallback strategy's stages), usage per
-model and the failed calls. The command line, serving, evaluation and the agent tool read its attributes;
-`to_dict` gives the JSON values (`haystack-fusion ask --json`, the served `/run`, evaluation records).
-"""
+"""The typed record of one question through one strategy (`StrategyRun`): answer, evidence per strategy family,
+usage per model and failed calls; `to_dict` gives the JSON of `ask --json`, the served `/run` and evaluation records."""
 
 from __future__ import annotations
 
@@ -20,11 +16,8 @@ from haystack_fusion.llm import sum_usage
 
 @dataclass
 class Usage:
-    """
-    What a run's LLM calls used: tokens, calls made and failed, and the counters a backend reports only sometimes
-    (None when no call reported them): `rounds` of dependent calls, prefix-cache `cached_tokens`, `cached_calls`
-    answered from the embedded model's reply cache, `truncated` replies the token cap cut.
-    """
+    """What a run's LLM calls used; the counters from `rounds` on are None when no call reported them
+    (`llm.reply_usage`)."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -37,13 +30,12 @@ class Usage:
 
     @classmethod
     def of(cls, counters: Mapping[str, Any] | None) -> Usage:
-        """A `Usage` from a counters dict (`llm.sum_usage`, a component's `meta["usage"]`); unknown keys ignored."""
+        """A `Usage` from a counters dict (a component's `meta["usage"]`); unknown keys ignored."""
         names = {f.name for f in fields(cls)}
         counted: dict[str, Any] = {key: int(v) for key, v in (counters or {}).items() if key in names and v is not None}
         return cls(**counted)
 
     def __add__(self, other: Usage) -> Usage:
-        """The two usages counter by counter (`llm.sum_usage`)."""
         return sum_usages([self, other])
 
     @property
@@ -58,14 +50,8 @@ class Usage:
 
 @dataclass(frozen=True)
 class StageResult:
-    """
-    One stage of a fallback strategy (concat_pf, cascade) that ran (Liu et al., section 3.3).
-
-    :param stage: "concatenation", "post_fusion" or "sure".
-    :param answered: Whether its answer is the run's; False: it passed the question on.
-    :param reason: Why it passed the question on (e.g. "unknown answer", "tie at the top"); None when it answered.
-    :param confidence: The concatenation stage's answer confidence in [0, 1], when there is one.
-    """
+    """One stage of a fallback strategy that ran (Liu et al., section 3.3): `stage` ("concatenation", "post_fusion"
+    or "sure"), whether it `answered`, else the `reason` it passed the question on, and a `confidence` in [0, 1]."""
 
     stage: str
     answered: bool
@@ -73,7 +59,6 @@ class StageResult:
     confidence: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """`stage`, `confidence` (when known), `answered`, and `reason` for a stage that passed the question on."""
         record: dict[str, Any] = {"stage": self.stage}
         record.update({} if self.confidence is None else {"confidence": self.confidence})
         record["answered"] = self.answered
@@ -82,8 +67,7 @@ class StageResult:
 
 @dataclass(frozen=True)
 class SureScore:
-    """One SuRe answer's scores (Kim et al., section 3.2): its candidate's index, validity, pair-wise ranking and
-    their combined score (eq. 5); None where the verifier did not score it."""
+    """One SuRe answer's scores (Kim et al., section 3.3); None where the verifier did not score it."""
 
     candidate_index: int | None
     validity: float | None
@@ -92,7 +76,6 @@ class SureScore:
 
     @classmethod
     def of(cls, meta: Mapping[str, Any]) -> SureScore:
-        """The scores in a SuRe answer's `meta`."""
         return cls(meta.get("candidate_index"), meta.get("validity"), meta.get("ranking"), meta.get("score"))
 
 
@@ -107,13 +90,7 @@ class InvalidAnswer:
 
 @dataclass(frozen=True)
 class Vote:
-    """
-    Post-fusion's vote (Liu et al., section 3.2).
-
-    :param votes: Normalized answer -> count, most votes first; None when the voter's answer did not carry them.
-    :param vote_share: The winner's share of the votes, in [0, 1].
-    :param invalid_answers: The replies the answer checks rejected.
-    """
+    """Post-fusion's vote (Liu et al., section 3.2): normalized answer -> count, most first; the winner's share."""
 
     votes: dict[str, int] | None
     vote_share: float | None = None
@@ -122,14 +99,8 @@ class Vote:
 
 @dataclass(frozen=True)
 class SureEvidence:
-    """
-    SuRe's rounds (Kim et al., section 3): what the summarizer wrote and how the verifier scored it.
-
-    :param summaries: The candidate-conditioned summaries, one per candidate; None when no summarizer ran.
-    :param label_summaries: How many summaries are only their candidate's label (`sure.summary_is_label`).
-    :param invalid_candidates: How many candidates the answer checks rejected (0: none).
-    :param scores: The verifier's scores, one per answer, best first; None when no verifier ran.
-    """
+    """SuRe's rounds (Kim et al., section 3): the summaries (None: no summarizer ran), how many are only their
+    candidate's label, how many candidates were rejected, the verifier's scores best first (None: did not run)."""
 
     summaries: list[str] | None = None
     label_summaries: int = 0
@@ -139,8 +110,7 @@ class SureEvidence:
 
 @dataclass(frozen=True)
 class Notes:
-    """Chain-of-Note's reading notes (Yu et al., section 3): one per passage (`note`, `relevance`), and where the
-    answer came from ("passages", "knowledge", "unknown", "invalid")."""
+    """Chain-of-Note's reading notes (Yu et al., section 2.3), one per passage, and where the answer came from."""
 
     notes: list[dict[str, Any]]
     answer_source: str | None = None
@@ -148,22 +118,8 @@ class Notes:
 
 @dataclass
 class Evidence:
-    """
-    What a strategy saw: the fields of the strategy families that ran (the others None or empty).
-
-    :param components_run: The pipeline components that produced output, sorted.
-    :param candidates: The post-fusion pool (%NM), or SuRe's candidates (Kim et al., section 3.1).
-    :param vote: Post-fusion's vote.
-    :param sure: SuRe's summaries and scores.
-    :param notes: Chain-of-Note's reading notes.
-    :param stages: A fallback strategy's stages that ran, in order (Liu et al., section 3.3); empty for others.
-    :param confidence: The answer's confidence in [0, 1], None when unavailable.
-    :param finish_reason: A one-reply answer's finish reason ("length": the token cap cut it).
-    :param invalid: The rejected answer, when the answer checks rejected the answer.
-    :param failures: The failed LLM calls, in call order.
-    :param asked: A served follow-up's question as asked (before its rewrite into `standalone_question`).
-    :param standalone_question: A served follow-up's standalone question, as run.
-    """
+    """What a strategy saw: the fields of the strategy families that ran (the others None or empty); `candidates`
+    are the post-fusion pool (%NM) or SuRe's (Kim et al., section 3.1), `confidence` in [0, 1]."""
 
     components_run: list[str] = field(default_factory=list)
     candidates: list[str] | None = None
@@ -180,7 +136,6 @@ class Evidence:
 
     @property
     def votes(self) -> dict[str, int] | None:
-        """Post-fusion's votes, None when no vote ran."""
         return self.vote.votes if self.vote is not None else None
 
     @property
@@ -189,13 +144,8 @@ class Evidence:
         return None if not self.stages else not self.stages[0].answered
 
     def to_dict(self) -> dict[str, Any]:
-        """
-        The evidence as JSON values: `components_run`, `votes`, `candidates` always; `summaries`,
-        `label_summaries`, `invalid_candidates`, `vote_share`, `notes`, `answer_source`, `scores`, `fallback` and
-        `stages` when their strategy family ran; `confidence` always; `finish_reason`, `invalid_reason` /
-        `rejected_answer`, `invalid_answers`, `failures` (`CallFailure.to_dict`), `asked` and `standalone_question`
-        when set.
-        """
+        """The evidence as JSON values: `components_run`, `votes`, `candidates` and `confidence` always; the
+        others when their strategy family ran or when set."""
         record: dict[str, Any] = {"components_run": self.components_run, "votes": self.votes}
         record["candidates"] = self.candidates
         if self.sure is not None and self.sure.summaries is not None:
@@ -211,12 +161,8 @@ class Evidence:
             record.update(fallback=self.fallback, stages=[stage.to_dict() for stage in self.stages])
         record["confidence"] = self.confidence
         record.update({} if self.finish_reason is None else {"finish_reason": self.finish_reason})
-        if self.invalid is not None:
-            record.update(
-                answer_source=self.invalid.source,
-                invalid_reason=self.invalid.reason,
-                rejected_answer=self.invalid.rejected,
-            )
+        if (invalid := self.invalid) is not None:
+            record.update(answer_source=invalid.source, invalid_reason=invalid.reason, rejected_answer=invalid.rejected)
         if self.vote is not None and self.vote.invalid_answers:
             record["invalid_answers"] = self.vote.invalid_answers
         if self.failures:
@@ -233,19 +179,8 @@ def sum_usages(usages: Iterable[Usage]) -> Usage:
 
 @dataclass
 class StrategyRun:
-    """
-    The outcome of one question through one strategy pipeline (`run_strategy`, `strategy_run`).
-
-    :param answer: The strategy's answer (the first of `answers`; "unknown" when there is none).
-    :param answers: The answer list of the strategy's answer component.
-    :param documents: The retrieved passages, in rank order.
-    :param evidence: What the strategy saw (`Evidence`).
-    :param usage: Usage of every LLM call of the run.
-    :param seconds: Wall-clock time of the run, in seconds.
-    :param strategy: The registered strategy that ran ("" when not known).
-    :param usage_by_model: `usage` split by the model that served the calls (`llm.model_name`), one entry per model
-        (e.g. the small model's first round and the strong model's fallback rounds).
-    """
+    """One question through one strategy pipeline: `answer` is the first of `answers` ("unknown" for none),
+    `documents` the retrieved passages in rank order, `usage_by_model` split by `llm.model_name`."""
 
     answer: GeneratedAnswer
     answers: list[GeneratedAnswer]
@@ -258,7 +193,6 @@ class StrategyRun:
 
     @property
     def failures(self) -> list[CallFailure]:
-        """The run's failed LLM calls (`evidence.failures`)."""
         return self.evidence.failures
 
     def answer_text(self) -> str:
@@ -268,12 +202,7 @@ class StrategyRun:
         return self.answer.data or ""
 
     def to_dict(self) -> dict[str, Any]:
-        """
-        The run as JSON values (`haystack-fusion ask --json`).
-
-        :returns: `question`, `answer` (text), `strategy`, `evidence` (`Evidence.to_dict`), `sources` (the retrieved
-            passages: `id`, `score`, `meta`, `content`), `usage`, `usage_by_model` and `seconds`.
-        """
+        """The run as JSON values (`haystack-fusion ask --json`)."""
         return {
             "question": self.answer.query,
             "answer": self.answer.data,

@@ -40,7 +40,7 @@ _DETECTOR = UnknownDetector()
 
 
 def excerpt(text: str | None, chars: int) -> str:
-    """`text` with its whitespace collapsed, shortened at a word boundary to at most `chars` characters (" ...")."""
+    """`text` with whitespace collapsed, shortened at a word boundary to at most `chars` characters."""
     return textwrap.shorten(text or "", width=chars, placeholder=" ...")
 
 
@@ -72,7 +72,7 @@ def cited_sources(run: StrategyRun) -> list[Document]:
 
 
 def evidence_line(run: StrategyRun) -> str:
-    """The evidence as plain text: fallback, votes, SuRe scores or candidates, notes, joined by " | "; "" for none."""
+    """The evidence as one plain-text line ("" for none)."""
     evidence, parts = run.evidence, []
     if evidence.fallback is not None:
         parts.append(f"fallback fired: {'yes' if evidence.fallback else 'no'}")
@@ -99,11 +99,7 @@ def source_title(document: Document) -> str:
 
 
 def sources_text(run: StrategyRun) -> str:
-    """
-    The passages a reply cites as plain text: "Sources:" and a line per `cited_sources` passage, numbered and titled
-    by `meta["title"]` or `meta["file"]` where it has one ("[1] title: the first 200 characters"); "" when the run
-    read none.
-    """
+    """ "Sources:" and a line per `cited_sources` passage ("[1] title: the first 200 characters"); "" for none."""
     lines = [
         f"[{i}] {f'{title}: ' if (title := (d.meta or {}).get('title') or (d.meta or {}).get('file')) else ''}"
         f"{excerpt(d.content, 200)}"
@@ -113,8 +109,7 @@ def sources_text(run: StrategyRun) -> str:
 
 
 def chat_text(run: StrategyRun) -> str:
-    """The answer and, after a blank line, its `sources_text` (none when the run read no passage): plain text, no
-    markup, for a chat reply and an agent's tool result."""
+    """The answer and, after a blank line, its `sources_text`: plain text for a chat reply or a tool result."""
     sources = sources_text(run)
     return f"{run.answer_text()}\n\n{sources}" if sources else run.answer_text()
 
@@ -123,14 +118,11 @@ def run_strategy(
     pipeline: Pipeline, query: str, *, top_k: int | None = None, retriever_inputs: dict[str, Any] | None = None
 ) -> StrategyRun:
     """
-    Ask one question through a strategy pipeline (`build_pipeline` or its YAML) and gather the `StrategyRun`.
+    Ask one question through a strategy pipeline and gather the `StrategyRun`.
 
-    :param top_k: Passages to retrieve; None keeps the retriever's own `top_k`.
-    :param retriever_inputs: Further run inputs of the `retriever` component (e.g. the evaluation's gold data).
-    :raises ValueError: If the question is empty, only whitespace or not valid Unicode text, or the pipeline names no
-        registered strategy.
-    :raises LLMCallsFailedError: If every LLM call of a round failed, or the strategy's only call did: one
-        `failures.LLMCallsFailedError` with every failed call of the run (`failures.failed_run`).
+    :param top_k: Passages to retrieve; None keeps the retriever's own. `retriever_inputs`: its further run inputs.
+    :raises ValueError: If the question is empty or invalid, or the pipeline names no registered strategy.
+    :raises LLMCallsFailedError: If every LLM call of a round, or the strategy's only call, failed.
     """
     stages = strategy_of(pipeline).stages  # ValueError for an unregistered strategy, before anything runs
     reader = stages[0].component if len(stages) == 1 and stages[0].kind == "answer" else None
@@ -149,14 +141,9 @@ def strategy_run(
     pipeline: Pipeline, query: str, outputs: dict[str, dict[str, Any]], *, seconds: float = 0.0
 ) -> StrategyRun:
     """
-    Read a `StrategyRun` from every component's outputs (`Pipeline.run`, or `run_async_generator`'s merged).
+    Read a `StrategyRun` from every component's outputs (`Pipeline.run`, or `run_async_generator`'s merged). An answer
+    gets `meta["confidence"]` when it can; a fallback strategy's gets `stage`, `stages` and every stage's `failures`.
 
-    The evidence is what the components wrote into their outputs and answers' `meta`; usage and failures are what
-    our LLM components (`ChatGeneratorWrapper`) report in `meta`, plus one round per other generator's replies. An
-    answer with token log-probabilities gets `meta["confidence"]`; a fallback strategy's answer gets `meta["stage"]`,
-    `meta["stages"]` and, when any call failed, `meta["failures"]` (an earlier stage's included).
-
-    :param seconds: Wall-clock time of the run, in seconds.
     :raises ValueError: If the pipeline names no registered strategy.
     """
     strategy = strategy_of(pipeline)
@@ -212,7 +199,6 @@ def strategy_run(
 
 
 def _invalid(meta: dict[str, Any]) -> InvalidAnswer | None:
-    """The rejected answer an answer's `meta` records (`answers.invalid_meta`), or None."""
     if not is_invalid(meta):
         return None
     source = meta.get("answer_source") or "invalid"
@@ -220,15 +206,8 @@ def _invalid(meta: dict[str, Any]) -> InvalidAnswer | None:
 
 
 def answers_run(answers: list[GeneratedAnswer], documents: list[Document]) -> StrategyRun:
-    """
-    A run read from its answers alone (`FusionAnswerer`'s output, which is all a strategy tool gets besides the
-    passages): the evidence their `meta` carries (votes, SuRe scores, notes, confidence, answer checks), for
-    `chat_text` and `evidence_line`. The other components' outputs are not there: no stage trace, candidates, usage
-    or time, and `strategy` is "" (the answers do not name it).
-
-    :param answers: The strategy's answers, best first; none reads as "unknown".
-    :param documents: The retrieved passages, in rank order.
-    """
+    """A run read from `FusionAnswerer`'s answers (best first) alone: the evidence their `meta` carries; no stages,
+    candidates, usage or time, `strategy` ""."""
     answer = answers[0] if answers else GeneratedAnswer(data=UNKNOWN, query="", documents=[], meta={})
     meta = answer.meta
     evidence = Evidence(confidence=meta.get("confidence"), invalid=_invalid(meta))
@@ -251,9 +230,8 @@ def _own_meta(pipeline: Pipeline, name: str, output: dict[str, Any]) -> dict[str
 
 
 def _stages(ran: dict[str, dict[str, Any]], split_reason: str | None) -> list[StageResult]:
-    """A fallback strategy's stages that ran, in order; each but the last passed the question on, with a reason. The
-    concatenation stage carries its answer's `confidence` (the router's, by agreement or log-probabilities) when
-    there is one, so a replay can move tau over the run's records."""
+    """A fallback strategy's stages that ran, in order; concatenation's carries its answer's `confidence` (for
+    replaying tau)."""
     routed = ran["concatenation"]
     reply = next(iter(routed.get("known") or routed.get("unknown") or []), None)
     confidence = None if reply is None else reply.meta.get("confidence", answer_confidence(reply.meta))
