@@ -98,7 +98,9 @@ def test_a_429_storm_slows_the_run_and_does_not_fail_it(start_openai_server, api
     if limit is None:  # 4 questions x 5 post-fusion calls at once: throttled, and without retries some calls fail
         assert stats["throttled"] > 0
         assert stats["max_in_flight"] > 3
-        assert status == EXIT_FAILED_QUESTIONS
+        # failed question records (a round whose every call failed raises); ten of them in a row stop the batch
+        assert status in (EXIT_FAILED_QUESTIONS, 1)
+        assert read_failures(out / RESULTS_FILE)
     else:
         assert stats["throttled"] == 0
         assert stats["max_in_flight"] <= limit
