@@ -8,6 +8,7 @@ Every setting the environment gives, and the defaults that depend on the LLM: th
 | `HAYSTACK_FUSION_MODEL` | per backend (`backends.DEFAULT_MODELS`) | the model name for openai or ollama |
 | `HAYSTACK_FUSION_FALLBACK_LLM` | unset: the LLM | the LLM of the fallback rounds of concat_pf, pf_concat, cascade |
 | `HAYSTACK_FUSION_FALLBACK_MODEL`, `..._API_BASE_URL` | per backend | its model name and OpenAI-compatible server |
+| `HAYSTACK_FUSION_SPECULATIVE` | unset: off | 1: concat_pf and cascade start post-fusion beside concatenation |
 | `HAYSTACK_FUSION_DOCUMENT_STORE` | memory (the CLI); required when serving | memory or elasticsearch |
 | `HAYSTACK_FUSION_STORE` | `~/.cache/haystack_fusion/index.json` | the saved in-memory index |
 | `HAYSTACK_FUSION_<FIELD>` | `BackendConfig`'s | any other `BackendConfig` field: `RETRIEVER`, `TOP_K`, ... |
@@ -53,6 +54,7 @@ STORE_VARIABLE = "HAYSTACK_FUSION_STORE"
 SQUAD_VARIABLE = "HAYSTACK_FUSION_SQUAD"
 CHAT_CLIENT_VARIABLE = "HAYSTACK_FUSION_CHAT_CLIENT"
 LOG_LEVEL_VARIABLE = "HAYHOOKS_LOG_LEVEL"
+SPECULATIVE_VARIABLE = "HAYSTACK_FUSION_SPECULATIVE"
 
 CACHE_DIR = Path("~/.cache/haystack_fusion")
 """Where downloads and the default index live."""
@@ -165,12 +167,15 @@ def squad_file(env: Mapping[str, str] | None = None) -> str | None:
     return (os.environ if env is None else env).get(SQUAD_VARIABLE) or None
 
 
-def strategy_defaults(llm: str) -> dict[str, Any]:
+def strategy_defaults(llm: str, env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """`StrategyConfig` fields that depend on the LLM: the embedded base model gets SuRe's few-shot candidate prompt
-    (Kim et al., Listing 13) and 400 tokens for Chain-of-Note's notes; chat models the papers' defaults (Listing 6)."""
+    (Kim et al., Listing 13) and 400 tokens for Chain-of-Note's notes; chat models the papers' defaults (Listing 6).
+    `speculative` when `HAYSTACK_FUSION_SPECULATIVE` in `env` (default `os.environ`) is on (1, true, yes, on)."""
+    on = _is_on((os.environ if env is None else env).get(SPECULATIVE_VARIABLE, ""))
+    speculative = {"speculative": True} if on else {}
     if llm == "local":
-        return {"few_shot": True, "note_generation_kwargs": {"max_tokens": 400}}
-    return {}
+        return {"few_shot": True, "note_generation_kwargs": {"max_tokens": 400}, **speculative}
+    return speculative
 
 
 _ORIGIN = re.compile(r"https?://[^/\s*]+")  # scheme, host and optional port; no path, no wildcard

@@ -26,6 +26,7 @@ written = generate("my_pipelines", config)
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,7 @@ def pipeline_name(strategy: str, backend: str) -> str:
     return f"{strategy}__{backend}"
 
 
-def pipeline_yaml(strategy: str, config: BackendConfig) -> str:
+def pipeline_yaml(strategy: str, config: BackendConfig, settings: Mapping[str, Any] | None = None) -> str:
     """
     The YAML of a strategy on given backends (`backends.backend_pipeline`: the settings `ask` and `serve` run it
     with), with Hayhooks' sections (`inputs`: `query` -> every `query` socket;
@@ -99,7 +100,7 @@ def pipeline_yaml(strategy: str, config: BackendConfig) -> str:
     search = None  # the backend's retriever
     if config.store == "memory":
         search = SavedInMemoryBM25Retriever(index_path=config.index_path, top_k=config.top_k)
-    pipeline = backend_pipeline(strategy, config, retriever=search)
+    pipeline = backend_pipeline(strategy, config, settings, retriever=search)
     targets = sorted(f"{name}.query" for name, sockets in pipeline.inputs().items() if "query" in sockets)
     sections = {
         "inputs": {"query": targets},
@@ -123,11 +124,12 @@ def wrapper_source(strategy: str) -> str:
     return _WRAPPER_TEMPLATE.format(strategy=strategy, paragraph=textwrap.fill(paragraph, width=116))
 
 
-def render(config: BackendConfig | None = None) -> dict[str, str]:
+def render(config: BackendConfig | None = None, settings: Mapping[str, Any] | None = None) -> dict[str, str]:
     """
     Everything `generate` writes, without writing it.
 
     :param config: The backend of the YAML; None: `BackendConfig()`, the embedded model over the saved index.
+    :param settings: `StrategyConfig` fields of the YAML (`{"speculative": True}`); None: the defaults.
     :returns: File contents by POSIX path relative to the output folder, sorted by path.
     :raises ValueError: For dense or hybrid retrieval over the in-memory store.
     :raises ImportError: If an extra the backend needs is not installed (`local`, `elasticsearch`, `ollama`, `dense`).
@@ -135,13 +137,17 @@ def render(config: BackendConfig | None = None) -> dict[str, str]:
     config = BackendConfig() if config is None else config
     files = {f"{strategy}/{WRAPPER_FILE}": wrapper_source(strategy) for strategy in STRATEGIES}
     for strategy in STRATEGIES:
-        files[f"{YAML_SUBDIR}/{pipeline_name(strategy, backend_name(config))}.yml"] = pipeline_yaml(strategy, config)
+        files[f"{YAML_SUBDIR}/{pipeline_name(strategy, backend_name(config))}.yml"] = pipeline_yaml(
+            strategy, config, settings
+        )
     return dict(sorted(files.items()))
 
 
-def generate(out_dir: str | Path, config: BackendConfig | None = None) -> list[Path]:
+def generate(
+    out_dir: str | Path, config: BackendConfig | None = None, settings: Mapping[str, Any] | None = None
+) -> list[Path]:
     """
-    Write `render(config)` to `out_dir` (created if missing; its files are overwritten, others left alone).
+    Write `render(config, settings)` to `out_dir` (created if missing; its files are overwritten, others left alone).
 
     :returns: The files written, sorted.
     :raises ValueError: As `render` (nothing is written).
@@ -149,7 +155,7 @@ def generate(out_dir: str | Path, config: BackendConfig | None = None) -> list[P
     """
     out = Path(out_dir)
     written = []
-    for relative, text in render(config).items():
+    for relative, text in render(config, settings).items():
         path = out / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")

@@ -92,6 +92,9 @@ class StrategyConfig:
         one-prompt chain's template uses exactly those of the paper's). The answer pattern, stop sequences and
         demonstrations of the paper's prompt stay. `build_pipeline` raises ValueError for a name it does not render.
     :param system_prompt: A system message sent before every prompt of the strategy (for chat models); None: none.
+    :param speculative: `concat_pf` and `cascade` start post-fusion's calls beside concatenation's and cancel them
+        when its answer holds (`PostFusionSpeculator`; docs/fallback.md); sequential, with a warning, when post-fusion's
+        LLM is the embedded model. Other strategies raise ValueError when it is set.
     """
 
     chat_generator: ChatGenerator
@@ -115,6 +118,7 @@ class StrategyConfig:
     datamark: bool = False
     prompts: dict[str, str] | None = None
     system_prompt: str | None = None
+    speculative: bool = False
 
     def __post_init__(self) -> None:
         if self.confidence not in CONFIDENCES:

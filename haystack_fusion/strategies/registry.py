@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from haystack import Pipeline
+from haystack import Pipeline, logging
 from haystack.components.generators.chat.types import ChatGenerator
 from haystack.components.joiners import AnswerJoiner
 
@@ -17,12 +17,15 @@ from haystack_fusion.components.candidate_summarizer import CandidateSummarizer,
 from haystack_fusion.components.concatenation import AbstainingChatGenerator, CheckedAnswerBuilder, PassageFormatter
 from haystack_fusion.components.note_taker import NoteMode, NoteTaker
 from haystack_fusion.components.post_fusion_voter import PostFusionVoter
+from haystack_fusion.components.speculation import PostFusionSpeculator
 from haystack_fusion.components.split_vote_router import SplitVoteRouter
 from haystack_fusion.components.summary_verifier import Scoring, SummaryVerifier
 from haystack_fusion.components.unknown_router import UnknownRouter
 from haystack_fusion.llm import CallLimitedChatGenerator, stop_kwargs, unwrap_call_limit
 from haystack_fusion.prompts import PROMPTS, ChatPrompt, PassageLayout
 from haystack_fusion.strategies.config import DOCUMENTS, RETRIEVER, SPLIT_ROUTER, Parts, Stage, Strategy, StrategyConfig
+
+logger = logging.getLogger(__name__)
 
 ANSWER = Stage("answer", "llm")
 CONCATENATION = Stage("concatenation", "router")
@@ -148,9 +151,16 @@ def _fallback_chain(config: StrategyConfig, min_confidence: float | None) -> Par
             demonstrations=list(PROMPTS["figure7"].demonstrations),
             confidence=config.confidence,
         ),
-        voter=_voter(config, _fallback_llm(config)),
+        voter=(voter := _voter(config, _fallback_llm(config))),
         joiner=AnswerJoiner(),
     )
+    if _speculates(config, voter):  # named to run before `llm` in `Pipeline.run`'s order (by name when both are ready)
+        components["fallback_speculator"] = PostFusionSpeculator(voter=voter)
+        connections += [
+            (DOCUMENTS, "fallback_speculator.documents"),
+            ("fallback_speculator.speculation", "router.speculation"),
+            ("router.fallback_speculation", "voter.speculation"),
+        ]
     connections += [
         ("llm.replies", "router.replies"),
         (DOCUMENTS, "router.documents"),
@@ -160,6 +170,15 @@ def _fallback_chain(config: StrategyConfig, min_confidence: float | None) -> Par
         ("answer_builder.answers", "joiner.answers"),
     ]
     return components, connections
+
+
+def _speculates(config: StrategyConfig, voter: PostFusionVoter) -> bool:
+    """`config.speculative`, unless post-fusion runs on the embedded model, which makes one call at a time."""
+    generator = unwrap_call_limit(voter._chat_generator)
+    if config.speculative and any(cls.__name__ == "LocalChatGenerator" for cls in type(generator).__mro__):
+        logger.warning("Speculative post-fusion is off: the embedded model makes one call at a time")
+        return False
+    return config.speculative
 
 
 def _concat_pf(config: StrategyConfig) -> Parts:
@@ -391,6 +410,10 @@ FALLBACK_STRATEGIES = ("concat_pf", "pf_concat", "cascade")
 """The strategies whose fallback rounds run on `StrategyConfig.fallback_chat_generator`."""
 
 
+SPECULATIVE_STRATEGIES = ("concat_pf", "cascade")
+"""The strategies whose post-fusion round can start beside concatenation's (`StrategyConfig.speculative`)."""
+
+
 def _check_fallback(strategy: Strategy, config: StrategyConfig) -> None:
     """A fallback LLM only for `FALLBACK_STRATEGIES`, a confidence setting only for the strategies with a concatenation
     round to judge; raises ValueError naming the strategies that take it."""
@@ -399,6 +422,8 @@ def _check_fallback(strategy: Strategy, config: StrategyConfig) -> None:
             f"`fallback_chat_generator` is for the strategies with fallback rounds ({', '.join(FALLBACK_STRATEGIES)}), "
             f"not {strategy.name!r}"
         )
+    if config.speculative and strategy.name not in SPECULATIVE_STRATEGIES:
+        raise ValueError(f"`speculative` is for {' and '.join(SPECULATIVE_STRATEGIES)}, not {strategy.name!r}")
     judged = [name for name, s in STRATEGIES.items() if CONCATENATION in s.stages]
     if config.confidence != "logprobs" and CONCATENATION not in strategy.stages:
         raise ValueError(
@@ -409,7 +434,8 @@ def _check_fallback(strategy: Strategy, config: StrategyConfig) -> None:
 def strategy_settings(name: str, settings: dict[str, Any]) -> dict[str, Any]:
     """
     `settings` without the fields strategy `name` does not take (`fallback_chat_generator` outside
-    `FALLBACK_STRATEGIES`, the confidence settings without a concatenation round), for flags shared by several
+    `FALLBACK_STRATEGIES`, `speculative` outside `SPECULATIVE_STRATEGIES`, the confidence settings without a
+    concatenation round), for flags shared by several
     strategies; `build_pipeline` itself rejects them.
 
     :raises ValueError: If the strategy is not registered.
@@ -418,6 +444,8 @@ def strategy_settings(name: str, settings: dict[str, Any]) -> dict[str, Any]:
     left_out = set()
     if strategy.name not in FALLBACK_STRATEGIES:
         left_out.add("fallback_chat_generator")
+    if strategy.name not in SPECULATIVE_STRATEGIES:
+        left_out.add("speculative")
     if CONCATENATION not in strategy.stages:
         left_out |= {"confidence", "agreement_samples", "agreement_temperature"}
     return {key: value for key, value in settings.items() if key not in left_out}
@@ -457,8 +485,8 @@ def build_pipeline(name: str, *, retriever: Any | None = None, **config: Any) ->
     :param config: The fields of `StrategyConfig` (`chat_generator` is required).
     :raises ValueError: If the strategy is not registered, `prompts` names a prompt the strategy does not render, a
         template there or in a component does not use the variables its prompt needs or uses others, a setting is out
-        of range, or `fallback_chat_generator` / `confidence` is given to a strategy without fallback rounds / without a
-        first answer to judge.
+        of range, or `fallback_chat_generator` / `confidence` / `speculative` is given to a strategy without fallback
+        rounds / without a first answer to judge / other than concat_pf and cascade.
     """
     strategy, settings = get_strategy(name), StrategyConfig(**config)
     _check_prompts(strategy, settings)

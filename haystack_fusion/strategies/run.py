@@ -19,6 +19,7 @@ from haystack_fusion.answers import (
     normalize_answer,
     validate_query,
 )
+from haystack_fusion.components.speculation import Speculation
 from haystack_fusion.llm import ChatGeneratorWrapper, model_name, reply_usage, sum_usage
 from haystack_fusion.strategies.config import RETRIEVER, SPLIT_ROUTER
 from haystack_fusion.strategies.registry import strategy_of
@@ -293,6 +294,8 @@ def _own_meta(pipeline: Pipeline, name: str, output: dict[str, Any]) -> dict[str
     """A `ChatGeneratorWrapper`'s `meta` output, else its first answer's `meta`; {} for any other component."""
     if not isinstance(pipeline.get_component(name), ChatGeneratorWrapper):
         return {}
+    if isinstance(speculation := output.get("speculation"), Speculation):
+        return {"usage": speculation.usage}
     if isinstance(output.get("meta"), dict):
         return output["meta"]
     return next((answer.meta for answer in output.get("answers") or []), {})
