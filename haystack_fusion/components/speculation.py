@@ -42,7 +42,7 @@ def _portal() -> BlockingPortal:
     thread started on first use, stopped at exit): one loop, as an async client stays on the loop it first ran on."""
     with _PORTAL_LOCK:
         if not _PORTAL:
-            manager = start_blocking_portal(name="haystack-fusion-speculation")
+            manager = start_blocking_portal()
             _PORTAL.append(portal := manager.__enter__())
             atexit.register(lambda: (portal.call(portal.stop, True), manager.__exit__(None, None, None)))
         return _PORTAL[0]

@@ -119,6 +119,20 @@ def test_an_accepted_answer_closes_the_speculative_requests_of_run_async(sure):
     assert run.usage["cancelled_calls"] == K
 
 
+def test_an_accepted_answer_closes_the_speculative_requests_of_a_stream(sure):
+    pipe = pipeline(sure, speculative=True)
+
+    async def stream() -> tuple[list[str], dict[str, Any]]:
+        handle = pipe.stream({"query": "Which is the capital?"}, include_outputs_from=set(pipe.graph))
+        chunks = [chunk.content async for chunk in handle]
+        await pipe.get_component("voter").close_async()
+        return chunks, handle.result
+
+    chunks, outputs = asyncio.run(stream())
+    assert chunks == [strategy_run(pipe, "Which is the capital?", outputs).answer.data]
+    assert all(record.disconnected for record in settled(sure) if not concatenation(record))
+
+
 QUESTIONS = [f"Which is the capital of region {i}?" for i in range(8)]
 
 

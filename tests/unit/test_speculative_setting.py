@@ -5,9 +5,12 @@ from __future__ import annotations
 import pytest
 from haystack import Pipeline
 from haystack.components.generators.chat import OpenAIChatGenerator
+from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
+from haystack.document_stores.in_memory import InMemoryDocumentStore
 from haystack.utils import Secret
 
 import haystack_fusion  # noqa: F401  (allowlists the package for deserialization)
+from haystack_fusion.backends import BackendConfig, backend_pipeline
 from haystack_fusion.cli import _strategy_options, build_parser, main
 from haystack_fusion.components.speculation import PostFusionSpeculator
 from haystack_fusion.settings import strategy_defaults
@@ -59,3 +62,12 @@ def test_pipelines_writes_it_into_the_yaml_of_a_server_llm(tmp_path, monkeypatch
     assert "PostFusionSpeculator" in concat_pf
     assert "PostFusionSpeculator" not in (tmp_path / "yaml" / "sure__memory_bm25_openai.yml").read_text()
     assert "fallback_speculator" in Pipeline.loads(concat_pf).graph
+
+
+def test_serving_reads_the_environment_variable(monkeypatch):
+    monkeypatch.setenv("HAYSTACK_FUSION_SPECULATIVE", "1")
+    monkeypatch.setenv("OPENAI_API_KEY", "not-used")
+    for strategy, speculates in (("cascade", True), ("sure", False)):
+        retriever = InMemoryBM25Retriever(InMemoryDocumentStore())
+        pipe = backend_pipeline(strategy, BackendConfig(llm="openai"), retriever=retriever)
+        assert ("fallback_speculator" in pipe.graph) is speculates
