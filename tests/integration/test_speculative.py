@@ -7,6 +7,7 @@ and give the sequential strategy's answers; nothing is left behind.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -20,7 +21,9 @@ from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 from haystack.utils import Secret
 
+from haystack_fusion.cli import main
 from haystack_fusion.components.speculation import _portal
+from haystack_fusion.corpus import default_squad_path
 from haystack_fusion.strategies import StrategyRun, build_pipeline, run_strategy
 from haystack_fusion.strategies.run import strategy_run
 from haystack_fusion.testing import PromptReplies
@@ -207,3 +210,29 @@ def test_the_embedded_model_warns_and_runs_sequentially(caplog):
         speculative = build_pipeline("concat_pf", chat_generator=llm, speculative=True)
     assert "embedded model makes one call at a time" in caplog.text
     assert speculative.dumps() == build_pipeline("concat_pf", chat_generator=llm).dumps()
+
+
+def test_ask_sends_the_speculative_calls_to_the_fallback_model_and_counts_them(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("OPENAI_API_KEY", "not-needed-by-a-local-server")
+    store = ["--store", str(tmp_path / "index.json")]
+    assert main(["index", str(default_squad_path()), *store]) == 0
+    strong = OpenAIServer(reply="Rollo", model="strong", latency=HANG_GUARD / 4)
+
+    def after_the_speculative_calls_arrived(_: dict[str, Any]) -> float:
+        deadline = time.monotonic() + HANG_GUARD
+        while len(strong.log) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return 0.0
+
+    with OpenAIServer(reply="Rollo", model="small", latency=after_the_speculative_calls_arrived) as small, strong:
+        servers = ["--llm", "openai", "--model", "small", "--api-base-url", small.base_url, "--fallback-llm", "openai"]
+        servers += ["--fallback-model", "strong", "--fallback-api-base-url", strong.base_url, "--top-k", "2"]
+        capsys.readouterr()
+        assert main(["ask", "Who was the duke?", "--json", "--speculative", *store, *servers]) == 0
+        run = json.loads(capsys.readouterr().out)
+        log = settled(strong)
+    assert run["evidence"]["fallback"] is False  # the small model's answer held
+    assert len(log) == 2
+    assert all(record.disconnected for record in log)
+    strong_usage = run["usage_by_model"]["strong"]
+    assert strong_usage["speculative_calls"] == strong_usage["cancelled_calls"] == strong_usage["calls"] == 2
