@@ -23,7 +23,8 @@ class Usage:
     """
     What a run's LLM calls used: tokens, calls made and failed, and the counters a backend reports only sometimes
     (None when no call reported them): `rounds` of dependent calls, prefix-cache `cached_tokens`, `cached_calls`
-    answered from the embedded model's reply cache, `truncated` replies the token cap cut.
+    answered from the embedded model's reply cache, `truncated` replies the token cap cut; speculative post-fusion's
+    `speculative_calls` sent, `cancelled_calls` and their `estimated_prompt_tokens` (`components.speculation`).
     """
 
     prompt_tokens: int = 0
@@ -34,6 +35,9 @@ class Usage:
     cached_tokens: int | None = None
     cached_calls: int | None = None
     truncated: int | None = None
+    speculative_calls: int | None = None
+    cancelled_calls: int | None = None
+    estimated_prompt_tokens: int | None = None
 
     @classmethod
     def of(cls, counters: Mapping[str, Any] | None) -> Usage:
