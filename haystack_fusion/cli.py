@@ -66,6 +66,7 @@ def _strategy_options(args: argparse.Namespace, llm: str) -> dict[str, Any]:
         "min_confidence": args.min_confidence,
         "min_vote_share": args.min_vote_share,
         "verifier_scoring": args.verifier_scoring,
+        **({"speculative": True} if args.speculative else {}),
         **{
             name: value
             for name in ("confidence", "agreement_samples", "agreement_temperature")
@@ -394,7 +395,7 @@ def cmd_pipelines(args: argparse.Namespace) -> int:
         elasticsearch_url=args.es_url,
         elasticsearch_index=args.es_index,
     )
-    written = generate(args.out, config)
+    written = generate(args.out, config, **({"speculative": True} if args.speculative else {}))
     wrappers = sum(1 for path in written if path.parent.name != YAML_SUBDIR)
     print(
         f"Wrote {wrappers} wrapper folders and {len(written) - wrappers} YAML pipelines on {backend_name(config)} "
@@ -477,6 +478,11 @@ LLM_OPTIONS: list[Option] = [
                      "$HAYSTACK_FUSION_LLAMA_LOG=1)"}),
 ]  # fmt: skip
 
+SPECULATIVE_OPTION: Option = ("--speculative", {"action": "store_true", "help": "concat_pf and cascade start "
+                               "post-fusion's k calls beside concatenation's and cancel them when its answer holds: "
+                               "less latency on a server that runs calls in parallel, the cancelled calls' tokens "
+                               "paid (also $HAYSTACK_FUSION_SPECULATIVE=1; ignored by other strategies)"})  # fmt: skip
+
 STRATEGY_OPTIONS: list[Option] = [
     ("--num-candidates", {"type": int, "default": 2, "help": "SuRe's answer candidates K (default: 2)"}),
     ("--candidate-prompt", {"choices": ["few-shot", "zero-shot"], "help": "SuRe's candidate prompt: Listing 13 "
@@ -501,6 +507,7 @@ STRATEGY_OPTIONS: list[Option] = [
     ("--verifier-scoring", {"choices": ["text", "probability"], "help": "SuRe's validity and ranking from the reply's "
                             "words (text, as in the paper) or from token probabilities (default: text for the sure "
                             "strategies, probability for cascade)"}),
+    SPECULATIVE_OPTION,
 ]  # fmt: skip
 
 
@@ -660,6 +667,7 @@ def build_parser() -> argparse.ArgumentParser:
                         f"--document-store elasticsearch --es-index NAME` filled (default: {es_index})"}),
         ("--store", {"default": DEFAULT_INDEX_PATH, "help": "saved in-memory index written into the YAML; ~ is "
                      f"expanded where the pipeline runs (default: {DEFAULT_INDEX_PATH})"}),
+        SPECULATIVE_OPTION,
     ])  # fmt: skip
     pipelines.set_defaults(func=cmd_pipelines)
 

@@ -215,7 +215,7 @@ def _on_first_loop(generator: Any) -> bool:
         return True
 
 
-async def _run_async(generator: Any, **inputs: Any) -> dict[str, Any]:
+async def run_generator_async(generator: Any, **inputs: Any) -> dict[str, Any]:
     """`run_async` on the generator's first loop, else `run` in a worker thread."""
     if hasattr(generator, "run_async") and _on_first_loop(generator):
         return await generator.run_async(**inputs)
@@ -333,34 +333,35 @@ class ChatGeneratorWrapper(InitSerialization):
         if not self._ROUND_MAY_FAIL:
             check_answered(self, *ran)
 
-    def _drive(self, rounds: Rounds) -> Any:
-        """Run the rounds with `run_chat_calls`; returns what `rounds` returns.
+    def _drive(self, rounds: Rounds, ahead: Callable[[Round], Any] | None = None) -> Any:
+        """Run the rounds with `run_chat_calls`; returns what `rounds` returns. `ahead(round)`: the future of the
+        round's calls started ahead (`components.speculation`), else None.
 
         :raises LLMCallsFailedError: If every call of a round failed (with every round's failed calls so far)."""
         calls: FanOutResult | None = None
         ran: list[FanOutResult | None] = []
         try:
             while True:
-                step = rounds.send(calls)
-                calls = (
-                    run_chat_calls(self._chat_generator, step.prompts, **self._settings(step)) if step.prompts else None
-                )
+                step, calls = rounds.send(calls), None
+                if (taken := ahead(step) if ahead else None) is not None:
+                    calls = taken.result()
+                elif step.prompts:
+                    calls = run_chat_calls(self._chat_generator, step.prompts, **self._settings(step))
                 self._ran(ran, calls)
         except StopIteration as done:
             return done.value
 
-    async def _drive_async(self, rounds: Rounds) -> Any:
-        """Run the rounds with `run_chat_calls_async`; returns and raises what `_drive` does."""
+    async def _drive_async(self, rounds: Rounds, ahead: Callable[[Round], Any] | None = None) -> Any:
+        """Run the rounds with `run_chat_calls_async`; takes, returns and raises what `_drive` does."""
         calls: FanOutResult | None = None
         ran: list[FanOutResult | None] = []
         try:
             while True:
-                step = rounds.send(calls)
-                calls = (
-                    await run_chat_calls_async(self._chat_generator, step.prompts, **self._settings(step))
-                    if step.prompts
-                    else None
-                )
+                step, calls = rounds.send(calls), None
+                if (taken := ahead(step) if ahead else None) is not None:
+                    calls = await asyncio.wrap_future(taken)
+                elif step.prompts:
+                    calls = await run_chat_calls_async(self._chat_generator, step.prompts, **self._settings(step))
                 self._ran(ran, calls)
         except StopIteration as done:
             return done.value
@@ -433,7 +434,7 @@ class CallLimitedChatGenerator(ChatGeneratorWrapper):
             if semaphore is not None:
                 await _acquire_async(semaphore)
             try:
-                return await _run_async(self._chat_generator, messages=messages, **self._inputs(kwargs))
+                return await run_generator_async(self._chat_generator, messages=messages, **self._inputs(kwargs))
             finally:
                 if semaphore is not None:
                     semaphore.release()
@@ -578,7 +579,7 @@ class _Calls:
         messages = self.prompts[index]
         try:
             with self._span(messages) as span:
-                result = await _run_async(self.generator, messages=messages, **self.kwargs, **self.streaming)
+                result = await run_generator_async(self.generator, messages=messages, **self.kwargs, **self.streaming)
                 return self._outcome(span, result)
         except Exception as error:
             return self._failed(index, error)

@@ -24,6 +24,7 @@ STORE_VARIABLE = "HAYSTACK_FUSION_STORE"
 SQUAD_VARIABLE = "HAYSTACK_FUSION_SQUAD"
 CHAT_CLIENT_VARIABLE = "HAYSTACK_FUSION_CHAT_CLIENT"
 LOG_LEVEL_VARIABLE = "HAYHOOKS_LOG_LEVEL"
+SPECULATIVE_VARIABLE = "HAYSTACK_FUSION_SPECULATIVE"
 
 CACHE_DIR = Path("~/.cache/haystack_fusion")  # downloads and the default index
 DEFAULT_INDEX_PATH = "~/.cache/haystack_fusion/index.json"
@@ -128,12 +129,12 @@ def squad_file(env: Mapping[str, str] | None = None) -> str | None:
     return (os.environ if env is None else env).get(SQUAD_VARIABLE) or None
 
 
-def strategy_defaults(llm: str) -> dict[str, Any]:
+def strategy_defaults(llm: str, env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """`StrategyConfig` fields that depend on the LLM: the embedded base model gets SuRe's few-shot prompt (Kim et al.,
-    Listing 13) and 400 tokens for Chain-of-Note's notes."""
-    if llm == "local":
-        return {"few_shot": True, "note_generation_kwargs": {"max_tokens": 400}}
-    return {}
+    Listing 13) and 400 tokens for Chain-of-Note's notes; `speculative` from `env`'s `HAYSTACK_FUSION_SPECULATIVE`."""
+    on = _is_on((os.environ if env is None else env).get(SPECULATIVE_VARIABLE, ""))
+    defaults = {"few_shot": True, "note_generation_kwargs": {"max_tokens": 400}} if llm == "local" else {}
+    return {**defaults, "speculative": True} if on else defaults
 
 
 _ORIGIN = re.compile(r"https?://[^/\s*]+")  # scheme, host and optional port; no path, no wildcard

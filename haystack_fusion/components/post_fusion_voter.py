@@ -16,6 +16,7 @@ from haystack_fusion.answers import (
     normalize_answer,
     validate_query,
 )
+from haystack_fusion.components.speculation import Speculation
 from haystack_fusion.llm import (
     DEFAULT_SAMPLING_KWARGS,
     ChatGeneratorWrapper,
@@ -195,10 +196,12 @@ class PostFusionVoter(ChatGeneratorWrapper):
         return {"answers": [winner, *runners_up], "candidates": vote.candidates, "documents": answered}
 
     @component.output_types(**_OUTPUT_TYPES)
-    def run(self, query: str, documents: list[Document]) -> dict[str, Any]:
+    def run(self, query: str, documents: list[Document], speculation: Speculation | None = None) -> dict[str, Any]:
         """
         :param query: The question.
         :param documents: The k passages, best-ranked first; none gives "unknown" with no LLM call.
+        :param speculation: This round started ahead (`PostFusionSpeculator`): its calls are taken instead of made
+            again (made when its prompts are not this round's).
         :returns: A dictionary with:
             - `answers`: the voted answer first, then the other candidates by votes. The first's `meta` holds `votes`,
               `vote_share` (0 when nothing voted), `tie`, `confidence` (None without log-probabilities),
@@ -210,9 +213,11 @@ class PostFusionVoter(ChatGeneratorWrapper):
         :raises ValueError: If `query` is empty or only whitespace.
         :raises LLMCallsFailedError: If every call failed (`failures.LLMCallsFailedError`, with each call's failure).
         """
-        return self._drive(self._rounds(query, documents))
+        return self._drive(self._rounds(query, documents), speculation.take if speculation else None)
 
     @component.output_types(**_OUTPUT_TYPES)
-    async def run_async(self, query: str, documents: list[Document]) -> dict[str, Any]:
+    async def run_async(
+        self, query: str, documents: list[Document], speculation: Speculation | None = None
+    ) -> dict[str, Any]:
         """Async form of `run`."""
-        return await self._drive_async(self._rounds(query, documents))
+        return await self._drive_async(self._rounds(query, documents), speculation.take if speculation else None)

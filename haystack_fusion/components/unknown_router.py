@@ -14,6 +14,7 @@ from haystack.dataclasses import (
 )
 
 from haystack_fusion.answers import UnknownDetector, answer_confidence, check_answer, normalize_answer
+from haystack_fusion.components.speculation import Speculation
 from haystack_fusion.llm import InitSerialization, emit_chunk
 from haystack_fusion.prompts import PROMPTS, extract_answer
 
@@ -29,6 +30,7 @@ _OUTPUT_TYPES: dict[str, Any] = {
     "fallback_query": str,
     "fallback_documents": list[Document],
     "reason": str,
+    "fallback_speculation": Speculation,
 }
 
 
@@ -124,10 +126,10 @@ class UnknownRouter(InitSerialization):
             return f"confidence {confidence:.2f} < {self.min_confidence}", confidence
         return None, confidence
 
-    def _route(self, replies: list[ChatMessage], query: str | None, documents: list[Document] | None) -> dict[str, Any]:
+    def _route(self, replies: list[ChatMessage], **fallback: Any) -> dict[str, Any]:
         if not replies:
             logger.warning("UnknownRouter received no reply; routing to the unknown branch.")
-        reason, confidence = self._reason(replies, documents, query)
+        reason, confidence = self._reason(replies, fallback["documents"], fallback["query"])
         if self.confidence == "agreement" and replies:  # the answer's confidence is the agreement, not its tokens'
             first = replies[0]
             meta = {**first.meta, "confidence": confidence, "agreement_samples": len(replies) - 1}
@@ -135,13 +137,11 @@ class UnknownRouter(InitSerialization):
         else:
             replies = replies[:1]
         if reason is None:
+            if fallback["speculation"] is not None:
+                fallback["speculation"].cancel()
             return {"known": replies}
-        output: dict[str, Any] = {"unknown": replies, "reason": reason}
-        if query is not None:
-            output["fallback_query"] = query
-        if documents is not None:
-            output["fallback_documents"] = documents
-        return output
+        given = {f"fallback_{name}": value for name, value in fallback.items() if value is not None}
+        return {"unknown": replies, "reason": reason, **given}
 
     @component.output_types(**_OUTPUT_TYPES)
     def run(
@@ -150,6 +150,7 @@ class UnknownRouter(InitSerialization):
         query: str | None = None,
         documents: list[Document] | None = None,
         streaming_callback: StreamingCallbackT | None = None,
+        speculation: Speculation | None = None,
     ) -> dict[str, Any]:
         """
         :param replies: The generator's replies: the first is judged (none: `unknown`); with "agreement", the others
@@ -157,13 +158,15 @@ class UnknownRouter(InitSerialization):
         :param query: The question, passed on as `fallback_query`.
         :param documents: The retrieved passages, passed on as `fallback_documents`.
         :param streaming_callback: Overrides the one given at init for this run.
+        :param speculation: Post-fusion's round started ahead (`PostFusionSpeculator`): cancelled for `known`, passed
+            on as `fallback_speculation` for `unknown`.
         :returns: Exactly one branch: `known` (the first reply; with "agreement" its `meta` gains `confidence` and
             `agreement_samples`, the number of samples), or `unknown` (the same) with `reason` ("no reply",
             "unknown answer", "invalid answer (...)" or "confidence 0.31 < 0.5") and the fallback inputs given.
         :raises ValueError: If the streaming callback is async (`run_async` takes those).
         """
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
-        output = self._route(replies, query, documents)
+        output = self._route(replies, query=query, documents=documents, speculation=speculation)
         if callback is not None and "known" in output:
             callback(self._chunk(self._answer(replies[0])))
         return output
@@ -175,10 +178,11 @@ class UnknownRouter(InitSerialization):
         query: str | None = None,
         documents: list[Document] | None = None,
         streaming_callback: StreamingCallbackT | None = None,
+        speculation: Speculation | None = None,
     ) -> dict[str, Any]:
         """Async form of `run`; the streaming callback may be sync or async (`Pipeline.stream()` injects one)."""
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=True)
-        output = self._route(replies, query, documents)
+        output = self._route(replies, query=query, documents=documents, speculation=speculation)
         if callback is not None and "known" in output:
             await emit_chunk(callback, self._chunk(self._answer(replies[0])))
         return output

@@ -57,17 +57,17 @@ def pipeline_name(strategy: str, backend: str) -> str:
     return f"{strategy}__{backend}"
 
 
-def pipeline_yaml(strategy: str, config: BackendConfig) -> str:
-    """A strategy's `backends.backend_pipeline` as YAML with Hayhooks' `inputs` (`query`) and `outputs` (`answers`),
-    over the in-memory store with a `SavedInMemoryBM25Retriever`. Errors as `render`, and ValueError for no registered
-    name."""
+def pipeline_yaml(strategy: str, config: BackendConfig, **settings: Any) -> str:
+    """A strategy's `backends.backend_pipeline` (`settings`: `StrategyConfig` fields) as YAML with Hayhooks' `inputs`
+    (`query`) and `outputs` (`answers`), over the in-memory store with a `SavedInMemoryBM25Retriever`. Errors as
+    `render`, and ValueError for no registered name."""
     if config.store == "memory" and config.retriever != "bm25":
         raise ValueError(
             f"YAML over the in-memory store retrieves with BM25, not {config.retriever}: dense and hybrid YAML "
             "reads Elasticsearch (`--document-store elasticsearch`)"
         )
     saved = SavedInMemoryBM25Retriever(index_path=config.index_path, top_k=config.top_k)
-    pipeline = backend_pipeline(strategy, config, retriever=saved if config.store == "memory" else None)
+    pipeline = backend_pipeline(strategy, config, settings, retriever=saved if config.store == "memory" else None)
     targets = sorted(f"{name}.query" for name, sockets in pipeline.inputs().items() if "query" in sockets)
     sections = {
         "inputs": {"query": targets},
@@ -87,20 +87,21 @@ def wrapper_source(strategy: str) -> str:
     return _WRAPPER_TEMPLATE.format(strategy=strategy, paragraph=textwrap.fill(paragraph, width=116))
 
 
-def render(config: BackendConfig | None = None) -> dict[str, str]:
-    """What `generate` writes, by POSIX path in the output folder, sorted; `config` None: `BackendConfig()`. ValueError
-    for dense or hybrid retrieval over the in-memory store, ImportError for a backend whose extra is not installed."""
+def render(config: BackendConfig | None = None, **settings: Any) -> dict[str, str]:
+    """What `generate` writes by POSIX path in the output folder, sorted (`config` None: `BackendConfig()`; `settings`
+    as `pipeline_yaml`'s). ValueError for dense or hybrid retrieval in memory, ImportError for a missing extra."""
     config = BackendConfig() if config is None else config
     files = {f"{strategy}/{WRAPPER_FILE}": wrapper_source(strategy) for strategy in STRATEGIES}
     for strategy in STRATEGIES:
-        files[f"{YAML_SUBDIR}/{pipeline_name(strategy, backend_name(config))}.yml"] = pipeline_yaml(strategy, config)
+        name = pipeline_name(strategy, backend_name(config))
+        files[f"{YAML_SUBDIR}/{name}.yml"] = pipeline_yaml(strategy, config, **settings)
     return dict(sorted(files.items()))
 
 
-def generate(out_dir: str | Path, config: BackendConfig | None = None) -> list[Path]:
-    """Write `render(config)` to `out_dir` (other files left alone); returns the files written, sorted. Errors as
-    `render`, before anything is written."""
-    files = {Path(out_dir) / relative: text for relative, text in render(config).items()}
+def generate(out_dir: str | Path, config: BackendConfig | None = None, **settings: Any) -> list[Path]:
+    """Write `render(config, **settings)` to `out_dir` (other files left alone); returns the files written, sorted.
+    Errors as `render`, before anything is written."""
+    files = {Path(out_dir) / relative: text for relative, text in render(config, **settings).items()}
     for path, text in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")

@@ -66,6 +66,8 @@ class StrategyConfig:
     :param prompts: Jinja templates replacing the papers' prompts, by the `PROMPTS` names the strategy renders (e.g.
         `{"figure7": "..."}`), each with the variables of the prompt it replaces; the answer pattern, stop sequences and
         demonstrations stay the paper's.
+    :param speculative: `concat_pf` and `cascade` start post-fusion's calls beside concatenation's, cancelled when its
+        answer holds (`PostFusionSpeculator`, docs/fallback.md); off, with a warning, on the embedded model.
     """
 
     chat_generator: ChatGenerator
@@ -89,6 +91,7 @@ class StrategyConfig:
     datamark: bool = False
     prompts: dict[str, str] | None = None
     system_prompt: str | None = None
+    speculative: bool = False
 
     def __post_init__(self) -> None:
         if self.confidence not in CONFIDENCES:

@@ -17,7 +17,7 @@ from haystack_fusion.llm import sum_usage
 @dataclass
 class Usage:
     """What a run's LLM calls used; the counters from `rounds` on are None when no call reported them
-    (`llm.reply_usage`)."""
+    (`llm.reply_usage`; speculative post-fusion's: `components.speculation`)."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -27,6 +27,9 @@ class Usage:
     cached_tokens: int | None = None
     cached_calls: int | None = None
     truncated: int | None = None
+    speculative_calls: int | None = None
+    cancelled_calls: int | None = None
+    estimated_prompt_tokens: int | None = None
 
     @classmethod
     def of(cls, counters: Mapping[str, Any] | None) -> Usage:

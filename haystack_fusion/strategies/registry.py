@@ -8,7 +8,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from haystack import Pipeline
+from haystack import Pipeline, logging
 from haystack.components.generators.chat.types import ChatGenerator
 from haystack.components.joiners import AnswerJoiner
 
@@ -16,6 +16,7 @@ from haystack_fusion.components.candidate_summarizer import CandidateSummarizer,
 from haystack_fusion.components.concatenation import AbstainingChatGenerator, CheckedAnswerBuilder, PassageFormatter
 from haystack_fusion.components.note_taker import NoteMode, NoteTaker
 from haystack_fusion.components.post_fusion_voter import PostFusionVoter
+from haystack_fusion.components.speculation import PostFusionSpeculator
 from haystack_fusion.components.split_vote_router import SplitVoteRouter
 from haystack_fusion.components.summary_verifier import Scoring, SummaryVerifier
 from haystack_fusion.components.unknown_router import UnknownRouter
@@ -23,6 +24,7 @@ from haystack_fusion.llm import CallLimitedChatGenerator, stop_kwargs, unwrap_ca
 from haystack_fusion.prompts import PROMPTS, ChatPrompt, PassageLayout
 from haystack_fusion.strategies.config import DOCUMENTS, RETRIEVER, SPLIT_ROUTER, Parts, Stage, Strategy, StrategyConfig
 
+logger = logging.getLogger(__name__)
 ANSWER = Stage("answer", "llm")
 CONCATENATION = Stage("concatenation", "router")
 POST_FUSION = Stage("post_fusion", "voter")
@@ -132,9 +134,17 @@ def _fallback_chain(config: StrategyConfig, min_confidence: float | None) -> Par
             demonstrations=list(PROMPTS["figure7"].demonstrations),
             confidence=config.confidence,
         ),
-        voter=_voter(config, config.fallback_chat_generator),  # None: `chat_generator`
+        voter=(voter := _voter(config, config.fallback_chat_generator)),  # None: `chat_generator`
         joiner=AnswerJoiner(),
     )
+    generator = unwrap_call_limit(voter._chat_generator)
+    if config.speculative and any(cls.__name__ == "LocalChatGenerator" for cls in type(generator).__mro__):
+        logger.warning("Speculative post-fusion is off: the embedded model makes one call at a time")
+    elif config.speculative:  # its name sorts before `llm`'s: `Pipeline.run` starts it first
+        components["fallback_speculator"] = PostFusionSpeculator(voter=voter)
+        connections.append((DOCUMENTS, "fallback_speculator.documents"))
+        connections.append(("fallback_speculator.speculation", "router.speculation"))
+        connections.append(("router.fallback_speculation", "voter.speculation"))
     connections += [
         ("llm.replies", "router.replies"),
         (DOCUMENTS, "router.documents"),
@@ -322,15 +332,19 @@ def _check_prompts(strategy: Strategy, config: StrategyConfig) -> None:
 
 
 FALLBACK_STRATEGIES = ("concat_pf", "pf_concat", "cascade")  # with rounds on `fallback_chat_generator`
+SPECULATIVE_STRATEGIES = ("concat_pf", "cascade")  # whose post-fusion can start beside concatenation
 
 
 def _check_fallback(strategy: Strategy, config: StrategyConfig) -> None:
-    """A fallback LLM only for `FALLBACK_STRATEGIES`, a confidence setting only with a concatenation round to judge."""
+    """ValueError for a fallback LLM outside `FALLBACK_STRATEGIES`, a confidence setting without a concatenation round
+    to judge, `speculative` outside `SPECULATIVE_STRATEGIES`."""
     if config.fallback_chat_generator is not None and strategy.name not in FALLBACK_STRATEGIES:
         raise ValueError(
             f"`fallback_chat_generator` is for the strategies with fallback rounds ({', '.join(FALLBACK_STRATEGIES)}), "
             f"not {strategy.name!r}"
         )
+    if config.speculative and strategy.name not in SPECULATIVE_STRATEGIES:
+        raise ValueError(f"`speculative` is for {' and '.join(SPECULATIVE_STRATEGIES)}, not {strategy.name!r}")
     judged = [name for name, s in STRATEGIES.items() if CONCATENATION in s.stages]
     if config.confidence != "logprobs" and CONCATENATION not in strategy.stages:
         raise ValueError(
@@ -345,6 +359,8 @@ def strategy_settings(name: str, settings: dict[str, Any]) -> dict[str, Any]:
     left_out = set()
     if strategy.name not in FALLBACK_STRATEGIES:
         left_out.add("fallback_chat_generator")
+    if strategy.name not in SPECULATIVE_STRATEGIES:
+        left_out.add("speculative")
     if CONCATENATION not in strategy.stages:
         left_out |= {"confidence", "agreement_samples", "agreement_temperature"}
     return {key: value for key, value in settings.items() if key not in left_out}

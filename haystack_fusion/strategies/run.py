@@ -18,6 +18,7 @@ from haystack_fusion.answers import (
     normalize_answer,
     validate_query,
 )
+from haystack_fusion.components.speculation import Speculation
 from haystack_fusion.failures import CallFailure, failed_run
 from haystack_fusion.llm import ChatGeneratorWrapper, model_name, reply_usage
 from haystack_fusion.strategies.config import RETRIEVER, SPLIT_ROUTER
@@ -221,9 +222,11 @@ def answers_run(answers: list[GeneratedAnswer], documents: list[Document]) -> St
 
 
 def _own_meta(pipeline: Pipeline, name: str, output: dict[str, Any]) -> dict[str, Any]:
-    """A `ChatGeneratorWrapper`'s `meta` output, else its first answer's `meta`; {} for any other component."""
+    """A `ChatGeneratorWrapper`'s `meta` output (a `Speculation`'s usage), else its first answer's `meta`; {} else."""
     if not isinstance(pipeline.get_component(name), ChatGeneratorWrapper):
         return {}
+    if isinstance(speculation := output.get("speculation"), Speculation):
+        return {"usage": speculation.usage}
     if isinstance(output.get("meta"), dict):
         return output["meta"]
     return next((answer.meta for answer in output.get("answers") or []), {})

@@ -92,12 +92,20 @@ class TestComponentsRaise:
         assert all(failure.status == 500 for failure in raised.value.failures)
 
 
-def test_fusion_answerer_run_async_raises_with_both_rounds_failures(failing):
-    answerer = FusionAnswerer(strategy="concat_pf", chat_generator=openai_llm(failing))
-    with pytest.raises(LLMCallsFailedError) as raised:
+def failed_components(raised: pytest.ExceptionInfo[LLMCallsFailedError], speculative: bool) -> list[tuple[str, Any]]:
+    """Each failure's component and index; sorted when speculative (post-fusion's calls ran beside concatenation's)."""
+    failed = [(failure.component, failure.index) for failure in raised.value.failures]
+    return sorted(failed, key=str) if speculative else failed
+
+
+@pytest.mark.parametrize("speculative", [False, True])
+def test_fusion_answerer_run_async_raises_with_both_rounds_failures(failing, speculative):
+    settings = {"speculative": speculative}
+    answerer = FusionAnswerer(strategy="concat_pf", chat_generator=openai_llm(failing), settings=settings)
+    with pytest.raises(LLMCallsFailedError) as raised:  # speculative: the voter takes the failed calls started ahead
         asyncio.run(answerer.run_async(query=QUERY, documents=DOCUMENTS))
     assert_every_call_failed(raised, 1 + len(DOCUMENTS), failing)
-    assert [failure.component for failure in raised.value.failures] == ["llm", "voter", "voter", "voter"]
+    assert failed_components(raised, speculative) == [("llm", None), ("voter", 0), ("voter", 1), ("voter", 2)]
 
 
 def retriever() -> InMemoryBM25Retriever:
@@ -116,18 +124,15 @@ class TestStrategyRuns:
         assert (failure["component"], failure["kind"], failure["status"]) == ("llm", "failing", 500)
         assert run.answer.meta["stages"][0] == {"stage": "concatenation", "answered": False, "reason": "no reply"}
 
+    @pytest.mark.parametrize("speculative", [False, True])
     @pytest.mark.parametrize("strategy", ["concat_pf", "cascade"])
-    def test_when_post_fusion_fails_too_the_run_raises_with_both_rounds_failures(self, failing, strategy):
-        pipeline = build_pipeline(strategy, retriever=retriever(), chat_generator=openai_llm(failing))
+    def test_when_post_fusion_fails_too_the_run_raises_with_both_rounds_failures(self, failing, strategy, speculative):
+        llm = openai_llm(failing)
+        pipeline = build_pipeline(strategy, retriever=retriever(), chat_generator=llm, speculative=speculative)
         with pytest.raises(LLMCallsFailedError) as raised:
-            run_strategy(pipeline, QUERY)
+            run_strategy(pipeline, QUERY)  # speculative: the voter takes the failed calls started ahead
         assert_every_call_failed(raised, 1 + len(DOCUMENTS), failing)
-        assert [(failure.component, failure.index) for failure in raised.value.failures] == [
-            ("llm", None),
-            ("voter", 0),
-            ("voter", 1),
-            ("voter", 2),
-        ]
+        assert failed_components(raised, speculative) == [("llm", None), ("voter", 0), ("voter", 1), ("voter", 2)]
         print(f"\n{type(raised.value).__name__}: {raised.value}")  # the report quotes it
 
     def test_the_concatenation_strategy_s_one_failed_call(self, failing):

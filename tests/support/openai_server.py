@@ -14,8 +14,9 @@ end against the server. It needs FastAPI and uvicorn (the `dev` extra).
   the first tool with the last user message as `query`, then, once a `tool` message is there, a text quoting it.
 - A reply function that raises gets HTTP 500 with its message (the openai client retries it, up to its
   `max_retries`).
-- `latency` seconds pass before each reply (an `asyncio.sleep`, so concurrent requests overlap as they would on a
-  hosted API).
+- `latency` seconds pass before each reply (`asyncio.sleep`s, so concurrent requests overlap as they would on a
+  hosted API); a client that disconnects meanwhile gets no reply. `log` records each request in order of arrival
+  (`RequestRecord`: its body, when it arrived and ended, whether its client disconnected first).
 - `usage` counts whitespace-separated words of the messages and the reply, not tokens: enough for tests that check
   the sums.
 - `api_key`, when set: a request whose `Authorization: Bearer ...` differs gets HTTP 401 in OpenAI's error shape
@@ -72,6 +73,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.requests import ClientDisconnect
 
 Reply = str | Callable[[dict[str, Any]], str]
 """A fixed reply text, or a function of the request body (the parsed JSON) that returns the reply text."""
@@ -129,12 +131,23 @@ class ServerStats:
             }
 
 
+@dataclass
+class RequestRecord:
+    """One request as the server saw it: its body, `time.monotonic()` when it arrived and when it was answered or
+    dropped (None while under way), and whether its client disconnected before the reply."""
+
+    body: dict[str, Any]
+    arrived: float
+    ended: float | None = None
+    disconnected: bool = False
+
+
 class OpenAIServer:
     """
     An OpenAI-compatible chat-completions server in a background thread (uvicorn serving a FastAPI app).
 
     :param reply: The reply text, or a function of the request body that returns it.
-    :param latency: Seconds to wait before each reply (>= 0).
+    :param latency: Seconds to wait before each reply (>= 0), or a function of the request body that returns them.
     :param max_requests: Requests it answers; the next ones get HTTP 503 and the server stops.
     :param lifetime: Seconds after `start` when the server stops by itself.
     :param model: The model name its replies report.
@@ -155,7 +168,7 @@ class OpenAIServer:
         self,
         *,
         reply: Reply = "Paris",
-        latency: float = 0.0,
+        latency: float | Callable[[dict[str, Any]], float] = 0.0,
         max_requests: int = 1000,
         lifetime: float = 120.0,
         model: str = "test-model",
@@ -167,7 +180,7 @@ class OpenAIServer:
         hang_seconds: float | None = None,
         capacity: int | None = None,
     ) -> None:
-        if latency < 0:
+        if not callable(latency) and latency < 0:
             raise ValueError(f"`latency` must be >= 0, got {latency}")
         if max_requests < 1 or lifetime <= 0:
             raise ValueError("`max_requests` must be at least 1 and `lifetime` positive")
@@ -191,6 +204,7 @@ class OpenAIServer:
         self.hang_seconds = hang_seconds
         self.capacity = capacity
         self.stats = ServerStats()
+        self.log: list[RequestRecord] = []
         self._ids = itertools.count(1)
         self._seen: Counter[str] = Counter()
         self._stopping = threading.Event()
@@ -217,8 +231,13 @@ class OpenAIServer:
 
         @app.post("/v1/chat/completions")
         async def chat_completions(request: Request) -> Response:
-            raw = await request.body()
+            try:
+                raw = await request.body()
+            except ClientDisconnect:  # cancelled while sending: nothing to answer
+                return Response(status_code=499)
             body = json.loads(raw or b"{}")
+            record = RequestRecord(body, time.monotonic())
+            self.log.append(record)
             stats = self.stats
             retry_count = int(request.headers.get("x-stainless-retry-count", "0") or 0)
             with stats._lock:
@@ -248,8 +267,10 @@ class OpenAIServer:
                     return _wrong_api_key(request.headers.get("authorization", ""))
                 if body.get("stream"):
                     return _error(400, "stream=true is not supported by this test server")
-                if self.latency:
-                    await asyncio.sleep(self.latency)
+                latency = self.latency(body) if callable(self.latency) else self.latency
+                if latency and await _disconnected_within(request, latency):
+                    record.disconnected = True
+                    return Response(status_code=499)  # never read: the client is gone
                 if fault == "rate_limit":
                     return self._rate_limited("injected fault: rate limit")
                 if fault == "server_error":
@@ -273,6 +294,7 @@ class OpenAIServer:
                     return _error(500, f"{type(error).__name__}: {error}")
                 return JSONResponse(completion)
             finally:
+                record.ended = time.monotonic()
                 if not handed_off:
                     with stats._lock:
                         stats.in_flight -= 1
@@ -404,6 +426,7 @@ class OpenAIServer:
             stats.requests = stats.retries = stats.refused = stats.first_attempts = stats.max_retry_count = 0
             stats.throttled = 0
             stats.faults.clear()
+            self.log.clear()
             stats.max_in_flight = stats.in_flight
         return before
 
@@ -451,6 +474,16 @@ def agent_turn(body: dict[str, Any]) -> dict[str, Any] | None:
         "content": None,
         "tool_calls": [{"id": f"call_{len(messages)}", "type": "function", "function": call}],
     }
+
+
+async def _disconnected_within(request: Request, seconds: float) -> bool:
+    """Wait `seconds`, or less when the client disconnects first (checked every 10 ms): whether it did."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        if await request.is_disconnected():
+            return True
+        await asyncio.sleep(min(left, 0.01))
+    return False
 
 
 def _content_text(message: dict[str, Any]) -> str:
