@@ -3,37 +3,51 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextvars
 import math
 import threading
 import weakref
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from anyio.from_thread import BlockingPortal, start_blocking_portal
 from haystack import Document, component
 from haystack.dataclasses import ChatMessage
 
 from haystack_fusion.llm import ChatGeneratorWrapper, reply_usage, run_chat_calls_async, run_generator_async, sum_usage
 
 if TYPE_CHECKING:
-    from asyncio import AbstractEventLoop
-
     from haystack_fusion.components.post_fusion_voter import PostFusionVoter
     from haystack_fusion.llm import FanOutResult, Round
 
 CHARS_PER_TOKEN = 4.0  # a cancelled call's prompt tokens: its characters / 4 (OpenAI's rule of thumb for English)
 
-_LOOP: list[asyncio.AbstractEventLoop] = []
+_PORTAL: list[BlockingPortal] = []
 _LOCK = threading.Lock()
+Start = Callable[[Callable[[], Coroutine[Any, Any, Any]]], Future]
 
 
-def _loop() -> asyncio.AbstractEventLoop:
-    """The process's one event loop for `Pipeline.run`'s speculative calls, in a daemon thread started on first use:
-    one loop, as an async client stays on the loop it first ran on (`llm.run_generator_async`)."""
+def _portal() -> BlockingPortal:
+    """The process's one anyio blocking portal (an event loop in its own thread, started on first use, stopped at exit)
+    for `Pipeline.run`'s speculative calls: one loop, as an async client stays on the loop it first ran on."""
     with _LOCK:
-        if not _LOOP:
-            _LOOP.append(asyncio.new_event_loop())
-            threading.Thread(target=_LOOP[0].run_forever, name="speculation", daemon=True).start()
-        return _LOOP[0]
+        if not _PORTAL:
+            manager = start_blocking_portal()
+            _PORTAL.append(portal := manager.__enter__())
+            atexit.register(lambda: (portal.call(portal.stop, True), manager.__exit__(None, None, None)))
+        return _PORTAL[0]
+
+
+async def _in_context(context: contextvars.Context, calls: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    """`calls()` as a task in the caller's `context` (where the run records its failed calls)."""
+    return await asyncio.create_task(calls(), context=context)
+
+
+def _start_on_portal(calls: Callable[[], Coroutine[Any, Any, Any]]) -> Future:
+    return _portal().start_task_soon(_in_context, contextvars.copy_context(), calls)
 
 
 class _Calls:
@@ -60,11 +74,11 @@ class Speculation:
     takes its calls (`take`), or the router cancels them (`cancel`). Copies are the same speculation; one dropped
     unsettled (the run failed first) is cancelled."""
 
-    def __init__(self, voter: PostFusionVoter, query: str, documents: list[Document], loop: AbstractEventLoop) -> None:
+    def __init__(self, voter: PostFusionVoter, query: str, documents: list[Document], start: Start) -> None:
         self.round, self.taken, self.cancelled = next(voter._rounds(query, documents)), False, False
         self._calls = _Calls(voter._chat_generator)
-        calls = run_chat_calls_async(self._calls, self.round.prompts, **voter._settings(self.round))  # type: ignore[arg-type]
-        self._future = asyncio.run_coroutine_threadsafe(calls, loop)
+        settings = voter._settings(self.round)
+        self._future = start(partial(run_chat_calls_async, self._calls, self.round.prompts, **settings))  # type: ignore[arg-type]
         weakref.finalize(self, self._future.cancel)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Speculation:
@@ -110,8 +124,8 @@ class PostFusionSpeculator(ChatGeneratorWrapper):
     Starts post-fusion's calls (its `voter`'s round) beside the concatenation call, so a question that falls back waits
     for the longer of the two rounds instead of their sum (Liu et al., section 3.3, run ahead). `UnknownRouter`
     cancels its `speculation` when it accepts concatenation's answer, closing their requests (they run on the
-    generator's `run_async`, for `run` on the process's speculation thread), else hands it on (`fallback_speculation`)
-    to the `PostFusionVoter`, which takes them.
+    generator's `run_async`; for `run`, on the process's anyio blocking portal), else hands it on
+    (`fallback_speculation`) to the `PostFusionVoter`, which takes them.
     """
 
     _COMPONENTS = ("voter",)
@@ -123,9 +137,11 @@ class PostFusionSpeculator(ChatGeneratorWrapper):
     @component.output_types(speculation=Speculation)
     def run(self, query: str, documents: list[Document]) -> dict[str, Any]:
         """:returns: `speculation`, the round under way. :raises ValueError: If `query` is empty or whitespace."""
-        return {"speculation": Speculation(self._voter, query, documents, _loop())}
+        return {"speculation": Speculation(self._voter, query, documents, _start_on_portal)}
 
     @component.output_types(speculation=Speculation)
     async def run_async(self, query: str, documents: list[Document]) -> dict[str, Any]:
         """Async form of `run`: the calls are tasks of the running loop."""
-        return {"speculation": Speculation(self._voter, query, documents, asyncio.get_running_loop())}
+        loop = asyncio.get_running_loop()
+        start: Start = lambda calls: asyncio.run_coroutine_threadsafe(calls(), loop)  # noqa: E731
+        return {"speculation": Speculation(self._voter, query, documents, start)}

@@ -22,7 +22,7 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 from haystack.utils import Secret
 
 from haystack_fusion.cli import main
-from haystack_fusion.components.speculation import _loop
+from haystack_fusion.components.speculation import _portal
 from haystack_fusion.corpus import default_squad_path
 from haystack_fusion.strategies import StrategyRun, build_pipeline, run_strategy
 from haystack_fusion.strategies.run import strategy_run
@@ -166,7 +166,7 @@ def speculation_tasks() -> int:
     async def count() -> int:
         return len(asyncio.all_tasks())
 
-    return asyncio.run_coroutine_threadsafe(count(), _loop()).result()
+    return _portal().call(count)
 
 
 def test_no_thread_or_task_is_left_behind_after_100_questions():
