@@ -110,13 +110,16 @@ retriever["init_parameters"] = {
     "top_k": retriever["init_parameters"]["top_k"],
 }
 
-# Edit 2: bound every completion (the packaged base model does not stop by itself).
+# Edit 2: bound every completion (the packaged base model does not stop by itself), also where a call limit sends a
+# one-prompt chain's stop sequences at run time (they would cut the base model's reply at its leading newline).
 generators = []
 def bound(node):
     if isinstance(node, dict):
         if str(node.get("type", "")).endswith("OpenAIChatGenerator"):
             node["init_parameters"]["generation_kwargs"].update(max_tokens=48, stop=["\\n\\n"])
             generators.append(node)
+        elif str(node.get("type", "")).endswith("CallLimitedChatGenerator"):
+            node["init_parameters"]["generation_kwargs"] = {"stop": ["\\n\\n"]}
         for value in node.values():
             bound(value)
     elif isinstance(node, list):
